@@ -1,0 +1,44 @@
+# make demo: install, build, run the demo.  make test: install, build, lint, type-check, test.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.nlproxy-installed
+SRC    := $(shell find nlproxy native -name '*.py' -o -name '*.c' -o -name '*.h' -o -name '*.cdef') pyproject.toml setup.py
+
+.PHONY: all deps demo test lint typecheck unit bench vm-test clean
+
+all: deps
+
+$(VENV)/.debs: scripts/install-debs.sh
+	bash scripts/install-debs.sh
+	@mkdir -p $(VENV) && touch $@
+
+$(STAMP): $(VENV)/.debs $(SRC)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel cffi
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+deps: $(STAMP)
+
+demo: deps
+	$(VENV)/bin/nlproxy demo
+
+lint: deps
+	$(VENV)/bin/ruff check nlproxy tests bench native
+	$(VENV)/bin/ruff format --check nlproxy tests bench native
+
+typecheck: deps
+	$(VENV)/bin/mypy
+
+test: lint typecheck
+	$(PY) -m pytest -q
+
+bench: deps
+	$(PY) bench/run.py
+
+vm-test: deps
+	$(MAKE) -C vm-tests all
+
+clean:
+	rm -rf $(VENV) build *.egg-info nlproxy/_nftshim*.so

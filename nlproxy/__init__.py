@@ -1,0 +1,3 @@
+"""nlproxy: a Kubernetes service proxy that programs nftables over netlink."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Cluster state: sources, typed objects and validation, change tracking."""

@@ -1,0 +1,166 @@
+"""Typed, validated cluster objects: what the sources produce and the planner consumes.
+
+Plain frozen data. Values here are already validated (``cluster/parse.py`` is the only code that
+reads raw Kubernetes objects); downstream code trusts them.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from typing import TypeAlias
+
+IPAddress: TypeAlias = IPv4Address | IPv6Address
+IPNetwork: TypeAlias = IPv4Network | IPv6Network
+
+
+class Protocol(enum.StrEnum):
+    TCP = "TCP"
+    UDP = "UDP"
+    SCTP = "SCTP"
+
+
+class ServiceType(enum.StrEnum):
+    CLUSTER_IP = "ClusterIP"
+    NODE_PORT = "NodePort"
+    LOAD_BALANCER = "LoadBalancer"
+
+
+class IPFamily(enum.StrEnum):
+    IPV4 = "IPv4"
+    IPV6 = "IPv6"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class ServiceKey:
+    """A Service's identity: ``namespace/name``."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class ServicePortRef:
+    """One port of one Service; ``str()`` gives ``default/web:http/TCP`` (name may be empty)."""
+
+    namespace: str
+    name: str
+    port_name: str
+    protocol: Protocol
+
+    @property
+    def service(self) -> ServiceKey:
+        return ServiceKey(namespace=self.namespace, name=self.name)
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}:{self.port_name}/{self.protocol.value}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServicePort:
+    """One entry of ``spec.ports``.
+
+    ``target_port`` is a number, or a name resolved per EndpointSlice (by the slice port's name,
+    which equals this port's ``name``). ``node_port`` is None when none is allocated.
+    """
+
+    ref: ServicePortRef
+    port: int
+    target_port: int | str
+    node_port: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Service:
+    """A v1 Service that nlproxy proxies (headless/ExternalName/other proxies' ones never get here).
+
+    Attributes:
+        cluster_ips: ``spec.clusterIPs`` (first is primary), any family.
+        external_ips: ``spec.externalIPs``.
+        load_balancer_ips: ``status.loadBalancer.ingress[].ip`` whose ``ipMode`` is not ``Proxy``.
+        load_balancer_source_ranges: ``spec.loadBalancerSourceRanges``; empty means any source.
+        external_policy_local: ``spec.externalTrafficPolicy == Local`` (NodePort/LoadBalancer only).
+        internal_policy_local: ``spec.internalTrafficPolicy == Local``.
+        affinity_timeout: ``ClientIP`` affinity timeout in seconds, None without affinity.
+        health_check_node_port: ``spec.healthCheckNodePort`` (eTP=Local LoadBalancers).
+        traffic_distribution: ``spec.trafficDistribution`` (e.g. ``PreferClose``), or None.
+    """
+
+    key: ServiceKey
+    type: ServiceType
+    cluster_ips: tuple[IPAddress, ...]
+    ports: tuple[ServicePort, ...]
+    external_ips: tuple[IPAddress, ...] = ()
+    load_balancer_ips: tuple[IPAddress, ...] = ()
+    load_balancer_source_ranges: tuple[IPNetwork, ...] = ()
+    external_policy_local: bool = False
+    internal_policy_local: bool = False
+    affinity_timeout: int | None = None
+    health_check_node_port: int | None = None
+    traffic_distribution: str | None = None
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndpointPort:
+    """One entry of an EndpointSlice's ``ports``; ``name`` matches a ServicePort's name."""
+
+    name: str
+    port: int
+    protocol: Protocol
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Endpoint:
+    """One address of an EndpointSlice endpoint (a multi-address endpoint yields several).
+
+    Conditions follow the API: ``ready`` unset means ready (unless terminating), ``serving`` unset
+    means equal to ready. ``hints_zones``/``hints_nodes`` are None when the endpoint has no hints.
+    """
+
+    ip: IPAddress
+    ready: bool
+    serving: bool
+    terminating: bool
+    node_name: str | None = None
+    zone: str | None = None
+    hints_zones: frozenset[str] | None = None
+    hints_nodes: frozenset[str] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndpointSlice:
+    """A discovery.k8s.io/v1 EndpointSlice of address type IPv4 or IPv6 (FQDN ones are skipped)."""
+
+    namespace: str
+    name: str
+    service: ServiceKey
+    family: IPFamily
+    ports: tuple[EndpointPort, ...]
+    endpoints: tuple[Endpoint, ...]
+    last_change_trigger_time: datetime | None = None
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Node:
+    """This node: name, zone label, addresses (InternalIP first, then ExternalIP), pod CIDRs."""
+
+    name: str
+    zone: str | None = None
+    addresses: tuple[IPAddress, ...] = ()
+    pod_cidrs: tuple[IPNetwork, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceCIDR:
+    """A networking.k8s.io/v1 ServiceCIDR: ranges ClusterIPs are allocated from."""
+
+    name: str
+    cidrs: tuple[IPNetwork, ...]

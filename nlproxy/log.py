@@ -1,0 +1,39 @@
+"""structlog set-up: JSON lines when stderr is not a terminal (journald), console when it is.
+
+Events are dotted verbs (``sync.applied``) with stable keys (``service``, ``ops``, ``duration_ms``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+
+def configure(*, level: str = "info", fmt: str = "auto") -> None:
+    """Configure structlog for the process; ``fmt`` is ``auto``, ``json`` or ``console``."""
+    use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
+    renderer: structlog.typing.Processor = (
+        structlog.dev.ConsoleRenderer(colors=False)
+        if use_console
+        else structlog.processors.JSONRenderer(sort_keys=True)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]
+        ),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(component: str) -> structlog.typing.FilteringBoundLogger:
+    """A logger bound to ``component``."""
+    return structlog.get_logger().bind(component=component)  # type: ignore[no-any-return]

@@ -1,0 +1,1 @@
+"""nftables: object model and IR, encoder, transactions, read-back, reconcile."""

@@ -1,0 +1,1 @@
+"""Service proxying: service-port/endpoint model, planner, packet tracer (pure)."""
