@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from collections.abc import Mapping
 from typing import TypeAlias
 
 IPAddress: TypeAlias = IPv4Address | IPv6Address
@@ -164,3 +165,84 @@ class ServiceCIDR:
 
     name: str
     cidrs: tuple[IPNetwork, ...]
+
+
+ClusterObject: TypeAlias = Service | EndpointSlice | Node | ServiceCIDR
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ObjectRef:
+    """Identity of any watched object: ``kind`` is ``Service``, ``EndpointSlice``, ``Node`` or
+    ``ServiceCIDR``; ``namespace`` is empty for cluster-scoped kinds. ``str()`` is
+    ``Service default/web``, as in error messages."""
+
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.kind} {self.namespace}/{self.name}"
+            if self.namespace
+            else (f"{self.kind} {self.name}")
+        )
+
+
+# Changes: what sources send to the cluster state.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Upsert:
+    """An object was added or modified (already parsed and valid)."""
+
+    ref: ObjectRef
+    obj: ClusterObject
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delete:
+    """An object was deleted."""
+
+    ref: ObjectRef
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Skip:
+    """An object that is deliberately not proxied (headless, ExternalName, another proxy's, FQDN
+    slice): treated as absent, without an error."""
+
+    ref: ObjectRef
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Invalid:
+    """An object that failed validation. The state keeps its last good version, if any, so what
+    is already programmed is not lost; ``error`` names the object and field."""
+
+    ref: ObjectRef
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Replace:
+    """The complete current set of objects of ``kind`` (an initial list or a relist): anything of
+    that kind not in ``changes`` is deleted. ``changes`` holds Upsert, Skip and Invalid entries."""
+
+    kind: str
+    changes: tuple[Upsert | Skip | Invalid, ...]
+
+
+Change: TypeAlias = Upsert | Delete | Skip | Invalid | Replace
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSnapshot:
+    """What the planner sees: the valid objects at one moment.
+
+    ``slices`` groups EndpointSlices by the Service they belong to.
+    """
+
+    services: Mapping[ServiceKey, Service]
+    slices: Mapping[ServiceKey, tuple[EndpointSlice, ...]]
+    node: Node | None = None
+    service_cidrs: tuple[ServiceCIDR, ...] = ()
