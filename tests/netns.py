@@ -44,7 +44,7 @@ def namespaces(*prefixes: str) -> Iterator[list[str]]:
     made: list[str] = []
     try:
         for p in prefixes:
-            made.append(create(unique_name(p)))
+            made.append(create(unique_name(p)))  # noqa: PERF401 - keep what exists if one fails
         yield made
     finally:
         for name in made:

@@ -7,10 +7,10 @@ reads raw Kubernetes objects); downstream code trusts them.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
-from collections.abc import Mapping
 from typing import TypeAlias
 
 IPAddress: TypeAlias = IPv4Address | IPv6Address
