@@ -1,0 +1,183 @@
+"""Reconciler: the smallest transaction that turns what is programmed into what is planned.
+
+Sits between the planner (desired :class:`Ruleset`) and the kernel backend. Pure: it compares two
+rulesets and returns operations; it neither reads nor writes the kernel.
+
+How each kind of object is compared:
+- chains by name and definition (type, hook, priority, policy);
+- rules by fingerprint: a hash of the planned rule is stored in the rule's comment
+  (``... fp=1a2b3c4d5e6f``), so a rule read back from the kernel (by this process or an earlier
+  one) is compared without decoding it. A chain whose fingerprint list differs is flushed and
+  refilled in the same atomic batch: chains are few and short in nlproxy's shape;
+- sets and maps by definition; elements by key, then value and comment. Elements of dynamic sets
+  (``SetFlag.EVAL``, e.g. session-affinity sets) belong to the data path and are never touched;
+- anonymous sets (``__map0`` …) belong to their rules and are ignored.
+
+The order of the operations inside the batch keeps every reference valid at each step: flush
+rewritten/stale chains, delete elements, delete sets, delete chains, then add table, chains, sets,
+elements, rules.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import replace
+
+from nlproxy.nft.ir import (
+    Chain,
+    Element,
+    Lookup,
+    Operation,
+    Rule,
+    Ruleset,
+    SetFlag,
+    SetLike,
+    SetUpdate,
+    Value,
+    Verb,
+)
+
+_FP_RE = re.compile(r"(?:^| )fp=([0-9a-f]{12})$")
+
+
+def fingerprint(rule: Rule) -> str:
+    """A 12-hex-digit hash of what the rule does (chain, expressions and comment)."""
+    text = repr((rule.chain, rule.exprs, rule.comment))
+    return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+
+
+def stamp(rule: Rule) -> Rule:
+    """The rule as it is programmed: its comment carries its fingerprint."""
+    fp = fingerprint(rule)
+    comment = f"{rule.comment} fp={fp}" if rule.comment else f"fp={fp}"
+    return replace(rule, comment=comment)
+
+
+def programmed_fingerprint(rule: Rule) -> str | None:
+    """The fingerprint stored in a rule read back from the kernel, or None (not ours/unknown)."""
+    m = _FP_RE.search(rule.comment)
+    return m.group(1) if m else None
+
+
+def _chain_changed(want: Chain, have: Chain) -> bool:
+    return (want.type, want.hook, want.priority, want.policy) != (
+        have.type,
+        have.hook,
+        have.priority,
+        have.policy,
+    )
+
+
+def _set_changed(want: SetLike, have: SetLike) -> bool:
+    if type(want) is not type(have):
+        return True
+    return (want.key, getattr(want, "data", None), want.flags, want.timeout) != (
+        have.key,
+        getattr(have, "data", None),
+        have.flags,
+        have.timeout,
+    )
+
+
+def _referenced_sets(rules: list[Rule]) -> set[str]:
+    names: set[str] = set()
+    for rule in rules:
+        for e in rule.exprs:
+            if isinstance(e, Lookup | SetUpdate):
+                names.add(e.set)
+            elif hasattr(e, "map") and isinstance(getattr(e, "map", None), str):
+                names.add(e.map)
+    return names
+
+
+def _element_ops(
+    name: str, want: dict[tuple[Value, ...], Element], have: dict[tuple[Value, ...], Element]
+) -> tuple[list[Operation], list[Operation]]:
+    """(deletes, adds) that make the elements of one set equal."""
+    deletes: list[Operation] = []
+    adds: list[Operation] = []
+    for key, el in have.items():
+        w = want.get(key)
+        if w is None or (w.value, w.comment) != (el.value, el.comment):
+            deletes.append(Operation(Verb.DELETE, el))
+    for key, el in want.items():
+        h = have.get(key)
+        if h is None or (el.value, el.comment) != (h.value, h.comment):
+            adds.append(Operation(Verb.ADD, el))
+    return deletes, adds
+
+
+def diff(desired: Ruleset, current: Ruleset | None) -> list[Operation]:
+    """Operations that make ``current`` (None: the table does not exist) equal ``desired``.
+
+    Returns an empty list when nothing differs, so an unchanged sync sends nothing.
+    """
+    have = current or Ruleset(table=desired.table)
+    have_sets = {n: s for n, s in have.sets.items() if not n.startswith("__")}
+
+    flush: list[Operation] = []
+    del_elements: list[Operation] = []
+    del_sets: list[Operation] = []
+    del_chains: list[Operation] = []
+    add_chains: list[Operation] = []
+    add_sets: list[Operation] = []
+    add_elements: list[Operation] = []
+    add_rules: list[Operation] = []
+
+    # Sets first: a set whose definition changed is recreated, so chains using it are rewritten.
+    recreated: set[str] = set()
+    for name, s in desired.sets.items():
+        old = have_sets.get(name)
+        if old is None:
+            add_sets.append(Operation(Verb.ADD, s))
+        elif _set_changed(s, old):
+            recreated.add(name)
+            del_sets.append(Operation(Verb.DELETE, old))
+            add_sets.append(Operation(Verb.ADD, s))
+    for name, old in have_sets.items():
+        if name not in desired.sets:
+            del_sets.append(Operation(Verb.DELETE, old))
+
+    # Chains and their rules.
+    for name, chain in desired.chains.items():
+        old_chain = have.chains.get(name)
+        want_rules = [stamp(r) for r in desired.rules.get(name, [])]
+        have_rules = have.rules.get(name, [])
+        rewrite = [programmed_fingerprint(r) for r in have_rules] != [
+            programmed_fingerprint(r) for r in want_rules
+        ] or bool(recreated & _referenced_sets(have_rules))
+        if old_chain is None:
+            add_chains.append(Operation(Verb.ADD, chain))
+        elif _chain_changed(chain, old_chain):
+            flush.append(Operation(Verb.FLUSH, old_chain))
+            del_chains.append(Operation(Verb.DELETE, old_chain))
+            add_chains.append(Operation(Verb.ADD, chain))
+            rewrite = True
+        elif rewrite and have_rules:
+            flush.append(Operation(Verb.FLUSH, old_chain))
+        if rewrite or old_chain is None:
+            add_rules += [Operation(Verb.ADD, r) for r in want_rules]
+    for name, old_chain in have.chains.items():
+        if name not in desired.chains:
+            if have.rules.get(name):
+                flush.append(Operation(Verb.FLUSH, old_chain))
+            del_chains.append(Operation(Verb.DELETE, old_chain))
+
+    # Elements of sets that stay (a recreated or new set gets all its elements added).
+    for name, s in desired.sets.items():
+        if s.flags & SetFlag.EVAL:
+            continue
+        want_el: dict[tuple[Value, ...], Element] = dict(desired.elements.get(name, {}))
+        have_el: dict[tuple[Value, ...], Element] = (
+            {} if name in recreated or name not in have_sets else dict(have.elements.get(name, {}))
+        )
+        d, a = _element_ops(name, want_el, have_el)
+        del_elements += d
+        add_elements += a
+
+    ops = flush + del_elements + del_sets + del_chains
+    ops += add_chains + add_sets + add_elements + add_rules
+    if current is None:
+        ops.insert(0, Operation(Verb.ADD, desired.table))
+    return ops
