@@ -1,0 +1,163 @@
+"""Manifests source: a directory of YAML/JSON files standing in for the Kubernetes API.
+
+For static nodes, demos and tests. ``load_manifests`` reads every ``*.yaml``, ``*.yml`` and
+``*.json`` file (multi-document YAML, ``kind: List`` and ``*List`` objects, JSON arrays) and turns
+the Services, EndpointSlices, Nodes and ServiceCIDRs in them into one ``Replace`` per kind, as an
+API relist would. Objects of other kinds (Deployments, Pods, Knative Services…) are ignored. It
+reads files only; validation is ``cluster/parse.py``'s, and it must not touch the cluster state.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nlproxy.cluster.model import Invalid, ObjectRef, Replace, Skip, Upsert
+from nlproxy.cluster.parse import KINDS, object_ref, to_change
+from nlproxy.errors import ConfigError
+
+SUFFIXES = frozenset({".yaml", ".yml", ".json"})
+
+# The API group each kind must come from: a ``kind: Service`` of another group (Knative's
+# serving.knative.dev) is someone else's object. A missing apiVersion is taken as the right one.
+_GROUPS = {
+    "Service": "",
+    "EndpointSlice": "discovery.k8s.io",
+    "Node": "",
+    "ServiceCIDR": ("networking.k8s.io"),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ManifestLoad:
+    """What a directory holds.
+
+    Attributes:
+        changes: one ``Replace`` per kind, for all four kinds (an absent kind deletes all).
+        errors: file-level problems (unreadable or unparsable files, documents that are not
+            objects, duplicates), each naming the file; such a file contributes nothing and the
+            others still load. Invalid objects are ``Invalid`` entries of ``changes``.
+    """
+
+    changes: tuple[Replace, ...]
+    errors: tuple[str, ...]
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML as the Kubernetes tools read it: timestamps stay strings (they go through JSON)."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+class _FileError(Exception):
+    """A file that cannot be used as a whole; the message names the file (and line)."""
+
+
+def load_manifests(directory: Path) -> ManifestLoad:
+    """Load every manifest file in ``directory`` (not recursive; dotfiles are skipped, which
+    also skips the ``..data`` links of a mounted ConfigMap). Files are read in name order and the
+    result is deterministic; the first definition of an object wins over later duplicates.
+
+    Raises:
+        ConfigError: the directory cannot be listed.
+    """
+    try:
+        paths = sorted(
+            p
+            for p in directory.iterdir()
+            if p.suffix in SUFFIXES and not p.name.startswith(".") and p.is_file()
+        )
+    except OSError as exc:
+        raise ConfigError(f"manifests {directory}", exc.strerror or str(exc)) from exc
+    by_kind: dict[str, list[Upsert | Skip | Invalid]] = {kind: [] for kind in KINDS}
+    first_seen: dict[ObjectRef, str] = {}
+    errors: list[str] = []
+    for path in paths:
+        try:
+            objects = list(_objects(path))
+        except _FileError as exc:
+            errors.append(str(exc))
+            continue
+        for where, obj, kind in objects:
+            ref = object_ref(obj, kind)
+            if ref in first_seen:
+                errors.append(f"{where}: {ref}: defined again (first in {first_seen[ref]})")
+                continue
+            first_seen[ref] = where
+            by_kind[kind].append(to_change(obj, kind))
+    changes = tuple(Replace(kind=kind, changes=tuple(by_kind[kind])) for kind in KINDS)
+    return ManifestLoad(changes=changes, errors=tuple(errors))
+
+
+def _objects(path: Path) -> Iterator[tuple[str, dict[str, Any], str]]:
+    """``(where, object, kind)`` for each object of a known kind in one file.
+
+    Raises:
+        _FileError: the file cannot be read or parsed, or holds something that is not an object.
+    """
+    for index, doc in enumerate(_documents(path), start=1):
+        where = f"{path.name} document {index}" if index > 1 else path.name
+        if doc is None:
+            continue
+        items = doc if isinstance(doc, list) else [doc]
+        for item in items:
+            yield from _flatten(where, item, None)
+
+
+def _flatten(
+    where: str, item: object, list_kind: str | None
+) -> Iterator[tuple[str, dict[str, Any], str]]:
+    if not isinstance(item, dict):
+        raise _FileError(f"{where}: expected a Kubernetes object, got {type(item).__name__}")
+    kind = item.get("kind", list_kind)
+    if not isinstance(kind, str) or not kind:
+        raise _FileError(f"{where}: an object without a kind")
+    if kind == "List" or (kind.endswith("List") and kind[:-4] in KINDS):
+        members = item.get("items")
+        if not isinstance(members, list | None):
+            raise _FileError(f"{where}: {kind}: items: expected a list")
+        for member in members or []:
+            yield from _flatten(where, member, kind[:-4] or None)
+    elif kind in KINDS and _right_group(item.get("apiVersion"), kind):
+        yield where, item, kind
+
+
+def _right_group(api_version: object, kind: str) -> bool:
+    if not isinstance(api_version, str) or not api_version:
+        return True
+    group = api_version.rpartition("/")[0]
+    return group == _GROUPS[kind]
+
+
+def _documents(path: Path) -> list[Any]:
+    """The parsed documents of one file, all or nothing (a half-read file would make the
+    ``Replace`` delete the objects after the error)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise _FileError(f"{path.name}: cannot read: {reason}") from exc
+    if path.suffix == ".json":
+        try:
+            return [json.loads(text)]
+        except json.JSONDecodeError as exc:
+            raise _FileError(f"{path.name}:{exc.lineno}: not valid JSON: {exc.msg}") from exc
+    try:
+        return list(yaml.load_all(text, Loader=_Loader))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise _FileError(
+            f"{path.name}{line}: not valid YAML: {exc.problem or exc.context}"
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise _FileError(f"{path.name}: not valid YAML: {exc}") from exc

@@ -1,0 +1,583 @@
+"""Parsing and validation of raw Kubernetes objects into the typed cluster model.
+
+The only code that reads raw Kubernetes objects (dicts decoded from JSON or YAML). Both sources
+(the API watch and the manifests directory) call it, so the rules are the same for both. It either
+returns model values or raises ``InvalidObject`` naming the object and the field; it never lets a
+``KeyError``/``TypeError`` out for bad content. It must not do I/O, log, or keep state.
+
+Semantics follow kube-proxy: headless, ``ExternalName`` and other proxies' Services are skipped
+(``None``), FQDN EndpointSlices and slices without a Service are skipped, only the first address
+of a slice endpoint is proxied, and unset endpoint conditions mean ready, serving, not terminating.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, NoReturn
+
+from nlproxy.cluster.model import (
+    Endpoint,
+    EndpointPort,
+    EndpointSlice,
+    Invalid,
+    IPAddress,
+    IPFamily,
+    IPNetwork,
+    Node,
+    ObjectRef,
+    Protocol,
+    Service,
+    ServiceCIDR,
+    ServiceKey,
+    ServicePort,
+    ServicePortRef,
+    ServiceType,
+    Skip,
+    Upsert,
+)
+from nlproxy.errors import InvalidObject
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+SERVICE_PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
+HEADLESS_LABEL = "service.kubernetes.io/headless"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+SOURCE_RANGES_ANNOTATION = "service.beta.kubernetes.io/load-balancer-source-ranges"
+TRIGGER_TIME_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
+DEFAULT_AFFINITY_TIMEOUT = 10800
+MAX_AFFINITY_TIMEOUT = 86400
+NAMESPACED_KINDS = frozenset({"Service", "EndpointSlice"})
+UNNAMED = "(unnamed)"
+
+# kube-proxy's informers select objects without these labels; the EndpointSlice controller copies
+# a Service's labels to its slices, so both kinds are filtered the same way.
+_SKIP_LABELS = frozenset({SERVICE_PROXY_NAME_LABEL, HEADLESS_LABEL})
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_IANA_SVC_NAME = re.compile(r"(?=.*[a-z])(?!.*--)[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?")
+_PROTOCOLS = tuple(p.value for p in Protocol)
+_SERVICE_TYPES = (*(t.value for t in ServiceType), "ExternalName")
+_FAMILIES = tuple(f.value for f in IPFamily)
+_POLICIES = ("Cluster", "Local")
+_AFFINITIES = ("None", "ClientIP")
+_ADDRESS_TYPES = ("IPv4", "IPv6", "FQDN")
+
+
+def _describe(value: object) -> str:
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class _Reader:
+    """Typed access to the fields of one raw object; every failure names the object and field."""
+
+    def __init__(self, ref: ObjectRef) -> None:
+        self.ref = str(ref)
+
+    def fail(self, field: str, reason: str) -> NoReturn:
+        raise InvalidObject(self.ref, reason, field=field)
+
+    def expect(self, field: str, what: str, value: object) -> NoReturn:
+        self.fail(field, f"expected {what}, got {_describe(value)}")
+
+    def mapping(self, value: object, field: str) -> Mapping[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            self.expect(field, "an object", value)
+        return value
+
+    def items(self, value: object, field: str) -> list[Any]:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.expect(field, "a list", value)
+        return value
+
+    def string(self, value: object, field: str) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        self.expect(field, "a string", value)
+
+    def strings(self, value: object, field: str) -> list[str]:
+        return [
+            self.string(v, f"{field}[{i}]") or "" for i, v in enumerate(self.items(value, field))
+        ]
+
+    def string_map(self, value: object, field: str) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for key, val in self.mapping(value, field).items():
+            out[str(key)] = self.string(val, f"{field}[{key}]") or ""
+        return out
+
+    def boolean(self, value: object, field: str) -> bool | None:
+        if value is None or isinstance(value, bool):
+            return value
+        self.expect(field, "true or false", value)
+
+    def integer(self, value: object, field: str, low: int, high: int) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.expect(field, "an integer", value)
+        if not low <= value <= high:
+            self.fail(field, f"{value} is not in {low}..{high}")
+        return value
+
+    def port(self, value: object, field: str, *, zero_ok: bool = False) -> int | None:
+        """A port number in 1..65535; ``None`` when unset (or 0, where 0 means "none")."""
+        if zero_ok and value == 0 and not isinstance(value, bool):
+            return None
+        return self.integer(value, field, 1, 65535)
+
+    def choice(self, value: object, field: str, choices: tuple[str, ...], default: str) -> str:
+        text = self.string(value, field)
+        if not text:
+            return default
+        if text not in choices:
+            self.fail(field, f"{_describe(text)} is not one of {', '.join(choices)}")
+        return text
+
+    def ip(self, value: object, field: str) -> IPAddress:
+        text = self.string(value, field)
+        if text is None:
+            self.fail(field, "missing")
+        try:
+            ip = ipaddress.ip_address(text)
+        except ValueError:
+            self.fail(field, f"{_describe(text)} is not a valid IP address")
+        if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
+            self.fail(field, f"{_describe(text)} is not a valid IP address")
+        return ip
+
+    def cidr(self, value: object, field: str, *, strict: bool) -> IPNetwork:
+        text = self.string(value, field)
+        if text is None:
+            self.fail(field, "missing")
+        if "/" not in text:
+            self.fail(field, f"{_describe(text)} is not a CIDR (address/prefix length)")
+        try:
+            return ipaddress.ip_network(text.strip(), strict=strict)
+        except ValueError as exc:
+            reason = "has host bits set" if "host bits" in str(exc) else "is not a valid CIDR"
+            self.fail(field, f"{_describe(text)} {reason}")
+
+
+def _family(ip: IPAddress | IPNetwork) -> IPFamily:
+    return IPFamily.IPV4 if ip.version == 4 else IPFamily.IPV6
+
+
+def object_ref(obj: Mapping[str, Any], kind: str | None = None) -> ObjectRef:
+    """The identity of a raw object, read leniently so even a malformed object can be named.
+
+    Args:
+        obj: the raw object.
+        kind: its kind when the object does not say (list items from the API omit ``kind``).
+
+    Returns:
+        The ref; a namespaced kind without ``metadata.namespace`` is in ``default`` (as
+        ``kubectl apply`` does), a missing name reads ``(unnamed)``.
+    """
+    if kind is None:
+        raw_kind = obj.get("kind")
+        kind = raw_kind if isinstance(raw_kind, str) else ""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = meta.get("name")
+    namespace = meta.get("namespace")
+    if kind in NAMESPACED_KINDS:
+        namespace = namespace if isinstance(namespace, str) and namespace else "default"
+    else:
+        namespace = ""
+    return ObjectRef(
+        kind=kind, namespace=namespace, name=name if isinstance(name, str) and name else UNNAMED
+    )
+
+
+def _metadata(r: _Reader, obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, str]]:
+    """``(metadata, labels)``, checking that the object has a name."""
+    meta = r.mapping(obj.get("metadata"), "metadata")
+    if not r.string(meta.get("name"), "metadata.name"):
+        r.fail("metadata.name", "missing")
+    r.string(meta.get("namespace"), "metadata.namespace")
+    return meta, r.string_map(meta.get("labels"), "metadata.labels")
+
+
+def parse_service(obj: Mapping[str, Any]) -> Service | None:
+    """A v1 Service, or ``None`` when kube-proxy would not proxy it.
+
+    Skipped: ``type: ExternalName``, headless (``clusterIP: None``), and Services labelled
+    ``service.kubernetes.io/service-proxy-name`` (another proxy's) or ``.../headless``.
+
+    Raises:
+        InvalidObject: naming the field, e.g. ``spec.ports[1].port: 70000 is not in 1..65535``.
+    """
+    ref = object_ref(obj, "Service")
+    r = _Reader(ref)
+    meta, labels = _metadata(r, obj)
+    if _SKIP_LABELS & labels.keys():
+        return None
+    spec = r.mapping(obj.get("spec"), "spec")
+    kind = r.choice(spec.get("type"), "spec.type", _SERVICE_TYPES, "ClusterIP")
+    if kind == "ExternalName":
+        return None
+    cluster_ips = _cluster_ips(r, spec)
+    if cluster_ips is None:
+        return None
+    key = ServiceKey(namespace=ref.namespace, name=ref.name)
+    svc_type = ServiceType(kind)
+    ext_local = (
+        r.choice(spec.get("externalTrafficPolicy"), "spec.externalTrafficPolicy", _POLICIES, "")
+        == "Local"
+    )
+    int_local = (
+        r.choice(spec.get("internalTrafficPolicy"), "spec.internalTrafficPolicy", _POLICIES, "")
+        == "Local"
+    )
+    # Like kube-proxy's ExternalPolicyLocal/NeedsHealthCheck: only these types accept external
+    # traffic through the node, and only LoadBalancers get a health check node port.
+    ext_local = ext_local and svc_type in (ServiceType.NODE_PORT, ServiceType.LOAD_BALANCER)
+    health = r.port(spec.get("healthCheckNodePort"), "spec.healthCheckNodePort", zero_ok=True)
+    annotations = r.string_map(meta.get("annotations"), "metadata.annotations")
+    return Service(
+        key=key,
+        type=svc_type,
+        cluster_ips=cluster_ips,
+        ports=_service_ports(r, key, spec),
+        external_ips=tuple(
+            r.ip(v, f"spec.externalIPs[{i}]")
+            for i, v in enumerate(r.items(spec.get("externalIPs"), "spec.externalIPs"))
+        ),
+        load_balancer_ips=_load_balancer_ips(r, obj),
+        load_balancer_source_ranges=_source_ranges(r, spec, annotations),
+        external_policy_local=ext_local,
+        internal_policy_local=int_local,
+        affinity_timeout=_affinity_timeout(r, spec),
+        health_check_node_port=health
+        if ext_local and svc_type is ServiceType.LOAD_BALANCER
+        else None,
+        traffic_distribution=r.string(spec.get("trafficDistribution"), "spec.trafficDistribution")
+        or None,
+        resource_version=r.string(meta.get("resourceVersion"), "metadata.resourceVersion") or "",
+    )
+
+
+def _cluster_ips(r: _Reader, spec: Mapping[str, Any]) -> tuple[IPAddress, ...] | None:
+    """``spec.clusterIPs`` (or ``spec.clusterIP``) checked against ``spec.ipFamilies``; ``None``
+    for a headless Service."""
+    single = r.string(spec.get("clusterIP"), "spec.clusterIP") or ""
+    raw = r.strings(spec.get("clusterIPs"), "spec.clusterIPs")
+    if "None" in (single, *raw[:1]):
+        return None
+    field = "spec.clusterIPs"
+    if not raw:
+        if not single:
+            r.fail("spec.clusterIP", "missing (only a headless Service, clusterIP None, has none)")
+        raw, field = [single], "spec.clusterIP"
+    elif single and single != raw[0]:
+        r.fail(
+            "spec.clusterIPs[0]",
+            f"{_describe(raw[0])} differs from spec.clusterIP {_describe(single)}",
+        )
+    if len(raw) > 2:
+        r.fail("spec.clusterIPs", f"{len(raw)} addresses; at most two, one per family")
+    fields = [field] if field == "spec.clusterIP" else [f"{field}[{i}]" for i in range(len(raw))]
+    ips = tuple(r.ip(v, f) for v, f in zip(raw, fields, strict=True))
+    if len(ips) == 2 and ips[0].version == ips[1].version:
+        r.fail(fields[1], f"{ips[1]} is the same family as {ips[0]}; dual-stack needs one of each")
+    families: list[IPFamily] = []
+    for i, v in enumerate(r.strings(spec.get("ipFamilies"), "spec.ipFamilies")):
+        family = r.choice(v, f"spec.ipFamilies[{i}]", _FAMILIES, "")
+        if not family:
+            r.fail(f"spec.ipFamilies[{i}]", "empty")
+        families.append(IPFamily(family))
+    if len(set(families)) != len(families):
+        r.fail("spec.ipFamilies", "lists a family twice")
+    if families and len(families) < len(ips):
+        r.fail("spec.ipFamilies", f"lists {len(families)} families for {len(ips)} cluster IPs")
+    for i, (ip, family) in enumerate(zip(ips, families, strict=False)):
+        if _family(ip) is not family:
+            r.fail(fields[i], f"{ip} is not {family.value} (spec.ipFamilies[{i}])")
+    return ips
+
+
+def _service_ports(r: _Reader, key: ServiceKey, spec: Mapping[str, Any]) -> tuple[ServicePort, ...]:
+    raw_ports = r.items(spec.get("ports"), "spec.ports")
+    if not raw_ports:
+        r.fail("spec.ports", "missing (a Service that is not headless needs at least one port)")
+    names: dict[str, str] = {}
+    numbers: dict[tuple[int, Protocol], str] = {}
+    ports: list[ServicePort] = []
+    for i, raw in enumerate(raw_ports):
+        f = f"spec.ports[{i}]"
+        entry = r.mapping(raw, f)
+        name = r.string(entry.get("name"), f"{f}.name") or ""
+        if name and not _DNS_LABEL.fullmatch(name):
+            r.fail(f"{f}.name", f"{_describe(name)} is not a valid port name (a DNS label)")
+        if not name and len(raw_ports) > 1:
+            r.fail(f"{f}.name", "missing (required when a Service has more than one port)")
+        if name in names:
+            r.fail(f"{f}.name", f"duplicate port name {_describe(name)} (also {names[name]})")
+        names[name] = f
+        protocol = Protocol(r.choice(entry.get("protocol"), f"{f}.protocol", _PROTOCOLS, "TCP"))
+        port = r.port(entry.get("port"), f"{f}.port")
+        if port is None:
+            r.fail(f"{f}.port", "missing")
+        if (port, protocol) in numbers:
+            r.fail(f"{f}.port", f"{port}/{protocol.value} is also {numbers[port, protocol]}")
+        numbers[port, protocol] = f
+        ref = ServicePortRef(
+            namespace=key.namespace, name=key.name, port_name=name, protocol=protocol
+        )
+        ports.append(
+            ServicePort(
+                ref=ref,
+                port=port,
+                target_port=_target_port(r, entry.get("targetPort"), f"{f}.targetPort", port),
+                node_port=r.port(entry.get("nodePort"), f"{f}.nodePort", zero_ok=True),
+            )
+        )
+    return tuple(ports)
+
+
+def _target_port(r: _Reader, value: object, field: str, port: int) -> int | str:
+    """``targetPort``: a number, or a container port name (IANA_SVC_NAME); unset, 0 or "" mean
+    the service port, as the API server defaults it."""
+    if isinstance(value, str):
+        if not value:
+            return port
+        if not _IANA_SVC_NAME.fullmatch(value):
+            r.fail(
+                field,
+                f"{_describe(value)} is not a valid port name (at most 15 lowercase letters, "
+                "digits and single hyphens, with at least one letter)",
+            )
+        return value
+    number = r.port(value, field, zero_ok=True)
+    return port if number is None else number
+
+
+def _load_balancer_ips(r: _Reader, obj: Mapping[str, Any]) -> tuple[IPAddress, ...]:
+    """Ingress IPs of VIP-mode load balancers; ``ipMode: Proxy`` ones deliver traffic to the
+    node themselves, so kube-proxy ignores them (as it does hostname-only entries)."""
+    status = r.mapping(
+        r.mapping(obj.get("status"), "status").get("loadBalancer"), "status.loadBalancer"
+    )
+    ips: list[IPAddress] = []
+    field = "status.loadBalancer.ingress"
+    for i, raw in enumerate(r.items(status.get("ingress"), field)):
+        entry = r.mapping(raw, f"{field}[{i}]")
+        mode = r.choice(entry.get("ipMode"), f"{field}[{i}].ipMode", ("VIP", "Proxy"), "VIP")
+        if entry.get("ip") not in (None, "") and mode == "VIP":
+            ips.append(r.ip(entry.get("ip"), f"{field}[{i}].ip"))
+    return tuple(ips)
+
+
+def _source_ranges(
+    r: _Reader, spec: Mapping[str, Any], annotations: Mapping[str, str]
+) -> tuple[IPNetwork, ...]:
+    """``spec.loadBalancerSourceRanges``, else the older comma-separated annotation. Surrounding
+    whitespace is tolerated and host bits are ignored, as the API server lets both through."""
+    field = "spec.loadBalancerSourceRanges"
+    values = r.strings(spec.get("loadBalancerSourceRanges"), field)
+    fields = [f"{field}[{i}]" for i in range(len(values))]
+    if not values and annotations.get(SOURCE_RANGES_ANNOTATION, "").strip():
+        values = annotations[SOURCE_RANGES_ANNOTATION].split(",")
+        fields = [f"metadata.annotations[{SOURCE_RANGES_ANNOTATION}]"] * len(values)
+    return tuple(r.cidr(v, f, strict=False) for v, f in zip(values, fields, strict=True))
+
+
+def _affinity_timeout(r: _Reader, spec: Mapping[str, Any]) -> int | None:
+    affinity = r.choice(spec.get("sessionAffinity"), "spec.sessionAffinity", _AFFINITIES, "None")
+    if affinity != "ClientIP":
+        return None
+    field = "spec.sessionAffinityConfig.clientIP.timeoutSeconds"
+    config = r.mapping(spec.get("sessionAffinityConfig"), "spec.sessionAffinityConfig")
+    client = r.mapping(config.get("clientIP"), "spec.sessionAffinityConfig.clientIP")
+    timeout = r.integer(client.get("timeoutSeconds"), field, 1, MAX_AFFINITY_TIMEOUT)
+    return DEFAULT_AFFINITY_TIMEOUT if timeout is None else timeout
+
+
+def parse_endpoint_slice(obj: Mapping[str, Any]) -> EndpointSlice | None:
+    """A discovery.k8s.io/v1 EndpointSlice, or ``None`` when kube-proxy would ignore it.
+
+    Skipped: ``addressType: FQDN``, slices without the ``kubernetes.io/service-name`` label, and
+    slices labelled ``service-proxy-name`` or ``headless`` (as their Services are skipped).
+
+    Raises:
+        InvalidObject: naming the field, e.g. ``endpoints[2].addresses[0]``.
+    """
+    ref = object_ref(obj, "EndpointSlice")
+    r = _Reader(ref)
+    meta, labels = _metadata(r, obj)
+    address_type = r.choice(obj.get("addressType"), "addressType", _ADDRESS_TYPES, "")
+    if not address_type:
+        r.fail("addressType", "missing")
+    service_name = labels.get(SERVICE_NAME_LABEL, "")
+    if address_type == "FQDN" or not service_name or _SKIP_LABELS & labels.keys():
+        return None
+    family = IPFamily(address_type)
+    annotations = r.string_map(meta.get("annotations"), "metadata.annotations")
+    return EndpointSlice(
+        namespace=ref.namespace,
+        name=ref.name,
+        service=ServiceKey(namespace=ref.namespace, name=service_name),
+        family=family,
+        ports=_slice_ports(r, obj.get("ports")),
+        endpoints=tuple(
+            _endpoint(r, raw, f"endpoints[{i}]", family)
+            for i, raw in enumerate(r.items(obj.get("endpoints"), "endpoints"))
+        ),
+        last_change_trigger_time=_trigger_time(annotations.get(TRIGGER_TIME_ANNOTATION)),
+        resource_version=r.string(meta.get("resourceVersion"), "metadata.resourceVersion") or "",
+    )
+
+
+def _slice_ports(r: _Reader, value: object) -> tuple[EndpointPort, ...]:
+    """Usable slice ports; an entry whose ``port`` is null is dropped, as kube-proxy does."""
+    ports: list[EndpointPort] = []
+    names: dict[str, str] = {}
+    for i, raw in enumerate(r.items(value, "ports")):
+        f = f"ports[{i}]"
+        entry = r.mapping(raw, f)
+        name = r.string(entry.get("name"), f"{f}.name") or ""
+        if name and not _DNS_LABEL.fullmatch(name):
+            r.fail(f"{f}.name", f"{_describe(name)} is not a valid port name (a DNS label)")
+        if name in names:
+            r.fail(f"{f}.name", f"duplicate port name {_describe(name)} (also {names[name]})")
+        names[name] = f
+        protocol = Protocol(r.choice(entry.get("protocol"), f"{f}.protocol", _PROTOCOLS, "TCP"))
+        port = r.port(entry.get("port"), f"{f}.port")
+        if port is not None:
+            ports.append(EndpointPort(name=name, port=port, protocol=protocol))
+    return tuple(ports)
+
+
+def _endpoint(r: _Reader, raw: object, f: str, family: IPFamily) -> Endpoint:
+    """One slice endpoint. Every address is checked, but only the first is proxied: the API
+    calls them fungible and kube-proxy uses ``addresses[0]``."""
+    entry = r.mapping(raw, f)
+    addresses = r.items(entry.get("addresses"), f"{f}.addresses")
+    if not addresses:
+        r.fail(f"{f}.addresses", "missing (an endpoint needs at least one address)")
+    ips = [r.ip(v, f"{f}.addresses[{i}]") for i, v in enumerate(addresses)]
+    for i, ip in enumerate(ips):
+        if _family(ip) is not family:
+            r.fail(f"{f}.addresses[{i}]", f"{ip} is not an {family.value} address (addressType)")
+    cond = r.mapping(entry.get("conditions"), f"{f}.conditions")
+    ready = r.boolean(cond.get("ready"), f"{f}.conditions.ready")
+    serving = r.boolean(cond.get("serving"), f"{f}.conditions.serving")
+    terminating = r.boolean(cond.get("terminating"), f"{f}.conditions.terminating")
+    hints = r.mapping(entry.get("hints"), f"{f}.hints")
+    return Endpoint(
+        ip=ips[0],
+        ready=ready is not False,
+        serving=serving is not False,
+        terminating=terminating is True,
+        node_name=r.string(entry.get("nodeName"), f"{f}.nodeName") or None,
+        zone=r.string(entry.get("zone"), f"{f}.zone") or None,
+        hints_zones=_hint_names(r, hints.get("forZones"), f"{f}.hints.forZones"),
+        hints_nodes=_hint_names(r, hints.get("forNodes"), f"{f}.hints.forNodes"),
+    )
+
+
+def _hint_names(r: _Reader, value: object, field: str) -> frozenset[str] | None:
+    names = [
+        r.string(r.mapping(v, f"{field}[{i}]").get("name"), f"{field}[{i}].name") or ""
+        for i, v in enumerate(r.items(value, field))
+    ]
+    return frozenset(names) if names else None
+
+
+def _trigger_time(value: str | None) -> datetime | None:
+    """The RFC 3339 trigger time; kube-proxy ignores a value it cannot parse, and so do we
+    (the annotation only feeds a latency metric)."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def parse_node(obj: Mapping[str, Any]) -> Node:
+    """A v1 Node: name, labels and zone, addresses (InternalIPs, then ExternalIPs, each in the
+    order listed, without repeats) and pod CIDRs (``spec.podCIDRs``, else ``spec.podCIDR``)."""
+    r = _Reader(object_ref(obj, "Node"))
+    meta, labels = _metadata(r, obj)
+    status = r.mapping(obj.get("status"), "status")
+    by_type: dict[str, list[IPAddress]] = {"InternalIP": [], "ExternalIP": []}
+    for i, raw in enumerate(r.items(status.get("addresses"), "status.addresses")):
+        entry = r.mapping(raw, f"status.addresses[{i}]")
+        kind = r.string(entry.get("type"), f"status.addresses[{i}].type") or ""
+        if kind in by_type:
+            by_type[kind].append(r.ip(entry.get("address"), f"status.addresses[{i}].address"))
+    spec = r.mapping(obj.get("spec"), "spec")
+    cidrs = r.strings(spec.get("podCIDRs"), "spec.podCIDRs")
+    fields = [f"spec.podCIDRs[{i}]" for i in range(len(cidrs))]
+    if not cidrs and (single := r.string(spec.get("podCIDR"), "spec.podCIDR")):
+        cidrs, fields = [single], ["spec.podCIDR"]
+    return Node(
+        name=meta["name"],
+        zone=labels.get(ZONE_LABEL) or None,
+        addresses=tuple(dict.fromkeys(by_type["InternalIP"] + by_type["ExternalIP"])),
+        pod_cidrs=tuple(r.cidr(c, f, strict=True) for c, f in zip(cidrs, fields, strict=True)),
+        labels=tuple(sorted(labels.items())),
+    )
+
+
+def parse_service_cidr(obj: Mapping[str, Any]) -> ServiceCIDR:
+    """A networking.k8s.io/v1 ServiceCIDR: ``spec.cidrs``, at most one per family."""
+    r = _Reader(object_ref(obj, "ServiceCIDR"))
+    meta, _labels = _metadata(r, obj)
+    spec = r.mapping(obj.get("spec"), "spec")
+    raw = r.strings(spec.get("cidrs"), "spec.cidrs")
+    if not raw:
+        r.fail("spec.cidrs", "missing")
+    if len(raw) > 2:
+        r.fail("spec.cidrs", f"{len(raw)} ranges; at most two, one per family")
+    cidrs = tuple(r.cidr(c, f"spec.cidrs[{i}]", strict=True) for i, c in enumerate(raw))
+    if len(cidrs) == 2 and cidrs[0].version == cidrs[1].version:
+        r.fail("spec.cidrs[1]", f"{cidrs[1]} is the same family as {cidrs[0]}")
+    return ServiceCIDR(name=meta["name"], cidrs=cidrs)
+
+
+_PARSERS: Mapping[str, Callable[[Mapping[str, Any]], object]] = {
+    "Service": parse_service,
+    "EndpointSlice": parse_endpoint_slice,
+    "Node": parse_node,
+    "ServiceCIDR": parse_service_cidr,
+}
+KINDS = tuple(_PARSERS)
+
+
+def to_change(obj: Mapping[str, Any], kind: str | None = None) -> Upsert | Skip | Invalid:
+    """The change event for one raw object (added or modified); never raises for bad content.
+
+    Args:
+        obj: the raw object.
+        kind: its kind, when the object itself does not say (API list items).
+
+    Returns:
+        ``Upsert`` with the parsed object, ``Skip`` for one that is deliberately not proxied,
+        ``Invalid`` with the error message for one that fails validation or is of another kind.
+    """
+    ref = object_ref(obj, kind)
+    parser = _PARSERS.get(ref.kind)
+    if parser is None:
+        error = InvalidObject(str(ref), f"not one of {', '.join(KINDS)}", field="kind")
+        return Invalid(ref=ref, error=str(error))
+    try:
+        parsed = parser(obj)
+    except InvalidObject as exc:
+        return Invalid(ref=ref, error=str(exc))
+    if parsed is None:
+        return Skip(ref=ref)
+    assert isinstance(parsed, Service | EndpointSlice | Node | ServiceCIDR)
+    return Upsert(ref=ref, obj=parsed)

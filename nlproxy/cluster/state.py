@@ -1,0 +1,221 @@
+"""Cluster state: the current valid objects, and which services changed.
+
+Sits between the sources (which send ``Change`` events of already parsed objects) and the
+planner (which reads a ``ClusterSnapshot``). Like kube-proxy's change trackers it reports the
+services whose proxying inputs changed, so unchanged services' plan fragments can be reused.
+Nothing here knows nftables; it does no I/O and no logging.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+
+from nlproxy.cluster.model import (
+    Change,
+    ClusterObject,
+    ClusterSnapshot,
+    Delete,
+    EndpointSlice,
+    Invalid,
+    Node,
+    ObjectRef,
+    Replace,
+    Service,
+    ServiceCIDR,
+    ServiceKey,
+    Skip,
+    Upsert,
+)
+
+_SliceId = tuple[str, str]  # (namespace, name) of an EndpointSlice
+
+
+class ClusterState:
+    """The current objects of one node's view of the cluster.
+
+    Rules: an ``Invalid`` change keeps the object's last good version (what is programmed for
+    it stays) and records the error; ``Skip`` and ``Delete`` remove the object; ``Replace``
+    removes every object of its kind it does not list. Only the Node named ``node_name`` is
+    kept; other Nodes are ignored.
+
+    Args:
+        node_name: the name of the Node nlproxy runs on.
+    """
+
+    def __init__(self, node_name: str) -> None:
+        self._node_name = node_name
+        self._services: dict[ServiceKey, Service] = {}
+        self._slices: dict[_SliceId, EndpointSlice] = {}
+        self._slice_ids: dict[ServiceKey, set[_SliceId]] = {}
+        self._node: Node | None = None
+        self._cidrs: dict[str, ServiceCIDR] = {}
+        self._invalid: dict[ObjectRef, str] = {}
+        # Snapshot cache: the groups of slices per service are rebuilt only for dirty services,
+        # and the mappings are copied only when something in them changed.
+        self._groups: dict[ServiceKey, tuple[EndpointSlice, ...]] = {}
+        self._dirty_groups: set[ServiceKey] = set()
+        self._snapshot: ClusterSnapshot | None = None
+        self._services_view: Mapping[ServiceKey, Service] = MappingProxyType({})
+        self._services_dirty = False
+
+    @property
+    def node_name(self) -> str:
+        return self._node_name
+
+    @property
+    def invalid(self) -> Mapping[ObjectRef, str]:
+        """Current validation errors by object (exit status 3, status reporting)."""
+        return MappingProxyType(dict(self._invalid))
+
+    def apply(self, changes: Iterable[Change]) -> set[ServiceKey]:
+        """Apply change events in order.
+
+        Returns:
+            The services whose proxying inputs changed: the Service itself or any of its
+            EndpointSlices. A change to this Node or to any ServiceCIDR marks every service.
+            A change of ``resourceVersion`` alone is not a change.
+        """
+        changed: set[ServiceKey] = set()
+        everything = False
+        for change in changes:
+            if isinstance(change, Replace):
+                everything |= self._replace(change, changed)
+            else:
+                everything |= self._apply_one(change, changed)
+        if everything:
+            changed.update(self._services, self._slice_ids)
+            self._snapshot = None
+        return changed
+
+    def snapshot(self) -> ClusterSnapshot:
+        """The valid objects now, for the planner; the same object until something changes."""
+        if self._snapshot is not None:
+            return self._snapshot
+        for key in self._dirty_groups:
+            ids = self._slice_ids.get(key)
+            if ids:
+                self._groups[key] = tuple(self._slices[i] for i in sorted(ids))
+            else:
+                self._groups.pop(key, None)
+        self._dirty_groups.clear()
+        if self._services_dirty:
+            self._services_view = MappingProxyType(dict(self._services))
+            self._services_dirty = False
+        self._snapshot = ClusterSnapshot(
+            services=self._services_view,
+            slices=MappingProxyType(dict(self._groups)),
+            node=self._node,
+            service_cidrs=tuple(self._cidrs[name] for name in sorted(self._cidrs)),
+        )
+        return self._snapshot
+
+    # Internals: each returns True when the change affects every service.
+
+    def _apply_one(
+        self, change: Upsert | Delete | Skip | Invalid, changed: set[ServiceKey]
+    ) -> bool:
+        if isinstance(change, Invalid):
+            if change.ref.kind != "Node" or change.ref.name == self._node_name:
+                self._invalid[change.ref] = change.error
+            return False
+        self._invalid.pop(change.ref, None)
+        if isinstance(change, Upsert):
+            return self._store(change.obj, changed)
+        return self._remove(change.ref, changed)
+
+    def _replace(self, replace: Replace, changed: set[ServiceKey]) -> bool:
+        listed = {change.ref for change in replace.changes}
+        everything = False
+        for ref in self._refs_of(replace.kind) - listed:
+            everything |= self._remove(ref, changed)
+        for ref in [r for r in self._invalid if r.kind == replace.kind and r not in listed]:
+            del self._invalid[ref]
+        for change in replace.changes:
+            everything |= self._apply_one(change, changed)
+        return everything
+
+    def _refs_of(self, kind: str) -> set[ObjectRef]:
+        if kind == "Service":
+            return {
+                ObjectRef(kind=kind, namespace=k.namespace, name=k.name) for k in self._services
+            }
+        if kind == "EndpointSlice":
+            return {ObjectRef(kind=kind, namespace=ns, name=name) for ns, name in self._slices}
+        if kind == "Node":
+            node = self._node
+            return set() if node is None else {ObjectRef(kind=kind, namespace="", name=node.name)}
+        if kind == "ServiceCIDR":
+            return {ObjectRef(kind=kind, namespace="", name=name) for name in self._cidrs}
+        return set()
+
+    def _store(self, obj: ClusterObject, changed: set[ServiceKey]) -> bool:
+        match obj:
+            case Service():
+                old_service = self._services.get(obj.key)
+                self._services[obj.key] = obj
+                self._services_dirty = True
+                self._snapshot = None
+                if _differs(old_service, obj):
+                    changed.add(obj.key)
+                return False
+            case EndpointSlice():
+                self._store_slice(obj, changed)
+                return False
+            case Node():
+                if obj.name != self._node_name or obj == self._node:
+                    return False
+                self._node = obj
+                return True
+            case ServiceCIDR():
+                old_cidr = self._cidrs.get(obj.name)
+                self._cidrs[obj.name] = obj
+                return old_cidr != obj
+
+    def _store_slice(self, obj: EndpointSlice, changed: set[ServiceKey]) -> None:
+        slice_id = (obj.namespace, obj.name)
+        old = self._slices.get(slice_id)
+        self._slices[slice_id] = obj
+        self._snapshot = None
+        if old is not None and old.service != obj.service:
+            self._unlink_slice(old, changed)
+        self._slice_ids.setdefault(obj.service, set()).add(slice_id)
+        self._dirty_groups.add(obj.service)
+        if _differs(old, obj):
+            changed.add(obj.service)
+
+    def _unlink_slice(self, old: EndpointSlice, changed: set[ServiceKey]) -> None:
+        ids = self._slice_ids.get(old.service, set())
+        ids.discard((old.namespace, old.name))
+        if not ids:
+            self._slice_ids.pop(old.service, None)
+        self._dirty_groups.add(old.service)
+        changed.add(old.service)
+
+    def _remove(self, ref: ObjectRef, changed: set[ServiceKey]) -> bool:
+        if ref.kind == "Service":
+            key = ServiceKey(namespace=ref.namespace, name=ref.name)
+            if self._services.pop(key, None) is not None:
+                self._services_dirty = True
+                self._snapshot = None
+                changed.add(key)
+        elif ref.kind == "EndpointSlice":
+            old = self._slices.pop((ref.namespace, ref.name), None)
+            if old is not None:
+                self._snapshot = None
+                self._unlink_slice(old, changed)
+        elif ref.kind == "Node":
+            if self._node is not None and ref.name == self._node.name:
+                self._node = None
+                return True
+        elif ref.kind == "ServiceCIDR":
+            return self._cidrs.pop(ref.name, None) is not None
+        return False
+
+
+def _differs(old: Service | EndpointSlice | None, new: Service | EndpointSlice) -> bool:
+    """Whether ``new`` changes what is proxied: a new ``resourceVersion`` alone does not."""
+    if old is None:
+        return True
+    return old != new and dataclasses.replace(old, resource_version=new.resource_version) != new
