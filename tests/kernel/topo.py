@@ -1,0 +1,161 @@
+"""Shared topology fixtures and manifest builders for the datapath tests.
+
+Import explicitly (there is deliberately no conftest here): ``testbed = topo.testbed`` in a test
+module makes the fixture available to it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nlproxy.cli import main
+from nlproxy.testbed import Testbed
+
+EXIT_OK = 0
+EXIT_INVALID = 3
+
+
+@pytest.fixture
+def testbed() -> Iterator[Testbed]:
+    """IPv4 node with pods pod-a, pod-b, pod-c; node2 with pod-r; the outside client."""
+    with Testbed(tag="tk") as tb:
+        yield tb
+
+
+@pytest.fixture
+def testbed6() -> Iterator[Testbed]:
+    """The same topology, dual stack."""
+    with Testbed(tag="tk6", ipv6=True) as tb:
+        yield tb
+
+
+# -- manifests ---------------------------------------------------------------------------------
+
+
+def service(
+    name: str,
+    cluster_ip: str | Sequence[str],
+    ports: Sequence[dict[str, Any]] = ({"name": "tcp", "port": 80, "targetPort": 8080},),
+    *,
+    namespace: str = "default",
+    **spec: Any,
+) -> dict[str, Any]:
+    """A v1 Service; ``spec`` adds fields (``type``, ``externalIPs``, ...) as in the API.
+
+    Ports default to TCP; give ``protocol`` per port for UDP.
+    """
+    ips = [cluster_ip] if isinstance(cluster_ip, str) else list(cluster_ip)
+    status = spec.pop("status", {})
+    body: dict[str, Any] = {
+        "type": "ClusterIP",
+        "clusterIP": ips[0],
+        "clusterIPs": ips,
+        "ipFamilies": ["IPv6" if ":" in ip else "IPv4" for ip in ips],
+        "ports": [{"protocol": "TCP", **p} for p in ports],
+        **spec,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": body,
+        "status": status,
+    }
+
+
+def endpoint(
+    ip: str, node: str, *, ready: bool = True, terminating: bool = False
+) -> dict[str, Any]:
+    """One EndpointSlice endpoint; ``serving`` follows ``ready`` unless terminating."""
+    return {
+        "addresses": [ip],
+        "nodeName": node,
+        "conditions": {
+            "ready": ready,
+            "serving": ready or terminating,
+            "terminating": terminating,
+        },
+    }
+
+
+def endpoint_slice(
+    service_name: str,
+    endpoints: Sequence[dict[str, Any]],
+    ports: Sequence[dict[str, Any]] = ({"name": "tcp", "port": 8080},),
+    *,
+    family: str = "IPv4",
+    namespace: str = "default",
+    name: str | None = None,
+) -> dict[str, Any]:
+    """A discovery.k8s.io/v1 EndpointSlice of ``service_name``."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": name or f"{service_name}-{family.lower()}",
+            "namespace": namespace,
+            "labels": {"kubernetes.io/service-name": service_name},
+        },
+        "addressType": family,
+        "endpoints": list(endpoints),
+        "ports": [{"protocol": "TCP", **p} for p in ports],
+    }
+
+
+def write_manifests(directory: Path, objects: Sequence[dict[str, Any]]) -> Path:
+    """Replace the YAML files in ``directory`` with one file per object."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for old in directory.glob("*.yaml"):
+        old.unlink()
+    for i, obj in enumerate(objects):
+        meta = obj["metadata"]
+        fname = f"{i:02d}-{obj['kind'].lower()}-{meta.get('namespace', '')}-{meta['name']}.yaml"
+        (directory / fname).write_text(yaml.safe_dump(obj, sort_keys=False))
+    return directory
+
+
+def run_once(tb: Testbed, directory: Path, *extra: str) -> int:
+    """``nlproxy --netns NODE run --once`` on ``directory``, as the node's proxy."""
+    return main(
+        [
+            "--netns",
+            tb.node.netns,
+            "--log-level",
+            "warning",
+            "run",
+            "--manifests",
+            str(directory),
+            "--node-name",
+            tb.node.name,
+            "--cluster-cidr",
+            tb.cluster_cidr(),
+            "--service-cidr",
+            tb.service_cidr(),
+            "--once",
+            *extra,
+        ]
+    )
+
+
+def apply(tb: Testbed, directory: Path, objects: Sequence[dict[str, Any]]) -> None:
+    """Write ``objects`` plus the Node object, run once, and insist it applied cleanly."""
+    write_manifests(directory, [tb.node_manifest(), *objects])
+    status = run_once(tb, directory)
+    assert status == EXIT_OK, f"run --once exited {status}\n{nft_ruleset(tb)}"
+
+
+def nft_ruleset(tb: Testbed) -> str:
+    """The node's ruleset as ``nft`` lists it (for failure messages)."""
+    proc = subprocess.run(
+        ["ip", "netns", "exec", tb.node.netns, "nft", "list", "ruleset"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return proc.stdout + proc.stderr
