@@ -1,0 +1,193 @@
+"""Daemon configuration: defaults, kube-proxy's ``KubeProxyConfiguration`` file, then flags.
+
+An existing kube-proxy ConfigMap works unchanged: fields that apply to nlproxy are honoured,
+fields that do not are named once in a warning, and an invalid value is a :class:`ConfigError`
+naming the field (exit status 2). Flags given on the command line override the file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nlproxy.errors import ConfigError
+
+API_VERSIONS = ("kubeproxy.config.k8s.io/v1alpha1", "kubeproxy.config.k8s.io/v1alpha2")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DaemonConfig:
+    """Settings of ``nlproxy run`` beyond the planner's (see ``proxy/config.py``).
+
+    Defaults: ``min_sync_period`` 100 ms (kube-proxy: 1 s) — a sync of an endpoint change costs
+    nlproxy a few element operations, so it can afford to sync 10 times a second and still bound
+    the work under churn; ``sync_period`` 60 s for the full read-back verify (drift is also caught
+    at once by netlink notifications, so the timer is only a backstop).
+    """
+
+    node_name: str = ""
+    kubeconfig: str | None = None
+    cluster_cidr: str = ""
+    nodeport_addresses: str = "primary"
+    masquerade_bit: int = 14
+    min_sync_period: float = 0.1
+    sync_period: float = 60.0
+    healthz_bind_address: str = "0.0.0.0:10256"
+    metrics_bind_address: str = "127.0.0.1:10249"
+    warnings: tuple[str, ...] = field(default=())
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
+_UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def parse_duration(text: object, name: str) -> float:
+    """A Go duration (``1m30s``, ``100ms``) in seconds."""
+    if not isinstance(text, str) or not text:
+        raise ConfigError("KubeProxyConfiguration", f"{text!r} is not a duration", field=name)
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT[m.group(2)]
+        pos = m.end()
+    if pos != len(text):
+        raise ConfigError("KubeProxyConfiguration", f"{text!r} is not a duration", field=name)
+    return total
+
+
+def _get(doc: Mapping[str, Any], path: str) -> Any:
+    cur: Any = doc
+    for part in path.split("."):
+        if not isinstance(cur, Mapping) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+# Fields nlproxy honours, by path in the file.
+HONOURED = {
+    "hostnameOverride",
+    "clusterCIDR",
+    "clientConnection.kubeconfig",
+    "healthzBindAddress",
+    "metricsBindAddress",
+    "nodePortAddresses",
+    "nftables.masqueradeBit",
+    "nftables.syncPeriod",
+    "nftables.minSyncPeriod",
+    "iptables.masqueradeBit",
+    "iptables.syncPeriod",
+    "iptables.minSyncPeriod",
+    "syncPeriod",
+    "minSyncPeriod",
+    "mode",
+    "detectLocalMode",
+}
+# Values kubeadm writes that mean "kube-proxy's default": not worth a warning.
+DEFAULTS = {("bindAddress", "0.0.0.0"), ("bindAddress", "::")}
+# Fields that only describe kube-proxy's process or other modes: accepted silently when empty.
+IGNORED_QUIETLY = {"apiVersion", "kind", "featureGates", "logging"}
+
+
+def _leaves(doc: Mapping[str, Any], prefix: str = "") -> list[str]:
+    out: list[str] = []
+    for k, v in doc.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v and path not in HONOURED:
+            out += _leaves(v, path + ".")
+        elif v not in (None, "", [], {}, 0, False, "0s") and (path, v) not in DEFAULTS:
+            out.append(path)
+    return out
+
+
+def _with(cfg: DaemonConfig, attr: str, value: object) -> DaemonConfig:
+    """``cfg`` with one field replaced by name (values were checked by the caller)."""
+    changes: dict[str, Any] = {attr: value}
+    return replace(cfg, **changes)
+
+
+def _merge_periods(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
+    mode = _get(doc, "mode") or "nftables"
+    section = "iptables" if mode == "iptables" else "nftables"
+    for key, attr in (("syncPeriod", "sync_period"), ("minSyncPeriod", "min_sync_period")):
+        for path in (f"{section}.{key}", key):
+            value = _get(doc, path)
+            seconds = parse_duration(value, path) if value else 0.0
+            if seconds > 0:  # kubeadm writes 0s for "default"
+                cfg = _with(cfg, attr, seconds)
+                break
+    bit = _get(doc, f"{section}.masqueradeBit")
+    if bit is not None:
+        if not isinstance(bit, int) or not 0 <= bit <= 31:
+            raise ConfigError(
+                "KubeProxyConfiguration",
+                f"{bit!r} is not in 0..31",
+                field=f"{section}.masqueradeBit",
+            )
+        cfg = replace(cfg, masquerade_bit=bit)
+    return cfg
+
+
+def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> DaemonConfig:
+    """Read a KubeProxyConfiguration YAML file on top of ``base`` (defaults).
+
+    Raises:
+        ConfigError: unreadable file, wrong kind/apiVersion, or an invalid value (names the field).
+    """
+    cfg = base or DaemonConfig()
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config {path}", str(exc)) from exc
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"config {path}", "is not a YAML mapping")
+    if doc.get("kind") != "KubeProxyConfiguration" or doc.get("apiVersion") not in API_VERSIONS:
+        raise ConfigError(
+            f"config {path}", f"expected kind KubeProxyConfiguration, apiVersion {API_VERSIONS[0]}"
+        )
+    mode = _get(doc, "mode")
+    if mode not in (None, "", "nftables", "iptables", "ipvs"):
+        raise ConfigError("KubeProxyConfiguration", f"unknown mode {mode!r}", field="mode")
+    detect = _get(doc, "detectLocalMode")
+    if detect not in (None, "", "ClusterCIDR"):
+        raise ConfigError(
+            "KubeProxyConfiguration",
+            f"{detect!r} is not supported (only ClusterCIDR)",
+            field="detectLocalMode",
+        )
+    for path_, attr in (
+        ("hostnameOverride", "node_name"),
+        ("clientConnection.kubeconfig", "kubeconfig"),
+        ("healthzBindAddress", "healthz_bind_address"),
+        ("metricsBindAddress", "metrics_bind_address"),
+        ("clusterCIDR", "cluster_cidr"),
+    ):
+        value = _get(doc, path_)
+        if value:
+            if not isinstance(value, str):
+                raise ConfigError(
+                    "KubeProxyConfiguration", f"{value!r} is not a string", field=path_
+                )
+            cfg = _with(cfg, attr, value)
+    npa = _get(doc, "nodePortAddresses")
+    if npa:
+        if not isinstance(npa, list) or not all(isinstance(a, str) for a in npa):
+            raise ConfigError(
+                "KubeProxyConfiguration", "must be a list of strings", field="nodePortAddresses"
+            )
+        cfg = replace(cfg, nodeport_addresses=",".join(npa))
+    cfg = _merge_periods(doc, cfg)
+    unused = sorted(
+        p for p in _leaves(doc) if p not in HONOURED and p.split(".")[0] not in IGNORED_QUIETLY
+    )
+    return replace(cfg, warnings=tuple(f"{p} is not used by nlproxy" for p in unused))
+
+
+def names() -> list[str]:
+    return [f.name for f in fields(DaemonConfig)]

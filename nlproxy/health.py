@@ -1,0 +1,65 @@
+"""Health: kube-proxy-compatible ``/healthz`` and ``/livez``, and the health-check node-port
+answers of ``externalTrafficPolicy: Local`` services.
+
+``/healthz`` is healthy when the proxy has synced at least once and no queued change has waited
+longer than the grace period without a successful sync (kube-proxy's rule: twice the sync period).
+Time comes from the caller (``trio.current_time()`` in the daemon) so tests can use a fake clock.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+
+@dataclass(slots=True)
+class HealthState:
+    """Updated by the sync loop; read by the HTTP handlers."""
+
+    grace_seconds: float
+    node_name: str = ""
+    last_updated: float | None = None
+    last_updated_wall: datetime | None = None
+    oldest_pending: float | None = None
+    node_eligible: bool = True
+
+    def queued(self, now: float) -> None:
+        """A change arrived and waits for a sync."""
+        if self.oldest_pending is None:
+            self.oldest_pending = now
+
+    def synced(self, now: float) -> None:
+        self.last_updated = now
+        self.last_updated_wall = datetime.now(UTC)
+        self.oldest_pending = None
+
+    def healthy(self, now: float) -> bool:
+        if self.last_updated is None:
+            return False
+        return self.oldest_pending is None or now - self.oldest_pending <= self.grace_seconds
+
+    def body(self, now: float) -> dict[str, object]:
+        """The JSON body kube-proxy returns on /healthz."""
+        stamp = self.last_updated_wall.isoformat() if self.last_updated_wall else ""
+        return {
+            "lastUpdated": stamp,
+            "currentTime": datetime.now(UTC).isoformat(),
+            "nodeEligible": self.node_eligible,
+        }
+
+
+def healthz(state: HealthState, now: float) -> tuple[int, bytes]:
+    """(status, body) for ``/healthz`` and ``/livez``: 200 healthy, 503 otherwise."""
+    code = 200 if state.healthy(now) else 503
+    return code, json.dumps(state.body(now)).encode()
+
+
+def service_health(namespace: str, name: str, local_endpoints: int) -> tuple[int, bytes]:
+    """kube-proxy's answer on a health-check node port: 200 with local endpoints, else 503."""
+    body = {
+        "service": {"namespace": namespace, "name": name},
+        "localEndpoints": local_endpoints,
+        "serviceProxyHealthy": True,
+    }
+    return (200 if local_endpoints > 0 else 503), json.dumps(body).encode()

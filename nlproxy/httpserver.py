@@ -1,0 +1,92 @@
+"""A minimal HTTP/1.1 server on trio for ``/healthz``, ``/livez``, ``/metrics`` and health-check
+node ports. One request per connection, GET/HEAD only, bounded request size and read time.
+
+Knows nothing of what it serves: a handler maps a path to (status, headers, body).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from nlproxy.log import get_logger
+
+MAX_REQUEST = 8192
+READ_TIMEOUT = 5.0
+
+REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = field(default=())
+    content_type: str = "application/json"
+
+
+Handler = Callable[[str], Awaitable[Response]]
+
+
+def split_hostport(addr: str) -> tuple[str, int]:
+    """``0.0.0.0:10256`` / ``[::]:10256`` / ``:10256`` → (host, port)."""
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+async def _read_request(stream: trio.SocketStream) -> bytes:
+    data = b""
+    with trio.move_on_after(READ_TIMEOUT):
+        while b"\r\n\r\n" not in data and len(data) < MAX_REQUEST:
+            chunk = await stream.receive_some(4096)
+            if not chunk:
+                break
+            data += chunk
+    return data
+
+
+async def _handle(stream: trio.SocketStream, handler: Handler) -> None:
+    async with stream:
+        request = await _read_request(stream)
+        line = request.split(b"\r\n", 1)[0].decode("latin-1").split()
+        if len(line) < 2:
+            return
+        method, target = line[0], line[1]
+        if method not in ("GET", "HEAD"):
+            resp = Response(405, b"method not allowed\n", content_type="text/plain")
+        else:
+            resp = await handler(target.split("?", 1)[0])
+        head = [f"HTTP/1.1 {resp.status} {REASONS.get(resp.status, 'OK')}"]
+        head.append(f"Content-Type: {resp.content_type}")
+        head.append(f"Content-Length: {len(resp.body)}")
+        head += [f"{k}: {v}" for k, v in resp.headers]
+        head.append("Connection: close")
+        payload = ("\r\n".join(head) + "\r\n\r\n").encode()
+        if method == "GET":
+            payload += resp.body
+        with contextlib.suppress(trio.BrokenResourceError):  # the client went away
+            await stream.send_all(payload)
+
+
+async def serve(
+    addr: str, handler: Handler, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Serve ``handler`` on ``addr`` until cancelled; ``task_status.started(port)`` once bound.
+
+    Cancellation: stops accepting and closes open connections.
+    """
+    host, port = split_hostport(addr)
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    bound = listeners[0].socket.getsockname()[1]
+    get_logger("http").debug("http.listening", addr=f"{host}:{bound}")
+
+    async def on_conn(stream: trio.SocketStream) -> None:
+        await _handle(stream, handler)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(trio.serve_listeners, on_conn, listeners)
+        task_status.started(bound)

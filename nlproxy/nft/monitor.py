@@ -1,0 +1,134 @@
+"""Drift detection: nftables netlink notifications about nlproxy's tables from other processes.
+
+Subscribes to NFNLGRP_NFTABLES. The kernel reports every committed change object by object and
+closes each transaction with NFT_MSG_NEWGEN, which names the writer (pid and command). A
+transaction that touched a table named ``table_name`` and was written by another process is a
+drift; the daemon repairs it. A receive-buffer overflow (ENOBUFS) means notifications were lost,
+so it is reported as a drift by an unknown writer: a full verify finds out what changed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+from nlproxy import netns
+from nlproxy.nft.nlsock import NETLINK_NETFILTER, SOL_NETLINK, parse_messages
+
+NFNLGRP_NFTABLES = 7
+NETLINK_ADD_MEMBERSHIP = 1
+NFNL_SUBSYS_NFTABLES = 10
+NFT_MSG_NEWGEN = 15
+NFT_MSG_MAX_OBJECT = 14  # NEWTABLE (0) .. DELSETELEM (14): messages naming a table
+NFTA_GEN_PROC_PID = 2
+NFTA_GEN_PROC_NAME = 3
+TABLE_ATTR = 1  # NFTA_{TABLE_NAME,CHAIN_TABLE,RULE_TABLE,SET_TABLE,SET_ELEM_LIST_TABLE}
+NLA_TYPE_MASK = 0x3FFF
+NFGENMSG_LEN = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """Another process changed nlproxy's table: who, and how many objects it touched."""
+
+    pid: int
+    comm: str
+    objects: int
+
+
+def attributes(payload: bytes) -> dict[int, bytes]:
+    """The top-level netlink attributes after the nfgenmsg header."""
+    attrs: dict[int, bytes] = {}
+    off = NFGENMSG_LEN
+    while off + 4 <= len(payload):
+        length, kind = struct.unpack_from("=HH", payload, off)
+        if length < 4:
+            break
+        attrs[kind & NLA_TYPE_MASK] = payload[off + 4 : off + length]
+        off += (length + 3) & ~3
+    return attrs
+
+
+def is_own_thread(pid: int) -> bool:
+    """True when ``pid`` is a thread of this process.
+
+    NEWGEN carries the committing *thread's* id, and nlproxy commits from worker threads.
+    """
+    return os.path.exists(f"/proc/self/task/{pid}")
+
+
+class DriftDetector:
+    """Folds notification messages into :class:`Drift` reports (pure, testable without a socket)."""
+
+    def __init__(self, table_name: str, is_own: Callable[[int], bool] = is_own_thread) -> None:
+        self.table = table_name.encode() + b"\0"
+        self.is_own = is_own
+        self.touched = 0
+
+    def feed(self, mtype: int, payload: bytes) -> Drift | None:
+        if mtype >> 8 != NFNL_SUBSYS_NFTABLES:
+            return None
+        msg = mtype & 0xFF
+        if msg <= NFT_MSG_MAX_OBJECT:
+            if attributes(payload).get(TABLE_ATTR) == self.table:
+                self.touched += 1
+            return None
+        if msg != NFT_MSG_NEWGEN:
+            return None
+        touched, self.touched = self.touched, 0
+        attrs = attributes(payload)
+        pid = struct.unpack(">I", attrs[NFTA_GEN_PROC_PID])[0] if NFTA_GEN_PROC_PID in attrs else 0
+        comm = attrs.get(NFTA_GEN_PROC_NAME, b"").rstrip(b"\0").decode(errors="replace")
+        if not touched or self.is_own(pid):
+            return None
+        return Drift(pid=pid, comm=comm, objects=touched)
+
+
+class NftMonitor:
+    """Watches nftables notifications in ``netns`` and calls ``on_drift`` for foreign changes."""
+
+    def __init__(self, table_name: str, *, netns_name: str | None = None) -> None:
+        self.detector = DriftDetector(table_name)
+        with netns.entered(netns_name):
+            self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        self.sock.bind((0, 0))
+        self.sock.setsockopt(SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, NFNLGRP_NFTABLES)
+        self.sock.setblocking(False)
+
+    async def run(
+        self,
+        on_drift: Callable[[Drift], None],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Report drifts until cancelled.
+
+        Cancellation: returns at the next wait for the socket; the socket is closed.
+        """
+        task_status.started()
+        try:
+            while True:
+                await trio.lowlevel.wait_readable(self.sock)
+                try:
+                    buf = self.sock.recv(1 << 20)
+                except BlockingIOError:
+                    continue
+                except OSError as exc:
+                    if exc.errno != errno.ENOBUFS:
+                        raise
+                    self.detector.touched = 0
+                    on_drift(Drift(pid=0, comm="(notifications lost)", objects=0))
+                    continue
+                for msg in parse_messages(buf):
+                    drift = self.detector.feed(msg.type, msg.payload)
+                    if drift is not None:
+                        on_drift(drift)
+        finally:
+            self.sock.close()

@@ -1,0 +1,143 @@
+"""KubeProxyConfiguration files: honoured fields, warnings for the rest, errors naming the field."""
+
+from pathlib import Path
+
+import pytest
+
+from nlproxy.config import DaemonConfig, load_kube_proxy_config, parse_duration
+from nlproxy.errors import ConfigError
+
+KUBEADM_CONFIGMAP = """\
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+bindAddress: 0.0.0.0
+bindAddressHardFail: false
+clientConnection:
+  acceptContentTypes: ""
+  burst: 0
+  contentType: ""
+  kubeconfig: /var/lib/kube-proxy/kubeconfig.conf
+  qps: 0
+clusterCIDR: 10.244.0.0/16
+configSyncPeriod: 0s
+conntrack:
+  maxPerCore: null
+  min: null
+  tcpCloseWaitTimeout: null
+  tcpEstablishedTimeout: null
+detectLocalMode: ""
+enableProfiling: false
+healthzBindAddress: ""
+hostnameOverride: ""
+iptables:
+  localhostNodePorts: null
+  masqueradeAll: false
+  masqueradeBit: null
+  minSyncPeriod: 1s
+  syncPeriod: 0s
+ipvs:
+  excludeCIDRs: null
+  minSyncPeriod: 0s
+  scheduler: ""
+  strictARP: false
+  syncPeriod: 0s
+kind: KubeProxyConfiguration
+metricsBindAddress: ""
+mode: "nftables"
+nftables:
+  masqueradeAll: false
+  masqueradeBit: null
+  minSyncPeriod: 0s
+  syncPeriod: 0s
+nodePortAddresses: null
+oomScoreAdj: null
+portRange: ""
+showHiddenMetricsForVersion: ""
+winkernel:
+  enableDSR: false
+  networkName: ""
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "config.conf"
+    p.write_text(text)
+    return p
+
+
+def test_kubeadm_configmap_works_unchanged(tmp_path: Path) -> None:
+    cfg = load_kube_proxy_config(write(tmp_path, KUBEADM_CONFIGMAP))
+    assert cfg.cluster_cidr == "10.244.0.0/16"
+    assert cfg.kubeconfig == "/var/lib/kube-proxy/kubeconfig.conf"
+    # 0s periods mean "default" in kube-proxy's files; ours stay.
+    assert cfg.sync_period == DaemonConfig().sync_period
+    assert cfg.warnings == ()
+
+
+def test_unused_fields_are_named_once(tmp_path: Path) -> None:
+    text = KUBEADM_CONFIGMAP.replace("enableProfiling: false", "enableProfiling: true")
+    text = text.replace('  scheduler: ""', "  scheduler: rr")
+    cfg = load_kube_proxy_config(write(tmp_path, text))
+    assert cfg.warnings == (
+        "enableProfiling is not used by nlproxy",
+        "ipvs.scheduler is not used by nlproxy",
+    )
+
+
+def test_nftables_section_is_honoured(tmp_path: Path) -> None:
+    text = KUBEADM_CONFIGMAP.replace(
+        "nftables:\n  masqueradeAll: false\n  masqueradeBit: null\n  minSyncPeriod: 0s\n"
+        "  syncPeriod: 0s",
+        "nftables:\n  masqueradeBit: 12\n  minSyncPeriod: 250ms\n  syncPeriod: 1m30s",
+    )
+    cfg = load_kube_proxy_config(write(tmp_path, text))
+    assert (cfg.masquerade_bit, cfg.min_sync_period, cfg.sync_period) == (12, 0.25, 90.0)
+
+
+@pytest.mark.parametrize(
+    ("replace", "message"),
+    [
+        pytest.param(
+            ('mode: "nftables"', "mode: userspace"),
+            "KubeProxyConfiguration: mode: unknown mode 'userspace'",
+            id="unknown-mode",
+        ),
+        pytest.param(
+            ("  minSyncPeriod: 1s", "  minSyncPeriod: soon"),
+            "KubeProxyConfiguration: iptables.minSyncPeriod: 'soon' is not a duration",
+            id="bad-duration",
+        ),
+        pytest.param(
+            ('detectLocalMode: ""', "detectLocalMode: BridgeInterface"),
+            "KubeProxyConfiguration: detectLocalMode: 'BridgeInterface' is not supported "
+            "(only ClusterCIDR)",
+            id="detect-local",
+        ),
+        pytest.param(
+            ("nodePortAddresses: null", "nodePortAddresses: primary"),
+            "KubeProxyConfiguration: nodePortAddresses: must be a list of strings",
+            id="nodeport-addresses-not-a-list",
+        ),
+    ],
+)
+def test_invalid_value_names_the_field(
+    tmp_path: Path, replace: tuple[str, str], message: str
+) -> None:
+    text = KUBEADM_CONFIGMAP.replace(*replace)
+    if "soon" in message:
+        text = text.replace('mode: "nftables"', "mode: iptables")
+    with pytest.raises(ConfigError) as err:
+        load_kube_proxy_config(write(tmp_path, text))
+    assert str(err.value) == message
+
+
+def test_wrong_kind_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="expected kind KubeProxyConfiguration"):
+        load_kube_proxy_config(write(tmp_path, "apiVersion: v1\nkind: ConfigMap\n"))
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("100ms", 0.1), ("1m30s", 90.0), ("2h", 7200.0), ("1.5s", 1.5), ("0s", 0.0)],
+)
+def test_go_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text, "x") == pytest.approx(seconds)

@@ -1,0 +1,35 @@
+"""Health semantics (kube-proxy's): healthy after a first sync while nothing waits too long."""
+
+import json
+
+from nlproxy.health import HealthState, healthz, service_health
+
+
+def test_unhealthy_until_first_sync() -> None:
+    h = HealthState(grace_seconds=60)
+    assert healthz(h, 0.0)[0] == 503
+    h.synced(1.0)
+    code, body = healthz(h, 1.0)
+    assert code == 200
+    assert set(json.loads(body)) == {"lastUpdated", "currentTime", "nodeEligible"}
+
+
+def test_pending_change_older_than_grace_is_unhealthy() -> None:
+    h = HealthState(grace_seconds=60)
+    h.synced(0.0)
+    h.queued(10.0)
+    assert h.healthy(70.0)
+    assert not h.healthy(70.5)
+    h.synced(71.0)
+    assert h.healthy(200.0)
+
+
+def test_service_health_body_and_status() -> None:
+    code, body = service_health("default", "web", 2)
+    assert code == 200
+    assert json.loads(body) == {
+        "service": {"namespace": "default", "name": "web"},
+        "localEndpoints": 2,
+        "serviceProxyHealthy": True,
+    }
+    assert service_health("default", "web", 0)[0] == 503

@@ -1,0 +1,40 @@
+"""The small HTTP server: status lines, bodies, HEAD, 405."""
+
+import trio
+
+from nlproxy.httpserver import Response, serve
+
+
+async def fetch(port: int, request: bytes) -> bytes:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(request)
+        data = b""
+        while chunk := await stream.receive_some(65536):
+            data += chunk
+    return data
+
+
+async def handler(path: str) -> Response:
+    if path == "/healthz":
+        return Response(200, b'{"ok": true}')
+    return Response(404, b"not found\n", content_type="text/plain")
+
+
+async def test_serves_get_head_and_rejects_other_methods() -> None:
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(serve, "127.0.0.1:0", handler)
+            got = await fetch(port, b"GET /healthz?x=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert got.startswith(b"HTTP/1.1 200 OK\r\n")
+            assert got.endswith(b'\r\n\r\n{"ok": true}')
+            head = await fetch(port, b"HEAD /healthz HTTP/1.1\r\n\r\n")
+            assert b"Content-Length: 12" in head
+            assert head.endswith(b"\r\n\r\n")
+            assert (await fetch(port, b"GET /nope HTTP/1.1\r\n\r\n")).startswith(
+                b"HTTP/1.1 404 Not Found"
+            )
+            assert (await fetch(port, b"POST /healthz HTTP/1.1\r\n\r\n")).startswith(
+                b"HTTP/1.1 405"
+            )
+            nursery.cancel_scope.cancel()
