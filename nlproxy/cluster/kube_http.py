@@ -1,0 +1,323 @@
+"""Blocking list and watch requests to the Kubernetes API, decoded straight from raw JSON.
+
+Sits under ``kube.py`` (the trio source): it runs only in worker threads, uses the ``kubernetes``
+package's ``ApiClient`` for configuration, authentication (token refresh, exec plugins) and HTTP,
+and hands every raw object to ``parse.to_change`` — the client's generated models are never built.
+It must not touch the trio event loop except through ``trio.from_thread.run`` in ``WatchStream``,
+and must not decide anything about retries or relists: it reports what happened and ``kube.py``
+decides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from nlproxy.cluster.model import Change, Delete, Invalid, Skip, Upsert
+from nlproxy.cluster.parse import object_ref, to_change
+from nlproxy.errors import NlproxyError
+
+CONNECT_TIMEOUT = 10.0
+LIST_READ_TIMEOUT = 60.0
+# A watch may stay silent until its server-side timeout; the socket read timeout only has to
+# catch a connection that died without a FIN (a node or load balancer vanishing).
+WATCH_READ_GRACE = 30.0
+_READ_SIZE = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class KindSpec:
+    """One watched kind: its collection path and the selectors that narrow it server-side."""
+
+    kind: str
+    path: str
+    label_selector: str = ""
+    field_selector: str = ""
+    optional: bool = False
+
+    def params(self) -> list[tuple[str, str]]:
+        params = []
+        if self.label_selector:
+            params.append(("labelSelector", self.label_selector))
+        if self.field_selector:
+            params.append(("fieldSelector", self.field_selector))
+        return params
+
+
+class KubeApiError(NlproxyError):
+    """A request to the API server failed: unreachable, refused, or answered with an error.
+
+    Attributes:
+        status: the HTTP status, or 0 when no answer was received.
+    """
+
+    def __init__(self, ref: str, reason: str, *, status: int = 0) -> None:
+        self.status = status
+        super().__init__(ref, reason)
+
+
+class Gone(KubeApiError):
+    """410 Gone: the resourceVersion (or continue token) is older than the server's history."""
+
+
+class NotServed(KubeApiError):
+    """404 on a collection: this cluster does not serve the kind (ServiceCIDR before 1.33)."""
+
+
+class Aborted(Exception):
+    """The trio side gave up on this request (cancellation); the thread just ends."""
+
+
+def _status_error(spec: KindSpec, status: int, body: bytes) -> KubeApiError:
+    try:
+        message = str(json.loads(body).get("message", ""))
+    except (ValueError, AttributeError):
+        message = body[:200].decode(errors="replace")
+    reason = f"HTTP {status}: {message}" if message else f"HTTP {status}"
+    ref = f"{spec.kind} {spec.path}"
+    if status == 410:
+        return Gone(ref, reason, status=status)
+    if status == 404:
+        return NotServed(ref, reason, status=status)
+    return KubeApiError(ref, reason, status=status)
+
+
+class Http:
+    """GET requests through an ``ApiClient``, returning the raw urllib3 response."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.api = api_client
+
+    def get(
+        self, spec: KindSpec, params: Sequence[tuple[str, str]], read_timeout: float
+    ) -> urllib3.BaseHTTPResponse:
+        """Open ``GET spec.path?params``; a non-200 answer raises (``Gone``, ``NotServed``, ...).
+
+        Raises:
+            KubeApiError: no answer, or an error status.
+        """
+        try:
+            method, url, headers, _body, _post = self.api.param_serialize(
+                "GET",
+                spec.path,
+                query_params=list(params),
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
+            resp = self.api.call_api(
+                method, url, header_params=headers, _request_timeout=(CONNECT_TIMEOUT, read_timeout)
+            )
+        except (urllib3.exceptions.HTTPError, OSError, ApiException) as exc:
+            raise KubeApiError(f"{spec.kind} {spec.path}", f"request failed: {exc}") from exc
+        raw: urllib3.BaseHTTPResponse = resp.response
+        if raw.status != 200:
+            try:
+                body = raw.read()
+            except (urllib3.exceptions.HTTPError, OSError):
+                body = b""
+            raw.release_conn()
+            raise _status_error(spec, raw.status, body)
+        return raw
+
+    def read_json(self, spec: KindSpec, raw: urllib3.BaseHTTPResponse) -> Any:
+        try:
+            data = raw.read()
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise KubeApiError(f"{spec.kind} {spec.path}", f"reading failed: {exc}") from exc
+        finally:
+            raw.release_conn()
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise KubeApiError(f"{spec.kind} {spec.path}", f"not JSON: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A complete list of one kind: every object as a change, and the list's resourceVersion."""
+
+    changes: tuple[Upsert | Skip | Invalid, ...]
+    resource_version: str
+    pages: int
+
+
+def list_kind(http: Http, spec: KindSpec, page_size: int) -> Listing:
+    """List every object of ``spec`` in pages of ``page_size`` (a consistent snapshot).
+
+    An expired continue token (the list took longer than the server keeps history) restarts the
+    list from the first page, as client-go's pager does.
+
+    Raises:
+        KubeApiError: the API server could not be reached or answered with an error.
+    """
+    while True:
+        try:
+            return _list_pages(http, spec, page_size)
+        except Gone:
+            continue
+
+
+def _list_pages(http: Http, spec: KindSpec, page_size: int) -> Listing:
+    changes: list[Upsert | Skip | Invalid] = []
+    cont, pages = "", 0
+    while True:
+        params = [*spec.params(), ("limit", str(page_size))]
+        if cont:
+            params.append(("continue", cont))
+        try:
+            body = http.read_json(spec, http.get(spec, params, LIST_READ_TIMEOUT))
+        except Gone:
+            if not cont:  # a fresh list has no version to be too old: this is an error
+                raise KubeApiError(f"{spec.kind} {spec.path}", "410 Gone on a fresh list") from None
+            raise
+        pages += 1
+        try:
+            items, meta = body["items"] or [], body["metadata"]
+        except (KeyError, TypeError) as exc:
+            raise KubeApiError(f"{spec.kind} {spec.path}", f"malformed list: {exc}") from exc
+        changes.extend(to_change(item, spec.kind) for item in items)
+        cont = meta.get("continue") or ""
+        if not cont:
+            return Listing(tuple(changes), str(meta.get("resourceVersion", "")), pages)
+
+
+def _rv_of(obj: Mapping[str, Any]) -> str | None:
+    meta = obj.get("metadata")
+    rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    return rv if isinstance(rv, str) and rv else None
+
+
+class WatchStream:
+    """One watch request, read in a worker thread; changes go to ``deliver`` as they arrive.
+
+    ``run()`` returns the last resourceVersion seen (objects and bookmarks) when the server ends
+    the stream; ``abort()``, from any thread, makes a blocked ``run()`` end promptly.
+    """
+
+    def __init__(
+        self,
+        http: Http,
+        spec: KindSpec,
+        resource_version: str,
+        timeout: int,
+        deliver: Callable[[Sequence[Change]], None],
+    ) -> None:
+        self.http, self.spec, self.timeout, self.deliver = http, spec, timeout, deliver
+        self.resource_version = resource_version
+        self.events = 0
+        self._lock = threading.Lock()
+        self._raw: urllib3.BaseHTTPResponse | None = None
+        self._aborted = False
+
+    def abort(self) -> None:
+        with self._lock:
+            self._aborted, raw = True, self._raw
+        if raw is not None:
+            # ValueError/RuntimeError: already closed or released, so no reader is blocked on it.
+            with contextlib.suppress(ValueError, RuntimeError, OSError):
+                raw.shutdown()
+
+    def run(self) -> str:
+        """Stream until the server ends the watch.
+
+        Raises:
+            Gone: the server reported 410 (the version is too old); relist.
+            KubeApiError: the connection failed or the stream was garbled; resume from
+                ``resource_version``.
+            Aborted: ``abort()`` was called.
+        """
+        params = [
+            *self.spec.params(),
+            ("watch", "1"),
+            ("resourceVersion", self.resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(self.timeout)),
+        ]
+        raw = self.http.get(self.spec, params, self.timeout + WATCH_READ_GRACE)
+        with self._lock:
+            if self._aborted:
+                raw.close()
+                raise Aborted
+            self._raw = raw
+        try:
+            self._read(raw)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if self._aborted:
+                raise Aborted from exc
+            ref = f"{self.spec.kind} {self.spec.path}"
+            raise KubeApiError(ref, f"watch broken: {exc}") from exc
+        finally:
+            with self._lock:
+                self._raw = None
+            raw.close()
+            raw.release_conn()
+        return self.resource_version
+
+    def _read(self, raw: urllib3.BaseHTTPResponse) -> None:
+        pending = b""
+        for chunk in raw.stream(_READ_SIZE):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            self._decode(lines)
+        self._decode([pending])
+
+    def _decode(self, lines: Sequence[bytes]) -> None:
+        """Turn complete event lines into changes and deliver them; ERROR events raise after
+        the changes before them were delivered."""
+        changes: list[Change] = []
+        error: KubeApiError | None = None
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                change, error = self._event(json.loads(line))
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                error = KubeApiError(f"{self.spec.kind} {self.spec.path}", f"bad event: {exc}")
+                change = None
+            if change is not None:
+                changes.append(change)
+            if error is not None:
+                break
+        if changes:
+            self.events += len(changes)
+            self.deliver(changes)
+        if error is not None:
+            raise error
+
+    def _event(self, event: Mapping[str, Any]) -> tuple[Change | None, KubeApiError | None]:
+        kind, obj = event["type"], event["object"]
+        change: Change | None = None
+        if kind == "ERROR":
+            code = int(obj.get("code") or 0)
+            message = str(obj.get("message", ""))
+            return None, _status_error(self.spec, code, json.dumps({"message": message}).encode())
+        if kind in ("ADDED", "MODIFIED"):
+            change = to_change(obj, self.spec.kind)
+        elif kind == "DELETED":
+            change = Delete(ref=object_ref(obj, self.spec.kind))
+        elif kind != "BOOKMARK":
+            raise ValueError(f"unknown watch event type {kind!r}")
+        rv = _rv_of(obj)
+        if rv is not None:
+            self.resource_version = rv
+        return change, None
+
+
+def deliver_to(
+    send: trio.MemorySendChannel[Sequence[Change]],
+) -> Callable[[Sequence[Change]], None]:
+    """A ``deliver`` for ``WatchStream`` that sends into a trio channel from a worker thread
+    (blocking while the channel is full, so a slow consumer slows the watch, not memory)."""
+
+    def deliver(changes: Sequence[Change]) -> None:
+        trio.from_thread.run(send.send, changes)
+
+    return deliver

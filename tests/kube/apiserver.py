@@ -1,0 +1,507 @@
+"""A small Kubernetes API server for testing the kube source over real HTTP.
+
+Speaks the list/watch protocol of the resources nlproxy reads (Services, EndpointSlices, Nodes,
+ServiceCIDRs): chunked lists (``limit``/``continue``) served from a consistent snapshot, label and
+field selectors, watches streaming JSON lines over chunked transfer encoding, BOOKMARK events,
+``410 Gone`` for compacted resource versions, server-side ``timeoutSeconds``. Tests drive it as a
+cluster would change and fail: add/modify/delete objects (one global, increasing resourceVersion),
+compact history, send bookmarks, drop connections, stop and restart on the same port.
+
+It is a test double of the API server, not of the client: the ``kubernetes`` package talks to it
+over TCP on 127.0.0.1 exactly as it would to a real cluster.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import json
+import select
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Resource:
+    plural: str
+    path: str
+    kind: str
+    api_version: str
+
+
+RESOURCES = {
+    r.path: r
+    for r in (
+        Resource("services", "/api/v1/services", "Service", "v1"),
+        Resource(
+            "endpointslices",
+            "/apis/discovery.k8s.io/v1/endpointslices",
+            "EndpointSlice",
+            "discovery.k8s.io/v1",
+        ),
+        Resource("nodes", "/api/v1/nodes", "Node", "v1"),
+        Resource(
+            "servicecidrs",
+            "/apis/networking.k8s.io/v1/servicecidrs",
+            "ServiceCIDR",
+            "networking.k8s.io/v1",
+        ),
+    )
+}
+BY_PLURAL = {r.plural: r for r in RESOURCES.values()}
+
+
+def status(code: int, reason: str, message: str) -> Obj:
+    """A metav1.Status object, as the API server returns for errors."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj["metadata"]
+    return (meta.get("namespace", ""), meta["name"])
+
+
+class Selector:
+    """Equality-based label or field selector: ``a``, ``!a``, ``a=b``, ``a==b``, ``a!=b``."""
+
+    def __init__(self, text: str) -> None:
+        self.terms: list[tuple[str, str, str]] = []
+        for raw in filter(None, (t.strip() for t in text.split(","))):
+            if raw.startswith("!"):
+                self.terms.append(("!", raw[1:], ""))
+            elif "!=" in raw:
+                k, v = raw.split("!=", 1)
+                self.terms.append(("!=", k, v))
+            elif "=" in raw:
+                k, v = raw.replace("==", "=").split("=", 1)
+                self.terms.append(("=", k, v))
+            elif any(c in raw for c in " ()"):
+                raise ValueError(f"unsupported selector term {raw!r}")
+            else:
+                self.terms.append(("exists", raw, ""))
+
+    def matches(self, values: Mapping[str, str]) -> bool:
+        for op, k, v in self.terms:
+            ok = {
+                "!": k not in values,
+                "exists": k in values,
+                "=": values.get(k) == v,
+                "!=": values.get(k) != v,
+            }[op]
+            if not ok:
+                return False
+        return True
+
+
+@dataclass
+class Query:
+    labels: Selector
+    fields: Selector
+
+    def matches(self, obj: Mapping[str, Any] | None) -> bool:
+        if obj is None:
+            return False
+        meta = obj["metadata"]
+        fields = {"metadata.name": meta["name"], "metadata.namespace": meta.get("namespace", "")}
+        return self.labels.matches(meta.get("labels") or {}) and self.fields.matches(fields)
+
+
+@dataclass
+class Event:
+    rv: int
+    plural: str
+    type: str
+    obj: Obj
+    old: Obj | None
+
+
+@dataclass
+class Store:
+    """Objects and their change history; one Condition guards all and wakes watchers."""
+
+    cond: threading.Condition = field(
+        default_factory=lambda: threading.Condition(threading.RLock())
+    )
+    rv: int = 1000
+    compacted: int = 0
+    objects: dict[str, dict[tuple[str, str], Obj]] = field(
+        default_factory=lambda: {p: {} for p in BY_PLURAL}
+    )
+    history: list[Event] = field(default_factory=list)
+    snapshots: dict[str, tuple[int, list[Obj]]] = field(default_factory=dict)
+    bookmark_gen: int = 0
+    expire_gen: int = 0
+
+    def put(self, plural: str, obj: Mapping[str, Any]) -> Obj:
+        """Add or replace an object; returns the stored copy with its new resourceVersion."""
+        res = BY_PLURAL[plural]
+        with self.cond:
+            new = copy.deepcopy(dict(obj))
+            new["kind"], new["apiVersion"] = res.kind, res.api_version
+            old = self.objects[plural].get(_key(new))
+            self.rv += 1
+            meta = new.setdefault("metadata", {})
+            meta["resourceVersion"] = str(self.rv)
+            meta.setdefault("uid", f"uid-{plural}-{meta['name']}-{self.rv}")
+            self.objects[plural][_key(new)] = new
+            kind = "MODIFIED" if old is not None else "ADDED"
+            self.history.append(Event(self.rv, plural, kind, new, old))
+            self.cond.notify_all()
+            return new
+
+    def delete(self, plural: str, namespace: str, name: str) -> None:
+        with self.cond:
+            old = self.objects[plural].pop((namespace, name))
+            self.rv += 1
+            gone = copy.deepcopy(old)
+            gone["metadata"]["resourceVersion"] = str(self.rv)
+            self.history.append(Event(self.rv, plural, "DELETED", gone, old))
+            self.cond.notify_all()
+
+    def compact(self) -> None:
+        """Forget all history: watches and continue tokens from older versions get 410 Gone."""
+        with self.cond:
+            self.compacted = self.rv
+            self.history.clear()
+            self.snapshots.clear()
+            self.cond.notify_all()
+
+    def events_after(self, rv: int) -> list[Event]:
+        lo, hi = 0, len(self.history)
+        while lo < hi:  # history is sorted by rv
+            mid = (lo + hi) // 2
+            if self.history[mid].rv <= rv:
+                lo = mid + 1
+            else:
+                hi = mid
+        return self.history[lo:]
+
+
+def watch_event(ev: Event, query: Query) -> Obj | None:
+    """The event a watcher with ``query`` sees, or None: objects moving out of a selector are
+    reported DELETED and moving in ADDED, as the API server does."""
+    now, was = query.matches(ev.obj), query.matches(ev.old)
+    if ev.type == "DELETED":
+        return {"type": "DELETED", "object": ev.obj} if was else None
+    if now and was:
+        return {"type": "MODIFIED", "object": ev.obj}
+    if now:
+        return {"type": "ADDED", "object": ev.obj}
+    if was:
+        return {"type": "DELETED", "object": ev.obj}
+    return None
+
+
+class ApiServer:
+    """The server: ``start()``/``stop()`` (same port across restarts) and test controls.
+
+    Attributes:
+        store: the objects; tests may hold ``store.cond`` to make several changes atomically.
+        requests: ``(path, query)`` of every request, for assertions.
+        token: bearer token every request must carry, or None.
+        disabled: paths answering 404 (an older cluster without ServiceCIDRs).
+        bookmark_interval: seconds between periodic bookmarks on watches that allow them.
+        gone_as_http: answer a watch from a compacted version with HTTP 410 instead of an
+            ERROR event (both happen in practice).
+    """
+
+    def __init__(self, *, token: str | None = None) -> None:
+        self.store = Store()
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self.token = token
+        self.disabled: set[str] = set()
+        self.bookmark_interval = 60.0
+        self.gone_as_http = False
+        self.port = 0
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+        self._drop_gen = 0
+        self.bookmarks_sent = 0
+        self.active_watches = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        handler = type("Handler", (_Handler,), {"api": self})
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop listening and cut every connection (an outage); state is kept for ``start()``."""
+        if self._httpd is None:
+            return
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        assert self._thread is not None
+        self._thread.join()
+        self._httpd = None
+        self.drop_connections()
+
+    def drop_connections(self) -> None:
+        """Reset every open connection abruptly, mid-stream (no terminating chunk)."""
+        with self.store.cond:
+            self._drop_gen += 1
+            self.store.cond.notify_all()
+        with self._conns_lock:
+            conns = list(self._conns)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+    def send_bookmarks(self) -> None:
+        """Send a BOOKMARK at the current resourceVersion on every watch that allows them."""
+        with self.store.cond:
+            self.store.bookmark_gen += 1
+            self.store.cond.notify_all()
+
+    def expire_watches(self) -> None:
+        """Compact history and end every open watch with an ERROR event carrying 410 Gone."""
+        with self.store.cond:
+            self.store.compact()
+            self.store.expire_gen += 1
+            self.store.cond.notify_all()
+
+    def open_connections(self) -> int:
+        with self._conns_lock:
+            return len(self._conns)
+
+    def watch_count(self, plural: str) -> int:
+        """How many watch requests were made for ``plural`` so far."""
+        path = BY_PLURAL[plural].path
+        return sum(1 for p, q in self.requests if p == path and q.get("watch") in ("1", "true"))
+
+    # Hooks for the handler.
+
+    def track(self, conn: socket.socket, add: bool) -> None:
+        with self._conns_lock:
+            (self._conns.add if add else self._conns.discard)(conn)
+
+    def dropped_since(self, gen: int) -> bool:
+        return self._drop_gen != gen or self._httpd is None
+
+    def drop_gen(self) -> int:
+        return self._drop_gen
+
+
+def _continue_token(snap: str, offset: int, rv: int) -> str:
+    raw = json.dumps({"snap": snap, "offset": offset, "rv": rv}).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    api: ApiServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.api.track(self.connection, True)
+
+    def finish(self) -> None:
+        self.api.track(self.connection, False)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except OSError:
+            self.close_connection = True
+
+    def do_GET(self) -> None:
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        self.api.requests.append((url.path, query))
+        if self.api.token and self.headers.get("Authorization") != f"Bearer {self.api.token}":
+            self._json(401, status(401, "Unauthorized", "Unauthorized"))
+            return
+        res = RESOURCES.get(url.path)
+        if res is None or url.path in self.api.disabled:
+            self._json(404, status(404, "NotFound", "the server could not find the resource"))
+            return
+        try:
+            sel = Query(
+                Selector(query.get("labelSelector", "")), Selector(query.get("fieldSelector", ""))
+            )
+        except ValueError as exc:
+            self._json(400, status(400, "BadRequest", str(exc)))
+            return
+        if query.get("watch") in ("1", "true"):
+            with self.api.store.cond:
+                self.api.active_watches += 1
+            try:
+                self._watch(res, sel, query)
+            finally:
+                with self.api.store.cond:
+                    self.api.active_watches -= 1
+        else:
+            self._list(res, sel, query)
+
+    def _json(self, code: int, body: Obj) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _gone(self, message: str) -> Obj:
+        return status(410, "Expired", message)
+
+    def _list(self, res: Resource, sel: Query, query: dict[str, str]) -> None:
+        store = self.api.store
+        limit = int(query.get("limit") or 0)
+        with store.cond:
+            if query.get("continue"):
+                tok = json.loads(base64.urlsafe_b64decode(query["continue"]))
+                snap = store.snapshots.get(tok["snap"])
+                if snap is None or tok["rv"] < store.compacted:
+                    self._json(410, self._gone("The provided continue parameter is too old"))
+                    return
+                rv, items, offset = snap[0], snap[1], tok["offset"]
+            else:
+                asked = query.get("resourceVersion")
+                exact = query.get("resourceVersionMatch") == "Exact"
+                if exact and asked and int(asked) < store.compacted:
+                    self._json(410, self._gone(f"too old resource version: {asked}"))
+                    return
+                rv, offset = store.rv, 0
+                objs = sorted(store.objects[res.plural].items())
+                items = [o for _, o in objs if sel.matches(o)]
+        page = items[offset : offset + limit] if limit else items[offset:]
+        meta: Obj = {"resourceVersion": str(rv)}
+        if limit and offset + limit < len(items):
+            snap_id = f"{res.plural}-{rv}-{id(items)}"
+            with store.cond:
+                store.snapshots[snap_id] = (rv, items)
+            meta["continue"] = _continue_token(snap_id, offset + limit, rv)
+            meta["remainingItemCount"] = len(items) - offset - limit
+        bare = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in page]
+        body = {"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta}
+        body["items"] = bare
+        self._json(200, body)
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _events(self, events: list[Obj]) -> None:
+        if events:
+            self._chunk(b"".join(json.dumps(e).encode() + b"\n" for e in events))
+
+    def _client_gone(self) -> bool:
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def _watch(self, res: Resource, sel: Query, query: dict[str, str]) -> None:
+        store, api = self.api.store, self.api
+        timeout = float(query.get("timeoutSeconds") or 1800)
+        bookmarks = query.get("allowWatchBookmarks") in ("1", "true")
+        asked = query.get("resourceVersion") or "0"
+        with store.cond:
+            drop_gen, bm_gen, exp_gen = api.drop_gen(), store.bookmark_gen, store.expire_gen
+            gone = asked != "0" and int(asked) < store.compacted
+            initial: list[Obj] = []
+            if asked == "0":  # "any": synthetic ADDED for the current state, then changes
+                objs = sorted(store.objects[res.plural].items())
+                initial = [{"type": "ADDED", "object": o} for _, o in objs if sel.matches(o)]
+            pos = store.rv if asked == "0" else int(asked)
+        if gone and api.gone_as_http:
+            self._json(410, self._gone(f"too old resource version: {asked}"))
+            return
+        self._start_stream()
+        if gone:
+            error = self._gone(f"too old resource version: {asked} ({store.compacted})")
+            self._events([{"type": "ERROR", "object": error}])
+        else:
+            self._events(initial)
+            if not self._stream(res, sel, pos, timeout, bookmarks, (drop_gen, bm_gen, exp_gen)):
+                return  # dropped: no terminating chunk
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _stream(
+        self,
+        res: Resource,
+        sel: Query,
+        pos: int,
+        timeout: float,
+        bookmarks: bool,
+        gens: tuple[int, int, int],
+    ) -> bool:
+        """Send events after ``pos`` until the timeout; False if the connection was dropped."""
+        store, api = self.api.store, self.api
+        drop_gen, bm_gen, exp_gen = gens
+        deadline = time.monotonic() + timeout
+        next_bookmark = time.monotonic() + (api.bookmark_interval if bookmarks else timeout + 1)
+        while True:
+            with store.cond:
+                wake = min(deadline, next_bookmark)
+                while not (
+                    self._client_gone()
+                    or api.dropped_since(drop_gen)
+                    or store.expire_gen != exp_gen
+                    or store.bookmark_gen != bm_gen
+                    or (store.history and store.history[-1].rv > pos)
+                    or pos < store.compacted
+                    or time.monotonic() >= wake
+                ):
+                    # Poll the socket too: like the real server, notice a client hanging up.
+                    store.cond.wait(min(0.1, max(0.0, wake - time.monotonic())))
+                if self._client_gone() or api.dropped_since(drop_gen):
+                    self.close_connection = True
+                    return False
+                if store.expire_gen != exp_gen or pos < store.compacted:
+                    error = self._gone(f"too old resource version: {pos} ({store.compacted})")
+                    self._events([{"type": "ERROR", "object": error}])
+                    return True
+                seen = (watch_event(ev, sel) for ev in store.events_after(pos))
+                events = [e for e in seen if e is not None and e["object"]["kind"] == res.kind]
+                pos = max(pos, store.history[-1].rv if store.history else pos)
+                bookmark_now = bookmarks and (
+                    store.bookmark_gen != bm_gen or time.monotonic() >= next_bookmark
+                )
+                bm_gen = store.bookmark_gen
+                if bookmark_now:
+                    pos = store.rv
+                    next_bookmark = time.monotonic() + api.bookmark_interval
+                    mark = {"kind": res.kind, "apiVersion": res.api_version}
+                    mark["metadata"] = {"resourceVersion": str(pos)}
+                    events.append({"type": "BOOKMARK", "object": mark})
+                    api.bookmarks_sent += 1
+            self._events(events)
+            if time.monotonic() >= deadline:
+                return True

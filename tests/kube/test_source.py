@@ -1,0 +1,268 @@
+"""The kube source against the in-repo API server, through the real ``kubernetes`` client."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import trio
+
+from nlproxy.cluster.kube import NOT_OURS, KubeSource
+from nlproxy.cluster.model import Change, Delete, Invalid, ObjectRef, Replace, Service, Upsert
+from tests.kube.apiserver import ApiServer
+from tests.kube.conftest import NODE, eventually, start_source
+from tests.kube.objects import endpoint_slice, node, service, service_cidr
+
+
+def svc_ref(name: str, namespace: str = "default") -> ObjectRef:
+    return ObjectRef(kind="Service", namespace=namespace, name=name)
+
+
+def by_kind(batch: Sequence[Change]) -> dict[str, Replace]:
+    replaces = {c.kind: c for c in batch if isinstance(c, Replace)}
+    assert len(replaces) == len(batch), batch
+    return replaces
+
+
+def names(replace: Replace) -> set[str]:
+    return {c.ref.name for c in replace.changes}
+
+
+def is_upsert_of(name: str, kind: str = "Service") -> Any:
+    return lambda c: isinstance(c, Upsert) and c.ref.kind == kind and c.ref.name == name
+
+
+def populate(apiserver: ApiServer, services: int = 3) -> None:
+    for i in range(services):
+        apiserver.store.put("services", service(f"svc-{i}", ip=f"10.96.0.{i + 1}"))
+        apiserver.store.put("endpointslices", endpoint_slice(f"svc-{i}-abc", service=f"svc-{i}"))
+    apiserver.store.put("nodes", node(NODE))
+    apiserver.store.put("nodes", node("node-b", ip="192.0.2.2"))
+    apiserver.store.put("servicecidrs", service_cidr("kubernetes"))
+
+
+async def test_initial_list_is_chunked(
+    apiserver: ApiServer, api_client: Any, nursery: trio.Nursery
+) -> None:
+    populate(apiserver, services=23)
+    feed, _ = await start_source(nursery, api_client, page_size=5)
+    replaces = by_kind(feed.batches[0])
+    assert list(replaces) == ["Service", "EndpointSlice", "Node", "ServiceCIDR"]
+    assert names(replaces["Service"]) == {f"svc-{i}" for i in range(23)}
+    assert len(replaces["EndpointSlice"].changes) == 23
+    assert names(replaces["Node"]) == {NODE}  # only this node, by field selector
+    assert names(replaces["ServiceCIDR"]) == {"kubernetes"}
+    assert all(isinstance(c, Upsert) for r in replaces.values() for c in r.changes)
+    pages = [q for p, q in apiserver.requests if p == "/api/v1/services" and "watch" not in q]
+    assert len(pages) == 5
+    assert all(q["limit"] == "5" for q in pages)
+    assert ["continue" in q for q in pages] == [False, True, True, True, True]
+
+
+async def test_add_modify_delete_flow_through(
+    apiserver: ApiServer, api_client: Any, nursery: trio.Nursery
+) -> None:
+    populate(apiserver)
+    feed, _ = await start_source(nursery, api_client)
+    apiserver.store.put("services", service("web", ip="10.96.1.1"))
+    await feed.until(is_upsert_of("web"))
+    apiserver.store.put("services", service("web", ip="10.96.1.1", port=8443))
+    [modified] = await feed.until(is_upsert_of("web"))
+    assert isinstance(modified, Upsert)
+    assert isinstance(modified.obj, Service)
+    assert modified.obj.ports[0].port == 8443
+    apiserver.store.delete("services", "default", "web")
+    assert await feed.until(lambda c: isinstance(c, Delete)) == [Delete(ref=svc_ref("web"))]
+    apiserver.store.put("endpointslices", endpoint_slice("web-1", service="web"))
+    await feed.until(is_upsert_of("web-1", "EndpointSlice"))
+    apiserver.store.put("nodes", node(NODE, ip="192.0.2.9"))
+    [changed] = await feed.until(is_upsert_of(NODE, "Node"))
+    assert isinstance(changed, Upsert)
+
+
+async def test_label_selectors_are_honoured(
+    apiserver: ApiServer, api_client: Any, nursery: trio.Nursery
+) -> None:
+    populate(apiserver)
+    other = {"service.kubernetes.io/service-proxy-name": "other-proxy"}
+    headless = {"service.kubernetes.io/headless": ""}
+    apiserver.store.put("services", service("theirs", labels=other))
+    apiserver.store.put("services", service("headless", labels=headless))
+    apiserver.store.put(
+        "endpointslices", endpoint_slice("headless-1", service="x", labels=headless)
+    )
+    apiserver.store.put("endpointslices", endpoint_slice("orphan", service=None))
+    feed, _ = await start_source(nursery, api_client)
+    replaces = by_kind(feed.batches[0])
+    assert names(replaces["Service"]) == {"svc-0", "svc-1", "svc-2"}
+    assert names(replaces["EndpointSlice"]) == {"svc-0-abc", "svc-1-abc", "svc-2-abc"}
+    selectors = {p: q.get("labelSelector") for p, q in apiserver.requests}
+    assert selectors["/api/v1/services"] == NOT_OURS
+    assert selectors["/apis/discovery.k8s.io/v1/endpointslices"] == (
+        f"kubernetes.io/service-name,{NOT_OURS}"
+    )
+    # On the watch: another proxy's new Service is never seen; one that moves to another
+    # proxy disappears (the server reports it DELETED).
+    apiserver.store.put("services", service("theirs-2", labels=other))
+    apiserver.store.put("services", service("svc-1", ip="10.96.0.2", labels=other))
+    seen = await feed.until(lambda c: isinstance(c, Delete))
+    assert seen == [Delete(ref=svc_ref("svc-1"))]
+
+
+async def test_bookmark_advances_resource_version(
+    apiserver: ApiServer, api_client: Any, nursery: trio.Nursery
+) -> None:
+    populate(apiserver)
+    feed, _ = await start_source(nursery, api_client)
+    await eventually(lambda: apiserver.watch_count("services") == 1)
+    for i in range(5):  # changes this source does not see: only a bookmark tells it the RV
+        apiserver.store.put("nodes", node("node-b", ip=f"192.0.2.{10 + i}"))
+    marks_before = apiserver.bookmarks_sent
+    apiserver.send_bookmarks()
+    await eventually(lambda: apiserver.bookmarks_sent == marks_before + 4)
+    bookmark_rv = str(apiserver.store.rv)
+    apiserver.store.compact()  # a resume from the pre-bookmark RV would now get 410 Gone
+    await trio.sleep(0.2)  # let the client read the bookmark before the connection drops
+    apiserver.drop_connections()
+    await eventually(lambda: apiserver.watch_count("services") == 2)
+    apiserver.store.put("services", service("web", ip="10.96.1.1"))
+    seen = await feed.until(is_upsert_of("web"))
+    assert not feed.replaces(seen), "resumed with a relist instead of from the bookmark"
+    watches = [q for p, q in apiserver.requests if p == "/api/v1/services" and "watch" in q]
+    assert watches[1]["resourceVersion"] == bookmark_rv
+    assert watches[1]["allowWatchBookmarks"] == "true"
+
+
+@pytest.mark.parametrize("how", ["error-event", "http-410-after-outage"])
+async def test_gone_relists_and_replaces_with_deletions(
+    apiserver: ApiServer, api_client: Any, nursery: trio.Nursery, how: str
+) -> None:
+    populate(apiserver)
+    feed, _ = await start_source(nursery, api_client)
+    await eventually(lambda: apiserver.watch_count("services") == 1)
+    if how == "http-410-after-outage":
+        apiserver.gone_as_http = True
+        apiserver.stop()
+    with apiserver.store.cond:  # changes the watch never streams: history is compacted at once
+        apiserver.store.delete("services", "default", "svc-1")
+        apiserver.store.put("services", service("svc-9", ip="10.96.0.99"))
+        apiserver.store.compact()
+    if how == "http-410-after-outage":
+        apiserver.start()
+    seen = await feed.until(lambda c: isinstance(c, Replace) and c.kind == "Service")
+    assert not [c for c in seen if isinstance(c, Delete | Upsert)]
+    assert names(feed.replaces(seen)[-1]) == {"svc-0", "svc-2", "svc-9"}
+    apiserver.store.put("services", service("web", ip="10.96.1.1"))
+    await feed.until(is_upsert_of("web"))
+
+
+async def test_connection_drop_resumes_from_last_version(
+    apiserver: ApiServer, api_client: Any, nursery: trio.Nursery
+) -> None:
+    populate(apiserver)
+    feed, _ = await start_source(nursery, api_client)
+    apiserver.store.put("services", service("web", ip="10.96.1.1"))
+    await feed.until(is_upsert_of("web"))
+    web_rv = apiserver.store.rv
+    apiserver.drop_connections()
+    apiserver.store.put("services", service("api", ip="10.96.1.2"))
+    seen = await feed.until(is_upsert_of("api"))
+    assert not feed.replaces(seen)
+    watches = [q for p, q in apiserver.requests if p == "/api/v1/services" and "watch" in q]
+    assert len(watches) >= 2
+    assert watches[-1]["resourceVersion"] == str(web_rv)
+
+
+async def test_api_outage_keeps_state_then_converges(
+    apiserver: ApiServer, api_client: Any, nursery: trio.Nursery
+) -> None:
+    populate(apiserver)
+    feed, _ = await start_source(nursery, api_client)
+    await eventually(lambda: apiserver.watch_count("services") == 1)
+    apiserver.stop()
+    apiserver.store.delete("services", "default", "svc-0")
+    apiserver.store.put("services", service("web", ip="10.96.1.1"))
+    await feed.nothing_for(1.5)  # refused connections, retried with backoff: nothing emitted
+    apiserver.start()
+    seen = await feed.until(is_upsert_of("web"))  # history order: the delete comes first
+    assert Delete(ref=svc_ref("svc-0")) in seen
+    assert not feed.replaces(seen)  # history was kept: a plain resume, no relist
+
+
+async def test_invalid_object_named_while_others_flow(
+    apiserver: ApiServer, api_client: Any, nursery: trio.Nursery
+) -> None:
+    populate(apiserver)
+    bad = service("bad", ip="10.96.0.50")
+    bad["spec"]["ports"][0]["port"] = 70000
+    apiserver.store.put("services", bad)
+    feed, _ = await start_source(nursery, api_client)
+    initial = by_kind(feed.batches[0])["Service"].changes
+    [invalid] = [c for c in initial if isinstance(c, Invalid)]
+    assert invalid.ref == svc_ref("bad")
+    assert "Service default/bad" in invalid.error
+    assert "spec.ports[0].port" in invalid.error
+    assert len([c for c in initial if isinstance(c, Upsert)]) == 3
+    worse = service("worse", ip="not-an-ip")
+    apiserver.store.put("services", worse)
+    apiserver.store.put("services", service("good", ip="10.96.1.1"))
+    seen = await feed.until(is_upsert_of("good"))
+    assert [type(c) for c in seen] == [Invalid, Upsert]
+    assert seen[0].ref == svc_ref("worse")
+
+
+async def test_service_cidrs_not_served(
+    apiserver: ApiServer, api_client: Any, nursery: trio.Nursery
+) -> None:
+    populate(apiserver)
+    apiserver.disabled.add("/apis/networking.k8s.io/v1/servicecidrs")
+    feed, _ = await start_source(nursery, api_client)
+    replaces = by_kind(feed.batches[0])
+    assert replaces["ServiceCIDR"] == Replace(kind="ServiceCIDR", changes=())
+    apiserver.store.put("services", service("web", ip="10.96.1.1"))
+    await feed.until(is_upsert_of("web"))
+
+
+async def test_server_timeout_ends_watch_and_source_rewatches(
+    apiserver: ApiServer, api_client: Any, nursery: trio.Nursery
+) -> None:
+    populate(apiserver)
+    feed, _ = await start_source(nursery, api_client, watch_timeout=1)
+    await eventually(lambda: apiserver.watch_count("services") >= 3)
+    watches = [q for p, q in apiserver.requests if p == "/api/v1/services" and "watch" in q]
+    assert {q["timeoutSeconds"] for q in watches} == {"1"}
+    apiserver.store.put("services", service("web", ip="10.96.1.1"))
+    seen = await feed.until(is_upsert_of("web"))
+    assert not feed.replaces(seen)
+
+
+async def test_cancellation_stops_within_a_second(apiserver: ApiServer, api_client: Any) -> None:
+    populate(apiserver)
+    with trio.fail_after(15):
+        async with trio.open_nursery() as nursery:
+            await start_source(nursery, api_client)
+            await eventually(lambda: apiserver.watch_count("servicecidrs") == 1)
+            await trio.sleep(0.2)  # the watch threads are now blocked reading
+            nursery.cancel_scope.cancel()
+            started = trio.current_time()
+    assert trio.current_time() - started < 1.0
+    # The aborted watches closed their connections: the server sees its clients hang up.
+    await eventually(lambda: apiserver.active_watches == 0, within=5)
+
+
+async def test_start_waits_for_an_unreachable_api(
+    apiserver: ApiServer, api_client: Any, nursery: trio.Nursery
+) -> None:
+    populate(apiserver)
+    apiserver.stop()
+    send, receive = trio.open_memory_channel[Sequence[Change]](10)
+    source = KubeSource(api_client, node_name=NODE, backoff_initial=0.05, backoff_max=0.2)
+    nursery.start_soon(source.run, send)
+    with trio.move_on_after(1):
+        await receive.receive()
+        raise AssertionError("sent something while the API was down")
+    apiserver.start()
+    with trio.fail_after(10):
+        batch = await receive.receive()
+    assert names(by_kind(batch)["Service"]) == {"svc-0", "svc-1", "svc-2"}
