@@ -1,0 +1,455 @@
+"""ctnetlink messages: encode dump/delete/create requests, decode the flows the kernel sends back.
+
+The bytes layer under :mod:`nlproxy.conntrack`. Pure: no sockets, no clock, no logging; it knows
+the ctnetlink wire format (linux/netfilter/nfnetlink_conntrack.h) and nothing about Services.
+
+pyroute2's ``NFCTSocket.dump`` filters on the original *or* the reply tuple, never both in one
+request, and decodes every attribute into generic objects; stale-flow cleanup needs "original
+destination = frontend AND reply source = backend" in one kernel-side pass, so the messages are
+built here with ``struct``.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv6Address, ip_address
+from typing import TypeAlias
+
+IPAddress: TypeAlias = IPv4Address | IPv6Address
+
+# nfnetlink subsystem and message types (linux/netfilter/nfnetlink.h, nfnetlink_conntrack.h).
+NFNL_SUBSYS_CTNETLINK = 1
+IPCTNL_MSG_CT_NEW = 0
+IPCTNL_MSG_CT_GET = 1
+IPCTNL_MSG_CT_DELETE = 2
+
+NLM_F_REQUEST = 0x1
+NLM_F_ACK = 0x4
+NLM_F_DUMP = 0x300
+NLM_F_CREATE = 0x400
+NLM_F_EXCL = 0x200
+
+# enum ctattr_type
+CTA_TUPLE_ORIG = 1
+CTA_TUPLE_REPLY = 2
+CTA_STATUS = 3
+CTA_PROTOINFO = 4
+CTA_TIMEOUT = 7
+CTA_MARK = 8
+CTA_ID = 12
+CTA_ZONE = 18
+CTA_FILTER = 25
+CTA_STATUS_MASK = 26
+# enum ctattr_tuple
+CTA_TUPLE_IP = 1
+CTA_TUPLE_PROTO = 2
+# enum ctattr_ip
+CTA_IP_V4_SRC = 1
+CTA_IP_V4_DST = 2
+CTA_IP_V6_SRC = 3
+CTA_IP_V6_DST = 4
+# enum ctattr_l4proto
+CTA_PROTO_NUM = 1
+CTA_PROTO_SRC_PORT = 2
+CTA_PROTO_DST_PORT = 3
+# enum ctattr_protoinfo / ctattr_protoinfo_tcp
+CTA_PROTOINFO_TCP = 1
+CTA_PROTOINFO_TCP_STATE = 1
+# enum ctattr_filter
+CTA_FILTER_ORIG_FLAGS = 1
+CTA_FILTER_REPLY_FLAGS = 2
+# CTA_FILTER_F_* (net/netfilter/nf_internals.h; not in the uapi headers)
+CTA_FILTER_F_CTA_IP_SRC = 1 << 0
+CTA_FILTER_F_CTA_IP_DST = 1 << 1
+CTA_FILTER_F_CTA_PROTO_NUM = 1 << 3
+CTA_FILTER_F_CTA_PROTO_SRC_PORT = 1 << 4
+CTA_FILTER_F_CTA_PROTO_DST_PORT = 1 << 5
+
+IPS_DST_NAT = 0x20
+"""Status bit: the flow's destination was rewritten (DNAT)."""
+
+NLA_F_NESTED = 0x8000
+NLA_TYPE_MASK = 0x3FFF
+
+IPPROTO_TCP = 6
+IPPROTO_UDP = 17
+IPPROTO_SCTP = 132
+PROTO_NUMBERS = {"tcp": IPPROTO_TCP, "udp": IPPROTO_UDP, "sctp": IPPROTO_SCTP}
+PROTO_NAMES = {num: name for name, num in PROTO_NUMBERS.items()}
+# The kernel's tuple filter compares ports only for these protocols (ctnetlink_filter_match_tuple);
+# for others a port filter is ignored there and must be checked here.
+KERNEL_PORT_FILTER_PROTOS = frozenset({IPPROTO_TCP, IPPROTO_UDP})
+
+_NLMSGHDR = struct.Struct("=IHHII")
+_NFGENMSG = struct.Struct("=BBH")
+_NLA = struct.Struct("=HH")
+_BE16 = struct.Struct("!H")
+_BE32 = struct.Struct("!I")
+
+
+def _family_af(version: int) -> int:
+    return socket.AF_INET if version == 4 else socket.AF_INET6
+
+
+@dataclass(frozen=True, slots=True)
+class FlowTuple:
+    """One direction of a flow: addresses, layer-4 protocol number and ports (0 without ports)."""
+
+    src: IPAddress
+    dst: IPAddress
+    proto: int
+    sport: int = 0
+    dport: int = 0
+
+    def __str__(self) -> str:
+        return f"src={self.src} dst={self.dst} sport={self.sport} dport={self.dport}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Flow:
+    """A conntrack entry as the kernel reported it.
+
+    ``orig`` is the tuple of the first packet (client → service address); ``reply`` is what
+    answers come back with, so after DNAT ``reply.src`` is the backend that was chosen.
+    """
+
+    orig: FlowTuple
+    reply: FlowTuple
+    id: int | None = None
+    zone: int = 0
+    mark: int = 0
+    status: int = 0
+    timeout: int | None = None
+    tcp_state: int | None = None
+
+    @property
+    def family(self) -> int:
+        """4 or 6."""
+        return self.orig.src.version
+
+    @property
+    def proto(self) -> str:
+        """``tcp``, ``udp``, ``sctp``, or the protocol number for anything else."""
+        return PROTO_NAMES.get(self.orig.proto, str(self.orig.proto))
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain values, for ``--json`` output."""
+        return {
+            "family": f"ipv{self.family}",
+            "proto": self.proto,
+            "orig": _tuple_dict(self.orig),
+            "reply": _tuple_dict(self.reply),
+            "zone": self.zone,
+            "mark": self.mark,
+            "status": self.status,
+            "timeout": self.timeout,
+            "id": self.id,
+        }
+
+    def __str__(self) -> str:
+        return f"ipv{self.family} {self.proto} {self.orig} | {self.reply} zone={self.zone}"
+
+
+def _tuple_dict(t: FlowTuple) -> dict[str, object]:
+    return {"src": str(t.src), "dst": str(t.dst), "sport": t.sport, "dport": t.dport}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowFilter:
+    """Which flows to select: every given field must match (None matches anything).
+
+    ``orig_dst``/``orig_dport`` select the address the client sent to (a service address, or a
+    node address for a NodePort); ``reply_src``/``reply_sport`` the backend that answers.
+    ``family`` (4 or 6) follows from any address given; without one the filter spans both.
+    ``dnat`` selects flows whose destination was (True) or was not (False) rewritten.
+
+    Raises:
+        ValueError: addresses of different families, or an unknown protocol.
+    """
+
+    proto: str | None = None
+    orig_dst: IPAddress | None = None
+    orig_dport: int | None = None
+    reply_src: IPAddress | None = None
+    reply_sport: int | None = None
+    dnat: bool | None = None
+    family: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.proto is not None and self.proto not in PROTO_NUMBERS:
+            raise ValueError(f"protocol {self.proto!r} is not one of tcp, udp, sctp")
+        addrs = (self.orig_dst, self.reply_src)
+        versions: set[int] = {a.version for a in addrs if a is not None}
+        if self.family is not None:
+            versions.add(self.family)
+        if len(versions) > 1:
+            raise ValueError(f"filter {self} mixes IPv4 and IPv6")
+        if versions:
+            object.__setattr__(self, "family", versions.pop())
+
+    @property
+    def proto_num(self) -> int | None:
+        return None if self.proto is None else PROTO_NUMBERS[self.proto]
+
+    @property
+    def is_empty(self) -> bool:
+        """True when the filter selects every flow of its family (or of both)."""
+        return all(
+            v is None
+            for v in (
+                self.proto,
+                self.orig_dst,
+                self.orig_dport,
+                self.reply_src,
+                self.reply_sport,
+                self.dnat,
+            )
+        )
+
+    def matches(self, flow: Flow) -> bool:
+        """Whether ``flow`` is selected: the exact check, also where the kernel's is looser."""
+        o, r = flow.orig, flow.reply
+        return (
+            (self.family is None or flow.family == self.family)
+            and (self.proto is None or o.proto == PROTO_NUMBERS[self.proto])
+            and (self.orig_dst is None or o.dst == self.orig_dst)
+            and (self.orig_dport is None or o.dport == self.orig_dport)
+            and (self.reply_src is None or r.src == self.reply_src)
+            and (self.reply_sport is None or r.sport == self.reply_sport)
+            and (self.dnat is None or bool(flow.status & IPS_DST_NAT) == self.dnat)
+        )
+
+    def __str__(self) -> str:
+        parts = [
+            f"{k}={v}"
+            for k, v in (
+                ("family", self.family and f"ipv{self.family}"),
+                ("proto", self.proto),
+                ("orig-dst", self.orig_dst),
+                ("orig-dport", self.orig_dport),
+                ("reply-src", self.reply_src),
+                ("reply-sport", self.reply_sport),
+                ("dnat", self.dnat),
+            )
+            if v is not None
+        ]
+        return "flows(" + (" ".join(parts) or "all") + ")"
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+
+
+def _nla(atype: int, payload: bytes) -> bytes:
+    length = _NLA.size + len(payload)
+    return _NLA.pack(length, atype) + payload + b"\0" * ((4 - length % 4) % 4)
+
+
+def _nest(atype: int, *children: bytes) -> bytes:
+    return _nla(atype | NLA_F_NESTED, b"".join(children))
+
+
+def _message(msg_type: int, flags: int, seq: int, family: int, attrs: bytes) -> bytes:
+    body = _NFGENMSG.pack(family, 0, 0) + attrs
+    mtype = (NFNL_SUBSYS_CTNETLINK << 8) | msg_type
+    return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), mtype, flags, seq, 0) + body
+
+
+def _ip_attrs(src: IPAddress | None, dst: IPAddress | None) -> bytes:
+    out = b""
+    if src is not None:
+        out += _nla(CTA_IP_V4_SRC if src.version == 4 else CTA_IP_V6_SRC, src.packed)
+    if dst is not None:
+        out += _nla(CTA_IP_V4_DST if dst.version == 4 else CTA_IP_V6_DST, dst.packed)
+    return out
+
+
+def _proto_attrs(proto: int | None, sport: int | None, dport: int | None) -> bytes:
+    out = b"" if proto is None else _nla(CTA_PROTO_NUM, bytes([proto]))
+    if sport is not None:
+        out += _nla(CTA_PROTO_SRC_PORT, _BE16.pack(sport))
+    if dport is not None:
+        out += _nla(CTA_PROTO_DST_PORT, _BE16.pack(dport))
+    return out
+
+
+def _tuple_attr(atype: int, t: FlowTuple) -> bytes:
+    return _nest(
+        atype,
+        _nest(CTA_TUPLE_IP, _ip_attrs(t.src, t.dst)),
+        _nest(CTA_TUPLE_PROTO, _proto_attrs(t.proto, t.sport, t.dport)),
+    )
+
+
+def _filter_side(
+    atype: int,
+    proto: int | None,
+    src: IPAddress | None,
+    dst: IPAddress | None,
+    sport: int | None,
+    dport: int | None,
+) -> tuple[bytes, int]:
+    """One tuple of a CTA_FILTER request and its CTA_FILTER_F_* flags."""
+    flags = (CTA_FILTER_F_CTA_IP_SRC if src is not None else 0) | (
+        CTA_FILTER_F_CTA_IP_DST if dst is not None else 0
+    )
+    # Port flags need a protocol number (the kernel refuses them alone), and the kernel compares
+    # ports only for TCP and UDP; SCTP ports are checked by FlowFilter.matches afterwards.
+    with_ports = proto in KERNEL_PORT_FILTER_PROTOS
+    sport = sport if with_ports else None
+    dport = dport if with_ports else None
+    if proto is not None:
+        flags |= CTA_FILTER_F_CTA_PROTO_NUM
+        flags |= CTA_FILTER_F_CTA_PROTO_SRC_PORT if sport is not None else 0
+        flags |= CTA_FILTER_F_CTA_PROTO_DST_PORT if dport is not None else 0
+    if not flags:
+        return b"", 0
+    children = []
+    if src is not None or dst is not None:
+        children.append(_nest(CTA_TUPLE_IP, _ip_attrs(src, dst)))
+    if proto is not None:
+        children.append(_nest(CTA_TUPLE_PROTO, _proto_attrs(proto, sport, dport)))
+    return _nest(atype, *children), flags
+
+
+def encode_dump(flt: FlowFilter, family: int, seq: int) -> bytes:
+    """A dump request for the flows of ``family`` (4 or 6) that the kernel can pre-select.
+
+    The kernel filter may be looser than ``flt`` (SCTP ports); callers re-check with
+    :meth:`FlowFilter.matches`. Needs Linux >= 5.8 for tuple filters (CTA_FILTER).
+    """
+    proto = flt.proto_num
+    orig, orig_flags = _filter_side(CTA_TUPLE_ORIG, proto, None, flt.orig_dst, None, flt.orig_dport)
+    reply, reply_flags = _filter_side(
+        CTA_TUPLE_REPLY, proto, flt.reply_src, None, flt.reply_sport, None
+    )
+    attrs = orig + reply
+    if flt.dnat is not None:
+        # Status filters need Linux >= 5.15 (CTA_STATUS_MASK).
+        attrs += _nla(CTA_STATUS, _BE32.pack(IPS_DST_NAT if flt.dnat else 0))
+        attrs += _nla(CTA_STATUS_MASK, _BE32.pack(IPS_DST_NAT))
+    if orig_flags or reply_flags:
+        attrs += _nest(
+            CTA_FILTER,
+            _nla(CTA_FILTER_ORIG_FLAGS, struct.pack("=I", orig_flags)),
+            _nla(CTA_FILTER_REPLY_FLAGS, struct.pack("=I", reply_flags)),
+        )
+    return _message(IPCTNL_MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, _family_af(family), attrs)
+
+
+def encode_delete(flow: Flow, seq: int) -> bytes:
+    """Delete exactly ``flow``: by its original tuple, zone and id (a newer flow that reuses
+    the tuple has another id and is left alone)."""
+    attrs = _tuple_attr(CTA_TUPLE_ORIG, flow.orig)
+    if flow.zone:
+        attrs += _nla(CTA_ZONE, _BE16.pack(flow.zone))
+    if flow.id is not None:
+        attrs += _nla(CTA_ID, _BE32.pack(flow.id))
+    return _message(
+        IPCTNL_MSG_CT_DELETE, NLM_F_REQUEST | NLM_F_ACK, seq, _family_af(flow.family), attrs
+    )
+
+
+def encode_new(flow: Flow, seq: int, *, ack: bool = False) -> bytes:
+    """Create ``flow`` (needs ``timeout``); tests and benchmarks use it to fill the table fast."""
+    if flow.timeout is None:
+        raise ValueError(f"{flow}: a new flow needs a timeout")
+    attrs = (
+        _tuple_attr(CTA_TUPLE_ORIG, flow.orig)
+        + _tuple_attr(CTA_TUPLE_REPLY, flow.reply)
+        + _nla(CTA_TIMEOUT, _BE32.pack(flow.timeout))
+    )
+    if flow.status:
+        attrs += _nla(CTA_STATUS, _BE32.pack(flow.status))
+    if flow.mark:
+        attrs += _nla(CTA_MARK, _BE32.pack(flow.mark))
+    flags = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL | (NLM_F_ACK if ack else 0)
+    return _message(IPCTNL_MSG_CT_NEW, flags, seq, _family_af(flow.family), attrs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding
+
+
+def _attrs(buf: bytes, off: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(type, payload start, payload end) of each attribute in buf[off:end]."""
+    while off + 4 <= end:
+        length, atype = _NLA.unpack_from(buf, off)
+        if length < 4:
+            return
+        yield atype & NLA_TYPE_MASK, off + 4, off + length
+        off += (length + 3) & ~3
+
+
+def _decode_tuple(buf: bytes, off: int, end: int) -> FlowTuple:
+    src = dst = None
+    proto = sport = dport = 0
+    for atype, start, stop in _attrs(buf, off, end):
+        if atype == CTA_TUPLE_IP:
+            for itype, s, e in _attrs(buf, start, stop):
+                if itype in (CTA_IP_V4_SRC, CTA_IP_V6_SRC):
+                    src = ip_address(buf[s:e])
+                elif itype in (CTA_IP_V4_DST, CTA_IP_V6_DST):
+                    dst = ip_address(buf[s:e])
+        elif atype == CTA_TUPLE_PROTO:
+            for ptype, s, _e in _attrs(buf, start, stop):
+                if ptype == CTA_PROTO_NUM:
+                    proto = buf[s]
+                elif ptype == CTA_PROTO_SRC_PORT:
+                    sport = _BE16.unpack_from(buf, s)[0]
+                elif ptype == CTA_PROTO_DST_PORT:
+                    dport = _BE16.unpack_from(buf, s)[0]
+    if src is None or dst is None:
+        raise ValueError("conntrack tuple without addresses")
+    return FlowTuple(src, dst, proto, sport, dport)
+
+
+def _tcp_state(buf: bytes, off: int, end: int) -> int | None:
+    for atype, start, stop in _attrs(buf, off, end):
+        if atype == CTA_PROTOINFO_TCP:
+            for ttype, s, _e in _attrs(buf, start, stop):
+                if ttype == CTA_PROTOINFO_TCP_STATE:
+                    return buf[s]
+    return None
+
+
+def decode_flow(payload: bytes) -> Flow:
+    """A flow from the payload of an IPCTNL_MSG_CT_NEW message (a dump reply or an event).
+
+    Raises:
+        ValueError: the message lacks a tuple.
+    """
+    orig = reply = None
+    fields: dict[str, int | None] = {}
+    for atype, start, stop in _attrs(payload, _NFGENMSG.size, len(payload)):
+        if atype == CTA_TUPLE_ORIG:
+            orig = _decode_tuple(payload, start, stop)
+        elif atype == CTA_TUPLE_REPLY:
+            reply = _decode_tuple(payload, start, stop)
+        elif atype == CTA_ID:
+            fields["id"] = _BE32.unpack_from(payload, start)[0]
+        elif atype == CTA_ZONE:
+            fields["zone"] = _BE16.unpack_from(payload, start)[0]
+        elif atype == CTA_MARK:
+            fields["mark"] = _BE32.unpack_from(payload, start)[0]
+        elif atype == CTA_STATUS:
+            fields["status"] = _BE32.unpack_from(payload, start)[0]
+        elif atype == CTA_TIMEOUT:
+            fields["timeout"] = _BE32.unpack_from(payload, start)[0]
+        elif atype == CTA_PROTOINFO:
+            fields["tcp_state"] = _tcp_state(payload, start, stop)
+    if orig is None or reply is None:
+        raise ValueError("conntrack message without both tuples")
+    return Flow(
+        orig=orig,
+        reply=reply,
+        id=fields.get("id"),
+        zone=fields.get("zone") or 0,
+        mark=fields.get("mark") or 0,
+        status=fields.get("status") or 0,
+        timeout=fields.get("timeout"),
+        tcp_state=fields.get("tcp_state"),
+    )
