@@ -117,7 +117,9 @@ def _flatten(
     where: str, item: object, list_kind: str | None
 ) -> Iterator[tuple[str, dict[str, Any], str]]:
     if not isinstance(item, dict):
-        raise _FileError(f"{where}: expected a Kubernetes object, got {type(item).__name__}")
+        shown = json.dumps(item, default=str)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise _FileError(f"{where}: expected a Kubernetes object, got {shown}")
     kind = item.get("kind", list_kind)
     if not isinstance(kind, str) or not kind:
         raise _FileError(f"{where}: an object without a kind")

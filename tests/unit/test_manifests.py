@@ -166,8 +166,8 @@ def test_unparsable_file_does_not_stop_the_others(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "error"),
     [
-        ("- 1\n- 2\n", "x.yaml: expected a Kubernetes object, got int"),
-        ("just a string\n", "x.yaml: expected a Kubernetes object, got str"),
+        ("- 1\n- 2\n", "x.yaml: expected a Kubernetes object, got 1"),
+        ("just a string\n", 'x.yaml: expected a Kubernetes object, got "just a string"'),
         (
             svc_yaml("web") + "---\nmetadata: {name: y}\n",
             "x.yaml document 2: an object without a kind",
