@@ -16,9 +16,22 @@ import yaml
 
 from nlproxy.cli import main
 from nlproxy.testbed import Testbed
+from nlproxy.testbed_echo import Outcome, Result, request
 
 EXIT_OK = 0
 EXIT_INVALID = 3
+REQUESTS = 24  # per check: two endpoints both answer with probability 1 - 2**-23
+
+# A Service port pair most tests use: TCP 80 and UDP 53, both to the echo servers' 8080.
+PORTS = (
+    {"name": "tcp", "port": 80, "targetPort": 8080, "protocol": "TCP"},
+    {"name": "udp", "port": 53, "targetPort": 8080, "protocol": "UDP"},
+)
+SLICE_PORTS = (
+    {"name": "tcp", "port": 8080, "protocol": "TCP"},
+    {"name": "udp", "port": 8080, "protocol": "UDP"},
+)
+SVC_PORT = {"tcp": 80, "udp": 53}
 
 
 @pytest.fixture
@@ -159,3 +172,32 @@ def nft_ruleset(tb: Testbed) -> str:
         check=False,
     )
     return proc.stdout + proc.stderr
+
+
+def sh(ns: str | None, *cmd: str) -> str:
+    """Run a tool (inside ``ns`` when given) to set up or check from outside; stdout."""
+    full = ["ip", "netns", "exec", ns, *cmd] if ns else list(cmd)
+    proc = subprocess.run(full, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, f"{' '.join(full)}: {proc.stderr}"
+    return proc.stdout
+
+
+def ask(
+    proto: str, ns: str, addr: str, port: int, *, n: int = REQUESTS, src: str | None = None
+) -> list[Outcome]:
+    """``n`` requests, each from a fresh source port."""
+    return [request(proto, ns, addr, port, src=src, timeout=2.0) for _ in range(n)]
+
+
+def answers(outcomes: Sequence[Outcome]) -> dict[str, set[str]]:
+    """Pod name -> the sources it saw; every request must have been answered."""
+    failed = [str(o) for o in outcomes if o.result is not Result.ANSWERED]
+    assert not failed, f"{len(failed)} of {len(outcomes)} requests failed: {failed[0]}"
+    seen: dict[str, set[str]] = {}
+    for o in outcomes:
+        seen.setdefault(o.pod, set()).add(str(o.src))
+    return seen
+
+
+def results(outcomes: Sequence[Outcome]) -> set[Result]:
+    return {o.result for o in outcomes}
