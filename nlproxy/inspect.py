@@ -177,7 +177,7 @@ def _via_hop(addr: IPAddress, hop: NextHop, snap: Snapshot, route: str) -> Reach
         state = link.oper.lower() if link.admin_up else "down"
         return _result("unreachable", False, state, "device is down", route=route, link=link)
     if hop.gateway is not None:
-        res = _neighbour_check(snap, link, hop.gateway, "remote", route, "via another node")
+        res = _neighbour_check(snap, link, hop.gateway, "remote", route, "next hop up")
         return _with_gateway(res, hop.gateway)
     if link.kind == "veth":
         if _veth_peer_gone(snap, link):

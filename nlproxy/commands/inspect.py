@@ -1,0 +1,218 @@
+"""``nlproxy inspect``: is every endpoint nlproxy DNATs to reachable from this node?
+
+Reads what is programmed from the kernel (tables ``ip nlproxy`` and ``ip6 nlproxy``, with
+:func:`nlproxy.nft.readback.read_ruleset`), not from the API server, and classifies each
+endpoint with :mod:`nlproxy.inspect`. Exit status 0 when all are reachable, 4 when some are
+not. Read only: it never changes the ruleset or routes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv6Address
+
+from nlproxy.errors import ConfigError, NlproxyError
+from nlproxy.inspect import Reachability, classify
+from nlproxy.nft.ir import Family, IPAddress, L4Proto, Ruleset, Value
+from nlproxy.nft.readback import read_ruleset
+
+NAME = "inspect"
+HELP = "check that every programmed endpoint is reachable from this node (exit 4 if not)"
+
+TABLE = "nlproxy"
+SERVICE_MAP = "service-ips"
+BACKEND_MAP = "backends"
+EXIT_UNREACHABLE = 4
+
+Target = tuple[IPAddress, int]
+
+
+def _proto_name(proto: int) -> str:
+    try:
+        return L4Proto(proto).name
+    except ValueError:
+        return str(proto)
+
+
+def _vip_key(key: tuple[Value, ...], where: str) -> tuple[IPAddress, int, int]:
+    """The ``daddr . l4proto . dport`` head of an element key, checked."""
+    match key[:3]:
+        case (IPv4Address() | IPv6Address() as daddr, int(proto), int(dport)):
+            return daddr, proto, dport
+    raise NlproxyError(f"map {where} element {key}", "key is not daddr . l4proto . dport")
+
+
+def _target(data: object, key: tuple[Value, ...]) -> Target:
+    match data:
+        case (IPv4Address() | IPv6Address() as addr, int(port)):
+            return addr, port
+    raise NlproxyError(f"map {BACKEND_MAP} element {key}", "data is not addr . port")
+
+
+def _default_name(vip: tuple[IPAddress, int, int]) -> str:
+    daddr, proto, dport = vip
+    return f"{daddr}:{dport}/{_proto_name(proto)}"
+
+
+def _service_names(rs: Ruleset) -> dict[tuple[IPAddress, int, int], str]:
+    """``daddr . l4proto . dport`` -> ``ns/name:port/PROTO`` from the service map's comments."""
+    out: dict[tuple[IPAddress, int, int], str] = {}
+    for key, el in rs.elements.get(SERVICE_MAP, {}).items():
+        vip = _vip_key(key, SERVICE_MAP)
+        out[vip] = el.comment or _default_name(vip)
+    return out
+
+
+def _order(value: Value) -> tuple[int, int]:
+    if isinstance(value, int):
+        return (0, value)
+    if isinstance(value, IPv4Address | IPv6Address):
+        return (value.version, int(value))
+    return (value.version, int(value.network_address))
+
+
+def _sort_key(item: tuple[tuple[Value, ...], object]) -> tuple[tuple[int, int], ...]:
+    return tuple(_order(v) for v in item[0])
+
+
+def programmed_endpoints(rulesets: Iterable[Ruleset]) -> dict[str, list[Target]]:
+    """The endpoints each service port DNATs to, read from programmed ``nlproxy`` tables.
+
+    Keys are service ports as their ``service-ips`` elements' comments name them
+    (``default/web:http/TCP``; ``10.96.0.10:53/UDP`` for an element without a comment). Each
+    list holds ``(address, port)`` in ``backends`` index order, without duplicates across the
+    service port's addresses (cluster IP, external IPs). A service port without endpoints maps
+    to an empty list.
+    """
+    out: dict[str, list[Target]] = {}
+    for rs in rulesets:
+        names = _service_names(rs)
+        for name in names.values():
+            out.setdefault(name, [])
+        # Keys sort as (daddr, l4proto, dport, index): each service port's endpoints in order.
+        for key, el in sorted(rs.elements.get(BACKEND_MAP, {}).items(), key=_sort_key):
+            vip = _vip_key(key, BACKEND_MAP)
+            name = names.get(vip) or _default_name(vip)
+            target = _target(el.value, key)
+            targets = out.setdefault(name, [])
+            if target not in targets:
+                targets.append(target)
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Row:
+    """One endpoint of one service port, with how this node reaches it."""
+
+    service: str
+    port: str
+    address: IPAddress
+    target_port: int
+    reach: Reachability
+
+    @property
+    def endpoint(self) -> str:
+        host = f"[{self.address}]" if self.address.version == 6 else str(self.address)
+        return f"{host}:{self.target_port}"
+
+    def as_json(self) -> dict[str, object]:
+        r = self.reach
+        return {
+            "service": self.service,
+            "port": self.port,
+            "endpoint": self.endpoint,
+            "address": str(self.address),
+            "target_port": self.target_port,
+            "kind": r.kind,
+            "local": r.kind == "local",
+            "device": r.device,
+            "gateway": None if r.gateway is None else str(r.gateway),
+            "state": r.state,
+            "route": r.route,
+            "reachable": r.reachable,
+            "reason": r.reason,
+        }
+
+
+def build_rows(
+    endpoints: Mapping[str, list[Target]], reach: Mapping[IPAddress, Reachability]
+) -> list[Row]:
+    """Join programmed endpoints with their classification, sorted by service port."""
+    rows = []
+    for svc_port in sorted(endpoints):
+        service, _, port = svc_port.partition(":")
+        for addr, target_port in endpoints[svc_port]:
+            rows.append(
+                Row(
+                    service=service,
+                    port=port,
+                    address=addr,
+                    target_port=target_port,
+                    reach=reach[addr],
+                )
+            )
+    return rows
+
+
+def render_table(endpoints: Mapping[str, list[Target]], rows: Iterable[Row]) -> str:
+    """Human output: one block per service port, one line per endpoint."""
+    head = ("ENDPOINT", "KIND", "DEVICE", "GATEWAY", "STATE", "REACHABLE", "REASON")
+    by_port: dict[str, list[tuple[str, ...]]] = {name: [] for name in sorted(endpoints)}
+    for row in rows:
+        r = row.reach
+        by_port[f"{row.service}:{row.port}"].append(
+            (
+                row.endpoint,
+                r.kind,
+                r.device or "-",
+                str(r.gateway or "-"),
+                r.state,
+                "yes" if r.reachable else "NO",
+                r.reason,
+            )
+        )
+    blocks = []
+    for name, lines in by_port.items():
+        if not lines:
+            blocks.append(f"{name}\n  (no endpoints)")
+            continue
+        widths = [max(len(x[i]) for x in (head, *lines)) for i in range(len(head) - 1)]
+        text = [
+            "  "
+            + "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=False))
+            + "  "
+            + line[-1]
+            for line in (head, *lines)
+        ]
+        blocks.append("\n".join([name, *text]))
+    return "\n\n".join(blocks)
+
+
+def read_programmed(netns_name: str | None) -> list[Ruleset]:
+    """The ``ip nlproxy`` and ``ip6 nlproxy`` tables as programmed (those that exist)."""
+    found = [read_ruleset(fam, TABLE, netns=netns_name) for fam in (Family.IP, Family.IP6)]
+    return [rs for rs in found if rs is not None]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--service", metavar="NS/NAME", help="only this service")
+    parser.add_argument("--json", action="store_true", help="print a JSON list")
+
+
+def run(args: argparse.Namespace) -> int:
+    service: str | None = args.service
+    if service is not None and (service.count("/") != 1 or ":" in service):
+        raise ConfigError("flag --service", f"{service!r} is not NAMESPACE/NAME")
+    endpoints = programmed_endpoints(read_programmed(args.netns))
+    if service is not None:
+        endpoints = {k: v for k, v in endpoints.items() if k.partition(":")[0] == service}
+    addrs = [addr for targets in endpoints.values() for addr, _ in targets]
+    rows = build_rows(endpoints, classify(addrs, netns=args.netns))
+    if args.json:
+        print(json.dumps([row.as_json() for row in rows], indent=2))
+    else:
+        print(render_table(endpoints, rows) or "no programmed service ports")
+    return 0 if all(row.reach.reachable for row in rows) else EXIT_UNREACHABLE
