@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, NoReturn
 
 from nlproxy.cluster.model import (
+    ClusterObject,
     Endpoint,
     EndpointPort,
     EndpointSlice,
@@ -103,6 +104,10 @@ class _Reader:
         if value is None or isinstance(value, str):
             return value
         self.expect(field, "a string", value)
+
+    def indexed(self, value: object, field: str) -> list[tuple[Any, str]]:
+        """The items of a list with their field paths: ``(item, "field[i]")``."""
+        return [(v, f"{field}[{i}]") for i, v in enumerate(self.items(value, field))]
 
     def strings(self, value: object, field: str) -> list[str]:
         return [
@@ -231,17 +236,12 @@ def parse_service(obj: Mapping[str, Any]) -> Service | None:
         return None
     key = ServiceKey(namespace=ref.namespace, name=ref.name)
     svc_type = ServiceType(kind)
-    ext_local = (
-        r.choice(spec.get("externalTrafficPolicy"), "spec.externalTrafficPolicy", _POLICIES, "")
-        == "Local"
-    )
-    int_local = (
-        r.choice(spec.get("internalTrafficPolicy"), "spec.internalTrafficPolicy", _POLICIES, "")
-        == "Local"
-    )
     # Like kube-proxy's ExternalPolicyLocal/NeedsHealthCheck: only these types accept external
     # traffic through the node, and only LoadBalancers get a health check node port.
-    ext_local = ext_local and svc_type in (ServiceType.NODE_PORT, ServiceType.LOAD_BALANCER)
+    ext_local = _local(r, spec, "externalTrafficPolicy") and svc_type in (
+        ServiceType.NODE_PORT,
+        ServiceType.LOAD_BALANCER,
+    )
     health = r.port(spec.get("healthCheckNodePort"), "spec.healthCheckNodePort", zero_ok=True)
     annotations = r.string_map(meta.get("annotations"), "metadata.annotations")
     return Service(
@@ -250,13 +250,12 @@ def parse_service(obj: Mapping[str, Any]) -> Service | None:
         cluster_ips=cluster_ips,
         ports=_service_ports(r, key, spec),
         external_ips=tuple(
-            r.ip(v, f"spec.externalIPs[{i}]")
-            for i, v in enumerate(r.items(spec.get("externalIPs"), "spec.externalIPs"))
+            r.ip(v, f) for v, f in r.indexed(spec.get("externalIPs"), "spec.externalIPs")
         ),
         load_balancer_ips=_load_balancer_ips(r, obj),
         load_balancer_source_ranges=_source_ranges(r, spec, annotations),
         external_policy_local=ext_local,
-        internal_policy_local=int_local,
+        internal_policy_local=_local(r, spec, "internalTrafficPolicy"),
         affinity_timeout=_affinity_timeout(r, spec),
         health_check_node_port=health
         if ext_local and svc_type is ServiceType.LOAD_BALANCER
@@ -265,6 +264,10 @@ def parse_service(obj: Mapping[str, Any]) -> Service | None:
         or None,
         resource_version=r.string(meta.get("resourceVersion"), "metadata.resourceVersion") or "",
     )
+
+
+def _local(r: _Reader, spec: Mapping[str, Any], policy: str) -> bool:
+    return r.choice(spec.get(policy), f"spec.{policy}", _POLICIES, "Cluster") == "Local"
 
 
 def _cluster_ips(r: _Reader, spec: Mapping[str, Any]) -> tuple[IPAddress, ...] | None:
@@ -316,15 +319,9 @@ def _service_ports(r: _Reader, key: ServiceKey, spec: Mapping[str, Any]) -> tupl
     for i, raw in enumerate(raw_ports):
         f = f"spec.ports[{i}]"
         entry = r.mapping(raw, f)
-        name = r.string(entry.get("name"), f"{f}.name") or ""
-        if name and not _DNS_LABEL.fullmatch(name):
-            r.fail(f"{f}.name", f"{_describe(name)} is not a valid port name (a DNS label)")
-        if not name and len(raw_ports) > 1:
+        if len(raw_ports) > 1 and not r.string(entry.get("name"), f"{f}.name"):
             r.fail(f"{f}.name", "missing (required when a Service has more than one port)")
-        if name in names:
-            r.fail(f"{f}.name", f"duplicate port name {_describe(name)} (also {names[name]})")
-        names[name] = f
-        protocol = Protocol(r.choice(entry.get("protocol"), f"{f}.protocol", _PROTOCOLS, "TCP"))
+        name, protocol = _port_name(r, entry, f, names)
         port = r.port(entry.get("port"), f"{f}.port")
         if port is None:
             r.fail(f"{f}.port", "missing")
@@ -343,6 +340,20 @@ def _service_ports(r: _Reader, key: ServiceKey, spec: Mapping[str, Any]) -> tupl
             )
         )
     return tuple(ports)
+
+
+def _port_name(
+    r: _Reader, entry: Mapping[str, Any], f: str, seen: dict[str, str]
+) -> tuple[str, Protocol]:
+    """A port entry's name (a DNS label, unique within the object; ``seen`` maps names to the
+    entries that used them) and protocol (TCP by default)."""
+    name = r.string(entry.get("name"), f"{f}.name") or ""
+    if name and not _DNS_LABEL.fullmatch(name):
+        r.fail(f"{f}.name", f"{_describe(name)} is not a valid port name (a DNS label)")
+    if name in seen:
+        r.fail(f"{f}.name", f"duplicate port name {_describe(name)} (also {seen[name]})")
+    seen[name] = f
+    return name, Protocol(r.choice(entry.get("protocol"), f"{f}.protocol", _PROTOCOLS, "TCP"))
 
 
 def _target_port(r: _Reader, value: object, field: str, port: int) -> int | str:
@@ -445,13 +456,7 @@ def _slice_ports(r: _Reader, value: object) -> tuple[EndpointPort, ...]:
     for i, raw in enumerate(r.items(value, "ports")):
         f = f"ports[{i}]"
         entry = r.mapping(raw, f)
-        name = r.string(entry.get("name"), f"{f}.name") or ""
-        if name and not _DNS_LABEL.fullmatch(name):
-            r.fail(f"{f}.name", f"{_describe(name)} is not a valid port name (a DNS label)")
-        if name in names:
-            r.fail(f"{f}.name", f"duplicate port name {_describe(name)} (also {names[name]})")
-        names[name] = f
-        protocol = Protocol(r.choice(entry.get("protocol"), f"{f}.protocol", _PROTOCOLS, "TCP"))
+        name, protocol = _port_name(r, entry, f, names)
         port = r.port(entry.get("port"), f"{f}.port")
         if port is not None:
             ports.append(EndpointPort(name=name, port=port, protocol=protocol))
@@ -548,7 +553,7 @@ def parse_service_cidr(obj: Mapping[str, Any]) -> ServiceCIDR:
     return ServiceCIDR(name=meta["name"], cidrs=cidrs)
 
 
-_PARSERS: Mapping[str, Callable[[Mapping[str, Any]], object]] = {
+_PARSERS: Mapping[str, Callable[[Mapping[str, Any]], ClusterObject | None]] = {
     "Service": parse_service,
     "EndpointSlice": parse_endpoint_slice,
     "Node": parse_node,
@@ -579,5 +584,4 @@ def to_change(obj: Mapping[str, Any], kind: str | None = None) -> Upsert | Skip 
         return Invalid(ref=ref, error=str(exc))
     if parsed is None:
         return Skip(ref=ref)
-    assert isinstance(parsed, Service | EndpointSlice | Node | ServiceCIDR)
     return Upsert(ref=ref, obj=parsed)

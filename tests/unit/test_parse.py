@@ -345,6 +345,10 @@ def test_service_skipped(fields: dict[str, Any]) -> None:
 
 
 SERVICE_ERRORS = [
+    (
+        {"spec.ports": [{"port": 80}, {"port": 81}]},
+        "spec.ports[0].name: missing (required when a Service has more than one port)",
+    ),
     ({"spec.ports[1].port": 70000}, "spec.ports[1].port: 70000 is not in 1..65535"),
     ({"spec.ports[0].port": 0}, "spec.ports[0].port: 0 is not in 1..65535"),
     ({"spec.ports[0].port": DROP}, "spec.ports[0].port: missing"),
