@@ -23,11 +23,18 @@ import pytest
 
 from nlproxy import netns as nsmod
 from nlproxy.conntrack import Backend, Conntrack, Frontend, stale_flow_filters
+from nlproxy.log import configure
 from tests.netns import sh
 
 Addr = IPv4Address | IPv6Address
 PORT = 5353  # endpoints listen here
 TCP_PORT = 8080
+
+
+@pytest.fixture(autouse=True)
+def _log_to_this_tests_stderr() -> None:
+    """``cli.main`` binds structlog to the stderr of the test that called it; rebind it here."""
+    configure(level="warning")
 
 
 @dataclass
