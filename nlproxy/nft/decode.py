@@ -234,6 +234,20 @@ def interval_value(dt: DataType, lo: bytes, hi: bytes) -> list[Value]:
     )
 
 
+def key_order(key: tuple[Value, ...]) -> tuple[tuple[int, int, int], ...]:
+    """Sort key for element keys: numbers part by part (addresses and networks by address,
+    then prefix length), so element order is deterministic and reads naturally."""
+    out = []
+    for v in key:
+        if isinstance(v, int):
+            out.append((0, v, 0))
+        elif isinstance(v, IPv4Network | IPv6Network):
+            out.append((v.version, int(v.network_address), v.prefixlen))
+        else:
+            out.append((v.version, int(v), 0))
+    return tuple(out)
+
+
 def verdict_of(code: int, chain: str | None) -> Verdict:
     """A kernel verdict code (signed) and chain into a :class:`Verdict`."""
     if code >= 1 << 31:

@@ -17,7 +17,6 @@ import struct
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from ipaddress import IPv4Network, IPv6Network
 from typing import Any
 
 from nlproxy.errors import NlproxyError
@@ -212,6 +211,9 @@ def _read_table(s: NetfilterSocket, family: Family, name: str) -> Table | None:
     return None
 
 
+_DUMP_KINDS = {NFT_MSG_GETCHAIN: "chain", NFT_MSG_GETSET: "set", NFT_MSG_GETRULE: "rule"}
+
+
 def _dump(
     s: NetfilterSocket,
     msg_type: int,
@@ -226,29 +228,11 @@ def _dump(
     """
     _, lib = _lib()
     seq = s.next_seq()
-    alloc, set_str, build, free, attr = {
-        NFT_MSG_GETCHAIN: (
-            lib.nftnl_chain_alloc,
-            lib.nftnl_chain_set_str,
-            lib.nftnl_chain_nlmsg_build_payload,
-            lib.nftnl_chain_free,
-            lib.NFTNL_CHAIN_TABLE,
-        ),
-        NFT_MSG_GETSET: (
-            lib.nftnl_set_alloc,
-            lib.nftnl_set_set_str,
-            lib.nftnl_set_nlmsg_build_payload,
-            lib.nftnl_set_free,
-            lib.NFTNL_SET_TABLE,
-        ),
-        NFT_MSG_GETRULE: (
-            lib.nftnl_rule_alloc,
-            lib.nftnl_rule_set_str,
-            lib.nftnl_rule_nlmsg_build_payload,
-            lib.nftnl_rule_free,
-            lib.NFTNL_RULE_TABLE,
-        ),
-    }[msg_type]
+    kind = _DUMP_KINDS[msg_type]
+    alloc, free = getattr(lib, f"nftnl_{kind}_alloc"), getattr(lib, f"nftnl_{kind}_free")
+    set_str = getattr(lib, f"nftnl_{kind}_set_str")
+    build = getattr(lib, f"nftnl_{kind}_nlmsg_build_payload")
+    attr = getattr(lib, f"NFTNL_{kind.upper()}_TABLE")
 
     def payload(nlh: Any) -> None:
         obj = alloc()
@@ -370,21 +354,8 @@ class _RawSet:
         entries: tuple[tuple[tuple[Value, ...], Verdict], ...] = ()
         if self.anonymous and self.data == (DataType.VERDICT,):
             pairs = [(el.key, el.value) for el in elements if isinstance(el.value, Verdict)]
-            entries = tuple(sorted(pairs, key=lambda kv: sort_key(kv[0])))
+            entries = tuple(sorted(pairs, key=lambda kv: decode.key_order(kv[0])))
         return SetInfo(self.key, self.key_len, self.anonymous, entries)
-
-
-def sort_key(key: tuple[Value, ...]) -> tuple[tuple[int, int, int], ...]:
-    """Order keys as numbers part by part (addresses and networks by address, then prefix)."""
-    out = []
-    for v in key:
-        if isinstance(v, int):
-            out.append((0, v, 0))
-        elif isinstance(v, IPv4Network | IPv6Network):
-            out.append((v.version, int(v.network_address), v.prefixlen))
-        else:
-            out.append((v.version, int(v), 0))
-    return tuple(out)
 
 
 def _parse_set(nlh: Any, family: Family) -> tuple[str, _RawSet]:
@@ -570,78 +541,37 @@ class _RawRule:
     exprs: tuple[RawExpr, ...]
 
 
-# Attributes the decoder reads, per expression: (decoder's name, libnftnl attribute, kind).
-_ATTRS: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "payload": (
-        ("dreg", "PAYLOAD_DREG", "int"),
-        ("base", "PAYLOAD_BASE", "int"),
-        ("offset", "PAYLOAD_OFFSET", "int"),
-        ("len", "PAYLOAD_LEN", "int"),
-        ("sreg", "PAYLOAD_SREG", "int"),
-    ),
-    "meta": (
-        ("key", "META_KEY", "int"),
-        ("dreg", "META_DREG", "int"),
-        ("sreg", "META_SREG", "int"),
-    ),
-    "ct": (
-        ("key", "CT_KEY", "int"),
-        ("dreg", "CT_DREG", "int"),
-        ("dir", "CT_DIR", "int"),
-        ("sreg", "CT_SREG", "int"),
-    ),
-    "fib": (
-        ("dreg", "FIB_DREG", "int"),
-        ("result", "FIB_RESULT", "int"),
-        ("flags", "FIB_FLAGS", "int"),
-    ),
-    "numgen": (
-        ("dreg", "NG_DREG", "int"),
-        ("modulus", "NG_MODULUS", "int"),
-        ("type", "NG_TYPE", "int"),
-        ("offset", "NG_OFFSET", "int"),
-    ),
-    "bitwise": (
-        ("sreg", "BITWISE_SREG", "int"),
-        ("dreg", "BITWISE_DREG", "int"),
-        ("mask", "BITWISE_MASK", "bytes"),
-        ("xor", "BITWISE_XOR", "bytes"),
-        ("op", "BITWISE_OP", "int"),
-    ),
-    "immediate": (
-        ("dreg", "IMM_DREG", "int"),
-        ("data", "IMM_DATA", "bytes"),
-        ("verdict", "IMM_VERDICT", "int"),
-        ("chain", "IMM_CHAIN", "str"),
-    ),
-    "cmp": (("sreg", "CMP_SREG", "int"), ("op", "CMP_OP", "int"), ("data", "CMP_DATA", "bytes")),
-    "lookup": (
-        ("sreg", "LOOKUP_SREG", "int"),
-        ("dreg", "LOOKUP_DREG", "int"),
-        ("set", "LOOKUP_SET", "str"),
-        ("flags", "LOOKUP_FLAGS", "int"),
-    ),
-    "nat": (
-        ("type", "NAT_TYPE", "int"),
-        ("family", "NAT_FAMILY", "int"),
-        ("addr_min", "NAT_REG_ADDR_MIN", "int"),
-        ("addr_max", "NAT_REG_ADDR_MAX", "int"),
-        ("proto_min", "NAT_REG_PROTO_MIN", "int"),
-        ("proto_max", "NAT_REG_PROTO_MAX", "int"),
-        ("flags", "NAT_FLAGS", "int"),
-    ),
-    "masq": (("flags", "MASQ_FLAGS", "int"), ("proto_min", "MASQ_REG_PROTO_MIN", "int")),
-    "reject": (("type", "REJECT_TYPE", "int"), ("code", "REJECT_CODE", "int")),
-    "dynset": (
-        ("sreg_key", "DYNSET_SREG_KEY", "int"),
-        ("sreg_data", "DYNSET_SREG_DATA", "int"),
-        ("op", "DYNSET_OP", "int"),
-        ("timeout", "DYNSET_TIMEOUT", "int"),
-        ("set", "DYNSET_SET_NAME", "str"),
-        ("expr", "DYNSET_EXPR", "flag"),
-    ),
-    "counter": (),
+# Attributes the decoder reads, per expression: "name=NFTNL_EXPR_ suffix", with ":b" for bytes,
+# ":s" for a string and ":f" for presence only; the rest are integers.
+_ATTRS: dict[str, str] = {
+    "payload": "dreg=PAYLOAD_DREG base=PAYLOAD_BASE offset=PAYLOAD_OFFSET len=PAYLOAD_LEN "
+    "sreg=PAYLOAD_SREG",
+    "meta": "key=META_KEY dreg=META_DREG sreg=META_SREG",
+    "ct": "key=CT_KEY dreg=CT_DREG dir=CT_DIR sreg=CT_SREG",
+    "fib": "dreg=FIB_DREG result=FIB_RESULT flags=FIB_FLAGS",
+    "numgen": "dreg=NG_DREG modulus=NG_MODULUS type=NG_TYPE offset=NG_OFFSET",
+    "bitwise": "sreg=BITWISE_SREG dreg=BITWISE_DREG mask=BITWISE_MASK:b xor=BITWISE_XOR:b "
+    "op=BITWISE_OP",
+    "immediate": "dreg=IMM_DREG data=IMM_DATA:b verdict=IMM_VERDICT chain=IMM_CHAIN:s",
+    "cmp": "sreg=CMP_SREG op=CMP_OP data=CMP_DATA:b",
+    "lookup": "sreg=LOOKUP_SREG dreg=LOOKUP_DREG set=LOOKUP_SET:s flags=LOOKUP_FLAGS",
+    "nat": "type=NAT_TYPE family=NAT_FAMILY addr_min=NAT_REG_ADDR_MIN addr_max=NAT_REG_ADDR_MAX "
+    "proto_min=NAT_REG_PROTO_MIN proto_max=NAT_REG_PROTO_MAX flags=NAT_FLAGS",
+    "masq": "flags=MASQ_FLAGS proto_min=MASQ_REG_PROTO_MIN",
+    "reject": "type=REJECT_TYPE code=REJECT_CODE",
+    "dynset": "sreg_key=DYNSET_SREG_KEY sreg_data=DYNSET_SREG_DATA op=DYNSET_OP "
+    "timeout=DYNSET_TIMEOUT set=DYNSET_SET_NAME:s expr=DYNSET_EXPR:f",
+    "counter": "",
 }
+
+
+def _attr_specs(name: str) -> list[tuple[str, str, str]]:
+    out = []
+    for item in _ATTRS.get(name, "").split():
+        key, _, rest = item.partition("=")
+        attr, _, kind = rest.partition(":")
+        out.append((key, attr, kind))
+    return out
 
 
 def _raw_expr(e: Any) -> RawExpr:
@@ -649,18 +579,18 @@ def _raw_expr(e: Any) -> RawExpr:
     name = ffi.string(lib.nftnl_expr_get_str(e, lib.NFTNL_EXPR_NAME)).decode()
     attrs: dict[str, int | bytes | str] = {}
     n = ffi.new("uint32_t *")
-    for key, cname, kind in _ATTRS.get(name, ()):
+    for key, cname, kind in _attr_specs(name):
         attr = getattr(lib, "NFTNL_EXPR_" + cname)
         if not lib.nftnl_expr_is_set(e, attr):
             continue
-        if kind == "flag":
+        if kind == "f":
             attrs[key] = 1
             continue
         ptr = lib.nftnl_expr_get(e, attr, n)
         blob = bytes(ffi.buffer(ptr, n[0]))
-        if kind == "bytes":
+        if kind == "b":
             attrs[key] = blob
-        elif kind == "str":
+        elif kind == "s":
             attrs[key] = blob.rstrip(b"\0").decode()
         else:
             attrs[key] = int.from_bytes(blob, sys.byteorder)
