@@ -27,6 +27,10 @@ NLM_F_REQUEST = 0x1
 NLM_F_MULTI = 0x2
 NLM_F_ACK = 0x4
 NLM_F_DUMP = 0x300
+NLM_F_CAPPED = 0x100  # in NLMSG_ERROR: the original payload was left out
+NLM_F_ACK_TLVS = 0x200  # in NLMSG_ERROR: extended ack attributes follow
+NLMSGERR_ATTR_MSG = 1
+NLMSGERR_ATTR_OFFS = 2
 
 _HDR = struct.Struct("=IHHII")
 
@@ -50,6 +54,30 @@ class Message:
     def error_seq(self) -> int:
         """For NLMSG_ERROR: the sequence number of the message it answers."""
         return int(_HDR.unpack_from(self.payload, 4)[3])
+
+    def ext_ack(self) -> tuple[str, int | None]:
+        """For NLMSG_ERROR: the extended ack's message and offset of the bad attribute.
+
+        The offset counts from the start of the original message (its netlink header); with
+        NETLINK_CAP_ACK the original payload is not echoed, so the TLVs follow its header.
+        """
+        if not self.flags & NLM_F_ACK_TLVS:
+            return "", None
+        off = 4 + _HDR.size
+        if not self.flags & NLM_F_CAPPED:
+            off = 4 + _HDR.unpack_from(self.payload, 4)[0]
+        text, where = "", None
+        while off + 4 <= len(self.payload):
+            length, kind = struct.unpack_from("=HH", self.payload, off)
+            if length < 4:
+                break
+            value = self.payload[off + 4 : off + length]
+            if kind == NLMSGERR_ATTR_MSG:
+                text = value.rstrip(b"\0").decode(errors="replace")
+            elif kind == NLMSGERR_ATTR_OFFS and len(value) >= 4:
+                where = struct.unpack_from("=I", value)[0]
+            off += (length + 3) & ~3
+        return text, where
 
 
 def parse_messages(buf: bytes) -> Iterator[Message]:
@@ -93,10 +121,53 @@ class NetfilterSocket:
         self._seq = 0
 
     def next_seq(self, count: int = 1) -> int:
-        """Reserve ``count`` sequence numbers and return the first."""
+        """Reserve ``count`` sequence numbers and return the first.
+
+        Sequence numbers are 32-bit; they start again from 1 before they would wrap.
+        """
+        if self._seq + count >= 1 << 31:
+            self._seq = 0
         first = self._seq + 1
         self._seq += count
         return first
+
+    def skip_to(self, seq: int) -> None:
+        """Record that numbers up to ``seq`` are used (a batch numbered its own messages)."""
+        self._seq = max(self._seq, seq)
+
+    def ensure_sndbuf(self, size: int) -> None:
+        """Grow the send buffer so one datagram of ``size`` bytes fits (a batch is one send)."""
+        current = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        if current - 64 < size:
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, size + (1 << 16))
+            except PermissionError:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size + (1 << 16))
+
+    def drain(self) -> tuple[list[Message], bool]:
+        """Read every datagram already queued, without blocking.
+
+        Returns:
+            the messages, and whether the kernel dropped some for lack of buffer (ENOBUFS).
+        """
+        out: list[Message] = []
+        overflow = False
+        self.sock.setblocking(False)
+        try:
+            while True:
+                try:
+                    buf = self.sock.recv(1 << 20)
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    if exc.errno != errno_mod.ENOBUFS:
+                        raise
+                    overflow = True
+                    continue
+                out.extend(parse_messages(buf))
+        finally:
+            self.sock.setblocking(True)
+        return out, overflow
 
     def send(self, data: bytes | memoryview) -> None:
         self.sock.sendall(data)

@@ -1,0 +1,335 @@
+"""The kernel backend: apply a transaction to one nftables table as one atomic batch.
+
+Sits at the end of the write path: the reconciler hands :meth:`NftBackend.apply` a sequence of
+:class:`~nlproxy.nft.ir.Operation`; it validates them (``validate.py``), encodes all of them into
+one nfnetlink batch (``encode.py``), sends it on the backend's NETLINK_NETFILTER socket and reads
+the kernel's answers. It decides nothing about what to program, and it never execs ``nft``.
+
+Kernel batch semantics this relies on (nfnetlink, Linux 6.x):
+
+* The kernel processes a batch synchronously inside ``sendmsg``: when the send returns, every
+  answer is already queued on the socket, so the answers are drained without blocking.
+* Each message that fails gets an NLMSG_ERROR; a message flagged NLM_F_ACK gets one even when it
+  succeeds. The kernel keeps processing after a failure to report every error, then aborts the
+  whole batch: all or nothing. Only the last message asks for an ACK, so a successful batch of
+  100k messages produces one answer, and a failed one an answer per failing message (plus the
+  last), each ~36 bytes with NETLINK_CAP_ACK, well inside the 64 MiB receive buffer. Errors that
+  follow the first are often consequences of it; the first one is reported.
+* With NETLINK_EXT_ACK the kernel adds a message and the offset of the offending attribute; for
+  an element message that offset points into one element, which names it exactly.
+
+Owned tables (NFT_TABLE_F_OWNER, Linux >= 5.12), as observed on Linux 6.18 by
+``tests/kernel/test_nft_write_owner.py``:
+
+* Only the socket that created the table may change or delete it: any other socket, including
+  ``nft`` run by root, gets EPERM, so the backend keeps its socket open for its whole life.
+* ``nft flush ruleset`` leaves an owned table alone (the kernel skips tables owned by others).
+* When the owning socket closes (the process exits), the kernel deletes the table, unless it was
+  created with NFT_TABLE_F_PERSIST (Linux >= 6.9): then it stays, orphaned, rules in force, and
+  anyone may change it like an ordinary table. A new process re-takes it by adding the table
+  again with the owner flag (and persist) from its socket; from then on it is owned again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from nlproxy.errors import KernelError
+from nlproxy.nft import validate as validation
+from nlproxy.nft.encode import NFNL_SUBSYS_NFTABLES, Batch
+from nlproxy.nft.ir import (
+    Chain,
+    DataType,
+    Map,
+    Operation,
+    Ruleset,
+    Set,
+    SetFlag,
+    SetLike,
+    Table,
+    Verb,
+)
+from nlproxy.nft.nlsock import NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_ERROR, NetfilterSocket
+
+NFT_MSG_GETTABLE, NFT_MSG_GETCHAIN, NFT_MSG_GETSET = 1, 4, 10
+_NFT_DATA_VERDICT = 0xFFFFFF00
+_TYPES = {dt.type_id: dt for dt in DataType}
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    """What one :meth:`NftBackend.apply` sent: messages in the batch and wall seconds."""
+
+    messages: int
+    seconds: float
+
+
+def kernel_release() -> tuple[int, int]:
+    """The running kernel's (major, minor) version."""
+    m = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def kernel_supports_persist() -> bool:
+    """NFT_TABLE_F_PERSIST exists from Linux 6.9: without it an owned table dies with us."""
+    return kernel_release() >= (6, 9)
+
+
+def kernel_supports_destroy() -> bool:
+    """NFT_MSG_DESTROY* (delete if present) exist from Linux 6.3."""
+    return kernel_release() >= (6, 3)
+
+
+class NftBackend:
+    """Applies transactions to ``table`` in network namespace ``netns`` (None: the current one).
+
+    The socket stays open for the backend's lifetime: an owned table can only be changed from the
+    socket that created it, and closing that socket deletes the table unless it persists.
+
+    Args:
+        table: the table every operation is about.
+        netns: a named network namespace (``/var/run/netns/NAME``) or a path.
+        known: what the kernel already has in the table; when None, the backend reads the
+            table's chain names and set declarations from the kernel on first use. Either way
+            it keeps that view up to date with what it applies.
+    """
+
+    def __init__(self, table: Table, *, netns: str | None = None, known: Ruleset | None = None):
+        self.table = table
+        self.netns = netns
+        self.sock = NetfilterSocket(netns)
+        self._known = known
+
+    # -- public -----------------------------------------------------------------------------
+
+    def apply(self, ops: Sequence[Operation], known: Ruleset | None = None) -> ApplyResult:
+        """Validate, encode and commit ``ops`` as one atomic batch.
+
+        Args:
+            ops: the transaction, in order.
+            known: overrides the backend's view of what the table holds, for validation.
+
+        Returns:
+            the number of messages sent and the wall time of encode + commit.
+
+        Raises:
+            InvalidNftObject: an operation is invalid; nothing was sent.
+            KernelError: the kernel rejected the batch; nothing of it was applied. ``ref`` names
+                the object of the first failing operation, ``index`` its position in ``ops``.
+        """
+        start = time.perf_counter()
+        if not ops:
+            return ApplyResult(0, 0.0)
+        view = known or self.known()
+        validation.validate(self.table, ops, view)
+        batch = Batch(self.table, view.sets, self.sock.next_seq())
+        batch.add(ops)
+        data = batch.finish()
+        self.sock.skip_to(batch.last_seq)
+        self._commit(batch, data, ops)
+        self._remember(ops, view)
+        return ApplyResult(batch.messages, time.perf_counter() - start)
+
+    def known(self) -> Ruleset:
+        """The backend's view of the table's chains and sets (read from the kernel once)."""
+        if self._known is None:
+            self._known = self.read_declarations()
+        return self._known
+
+    def forget(self) -> None:
+        """Drop the cached view; the next :meth:`apply` reads it from the kernel again."""
+        self._known = None
+
+    def table_exists(self) -> bool:
+        """Whether the table exists in the kernel (as seen from this socket's namespace)."""
+        return any(True for _ in self._dump(NFT_MSG_GETTABLE, _name_attr(1, self.table.name)))
+
+    def delete_table(self) -> bool:
+        """Delete the table if it exists; returns whether it did."""
+        if not self.table_exists():
+            return False
+        self.apply([Operation(Verb.DELETE, self.table)])
+        return True
+
+    def close(self) -> None:
+        """Close the socket. An owned table without persist disappears with it."""
+        self.sock.close()
+
+    def __enter__(self) -> NftBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- commit -----------------------------------------------------------------------------
+
+    def _commit(self, batch: Batch, data: memoryview, ops: Sequence[Operation]) -> None:
+        self.sock.ensure_sndbuf(len(data))
+        _flag_last_for_ack(data, batch.last_seq - 1)
+        self.sock.drain()  # stale answers (none expected) must not be read as ours
+        self.sock.send(data)
+        answers, overflow = self.sock.drain()
+        errors = []
+        acked = False
+        for msg in answers:
+            if msg.type != NLMSG_ERROR:
+                continue
+            seq = msg.error_seq
+            if not batch.first_seq <= seq <= batch.last_seq:
+                continue
+            if msg.error == 0:
+                acked = acked or seq == batch.last_seq - 1
+                continue
+            errors.append((seq, msg.error, *msg.ext_ack()))
+        if errors:
+            raise self._error(batch, ops, min(errors))
+        if overflow or not acked:
+            raise KernelError(
+                f"table {self.table.family} {self.table.name}",
+                "the kernel's answer to the batch was lost"
+                + (" (receive buffer overflow)" if overflow else ""),
+                errno=0,
+            )
+
+    def _error(
+        self, batch: Batch, ops: Sequence[Operation], err: tuple[int, int, str, int | None]
+    ) -> KernelError:
+        seq, errno, text, offset = err
+        index, what = batch.locate(seq, offset)
+        reason = os.strerror(errno) + (f" ({text})" if text else "")
+        if index is None:
+            ref = f"batch for table {self.table.family} {self.table.name}"
+            return KernelError(ref, reason, errno=errno)
+        ref = validation.describe(ops[index].obj, batch.sets)
+        if what:
+            ref = f"{ref}: {what}"
+        return KernelError(ref, reason, errno=errno, index=index)
+
+    def _remember(self, ops: Sequence[Operation], view: Ruleset) -> None:
+        """Keep the view of chains and sets in step with what the kernel now has."""
+        for op in ops:
+            obj, adds = op.obj, op.verb in (Verb.ADD, Verb.CREATE)
+            gone = op.verb in (Verb.DELETE, Verb.DESTROY)
+            if isinstance(obj, Chain):
+                if adds and obj.name not in view.chains:
+                    view.add_chain(obj)
+                elif gone:
+                    view.chains.pop(obj.name, None)
+                    view.rules.pop(obj.name, None)
+            elif isinstance(obj, Set | Map):
+                if adds and obj.name not in view.sets:
+                    view.sets[obj.name] = obj
+                elif gone:
+                    view.sets.pop(obj.name, None)
+            elif isinstance(obj, Table) and gone:
+                view.chains.clear()
+                view.rules.clear()
+                view.sets.clear()
+                view.elements.clear()
+
+    # -- reading declarations ---------------------------------------------------------------
+
+    def read_declarations(self) -> Ruleset:
+        """Chain names and set declarations of the table, from the kernel (no rules/elements).
+
+        Sets whose types nlproxy cannot express (e.g. made by ``nft`` with ``typeof``) are left
+        out; operations on them then fail validation with a message naming them.
+        """
+        rs = Ruleset(table=self.table)
+        name = _name_attr(1, self.table.name)  # NFTA_CHAIN_TABLE / NFTA_SET_TABLE
+        for attrs in self._dump(NFT_MSG_GETCHAIN, name):
+            if attrs.get(1) == self.table.name.encode() + b"\0":
+                rs.add_chain(Chain(name=_text(attrs[3])))
+        for attrs in self._dump(NFT_MSG_GETSET, name):
+            if attrs.get(1) == self.table.name.encode() + b"\0":
+                s = _decode_set(attrs)
+                if s is not None:
+                    rs.add_set(s)
+        return rs
+
+    def _dump(self, msg: int, attrs: bytes) -> Iterator[dict[int, bytes]]:
+        seq = self.sock.next_seq()
+        body = struct.pack("=BBH", self.table.family.nfproto, 0, 0) + attrs
+        hdr = struct.pack(
+            "=IHHII", 16 + len(body), (NFNL_SUBSYS_NFTABLES << 8) | msg,
+            NLM_F_REQUEST | NLM_F_DUMP | NLM_F_ACK, seq, 0,
+        )  # fmt: skip
+        try:
+            for reply in self.sock.dump(hdr + body, seq):
+                yield dict(_attrs(reply.payload[4:]))
+        except OSError as exc:
+            if exc.errno != 2:  # ENOENT: no such table
+                raise
+
+
+def _flag_last_for_ack(data: memoryview, seq: int) -> None:
+    """Set NLM_F_ACK on the message numbered ``seq`` (the last before BATCH_END)."""
+    off = 0
+    while off + 16 <= len(data):
+        length, _type, flags, mseq = struct.unpack_from("=IHHI", data, off)
+        if mseq == seq:
+            struct.pack_into("=H", data, off + 6, flags | NLM_F_ACK)
+            return
+        off += (length + 3) & ~3
+
+
+def _name_attr(kind: int, name: str) -> bytes:
+    raw = name.encode() + b"\0"
+    return struct.pack("=HH", 4 + len(raw), kind) + raw + bytes(-len(raw) % 4)
+
+
+def _attrs(buf: bytes) -> Iterator[tuple[int, bytes]]:
+    off = 0
+    while off + 4 <= len(buf):
+        length, kind = struct.unpack_from("=HH", buf, off)
+        if length < 4:
+            return
+        yield kind & 0x3FFF, buf[off + 4 : off + length]
+        off += (length + 3) & ~3
+
+
+def _text(raw: bytes) -> str:
+    return raw.rstrip(b"\0").decode()
+
+
+def _be32(raw: bytes | None) -> int:
+    return struct.unpack(">I", raw)[0] if raw else 0
+
+
+def _types(type_id: int, length: int) -> tuple[DataType, ...] | None:
+    """Split nft's concatenated type id (6 bits per part) and check it against ``length``."""
+    parts: list[DataType] = []
+    while type_id:
+        dt = _TYPES.get(type_id & 0x3F)
+        if dt is None or dt is DataType.VERDICT:
+            return None
+        parts.insert(0, dt)
+        type_id >>= 6
+    if not parts:
+        return None
+    expect = parts[0].length if len(parts) == 1 else sum((p.length + 3) & ~3 for p in parts)
+    return tuple(parts) if expect == length else None
+
+
+def _decode_set(a: dict[int, bytes]) -> SetLike | None:
+    """NFTA_SET_* attributes (NAME 2, FLAGS 3, KEY_TYPE 4, KEY_LEN 5, DATA_TYPE 6, DATA_LEN 7,
+    TIMEOUT 11) to a declaration."""
+    key = _types(_be32(a.get(4)), _be32(a.get(5)))
+    if key is None:
+        return None
+    flags = SetFlag(_be32(a.get(3)) & ~int(SetFlag.MAP | SetFlag.CONCAT))
+    timeout_ms = struct.unpack(">Q", a[11])[0] if 11 in a else None
+    timeout = timeout_ms // 1000 if timeout_ms else None
+    name = _text(a[2])
+    if not _be32(a.get(3)) & SetFlag.MAP:
+        return Set(name=name, key=key, flags=flags, timeout=timeout)
+    dtype = _be32(a.get(6))
+    data = (DataType.VERDICT,) if dtype == _NFT_DATA_VERDICT else _types(dtype, _be32(a.get(7)))
+    if data is None:
+        return None
+    return Map(name=name, key=key, data=data, flags=flags, timeout=timeout)

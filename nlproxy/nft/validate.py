@@ -1,0 +1,405 @@
+"""Check a transaction before anything is sent: names, comments, value types and references.
+
+Sits between the reconciler's operations and the encoder (``NftBackend.apply`` calls
+:func:`validate` first). Each problem the kernel would reject, and some it would accept but
+misprogram, becomes an :class:`~nlproxy.errors.InvalidNftObject` naming the object, so a bad
+service can be left out without a round trip to the kernel. Pure: no I/O, no kernel, no encoding;
+it never changes the operations it checks.
+
+The value rules here are also the contract of ``encode.py``'s packers: what passes
+:func:`check_value` packs without error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+
+from nlproxy.errors import InvalidNftObject
+from nlproxy.nft.ir import (
+    Chain,
+    Cmp,
+    Counter,
+    DataType,
+    Dnat,
+    DnatMap,
+    Element,
+    Expr,
+    Family,
+    Field,
+    InlineVMap,
+    Lookup,
+    Map,
+    MarkSet,
+    Masquerade,
+    NftObject,
+    Numgen,
+    Op,
+    Operation,
+    Reject,
+    Rule,
+    Ruleset,
+    Selector,
+    Set,
+    SetFlag,
+    SetLike,
+    SetUpdate,
+    Table,
+    Value,
+    Verb,
+    Verdict,
+    VerdictKind,
+    VMap,
+)
+
+NFT_NAME_MAXLEN = 256
+"""Kernel limit on table, chain and set names, including the terminating NUL."""
+NFT_USERDATA_MAXLEN = 256
+"""Kernel limit on userdata (NFT_USERDATA_MAXLEN); a comment uses 2 bytes of TLV header + NUL."""
+COMMENT_MAXLEN = NFT_USERDATA_MAXLEN - 3
+ELEMENT_COMMENT_MAXLEN = 252
+"""An element's userdata TLV length is one byte and includes the NUL: at most 253 - 1."""
+_BITMASK_FIELDS = frozenset({Field.CT_STATE, Field.CT_STATUS})
+_RANGES: dict[DataType, int] = {
+    DataType.INET_PROTO: 0xFF,
+    DataType.INET_SERVICE: 0xFFFF,
+    DataType.MARK: 0xFFFFFFFF,
+}
+_FIELD_MAX = {Field.META_NFPROTO: 0xFF}
+MARK_OPS = ("or", "xor", "set")
+
+_VERBS: dict[type, frozenset[Verb]] = {
+    Table: frozenset({Verb.ADD, Verb.CREATE, Verb.FLUSH, Verb.DELETE, Verb.DESTROY}),
+    Chain: frozenset({Verb.ADD, Verb.CREATE, Verb.FLUSH, Verb.DELETE, Verb.DESTROY}),
+    Set: frozenset({Verb.ADD, Verb.CREATE, Verb.FLUSH, Verb.DELETE, Verb.DESTROY}),
+    Map: frozenset({Verb.ADD, Verb.CREATE, Verb.FLUSH, Verb.DELETE, Verb.DESTROY}),
+    Rule: frozenset({Verb.ADD, Verb.CREATE, Verb.INSERT, Verb.REPLACE, Verb.DELETE, Verb.DESTROY}),
+    Element: frozenset({Verb.ADD, Verb.CREATE, Verb.DELETE, Verb.DESTROY}),
+}
+
+
+def describe(obj: NftObject, sets: Mapping[str, SetLike] | None = None) -> str:
+    """How errors name an object: ``chain services``, ``element 10.0.0.1 . tcp . 80 in map m``.
+
+    Args:
+        sets: declarations to name an element's set as ``set`` or ``map`` and print its values.
+    """
+    match obj:
+        case Table():
+            return f"table {obj.family} {obj.name}"
+        case Chain():
+            return f"chain {obj.name}"
+        case Set():
+            return f"set {obj.name}"
+        case Map():
+            return f"map {obj.name}"
+        case Rule():
+            where = f" handle {obj.handle}" if obj.handle is not None else ""
+            label = f" ({obj.comment})" if obj.comment else ""
+            return f"rule in chain {obj.chain}{where}{label}"
+        case Element():
+            s = (sets or {}).get(obj.set)
+            types: Sequence[DataType | None] = s.key if s else [None] * len(obj.key)
+            key = " . ".join(format_value(v, dt) for v, dt in zip(obj.key, types, strict=False))
+            kind = "map" if isinstance(s, Map) else "set"
+            return f"element {key} in {kind} {obj.set}"
+
+
+_PROTO_NAMES = {6: "tcp", 17: "udp", 132: "sctp", 1: "icmp", 58: "ipv6-icmp"}
+
+
+def format_value(v: Value, dt: DataType | None = None) -> str:
+    """A key or data value as nft prints it: protocols by name, marks in hex."""
+    if dt is DataType.INET_PROTO and isinstance(v, int):
+        return _PROTO_NAMES.get(v, str(v))
+    if dt is DataType.MARK and isinstance(v, int):
+        return f"{v:#010x}"
+    return str(v)
+
+
+def check_value(dt: DataType, v: Value, *, interval: bool = False) -> str | None:
+    """Why ``v`` is not a valid value of type ``dt`` (None when it is).
+
+    Args:
+        interval: networks are allowed (an interval set's key, a prefix match).
+    """
+    if dt in (DataType.IPV4_ADDR, DataType.IPV6_ADDR):
+        v4 = dt is DataType.IPV4_ADDR
+        addr_t: type = IPv4Address if v4 else IPv6Address
+        net_t: type = IPv4Network if v4 else IPv6Network
+        if isinstance(v, addr_t):
+            return None
+        if isinstance(v, net_t):
+            return None if interval else f"{v} is a network, but {dt.name} wants an address"
+        return f"{v!r} is not an {'IPv4' if v4 else 'IPv6'} address"
+    if dt is DataType.VERDICT:
+        return "a verdict cannot be a key or data part"
+    top = _RANGES[dt]
+    if isinstance(v, bool) or not isinstance(v, int):
+        return f"{v!r} is not an integer ({dt.name})"
+    if not 0 <= v <= top:
+        return f"{v} is not in 0..{top} ({dt.name})"
+    return None
+
+
+def _fail(obj: NftObject, reason: str, field: str = "") -> InvalidNftObject:
+    return InvalidNftObject(describe(obj), reason, field=field)
+
+
+def _check_name(obj: NftObject, kind: str, name: str) -> None:
+    if not name:
+        raise _fail(obj, f"empty {kind} name")
+    if len(name.encode()) + 1 > NFT_NAME_MAXLEN:
+        raise _fail(obj, f"{kind} name is {len(name.encode())} bytes, over the kernel's 255")
+    if "\0" in name:
+        raise _fail(obj, f"{kind} name contains NUL")
+
+
+def _check_comment(obj: NftObject, comment: str, limit: int = COMMENT_MAXLEN) -> None:
+    n = len(comment.encode())
+    if n > limit:
+        raise _fail(obj, f"comment is {n} bytes, over the userdata limit of {limit}")
+    if "\0" in comment:
+        raise _fail(obj, "comment contains NUL")
+
+
+class _Scope:
+    """Chains and sets visible to the transaction: ``known`` plus what it adds, minus deletes."""
+
+    def __init__(self, known: Ruleset | None) -> None:
+        self.chains: set[str] = set(known.chains) if known else set()
+        self.sets: dict[str, SetLike] = dict(known.sets) if known else {}
+
+    def apply(self, op: Operation) -> None:
+        obj, adds = op.obj, op.verb in (Verb.ADD, Verb.CREATE)
+        gone = op.verb in (Verb.DELETE, Verb.DESTROY)
+        if isinstance(obj, Chain):
+            if adds:
+                self.chains.add(obj.name)
+            elif gone:
+                self.chains.discard(obj.name)
+        elif isinstance(obj, Set | Map):
+            if adds:
+                self.sets[obj.name] = obj
+            elif gone:
+                self.sets.pop(obj.name, None)
+        elif isinstance(obj, Table) and gone:
+            self.chains.clear()
+            self.sets.clear()
+
+
+def validate(table: Table, ops: Sequence[Operation], known: Ruleset | None = None) -> None:
+    """Raise on the first operation the kernel would reject, naming its object.
+
+    Args:
+        table: the table the transaction is for.
+        ops: the transaction, in order.
+        known: what the kernel already has in ``table`` (chains and sets are enough).
+
+    Raises:
+        InvalidNftObject: names the object, e.g. ``chain services: jump to chain nowhere,
+            which neither the transaction nor the table has``.
+    """
+    _check_name(table, "table", table.name)
+    _check_comment(table, table.comment)
+    scope = _Scope(known)
+    for op in ops:
+        allowed = _VERBS[type(op.obj)]
+        if op.verb not in allowed:
+            raise _fail(op.obj, f"cannot {op.verb} this kind of object")
+        scope.apply(op)
+        _check_op(table, op, scope)
+
+
+def _check_op(table: Table, op: Operation, scope: _Scope) -> None:
+    obj = op.obj
+    match obj:
+        case Table():
+            if (obj.family, obj.name) != (table.family, table.name):
+                raise _fail(obj, f"the backend is bound to table {table.family} {table.name}")
+            _check_comment(obj, obj.comment)
+            if obj.persist and not obj.owner:
+                raise _fail(obj, "persist needs owner")
+        case Chain():
+            _check_chain(obj)
+        case Set() | Map():
+            _check_set(obj)
+        case Rule():
+            _check_rule(table, op, obj, scope)
+        case Element():
+            _check_element(obj, scope, removing=op.verb in (Verb.DELETE, Verb.DESTROY))
+
+
+def _check_chain(chain: Chain) -> None:
+    _check_name(chain, "chain", chain.name)
+    _check_comment(chain, chain.comment)
+    if (chain.type is None) != (chain.hook is None):
+        raise _fail(chain, "a base chain needs both type and hook")
+    if chain.policy is not None and chain.hook is None:
+        raise _fail(chain, "only a base chain has a policy")
+
+
+def _check_set(s: SetLike) -> None:
+    _check_name(s, "set", s.name)
+    _check_comment(s, s.comment)
+    if not s.key or DataType.VERDICT in s.key:
+        raise _fail(s, "the key needs at least one part and no verdict", "key")
+    if isinstance(s, Map) and (not s.data or (DataType.VERDICT in s.data and not s.is_vmap)):
+        raise _fail(s, "the data is a verdict alone or a concatenation of values", "data")
+    if s.timeout is not None and s.timeout <= 0:
+        raise _fail(s, f"timeout {s.timeout} is not positive", "timeout")
+    if sum(-(-dt.length // 4) for dt in s.key) > 16:
+        raise _fail(s, "the key is longer than the kernel's 64 bytes", "key")
+
+
+def _check_element(el: Element, scope: _Scope, *, removing: bool) -> None:
+    s = scope.sets.get(el.set)
+    if s is None:
+        raise _fail(el, f"set {el.set} is neither in the transaction nor in the table")
+    _check_comment(el, el.comment, ELEMENT_COMMENT_MAXLEN)
+    if len(el.key) != len(s.key):
+        raise _fail(el, f"key has {len(el.key)} parts, {s.name} wants {len(s.key)}", "key")
+    interval = bool(s.flags & SetFlag.INTERVAL)
+    for i, (dt, v) in enumerate(zip(s.key, el.key, strict=True)):
+        if (why := check_value(dt, v, interval=interval)) is not None:
+            raise _fail(el, why, f"key[{i}]")
+    has_timeouts = s.timeout is not None or bool(s.flags & SetFlag.TIMEOUT)
+    if el.timeout is not None and (el.timeout <= 0 or not has_timeouts):
+        raise _fail(el, f"timeout {el.timeout}: positive, in a set with timeouts", "timeout")
+    if not removing:
+        _check_element_value(el, s, scope)
+
+
+def _check_element_value(el: Element, s: SetLike, scope: _Scope) -> None:
+    if not isinstance(s, Map):
+        if el.value is not None:
+            raise _fail(el, f"{s.name} is a set: an element has no value", "value")
+        return
+    if s.is_vmap:
+        if not isinstance(el.value, Verdict):
+            raise _fail(el, f"map {s.name} wants a verdict", "value")
+        _check_verdict(el, el.value, scope)
+        return
+    if not isinstance(el.value, tuple) or len(el.value) != len(s.data):
+        raise _fail(el, f"map {s.name} wants {len(s.data)} data parts", "value")
+    for i, (dt, v) in enumerate(zip(s.data, el.value, strict=True)):
+        if (why := check_value(dt, v)) is not None:
+            raise _fail(el, why, f"value[{i}]")
+
+
+def _check_verdict(obj: NftObject, v: Verdict, scope: _Scope) -> None:
+    needs_chain = v.kind in (VerdictKind.JUMP, VerdictKind.GOTO)
+    if needs_chain != (v.chain is not None):
+        raise _fail(obj, f"{v.kind} {'needs' if needs_chain else 'takes no'} chain")
+    if v.chain is not None and v.chain not in scope.chains:
+        raise _fail(
+            obj, f"{v.kind} to chain {v.chain}, which neither the transaction nor the table has"
+        )
+
+
+def _check_rule(table: Table, op: Operation, rule: Rule, scope: _Scope) -> None:
+    if op.verb in (Verb.REPLACE, Verb.DELETE, Verb.DESTROY) and rule.handle is None:
+        raise _fail(rule, f"{op.verb} needs the rule's handle")
+    if rule.chain not in scope.chains and op.verb not in (Verb.DELETE, Verb.DESTROY):
+        raise _fail(rule, f"chain {rule.chain} is neither in the transaction nor in the table")
+    _check_comment(rule, rule.comment)
+    if op.verb in (Verb.DELETE, Verb.DESTROY):
+        return
+    for i, expr in enumerate(rule.exprs):
+        try:
+            _check_expr(table, expr, scope)
+        except InvalidNftObject as exc:
+            raise _fail(rule, exc.reason, f"exprs[{i}]") from None
+
+
+def _check_keys(key: tuple[Selector, ...], s: SetLike | None, name: str) -> None:
+    if s is None:
+        raise InvalidNftObject("", f"set {name} is neither in the transaction nor in the table")
+    if not key:
+        raise InvalidNftObject("", "empty key")
+    for sel in key:
+        if isinstance(sel, Field) and sel.datatype is None:
+            raise InvalidNftObject("", f"{sel.text} cannot be part of a key")
+    if len(key) != len(s.key):
+        raise InvalidNftObject("", f"key has {len(key)} parts, {name} wants {len(s.key)}")
+
+
+def _check_cmp(table: Table, e: Cmp) -> None:
+    dt = e.left.datatype
+    if dt is not None:
+        net_ok = dt in (DataType.IPV4_ADDR, DataType.IPV6_ADDR) and e.mask is None
+        if (why := check_value(dt, e.right, interval=net_ok)) is not None:
+            raise InvalidNftObject("", f"{e.left.text}: {why}")
+        if isinstance(e.right, IPv4Network | IPv6Network) and e.op not in (Op.EQ, Op.NE):
+            raise InvalidNftObject("", f"a prefix match takes == or !=, not {e.op}")
+    else:
+        top = _FIELD_MAX.get(e.left, 0xFFFFFFFF)
+        if isinstance(e.right, bool) or not isinstance(e.right, int) or not 0 <= e.right <= top:
+            raise InvalidNftObject("", f"{e.left.text}: {e.right!r} is not in 0..{top}")
+        if e.left in _BITMASK_FIELDS and e.mask is None and e.op not in (Op.EQ, Op.NE):
+            raise InvalidNftObject("", f"{e.left.text} is a bitmask: == or !=, not {e.op}")
+    if e.mask is not None and not 0 <= e.mask <= 0xFFFFFFFF:
+        raise InvalidNftObject("", f"mask {e.mask:#x} is not a 32-bit value")
+    if e.left.text.startswith("ip6 ") and table.family is Family.IP:
+        raise InvalidNftObject("", f"{e.left.text} in an ip table")
+    if e.left.text.startswith("ip ") and table.family is Family.IP6:
+        raise InvalidNftObject("", f"{e.left.text} in an ip6 table")
+
+
+def _check_expr(table: Table, e: Expr, scope: _Scope) -> None:
+    match e:
+        case Cmp():
+            _check_cmp(table, e)
+        case Lookup():
+            _check_keys(e.key, scope.sets.get(e.set), e.set)
+            if isinstance(scope.sets[e.set], Map):
+                raise InvalidNftObject("", f"lookup in map {e.set}: use a set")
+        case VMap():
+            _check_keys(e.key, scope.sets.get(e.map), e.map)
+            s = scope.sets[e.map]
+            if not isinstance(s, Map) or not s.is_vmap:
+                raise InvalidNftObject("", f"{e.map} is not a verdict map")
+        case InlineVMap():
+            _check_inline(e, scope)
+        case DnatMap():
+            _check_keys(e.key, scope.sets.get(e.map), e.map)
+            m = scope.sets[e.map]
+            if not isinstance(m, Map) or len(m.data) != 2 or m.data[1] != DataType.INET_SERVICE:
+                raise InvalidNftObject("", f"dnat map {e.map} needs data addr . inet_service")
+        case SetUpdate():
+            _check_keys(e.key, scope.sets.get(e.set), e.set)
+        case Verdict():
+            _check_verdict(Chain(name="?"), e, scope)
+        case MarkSet():
+            if e.op not in MARK_OPS or not 0 <= e.value <= 0xFFFFFFFF:
+                raise InvalidNftObject("", f"meta mark set: op {e.op!r} value {e.value}")
+        case Dnat():
+            if e.port is not None and not 0 <= e.port <= 0xFFFF:
+                raise InvalidNftObject("", f"dnat port {e.port} is not in 0..65535")
+        case Counter() | Masquerade() | Reject():
+            pass
+
+
+def _check_inline(e: InlineVMap, scope: _Scope) -> None:
+    if not e.entries:
+        raise InvalidNftObject("", "an inline verdict map needs entries")
+    types = [selector_type(sel) for sel in e.key]
+    for key, verdict in e.entries:
+        if len(key) != len(types):
+            raise InvalidNftObject("", f"inline vmap key {key} has the wrong number of parts")
+        for dt, v in zip(types, key, strict=True):
+            if (why := check_value(dt, v)) is not None:
+                raise InvalidNftObject("", f"inline vmap key: {why}")
+        try:
+            _check_verdict(Chain(name="?"), verdict, scope)
+        except InvalidNftObject as exc:
+            raise InvalidNftObject("", exc.reason) from None
+
+
+def selector_type(sel: Selector) -> DataType:
+    """The datatype a selector contributes to a key: its field's, or MARK for numgen."""
+    if isinstance(sel, Numgen):
+        return DataType.MARK
+    if sel.datatype is None:
+        raise InvalidNftObject("", f"{sel.text} cannot be part of a key")
+    return sel.datatype
