@@ -118,7 +118,10 @@ def describe(route: Route, links: Mapping[int, Link]) -> str:
     words = [str(dst.network_address) if dst.prefixlen == dst.max_prefixlen else str(dst)]
     if route.type in _RTN_NAMES:
         words.insert(0, _RTN_NAMES[route.type])
+    multipath = len(route.nexthops) > 1
     for hop in route.nexthops:
+        if multipath:
+            words.append("nexthop")
         if hop.gateway is not None:
             words += ["via", str(hop.gateway)]
         if hop.oif is not None:

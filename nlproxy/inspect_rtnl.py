@@ -166,7 +166,7 @@ def dump(netns_name: str | None, families: Iterable[int]) -> Snapshot:
     """
     fams = sorted(set(families))
     with netns.entered(netns_name):
-        ipr = IPRoute()
+        ipr = IPRoute(groups=0)  # dumps only: no multicast subscriptions
     try:
         links = {link.index: link for link in map(_link, ipr.get_links())}
         routes = tuple(_route(m) for fam in fams for m in ipr.get_routes(family=fam))

@@ -68,7 +68,10 @@ class RouteWatcher:
         with netns.entered(netns_name):
             sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, rcvbuf)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, rcvbuf)
+            except PermissionError:  # without CAP_NET_ADMIN: capped at net.core.rmem_max
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
             sock.bind((0, groups))
             sock.setblocking(False)
         except OSError:

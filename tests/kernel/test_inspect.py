@@ -230,6 +230,57 @@ def test_gateway_neighbour_failed(two_nodes: tuple[str, str]) -> None:
     )
 
 
+def test_multipath_reachable_while_one_hop_works(two_nodes: tuple[str, str]) -> None:
+    n1, _ = two_nodes
+    ip(
+        n1,
+        "route",
+        "add",
+        "10.244.8.0/24",
+        "nexthop",
+        "via",
+        "172.18.0.3",
+        "nexthop",
+        "via",
+        "172.18.0.2",
+    )
+    ip(n1, "neigh", "replace", "172.18.0.3", "dev", "eth1", "nud", "failed")
+    r = one("10.244.8.8", n1)
+    assert (r.kind, r.reachable, r.gateway) == ("remote", True, IPv4Address("172.18.0.2"))
+    ip(n1, "neigh", "replace", "172.18.0.2", "dev", "eth1", "nud", "failed")
+    r = one("10.244.8.8", n1)
+    assert (r.kind, r.reachable, r.gateway) == ("unreachable", False, IPv4Address("172.18.0.3"))
+    assert r.reason == (
+        "route 10.244.8.0/24 nexthop via 172.18.0.3 dev eth1 nexthop via 172.18.0.2 dev eth1: "
+        "neighbour 172.18.0.3 on eth1 is FAILED"
+    )
+
+
+def test_calico_style_proxy_arp_pod(two_nodes: tuple[str, str], make_netns: MakeNetns) -> None:
+    """Calico: no address on the host end, proxy ARP, a ``scope link`` route, pod gateway
+    169.254.1.1 (answered by proxy ARP: the node forwards and has a default route elsewhere)."""
+    n1, _ = two_nodes
+    pod = make_netns("calipod")
+    ip(n1, "route", "add", "default", "via", "172.18.0.2")
+    ip(n1, "link", "add", "cali1234", "type", "veth", "peer", "name", "eth0", "netns", pod)
+    sh("sysctl", "-qw", "net.ipv4.conf.cali1234.proxy_arp=1", "net.ipv4.ip_forward=1", ns=n1)
+    ip(n1, "link", "set", "cali1234", "up")
+    ip(pod, "link", "set", "eth0", "up")
+    ip(pod, "addr", "add", "10.244.1.7/32", "dev", "eth0")
+    ip(pod, "route", "add", "169.254.1.1", "dev", "eth0", "scope", "link")
+    ip(pod, "route", "add", "default", "via", "169.254.1.1", "dev", "eth0")
+    ip(n1, "route", "add", "10.244.1.7", "dev", "cali1234", "scope", "link")
+
+    r = one("10.244.1.7", n1)
+    assert (r.kind, r.reachable, r.device) == ("local", True, "cali1234")
+    assert r.route == "10.244.1.7 dev cali1234 scope link"
+    assert connects(n1, pod, "10.244.1.7")
+    # Without the pod route, the node's default route would send the traffic to node2.
+    ip(n1, "route", "del", "10.244.1.7")
+    r = one("10.244.1.7", n1)
+    assert (r.kind, r.gateway) == ("remote", IPv4Address("172.18.0.2"))
+
+
 # --- bridge CNI ---------------------------------------------------------------------------------
 
 
