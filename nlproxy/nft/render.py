@@ -338,8 +338,10 @@ def render_element(el: Element, s: SetLike) -> str:
 def render_set(s: SetLike, elements: dict[tuple[Value, ...], Element]) -> list[str]:
     kind = "map" if isinstance(s, Map) else "set"
     lines = [f"\t{kind} {s.name} {{", f"\t\t{set_type(s)}"]
+    # nft 1.0.6 leaves the flags line out when the only flag is "timeout" and the set has a
+    # default timeout (the timeout line implies it).
     flags = [name for flag, name in _SET_FLAGS if s.flags & flag]
-    if flags:
+    if flags and (flags != ["timeout"] or not s.timeout):
         lines.append(f"\t\tflags {','.join(flags)}")
     if s.timeout:
         lines.append(f"\t\ttimeout {format_time(s.timeout)}")
