@@ -118,10 +118,11 @@ class EndpointPort:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Endpoint:
-    """One address of an EndpointSlice endpoint (a multi-address endpoint yields several).
+    """One EndpointSlice endpoint, by its first address (as kube-proxy uses it).
 
-    Conditions follow the API: ``ready`` unset means ready (unless terminating), ``serving`` unset
-    means equal to ready. ``hints_zones``/``hints_nodes`` are None when the endpoint has no hints.
+    Conditions follow kube-proxy: ``ready`` unset means ready, ``serving`` unset means serving,
+    ``terminating`` unset means not terminating. ``hints_zones``/``hints_nodes`` are None when the
+    endpoint has no hints.
     """
 
     ip: IPAddress
