@@ -173,13 +173,12 @@ class KubeSource:
         while True:
             try:
                 listing = await self._list(spec)
-            except NotServed:
-                if not spec.optional:
-                    raise
-                self._log.info("source.kind_unavailable", kind=spec.kind)
-                replaces[spec.kind], versions[spec.kind] = Replace(kind=spec.kind, changes=()), None
-                return
             except KubeApiError as exc:
+                if isinstance(exc, NotServed) and spec.optional:
+                    self._log.info("source.kind_unavailable", kind=spec.kind)
+                    replaces[spec.kind] = Replace(kind=spec.kind, changes=())
+                    versions[spec.kind] = None
+                    return
                 await self._wait_retry(backoff, spec, "source.list_error", exc)
                 continue
             replaces[spec.kind] = Replace(kind=spec.kind, changes=listing.changes)
@@ -195,6 +194,7 @@ class KubeSource:
         """Watch ``spec`` forever from ``rv``; relist (sending a Replace) when ``rv`` is None."""
         backoff = Backoff(*self._backoff)
         while True:
+            relisted = rv is None
             try:
                 if rv is None:
                     listing = await self._list(spec)
@@ -209,6 +209,8 @@ class KubeSource:
             except Gone as exc:
                 self._log.info("source.relist", kind=spec.kind, reason=str(exc))
                 rv = None
+                if relisted:  # Gone right after a fresh list: don't hammer a confused server
+                    await trio.sleep(backoff.next())
             except NotServed as exc:
                 if not spec.optional:
                     await self._wait_retry(backoff, spec, "source.watch_error", exc)
@@ -220,7 +222,7 @@ class KubeSource:
             else:
                 if events or trio.current_time() - started >= _HEALTHY_WATCH_SECONDS:
                     backoff.reset()
-                else:
+                else:  # ended at once with nothing: don't let a server spin us
                     await trio.sleep(backoff.next())
 
     async def _wait_retry(

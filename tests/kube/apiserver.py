@@ -27,6 +27,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.kube.selectors import Query, Selector
+
 Obj = dict[str, Any]
 
 
@@ -76,51 +78,6 @@ def status(code: int, reason: str, message: str) -> Obj:
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj["metadata"]
     return (meta.get("namespace", ""), meta["name"])
-
-
-class Selector:
-    """Equality-based label or field selector: ``a``, ``!a``, ``a=b``, ``a==b``, ``a!=b``."""
-
-    def __init__(self, text: str) -> None:
-        self.terms: list[tuple[str, str, str]] = []
-        for raw in filter(None, (t.strip() for t in text.split(","))):
-            if raw.startswith("!"):
-                self.terms.append(("!", raw[1:], ""))
-            elif "!=" in raw:
-                k, v = raw.split("!=", 1)
-                self.terms.append(("!=", k, v))
-            elif "=" in raw:
-                k, v = raw.replace("==", "=").split("=", 1)
-                self.terms.append(("=", k, v))
-            elif any(c in raw for c in " ()"):
-                raise ValueError(f"unsupported selector term {raw!r}")
-            else:
-                self.terms.append(("exists", raw, ""))
-
-    def matches(self, values: Mapping[str, str]) -> bool:
-        for op, k, v in self.terms:
-            ok = {
-                "!": k not in values,
-                "exists": k in values,
-                "=": values.get(k) == v,
-                "!=": values.get(k) != v,
-            }[op]
-            if not ok:
-                return False
-        return True
-
-
-@dataclass
-class Query:
-    labels: Selector
-    fields: Selector
-
-    def matches(self, obj: Mapping[str, Any] | None) -> bool:
-        if obj is None:
-            return False
-        meta = obj["metadata"]
-        fields = {"metadata.name": meta["name"], "metadata.namespace": meta.get("namespace", "")}
-        return self.labels.matches(meta.get("labels") or {}) and self.fields.matches(fields)
 
 
 @dataclass
@@ -401,7 +358,8 @@ class _Handler(BaseHTTPRequestHandler):
             with store.cond:
                 store.snapshots[snap_id] = (rv, items)
             meta["continue"] = _continue_token(snap_id, offset + limit, rv)
-            meta["remainingItemCount"] = len(items) - offset - limit
+            if not (query.get("labelSelector") or query.get("fieldSelector")):
+                meta["remainingItemCount"] = len(items) - offset - limit  # unknown otherwise
         bare = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in page]
         body = {"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta}
         body["items"] = bare
@@ -501,7 +459,9 @@ class _Handler(BaseHTTPRequestHandler):
                     mark = {"kind": res.kind, "apiVersion": res.api_version}
                     mark["metadata"] = {"resourceVersion": str(pos)}
                     events.append({"type": "BOOKMARK", "object": mark})
-                    api.bookmarks_sent += 1
             self._events(events)
+            if bookmark_now:
+                with store.cond:
+                    api.bookmarks_sent += 1
             if time.monotonic() >= deadline:
                 return True

@@ -1,0 +1,55 @@
+"""Client configuration and retry delays of the kube source."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import kubernetes
+import pytest
+
+from nlproxy.cluster.kube import Backoff, api_client_from_config
+from nlproxy.errors import ConfigError
+from tests.kube.apiserver import ApiServer
+from tests.kube.conftest import write_kubeconfig
+
+
+def test_kubeconfig_context_and_token(apiserver: ApiServer, tmp_path: Path) -> None:
+    path = write_kubeconfig(tmp_path / "kubeconfig", apiserver)
+    with api_client_from_config(str(path), context="test") as client:
+        assert client.configuration.host == apiserver.url
+        assert kubernetes.client.CoreV1Api(client).list_node().items == []
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        pytest.param(None, "kubeconfig {path}: ", id="missing-file"),
+        pytest.param("current-context: nowhere\n", "kubeconfig {path}: ", id="unknown-context"),
+    ],
+)
+def test_bad_kubeconfig_is_a_config_error(
+    tmp_path: Path, content: str | None, message: str
+) -> None:
+    path = tmp_path / "kubeconfig"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError) as info:
+        api_client_from_config(str(path))
+    assert str(info.value).startswith(message.format(path=path))
+
+
+def test_no_kubeconfig_outside_a_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(ConfigError, match="not running in a pod"):
+        api_client_from_config(None)
+
+
+def test_backoff_grows_with_jitter_and_resets() -> None:
+    backoff = Backoff(1.0, 8.0, rng=random.Random(7))
+    delays = [backoff.next() for _ in range(6)]
+    ceilings = [1, 2, 4, 8, 8, 8]
+    assert all(c / 2 <= d <= c for d, c in zip(delays, ceilings, strict=True))
+    assert len(set(delays)) == len(delays)  # jittered, not a fixed ladder
+    backoff.reset()
+    assert 0.5 <= backoff.next() <= 1.0
