@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from nlproxy.inspect_rtnl import (
@@ -181,7 +181,7 @@ def _via_hop(addr: IPAddress, hop: NextHop, snap: Snapshot, route: str) -> Reach
         return _result("unreachable", False, state, "device is down", route=route, link=link)
     if hop.gateway is not None:
         res = _neighbour_check(snap, link, hop.gateway, "remote", route, "next hop up")
-        return _with_gateway(res, hop.gateway)
+        return replace(res, gateway=hop.gateway)
     if link.kind == "veth":
         if _veth_peer_gone(snap, link):
             why = f"veth {link.name} peer is gone"
@@ -192,18 +192,6 @@ def _via_hop(addr: IPAddress, hop: NextHop, snap: Snapshot, route: str) -> Reach
     if link.kind in TUNNEL_KINDS:
         return _result("remote", True, "up", f"{link.kind} tunnel up", route=route, link=link)
     return _neighbour_check(snap, link, addr, "remote", route, f"on-link via {link.name}")
-
-
-def _with_gateway(res: Reachability, gateway: IPAddress) -> Reachability:
-    return Reachability(
-        kind=res.kind,
-        reachable=res.reachable,
-        device=res.device,
-        gateway=gateway,
-        state=res.state,
-        reason=res.reason,
-        route=res.route,
-    )
 
 
 def classify_one(addr: IPAddress, snap: Snapshot, index: RouteIndex) -> Reachability:
