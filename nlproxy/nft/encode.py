@@ -413,7 +413,9 @@ class Batch:
         msg = Msg.DELSET if verb is Verb.DELETE else Msg.DESTROYSET
         self._put(lib.NLS_SET, msg, 0, obj, index)
 
-    def _set_obj(self, s: SetLike, name: str, set_id: int, size: int = 0) -> Any:
+    def _set_obj(
+        self, s: SetLike, name: str, set_id: int, size: int = 0, key_type: int | None = None
+    ) -> Any:
         obj = ffi.gc(lib.nftnl_set_alloc(), lib.nftnl_set_free)
         lib.nftnl_set_set_str(obj, lib.NFTNL_SET_TABLE, self.tname)
         lib.nftnl_set_set_str(obj, lib.NFTNL_SET_NAME, name.encode())
@@ -429,7 +431,8 @@ class Batch:
             lens = bytes(dt.length for dt in s.key)
             lib.nftnl_set_set_data(obj, lib.NFTNL_SET_DESC_CONCAT, lens, len(lens))
         lib.nftnl_set_set_u32(obj, lib.NFTNL_SET_FLAGS, flags)
-        lib.nftnl_set_set_u32(obj, lib.NFTNL_SET_KEY_TYPE, concat_type(s.key))
+        key_type = concat_type(s.key) if key_type is None else key_type
+        lib.nftnl_set_set_u32(obj, lib.NFTNL_SET_KEY_TYPE, key_type)
         lib.nftnl_set_set_u32(obj, lib.NFTNL_SET_KEY_LEN, concat_len(s.key))
         if isinstance(s, Map):
             if s.is_vmap:
@@ -486,12 +489,12 @@ class Batch:
         }.get(verb, NLM_F_CREATE | NLM_F_APPEND)
         self._put(lib.NLS_RULE, Msg.NEWRULE, flags, obj, index)
 
-    def _anon_set(self, index: int) -> Callable[[Map, Sequence[Element]], int]:
+    def _anon_set(self, index: int) -> Callable[[Map, Sequence[Element], int], int]:
         """A callback for the lowering: create an anonymous map (``__map%d``), return its id."""
 
-        def create(m: Map, elements: Sequence[Element]) -> int:
+        def create(m: Map, elements: Sequence[Element], key_type: int) -> int:
             set_id = self._next_set_id()
-            obj = self._set_obj(m, "__map%d", set_id, size=len(elements))
+            obj = self._set_obj(m, "__map%d", set_id, size=len(elements), key_type=key_type)
             flags = NLM_F_CREATE
             self._put(lib.NLS_SET, Msg.NEWSET, flags, obj, index, "anonymous map of the rule")
             self._elements(Verb.ADD, elements, [index] * len(elements), m, set_id)
@@ -721,7 +724,7 @@ class _RuleLowering:
         self,
         table: Table,
         sets: Mapping[str, SetLike],
-        anon: Callable[[Map, Sequence[Element]], int],
+        anon: Callable[[Map, Sequence[Element], int], int],
     ) -> None:
         self.table = table
         self.sets = sets
@@ -870,7 +873,15 @@ class _RuleLowering:
         types = tuple(selector_type(sel) for sel in e.key)
         m = Map(name="__map%d", key=types, data=(DataType.VERDICT,), flags=_ANON_MAP)
         els = [Element(set=m.name, key=k, value=v) for k, v in e.entries]
-        set_id = self.anon(m, els)
+        # nft types a numgen key part as "integer" (type 4), not mark
+        ids = [
+            _TYPE_INTEGER if isinstance(sel, Numgen) else t.type_id
+            for sel, t in zip(e.key, types, strict=True)
+        ]
+        key_type = 0
+        for type_id in ids:
+            key_type = (key_type << 6) | type_id
+        set_id = self.anon(m, els, key_type)
         self._lookup(e.key, m.name, dreg=NFT_REG_VERDICT, set_id=set_id)
 
     def _dnat_map(self, e: DnatMap) -> None:
@@ -989,4 +1000,5 @@ class _RuleLowering:
                 assert_never(e)
 
 
+_TYPE_INTEGER = 4  # nft's TYPE_INTEGER
 _ANON_MAP = SetFlag.ANONYMOUS | SetFlag.CONSTANT | SetFlag.MAP
