@@ -1,0 +1,72 @@
+"""Planner configuration: the node facts and options the planner needs, validated once.
+
+Sits between the daemon's configuration (flags, KubeProxyConfiguration) and the planner. Pure
+data: no I/O, no clock, no logging. The planner never reads anything but this and the snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from ipaddress import IPv4Network, IPv6Network, ip_network
+
+from nlproxy.cluster.model import IPAddress, IPNetwork
+from nlproxy.errors import ConfigError
+
+PRIMARY = "primary"
+"""``nodeport_addresses`` entry meaning "the node's primary IP of each family"."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProxyConfig:
+    """What the planner needs besides the cluster snapshot.
+
+    Attributes:
+        node_name: this node's name (``Endpoint.node_name`` equal to it makes an endpoint local).
+        cluster_cidrs: pod ranges; sources inside them are "pods" (no masquerade to cluster IPs,
+            short-circuit for externalTrafficPolicy Local). Empty: no pod detection, as upstream.
+        service_cidrs: ranges ClusterIPs come from (besides ServiceCIDR objects); traffic to an
+            unallocated address in them is dropped.
+        nodeport_addresses: ``primary`` (the node's primary IP per family) and/or CIDRs. A family
+            without any entry accepts NodePorts on every local address but loopback.
+        masquerade_bit: bit of the packet mark that asks for masquerade (0..31).
+        node_ips: this node's addresses, overriding the Node object's when not empty.
+    """
+
+    node_name: str
+    cluster_cidrs: tuple[IPNetwork, ...] = ()
+    service_cidrs: tuple[IPNetwork, ...] = ()
+    nodeport_addresses: tuple[str, ...] = (PRIMARY,)
+    masquerade_bit: int = 14
+    node_ips: tuple[IPAddress, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.masquerade_bit <= 31:
+            raise ConfigError(
+                "config masqueradeBit", f"{self.masquerade_bit} is not in 0..31", field="value"
+            )
+        for entry in self.nodeport_addresses:
+            if entry != PRIMARY:
+                parse_nodeport_cidr(entry)
+
+    @property
+    def masquerade_mark(self) -> int:
+        return 1 << self.masquerade_bit
+
+    def nodeport_cidrs(self, version: int) -> tuple[IPNetwork, ...]:
+        """The ``nodeport_addresses`` CIDRs of one IP version (4 or 6)."""
+        nets = (parse_nodeport_cidr(e) for e in self.nodeport_addresses if e != PRIMARY)
+        return tuple(n for n in nets if n.version == version)
+
+
+def parse_nodeport_cidr(entry: str) -> IPv4Network | IPv6Network:
+    """Parse one ``nodeport_addresses`` CIDR.
+
+    Raises:
+        ConfigError: naming the entry, when it is neither ``primary`` nor a CIDR.
+    """
+    try:
+        return ip_network(entry, strict=False)
+    except ValueError as exc:
+        raise ConfigError(
+            "config nodePortAddresses", f"{entry!r} is neither 'primary' nor a CIDR"
+        ) from exc

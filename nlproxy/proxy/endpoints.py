@@ -1,0 +1,159 @@
+"""Endpoint selection: which endpoints of a service port this node sends traffic to.
+
+Sits between the cluster snapshot and the planner: resolves each ServicePort against its
+EndpointSlices (port looked up by the slice port's name, so named targetPorts resolve per slice),
+deduplicates by IP:port, and splits the result into the cluster and local sets as kube-proxy's
+``CategorizeEndpoints`` does (conditions, topology hints). Pure: no I/O, clock or logging.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from nlproxy.cluster.model import (
+    Endpoint,
+    EndpointSlice,
+    IPAddress,
+    IPFamily,
+    Service,
+    ServicePort,
+)
+
+
+class Backend(NamedTuple):
+    """One endpoint address and the port it serves this service port on."""
+
+    ip: IPAddress
+    port: int
+    endpoint: Endpoint
+
+    @property
+    def text(self) -> str:
+        """``10.0.0.1:80`` or ``[fd00::1]:80``."""
+        return f"[{self.ip}]:{self.port}" if self.ip.version == 6 else f"{self.ip}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Categorized:
+    """The endpoint sets of one service port on this node.
+
+    Attributes:
+        cluster: endpoints for Cluster traffic policy (empty when no policy uses them).
+        local: endpoints on this node for Local policy (empty when no policy uses them).
+        has_any: the service has usable endpoints somewhere in the cluster.
+    """
+
+    cluster: tuple[Backend, ...]
+    local: tuple[Backend, ...]
+    has_any: bool
+
+
+def resolve(
+    port: ServicePort, slices: Sequence[EndpointSlice], family: IPFamily
+) -> tuple[Backend, ...]:
+    """Backends of ``port`` from the slices of one family, sorted by (ip, port), deduplicated.
+
+    A slice serves the port when it has a port of the same name and protocol. When two slices
+    list the same IP:port, the one whose name sorts first wins (kube-proxy keeps the first).
+    """
+    found: list[Backend] = []
+    name, proto = port.ref.port_name, port.ref.protocol
+    for sl in sorted(slices, key=lambda s: s.name) if len(slices) > 1 else slices:
+        if sl.family is not family:
+            continue
+        number = next((p.port for p in sl.ports if p.name == name and p.protocol is proto), None)
+        if number is not None:
+            found.extend(Backend(ep.ip, number, ep) for ep in sl.endpoints)
+    # Keyed by the address as an int: ipaddress objects hash and compare in Python, ints in C,
+    # and this runs once per endpoint.
+    seen: dict[tuple[int, int], Backend] = {}
+    for b in found:
+        seen.setdefault((int(b.ip), b.port), b)
+    return tuple(seen[k] for k in sorted(seen))
+
+
+def externally_accessible(svc: Service, port: ServicePort) -> bool:
+    return bool(port.node_port or svc.external_ips or svc.load_balancer_ips)
+
+
+def categorize(
+    backends: tuple[Backend, ...], svc: Service, port: ServicePort, node: str, zone: str | None
+) -> Categorized:
+    """Split backends into the cluster and local sets (kube-proxy's ``CategorizeEndpoints``).
+
+    Ready endpoints are used; when a set has none, its serving-and-terminating ones are (decided
+    separately for the cluster and the local set). Topology hints narrow the cluster set.
+    """
+    external = externally_accessible(svc, port)
+    ext_local = svc.external_policy_local and external
+    uses_cluster = not svc.internal_policy_local or external
+    uses_local = svc.internal_policy_local or ext_local
+    cluster: tuple[Backend, ...] = ()
+    has_any = False
+    if uses_cluster:
+        cluster = _cluster_set(backends, node, zone)
+        has_any = bool(cluster)
+    local: tuple[Backend, ...] = ()
+    if uses_local:
+        has_any = has_any or any(_usable(b.endpoint) for b in backends)
+        mine = tuple(b for b in backends if b.endpoint.node_name == node)
+        local = tuple(b for b in mine if b.endpoint.ready)
+        if not local:
+            local = tuple(b for b in mine if _serving_terminating(b.endpoint))
+    return Categorized(cluster=cluster, local=local, has_any=has_any)
+
+
+def _usable(ep: Endpoint) -> bool:
+    return ep.ready or _serving_terminating(ep)
+
+
+def _serving_terminating(ep: Endpoint) -> bool:
+    return ep.serving and ep.terminating
+
+
+def _cluster_set(backends: tuple[Backend, ...], node: str, zone: str | None) -> tuple[Backend, ...]:
+    mode = topology_mode(backends, node, zone)
+    if mode == "node":
+        chosen = tuple(
+            b for b in backends if b.endpoint.ready and node in (b.endpoint.hints_nodes or ())
+        )
+    elif mode == "zone":
+        chosen = tuple(
+            b for b in backends if b.endpoint.ready and zone in (b.endpoint.hints_zones or ())
+        )
+    else:
+        chosen = tuple(b for b in backends if b.endpoint.ready)
+    if chosen:
+        return chosen
+    # No ready endpoint anywhere (topology is only used when it leaves one): fall back to the
+    # serving, terminating ones so connections drain instead of failing.
+    return tuple(b for b in backends if _serving_terminating(b.endpoint))
+
+
+def topology_mode(backends: Iterable[Backend], node: str, zone: str | None) -> str:
+    """``node``, ``zone`` or ``""``: which hints narrow the cluster set.
+
+    Hints count only when every ready endpoint has them, and only when some ready endpoint is
+    hinted for this node (zone); otherwise all ready endpoints are used, as upstream.
+    """
+    all_nodes = all_zones = True
+    for_node = for_zone = False
+    for b in backends:
+        ep = b.endpoint
+        if not ep.ready:
+            continue
+        if ep.hints_zones:
+            for_zone = for_zone or (zone is not None and zone in ep.hints_zones)
+        else:
+            all_zones = False
+        if ep.hints_nodes:
+            for_node = for_node or node in ep.hints_nodes
+        else:
+            all_nodes = False
+    if all_nodes and for_node:
+        return "node"
+    if all_zones and for_zone:
+        return "zone"
+    return ""

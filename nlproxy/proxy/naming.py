@@ -1,0 +1,139 @@
+"""Names of every nftables object nlproxy creates: the one place they are made.
+
+Sits inside the planner: fixed names for the static skeleton, and per-service-port names (only
+ClientIP affinity needs per-service objects) built as role prefix + short hash + readable text.
+The hash keeps names unique when the readable part is shortened; the kernel's limit is checked
+here. Pure: no I/O, no clock, no logging.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+from nlproxy.cluster.model import IPAddress, ServicePortRef
+from nlproxy.errors import InvalidNftObject
+
+TABLE = "nlproxy"
+MAX_NAME = 255
+"""NFT_NAME_MAXLEN (256) counts the terminating NUL."""
+
+# Base chains.
+FILTER_PREROUTING = "filter-prerouting"
+FILTER_INPUT = "filter-input"
+FILTER_FORWARD = "filter-forward"
+FILTER_OUTPUT = "filter-output"
+FILTER_OUTPUT_POST_DNAT = "filter-output-post-dnat"
+NAT_PREROUTING = "nat-prerouting"
+NAT_OUTPUT = "nat-output"
+NAT_POSTROUTING = "nat-postrouting"
+
+# Static regular chains.
+SERVICES = "services"
+MASQUERADING = "masquerading"
+MARK_FOR_MASQUERADE = "mark-for-masquerade"
+FIREWALL_CHECK = "firewall-check"
+SERVICE_ENDPOINTS_CHECK = "service-endpoints-check"
+NODEPORT_ENDPOINTS_CHECK = "nodeport-endpoints-check"
+CLUSTER_IPS_CHECK = "cluster-ips-check"
+REJECT_CHAIN = "reject-chain"
+
+# Global sets and maps.
+CLUSTER_IPS = "cluster-ips"
+SERVICE_CIDRS = "service-cidrs"
+CLUSTER_CIDRS = "cluster-cidrs"
+NODEPORT_IPS = "nodeport-ips"
+SERVICE_IPS = "service-ips"
+SERVICE_NODEPORTS = "service-nodeports"
+NO_ENDPOINT_SERVICES = "no-endpoint-services"
+NO_ENDPOINT_NODEPORTS = "no-endpoint-nodeports"
+FIREWALL_IPS = "firewall-ips"
+FIREWALL_ALLOW = "firewall-allow"
+BACKENDS = "backends"
+BACKENDS_LOCAL = "backends-local"
+NODEPORT_BACKENDS = "nodeport-backends"
+NODEPORT_BACKENDS_LOCAL = "nodeport-backends-local"
+EXTERNAL_SHORTCUTS = "external-shortcuts"
+NODEPORT_SHORTCUTS = "nodeport-shortcuts"
+HAIRPIN = "hairpin"
+
+
+# Shared dispatch chains, one per (role, endpoint count N).
+def cluster_ip_chain(n: int) -> str:
+    """ClusterIP traffic: masquerade non-pod sources, DNAT through ``backends``."""
+    return f"cluster-ip-{n}"
+
+
+def external_chain(n: int) -> str:
+    """externalTrafficPolicy Cluster, external IP / LB IP: masquerade, DNAT via ``backends``."""
+    return f"external-{n}"
+
+
+def external_local_chain(n: int) -> str:
+    """externalTrafficPolicy Local, external IP / LB IP: short-circuits, ``backends-local``."""
+    return f"external-local-{n}"
+
+
+def dnat_chain(n: int) -> str:
+    """Plain DNAT through ``backends`` (target of the short-circuits)."""
+    return f"dnat-{n}"
+
+
+def nodeport_chain(n: int) -> str:
+    return f"nodeport-{n}"
+
+
+def nodeport_local_chain(n: int) -> str:
+    return f"nodeport-local-{n}"
+
+
+def nodeport_dnat_chain(n: int) -> str:
+    return f"nodeport-dnat-{n}"
+
+
+# Per-service-port objects (ClientIP affinity only).
+def _hashed(prefix: str, text: str) -> str:
+    digest = hashlib.sha256(text.encode()).digest()
+    short = base64.b32encode(digest)[:8].decode()
+    name = f"{prefix}-{short}-{text}"
+    return name[:MAX_NAME]
+
+
+def _port_text(ref: ServicePortRef) -> str:
+    return f"{ref.namespace}/{ref.name}/{ref.protocol.value.lower()}/{ref.port_name}"
+
+
+def _endpoint_text(ref: ServicePortRef, ip: IPAddress, port: int) -> str:
+    return f"{_port_text(ref)}__{ip}/{port}"
+
+
+def affinity_service_chain(ref: ServicePortRef) -> str:
+    """Cluster-policy chain of an affinity service port (upstream ``service-…``)."""
+    return _hashed("service", _port_text(ref))
+
+
+def affinity_local_chain(ref: ServicePortRef) -> str:
+    return _hashed("local", _port_text(ref))
+
+
+def affinity_external_chain(ref: ServicePortRef) -> str:
+    return _hashed("external", _port_text(ref))
+
+
+def affinity_endpoint_chain(ref: ServicePortRef, ip: IPAddress, port: int) -> str:
+    return _hashed("endpoint", _endpoint_text(ref, ip, port))
+
+
+def affinity_set(ref: ServicePortRef, ip: IPAddress, port: int) -> str:
+    return _hashed("affinity", _endpoint_text(ref, ip, port))
+
+
+def check_name(kind: str, name: str) -> str:
+    """Return ``name`` if the kernel accepts it.
+
+    Raises:
+        InvalidNftObject: naming the object, when the name is empty or too long.
+    """
+    if not name or len(name.encode()) > MAX_NAME:
+        raise InvalidNftObject(f"{kind} {name[:60]}", f"name length is not in 1..{MAX_NAME}")
+    return name

@@ -1,0 +1,355 @@
+"""The planner: cluster snapshot + config -> the desired nftables rulesets and a per-port summary.
+
+Sits between cluster state and the reconciler (DESIGN §3). For each family it builds the static
+skeleton (``skeleton.py``) and then, per service port, only elements of global maps: dispatch
+(``service-ips``, ``service-nodeports``), endpoint choice (``backends*`` keyed by frontend and
+index, read by the shared ``dnat … numgen … map`` chains), no-endpoint verdicts, firewall ranges
+and hairpin pairs. ClientIP affinity is the one feature that needs per-service chains and sets
+(``affinity.py``). The shape and its reasoning are in docs/ruleset.md.
+
+Pure: no I/O, no clock, no logging; deterministic (same input, identical plan).
+"""
+
+from __future__ import annotations
+
+import enum
+import gc
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from ipaddress import collapse_addresses
+
+from nlproxy.cluster.model import (
+    ClusterSnapshot,
+    EndpointSlice,
+    IPAddress,
+    IPNetwork,
+    Protocol,
+    Service,
+    ServicePort,
+    ServicePortRef,
+)
+from nlproxy.nft.ir import DROP, Element, Family, L4Proto, Ruleset, Verdict, goto
+from nlproxy.proxy import naming as n
+from nlproxy.proxy.affinity import add_affinity_chains
+from nlproxy.proxy.config import PRIMARY, ProxyConfig
+from nlproxy.proxy.endpoints import Backend, Categorized, categorize, externally_accessible, resolve
+from nlproxy.proxy.skeleton import IPV4, IPV6, Dispatch, FamilySpec, skeleton
+
+_L4 = {Protocol.TCP: L4Proto.TCP, Protocol.UDP: L4Proto.UDP, Protocol.SCTP: L4Proto.SCTP}
+
+
+class FrontendKind(enum.StrEnum):
+    CLUSTER_IP = "cluster-ip"
+    EXTERNAL_IP = "external-ip"
+    LOAD_BALANCER = "load-balancer"
+    NODE_PORT = "node-port"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Frontend:
+    """An address (None for a node port: any NodePort address) and port a service port answers."""
+
+    family: Family
+    protocol: Protocol
+    kind: FrontendKind
+    address: IPAddress | None
+    port: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PortPlan:
+    """What the rest of nlproxy needs to know about one service port, all families together.
+
+    Attributes:
+        cluster_endpoints: endpoints for Cluster policy traffic (conntrack cleanup, inspector).
+        local_endpoints: this node's endpoints for Local policy traffic (health-check node port).
+        has_endpoints: usable endpoints exist somewhere (else traffic is rejected).
+    """
+
+    ref: ServicePortRef
+    frontends: tuple[Frontend, ...]
+    cluster_endpoints: tuple[Backend, ...]
+    local_endpoints: tuple[Backend, ...]
+    has_endpoints: bool
+    health_check_node_port: int | None = None
+
+
+@dataclass(slots=True)
+class Plan:
+    """The planner's output: one ruleset per family (both always present) and the summary."""
+
+    rulesets: dict[Family, Ruleset]
+    ports: dict[ServicePortRef, PortPlan]
+
+
+def plan(snapshot: ClusterSnapshot, config: ProxyConfig) -> Plan:
+    """Plan the ``ip nlproxy`` and ``ip6 nlproxy`` tables for ``snapshot`` on this node.
+
+    Args:
+        snapshot: the valid cluster objects (services, their slices, this node, ServiceCIDRs).
+        config: node name, ranges and options.
+
+    Returns:
+        The rulesets and, per service port, its frontends and chosen endpoints.
+    """
+    # Planning allocates a few objects per endpoint and creates no cycles; a full collection in
+    # the middle would walk every object of the previous plan too (twice the time at 100k
+    # endpoints), so the cyclic collector waits until the plan is built.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _plan(snapshot, config)
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _plan(snapshot: ClusterSnapshot, config: ProxyConfig) -> Plan:
+    parts: dict[ServicePortRef, list[_PortPart]] = {}
+    rulesets = {}
+    for spec in (IPV4, IPV6):
+        fp = _FamilyPlanner(spec, snapshot, config)
+        for key in sorted(snapshot.services):
+            svc = snapshot.services[key]
+            fp.add_service(svc, snapshot.slices.get(key, ()), parts)
+        fp.finish()
+        rulesets[spec.family] = fp.rs
+    return Plan(rulesets=rulesets, ports={ref: _merge(ref, p) for ref, p in parts.items()})
+
+
+@dataclass(slots=True)
+class _PortPart:
+    frontends: list[Frontend]
+    cat: Categorized
+    hc: int | None
+
+
+def _merge(ref: ServicePortRef, parts: list[_PortPart]) -> PortPlan:
+    return PortPlan(
+        ref=ref,
+        frontends=tuple(f for p in parts for f in p.frontends),
+        cluster_endpoints=tuple(b for p in parts for b in p.cat.cluster),
+        local_endpoints=tuple(b for p in parts for b in p.cat.local),
+        has_endpoints=any(p.cat.has_any for p in parts),
+        health_check_node_port=parts[0].hc,
+    )
+
+
+def _collapse(nets: Iterable[IPNetwork], version: int) -> list[IPNetwork]:
+    return list(collapse_addresses(sorted({x for x in nets if x.version == version})))  # type: ignore[type-var]
+
+
+class _FamilyPlanner:
+    """Plans one family's table; ``add_service`` is called once per service, in key order."""
+
+    def __init__(self, f: FamilySpec, snapshot: ClusterSnapshot, config: ProxyConfig) -> None:
+        self.f = f
+        node = snapshot.node
+        self.node_name = config.node_name
+        self.zone = node.zone if node else None
+        all_ips = config.node_ips or (node.addresses if node else ())
+        self.node_ips = tuple(ip for ip in all_ips if ip.version == f.version)
+        svc_cidrs = [*config.service_cidrs, *(c for sc in snapshot.service_cidrs for c in sc.cidrs)]
+        pods = _collapse(config.cluster_cidrs, f.version)
+        services = _collapse(svc_cidrs, f.version)
+        nodeport_ips = self._nodeport_ips(config)
+        self.rs = skeleton(
+            f,
+            mark=config.masquerade_mark,
+            nodeport_match_all=nodeport_ips is None,
+            service_cidrs=bool(services),
+        )
+        self.dispatch = Dispatch(self.rs, f, pods=bool(pods))
+        self.pods = bool(pods)
+        # int keys: cheaper to hash than ipaddress objects; ordered, so deterministic.
+        self.hairpin: dict[int, IPAddress] = {}
+        for net in pods:
+            self._el(n.CLUSTER_CIDRS, (net,))
+        for net in services:
+            self._el(n.SERVICE_CIDRS, (net,))
+        for ip in nodeport_ips or ():
+            self._el(n.NODEPORT_IPS, (ip,))
+
+    def finish(self) -> None:
+        """Add what is collected across services: the hairpin pairs (endpoint . endpoint)."""
+        hairpin = self.rs.elements[n.HAIRPIN]
+        for ip in self.hairpin.values():
+            hairpin[(ip, ip)] = Element(set=n.HAIRPIN, key=(ip, ip))
+
+    def _nodeport_ips(self, config: ProxyConfig) -> list[IPAddress] | None:
+        """The addresses that accept NodePorts, or None for "every local address"."""
+        cidrs = config.nodeport_cidrs(self.f.version)
+        primary = PRIMARY in config.nodeport_addresses
+        if (not cidrs and not primary) or any(c.prefixlen == 0 for c in cidrs):
+            return None
+        ips = [ip for ip in self.node_ips if any(ip in c for c in cidrs)]
+        if primary and self.node_ips:
+            ips.insert(0, self.node_ips[0])
+        # Loopback NodePorts would need route_localnet; upstream leaves them out too.
+        return sorted({ip for ip in ips if ip not in self.f.loopback})
+
+    def _el(
+        self,
+        set_name: str,
+        key: tuple[IPAddress | IPNetwork | int, ...],
+        value: tuple[IPAddress | int, ...] | Verdict | None = None,
+        comment: str = "",
+    ) -> None:
+        self.rs.elements[set_name][key] = Element(
+            set=set_name, key=key, value=value, comment=comment
+        )
+
+    def add_service(
+        self,
+        svc: Service,
+        slices: Sequence[EndpointSlice],
+        parts: dict[ServicePortRef, list[_PortPart]],
+    ) -> None:
+        cip = next((ip for ip in svc.cluster_ips if ip.version == self.f.version), None)
+        if cip is None:
+            return
+        ext = [ip for ip in svc.external_ips if ip.version == self.f.version]
+        lbs = [ip for ip in svc.load_balancer_ips if ip.version == self.f.version]
+        for sp in svc.ports:
+            backends = resolve(sp, slices, self.f.ip_family)
+            cat = categorize(backends, svc, sp, self.node_name, self.zone)
+            fronts = self._port(svc, sp, cip, ext, lbs, cat)
+            hc = svc.health_check_node_port if svc.external_policy_local else None
+            parts.setdefault(sp.ref, []).append(_PortPart(frontends=fronts, cat=cat, hc=hc))
+
+    def _port(
+        self,
+        svc: Service,
+        sp: ServicePort,
+        cip: IPAddress,
+        ext: list[IPAddress],
+        lbs: list[IPAddress],
+        cat: Categorized,
+    ) -> list[Frontend]:
+        ref, port, proto = sp.ref, sp.port, _L4[sp.ref.protocol]
+        comment = str(ref)
+        external = externally_accessible(svc, sp)
+        ext_local = svc.external_policy_local and external
+        has_int = bool(cat.local) if svc.internal_policy_local else cat.has_any
+        has_ext = bool(cat.local) if ext_local else cat.has_any
+        # No endpoints at all: reject. Endpoints, but none for this policy: drop.
+        no_ep: Verdict = goto(n.REJECT_CHAIN) if not cat.has_any else DROP
+        fixed = None
+        if svc.affinity_timeout is not None:
+            fixed = add_affinity_chains(self.rs, self.f, svc, sp, cip, cat, pods=self.pods)
+        targets = _Targets(self, svc, sp, cat, fixed)
+        fronts = [self._front(sp, FrontendKind.CLUSTER_IP, cip, port)]
+        self._el(n.CLUSTER_IPS, (cip,))
+        if has_int:
+            self._el(n.SERVICE_IPS, (cip, proto, port), goto(targets.internal(cip)), comment)
+        else:
+            self._el(n.NO_ENDPOINT_SERVICES, (cip, proto, port), no_ep, comment)
+        addrs = [(FrontendKind.EXTERNAL_IP, a) for a in ext]
+        addrs += [(FrontendKind.LOAD_BALANCER, a) for a in lbs]
+        for kind, addr in addrs:
+            fronts.append(self._front(sp, kind, addr, port))
+            if cat.has_any:
+                self._el(n.SERVICE_IPS, (addr, proto, port), goto(targets.external(addr)), comment)
+            if not has_ext:
+                self._el(n.NO_ENDPOINT_SERVICES, (addr, proto, port), no_ep, comment)
+        if lbs and svc.load_balancer_source_ranges:
+            self._firewall(svc, lbs, proto, port, comment)
+        if sp.node_port:
+            fronts.append(self._front(sp, FrontendKind.NODE_PORT, None, sp.node_port))
+            if cat.has_any:
+                verdict = goto(targets.nodeport(sp.node_port))
+                self._el(n.SERVICE_NODEPORTS, (proto, sp.node_port), verdict, comment)
+            if not has_ext:
+                self._el(n.NO_ENDPOINT_NODEPORTS, (proto, sp.node_port), no_ep, comment)
+        for b in cat.cluster:
+            self.hairpin[int(b.ip)] = b.ip
+        for b in cat.local:
+            self.hairpin[int(b.ip)] = b.ip
+        return fronts
+
+    def _front(
+        self, sp: ServicePort, kind: FrontendKind, addr: IPAddress | None, port: int
+    ) -> Frontend:
+        return Frontend(
+            family=self.f.family, protocol=sp.ref.protocol, kind=kind, address=addr, port=port
+        )
+
+    def _firewall(
+        self, svc: Service, lbs: list[IPAddress], proto: int, port: int, comment: str
+    ) -> None:
+        ranges = _collapse(svc.load_balancer_source_ranges, self.f.version)
+        from_node = any(ip in r for r in ranges for ip in self.node_ips)
+        for lb in lbs:
+            self._el(n.FIREWALL_IPS, (lb, proto, port), comment=comment)
+            # A VIP-like LB address is often local: the node reaching it uses the VIP as its
+            # source, so when the node itself is allowed, the LB addresses are too (upstream).
+            extra = [lb] if from_node else []
+            allowed = _collapse([*ranges, *(self._host(x) for x in extra)], self.f.version)
+            for net in allowed:
+                self._el(n.FIREWALL_ALLOW, (lb, proto, port, net), comment=comment)
+
+    def _host(self, ip: IPAddress) -> IPNetwork:
+        return self.f.loopback.__class__(ip)  # a /32 or /128 of the right class
+
+    def _fill(
+        self, set_name: str, prefix: tuple[IPAddress | int, ...], eps: tuple[Backend, ...]
+    ) -> None:
+        """Index ``eps`` 0..N-1 under ``prefix`` in a backends map (what ``numgen mod N`` picks)."""
+        elements = self.rs.elements[set_name]
+        for i, b in enumerate(eps):
+            key = (*prefix, i)
+            elements[key] = Element(set=set_name, key=key, value=b[:2])
+
+
+class _Targets:
+    """The chains a service port's dispatch elements go to; fills the backends maps on the way.
+
+    Without affinity these are shared chains (role + endpoint count) and the service's endpoints
+    go into ``backends*`` elements keyed by the frontend; with affinity they are the service
+    port's own chains (``fixed``: internal chain, external chain or None).
+    """
+
+    def __init__(
+        self,
+        fp: _FamilyPlanner,
+        svc: Service,
+        sp: ServicePort,
+        cat: Categorized,
+        fixed: tuple[str, str | None] | None,
+    ) -> None:
+        self._fp, self._cat, self._fixed = fp, cat, fixed
+        self._local_ext = svc.external_policy_local
+        self._internal_eps = cat.local if svc.internal_policy_local else cat.cluster
+        self._proto: int = _L4[sp.ref.protocol]
+        self._port = sp.port
+
+    def internal(self, cip: IPAddress) -> str:
+        if self._fixed is not None:
+            return self._fixed[0]
+        fp = self._fp
+        fp._fill(n.BACKENDS, (cip, self._proto, self._port), self._internal_eps)
+        return fp.dispatch.cluster_ip(len(self._internal_eps))
+
+    def external(self, addr: IPAddress) -> str:
+        if self._fixed is not None:
+            assert self._fixed[1] is not None, "external chain planned for an external frontend"
+            return self._fixed[1]
+        fp, key = self._fp, (addr, self._proto, self._port)
+        fp._fill(n.BACKENDS, key, self._cat.cluster)
+        if not self._local_ext:
+            return fp.dispatch.external(len(self._cat.cluster))
+        fp._fill(n.BACKENDS_LOCAL, key, self._cat.local)
+        fp._el(n.EXTERNAL_SHORTCUTS, key, goto(fp.dispatch.dnat(len(self._cat.cluster))))
+        return fp.dispatch.external_local(len(self._cat.local))
+
+    def nodeport(self, node_port: int) -> str:
+        if self._fixed is not None:
+            assert self._fixed[1] is not None, "external chain planned for a node port"
+            return self._fixed[1]
+        fp, key = self._fp, (self._proto, node_port)
+        fp._fill(n.NODEPORT_BACKENDS, key, self._cat.cluster)
+        if not self._local_ext:
+            return fp.dispatch.nodeport(len(self._cat.cluster))
+        fp._fill(n.NODEPORT_BACKENDS_LOCAL, key, self._cat.local)
+        fp._el(n.NODEPORT_SHORTCUTS, key, goto(fp.dispatch.nodeport_dnat(len(self._cat.cluster))))
+        return fp.dispatch.nodeport_local(len(self._cat.local))

@@ -1,0 +1,282 @@
+"""The static part of the ruleset and the shared dispatch chains, for one family.
+
+Sits inside the planner: ``skeleton()`` builds the base chains, the top-level regular chains and
+the global sets/maps that every plan has (kube-proxy's nftables layout), and ``Dispatch`` adds,
+on demand, the few chains shared by all services with the same traffic-policy role and endpoint
+count N. Per-service state never lives here: it is elements of the global maps.
+Pure: no I/O, clock or logging.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from ipaddress import IPv4Network, IPv6Network
+
+from nlproxy.cluster.model import IPFamily
+from nlproxy.nft.ir import (
+    DROP,
+    PRIORITY_DSTNAT,
+    PRIORITY_SRCNAT,
+    RETURN,
+    Chain,
+    ChainType,
+    Cmp,
+    CtState,
+    CtStatus,
+    DataType,
+    DnatMap,
+    Expr,
+    Family,
+    FibType,
+    Field,
+    Hook,
+    IPNetwork,
+    Lookup,
+    Map,
+    MarkSet,
+    Masquerade,
+    Numgen,
+    Op,
+    Policy,
+    Reject,
+    Rule,
+    Ruleset,
+    Selector,
+    Set,
+    SetFlag,
+    Table,
+    VMap,
+    jump,
+)
+from nlproxy.proxy import naming as n
+
+A4, A6 = DataType.IPV4_ADDR, DataType.IPV6_ADDR
+PROTO, SERVICE, MARK = DataType.INET_PROTO, DataType.INET_SERVICE, DataType.MARK
+
+
+@dataclass(frozen=True, slots=True)
+class FamilySpec:
+    """What differs between the ``ip`` and ``ip6`` tables."""
+
+    family: Family
+    ip_family: IPFamily
+    version: int
+    saddr: Field
+    daddr: Field
+    addr: DataType
+    loopback: IPNetwork
+
+
+IPV4 = FamilySpec(
+    Family.IP, IPFamily.IPV4, 4, Field.IP_SADDR, Field.IP_DADDR, A4, IPv4Network("127.0.0.0/8")
+)
+IPV6 = FamilySpec(
+    Family.IP6, IPFamily.IPV6, 6, Field.IP6_SADDR, Field.IP6_DADDR, A6, IPv6Network("::1/128")
+)
+
+CT_NEW = Cmp(Field.CT_STATE, CtState.NEW)
+FIB_SADDR_LOCAL = Cmp(Field.FIB_SADDR_TYPE, FibType.LOCAL)
+FIB_DADDR_LOCAL = Cmp(Field.FIB_DADDR_TYPE, FibType.LOCAL)
+L4_DPORT: tuple[Selector, ...] = (Field.META_L4PROTO, Field.TH_DPORT)
+
+_BASE_CHAINS = (
+    # Filter chains run before DNAT (dstnat - 10) so they see the service address.
+    (n.FILTER_PREROUTING, ChainType.FILTER, Hook.PREROUTING, PRIORITY_DSTNAT - 10),
+    (n.FILTER_INPUT, ChainType.FILTER, Hook.INPUT, PRIORITY_DSTNAT - 10),
+    (n.FILTER_FORWARD, ChainType.FILTER, Hook.FORWARD, PRIORITY_DSTNAT - 10),
+    (n.FILTER_OUTPUT, ChainType.FILTER, Hook.OUTPUT, PRIORITY_DSTNAT - 10),
+    (n.FILTER_OUTPUT_POST_DNAT, ChainType.FILTER, Hook.OUTPUT, PRIORITY_DSTNAT + 10),
+    (n.NAT_PREROUTING, ChainType.NAT, Hook.PREROUTING, PRIORITY_DSTNAT),
+    (n.NAT_OUTPUT, ChainType.NAT, Hook.OUTPUT, PRIORITY_DSTNAT),
+    (n.NAT_POSTROUTING, ChainType.NAT, Hook.POSTROUTING, PRIORITY_SRCNAT),
+)
+
+# (from, to, only for new connections)
+_JUMPS = (
+    (n.FILTER_INPUT, n.NODEPORT_ENDPOINTS_CHECK, True),
+    (n.FILTER_INPUT, n.SERVICE_ENDPOINTS_CHECK, True),
+    (n.FILTER_FORWARD, n.SERVICE_ENDPOINTS_CHECK, True),
+    (n.FILTER_OUTPUT, n.SERVICE_ENDPOINTS_CHECK, True),
+    (n.FILTER_PREROUTING, n.FIREWALL_CHECK, True),
+    (n.FILTER_OUTPUT, n.FIREWALL_CHECK, True),
+    (n.NAT_OUTPUT, n.SERVICES, False),
+    (n.NAT_PREROUTING, n.SERVICES, False),
+    (n.NAT_POSTROUTING, n.MASQUERADING, False),
+    (n.FILTER_FORWARD, n.CLUSTER_IPS_CHECK, True),
+    (n.FILTER_OUTPUT_POST_DNAT, n.CLUSTER_IPS_CHECK, True),
+)
+
+
+def _sets(f: FamilySpec, nodeport_match_all: bool) -> list[Set | Map]:
+    a, verdict = f.addr, (DataType.VERDICT,)
+    sets: list[Set | Map] = [
+        Set(name=n.CLUSTER_IPS, key=(a,), comment="active ClusterIPs"),
+        Set(name=n.SERVICE_CIDRS, key=(a,), flags=SetFlag.INTERVAL, comment="service ranges"),
+        Set(name=n.CLUSTER_CIDRS, key=(a,), flags=SetFlag.INTERVAL, comment="pod ranges"),
+        Map(name=n.SERVICE_IPS, key=(a, PROTO, SERVICE), data=verdict),
+        Map(name=n.SERVICE_NODEPORTS, key=(PROTO, SERVICE), data=verdict),
+        Map(name=n.NO_ENDPOINT_SERVICES, key=(a, PROTO, SERVICE), data=verdict),
+        Map(name=n.NO_ENDPOINT_NODEPORTS, key=(PROTO, SERVICE), data=verdict),
+        Set(name=n.FIREWALL_IPS, key=(a, PROTO, SERVICE), comment="loadBalancerSourceRanges"),
+        Set(
+            name=n.FIREWALL_ALLOW,
+            key=(a, PROTO, SERVICE, a),
+            flags=SetFlag.INTERVAL | SetFlag.CONCAT,
+            comment="allowed sources per firewalled destination",
+        ),
+        Map(name=n.BACKENDS, key=(a, PROTO, SERVICE, MARK), data=(a, SERVICE)),
+        Map(name=n.BACKENDS_LOCAL, key=(a, PROTO, SERVICE, MARK), data=(a, SERVICE)),
+        Map(name=n.NODEPORT_BACKENDS, key=(PROTO, SERVICE, MARK), data=(a, SERVICE)),
+        Map(name=n.NODEPORT_BACKENDS_LOCAL, key=(PROTO, SERVICE, MARK), data=(a, SERVICE)),
+        Map(name=n.EXTERNAL_SHORTCUTS, key=(a, PROTO, SERVICE), data=verdict),
+        Map(name=n.NODEPORT_SHORTCUTS, key=(PROTO, SERVICE), data=verdict),
+        Set(name=n.HAIRPIN, key=(a, a), comment="endpoint . endpoint: a pod reaching itself"),
+    ]
+    if not nodeport_match_all:
+        sets.append(Set(name=n.NODEPORT_IPS, key=(a,), comment="IPs that accept NodePorts"))
+    return sets
+
+
+def skeleton(f: FamilySpec, *, mark: int, nodeport_match_all: bool, service_cidrs: bool) -> Ruleset:
+    """The static chains, rules and (empty) global sets of one family's table."""
+    rs = Ruleset(table=Table(family=f.family, name=n.TABLE, comment="rules for nlproxy"))
+    for name, ctype, hook, prio in _BASE_CHAINS:
+        rs.add_chain(Chain(name=name, type=ctype, hook=hook, priority=prio, policy=Policy.ACCEPT))
+    for name in (
+        n.SERVICES, n.MASQUERADING, n.MARK_FOR_MASQUERADE, n.FIREWALL_CHECK,
+        n.SERVICE_ENDPOINTS_CHECK, n.NODEPORT_ENDPOINTS_CHECK, n.CLUSTER_IPS_CHECK, n.REJECT_CHAIN,
+    ):  # fmt: skip
+        rs.add_chain(Chain(name=name))
+    for s in _sets(f, nodeport_match_all):
+        rs.add_set(s)
+    for src, dst, new_only in _JUMPS:
+        rs.add_rule(Rule(chain=src, exprs=(CT_NEW, jump(dst)) if new_only else (jump(dst),)))
+    dpl = (f.daddr, *L4_DPORT)
+
+    def add(chain: str, *exprs: Expr, comment: str = "") -> None:
+        rs.add_rule(Rule(chain=chain, exprs=exprs, comment=comment))
+
+    add(n.MARK_FOR_MASQUERADE, MarkSet(mark, "or"))
+    add(
+        n.MASQUERADING,
+        Cmp(Field.CT_STATUS, CtStatus.DNAT),
+        Lookup((f.saddr, f.daddr), n.HAIRPIN),
+        jump(n.MARK_FOR_MASQUERADE),
+        comment="hairpin: a pod DNAT'd to itself",
+    )
+    add(n.MASQUERADING, Cmp(Field.META_MARK, 0, mask=mark), RETURN)
+    add(n.MASQUERADING, MarkSet(mark, "xor"))
+    add(n.MASQUERADING, Masquerade(fully_random=True))
+    add(n.REJECT_CHAIN, Reject())
+    add(n.SERVICE_ENDPOINTS_CHECK, VMap(dpl, n.NO_ENDPOINT_SERVICES))
+    add(
+        n.FIREWALL_CHECK,
+        Lookup(dpl, n.FIREWALL_IPS),
+        Lookup((*dpl, f.saddr), n.FIREWALL_ALLOW, negate=True),
+        DROP,
+        comment="loadBalancerSourceRanges",
+    )
+    add(
+        n.CLUSTER_IPS_CHECK,
+        Lookup((f.daddr,), n.CLUSTER_IPS),
+        Reject(),
+        comment="reject traffic to invalid ports of ClusterIPs",
+    )
+    if service_cidrs:
+        add(
+            n.CLUSTER_IPS_CHECK,
+            Lookup((f.daddr,), n.SERVICE_CIDRS),
+            DROP,
+            comment="drop traffic to unallocated ClusterIPs",
+        )
+    add(n.SERVICES, VMap(dpl, n.SERVICE_IPS))
+    if nodeport_match_all:
+        not_lo = Cmp(f.daddr, f.loopback, Op.NE)
+        add(n.SERVICES, FIB_DADDR_LOCAL, not_lo, VMap(L4_DPORT, n.SERVICE_NODEPORTS))
+        add(n.NODEPORT_ENDPOINTS_CHECK, not_lo, VMap(L4_DPORT, n.NO_ENDPOINT_NODEPORTS))
+    else:
+        in_set = Lookup((f.daddr,), n.NODEPORT_IPS)
+        add(n.SERVICES, in_set, VMap(L4_DPORT, n.SERVICE_NODEPORTS))
+        add(n.NODEPORT_ENDPOINTS_CHECK, in_set, VMap(L4_DPORT, n.NO_ENDPOINT_NODEPORTS))
+    return rs
+
+
+class Dispatch:
+    """Creates the shared dispatch chains of one table on first use.
+
+    A chain is shared by every service port with the same role and endpoint count N; the
+    service's own data (which endpoints) is in the elements of the backends maps.
+    """
+
+    def __init__(self, rs: Ruleset, f: FamilySpec, *, pods: bool) -> None:
+        self._rs = rs
+        self._pods = pods
+        self._saddr = f.saddr
+        self._addr_key: tuple[Selector, ...] = (f.daddr, *L4_DPORT)
+
+    def _chain(self, name: str, *rules: tuple[Expr, ...]) -> str:
+        if name not in self._rs.chains:
+            self._rs.add_chain(Chain(name=name))
+            for exprs in rules:
+                self._rs.add_rule(Rule(chain=name, exprs=exprs))
+        return name
+
+    def _dnat(self, count: int, backends: str) -> tuple[Expr, ...]:
+        return (DnatMap((*self._addr_key, Numgen(count)), backends),)
+
+    def _np_dnat(self, count: int, backends: str) -> tuple[Expr, ...]:
+        return (DnatMap((*L4_DPORT, Numgen(count)), backends),)
+
+    def _masq_non_pods(self) -> tuple[tuple[Expr, ...], ...]:
+        if not self._pods:
+            return ()
+        return (
+            (Lookup((self._saddr,), n.CLUSTER_CIDRS, negate=True), jump(n.MARK_FOR_MASQUERADE)),
+        )
+
+    def _shortcuts(self, key: tuple[Selector, ...], vmap: str) -> tuple[tuple[Expr, ...], ...]:
+        """eTP=Local: pods and the node itself reach all cluster endpoints (upstream's
+        short-circuits); the node's own traffic is masqueraded, as its source is a local IP."""
+        pods: tuple[tuple[Expr, ...], ...] = (
+            ((Lookup((self._saddr,), n.CLUSTER_CIDRS), VMap(key, vmap)),) if self._pods else ()
+        )
+        return (
+            *pods,
+            (FIB_SADDR_LOCAL, jump(n.MARK_FOR_MASQUERADE)),
+            (FIB_SADDR_LOCAL, VMap(key, vmap)),
+        )
+
+    def cluster_ip(self, count: int) -> str:
+        return self._chain(
+            n.cluster_ip_chain(count), *self._masq_non_pods(), self._dnat(count, n.BACKENDS)
+        )
+
+    def external(self, count: int) -> str:
+        return self._chain(
+            n.external_chain(count),
+            (jump(n.MARK_FOR_MASQUERADE),),
+            self._dnat(count, n.BACKENDS),
+        )
+
+    def external_local(self, count: int) -> str:
+        final = (self._dnat(count, n.BACKENDS_LOCAL),) if count else ()
+        short = self._shortcuts(self._addr_key, n.EXTERNAL_SHORTCUTS)
+        return self._chain(n.external_local_chain(count), *short, *final)
+
+    def dnat(self, count: int) -> str:
+        return self._chain(n.dnat_chain(count), self._dnat(count, n.BACKENDS))
+
+    def nodeport(self, count: int) -> str:
+        return self._chain(
+            n.nodeport_chain(count),
+            (jump(n.MARK_FOR_MASQUERADE),),
+            self._np_dnat(count, n.NODEPORT_BACKENDS),
+        )
+
+    def nodeport_local(self, count: int) -> str:
+        final = (self._np_dnat(count, n.NODEPORT_BACKENDS_LOCAL),) if count else ()
+        short = self._shortcuts(L4_DPORT, n.NODEPORT_SHORTCUTS)
+        return self._chain(n.nodeport_local_chain(count), *short, *final)
+
+    def nodeport_dnat(self, count: int) -> str:
+        return self._chain(n.nodeport_dnat_chain(count), self._np_dnat(count, n.NODEPORT_BACKENDS))
