@@ -1,11 +1,12 @@
 """Conntrack cleanup after a commit: find and delete flows that point at backends that are gone.
 
-Sits after the kernel backend in the sync loop (DESIGN §6): :func:`stale_flow_filters` is a pure
-function of the frontends → backends that were programmed before and after a commit, and
-:class:`Conntrack` applies its result over ctnetlink. ``nlproxy conntrack list|flush`` uses the
-same machinery. Runs only after a successful commit; never touches nftables, never execs
-``conntrack``, and never holds the whole table in memory: the kernel pre-selects flows (CTA_FILTER
-dumps), the survivors are re-checked here and deleted one by one by tuple and id, in batches.
+Sits after the kernel backend in the sync loop (DESIGN §6): :func:`stale_flow_filters` (pure, in
+``conntrack_plan.py``, re-exported here with the rest of the API) turns the frontends → backends
+programmed before and after a commit into filters, and :class:`Conntrack` applies them over
+ctnetlink; ``nlproxy conntrack list|flush`` uses the same machinery. Runs only after a successful
+commit; never touches nftables, never execs ``conntrack``, and never holds the whole table in
+memory: the kernel pre-selects flows (CTA_FILTER dumps), the survivors are re-checked here and
+deleted one by one by tuple and id, in batches.
 
 Kernel behaviour this relies on (measured on Linux 6.18):
 - a dump pass over the table costs about the same however few flows it returns (~30 ms at 100k
@@ -21,24 +22,34 @@ from __future__ import annotations
 
 import errno as errno_mod
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 
 from nlproxy.conntrack_msg import (
     Flow,
     FlowFilter,
     FlowTuple,
-    IPAddress,
     decode_flow,
     encode_delete,
     encode_dump,
+)
+from nlproxy.conntrack_plan import (
+    MAX_PASSES,
+    Backend,
+    Frontend,
+    Pass,
+    Programmed,
+    UnexpectedElement,
+    plan_passes,
+    programmed_frontends,
+    stale_flow_filters,
 )
 from nlproxy.errors import NlproxyError
 from nlproxy.log import get_logger
 from nlproxy.nft.nlsock import NLMSG_ERROR, NetfilterSocket
 
 __all__ = [
+    "MAX_PASSES",
     "Backend",
     "Conntrack",
     "ConntrackError",
@@ -46,163 +57,19 @@ __all__ = [
     "FlowFilter",
     "FlowTuple",
     "Frontend",
+    "Programmed",
+    "UnexpectedElement",
+    "plan_passes",
+    "programmed_frontends",
     "stale_flow_filters",
 ]
 
 DELETE_BATCH = 1024
 """Flows deleted per netlink send."""
-MAX_PASSES = 32
-"""More kernel-filtered passes than this, and one looser pass per family is cheaper: a pass costs
-~30 ms at 100k flows, decoding a flow here ~15 µs."""
 
 
 class ConntrackError(NlproxyError):
     """The kernel refused a conntrack request; ``ref`` names the flow or filter."""
-
-
-@dataclass(frozen=True, slots=True)
-class Frontend:
-    """Where clients send: ``proto`` (tcp/udp/sctp), a service address (None: a NodePort, on
-    every node address) and a port."""
-
-    proto: str
-    addr: IPAddress | None
-    port: int
-
-    def __str__(self) -> str:
-        where = "nodeport" if self.addr is None else str(self.addr)
-        return f"{self.proto}/{where}:{self.port}"
-
-
-@dataclass(frozen=True, slots=True)
-class Backend:
-    """An endpoint that answers for a frontend: its address and (target) port."""
-
-    addr: IPAddress
-    port: int
-
-
-def stale_flow_filters(
-    old: Mapping[Frontend, frozenset[Backend]],
-    new: Mapping[Frontend, frozenset[Backend]],
-    *,
-    node_addrs: Sequence[IPAddress],
-    flush_tcp: bool = False,
-) -> list[FlowFilter]:
-    """Filters for the flows a change from ``old`` to ``new`` leaves pointing nowhere.
-
-    - A backend that served a frontend in ``old`` and does not in ``new``: flows whose original
-      destination is the frontend (each node address for a NodePort) and whose reply comes from
-      that backend. UDP and SCTP only, TCP too with ``flush_tcp`` (a TCP client sees a reset).
-    - A UDP frontend with no backends in ``old`` (or absent) and some in ``new``: its flows that
-      were not DNAT'd. They were confirmed while nothing answered (blackholed or rejected) and
-      would keep bypassing the new DNAT rules until they time out.
-
-    Pure. The result is sorted, so the same input gives the same filters.
-    """
-    out: set[FlowFilter] = set()
-    for fe, backends in old.items():
-        if fe.proto == "tcp" and not flush_tcp:
-            continue
-        for be in backends - new.get(fe, frozenset()):
-            for dst in _destinations(fe, node_addrs, be.addr.version):
-                out.add(
-                    FlowFilter(
-                        proto=fe.proto,
-                        orig_dst=dst,
-                        orig_dport=fe.port,
-                        reply_src=be.addr,
-                        reply_sport=be.port,
-                    )
-                )
-    for fe, backends in new.items():
-        if fe.proto == "udp" and backends and not old.get(fe):
-            for dst in _destinations(fe, node_addrs, None):
-                out.add(FlowFilter(proto="udp", orig_dst=dst, orig_dport=fe.port, dnat=False))
-    return sorted(out, key=_filter_sort_key)
-
-
-def _destinations(
-    fe: Frontend, node_addrs: Sequence[IPAddress], version: int | None
-) -> list[IPAddress]:
-    if fe.addr is not None:
-        return [fe.addr] if version in (None, fe.addr.version) else []
-    return [a for a in node_addrs if version in (None, a.version)]
-
-
-def _filter_sort_key(f: FlowFilter) -> tuple[str, ...]:
-    return tuple(str(getattr(f, fl.name)) for fl in fields(f))
-
-
-# ---------------------------------------------------------------------------------------------
-# Planning kernel passes
-
-
-@dataclass(frozen=True, slots=True)
-class _Pass:
-    """One kernel dump: ``kernel`` pre-selects, a flow is kept if any of ``members`` matches."""
-
-    kernel: FlowFilter
-    members: tuple[FlowFilter, ...]
-
-    def matcher(self) -> Callable[[Flow], bool]:
-        if len(self.members) == 1:
-            return self.members[0].matches
-        by_dst: dict[tuple[IPAddress, int], list[FlowFilter]] = defaultdict(list)
-        rest: list[FlowFilter] = []
-        for m in self.members:
-            if m.orig_dst is not None and m.orig_dport is not None:
-                by_dst[(m.orig_dst, m.orig_dport)].append(m)
-            else:
-                rest.append(m)
-
-        def match(flow: Flow) -> bool:
-            near = by_dst.get((flow.orig.dst, flow.orig.dport), ())
-            return any(m.matches(flow) for m in near) or any(m.matches(flow) for m in rest)
-
-        return match
-
-
-def _common(members: Sequence[FlowFilter]) -> FlowFilter:
-    """The filter made of the fields every member agrees on."""
-    first = members[0]
-    agreed = {
-        fl.name: getattr(first, fl.name)
-        for fl in fields(first)
-        if all(getattr(m, fl.name) == getattr(first, fl.name) for m in members)
-    }
-    return FlowFilter(**agreed)
-
-
-def _group(filters: Iterable[FlowFilter], key: Callable[[FlowFilter], object]) -> list[_Pass]:
-    groups: dict[object, list[FlowFilter]] = defaultdict(list)
-    for f in filters:
-        groups[key(f)].append(f)
-    return [_Pass(_common(ms), tuple(ms)) for ms in groups.values()]
-
-
-def plan_passes(filters: Sequence[FlowFilter], *, max_passes: int = MAX_PASSES) -> list[_Pass]:
-    """Group filters into few kernel passes.
-
-    Filters are grouped by their original destination (one pass per frontend) or by their reply
-    source (one pass per removed backend, covering its ClusterIP and every NodePort address),
-    whichever needs fewer passes; past ``max_passes``, one pass per family and protocol.
-    """
-    unique = list(dict.fromkeys(filters))
-    if not unique:
-        return []
-    by_orig = _group(unique, lambda f: (f.family, f.proto, f.orig_dst, f.orig_dport, f.dnat))
-
-    def reply_key(f: FlowFilter) -> object:
-        if f.reply_src is None:
-            return ("orig", f.family, f.proto, f.orig_dst, f.orig_dport, f.dnat)
-        return ("reply", f.family, f.proto, f.reply_src, f.reply_sport)
-
-    by_reply = _group(unique, reply_key)
-    best = min(by_orig, by_reply, key=len)
-    if len(best) <= max_passes:
-        return best
-    return _group(unique, lambda f: (f.family, f.proto))
 
 
 def _kernel_filter(flt: FlowFilter, family: int) -> FlowFilter:
@@ -242,7 +109,7 @@ class Conntrack:
             ConntrackError: the kernel refused the dump (e.g. a filter it does not support).
         """
         flt = flt or FlowFilter()
-        yield from self._scan(_Pass(flt, (flt,)))
+        yield from self._scan(Pass(flt, (flt,)))
 
     def delete(self, filters: Sequence[FlowFilter]) -> int:
         """Delete the flows any of ``filters`` selects; return how many were deleted.
@@ -290,7 +157,7 @@ class Conntrack:
             self._on_deleted(count)
         return count
 
-    def _scan(self, p: _Pass) -> Iterator[Flow]:
+    def _scan(self, p: Pass) -> Iterator[Flow]:
         match = p.matcher()
         families = [p.kernel.family] if p.kernel.family else [4, 6]
         with NetfilterSocket(self.netns, bufsize=8 << 20) as sock:

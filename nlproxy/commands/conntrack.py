@@ -16,9 +16,17 @@ from ipaddress import ip_address
 from typing import Any
 
 from nlproxy import netns as netns_mod
-from nlproxy.conntrack import MAX_PASSES, Backend, Conntrack, ConntrackError, Flow, Frontend
+from nlproxy.conntrack import (
+    MAX_PASSES,
+    Backend,
+    Conntrack,
+    ConntrackError,
+    Flow,
+    Frontend,
+    Programmed,
+    programmed_frontends,
+)
 from nlproxy.conntrack_msg import IPS_DST_NAT, FlowFilter, IPAddress
-from nlproxy.conntrack_programmed import Programmed, programmed_frontends
 from nlproxy.errors import ConfigError
 
 NAME = "conntrack"

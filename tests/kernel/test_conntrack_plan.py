@@ -7,9 +7,15 @@ from ipaddress import IPv4Address, IPv6Address, ip_address
 
 import pytest
 
-from nlproxy.conntrack import Backend, Frontend, plan_passes, stale_flow_filters
+from nlproxy.conntrack import (
+    Backend,
+    Frontend,
+    UnexpectedElement,
+    plan_passes,
+    programmed_frontends,
+    stale_flow_filters,
+)
 from nlproxy.conntrack_msg import Flow, FlowFilter, FlowTuple, decode_flow, encode_new
-from nlproxy.conntrack_programmed import UnexpectedElement, programmed_frontends
 from nlproxy.nft.ir import DataType, Element, Family, Map, Ruleset, Table, Value, Verdict, goto
 
 Addr = IPv4Address | IPv6Address
