@@ -223,9 +223,9 @@ def _cmp(ctx: _Context, e: Cmp) -> str:
         mask = format_value(e.left, None, e.mask)
         return f"{left} & {mask} {e.op} {right}"
     if e.left in (Field.CT_STATE, Field.CT_STATUS) and e.op is Op.NE:
-        single = isinstance(e.right, int) and e.right & (e.right - 1) == 0
-        if not (e.left is Field.CT_STATE and single):
-            return f"{left} ! {right}"
+        # "none of these bits": nft lowers and prints ``ct state ! invalid`` this way, while its
+        # ``ct state != invalid`` compares the whole value (same meaning for one ct state bit).
+        return f"{left} ! {right}"
     if e.op is Op.EQ:
         return f"{left} {right}"
     return f"{left} {e.op} {right}"

@@ -16,12 +16,14 @@ from nlproxy.nft.ir import (
     Chain,
     ChainType,
     Cmp,
+    CtState,
     DataType,
     Element,
     Family,
     Field,
     Hook,
     Map,
+    Op,
     Policy,
     Rule,
     Set,
@@ -214,6 +216,32 @@ def test_undecodable_rules_are_marked_not_guessed(
     assert reason in rule.reason
     assert rule.raw
     assert rule != Rule(chain="rules", exprs=(), comment=comment)
+
+
+def test_ct_state_not_equal_reads_as_none_of(make_netns: Callable[[str], str]) -> None:
+    """nft's ``ct state != invalid`` compares the whole value; a ct state has exactly one bit set,
+    so it means the same as "none of" and reads back as the IR's NE (printed ``! invalid``)."""
+    ns = make_netns("read")
+    load_nft(ns, "table ip nlp { chain c { ct state != invalid accept; }; }")
+
+    rs = read_ruleset(Family.IP, "nlp", netns=ns)
+
+    assert rs is not None
+    assert rs.rules["c"] == [
+        Rule(chain="c", exprs=(Cmp(Field.CT_STATE, CtState.INVALID, Op.NE), ACCEPT))
+    ]
+
+
+def test_ct_status_not_equal_is_not_guessed(make_netns: Callable[[str], str]) -> None:
+    """``ct status != dnat`` compares the whole status word: not the IR's "none of" test."""
+    ns = make_netns("read")
+    load_nft(ns, "table ip nlp { chain c { ct status != dnat accept; }; }")
+
+    rs = read_ruleset(Family.IP, "nlp", netns=ns)
+
+    assert rs is not None
+    (rule,) = rs.rules["c"]
+    assert isinstance(rule, UndecodedRule)
 
 
 def test_missing_table_is_none(make_netns: Callable[[str], str]) -> None:

@@ -143,7 +143,7 @@ CASES = [
     ),
     case(
         IP,
-        "ct state != invalid accept",
+        "ct state ! invalid accept",
         (Cmp(Field.CT_STATE, CtState.INVALID, Op.NE), ACCEPT),
         id="ct-not-invalid",
     ),
