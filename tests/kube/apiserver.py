@@ -21,7 +21,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -105,6 +105,7 @@ class Store:
     snapshots: dict[str, tuple[int, list[Obj]]] = field(default_factory=dict)
     bookmark_gen: int = 0
     expire_gen: int = 0
+    end_status: Obj = field(default_factory=dict)
 
     def put(self, plural: str, obj: Mapping[str, Any]) -> Obj:
         """Add or replace an object; returns the stored copy with its new resourceVersion."""
@@ -175,6 +176,7 @@ class ApiServer:
         token: bearer token every request must carry, or None.
         disabled: paths answering 404 (an older cluster without ServiceCIDRs).
         bookmark_interval: seconds between periodic bookmarks on watches that allow them.
+        after_page: called with the plural after each list page is sent (changes mid-list).
         gone_as_http: answer a watch from a compacted version with HTTP 410 instead of an
             ERROR event (both happen in practice).
     """
@@ -186,6 +188,7 @@ class ApiServer:
         self.disabled: set[str] = set()
         self.bookmark_interval = 60.0
         self.gone_as_http = False
+        self.after_page: Callable[[str], None] | None = None
         self.port = 0
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -239,6 +242,12 @@ class ApiServer:
         """Compact history and end every open watch with an ERROR event carrying 410 Gone."""
         with self.store.cond:
             self.store.compact()
+            self.end_watches(410, "Expired", "too old resource version")
+
+    def end_watches(self, code: int, reason: str, message: str) -> None:
+        """End every open watch with an ERROR event carrying this Status."""
+        with self.store.cond:
+            self.store.end_status = status(code, reason, message)
             self.store.expire_gen += 1
             self.store.cond.notify_all()
 
@@ -364,6 +373,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = {"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta}
         body["items"] = bare
         self._json(200, body)
+        if self.api.after_page is not None:
+            self.api.after_page(res.plural)
 
     def _start_stream(self) -> None:
         self.send_response(200)
@@ -442,7 +453,10 @@ class _Handler(BaseHTTPRequestHandler):
                 if self._client_gone() or api.dropped_since(drop_gen):
                     self.close_connection = True
                     return False
-                if store.expire_gen != exp_gen or pos < store.compacted:
+                if store.expire_gen != exp_gen:
+                    self._events([{"type": "ERROR", "object": store.end_status}])
+                    return True
+                if pos < store.compacted:
                     error = self._gone(f"too old resource version: {pos} ({store.compacted})")
                     self._events([{"type": "ERROR", "object": error}])
                     return True

@@ -265,3 +265,38 @@ async def test_start_waits_for_an_unreachable_api(
     with trio.fail_after(10):
         batch = await receive.receive()
     assert names(by_kind(batch)["Service"]) == {"svc-0", "svc-1", "svc-2"}
+
+
+async def test_list_restarts_when_its_continue_token_expires(
+    apiserver: ApiServer, api_client: Any, nursery: trio.Nursery
+) -> None:
+    populate(apiserver, services=12)
+    compactions = []
+
+    def compact_once(plural: str) -> None:  # the list outlives the server's history, once
+        if plural == "services" and not compactions:
+            compactions.append(apiserver.store.rv)
+            apiserver.store.put("services", service("late", ip="10.96.1.1"))
+            apiserver.store.compact()
+
+    apiserver.after_page = compact_once
+    feed, _ = await start_source(nursery, api_client, page_size=5)
+    services = by_kind(feed.batches[0])["Service"]
+    assert len(services.changes) == 13  # a complete, fresh snapshot, including the late one
+    pages = [q for p, q in apiserver.requests if p == "/api/v1/services" and "watch" not in q]
+    assert ["continue" in q for q in pages][:2] == [False, True]  # expired, then restarted
+    assert ["continue" in q for q in pages].count(False) == 2
+
+
+@pytest.mark.parametrize(("code", "reason"), [(500, "InternalError"), (429, "TooManyRequests")])
+async def test_watch_error_event_resumes_without_relist(
+    apiserver: ApiServer, api_client: Any, nursery: trio.Nursery, code: int, reason: str
+) -> None:
+    populate(apiserver)
+    feed, _ = await start_source(nursery, api_client)
+    await eventually(lambda: apiserver.watch_count("services") == 1)
+    apiserver.end_watches(code, reason, "try again")
+    apiserver.store.put("services", service("web", ip="10.96.1.1"))
+    seen = await feed.until(is_upsert_of("web"))
+    assert not feed.replaces(seen)
+    await eventually(lambda: apiserver.watch_count("services") >= 2)
