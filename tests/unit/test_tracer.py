@@ -32,37 +32,82 @@ def _world() -> ClusterSnapshot:
     svcs = [
         s("ns1", "svc1", "172.30.0.41"),
         s(
-            "ns2", "svc2", "172.30.0.42", [p("ns2", "svc2", node_port=3001)],
-            external_policy_local=True, external_ips=["192.168.99.22"], health_check_node_port=30000,
-        ),
-        s("ns3", "svc3", "172.30.0.43", [p("ns3", "svc3", node_port=3003)], load_balancer_ips=["1.2.3.3"]),
-        s(
-            "ns4", "svc4", "172.30.0.44",
-            [p("ns4", "svc4", "dns", 53, "UDP", target="dns"), p("ns4", "svc4", "dns-tcp", 53, target="dns-tcp")],
-        ),
-        s(
-            "ns5", "svc5", "172.30.0.45", [p("ns5", "svc5", node_port=3005)], load_balancer_ips=["5.5.5.5"],
-            load_balancer_source_ranges=["203.0.113.0/25"], external_policy_local=True,
+            "ns2",
+            "svc2",
+            "172.30.0.42",
+            [p("ns2", "svc2", node_port=3001)],
+            external_policy_local=True,
+            external_ips=["192.168.99.22"],
+            health_check_node_port=30000,
         ),
         s(
-            "ns5", "svc5b", "172.30.0.65", load_balancer_ips=["5.5.5.6"],
+            "ns3",
+            "svc3",
+            "172.30.0.43",
+            [p("ns3", "svc3", node_port=3003)],
+            load_balancer_ips=["1.2.3.3"],
+        ),
+        s(
+            "ns4",
+            "svc4",
+            "172.30.0.44",
+            [
+                p("ns4", "svc4", "dns", 53, "UDP", target="dns"),
+                p("ns4", "svc4", "dns-tcp", 53, target="dns-tcp"),
+            ],
+        ),
+        s(
+            "ns5",
+            "svc5",
+            "172.30.0.45",
+            [p("ns5", "svc5", node_port=3005)],
+            load_balancer_ips=["5.5.5.5"],
+            load_balancer_source_ranges=["203.0.113.0/25"],
+            external_policy_local=True,
+        ),
+        s(
+            "ns5",
+            "svc5b",
+            "172.30.0.65",
+            load_balancer_ips=["5.5.5.6"],
             load_balancer_source_ranges=["192.168.0.0/24"],
         ),
-        s("ns6", "svc6", "172.30.0.46", [p("ns6", "svc6", node_port=3006)], external_ips=["192.168.99.66"]),
         s(
-            "ns7", "svc7", "172.30.0.47", [p("ns7", "svc7", node_port=3007)], load_balancer_ips=["7.7.7.7"],
-            external_ips=["192.168.99.77"], external_policy_local=True,
+            "ns6",
+            "svc6",
+            "172.30.0.46",
+            [p("ns6", "svc6", node_port=3006)],
+            external_ips=["192.168.99.66"],
+        ),
+        s(
+            "ns7",
+            "svc7",
+            "172.30.0.47",
+            [p("ns7", "svc7", node_port=3007)],
+            load_balancer_ips=["7.7.7.7"],
+            external_ips=["192.168.99.77"],
+            external_policy_local=True,
         ),
         s("ns8", "svc8", "172.30.0.48", internal_policy_local=True),
         s("ns8", "svc8b", "172.30.0.58", internal_policy_local=True),
         s("ns9", "svc9", "172.30.0.49", [p("ns9", "svc9", node_port=3009)], affinity_timeout=10800),
         s(
-            "ns9", "svc9b", "172.30.0.59", [p("ns9", "svc9b", node_port=3019)], affinity_timeout=60,
+            "ns9",
+            "svc9b",
+            "172.30.0.59",
+            [p("ns9", "svc9b", node_port=3019)],
+            affinity_timeout=60,
             external_policy_local=True,
         ),
         s("ns10", "svc10", "172.30.0.50"),
         s("ns10", "svc10b", "172.30.0.60"),
-        s("ns11", "svc11", "172.30.0.51", [p("ns11", "svc11", node_port=3011)], external_policy_local=True),
+        s(
+            "ns11",
+            "svc11",
+            "172.30.0.51",
+            [p("ns11", "svc11", node_port=3011)],
+            external_policy_local=True,
+        ),
         s("ns12", "zones", "172.30.0.52"),
         s("ns12", "partial", "172.30.0.53"),
         s("ns12", "nodes", "172.30.0.54", traffic_distribution="PreferSameNode"),
@@ -71,20 +116,32 @@ def _world() -> ClusterSnapshot:
         s("ns17", "udp", "172.30.0.57", [p("ns17", "udp", "dns", 53, "UDP")]),
         s("ns61", "dual", ["172.30.0.61", "fd00:172:30::61"]),
         s(
-            "ns62", "v6np", "fd00:172:30::62", [p("ns62", "v6np", node_port=3062)],
+            "ns62",
+            "v6np",
+            "fd00:172:30::62",
+            [p("ns62", "v6np", node_port=3062)],
             external_policy_local=True,
         ),
         s("ns63", "v6none", "fd00:172:30::63", load_balancer_ips=["2001:db8:5::5"]),
         s(
-            "ns64", "v6fw", "fd00:172:30::64", load_balancer_ips=["2001:db8:5::6"],
+            "ns64",
+            "v6fw",
+            "fd00:172:30::64",
+            load_balancer_ips=["2001:db8:5::6"],
             load_balancer_source_ranges=["2001:db8:ffff::/64"],
         ),
-    ]  # fmt: skip
+    ]
     slices = [
         sl("ns1", "svc1", [e("10.180.0.1")]),
         sl("ns2", "svc2", [e("10.180.0.2", here), e("10.180.1.2")]),
         sl("ns3", "svc3", [e("10.180.0.3", here), e("10.180.1.3")]),
-        sl("ns4", "svc4", [e("10.180.0.4")], [("dns", 5353, "UDP"), ("dns-tcp", 5354, "TCP")], slice_name="a"),
+        sl(
+            "ns4",
+            "svc4",
+            [e("10.180.0.4")],
+            [("dns", 5353, "UDP"), ("dns-tcp", 5354, "TCP")],
+            slice_name="a",
+        ),
         sl("ns4", "svc4", [e("10.180.2.4")], [("dns", 5300, "UDP")], slice_name="b"),
         sl("ns5", "svc5", [e("10.180.0.5", here)]),
         sl("ns5", "svc5b", [e("10.180.1.55")]),
@@ -93,22 +150,44 @@ def _world() -> ClusterSnapshot:
         sl("ns8", "svc8b", [e("10.180.1.58")]),
         sl("ns9", "svc9", [e("10.180.0.9", here), e("10.180.1.9")]),
         sl("ns9", "svc9b", [e("10.180.0.19", here), e("10.180.1.19")]),
-        sl("ns10", "svc10", [
-            e("10.180.0.10", ready=False, serving=True, terminating=True),
-            e("10.180.0.11", ready=False, serving=False, terminating=True),
-        ]),
-        sl("ns10", "svc10b", [
-            e("10.180.0.12"), e("10.180.0.13", ready=False, serving=True, terminating=True),
-        ]),
-        sl("ns11", "svc11", [
-            e("10.180.1.11"), e("10.180.0.11", here, ready=False, serving=True, terminating=True),
-        ]),
-        sl("ns12", "zones", [e("10.180.3.1", hints_zones={"zone-a"}), e("10.180.3.2", hints_zones={"zone-b"})]),
+        sl(
+            "ns10",
+            "svc10",
+            [
+                e("10.180.0.10", ready=False, serving=True, terminating=True),
+                e("10.180.0.11", ready=False, serving=False, terminating=True),
+            ],
+        ),
+        sl(
+            "ns10",
+            "svc10b",
+            [
+                e("10.180.0.12"),
+                e("10.180.0.13", ready=False, serving=True, terminating=True),
+            ],
+        ),
+        sl(
+            "ns11",
+            "svc11",
+            [
+                e("10.180.1.11"),
+                e("10.180.0.11", here, ready=False, serving=True, terminating=True),
+            ],
+        ),
+        sl(
+            "ns12",
+            "zones",
+            [e("10.180.3.1", hints_zones={"zone-a"}), e("10.180.3.2", hints_zones={"zone-b"})],
+        ),
         sl("ns12", "partial", [e("10.180.3.3", hints_zones={"zone-a"}), e("10.180.3.4")]),
-        sl("ns12", "nodes", [
-            e("10.180.3.5", hints_zones={"zone-b"}, hints_nodes={NODE}),
-            e("10.180.3.6", hints_zones={"zone-a"}, hints_nodes={"other-node"}),
-        ]),
+        sl(
+            "ns12",
+            "nodes",
+            [
+                e("10.180.3.5", hints_zones={"zone-b"}, hints_nodes={NODE}),
+                e("10.180.3.6", hints_zones={"zone-a"}, hints_nodes={"other-node"}),
+            ],
+        ),
         sl("ns15", "sctp", [e("10.180.0.15")], [("diameter", 3868, "SCTP")]),
         sl("ns16", "dup", [e("10.180.0.16")], slice_name="dup-a"),
         sl("ns16", "dup", [e("10.180.0.16"), e("10.180.0.17")], slice_name="dup-b"),
@@ -116,7 +195,7 @@ def _world() -> ClusterSnapshot:
         sl("ns61", "dual", [e("fd00:10:180::1")]),
         sl("ns62", "v6np", [e("fd00:10:180::2", here), e("fd00:10:180::3")]),
         sl("ns64", "v6fw", [e("fd00:10:180::6")]),
-    ]  # fmt: skip
+    ]
     return snapshot(svcs, slices, node=node((NODE_IP, NODE6, NODE_ALT), zone="zone-a"))
 
 
