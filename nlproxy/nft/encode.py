@@ -277,7 +277,7 @@ class Batch:
     @property
     def messages(self) -> int:
         """Messages in the batch, BATCH_BEGIN and BATCH_END not counted."""
-        return self._seq - self.first_seq - 1
+        return sum(span.count for span in self._spans)
 
     @property
     def last_seq(self) -> int:

@@ -142,8 +142,10 @@ def check_value(dt: DataType, v: Value, *, interval: bool = False) -> str | None
     return None
 
 
-def _fail(obj: NftObject, reason: str, field: str = "") -> InvalidNftObject:
-    return InvalidNftObject(describe(obj), reason, field=field)
+def _fail(
+    obj: NftObject, reason: str, field: str = "", sets: Mapping[str, SetLike] | None = None
+) -> InvalidNftObject:
+    return InvalidNftObject(describe(obj, sets), reason, field=field)
 
 
 def _check_name(obj: NftObject, kind: str, name: str) -> None:
@@ -155,12 +157,17 @@ def _check_name(obj: NftObject, kind: str, name: str) -> None:
         raise _fail(obj, f"{kind} name contains NUL")
 
 
-def _check_comment(obj: NftObject, comment: str, limit: int = COMMENT_MAXLEN) -> None:
+def _check_comment(
+    obj: NftObject,
+    comment: str,
+    limit: int = COMMENT_MAXLEN,
+    sets: Mapping[str, SetLike] | None = None,
+) -> None:
     n = len(comment.encode())
     if n > limit:
-        raise _fail(obj, f"comment is {n} bytes, over the userdata limit of {limit}")
+        raise _fail(obj, f"comment is {n} bytes, over the userdata limit of {limit}", sets=sets)
     if "\0" in comment:
-        raise _fail(obj, "comment contains NUL")
+        raise _fail(obj, "comment contains NUL", sets=sets)
 
 
 class _Scope:
@@ -255,17 +262,26 @@ def _check_set(s: SetLike) -> None:
 def _check_element(el: Element, scope: _Scope, *, removing: bool) -> None:
     s = scope.sets.get(el.set)
     if s is None:
-        raise _fail(el, f"set {el.set} is neither in the transaction nor in the table")
-    _check_comment(el, el.comment, ELEMENT_COMMENT_MAXLEN)
+        raise _fail(
+            el, f"set {el.set} is neither in the transaction nor in the table", sets=scope.sets
+        )
+    _check_comment(el, el.comment, ELEMENT_COMMENT_MAXLEN, scope.sets)
     if len(el.key) != len(s.key):
-        raise _fail(el, f"key has {len(el.key)} parts, {s.name} wants {len(s.key)}", "key")
+        raise _fail(
+            el, f"key has {len(el.key)} parts, {s.name} wants {len(s.key)}", "key", sets=scope.sets
+        )
     interval = bool(s.flags & SetFlag.INTERVAL)
     for i, (dt, v) in enumerate(zip(s.key, el.key, strict=True)):
         if (why := check_value(dt, v, interval=interval)) is not None:
-            raise _fail(el, why, f"key[{i}]")
+            raise _fail(el, why, f"key[{i}]", sets=scope.sets)
     has_timeouts = s.timeout is not None or bool(s.flags & SetFlag.TIMEOUT)
     if el.timeout is not None and (el.timeout <= 0 or not has_timeouts):
-        raise _fail(el, f"timeout {el.timeout}: positive, in a set with timeouts", "timeout")
+        raise _fail(
+            el,
+            f"timeout {el.timeout}: positive, in a set with timeouts",
+            "timeout",
+            sets=scope.sets,
+        )
     if not removing:
         _check_element_value(el, s, scope)
 
@@ -273,28 +289,29 @@ def _check_element(el: Element, scope: _Scope, *, removing: bool) -> None:
 def _check_element_value(el: Element, s: SetLike, scope: _Scope) -> None:
     if not isinstance(s, Map):
         if el.value is not None:
-            raise _fail(el, f"{s.name} is a set: an element has no value", "value")
+            raise _fail(el, f"{s.name} is a set: an element has no value", "value", sets=scope.sets)
         return
     if s.is_vmap:
         if not isinstance(el.value, Verdict):
-            raise _fail(el, f"map {s.name} wants a verdict", "value")
+            raise _fail(el, f"map {s.name} wants a verdict", "value", sets=scope.sets)
         _check_verdict(el, el.value, scope)
         return
     if not isinstance(el.value, tuple) or len(el.value) != len(s.data):
-        raise _fail(el, f"map {s.name} wants {len(s.data)} data parts", "value")
+        raise _fail(el, f"map {s.name} wants {len(s.data)} data parts", "value", sets=scope.sets)
     for i, (dt, v) in enumerate(zip(s.data, el.value, strict=True)):
         if (why := check_value(dt, v)) is not None:
-            raise _fail(el, why, f"value[{i}]")
+            raise _fail(el, why, f"value[{i}]", sets=scope.sets)
 
 
 def _check_verdict(obj: NftObject, v: Verdict, scope: _Scope) -> None:
     needs_chain = v.kind in (VerdictKind.JUMP, VerdictKind.GOTO)
     if needs_chain != (v.chain is not None):
-        raise _fail(obj, f"{v.kind} {'needs' if needs_chain else 'takes no'} chain")
-    if v.chain is not None and v.chain not in scope.chains:
         raise _fail(
-            obj, f"{v.kind} to chain {v.chain}, which neither the transaction nor the table has"
+            obj, f"{v.kind} {'needs' if needs_chain else 'takes no'} chain", sets=scope.sets
         )
+    if v.chain is not None and v.chain not in scope.chains:
+        reason = f"{v.kind} to chain {v.chain}, which neither the transaction nor the table has"
+        raise _fail(obj, reason, sets=scope.sets)
 
 
 def _check_rule(table: Table, op: Operation, rule: Rule, scope: _Scope) -> None:
