@@ -106,7 +106,7 @@ def test_failing_last_op_rolls_back_everything(ns: str, backend: NftBackend) -> 
                 Element(set="service-ips", key=(V4(f"10.0.0.{i}"), 6, 80), value=jump("c1"))
                 for i in range(1, 50)
             )
-        ),  # fmt: skip
+        ),
         Operation(Verb.ADD, Rule(chain="c1", exprs=(Counter(),))),
         Operation(Verb.CREATE, Chain(name="c2")),  # exists: EEXIST
     ]
@@ -221,7 +221,7 @@ def test_destroy_absent_objects_and_create_existing(ns: str, backend: NftBackend
         Operation(Verb.DESTROY, Set(name="nothere", key=(DataType.MARK,))),
         Operation(Verb.DESTROY, Element(set="service-ips", key=(V4("1.2.3.4"), 6, 1))),
     ])  # fmt: skip
-    with pytest.raises(KernelError, match="^map service-ips: File exists$"):
+    with pytest.raises(KernelError, match=r"^map service-ips: File exists$"):
         backend.apply([Operation(Verb.CREATE, SVC)])
     el = Element(set="service-ips", key=(V4("1.2.3.4"), 17, 53), value=jump("c1"))
     backend.apply(add(el))
@@ -272,7 +272,7 @@ def test_element_values_of_every_type(ns: str, backend: NftBackend) -> None:
             name="src-ranges",
             key=(DataType.IPV4_ADDR, DataType.INET_SERVICE),
             flags=SetFlag.INTERVAL,
-        ),  # fmt: skip
+        ),
         Map(name="port-map", key=(DataType.INET_SERVICE,), data=(DataType.MARK,)),
     ]
     backend.apply(add(
@@ -328,7 +328,8 @@ def test_ipv6_table(make_netns: Callable[[str], str]) -> None:
 # -- validation before sending ----------------------------------------------------------------
 
 BAD = [
-    pytest.param(add(Chain(name="x" * 256)), r"chain x+: chain name is 256 bytes, over the kernel's 255", id="long-chain-name"),
+    pytest.param(add(Chain(name="x" * 256)),
+                 r"chain x+: chain name is 256 bytes, over the kernel's 255", id="long-chain-name"),
     pytest.param(add(Set(name="s" * 300, key=(DataType.MARK,))), r"set s+: set name is 300",
                  id="long-set-name"),
     pytest.param(add(Rule(chain="c1", exprs=(Counter(),), comment="c" * 300)),
