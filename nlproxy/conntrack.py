@@ -91,7 +91,8 @@ class Conntrack:
             ``kubeproxy_conntrack_reconciler_deleted_entries_total``.
 
     Args:
-        on_deleted: called with the number of flows each :meth:`delete` removed.
+        on_deleted: called with the number of flows deleted, each time some are (a metrics
+            counter's ``inc``).
     """
 
     def __init__(

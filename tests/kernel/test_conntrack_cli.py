@@ -15,7 +15,7 @@ from ipaddress import IPv4Address, IPv6Address, ip_address
 import pytest
 
 from nlproxy.cli import main
-from nlproxy.conntrack import Backend, Conntrack, Frontend, stale_flow_filters
+from nlproxy.conntrack import Backend, Conntrack, ConntrackError, Frontend, stale_flow_filters
 from nlproxy.conntrack_msg import Flow, FlowFilter, FlowTuple, encode_new
 from nlproxy.log import configure
 from nlproxy.nft.nlsock import NLMSG_ERROR, NetfilterSocket
@@ -318,3 +318,49 @@ def test_unknown_service_is_a_usage_error(bed: Bed, capsys: pytest.CaptureFixtur
     code = main(["--netns", bed.node, "conntrack", "flush", "--service", "default/nope"])
     assert code == 2
     assert "service default/nope: nlproxy programmed no frontend for it" in capsys.readouterr().err
+
+
+def test_many_frontends_in_one_pass_delete_only_their_stale_flows(
+    make_netns: Callable[[str], str],
+) -> None:
+    """40 services each lose a different endpoint: past MAX_PASSES, one pass per family."""
+    ns = make_netns("ctmany")
+    old: dict[Frontend, frozenset[Backend]] = {}
+    new: dict[Frontend, frozenset[Backend]] = {}
+    flows, doomed = [], set()
+    for i in range(40):
+        v = 4 if i % 2 else 6
+        vip = f"10.96.1.{i}" if v == 4 else f"fd00:96::1:{i}"
+        gone, kept = (
+            (f"10.244.1.{i}", f"10.244.2.{i}")
+            if v == 4
+            else (f"fd00:244::1:{i}", f"fd00:244::2:{i}")
+        )
+        client = "10.0.0.2" if v == 4 else "fd00:1::2"
+        fe = Frontend("udp", ip_address(vip), 53)
+        old[fe] = frozenset({Backend(ip_address(gone), PORT), Backend(ip_address(kept), PORT)})
+        new[fe] = frozenset({Backend(ip_address(kept), PORT)})
+        for j, be in enumerate((gone, kept, gone)):
+            # the third flow reached `gone` through another service port: not stale
+            f = flow("udp", client, 20000 + 3 * i + j, vip, 53 if j < 2 else 54, be, PORT)
+            flows.append(f)
+            if j == 0:
+                doomed.add((f.orig, f.reply))
+    fill(ns, flows)
+    counted: list[int] = []
+    ct = Conntrack(ns, on_deleted=counted.append)
+    filters = stale_flow_filters(old, new, node_addrs=[])
+    assert len(filters) == 40
+    assert ct.delete(filters) == 40
+    assert sum(counted) == 40
+    assert ct.deleted_total == 40
+    left = {(f.orig, f.reply) for f in ct.list()}
+    assert left == {(f.orig, f.reply) for f in flows} - doomed
+
+
+def test_delete_refuses_an_empty_filter(make_netns: Callable[[str], str]) -> None:
+    ns = make_netns("ctempty")
+    fill(ns, [flow("udp", "10.0.0.2", 1000, "10.96.0.1", 53, "10.244.0.1", PORT)])
+    with pytest.raises(ConntrackError, match="refusing to delete every flow"):
+        Conntrack(ns).delete([FlowFilter(proto="udp"), FlowFilter()])
+    assert len(list(Conntrack(ns).list())) == 1
