@@ -80,7 +80,9 @@ class Backoff:
         self._delay = self.initial
 
 
-def api_client_from_config(kubeconfig: str | None, *, context: str | None = None) -> Any:
+def api_client_from_config(
+    kubeconfig: str | None, *, context: str | None = None
+) -> kubernetes.client.ApiClient:
     """An ``ApiClient`` from a kubeconfig file, or in-cluster when ``kubeconfig`` is None.
 
     Token files, exec plugins and their refresh come from the ``kubernetes`` package.
@@ -122,7 +124,7 @@ class KubeSource:
 
     def __init__(
         self,
-        api_client: Any,
+        api_client: kubernetes.client.ApiClient,
         *,
         node_name: str,
         page_size: int = 500,
@@ -147,6 +149,9 @@ class KubeSource:
         """Send one batch with a ``Replace`` per kind, report started, then stream changes.
 
         Retries (with backoff) until the initial lists succeed; never returns.
+
+        Raises:
+            trio.BrokenResourceError: the receiving end of ``send`` was closed.
 
         Cancellation: stops promptly; requests in flight are aborted or abandoned to their
         threads, which end within the socket timeouts.

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import kubernetes
 import trio
 import urllib3
 from kubernetes.client.exceptions import ApiException
@@ -93,7 +94,7 @@ def _status_error(spec: KindSpec, status: int, body: bytes) -> KubeApiError:
 class Http:
     """GET requests through an ``ApiClient``, returning the raw urllib3 response."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
         self.api = api_client
 
     def get(
