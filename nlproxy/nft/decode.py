@@ -117,12 +117,11 @@ class UndecodedRule(Rule):
 
 @dataclass(frozen=True, slots=True)
 class RawExpr:
-    """One netlink expression as libnftnl parsed it: its name, the attributes the decoder reads
-    (ints for registers/keys/flags, bytes for data) and libnftnl's own text for reports."""
+    """One netlink expression as libnftnl parsed it: its name and the attributes the decoder
+    reads (ints for registers/keys/flags, bytes for data, str for names)."""
 
     name: str
     attrs: dict[str, int | bytes | str]
-    text: str = ""
 
     def int(self, key: str, default: int | None = None) -> int:
         v = self.attrs.get(key, default)

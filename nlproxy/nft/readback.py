@@ -13,6 +13,7 @@ libnftnl's text of its expressions), which never compares equal to a planned rul
 
 from __future__ import annotations
 
+import functools
 import struct
 import sys
 from collections.abc import Callable, Iterator
@@ -65,7 +66,9 @@ class ReadbackError(NlproxyError):
     """The kernel's answer to a dump could not be read."""
 
 
+@functools.cache
 def _lib() -> tuple[Any, Any]:
+    """The cffi module, imported on first use (importing nlproxy.nft must not need it)."""
     from nlproxy._nftshim import ffi, lib
 
     return ffi, lib
@@ -128,8 +131,9 @@ def _read_once(s: NetfilterSocket, family: Family, name: str) -> Ruleset | None:
             rs.add_set(raw.ir)
             for el in elements:
                 rs.add_element(el)
-    for rule in _dump(s, NFT_MSG_GETRULE, family, name, _parse_rule):
-        rs.rules.setdefault(rule.chain, []).append(_decode_rule(rule, family, infos))
+    parse_rule = functools.partial(_parse_rule, infos=infos)
+    for rule in _dump(s, NFT_MSG_GETRULE, family, name, parse_rule):
+        rs.rules.setdefault(rule.chain, []).append(rule)
     return rs
 
 
@@ -533,14 +537,6 @@ def _range_elements(rs: _RawSet, e: _RawElem, lo: bytes, hi: bytes) -> list[Elem
 # Rules
 
 
-@dataclass(frozen=True, slots=True)
-class _RawRule:
-    chain: str
-    handle: int
-    comment: str
-    exprs: tuple[RawExpr, ...]
-
-
 # Attributes the decoder reads, per expression: "name=NFTNL_EXPR_ suffix", with ":b" for bytes,
 # ":s" for a string and ":f" for presence only; the rest are integers.
 _ATTRS: dict[str, str] = {
@@ -565,74 +561,78 @@ _ATTRS: dict[str, str] = {
 }
 
 
-def _attr_specs(name: str) -> list[tuple[str, str, str]]:
+@functools.cache
+def _attr_specs(name: str) -> tuple[tuple[str, int, str], ...]:
+    """(decoder's name, libnftnl attribute number, kind) for each attribute of ``name``."""
+    _, lib = _lib()
     out = []
     for item in _ATTRS.get(name, "").split():
         key, _, rest = item.partition("=")
         attr, _, kind = rest.partition(":")
-        out.append((key, attr, kind))
-    return out
+        out.append((key, int(getattr(lib, "NFTNL_EXPR_" + attr)), kind))
+    return tuple(out)
 
 
-def _raw_expr(e: Any) -> RawExpr:
+def _raw_expr(e: Any, n: Any) -> RawExpr:
+    """The attributes of expression ``e`` the decoder reads (``n``: a ``uint32_t *`` to use)."""
     ffi, lib = _lib()
     name = ffi.string(lib.nftnl_expr_get_str(e, lib.NFTNL_EXPR_NAME)).decode()
     attrs: dict[str, int | bytes | str] = {}
-    n = ffi.new("uint32_t *")
-    for key, cname, kind in _attr_specs(name):
-        attr = getattr(lib, "NFTNL_EXPR_" + cname)
-        if not lib.nftnl_expr_is_set(e, attr):
+    is_set, get, buffer = lib.nftnl_expr_is_set, lib.nftnl_expr_get, ffi.buffer
+    for key, attr, kind in _attr_specs(name):
+        if not is_set(e, attr):
             continue
         if kind == "f":
             attrs[key] = 1
             continue
-        ptr = lib.nftnl_expr_get(e, attr, n)
-        blob = bytes(ffi.buffer(ptr, n[0]))
+        ptr = get(e, attr, n)
+        blob = buffer(ptr, n[0])[:]
         if kind == "b":
             attrs[key] = blob
         elif kind == "s":
             attrs[key] = blob.rstrip(b"\0").decode()
         else:
             attrs[key] = int.from_bytes(blob, sys.byteorder)
+    return RawExpr(name, attrs)
+
+
+def _expr_text(e: Any) -> str:
+    """libnftnl's text of one expression, as ``nft --debug=netlink`` shows it."""
+    ffi, lib = _lib()
+    name = ffi.string(lib.nftnl_expr_get_str(e, lib.NFTNL_EXPR_NAME)).decode()
     buf = ffi.new("char[]", 1024)
     lib.nftnl_expr_snprintf(buf, 1024, e, lib.NFTNL_OUTPUT_DEFAULT, 0)
-    return RawExpr(name, attrs, f"[ {name} {ffi.string(buf).decode()} ]")
+    return f"[ {name} {ffi.string(buf).decode().strip()} ]"
 
 
-def _parse_rule(nlh: Any, family: Family) -> tuple[str, _RawRule]:
+def _parse_rule(nlh: Any, family: Family, infos: dict[str, SetInfo]) -> tuple[str, Rule]:
+    """One rule, decoded while libnftnl's copy is alive (its text is needed only on failure)."""
     ffi, lib = _lib()
     r = lib.nftnl_rule_alloc()
     try:
         if lib.nftnl_rule_nlmsg_parse(nlh, r) < 0:
             raise ReadbackError("rule", "cannot parse the kernel's answer")
+        table = _get_str(lib.nftnl_rule_get_str, r, lib.NFTNL_RULE_TABLE)
         chain = _get_str(lib.nftnl_rule_get_str, r, lib.NFTNL_RULE_CHAIN)
-        udata = _get_bytes(lib.nftnl_rule_get_data, r, lib.NFTNL_RULE_USERDATA)
-        exprs = []
+        comment = _comment(_get_bytes(lib.nftnl_rule_get_data, r, lib.NFTNL_RULE_USERDATA))
+        handle = int(lib.nftnl_rule_get_u64(r, lib.NFTNL_RULE_HANDLE))
+        ptrs = []
         it = lib.nftnl_expr_iter_create(r)
         try:
             e = lib.nftnl_expr_iter_next(it)
             while e != ffi.NULL:
-                exprs.append(_raw_expr(e))
+                ptrs.append(e)
                 e = lib.nftnl_expr_iter_next(it)
         finally:
             lib.nftnl_expr_iter_destroy(it)
-        handle = int(lib.nftnl_rule_get_u64(r, lib.NFTNL_RULE_HANDLE))
-        table = _get_str(lib.nftnl_rule_get_str, r, lib.NFTNL_RULE_TABLE)
-        return table, _RawRule(chain, handle, _comment(udata), tuple(exprs))
+        try:
+            n = ffi.new("uint32_t *")
+            exprs = decode.decode_rule([_raw_expr(e, n) for e in ptrs], family, infos)
+        except UndecodableError as exc:
+            raw = tuple(_expr_text(e) for e in ptrs)
+            return table, UndecodedRule(
+                chain=chain, exprs=(), comment=comment, handle=handle, raw=raw, reason=str(exc)
+            )
+        return table, Rule(chain=chain, exprs=tuple(exprs), comment=comment, handle=handle)
     finally:
         lib.nftnl_rule_free(r)
-
-
-def _decode_rule(raw: _RawRule, family: Family, infos: dict[str, SetInfo]) -> Rule:
-    try:
-        exprs = decode.decode_rule(raw.exprs, family, infos)
-    except UndecodableError as exc:
-        return UndecodedRule(
-            chain=raw.chain,
-            exprs=(),
-            comment=raw.comment,
-            handle=raw.handle,
-            raw=tuple(e.text for e in raw.exprs),
-            reason=str(exc),
-        )
-    return Rule(chain=raw.chain, exprs=tuple(exprs), comment=raw.comment, handle=raw.handle)
