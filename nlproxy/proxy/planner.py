@@ -16,7 +16,7 @@ import enum
 import gc
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from ipaddress import collapse_addresses
+from ipaddress import collapse_addresses, ip_network
 
 from nlproxy.cluster.model import (
     ClusterSnapshot,
@@ -164,11 +164,11 @@ class _FamilyPlanner:
         # int keys: cheaper to hash than ipaddress objects; ordered, so deterministic.
         self.hairpin: dict[int, IPAddress] = {}
         for net in pods:
-            self._el(n.CLUSTER_CIDRS, (net,))
+            self.element(n.CLUSTER_CIDRS, (net,))
         for net in services:
-            self._el(n.SERVICE_CIDRS, (net,))
+            self.element(n.SERVICE_CIDRS, (net,))
         for ip in nodeport_ips or ():
-            self._el(n.NODEPORT_IPS, (ip,))
+            self.element(n.NODEPORT_IPS, (ip,))
 
     def finish(self) -> None:
         """Add what is collected across services: the hairpin pairs (endpoint . endpoint)."""
@@ -188,7 +188,7 @@ class _FamilyPlanner:
         # Loopback NodePorts would need route_localnet; upstream leaves them out too.
         return sorted({ip for ip in ips if ip not in self.f.loopback})
 
-    def _el(
+    def element(
         self,
         set_name: str,
         key: tuple[IPAddress | IPNetwork | int, ...],
@@ -239,28 +239,30 @@ class _FamilyPlanner:
             fixed = add_affinity_chains(self.rs, self.f, svc, sp, cip, cat, pods=self.pods)
         targets = _Targets(self, svc, sp, cat, fixed)
         fronts = [self._front(sp, FrontendKind.CLUSTER_IP, cip, port)]
-        self._el(n.CLUSTER_IPS, (cip,))
+        self.element(n.CLUSTER_IPS, (cip,))
         if has_int:
-            self._el(n.SERVICE_IPS, (cip, proto, port), goto(targets.internal(cip)), comment)
+            self.element(n.SERVICE_IPS, (cip, proto, port), goto(targets.internal(cip)), comment)
         else:
-            self._el(n.NO_ENDPOINT_SERVICES, (cip, proto, port), no_ep, comment)
+            self.element(n.NO_ENDPOINT_SERVICES, (cip, proto, port), no_ep, comment)
         addrs = [(FrontendKind.EXTERNAL_IP, a) for a in ext]
         addrs += [(FrontendKind.LOAD_BALANCER, a) for a in lbs]
         for kind, addr in addrs:
             fronts.append(self._front(sp, kind, addr, port))
             if cat.has_any:
-                self._el(n.SERVICE_IPS, (addr, proto, port), goto(targets.external(addr)), comment)
+                self.element(
+                    n.SERVICE_IPS, (addr, proto, port), goto(targets.external(addr)), comment
+                )
             if not has_ext:
-                self._el(n.NO_ENDPOINT_SERVICES, (addr, proto, port), no_ep, comment)
+                self.element(n.NO_ENDPOINT_SERVICES, (addr, proto, port), no_ep, comment)
         if lbs and svc.load_balancer_source_ranges:
             self._firewall(svc, lbs, proto, port, comment)
         if sp.node_port:
             fronts.append(self._front(sp, FrontendKind.NODE_PORT, None, sp.node_port))
             if cat.has_any:
                 verdict = goto(targets.nodeport(sp.node_port))
-                self._el(n.SERVICE_NODEPORTS, (proto, sp.node_port), verdict, comment)
+                self.element(n.SERVICE_NODEPORTS, (proto, sp.node_port), verdict, comment)
             if not has_ext:
-                self._el(n.NO_ENDPOINT_NODEPORTS, (proto, sp.node_port), no_ep, comment)
+                self.element(n.NO_ENDPOINT_NODEPORTS, (proto, sp.node_port), no_ep, comment)
         for b in cat.cluster:
             self.hairpin[int(b.ip)] = b.ip
         for b in cat.local:
@@ -277,21 +279,20 @@ class _FamilyPlanner:
     def _firewall(
         self, svc: Service, lbs: list[IPAddress], proto: int, port: int, comment: str
     ) -> None:
+        # Ranges of the other family are ignored; none left means no firewall (as upstream).
         ranges = _collapse(svc.load_balancer_source_ranges, self.f.version)
-        from_node = any(ip in r for r in ranges for ip in self.node_ips)
+        if not ranges:
+            return
+        # A VIP-like LB address is often local: the node reaching it uses the VIP as its source,
+        # so when the node itself is allowed, the LB addresses are too (as upstream).
+        if any(ip in r for r in ranges for ip in self.node_ips):
+            ranges = _collapse([*ranges, *(ip_network(lb) for lb in lbs)], self.f.version)
         for lb in lbs:
-            self._el(n.FIREWALL_IPS, (lb, proto, port), comment=comment)
-            # A VIP-like LB address is often local: the node reaching it uses the VIP as its
-            # source, so when the node itself is allowed, the LB addresses are too (upstream).
-            extra = [lb] if from_node else []
-            allowed = _collapse([*ranges, *(self._host(x) for x in extra)], self.f.version)
-            for net in allowed:
-                self._el(n.FIREWALL_ALLOW, (lb, proto, port, net), comment=comment)
+            self.element(n.FIREWALL_IPS, (lb, proto, port), comment=comment)
+            for net in ranges:
+                self.element(n.FIREWALL_ALLOW, (lb, proto, port, net), comment=comment)
 
-    def _host(self, ip: IPAddress) -> IPNetwork:
-        return self.f.loopback.__class__(ip)  # a /32 or /128 of the right class
-
-    def _fill(
+    def fill(
         self, set_name: str, prefix: tuple[IPAddress | int, ...], eps: tuple[Backend, ...]
     ) -> None:
         """Index ``eps`` 0..N-1 under ``prefix`` in a backends map (what ``numgen mod N`` picks)."""
@@ -327,7 +328,7 @@ class _Targets:
         if self._fixed is not None:
             return self._fixed[0]
         fp = self._fp
-        fp._fill(n.BACKENDS, (cip, self._proto, self._port), self._internal_eps)
+        fp.fill(n.BACKENDS, (cip, self._proto, self._port), self._internal_eps)
         return fp.dispatch.cluster_ip(len(self._internal_eps))
 
     def external(self, addr: IPAddress) -> str:
@@ -335,11 +336,11 @@ class _Targets:
             assert self._fixed[1] is not None, "external chain planned for an external frontend"
             return self._fixed[1]
         fp, key = self._fp, (addr, self._proto, self._port)
-        fp._fill(n.BACKENDS, key, self._cat.cluster)
+        fp.fill(n.BACKENDS, key, self._cat.cluster)
         if not self._local_ext:
             return fp.dispatch.external(len(self._cat.cluster))
-        fp._fill(n.BACKENDS_LOCAL, key, self._cat.local)
-        fp._el(n.EXTERNAL_SHORTCUTS, key, goto(fp.dispatch.dnat(len(self._cat.cluster))))
+        fp.fill(n.BACKENDS_LOCAL, key, self._cat.local)
+        fp.element(n.EXTERNAL_SHORTCUTS, key, goto(fp.dispatch.dnat(len(self._cat.cluster))))
         return fp.dispatch.external_local(len(self._cat.local))
 
     def nodeport(self, node_port: int) -> str:
@@ -347,9 +348,11 @@ class _Targets:
             assert self._fixed[1] is not None, "external chain planned for a node port"
             return self._fixed[1]
         fp, key = self._fp, (self._proto, node_port)
-        fp._fill(n.NODEPORT_BACKENDS, key, self._cat.cluster)
+        fp.fill(n.NODEPORT_BACKENDS, key, self._cat.cluster)
         if not self._local_ext:
             return fp.dispatch.nodeport(len(self._cat.cluster))
-        fp._fill(n.NODEPORT_BACKENDS_LOCAL, key, self._cat.local)
-        fp._el(n.NODEPORT_SHORTCUTS, key, goto(fp.dispatch.nodeport_dnat(len(self._cat.cluster))))
+        fp.fill(n.NODEPORT_BACKENDS_LOCAL, key, self._cat.local)
+        fp.element(
+            n.NODEPORT_SHORTCUTS, key, goto(fp.dispatch.nodeport_dnat(len(self._cat.cluster)))
+        )
         return fp.dispatch.nodeport_local(len(self._cat.local))

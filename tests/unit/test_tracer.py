@@ -516,3 +516,24 @@ def test_servicecidr_objects_add_ranges() -> None:
     rs = plan(snap, _config()).rulesets
     assert _run(rs, POD, TCP, "172.31.0.1", 80).verdict == "DROP"
     assert _run(rs, POD, TCP, "172.30.255.1", 80).verdict == "DROP"
+
+
+@pytest.mark.parametrize(
+    ("ranges", "src", "dst", "verdict"),
+    [
+        pytest.param(["192.168.0.0/24"], "9.9.9.2", "9.9.9.1", "ACCEPT", id="other-vip-allowed"),
+        pytest.param(["192.168.0.0/24"], EXT, "9.9.9.1", "DROP", id="outside-blocked"),
+        pytest.param(["203.0.113.0/24"], "9.9.9.2", "9.9.9.1", "DROP", id="vips-only-with-node"),
+        pytest.param(["2001:db8::/32"], EXT, "9.9.9.1", "ACCEPT", id="other-family-ranges-ignored"),
+    ],
+)
+def test_source_ranges_with_two_lb_ips(ranges: list[str], src: str, dst: str, verdict: str) -> None:
+    svc = service(
+        "fw", "two", "172.30.0.90", load_balancer_ips=["9.9.9.1", "9.9.9.2"],
+        load_balancer_source_ranges=ranges,
+    )  # fmt: skip
+    slices = [eps_slice("fw", "two", [endpoint("10.180.9.1")])]
+    rs = plan(snapshot([svc], slices, node=node()), _config()).rulesets
+    got = _run(rs, src, TCP, dst, 80)
+    assert got.verdict == verdict
+    assert got.endpoints == ({"10.180.9.1:80"} if verdict == "ACCEPT" else set())
