@@ -311,10 +311,11 @@ class _MapOut:
 _Reg = _Sel | _Imm | _MapOut
 
 
-def _full_length(sel: Selector) -> int:
-    if isinstance(sel, Numgen) or sel.datatype is None:
-        return 4 if isinstance(sel, Numgen) or sel.text.startswith(("ct", "fib")) else 1
-    return sel.datatype.length
+def _is_prefix_load(r: _Sel) -> bool:
+    """An address loaded only in part: nft's byte-aligned prefix match (``ip saddr 10.0.0.0/8``
+    loads one byte), which cannot be part of a set key."""
+    dt = r.sel.datatype if isinstance(r.sel, Field) else None
+    return dt in (DataType.IPV4_ADDR, DataType.IPV6_ADDR) and r.length != dt.length
 
 
 def reg_offset(reg: int) -> int:
@@ -367,7 +368,7 @@ class _State:
         off, key = start, []
         while off < start + key_len:
             r = self.regs.get(off)
-            if not isinstance(r, _Sel) or r.mask is not None or r.length != _full_length(r.sel):
+            if not isinstance(r, _Sel) or r.mask is not None or _is_prefix_load(r):
                 raise UndecodableError(f"register {reg}", "key is not a plain concatenation")
             self.pending.discard(off)
             key.append(r.sel)

@@ -336,9 +336,7 @@ class _RawSet:
     ir: SetLike = field(init=False)
 
     def __post_init__(self) -> None:
-        flags = SetFlag(self.flags) & ~_DERIVED_FLAGS & ~SetFlag.ANONYMOUS & ~SetFlag.CONSTANT
-        if self.anonymous:
-            flags = SetFlag(self.flags)
+        flags = SetFlag(self.flags) & ~_DERIVED_FLAGS
         timeout = self.timeout_ms // 1000 if self.timeout_ms else None
         if self.data:
             self.ir = Map(

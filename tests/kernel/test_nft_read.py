@@ -65,6 +65,7 @@ table ip nlp {
            elements = { 10.0.0.1 . 80 . 0x00000000 : 10.244.1.5 . 8080,
                          10.0.0.1 . 80 . 0x00000001 : 10.244.2.7 . 8080 } }
   map dyn { type ipv4_addr : verdict; flags timeout; timeout 10s; }
+  set fixed { type inet_proto; flags constant; elements = { tcp, udp }; }
   chain ep { comment "endpoints"; }
   chain pre { type nat hook prerouting priority dstnat; policy accept; }
   chain post { type nat hook postrouting priority srcnat + 10; policy accept; }
@@ -135,6 +136,7 @@ def test_full_table_reads_back(make_netns: Callable[[str], str]) -> None:
         "dyn": Map(
             name="dyn", key=(V4,), data=(DataType.VERDICT,), flags=SetFlag.TIMEOUT, timeout=10
         ),
+        "fixed": Set(name="fixed", key=(PROTO,), flags=SetFlag.CONSTANT),
     }
 
 
@@ -174,6 +176,7 @@ def test_elements_read_back(make_netns: Callable[[str], str]) -> None:
     }
     assert rs.elements["aff"] == {}
     assert rs.elements["dyn"] == {}
+    assert set(rs.elements["fixed"]) == {(6,), (17,)}
 
 
 def test_rules_keep_order_handles_and_comments(make_netns: Callable[[str], str]) -> None:
