@@ -69,13 +69,17 @@ def _chain_changed(want: Chain, have: Chain) -> bool:
     )
 
 
+# Flags the encoder derives from the key and data types; read-back leaves them out.
+_DERIVED_FLAGS = SetFlag.MAP | SetFlag.CONCAT
+
+
 def _set_changed(want: SetLike, have: SetLike) -> bool:
     if type(want) is not type(have):
         return True
-    return (want.key, getattr(want, "data", None), want.flags, want.timeout) != (
+    return (want.key, getattr(want, "data", None), want.flags & ~_DERIVED_FLAGS, want.timeout) != (
         have.key,
         getattr(have, "data", None),
-        have.flags,
+        have.flags & ~_DERIVED_FLAGS,
         have.timeout,
     )
 

@@ -1,0 +1,5 @@
+"""``python -m nlproxy``: the same as the ``nlproxy`` command."""
+
+from nlproxy.cli import entry
+
+entry()

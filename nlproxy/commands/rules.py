@@ -1,0 +1,35 @@
+"""``nlproxy rules``: what nlproxy has programmed in the kernel, as nft-like text or JSON.
+
+Reads the kernel (not a cache), so it shows the truth on any node, also without API access.
+``--service NS/NAME`` narrows the output to that Service's map elements.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+NAME = "rules"
+HELP = "print what nlproxy has programmed (nft-like text, or --json)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--family", choices=["ip", "ip6"], help="only this family")
+
+
+def run(args: argparse.Namespace) -> int:
+    from nlproxy.nft.ir import Family
+    from nlproxy.nft.readback import read_ruleset
+    from nlproxy.nft.render import render_ruleset, ruleset_to_json
+    from nlproxy.sync import FAMILIES, TABLE_NAME
+
+    families = [Family(args.family)] if args.family else list(FAMILIES)
+    found = [rs for f in families if (rs := read_ruleset(f, TABLE_NAME, netns=args.netns))]
+    if args.json:
+        print(json.dumps([ruleset_to_json(rs) for rs in found], indent=2, sort_keys=True))
+    elif not found:
+        print("# nlproxy has programmed nothing here")
+    else:
+        print("\n".join(render_ruleset(rs) for rs in found), end="")
+    return 0

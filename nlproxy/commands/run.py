@@ -1,0 +1,183 @@
+"""``nlproxy run``: keep the kernel's rules equal to what the cluster wants.
+
+Sources: ``--manifests DIR`` or the Kubernetes API (``--kubeconfig``, or in-cluster). Settings
+come from defaults, then ``--config`` (kube-proxy's KubeProxyConfiguration), then flags.
+
+``--once`` reconciles once from a manifests directory and exits: 0 applied; 3 applied but some
+objects were invalid and left out (each named on stderr); 2 usage or configuration error; 1
+runtime failure with nothing half-applied. Without ``--once`` it runs the daemon.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from dataclasses import replace
+from ipaddress import ip_address, ip_network
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nlproxy.cluster.model import IPAddress, IPNetwork
+from nlproxy.config import DaemonConfig, load_kube_proxy_config, parse_duration
+from nlproxy.errors import ConfigError
+
+if TYPE_CHECKING:
+    from nlproxy.proxy.config import ProxyConfig
+
+NAME = "run"
+HELP = "program the rules for the cluster's Services (--once: reconcile once and exit)"
+
+EXIT_INVALID_OBJECTS = 3
+
+
+def _split(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _networks(text: str, flag: str) -> tuple[IPNetwork, ...]:
+    out: list[IPNetwork] = []
+    for part in _split(text):
+        try:
+            out.append(ip_network(part))
+        except ValueError as exc:
+            raise ConfigError(flag, f"{part!r} is not a CIDR: {exc}") from exc
+    return tuple(out)
+
+
+def _addresses(text: str, flag: str) -> tuple[IPAddress, ...]:
+    out: list[IPAddress] = []
+    for part in _split(text):
+        try:
+            out.append(ip_address(part))
+        except ValueError as exc:
+            raise ConfigError(flag, f"{part!r} is not an IP address") from exc
+    return tuple(out)
+
+
+def _nodeport_addresses(text: str) -> tuple[str, ...]:
+    parts = tuple(_split(text))
+    for part in parts:
+        if part != "primary":
+            _networks(part, "--nodeport-addresses")
+    return parts or ("primary",)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--manifests", type=Path, metavar="DIR", help="read objects from DIR")
+    src.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster)")
+    parser.add_argument("--config", type=Path, metavar="FILE", help="KubeProxyConfiguration YAML")
+    parser.add_argument(
+        "--node-name", help="this node's name (default: $NLPROXY_NODE_NAME, else the hostname)"
+    )
+    parser.add_argument("--node-ip", default="", help="this node's IPs (default: from the Node)")
+    parser.add_argument("--cluster-cidr", help="pod CIDRs, comma-separated")
+    parser.add_argument("--service-cidr", default="", help="service CIDRs, comma-separated")
+    parser.add_argument(
+        "--nodeport-addresses", help="'primary' (the default) or CIDRs, comma-separated"
+    )
+    parser.add_argument("--masquerade-bit", type=int, help="packet mark bit (default 14)")
+    parser.add_argument("--min-sync-period", help="least time between syncs (default 100ms)")
+    parser.add_argument("--sync-period", help="full verify interval (default 60s)")
+    parser.add_argument("--healthz-bind-address", help="default 0.0.0.0:10256")
+    parser.add_argument("--metrics-bind-address", help="default 127.0.0.1:10249")
+    parser.add_argument(
+        "--conntrack-flush-tcp",
+        action="store_true",
+        help="also delete TCP flows of removed endpoints (UDP/SCTP always are)",
+    )
+    parser.add_argument(
+        "--owned-table",
+        action="store_true",
+        help="create the tables owned and persistent (Linux >= 6.9), so `nft flush ruleset` "
+        "cannot remove them",
+    )
+    parser.add_argument("--once", action="store_true", help="reconcile once and exit")
+
+
+def daemon_config(args: argparse.Namespace) -> DaemonConfig:
+    """Defaults, then ``--config``, then flags."""
+    cfg = load_kube_proxy_config(args.config) if args.config else DaemonConfig()
+    flags = {
+        "node_name": args.node_name,
+        "kubeconfig": args.kubeconfig,
+        "cluster_cidr": args.cluster_cidr,
+        "nodeport_addresses": args.nodeport_addresses,
+        "masquerade_bit": args.masquerade_bit,
+        "healthz_bind_address": args.healthz_bind_address,
+        "metrics_bind_address": args.metrics_bind_address,
+    }
+    cfg = replace(cfg, **{k: v for k, v in flags.items() if v is not None})
+    if args.min_sync_period:
+        cfg = replace(
+            cfg, min_sync_period=parse_duration(args.min_sync_period, "--min-sync-period")
+        )
+    if args.sync_period:
+        cfg = replace(cfg, sync_period=parse_duration(args.sync_period, "--sync-period"))
+    if not cfg.node_name:
+        cfg = replace(cfg, node_name=os.environ.get("NLPROXY_NODE_NAME") or socket.gethostname())
+    if not 0 <= cfg.masquerade_bit <= 31:
+        raise ConfigError("--masquerade-bit", f"{cfg.masquerade_bit} is not in 0..31")
+    return cfg
+
+
+def proxy_config(args: argparse.Namespace, cfg: DaemonConfig) -> ProxyConfig:
+    from nlproxy.proxy.config import ProxyConfig
+
+    return ProxyConfig(
+        node_name=cfg.node_name,
+        cluster_cidrs=_networks(cfg.cluster_cidr, "--cluster-cidr"),
+        service_cidrs=_networks(args.service_cidr, "--service-cidr"),
+        nodeport_addresses=_nodeport_addresses(cfg.nodeport_addresses),
+        masquerade_bit=cfg.masquerade_bit,
+        node_ips=_addresses(args.node_ip, "--node-ip"),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = daemon_config(args)
+    pcfg = proxy_config(args, cfg)
+    for warning in cfg.warnings:
+        print(f"nlproxy: warning: {warning}", file=sys.stderr)
+    if not args.once:
+        from nlproxy.daemon import run_daemon
+
+        return run_daemon(args, cfg, pcfg)
+    if args.manifests is None:
+        raise ConfigError("run --once", "needs --manifests DIR")
+    return run_once(args, cfg, pcfg)
+
+
+def run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) -> int:
+    from nlproxy.cluster.manifests import load_manifests
+    from nlproxy.cluster.state import ClusterState
+    from nlproxy.log import get_logger
+    from nlproxy.sync import Syncer
+
+    log = get_logger("run")
+    if not args.manifests.is_dir():
+        raise ConfigError("--manifests", f"{args.manifests} is not a directory")
+    loaded = load_manifests(args.manifests)
+    state = ClusterState(cfg.node_name)
+    state.apply(loaded.changes)
+    problems = [*loaded.errors, *state.invalid.values()]
+    syncer = Syncer(
+        pcfg, netns=args.netns, owner=args.owned_table, flush_tcp=args.conntrack_flush_tcp
+    )
+    try:
+        result = syncer.sync(state.snapshot())
+    finally:
+        syncer.close()
+    log.info(
+        "sync.applied",
+        ops=result.total_ops,
+        duration_ms=round(result.plan_ms + result.apply_ms, 3),
+        plan_ms=round(result.plan_ms, 3),
+        conntrack_deleted=result.conntrack_deleted,
+        invalid=len(problems),
+    )
+    for problem in problems:
+        print(f"nlproxy: left out: {problem}", file=sys.stderr)
+    return EXIT_INVALID_OBJECTS if problems else 0

@@ -1,0 +1,112 @@
+"""The daemon: wires source → sync loop → kernel, the drift monitor and the HTTP servers into
+one trio nursery. Holds no logic of its own.
+
+Start order: source (initial list) → sync loop (first successful sync) → HTTP → READY=1 to
+systemd. SIGTERM/SIGINT cancel everything and leave the rules in place, so traffic keeps flowing
+while the service restarts; ``nlproxy cleanup`` removes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from collections.abc import Sequence
+
+import trio
+from prometheus_client import CollectorRegistry
+
+from nlproxy import systemd
+from nlproxy.cluster.model import Change
+from nlproxy.cluster.state import ClusterState
+from nlproxy.config import DaemonConfig
+from nlproxy.health import HealthState, healthz
+from nlproxy.httpserver import Response, serve
+from nlproxy.log import get_logger
+from nlproxy.metrics import Metrics
+from nlproxy.nft.monitor import NftMonitor
+from nlproxy.proxy.config import ProxyConfig
+from nlproxy.sync import TABLE_NAME, Syncer
+from nlproxy.syncloop import SyncLoop
+
+
+def run_daemon(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) -> int:
+    """Run until SIGTERM/SIGINT; returns the exit status."""
+    trio.run(Daemon(args, cfg, pcfg).run)
+    return 0
+
+
+class Daemon:
+    def __init__(self, args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) -> None:
+        self.args = args
+        self.cfg = cfg
+        self.registry = CollectorRegistry()
+        self.metrics = Metrics(self.registry)
+        self.health = HealthState(grace_seconds=2 * cfg.sync_period, node_name=cfg.node_name)
+        self.syncer = Syncer(
+            pcfg, netns=args.netns, owner=args.owned_table, flush_tcp=args.conntrack_flush_tcp
+        )
+        self.loop = SyncLoop(
+            ClusterState(cfg.node_name),
+            self.syncer,
+            health=self.health,
+            metrics=self.metrics,
+            min_interval=cfg.min_sync_period,
+            sync_period=cfg.sync_period,
+        )
+        self.log = get_logger("daemon")
+
+    def _source(self) -> object:
+        if self.args.manifests is not None:
+            from nlproxy.cluster.watchdir import ManifestSource
+
+            return ManifestSource(self.args.manifests)
+        from nlproxy.cluster.kube import KubeSource, api_client_from_config
+
+        client = api_client_from_config(self.cfg.kubeconfig)
+        return KubeSource(client, node_name=self.cfg.node_name)
+
+    async def _healthz(self, path: str) -> Response:
+        if path in ("/healthz", "/livez"):
+            code, body = healthz(self.health, trio.current_time())
+            return Response(code, body)
+        return Response(404, b"not found\n", content_type="text/plain")
+
+    async def _metrics(self, path: str) -> Response:
+        if path == "/metrics":
+            return Response(
+                200, self.metrics.exposition(), content_type="text/plain; version=0.0.4"
+            )
+        return await self._healthz(path)
+
+    async def _watchdog(self, interval: float) -> None:
+        while True:
+            systemd.notify("WATCHDOG=1")
+            await trio.sleep(interval)
+
+    async def _signals(self, cancel: trio.CancelScope) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                self.log.info("daemon.stopping", signal=signal.Signals(signum).name)
+                systemd.notify("STOPPING=1")
+                cancel.cancel()
+                return
+
+    async def run(self) -> None:
+        send, recv = trio.open_memory_channel[Sequence[Change]](64)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._signals, nursery.cancel_scope)
+                source = self._source()
+                await nursery.start(source.run, send)  # type: ignore[attr-defined]
+                await nursery.start(self.loop.run, recv)
+                monitor = NftMonitor(TABLE_NAME, netns_name=self.args.netns)
+                await nursery.start(monitor.run, self.loop.request_verify)
+                await nursery.start(serve, self.cfg.healthz_bind_address, self._healthz)
+                await nursery.start(serve, self.cfg.metrics_bind_address, self._metrics)
+                systemd.notify("READY=1")
+                self.log.info("daemon.ready", node=self.cfg.node_name)
+                interval = systemd.watchdog_interval()
+                if interval:
+                    nursery.start_soon(self._watchdog, interval)
+        finally:
+            self.syncer.close()

@@ -1,0 +1,197 @@
+"""The sync loop: coalesce changes, sync at a bounded rate, verify periodically, repair drift.
+
+Like kube-proxy's bounded-frequency runner: a change is synced as soon as ``min_interval`` has
+passed since the last sync (changes arriving meanwhile are coalesced into one sync), a failed sync
+is retried after ``retry_interval``, and every ``sync_period`` the programmed state is read back
+from the kernel and compared with the plan (full verify). A drift report triggers a verify+sync
+at once. The blocking part of a sync (planning and netlink I/O) runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+import trio
+
+from nlproxy.cluster.model import Change, ServiceKey
+from nlproxy.cluster.state import ClusterState
+from nlproxy.errors import NlproxyError
+from nlproxy.health import HealthState
+from nlproxy.log import get_logger
+from nlproxy.metrics import Metrics
+from nlproxy.nft.monitor import Drift
+from nlproxy.sync import Syncer, SyncResult
+
+
+class SyncLoop:
+    """Runs syncs for ``state`` through ``syncer``; see the module docstring for the schedule."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        syncer: Syncer,
+        *,
+        health: HealthState,
+        metrics: Metrics,
+        min_interval: float,
+        sync_period: float,
+        retry_interval: float = 1.0,
+        on_synced: Callable[[SyncResult], None] | None = None,
+    ) -> None:
+        self.state = state
+        self.syncer = syncer
+        self.health = health
+        self.metrics = metrics
+        self.min_interval = min_interval
+        self.sync_period = sync_period
+        self.retry_interval = retry_interval
+        self.on_synced = on_synced
+        self.log = get_logger("sync")
+        self._wake = trio.Event()
+        self._pending: set[ServiceKey] = set()
+        self._dirty = True
+        self._verify = False
+        self._reported: set[str] = set()
+        self.synced_once = trio.Event()
+
+    def request_verify(self, drift: Drift | None = None) -> None:
+        """Read back the kernel and repair it at the next opportunity (drift, or a timer)."""
+        if drift is not None:
+            self.log.warning(
+                "drift.detected", writer_pid=drift.pid, writer=drift.comm, objects=drift.objects
+            )
+            self.metrics.drift_repairs.labels(writer=drift.comm or "unknown").inc()
+        self._verify = True
+        self._wake.set()
+
+    def apply_changes(self, changes: Sequence[Change]) -> None:
+        changed = self.state.apply(changes)
+        self._pending |= changed
+        self._dirty = True
+        self.metrics.service_changes_total.inc(len(changed))
+        self.metrics.service_changes_pending.set(len(self._pending))
+        self.metrics.last_queued.set_to_current_time()
+        self.health.queued(trio.current_time())
+        self._wake.set()
+
+    async def _receive(self, recv: trio.MemoryReceiveChannel[Sequence[Change]]) -> None:
+        async with recv:
+            async for changes in recv:
+                self.apply_changes(changes)
+
+    async def run(
+        self,
+        recv: trio.MemoryReceiveChannel[Sequence[Change]],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Sync until cancelled; ``task_status.started()`` after the first successful sync.
+
+        Cancellation: a sync in progress finishes in its thread (a netlink batch is atomic);
+        the loop stops waiting for it.
+        """
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._receive, recv)
+            started = False
+            last = -float("inf")
+            next_verify = trio.current_time() + self.sync_period
+            while True:
+                with trio.move_on_at(next_verify):
+                    await self._wake.wait()
+                self._wake = trio.Event()
+                now = trio.current_time()
+                if now >= next_verify:
+                    self._verify = True
+                if not (self._dirty or self._verify):
+                    continue
+                await trio.sleep_until(last + self.min_interval)
+                ok, verified = await self._sync_once()
+                last = trio.current_time()
+                if ok and verified:
+                    next_verify = last + self.sync_period
+                if not ok:
+                    self._dirty = True
+                    nursery.start_soon(self._wake_after, self.retry_interval)
+                elif not started:
+                    started = True
+                    self.synced_once.set()
+                    task_status.started()
+
+    async def _wake_after(self, delay: float) -> None:
+        await trio.sleep(delay)
+        self._wake.set()
+
+    async def _sync_once(self) -> tuple[bool, bool]:
+        """One sync; returns (succeeded, was a full verify)."""
+        verify, self._verify = self._verify, False
+        self._dirty = False
+        pending, self._pending = self._pending, set()
+        snapshot = self.state.snapshot()
+        self.metrics.invalid_objects.set(len(self.state.invalid))
+        self._report_invalid()
+
+        def work() -> SyncResult:
+            if verify:
+                self.syncer.verify()
+            return self.syncer.sync(snapshot)
+
+        try:
+            result = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+        except NlproxyError as exc:
+            self.metrics.sync_failures.inc()
+            self._pending |= pending
+            self._verify = True  # the kernel's state is uncertain after a failure: read it back
+            self.log.error("sync.failed", error=str(exc))  # noqa: TRY400 - the message names the object; no traceback
+            return False, verify
+        self._record(result, pending, verify=verify)
+        return True, verify
+
+    def _record(
+        self,
+        result: SyncResult,
+        pending: set[ServiceKey],
+        *,
+        verify: bool,
+    ) -> None:
+        now = trio.current_time()
+        seconds = (result.plan_ms + result.apply_ms) / 1000
+        self.health.synced(now)
+        self.metrics.sync_duration.observe(seconds)
+        self.metrics.last_sync.set_to_current_time()
+        self.metrics.service_changes_pending.set(len(self._pending))
+        self.metrics.conntrack_deleted.inc(result.conntrack_deleted)
+        for family, n in result.ops.items():
+            self.metrics.ops.labels(family=family.value).inc(n)
+        self._observe_programming(pending)
+        if result.total_ops or verify or pending:
+            self.log.info(
+                "sync.applied",
+                ops=result.total_ops,
+                duration_ms=round(seconds * 1000, 3),
+                plan_ms=round(result.plan_ms, 3),
+                services_changed=len(pending),
+                verify=verify,
+                conntrack_deleted=result.conntrack_deleted,
+            )
+        if self.on_synced is not None:
+            self.on_synced(result)
+
+    def _observe_programming(self, pending: set[ServiceKey]) -> None:
+        """kubeproxy_network_programming_duration_seconds from the slices' trigger times."""
+        wall = datetime.now(UTC)
+        snapshot = self.state.snapshot()
+        for key in pending:
+            for s in snapshot.slices.get(key, ()):
+                if s.last_change_trigger_time is not None:
+                    trigger = s.last_change_trigger_time
+                    if trigger.tzinfo is None:
+                        trigger = trigger.replace(tzinfo=UTC)
+                    self.metrics.programming.observe(max(0.0, (wall - trigger).total_seconds()))
+
+    def _report_invalid(self) -> None:
+        """One log line per newly invalid object, not one per sync."""
+        current = {str(err) for err in self.state.invalid.values()}
+        for err in sorted(current - self._reported):
+            self.log.warning("object.invalid", error=err)
+        self._reported = current

@@ -1,0 +1,349 @@
+"""The daemon on the real kernel: manifests in, rules out, drift repaired, restarts lossless.
+
+Each test runs ``nlproxy run`` as a child process programming the node namespace of a test bed,
+and probes services with real TCP connections from a pod and from the outside client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nlproxy.testbed import Testbed
+from nlproxy.testbed_echo import Result, tcp_request
+from tests.kernel import topo
+
+testbed = topo.testbed
+
+VIP_A = "10.96.0.10"
+VIP_B = "10.96.0.11"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Daemon:
+    """``nlproxy run`` as a child process, with its JSON log lines collected."""
+
+    def __init__(self, tb: Testbed, manifests: Path, *extra: str) -> None:
+        self.healthz = free_port()
+        self.metrics = free_port()
+        self.lines: list[dict[str, Any]] = []
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "nlproxy",
+                "--netns",
+                tb.node.netns,
+                "--log-format",
+                "json",
+                "run",
+                "--manifests",
+                str(manifests),
+                "--node-name",
+                tb.node.name,
+                "--cluster-cidr",
+                tb.cluster_cidr(),
+                "--service-cidr",
+                tb.service_cidr(),
+                "--min-sync-period",
+                "50ms",
+                "--healthz-bind-address",
+                f"127.0.0.1:{self.healthz}",
+                "--metrics-bind-address",
+                f"127.0.0.1:{self.metrics}",
+                *extra,
+            ],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with contextlib.suppress(json.JSONDecodeError):
+                self.lines.append(json.loads(line))
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in list(self.lines) if e.get("event") == name]
+
+    def get(self, port: int, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    def wait_ready(self, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited {self.proc.returncode}: {self.lines[-5:]}")
+            with contextlib.suppress(OSError):
+                if self.get(self.healthz, "/healthz")[0] == 200:
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"daemon not healthy after {timeout}s: {self.lines[-5:]}")
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=15)
+        finally:
+            self._reader.join(timeout=5)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self._reader.join(timeout=5)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+@contextlib.contextmanager
+def daemon(tb: Testbed, manifests: Path, *extra: str) -> Iterator[Daemon]:
+    d = Daemon(tb, manifests, *extra)
+    try:
+        d.wait_ready()
+        yield d
+    finally:
+        d.kill()
+
+
+def objects(tb: Testbed, a_pods: list[str]) -> list[dict[str, Any]]:
+    """Service a (endpoints ``a_pods``) and service b (always pod-c), plus the Node."""
+    ep = lambda name: topo.endpoint(str(tb.pod(name).ipv4), tb.node.name)  # noqa: E731
+    return [
+        tb.node_manifest(),
+        topo.service("a", VIP_A),
+        topo.endpoint_slice("a", [ep(p) for p in a_pods]),
+        topo.service("b", VIP_B),
+        topo.endpoint_slice("b", [ep("pod-c")]),
+    ]
+
+
+def publish(directory: Path, objs: list[dict[str, Any]]) -> Path:
+    """Replace the manifests atomically (one multi-document file, renamed into place), as a
+    ConfigMap volume or a careful operator does: the daemon never sees a half-written set."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / ".objects.yaml.tmp"
+    tmp.write_text(yaml.safe_dump_all(objs, sort_keys=False))
+    os.replace(tmp, directory / "objects.yaml")
+    return directory
+
+
+def wait_until(check: Any, timeout: float, what: str) -> float:
+    """Poll ``check()`` until true; return the seconds it took."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if check():
+            return time.monotonic() - start
+        time.sleep(0.02)
+    raise AssertionError(f"{what}: not within {timeout}s")
+
+
+def answered_by(tb: Testbed, vip: str, n: int = 12) -> set[str]:
+    pods = set()
+    for _ in range(n):
+        out = tcp_request(tb.pod("pod-a").netns, vip, 80)
+        if out.result is Result.ANSWERED:
+            pods.add(out.pod)
+    return pods
+
+
+def nft(tb: Testbed, *args: str) -> str:
+    return subprocess.run(
+        ["ip", "netns", "exec", tb.node.netns, "nft", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+class Probe:
+    """A background loop of fresh TCP connections to one service; counts failures."""
+
+    def __init__(self, tb: Testbed, vip: str) -> None:
+        self.tb, self.vip = tb, vip
+        self.ok = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            out = tcp_request(self.tb.pod("pod-b").netns, self.vip, 80, timeout=1.0)
+            if out.result is Result.ANSWERED:
+                self.ok += 1
+            else:
+                self.failures.append(str(out))
+
+    def __enter__(self) -> Probe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def test_manifest_changes_take_effect_within_a_second(testbed: Testbed, tmp_path: Path) -> None:
+    d = publish(tmp_path / "m", objects(testbed, ["pod-a", "pod-b"]))
+    with daemon(testbed, d):
+        assert answered_by(testbed, VIP_A) == {"pod-a", "pod-b"}
+        publish(d, objects(testbed, ["pod-b"]))
+        took = wait_until(lambda: answered_by(testbed, VIP_A, 6) == {"pod-b"}, 1.0, "removal")
+        assert took < 1.0
+        (d / "99-extra.yaml").write_text("")  # an unrelated file: no harm
+        publish(d, objects(testbed, ["pod-a", "pod-b"])[:3])  # service b removed
+        wait_until(
+            lambda: (
+                tcp_request(testbed.pod("pod-a").netns, VIP_B, 80).result is not Result.ANSWERED
+            ),
+            1.0,
+            "service b removed",
+        )
+
+
+def test_drift_is_repaired_and_the_writer_named(testbed: Testbed, tmp_path: Path) -> None:
+    d = publish(tmp_path / "m", objects(testbed, ["pod-a"]))
+    with daemon(testbed, d) as proc:
+        nft(testbed, "delete", "table", "ip", "nlproxy")
+        wait_until(
+            lambda: "service-ips" in nft(testbed, "list", "ruleset"),
+            1.0,
+            "table repaired after nft delete table",
+        )
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+        drifts = proc.events("drift.detected")
+        assert drifts
+        assert drifts[0]["writer"] == "nft"
+        nft(testbed, "flush", "ruleset")
+        wait_until(lambda: answered_by(testbed, VIP_A, 2) == {"pod-a"}, 1.5, "after flush ruleset")
+        status, body = proc.get(proc.metrics, "/metrics")
+        assert status == 200
+        assert 'nlproxy_drift_repairs_total{writer="nft"}' in body
+
+
+def test_health_and_metrics_content(testbed: Testbed, tmp_path: Path) -> None:
+    d = publish(tmp_path / "m", objects(testbed, ["pod-a"]))
+    with daemon(testbed, d) as proc:
+        status, body = proc.get(proc.healthz, "/healthz")
+        assert status == 200
+        assert set(json.loads(body)) >= {"lastUpdated", "currentTime"}
+        assert proc.get(proc.healthz, "/livez")[0] == 200
+        status, metrics = proc.get(proc.metrics, "/metrics")
+        assert status == 200
+        for name in (
+            "kubeproxy_sync_proxy_rules_duration_seconds_bucket",
+            "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+            "kubeproxy_network_programming_duration_seconds_bucket",
+            "kubeproxy_sync_proxy_rules_service_changes_total",
+            "kubeproxy_conntrack_reconciler_deleted_entries_total",
+            'nlproxy_kernel_operations_total{family="ip"}',
+        ):
+            assert name in metrics, name
+        assert proc.get(proc.healthz, "/nope")[0] == 404
+
+
+def test_endpoint_churn_never_breaks_stable_services(testbed: Testbed, tmp_path: Path) -> None:
+    d = publish(tmp_path / "m", objects(testbed, ["pod-a"]))
+    with (
+        daemon(testbed, d) as proc,
+        Probe(testbed, VIP_B) as probe_b,
+        Probe(testbed, VIP_A) as probe_a,
+    ):
+        for i in range(100):
+            extra = ["pod-b"] if i % 2 else ["pod-b", "pod-r"] if i % 3 else []
+            publish(d, objects(testbed, ["pod-a", *extra]))
+            time.sleep(0.03)
+        time.sleep(0.5)
+        assert proc.proc.poll() is None
+    assert probe_b.ok > 20
+    assert probe_b.failures == []
+    assert probe_a.ok > 20
+    assert probe_a.failures == []  # pod-a stayed an endpoint of service a throughout
+
+
+def test_restart_loses_no_probe_and_sends_no_operations(testbed: Testbed, tmp_path: Path) -> None:
+    d = publish(tmp_path / "m", objects(testbed, ["pod-a", "pod-b"]))
+    first = Daemon(testbed, d)
+    try:
+        first.wait_ready()
+        with Probe(testbed, VIP_A) as probe:
+            time.sleep(0.3)
+            assert first.stop() == 0
+            assert "service-ips" in nft(testbed, "list", "ruleset")  # SIGTERM leaves the rules
+            with daemon(testbed, d) as second:
+                time.sleep(0.3)
+                applied = second.events("sync.applied")
+        assert probe.failures == []
+        assert probe.ok > 5
+        assert applied
+        assert applied[0]["ops"] == 0
+    finally:
+        first.kill()
+
+
+def test_bad_config_exits_2_naming_the_field(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(
+        "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+        "nftables:\n  minSyncPeriod: often\n"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nlproxy",
+            "run",
+            "--config",
+            str(cfg),
+            "--manifests",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "NOTIFY_SOCKET": ""},
+    )
+    assert proc.returncode == 2
+    assert "nftables.minSyncPeriod: 'often' is not a duration" in proc.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signals_stop_promptly_and_keep_rules(
+    testbed: Testbed, tmp_path: Path, signum: int
+) -> None:
+    d = publish(tmp_path / "m", objects(testbed, ["pod-a"]))
+    proc = Daemon(testbed, d)
+    try:
+        proc.wait_ready()
+        proc.proc.send_signal(signum)
+        assert proc.proc.wait(timeout=5) == 0
+        assert answered_by(testbed, VIP_A, 2) == {"pod-a"}
+    finally:
+        proc.kill()
