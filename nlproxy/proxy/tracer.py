@@ -65,9 +65,12 @@ class TraceResult:
     """Outcome of one new connection.
 
     Attributes:
-        verdict: ``ACCEPT`` (delivered or forwarded), ``DROP`` or ``REJECT``.
-        endpoints: ``ip:port`` (``[ip6]:port``) it may be DNAT'd to, over all random choices.
-        masquerade: its source is rewritten on the way out.
+        verdict: ``ACCEPT`` (delivered or forwarded), ``DROP`` or ``REJECT``; when random
+            choices lead to different outcomes, DROP if any branch drops, else REJECT if any
+            rejects.
+        endpoints: ``ip:port`` (``[ip6]:port``) the accepted branches are DNAT'd to, over all
+            random choices.
+        masquerade: the source of an accepted branch is rewritten on the way out.
     """
 
     verdict: TraceVerdict
@@ -220,6 +223,8 @@ class _Tracer:
                     return [(dataclasses.replace(pkt, masquerade=True), "accept")]
                 case Reject():
                     return [(pkt, "reject")]
+                case Verdict() if e.kind is VerdictKind.CONTINUE:
+                    pass  # the kernel goes on with the rule's next expression
                 case Verdict():
                     return self._verdict(e, pkt, depth)
                 case _:
@@ -269,7 +274,7 @@ class _Tracer:
             case VerdictKind.RETURN:
                 return [(pkt, "return")]
             case VerdictKind.CONTINUE:
-                return [(pkt, "next")]
+                return [(pkt, "next")]  # from a map: the rule ends without a verdict
             case VerdictKind.JUMP | VerdictKind.GOTO:
                 assert v.chain is not None, "jump/goto carry a chain"
                 out: list[tuple[_Packet, _Control]] = []
