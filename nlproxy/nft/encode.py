@@ -305,19 +305,20 @@ class Batch:
         return memoryview(ffi.buffer(self._buf.data, self._buf.len))
 
     def add(self, ops: Sequence[Operation]) -> None:
-        """Encode ``ops`` in order; consecutive element operations on one set share messages."""
+        """Encode ``ops`` in order; element operations between two other operations are grouped
+        per set (see :func:`element_runs`) so they share bulk messages."""
         i = 0
         while i < len(ops):
-            op = ops[i]
-            if isinstance(op.obj, Element):
-                j = i + 1
-                while j < len(ops) and _same_run(ops[j], op):
-                    j += 1
-                self._elements(op.verb, [o.obj for o in ops[i:j]], list(range(i, j)))  # type: ignore[misc]
-                i = j
+            if not isinstance(ops[i].obj, Element):
+                self._object(i, ops[i])
+                i += 1
                 continue
-            self._object(i, op)
-            i += 1
+            j = i
+            while j < len(ops) and isinstance(ops[j].obj, Element):
+                j += 1
+            for verb, indices in element_runs(ops, i, j):
+                self._elements(verb, [ops[k].obj for k in indices], indices)  # type: ignore[misc]
+            i = j
 
     def locate(self, seq: int, offset: int | None) -> tuple[int | None, str]:
         """The operation behind message ``seq`` (and, for elements, the error's ``offset``).
@@ -650,10 +651,25 @@ def _zero_row(s: SetLike, zero: tuple[int, ...]) -> tuple[Value, ...]:
     )
 
 
-def _same_run(op: Operation, first: Operation) -> bool:
-    return (
-        isinstance(op.obj, Element) and op.verb is first.verb and op.obj.set == first.obj.set  # type: ignore[union-attr]
-    )
+def element_runs(ops: Sequence[Operation], start: int, stop: int) -> list[tuple[Verb, list[int]]]:
+    """Group the element operations ``ops[start:stop]`` into runs that can share messages.
+
+    A run is one set and one verb. Operations on different sets are independent, so a run
+    collects its set's operations from the whole stretch; a set's run ends where its verb
+    changes (delete then add of the same key must stay in that order). Runs come out in the
+    order of their first operation.
+    """
+    runs: list[tuple[Verb, list[int]]] = []
+    current: dict[str, tuple[Verb, list[int]]] = {}
+    for k in range(start, stop):
+        op = ops[k]
+        assert isinstance(op.obj, Element)
+        run = current.get(op.obj.set)
+        if run is None or run[0] is not op.verb:
+            run = current[op.obj.set] = (op.verb, [])
+            runs.append(run)
+        run[1].append(k)
+    return runs
 
 
 def _check(rc: int, what: str) -> None:

@@ -383,3 +383,21 @@ def test_invalid_before_sending(
     with pytest.raises(InvalidNftObject, match=message):
         backend.apply([*add(Chain(name="sentinel")), *ops])
     assert ruleset_text(ns) == before
+
+
+def test_interleaved_elements_share_messages_and_keep_order(ns: str, backend: NftBackend) -> None:
+    old = Element(set="service-ips", key=(V4("10.0.0.1"), 6, 80), value=jump("c1"))
+    backend.apply(add(old))
+    ops = [Operation(Verb.DELETE, old)]
+    for i in range(200):
+        vip = V4(0x0A600000 + i)
+        ops += add(
+            Element(set="service-ips", key=(vip, 6, 80), value=goto("c2")),
+            Element(set="backends", key=(vip, 6, 80, 0), value=(V4("10.244.0.1"), 80)),
+        )
+    ops += add(Element(set="service-ips", key=(V4("10.0.0.1"), 6, 80), value=jump("c2")))
+    result = backend.apply(ops)
+    assert result.messages == 3  # delete run, then one add run per set
+    listed = elements(ns, "map", "service-ips")
+    assert [{"concat": ["10.0.0.1", "tcp", 80]}, {"jump": {"target": "c2"}}] in listed
+    assert len(listed) == 201
