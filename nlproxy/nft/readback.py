@@ -17,6 +17,7 @@ import functools
 import struct
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,13 +170,8 @@ def _generation(s: NetfilterSocket) -> int:
     seq = s.next_seq()
     req = _request(NFT_MSG_GETGEN, Family.INET, NLM_F_ACK, seq, lambda nlh: None)
     for msg in s.dump(req, seq):
-        gen = lib.nftnl_gen_alloc()
-        try:
-            if lib.nftnl_gen_nlmsg_parse(_nlh(msg), gen) < 0:
-                raise ReadbackError("generation", "cannot parse the kernel's answer")
+        with _parsed("gen", _nlh(msg)) as gen:
             return int(lib.nftnl_gen_get_u32(gen, lib.NFTNL_GEN_ID))
-        finally:
-            lib.nftnl_gen_free(gen)
     raise ReadbackError("generation", "the kernel sent no generation id")
 
 
@@ -197,10 +193,7 @@ def _read_table(s: NetfilterSocket, family: Family, name: str) -> Table | None:
             return None
         raise ReadbackError(f"table {family} {name}", exc.strerror or str(exc)) from exc
     for msg in msgs:
-        t = lib.nftnl_table_alloc()
-        try:
-            if lib.nftnl_table_nlmsg_parse(_nlh(msg), t) < 0:
-                raise ReadbackError(f"table {family} {name}", "cannot parse the kernel's answer")
+        with _parsed("table", _nlh(msg)) as t:
             flags = lib.nftnl_table_get_u32(t, lib.NFTNL_TABLE_FLAGS)
             comment = _comment(_get_bytes(lib.nftnl_table_get_data, t, lib.NFTNL_TABLE_USERDATA))
             return Table(
@@ -210,8 +203,6 @@ def _read_table(s: NetfilterSocket, family: Family, name: str) -> Table | None:
                 persist=bool(flags & NFT_TABLE_F_PERSIST),
                 comment=comment,
             )
-        finally:
-            lib.nftnl_table_free(t)
     return None
 
 
@@ -251,6 +242,35 @@ def _dump(
             yield obj
 
 
+@contextmanager
+def _parsed(kind: str, nlh: Any, parse: str = "nlmsg_parse") -> Iterator[Any]:
+    """A libnftnl ``kind`` object (table, chain, set, rule, gen) parsed from ``nlh``, freed when
+    the block ends."""
+    _, lib = _lib()
+    obj = getattr(lib, f"nftnl_{kind}_alloc")()
+    try:
+        if getattr(lib, f"nftnl_{kind}_{parse}")(nlh, obj) < 0:
+            raise ReadbackError(kind, "cannot parse the kernel's answer")
+        yield obj
+    finally:
+        getattr(lib, f"nftnl_{kind}_free")(obj)
+
+
+def _iterate(create: Any, next_: Any, destroy: Any, obj: Any) -> list[Any]:
+    """All items of a libnftnl iterator (they live as long as ``obj``)."""
+    ffi, _ = _lib()
+    it = create(obj)
+    items = []
+    try:
+        item = next_(it)
+        while item != ffi.NULL:
+            items.append(item)
+            item = next_(it)
+    finally:
+        destroy(it)
+    return items
+
+
 def _get_bytes(getter: Any, obj: Any, attr: int) -> bytes:
     ffi, _ = _lib()
     n = ffi.new("uint32_t *")
@@ -286,14 +306,8 @@ _POLICIES = {0: Policy.DROP, 1: Policy.ACCEPT}
 
 def _parse_chain(nlh: Any, family: Family) -> tuple[str, Chain]:
     _, lib = _lib()
-    c = lib.nftnl_chain_alloc()
-    try:
-        if lib.nftnl_chain_nlmsg_parse(nlh, c) < 0:
-            raise ReadbackError("chain", "cannot parse the kernel's answer")
-        table = _get_str(lib.nftnl_chain_get_str, c, lib.NFTNL_CHAIN_TABLE)
-        return table, _chain(c)
-    finally:
-        lib.nftnl_chain_free(c)
+    with _parsed("chain", nlh) as c:
+        return _get_str(lib.nftnl_chain_get_str, c, lib.NFTNL_CHAIN_TABLE), _chain(c)
 
 
 def _chain(c: Any) -> Chain:
@@ -362,10 +376,7 @@ class _RawSet:
 
 def _parse_set(nlh: Any, family: Family) -> tuple[str, _RawSet]:
     _, lib = _lib()
-    s = lib.nftnl_set_alloc()
-    try:
-        if lib.nftnl_set_nlmsg_parse(nlh, s) < 0:
-            raise ReadbackError("set", "cannot parse the kernel's answer")
+    with _parsed("set", nlh) as s:
         name = _get_str(lib.nftnl_set_get_str, s, lib.NFTNL_SET_NAME)
         flags = lib.nftnl_set_get_u32(s, lib.NFTNL_SET_FLAGS)
         key_len = lib.nftnl_set_get_u32(s, lib.NFTNL_SET_KEY_LEN)
@@ -393,8 +404,6 @@ def _parse_set(nlh: Any, family: Family) -> tuple[str, _RawSet]:
             comment=_comment(udata, lib.NFTNL_UDATA_SET_COMMENT),
             anonymous=bool(flags & SetFlag.ANONYMOUS),
         )
-    finally:
-        lib.nftnl_set_free(s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,53 +432,47 @@ def _read_elements(s: NetfilterSocket, family: Family, table: str, rs: _RawSet) 
     req = _request(NFT_MSG_GETSETELEM, family, NLM_F_DUMP, seq, payload)
     raw: list[_RawElem] = []
     for msg in _messages(s, req, seq):
-        raw.extend(_parse_elements(_nlh(msg), rs.name))
+        raw.extend(_parse_elements(_nlh(msg)))
     if rs.flags & SetFlag.INTERVAL:
         return _interval_elements(rs, raw)
     return [_element(rs, e, decode.decode_key(rs.key, e.key)) for e in raw]
 
 
-def _parse_elements(nlh: Any, set_name: str) -> list[_RawElem]:
+def _parse_elements(nlh: Any) -> list[_RawElem]:
     ffi, lib = _lib()
-    s = lib.nftnl_set_alloc()
     out: list[_RawElem] = []
-    try:
-        if lib.nftnl_set_elems_nlmsg_parse(nlh, s) < 0:
-            raise ReadbackError(f"set {set_name}", "cannot parse the kernel's elements")
-        it = lib.nftnl_set_elems_iter_create(s)
-        get, is_set = lib.nftnl_set_elem_get, lib.nftnl_set_elem_is_set
-        n = ffi.new("uint32_t *")
+    get, is_set = lib.nftnl_set_elem_get, lib.nftnl_set_elem_is_set
+    n = ffi.new("uint32_t *")
 
-        def blob(e: Any, attr: int) -> bytes | None:
-            ptr = get(e, attr, n)
-            return None if ptr == ffi.NULL else bytes(ffi.buffer(ptr, n[0]))
+    def blob(e: Any, attr: int) -> bytes | None:
+        ptr = get(e, attr, n)
+        return None if ptr == ffi.NULL else bytes(ffi.buffer(ptr, n[0]))
 
-        try:
-            e = lib.nftnl_set_elems_iter_next(it)
-            while e != ffi.NULL:
-                verdict = chain = None
-                if is_set(e, lib.NFTNL_SET_ELEM_VERDICT):
-                    verdict = lib.nftnl_set_elem_get_u32(e, lib.NFTNL_SET_ELEM_VERDICT)
-                    if is_set(e, lib.NFTNL_SET_ELEM_CHAIN):
-                        chain = _get_str(lib.nftnl_set_elem_get_str, e, lib.NFTNL_SET_ELEM_CHAIN)
-                udata = blob(e, lib.NFTNL_SET_ELEM_USERDATA)
-                out.append(
-                    _RawElem(
-                        key=blob(e, lib.NFTNL_SET_ELEM_KEY) or b"",
-                        key_end=blob(e, lib.NFTNL_SET_ELEM_KEY_END),
-                        flags=_int(blob(e, lib.NFTNL_SET_ELEM_FLAGS)),
-                        data=blob(e, lib.NFTNL_SET_ELEM_DATA),
-                        verdict=verdict,
-                        chain=chain,
-                        timeout_ms=_int(blob(e, lib.NFTNL_SET_ELEM_TIMEOUT)),
-                        comment=_comment(udata) if udata else "",
-                    )
+    with _parsed("set", nlh, "elems_nlmsg_parse") as s:
+        iterator = (
+            lib.nftnl_set_elems_iter_create,
+            lib.nftnl_set_elems_iter_next,
+            lib.nftnl_set_elems_iter_destroy,
+        )
+        for e in _iterate(*iterator, s):
+            verdict = chain = None
+            if is_set(e, lib.NFTNL_SET_ELEM_VERDICT):
+                verdict = lib.nftnl_set_elem_get_u32(e, lib.NFTNL_SET_ELEM_VERDICT)
+                if is_set(e, lib.NFTNL_SET_ELEM_CHAIN):
+                    chain = _get_str(lib.nftnl_set_elem_get_str, e, lib.NFTNL_SET_ELEM_CHAIN)
+            udata = blob(e, lib.NFTNL_SET_ELEM_USERDATA)
+            out.append(
+                _RawElem(
+                    key=blob(e, lib.NFTNL_SET_ELEM_KEY) or b"",
+                    key_end=blob(e, lib.NFTNL_SET_ELEM_KEY_END),
+                    flags=_int(blob(e, lib.NFTNL_SET_ELEM_FLAGS)),
+                    data=blob(e, lib.NFTNL_SET_ELEM_DATA),
+                    verdict=verdict,
+                    chain=chain,
+                    timeout_ms=_int(blob(e, lib.NFTNL_SET_ELEM_TIMEOUT)),
+                    comment=_comment(udata) if udata else "",
                 )
-                e = lib.nftnl_set_elems_iter_next(it)
-        finally:
-            lib.nftnl_set_elems_iter_destroy(it)
-    finally:
-        lib.nftnl_set_free(s)
+            )
     return out
 
 
@@ -606,23 +609,17 @@ def _expr_text(e: Any) -> str:
 def _parse_rule(nlh: Any, family: Family, infos: dict[str, SetInfo]) -> tuple[str, Rule]:
     """One rule, decoded while libnftnl's copy is alive (its text is needed only on failure)."""
     ffi, lib = _lib()
-    r = lib.nftnl_rule_alloc()
-    try:
-        if lib.nftnl_rule_nlmsg_parse(nlh, r) < 0:
-            raise ReadbackError("rule", "cannot parse the kernel's answer")
+    with _parsed("rule", nlh) as r:
         table = _get_str(lib.nftnl_rule_get_str, r, lib.NFTNL_RULE_TABLE)
         chain = _get_str(lib.nftnl_rule_get_str, r, lib.NFTNL_RULE_CHAIN)
         comment = _comment(_get_bytes(lib.nftnl_rule_get_data, r, lib.NFTNL_RULE_USERDATA))
         handle = int(lib.nftnl_rule_get_u64(r, lib.NFTNL_RULE_HANDLE))
-        ptrs = []
-        it = lib.nftnl_expr_iter_create(r)
-        try:
-            e = lib.nftnl_expr_iter_next(it)
-            while e != ffi.NULL:
-                ptrs.append(e)
-                e = lib.nftnl_expr_iter_next(it)
-        finally:
-            lib.nftnl_expr_iter_destroy(it)
+        iterator = (
+            lib.nftnl_expr_iter_create,
+            lib.nftnl_expr_iter_next,
+            lib.nftnl_expr_iter_destroy,
+        )
+        ptrs = _iterate(*iterator, r)
         try:
             n = ffi.new("uint32_t *")
             exprs = decode.decode_rule([_raw_expr(e, n) for e in ptrs], family, infos)
@@ -632,5 +629,3 @@ def _parse_rule(nlh: Any, family: Family, infos: dict[str, SetInfo]) -> tuple[st
                 chain=chain, exprs=(), comment=comment, handle=handle, raw=raw, reason=str(exc)
             )
         return table, Rule(chain=chain, exprs=tuple(exprs), comment=comment, handle=handle)
-    finally:
-        lib.nftnl_rule_free(r)
