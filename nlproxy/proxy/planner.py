@@ -289,8 +289,11 @@ class _FamilyPlanner:
             ranges = _collapse([*ranges, *(ip_network(lb) for lb in lbs)], self.f.version)
         for lb in lbs:
             self.element(n.FIREWALL_IPS, (lb, proto, port), comment=comment)
+            # An interval set holds a range in every key part: the address as a /32 (/128) is
+            # what the kernel hands back, so read-back compares equal.
+            host = ip_network(lb)
             for net in ranges:
-                self.element(n.FIREWALL_ALLOW, (lb, proto, port, net), comment=comment)
+                self.element(n.FIREWALL_ALLOW, (host, proto, port, net), comment=comment)
 
     def fill(
         self, set_name: str, prefix: tuple[IPAddress | int, ...], eps: tuple[Backend, ...]

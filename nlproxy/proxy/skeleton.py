@@ -121,7 +121,7 @@ def _sets(f: FamilySpec, nodeport_match_all: bool) -> list[Set | Map]:
         Set(
             name=n.FIREWALL_ALLOW,
             key=(a, PROTO, SERVICE, a),
-            flags=SetFlag.INTERVAL | SetFlag.CONCAT,
+            flags=SetFlag.INTERVAL,  # the encoder adds CONCAT for a concatenated key
             comment="allowed sources per firewalled destination",
         ),
         Map(name=n.BACKENDS, key=(a, PROTO, SERVICE, MARK), data=(a, SERVICE)),
