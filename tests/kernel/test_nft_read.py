@@ -34,7 +34,7 @@ from nlproxy.nft.ir import (
 )
 from nlproxy.nft.nlsock import NetfilterSocket
 from nlproxy.nft.readback import read_ruleset
-from nlproxy.nft.render import render_ruleset
+from nlproxy.nft.render import render_rule, render_ruleset
 from tests.kernel.test_nft_read_compat import load_nft
 from tests.netns import sh
 
@@ -245,6 +245,66 @@ def test_ct_status_not_equal_is_not_guessed(make_netns: Callable[[str], str]) ->
     assert rs is not None
     (rule,) = rs.rules["c"]
     assert isinstance(rule, UndecodedRule)
+
+
+@pytest.mark.parametrize(
+    ("chain", "rule", "reason"),
+    [
+        pytest.param("post", "meta mark set meta mark & 0x0000000f", "mark", id="mark-and"),
+        pytest.param(
+            "post", "ip saddr & 255.0.255.0 == 10.0.1.0 accept", "prefix", id="non-prefix-mask"
+        ),
+        pytest.param("pre", "dnat to 10.0.0.1-10.0.0.5", "range", id="dnat-range"),
+        pytest.param(
+            "pre",
+            "meta l4proto tcp dnat ip to ip daddr map { 10.0.0.1 : 10.0.0.2 . 80 }",
+            "anonymous",
+            id="anonymous-dnat-map",
+        ),
+        pytest.param("post", "snat to 10.0.0.1", "dnat", id="snat"),
+        pytest.param(
+            "post", "meta l4proto tcp masquerade to :1000-2000", "masquerade", id="masq-ports"
+        ),
+        pytest.param(
+            "post", "numgen inc mod 2 vmap { 0 : accept, 1 : drop }", "numgen", id="numgen-inc"
+        ),
+        pytest.param(
+            "post",
+            "numgen random mod 2 offset 5 vmap { 5 : accept, 6 : drop }",
+            "numgen",
+            id="numgen-offset",
+        ),
+        pytest.param("post", "meta mark set ct mark", "ct", id="mark-from-ct"),
+        pytest.param("post", "update @s { ip saddr counter }", "set s", id="update-with-counter"),
+        pytest.param("post", "add @s { ip saddr }", "set s", id="set-add"),
+        pytest.param("post", "ct original ip saddr 10.0.0.1 accept", "ct", id="ct-original"),
+        pytest.param("post", 'iifname "eth0" accept', "meta", id="iifname"),
+        pytest.param("post", "ct mark 0x00000001 accept", "ct", id="ct-mark"),
+    ],
+)
+def test_foreign_patterns_are_undecodable(
+    make_netns: Callable[[str], str], chain: str, rule: str, reason: str
+) -> None:
+    ns = make_netns("read")
+    load_nft(
+        ns,
+        f"""
+table ip nlp {{
+  set s {{ type ipv4_addr; flags dynamic,timeout; timeout 1m; }}
+  chain pre {{ type nat hook prerouting priority dstnat; }}
+  chain post {{ type nat hook postrouting priority srcnat; }}
+  chain {chain} {{ {rule}; }}
+}}
+""",
+    )
+
+    rs = read_ruleset(Family.IP, "nlp", netns=ns)
+
+    assert rs is not None
+    (got,) = rs.rules[chain]
+    assert isinstance(got, UndecodedRule), got
+    assert reason in got.reason
+    assert render_rule(got).startswith("# undecodable")
 
 
 def test_missing_table_is_none(make_netns: Callable[[str], str]) -> None:
