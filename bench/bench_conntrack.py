@@ -19,10 +19,10 @@ import statistics
 import subprocess
 import time
 from collections.abc import Iterator
-from ipaddress import IPv4Address, ip_address
+from ipaddress import IPv4Address, IPv6Address, ip_address
 
 from nlproxy.conntrack import Backend, Conntrack, Frontend, stale_flow_filters
-from nlproxy.conntrack_msg import Flow, FlowFilter, FlowTuple, encode_new
+from nlproxy.conntrack_msg import Flow, FlowFilter, FlowTuple, IPAddress, encode_new
 from nlproxy.nft.nlsock import NLMSG_ERROR, NetfilterSocket
 
 VIPS = 100
@@ -31,18 +31,27 @@ PORT = 53
 TARGET = 5353
 
 
-def vip(i: int) -> IPv4Address:
-    return IPv4Address("10.96.0.0") + (i % VIPS)
+FAMILY = {"v": 4}
+"""Address family of the generated flows (``--family``)."""
 
 
-def endpoint(i: int) -> IPv4Address:
-    return IPv4Address("10.244.0.0") + 1 + (i % ENDPOINTS)
+def _addr(v4: str, v6: str, offset: int) -> IPAddress:
+    base = IPv4Address(v4) if FAMILY["v"] == 4 else IPv6Address(v6)
+    return base + offset
+
+
+def vip(i: int) -> IPAddress:
+    return _addr("10.96.0.0", "fd00:96::", i % VIPS)
+
+
+def endpoint(i: int) -> IPAddress:
+    return _addr("10.244.0.0", "fd00:244::", 1 + i % ENDPOINTS)
 
 
 def flow(i: int) -> Flow:
     # Client i talks to service i % 100 through endpoint i % 1000: each endpoint serves a tenth
     # of one service's flows, ~100 flows per (service, endpoint) pair at 100k.
-    client = IPv4Address("10.1.0.0") + i
+    client = _addr("10.1.0.0", "fd00:1::", i)
     sport = 10000 + i % 50000
     return Flow(
         orig=FlowTuple(client, vip(i), 17, sport, PORT),
@@ -179,6 +188,7 @@ def bench_clean(ns: str, n: int, rounds: int) -> None:
     ours_ms, tool_ms = statistics.median(ours), statistics.median(tools)
     emit(
         bench="clean-summary",
+        family=FAMILY["v"],
         flows=n,
         deleted=len(victims),
         nlproxy_ms=round(ours_ms, 2),
@@ -192,20 +202,23 @@ def bench_clean(ns: str, n: int, rounds: int) -> None:
 def bench_pass(ns: str, n: int) -> None:
     """What one kernel-filtered pass costs when nothing matches."""
     ct = Conntrack(ns)
-    nothing = FlowFilter(proto="udp", orig_dst=ip_address("10.97.0.1"), orig_dport=PORT)
+    nowhere = ip_address("10.97.0.1" if FAMILY["v"] == 4 else "fd00:97::1")
+    nothing = FlowFilter(proto="udp", orig_dst=nowhere, orig_dport=PORT)
     times = []
     for _ in range(5):
         started = time.perf_counter()
         assert list(ct.list(nothing)) == []
         times.append((time.perf_counter() - started) * 1000)
-    emit(bench="empty-pass", flows=n, ms=round(statistics.median(times), 2))
+    emit(bench="empty-pass", family=FAMILY["v"], flows=n, ms=round(statistics.median(times), 2))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--flows", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--family", type=int, choices=[4, 6], default=4)
     args = parser.parse_args()
+    FAMILY["v"] = args.family
     ns = f"nlp-bench-ct-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
