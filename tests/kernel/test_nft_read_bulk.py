@@ -1,11 +1,12 @@
-"""Read-back of a 100k-element map: every element comes back, across many multi-part dumps."""
+"""Read-back at scale: a 100k-element map and thousands of rules come back complete and in
+order, across many multi-part dumps."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from ipaddress import IPv4Address
 
-from nlproxy.nft.ir import DataType, Element, Family, Map
+from nlproxy.nft.ir import Cmp, DataType, Element, Family, Field, Map, Rule, goto
 from nlproxy.nft.readback import read_ruleset
 from tests.kernel.test_nft_read_compat import load_nft
 
@@ -48,3 +49,31 @@ def test_100k_map_elements_read_back_completely(make_netns: Callable[[str], str]
     for i in range(COUNT):
         key, data = backend_for(i)
         assert got[key] == Element(set="backends", key=key, value=data)
+
+
+def test_thousands_of_rules_read_back_in_order(make_netns: Callable[[str], str]) -> None:
+    ns = make_netns("bulk")
+    count = 3000
+    rules = "\n".join(
+        f'    ip daddr {IPv4Address(0x0A600000 + i)} th dport {i + 1} goto ep comment "svc {i}"'
+        for i in range(count)
+    )
+    load_nft(ns, f"table ip nlp {{\n  chain ep {{\n  }}\n  chain svc {{\n{rules}\n  }}\n}}\n")
+
+    rs = read_ruleset(Family.IP, "nlp", netns=ns)
+
+    assert rs is not None
+    assert rs.rules["svc"] == [
+        Rule(
+            chain="svc",
+            exprs=(
+                Cmp(Field.IP_DADDR, IPv4Address(0x0A600000 + i)),
+                Cmp(Field.TH_DPORT, i + 1),
+                goto("ep"),
+            ),
+            comment=f"svc {i}",
+        )
+        for i in range(count)
+    ]
+    handles = [r.handle for r in rs.rules["svc"]]
+    assert len(set(handles)) == count
