@@ -241,3 +241,14 @@ def test_programmed_frontends_names_a_malformed_element() -> None:
     rs = ruleset(Family.IP, El("backends", (VIP, 17, 53, 0), (A,)))
     with pytest.raises(UnexpectedElement, match=r"map backends: data is not addr \. port"):
         programmed_frontends([rs])
+
+
+def test_prefilter_needs_every_address_of_some_member() -> None:
+    (p,) = plan_passes([stale(VIP, 53, A, 53), stale(N1, 30053, A, 53)])
+    screen = p.prefilter()
+    assert screen is not None
+    assert screen(b"x" + N1.packed + b"y" + A.packed)
+    assert screen(A.packed + VIP.packed)
+    assert not screen(VIP.packed + N1.packed)
+    (any_dst,) = plan_passes([FlowFilter(proto="udp", orig_dport=53)])
+    assert any_dst.prefilter() is None
