@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import re
 import shutil
 import sys
 import tempfile
@@ -67,6 +69,7 @@ class Probe:
     addr: str
     port: int
     protocol: str
+    sender: str = ""  # the sending pod's name, when a pod sends
 
 
 def find_examples() -> Path:
@@ -204,6 +207,7 @@ class Demo:
                     addr=spec.cluster_ip,
                     port=p.port,
                     protocol=p.protocol,
+                    sender=first.name,
                 )
             )
         tcp = [p for p in spec.ports if p.protocol == "tcp"]
@@ -240,8 +244,11 @@ class Demo:
             outcomes = self._send(path)
             per_path[path.label] = Counter(o.pod for o in outcomes if o.pod)
             self.say(path.label)
-            for line in _summary(outcomes, [p.name for p in tb.local_pods], names, self.requests):
+            pods = [p.name for p in tb.local_pods]
+            for line in _summary(outcomes, pods, names, path.sender):
                 self.say("    " + line)
+            if len(outcomes) < self.requests:
+                self.say(f"    (gave up after {GIVE_UP_AFTER} failures in a row)")
             failed = [o for o in outcomes if o.result is not Result.ANSWERED]
             if failed:
                 self.problems.append(f"{path.label}: {failed[0]}")
@@ -270,7 +277,7 @@ class Demo:
         keys += [str(p.node_port) for p in self.spec.ports if p.node_port]
         shown = _relevant(lines, keys)
         for line in shown:
-            self.say("  " + line)
+            self.say("  " + line.replace("\t", "  "))
         self.say(f"  ({len(shown)} of {len(lines)} lines; all of it: `nlproxy rules`)")
 
 
@@ -309,7 +316,7 @@ def _names(tb: Testbed) -> dict[str, str]:
 
 
 def _summary(
-    outcomes: Sequence[Outcome], pods: Sequence[str], names: dict[str, str], requests: int
+    outcomes: Sequence[Outcome], pods: Sequence[str], names: dict[str, str], sender: str
 ) -> list[str]:
     """Aligned lines: pod, count, the sources it saw; then failures by kind."""
     lines = []
@@ -317,36 +324,58 @@ def _summary(
         got = [o for o in outcomes if o.pod == pod]
         seen = sorted({str(o.src) for o in got})
         where = ", ".join(f"{s} ({names.get(s, '?')})" for s in seen)
+        if got and pod == sender:
+            where += " - hairpin: the pod reached itself"
         lines.append(f"{pod:<10} {len(got):>4}  {'saw ' + where if got else ''}".rstrip())
     failures = Counter(o.result.value for o in outcomes if o.result is not Result.ANSWERED)
     lines += [f"{kind:<10} {n:>4}" for kind, n in sorted(failures.items())]
-    if len(outcomes) < requests:
-        lines.append(f"(gave up after {GIVE_UP_AFTER} failures in a row)")
     return lines
 
 
-def _relevant(lines: Sequence[str], keys: Sequence[str]) -> list[str]:
-    """The lines mentioning any key, with the table/chain/set headers above them."""
-    shown: list[str] = []
-    header = ""
+def _blocks(lines: Sequence[str]) -> list[list[str]]:
+    """The sets, maps and chains of the first table in ``nlproxy rules`` text, line by line."""
+    blocks: list[list[str]] = []
+    depth = 0
     for line in lines:
-        stripped = line.strip()
-        if stripped.endswith("{"):
-            header = line
-        if any(k in line for k in keys):
-            if header and header not in shown:
-                shown.append(header)
-            if line != header:
-                shown.append(line)
+        if depth == 0 and blocks:
+            break  # the first table only: the demo is IPv4
+        if depth == 1:
+            blocks.append([])
+        if depth >= 1:
+            blocks[-1].append(line)
+        depth += line.count("{") - line.count("}")
+    return [b for b in blocks if b and b[0].rstrip().endswith("{")]
+
+
+def _relevant(lines: Sequence[str], keys: Sequence[str]) -> list[str]:
+    """Where the service shows up: matching lines under their set/map header, then the chains
+    those lines jump to, in full."""
+    shown: list[str] = []
+    targets: set[str] = set()
+    blocks = _blocks(lines)
+    for block in blocks:
+        hits = [line for line in block[1:-1] if any(k in line for k in keys)]
+        if hits:
+            shown += [block[0], *hits, block[-1]]
+            targets.update(re.findall(r"(?:goto|jump) ([\w-]+)", " ".join(hits)))
+    for block in blocks:
+        words = block[0].split()
+        if words[0] == "chain" and words[1] in targets:
+            shown += block
     return shown
 
 
-def run_demo(*, manifests: Path, requests: int, out: TextIO = sys.stdout) -> int:
+def run_demo(*, manifests: Path, requests: int, out: TextIO | None = None) -> int:
     """Run the demo on ``manifests`` (Service, EndpointSlice, Node); 0 when it all worked.
+
+    ``out`` defaults to the current ``sys.stdout``.
 
     Raises:
         DemoError: the manifests do not fit, or a step failed; namespaces are gone by then.
     """
+    if os.geteuid() != 0:
+        raise DemoError("nlproxy demo", "needs root: it creates network namespaces (try sudo)")
+    out = out or sys.stdout
     spec = read_spec(manifests)
     for stale in sweep_stale(NAMESPACE_TAG):
         print(f"(deleted {stale}, left by an earlier demo that was killed)", file=out)

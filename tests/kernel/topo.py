@@ -182,6 +182,13 @@ def sh(ns: str | None, *cmd: str) -> str:
     return proc.stdout
 
 
+def decoy(tb: Testbed, addr: str) -> None:
+    """Give the client ``addr`` on its loopback: node1 routes unknown addresses to the client,
+    so a packet to ``addr`` that nlproxy fails to drop is answered with a reset (refused)
+    instead of vanishing, and a drop test can tell the two apart."""
+    sh(tb.client.netns, "ip", "addr", "add", f"{addr}/32", "dev", "lo")
+
+
 def ask(
     proto: str, ns: str, addr: str, port: int, *, n: int = REQUESTS, src: str | None = None
 ) -> list[Outcome]:
