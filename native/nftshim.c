@@ -255,3 +255,21 @@ int nls_put_elems(struct nls_buf *b, uint32_t seq, const struct nls_elems *e)
 	b->len += NLMSG_ALIGN(nlh->nlmsg_len);
 	return msgs;
 }
+
+int nls_set_msg_flags(struct nls_buf *b, uint32_t seq, uint16_t flags)
+{
+	size_t off = 0;
+
+	while (off + sizeof(struct nlmsghdr) <= b->len) {
+		struct nlmsghdr *nlh = (struct nlmsghdr *)(b->data + off);
+
+		if (nlh->nlmsg_len < sizeof(*nlh))
+			return -EINVAL;
+		if (nlh->nlmsg_seq == seq) {
+			nlh->nlmsg_flags |= flags;
+			return 0;
+		}
+		off += NLMSG_ALIGN(nlh->nlmsg_len);
+	}
+	return -ENOENT;
+}

@@ -72,4 +72,7 @@ struct nls_elems {
  * Returns the number of messages appended, or a negative errno. */
 int nls_put_elems(struct nls_buf *b, uint32_t seq, const struct nls_elems *e);
 
+/* Add netlink flags (e.g. NLM_F_ACK) to the message numbered seq. 0, or -ENOENT. */
+int nls_set_msg_flags(struct nls_buf *b, uint32_t seq, uint16_t flags);
+
 #endif

@@ -39,7 +39,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from nlproxy.errors import KernelError
+from nlproxy.errors import InvalidNftObject, KernelError
 from nlproxy.nft import validate as validation
 from nlproxy.nft.encode import NFNL_SUBSYS_NFTABLES, Batch
 from nlproxy.nft.ir import (
@@ -127,6 +127,11 @@ class NftBackend:
             return ApplyResult(0, 0.0)
         view = known or self.known()
         validation.validate(self.table, ops, view)
+        if not kernel_supports_destroy():
+            for op in ops:
+                if op.verb is Verb.DESTROY:
+                    reason = "destroy needs Linux >= 6.3; use delete"
+                    raise InvalidNftObject(validation.describe(op.obj), reason)
         batch = Batch(self.table, view.sets, self.sock.next_seq())
         batch.add(ops)
         data = batch.finish()
@@ -170,7 +175,6 @@ class NftBackend:
 
     def _commit(self, batch: Batch, data: memoryview, ops: Sequence[Operation]) -> None:
         self.sock.ensure_sndbuf(len(data))
-        _flag_last_for_ack(data, batch.last_seq - 1)
         self.sock.drain()  # stale answers (none expected) must not be read as ours
         self.sock.send(data)
         answers, overflow = self.sock.drain()
@@ -265,17 +269,6 @@ class NftBackend:
         except OSError as exc:
             if exc.errno != 2:  # ENOENT: no such table
                 raise
-
-
-def _flag_last_for_ack(data: memoryview, seq: int) -> None:
-    """Set NLM_F_ACK on the message numbered ``seq`` (the last before BATCH_END)."""
-    off = 0
-    while off + 16 <= len(data):
-        length, _type, flags, mseq = struct.unpack_from("=IHHI", data, off)
-        if mseq == seq:
-            struct.pack_into("=H", data, off + 6, flags | NLM_F_ACK)
-            return
-        off += (length + 3) & ~3
 
 
 def _name_attr(kind: int, name: str) -> bytes:

@@ -62,6 +62,7 @@ from nlproxy.nft.ir import (
 from nlproxy.nft.validate import selector_type
 
 NFNL_SUBSYS_NFTABLES = 10
+NLM_F_ACK = 0x4
 NLM_F_REPLACE = 0x100
 NLM_F_EXCL = 0x200
 NLM_F_CREATE = 0x400
@@ -299,7 +300,13 @@ class Batch:
         return self._seq - 1
 
     def finish(self) -> memoryview:
-        """Close the batch with BATCH_END and return its bytes (valid while the batch lives)."""
+        """Close the batch with BATCH_END and return its bytes (valid while the batch lives).
+
+        The last message before BATCH_END asks for an ACK (NLM_F_ACK): a successful batch then
+        gets exactly one answer, and the backend knows the kernel processed all of it.
+        """
+        if self._seq > self.first_seq + 1:
+            _check(lib.nls_set_msg_flags(self._buf, self._seq - 1, NLM_F_ACK), "batch ack")
         _check(lib.nls_put_batch_end(self._buf, self._seq), "batch end")
         self._seq += 1
         return memoryview(ffi.buffer(self._buf.data, self._buf.len))
