@@ -21,7 +21,6 @@ from nlproxy.nft.ir import (
     Lookup,
     Numgen,
     Rule,
-    Ruleset,
     Set,
     SetFlag,
     SetUpdate,
@@ -32,11 +31,12 @@ from nlproxy.nft.ir import (
 )
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.endpoints import Backend, Categorized, externally_accessible
+from nlproxy.proxy.fragments import Recorder
 from nlproxy.proxy.skeleton import FIB_SADDR_LOCAL, FamilySpec
 
 
 def add_affinity_chains(
-    rs: Ruleset,
+    sink: Recorder,
     f: FamilySpec,
     svc: Service,
     sp: ServicePort,
@@ -55,7 +55,7 @@ def add_affinity_chains(
     timeout = svc.affinity_timeout or 0
     proto = L4Proto[ref.protocol.value]
     for b in sorted({*cat.cluster, *cat.local}, key=lambda b: (b.ip, b.port)):
-        _endpoint(rs, f, ref, b, proto, timeout)
+        _endpoint(sink, f, ref, b, proto, timeout)
     masq: tuple[Expr, ...] = ()
     if pods:
         # Off-cluster sources reaching the ClusterIP may be routed back off-node: masquerade.
@@ -64,9 +64,9 @@ def add_affinity_chains(
     cluster_chain = n.affinity_service_chain(ref)
     local_chain = n.affinity_local_chain(ref)
     if cat.cluster:
-        _policy(rs, f, ref, cluster_chain, cat.cluster, () if svc.internal_policy_local else masq)
+        _policy(sink, f, ref, cluster_chain, cat.cluster, () if svc.internal_policy_local else masq)
     if cat.local:
-        _policy(rs, f, ref, local_chain, cat.local, masq if svc.internal_policy_local else ())
+        _policy(sink, f, ref, local_chain, cat.local, masq if svc.internal_policy_local else ())
     internal = local_chain if svc.internal_policy_local else cluster_chain
     if not (cat.has_any and externally_accessible(svc, sp)):
         return internal, None
@@ -81,18 +81,18 @@ def add_affinity_chains(
         rules.append((FIB_SADDR_LOCAL, goto(cluster_chain)))
         if cat.local:
             rules.append((goto(local_chain),))
-    _chain(rs, ext, ref, rules)
+    _chain(sink, ext, ref, rules)
     return internal, ext
 
 
-def _chain(rs: Ruleset, name: str, ref: ServicePortRef, rules: list[tuple[Expr, ...]]) -> None:
-    rs.add_chain(Chain(name=n.check_name("chain", name), comment=str(ref)))
+def _chain(sink: Recorder, name: str, ref: ServicePortRef, rules: list[tuple[Expr, ...]]) -> None:
+    sink.add_chain(Chain(name=n.check_name("chain", name), comment=str(ref)))
     for exprs in rules:
-        rs.add_rule(Rule(chain=name, exprs=exprs))
+        sink.add_rule(Rule(chain=name, exprs=exprs))
 
 
 def _policy(
-    rs: Ruleset,
+    sink: Recorder,
     f: FamilySpec,
     ref: ServicePortRef,
     name: str,
@@ -108,14 +108,14 @@ def _policy(
         ((i,), goto(c)) for i, c in enumerate(targets)
     )
     rules.append((InlineVMap((Numgen(len(eps)),), entries),))
-    _chain(rs, name, ref, rules)
+    _chain(sink, name, ref, rules)
 
 
 def _endpoint(
-    rs: Ruleset, f: FamilySpec, ref: ServicePortRef, b: Backend, proto: L4Proto, timeout: int
+    sink: Recorder, f: FamilySpec, ref: ServicePortRef, b: Backend, proto: L4Proto, timeout: int
 ) -> None:
     sticky = n.check_name("set", n.affinity_set(ref, b.ip, b.port))
-    rs.add_set(
+    sink.add_set(
         Set(
             name=sticky,
             key=(f.addr,),
@@ -126,7 +126,7 @@ def _endpoint(
     )
     chain = n.affinity_endpoint_chain(ref, b.ip, b.port)
     _chain(
-        rs,
+        sink,
         chain,
         ref,
         [

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import gc
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from ipaddress import collapse_addresses, ip_network
 
 from nlproxy.cluster.model import (
@@ -25,6 +25,7 @@ from nlproxy.cluster.model import (
     IPNetwork,
     Protocol,
     Service,
+    ServiceKey,
     ServicePort,
     ServicePortRef,
 )
@@ -33,6 +34,7 @@ from nlproxy.proxy import naming as n
 from nlproxy.proxy.affinity import add_affinity_chains
 from nlproxy.proxy.config import PRIMARY, ProxyConfig
 from nlproxy.proxy.endpoints import Backend, Categorized, categorize, externally_accessible, resolve
+from nlproxy.proxy.fragments import Fragment, Recorder
 from nlproxy.proxy.skeleton import IPV4, IPV6, Dispatch, FamilySpec, skeleton
 
 _L4 = {Protocol.TCP: L4Proto.TCP, Protocol.UDP: L4Proto.UDP, Protocol.SCTP: L4Proto.SCTP}
@@ -76,18 +78,29 @@ class PortPlan:
 
 @dataclass(slots=True)
 class Plan:
-    """The planner's output: one ruleset per family (both always present) and the summary."""
+    """The planner's output: one ruleset per family (both always present) and the summary.
+
+    ``fragments`` and ``context`` let the next plan replay unchanged services; they are not part
+    of the plan's value.
+    """
 
     rulesets: dict[Family, Ruleset]
     ports: dict[ServicePortRef, PortPlan]
+    fragments: dict[Family, dict[ServiceKey, Fragment]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    context: object = field(default=None, repr=False, compare=False)
 
 
-def plan(snapshot: ClusterSnapshot, config: ProxyConfig) -> Plan:
+def plan(snapshot: ClusterSnapshot, config: ProxyConfig, *, previous: Plan | None = None) -> Plan:
     """Plan the ``ip nlproxy`` and ``ip6 nlproxy`` tables for ``snapshot`` on this node.
 
     Args:
         snapshot: the valid cluster objects (services, their slices, this node, ServiceCIDRs).
         config: node name, ranges and options.
+        previous: the last plan. Services whose Service and slice objects are the same objects
+            as then are replayed from it rather than planned again (the result is identical;
+            only faster). Ignored when the config, node or ServiceCIDRs changed.
 
     Returns:
         The rulesets and, per service port, its frontends and chosen endpoints.
@@ -98,27 +111,41 @@ def plan(snapshot: ClusterSnapshot, config: ProxyConfig) -> Plan:
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _plan(snapshot, config)
+        return _plan(snapshot, config, previous)
     finally:
         if paused:
             gc.enable()
 
 
-def _plan(snapshot: ClusterSnapshot, config: ProxyConfig) -> Plan:
+def _plan(snapshot: ClusterSnapshot, config: ProxyConfig, previous: Plan | None) -> Plan:
+    context = (config, snapshot.node, snapshot.service_cidrs)
+    reuse = previous is not None and previous.context == context
     parts: dict[ServicePortRef, list[_PortPart]] = {}
-    rulesets = {}
+    rulesets, fragments = {}, {}
     for spec in (IPV4, IPV6):
         fp = _FamilyPlanner(spec, snapshot, config)
+        old = previous.fragments.get(spec.family, {}) if previous and reuse else {}
+        new: dict[ServiceKey, Fragment] = {}
         for key in sorted(snapshot.services):
-            svc = snapshot.services[key]
-            fp.add_service(svc, snapshot.slices.get(key, ()), parts)
+            svc, slices = snapshot.services[key], snapshot.slices.get(key, ())
+            frag = old.get(key)
+            if frag is not None and frag.reusable_for(svc, slices):
+                fp.replay(frag)
+            else:
+                frag = fp.add_service(svc, slices)
+            for piece in frag.pieces:
+                assert isinstance(piece, _PortPart), "fragments hold port parts"
+                parts.setdefault(piece.ref, []).append(piece)
+            new[key] = frag
         fp.finish()
-        rulesets[spec.family] = fp.rs
-    return Plan(rulesets=rulesets, ports={ref: _merge(ref, p) for ref, p in parts.items()})
+        rulesets[spec.family], fragments[spec.family] = fp.rs, new
+    ports = {ref: _merge(ref, p) for ref, p in parts.items()}
+    return Plan(rulesets=rulesets, ports=ports, fragments=fragments, context=context)
 
 
 @dataclass(slots=True)
 class _PortPart:
+    ref: ServicePortRef
     frontends: list[Frontend]
     cat: Categorized
     hc: int | None
@@ -159,7 +186,9 @@ class _FamilyPlanner:
             nodeport_match_all=nodeport_ips is None,
             service_cidrs=bool(services),
         )
-        self.dispatch = Dispatch(self.rs, f, pods=bool(pods))
+        self.sink = Recorder(self.rs)
+        self._hairpin: list[IPAddress] = []
+        self.dispatch = Dispatch(self.sink, f, pods=bool(pods))
         self.pods = bool(pods)
         # int keys: cheaper to hash than ipaddress objects; ordered, so deterministic.
         self.hairpin: dict[int, IPAddress] = {}
@@ -195,19 +224,16 @@ class _FamilyPlanner:
         value: tuple[IPAddress | int, ...] | Verdict | None = None,
         comment: str = "",
     ) -> None:
-        self.rs.elements[set_name][key] = Element(
-            set=set_name, key=key, value=value, comment=comment
-        )
+        self.sink.add_element(Element(set=set_name, key=key, value=value, comment=comment))
 
-    def add_service(
-        self,
-        svc: Service,
-        slices: Sequence[EndpointSlice],
-        parts: dict[ServicePortRef, list[_PortPart]],
-    ) -> None:
+    def add_service(self, svc: Service, slices: Sequence[EndpointSlice]) -> Fragment:
+        """Plan one service; returns what it added (empty when it has no address here)."""
+        frag = Fragment(service=svc, slices=slices, ops=[], pieces=[], hairpin=[])
+        self.sink.ops = frag.ops
+        self._hairpin = frag.hairpin
         cip = next((ip for ip in svc.cluster_ips if ip.version == self.f.version), None)
         if cip is None:
-            return
+            return frag
         ext = [ip for ip in svc.external_ips if ip.version == self.f.version]
         lbs = [ip for ip in svc.load_balancer_ips if ip.version == self.f.version]
         for sp in svc.ports:
@@ -215,7 +241,15 @@ class _FamilyPlanner:
             cat = categorize(backends, svc, sp, self.node_name, self.zone)
             fronts = self._port(svc, sp, cip, ext, lbs, cat)
             hc = svc.health_check_node_port if svc.external_policy_local else None
-            parts.setdefault(sp.ref, []).append(_PortPart(frontends=fronts, cat=cat, hc=hc))
+            frag.pieces.append(_PortPart(ref=sp.ref, frontends=fronts, cat=cat, hc=hc))
+        return frag
+
+    def replay(self, frag: Fragment) -> None:
+        """Re-apply an unchanged service's fragment from the previous plan."""
+        self.sink.ops = []
+        self.sink.replay(frag.ops)
+        for ip in frag.hairpin:
+            self.hairpin[int(ip)] = ip
 
     def _port(
         self,
@@ -236,7 +270,7 @@ class _FamilyPlanner:
         no_ep: Verdict = goto(n.REJECT_CHAIN) if not cat.has_any else DROP
         fixed = None
         if svc.affinity_timeout is not None:
-            fixed = add_affinity_chains(self.rs, self.f, svc, sp, cip, cat, pods=self.pods)
+            fixed = add_affinity_chains(self.sink, self.f, svc, sp, cip, cat, pods=self.pods)
         targets = _Targets(self, svc, sp, cat, fixed)
         fronts = [self._front(sp, FrontendKind.CLUSTER_IP, cip, port)]
         self.element(n.CLUSTER_IPS, (cip,))
@@ -263,10 +297,9 @@ class _FamilyPlanner:
                 self.element(n.SERVICE_NODEPORTS, (proto, sp.node_port), verdict, comment)
             if not has_ext:
                 self.element(n.NO_ENDPOINT_NODEPORTS, (proto, sp.node_port), no_ep, comment)
-        for b in cat.cluster:
+        for b in (*cat.cluster, *cat.local):
             self.hairpin[int(b.ip)] = b.ip
-        for b in cat.local:
-            self.hairpin[int(b.ip)] = b.ip
+            self._hairpin.append(b.ip)
         return fronts
 
     def _front(
@@ -299,10 +332,11 @@ class _FamilyPlanner:
         self, set_name: str, prefix: tuple[IPAddress | int, ...], eps: tuple[Backend, ...]
     ) -> None:
         """Index ``eps`` 0..N-1 under ``prefix`` in a backends map (what ``numgen mod N`` picks)."""
-        elements = self.rs.elements[set_name]
+        elements, ops = self.rs.elements[set_name], self.sink.ops
         for i, b in enumerate(eps):
             key = (*prefix, i)
-            elements[key] = Element(set=set_name, key=key, value=b[:2])
+            el = elements[key] = Element(set=set_name, key=key, value=b[:2])
+            ops.append(el)
 
 
 class _Targets:

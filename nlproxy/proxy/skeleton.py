@@ -49,6 +49,7 @@ from nlproxy.nft.ir import (
     jump,
 )
 from nlproxy.proxy import naming as n
+from nlproxy.proxy.fragments import Recorder
 
 A4, A6 = DataType.IPV4_ADDR, DataType.IPV6_ADDR
 PROTO, SERVICE, MARK = DataType.INET_PROTO, DataType.INET_SERVICE, DataType.MARK
@@ -208,18 +209,14 @@ class Dispatch:
     service's own data (which endpoints) is in the elements of the backends maps.
     """
 
-    def __init__(self, rs: Ruleset, f: FamilySpec, *, pods: bool) -> None:
-        self._rs = rs
+    def __init__(self, sink: Recorder, f: FamilySpec, *, pods: bool) -> None:
+        self._sink = sink
         self._pods = pods
         self._saddr = f.saddr
         self._addr_key: tuple[Selector, ...] = (f.daddr, *L4_DPORT)
 
     def _chain(self, name: str, *rules: tuple[Expr, ...]) -> str:
-        if name not in self._rs.chains:
-            self._rs.add_chain(Chain(name=name))
-            for exprs in rules:
-                self._rs.add_rule(Rule(chain=name, exprs=exprs))
-        return name
+        return self._sink.ensure(name, rules)
 
     def _dnat(self, count: int, backends: str) -> tuple[Expr, ...]:
         return (DnatMap((*self._addr_key, Numgen(count)), backends),)

@@ -295,3 +295,31 @@ def test_node_ips_override_the_node_object() -> None:
     assert list(plan(snap, ProxyConfig(node_name=NODE)).rulesets[Family.IP].elements[
         naming.NODEPORT_IPS
     ]) == [(ip_address("192.168.0.2"),)]  # fmt: skip
+
+
+def test_replaying_unchanged_services_gives_the_fresh_plan() -> None:
+    svcs, slices = _many(300, affinity_every=7)
+    first = plan(snapshot(svcs, slices, node=node()), CONFIG)
+    # Change one service, one slice, drop one service and add one; keep the rest as objects.
+    svcs2, slices2 = list(svcs), list(slices)
+    svcs2[3] = service("ns3", "svc3", "172.30.0.4", external_ips=["192.168.99.3"])
+    slices2[10] = eps_slice("ns3", "svc10", [endpoint("10.99.0.1", NODE)])
+    del svcs2[20], slices2[20]
+    svcs2.append(service("new", "svc", "172.30.200.1"))
+    slices2.append(eps_slice("new", "svc", [endpoint("10.99.0.2")]))
+    snap2 = snapshot(svcs2, slices2, node=node())
+    replayed = plan(snap2, CONFIG, previous=first)
+    fresh = plan(snap2, CONFIG)
+    for family in (Family.IP, Family.IP6):
+        assert _dump(replayed.rulesets[family]) == _dump(fresh.rulesets[family])
+    assert list(replayed.ports.items()) == list(fresh.ports.items())
+    # The untouched services' elements are the previous plan's objects, not rebuilt ones.
+    key = (ip_address("172.30.0.2"), 6, 80)
+    old_el = first.rulesets[Family.IP].elements[naming.SERVICE_IPS][key]
+    assert replayed.rulesets[Family.IP].elements[naming.SERVICE_IPS][key] is old_el
+    assert fresh.rulesets[Family.IP].elements[naming.SERVICE_IPS][key] is not old_el
+    # A changed configuration plans everything again.
+    other = ProxyConfig(node_name=NODE, cluster_cidrs=(ip_network("10.0.0.0/16"),))
+    redone = plan(snap2, other, previous=first)
+    assert redone.rulesets[Family.IP].elements[naming.SERVICE_IPS][key] is not old_el
+    assert _dump(redone.rulesets[Family.IP]) == _dump(plan(snap2, other).rulesets[Family.IP])

@@ -1,0 +1,103 @@
+"""Per-service fragments of a plan: what each service added, so it can be replayed.
+
+Sits inside the planner. Everything a service contributes to a table (elements, its share of
+the shared dispatch chains, affinity chains and sets) goes through a :class:`Recorder`, which
+applies it to the ruleset and logs it. When the next plan sees the very same Service and slice
+objects (the cluster state keeps unchanged ones), it replays the log instead of planning the
+service again: same operations, same order, so the result is identical to a fresh plan.
+Pure: no I/O, clock or logging.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, assert_never
+
+from nlproxy.cluster.model import EndpointSlice, IPAddress, Service
+from nlproxy.nft.ir import Chain, Element, Expr, Map, Rule, Ruleset, Set
+
+
+class Ensure(NamedTuple):
+    """A shared chain a service needs: created with ``rules`` unless it already exists."""
+
+    name: str
+    rules: tuple[tuple[Expr, ...], ...]
+
+
+Op = Chain | Rule | Set | Map | Element | Ensure
+
+
+@dataclass(slots=True)
+class Fragment:
+    """One service's contribution to one family's table (and the summary's pieces of it).
+
+    ``pieces`` is opaque here: the planner's per-port summary parts.
+    """
+
+    service: Service
+    slices: Sequence[EndpointSlice]
+    ops: list[Op]
+    pieces: list[object]
+    hairpin: list[IPAddress]
+
+    def reusable_for(self, service: Service, slices: Sequence[EndpointSlice]) -> bool:
+        """True when the inputs are the very same (frozen) objects as when it was planned."""
+        if service is not self.service or len(slices) != len(self.slices):
+            return False
+        return all(a is b for a, b in zip(slices, self.slices, strict=True))
+
+
+class Recorder:
+    """Applies objects to a ruleset and logs them in ``ops`` (reset per service)."""
+
+    def __init__(self, rs: Ruleset) -> None:
+        self.rs = rs
+        self.ops: list[Op] = []
+
+    def add_chain(self, chain: Chain) -> None:
+        self.rs.add_chain(chain)
+        self.ops.append(chain)
+
+    def add_rule(self, rule: Rule) -> None:
+        self.rs.add_rule(rule)
+        self.ops.append(rule)
+
+    def add_set(self, s: Set | Map) -> None:
+        self.rs.add_set(s)
+        self.ops.append(s)
+
+    def add_element(self, el: Element) -> None:
+        self.rs.elements[el.set][el.key] = el
+        self.ops.append(el)
+
+    def ensure(self, name: str, rules: tuple[tuple[Expr, ...], ...]) -> str:
+        self.ops.append(Ensure(name, rules))
+        _ensure(self.rs, name, rules)
+        return name
+
+    def replay(self, ops: list[Op]) -> None:
+        """Apply a logged fragment again (and log it, so the new plan keeps it)."""
+        rs = self.rs
+        for op in ops:
+            match op:
+                case Element():
+                    rs.elements[op.set][op.key] = op
+                case Ensure():
+                    _ensure(rs, op.name, op.rules)
+                case Chain():
+                    rs.add_chain(op)
+                case Rule():
+                    rs.add_rule(op)
+                case Set() | Map():
+                    rs.add_set(op)
+                case _:
+                    assert_never(op)
+        self.ops.extend(ops)
+
+
+def _ensure(rs: Ruleset, name: str, rules: tuple[tuple[Expr, ...], ...]) -> None:
+    if name not in rs.chains:
+        rs.add_chain(Chain(name=name))
+        for exprs in rules:
+            rs.add_rule(Rule(chain=name, exprs=exprs))
