@@ -781,15 +781,22 @@ class _RuleLowering:
             raise
         return self.out
 
-    def _emit(self, name: str, u32: Mapping[int, int] = {}, **more: Any) -> Any:
+    def _emit(self, name: str, **attrs: int | bytes | str | _Wide) -> Any:
+        """Append expression ``name`` with attributes ``NFTNL_EXPR_<key>``: an int is a u32,
+        bytes are data, a str is a string, :class:`_Wide` a u8 or u64."""
         x = lib.nftnl_expr_alloc(name.encode())
         self.out.append(x)
-        for attr, val in u32.items():
-            lib.nftnl_expr_set_u32(x, attr, val & 0xFFFFFFFF)
-        for attr, data in more.get("data", {}).items():
-            lib.nftnl_expr_set(x, attr, data, len(data))
-        for attr, text in more.get("strs", {}).items():
-            lib.nftnl_expr_set_str(x, attr, text.encode())
+        for key, val in attrs.items():
+            attr = _attr(key)
+            if isinstance(val, _Wide):
+                setter = lib.nftnl_expr_set_u64 if val.bits == 64 else lib.nftnl_expr_set_u8
+                setter(x, attr, val.value)
+            elif isinstance(val, int):
+                lib.nftnl_expr_set_u32(x, attr, val & 0xFFFFFFFF)
+            elif isinstance(val, bytes):
+                lib.nftnl_expr_set(x, attr, val, len(val))
+            else:
+                lib.nftnl_expr_set_str(x, attr, val.encode())
         return x
 
     def _dependencies(self, e: Expr) -> None:
@@ -807,39 +814,18 @@ class _RuleLowering:
         """Load ``sel`` into ``slot``; returns the number of 32-bit slots it fills."""
         reg = register(slot)
         if isinstance(sel, Numgen):
-            self._emit(
-                "numgen",
-                {
-                    lib.NFTNL_EXPR_NG_DREG: reg,
-                    lib.NFTNL_EXPR_NG_MODULUS: sel.modulus,
-                    lib.NFTNL_EXPR_NG_TYPE: _NFT_NG_RANDOM,
-                },
-            )
+            self._emit("numgen", NG_DREG=reg, NG_MODULUS=sel.modulus, NG_TYPE=_NFT_NG_RANDOM)
             return 1
         kind, a, b, n = _LOAD[sel]
         if kind == "payload":
-            self._emit(
-                "payload",
-                {
-                    lib.NFTNL_EXPR_PAYLOAD_DREG: reg,
-                    lib.NFTNL_EXPR_PAYLOAD_BASE: a,
-                    lib.NFTNL_EXPR_PAYLOAD_OFFSET: b,
-                    lib.NFTNL_EXPR_PAYLOAD_LEN: length or n,
-                },
-            )
+            self._emit("payload", PAYLOAD_DREG=reg, PAYLOAD_BASE=a, PAYLOAD_OFFSET=b,
+                       PAYLOAD_LEN=length or n)  # fmt: skip
         elif kind == "meta":
-            self._emit("meta", {lib.NFTNL_EXPR_META_KEY: a, lib.NFTNL_EXPR_META_DREG: reg})
+            self._emit("meta", META_KEY=a, META_DREG=reg)
         elif kind == "ct":
-            self._emit("ct", {lib.NFTNL_EXPR_CT_KEY: a, lib.NFTNL_EXPR_CT_DREG: reg})
+            self._emit("ct", CT_KEY=a, CT_DREG=reg)
         else:
-            self._emit(
-                "fib",
-                {
-                    lib.NFTNL_EXPR_FIB_FLAGS: a,
-                    lib.NFTNL_EXPR_FIB_RESULT: _FIB_RESULT_ADDRTYPE,
-                    lib.NFTNL_EXPR_FIB_DREG: reg,
-                },
-            )
+            self._emit("fib", FIB_FLAGS=a, FIB_RESULT=_FIB_RESULT_ADDRTYPE, FIB_DREG=reg)
         return (n + 3) // 4
 
     def _load_key(self, key: Sequence[Selector]) -> int:
@@ -850,23 +836,13 @@ class _RuleLowering:
         return slot
 
     def _cmp_reg(self, op: Op, slot: int, data: bytes) -> None:
-        self._emit(
-            "cmp",
-            {lib.NFTNL_EXPR_CMP_SREG: register(slot), lib.NFTNL_EXPR_CMP_OP: _CMP_OPS[op]},
-            data={lib.NFTNL_EXPR_CMP_DATA: data},
-        )
+        self._emit("cmp", CMP_SREG=register(slot), CMP_OP=_CMP_OPS[op], CMP_DATA=data)
 
-    def _bitwise(self, mask: bytes) -> None:
-        reg = register(0)
-        self._emit(
-            "bitwise",
-            {
-                lib.NFTNL_EXPR_BITWISE_SREG: reg,
-                lib.NFTNL_EXPR_BITWISE_DREG: reg,
-                lib.NFTNL_EXPR_BITWISE_LEN: len(mask),
-            },
-            data={lib.NFTNL_EXPR_BITWISE_MASK: mask, lib.NFTNL_EXPR_BITWISE_XOR: bytes(len(mask))},
-        )
+    def _bitwise(self, mask: bytes, xor: bytes | None = None) -> None:
+        """``reg 1 = (reg 1 & mask) ^ xor``."""
+        xor = bytes(len(mask)) if xor is None else xor
+        self._emit("bitwise", BITWISE_SREG=NFT_REG_1, BITWISE_DREG=NFT_REG_1,
+                   BITWISE_LEN=len(mask), BITWISE_MASK=mask, BITWISE_XOR=xor)  # fmt: skip
 
     def _cmp(self, c: Cmp) -> None:
         if isinstance(c.right, IPv4Network | IPv6Network):
@@ -898,14 +874,14 @@ class _RuleLowering:
 
     def _lookup(self, key: Sequence[Selector], name: str, **kw: int) -> None:
         self._load_key(key)
-        u32 = {lib.NFTNL_EXPR_LOOKUP_SREG: register(0)}
+        attrs: dict[str, int | str] = {"LOOKUP_SREG": register(0), "LOOKUP_SET": name}
         if "dreg" in kw:
-            u32[lib.NFTNL_EXPR_LOOKUP_DREG] = kw["dreg"]
+            attrs["LOOKUP_DREG"] = kw["dreg"]
         if kw.get("flags"):
-            u32[lib.NFTNL_EXPR_LOOKUP_FLAGS] = kw["flags"]
+            attrs["LOOKUP_FLAGS"] = kw["flags"]
         if kw.get("set_id"):
-            u32[lib.NFTNL_EXPR_LOOKUP_SET_ID] = kw["set_id"]
-        self._emit("lookup", u32, strs={lib.NFTNL_EXPR_LOOKUP_SET: name})
+            attrs["LOOKUP_SET_ID"] = kw["set_id"]
+        self._emit("lookup", **attrs)
 
     def _inline_vmap(self, e: InlineVMap) -> None:
         types = tuple(selector_type(sel) for sel in e.key)
@@ -927,41 +903,30 @@ class _RuleLowering:
         assert isinstance(m, Map)
         v6 = m.data[0] is DataType.IPV6_ADDR
         self._lookup(e.key, e.map, dreg=NFT_REG_1)
-        self._emit(
-            "nat",
-            {
-                lib.NFTNL_EXPR_NAT_TYPE: _NFT_NAT_DNAT,
-                lib.NFTNL_EXPR_NAT_FAMILY: 10 if v6 else 2,
-                lib.NFTNL_EXPR_NAT_REG_ADDR_MIN: NFT_REG_1,
-                lib.NFTNL_EXPR_NAT_REG_PROTO_MIN: register(4 if v6 else 1),
-            },
-        )
+        # the port follows the address in the map's data: slot 1 (ip) or 4 (ip6)
+        port = register(4 if v6 else 1)
+        self._emit("nat", NAT_TYPE=_NFT_NAT_DNAT, NAT_FAMILY=10 if v6 else 2,
+                   NAT_REG_ADDR_MIN=NFT_REG_1, NAT_REG_PROTO_MIN=port)  # fmt: skip
 
     def _dnat(self, e: Dnat) -> None:
         self._immediate(NFT_REG_1, data=e.addr.packed)
-        u32 = {
-            lib.NFTNL_EXPR_NAT_TYPE: _NFT_NAT_DNAT,
-            lib.NFTNL_EXPR_NAT_FAMILY: 2 if e.addr.version == 4 else 10,
-            lib.NFTNL_EXPR_NAT_REG_ADDR_MIN: NFT_REG_1,
-        }
+        attrs = {"NAT_TYPE": _NFT_NAT_DNAT, "NAT_FAMILY": 2 if e.addr.version == 4 else 10,
+                 "NAT_REG_ADDR_MIN": NFT_REG_1}  # fmt: skip
         if e.port is not None:
+            # nft puts the port in the next 128-bit register, not the next 32-bit one
             self._immediate(NFT_REG_1 + 1, data=struct.pack(">H", e.port))
-            u32[lib.NFTNL_EXPR_NAT_REG_PROTO_MIN] = NFT_REG_1 + 1
-            u32[lib.NFTNL_EXPR_NAT_FLAGS] = _NF_NAT_RANGE_PROTO_SPECIFIED
-        self._emit("nat", u32)
+            attrs["NAT_REG_PROTO_MIN"] = NFT_REG_1 + 1
+            attrs["NAT_FLAGS"] = _NF_NAT_RANGE_PROTO_SPECIFIED
+        self._emit("nat", **attrs)
 
     def _immediate(self, reg: int, *, data: bytes = b"", verdict: Verdict | None = None) -> None:
         if verdict is None:
-            self._emit(
-                "immediate", {lib.NFTNL_EXPR_IMM_DREG: reg}, data={lib.NFTNL_EXPR_IMM_DATA: data}
-            )
-            return
-        strs = {} if verdict.chain is None else {lib.NFTNL_EXPR_IMM_CHAIN: verdict.chain}
-        u32 = {
-            lib.NFTNL_EXPR_IMM_DREG: reg,
-            lib.NFTNL_EXPR_IMM_VERDICT: VERDICT_CODES[verdict.kind],
-        }
-        self._emit("immediate", u32, strs=strs)
+            self._emit("immediate", IMM_DREG=reg, IMM_DATA=data)
+        elif verdict.chain is None:
+            self._emit("immediate", IMM_DREG=reg, IMM_VERDICT=VERDICT_CODES[verdict.kind])
+        else:
+            code = VERDICT_CODES[verdict.kind]
+            self._emit("immediate", IMM_DREG=reg, IMM_VERDICT=code, IMM_CHAIN=verdict.chain)
 
     def _mark_set(self, e: MarkSet) -> None:
         if e.op == "set":
@@ -969,20 +934,8 @@ class _RuleLowering:
         else:
             self._load(Field.META_MARK, 0)
             mask = 0xFFFFFFFF if e.op == "xor" else ~e.value & 0xFFFFFFFF
-            reg = NFT_REG_1
-            self._emit(
-                "bitwise",
-                {
-                    lib.NFTNL_EXPR_BITWISE_SREG: reg,
-                    lib.NFTNL_EXPR_BITWISE_DREG: reg,
-                    lib.NFTNL_EXPR_BITWISE_LEN: 4,
-                },
-                data={
-                    lib.NFTNL_EXPR_BITWISE_MASK: struct.pack("=I", mask),
-                    lib.NFTNL_EXPR_BITWISE_XOR: struct.pack("=I", e.value),
-                },
-            )
-        self._emit("meta", {lib.NFTNL_EXPR_META_KEY: 3, lib.NFTNL_EXPR_META_SREG: NFT_REG_1})
+            self._bitwise(struct.pack("=I", mask), struct.pack("=I", e.value))
+        self._emit("meta", META_KEY=3, META_SREG=NFT_REG_1)  # NFT_META_MARK
 
     def _reject(self, e: Reject) -> None:
         kind, code = e.kind, e.code
@@ -991,21 +944,17 @@ class _RuleLowering:
         if code is None:
             v6 = self.table.family is Family.IP6
             code = {RejectKind.ICMP: 4 if v6 else 3, RejectKind.ICMPX: 1}.get(kind, 0)
-        x = self._emit("reject", {lib.NFTNL_EXPR_REJECT_TYPE: _REJECT_TYPE[kind]})
-        lib.nftnl_expr_set_u8(x, lib.NFTNL_EXPR_REJECT_CODE, code)
+        self._emit("reject", REJECT_TYPE=_REJECT_TYPE[kind], REJECT_CODE=_Wide(code, 8))
 
     def _set_update(self, e: SetUpdate) -> None:
         self._load_key(e.key)
-        x = self._emit(
-            "dynset",
-            {
-                lib.NFTNL_EXPR_DYNSET_SREG_KEY: register(0),
-                lib.NFTNL_EXPR_DYNSET_OP: _NFT_DYNSET_OP_UPDATE,
-            },
-            strs={lib.NFTNL_EXPR_DYNSET_SET_NAME: e.set},
-        )
+        attrs: dict[str, int | str | _Wide] = {
+            "DYNSET_SREG_KEY": register(0), "DYNSET_OP": _NFT_DYNSET_OP_UPDATE,
+            "DYNSET_SET_NAME": e.set,
+        }  # fmt: skip
         if e.timeout is not None:
-            lib.nftnl_expr_set_u64(x, lib.NFTNL_EXPR_DYNSET_TIMEOUT, e.timeout * 1000)
+            attrs["DYNSET_TIMEOUT"] = _Wide(e.timeout * 1000, 64)
+        self._emit("dynset", **attrs)
 
     def _expr(self, e: Expr) -> None:
         match e:
@@ -1027,7 +976,7 @@ class _RuleLowering:
                 self._dnat_map(e)
             case Masquerade():
                 flags = _NF_NAT_RANGE_PROTO_RANDOM_FULLY if e.fully_random else 0
-                self._emit("masq", {lib.NFTNL_EXPR_MASQ_FLAGS: flags} if flags else {})
+                self._emit("masq", **({"MASQ_FLAGS": flags} if flags else {}))
             case Reject():
                 self._reject(e)
             case SetUpdate():
@@ -1039,4 +988,23 @@ class _RuleLowering:
 
 
 _TYPE_INTEGER = 4  # nft's TYPE_INTEGER
+_ATTRS: dict[str, int] = {}
+
+
+def _attr(key: str) -> int:
+    """The libnftnl attribute number NFTNL_EXPR_<key> (looked up once)."""
+    attr = _ATTRS.get(key)
+    if attr is None:
+        attr = _ATTRS[key] = getattr(lib, "NFTNL_EXPR_" + key)
+    return attr
+
+
+@dataclass(frozen=True, slots=True)
+class _Wide:
+    """An expression attribute that libnftnl stores as u8 or u64 rather than u32."""
+
+    value: int
+    bits: int
+
+
 _ANON_MAP = SetFlag.ANONYMOUS | SetFlag.CONSTANT | SetFlag.MAP
