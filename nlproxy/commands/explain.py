@@ -1,0 +1,43 @@
+"""``nlproxy explain NS/NAME``: why does my Service not work? One report, read only.
+
+Thin wiring over :func:`nlproxy.explain.explain` and :mod:`nlproxy.explain_render`. Exit status
+0 when the Service is reachable through every frontend (from ``--from`` when given), 4 when a
+frontend is not programmed, rejects or drops, or an endpoint is unreachable, 2 for usage errors
+(a bad ``NS/NAME``, ``--from`` or ``--port``, an unknown Service).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+NAME = "explain"
+HELP = "explain one Service: objects, programmed rules, flows, endpoints, and a trace (--from)"
+EXIT_UNREACHABLE = 4
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("service", metavar="NS/NAME", help="the Service")
+    parser.add_argument("--port", metavar="P", help="only this port (name or number)")
+    parser.add_argument(
+        "--from", dest="src", metavar="IP", help="trace a new connection from this address"
+    )
+    parser.add_argument(
+        "--manifests", type=Path, metavar="DIR", help="the Service and slices as in DIR"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    from nlproxy.explain import explain
+    from nlproxy.explain_render import render_text, report_to_json
+
+    report = explain(
+        args.service, netns=args.netns, port=args.port, src=args.src, manifests=args.manifests
+    )
+    if args.json:
+        print(json.dumps(report_to_json(report), indent=2))
+    else:
+        print(render_text(report), end="")
+    return EXIT_UNREACHABLE if report.problems else 0

@@ -1,0 +1,341 @@
+"""``nlproxy explain``, the kernel half: one Service's frontends, elements and chains, read back.
+
+Sits after read-back (:func:`nlproxy.nft.readback.read_ruleset`) and before the report: from the
+programmed ``ip``/``ip6 nlproxy`` tables it recovers the frontends of one Service (the
+``service-ips``, ``service-nodeports`` and ``no-endpoint-*`` elements carry ``ns/name:port/PROTO``
+comments), their endpoints (``backends*`` maps, keyed by frontend), the elements that belong to
+them and the shared chains those elements jump or go to, rendered nft-like with ``render.py``.
+The ruleset shape is docs/ruleset.md's. Pure: no I/O, no logging; it never changes a ruleset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+
+from nlproxy.nft.decode import key_order
+from nlproxy.nft.ir import (
+    Counter,
+    Element,
+    Family,
+    InlineVMap,
+    IPAddress,
+    IPNetwork,
+    L4Proto,
+    Ruleset,
+    Value,
+    Verdict,
+    VerdictKind,
+)
+from nlproxy.nft.render import render_chain, render_element
+from nlproxy.proxy import naming as n
+
+Target = tuple[IPAddress, int]
+FrontKey = tuple[Family, int, IPAddress | None, int]
+"""(family, l4proto, address or None for a node port, port): a frontend's identity."""
+
+# Maps keyed ``addr . l4proto . port [. …]`` and ``l4proto . port [. …]``.
+ADDR_SETS = (
+    n.SERVICE_IPS,
+    n.NO_ENDPOINT_SERVICES,
+    n.FIREWALL_IPS,
+    n.FIREWALL_ALLOW,
+    n.EXTERNAL_SHORTCUTS,
+    n.BACKENDS,
+    n.BACKENDS_LOCAL,
+)
+NODEPORT_SETS = (
+    n.SERVICE_NODEPORTS,
+    n.NO_ENDPOINT_NODEPORTS,
+    n.NODEPORT_SHORTCUTS,
+    n.NODEPORT_BACKENDS,
+    n.NODEPORT_BACKENDS_LOCAL,
+)
+_DISPATCH = {n.SERVICE_IPS: False, n.SERVICE_NODEPORTS: True}
+_NO_ENDPOINT = {n.NO_ENDPOINT_SERVICES: False, n.NO_ENDPOINT_NODEPORTS: True}
+
+
+def proto_name(proto: int) -> str:
+    """``TCP``, ``UDP``, ``SCTP``, or the number."""
+    try:
+        return L4Proto(proto).name
+    except ValueError:
+        return str(proto)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Frontend:
+    """An address and port one service port answers on, and what is programmed for it.
+
+    Attributes:
+        ref: the service port, ``ns/name:port/PROTO``.
+        kind: ``cluster-ip``, ``external-ip``, ``load-balancer``, ``external`` (an external or
+            load-balancer IP, when only the kernel was read) or ``node-port``.
+        address: None for a node port (every NodePort address of the family).
+        dispatch: the chain the ``service-ips``/``service-nodeports`` element goes to, or None.
+        no_endpoint: ``reject`` or ``drop`` when a ``no-endpoint-*`` element catches it.
+        endpoints: what the dispatch DNATs to (``backends``/``nodeport-backends``).
+        local_endpoints: the Local-policy set (``backends-local``/``nodeport-backends-local``).
+        allowed: ``loadBalancerSourceRanges`` as programmed, None when not firewalled.
+        programmed: any element of this frontend is in the kernel.
+    """
+
+    ref: str
+    family: Family
+    proto: int
+    kind: str
+    address: IPAddress | None
+    port: int
+    dispatch: str | None = None
+    no_endpoint: str | None = None
+    endpoints: tuple[Target, ...] = ()
+    local_endpoints: tuple[Target, ...] = ()
+    allowed: tuple[IPNetwork, ...] | None = None
+    programmed: bool = False
+
+    @property
+    def key(self) -> FrontKey:
+        return (self.family, self.proto, self.address, self.port)
+
+    @property
+    def label(self) -> str:
+        where = "nodeport" if self.address is None else str(self.address)
+        if self.address is not None and self.address.version == 6:
+            where = f"[{where}]"
+        return f"{where}:{self.port}/{proto_name(self.proto)}"
+
+    @property
+    def port_name(self) -> str:
+        """The ``port`` part of ``ns/name:port/PROTO`` (may be empty)."""
+        return self.ref.partition(":")[2].rpartition("/")[0]
+
+    @property
+    def state(self) -> str:
+        """``dispatch`` (DNAT'd), ``reject``, ``drop`` or ``not programmed``, as one word."""
+        if self.dispatch is not None:
+            return "dispatch"
+        return self.no_endpoint or "not programmed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ElementLine:
+    family: Family
+    set: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainText:
+    family: Family
+    name: str
+    lines: tuple[str, ...]
+    counters: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceRules:
+    """What one Service has programmed, all families together."""
+
+    frontends: tuple[Frontend, ...]
+    elements: tuple[ElementLine, ...]
+    chains: tuple[ChainText, ...]
+    counter_rules: int
+    """Rules with a ``counter`` anywhere in the tables (0: counters are off)."""
+    undecoded_rules: int
+
+
+def belongs(ref: str, service: str) -> bool:
+    """``ns/name:port/PROTO`` is a port of ``ns/name``."""
+    return ref.partition(":")[0] == service
+
+
+def _addr(v: Value) -> IPAddress | None:
+    if isinstance(v, IPv4Address | IPv6Address):
+        return v
+    if isinstance(v, IPv4Network | IPv6Network) and v.num_addresses == 1:
+        return v.network_address
+    return None
+
+
+def element_frontend(family: Family, set_name: str, key: tuple[Value, ...]) -> FrontKey | None:
+    """The frontend an element of a per-frontend map belongs to, None for other sets/shapes."""
+    if set_name in NODEPORT_SETS and len(key) >= 2:
+        proto, port = key[0], key[1]
+        if isinstance(proto, int) and isinstance(port, int):
+            return (family, proto, None, port)
+    if set_name in ADDR_SETS and len(key) >= 3:
+        addr, proto, port = _addr(key[0]), key[1], key[2]
+        if addr is not None and isinstance(proto, int) and isinstance(port, int):
+            return (family, proto, addr, port)
+    return None
+
+
+def _kind(rs: Ruleset, addr: IPAddress | None) -> str:
+    if addr is None:
+        return "node-port"
+    if (addr,) in rs.elements.get(n.CLUSTER_IPS, {}):
+        return "cluster-ip"
+    return "external"
+
+
+def _verdict_word(v: object) -> str:
+    if isinstance(v, Verdict) and v.kind is VerdictKind.DROP:
+        return "drop"
+    if isinstance(v, Verdict) and v.chain == n.REJECT_CHAIN:
+        return "reject"
+    return str(getattr(v, "kind", v))
+
+
+def _targets(
+    elements: Mapping[tuple[Value, ...], Element], prefix: tuple[Value, ...]
+) -> tuple[Target, ...]:
+    out: list[Target] = []
+    width = len(prefix)
+    for key in sorted((k for k in elements if k[:width] == prefix), key=key_order):
+        value = elements[key].value
+        if isinstance(value, tuple) and len(value) == 2:
+            addr, port = value
+            if isinstance(addr, IPv4Address | IPv6Address) and isinstance(port, int):
+                out.append((addr, port))
+    return tuple(dict.fromkeys(out))
+
+
+def _allowed(rs: Ruleset, fe: Frontend) -> tuple[IPNetwork, ...] | None:
+    if fe.address is None or (fe.address, fe.proto, fe.port) not in rs.elements.get(
+        n.FIREWALL_IPS, {}
+    ):
+        return None
+    out = []
+    for key in sorted(rs.elements.get(n.FIREWALL_ALLOW, {}), key=key_order):
+        if element_frontend(rs.table.family, n.FIREWALL_ALLOW, key) == fe.key:
+            net = key[3]
+            if isinstance(net, IPv4Network | IPv6Network):
+                out.append(net)
+    return tuple(out)
+
+
+def kernel_frontends(rs: Ruleset, service: str) -> list[Frontend]:
+    """The frontends of ``service`` (``ns/name``) in one family's table, with their state."""
+    found: dict[FrontKey, Frontend] = {}
+    family = rs.table.family
+    for maps, field in ((_DISPATCH, "dispatch"), (_NO_ENDPOINT, "no_endpoint")):
+        for set_name in maps:
+            for key, el in rs.elements.get(set_name, {}).items():
+                fk = element_frontend(family, set_name, key)
+                if fk is None or not belongs(el.comment, service):
+                    continue
+                fe = found.get(fk) or Frontend(
+                    ref=el.comment,
+                    family=family,
+                    proto=fk[1],
+                    kind=_kind(rs, fk[2]),
+                    address=fk[2],
+                    port=fk[3],
+                    programmed=True,
+                )
+                value = el.value
+                update = (
+                    {"dispatch": value.chain if isinstance(value, Verdict) else None}
+                    if field == "dispatch"
+                    else {"no_endpoint": _verdict_word(value)}
+                )
+                found[fk] = dataclasses.replace(fe, **update)
+    return [_with_endpoints(rs, fe) for fe in found.values()]
+
+
+def _with_endpoints(rs: Ruleset, fe: Frontend) -> Frontend:
+    if fe.address is None:
+        prefix: tuple[Value, ...] = (fe.proto, fe.port)
+        cluster, local = n.NODEPORT_BACKENDS, n.NODEPORT_BACKENDS_LOCAL
+    else:
+        prefix = (fe.address, fe.proto, fe.port)
+        cluster, local = n.BACKENDS, n.BACKENDS_LOCAL
+    allowed = _allowed(rs, fe)
+    return dataclasses.replace(
+        fe,
+        endpoints=_targets(rs.elements.get(cluster, {}), prefix),
+        local_endpoints=_targets(rs.elements.get(local, {}), prefix),
+        allowed=allowed,
+        kind="load-balancer" if allowed is not None and fe.kind == "external" else fe.kind,
+    )
+
+
+def service_rules(rulesets: Iterable[Ruleset], frontends: Iterable[Frontend]) -> ServiceRules:
+    """The elements of ``frontends`` and the chains they lead to, rendered per family."""
+    fronts = tuple(frontends)
+    keys = {fe.key for fe in fronts}
+    eps = {addr for fe in fronts for addr, _ in (*fe.endpoints, *fe.local_endpoints)}
+    cips = {fe.address for fe in fronts if fe.kind == "cluster-ip"}
+    elements: list[ElementLine] = []
+    chains: list[ChainText] = []
+    counters = undecoded = 0
+    for rs in rulesets:
+        family = rs.table.family
+        start: list[str] = []
+        for set_name, els in rs.elements.items():
+            s = rs.sets[set_name]
+            for key in sorted(els, key=key_order):
+                el = els[key]
+                fk = element_frontend(family, set_name, key)
+                mine = (
+                    fk in keys
+                    or (set_name == n.CLUSTER_IPS and key[0] in cips)
+                    or (set_name == n.HAIRPIN and key[0] in eps)
+                )
+                if not mine:
+                    continue
+                elements.append(
+                    ElementLine(family=family, set=set_name, text=render_element(el, s))
+                )
+                if isinstance(el.value, Verdict) and el.value.chain is not None:
+                    start.append(el.value.chain)
+        chains.extend(_chains(rs, start))
+        all_rules = [r for rules in rs.rules.values() for r in rules]
+        counters += sum(1 for r in all_rules if any(isinstance(e, Counter) for e in r.exprs))
+        undecoded += sum(1 for r in all_rules if not r.exprs)
+    return ServiceRules(
+        frontends=fronts,
+        elements=tuple(elements),
+        chains=tuple(chains),
+        counter_rules=counters,
+        undecoded_rules=undecoded,
+    )
+
+
+def _referenced(rs: Ruleset, chain: str) -> list[str]:
+    out: list[str] = []
+    for rule in rs.rules.get(chain, []):
+        for e in rule.exprs:
+            if isinstance(e, Verdict) and e.chain is not None:
+                out.append(e.chain)
+            elif isinstance(e, InlineVMap):
+                out.extend(v.chain for _, v in e.entries if v.chain is not None)
+    return out
+
+
+def _chains(rs: Ruleset, start: list[str]) -> list[ChainText]:
+    """The chains named in ``start`` and everything they jump/goto into, breadth first."""
+    order: list[str] = []
+    queue = list(dict.fromkeys(start))
+    while queue:
+        name = queue.pop(0)
+        if name in order or name not in rs.chains:
+            continue
+        order.append(name)
+        queue.extend(_referenced(rs, name))
+    out = []
+    for name in order:
+        rules = rs.rules.get(name, [])
+        lines = render_chain(rs.chains[name], rules, rs.table.family)
+        count = sum(1 for r in rules if any(isinstance(e, Counter) for e in r.exprs))
+        out.append(
+            ChainText(
+                family=rs.table.family,
+                name=name,
+                lines=tuple(line.replace("\t", "  ") for line in lines),
+                counters=count,
+            )
+        )
+    return out
