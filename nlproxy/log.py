@@ -11,6 +11,17 @@ import sys
 import structlog
 
 
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is at the time of writing, not when logging was set up
+    (an embedding program or a test harness may swap it)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(*, level: str = "info", fmt: str = "auto") -> None:
     """Configure structlog for the process; ``fmt`` is ``auto``, ``json`` or ``console``."""
     use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
@@ -29,7 +40,7 @@ def configure(*, level: str = "info", fmt: str = "auto") -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
 
