@@ -92,6 +92,23 @@ class ClientInfo:
     ipv6: tuple[IPv6Address, ...] = ()
 
 
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM for the block.
+
+    Only the main thread runs Python signal handlers, so that is where they are held; a signal
+    the kernel hands to another thread of a multi-threaded process still gets through.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def _veth_name(pod: str) -> str:
     return "veth" + hashlib.sha256(pod.encode()).hexdigest()[:8]
 
@@ -200,7 +217,15 @@ class Testbed:
         return self
 
     def close(self) -> None:
-        """Stop the echo servers this test bed started and delete the namespaces it created."""
+        """Stop the echo servers this test bed started and delete the namespaces it created.
+
+        Ctrl-C and SIGTERM wait until this is done (they are held, then delivered), so a second
+        interrupt cannot leave half the namespaces behind.
+        """
+        with _signals_held():
+            self._close()
+
+    def _close(self) -> None:
         errors: list[str] = []
         for server in reversed(self._servers):
             try:

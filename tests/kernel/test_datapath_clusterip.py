@@ -158,3 +158,16 @@ def test_other_services_unaffected_by_a_change(testbed: Testbed, tmp_path: Path)
         apply(testbed, tmp_path, [*_web(testbed, [b.name, "pod-r"]), *other])
         assert session.ask().pod == "pod-c"
     assert request("tcp", a.netns, other_vip, 80).pod == "pod-c"
+
+
+def test_invalid_service_is_left_out_and_the_rest_programmed(
+    testbed: Testbed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = topo.service("bad", "10.96.0.12", [{"name": "tcp", "port": 70000, "targetPort": 8080}])
+    topo.write_manifests(tmp_path, [testbed.node_manifest(), *_web(testbed, ["pod-b"]), bad])
+    assert topo.run_once(testbed, tmp_path) == topo.EXIT_INVALID
+    err = capsys.readouterr().err
+    assert "Service default/bad" in err
+    assert "70000" in err
+    a = testbed.pod("pod-a")
+    assert answers(ask("tcp", a.netns, VIP, 80, n=4)) == {"pod-b": {str(a.ipv4)}}

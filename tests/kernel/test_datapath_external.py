@@ -110,3 +110,16 @@ def test_load_balancer_source_ranges(testbed: Testbed, tmp_path: Path) -> None:
         "pod-b",
         "pod-c",
     }
+
+
+def test_load_balancer_local_policy_keeps_client_source(testbed: Testbed, tmp_path: Path) -> None:
+    objs = _objects(
+        testbed,
+        ["pod-b", "pod-r"],
+        "LoadBalancer",
+        externalTrafficPolicy="Local",
+        status={"loadBalancer": {"ingress": [{"ip": LB_IP}]}},
+    )
+    apply(testbed, tmp_path, objs)
+    client = str(testbed.client.ipv4[0])
+    assert answers(ask("udp", testbed.client.netns, LB_IP, 53)) == {"pod-b": {client}}
