@@ -730,11 +730,17 @@ def selector_len(sel: Selector) -> int:
     return 4 if isinstance(sel, Numgen) else _LOAD[sel][3]
 
 
+_FIELD_PACKERS: dict[DataType, Packer] = {}
+
+
 def field_bytes(f: Field, v: Value) -> bytes:
     """A comparison operand as the kernel holds the field: network order, or host order."""
     dt = f.datatype
     if dt is not None:
-        return Packer((dt,)).pack((v,))
+        packer = _FIELD_PACKERS.get(dt)
+        if packer is None:
+            packer = _FIELD_PACKERS[dt] = Packer((dt,))
+        return packer.pack((v,))
     assert isinstance(v, int)
     return struct.pack("=B" if f is Field.META_NFPROTO else "=I", v)
 
