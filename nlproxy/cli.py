@@ -8,6 +8,7 @@ endpoints.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import pkgutil
 import sys
@@ -82,6 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except NlproxyError as exc:
         print(f"nlproxy: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except OSError as exc:
+        hint = " (nlproxy needs CAP_NET_ADMIN)" if exc.errno == errno.EPERM else ""
+        print(f"nlproxy: {args.command}: {exc.strerror or exc}{hint}", file=sys.stderr)
         return EXIT_FAILURE
 
 

@@ -6,6 +6,7 @@ The kernel backend's transport. Knows netlink framing only: nothing here knows n
 from __future__ import annotations
 
 import errno as errno_mod
+import os
 import socket
 import struct
 from collections.abc import Iterator
@@ -193,7 +194,7 @@ class NetfilterSocket:
                     return
                 if msg.type == NLMSG_ERROR:
                     if msg.error:
-                        raise OSError(msg.error, errno_mod.errorcode.get(msg.error, "?"))
+                        raise OSError(msg.error, os.strerror(msg.error))
                     return
                 yield msg
 
