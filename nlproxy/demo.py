@@ -56,6 +56,7 @@ class DemoSpec:
     cluster_ip: str
     ports: tuple[DemoPort, ...]
     endpoints: tuple[tuple[str, str], ...]  # (pod name, IP), in slice order
+    pod_ports: tuple[int, ...]  # the EndpointSlice's ports: where the echo servers listen
     node_name: str
     slice_file: Path
 
@@ -130,6 +131,7 @@ def _spec(found: dict[str, tuple[Path, dict[str, Any]]]) -> DemoSpec:
         cluster_ip=str(svc["spec"]["clusterIP"]),
         ports=ports,
         endpoints=endpoints,
+        pod_ports=tuple(sorted({int(p["port"]) for p in eps["ports"]})),
         node_name=str(node["metadata"]["name"]),
         slice_file=slice_path,
     )
@@ -167,6 +169,11 @@ class Demo:
     # -- steps -----------------------------------------------------------------------------
 
     def check_topology(self, tb: Testbed) -> None:
+        if self.spec.node_name != tb.node.name:
+            raise DemoError(
+                "Node in the demo manifests",
+                f"is called {self.spec.node_name}; the demo node is {tb.node.name}",
+            )
         for name, ip in self.spec.endpoints:
             if str(tb.pod(name).ipv4) != ip:
                 raise DemoError(
@@ -179,7 +186,10 @@ class Demo:
         self.section("1. A throwaway node in network namespaces")
         self.say(f"node   {tb.node.name:<8} netns {tb.node.netns}  InternalIP {tb.node.ipv4}")
         for pod in tb.local_pods:
-            self.say(f"pod    {pod.name:<8} netns {pod.netns}  {pod.ipv4} (echo server :8080)")
+            ports = ",".join(str(p) for p in tb.ports)
+            self.say(f"pod    {pod.name:<8} netns {pod.netns}  {pod.ipv4} (echo server :{ports})")
+        n2 = tb.node2
+        self.say(f"node   {n2.name:<8} netns {n2.netns}  InternalIP {n2.ipv4} (no demo pods)")
         client = ", ".join(str(a) for a in tb.client.ipv4)
         self.say(f"client {'outside':<8} netns {tb.client.netns}  {client}")
 
@@ -382,7 +392,7 @@ def run_demo(*, manifests: Path, requests: int, out: TextIO | None = None) -> in
     pods = [name for name, _ in spec.endpoints]
     with (
         tempfile.TemporaryDirectory(prefix="nlproxy-demo-") as tmp,
-        Testbed(local_pods=pods, remote_pods=(), tag=NAMESPACE_TAG) as tb,
+        Testbed(local_pods=pods, remote_pods=(), ports=spec.pod_ports, tag=NAMESPACE_TAG) as tb,
     ):
         demo = Demo(spec, requests=requests, out=out)
         demo.check_topology(tb)
