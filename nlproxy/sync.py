@@ -78,6 +78,7 @@ class Syncer:
         self._backends: dict[Family, NftBackend] = {}
         self._programmed: dict[Family, Ruleset | None] = {}
         self._seeded = False
+        self._last_plan: Plan | None = None
         self.conntrack_deleted_total = 0
 
     def _table(self, family: Family) -> Table:
@@ -104,7 +105,8 @@ class Syncer:
             self.verify()
         result = SyncResult()
         t0 = time.perf_counter()
-        planned = plan(snapshot, self.config)
+        # The previous plan lets the planner replay the fragments of unchanged services.
+        planned = plan(snapshot, self.config, previous=self._last_plan)
         result.plan = planned
         t1 = time.perf_counter()
         result.plan_ms = (t1 - t0) * 1000
@@ -118,6 +120,7 @@ class Syncer:
                 self._backend(family).apply(ops)
             self._programmed[family] = as_programmed(desired)
             result.ops[family] = len(ops)
+        self._last_plan = planned
         result.apply_ms = (time.perf_counter() - t1) * 1000
         result.conntrack_deleted = self._clean_conntrack(before, snapshot)
         self.conntrack_deleted_total += result.conntrack_deleted
