@@ -264,6 +264,8 @@ class _Span:
     offsets: Any = None  # element runs: cdata uint32_t[] of each element's offset
     msg_index: Any = None  # element runs: cdata uint32_t[] of each element's message
     what: str = ""
+    msg_off: int = -1  # single messages: offset in the batch
+    expr_of: Sequence[int] = ()  # rules: the IR expression behind each netlink expression
 
 
 class Batch:
@@ -338,6 +340,10 @@ class Batch:
         if k < 0 or seq >= self._spans[k].first_seq + self._spans[k].count:
             return None, ""
         span = self._spans[k]
+        if span.expr_of and offset is not None:
+            n = _expr_at(ffi.buffer(self._buf.data, self._buf.len), span.msg_off, offset)
+            if n is not None and n < len(span.expr_of):
+                return span.ops[0], f"exprs[{span.expr_of[n]}]"
         if span.offsets is None or not span.ops:
             return (span.ops[0] if span.ops else None), span.what
         msg = seq - span.first_seq
@@ -356,9 +362,13 @@ class Batch:
         self._seq += count
         return first
 
-    def _put(self, kind: int, msg: Msg, flags: int, obj: Any, index: int, what: str = "") -> None:
-        seq = self._span(1, [index], what)
-        _check(lib.nls_put_obj(self._buf, kind, msg, self.family, flags, seq, obj), what)
+    def _put(
+        self, kind: int, msg: Msg, flags: int, obj: Any, index: int, what: str = "", **kw: Any
+    ) -> None:
+        seq = self._span(1, [index], what, **kw)
+        off = lib.nls_put_obj(self._buf, kind, msg, self.family, flags, seq, obj)
+        _check(off, what)
+        self._spans[-1].msg_off = off
 
     def _object(self, index: int, op: Operation) -> None:
         obj = op.obj
@@ -501,7 +511,8 @@ class Batch:
             msg = Msg.DELRULE if verb is Verb.DELETE else Msg.DESTROYRULE
             self._put(lib.NLS_RULE, msg, 0, obj, index)
             return
-        for expr in _RuleLowering(self.table, self.sets, self._anon_set(index)).lower(r.exprs):
+        lowering = _RuleLowering(self.table, self.sets, self._anon_set(index))
+        for expr in lowering.lower(r.exprs):
             lib.nftnl_rule_add_expr(obj, expr)
         if r.comment:
             ud = comment_udata(r.comment)
@@ -510,7 +521,7 @@ class Batch:
             Verb.INSERT: NLM_F_CREATE,
             Verb.REPLACE: NLM_F_REPLACE,
         }.get(verb, NLM_F_CREATE | NLM_F_APPEND)
-        self._put(lib.NLS_RULE, Msg.NEWRULE, flags, obj, index)
+        self._put(lib.NLS_RULE, Msg.NEWRULE, flags, obj, index, expr_of=lowering.owner)
 
     def _anon_set(self, index: int) -> Callable[[Map, Sequence[Element], int], int]:
         """A callback for the lowering: create an anonymous map (``__map%d``), return its id."""
@@ -679,6 +690,30 @@ def element_runs(ops: Sequence[Operation], start: int, stop: int) -> list[tuple[
     return runs
 
 
+def _expr_at(buf: Any, msg_off: int, offset: int) -> int | None:
+    """Which netlink expression of the NEWRULE message at ``msg_off`` holds byte ``offset``
+    (counted from the message's start, as extended acks count)."""
+    off = 16 + 4  # nlmsghdr, nfgenmsg
+    (length,) = struct.unpack_from("=I", buf, msg_off)
+    while off + 4 <= length:
+        alen, kind = struct.unpack_from("=HH", buf, msg_off + off)
+        if alen < 4:
+            return None
+        if kind & 0x3FFF == 4:  # NFTA_RULE_EXPRESSIONS
+            inner, n = off + 4, 0
+            while inner + 4 <= off + alen:
+                elen = struct.unpack_from("=H", buf, msg_off + inner)[0]
+                if elen < 4:
+                    return None
+                if inner <= offset < inner + elen:
+                    return n
+                inner += (elen + 3) & ~3
+                n += 1
+            return None
+        off += (alen + 3) & ~3
+    return None
+
+
 def _check(rc: int, what: str) -> None:
     if rc < 0:
         raise MemoryError(f"encoding {what} failed: errno {-rc}")
@@ -774,13 +809,15 @@ class _RuleLowering:
         self.sets = sets
         self.anon = anon
         self.out: list[Any] = []
+        self.owner: list[int] = []  # for each netlink expression, its IR expression's index
         self.deps: set[int] = set()
 
     def lower(self, exprs: Sequence[Expr]) -> list[Any]:
         try:
-            for e in exprs:
+            for i, e in enumerate(exprs):
                 self._dependencies(e)
                 self._expr(e)
+                self.owner += [i] * (len(self.out) - len(self.owner))
         except BaseException:
             for x in self.out:
                 lib.nftnl_expr_free(x)

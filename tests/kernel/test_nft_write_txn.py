@@ -141,10 +141,12 @@ def test_error_names_the_rule(ns: str, backend: NftBackend) -> None:
     stale = Ruleset(table=T)
     for name in ("c1", "ghost"):
         stale.add_chain(Chain(name=name))
-    rule = Rule(chain="c1", exprs=(jump("ghost"),), comment="svc default/web")
+    rule = Rule(chain="c1", exprs=(Counter(), jump("ghost")), comment="svc default/web")
     with pytest.raises(KernelError) as info:
         backend.apply(add(rule), known=stale)
-    assert str(info.value).startswith("rule in chain c1 (svc default/web): No such file")
+    assert (
+        str(info.value) == "rule in chain c1 (svc default/web): exprs[1]: No such file or directory"
+    )
     assert rules(ns, "c1") == []
 
 
