@@ -168,7 +168,7 @@ def _trace_section(report: Report) -> list[str]:
             "-" if t.dst is None else str(t.dst),
             t.verdict,
             ", ".join(t.endpoints) or "-",
-            "yes" if t.masquerade else "no",
+            "-" if t.verdict == "-" else "yes" if t.masquerade else "no",
             t.diagnosis or ("other family" if t.verdict == "-" and t.ok else "ok"),
         )
         for t in report.traces

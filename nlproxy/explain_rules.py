@@ -18,6 +18,7 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from nlproxy.nft.decode import key_order
 from nlproxy.nft.ir import (
     Counter,
+    Dnat,
     Element,
     Family,
     InlineVMap,
@@ -101,9 +102,12 @@ class Frontend:
 
     @property
     def label(self) -> str:
-        where = "nodeport" if self.address is None else str(self.address)
-        if self.address is not None and self.address.version == 6:
-            where = f"[{where}]"
+        if self.address is None:
+            where = "nodeport" if self.family is Family.IP else "nodeport6"
+        elif self.address.version == 6:
+            where = f"[{self.address}]"
+        else:
+            where = str(self.address)
         return f"{where}:{self.port}/{proto_name(self.proto)}"
 
     @property
@@ -253,9 +257,12 @@ def _with_endpoints(rs: Ruleset, fe: Frontend) -> Frontend:
         prefix = (fe.address, fe.proto, fe.port)
         cluster, local = n.BACKENDS, n.BACKENDS_LOCAL
     allowed = _allowed(rs, fe)
+    endpoints = _targets(rs.elements.get(cluster, {}), prefix)
+    if fe.dispatch is not None and not endpoints:
+        endpoints = _dnat_targets(rs, fe.dispatch)
     return dataclasses.replace(
         fe,
-        endpoints=_targets(rs.elements.get(cluster, {}), prefix),
+        endpoints=endpoints,
         local_endpoints=_targets(rs.elements.get(local, {}), prefix),
         allowed=allowed,
         kind="load-balancer" if allowed is not None and fe.kind == "external" else fe.kind,
@@ -315,7 +322,7 @@ def _referenced(rs: Ruleset, chain: str) -> list[str]:
     return out
 
 
-def _chains(rs: Ruleset, start: list[str]) -> list[ChainText]:
+def closure(rs: Ruleset, start: Iterable[str]) -> list[str]:
     """The chains named in ``start`` and everything they jump/goto into, breadth first."""
     order: list[str] = []
     queue = list(dict.fromkeys(start))
@@ -325,8 +332,26 @@ def _chains(rs: Ruleset, start: list[str]) -> list[ChainText]:
             continue
         order.append(name)
         queue.extend(_referenced(rs, name))
+    return order
+
+
+def _dnat_targets(rs: Ruleset, chain: str) -> tuple[Target, ...]:
+    """Fixed ``dnat to addr:port`` targets below ``chain`` (ClientIP affinity's endpoint chains;
+    the shared chains DNAT through the ``backends`` maps instead)."""
+    out = [
+        (e.addr, e.port)
+        for name in closure(rs, [chain])
+        for rule in rs.rules.get(name, [])
+        for e in rule.exprs
+        if isinstance(e, Dnat) and e.port is not None
+    ]
+    return tuple(dict.fromkeys(out))
+
+
+def _chains(rs: Ruleset, start: list[str]) -> list[ChainText]:
+    """The chains ``start`` leads to, rendered."""
     out = []
-    for name in order:
+    for name in closure(rs, start):
         rules = rs.rules.get(name, [])
         lines = render_chain(rs.chains[name], rules, rs.table.family)
         count = sum(1 for r in rules if any(isinstance(e, Counter) for e in r.exprs))

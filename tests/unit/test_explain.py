@@ -355,3 +355,16 @@ def test_render_json_is_one_object(rulesets: dict[Family, Ruleset]) -> None:
     kinds = {f["kind"] for f in doc["frontends"]}
     assert kinds == {"cluster-ip", "load-balancer", "node-port"}
     assert doc["rules"]["programmed"] is True
+
+
+def test_affinity_endpoints_come_from_the_service_chains() -> None:
+    svc = service("ns", "sticky", "172.30.0.20", affinity_timeout=600)
+    sl = eps_slice("ns", "sticky", [endpoint("10.0.1.4", NODE), endpoint("10.0.2.4")])
+    config = ProxyConfig(node_name=NODE, cluster_cidrs=(ip_network("10.0.0.0/8"),))
+    rs = plan(snapshot([svc], [sl], node=node(["192.168.0.2"])), config).rulesets
+    (fe,) = kernel_frontends(rs[Family.IP], "ns/sticky")
+    assert fe.dispatch is not None
+    assert fe.dispatch.startswith("service-")
+    assert [f"{a}:{p}" for a, p in fe.endpoints] == ["10.0.1.4:80", "10.0.2.4:80"]
+    names = [c.name for c in service_rules(rs.values(), [fe]).chains]
+    assert sum(name.startswith("endpoint-") for name in names) == 2
