@@ -403,3 +403,20 @@ def test_interleaved_elements_share_messages_and_keep_order(ns: str, backend: Nf
     listed = elements(ns, "map", "service-ips")
     assert [{"concat": ["10.0.0.1", "tcp", 80]}, {"jump": {"target": "c2"}}] in listed
     assert len(listed) == 201
+
+
+def test_150k_messages_with_100k_errors(ns: str, backend: NftBackend) -> None:
+    """Every failing message gets an answer; the first names the object, nothing applies and
+    the socket is clean for the next batch."""
+    ops = [Operation(Verb.ADD, Rule(chain="c2", exprs=(Counter(),))) for _ in range(50_000)]
+    ops += [
+        Operation(Verb.DELETE, Rule(chain="c1", exprs=(), handle=1_000_000 + i))
+        for i in range(100_000)
+    ]
+    with pytest.raises(KernelError) as info:
+        backend.apply(ops)
+    assert str(info.value) == "rule in chain c1 handle 1000000: No such file or directory"
+    assert info.value.index == 50_000
+    assert rules(ns, "c2") == []
+    assert backend.apply(add(Rule(chain="c2", exprs=(Counter(),)))).messages == 1
+    assert len(rules(ns, "c2")) == 1
