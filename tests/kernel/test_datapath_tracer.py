@@ -107,7 +107,9 @@ def case(
     *,
     masquerade: bool = False,
 ) -> Any:
-    return pytest.param(Case(sender, proto, dst, port, verdict, frozenset(pods), masquerade), id=id)
+    return pytest.param(
+        Case(sender, proto, dst, port, verdict, frozenset(pods), masquerade), id=ident
+    )
 
 
 CASES = [
