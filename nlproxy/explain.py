@@ -32,7 +32,7 @@ from nlproxy.explain_rules import (
     proto_name,
     service_rules,
 )
-from nlproxy.explain_trace import TraceRow, nodeport_destination, trace_frontends
+from nlproxy.explain_trace import TraceRow, nodeport_addresses, trace_frontends
 from nlproxy.inspect import Reachability, classify
 from nlproxy.nft.ir import Family, IPAddress, Ruleset
 from nlproxy.nft.readback import read_ruleset
@@ -202,11 +202,11 @@ def _flows(
     ct = Conntrack(netns)
     out = []
     for fe in frontends:
-        if fe.address is not None:
-            dsts: list[IPAddress] = [fe.address]
-        else:
-            dst = nodeport_destination(rulesets.get(fe.family), fe.family, local)
-            dsts = [dst] if dst is not None else []
+        dsts = (
+            [fe.address]
+            if fe.address is not None
+            else nodeport_addresses(rulesets.get(fe.family), fe.family, local)
+        )
         count, shown = 0, list[Flow]()
         for dst in dsts:
             flt = FlowFilter(proto=proto_name(fe.proto).lower(), orig_dst=dst, orig_dport=fe.port)

@@ -12,6 +12,7 @@ from typing import Any
 
 from nlproxy.conntrack import Flow
 from nlproxy.explain import FLOWS_SHOWN, FlowGroup, Report
+from nlproxy.explain_manifests import ServiceFacts
 from nlproxy.explain_rules import Frontend, ServiceRules
 from nlproxy.explain_trace import TraceRow
 from nlproxy.nft.ir import IPAddress
@@ -106,6 +107,11 @@ def _rules_section(rules: ServiceRules) -> list[str]:
         why = "no endpoints -> reject" if rejects else "no usable endpoints -> drop"
         out.append(f"{INDENT}not programmed: {why} (no dispatch element)")
     last_family = None
+    if rules.undecoded_rules:
+        out.append(
+            f"{INDENT}note: {rules.undecoded_rules} programmed rules could not be decoded; "
+            "a trace treats them as matching nothing"
+        )
     for ch in rules.chains:
         if ch.family != last_family:
             out.append(f"{INDENT}{ch.family} {n.TABLE} chains they lead to")
@@ -191,8 +197,10 @@ def render_text(report: Report) -> str:
     verdict = ["Verdict"]
     if report.problems:
         verdict += [f"{INDENT}PROBLEM: {p}" for p in report.problems]
+    elif report.src is not None:
+        verdict.append(f"{INDENT}OK: reachable from {report.src} through every frontend")
     else:
-        verdict.append(f"{INDENT}OK: reachable through every frontend")
+        verdict.append(f"{INDENT}OK: every frontend has endpoints, every endpoint is reachable")
     sections.append(verdict)
     return "\n\n".join("\n".join(s) for s in sections) + "\n"
 
@@ -228,30 +236,30 @@ def _trace_json(t: TraceRow) -> dict[str, Any]:
     }
 
 
+def _facts_json(facts: ServiceFacts | None) -> dict[str, Any] | None:
+    if facts is None:
+        return None
+    slices = [
+        {
+            "name": s.name,
+            "status": s.status,
+            "family": s.family,
+            "ports": s.ports,
+            "endpoints": list(s.endpoints),
+            "problem": s.problem,
+        }
+        for s in facts.slices
+    ]
+    return {"status": facts.status, "fields": dict(facts.fields), "slices": slices}
+
+
 def report_to_json(report: Report) -> dict[str, Any]:
     """The report as one JSON-ready object, the same sections as the text."""
-    facts = report.facts
     rules = report.rules
     return {
         "service": str(report.service),
         "source": report.source,
-        "manifests": None
-        if facts is None
-        else {
-            "status": facts.status,
-            "fields": dict(facts.fields),
-            "slices": [
-                {
-                    "name": s.name,
-                    "status": s.status,
-                    "family": s.family,
-                    "ports": s.ports,
-                    "endpoints": list(s.endpoints),
-                    "problem": s.problem,
-                }
-                for s in facts.slices
-            ],
-        },
+        "manifests": _facts_json(report.facts),
         "frontends": [_frontend_json(fe) for fe in rules.frontends],
         "rules": {
             "programmed": bool(rules.elements),

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network
 
 from nlproxy.explain_rules import Frontend
+from nlproxy.nft.decode import key_order
 from nlproxy.nft.ir import Family, IPAddress, L4Proto, Ruleset
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.tracer import TraceError, trace
@@ -41,21 +42,32 @@ class TraceRow:
     diagnosis: str = ""
 
 
+def nodeport_addresses(
+    rs: Ruleset | None, family: Family, local_addrs: Sequence[IPAddress]
+) -> list[IPAddress]:
+    """The addresses that accept node ports: the ``nodeport-ips`` elements, or, when the table
+    accepts them on every local address, the node's non-loopback, non-link-local ones."""
+    found: list[IPAddress] = []
+    if rs is not None:
+        for key in sorted(rs.elements.get(n.NODEPORT_IPS, {}), key=key_order):
+            addr = key[0]
+            if not isinstance(addr, int | IPv4Network | IPv6Network):
+                found.append(addr)
+    if found:
+        return found
+    version = 4 if family is Family.IP else 6
+    return [
+        addr
+        for addr in dict.fromkeys(local_addrs)
+        if addr.version == version and not (addr.is_loopback or addr.is_link_local)
+    ]
+
+
 def nodeport_destination(
     rs: Ruleset | None, family: Family, local_addrs: Sequence[IPAddress]
 ) -> IPAddress | None:
-    """Where to send a node port: the first ``nodeport-ips`` address, else the node's first
-    non-loopback, non-link-local address of the family."""
-    if rs is not None:
-        for key in sorted(rs.elements.get(n.NODEPORT_IPS, {}), key=str):
-            addr = key[0]
-            if not isinstance(addr, int | IPv4Network | IPv6Network):
-                return addr
-    version = 4 if family is Family.IP else 6
-    for addr in local_addrs:
-        if addr.version == version and not (addr.is_loopback or addr.is_link_local):
-            return addr
-    return None
+    """Where a trace sends a node port: the first of :func:`nodeport_addresses`."""
+    return next(iter(nodeport_addresses(rs, family, local_addrs)), None)
 
 
 def trace_frontends(

@@ -74,7 +74,9 @@ def test_healthy_service(
         [f"{b}:8080", "local", "yes"],
         [f"{r}:8080", "remote", "yes"],
     ]
-    assert _section(text, "Verdict") == "Verdict\n  OK: reachable through every frontend"
+    assert _section(text, "Verdict") == (
+        "Verdict\n  OK: every frontend has endpoints, every endpoint is reachable"
+    )
 
     status, doc = _json(capsys, node, "default/web")
     assert (status, doc["ok"], doc["problems"]) == (0, True, [])
