@@ -12,11 +12,13 @@ Kernel batch semantics this relies on (nfnetlink, Linux 6.x):
 * Each message that fails gets an NLMSG_ERROR; a message flagged NLM_F_ACK gets one even when it
   succeeds. The kernel keeps processing after a failure to report every error, then aborts the
   whole batch: all or nothing. Only the last message asks for an ACK, so a successful batch of
-  100k messages produces one answer, and a failed one an answer per failing message (plus the
-  last), each ~36 bytes with NETLINK_CAP_ACK, well inside the 64 MiB receive buffer. Errors that
-  follow the first are often consequences of it; the first one is reported.
+  100k messages produces one answer; a failed one produces an answer per failing message (plus
+  the last). Should they overflow the 64 MiB receive buffer (ENOBUFS), the kernel drops the
+  later ones: the first error, the one reported, is always read. Errors after the first are
+  often its consequences. A batch without the final ACK and without errors is an error too.
 * With NETLINK_EXT_ACK the kernel adds a message and the offset of the offending attribute; for
-  an element message that offset points into one element, which names it exactly.
+  an element message that offset points into one element, which names it exactly, and for a
+  rule into one expression (``exprs[i]`` in the error).
 
 Owned tables (NFT_TABLE_F_OWNER, Linux >= 5.12), as observed on Linux 6.18 by
 ``tests/kernel/test_nft_write_owner.py``:
@@ -26,8 +28,11 @@ Owned tables (NFT_TABLE_F_OWNER, Linux >= 5.12), as observed on Linux 6.18 by
 * ``nft flush ruleset`` leaves an owned table alone (the kernel skips tables owned by others).
 * When the owning socket closes (the process exits), the kernel deletes the table, unless it was
   created with NFT_TABLE_F_PERSIST (Linux >= 6.9): then it stays, orphaned, rules in force, and
-  anyone may change it like an ordinary table. A new process re-takes it by adding the table
-  again with the owner flag (and persist) from its socket; from then on it is owned again.
+  anyone may change it like an ordinary table (``nft add chain`` works again).
+* A new process re-takes an orphaned persistent table by adding it again from its socket with
+  exactly the same flags (owner + persist); from then on only that socket may change it. Adding
+  it with other flags (e.g. owner alone, or none) fails with EOPNOTSUPP: persist cannot be
+  dropped from an existing table. nft 1.0.6 lists such a table with an empty ``flags`` line.
 """
 
 from __future__ import annotations
