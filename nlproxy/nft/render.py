@@ -391,6 +391,8 @@ def render_ruleset(rs: Ruleset) -> str:
     family = rs.table.family
     blocks += [render_chain(c, rs.rules.get(c.name, []), family) for c in rs.chains.values()]
     body = "\n\n".join("\n".join(b) for b in blocks)
+    if body and (rs.table.owner or rs.table.persist):
+        body = "\n" + body  # nft 1.0.6 separates a "flags" line from the first object
     lines = _table_header(rs.table)
     return "\n".join(lines) + "\n" + (body + "\n" if body else "") + "}\n"
 

@@ -3,7 +3,9 @@ same IR, and ``nft list`` prints it as the compatibility table says nft's own te
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from ipaddress import IPv4Address
 
 import pytest
 
@@ -26,10 +28,12 @@ from nlproxy.nft.ir import (
     Table,
     Verb,
     goto,
+    jump,
 )
 from nlproxy.nft.readback import read_ruleset
-from nlproxy.nft.render import render_rule
+from nlproxy.nft.render import render_rule, render_ruleset
 from tests.kernel.test_nft_read_compat import CASES, TABLE, nft_rules
+from tests.netns import sh
 
 PROTO, PORT, MARK, VERDICT = (
     DataType.INET_PROTO,
@@ -118,8 +122,6 @@ def test_owned_persistent_table_and_declarations_round_trip(
         timeout=60,
         comment="services",
     )
-    from ipaddress import IPv4Address
-
     el = Element(
         set="svc",
         key=(IPv4Address("10.0.0.1"), 6, 80),
@@ -141,3 +143,33 @@ def test_owned_persistent_table_and_declarations_round_trip(
     assert list(rs.chains.values()) == chains
     assert rs.sets == {"svc": vmap}
     assert rs.elements["svc"] == {el.key: el}
+
+
+def test_owned_table_renders_as_nft_lists_it(make_netns: Callable[[str], str]) -> None:
+    ns = make_netns("rt")
+    table = Table(family=Family.IP, name="nlp", owner=True, comment="nlproxy")
+    vmap = Map(
+        name="svc",
+        key=(DataType.IPV4_ADDR,),
+        data=(VERDICT,),
+        flags=SetFlag.TIMEOUT,
+        timeout=60,
+    )
+    el = Element(
+        set="svc", key=(IPv4Address("10.0.0.1"),), value=jump("ep"), timeout=30, comment="web"
+    )
+    ops = [
+        Operation(Verb.ADD, table),
+        Operation(Verb.ADD, Chain(name="ep", comment="endpoint")),
+        Operation(Verb.ADD, vmap),
+        Operation(Verb.ADD, el),
+    ]
+    with NftBackend(table, netns=ns) as backend:
+        backend.apply(ops)
+
+        rs = read_ruleset(Family.IP, "nlp", netns=ns)
+        listed = sh("nft", "-s", "list", "table", "ip", "nlp", ns=ns)
+
+    assert rs is not None
+    # nft names the owning process after the table's brace; the renderer has no process to name.
+    assert render_ruleset(rs) == re.sub(r" # progname \S+", "", listed)

@@ -205,6 +205,7 @@ def test_render_ruleset_is_deterministic_and_sorted() -> None:
     assert a == (
         "table ip nlp {\n"
         "\tflags owner\n"
+        "\n"
         "\tmap svc {\n"
         "\t\ttype ipv4_addr . inet_proto . inet_service : verdict\n"
         "\t\telements = { 10.0.0.1 . tcp . 80 : goto ep,\n"
