@@ -105,6 +105,8 @@ def explain(
     Raises:
         ConfigError: a bad ``NS/NAME``, ``--from`` or ``--port``, a manifests directory that
             cannot be read, or a Service that is neither programmed nor in the manifests.
+        NlproxyError: the kernel refused a read-back, conntrack or rtnetlink dump (each
+            names what it was reading).
     """
     key = parse_service_key(service)
     source = _parse_ip(src) if src is not None else None
