@@ -106,6 +106,13 @@ _PRIORITIES: dict[int, tuple[str, tuple[Hook, ...] | None]] = {
     PRIORITY_SECURITY: ("security", None),
     PRIORITY_SRCNAT: ("srcnat", (Hook.POSTROUTING,)),
 }
+# How many elements nft lists per line, by key type (single-part keys; others one per line).
+_PER_LINE = {
+    DataType.IPV4_ADDR: 2,
+    DataType.INET_SERVICE: 5,
+    DataType.INET_PROTO: 5,
+    DataType.MARK: 5,
+}
 # Set flags as nft lists them, in its order.
 _SET_FLAGS = (
     (SetFlag.CONSTANT, "constant"),
@@ -349,7 +356,9 @@ def render_set(s: SetLike, elements: dict[tuple[Value, ...], Element]) -> list[s
         lines.append(f'\t\tcomment "{s.comment}"')
     if elements:
         items = [render_element(elements[k], s) for k in sorted(elements, key=key_order)]
-        lines.append("\t\telements = { " + ",\n\t\t\t     ".join(items) + " }")
+        per_line = _PER_LINE.get(s.key[0], 1) if len(s.key) == 1 else 1
+        rows = [", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line)]
+        lines.append("\t\telements = { " + ",\n\t\t\t     ".join(rows) + " }")
     lines.append("\t}")
     return lines
 

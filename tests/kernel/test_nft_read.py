@@ -435,3 +435,61 @@ def test_render_ruleset_matches_nft_list(make_netns: Callable[[str], str]) -> No
 
     assert rs is not None
     assert render_ruleset(rs) == sh("nft", "-s", "list", "table", "ip", "nlp", ns=ns)
+
+
+ELEMENTS = """table ip nlp {
+	set a {
+		type ipv4_addr
+		elements = { 10.0.0.1, 10.0.0.2,
+@@10.0.0.3, 10.0.0.4,
+@@10.0.0.5 }
+	}
+
+	set p {
+		type inet_service
+		elements = { 1, 2, 3, 4, 5,
+@@6, 7 }
+	}
+
+	set pr {
+		type inet_proto
+		elements = { icmp, tcp, udp, sctp }
+	}
+
+	set c2 {
+		type ipv4_addr . inet_service
+		elements = { 10.0.0.1 . 1,
+@@10.0.0.1 . 2 }
+	}
+
+	set v6 {
+		type ipv6_addr
+		elements = { fd00::1,
+@@fd00::2 }
+	}
+
+	map m {
+		type ipv4_addr : ipv4_addr
+		elements = { 10.0.0.1 : 1.1.1.1, 10.0.0.2 : 1.1.1.2,
+@@10.0.0.3 : 1.1.1.3 }
+	}
+
+	map mp {
+		type inet_service : verdict
+		elements = { 1 : accept, 2 : drop, 3 : jump c }
+	}
+
+	chain c {
+	}
+}
+""".replace("@@", "\t\t\t     ")  # nft aligns continued elements with spaces
+
+
+def test_render_elements_wrap_as_nft_lists_them(make_netns: Callable[[str], str]) -> None:
+    ns = make_netns("read")
+    load_nft(ns, ELEMENTS)
+
+    rs = read_ruleset(Family.IP, "nlp", netns=ns)
+
+    assert rs is not None
+    assert render_ruleset(rs) == sh("nft", "-s", "list", "table", "ip", "nlp", ns=ns)
