@@ -16,16 +16,18 @@ import trio
 from prometheus_client import CollectorRegistry
 
 from nlproxy import systemd
-from nlproxy.cluster.model import Change
+from nlproxy.cluster.model import Change, ClusterSnapshot, IPAddress
 from nlproxy.cluster.state import ClusterState
 from nlproxy.config import DaemonConfig
 from nlproxy.health import HealthState, healthz
+from nlproxy.healthcheck import HealthCheckServers, health_checks
 from nlproxy.httpserver import Response, serve
 from nlproxy.log import get_logger
 from nlproxy.metrics import Metrics
 from nlproxy.nft.monitor import NftMonitor
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.sync import TABLE_NAME, Syncer
+from nlproxy.reachability import ReachabilityMonitor, without_unreachable
+from nlproxy.sync import TABLE_NAME, Syncer, SyncResult
 from nlproxy.syncloop import SyncLoop
 
 
@@ -45,6 +47,9 @@ class Daemon:
         self.syncer = Syncer(
             pcfg, netns=args.netns, owner=args.owned_table, flush_tcp=args.conntrack_flush_tcp
         )
+        self.reachability = ReachabilityMonitor(
+            self.registry, netns=args.netns, on_change=self._unreachable_changed
+        )
         self.loop = SyncLoop(
             ClusterState(cfg.node_name),
             self.syncer,
@@ -52,8 +57,36 @@ class Daemon:
             metrics=self.metrics,
             min_interval=cfg.min_sync_period,
             sync_period=cfg.sync_period,
+            on_synced=self._synced,
+            snapshot_filter=self._filter if args.exclude_unreachable_endpoints else None,
         )
+        self.healthchecks: HealthCheckServers | None = None
         self.log = get_logger("daemon")
+
+    def _filter(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        return without_unreachable(snapshot, self.reachability.unreachable)
+
+    def _unreachable_changed(self, bad: frozenset[IPAddress]) -> None:
+        if self.args.exclude_unreachable_endpoints:
+            self.log.info("endpoints.excluded", unreachable=sorted(map(str, bad)))
+            self.loop.request_sync()
+
+    def _synced(self, result: SyncResult) -> None:
+        """After each successful sync: object counts, health checks, reachability."""
+        if result.plan is None:
+            return
+        for family, rs in result.plan.rulesets.items():
+            counts = {
+                "chain": len(rs.chains),
+                "rule": sum(len(r) for r in rs.rules.values()),
+                "set": len(rs.sets),
+                "element": sum(len(e) for e in rs.elements.values()),
+            }
+            for kind, n in counts.items():
+                self.metrics.objects.labels(family=family.value, kind=kind).set(n)
+        if self.healthchecks is not None:
+            self.healthchecks.update(health_checks(result.plan.ports))
+        self.reachability.plan_changed(result.plan.ports)
 
     def _source(self) -> object:
         if self.args.manifests is not None:
@@ -98,6 +131,8 @@ class Daemon:
                 nursery.start_soon(self._signals, nursery.cancel_scope)
                 source = self._source()
                 await nursery.start(source.run, send)  # type: ignore[attr-defined]
+                self.healthchecks = HealthCheckServers(nursery)
+                await nursery.start(self.reachability.run)
                 await nursery.start(self.loop.run, recv)
                 monitor = NftMonitor(TABLE_NAME, netns_name=self.args.netns)
                 await nursery.start(monitor.run, self.loop.request_verify)

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import trio
 
-from nlproxy.cluster.model import Change, ServiceKey
+from nlproxy.cluster.model import Change, ClusterSnapshot, ServiceKey
 from nlproxy.cluster.state import ClusterState
 from nlproxy.errors import NlproxyError
 from nlproxy.health import HealthState
@@ -38,6 +38,7 @@ class SyncLoop:
         sync_period: float,
         retry_interval: float = 1.0,
         on_synced: Callable[[SyncResult], None] | None = None,
+        snapshot_filter: Callable[[ClusterSnapshot], ClusterSnapshot] | None = None,
     ) -> None:
         self.state = state
         self.syncer = syncer
@@ -47,6 +48,7 @@ class SyncLoop:
         self.sync_period = sync_period
         self.retry_interval = retry_interval
         self.on_synced = on_synced
+        self.snapshot_filter = snapshot_filter
         self.log = get_logger("sync")
         self._wake = trio.Event()
         self._pending: set[ServiceKey] = set()
@@ -63,6 +65,11 @@ class SyncLoop:
             )
             self.metrics.drift_repairs.labels(writer=drift.comm or "unknown").inc()
         self._verify = True
+        self._wake.set()
+
+    def request_sync(self) -> None:
+        """Sync again although no object changed (e.g. an endpoint became unreachable)."""
+        self._dirty = True
         self._wake.set()
 
     def apply_changes(self, changes: Sequence[Change]) -> None:
@@ -128,6 +135,8 @@ class SyncLoop:
         self._dirty = False
         pending, self._pending = self._pending, set()
         snapshot = self.state.snapshot()
+        if self.snapshot_filter is not None:
+            snapshot = self.snapshot_filter(snapshot)
         self.metrics.invalid_objects.set(len(self.state.invalid))
         self._report_invalid()
 

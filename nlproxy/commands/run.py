@@ -94,6 +94,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="create the tables owned and persistent (Linux >= 6.9), so `nft flush ruleset` "
         "cannot remove them",
     )
+    parser.add_argument(
+        "--exclude-unreachable-endpoints",
+        action="store_true",
+        help="leave endpoints this node cannot route to out of load balancing until they recover "
+        "(never a service's last ones)",
+    )
     parser.add_argument("--once", action="store_true", help="reconcile once and exit")
 
 

@@ -347,3 +347,98 @@ def test_signals_stop_promptly_and_keep_rules(
         assert answered_by(testbed, VIP_A, 2) == {"pod-a"}
     finally:
         proc.kill()
+
+
+def lb_local(tb: Testbed, hc_port: int, pods: list[str]) -> list[dict[str, Any]]:
+    """LoadBalancer ``lb`` with externalTrafficPolicy Local and a health-check node port."""
+    ep = lambda name: topo.endpoint(  # noqa: E731
+        str(tb.pod(name).ipv4), tb.pod(name).node
+    )
+    svc = topo.service(
+        "lb",
+        "10.96.0.20",
+        ({"name": "tcp", "port": 80, "targetPort": 8080, "nodePort": 30080},),
+        type="LoadBalancer",
+        externalTrafficPolicy="Local",
+        healthCheckNodePort=hc_port,
+        status={"loadBalancer": {"ingress": [{"ip": "203.0.113.20"}]}},
+    )
+    return [svc, topo.endpoint_slice("lb", [ep(p) for p in pods])]
+
+
+def test_health_check_node_port_answers_for_local_endpoints(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    hc = free_port()
+    d = publish(tmp_path / "m", [*objects(testbed, ["pod-a"]), *lb_local(testbed, hc, ["pod-a"])])
+    with daemon(testbed, d) as proc:
+        wait_until(lambda: _hc(proc, hc)[0] == 200, 2.0, "health-check port serving")
+        with urllib.request.urlopen(f"http://127.0.0.1:{hc}/", timeout=2) as r:
+            assert r.headers["X-Load-Balancing-Endpoint-Weight"] == "1"
+            assert json.loads(r.read()) == {
+                "service": {"namespace": "default", "name": "lb"},
+                "localEndpoints": 1,
+                "serviceProxyHealthy": True,
+            }
+        # Only a remote endpoint left: this node must fail the load balancer's probe.
+        publish(d, [*objects(testbed, ["pod-a"]), *lb_local(testbed, hc, ["pod-r"])])
+        wait_until(lambda: _hc(proc, hc)[0] == 503, 2.0, "503 without local endpoints")
+        # Service gone: the port closes.
+        publish(d, objects(testbed, ["pod-a"]))
+        wait_until(lambda: _hc(proc, hc)[0] == 0, 2.0, "health-check port closed")
+
+
+def _hc(proc: Daemon, port: int) -> tuple[int, str]:
+    try:
+        return proc.get(port, "/")
+    except OSError:
+        return 0, ""
+
+
+def link(tb: Testbed, pod: str, state: str) -> None:
+    subprocess.run(
+        ["ip", "-n", tb.node.netns, "link", "set", tb.pod(pod).host_veth, state], check=True
+    )
+
+
+def test_unreachable_endpoint_is_reported_and_optionally_excluded(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    d = publish(tmp_path / "m", objects(testbed, ["pod-a", "pod-b"]))
+    with daemon(testbed, d, "--exclude-unreachable-endpoints") as proc:
+        assert answered_by(testbed, VIP_A) == {"pod-a", "pod-b"}
+        link(testbed, "pod-a", "down")
+        pod_a = str(testbed.pod("pod-a").ipv4)
+
+        def gauge_has_pod_a() -> bool:
+            body = proc.get(proc.metrics, "/metrics")[1]
+            return any(
+                line.startswith("nlproxy_endpoint_unreachable{")
+                and f'endpoint="{pod_a}"' in line
+                and 'service="default/a:tcp/TCP"' in line
+                for line in body.splitlines()
+            )
+
+        wait_until(gauge_has_pod_a, 2.0, "unreachable gauge for pod-a")
+        events = proc.events("endpoint.reachability")
+        assert any(e["endpoint"] == pod_a and e["reachable"] is False for e in events)
+        # Excluded from load balancing: new connections from pod-c all land on pod-b.
+        wait_until(
+            lambda: answered_by_from(testbed, "pod-c", VIP_A, 8) == {"pod-b"},
+            2.0,
+            "pod-a excluded",
+        )
+        link(testbed, "pod-a", "up")
+        wait_until(
+            lambda: answered_by_from(testbed, "pod-c", VIP_A, 16) == {"pod-a", "pod-b"},
+            3.0,
+            "pod-a back in load balancing",
+        )
+
+
+def answered_by_from(tb: Testbed, pod: str, vip: str, n: int) -> set[str]:
+    out = set()
+    for _ in range(n):
+        r = tcp_request(tb.pod(pod).netns, vip, 80, timeout=0.5)
+        out.add(r.pod if r.result is Result.ANSWERED else str(r.result))
+    return out

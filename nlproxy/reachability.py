@@ -1,0 +1,137 @@
+"""The inspector inside the daemon: re-check endpoint reachability on rtnetlink events.
+
+After each sync and whenever links, routes or neighbours change (no polling), the endpoints of
+the current plan are classified (``inspect.classify``). Each transition gets one log line, and
+the gauge ``nlproxy_endpoint_unreachable{service,endpoint,reason}`` follows the current verdicts.
+With ``exclude`` on, the daemon leaves unreachable endpoints out of load balancing
+(:func:`without_unreachable`), but never a service's last endpoints: the inspector alone never
+leaves a service with none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+import trio
+from prometheus_client import CollectorRegistry, Gauge
+
+from nlproxy.cluster.model import (
+    ClusterSnapshot,
+    EndpointSlice,
+    IPAddress,
+    ServiceKey,
+    ServicePortRef,
+)
+from nlproxy.inspect import Reachability, classify, transitions
+from nlproxy.inspect_watch import RouteWatcher
+from nlproxy.log import get_logger
+from nlproxy.proxy.planner import PortPlan
+
+
+def endpoints_by_service(ports: Mapping[ServicePortRef, PortPlan]) -> dict[IPAddress, set[str]]:
+    """Endpoint address → the service ports (``ns/name:port/PROTO``) that use it."""
+    out: dict[IPAddress, set[str]] = {}
+    for plan in ports.values():
+        for b in plan.cluster_endpoints:
+            out.setdefault(b.ip, set()).add(str(plan.ref))
+    return out
+
+
+def without_unreachable(snapshot: ClusterSnapshot, bad: frozenset[IPAddress]) -> ClusterSnapshot:
+    """``snapshot`` with unreachable endpoints removed, except a service's last ready ones."""
+    if not bad:
+        return snapshot
+    slices: dict[ServiceKey, tuple[EndpointSlice, ...]] = {}
+    for key, group in snapshot.slices.items():
+        ready = [e for s in group for e in s.endpoints if e.ready]
+        if not any(e.ip in bad for s in group for e in s.endpoints) or all(
+            e.ip in bad for e in ready
+        ):
+            slices[key] = group
+            continue
+        slices[key] = tuple(
+            replace(s, endpoints=tuple(e for e in s.endpoints if e.ip not in bad)) for s in group
+        )
+    return replace(snapshot, slices=slices)
+
+
+class ReachabilityMonitor:
+    """Classifies the plan's endpoints now and on every route change."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        netns: str | None = None,
+        on_change: Callable[[frozenset[IPAddress]], None] | None = None,
+    ) -> None:
+        self.netns = netns
+        self.on_change = on_change
+        self.log = get_logger("inspector")
+        self.gauge = Gauge(
+            "nlproxy_endpoint_unreachable",
+            "Endpoints this node cannot reach through its routes (1 per endpoint and service)",
+            ["service", "endpoint", "reason"],
+            registry=registry,
+        )
+        self.verdicts: dict[IPAddress, Reachability] = {}
+        self._users: dict[IPAddress, set[str]] = {}
+        self._wake = trio.Event()
+        self.unreachable: frozenset[IPAddress] = frozenset()
+
+    def plan_changed(self, ports: Mapping[ServicePortRef, PortPlan]) -> None:
+        users = endpoints_by_service(ports)
+        if users != self._users:
+            self._users = users
+            self._wake.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Re-classify on plan changes and rtnetlink events until cancelled.
+
+        Cancellation: returns at the next wait; the rtnetlink socket is closed.
+        """
+        with RouteWatcher(self.netns) as watcher:
+            task_status.started()
+            while True:
+                async with trio.open_nursery() as nursery:
+
+                    async def route_event(cancel: trio.CancelScope = nursery.cancel_scope) -> None:
+                        await watcher.changed()
+                        watcher.drain()
+                        cancel.cancel()
+
+                    async def plan_event(cancel: trio.CancelScope = nursery.cancel_scope) -> None:
+                        await self._wake.wait()
+                        cancel.cancel()
+
+                    nursery.start_soon(route_event)
+                    nursery.start_soon(plan_event)
+                self._wake = trio.Event()
+                await self._evaluate()
+
+    async def _evaluate(self) -> None:
+        users = self._users
+        verdicts = await trio.to_thread.run_sync(
+            lambda: classify(list(users), netns=self.netns), abandon_on_cancel=True
+        )
+        for ip, old, new in transitions(self.verdicts, verdicts):
+            self.log.info(
+                "endpoint.reachability",
+                endpoint=str(ip),
+                was=old.kind if old else None,
+                now=new.kind if new else None,
+                reachable=new.reachable if new else None,
+                reason=new.reason if new else "no longer an endpoint",
+            )
+        self.verdicts = verdicts
+        self.gauge.clear()
+        for ip, v in verdicts.items():
+            if not v.reachable:
+                for svc in sorted(users.get(ip, ())):
+                    self.gauge.labels(service=svc, endpoint=str(ip), reason=v.reason).set(1)
+        bad = frozenset(ip for ip, v in verdicts.items() if not v.reachable)
+        if bad != self.unreachable:
+            self.unreachable = bad
+            if self.on_change is not None:
+                self.on_change(bad)
