@@ -11,7 +11,7 @@ same so that its text is nft's.
 
 from __future__ import annotations
 
-from ipaddress import IPv6Address
+from ipaddress import IPv4Network, IPv6Address, IPv6Network
 from typing import Any, assert_never
 
 from nlproxy.nft.decode import UndecodedRule, key_order
@@ -146,6 +146,10 @@ def _bits(value: int, names: dict[int, str]) -> str:
 
 def format_value(field: Field | None, dt: DataType | None, value: Value) -> str:
     """One value as nft prints it for a field (or a set's datatype)."""
+    if isinstance(value, IPv4Network | IPv6Network):
+        # nft lists a one-address interval as the address
+        full = value.prefixlen == value.max_prefixlen
+        return str(value.network_address) if full else str(value)
     if not isinstance(value, int):
         return str(value)
     if field is not None:

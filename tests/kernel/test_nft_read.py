@@ -456,6 +456,13 @@ ELEMENTS = """table ip nlp {
 		elements = { icmp, tcp, udp, sctp }
 	}
 
+	set n {
+		type ipv4_addr
+		flags interval
+		elements = { 10.0.0.0/8, 192.168.0.1,
+@@192.168.1.0/24 }
+	}
+
 	set c2 {
 		type ipv4_addr . inet_service
 		elements = { 10.0.0.1 . 1,
