@@ -1,0 +1,191 @@
+"""Measuring helpers shared by the benchmarks: throwaway network namespaces and child processes
+timed with their own resource usage (wall, user, sys, peak RSS) from ``wait4``.
+
+Benchmarks may exec tools (``ip``, ``nft``, ``iptables-restore``, ``nlproxy`` itself); nlproxy's
+own code never does. Nothing here asserts on time: it only measures and reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+REPO = Path(__file__).resolve().parent.parent
+PY = str(REPO / ".venv" / "bin" / "python")
+_counter = itertools.count()
+
+
+class Sink(Protocol):
+    """Where JSON lines go: a text file, stdout, or both (``run.Tee``)."""
+
+    def write(self, s: str, /) -> object: ...
+    def flush(self) -> object: ...
+
+
+class BenchError(RuntimeError):
+    """A benchmark step failed; the message names the step and the tool's stderr."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """One child process run: seconds of wall, user and sys time, peak RSS in MiB, exit code,
+    and its stderr (kept for log lines such as nlproxy's ``sync.applied``)."""
+
+    wall: float
+    user: float
+    sys: float
+    rss_mib: float
+    rc: int
+    stderr: str = ""
+    timed_out: bool = False
+
+    def figures(self) -> dict[str, float | bool]:
+        d = asdict(self)
+        del d["stderr"]
+        del d["rc"]
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in d.items()}
+
+
+def run_measured(
+    argv: Sequence[str],
+    *,
+    stdin: Path | None = None,
+    timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Usage:
+    """Run ``argv`` to completion; its own rusage comes from ``wait4`` (children it reaped
+    included), so parallel runs of others do not leak into the figures. On ``timeout`` the
+    process group is killed and the usage so far is returned with ``timed_out``."""
+    fin = stdin.open("rb") if stdin else subprocess.DEVNULL
+    try:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            argv,
+            stdin=fin,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,
+        )
+        assert proc.stderr is not None
+        err_chunks: list[bytes] = []
+        deadline = None if timeout is None else t0 + timeout
+        timed_out = _drain(proc, err_chunks, deadline)
+        _, status, ru = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    finally:
+        if stdin:
+            fin.close()  # type: ignore[union-attr]
+    return Usage(
+        wall=wall,
+        user=ru.ru_utime,
+        sys=ru.ru_stime,
+        rss_mib=ru.ru_maxrss / 1024,
+        rc=proc.returncode,
+        stderr=b"".join(err_chunks).decode(errors="replace"),
+        timed_out=timed_out,
+    )
+
+
+def _drain(proc: subprocess.Popen[bytes], chunks: list[bytes], deadline: float | None) -> bool:
+    """Read stderr until EOF (the child exited) or the deadline (then kill its group)."""
+    import selectors
+
+    assert proc.stderr is not None
+    fd = proc.stderr.fileno()
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while True:
+            left = None if deadline is None else deadline - time.perf_counter()
+            if left is not None and left <= 0:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.stderr.close()
+                return True
+            if sel.select(left):
+                data = os.read(fd, 65536)
+                if not data:
+                    proc.stderr.close()
+                    return False
+                chunks.append(data)
+
+
+def sh(*argv: str, ns: str | None = None, check: bool = True, input_: str | None = None) -> str:
+    """Run a setup/check command (in ``ns`` when given) and return its stdout."""
+    full = ["ip", "netns", "exec", ns, *argv] if ns else list(argv)
+    proc = subprocess.run(full, capture_output=True, text=True, input=input_, check=False)
+    if check and proc.returncode != 0:
+        raise BenchError(f"{' '.join(full)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+@contextlib.contextmanager
+def netns(prefix: str) -> Iterator[str]:
+    """A fresh network namespace (loopback up), deleted on exit even after a failure."""
+    name = f"nlpb-{prefix}-{os.getpid()}-{next(_counter)}"
+    sh("ip", "netns", "add", name)
+    try:
+        sh("ip", "link", "set", "lo", "up", ns=name)
+        yield name
+    finally:
+        sh("ip", "netns", "delete", name, check=False)
+
+
+def in_ns(ns: str, *argv: str) -> list[str]:
+    return ["ip", "netns", "exec", ns, *argv]
+
+
+def nlproxy_argv(ns: str, manifests: Path, *extra: str) -> list[str]:
+    """``nlproxy --netns NS run --once`` for a generated cluster (see ``gen.py``)."""
+    from gen import CLUSTER_CIDR, NODE_NAME, SERVICE_CIDR
+
+    return [
+        PY,
+        "-m",
+        "nlproxy",
+        "--log-format",
+        "json",
+        "--netns",
+        ns,
+        "run",
+        "--once",
+        "--manifests",
+        str(manifests),
+        "--node-name",
+        NODE_NAME,
+        "--cluster-cidr",
+        str(CLUSTER_CIDR),
+        "--service-cidr",
+        str(SERVICE_CIDR),
+        *extra,
+    ]
+
+
+def sync_applied(stderr: str) -> dict[str, Any]:
+    """nlproxy's ``sync.applied`` log line (``--log-format json``), or {} when absent."""
+    for line in stderr.splitlines():
+        with contextlib.suppress(ValueError):
+            rec = json.loads(line)
+            if isinstance(rec, dict) and rec.get("event") == "sync.applied":
+                return rec
+    return {}
+
+
+def emit(out: Sink, record: Mapping[str, Any]) -> None:
+    """Print one JSON line and flush (a killed run keeps what it measured)."""
+    out.write(json.dumps(record, sort_keys=False) + "\n")
+    out.flush()
+
+
+def log(msg: str) -> None:
+    print(f"# {time.strftime('%H:%M:%S')} {msg}", file=sys.stderr, flush=True)

@@ -1,0 +1,231 @@
+"""``make bench``: every benchmark, side by side, as JSON lines, a table, targets and plots.
+
+The entry point of ``bench/``: runs the control-plane benchmarks (``control.py``), the data-plane
+benchmark (``dataplane.py``) and, when present, the other ``bench_*.py`` scripts, collects their
+JSON lines into ``bench/results/<mode>.jsonl``, prints a summary table with the targets as ratios
+(never asserted: machines are noisy) and draws ``bench/plots/<mode>-*.png``.
+
+    .venv/bin/python bench/run.py            # full run, ~20 minutes on 2 cores
+    .venv/bin/python bench/run.py --quick    # small points only, under ~3 minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import control
+import dataplane
+import gen
+import report
+from measure import PY, REPO, Sink, emit, log
+
+BENCH = REPO / "bench"
+ALL = ("nlproxy", "nlproxy-yaml", *control.BASELINES)
+NO_YAML = ("nlproxy", *control.BASELINES)
+DP_VARIANTS = ("nlproxy", "nft-1.31", "nft-1.36", "iptables-nft", "iptables-legacy")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """What one mode runs."""
+
+    points: tuple[control.Point, ...]
+    change_label: str
+    rounds: int
+    timeout: float
+    dp_services: tuple[int, ...]
+    dp_count: int
+    dp_budget: float
+    others: dict[str, tuple[str, ...]]
+
+
+def _point(s: int, e: int, variants: Sequence[str]) -> control.Point:
+    label = f"{s // 1000}kx{e}" if s >= 1000 else f"{s}x{e // 1000}k" if e >= 1000 else f"{s}x{e}"
+    return control.Point(
+        label=label, cluster=gen.Cluster(services=s, endpoints=e), variants=tuple(variants)
+    )
+
+
+def full_plan() -> Plan:
+    return Plan(
+        points=(
+            _point(1000, 10, ALL),
+            _point(10_000, 10, ALL),
+            _point(1, 100_000, NO_YAML),
+            _point(44_000, 5, ("nlproxy",)),
+        ),
+        change_label="10kx10",
+        rounds=5,
+        timeout=300,
+        dp_services=(10, 1000, 10_000, 30_000),
+        dp_count=3000,
+        dp_budget=15,
+        others={
+            "bench_commit.py": ("--services", "10000", "--endpoints", "10"),
+            "bench_conntrack.py": ("--flows", "100000", "--rounds", "3"),
+            "bench_kube.py": ("--services", "10000", "--endpoints", "10", "--repeat", "1"),
+        },
+    )
+
+
+def quick_plan() -> Plan:
+    return Plan(
+        points=(_point(1000, 10, ALL),),
+        change_label="1kx10",
+        rounds=5,
+        timeout=120,
+        dp_services=(10, 1000),
+        dp_count=1000,
+        dp_budget=5,
+        others={
+            "bench_commit.py": ("--services", "1000", "--endpoints", "10"),
+            "bench_conntrack.py": ("--flows", "10000", "--rounds", "2"),
+            "bench_kube.py": ("--services", "1000", "--endpoints", "10", "--repeat", "1"),
+        },
+    )
+
+
+def machine() -> dict[str, Any]:
+    mem_kib = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    return {
+        "bench": "machine",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "nproc": os.cpu_count(),
+        "mem_gib": round(mem_kib / 2**20, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "loadavg": os.getloadavg()[0],
+        "nft": _version("nft", "--version"),
+        "iptables": _version("iptables", "--version"),
+    }
+
+
+def _version(*argv: str) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return proc.stdout.strip()
+
+
+def run_others(others: dict[str, tuple[str, ...]], out: Sink, timeout: float) -> None:
+    """The other engineers' benchmarks, when present: their JSON lines, tagged with the script."""
+    for script, args in others.items():
+        path = BENCH / script
+        if not path.exists():
+            emit(out, {"bench": "other", "script": script, "error": "not present"})
+            continue
+        log(f"running {script} {' '.join(args)}")
+        try:
+            proc = subprocess.run(
+                [PY, str(path), *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=REPO,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            emit(out, {"bench": "other", "script": script, "error": f"timeout {timeout}s"})
+            continue
+        for line in proc.stdout.splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                emit(out, {"script": script, **rec})
+        if proc.returncode != 0:
+            emit(
+                out,
+                {
+                    "bench": "other",
+                    "script": script,
+                    "rc": proc.returncode,
+                    "error": proc.stderr.strip()[-400:],
+                },
+            )
+
+
+class Tee:
+    """Writes each JSON line to stdout and to the results file."""
+
+    def __init__(self, *outs: TextIO) -> None:
+        self.outs = outs
+
+    def write(self, s: str) -> int:
+        for o in self.outs:
+            o.write(s)
+        return len(s)
+
+    def flush(self) -> None:
+        for o in self.outs:
+            o.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small points only (< ~3 minutes)")
+    ap.add_argument(
+        "--only", default="control,dataplane,others", help="comma-separated parts to run"
+    )
+    ap.add_argument("--results", type=Path, default=BENCH / "results")
+    ap.add_argument("--plots", type=Path, default=BENCH / "plots")
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench: needs root (network namespaces, nftables)", file=sys.stderr)
+        return 2
+    mode = "quick" if args.quick else "full"
+    plan = quick_plan() if args.quick else full_plan()
+    parts = set(args.only.split(","))
+    args.results.mkdir(parents=True, exist_ok=True)
+    jsonl = args.results / f"{mode}.jsonl"
+    t0 = time.monotonic()
+    with jsonl.open("w") as f, tempfile.TemporaryDirectory(prefix="nlpb-") as tmp:
+        out = Tee(sys.stdout, f)
+        emit(out, machine())
+        if "control" in parts:
+            control.run_points(
+                plan.points, plan.change_label, Path(tmp), out, plan.timeout, plan.rounds
+            )
+        if "dataplane" in parts:
+            dataplane.run(
+                plan.dp_services,
+                DP_VARIANTS,
+                Path(tmp),
+                out,
+                plan.dp_count,
+                plan.dp_budget,
+                plan.timeout,
+            )
+        if "others" in parts:
+            run_others(plan.others, out, 900 if mode == "full" else 120)
+        emit(out, {"bench": "run", "mode": mode, "seconds": round(time.monotonic() - t0, 1)})
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    with jsonl.open("a") as f:
+        for t in report.targets(records, plan.change_label):
+            emit(f, t)
+    text = report.summary(records, plan.change_label, mode)
+    (args.results / f"{mode}.txt").write_text(text)
+    print(text)
+    report.plots(records, args.plots, mode)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
