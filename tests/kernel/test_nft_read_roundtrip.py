@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from ipaddress import IPv4Address
+from ipaddress import IPv4Address, IPv4Network, IPv6Network
 
 import pytest
 
@@ -26,6 +26,7 @@ from nlproxy.nft.ir import (
     SetFlag,
     SetLike,
     Table,
+    Value,
     Verb,
     goto,
     jump,
@@ -173,3 +174,43 @@ def test_owned_table_renders_as_nft_lists_it(make_netns: Callable[[str], str]) -
     assert rs is not None
     # nft names the owning process after the table's brace; the renderer has no process to name.
     assert render_ruleset(rs) == re.sub(r" # progname \S+", "", listed)
+
+
+@pytest.mark.parametrize(
+    ("key", "keys"),
+    [
+        pytest.param(
+            (DataType.IPV4_ADDR,),
+            [
+                (IPv4Network("10.0.0.0/8"),),
+                (IPv4Network("192.168.1.1/32"),),
+                (IPv4Network("172.16.4.0/22"),),
+            ],
+            id="ipv4-networks",
+        ),
+        pytest.param(
+            (DataType.IPV6_ADDR,),
+            [(IPv6Network("fd00::/64"),), (IPv6Network("fd01::1/128"),)],
+            id="ipv6-networks",
+        ),
+    ],
+)
+def test_interval_elements_round_trip(
+    make_netns: Callable[[str], str], key: tuple[DataType, ...], keys: list[tuple[Value, ...]]
+) -> None:
+    ns = make_netns("rt")
+    family = Family.IP if key[0] is DataType.IPV4_ADDR else Family.IP6
+    table = Table(family=family, name="nlp")
+    ranges = Set(name="ranges", key=key, flags=SetFlag.INTERVAL, comment="source ranges")
+    elements = [Element(set="ranges", key=k) for k in keys]
+    with NftBackend(table, netns=ns) as backend:
+        backend.apply(
+            [Operation(Verb.ADD, table), Operation(Verb.ADD, ranges)]
+            + [Operation(Verb.ADD, e) for e in elements]
+        )
+
+    rs = read_ruleset(family, "nlp", netns=ns)
+
+    assert rs is not None
+    assert rs.sets == {"ranges": ranges}
+    assert rs.elements["ranges"] == {e.key: e for e in elements}
