@@ -193,6 +193,11 @@ def test_owned_table_renders_as_nft_lists_it(make_netns: Callable[[str], str]) -
             [(IPv6Network("fd00::/64"),), (IPv6Network("fd01::1/128"),)],
             id="ipv6-networks",
         ),
+        pytest.param(
+            (DataType.IPV4_ADDR, DataType.INET_SERVICE),
+            [(IPv4Network("10.0.0.0/8"), 80), (IPv4Network("1.2.3.4/32"), 443)],
+            id="concatenated-network-port",
+        ),
     ],
 )
 def test_interval_elements_round_trip(
