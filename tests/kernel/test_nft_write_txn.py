@@ -276,6 +276,7 @@ def test_element_values_of_every_type(ns: str, backend: NftBackend) -> None:
             flags=SetFlag.INTERVAL,
         ),
         Map(name="port-map", key=(DataType.INET_SERVICE,), data=(DataType.MARK,)),
+        Map(name="fw", key=(DataType.IPV4_ADDR,), data=(DataType.VERDICT,), flags=SetFlag.INTERVAL),
     ]
     backend.apply(add(
         *sets,
@@ -288,6 +289,8 @@ def test_element_values_of_every_type(ns: str, backend: NftBackend) -> None:
         Element(set="marks", key=(0x4000,)),
         Element(set="src-ranges", key=(IPv4Network("172.16.0.0/12"), 443)),
         Element(set="port-map", key=(53,), value=(0xDEADBEEF,)),
+        Element(set="fw", key=(IPv4Network("203.0.113.0/24"),), value=DROP),
+        Element(set="fw", key=(V4("198.51.100.1"),), value=jump("c1")),
     ))  # fmt: skip
     assert elements(ns, "set", "addrs") == [{"elem": {"val": "192.0.2.1", "comment": "one"}}]
     assert elements(ns, "set", "ranges") == [
@@ -304,6 +307,10 @@ def test_element_values_of_every_type(ns: str, backend: NftBackend) -> None:
         {"concat": [{"prefix": {"addr": "172.16.0.0", "len": 12}}, 443]}
     ]
     assert elements(ns, "map", "port-map") == [[53, 0xDEADBEEF]]
+    assert elements(ns, "map", "fw") == [
+        ["198.51.100.1", {"jump": {"target": "c1"}}],
+        [{"prefix": {"addr": "203.0.113.0", "len": 24}}, {"drop": None}],
+    ]
 
 
 def test_ipv6_table(make_netns: Callable[[str], str]) -> None:
