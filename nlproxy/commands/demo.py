@@ -41,6 +41,10 @@ def run(args: argparse.Namespace) -> int:
     if args.requests < 1:
         raise ConfigError("--requests", f"{args.requests} is not a positive number")
     manifests = args.manifests or find_examples()
+    if args.manifests is None and not manifests.is_dir():
+        raise ConfigError(
+            "--manifests", f"the example manifests are not at {manifests}; give a directory"
+        )
     try:
         return run_demo(manifests=manifests, requests=args.requests)
     except KeyboardInterrupt:
