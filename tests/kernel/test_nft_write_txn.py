@@ -238,6 +238,12 @@ def test_delete_table(ns: str, backend: NftBackend) -> None:
     assert not backend.table_exists()
     assert not backend.delete_table()
     assert ruleset_text(ns) == ""
+    backend.apply([Operation(Verb.DESTROY, T)])  # absent: fine
+    with pytest.raises(KernelError, match=r"^table ip nlp: No such file or directory$"):
+        backend.apply([Operation(Verb.DELETE, T)])
+    backend.apply([Operation(Verb.CREATE, T), Operation(Verb.ADD, Chain(name="again"))])
+    backend.apply([Operation(Verb.DESTROY, T)])
+    assert ruleset_text(ns) == ""
 
 
 def test_base_chain_and_comments(ns: str, backend: NftBackend) -> None:
