@@ -43,7 +43,8 @@ def free_port() -> int:
 class Daemon:
     """``nlproxy run`` as a child process, with its JSON log lines collected."""
 
-    def __init__(self, tb: Testbed, manifests: Path, *extra: str) -> None:
+    def __init__(self, tb: Testbed, manifests: Path | None, *extra: str) -> None:
+        source = ["--manifests", str(manifests)] if manifests is not None else []
         self.healthz = free_port()
         self.metrics = free_port()
         self.lines: list[dict[str, Any]] = []
@@ -57,8 +58,7 @@ class Daemon:
                 "--log-format",
                 "json",
                 "run",
-                "--manifests",
-                str(manifests),
+                *source,
                 "--node-name",
                 tb.node.name,
                 "--cluster-cidr",
@@ -124,7 +124,7 @@ class Daemon:
 
 
 @contextlib.contextmanager
-def daemon(tb: Testbed, manifests: Path, *extra: str) -> Iterator[Daemon]:
+def daemon(tb: Testbed, manifests: Path | None, *extra: str) -> Iterator[Daemon]:
     d = Daemon(tb, manifests, *extra)
     try:
         d.wait_ready()
