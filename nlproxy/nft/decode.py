@@ -4,7 +4,7 @@ Sits under the read-back (``readback.py``): that module dumps the kernel's objec
 and hands each rule over as a list of :class:`RawExpr`; this module recognises the register
 patterns nft 1.0.6 generates for each IR expression and rebuilds the expression tree. Pure: no
 I/O, no libnftnl, no kernel. It must never guess: a rule with a pattern it does not recognise is
-reported as undecodable (:class:`Undecodable`), never approximated.
+reported as undecodable (:class:`UndecodedRule`), never approximated.
 """
 
 from __future__ import annotations
@@ -177,14 +177,6 @@ def split_type(type_id: int, length: int, *, what: str) -> tuple[DataType, ...]:
     if not parts or total != length:
         raise UndecodableError(what, f"type 0x{type_id:x} does not match length {length}")
     return parts
-
-
-def join_type(parts: Sequence[DataType]) -> int:
-    """nft's concatenated type id for ``parts`` (the inverse of :func:`split_type`)."""
-    out = 0
-    for p in parts:
-        out = (out << TYPE_BITS) | p.type_id
-    return out
 
 
 def decode_value(dt: DataType | None, data: bytes) -> Value:
