@@ -1,0 +1,207 @@
+"""run --once, rules and cleanup on the real kernel: convergence, zero-op re-runs, coexistence with
+other software's tables, idempotent cleanup."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nlproxy.cli import main
+from nlproxy.nft.ir import Family, Ruleset
+from nlproxy.nft.readback import read_ruleset
+from tests.kernel import topo
+
+NODE = "node-x"
+
+FOREIGN = """\
+table ip nat {
+    chain AWS-SNAT-CHAIN-0 {
+        ip daddr != 10.244.0.0/16 counter snat to 192.168.50.2 fully-random
+    }
+    chain POSTROUTING {
+        type nat hook postrouting priority srcnat; policy accept;
+        jump AWS-SNAT-CHAIN-0
+    }
+}
+table inet firewalld {
+    set allowed { type ipv4_addr; elements = { 192.168.50.10 } }
+    chain filter_INPUT {
+        type filter hook input priority filter + 10; policy accept;
+        ct state established,related accept
+        ip saddr @allowed tcp dport 22 accept
+    }
+}
+table ip filter {
+    chain FORWARD { type filter hook forward priority filter; policy accept; }
+}
+"""
+
+
+def node() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": NODE, "labels": {"topology.kubernetes.io/zone": "z1"}},
+        "status": {"addresses": [{"type": "InternalIP", "address": "192.168.50.2"}]},
+    }
+
+
+def world(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    """``n`` services of assorted kinds with random endpoints (a deterministic world)."""
+    objs: list[dict[str, Any]] = [node()]
+    for i in range(n):
+        name = f"s{i}"
+        kind = rng.choice(["ClusterIP", "NodePort", "LoadBalancer"])
+        ports = [{"name": "tcp", "port": 80, "targetPort": 8080}]
+        if rng.random() < 0.5:
+            ports.append({"name": "dns", "port": 53, "targetPort": 53, "protocol": "UDP"})
+        spec: dict[str, Any] = {"type": kind}
+        if kind != "ClusterIP":
+            for j, p in enumerate(ports):
+                p["nodePort"] = 30000 + i * 2 + j
+        if kind == "LoadBalancer":
+            spec["status"] = {"loadBalancer": {"ingress": [{"ip": f"203.0.113.{i + 1}"}]}}
+            spec["externalTrafficPolicy"] = rng.choice(["Cluster", "Local"])
+        if rng.random() < 0.2:
+            spec["sessionAffinity"] = "ClientIP"
+        objs.append(topo.service(name, f"10.96.1.{i + 1}", ports, **spec))
+        eps = [
+            topo.endpoint(f"10.244.{rng.choice([1, 2])}.{rng.randint(2, 250)}", NODE)
+            for _ in range(rng.randint(0, 4))
+        ]
+        slice_ports = [{"name": p["name"], "port": p["targetPort"]} for p in ports]
+        for p, sp in zip(ports, slice_ports, strict=True):
+            if "protocol" in p:
+                sp["protocol"] = p["protocol"]
+        objs.append(topo.endpoint_slice(name, eps, slice_ports))
+    return objs
+
+
+def run_once(netns: str, directory: Path, capture: pytest.CaptureFixture[str] | None = None) -> int:
+    return main(
+        [
+            "--netns", netns, "--log-format", "json", "run", "--once",
+            "--manifests", str(directory), "--node-name", NODE,
+            "--cluster-cidr", "10.244.0.0/16", "--service-cidr", "10.96.0.0/16",
+        ]
+    )  # fmt: skip
+
+
+def table(netns: str, family: Family) -> Ruleset:
+    rs = read_ruleset(family, "nlproxy", netns=netns)
+    assert rs is not None
+    return rs
+
+
+def same(a: Ruleset, b: Ruleset) -> None:
+    assert a.chains == b.chains
+    assert a.sets == b.sets
+    assert a.elements == b.elements
+    assert a.rules == b.rules  # handles are not part of equality
+
+
+def nft(netns: str, *args: str, stdin: str | None = None) -> str:
+    return subprocess.run(
+        ["ip", "netns", "exec", netns, "nft", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+def ops_logged(capsys: pytest.CaptureFixture[str]) -> list[int]:
+    lines = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
+    return [x["ops"] for x in lines if x.get("event") == "sync.applied"]
+
+
+def test_a_sequence_of_changes_converges_to_a_fresh_sync(
+    make_netns: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    changed, fresh = make_netns("conv"), make_netns("fresh")
+    rng = random.Random(7)
+    d = tmp_path / "m"
+    for step in range(6):
+        topo.write_manifests(d, world(rng, rng.randint(5, 25)))
+        assert run_once(changed, d) == 0, f"step {step}"
+    assert run_once(fresh, d) == 0
+    for family in (Family.IP, Family.IP6):
+        same(table(changed, family), table(fresh, family))
+    capsys.readouterr()
+    assert run_once(changed, d) == 0
+    assert ops_logged(capsys) == [0]  # unchanged: nothing sent
+
+
+def test_other_tables_are_never_touched(
+    make_netns: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ns = make_netns("foreign")
+    nft(ns, "-f", "-", stdin=FOREIGN)
+    before = nft(ns, "list", "ruleset")
+    d = tmp_path / "m"
+    topo.write_manifests(d, world(random.Random(1), 10))
+    assert run_once(ns, d) == 0
+    topo.write_manifests(d, world(random.Random(2), 4))
+    assert run_once(ns, d) == 0
+    listing = nft(ns, "list", "ruleset")
+    for name in ("table ip nat", "table inet firewalld", "table ip filter"):
+        assert _table_text(listing, name) == _table_text(before, name)
+    assert main(["--netns", ns, "cleanup"]) == 0
+    assert "removed: ip nlproxy, ip6 nlproxy" in capsys.readouterr().out
+    assert nft(ns, "list", "ruleset") == before
+    assert main(["--netns", ns, "cleanup"]) == 0  # idempotent
+    assert "nothing to remove" in capsys.readouterr().out
+
+
+def _table_text(listing: str, header: str) -> str:
+    start = listing.index(header)
+    end = listing.find("\ntable ", start + 1)
+    return listing[start : end if end != -1 else None].strip()
+
+
+def test_rules_prints_what_is_programmed(
+    make_netns: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ns = make_netns("rules")
+    d = tmp_path / "m"
+    objs = [
+        node(),
+        topo.service("web", "10.96.2.1"),
+        topo.endpoint_slice("web", [topo.endpoint("10.244.1.7", NODE)]),
+    ]
+    topo.write_manifests(d, objs)
+    assert run_once(ns, d) == 0
+    capsys.readouterr()
+    assert main(["--netns", ns, "rules"]) == 0
+    text = capsys.readouterr().out
+    assert "table ip nlproxy" in text
+    assert "10.96.2.1 . tcp . 80" in text
+    assert "10.244.1.7 . 8080" in text
+    assert main(["--netns", ns, "rules", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {t["table"]["family"] for t in doc} == {"ip", "ip6"}
+
+
+def test_empty_namespace_has_nothing_programmed(
+    make_netns: Callable[[str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    ns = make_netns("empty")
+    assert main(["--netns", ns, "rules"]) == 0
+    assert "programmed nothing" in capsys.readouterr().out
+
+
+def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--once"]) == 2
+    assert "needs --manifests" in capsys.readouterr().err
+    assert main(["run", "--once", "--manifests", str(tmp_path / "nope")]) == 2
+    assert (
+        main(["run", "--once", "--manifests", str(tmp_path), "--cluster-cidr", "10.0.0.0/33"]) == 2
+    )
+    assert "--cluster-cidr" in capsys.readouterr().err
+    assert main(["--netns", "nlp-no-such-ns", "rules"]) == 2
