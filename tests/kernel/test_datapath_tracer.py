@@ -18,28 +18,35 @@ from nlproxy.cluster.model import Protocol
 from nlproxy.nft.ir import Family
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.proxy.tracer import TraceResult, trace
-from nlproxy.sync import TABLE_NAME
-from nlproxy.testbed import OUTSIDE_NET_V4, Testbed
+from nlproxy.sync import FAMILIES, TABLE_NAME
+from nlproxy.testbed import OUTSIDE_NET_V4, OUTSIDE_NET_V6, Testbed
 from nlproxy.testbed_echo import Outcome, Result, request
 from tests.kernel import topo
 from tests.kernel.topo import PORTS, SLICE_PORTS
 
 LB_IP, EXTERNAL_IP = "192.168.70.10", "192.168.60.10"
-NODE_SOURCE = str(OUTSIDE_NET_V4[1])  # the node's source towards service IPs (default route)
+# The node's source towards service IPs: its address on the link of its default route.
+NODE_SOURCE, NODE_SOURCE6 = OUTSIDE_NET_V4[1], OUTSIDE_NET_V6[1]
 _VERDICT = {Result.ANSWERED: "ACCEPT", Result.TIMEOUT: "DROP", Result.REFUSED: "REJECT"}
 
 
 def _svc(tb: Testbed, name: str, vip: str, pods: list[str], **spec: Any) -> list[dict[str, Any]]:
+    """A Service with its slice; ``vip6=`` makes it dual stack (and adds an IPv6 slice)."""
     node_ports = spec.pop("node_ports", None)
+    vip6 = spec.pop("vip6", None)
     ports = [dict(p) for p in PORTS]
     if node_ports:
         for p, np in zip(ports, node_ports, strict=True):
             p["nodePort"] = np
     eps = [topo.endpoint(str(tb.pod(p).ipv4), tb.pod(p).node) for p in pods]
-    return [
-        topo.service(name, vip, ports, **spec),
+    objs = [
+        topo.service(name, [vip, vip6] if vip6 else vip, ports, **spec),
         topo.endpoint_slice(name, eps, SLICE_PORTS),
     ]
+    if vip6:
+        eps6 = [topo.endpoint(str(tb.pod(p).ipv6), tb.pod(p).node) for p in pods]
+        objs.append(topo.endpoint_slice(name, eps6, SLICE_PORTS, family="IPv6"))
+    return objs
 
 
 def _objects(tb: Testbed) -> list[dict[str, Any]]:
@@ -47,9 +54,15 @@ def _objects(tb: Testbed) -> list[dict[str, Any]]:
     allowed = f"{tb.client.ipv4[0]}/32"
     return [
         tb.node_manifest(),
-        *_svc(tb, "web", "10.96.0.10", ["pod-b", "pod-r"]),
+        *_svc(tb, "web", "10.96.0.10", ["pod-b", "pod-r"], vip6="fd00:10:96::10"),
         *_svc(
-            tb, "np", "10.96.0.20", ["pod-a", "pod-r"], type="NodePort", node_ports=[30080, 30053]
+            tb,
+            "np",
+            "10.96.0.20",
+            ["pod-a", "pod-r"],
+            type="NodePort",
+            node_ports=[30080, 30053],
+            vip6="fd00:10:96::20",
         ),
         *_svc(
             tb,
@@ -69,8 +82,8 @@ def _objects(tb: Testbed) -> list[dict[str, Any]]:
             externalTrafficPolicy="Local",
             node_ports=[30082, 30055],
         ),
-        *_svc(tb, "empty", "10.96.0.30", []),
-        *_svc(tb, "self", "10.96.0.40", ["pod-a"]),
+        *_svc(tb, "empty", "10.96.0.30", [], vip6="fd00:10:96::30"),
+        *_svc(tb, "self", "10.96.0.40", ["pod-a"], vip6="fd00:10:96::40"),
         *_svc(
             tb,
             "lb",
@@ -144,6 +157,33 @@ CASES = [
     case("lb-allowed", "client", "tcp", LB_IP, 80, "ACCEPT", ("pod-b", "pod-c"), masquerade=True),
     case("lb-denied", "client-alt", "tcp", LB_IP, 80, "DROP"),
     case("external-ip", "client", "udp", EXTERNAL_IP, 53, "ACCEPT", ("pod-c",), masquerade=True),
+    case(
+        "v6-clusterip-from-pod", "pod-a", "udp", "fd00:10:96::10", 53, "ACCEPT", ("pod-b", "pod-r")
+    ),
+    case(
+        "v6-clusterip-from-node",
+        "node",
+        "tcp",
+        "fd00:10:96::10",
+        80,
+        "ACCEPT",
+        ("pod-b", "pod-r"),
+        masquerade=True,
+    ),
+    case("v6-clusterip-wrong-port", "pod-a", "tcp", "fd00:10:96::10", 81, "REJECT"),
+    case("v6-no-endpoints", "pod-a", "tcp", "fd00:10:96::30", 80, "REJECT"),
+    case("v6-unallocated", "pod-a", "udp", "fd00:10:96::99", 53, "DROP"),
+    case("v6-hairpin", "pod-a", "udp", "fd00:10:96::40", 53, "ACCEPT", ("pod-a",), masquerade=True),
+    case(
+        "v6-nodeport-cluster",
+        "client",
+        "udp",
+        "node6",
+        30053,
+        "ACCEPT",
+        ("pod-a", "pod-r"),
+        masquerade=True,
+    ),
 ]
 
 
@@ -155,26 +195,25 @@ class Programmed:
 
 @pytest.fixture(scope="module")
 def programmed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Programmed]:
-    with Testbed(tag="tkt") as tb:
+    with Testbed(tag="tkt", ipv6=True) as tb:
         directory = tmp_path_factory.mktemp("manifests")
         topo.write_manifests(directory, _objects(tb))
         assert topo.run_once(tb, directory) == topo.EXIT_OK
-        rs = read_ruleset(Family.IP, TABLE_NAME, netns=tb.node.netns)
-        assert rs is not None, "nlproxy programmed no ip table"
-        yield Programmed(tb, {Family.IP: rs})
+        rulesets = {f: read_ruleset(f, TABLE_NAME, netns=tb.node.netns) for f in FAMILIES}
+        assert None not in rulesets.values(), f"a table is missing: {list(rulesets)}"
+        yield Programmed(tb, rulesets)
 
 
-def _sender(tb: Testbed, name: str) -> tuple[str, str, str | None]:
-    """(netns, source address, address to bind or None) of a sender."""
+def _sender(tb: Testbed, name: str, v6: bool) -> tuple[str, str, str | None]:
+    """(netns, source address, address to bind or None) of a sender, in dst's family."""
     if name == "node":
-        return tb.node.netns, NODE_SOURCE, None
-    if name == "client":
-        return tb.client.netns, str(tb.client.ipv4[0]), None
-    if name == "client-alt":
-        alt = str(tb.client.ipv4[1])
-        return tb.client.netns, alt, alt
+        return tb.node.netns, str(NODE_SOURCE6 if v6 else NODE_SOURCE), None
+    if name in ("client", "client-alt"):
+        addrs = tb.client.ipv6 if v6 else tb.client.ipv4
+        addr = str(addrs[0 if name == "client" else 1])
+        return tb.client.netns, addr, addr if name == "client-alt" else None
     pod = tb.pod(name)
-    return pod.netns, str(pod.ipv4), None
+    return pod.netns, str(pod.ipv6 if v6 else pod.ipv4), None
 
 
 def _send(ns: str, c: Case, dst: str, src: str | None) -> list[Outcome]:
@@ -187,11 +226,15 @@ def _send(ns: str, c: Case, dst: str, src: str | None) -> list[Outcome]:
 @pytest.mark.parametrize("c", CASES)
 def test_tracer_agrees_with_the_kernel(programmed: Programmed, c: Case) -> None:
     tb = programmed.tb
-    ns, src, bind = _sender(tb, c.sender)
-    dst = str(tb.node.ipv4) if c.dst == "node" else c.dst
-    local = [tb.node.ipv4, tb.node.gateway_v4, ip_address(NODE_SOURCE)]
+    assert tb.node.ipv6 is not None
+    assert tb.node.gateway_v6 is not None
+    dst = {"node": str(tb.node.ipv4), "node6": str(tb.node.ipv6)}.get(c.dst, c.dst)
+    v6 = ip_address(dst).version == 6
+    ns, src, bind = _sender(tb, c.sender, v6)
+    local = [tb.node.ipv4, tb.node.gateway_v4, NODE_SOURCE]
+    local += [tb.node.ipv6, tb.node.gateway_v6, NODE_SOURCE6]
     traced: TraceResult = trace(
-        programmed.rulesets[Family.IP],
+        programmed.rulesets[Family.IP6 if v6 else Family.IP],
         ip_address(src),
         Protocol(c.proto.upper()),
         ip_address(dst),
@@ -203,8 +246,8 @@ def test_tracer_agrees_with_the_kernel(programmed: Programmed, c: Case) -> None:
     assert kernel == {traced.verdict} == {c.verdict}, [str(o) for o in outcomes]
     if c.verdict != "ACCEPT":
         return
-    by_ip = {str(p.ipv4): p.name for p in tb.pods.values()}
-    assert {by_ip[e.rsplit(":", 1)[0]] for e in traced.endpoints} == c.pods
+    by_ip = {str(p.ipv6 if v6 else p.ipv4): p.name for p in tb.pods.values()}
+    assert {by_ip[e.rsplit(":", 1)[0].strip("[]")] for e in traced.endpoints} == c.pods
     assert {o.pod for o in outcomes} == c.pods
     assert traced.masquerade is c.masquerade
     assert ({str(o.src) for o in outcomes} != {src}) is c.masquerade
