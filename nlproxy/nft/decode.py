@@ -234,6 +234,8 @@ def interval_value(dt: DataType, lo: bytes, hi: bytes) -> list[Value]:
     """The values covering the inclusive range [lo, hi] of one key part of an interval set:
     the networks that exactly cover an address range (a /32 or /128 for one address), or each
     value of a port or protocol range; the same members, never an approximation."""
+    if lo > hi:
+        raise UndecodableError(f"interval {lo.hex()}-{hi.hex()}", "ends before it starts")
     if dt is DataType.IPV4_ADDR:
         return list(summarize_address_range(IPv4Address(lo), IPv4Address(hi)))
     if dt is DataType.IPV6_ADDR:

@@ -512,7 +512,9 @@ def _interval_elements(rs: _RawSet, raw: list[_RawElem]) -> list[Element]:
         for e in raw:
             out.extend(_range_elements(rs, e, e.key, e.key_end or e.key))
         return out
-    ordered = sorted(raw, key=lambda e: e.key)
+    # An interval that ends where the next begins has an end and a start element with the same
+    # key: the end sorts first, so each start finds its own end right after it.
+    ordered = sorted(raw, key=lambda e: (e.key, not e.flags & NFT_SET_ELEM_INTERVAL_END))
     for i, e in enumerate(ordered):
         if e.flags & NFT_SET_ELEM_INTERVAL_END:
             continue

@@ -342,6 +342,38 @@ table ip6 nlp { set v6 { type ipv6_addr; elements = { fd00::1 }; }; chain mine6 
     assert list(rs6.elements["v6"]) == [(IPv6Address("fd00::1"),)]
 
 
+def test_adjacent_and_open_ended_intervals(make_netns: Callable[[str], str]) -> None:
+    """Adjacent intervals share a key (one's end, the next one's start); the last interval of
+    the address space has no end element at all."""
+    ns = make_netns("read")
+    load_nft(
+        ns,
+        """
+table ip nlp {
+  map iv { type ipv4_addr : verdict; flags interval;
+           elements = { 10.0.0.0/8 : accept, 11.0.0.0/8 : drop, 13.0.0.0/8 : accept } }
+  set s { type ipv4_addr; flags interval;
+          elements = { 0.0.0.0/8, 10.0.0.0/8, 11.0.0.0/8, 255.255.255.0/24 } }
+}
+""",
+    )
+
+    rs = read_ruleset(Family.IP, "nlp", netns=ns)
+
+    assert rs is not None
+    assert {k: e.value for k, e in rs.elements["iv"].items()} == {
+        (IPv4Network("10.0.0.0/8"),): ACCEPT,
+        (IPv4Network("11.0.0.0/8"),): DROP,
+        (IPv4Network("13.0.0.0/8"),): ACCEPT,
+    }
+    assert set(rs.elements["s"]) == {
+        (IPv4Network("0.0.0.0/8"),),
+        (IPv4Network("10.0.0.0/8"),),
+        (IPv4Network("11.0.0.0/8"),),
+        (IPv4Network("255.255.255.0/24"),),
+    }
+
+
 def test_ip6_sets_and_interval_networks(make_netns: Callable[[str], str]) -> None:
     ns = make_netns("read")
     load_nft(
