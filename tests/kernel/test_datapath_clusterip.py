@@ -171,3 +171,17 @@ def test_invalid_service_is_left_out_and_the_rest_programmed(
     assert "70000" in err
     a = testbed.pod("pod-a")
     assert answers(ask("tcp", a.netns, VIP, 80, n=4)) == {"pod-b": {str(a.ipv4)}}
+
+
+def test_udp_flow_rejected_while_empty_reaches_a_new_endpoint(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    """The same UDP socket, rejected while the service had no endpoints, is answered once one
+    appears (the rejected packets never got a confirmed conntrack entry to get stuck on)."""
+    a = testbed.pod("pod-a")
+    apply(testbed, tmp_path, _web(testbed, []))
+    with UdpSession(a.netns, VIP, 53) as session:
+        assert session.ask().result is Result.REFUSED
+        apply(testbed, tmp_path, _web(testbed, ["pod-c"]))
+        after = [session.ask() for _ in range(3)]
+    assert {o.pod for o in after} == {"pod-c"}, [str(o) for o in after]
