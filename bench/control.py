@@ -147,30 +147,70 @@ def nlproxy_change(c: gen.Cluster, work: Path, out: Sink, label: str) -> None:
         emit(out, record("restart_unchanged", label, c, "nlproxy", third))
 
 
-def nlproxy_inprocess(c: gen.Cluster, work: Path, out: Sink, label: str, rounds: int) -> None:
-    """One endpoint changed with a long-lived ``Syncer``: only plan + diff + commit count."""
+def _inprocess_cold(
+    c: gen.Cluster, manifests: Path, ns: str, out: Sink, label: str
+) -> tuple[Any, Any]:
+    """Load, build the state and sync once into ``ns``, timing each stage; returns the state
+    and the ``Syncer`` (the caller closes it)."""
     from nlproxy.cluster.manifests import load_manifests
-    from nlproxy.cluster.parse import to_change
     from nlproxy.cluster.state import ClusterState
     from nlproxy.proxy.config import ProxyConfig
     from nlproxy.sync import Syncer
 
-    manifests = work / "change-json"
-    gen.write_manifests(c, manifests, "json")
     config = ProxyConfig(
         node_name=gen.NODE_NAME,
         cluster_cidrs=(gen.CLUSTER_CIDR,),
         service_cidrs=(gen.SERVICE_CIDR,),
     )
+    t0 = time.perf_counter()
+    loaded = load_manifests(manifests)
+    t1 = time.perf_counter()
     state = ClusterState(gen.NODE_NAME)
-    state.apply(load_manifests(manifests).changes)
+    state.apply(loaded.changes)
+    snapshot = state.snapshot()
+    t2 = time.perf_counter()
+    syncer = Syncer(config, netns=ns)
+    try:
+        first = syncer.sync(snapshot)
+    except BaseException:
+        syncer.close()
+        raise
+    t3 = time.perf_counter()
+    stages = {
+        "load_json_s": t1 - t0,
+        "state_s": t2 - t1,
+        "sync_s": t3 - t2,
+        "plan_s": first.plan_ms / 1000,
+        "apply_s": first.apply_ms / 1000,
+    }
+    emit(
+        out,
+        {
+            "bench": "cold_stages",
+            "point": label,
+            "services": c.services,
+            "endpoints": c.endpoints,
+            "variant": "nlproxy",
+            **{k: round(v, 3) for k, v in stages.items()},
+            "ops": first.total_ops,
+        },
+    )
+    return state, syncer
+
+
+def nlproxy_inprocess(c: gen.Cluster, work: Path, out: Sink, label: str, rounds: int) -> None:
+    """One endpoint changed with a long-lived ``Syncer``: only plan + diff + commit count
+    (the slice is parsed and applied to the state before the clock starts)."""
+    from nlproxy.cluster.parse import to_change
+
+    manifests = work / "change-json"
+    gen.write_manifests(c, manifests, "json")
     i = c.services // 2
     variants = [gen.edit_one_endpoint(c, i), c]
+    samples = []
     with netns("inproc") as ns:
-        syncer = Syncer(config, netns=ns)
+        state, syncer = _inprocess_cold(c, manifests, ns, out, label)
         try:
-            syncer.sync(state.snapshot())
-            samples = []
             for r in range(rounds):
                 slices = list(gen.slice_docs(variants[r % 2], i))
                 state.apply([to_change(doc) for doc in slices])

@@ -136,6 +136,12 @@ def _change_table(records: Sequence[Rec]) -> list[str]:
             f"(max {r['wall_ms_max']}; plan {r['plan_ms_median']}, apply "
             f"{r['apply_ms_median']}, other {r.get('other_ms_median')}), ops {r['ops']}"
         )
+    for r in _find(records, bench="cold_stages"):
+        lines.append(  # noqa: PERF401
+            f"  {r['point']} nlproxy cold sync in-process stages: load JSON {r['load_json_s']} s, "
+            f"state {r['state_s']} s, sync {r['sync_s']} s (plan {r['plan_s']}, diff+commit "
+            f"{r['apply_s']}), ops {r['ops']}"
+        )
     for r in _find(records, bench="one_endpoint_nft"):
         lines.append(  # noqa: PERF401
             f"  {r['point']} {r['variant']} partial sync via nft -f: median "
