@@ -262,3 +262,25 @@ def test_interval_bounds() -> None:
 
 def test_registers_as_nft_numbers_them() -> None:
     assert [register(s) for s in range(6)] == [1, 9, 10, 11, 2, 13]
+
+
+def test_element_runs_group_per_set_and_keep_each_sets_order() -> None:
+    from nlproxy.nft.encode import element_runs
+
+    def op(verb: Verb, name: str, port: int) -> Operation:
+        return Operation(verb, Element(set=name, key=(port,)))
+
+    ops = [
+        op(Verb.ADD, "a", 1),
+        op(Verb.ADD, "b", 1),
+        op(Verb.ADD, "a", 2),
+        op(Verb.DELETE, "a", 1),
+        op(Verb.ADD, "b", 2),
+        op(Verb.ADD, "a", 1),
+    ]
+    assert element_runs(ops, 0, len(ops)) == [
+        (Verb.ADD, [0, 2]),
+        (Verb.ADD, [1, 4]),
+        (Verb.DELETE, [3]),
+        (Verb.ADD, [5]),
+    ]
