@@ -11,6 +11,7 @@ from nlproxy.nft.encode import (
     Packer,
     concat_len,
     concat_type,
+    element_runs,
     interval_bounds,
     register,
     set_udata,
@@ -265,8 +266,6 @@ def test_registers_as_nft_numbers_them() -> None:
 
 
 def test_element_runs_group_per_set_and_keep_each_sets_order() -> None:
-    from nlproxy.nft.encode import element_runs
-
     def op(verb: Verb, name: str, port: int) -> Operation:
         return Operation(verb, Element(set=name, key=(port,)))
 
