@@ -269,7 +269,7 @@ class _Span:
 
 
 class Batch:
-    """One nfnetlink batch for ``table``: build it with :meth:`add`, then send :meth:`data`.
+    """One nfnetlink batch for ``table``: :meth:`add` operations, send what :meth:`finish` gives.
 
     Args:
         table: the table every object belongs to.
