@@ -33,6 +33,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
 
 from nlproxy import netns, testbed_ns
 from nlproxy.testbed_echo import EchoServer
@@ -114,12 +115,18 @@ def _veth_name(pod: str) -> str:
 
 
 @contextmanager
-def _rtnl(ns: str) -> Iterator[Any]:
-    """An rtnetlink socket opened inside ``ns`` (closed afterwards, so it holds no reference)."""
+def _rtnl(ns: str, what: str) -> Iterator[Any]:
+    """An rtnetlink socket opened inside ``ns`` (closed afterwards, so it holds no reference).
+
+    Raises:
+        TestbedError: naming ``what`` was being set up, when the kernel refuses a request.
+    """
     with netns.entered(ns):
         ipr = IPRoute()
     try:
         yield ipr
+    except NetlinkError as exc:
+        raise TestbedError(what, f"{os.strerror(exc.code)} (netns {ns})") from exc
     finally:
         ipr.close()
 
@@ -295,14 +302,14 @@ class Testbed:
             testbed_ns.write_sysctl(name, "net.ipv4.ip_forward", "1")
             if self.ipv6:
                 testbed_ns.write_sysctl(name, "net.ipv6.conf.all.forwarding", "1")
-        with _rtnl(name) as ipr:
+        with _rtnl(name, f"loopback of netns {name}") as ipr:
             ipr.link("set", index=_index(ipr, "lo"), state="up")
 
     def _veth(self, ns: str, ifname: str, peer_ns: str, peer_ifname: str) -> None:
         """A veth pair ``ifname`` in ``ns`` and ``peer_ifname`` in ``peer_ns``."""
         fd = os.open(os.path.join(netns.NETNS_RUN_DIR, peer_ns), os.O_RDONLY | os.O_CLOEXEC)
         try:
-            with _rtnl(ns) as ipr:
+            with _rtnl(ns, f"veth {ifname} (peer {peer_ifname} in {peer_ns})") as ipr:
                 ipr.link(
                     "add",
                     ifname=ifname,
@@ -319,13 +326,15 @@ class Testbed:
             addrs = [(str(me.ipv4), NODE_NET_V4.prefixlen)]
             if me.ipv6 is not None:
                 addrs.append((str(me.ipv6), NODE_NET_V6.prefixlen))
-            with _rtnl(me.netns) as ipr:
+            with _rtnl(me.netns, f"eth0 of {me.name}") as ipr:
                 idx = _up(ipr, "eth0", addrs)
                 ipr.route("add", dst=str(other.pod_cidr_v4), gateway=str(other.ipv4), oif=idx)
                 if other.pod_cidr_v6 is not None:
                     gw6 = str(other.ipv6)
                     ipr.route("add", dst=str(other.pod_cidr_v6), gateway=gw6, oif=idx)
-        with _rtnl(n2.netns) as ipr:  # everything else (the outside) is behind node1
+        with _rtnl(
+            n2.netns, f"default route of {n2.name}"
+        ) as ipr:  # everything else (the outside) is behind node1
             ipr.route("add", dst="0.0.0.0/0", gateway=str(n1.ipv4))
             if n1.ipv6 is not None:
                 ipr.route("add", dst="::/0", gateway=str(n1.ipv6))
@@ -339,14 +348,14 @@ class Testbed:
         if self.ipv6:
             node_addrs.append((str(node_v6), OUTSIDE_NET_V6.prefixlen))
             client_addrs.append((str(self.client.ipv6[0]), OUTSIDE_NET_V6.prefixlen))
-        with _rtnl(self.node.netns) as ipr:
+        with _rtnl(self.node.netns, f"eth1 (outside link) of {self.node.name}") as ipr:
             _up(ipr, "eth1", node_addrs)
             # The node's default route (its "uplink"): node-originated traffic to a ClusterIP
             # needs a route before the output hook can DNAT it, as on a real node.
             ipr.route("add", dst="0.0.0.0/0", gateway=str(self.client.ipv4[0]))
             if self.ipv6:
                 ipr.route("add", dst="::/0", gateway=str(self.client.ipv6[0]))
-        with _rtnl(self.client.netns) as ipr:
+        with _rtnl(self.client.netns, "eth0 of the client") as ipr:
             idx = _up(ipr, "eth0", client_addrs)
             for alt in self.client.ipv6[1:]:
                 # Deprecated (preferred_lft 0): usable when bound to, never picked as a
@@ -372,7 +381,7 @@ class Testbed:
         self._make_namespace(pod.netns, router=False)
         self._veth(node.netns, pod.host_veth, pod.netns, "eth0")
         self._pod_side(pod, node)
-        with _rtnl(node.netns) as ipr:
+        with _rtnl(node.netns, f"{pod.host_veth} of pod {pod.name}") as ipr:
             addrs = [(str(node.gateway_v4), 32)]
             if node.gateway_v6 is not None:
                 addrs.append((str(node.gateway_v6), 128))
@@ -387,7 +396,7 @@ class Testbed:
         addrs = [(str(pod.ipv4), 32)]
         if pod.ipv6 is not None:
             addrs.append((str(pod.ipv6), 128))
-        with _rtnl(pod.netns) as ipr:
+        with _rtnl(pod.netns, f"eth0 of pod {pod.name}") as ipr:
             idx = _up(ipr, "eth0", addrs)
             gw = str(node.gateway_v4)
             ipr.route("add", dst=f"{gw}/32", oif=idx, scope=SCOPE_LINK)

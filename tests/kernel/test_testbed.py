@@ -209,3 +209,11 @@ def test_sweep_stale_removes_only_dead_owners() -> None:
 def topo_sh(ns: str | None, *cmd: str) -> str:
     full = ["ip", "netns", "exec", ns, *cmd] if ns else list(cmd)
     return subprocess.run(full, capture_output=True, text=True, check=True).stdout
+
+
+def test_failed_build_names_the_object_and_leaves_nothing() -> None:
+    before = set(os.listdir(NETNS_RUN_DIR))
+    with pytest.raises(testbed_ns.TestbedError, match=r"^pod twin: name used twice$"):
+        Testbed(tag="tkf", local_pods=("twin",), remote_pods=("twin",)).start()
+    leftover = {n for n in set(os.listdir(NETNS_RUN_DIR)) - before if "-tkf-" in n}
+    assert not leftover
