@@ -419,19 +419,19 @@ def test_unreachable_endpoint_is_reported_and_optionally_excluded(
                 for line in body.splitlines()
             )
 
-        wait_until(gauge_has_pod_a, 2.0, "unreachable gauge for pod-a")
+        wait_until(gauge_has_pod_a, 5.0, "unreachable gauge for pod-a")
         events = proc.events("endpoint.reachability")
         assert any(e["endpoint"] == pod_a and e["reachable"] is False for e in events)
         # Excluded from load balancing: new connections from pod-c all land on pod-b.
         wait_until(
             lambda: answered_by_from(testbed, "pod-c", VIP_A, 8) == {"pod-b"},
-            2.0,
+            10.0,
             "pod-a excluded",
         )
         link(testbed, "pod-a", "up")
         wait_until(
             lambda: answered_by_from(testbed, "pod-c", VIP_A, 16) == {"pod-a", "pod-b"},
-            3.0,
+            10.0,
             "pod-a back in load balancing",
         )
 
