@@ -4,23 +4,33 @@ Used by ``nlproxy run --once`` and by the daemon's sync loop; holds no schedulin
 What is programmed is read back from the kernel the first time (so a restarted process sends only
 the difference) and cached afterwards; ``verify()`` reads it back again to catch drift.
 Effects run only after the kernel accepted the transaction.
+
+Two paths. The full one plans every service (replaying unchanged ones) and diffs the whole
+table: at start-up, after a verify or a failure, and whenever the incremental one cannot be
+sure. The incremental one, once the cache is known to equal the last plan, updates that plan in
+place for the changed services only (``proxy/incremental.py``), turns the resulting delta into
+operations (``reconcile.ops_for_delta``), advances the cache by them, and computes conntrack
+cleanup from the touched frontends only: its cost follows the change, not the table.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field, replace
 
-from nlproxy.cluster.model import ClusterSnapshot, IPAddress
+from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey
 from nlproxy.conntrack import Conntrack, programmed_frontends, stale_flow_filters
+from nlproxy.conntrack_plan import Programmed
 from nlproxy.log import get_logger
 from nlproxy.nft.backend import NftBackend
-from nlproxy.nft.ir import Family, Ruleset, Table
+from nlproxy.nft.ir import Element, Family, Operation, Ruleset, Table, Value
 from nlproxy.nft.readback import read_ruleset
-from nlproxy.nft.reconcile import diff, stamp
+from nlproxy.nft.reconcile import Delta, advance, diff, ops_for_delta, stamp
+from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.proxy.planner import Plan, plan
+from nlproxy.proxy.incremental import attach, plan_update
+from nlproxy.proxy.planner import Plan, gc_paused, plan
 
 TABLE_NAME = "nlproxy"
 FAMILIES = (Family.IP, Family.IP6)
@@ -28,13 +38,20 @@ FAMILIES = (Family.IP, Family.IP6)
 
 @dataclass(slots=True, kw_only=True)
 class SyncResult:
-    """What one sync did: operations sent per family, timings, conntrack flows deleted."""
+    """What one sync did: operations sent per family, timings, conntrack flows deleted.
+
+    ``plan_ms`` is planning, ``diff_ms`` comparing (diff or delta → operations), ``apply_ms``
+    everything after planning (comparing, committing, caching); ``incremental`` tells which path
+    ran. The plan is the Syncer's live one: read it before the next sync, which updates it.
+    """
 
     ops: dict[Family, int] = field(default_factory=dict)
     plan_ms: float = 0.0
+    diff_ms: float = 0.0
     apply_ms: float = 0.0
     conntrack_deleted: int = 0
     plan: Plan | None = None
+    incremental: bool = False
 
     @property
     def total_ops(self) -> int:
@@ -79,6 +96,9 @@ class Syncer:
         self._programmed: dict[Family, Ruleset | None] = {}
         self._seeded = False
         self._last_plan: Plan | None = None
+        # True while the cache equals the last plan as programmed: only then may a delta of
+        # that plan stand for the whole difference.
+        self._in_step = False
         self.conntrack_deleted_total = 0
 
     def _table(self, family: Family) -> Table:
@@ -94,48 +114,98 @@ class Syncer:
         for family in FAMILIES:
             self._programmed[family] = read_ruleset(family, TABLE_NAME, netns=self.netns)
         self._seeded = True
+        self._in_step = False
 
-    def sync(self, snapshot: ClusterSnapshot) -> SyncResult:
+    def sync(
+        self, snapshot: ClusterSnapshot, *, changed: Set[ServiceKey] | None = None
+    ) -> SyncResult:
         """Plan ``snapshot`` and apply the difference, then clean up conntrack.
+
+        Args:
+            snapshot: the cluster objects to program.
+            changed: the services changed since the last call (``ClusterState.apply``'s
+                results, accumulated); None: found by comparing objects by identity. Only
+                used on the incremental path.
 
         Raises:
             KernelError: the kernel rejected the transaction (nothing of it was applied).
         """
+        with gc_paused():  # a collection would walk the whole cached plan
+            return self._sync(snapshot, changed)
+
+    def _sync(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None) -> SyncResult:
         if not self._seeded:
             self.verify()
         result = SyncResult()
         t0 = time.perf_counter()
-        # The previous plan lets the planner replay the fragments of unchanged services.
-        planned = plan(snapshot, self.config, previous=self._last_plan)
-        result.plan = planned
+        deltas: dict[Family, Delta] | None = None
+        last, in_step, self._in_step = self._last_plan, self._in_step, False
+        if last is not None and in_step:
+            planned, deltas = plan_update(last, snapshot, self.config, changed)
+        else:
+            # The previous plan lets the planner replay the fragments of unchanged services.
+            planned = plan(snapshot, self.config, previous=last)
+            attach(planned, snapshot)
+        # Set before committing: an in-place update consumed the previous plan.
+        self._last_plan = result.plan = planned
         t1 = time.perf_counter()
         result.plan_ms = (t1 - t0) * 1000
+        if deltas is not None:
+            result.conntrack_deleted = self._sync_delta(planned, deltas, snapshot, result)
+        else:
+            result.conntrack_deleted = self._sync_full(planned, snapshot, result)
+        self._in_step = True
+        result.apply_ms = (time.perf_counter() - t1) * 1000
+        self.conntrack_deleted_total += result.conntrack_deleted
+        return result
+
+    def _sync_full(self, planned: Plan, snapshot: ClusterSnapshot, result: SyncResult) -> int:
         before = {f: self._programmed.get(f) for f in FAMILIES}
         for family in FAMILIES:
-            desired = planned.rulesets.get(family)
-            if desired is None:
-                continue
+            desired = planned.rulesets[family]
+            t = time.perf_counter()
             ops = diff(desired, before[family])
+            result.diff_ms += (time.perf_counter() - t) * 1000
             if ops:
                 self._backend(family).apply(ops)
             self._programmed[family] = as_programmed(desired)
             result.ops[family] = len(ops)
-        self._last_plan = planned
-        result.apply_ms = (time.perf_counter() - t1) * 1000
-        result.conntrack_deleted = self._clean_conntrack(before, snapshot)
-        self.conntrack_deleted_total += result.conntrack_deleted
-        return result
+        old = programmed_frontends([rs for rs in before.values() if rs is not None])
+        new = programmed_frontends([rs for rs in self._programmed.values() if rs is not None])
+        return self._clean_conntrack(old, new, snapshot)
+
+    def _sync_delta(
+        self,
+        planned: Plan,
+        deltas: dict[Family, Delta],
+        snapshot: ClusterSnapshot,
+        result: SyncResult,
+    ) -> int:
+        result.incremental = True
+        old_rs, new_rs = delta_frontends(deltas, planned.rulesets)
+        for family in FAMILIES:
+            programmed = self._programmed.get(family)
+            assert programmed is not None, "in step with a plan means something is programmed"
+            t = time.perf_counter()
+            ops: list[Operation] | None = ops_for_delta(deltas[family], programmed)
+            if ops is None:
+                ops = diff(planned.rulesets[family], programmed)
+            result.diff_ms += (time.perf_counter() - t) * 1000
+            if ops:
+                self._backend(family).apply(ops)
+            advance(programmed, ops)
+            result.ops[family] = len(ops)
+        if not old_rs and not new_rs:
+            return 0
+        old, new = programmed_frontends(old_rs), programmed_frontends(new_rs)
+        return self._clean_conntrack(old, new, snapshot)
 
     def _node_addrs(self, snapshot: ClusterSnapshot) -> tuple[IPAddress, ...]:
         if self.config.node_ips:
             return tuple(self.config.node_ips)
         return snapshot.node.addresses if snapshot.node else ()
 
-    def _clean_conntrack(
-        self, before: Mapping[Family, Ruleset | None], snapshot: ClusterSnapshot
-    ) -> int:
-        old = programmed_frontends([rs for rs in before.values() if rs is not None])
-        new = programmed_frontends([rs for rs in self._programmed.values() if rs is not None])
+    def _clean_conntrack(self, old: Programmed, new: Programmed, snapshot: ClusterSnapshot) -> int:
         filters = stale_flow_filters(
             old, new, node_addrs=self._node_addrs(snapshot), flush_tcp=self.flush_tcp
         )
@@ -155,3 +225,66 @@ class Syncer:
 def with_node_ips(config: ProxyConfig, ips: tuple[IPAddress, ...]) -> ProxyConfig:
     """``config`` with explicit node addresses (``--node-ip``)."""
     return replace(config, node_ips=ips)
+
+
+_DISPATCH = ((n.SERVICE_IPS, n.BACKENDS, 3), (n.SERVICE_NODEPORTS, n.NODEPORT_BACKENDS, 2))
+"""(dispatch map, backends map, frontend key width): the maps conntrack cleanup reads."""
+
+
+def delta_frontends(
+    deltas: Mapping[Family, Delta], rulesets: Mapping[Family, Ruleset]
+) -> tuple[list[Ruleset], list[Ruleset]]:
+    """The dispatch and backends elements of every frontend a delta touches, before and after.
+
+    Per family, a ruleset holding only those frontends' elements (every endpoint index, not just
+    the touched ones), as the last plan had them and as ``rulesets`` (the new plan) has them.
+    ``programmed_frontends`` of these equals that of the whole tables on those frontends, and the
+    other frontends did not change, so stale flows found from them are all the stale flows.
+    A NodePort frontend spans both families, so it is gathered from both.
+    """
+    fronts: set[tuple[Value, ...]] = set()
+    for delta in deltas.values():
+        for name, key in delta.elements:
+            for dispatch, backends, width in _DISPATCH:
+                if name in (dispatch, backends):
+                    fronts.add(key[:width])
+    if not fronts:
+        return [], []
+    before, after = [], []
+    for family, rs in rulesets.items():
+        changes = deltas[family].elements
+        b, a = Ruleset(table=rs.table), Ruleset(table=rs.table)
+        for dispatch, backends, width in _DISPATCH:
+            mine = [f for f in fronts if len(f) == width]
+            for out, side in ((b, 0), (a, 1)):
+                _gather(out, rs, changes, side, dispatch, backends, mine)
+        before.append(b)
+        after.append(a)
+    return before, after
+
+
+def _gather(
+    out: Ruleset,
+    rs: Ruleset,
+    changes: Mapping[tuple[str, tuple[Value, ...]], tuple[Element | None, Element | None]],
+    side: int,
+    dispatch: str,
+    backends: str,
+    fronts: list[tuple[Value, ...]],
+) -> None:
+    """Copy the elements of ``fronts`` into ``out`` as they were (side 0) or are (side 1)."""
+
+    def get(name: str, key: tuple[Value, ...]) -> Element | None:
+        pair = changes.get((name, key))
+        return pair[side] if pair is not None else rs.elements.get(name, {}).get(key)
+
+    for name in (dispatch, backends):
+        out.elements[name] = {}
+    for front in fronts:
+        el = get(dispatch, front)
+        if el is not None:
+            out.elements[dispatch][front] = el
+        index = 0  # the planner numbers a frontend's endpoints 0..N-1
+        while (el := get(backends, (*front, index))) is not None:
+            out.elements[backends][el.key] = el
+            index += 1

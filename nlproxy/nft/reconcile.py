@@ -16,13 +16,20 @@ How each kind of object is compared:
 The order of the operations inside the batch keeps every reference valid at each step: flush
 rewritten/stale chains, delete elements, delete sets, delete chains, then add table, chains, sets,
 elements, rules.
+
+Two entry points: :func:`diff` compares everything (start-up, after a verify); :func:`ops_for_delta`
+compares only the objects a :class:`Delta` names (the planner's in-place update of the changed
+services), with the same per-object rules and the same order, so a one-endpoint change costs a
+few dictionary look-ups instead of a walk over every element. :func:`advance` brings the cached
+programmed state forward by a committed batch without copying it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from typing import TypeAlias
 
 from nlproxy.nft.ir import (
     Chain,
@@ -34,6 +41,7 @@ from nlproxy.nft.ir import (
     SetFlag,
     SetLike,
     SetUpdate,
+    Table,
     Value,
     Verb,
 )
@@ -112,6 +120,47 @@ def _element_ops(
     return deletes, adds
 
 
+def _chain_ops(
+    chain: Chain,
+    rules: list[Rule],
+    have: Ruleset,
+    recreated: set[str],
+    out: tuple[list[Operation], list[Operation], list[Operation], list[Operation]],
+) -> None:
+    """Operations that make one desired chain and its rules equal to what ``have`` holds.
+
+    ``out`` is (flush, delete chains, add chains, add rules), appended to.
+    """
+    flush, del_chains, add_chains, add_rules = out
+    name = chain.name
+    old_chain = have.chains.get(name)
+    want_rules = [stamp(r) for r in rules]
+    have_rules = have.rules.get(name, [])
+    rewrite = [programmed_fingerprint(r) for r in have_rules] != [
+        programmed_fingerprint(r) for r in want_rules
+    ] or bool(recreated & _referenced_sets(have_rules))
+    if old_chain is None:
+        add_chains.append(Operation(Verb.ADD, chain))
+    elif _chain_changed(chain, old_chain):
+        flush.append(Operation(Verb.FLUSH, old_chain))
+        del_chains.append(Operation(Verb.DELETE, old_chain))
+        add_chains.append(Operation(Verb.ADD, chain))
+        rewrite = True
+    elif rewrite and have_rules:
+        flush.append(Operation(Verb.FLUSH, old_chain))
+    if rewrite or old_chain is None:
+        add_rules += [Operation(Verb.ADD, r) for r in want_rules]
+
+
+def _drop_chain(name: str, have: Ruleset, flush: list[Operation], dels: list[Operation]) -> None:
+    old_chain = have.chains.get(name)
+    if old_chain is None:
+        return
+    if have.rules.get(name):
+        flush.append(Operation(Verb.FLUSH, old_chain))
+    dels.append(Operation(Verb.DELETE, old_chain))
+
+
 def diff(desired: Ruleset, current: Ruleset | None) -> list[Operation]:
     """Operations that make ``current`` (None: the table does not exist) equal ``desired``.
 
@@ -144,29 +193,12 @@ def diff(desired: Ruleset, current: Ruleset | None) -> list[Operation]:
             del_sets.append(Operation(Verb.DELETE, old))
 
     # Chains and their rules.
+    out = (flush, del_chains, add_chains, add_rules)
     for name, chain in desired.chains.items():
-        old_chain = have.chains.get(name)
-        want_rules = [stamp(r) for r in desired.rules.get(name, [])]
-        have_rules = have.rules.get(name, [])
-        rewrite = [programmed_fingerprint(r) for r in have_rules] != [
-            programmed_fingerprint(r) for r in want_rules
-        ] or bool(recreated & _referenced_sets(have_rules))
-        if old_chain is None:
-            add_chains.append(Operation(Verb.ADD, chain))
-        elif _chain_changed(chain, old_chain):
-            flush.append(Operation(Verb.FLUSH, old_chain))
-            del_chains.append(Operation(Verb.DELETE, old_chain))
-            add_chains.append(Operation(Verb.ADD, chain))
-            rewrite = True
-        elif rewrite and have_rules:
-            flush.append(Operation(Verb.FLUSH, old_chain))
-        if rewrite or old_chain is None:
-            add_rules += [Operation(Verb.ADD, r) for r in want_rules]
-    for name, old_chain in have.chains.items():
+        _chain_ops(chain, desired.rules.get(name, []), have, recreated, out)
+    for name in have.chains:
         if name not in desired.chains:
-            if have.rules.get(name):
-                flush.append(Operation(Verb.FLUSH, old_chain))
-            del_chains.append(Operation(Verb.DELETE, old_chain))
+            _drop_chain(name, have, flush, del_chains)
 
     # Elements of sets that stay (a recreated or new set gets all its elements added).
     for name, s in desired.sets.items():
@@ -185,3 +217,124 @@ def diff(desired: Ruleset, current: Ruleset | None) -> list[Operation]:
     if current is None:
         ops.insert(0, Operation(Verb.ADD, desired.table))
     return ops
+
+
+# ---------------------------------------------------------------------------------------------
+# Deltas: the objects a planner's in-place update touched
+
+ElementId: TypeAlias = tuple[str, tuple[Value, ...]]
+"""(set name, key): where an element lives."""
+ChainState: TypeAlias = tuple[Chain, tuple[Rule, ...]]
+"""A chain with its rules, in order."""
+
+
+@dataclass(slots=True)
+class Delta:
+    """What changed in one table's desired ruleset, as (before, after) pairs; None: absent.
+
+    Only objects whose value differs are listed. ``before`` is what the previous plan wanted
+    (what is programmed when the cache is in step), ``after`` what the new plan wants.
+    """
+
+    elements: dict[ElementId, tuple[Element | None, Element | None]] = field(default_factory=dict)
+    chains: dict[str, tuple[ChainState | None, ChainState | None]] = field(default_factory=dict)
+    sets: dict[str, tuple[SetLike | None, SetLike | None]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.elements) + len(self.chains) + len(self.sets)
+
+
+def ops_for_delta(delta: Delta, programmed: Ruleset) -> list[Operation] | None:
+    """Operations that make the objects ``delta`` names in ``programmed`` equal its ``after``.
+
+    The same comparison as :func:`diff`, restricted to those objects, in the same order. When
+    ``programmed`` equals the previous plan everywhere else, the result leaves the table equal
+    to the new plan, as ``diff`` would.
+
+    Returns:
+        The operations, or None when the delta cannot be applied on its own: a set whose
+        definition changed must be recreated, and every chain using it rewritten, which the
+        delta does not list. The caller then diffs everything.
+    """
+    flush: list[Operation] = []
+    del_elements: list[Operation] = []
+    del_sets: list[Operation] = []
+    del_chains: list[Operation] = []
+    add_chains: list[Operation] = []
+    add_sets: list[Operation] = []
+    add_elements: list[Operation] = []
+    add_rules: list[Operation] = []
+    for name, (_, want) in delta.sets.items():
+        old = programmed.sets.get(name)
+        if want is None:
+            if old is not None:
+                del_sets.append(Operation(Verb.DELETE, old))
+        elif old is None:
+            add_sets.append(Operation(Verb.ADD, want))
+        elif _set_changed(want, old):
+            return None
+    out = (flush, del_chains, add_chains, add_rules)
+    for name, (_, after) in delta.chains.items():
+        if after is None:
+            _drop_chain(name, programmed, flush, del_chains)
+        else:
+            _chain_ops(after[0], list(after[1]), programmed, set(), out)
+    for (set_name, key), (_, want_el) in delta.elements.items():
+        s = _desired_set(delta, programmed, set_name)
+        if s is None or s.flags & SetFlag.EVAL:
+            continue  # the set goes (with its elements), or the data path owns them
+        have_el = programmed.elements.get(set_name, {}).get(key)
+        if have_el is not None and (
+            want_el is None or (want_el.value, want_el.comment) != (have_el.value, have_el.comment)
+        ):
+            del_elements.append(Operation(Verb.DELETE, have_el))
+        if want_el is not None and (
+            have_el is None or (want_el.value, want_el.comment) != (have_el.value, have_el.comment)
+        ):
+            add_elements.append(Operation(Verb.ADD, want_el))
+    ops = flush + del_elements + del_sets + del_chains
+    return ops + add_chains + add_sets + add_elements + add_rules
+
+
+def _desired_set(delta: Delta, programmed: Ruleset, name: str) -> SetLike | None:
+    if name in delta.sets:
+        return delta.sets[name][1]
+    return programmed.sets.get(name)
+
+
+def advance(programmed: Ruleset, ops: list[Operation]) -> None:
+    """Update ``programmed`` in place to what read-back shows once ``ops`` are committed.
+
+    ``ops`` come from :func:`diff` or :func:`ops_for_delta` against ``programmed`` (so rules
+    already carry their fingerprints); elements of dynamic sets are left as they are.
+    """
+    for op in ops:
+        obj, verb = op.obj, op.verb
+        match obj:
+            case Element():
+                if verb is Verb.DELETE:
+                    programmed.elements.get(obj.set, {}).pop(obj.key, None)
+                else:
+                    programmed.add_element(obj)
+            case Rule():
+                programmed.add_rule(obj)
+            case Chain():
+                _advance_chain(programmed, verb, obj)
+            case Table():
+                continue
+            case _:  # a set or map
+                if verb is Verb.DELETE:
+                    programmed.sets.pop(obj.name, None)
+                    programmed.elements.pop(obj.name, None)
+                else:
+                    programmed.add_set(obj)
+
+
+def _advance_chain(programmed: Ruleset, verb: Verb, chain: Chain) -> None:
+    if verb is Verb.FLUSH:
+        programmed.rules[chain.name] = []
+    elif verb is Verb.DELETE:
+        programmed.chains.pop(chain.name, None)
+        programmed.rules.pop(chain.name, None)
+    else:
+        programmed.add_chain(chain)

@@ -73,7 +73,7 @@ class Recorder:
 
     def ensure(self, name: str, rules: tuple[tuple[Expr, ...], ...]) -> str:
         self.ops.append(Ensure(name, rules))
-        _ensure(self.rs, name, rules)
+        ensure_chain(self.rs, name, rules)
         return name
 
     def replay(self, ops: list[Op]) -> None:
@@ -84,7 +84,7 @@ class Recorder:
                 case Element():
                     rs.elements[op.set][op.key] = op
                 case Ensure():
-                    _ensure(rs, op.name, op.rules)
+                    ensure_chain(rs, op.name, op.rules)
                 case Chain():
                     rs.add_chain(op)
                 case Rule():
@@ -96,7 +96,8 @@ class Recorder:
         self.ops.extend(ops)
 
 
-def _ensure(rs: Ruleset, name: str, rules: tuple[tuple[Expr, ...], ...]) -> None:
+def ensure_chain(rs: Ruleset, name: str, rules: tuple[tuple[Expr, ...], ...]) -> None:
+    """Create the shared chain ``name`` with ``rules`` unless it exists."""
     if name not in rs.chains:
         rs.add_chain(Chain(name=name))
         for exprs in rules:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import enum
 import gc
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from ipaddress import collapse_addresses, ip_network
 
@@ -81,8 +82,9 @@ class PortPlan:
 class Plan:
     """The planner's output: one ruleset per family (both always present) and the summary.
 
-    ``fragments`` and ``context`` let the next plan replay unchanged services; they are not part
-    of the plan's value.
+    ``fragments`` and ``context`` let the next plan replay unchanged services, and ``live`` (the
+    reference counts of shared objects, see ``incremental.py``) lets it be updated in place; they
+    are not part of the plan's value.
     """
 
     rulesets: dict[Family, Ruleset]
@@ -91,6 +93,7 @@ class Plan:
         default_factory=dict, repr=False, compare=False
     )
     context: object = field(default=None, repr=False, compare=False)
+    live: object = field(default=None, repr=False, compare=False)
 
 
 def plan(snapshot: ClusterSnapshot, config: ProxyConfig, *, previous: Plan | None = None) -> Plan:
@@ -106,25 +109,39 @@ def plan(snapshot: ClusterSnapshot, config: ProxyConfig, *, previous: Plan | Non
     Returns:
         The rulesets and, per service port, its frontends and chosen endpoints.
     """
-    # Planning allocates a few objects per endpoint and creates no cycles; a full collection in
-    # the middle would walk every object of the previous plan too (twice the time at 100k
-    # endpoints), so the cyclic collector waits until the plan is built.
+    with gc_paused():
+        return _plan(snapshot, config, previous)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Hold the cyclic garbage collector for the duration (the previous state is restored).
+
+    Planning allocates a few objects per endpoint and creates no cycles; a full collection in
+    the middle would walk every object of the previous plan too (twice the time at 100k
+    endpoints), so the collector waits until the work is done.
+    """
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _plan(snapshot, config, previous)
+        yield
     finally:
         if paused:
             gc.enable()
 
 
+def plan_context(snapshot: ClusterSnapshot, config: ProxyConfig) -> object:
+    """What every service's plan depends on besides its own objects (a change re-plans all)."""
+    return (config, snapshot.node, snapshot.service_cidrs)
+
+
 def _plan(snapshot: ClusterSnapshot, config: ProxyConfig, previous: Plan | None) -> Plan:
-    context = (config, snapshot.node, snapshot.service_cidrs)
+    context = plan_context(snapshot, config)
     reuse = previous is not None and previous.context == context
-    parts: dict[ServicePortRef, list[_PortPart]] = {}
+    parts: dict[ServicePortRef, list[PortPart]] = {}
     rulesets, fragments = {}, {}
     for spec in (IPV4, IPV6):
-        fp = _FamilyPlanner(spec, snapshot, config)
+        fp = FamilyPlanner(spec, snapshot, config)
         old = previous.fragments.get(spec.family, {}) if previous and reuse else {}
         new: dict[ServiceKey, Fragment] = {}
         for key in sorted(snapshot.services):
@@ -135,24 +152,27 @@ def _plan(snapshot: ClusterSnapshot, config: ProxyConfig, previous: Plan | None)
             else:
                 frag = fp.add_service(svc, slices)
             for piece in frag.pieces:
-                assert isinstance(piece, _PortPart), "fragments hold port parts"
+                assert isinstance(piece, PortPart), "fragments hold port parts"
                 parts.setdefault(piece.ref, []).append(piece)
             new[key] = frag
         fp.finish()
         rulesets[spec.family], fragments[spec.family] = fp.rs, new
-    ports = {ref: _merge(ref, p) for ref, p in parts.items()}
+    ports = {ref: merge_parts(ref, p) for ref, p in parts.items()}
     return Plan(rulesets=rulesets, ports=ports, fragments=fragments, context=context)
 
 
 @dataclass(slots=True)
-class _PortPart:
+class PortPart:
+    """One family's share of a service port's summary (kept in its service's fragment)."""
+
     ref: ServicePortRef
     frontends: list[Frontend]
     cat: Categorized
     hc: int | None
 
 
-def _merge(ref: ServicePortRef, parts: list[_PortPart]) -> PortPlan:
+def merge_parts(ref: ServicePortRef, parts: list[PortPart]) -> PortPlan:
+    """The summary of one service port from its parts, ``ip`` family first."""
     return PortPlan(
         ref=ref,
         frontends=tuple(f for p in parts for f in p.frontends),
@@ -167,7 +187,7 @@ def _collapse(nets: Iterable[IPNetwork], version: int) -> list[IPNetwork]:
     return list(collapse_addresses(sorted({x for x in nets if x.version == version})))  # type: ignore[type-var]
 
 
-class _FamilyPlanner:
+class FamilyPlanner:
     """Plans one family's table; ``add_service`` is called once per service, in key order."""
 
     def __init__(self, f: FamilySpec, snapshot: ClusterSnapshot, config: ProxyConfig) -> None:
@@ -242,7 +262,7 @@ class _FamilyPlanner:
             cat = categorize(backends, svc, sp, self.node_name, self.zone)
             fronts = self._port(svc, sp, cip, ext, lbs, cat)
             hc = svc.health_check_node_port if svc.external_policy_local else None
-            frag.pieces.append(_PortPart(ref=sp.ref, frontends=fronts, cat=cat, hc=hc))
+            frag.pieces.append(PortPart(ref=sp.ref, frontends=fronts, cat=cat, hc=hc))
         return frag
 
     def replay(self, frag: Fragment) -> None:
@@ -350,7 +370,7 @@ class _Targets:
 
     def __init__(
         self,
-        fp: _FamilyPlanner,
+        fp: FamilyPlanner,
         svc: Service,
         sp: ServicePort,
         cat: Categorized,

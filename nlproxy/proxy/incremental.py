@@ -1,0 +1,488 @@
+"""In-place plan updates: re-plan only the changed services and say exactly what changed.
+
+Sits beside the planner, between cluster state and the reconciler. A plan is a ruleset per
+family plus, per service, the fragment of operations that service added (``fragments.py``).
+:func:`plan_update` keeps the previous plan's rulesets and changes them in place: for each
+changed or removed service it undoes its old fragment and applies the new one, and it reports
+the objects whose value differs as a :class:`~nlproxy.nft.reconcile.Delta`, so the reconciler
+compares those and nothing else. The result equals a fresh :func:`~nlproxy.proxy.planner.plan`
+of the same snapshot (the same objects; only the insertion order of dictionaries may differ).
+
+What services share is reference counted (:class:`LiveCounts`): the dispatch chains per
+(role, N) and the hairpin pairs. The global sets are shared too, but every element in them is
+written by exactly one service — :func:`attach` checks that once, and each update checks it for
+the services it touches before changing anything. Anything else (two services claiming the same
+element or name, a change of config, node or ServiceCIDRs, a plan without counts) falls back to
+a full plan, and the delta is None.
+
+Pure: no I/O, no clock, no logging. The previous plan is consumed: its rulesets, summary and
+fragments become the new plan's.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Collection, Iterable, Mapping, Set
+from dataclasses import dataclass, field
+from itertools import compress, islice
+from typing import Any
+
+from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey, ServicePortRef
+from nlproxy.nft.ir import Chain, Element, Family, Map, Rule, Ruleset
+from nlproxy.nft.ir import Set as NftSet
+from nlproxy.nft.reconcile import ChainState, Delta, ElementId
+from nlproxy.proxy import naming as n
+from nlproxy.proxy.config import ProxyConfig
+from nlproxy.proxy.fragments import Ensure, Fragment, ensure_chain
+from nlproxy.proxy.planner import (
+    FamilyPlanner,
+    Plan,
+    PortPart,
+    gc_paused,
+    merge_parts,
+    plan,
+    plan_context,
+)
+from nlproxy.proxy.skeleton import IPV4, IPV6, FamilySpec
+
+_SPECS = {IPV4.family: IPV4, IPV6.family: IPV6}
+_STATIC_SETS = frozenset({n.CLUSTER_CIDRS, n.SERVICE_CIDRS, n.NODEPORT_IPS, n.HAIRPIN})
+"""Sets filled from the config or from every service together, never by one service."""
+
+
+@dataclass(slots=True)
+class LiveCounts:
+    """One family's reference counts: how many fragment operations use each shared object."""
+
+    ensures: dict[str, int] = field(default_factory=dict)
+    """Shared chain name → number of ``Ensure`` operations naming it."""
+    hairpin: dict[int, int] = field(default_factory=dict)
+    """Endpoint address (as an int) → number of times fragments list it."""
+
+
+@dataclass(slots=True)
+class Live:
+    """What an in-place update needs besides the plan: counts, and the inputs it was made from."""
+
+    counts: dict[Family, LiveCounts]
+    services: Mapping[ServiceKey, object]
+    slices: Mapping[ServiceKey, object]
+
+
+def attach(p: Plan, snapshot: ClusterSnapshot) -> bool:
+    """Count what ``p``'s services share, so later plans can update it in place.
+
+    O(every fragment operation); run once after a full plan of ``snapshot``.
+
+    Returns:
+        False (and nothing attached) when two services write the same element, chain or set:
+        undoing one of them could not tell what the other still needs.
+    """
+    p.live = None
+    counts: dict[Family, LiveCounts] = {}
+    with gc_paused():
+        for family, frags in p.fragments.items():
+            found = _count(p.rulesets[family], frags.values())
+            if found is None:
+                return False
+            counts[family] = found
+    p.live = Live(counts=counts, services=snapshot.services, slices=snapshot.slices)
+    return True
+
+
+def _count(rs: Ruleset, frags: Collection[Fragment]) -> LiveCounts | None:
+    counts = LiveCounts()
+    ensures, hairpin = counts.ensures, counts.hairpin
+    owned: set[tuple[type, str]] = set()
+    claimed = 0
+    for frag in frags:
+        for op in frag.ops:
+            t = type(op)
+            if t is Element:
+                claimed += 1
+                if op.set in _STATIC_SETS:  # type: ignore[union-attr]
+                    return None
+            elif t is Ensure:
+                ensures[op.name] = ensures.get(op.name, 0) + 1  # type: ignore[union-attr]
+            elif t is not Rule:  # a chain, set or map of the service's own
+                if (t, op.name) in owned:  # type: ignore[union-attr]
+                    return None
+                owned.add((t, op.name))  # type: ignore[union-attr]
+        for ip in frag.hairpin:
+            hairpin[int(ip)] = hairpin.get(int(ip), 0) + 1
+    written = sum(len(els) for name, els in rs.elements.items() if name not in _STATIC_SETS)
+    if claimed != written:
+        # Some key is written twice: fine within one service (a ClusterIP per port), not by
+        # two. Hashing every key is slow (ipaddress hashes in Python), so only now.
+        claimed = sum(len(_element_ids(f)) for f in frags)
+    if claimed != written or any((Chain, name) in owned for name in ensures):
+        return None
+    return counts
+
+
+def _element_ids(frag: Fragment) -> set[ElementId]:
+    return {(op.set, op.key) for op in frag.ops if isinstance(op, Element)}
+
+
+def plan_update(
+    prev: Plan,
+    snapshot: ClusterSnapshot,
+    config: ProxyConfig,
+    changed: Set[ServiceKey] | None = None,
+) -> tuple[Plan, dict[Family, Delta] | None]:
+    """The plan for ``snapshot``, made by updating ``prev`` in place where it can be.
+
+    Args:
+        prev: the last plan (consumed: do not use it afterwards).
+        snapshot: the cluster objects now.
+        config: the planner's configuration.
+        changed: every service whose Service or EndpointSlices changed since ``prev`` was made
+            (what ``ClusterState.apply`` reported, accumulated); None: found by comparing the
+            objects with those ``prev`` was planned from (by identity, as replay does).
+
+    Returns:
+        The plan, and per family what changed in its ruleset; None instead of the deltas when
+        the plan was made afresh (everything must be compared). A fresh plan is attached.
+    """
+    with gc_paused():
+        deltas = _update(prev, snapshot, config, changed)
+    if deltas is None:
+        fresh = plan(snapshot, config, previous=prev)
+        attach(fresh, snapshot)
+        return fresh, None
+    assert isinstance(prev.live, Live), "an update needs counts"
+    prev.live.services, prev.live.slices = snapshot.services, snapshot.slices
+    succ = Plan(rulesets=prev.rulesets, ports=prev.ports, fragments=prev.fragments)
+    succ.context, succ.live = prev.context, prev.live
+    return succ, deltas
+
+
+def changed_services(prev: Plan, snapshot: ClusterSnapshot) -> set[ServiceKey]:
+    """Services whose Service or slice objects are not the ones ``prev`` was planned from.
+
+    Usually at C speed: cluster state copies its mappings in the same key order, so the values
+    are compared position by position (new services come last). Otherwise, per service.
+    """
+    live = prev.live
+    if isinstance(live, Live):
+        services = _moved(live.services, snapshot.services)
+        slices = _moved(live.slices, snapshot.slices)
+        if services is not None and slices is not None:
+            return services | slices
+    return _compare_each(prev, snapshot)
+
+
+def _moved(old: Mapping[ServiceKey, Any], new: Mapping[ServiceKey, Any]) -> set[ServiceKey] | None:
+    """Keys whose value is another object, when ``old``'s keys start ``new``'s in order (the
+    same key objects); None otherwise."""
+    if new is old:
+        return set()
+    if len(new) < len(old) or not all(map(operator.is_, new, old)):
+        return None
+    out = set(compress(new, map(operator.is_not, new.values(), old.values())))
+    out.update(islice(new, len(old), None))
+    return out
+
+
+def _compare_each(prev: Plan, snapshot: ClusterSnapshot) -> set[ServiceKey]:
+    frags = prev.fragments.get(Family.IP, {})
+    slices = snapshot.slices
+    out: set[ServiceKey] = set()
+    added = 0
+    for key, svc in snapshot.services.items():
+        frag = frags.get(key)
+        if frag is None:
+            added += 1
+            out.add(key)
+        elif frag.service is not svc:
+            out.add(key)
+        else:
+            mine = slices.get(key, ())
+            if frag.slices is not mine and not frag.reusable_for(svc, mine):
+                out.add(key)
+    if len(frags) + added != len(snapshot.services):  # some were removed
+        out.update(k for k in frags if k not in snapshot.services)
+    return out
+
+
+def _update(
+    prev: Plan,
+    snapshot: ClusterSnapshot,
+    config: ProxyConfig,
+    changed: Set[ServiceKey] | None,
+) -> dict[Family, Delta] | None:
+    live = prev.live
+    if not isinstance(live, Live) or prev.context != plan_context(snapshot, config):
+        return None
+    counts = live.counts
+    if set(prev.fragments) != set(_SPECS) or set(counts) != set(_SPECS):
+        return None
+    keys = _keys(prev, snapshot, changed)
+    if keys is None:
+        return None
+    new: dict[Family, list[tuple[ServiceKey, Fragment | None]]] = {}
+    for family, spec in _SPECS.items():
+        new[family] = _replan(spec, snapshot, config, keys)
+        if not _safe(prev.rulesets[family], counts[family], prev.fragments[family], new[family]):
+            return None
+    old_refs = {ref for key in keys for ref in _refs(prev, key)}
+    deltas = {}
+    for family in _SPECS:
+        rs, frags = prev.rulesets[family], prev.fragments[family]
+        deltas[family] = _swap(rs, counts[family], frags, new[family])
+    _update_ports(prev, keys, old_refs)
+    return deltas
+
+
+def _refs(p: Plan, key: ServiceKey) -> Iterable[ServicePortRef]:
+    for frags in p.fragments.values():
+        frag = frags.get(key)
+        for piece in frag.pieces if frag is not None else ():
+            assert isinstance(piece, PortPart), "fragments hold port parts"
+            yield piece.ref
+
+
+def _keys(
+    prev: Plan, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None
+) -> list[ServiceKey] | None:
+    """The changed services that were or are planned, sorted; None if ``changed`` cannot be
+    right (the number of services would not add up)."""
+    frags = prev.fragments[Family.IP]
+    if changed is None:
+        changed = changed_services(prev, snapshot)
+    keys = sorted(k for k in changed if k in frags or k in snapshot.services)
+    added = sum(1 for k in keys if k not in frags and k in snapshot.services)
+    removed = sum(1 for k in keys if k in frags and k not in snapshot.services)
+    if len(frags) + added - removed != len(snapshot.services):
+        return None
+    return keys
+
+
+def _replan(
+    spec: FamilySpec, snapshot: ClusterSnapshot, config: ProxyConfig, keys: list[ServiceKey]
+) -> list[tuple[ServiceKey, Fragment | None]]:
+    """New fragments of the changed services (None: removed), planned into a scratch table."""
+    scratch = FamilyPlanner(spec, snapshot, config)
+    out: list[tuple[ServiceKey, Fragment | None]] = []
+    for key in keys:
+        svc = snapshot.services.get(key)
+        frag = None if svc is None else scratch.add_service(svc, snapshot.slices.get(key, ()))
+        out.append((key, frag))
+    return out
+
+
+def _safe(
+    rs: Ruleset,
+    live: LiveCounts,
+    old: dict[ServiceKey, Fragment],
+    new: list[tuple[ServiceKey, Fragment | None]],
+) -> bool:
+    """Whether the new fragments keep every element, chain and set to one writer."""
+    gone: set[object] = set()
+    for key, _ in new:
+        frag = old.get(key)
+        for op in frag.ops if frag is not None else ():
+            match op:
+                case Element():
+                    gone.add((op.set, op.key))
+                case Rule() | Ensure():
+                    continue
+                case _:
+                    gone.add((type(op), op.name))
+    claims: dict[object, ServiceKey] = {}
+    for key, frag in new:
+        if frag is not None and not _safe_one(rs, live, gone, claims, key, frag):
+            return False
+    return True
+
+
+def _safe_one(
+    rs: Ruleset,
+    live: LiveCounts,
+    gone: set[object],
+    claims: dict[object, ServiceKey],
+    key: ServiceKey,
+    frag: Fragment,
+) -> bool:
+    mine: set[str] = set()
+    for op in frag.ops:
+        ident: object
+        match op:
+            case Rule():
+                if op.chain not in mine:  # rules only go into the service's own chains
+                    return False
+                continue
+            case Ensure():
+                shared_here = ("shared", op.name)
+                claims[shared_here] = claims.get(shared_here, key)
+                taken = op.name in rs.chains and op.name not in live.ensures
+                if taken or (Chain, op.name) in claims:
+                    return False
+                continue
+            case Element():
+                if op.set in _STATIC_SETS or op.set not in rs.elements:
+                    return False
+                ident, exists = (op.set, op.key), op.key in rs.elements[op.set]
+            case Chain():
+                ident, exists = (Chain, op.name), op.name in rs.chains
+                if ("shared", op.name) in claims:
+                    return False
+                mine.add(op.name)
+            case _:
+                ident, exists = (type(op), op.name), op.name in rs.sets
+        if claims.setdefault(ident, key) != key or (exists and ident not in gone):
+            return False
+    return True
+
+
+def _swap(
+    rs: Ruleset,
+    live: LiveCounts,
+    frags: dict[ServiceKey, Fragment],
+    new: list[tuple[ServiceKey, Fragment | None]],
+) -> Delta:
+    """Undo the old fragments, apply the new ones, and return what differs."""
+    olds = [f for f in (frags.get(k) for k, _ in new) if f is not None]
+    news = [f for _, f in new if f is not None]
+    touched = _Touched(rs)
+    for frag in (*olds, *news):
+        touched.note(frag)
+    for frag in olds:
+        _undo(rs, live, frag)
+    for frag in news:
+        _apply(rs, live, frag)
+    for key, replacement in new:
+        if replacement is None:
+            frags.pop(key, None)
+        else:
+            frags[key] = replacement
+    return touched.delta()
+
+
+class _Touched:
+    """The objects some fragment of an update names, with their values before it."""
+
+    def __init__(self, rs: Ruleset) -> None:
+        self.rs = rs
+        self.elements: dict[ElementId, Element | None] = {}
+        self.chains: dict[str, ChainState | None] = {}
+        self.sets: dict[str, NftSet | Map | None] = {}
+
+    def note(self, frag: Fragment) -> None:
+        rs, elements = self.rs, self.elements
+        for op in frag.ops:
+            match op:
+                case Element():
+                    ident: ElementId = (op.set, op.key)
+                    if ident not in elements:
+                        elements[ident] = rs.elements.get(op.set, {}).get(op.key)
+                case Ensure() | Chain():
+                    if op.name not in self.chains:
+                        self.chains[op.name] = _chain_state(rs, op.name)
+                case Rule():
+                    continue
+                case _:
+                    if op.name not in self.sets:
+                        self.sets[op.name] = rs.sets.get(op.name)
+        pairs = rs.elements[n.HAIRPIN]
+        for ip in frag.hairpin:
+            ident = (n.HAIRPIN, (ip, ip))
+            if ident not in elements:
+                elements[ident] = pairs.get((ip, ip))
+
+    def delta(self) -> Delta:
+        rs, out = self.rs, Delta()
+        for ident, before in self.elements.items():
+            after = rs.elements.get(ident[0], {}).get(ident[1])
+            if before is not after and before != after:
+                out.elements[ident] = (before, after)
+        for name, chain_before in self.chains.items():
+            chain_after = _chain_state(rs, name)
+            if chain_before != chain_after:
+                out.chains[name] = (chain_before, chain_after)
+        for name, set_before in self.sets.items():
+            set_after = rs.sets.get(name)
+            if set_before != set_after:
+                out.sets[name] = (set_before, set_after)
+        return out
+
+
+def _chain_state(rs: Ruleset, name: str) -> ChainState | None:
+    chain = rs.chains.get(name)
+    return None if chain is None else (chain, tuple(rs.rules.get(name, ())))
+
+
+def _undo(rs: Ruleset, live: LiveCounts, frag: Fragment) -> None:
+    """Take one service's fragment out of the ruleset (it is the only writer of its objects)."""
+    for op in frag.ops:
+        match op:
+            case Element():
+                rs.elements[op.set].pop(op.key, None)
+            case Ensure():
+                left = live.ensures[op.name] - 1
+                if left:
+                    live.ensures[op.name] = left
+                else:
+                    del live.ensures[op.name]
+                    _drop_chain(rs, op.name)
+            case Chain():
+                _drop_chain(rs, op.name)
+            case Rule():
+                continue  # gone with its chain
+            case _:
+                rs.sets.pop(op.name, None)
+                rs.elements.pop(op.name, None)
+    _hairpin(rs, live, frag.hairpin, -1)
+
+
+def _apply(rs: Ruleset, live: LiveCounts, frag: Fragment) -> None:
+    """Put one service's fragment into the ruleset, as a fresh plan's replay would."""
+    for op in frag.ops:
+        match op:
+            case Element():
+                rs.elements[op.set][op.key] = op
+            case Ensure():
+                live.ensures[op.name] = live.ensures.get(op.name, 0) + 1
+                ensure_chain(rs, op.name, op.rules)
+            case Chain():
+                rs.add_chain(op)
+            case Rule():
+                rs.add_rule(op)
+            case _:
+                rs.add_set(op)
+    _hairpin(rs, live, frag.hairpin, 1)
+
+
+def _drop_chain(rs: Ruleset, name: str) -> None:
+    rs.chains.pop(name, None)
+    rs.rules.pop(name, None)
+
+
+def _hairpin(rs: Ruleset, live: LiveCounts, ips: list[IPAddress], step: int) -> None:
+    """Count endpoint addresses in or out; a pair exists while some service lists the address."""
+    pairs = rs.elements[n.HAIRPIN]
+    for ip in ips:
+        k = int(ip)
+        count = live.hairpin.get(k, 0) + step
+        if count > 0:
+            live.hairpin[k] = count
+            if step > 0 and count == 1:
+                pairs[(ip, ip)] = Element(set=n.HAIRPIN, key=(ip, ip))
+        else:
+            live.hairpin.pop(k, None)
+            pairs.pop((ip, ip), None)
+
+
+def _update_ports(prev: Plan, keys: list[ServiceKey], old_refs: set[ServicePortRef]) -> None:
+    """Replace the changed services' port summaries (both families' parts, ``ip`` first)."""
+    parts: dict[ServicePortRef, list[PortPart]] = {}
+    for key in keys:
+        for family in _SPECS:
+            frag = prev.fragments[family].get(key)
+            for piece in frag.pieces if frag is not None else ():
+                assert isinstance(piece, PortPart), "fragments hold port parts"
+                parts.setdefault(piece.ref, []).append(piece)
+    for ref in old_refs - parts.keys():
+        del prev.ports[ref]
+    for ref, p in parts.items():
+        prev.ports[ref] = merge_parts(ref, p)
