@@ -1,22 +1,20 @@
-"""Decode netlink expressions, set types and element bytes back into the nft IR.
+"""Decode netlink expressions back into the nft IR: the inverse of ``lower.py``.
 
 Sits under the read-back (``readback.py``): that module dumps the kernel's objects with libnftnl
 and hands each rule over as a list of :class:`RawExpr`; this module recognises the register
-patterns nft 1.0.6 generates for each IR expression and rebuilds the expression tree. Pure: no
-I/O, no libnftnl, no kernel. It must never guess: a rule with a pattern it does not recognise is
-reported as undecodable (:class:`UndecodedRule`), never approximated.
+patterns nft 1.0.6 generates for each IR expression and rebuilds the expression tree. Set types
+and element bytes are ``values.py``'s (shared with the encoder); the names callers import from
+here are re-exported. Pure: no I/O, no libnftnl, no kernel. It must never guess: a rule with a
+pattern it does not recognise is reported as undecodable (:class:`UndecodedRule`), never
+approximated.
 """
 
 from __future__ import annotations
 
-import functools
-import struct
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, summarize_address_range
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
-from nlproxy.errors import NlproxyError
 from nlproxy.nft.ir import (
     Cmp,
     Counter,
@@ -39,9 +37,36 @@ from nlproxy.nft.ir import (
     SetUpdate,
     Value,
     Verdict,
-    VerdictKind,
     VMap,
 )
+from nlproxy.nft.values import (
+    UndecodableError,
+    decode_key,
+    decode_value,
+    host_u32,
+    interval_value,
+    key_order,
+    pad4,
+    split_type,
+    verdict_of,
+)
+
+__all__ = [
+    "RawExpr",
+    "SetInfo",
+    "UndecodableError",
+    "UndecodedRule",
+    "cmp_of",
+    "decode_key",
+    "decode_rule",
+    "interval_value",
+    "key_order",
+    "pad4",
+    "reg_offset",
+    "split_type",
+    "verdict_of",
+]
+"""Set types and values live in ``values.py``; they stay importable from here."""
 
 # linux/netfilter/nf_tables.h
 NFT_PAYLOAD_NETWORK_HEADER = 1
@@ -61,45 +86,16 @@ NFT_NG_RANDOM = 1
 NFT_FIB_RESULT_ADDRTYPE = 3
 NFTA_FIB_F_SADDR = 1 << 0
 NFTA_FIB_F_DADDR = 1 << 1
-NFT_DATA_VERDICT = 0xFFFFFF00
 # linux/netfilter/nf_nat.h
 NF_NAT_RANGE_MAP_IPS = 0x1
 NF_NAT_RANGE_PROTO_SPECIFIED = 0x2
 NF_NAT_RANGE_PROTO_RANDOM_FULLY = 0x10
-# linux/netfilter.h verdicts, and nft's negative ones (nf_tables.h enum nft_verdicts)
-NF_DROP = 0
-NF_ACCEPT = 1
-NFT_CONTINUE = -1
-NFT_JUMP = -3
-NFT_GOTO = -4
-NFT_RETURN = -5
-
 _CMP_OPS = {0: Op.EQ, 1: Op.NE, 2: Op.LT, 3: Op.LE, 4: Op.GT, 5: Op.GE}
-_VERDICTS = {
-    NF_DROP: VerdictKind.DROP,
-    NF_ACCEPT: VerdictKind.ACCEPT,
-    NFT_CONTINUE: VerdictKind.CONTINUE,
-    NFT_JUMP: VerdictKind.JUMP,
-    NFT_GOTO: VerdictKind.GOTO,
-    NFT_RETURN: VerdictKind.RETURN,
-}
 DEFAULT_REJECT_CODE = {Family.IP: 3, Family.IP6: 4}
 """ICMP port-unreachable (ip) and ICMPv6 port-unreachable (ip6): what a bare ``reject`` sends."""
 ICMPX_PORT_UNREACH = 1
 
-# nft's type ids (enum datatypes) that may appear in a set's key or data, by (id, length).
-# nft gives ``typeof ... numgen ...`` keys its 32-bit "integer" type (id 4); the IR spells a
-# 32-bit number MARK, so both read back as MARK.
-_TYPE_IDS: dict[int, DataType] = {dt.type_id: dt for dt in DataType if dt is not DataType.VERDICT}
-_TYPE_IDS[4] = DataType.MARK
-TYPE_BITS = 6
-
-_HOST_U32 = struct.Struct("=I")
 _FLAG_FIELDS = (Field.CT_STATE, Field.CT_STATUS)
-
-
-class UndecodableError(NlproxyError):
-    """Something read back from the kernel that the IR cannot express (a foreign pattern)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,133 +141,6 @@ class SetInfo:
     anonymous: bool = False
     entries: tuple[tuple[tuple[Value, ...], Verdict], ...] = ()
     """For an anonymous verdict map: its elements, sorted by key."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Set types and values
-
-
-def pad4(n: int) -> int:
-    return (n + 3) & ~3
-
-
-def split_type(type_id: int, length: int, *, what: str) -> tuple[DataType, ...]:
-    """Split nft's concatenated type id (6 bits per part, first part highest) into datatypes.
-
-    Raises:
-        UndecodableError: an unknown type id, or lengths that do not add up to ``length``.
-    """
-    if type_id == NFT_DATA_VERDICT:
-        return (DataType.VERDICT,)
-    ids: list[int] = []
-    t = type_id
-    while t:
-        ids.append(t & ((1 << TYPE_BITS) - 1))
-        t >>= TYPE_BITS
-    ids.reverse()
-    try:
-        parts = tuple(_TYPE_IDS[i] for i in ids)
-    except KeyError as exc:
-        raise UndecodableError(what, f"unknown nft datatype id {exc.args[0]}") from None
-    total = sum(pad4(p.length) for p in parts) if len(parts) > 1 else sum(p.length for p in parts)
-    if not parts or total != length:
-        raise UndecodableError(what, f"type 0x{type_id:x} does not match length {length}")
-    return parts
-
-
-def decode_value(dt: DataType | None, data: bytes) -> Value:
-    """One key/data part in kernel byte order: addresses and ports in network order, marks (and
-    the other 32-bit meta/ct values) in host order."""
-    if dt is DataType.IPV4_ADDR:
-        return IPv4Address(data[:4])
-    if dt is DataType.IPV6_ADDR:
-        return IPv6Address(data[:16])
-    if dt is DataType.INET_SERVICE:
-        return int.from_bytes(data[:2], "big")
-    if dt is DataType.INET_PROTO or len(data) == 1:
-        return data[0]
-    if len(data) == 4:
-        return int(_HOST_U32.unpack(data)[0])
-    raise UndecodableError(f"value {data.hex()}", f"cannot decode as {dt}")
-
-
-def decode_key(parts: tuple[DataType, ...], data: bytes) -> tuple[Value, ...]:
-    """Split a (possibly concatenated) key or data blob into one value per part."""
-    return key_decoder(parts)(data)
-
-
-_CONVERTERS: dict[DataType, Callable[[bytes], Value]] = {
-    DataType.IPV4_ADDR: IPv4Address,
-    DataType.IPV6_ADDR: IPv6Address,
-    DataType.INET_SERVICE: lambda b: int.from_bytes(b, "big"),
-    DataType.INET_PROTO: lambda b: b[0],
-    DataType.MARK: lambda b: int.from_bytes(b, sys.byteorder),
-}
-
-
-@functools.cache
-def key_decoder(parts: tuple[DataType, ...]) -> Callable[[bytes], tuple[Value, ...]]:
-    """A fast decoder for keys of one set type (read-back decodes 100k elements at a time)."""
-    slices: list[tuple[int, int, Callable[[bytes], Value]]] = []
-    off = 0
-    for p in parts:
-        if p not in _CONVERTERS:
-            raise UndecodableError(f"datatype {p.name}", "has no key values")
-        slices.append((off, off + p.length, _CONVERTERS[p]))
-        off += p.length if len(parts) == 1 else pad4(p.length)
-
-    def decode(data: bytes) -> tuple[Value, ...]:
-        return tuple(conv(data[a:b]) for a, b, conv in slices)
-
-    return decode
-
-
-MAX_EXPANDED_RANGE = 1 << 16
-"""Ranges of ports or protocols (at most 65536 values) read back as one element per value."""
-
-
-def interval_value(dt: DataType, lo: bytes, hi: bytes) -> list[Value]:
-    """The values covering the inclusive range [lo, hi] of one key part of an interval set:
-    the networks that exactly cover an address range (a /32 or /128 for one address), or each
-    value of a port or protocol range; the same members, never an approximation."""
-    if lo > hi:
-        raise UndecodableError(f"interval {lo.hex()}-{hi.hex()}", "ends before it starts")
-    if dt is DataType.IPV4_ADDR:
-        return list(summarize_address_range(IPv4Address(lo), IPv4Address(hi)))
-    if dt is DataType.IPV6_ADDR:
-        return list(summarize_address_range(IPv6Address(lo), IPv6Address(hi)))
-    first, last = int.from_bytes(lo, "big"), int.from_bytes(hi, "big")
-    if dt in (DataType.INET_SERVICE, DataType.INET_PROTO) and last - first < MAX_EXPANDED_RANGE:
-        return [decode_value(dt, v.to_bytes(len(lo), "big")) for v in range(first, last + 1)]
-    raise UndecodableError(
-        f"interval {lo.hex()}-{hi.hex()}", f"a range of {dt.name} this large has no IR value"
-    )
-
-
-def key_order(key: tuple[Value, ...]) -> tuple[tuple[int, int, int], ...]:
-    """Sort key for element keys: numbers part by part (addresses and networks by address,
-    then prefix length), so element order is deterministic and reads naturally."""
-    out = []
-    for v in key:
-        if isinstance(v, int):
-            out.append((0, v, 0))
-        elif isinstance(v, IPv4Network | IPv6Network):
-            out.append((v.version, int(v.network_address), v.prefixlen))
-        else:
-            out.append((v.version, int(v), 0))
-    return tuple(out)
-
-
-def verdict_of(code: int, chain: str | None) -> Verdict:
-    """A kernel verdict code (signed) and chain into a :class:`Verdict`."""
-    if code >= 1 << 31:
-        code -= 1 << 32
-    kind = _VERDICTS.get(code)
-    if kind is None:
-        raise UndecodableError(f"verdict {code}", "not a verdict the IR knows")
-    if kind in (VerdictKind.JUMP, VerdictKind.GOTO):
-        return Verdict(kind, chain)
-    return Verdict(kind)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -422,9 +291,9 @@ def _meta(st: _State, e: RawExpr) -> None:
 
 def _mark_set(reg: _Reg) -> MarkSet:
     if isinstance(reg, _Imm) and len(reg.data) == 4:
-        return MarkSet(int(_HOST_U32.unpack(reg.data)[0]), "set")
+        return MarkSet(host_u32(reg.data), "set")
     if isinstance(reg, _Sel) and reg.sel is Field.META_MARK and reg.mask and reg.xor:
-        mask, xor = (int(_HOST_U32.unpack(b)[0]) for b in (reg.mask, reg.xor))
+        mask, xor = (host_u32(b) for b in (reg.mask, reg.xor))
         if mask == 0xFFFFFFFF:
             return MarkSet(xor, "xor")
         if mask == ~xor & 0xFFFFFFFF:
@@ -491,8 +360,8 @@ def cmp_of(
     if fld in _FLAG_FIELDS:
         return _flag_cmp(fld, op, data, mask)
     if fld is Field.META_MARK:
-        value = int(_HOST_U32.unpack(data)[0])
-        return Cmp(fld, value, op, None if mask is None else int(_HOST_U32.unpack(mask)[0]))
+        value = host_u32(data)
+        return Cmp(fld, value, op, None if mask is None else host_u32(mask))
     if fld.datatype in (DataType.IPV4_ADDR, DataType.IPV6_ADDR):
         return _addr_cmp(fld, length, op, data, mask)
     if mask is not None:
@@ -506,9 +375,9 @@ def _flag_cmp(fld: Field, op: Op, data: bytes, mask: bytes | None) -> Cmp:
     nft writes ``ct state != invalid`` as a plain ``cmp neq``; a ct state holds exactly one bit,
     so for a single bit that is the same as "none set" and reads back as NE too.
     """
-    value = int(_HOST_U32.unpack(data)[0])
+    value = host_u32(data)
     if mask is not None:
-        bits = int(_HOST_U32.unpack(mask)[0])
+        bits = host_u32(mask)
         if value == 0 and op in (Op.EQ, Op.NE):
             return Cmp(fld, bits, Op.NE if op is Op.EQ else Op.EQ)
     elif fld is Field.CT_STATE and op is Op.NE and value and value & (value - 1) == 0:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ipaddress import IPv4Network, IPv6Address, IPv6Network
 from typing import Any, assert_never
 
-from nlproxy.nft.decode import UndecodedRule, key_order
+from nlproxy.nft.decode import UndecodedRule
 from nlproxy.nft.ir import (
     PRIORITY_DSTNAT,
     PRIORITY_FILTER,
@@ -53,6 +53,7 @@ from nlproxy.nft.ir import (
     Verdict,
     VMap,
 )
+from nlproxy.nft.values import key_order
 
 PROTOCOLS = {1: "icmp", 6: "tcp", 17: "udp", 33: "dccp", 58: "ipv6-icmp", 132: "sctp"}
 """Protocol names nft prints (from /etc/protocols); others print as numbers."""
