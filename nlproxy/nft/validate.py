@@ -6,7 +6,7 @@ misprogram, becomes an :class:`~nlproxy.errors.InvalidNftObject` naming the obje
 service can be left out without a round trip to the kernel. Pure: no I/O, no kernel, no encoding;
 it never changes the operations it checks.
 
-The value rules here are also the contract of ``encode.py``'s packers: what passes
+The value rules here are also the contract of ``values.py``'s packers: what passes
 :func:`check_value` packs without error.
 """
 
