@@ -3,7 +3,8 @@
 The only code that reads raw Kubernetes objects (dicts decoded from JSON or YAML). Both sources
 (the API watch and the manifests directory) call it, so the rules are the same for both. It either
 returns model values or raises ``InvalidObject`` naming the object and the field; it never lets a
-``KeyError``/``TypeError`` out for bad content. It must not do I/O, log, or keep state.
+``KeyError``/``TypeError`` out for bad content (field-by-field reading is ``fields.py``'s). It
+must not do I/O, log, or keep state.
 
 Semantics follow kube-proxy: headless, ``ExternalName`` and other proxies' Services are skipped
 (``None``), FQDN EndpointSlices and slices without a Service are skipped, only the first address
@@ -12,13 +13,12 @@ of a slice endpoint is proxied, and unset endpoint conditions mean ready, servin
 
 from __future__ import annotations
 
-import ipaddress
-import json
 import re
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any
 
+from nlproxy.cluster.fields import FieldReader, describe
 from nlproxy.cluster.model import (
     ClusterObject,
     Endpoint,
@@ -66,113 +66,6 @@ _AFFINITIES = ("None", "ClientIP")
 _ADDRESS_TYPES = ("IPv4", "IPv6", "FQDN")
 
 
-def _describe(value: object) -> str:
-    try:
-        text = json.dumps(value)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-class _Reader:
-    """Typed access to the fields of one raw object; every failure names the object and field."""
-
-    def __init__(self, ref: ObjectRef) -> None:
-        self.ref = str(ref)
-
-    def fail(self, field: str, reason: str) -> NoReturn:
-        raise InvalidObject(self.ref, reason, field=field)
-
-    def expect(self, field: str, what: str, value: object) -> NoReturn:
-        self.fail(field, f"expected {what}, got {_describe(value)}")
-
-    def mapping(self, value: object, field: str) -> Mapping[str, Any]:
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            self.expect(field, "an object", value)
-        return value
-
-    def items(self, value: object, field: str) -> list[Any]:
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            self.expect(field, "a list", value)
-        return value
-
-    def string(self, value: object, field: str) -> str | None:
-        if value is None or isinstance(value, str):
-            return value
-        self.expect(field, "a string", value)
-
-    def indexed(self, value: object, field: str) -> list[tuple[Any, str]]:
-        """The items of a list with their field paths: ``(item, "field[i]")``."""
-        return [(v, f"{field}[{i}]") for i, v in enumerate(self.items(value, field))]
-
-    def strings(self, value: object, field: str) -> list[str]:
-        return [
-            self.string(v, f"{field}[{i}]") or "" for i, v in enumerate(self.items(value, field))
-        ]
-
-    def string_map(self, value: object, field: str) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for key, val in self.mapping(value, field).items():
-            out[str(key)] = self.string(val, f"{field}[{key}]") or ""
-        return out
-
-    def boolean(self, value: object, field: str) -> bool | None:
-        if value is None or isinstance(value, bool):
-            return value
-        self.expect(field, "true or false", value)
-
-    def integer(self, value: object, field: str, low: int, high: int) -> int | None:
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.expect(field, "an integer", value)
-        if not low <= value <= high:
-            self.fail(field, f"{value} is not in {low}..{high}")
-        return value
-
-    def port(self, value: object, field: str, *, zero_ok: bool = False) -> int | None:
-        """A port number in 1..65535; ``None`` when unset (or 0, where 0 means "none")."""
-        if zero_ok and value == 0 and not isinstance(value, bool):
-            return None
-        return self.integer(value, field, 1, 65535)
-
-    def choice(self, value: object, field: str, choices: tuple[str, ...], default: str) -> str:
-        text = self.string(value, field)
-        if not text:
-            return default
-        if text not in choices:
-            self.fail(field, f"{_describe(text)} is not one of {', '.join(choices)}")
-        return text
-
-    def ip(self, value: object, field: str) -> IPAddress:
-        text = self.string(value, field)
-        if text is None:
-            self.fail(field, "missing")
-        try:
-            ip = ipaddress.ip_address(text)
-        except ValueError:
-            self.fail(field, f"{_describe(text)} is not a valid IP address")
-        if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
-            self.fail(field, f"{_describe(text)} is not a valid IP address")
-        return ip
-
-    def cidr(self, value: object, field: str, *, strict: bool) -> IPNetwork:
-        text = self.string(value, field)
-        if text is None:
-            self.fail(field, "missing")
-        if "/" not in text:
-            self.fail(field, f"{_describe(text)} is not a CIDR (address/prefix length)")
-        try:
-            return ipaddress.ip_network(text.strip(), strict=strict)
-        except ValueError as exc:
-            reason = "has host bits set" if "host bits" in str(exc) else "is not a valid CIDR"
-            self.fail(field, f"{_describe(text)} {reason}")
-
-
 def _family(ip: IPAddress | IPNetwork) -> IPFamily:
     return IPFamily.IPV4 if ip.version == 4 else IPFamily.IPV6
 
@@ -204,7 +97,7 @@ def object_ref(obj: Mapping[str, Any], kind: str | None = None) -> ObjectRef:
     )
 
 
-def _metadata(r: _Reader, obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, str]]:
+def _metadata(r: FieldReader, obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, str]]:
     """``(metadata, labels)``, checking that the object has a name."""
     meta = r.mapping(obj.get("metadata"), "metadata")
     if not r.string(meta.get("name"), "metadata.name"):
@@ -223,7 +116,7 @@ def parse_service(obj: Mapping[str, Any]) -> Service | None:
         InvalidObject: naming the field, e.g. ``spec.ports[1].port: 70000 is not in 1..65535``.
     """
     ref = object_ref(obj, "Service")
-    r = _Reader(ref)
+    r = FieldReader(ref)
     meta, labels = _metadata(r, obj)
     if _SKIP_LABELS & labels.keys():
         return None
@@ -266,11 +159,11 @@ def parse_service(obj: Mapping[str, Any]) -> Service | None:
     )
 
 
-def _local(r: _Reader, spec: Mapping[str, Any], policy: str) -> bool:
+def _local(r: FieldReader, spec: Mapping[str, Any], policy: str) -> bool:
     return r.choice(spec.get(policy), f"spec.{policy}", _POLICIES, "Cluster") == "Local"
 
 
-def _cluster_ips(r: _Reader, spec: Mapping[str, Any]) -> tuple[IPAddress, ...] | None:
+def _cluster_ips(r: FieldReader, spec: Mapping[str, Any]) -> tuple[IPAddress, ...] | None:
     """``spec.clusterIPs`` (or ``spec.clusterIP``) checked against ``spec.ipFamilies``; ``None``
     for a headless Service."""
     single = r.string(spec.get("clusterIP"), "spec.clusterIP") or ""
@@ -285,7 +178,7 @@ def _cluster_ips(r: _Reader, spec: Mapping[str, Any]) -> tuple[IPAddress, ...] |
     elif single and single != raw[0]:
         r.fail(
             "spec.clusterIPs[0]",
-            f"{_describe(raw[0])} differs from spec.clusterIP {_describe(single)}",
+            f"{describe(raw[0])} differs from spec.clusterIP {describe(single)}",
         )
     if len(raw) > 2:
         r.fail("spec.clusterIPs", f"{len(raw)} addresses; at most two, one per family")
@@ -309,7 +202,9 @@ def _cluster_ips(r: _Reader, spec: Mapping[str, Any]) -> tuple[IPAddress, ...] |
     return ips
 
 
-def _service_ports(r: _Reader, key: ServiceKey, spec: Mapping[str, Any]) -> tuple[ServicePort, ...]:
+def _service_ports(
+    r: FieldReader, key: ServiceKey, spec: Mapping[str, Any]
+) -> tuple[ServicePort, ...]:
     raw_ports = r.items(spec.get("ports"), "spec.ports")
     if not raw_ports:
         r.fail("spec.ports", "missing (a Service that is not headless needs at least one port)")
@@ -343,20 +238,20 @@ def _service_ports(r: _Reader, key: ServiceKey, spec: Mapping[str, Any]) -> tupl
 
 
 def _port_name(
-    r: _Reader, entry: Mapping[str, Any], f: str, seen: dict[str, str]
+    r: FieldReader, entry: Mapping[str, Any], f: str, seen: dict[str, str]
 ) -> tuple[str, Protocol]:
     """A port entry's name (a DNS label, unique within the object; ``seen`` maps names to the
     entries that used them) and protocol (TCP by default)."""
     name = r.string(entry.get("name"), f"{f}.name") or ""
     if name and not _DNS_LABEL.fullmatch(name):
-        r.fail(f"{f}.name", f"{_describe(name)} is not a valid port name (a DNS label)")
+        r.fail(f"{f}.name", f"{describe(name)} is not a valid port name (a DNS label)")
     if name in seen:
-        r.fail(f"{f}.name", f"duplicate port name {_describe(name)} (also {seen[name]})")
+        r.fail(f"{f}.name", f"duplicate port name {describe(name)} (also {seen[name]})")
     seen[name] = f
     return name, Protocol(r.choice(entry.get("protocol"), f"{f}.protocol", _PROTOCOLS, "TCP"))
 
 
-def _target_port(r: _Reader, value: object, field: str, port: int) -> int | str:
+def _target_port(r: FieldReader, value: object, field: str, port: int) -> int | str:
     """``targetPort``: a number, or a container port name (IANA_SVC_NAME); unset, 0 or "" mean
     the service port, as the API server defaults it."""
     if isinstance(value, str):
@@ -365,7 +260,7 @@ def _target_port(r: _Reader, value: object, field: str, port: int) -> int | str:
         if not _IANA_SVC_NAME.fullmatch(value):
             r.fail(
                 field,
-                f"{_describe(value)} is not a valid port name (at most 15 lowercase letters, "
+                f"{describe(value)} is not a valid port name (at most 15 lowercase letters, "
                 "digits and single hyphens, with at least one letter)",
             )
         return value
@@ -373,7 +268,7 @@ def _target_port(r: _Reader, value: object, field: str, port: int) -> int | str:
     return port if number is None else number
 
 
-def _load_balancer_ips(r: _Reader, obj: Mapping[str, Any]) -> tuple[IPAddress, ...]:
+def _load_balancer_ips(r: FieldReader, obj: Mapping[str, Any]) -> tuple[IPAddress, ...]:
     """Ingress IPs of VIP-mode load balancers; ``ipMode: Proxy`` ones deliver traffic to the
     node themselves, so kube-proxy ignores them (as it does hostname-only entries)."""
     status = r.mapping(
@@ -390,7 +285,7 @@ def _load_balancer_ips(r: _Reader, obj: Mapping[str, Any]) -> tuple[IPAddress, .
 
 
 def _source_ranges(
-    r: _Reader, spec: Mapping[str, Any], annotations: Mapping[str, str]
+    r: FieldReader, spec: Mapping[str, Any], annotations: Mapping[str, str]
 ) -> tuple[IPNetwork, ...]:
     """``spec.loadBalancerSourceRanges``, else the older comma-separated annotation. Surrounding
     whitespace is tolerated and host bits are ignored, as the API server lets both through."""
@@ -403,7 +298,7 @@ def _source_ranges(
     return tuple(r.cidr(v, f, strict=False) for v, f in zip(values, fields, strict=True))
 
 
-def _affinity_timeout(r: _Reader, spec: Mapping[str, Any]) -> int | None:
+def _affinity_timeout(r: FieldReader, spec: Mapping[str, Any]) -> int | None:
     affinity = r.choice(spec.get("sessionAffinity"), "spec.sessionAffinity", _AFFINITIES, "None")
     if affinity != "ClientIP":
         return None
@@ -424,7 +319,7 @@ def parse_endpoint_slice(obj: Mapping[str, Any]) -> EndpointSlice | None:
         InvalidObject: naming the field, e.g. ``endpoints[2].addresses[0]``.
     """
     ref = object_ref(obj, "EndpointSlice")
-    r = _Reader(ref)
+    r = FieldReader(ref)
     meta, labels = _metadata(r, obj)
     address_type = r.choice(obj.get("addressType"), "addressType", _ADDRESS_TYPES, "")
     if not address_type:
@@ -449,7 +344,7 @@ def parse_endpoint_slice(obj: Mapping[str, Any]) -> EndpointSlice | None:
     )
 
 
-def _slice_ports(r: _Reader, value: object) -> tuple[EndpointPort, ...]:
+def _slice_ports(r: FieldReader, value: object) -> tuple[EndpointPort, ...]:
     """Usable slice ports; an entry whose ``port`` is null is dropped, as kube-proxy does."""
     ports: list[EndpointPort] = []
     names: dict[str, str] = {}
@@ -463,7 +358,7 @@ def _slice_ports(r: _Reader, value: object) -> tuple[EndpointPort, ...]:
     return tuple(ports)
 
 
-def _endpoint(r: _Reader, raw: object, f: str, family: IPFamily) -> Endpoint:
+def _endpoint(r: FieldReader, raw: object, f: str, family: IPFamily) -> Endpoint:
     """One slice endpoint. Every address is checked, but only the first is proxied: the API
     calls them fungible and kube-proxy uses ``addresses[0]``."""
     entry = r.mapping(raw, f)
@@ -491,7 +386,7 @@ def _endpoint(r: _Reader, raw: object, f: str, family: IPFamily) -> Endpoint:
     )
 
 
-def _hint_names(r: _Reader, value: object, field: str) -> frozenset[str] | None:
+def _hint_names(r: FieldReader, value: object, field: str) -> frozenset[str] | None:
     names = [
         r.string(r.mapping(v, f"{field}[{i}]").get("name"), f"{field}[{i}].name") or ""
         for i, v in enumerate(r.items(value, field))
@@ -514,7 +409,7 @@ def _trigger_time(value: str | None) -> datetime | None:
 def parse_node(obj: Mapping[str, Any]) -> Node:
     """A v1 Node: name, labels and zone, addresses (InternalIPs, then ExternalIPs, each in the
     order listed, without repeats) and pod CIDRs (``spec.podCIDRs``, else ``spec.podCIDR``)."""
-    r = _Reader(object_ref(obj, "Node"))
+    r = FieldReader(object_ref(obj, "Node"))
     meta, labels = _metadata(r, obj)
     status = r.mapping(obj.get("status"), "status")
     by_type: dict[str, list[IPAddress]] = {"InternalIP": [], "ExternalIP": []}
@@ -539,7 +434,7 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
 
 def parse_service_cidr(obj: Mapping[str, Any]) -> ServiceCIDR:
     """A networking.k8s.io/v1 ServiceCIDR: ``spec.cidrs``, at most one per family."""
-    r = _Reader(object_ref(obj, "ServiceCIDR"))
+    r = FieldReader(object_ref(obj, "ServiceCIDR"))
     meta, _labels = _metadata(r, obj)
     spec = r.mapping(obj.get("spec"), "spec")
     raw = r.strings(spec.get("cidrs"), "spec.cidrs")

@@ -1,0 +1,131 @@
+"""Typed reading of the fields of one raw Kubernetes object, every failure naming the field.
+
+Sits under the parser (``parse.py``, the only code that reads raw Kubernetes objects): it reads
+one field at a time from decoded JSON/YAML values and either returns a typed value or raises
+``InvalidObject`` naming the object, the field path and what was wrong. It knows no kind of
+object and no kube-proxy semantics, and must not do I/O, log, or keep state beyond the object's
+name.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+from nlproxy.cluster.model import IPAddress, IPNetwork, ObjectRef
+from nlproxy.errors import InvalidObject
+
+
+def describe(value: object) -> str:
+    """A value as JSON for an error message, cut to 40 characters."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class FieldReader:
+    """Typed access to the fields of one raw object; every failure names the object and field.
+
+    Each reader takes the raw value and its field path (``spec.ports[1].port``); an unset
+    (``None``) value reads as empty or ``None``, anything of the wrong type raises
+    ``InvalidObject``.
+    """
+
+    def __init__(self, ref: ObjectRef) -> None:
+        self.ref = str(ref)
+
+    def fail(self, field: str, reason: str) -> NoReturn:
+        raise InvalidObject(self.ref, reason, field=field)
+
+    def expect(self, field: str, what: str, value: object) -> NoReturn:
+        self.fail(field, f"expected {what}, got {describe(value)}")
+
+    def mapping(self, value: object, field: str) -> Mapping[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            self.expect(field, "an object", value)
+        return value
+
+    def items(self, value: object, field: str) -> list[Any]:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.expect(field, "a list", value)
+        return value
+
+    def string(self, value: object, field: str) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        self.expect(field, "a string", value)
+
+    def indexed(self, value: object, field: str) -> list[tuple[Any, str]]:
+        """The items of a list with their field paths: ``(item, "field[i]")``."""
+        return [(v, f"{field}[{i}]") for i, v in enumerate(self.items(value, field))]
+
+    def strings(self, value: object, field: str) -> list[str]:
+        return [
+            self.string(v, f"{field}[{i}]") or "" for i, v in enumerate(self.items(value, field))
+        ]
+
+    def string_map(self, value: object, field: str) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for key, val in self.mapping(value, field).items():
+            out[str(key)] = self.string(val, f"{field}[{key}]") or ""
+        return out
+
+    def boolean(self, value: object, field: str) -> bool | None:
+        if value is None or isinstance(value, bool):
+            return value
+        self.expect(field, "true or false", value)
+
+    def integer(self, value: object, field: str, low: int, high: int) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.expect(field, "an integer", value)
+        if not low <= value <= high:
+            self.fail(field, f"{value} is not in {low}..{high}")
+        return value
+
+    def port(self, value: object, field: str, *, zero_ok: bool = False) -> int | None:
+        """A port number in 1..65535; ``None`` when unset (or 0, where 0 means "none")."""
+        if zero_ok and value == 0 and not isinstance(value, bool):
+            return None
+        return self.integer(value, field, 1, 65535)
+
+    def choice(self, value: object, field: str, choices: tuple[str, ...], default: str) -> str:
+        text = self.string(value, field)
+        if not text:
+            return default
+        if text not in choices:
+            self.fail(field, f"{describe(text)} is not one of {', '.join(choices)}")
+        return text
+
+    def ip(self, value: object, field: str) -> IPAddress:
+        text = self.string(value, field)
+        if text is None:
+            self.fail(field, "missing")
+        try:
+            ip = ipaddress.ip_address(text)
+        except ValueError:
+            self.fail(field, f"{describe(text)} is not a valid IP address")
+        if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
+            self.fail(field, f"{describe(text)} is not a valid IP address")
+        return ip
+
+    def cidr(self, value: object, field: str, *, strict: bool) -> IPNetwork:
+        text = self.string(value, field)
+        if text is None:
+            self.fail(field, "missing")
+        if "/" not in text:
+            self.fail(field, f"{describe(text)} is not a CIDR (address/prefix length)")
+        try:
+            return ipaddress.ip_network(text.strip(), strict=strict)
+        except ValueError as exc:
+            reason = "has host bits set" if "host bits" in str(exc) else "is not a valid CIDR"
+            self.fail(field, f"{describe(text)} {reason}")
