@@ -222,3 +222,102 @@ def test_random_changes_keep_the_live_plan_equal_to_a_fresh_one(seed: int) -> No
 
 def _planned(p: Plan) -> set[ServiceKey]:
     return set(p.fragments[Family.IP])
+
+
+def _small() -> tuple[ClusterState, list[Service]]:
+    state = _state_with_node()
+    svcs = [
+        service("a", "web", "172.30.0.1", [port("a", "web", node_port=30001)]),
+        service("a", "api", "172.30.0.2", external_ips=["1.1.1.1"]),
+    ]
+    slices = [
+        eps_slice("a", "web", [endpoint("10.0.0.1"), endpoint("10.0.0.2")], [("p80", 8080, "TCP")]),
+        eps_slice("a", "api", [endpoint("10.0.0.2")], [("p80", 8080, "TCP")]),
+    ]
+    state.apply([_up(o) for o in (*svcs, *slices)])
+    return state, svcs
+
+
+def test_one_endpoint_change_touches_a_few_elements() -> None:
+    state, _ = _small()
+    snap = state.snapshot()
+    live = plan(snap, CONFIG)
+    assert attach(live, snap)
+    programmed = as_programmed(live.rulesets[Family.IP])
+    sl = eps_slice("a", "web", [endpoint("10.0.0.1")], [("p80", 8080, "TCP")])
+    changed = state.apply([_up(sl)])
+    live, deltas = plan_update(live, state.snapshot(), CONFIG, changed)
+    assert deltas is not None
+    assert deltas[Family.IP6].elements == {}
+    # ClusterIP and NodePort: goto cluster-ip-2 -> -1 (api's), nodeport-2 -> -1 (new), backend 1
+    # gone; the hairpin pair of 10.0.0.2 stays (api still uses it).
+    changed_sets = sorted({name for name, _ in deltas[Family.IP].elements})
+    assert changed_sets == ["backends", "nodeport-backends", "service-ips", "service-nodeports"]
+    assert sorted(deltas[Family.IP].chains) == ["cluster-ip-2", "nodeport-1", "nodeport-2"]
+    ops = ops_for_delta(deltas[Family.IP], programmed)
+    assert ops is not None
+    kinds = [(op.verb.value, type(op.obj).__name__) for op in ops]
+    assert kinds == [
+        *[("flush", "Chain")] * 2,
+        *[("delete", "Element")] * 4,  # two vmap elements, two backends at index 1
+        *[("delete", "Chain")] * 2,
+        ("add", "Chain"),
+        *[("add", "Element")] * 2,
+        *[("add", "Rule")] * 2,  # nodeport-1: mark for masquerade, dnat
+    ]
+    _check_ops(deltas[Family.IP], programmed, plan(state.snapshot(), CONFIG).rulesets[Family.IP])
+
+
+def test_config_change_plans_afresh() -> None:
+    state, _ = _small()
+    snap = state.snapshot()
+    live = plan(snap, CONFIG)
+    assert attach(live, snap)
+    other = replace(CONFIG, masquerade_bit=3)
+    live, deltas = plan_update(live, snap, other)
+    assert deltas is None
+    assert live.rulesets == plan(snap, other).rulesets
+    _, deltas = plan_update(live, snap, other)  # attached again: in place from now on
+    assert deltas is not None
+    assert all(len(d) == 0 for d in deltas.values())
+
+
+def test_element_claimed_by_two_services_falls_back_to_a_full_plan() -> None:
+    state, _ = _small()
+    snap = state.snapshot()
+    live = plan(snap, CONFIG)
+    assert attach(live, snap)
+    # A second service on api's external IP and port: both write service-ips 1.1.1.1 . tcp . 80.
+    clash = service("b", "clash", "172.30.0.3", external_ips=["1.1.1.1"])
+    clash_eps = eps_slice("b", "clash", [endpoint("10.0.0.9")], [("p80", 8080, "TCP")])
+    changed = state.apply([_up(clash), _up(clash_eps)])
+    live, deltas = plan_update(live, state.snapshot(), CONFIG, changed)
+    assert deltas is None
+    assert live.rulesets == plan(state.snapshot(), CONFIG).rulesets
+    assert live.live is None  # attach refused: undoing one could not tell what the other needs
+    changed = state.apply([Delete(ref=ObjectRef(kind="Service", namespace="b", name="clash"))])
+    live, deltas = plan_update(live, state.snapshot(), CONFIG, changed)
+    assert deltas is None
+    assert live.live is not None  # no clash left: attached again
+    assert live.rulesets == plan(state.snapshot(), CONFIG).rulesets
+
+
+def test_changed_set_that_miscounts_services_falls_back() -> None:
+    state, _ = _small()
+    snap = state.snapshot()
+    live = plan(snap, CONFIG)
+    assert attach(live, snap)
+    state.apply([Delete(ref=ObjectRef(kind="Service", namespace="a", name="api"))])
+    live, deltas = plan_update(live, state.snapshot(), CONFIG, changed=set())
+    assert deltas is None  # one service gone, none reported: do not trust it
+    assert live.rulesets == plan(state.snapshot(), CONFIG).rulesets
+
+
+def test_set_definition_change_is_left_to_the_full_diff() -> None:
+    state, _ = _small()
+    rs = plan(state.snapshot(), CONFIG).rulesets[Family.IP]
+    name = "hairpin"
+    changed_def = replace(rs.sets[name], timeout=60)
+    assert (
+        ops_for_delta(Delta(sets={name: (rs.sets[name], changed_def)}), as_programmed(rs)) is None
+    )
