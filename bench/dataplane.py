@@ -28,6 +28,10 @@ from measure import PY, BenchError, Sink, emit, in_ns, log, netns, run_measured,
 CLIENT_IP, NODE_CLIENT_IP = "192.168.77.2", "192.168.77.1"
 POD_IP, NODE_POD_IP = "10.128.0.2", "10.128.0.1"
 
+# Loading kube-proxy <= 1.35's shape (two chains per service here) took longer than the 300 s
+# load timeout at 30k services x 1 endpoint on a 2-core machine: skip it above this.
+LOAD_LIMIT = {"nft-1.31": 10_000}
+
 SERVER = textwrap.dedent(
     """
     import socket, sys
@@ -147,6 +151,17 @@ def run(
             floor = connect_latency(topo, POD_IP, gen.TARGET_PORT, count, budget)
             emit(out, {"bench": "first_packet", "services": s, "variant": "pod-direct", **floor})
         for variant in variants:
+            if s > LOAD_LIMIT.get(variant, s):
+                emit(
+                    out,
+                    {
+                        "bench": "first_packet",
+                        "services": s,
+                        "variant": variant,
+                        "skipped": f"load exceeds the timeout above {LOAD_LIMIT[variant]}",
+                    },
+                )
+                continue
             with topology() as topo:
                 argv, stdin = control.load_command(variant, topo.node, inp)
                 log(f"data plane: {s} services, {variant}")

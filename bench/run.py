@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -178,45 +178,67 @@ class Tee:
             o.flush()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small points only (< ~3 minutes)")
     ap.add_argument(
         "--only", default="control,dataplane,others", help="comma-separated parts to run"
     )
+    ap.add_argument("--points", help="control points to run (labels, e.g. 10kx10,44kx5)")
+    ap.add_argument(
+        "--append",
+        action="store_true",
+        help="add to the mode's results instead of replacing them (a re-measured figure "
+        "replaces the older one in the summary)",
+    )
     ap.add_argument("--results", type=Path, default=BENCH / "results")
     ap.add_argument("--plots", type=Path, default=BENCH / "plots")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def measure_all(plan: Plan, parts: set[str], out: Sink, tmp: Path, mode: str) -> None:
+    t0 = time.monotonic()
+    emit(out, machine())
+    if "control" in parts:
+        control.run_points(plan.points, plan.change_label, tmp, out, plan.timeout, plan.rounds)
+    if "dataplane" in parts:
+        dataplane.run(
+            plan.dp_services, DP_VARIANTS, tmp, out, plan.dp_count, plan.dp_budget, plan.timeout
+        )
+    if "others" in parts:
+        run_others(plan.others, out, 900 if mode == "full" else 120)
+    emit(out, {"bench": "run", "mode": mode, "seconds": round(time.monotonic() - t0, 1)})
+
+
+def latest(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each measurement once: a later record of the same kind replaces an earlier one."""
+    keys = ("bench", "script", "point", "services", "variant", "method", "kind", "round")
+    by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in records:
+        key = tuple(r.get(k) for k in keys)
+        by_key.pop(key, None)
+        by_key[key] = r
+    return [r for r in by_key.values() if r.get("bench") != "target"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _args(argv)
     if os.geteuid() != 0:
         print("bench: needs root (network namespaces, nftables)", file=sys.stderr)
         return 2
     mode = "quick" if args.quick else "full"
     plan = quick_plan() if args.quick else full_plan()
-    parts = set(args.only.split(","))
+    if args.points:
+        wanted = set(args.points.split(","))
+        plan = replace(plan, points=tuple(p for p in plan.points if p.label in wanted))
     args.results.mkdir(parents=True, exist_ok=True)
     jsonl = args.results / f"{mode}.jsonl"
-    t0 = time.monotonic()
-    with jsonl.open("w") as f, tempfile.TemporaryDirectory(prefix="nlpb-") as tmp:
-        out = Tee(sys.stdout, f)
-        emit(out, machine())
-        if "control" in parts:
-            control.run_points(
-                plan.points, plan.change_label, Path(tmp), out, plan.timeout, plan.rounds
-            )
-        if "dataplane" in parts:
-            dataplane.run(
-                plan.dp_services,
-                DP_VARIANTS,
-                Path(tmp),
-                out,
-                plan.dp_count,
-                plan.dp_budget,
-                plan.timeout,
-            )
-        if "others" in parts:
-            run_others(plan.others, out, 900 if mode == "full" else 120)
-        emit(out, {"bench": "run", "mode": mode, "seconds": round(time.monotonic() - t0, 1)})
-    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    with (
+        jsonl.open("a" if args.append else "w") as f,
+        tempfile.TemporaryDirectory(prefix="nlpb-") as tmp,
+    ):
+        measure_all(plan, set(args.only.split(",")), Tee(sys.stdout, f), Path(tmp), mode)
+    records = latest([json.loads(line) for line in jsonl.read_text().splitlines()])
     with jsonl.open("a") as f:
         for t in report.targets(records, plan.change_label):
             emit(f, t)
