@@ -94,6 +94,19 @@ def targets(records: Sequence[Rec], change_label: str) -> list[Rec]:
                 "met": v is not None and v <= 1.10,
             }
         )
+    fp = [r for r in fp if "p50_over_direct" in r]
+    if len(fp) >= 2:
+        lo, hi = min(fp, key=lambda r: r["services"]), max(fp, key=lambda r: r["services"])
+        v = _ratio(hi["p50_over_direct"], lo["p50_over_direct"])
+        out.append(
+            {
+                "target": f"first packet p50/direct-to-pod at {hi['services']} over the same at "
+                f"{lo['services']} services",
+                "value": v,
+                "goal": "<= 1.10",
+                "met": v is not None and v <= 1.10,
+            }
+        )
     big = _one(cold, point="44kx5", variant="nlproxy")
     if big:
         out.append(
@@ -158,15 +171,22 @@ def _change_table(records: Sequence[Rec]) -> list[str]:
 
 def _latency_table(records: Sequence[Rec]) -> list[str]:
     fp = [r for r in records if r.get("bench") == "first_packet"]
-    lines = ["FIRST-PACKET TCP CONNECT LATENCY to the last service (p50 / p99 us)"]
+    lines = [
+        "FIRST-PACKET TCP CONNECT LATENCY to the last service (p50 / p99 us; in brackets p50 over "
+        "direct-to-pod p50 in the same topology with the rules loaded)"
+    ]
     variants = list(dict.fromkeys(r["variant"] for r in fp))
-    lines.append("  " + f"{'services':>9}" + "".join(f"{v:>19}" for v in variants))
+    lines.append("  " + f"{'services':>9}" + "".join(f"{v:>22}" for v in variants))
     for s in sorted({r["services"] for r in fp}):
         cells = []
         for v in variants:
             r = _one(fp, services=s, variant=v)
-            cells.append("-" if not r or "p50_us" not in r else f"{r['p50_us']}/{r['p99_us']}")
-        lines.append("  " + f"{s:>9}" + "".join(f"{c:>19}" for c in cells))
+            if not r or "p50_us" not in r:
+                cells.append("-")
+                continue
+            norm = f" [{r['p50_over_direct']}]" if "p50_over_direct" in r else ""
+            cells.append(f"{r['p50_us']:.0f}/{r['p99_us']:.0f}{norm}")
+        lines.append("  " + f"{s:>9}" + "".join(f"{c:>22}" for c in cells))
     return lines
 
 

@@ -66,7 +66,7 @@ def full_plan() -> Plan:
             _point(1000, 10, ALL),
             _point(10_000, 10, ALL),
             _point(1, 100_000, NO_YAML),
-            _point(44_000, 5, ("nlproxy",)),
+            _point(44_000, 5, ("nlproxy", "iptables-nft", "iptables-legacy")),
         ),
         change_label="10kx10",
         rounds=5,
@@ -185,6 +185,7 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--only", default="control,dataplane,others", help="comma-separated parts to run"
     )
     ap.add_argument("--points", help="control points to run (labels, e.g. 10kx10,44kx5)")
+    ap.add_argument("--variants", help="control-plane variants to run (default: each point's)")
     ap.add_argument(
         "--append",
         action="store_true",
@@ -231,6 +232,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.points:
         wanted = set(args.points.split(","))
         plan = replace(plan, points=tuple(p for p in plan.points if p.label in wanted))
+    if args.variants:
+        keep = set(args.variants.split(","))
+        points = tuple(
+            replace(p, variants=tuple(v for v in p.variants if v in keep)) for p in plan.points
+        )
+        plan = replace(plan, points=points)
     args.results.mkdir(parents=True, exist_ok=True)
     jsonl = args.results / f"{mode}.jsonl"
     with (
