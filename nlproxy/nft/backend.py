@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from nlproxy.errors import InvalidNftObject, KernelError
 from nlproxy.nft import validate as validation
+from nlproxy.nft.dump import NFT_MSG_GETCHAIN, NFT_MSG_GETSET, NFT_MSG_GETTABLE
 from nlproxy.nft.encode import NFNL_SUBSYS_NFTABLES, Batch
 from nlproxy.nft.ir import (
     Chain,
@@ -60,9 +61,8 @@ from nlproxy.nft.ir import (
     Verb,
 )
 from nlproxy.nft.nlsock import NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_ERROR, NetfilterSocket
+from nlproxy.nft.values import NFT_DATA_VERDICT, concat_len, type_ids
 
-NFT_MSG_GETTABLE, NFT_MSG_GETCHAIN, NFT_MSG_GETSET = 1, 4, 10
-_NFT_DATA_VERDICT = 0xFFFFFF00
 _TYPES = {dt.type_id: dt for dt in DataType}
 
 
@@ -302,16 +302,14 @@ def _be32(raw: bytes | None) -> int:
 def _types(type_id: int, length: int) -> tuple[DataType, ...] | None:
     """Split nft's concatenated type id (6 bits per part) and check it against ``length``."""
     parts: list[DataType] = []
-    while type_id:
-        dt = _TYPES.get(type_id & 0x3F)
+    for part in type_ids(type_id):
+        dt = _TYPES.get(part)
         if dt is None or dt is DataType.VERDICT:
             return None
-        parts.insert(0, dt)
-        type_id >>= 6
+        parts.append(dt)
     if not parts:
         return None
-    expect = parts[0].length if len(parts) == 1 else sum((p.length + 3) & ~3 for p in parts)
-    return tuple(parts) if expect == length else None
+    return tuple(parts) if concat_len(parts) == length else None
 
 
 def _decode_set(a: dict[int, bytes]) -> SetLike | None:
@@ -327,7 +325,7 @@ def _decode_set(a: dict[int, bytes]) -> SetLike | None:
     if not _be32(a.get(3)) & SetFlag.MAP:
         return Set(name=name, key=key, flags=flags, timeout=timeout)
     dtype = _be32(a.get(6))
-    data = (DataType.VERDICT,) if dtype == _NFT_DATA_VERDICT else _types(dtype, _be32(a.get(7)))
+    data = (DataType.VERDICT,) if dtype == NFT_DATA_VERDICT else _types(dtype, _be32(a.get(7)))
     if data is None:
         return None
     return Map(name=name, key=key, data=data, flags=flags, timeout=timeout)

@@ -39,6 +39,27 @@ from nlproxy.nft.ir import (
     Verdict,
     VMap,
 )
+from nlproxy.nft.uapi import (
+    BITMASK_FIELDS,
+    CMP_OPS,
+    DEFAULT_REJECT_CODE,
+    FIELD_LOADS,
+    ICMPX_PORT_UNREACH,
+    NF_NAT_RANGE_MAP_IPS,
+    NF_NAT_RANGE_PROTO_RANDOM_FULLY,
+    NF_NAT_RANGE_PROTO_SPECIFIED,
+    NFT_DYNSET_OP_UPDATE,
+    NFT_FIB_RESULT_ADDRTYPE,
+    NFT_LOOKUP_F_INV,
+    NFT_META_MARK,
+    NFT_NAT_DNAT,
+    NFT_NG_RANDOM,
+    NFT_PAYLOAD_TRANSPORT_HEADER,
+    NFT_REJECT_ICMP_UNREACH,
+    NFT_REJECT_ICMPX_UNREACH,
+    NFT_REJECT_TCP_RST,
+    field_family,
+)
 from nlproxy.nft.values import (
     UndecodableError,
     decode_key,
@@ -68,34 +89,16 @@ __all__ = [
 ]
 """Set types and values live in ``values.py``; they stay importable from here."""
 
-# linux/netfilter/nf_tables.h
-NFT_PAYLOAD_NETWORK_HEADER = 1
-NFT_PAYLOAD_TRANSPORT_HEADER = 2
-NFT_META_MARK = 3
-NFT_META_NFPROTO = 15
-NFT_META_L4PROTO = 16
-NFT_CT_STATE = 0
-NFT_CT_STATUS = 2
-NFT_LOOKUP_F_INV = 0x1
-NFT_NAT_DNAT = 1
-NFT_REJECT_ICMP_UNREACH = 0
-NFT_REJECT_TCP_RST = 1
-NFT_REJECT_ICMPX_UNREACH = 2
-NFT_DYNSET_OP_UPDATE = 1
-NFT_NG_RANDOM = 1
-NFT_FIB_RESULT_ADDRTYPE = 3
-NFTA_FIB_F_SADDR = 1 << 0
-NFTA_FIB_F_DADDR = 1 << 1
-# linux/netfilter/nf_nat.h
-NF_NAT_RANGE_MAP_IPS = 0x1
-NF_NAT_RANGE_PROTO_SPECIFIED = 0x2
-NF_NAT_RANGE_PROTO_RANDOM_FULLY = 0x10
-_CMP_OPS = {0: Op.EQ, 1: Op.NE, 2: Op.LT, 3: Op.LE, 4: Op.GT, 5: Op.GE}
-DEFAULT_REJECT_CODE = {Family.IP: 3, Family.IP6: 4}
-"""ICMP port-unreachable (ip) and ICMPv6 port-unreachable (ip6): what a bare ``reject`` sends."""
-ICMPX_PORT_UNREACH = 1
-
-_FLAG_FIELDS = (Field.CT_STATE, Field.CT_STATUS)
+_CMP_OPS = {code: op for op, code in CMP_OPS.items()}
+# The decoder's view of FIELD_LOADS: which field an expression loaded, and how many bytes.
+_PAYLOAD_FIELDS: dict[tuple[Family, int, int], tuple[Field, int]] = {
+    (fam, base, off): (f, n)
+    for f, (kind, base, off, n) in FIELD_LOADS.items()
+    if kind == "payload" and (fam := field_family(f)) is not None
+}
+_META_FIELDS = {key: (f, n) for f, (kind, key, _, n) in FIELD_LOADS.items() if kind == "meta"}
+_CT_FIELDS = {key: f for f, (kind, key, _, _) in FIELD_LOADS.items() if kind == "ct"}
+_FIB_FIELDS = {flags: f for f, (kind, flags, _, _) in FIELD_LOADS.items() if kind == "fib"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,21 +191,6 @@ def reg_offset(reg: int) -> int:
     if 8 <= reg <= 23:
         return (reg - 8) * 4
     raise UndecodableError(f"register {reg}", "not a data register")
-
-
-_PAYLOAD_FIELDS: dict[tuple[Family, int, int], tuple[Field, int]] = {
-    (Family.IP, NFT_PAYLOAD_NETWORK_HEADER, 12): (Field.IP_SADDR, 4),
-    (Family.IP, NFT_PAYLOAD_NETWORK_HEADER, 16): (Field.IP_DADDR, 4),
-    (Family.IP6, NFT_PAYLOAD_NETWORK_HEADER, 8): (Field.IP6_SADDR, 16),
-    (Family.IP6, NFT_PAYLOAD_NETWORK_HEADER, 24): (Field.IP6_DADDR, 16),
-}
-_META_FIELDS = {
-    NFT_META_MARK: (Field.META_MARK, 4),
-    NFT_META_NFPROTO: (Field.META_NFPROTO, 1),
-    NFT_META_L4PROTO: (Field.META_L4PROTO, 1),
-}
-_CT_FIELDS = {NFT_CT_STATE: Field.CT_STATE, NFT_CT_STATUS: Field.CT_STATUS}
-_FIB_FIELDS = {NFTA_FIB_F_DADDR: Field.FIB_DADDR_TYPE, NFTA_FIB_F_SADDR: Field.FIB_SADDR_TYPE}
 
 
 @dataclass(slots=True)
@@ -357,7 +345,7 @@ def cmp_of(
     """The :class:`Cmp` nft means by ``[payload|meta|ct] [bitwise] cmp``."""
     if xor is not None and any(xor):
         raise UndecodableError(f"cmp {fld.text}", "a bitwise with xor is not a match")
-    if fld in _FLAG_FIELDS:
+    if fld in BITMASK_FIELDS:
         return _flag_cmp(fld, op, data, mask)
     if fld is Field.META_MARK:
         value = host_u32(data)

@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from ipaddress import IPv4Address, IPv6Address
 
 from nlproxy.nft.ir import DataType, Element, Map, Operation, SetLike, Value, Verb
+from nlproxy.nft.uapi import NFT_SET_ELEM_INTERVAL_END
 from nlproxy.nft.values import Packer, interval_bounds, interval_last
-
-NFT_SET_ELEM_INTERVAL_END = 0x1
 
 
 def element_runs(ops: Sequence[Operation], start: int, stop: int) -> list[tuple[Verb, list[int]]]:

@@ -39,6 +39,7 @@ from nlproxy.nft.ir import (
     Verdict,
 )
 from nlproxy.nft.lower import RuleLowering, register
+from nlproxy.nft.uapi import NFT_TABLE_F_OWNER, NFT_TABLE_F_PERSIST
 from nlproxy.nft.udata import comment_udata, set_udata
 from nlproxy.nft.values import (
     NFT_DATA_VERDICT,
@@ -70,8 +71,6 @@ NLM_F_REPLACE = 0x100
 NLM_F_EXCL = 0x200
 NLM_F_CREATE = 0x400
 NLM_F_APPEND = 0x800
-NFT_TABLE_F_OWNER = 0x2
-NFT_TABLE_F_PERSIST = 0x4
 ELEM_MSG_BYTES = 60000
 """Element list bytes per NEWSETELEM message: the list is one attribute, whose length is 16 bits."""
 

@@ -45,33 +45,28 @@ from nlproxy.nft.ir import (
     Verdict,
     VMap,
 )
+from nlproxy.nft.uapi import (
+    BITMASK_FIELDS,
+    CMP_OPS,
+    DEFAULT_REJECT_CODE,
+    FIELD_LOADS,
+    ICMPX_PORT_UNREACH,
+    NF_NAT_RANGE_PROTO_RANDOM_FULLY,
+    NF_NAT_RANGE_PROTO_SPECIFIED,
+    NFT_DYNSET_OP_UPDATE,
+    NFT_FIB_RESULT_ADDRTYPE,
+    NFT_LOOKUP_F_INV,
+    NFT_META_MARK,
+    NFT_NAT_DNAT,
+    NFT_NG_RANDOM,
+    NFT_REG32_00,
+    NFT_REG_1,
+    NFT_REG_VERDICT,
+    REJECT_TYPES,
+    field_family,
+)
 from nlproxy.nft.validate import selector_type
 from nlproxy.nft.values import VERDICT_CODES, Packer, concat_ids
-
-NFT_REG_VERDICT, NFT_REG_1, NFT_REG32_00 = 0, 1, 8
-_CMP_OPS = {Op.EQ: 0, Op.NE: 1, Op.LT: 2, Op.LE: 3, Op.GT: 4, Op.GE: 5}
-_NETWORK, _TRANSPORT = 1, 2  # NFT_PAYLOAD_*_HEADER
-_FIB_F_SADDR, _FIB_F_DADDR, _FIB_RESULT_ADDRTYPE = 1, 2, 3
-_NF_NAT_RANGE_PROTO_SPECIFIED, _NF_NAT_RANGE_PROTO_RANDOM_FULLY = 0x2, 0x10
-_NFT_NAT_DNAT, _NFT_DYNSET_OP_UPDATE, _NFT_LOOKUP_F_INV, _NFT_NG_RANDOM = 1, 1, 1, 1
-_REJECT_TYPE = {RejectKind.ICMP: 0, RejectKind.TCP_RESET: 1, RejectKind.ICMPX: 2}
-_BITMASK = frozenset({Field.CT_STATE, Field.CT_STATUS})
-# Field: (expression, base or key, offset, length)
-_LOAD: dict[Field, tuple[str, int, int, int]] = {
-    Field.IP_SADDR: ("payload", _NETWORK, 12, 4),
-    Field.IP_DADDR: ("payload", _NETWORK, 16, 4),
-    Field.IP6_SADDR: ("payload", _NETWORK, 8, 16),
-    Field.IP6_DADDR: ("payload", _NETWORK, 24, 16),
-    Field.TH_SPORT: ("payload", _TRANSPORT, 0, 2),
-    Field.TH_DPORT: ("payload", _TRANSPORT, 2, 2),
-    Field.META_L4PROTO: ("meta", 16, 0, 1),  # NFT_META_L4PROTO
-    Field.META_MARK: ("meta", 3, 0, 4),  # NFT_META_MARK
-    Field.META_NFPROTO: ("meta", 15, 0, 1),  # NFT_META_NFPROTO
-    Field.CT_STATE: ("ct", 0, 0, 4),  # NFT_CT_STATE
-    Field.CT_STATUS: ("ct", 2, 0, 4),  # NFT_CT_STATUS
-    Field.FIB_DADDR_TYPE: ("fib", _FIB_F_DADDR, 0, 4),
-    Field.FIB_SADDR_TYPE: ("fib", _FIB_F_SADDR, 0, 4),
-}
 
 
 def register(slot: int) -> int:
@@ -80,7 +75,7 @@ def register(slot: int) -> int:
 
 
 def selector_len(sel: Selector) -> int:
-    return 4 if isinstance(sel, Numgen) else _LOAD[sel][3]
+    return 4 if isinstance(sel, Numgen) else FIELD_LOADS[sel][3]
 
 
 _FIELD_PACKERS: dict[DataType, Packer] = {}
@@ -99,9 +94,8 @@ def field_bytes(f: Field, v: Value) -> bytes:
 
 
 def _nfproto_of(f: Field) -> int | None:
-    if f.text.startswith("ip "):
-        return 2
-    return 10 if f.text.startswith("ip6 ") else None
+    family = field_family(f)
+    return None if family is None else family.nfproto
 
 
 def _fields(e: Expr) -> list[Field]:
@@ -185,9 +179,9 @@ class RuleLowering:
         """Load ``sel`` into ``slot``; returns the number of 32-bit slots it fills."""
         reg = register(slot)
         if isinstance(sel, Numgen):
-            self._emit("numgen", NG_DREG=reg, NG_MODULUS=sel.modulus, NG_TYPE=_NFT_NG_RANDOM)
+            self._emit("numgen", NG_DREG=reg, NG_MODULUS=sel.modulus, NG_TYPE=NFT_NG_RANDOM)
             return 1
-        kind, a, b, n = _LOAD[sel]
+        kind, a, b, n = FIELD_LOADS[sel]
         if kind == "payload":
             self._emit("payload", PAYLOAD_DREG=reg, PAYLOAD_BASE=a, PAYLOAD_OFFSET=b,
                        PAYLOAD_LEN=length or n)  # fmt: skip
@@ -196,7 +190,7 @@ class RuleLowering:
         elif kind == "ct":
             self._emit("ct", CT_KEY=a, CT_DREG=reg)
         else:
-            self._emit("fib", FIB_FLAGS=a, FIB_RESULT=_FIB_RESULT_ADDRTYPE, FIB_DREG=reg)
+            self._emit("fib", FIB_FLAGS=a, FIB_RESULT=NFT_FIB_RESULT_ADDRTYPE, FIB_DREG=reg)
         return (n + 3) // 4
 
     def _load_key(self, key: Sequence[Selector]) -> int:
@@ -207,7 +201,7 @@ class RuleLowering:
         return slot
 
     def _cmp_reg(self, op: Op, slot: int, data: bytes) -> None:
-        self._emit("cmp", CMP_SREG=register(slot), CMP_OP=_CMP_OPS[op], CMP_DATA=data)
+        self._emit("cmp", CMP_SREG=register(slot), CMP_OP=CMP_OPS[op], CMP_DATA=data)
 
     def _bitwise(self, mask: bytes, xor: bytes | None = None) -> None:
         """``reg 1 = (reg 1 & mask) ^ xor``."""
@@ -224,7 +218,7 @@ class RuleLowering:
         if c.mask is not None:
             self._bitwise(field_bytes(c.left, c.mask))
             self._cmp_reg(c.op, 0, data)
-        elif c.left in _BITMASK:
+        elif c.left in BITMASK_FIELDS:
             # nft: ``ct state new`` is ``(state & new) != 0``; "none of these" is ``== 0``.
             self._bitwise(data)
             self._cmp_reg(Op.NE if c.op is Op.EQ else Op.EQ, 0, bytes(len(data)))
@@ -273,18 +267,18 @@ class RuleLowering:
         self._lookup(e.key, e.map, dreg=NFT_REG_1)
         # the port follows the address in the map's data: slot 1 (ip) or 4 (ip6)
         port = register(4 if v6 else 1)
-        self._emit("nat", NAT_TYPE=_NFT_NAT_DNAT, NAT_FAMILY=10 if v6 else 2,
+        self._emit("nat", NAT_TYPE=NFT_NAT_DNAT, NAT_FAMILY=10 if v6 else 2,
                    NAT_REG_ADDR_MIN=NFT_REG_1, NAT_REG_PROTO_MIN=port)  # fmt: skip
 
     def _dnat(self, e: Dnat) -> None:
         self._immediate(NFT_REG_1, data=e.addr.packed)
-        attrs = {"NAT_TYPE": _NFT_NAT_DNAT, "NAT_FAMILY": 2 if e.addr.version == 4 else 10,
+        attrs = {"NAT_TYPE": NFT_NAT_DNAT, "NAT_FAMILY": 2 if e.addr.version == 4 else 10,
                  "NAT_REG_ADDR_MIN": NFT_REG_1}  # fmt: skip
         if e.port is not None:
             # nft puts the port in the next 128-bit register, not the next 32-bit one
             self._immediate(NFT_REG_1 + 1, data=struct.pack(">H", e.port))
             attrs["NAT_REG_PROTO_MIN"] = NFT_REG_1 + 1
-            attrs["NAT_FLAGS"] = _NF_NAT_RANGE_PROTO_SPECIFIED
+            attrs["NAT_FLAGS"] = NF_NAT_RANGE_PROTO_SPECIFIED
         self._emit("nat", **attrs)
 
     def _immediate(self, reg: int, *, data: bytes = b"", verdict: Verdict | None = None) -> None:
@@ -303,21 +297,21 @@ class RuleLowering:
             self._load(Field.META_MARK, 0)
             mask = 0xFFFFFFFF if e.op == "xor" else ~e.value & 0xFFFFFFFF
             self._bitwise(struct.pack("=I", mask), struct.pack("=I", e.value))
-        self._emit("meta", META_KEY=3, META_SREG=NFT_REG_1)  # NFT_META_MARK
+        self._emit("meta", META_KEY=NFT_META_MARK, META_SREG=NFT_REG_1)
 
     def _reject(self, e: Reject) -> None:
         kind, code = e.kind, e.code
         if kind is RejectKind.ICMP and self.table.family is Family.INET and code is None:
             kind = RejectKind.ICMPX  # nft's plain ``reject`` in an inet table
         if code is None:
-            v6 = self.table.family is Family.IP6
-            code = {RejectKind.ICMP: 4 if v6 else 3, RejectKind.ICMPX: 1}.get(kind, 0)
-        self._emit("reject", REJECT_TYPE=_REJECT_TYPE[kind], REJECT_CODE=_Wide(code, 8))
+            icmp = DEFAULT_REJECT_CODE.get(self.table.family, DEFAULT_REJECT_CODE[Family.IP])
+            code = {RejectKind.ICMP: icmp, RejectKind.ICMPX: ICMPX_PORT_UNREACH}.get(kind, 0)
+        self._emit("reject", REJECT_TYPE=REJECT_TYPES[kind], REJECT_CODE=_Wide(code, 8))
 
     def _set_update(self, e: SetUpdate) -> None:
         self._load_key(e.key)
         attrs: dict[str, int | str | _Wide] = {
-            "DYNSET_SREG_KEY": register(0), "DYNSET_OP": _NFT_DYNSET_OP_UPDATE,
+            "DYNSET_SREG_KEY": register(0), "DYNSET_OP": NFT_DYNSET_OP_UPDATE,
             "DYNSET_SET_NAME": e.set,
         }  # fmt: skip
         if e.timeout is not None:
@@ -329,7 +323,7 @@ class RuleLowering:
             case Cmp():
                 self._cmp(e)
             case Lookup():
-                self._lookup(e.key, e.set, flags=_NFT_LOOKUP_F_INV if e.negate else 0)
+                self._lookup(e.key, e.set, flags=NFT_LOOKUP_F_INV if e.negate else 0)
             case VMap():
                 self._lookup(e.key, e.map, dreg=NFT_REG_VERDICT)
             case InlineVMap():
@@ -343,7 +337,7 @@ class RuleLowering:
             case DnatMap():
                 self._dnat_map(e)
             case Masquerade():
-                flags = _NF_NAT_RANGE_PROTO_RANDOM_FULLY if e.fully_random else 0
+                flags = NF_NAT_RANGE_PROTO_RANDOM_FULLY if e.fully_random else 0
                 self._emit("masq", **({"MASQ_FLAGS": flags} if flags else {}))
             case Reject():
                 self._reject(e)

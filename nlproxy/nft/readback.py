@@ -40,12 +40,11 @@ from nlproxy.nft.dump import (
 from nlproxy.nft.ir import Chain, ChainType, Family, Hook, Policy, Rule, Ruleset, Table
 from nlproxy.nft.nlsock import NetfilterSocket
 from nlproxy.nft.readsets import parse_set, read_elements
+from nlproxy.nft.uapi import NFT_TABLE_F_OWNER, NFT_TABLE_F_PERSIST
 from nlproxy.nft.udata import udata_comment
 
 __all__ = ["ReadbackError", "UndecodedRule", "read_ruleset"]
 
-NFT_TABLE_F_OWNER = 0x2
-NFT_TABLE_F_PERSIST = 0x4
 ENOENT = 2
 _RETRIES = 5
 

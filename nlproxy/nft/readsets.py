@@ -25,9 +25,9 @@ from nlproxy.nft.dump import (
     parsed,
     request,
 )
-from nlproxy.nft.elements import NFT_SET_ELEM_INTERVAL_END
 from nlproxy.nft.ir import DataType, Element, Family, Map, Set, SetFlag, SetLike, Value, Verdict
 from nlproxy.nft.nlsock import NLM_F_DUMP, NetfilterSocket
+from nlproxy.nft.uapi import NFT_SET_ELEM_INTERVAL_END
 from nlproxy.nft.udata import udata_comment
 from nlproxy.nft.values import (
     UndecodableError,

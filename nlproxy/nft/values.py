@@ -74,6 +74,17 @@ def concat_len(types: Sequence[DataType]) -> int:
     return sum(pad4(dt.length) for dt in types)
 
 
+def type_ids(type_id: int) -> list[int]:
+    """The part ids of nft's concatenated type id, first part first (the inverse of
+    :func:`concat_ids`)."""
+    ids: list[int] = []
+    while type_id:
+        ids.append(type_id & ((1 << TYPE_BITS) - 1))
+        type_id >>= TYPE_BITS
+    ids.reverse()
+    return ids
+
+
 def split_type(type_id: int, length: int, *, what: str) -> tuple[DataType, ...]:
     """Split nft's concatenated type id (6 bits per part, first part highest) into datatypes.
 
@@ -82,14 +93,8 @@ def split_type(type_id: int, length: int, *, what: str) -> tuple[DataType, ...]:
     """
     if type_id == NFT_DATA_VERDICT:
         return (DataType.VERDICT,)
-    ids: list[int] = []
-    t = type_id
-    while t:
-        ids.append(t & ((1 << TYPE_BITS) - 1))
-        t >>= TYPE_BITS
-    ids.reverse()
     try:
-        parts = tuple(_TYPE_IDS[i] for i in ids)
+        parts = tuple(_TYPE_IDS[i] for i in type_ids(type_id))
     except KeyError as exc:
         raise UndecodableError(what, f"unknown nft datatype id {exc.args[0]}") from None
     if not parts or concat_len(parts) != length:
