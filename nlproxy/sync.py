@@ -40,14 +40,16 @@ FAMILIES = (Family.IP, Family.IP6)
 class SyncResult:
     """What one sync did: operations sent per family, timings, conntrack flows deleted.
 
-    ``plan_ms`` is planning, ``diff_ms`` comparing (diff or delta → operations), ``apply_ms``
-    everything after planning (comparing, committing, caching); ``incremental`` tells which path
-    ran. The plan is the Syncer's live one: read it before the next sync, which updates it.
+    ``plan_ms`` is planning, ``diff_ms`` comparing (diff or delta → operations), ``commit_ms``
+    the kernel batches, ``apply_ms`` everything after planning (those, caching, conntrack);
+    ``incremental`` tells which path ran. The plan is the Syncer's live one: read it before the
+    next sync, which updates it.
     """
 
     ops: dict[Family, int] = field(default_factory=dict)
     plan_ms: float = 0.0
     diff_ms: float = 0.0
+    commit_ms: float = 0.0
     apply_ms: float = 0.0
     conntrack_deleted: int = 0
     plan: Plan | None = None
@@ -77,6 +79,7 @@ class Syncer:
         netns: network namespace to program (None: the current one).
         owner: create the tables with NFT_TABLE_F_OWNER (+ PERSIST); see ``nft/backend.py``.
         flush_tcp: also delete TCP flows of removed endpoints (UDP/SCTP always are).
+        incremental: update the last plan in place when it can (False: always the full path).
     """
 
     def __init__(
@@ -86,8 +89,10 @@ class Syncer:
         netns: str | None = None,
         owner: bool = False,
         flush_tcp: bool = False,
+        incremental: bool = True,
     ) -> None:
         self.config = config
+        self.incremental = incremental
         self.netns = netns
         self.owner = owner
         self.flush_tcp = flush_tcp
@@ -140,12 +145,13 @@ class Syncer:
         t0 = time.perf_counter()
         deltas: dict[Family, Delta] | None = None
         last, in_step, self._in_step = self._last_plan, self._in_step, False
-        if last is not None and in_step:
+        if last is not None and in_step and self.incremental:
             planned, deltas = plan_update(last, snapshot, self.config, changed)
         else:
             # The previous plan lets the planner replay the fragments of unchanged services.
             planned = plan(snapshot, self.config, previous=last)
-            attach(planned, snapshot)
+            if self.incremental:
+                attach(planned, snapshot)
         # Set before committing: an in-place update consumed the previous plan.
         self._last_plan = result.plan = planned
         t1 = time.perf_counter()
@@ -167,7 +173,9 @@ class Syncer:
             ops = diff(desired, before[family])
             result.diff_ms += (time.perf_counter() - t) * 1000
             if ops:
+                t = time.perf_counter()
                 self._backend(family).apply(ops)
+                result.commit_ms += (time.perf_counter() - t) * 1000
             self._programmed[family] = as_programmed(desired)
             result.ops[family] = len(ops)
         old = programmed_frontends([rs for rs in before.values() if rs is not None])
@@ -192,7 +200,9 @@ class Syncer:
                 ops = diff(planned.rulesets[family], programmed)
             result.diff_ms += (time.perf_counter() - t) * 1000
             if ops:
+                t = time.perf_counter()
                 self._backend(family).apply(ops)
+                result.commit_ms += (time.perf_counter() - t) * 1000
             advance(programmed, ops)
             result.ops[family] = len(ops)
         if not old_rs and not new_rs:

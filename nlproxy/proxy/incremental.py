@@ -67,6 +67,27 @@ class Live:
     counts: dict[Family, LiveCounts]
     services: Mapping[ServiceKey, object]
     slices: Mapping[ServiceKey, object]
+    scratch: dict[Family, _Scratch] = field(default_factory=dict)
+
+
+class _Scratch:
+    """A family planner kept to plan changed services into: only the fragments it records are
+    used, its own table is emptied each time (building one costs a skeleton)."""
+
+    def __init__(self, spec: FamilySpec, snapshot: ClusterSnapshot, config: ProxyConfig) -> None:
+        self.fp = FamilyPlanner(spec, snapshot, config)
+        self._chains, self._sets = set(self.fp.rs.chains), set(self.fp.rs.sets)
+
+    def reset(self) -> FamilyPlanner:
+        rs = self.fp.rs
+        for chain in [c for c in rs.chains if c not in self._chains]:
+            del rs.chains[chain], rs.rules[chain]
+        for name in [x for x in rs.sets if x not in self._sets]:
+            del rs.sets[name], rs.elements[name]
+        for els in rs.elements.values():
+            els.clear()
+        self.fp.hairpin.clear()
+        return self.fp
 
 
 def attach(p: Plan, snapshot: ClusterSnapshot) -> bool:
@@ -222,7 +243,9 @@ def _update(
         return None
     new: dict[Family, list[tuple[ServiceKey, Fragment | None]]] = {}
     for family, spec in _SPECS.items():
-        new[family] = _replan(spec, snapshot, config, keys)
+        if family not in live.scratch:
+            live.scratch[family] = _Scratch(spec, snapshot, config)
+        new[family] = _replan(live.scratch[family].reset(), snapshot, keys)
         if not _safe(prev.rulesets[family], counts[family], prev.fragments[family], new[family]):
             return None
     old_refs = {ref for key in keys for ref in _refs(prev, key)}
@@ -259,10 +282,9 @@ def _keys(
 
 
 def _replan(
-    spec: FamilySpec, snapshot: ClusterSnapshot, config: ProxyConfig, keys: list[ServiceKey]
+    scratch: FamilyPlanner, snapshot: ClusterSnapshot, keys: list[ServiceKey]
 ) -> list[tuple[ServiceKey, Fragment | None]]:
     """New fragments of the changed services (None: removed), planned into a scratch table."""
-    scratch = FamilyPlanner(spec, snapshot, config)
     out: list[tuple[ServiceKey, Fragment | None]] = []
     for key in keys:
         svc = snapshot.services.get(key)
