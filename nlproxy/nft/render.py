@@ -413,43 +413,6 @@ def render_ruleset(rs: Ruleset) -> str:
 
 def ruleset_to_json(rs: Ruleset) -> dict[str, Any]:
     """A JSON-ready summary: the table, its chains with rules as text, its sets with elements."""
-    family = rs.table.family
-    chains = []
-    for c in rs.chains.values():
-        rules = [
-            {
-                "handle": r.handle,
-                "rule": render_rule(r, family=family),
-                "comment": r.comment,
-                "decoded": not isinstance(r, UndecodedRule),
-            }
-            for r in rs.rules.get(c.name, [])
-        ]
-        chains.append(
-            {
-                "name": c.name,
-                "type": None if c.type is None else str(c.type),
-                "hook": None if c.hook is None else str(c.hook),
-                "priority": c.priority if c.hook is not None else None,
-                "policy": None if c.policy is None else str(c.policy),
-                "comment": c.comment,
-                "rules": rules,
-            }
-        )
-    sets = []
-    for s in rs.sets.values():
-        els = rs.elements.get(s.name, {})
-        sets.append(
-            {
-                "name": s.name,
-                "kind": "map" if isinstance(s, Map) else "set",
-                "type": set_type(s).removeprefix("type "),
-                "flags": [name for flag, name in _SET_FLAGS if s.flags & flag],
-                "timeout": s.timeout,
-                "comment": s.comment,
-                "elements": [render_element(els[k], s) for k in sorted(els, key=key_order)],
-            }
-        )
     t = rs.table
     return {
         "table": {
@@ -459,6 +422,41 @@ def ruleset_to_json(rs: Ruleset) -> dict[str, Any]:
             "persist": t.persist,
             "comment": t.comment,
         },
-        "chains": chains,
-        "sets": sets,
+        "chains": [_chain_json(rs, c) for c in rs.chains.values()],
+        "sets": [_set_json(rs, s) for s in rs.sets.values()],
+    }
+
+
+def _chain_json(rs: Ruleset, c: Chain) -> dict[str, Any]:
+    family = rs.table.family
+    rules = [
+        {
+            "handle": r.handle,
+            "rule": render_rule(r, family=family),
+            "comment": r.comment,
+            "decoded": not isinstance(r, UndecodedRule),
+        }
+        for r in rs.rules.get(c.name, [])
+    ]
+    return {
+        "name": c.name,
+        "type": None if c.type is None else str(c.type),
+        "hook": None if c.hook is None else str(c.hook),
+        "priority": c.priority if c.hook is not None else None,
+        "policy": None if c.policy is None else str(c.policy),
+        "comment": c.comment,
+        "rules": rules,
+    }
+
+
+def _set_json(rs: Ruleset, s: SetLike) -> dict[str, Any]:
+    els = rs.elements.get(s.name, {})
+    return {
+        "name": s.name,
+        "kind": "map" if isinstance(s, Map) else "set",
+        "type": set_type(s).removeprefix("type "),
+        "flags": [name for flag, name in _SET_FLAGS if s.flags & flag],
+        "timeout": s.timeout,
+        "comment": s.comment,
+        "elements": [render_element(els[k], s) for k in sorted(els, key=key_order)],
     }
