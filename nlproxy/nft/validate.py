@@ -51,6 +51,7 @@ from nlproxy.nft.ir import (
     VerdictKind,
     VMap,
 )
+from nlproxy.nft.uapi import BITMASK_FIELDS
 
 NFT_NAME_MAXLEN = 256
 """Kernel limit on table, chain and set names, including the terminating NUL."""
@@ -59,7 +60,6 @@ NFT_USERDATA_MAXLEN = 256
 COMMENT_MAXLEN = NFT_USERDATA_MAXLEN - 3
 ELEMENT_COMMENT_MAXLEN = 252
 """An element's userdata TLV length is one byte and includes the NUL: at most 253 - 1."""
-_BITMASK_FIELDS = frozenset({Field.CT_STATE, Field.CT_STATUS})
 _RANGES: dict[DataType, int] = {
     DataType.INET_PROTO: 0xFF,
     DataType.INET_SERVICE: 0xFFFF,
@@ -415,7 +415,7 @@ def _check_cmp(table: Table, e: Cmp) -> None:
         top = _FIELD_MAX.get(e.left, 0xFFFFFFFF)
         if isinstance(e.right, bool) or not isinstance(e.right, int) or not 0 <= e.right <= top:
             raise InvalidNftObject("", f"{e.left.text}: {e.right!r} is not in 0..{top}")
-        if e.left in _BITMASK_FIELDS and e.mask is None and e.op not in (Op.EQ, Op.NE):
+        if e.left in BITMASK_FIELDS and e.mask is None and e.op not in (Op.EQ, Op.NE):
             raise InvalidNftObject("", f"{e.left.text} is a bitmask: == or !=, not {e.op}")
     if e.mask is not None and not 0 <= e.mask <= 0xFFFFFFFF:
         raise InvalidNftObject("", f"mask {e.mask:#x} is not a 32-bit value")
