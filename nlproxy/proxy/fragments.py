@@ -4,7 +4,8 @@ Sits inside the planner. Everything a service contributes to a table (elements, 
 the shared dispatch chains, affinity chains and sets) goes through a :class:`Recorder`, which
 applies it to the ruleset and logs it. When the next plan sees the very same Service and slice
 objects (the cluster state keeps unchanged ones), it replays the log instead of planning the
-service again: same operations, same order, so the result is identical to a fresh plan.
+service again: same operations, same order, so the result is identical to a fresh plan. The
+in-place update (``incremental.py``) also undoes a fragment, operation by operation.
 Pure: no I/O, clock or logging.
 """
 

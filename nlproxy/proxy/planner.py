@@ -6,7 +6,8 @@ skeleton (``skeleton.py``) and then, per service port, only elements of global m
 index, read by the shared ``dnat … numgen … map`` chains), no-endpoint verdicts, firewall ranges
 and hairpin pairs. ClientIP affinity is the one feature that needs per-service chains and sets
 (``affinity.py``). What each service adds is recorded (``fragments.py``) so the next plan can
-replay unchanged services. The shape and its reasoning are in docs/ruleset.md.
+replay unchanged services, or ``incremental.py`` can update this plan in place for the changed
+ones. The shape and its reasoning are in docs/ruleset.md.
 
 Pure: no I/O, no clock, no logging; deterministic (same input, identical plan).
 """

@@ -3,6 +3,8 @@
 A long-lived :class:`Syncer` follows random Service/EndpointSlice changes (every feature, both
 families) in a fresh namespace, taking the in-place path after the first sync; a second Syncer
 programs only the final snapshot in another namespace. Both tables, read back, must be equal.
+Conntrack cleanup on the in-place path: flows inserted with ``conntrack -I`` towards a removed
+UDP endpoint go, the others stay.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.reconcile import diff
 from nlproxy.proxy.planner import plan
 from nlproxy.sync import TABLE_NAME, Syncer
-from tests.unit.test_sync_incremental import CONFIG, World, _state_with_node
+from tests.netns import sh
+from tests.unit.builders import endpoint, eps_slice, port, service
+from tests.unit.test_sync_incremental import CONFIG, World, _state_with_node, _up
 
 STEPS = 40
 
@@ -59,3 +63,42 @@ def test_incremental_syncs_end_where_a_fresh_sync_starts(
         assert got.sets == want.sets
         assert got.elements == want.elements
         assert diff(planned.rulesets[family], got) == []
+
+
+def _flows(ns: str) -> str:
+    return sh("conntrack", "-L", "-p", "udp", ns=ns)
+
+
+def _insert_flow(ns: str, dst: str, dport: int, endpoint: str, sport: int) -> None:
+    sh(
+        "conntrack", "-I", "-p", "udp", "-s", "192.168.0.9", "-d", dst, "--sport", str(sport),
+        "--dport", str(dport), "-r", endpoint, "-q", "192.168.0.9", "--reply-port-src", "8080",
+        "--reply-port-dst", str(sport), "-t", "120", ns=ns,
+    )  # fmt: skip
+
+
+def test_incremental_sync_deletes_the_flows_of_a_removed_udp_endpoint(
+    make_netns: Callable[[str], str],
+) -> None:
+    ns = make_netns("incr-ct")
+    state = _state_with_node()
+    svc = service("a", "dns", "172.30.0.1", [port("a", "dns", "p80", 80, "UDP", node_port=30001)])
+    two = [endpoint("10.0.0.1"), endpoint("10.0.0.2")]
+    state.apply([_up(svc), _up(eps_slice("a", "dns", two, [("p80", 8080, "UDP")]))])
+    syncer = Syncer(CONFIG, netns=ns)
+    try:
+        syncer.sync(state.snapshot())
+        frontends = (("172.30.0.1", 80), ("192.168.0.2", 30001))  # ClusterIP, NodePort
+        for n, (dst, dport) in enumerate(frontends):
+            for sport, ep in ((1001 + 2 * n, "10.0.0.1"), (1002 + 2 * n, "10.0.0.2")):
+                _insert_flow(ns, dst, dport, ep, sport)
+        one = eps_slice("a", "dns", two[:1], [("p80", 8080, "UDP")])
+        changed = state.apply([_up(one)])
+        result = syncer.sync(state.snapshot(), changed=changed)
+    finally:
+        syncer.close()
+    assert result.incremental
+    assert result.conntrack_deleted == 2
+    left = _flows(ns)
+    assert "src=10.0.0.2" not in left
+    assert left.count("src=10.0.0.1") == 2
