@@ -62,7 +62,8 @@ echo "UseDNS no" >"$root/etc/ssh/sshd_config.d/vagrant.conf"
 chroot "$root" useradd --create-home --shell /bin/bash --groups sudo vagrant
 echo "vagrant ALL=(ALL) NOPASSWD:ALL" >"$root/etc/sudoers.d/vagrant"
 chmod 0440 "$root/etc/sudoers.d/vagrant"
-ssh-keygen -q -t rsa -b 3072 -N "" -C "nlproxy-box" -f "$key"
+# ed25519: vagrant's net-ssh (7.0 on bookworm) cannot load OpenSSH-format RSA keys with OpenSSL 3.
+ssh-keygen -q -t ed25519 -N "" -C "nlproxy-box" -f "$key"
 install -d -m 0700 "$root/home/vagrant/.ssh"
 install -m 0600 "$key.pub" "$root/home/vagrant/.ssh/authorized_keys"
 chroot "$root" chown -R vagrant:vagrant /home/vagrant/.ssh
