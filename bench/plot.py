@@ -180,7 +180,7 @@ def line_chart(
     cv.line(left, top, left, bottom, (0, 0, 0), 2)
     cv.text(left, 15, title, scale=3)
     cv.text((left + right) // 2 - 4 * len(xlabel), bottom + 35, xlabel)
-    cv.text(8, top - 25, ylabel)
+    cv.text(8, top - 14, ylabel)
     for k, (name, points) in enumerate(series.items()):
         color = PALETTE[k % len(PALETTE)]
         xy = [(fx(x), fy(y)) for x, y in sorted(points) if y > 0 or not logy]

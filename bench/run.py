@@ -192,6 +192,9 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="add to the mode's results instead of replacing them (a re-measured figure "
         "replaces the older one in the summary)",
     )
+    ap.add_argument(
+        "--report-only", action="store_true", help="measure nothing: redo summary and plots"
+    )
     ap.add_argument("--results", type=Path, default=BENCH / "results")
     ap.add_argument("--plots", type=Path, default=BENCH / "plots")
     return ap.parse_args(argv)
@@ -240,15 +243,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan = replace(plan, points=points)
     args.results.mkdir(parents=True, exist_ok=True)
     jsonl = args.results / f"{mode}.jsonl"
-    with (
-        jsonl.open("a" if args.append else "w") as f,
-        tempfile.TemporaryDirectory(prefix="nlpb-") as tmp,
-    ):
-        measure_all(plan, set(args.only.split(",")), Tee(sys.stdout, f), Path(tmp), mode)
+    if not args.report_only:
+        with (
+            jsonl.open("a" if args.append else "w") as f,
+            tempfile.TemporaryDirectory(prefix="nlpb-") as tmp,
+        ):
+            measure_all(plan, set(args.only.split(",")), Tee(sys.stdout, f), Path(tmp), mode)
     records = latest([json.loads(line) for line in jsonl.read_text().splitlines()])
-    with jsonl.open("a") as f:
-        for t in report.targets(records, plan.change_label):
-            emit(f, t)
+    if not args.report_only:
+        with jsonl.open("a") as f:
+            for t in report.targets(records, plan.change_label):
+                emit(f, t)
     text = report.summary(records, plan.change_label, mode)
     (args.results / f"{mode}.txt").write_text(text)
     print(text)
