@@ -78,6 +78,7 @@ def full_plan() -> Plan:
             "bench_commit.py": ("--services", "10000", "--endpoints", "10"),
             "bench_conntrack.py": ("--flows", "100000", "--rounds", "3"),
             "bench_kube.py": ("--services", "10000", "--endpoints", "10", "--repeat", "1"),
+            "bench_incremental.py": ("--services", "10000", "--endpoints", "10"),
         },
     )
 
@@ -95,6 +96,7 @@ def quick_plan() -> Plan:
             "bench_commit.py": ("--services", "1000", "--endpoints", "10"),
             "bench_conntrack.py": ("--flows", "10000", "--rounds", "2"),
             "bench_kube.py": ("--services", "1000", "--endpoints", "10", "--repeat", "1"),
+            "bench_incremental.py": ("--services", "1000", "--endpoints", "10", "--changes", "6"),
         },
     )
 
