@@ -7,6 +7,11 @@ per service and per endpoint, and the 1.36 shape with an inline ``numgen … map
 ``iptables-restore`` text of its iptables mode (nat table). Deterministic: the same parameters
 give byte-for-byte the same files. It only writes files; it never touches the kernel.
 
+Scope: ClusterIP services with one TCP port, so only what those need is generated (no NodePort,
+firewall or filter-table chains); the per-service and per-endpoint objects, which dominate at
+scale, follow upstream's shapes. In the 1.36 shape the per-endpoint hairpin masquerade rule of
+the endpoint chains has no place (there are no endpoint chains) and is left out.
+
     .venv/bin/python bench/gen.py --services 1000 --endpoints 10 --out /tmp/cluster
 """
 
