@@ -30,7 +30,6 @@ from measure import (
     sync_applied,
 )
 
-NLPROXY_VARIANTS = ("nlproxy", "nlproxy-yaml")
 BASELINES = ("nft-1.31", "nft-1.36", "iptables-nft", "iptables-legacy")
 
 
