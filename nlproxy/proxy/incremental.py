@@ -21,17 +21,15 @@ fragments become the new plan's.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Collection, Iterable, Mapping, Set
 from dataclasses import dataclass, field
-from itertools import compress, islice
-from typing import Any
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey, ServicePortRef
 from nlproxy.nft.ir import Chain, Element, Family, Map, Rule, Ruleset
 from nlproxy.nft.ir import Set as NftSet
 from nlproxy.nft.reconcile import ChainState, Delta, ElementId
 from nlproxy.proxy import naming as n
+from nlproxy.proxy.changes import changed_since
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.fragments import Ensure, Fragment, ensure_chain
 from nlproxy.proxy.planner import (
@@ -179,51 +177,11 @@ def plan_update(
 
 
 def changed_services(prev: Plan, snapshot: ClusterSnapshot) -> set[ServiceKey]:
-    """Services whose Service or slice objects are not the ones ``prev`` was planned from.
-
-    Usually at C speed: cluster state copies its mappings in the same key order, so the values
-    are compared position by position (new services come last). Otherwise, per service.
-    """
-    live = prev.live
+    """Services whose Service or slice objects are not the ones ``prev`` was planned from."""
+    live, frags = prev.live, prev.fragments.get(Family.IP, {})
     if isinstance(live, Live):
-        services = _moved(live.services, snapshot.services)
-        slices = _moved(live.slices, snapshot.slices)
-        if services is not None and slices is not None:
-            return services | slices
-    return _compare_each(prev, snapshot)
-
-
-def _moved(old: Mapping[ServiceKey, Any], new: Mapping[ServiceKey, Any]) -> set[ServiceKey] | None:
-    """Keys whose value is another object, when ``old``'s keys start ``new``'s in order (the
-    same key objects); None otherwise."""
-    if new is old:
-        return set()
-    if len(new) < len(old) or not all(map(operator.is_, new, old)):
-        return None
-    out = set(compress(new, map(operator.is_not, new.values(), old.values())))
-    out.update(islice(new, len(old), None))
-    return out
-
-
-def _compare_each(prev: Plan, snapshot: ClusterSnapshot) -> set[ServiceKey]:
-    frags = prev.fragments.get(Family.IP, {})
-    slices = snapshot.slices
-    out: set[ServiceKey] = set()
-    added = 0
-    for key, svc in snapshot.services.items():
-        frag = frags.get(key)
-        if frag is None:
-            added += 1
-            out.add(key)
-        elif frag.service is not svc:
-            out.add(key)
-        else:
-            mine = slices.get(key, ())
-            if frag.slices is not mine and not frag.reusable_for(svc, mine):
-                out.add(key)
-    if len(frags) + added != len(snapshot.services):  # some were removed
-        out.update(k for k in frags if k not in snapshot.services)
-    return out
+        return changed_since(frags, snapshot, services=live.services, slices=live.slices)
+    return changed_since(frags, snapshot)
 
 
 def _update(
