@@ -251,10 +251,14 @@ def ops_for_delta(delta: Delta, programmed: Ruleset) -> list[Operation] | None:
     ``programmed`` equals the previous plan everywhere else, the result leaves the table equal
     to the new plan, as ``diff`` would.
 
+    A set whose definition changed is recreated, as by ``diff``, and every chain using it
+    rewritten: the delta must list those chains (unchanged ones with equal before and after).
+
     Returns:
-        The operations, or None when the delta cannot be applied on its own: a set whose
-        definition changed must be recreated, and every chain using it rewritten, which the
-        delta does not list. The caller then diffs everything.
+        The operations, or None when the delta cannot be applied on its own: a recreated set
+        is used by a chain the delta does not list, or holds planned elements (only dynamic
+        sets, whose elements the data path owns, are recreated here). The caller then diffs
+        everything.
     """
     flush: list[Operation] = []
     del_elements: list[Operation] = []
@@ -264,6 +268,7 @@ def ops_for_delta(delta: Delta, programmed: Ruleset) -> list[Operation] | None:
     add_sets: list[Operation] = []
     add_elements: list[Operation] = []
     add_rules: list[Operation] = []
+    recreated: set[str] = set()
     for name, (_, want) in delta.sets.items():
         old = programmed.sets.get(name)
         if want is None:
@@ -272,13 +277,19 @@ def ops_for_delta(delta: Delta, programmed: Ruleset) -> list[Operation] | None:
         elif old is None:
             add_sets.append(Operation(Verb.ADD, want))
         elif _set_changed(want, old):
-            return None
+            if not want.flags & SetFlag.EVAL:
+                return None
+            recreated.add(name)
+            del_sets.append(Operation(Verb.DELETE, old))
+            add_sets.append(Operation(Verb.ADD, want))
+    if recreated and not _users_listed(recreated, delta, programmed):
+        return None
     out = (flush, del_chains, add_chains, add_rules)
     for name, (_, after) in delta.chains.items():
         if after is None:
             _drop_chain(name, programmed, flush, del_chains)
         else:
-            _chain_ops(after[0], list(after[1]), programmed, set(), out)
+            _chain_ops(after[0], list(after[1]), programmed, recreated, out)
     for (set_name, key), (_, want_el) in delta.elements.items():
         s = _desired_set(delta, programmed, set_name)
         if s is None or s.flags & SetFlag.EVAL:
@@ -294,6 +305,16 @@ def ops_for_delta(delta: Delta, programmed: Ruleset) -> list[Operation] | None:
             add_elements.append(Operation(Verb.ADD, want_el))
     ops = flush + del_elements + del_sets + del_chains
     return ops + add_chains + add_sets + add_elements + add_rules
+
+
+def _users_listed(recreated: set[str], delta: Delta, programmed: Ruleset) -> bool:
+    """Whether every programmed chain using a recreated set is in the delta (a walk over all
+    rules, only when a set's definition changed)."""
+    return all(
+        chain in delta.chains
+        for chain, rules in programmed.rules.items()
+        if recreated & _referenced_sets(rules)
+    )
 
 
 def _desired_set(delta: Delta, programmed: Ruleset, name: str) -> SetLike | None:

@@ -376,14 +376,17 @@ class _Touched:
             after = rs.elements.get(ident[0], {}).get(ident[1])
             if before is not after and before != after:
                 out.elements[ident] = (before, after)
-        for name, chain_before in self.chains.items():
-            chain_after = _chain_state(rs, name)
-            if chain_before != chain_after:
-                out.chains[name] = (chain_before, chain_after)
         for name, set_before in self.sets.items():
             set_after = rs.sets.get(name)
             if set_before != set_after:
                 out.sets[name] = (set_before, set_after)
+        # A redefined set is recreated, so every chain using it is rewritten: list them all
+        # (only the updated services' own chains can use their sets).
+        redefined = any(b is not None and a is not None for b, a in out.sets.values())
+        for name, chain_before in self.chains.items():
+            chain_after = _chain_state(rs, name)
+            if chain_before != chain_after or (redefined and chain_after is not None):
+                out.chains[name] = (chain_before, chain_after)
         return out
 
 

@@ -10,6 +10,7 @@ UDP endpoint go, the others stay.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from nlproxy.nft.ir import Family
 from nlproxy.nft.readback import read_ruleset
@@ -102,3 +103,24 @@ def test_incremental_sync_deletes_the_flows_of_a_removed_udp_endpoint(
     left = _flows(ns)
     assert "src=10.0.0.2" not in left
     assert left.count("src=10.0.0.1") == 2
+
+
+def test_changed_affinity_timeout_is_applied_in_place(make_netns: Callable[[str], str]) -> None:
+    ns = make_netns("incr-aff")
+    state = _state_with_node()
+    sticky = service("a", "web", "172.30.0.1", affinity_timeout=300)
+    eps = [endpoint("10.0.0.1"), endpoint("10.0.0.2")]
+    state.apply([_up(sticky), _up(eps_slice("a", "web", eps, [("p80", 8080, "TCP")]))])
+    syncer = Syncer(CONFIG, netns=ns)
+    try:
+        syncer.sync(state.snapshot())
+        changed = state.apply([_up(replace(sticky, affinity_timeout=60))])
+        result = syncer.sync(state.snapshot(), changed=changed)
+    finally:
+        syncer.close()
+    assert result.incremental
+    got = read_ruleset(Family.IP, TABLE_NAME, netns=ns)
+    assert got is not None
+    timeouts = {s.timeout for name, s in got.sets.items() if name.startswith("affinity-")}
+    assert timeouts == {60}
+    assert diff(plan(state.snapshot(), CONFIG).rulesets[Family.IP], got) == []

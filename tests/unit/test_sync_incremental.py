@@ -31,7 +31,7 @@ from nlproxy.cluster.model import (
 )
 from nlproxy.cluster.state import ClusterState
 from nlproxy.conntrack import programmed_frontends, stale_flow_filters
-from nlproxy.nft.ir import Family, Ruleset
+from nlproxy.nft.ir import Family, Ruleset, SetFlag
 from nlproxy.nft.reconcile import Delta, advance, diff, ops_for_delta
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, changed_services, plan_update
@@ -154,9 +154,7 @@ def _up(obj: Service | EndpointSlice) -> Upsert:
 def _check_ops(delta: Delta, before: Ruleset, fresh: Ruleset) -> Ruleset:
     """The delta's operations on ``before`` leave what the full diff leaves; returns it."""
     ops = ops_for_delta(delta, before)
-    if ops is None:  # e.g. an affinity timeout changed: the Syncer diffs the family instead
-        assert any(b is not None and a is not None for b, a in delta.sets.values())
-        ops = diff(fresh, before)
+    assert ops is not None, "the delta lists every chain using a redefined set"
     got = apply(before, ops)  # reference checks at every step
     want = apply(before, diff(fresh, before))
     assert got == want
@@ -319,11 +317,32 @@ def test_changed_set_that_miscounts_services_falls_back() -> None:
 def test_set_definition_change_is_left_to_the_full_diff() -> None:
     state, _ = _small()
     rs = plan(state.snapshot(), CONFIG).rulesets[Family.IP]
+    # A planned set with elements would need them all again; a dynamic set used by a chain the
+    # delta does not list would need that chain rewritten.
     name = "hairpin"
-    changed_def = replace(rs.sets[name], timeout=60)
-    assert (
-        ops_for_delta(Delta(sets={name: (rs.sets[name], changed_def)}), as_programmed(rs)) is None
-    )
+    redefined = replace(rs.sets[name], timeout=60)
+    delta = Delta(sets={name: (rs.sets[name], redefined)})
+    assert ops_for_delta(delta, as_programmed(rs)) is None
+    rs.sets[name] = dynamic = replace(rs.sets[name], flags=rs.sets[name].flags | SetFlag.EVAL)
+    delta = Delta(sets={name: (dynamic, replace(dynamic, timeout=60))})
+    assert ops_for_delta(delta, as_programmed(rs)) is None
+
+
+def test_changed_affinity_timeout_recreates_the_sets_and_rewrites_their_chains() -> None:
+    state = _state_with_node()
+    sticky = service("a", "web", "172.30.0.1", affinity_timeout=300)
+    eps = eps_slice("a", "web", [endpoint("10.0.0.1")], [("p80", 8080, "TCP")])
+    state.apply([_up(sticky), _up(eps)])
+    snap = state.snapshot()
+    live = plan(snap, CONFIG)
+    assert attach(live, snap)
+    before = as_programmed(live.rulesets[Family.IP])
+    changed = state.apply([_up(replace(sticky, affinity_timeout=60))])
+    live, deltas = plan_update(live, state.snapshot(), CONFIG, changed)
+    assert deltas is not None
+    delta = deltas[Family.IP]
+    assert [b.timeout for b, a in delta.sets.values() if b and a] == [300]
+    _check_ops(delta, before, plan(state.snapshot(), CONFIG).rulesets[Family.IP])
 
 
 def test_services_trading_addresses_in_one_update_stay_in_place() -> None:
