@@ -77,14 +77,17 @@ class ReachabilityMonitor:
         )
         self.verdicts: dict[IPAddress, Reachability] = {}
         self._users: dict[IPAddress, set[str]] = {}
+        self._ports: dict[ServicePortRef, PortPlan] = {}
         self._wake = trio.Event()
         self.unreachable: frozenset[IPAddress] = frozenset()
 
     def plan_changed(self, ports: Mapping[ServicePortRef, PortPlan]) -> None:
-        users = endpoints_by_service(ports)
-        if users != self._users:
-            self._users = users
-            self._wake.set()
+        """Note the new plan; the endpoints are worked out in the monitor's thread.
+
+        The Syncer updates its plan in place on the next sync, so keep a shallow copy.
+        """
+        self._ports = dict(ports)
+        self._wake.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Re-classify on plan changes and rtnetlink events until cancelled.
@@ -111,10 +114,14 @@ class ReachabilityMonitor:
                 await self._evaluate()
 
     async def _evaluate(self) -> None:
-        users = self._users
-        verdicts = await trio.to_thread.run_sync(
-            lambda: classify(list(users), netns=self.netns), abandon_on_cancel=True
-        )
+        ports = self._ports
+
+        def work() -> tuple[dict[IPAddress, set[str]], dict[IPAddress, Reachability]]:
+            users = endpoints_by_service(ports)
+            return users, classify(list(users), netns=self.netns)
+
+        users, verdicts = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+        self._users = users
         for ip, old, new in transitions(self.verdicts, verdicts):
             self.log.info(
                 "endpoint.reachability",

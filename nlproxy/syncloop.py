@@ -140,10 +140,14 @@ class SyncLoop:
         self.metrics.invalid_objects.set(len(self.state.invalid))
         self._report_invalid()
 
+        # The changed services let the Syncer update its plan in place; a snapshot filter may
+        # change services the state did not report, so then the Syncer finds them itself.
+        changed = None if self.snapshot_filter is not None else set(pending)
+
         def work() -> SyncResult:
             if verify:
                 self.syncer.verify()
-            return self.syncer.sync(snapshot)
+            return self.syncer.sync(snapshot, changed=changed)
 
         try:
             result = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
