@@ -28,6 +28,11 @@ from nlproxy.inspect_watch import RouteWatcher
 from nlproxy.log import get_logger
 from nlproxy.proxy.planner import PortPlan
 
+LOG_LIMIT = 20
+"""At most this many per-endpoint lines per evaluation; the rest is summarised."""
+PLAN_SETTLE = 1.0
+"""Seconds to coalesce plan changes before re-classifying (route events are handled at once)."""
+
 
 def endpoints_by_service(ports: Mapping[ServicePortRef, PortPlan]) -> dict[IPAddress, set[str]]:
     """Endpoint address → the service ports (``ns/name:port/PROTO``) that use it."""
@@ -106,12 +111,45 @@ class ReachabilityMonitor:
 
                     async def plan_event(cancel: trio.CancelScope = nursery.cancel_scope) -> None:
                         await self._wake.wait()
+                        await trio.sleep(PLAN_SETTLE)  # a burst of syncs: classify once
                         cancel.cancel()
 
                     nursery.start_soon(route_event)
                     nursery.start_soon(plan_event)
                 self._wake = trio.Event()
                 await self._evaluate()
+
+    def _log_transitions(
+        self, changes: list[tuple[IPAddress, Reachability | None, Reachability | None]]
+    ) -> None:
+        """One line per transition to or from unreachable; new and vanished endpoints that are
+        fine, and any flood beyond ``LOG_LIMIT`` lines, go into one summary line."""
+        interesting = [
+            c
+            for c in changes
+            if (c[1] is not None and not c[1].reachable)
+            or (c[2] is not None and not c[2].reachable)
+        ]
+        for ip, old, new in interesting[:LOG_LIMIT]:
+            self.log.info(
+                "endpoint.reachability",
+                endpoint=str(ip),
+                was=old.kind if old else None,
+                now=new.kind if new else None,
+                reachable=new.reachable if new else None,
+                reason=new.reason if new else "no longer an endpoint",
+            )
+        if len(changes) > min(len(interesting), LOG_LIMIT):
+            kinds: dict[str, int] = {}
+            for _, _, new in changes:
+                key = new.kind if new else "gone"
+                kinds[key] = kinds.get(key, 0) + 1
+            self.log.info(
+                "endpoint.reachability_summary",
+                transitions=len(changes),
+                logged=min(len(interesting), LOG_LIMIT),
+                now=kinds,
+            )
 
     async def _evaluate(self) -> None:
         ports = self._ports
@@ -122,15 +160,7 @@ class ReachabilityMonitor:
 
         users, verdicts = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
         self._users = users
-        for ip, old, new in transitions(self.verdicts, verdicts):
-            self.log.info(
-                "endpoint.reachability",
-                endpoint=str(ip),
-                was=old.kind if old else None,
-                now=new.kind if new else None,
-                reachable=new.reachable if new else None,
-                reason=new.reason if new else "no longer an endpoint",
-            )
+        self._log_transitions(transitions(self.verdicts, verdicts))
         self.verdicts = verdicts
         self.gauge.clear()
         for ip, v in verdicts.items():

@@ -1,0 +1,205 @@
+"""Daemon figures on the Kubernetes API source, at scale.
+
+Runs the in-repo API server (``tests/kube/apiserver.py``, the real list/watch protocol) holding S
+Services x E endpoints (``bench/gen.py``'s cluster), and ``nlproxy run --kubeconfig`` as a child
+process programming a fresh network namespace. Prints JSON lines:
+
+- ``first_sync``: seconds from start to the first healthy ``/healthz`` (initial chunked lists of
+  every kind, parse, plan, commit), and the daemon's RSS (current and peak) afterwards;
+- ``event_to_commit``: for single endpoint changes (an EndpointSlice modified in the API server),
+  the time from the change to the daemon's ``sync.applied`` log line for it (the daemon's own
+  timestamp), p50/p99/max over the changes, with the sync's op count.
+
+    .venv/bin/python bench/bench_daemon.py --services 10000 --endpoints 10 --changes 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import gen  # noqa: E402
+from tests.kube.apiserver import ApiServer  # noqa: E402
+from tests.kube.conftest import TOKEN, write_kubeconfig  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def emit(**fields: Any) -> None:
+    print(json.dumps({"bench": "daemon", **fields}), flush=True)
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of ``pid`` in MiB."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) / 1024
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+class Daemon:
+    def __init__(self, netns: str, kubeconfig: Path, healthz: int, metrics: int) -> None:
+        cmd = [
+            sys.executable, "-m", "nlproxy", "--netns", netns, "--log-format", "json",
+            "run", "--kubeconfig", str(kubeconfig), "--node-name", gen.NODE_NAME,
+            "--cluster-cidr", str(gen.CLUSTER_CIDR), "--service-cidr", str(gen.SERVICE_CIDR),
+            "--healthz-bind-address", f"127.0.0.1:{healthz}",
+            "--metrics-bind-address", f"127.0.0.1:{metrics}",
+        ]  # fmt: skip
+        self.healthz = healthz
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        self.syncs: list[dict[str, Any]] = []
+        self.cond = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with contextlib.suppress(json.JSONDecodeError):
+                ev = json.loads(line)
+                if ev.get("event") == "sync.applied":
+                    with self.cond:
+                        self.syncs.append(ev)
+                        self.cond.notify_all()
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.healthz}/healthz", timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def next_sync(self, after: int, timeout: float) -> dict[str, Any] | None:
+        with self.cond:
+            self.cond.wait_for(lambda: len(self.syncs) > after, timeout=timeout)
+            return self.syncs[after] if len(self.syncs) > after else None
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def stamp(ev: dict[str, Any]) -> float:
+    return datetime.fromisoformat(ev["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def run(services: int, endpoints: int, changes: int) -> None:
+    cluster = gen.Cluster(services=services, endpoints=endpoints)
+    api = ApiServer(token=TOKEN)
+    api.start()
+    netns = f"nlpb-daemon-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", netns], check=True)
+    # Routes to the pods, as a CNI would have them (the inspector checks every endpoint).
+    for cmd in (
+        ["link", "add", "pods0", "type", "veth", "peer", "name", "pods1"],
+        ["link", "set", "pods1", "up"],
+        ["link", "set", "pods0", "up"],
+        ["route", "add", str(gen.CLUSTER_CIDR), "dev", "pods0"],
+    ):
+        subprocess.run(["ip", "-n", netns, *cmd], check=True)
+    daemon = None
+    try:
+        api.store.put("nodes", gen.node_doc())
+        for i in range(services):
+            api.store.put("services", gen.service_doc(cluster, i))
+            for doc in gen.slice_docs(cluster, i):
+                api.store.put("endpointslices", doc)
+        with tempfile.TemporaryDirectory() as tmp:
+            kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", api)
+            start = time.monotonic()
+            daemon = Daemon(netns, kubeconfig, free_port(), free_port())
+            while not daemon.healthy():
+                if daemon.proc.poll() is not None:
+                    raise SystemExit(f"daemon exited {daemon.proc.returncode}")
+                time.sleep(0.05)
+            first = time.monotonic() - start
+            rss, hwm = rss_mb(daemon.proc.pid)
+            emit(
+                what="first_sync",
+                services=services,
+                endpoints=endpoints,
+                seconds=round(first, 3),
+                ops=daemon.syncs[0]["ops"] if daemon.syncs else None,
+                rss_mb=round(rss, 1),
+                peak_rss_mb=round(hwm, 1),
+            )
+            lat = []
+            ops = []
+            for n in range(changes):
+                i = (n * 7919) % services
+                shorter = gen.Cluster(
+                    services=services,
+                    endpoints=endpoints,
+                    overrides={i: tuple(cluster.endpoint_ips(i)[: endpoints - 1 - n % 2])},
+                )
+                seen = len(daemon.syncs)
+                t = time.time()
+                for doc in gen.slice_docs(shorter, i):
+                    api.store.put("endpointslices", doc)
+                ev = daemon.next_sync(seen, timeout=30)
+                if ev is None:
+                    emit(what="event_to_commit", error=f"no sync for change {n}")
+                    break
+                lat.append((stamp(ev) - t) * 1000)
+                ops.append(ev["ops"])
+                time.sleep(0.2)
+            if lat:
+                lat.sort()
+                emit(
+                    what="event_to_commit",
+                    services=services,
+                    changes=len(lat),
+                    p50_ms=round(statistics.median(lat), 2),
+                    p99_ms=round(lat[min(len(lat) - 1, int(len(lat) * 0.99))], 2),
+                    max_ms=round(lat[-1], 2),
+                    ops_median=statistics.median(ops),
+                )
+            rss, hwm = rss_mb(daemon.proc.pid)
+            emit(what="rss_after_changes", rss_mb=round(rss, 1), peak_rss_mb=round(hwm, 1))
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        api.stop()
+        subprocess.run(["ip", "netns", "delete", netns], check=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--services", type=int, default=10000)
+    p.add_argument("--endpoints", type=int, default=10)
+    p.add_argument("--changes", type=int, default=20)
+    args = p.parse_args(argv)
+    run(args.services, args.endpoints, args.changes)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
