@@ -9,6 +9,7 @@ reads files only; validation is ``cluster/parse.py``'s, and it must not touch th
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -57,6 +58,18 @@ _Loader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 
+# libyaml's parser with the same resolvers and constructors, about 10x faster. Its error texts
+# differ from the pure-Python parser's, so a file it rejects is parsed again by ``_Loader`` to
+# report the error as always.
+_FastLoader: type[Any] = _Loader
+if getattr(yaml, "__with_libyaml__", False):
+
+    class _CLoader(yaml.CSafeLoader):
+        """``_Loader`` on libyaml."""
+
+    _CLoader.yaml_implicit_resolvers = _Loader.yaml_implicit_resolvers
+    _FastLoader = _CLoader
+
 
 class _FileError(Exception):
     """A file that cannot be used as a whole; the message names the file (and line)."""
@@ -78,6 +91,18 @@ def load_manifests(directory: Path) -> ManifestLoad:
         )
     except OSError as exc:
         raise ConfigError(f"manifests {directory}", exc.strerror or str(exc)) from exc
+    # Parsing allocates millions of objects and creates no cycles: a collection would only walk
+    # them again and again (a third of the load time at 100k endpoints).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _load(paths)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _load(paths: list[Path]) -> ManifestLoad:
     by_kind: dict[str, list[Upsert | Skip | Invalid]] = {kind: [] for kind in KINDS}
     first_seen: dict[ObjectRef, str] = {}
     errors: list[str] = []
@@ -153,6 +178,16 @@ def _documents(path: Path) -> list[Any]:
             return [json.loads(text)]
         except json.JSONDecodeError as exc:
             raise _FileError(f"{path.name}:{exc.lineno}: not valid JSON: {exc.msg}") from exc
+    try:
+        return list(yaml.load_all(text, Loader=_FastLoader))
+    except yaml.YAMLError:
+        pass  # reported below, outside this handler, so the errors do not chain
+    return _yaml_error(path, text)
+
+
+def _yaml_error(path: Path, text: str) -> list[Any]:
+    """Parse ``text`` with the pure-Python loader: its result if it accepts it (libyaml
+    rejected it), else its error, raised as a ``_FileError`` naming the file and line."""
     try:
         return list(yaml.load_all(text, Loader=_Loader))
     except yaml.MarkedYAMLError as exc:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from nlproxy.cluster.fields import FieldReader, describe
+from nlproxy.cluster.fields import FieldReader, describe, quick_ipv4
 from nlproxy.cluster.model import (
     ClusterObject,
     Endpoint,
@@ -336,7 +336,7 @@ def parse_endpoint_slice(obj: Mapping[str, Any]) -> EndpointSlice | None:
         family=family,
         ports=_slice_ports(r, obj.get("ports")),
         endpoints=tuple(
-            _endpoint(r, raw, f"endpoints[{i}]", family)
+            _endpoint(r, raw, i, family)
             for i, raw in enumerate(r.items(obj.get("endpoints"), "endpoints"))
         ),
         last_change_trigger_time=_trigger_time(annotations.get(TRIGGER_TIME_ANNOTATION)),
@@ -358,9 +358,13 @@ def _slice_ports(r: FieldReader, value: object) -> tuple[EndpointPort, ...]:
     return tuple(ports)
 
 
-def _endpoint(r: FieldReader, raw: object, f: str, family: IPFamily) -> Endpoint:
+def _endpoint(r: FieldReader, raw: object, i: int, family: IPFamily) -> Endpoint:
     """One slice endpoint. Every address is checked, but only the first is proxied: the API
     calls them fungible and kube-proxy uses ``addresses[0]``."""
+    quick = _quick_endpoint(raw) if family is IPFamily.IPV4 else None
+    if quick is not None:
+        return quick
+    f = f"endpoints[{i}]"
     entry = r.mapping(raw, f)
     addresses = r.items(entry.get("addresses"), f"{f}.addresses")
     if not addresses:
@@ -383,6 +387,41 @@ def _endpoint(r: FieldReader, raw: object, f: str, family: IPFamily) -> Endpoint
         zone=r.string(entry.get("zone"), f"{f}.zone") or None,
         hints_zones=_hint_names(r, hints.get("forZones"), f"{f}.hints.forZones"),
         hints_nodes=_hint_names(r, hints.get("forNodes"), f"{f}.hints.forNodes"),
+    )
+
+
+_CONDITIONS = frozenset({"ready", "serving", "terminating"})
+
+
+def _quick_endpoint(raw: object) -> Endpoint | None:
+    """``_endpoint`` of an IPv4 slice for the common case (plain IPv4 addresses, boolean or
+    unset conditions, no hints), without building field paths; None when anything is unusual,
+    and ``_endpoint`` then reads it field by field (and names what is wrong)."""
+    if type(raw) is not dict or raw.get("hints") is not None:
+        return None
+    addresses = raw.get("addresses")
+    if type(addresses) is not list or not addresses:
+        return None
+    ips = [quick_ipv4(text) if type(text) is str else None for text in addresses]
+    first = ips[0]
+    if first is None or any(ip is None for ip in ips):
+        return None
+    cond = raw.get("conditions")
+    cond = {} if cond is None else cond
+    if type(cond) is not dict or not all(
+        type(cond.get(k)) is bool or cond.get(k) is None for k in _CONDITIONS
+    ):
+        return None
+    node, zone = raw.get("nodeName"), raw.get("zone")
+    if not (node is None or type(node) is str) or not (zone is None or type(zone) is str):
+        return None
+    return Endpoint(
+        ip=first,
+        ready=cond.get("ready") is not False,
+        serving=cond.get("serving") is not False,
+        terminating=cond.get("terminating") is True,
+        node_name=node or None,
+        zone=zone or None,
     )
 
 

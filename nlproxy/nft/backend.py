@@ -68,10 +68,14 @@ _TYPES = {dt.type_id: dt for dt in DataType}
 
 @dataclass(frozen=True, slots=True)
 class ApplyResult:
-    """What one :meth:`NftBackend.apply` sent: messages in the batch and wall seconds."""
+    """What one :meth:`NftBackend.apply` sent: messages in the batch and wall seconds, in all
+    and for its three stages (validation, encoding, the kernel's commit)."""
 
     messages: int
     seconds: float
+    validate_s: float = 0.0
+    encode_s: float = 0.0
+    commit_s: float = 0.0
 
 
 def kernel_release() -> tuple[int, int]:
@@ -137,13 +141,22 @@ class NftBackend:
                 if op.verb is Verb.DESTROY:
                     reason = "destroy needs Linux >= 6.3; use delete"
                     raise InvalidNftObject(validation.describe(op.obj), reason)
+        validated = time.perf_counter()
         batch = Batch(self.table, view.sets, self.sock.next_seq())
         batch.add(ops)
         data = batch.finish()
+        encoded = time.perf_counter()
         self.sock.skip_to(batch.last_seq)
         self._commit(batch, data, ops)
         self._remember(ops, view)
-        return ApplyResult(batch.messages, time.perf_counter() - start)
+        end = time.perf_counter()
+        return ApplyResult(
+            batch.messages,
+            end - start,
+            validate_s=validated - start,
+            encode_s=encoded - validated,
+            commit_s=end - encoded,
+        )
 
     def known(self) -> Ruleset:
         """The backend's view of the table's chains and sets (read from the kernel once)."""

@@ -1,0 +1,107 @@
+"""The quick paths of parsing (plain IPv4 addresses, common slice endpoints, libyaml) give
+exactly what the field-by-field paths give, and step aside for anything unusual."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nlproxy.cluster import manifests
+from nlproxy.cluster.fields import FieldReader, quick_ipv4
+from nlproxy.cluster.model import IPFamily, ObjectRef
+from nlproxy.cluster.parse import _endpoint, _quick_endpoint
+from nlproxy.errors import InvalidObject
+
+
+@pytest.mark.parametrize(
+    "text", ["10.0.0.1", "0.0.0.0", "255.255.255.255", "192.168.77.1", "1.2.3.4"]
+)
+def test_quick_ipv4_equals_ipaddress(text: str) -> None:
+    assert quick_ipv4(text) == ipaddress.ip_address(text)
+    assert type(quick_ipv4(text)) is ipaddress.IPv4Address
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["010.0.0.1", "1.2.3", "1.2.3.256", "1.2.3.4 ", " 1.2.3.4", "1.2.3.4/32", "::1", "a.b.c.d",
+     "1..2.3", "", "1.2.3.4.5", "१.2.3.4", "1.2.3.4\0"],
+)  # fmt: skip
+def test_quick_ipv4_steps_aside(text: str) -> None:
+    assert quick_ipv4(text) is None
+    r = FieldReader(ObjectRef(kind="EndpointSlice", namespace="ns", name="s"))
+    if text in ("::1",):
+        assert r.ip(text, "f").version == 6
+    else:
+        with pytest.raises(InvalidObject, match="is not a valid IP address"):
+            r.ip(text, "f")
+
+
+COMMON: list[dict[str, Any]] = [
+    {"addresses": ["10.1.0.1"]},
+    {"addresses": ["10.1.0.1", "10.1.0.2"], "nodeName": "n1", "zone": "z"},
+    {"addresses": ["10.1.0.1"], "conditions": {"ready": False, "serving": True}},
+    {"addresses": ["10.1.0.1"], "conditions": {"terminating": True, "ready": None}},
+    {"addresses": ["10.1.0.1"], "conditions": None, "nodeName": "", "zone": None},
+]
+
+
+@pytest.mark.parametrize("raw", COMMON)
+def test_quick_endpoint_equals_the_checked_path(raw: dict[str, Any]) -> None:
+    quick = _quick_endpoint(raw)
+    assert quick is not None
+    # A hints entry sends the same endpoint down the field-by-field path.
+    slow = _endpoint(_reader(), {**raw, "hints": {"forZones": [{"name": "z"}]}}, 0, IPFamily.IPV4)
+    assert quick == type(quick)(
+        ip=slow.ip,
+        ready=slow.ready,
+        serving=slow.serving,
+        terminating=slow.terminating,
+        node_name=slow.node_name,
+        zone=slow.zone,
+    )
+
+
+UNUSUAL: list[object] = [
+    "not a mapping",
+    {"addresses": []},
+    {"addresses": "10.1.0.1"},
+    {"addresses": ["10.1.0.1", "fd00::1"]},
+    {"addresses": ["fd00::1"]},
+    {"addresses": ["010.1.0.1"]},
+    {"addresses": [7]},
+    {"addresses": ["10.1.0.1"], "conditions": {"ready": "yes"}},
+    {"addresses": ["10.1.0.1"], "conditions": []},
+    {"addresses": ["10.1.0.1"], "nodeName": 3},
+    {"addresses": ["10.1.0.1"], "zone": ["a"]},
+    {"addresses": ["10.1.0.1"], "hints": {"forZones": [{"name": "z"}]}},
+]
+
+
+@pytest.mark.parametrize("raw", UNUSUAL)
+def test_quick_endpoint_steps_aside(raw: object) -> None:
+    assert _quick_endpoint(raw) is None
+
+
+def _reader() -> FieldReader:
+    return FieldReader(ObjectRef(kind="EndpointSlice", namespace="ns", name="s"))
+
+
+def test_yaml_uses_libyaml_with_the_same_resolvers() -> None:
+    assert manifests._FastLoader is not manifests._Loader, "PyYAML without libyaml"
+    text = "a: 2024-01-01T00:00:00Z\nb: 1\nc: yes\nd: 1.5\ne: ~\n"
+    import yaml
+
+    fast = yaml.load(text, Loader=manifests._FastLoader)
+    slow = yaml.load(text, Loader=manifests._Loader)
+    assert fast == slow == {"a": "2024-01-01T00:00:00Z", "b": 1, "c": True, "d": 1.5, "e": None}
+
+
+def test_yaml_error_is_reported_by_the_pure_python_parser(tmp_path: Path) -> None:
+    (tmp_path / "x.yaml").write_text("a: [1, 2\n")
+    loaded = manifests.load_manifests(tmp_path)
+    assert loaded.errors == (
+        "x.yaml:2: not valid YAML: expected ',' or ']', but got '<stream end>'",
+    )
