@@ -227,30 +227,49 @@ def decode_key(parts: tuple[DataType, ...], data: bytes) -> tuple[Value, ...]:
     return key_decoder(parts)(data)
 
 
-_CONVERTERS: dict[DataType, Callable[[bytes], Value]] = {
-    DataType.IPV4_ADDR: IPv4Address,
-    DataType.IPV6_ADDR: IPv6Address,
-    DataType.INET_SERVICE: lambda b: int.from_bytes(b, "big"),
-    DataType.INET_PROTO: lambda b: b[0],
-    DataType.MARK: lambda b: int.from_bytes(b, sys.byteorder),
+def _host_order(v: int) -> int:
+    """A 32-bit value unpacked big-endian, as the host-order value it holds."""
+    return int.from_bytes(v.to_bytes(4, "big"), sys.byteorder)
+
+
+# Per key part: its struct code (unpacked big-endian) and what turns that into the IR value.
+_PARTS: dict[DataType, tuple[str, Callable[[Any], Value] | None]] = {
+    DataType.IPV4_ADDR: ("I", IPv4Address),
+    DataType.IPV6_ADDR: ("16s", IPv6Address),
+    DataType.INET_SERVICE: ("H", None),
+    DataType.INET_PROTO: ("B", None),
+    DataType.MARK: ("I", _host_order if _BSWAP else None),
 }
 
 
 @functools.cache
 def key_decoder(parts: tuple[DataType, ...]) -> Callable[[bytes], tuple[Value, ...]]:
-    """A fast decoder for keys of one set type (read-back decodes 100k elements at a time)."""
-    slices: list[tuple[int, int, Callable[[bytes], Value]]] = []
-    off = 0
-    for p in parts:
-        if p not in _CONVERTERS:
+    """A fast decoder for keys of one set type (read-back decodes 100k elements at a time): one
+    struct unpack for the whole key, then a conversion of the parts that need one."""
+    fmt = ">"
+    convs: list[tuple[int, Callable[[Any], Value]]] = []
+    for i, p in enumerate(parts):
+        if p not in _PARTS:
             raise UndecodableError(f"datatype {p.name}", "has no key values")
-        slices.append((off, off + p.length, _CONVERTERS[p]))
-        off += p.length if len(parts) == 1 else pad4(p.length)
+        code, conv = _PARTS[p]
+        fmt += code + ("x" * (pad4(p.length) - p.length) if len(parts) > 1 else "")
+        if conv is not None:
+            convs.append((i, conv))
+    unpack, size = struct.Struct(fmt).unpack_from, struct.calcsize(fmt)
 
     def decode(data: bytes) -> tuple[Value, ...]:
-        return tuple(conv(data[a:b]) for a, b, conv in slices)
+        if len(data) < size:
+            raise UndecodableError(f"value {data.hex()}", f"too short for {_names(parts)}")
+        values: list[Value] = list(unpack(data))
+        for i, conv in convs:
+            values[i] = conv(values[i])
+        return tuple(values)
 
     return decode
+
+
+def _names(parts: tuple[DataType, ...]) -> str:
+    return " . ".join(p.name for p in parts)
 
 
 MAX_EXPANDED_RANGE = 1 << 16
