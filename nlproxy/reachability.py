@@ -34,15 +34,6 @@ PLAN_SETTLE = 1.0
 """Seconds to coalesce plan changes before re-classifying (route events are handled at once)."""
 
 
-def endpoints_by_service(ports: Mapping[ServicePortRef, PortPlan]) -> dict[IPAddress, set[str]]:
-    """Endpoint address → the service ports (``ns/name:port/PROTO``) that use it."""
-    out: dict[IPAddress, set[str]] = {}
-    for plan in ports.values():
-        for b in plan.cluster_endpoints:
-            out.setdefault(b.ip, set()).add(str(plan.ref))
-    return out
-
-
 def without_unreachable(snapshot: ClusterSnapshot, bad: frozenset[IPAddress]) -> ClusterSnapshot:
     """``snapshot`` with unreachable endpoints removed, except a service's last ready ones."""
     if not bad:
@@ -81,7 +72,6 @@ class ReachabilityMonitor:
             registry=registry,
         )
         self.verdicts: dict[IPAddress, Reachability] = {}
-        self._users: dict[IPAddress, set[str]] = {}
         self._ports: dict[ServicePortRef, PortPlan] = {}
         self._wake = trio.Event()
         self.unreachable: frozenset[IPAddress] = frozenset()
@@ -97,16 +87,22 @@ class ReachabilityMonitor:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Re-classify on plan changes and rtnetlink events until cancelled.
 
+        A route, link or neighbour event re-classifies every endpoint; a plan change only the
+        endpoints that are new to it (the routes did not change).
+
         Cancellation: returns at the next wait; the rtnetlink socket is closed.
         """
         with RouteWatcher(self.netns) as watcher:
             task_status.started()
             while True:
+                routes_changed = False
                 async with trio.open_nursery() as nursery:
 
                     async def route_event(cancel: trio.CancelScope = nursery.cancel_scope) -> None:
+                        nonlocal routes_changed
                         await watcher.changed()
                         watcher.drain()
+                        routes_changed = True
                         cancel.cancel()
 
                     async def plan_event(cancel: trio.CancelScope = nursery.cancel_scope) -> None:
@@ -117,7 +113,7 @@ class ReachabilityMonitor:
                     nursery.start_soon(route_event)
                     nursery.start_soon(plan_event)
                 self._wake = trio.Event()
-                await self._evaluate()
+                await self._evaluate(full=routes_changed)
 
     def _log_transitions(
         self, changes: list[tuple[IPAddress, Reachability | None, Reachability | None]]
@@ -151,24 +147,34 @@ class ReachabilityMonitor:
                 now=kinds,
             )
 
-    async def _evaluate(self) -> None:
-        ports = self._ports
+    async def _evaluate(self, *, full: bool) -> None:
+        ports, known = self._ports, self.verdicts
 
-        def work() -> tuple[dict[IPAddress, set[str]], dict[IPAddress, Reachability]]:
-            users = endpoints_by_service(ports)
-            return users, classify(list(users), netns=self.netns)
+        def work() -> dict[IPAddress, Reachability]:
+            wanted = {b.ip for plan in ports.values() for b in plan.cluster_endpoints}
+            todo = wanted if full else wanted - known.keys()
+            fresh = classify(todo, netns=self.netns) if todo else {}
+            return {ip: fresh[ip] if ip in fresh else known[ip] for ip in wanted}
 
-        users, verdicts = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
-        self._users = users
+        verdicts = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
         self._log_transitions(transitions(self.verdicts, verdicts))
         self.verdicts = verdicts
-        self.gauge.clear()
-        for ip, v in verdicts.items():
-            if not v.reachable:
-                for svc in sorted(users.get(ip, ())):
-                    self.gauge.labels(service=svc, endpoint=str(ip), reason=v.reason).set(1)
         bad = frozenset(ip for ip, v in verdicts.items() if not v.reachable)
+        self._export(bad, ports)
         if bad != self.unreachable:
             self.unreachable = bad
             if self.on_change is not None:
                 self.on_change(bad)
+
+    def _export(self, bad: frozenset[IPAddress], ports: Mapping[ServicePortRef, PortPlan]) -> None:
+        """The gauge: one series per unreachable endpoint and service port using it."""
+        self.gauge.clear()
+        if not bad:
+            return
+        for plan in ports.values():
+            for b in plan.cluster_endpoints:
+                if b.ip in bad:
+                    reason = self.verdicts[b.ip].reason
+                    self.gauge.labels(service=str(plan.ref), endpoint=str(b.ip), reason=reason).set(
+                        1
+                    )
