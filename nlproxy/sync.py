@@ -178,6 +178,10 @@ class Syncer:
                 result.commit_ms += (time.perf_counter() - t) * 1000
             self._programmed[family] = as_programmed(desired)
             result.ops[family] = len(ops)
+        if not result.total_ops:
+            # Nothing changed in the kernel, so no flow lost its backend: skip reading the
+            # frontends of both whole tables (seconds at 100k endpoints, at every restart).
+            return 0
         old = programmed_frontends([rs for rs in before.values() if rs is not None])
         new = programmed_frontends([rs for rs in self._programmed.values() if rs is not None])
         return self._clean_conntrack(old, new, snapshot)

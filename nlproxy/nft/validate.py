@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
 from nlproxy.errors import InvalidNftObject
+from nlproxy.nft.bulkcheck import elements_ok, run_end
 from nlproxy.nft.ir import (
     Chain,
     Cmp,
@@ -211,8 +212,16 @@ def validate(table: Table, ops: Sequence[Operation], known: Ruleset | None = Non
     _check_comment(table, table.comment)
     scope = _Scope(known)
     fast: dict[str, Callable[[Element], bool]] = {}
-    for op in ops:
+    i, bulk_tried = 0, 0  # runs from bulk_tried on have not been tried in bulk
+    while i < len(ops):
+        op = ops[i]
         obj = op.obj
+        if obj.__class__ is Element and op.verb in _ELEMENT_VERBS and i >= bulk_tried:
+            bulk_tried = run_end(ops, i)
+            if bulk_tried - i >= _BULK_MIN and _bulk_ok(ops[i:bulk_tried], scope):
+                i = bulk_tried
+                continue
+        i += 1
         if obj.__class__ is Element and op.verb in _ELEMENT_VERBS:
             ok = fast.get(obj.set)
             if ok is None and obj.set in scope.sets:
@@ -229,6 +238,19 @@ def validate(table: Table, ops: Sequence[Operation], known: Ruleset | None = Non
 
 
 _ELEMENT_VERBS = frozenset({Verb.ADD, Verb.CREATE})
+_BULK_MIN = 64
+"""Shorter runs of element additions are checked one by one."""
+
+
+def _bulk_ok(run: Sequence[Operation], scope: _Scope) -> bool:
+    """Whether a run of element additions to one set is certainly valid (checked in bulk)."""
+    s = scope.sets.get(run[0].obj.set)  # type: ignore[union-attr]
+    if s is None:
+        return False
+    els: list[Element] = [op.obj for op in run]  # type: ignore[misc]
+    return elements_ok(
+        s, els, ranges=_RANGES, chains=scope.chains, comment_max=ELEMENT_COMMENT_MAXLEN
+    )
 
 
 def _quick_check(s: SetLike, scope: _Scope) -> Callable[[Element], bool]:
