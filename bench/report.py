@@ -190,6 +190,23 @@ def _latency_table(records: Sequence[Rec]) -> list[str]:
     return lines
 
 
+def _others(records: Sequence[Rec], most: int = 12) -> list[str]:
+    """Other scripts' records; a script with many (one per change or round) shows only its
+    summaries and ratios (all of them are in the JSON lines)."""
+    lines = []
+    scripts = dict.fromkeys(r["script"] for r in records if "script" in r)
+    for script in scripts:
+        recs = _find(records, script=script)
+        if len(recs) > most:
+            recs = [
+                r
+                for r in recs
+                if r.get("summary") or "ratio" in r or "summary" in str(r.get("bench"))
+            ] or recs[-most:]
+        lines += ["  " + ", ".join(f"{k}={v}" for k, v in r.items())[:200] for r in recs]
+    return lines
+
+
 def summary(records: Sequence[Rec], change_label: str, mode: str) -> str:
     m = _one(records, bench="machine") or {}
     lines = [
@@ -199,9 +216,7 @@ def summary(records: Sequence[Rec], change_label: str, mode: str) -> str:
     ]
     lines += [*_cold_table(records), "", *_change_table(records), ""]
     lines += [*_latency_table(records), "", "OTHER BENCHMARKS"]
-    for r in records:
-        if "script" in r:
-            lines.append("  " + ", ".join(f"{k}={v}" for k, v in r.items())[:200])
+    lines += _others(records)
     lines += ["", "TARGETS (printed, never asserted)"]
     for t in targets(records, change_label):
         mark = "met" if t["met"] else "MISSED"

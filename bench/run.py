@@ -5,7 +5,7 @@ benchmark (``dataplane.py``) and, when present, the other ``bench_*.py`` scripts
 JSON lines into ``bench/results/<mode>.jsonl``, prints a summary table with the targets as ratios
 (never asserted: machines are noisy) and draws ``bench/plots/<mode>-*.png``.
 
-    .venv/bin/python bench/run.py            # full run, ~20 minutes on 2 cores
+    .venv/bin/python bench/run.py            # full run, ~18 minutes on 2 cores
     .venv/bin/python bench/run.py --quick    # small points only, under ~3 minutes
 """
 
@@ -79,6 +79,7 @@ def full_plan() -> Plan:
             "bench_conntrack.py": ("--flows", "100000", "--rounds", "3"),
             "bench_kube.py": ("--services", "10000", "--endpoints", "10", "--repeat", "1"),
             "bench_incremental.py": ("--services", "10000", "--endpoints", "10"),
+            "bench_daemon.py": ("--services", "10000", "--endpoints", "10", "--changes", "20"),
         },
     )
 
@@ -97,6 +98,7 @@ def quick_plan() -> Plan:
             "bench_conntrack.py": ("--flows", "10000", "--rounds", "2"),
             "bench_kube.py": ("--services", "1000", "--endpoints", "10", "--repeat", "1"),
             "bench_incremental.py": ("--services", "1000", "--endpoints", "10", "--changes", "6"),
+            "bench_daemon.py": ("--services", "1000", "--endpoints", "10", "--changes", "5"),
         },
     )
 
@@ -216,15 +218,32 @@ def measure_all(plan: Plan, parts: set[str], out: Sink, tmp: Path, mode: str) ->
     emit(out, {"bench": "run", "mode": mode, "seconds": round(time.monotonic() - t0, 1)})
 
 
+_OUTCOME = ("error", "date", "skipped", "timed_out")
+_IDENTITY = ("services", "endpoints", "flows", "round", "changes", "family", "sample", "objects")
+
+
+def _identity(r: dict[str, Any]) -> tuple[Any, ...]:
+    """What a record measures (its labels, not its figures): text fields and sizes."""
+    return tuple(
+        sorted(
+            (k, str(v))
+            for k, v in r.items()
+            if k not in _OUTCOME
+            and (isinstance(v, str | bool) or (k in _IDENTITY and isinstance(v, int)))
+        )
+    )
+
+
 def latest(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each measurement once: a later record of the same kind replaces an earlier one."""
-    keys = ("bench", "script", "point", "services", "variant", "method", "kind", "round")
     by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
     for r in records:
-        key = tuple(r.get(k) for k in keys)
+        key = _identity(r)
         by_key.pop(key, None)
         by_key[key] = r
-    return [r for r in by_key.values() if r.get("bench") != "target"]
+    return [r for r in by_key.values() if r.get("bench") not in ("target", "machine", "run")] + [
+        r for r in records[::-1] if r.get("bench") == "machine"
+    ][:1]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
