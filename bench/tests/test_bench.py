@@ -212,3 +212,22 @@ def test_report_targets_are_ratios_of_the_records() -> None:
     text = report.summary(records, "10kx10", "test")
     assert "MISSED" in text
     assert "nft-1.31" in text
+
+
+def test_a_remeasured_figure_replaces_only_the_same_measurement() -> None:
+    import run
+
+    failed = {"bench": "cold_sync", "point": "44kx5", "services": 44000, "variant": "nlproxy",
+              "wall": 35.0, "rc": 1, "error": "NameError", "timed_out": False}  # fmt: skip
+    redone = {**failed, "wall": 18.8, "rc": 0, "timed_out": False}
+    del redone["error"]
+    other = {**redone, "variant": "iptables-nft", "wall": 166.0}
+    daemon = [
+        {"script": "bench_daemon.py", "bench": "daemon", "what": w, "services": 1000, "x": 1}
+        for w in ("first_sync", "event_to_commit")
+    ]
+    machines = [{"bench": "machine", "date": d} for d in ("a", "b")]
+    got = run.latest([machines[0], failed, other, *daemon, machines[1], redone])
+    assert [r.get("wall") for r in got if r["bench"] == "cold_sync"] == [166.0, 18.8]
+    assert [r["what"] for r in got if r["bench"] == "daemon"] == ["first_sync", "event_to_commit"]
+    assert [r for r in got if r["bench"] == "machine"] == [machines[1]]
