@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,11 +179,53 @@ def _documents(path: Path) -> list[Any]:
             return [json.loads(text)]
         except json.JSONDecodeError as exc:
             raise _FileError(f"{path.name}:{exc.lineno}: not valid JSON: {exc.msg}") from exc
+    docs = _json_documents(text)
+    if docs is not None:
+        return docs
     try:
         return list(yaml.load_all(text, Loader=_FastLoader))
     except yaml.YAMLError:
         pass  # reported below, outside this handler, so the errors do not chain
     return _yaml_error(path, text)
+
+
+_DOC_START = re.compile(r"^---(?: |$)", re.MULTILINE)
+# What YAML reads differently from JSON, or not at all: escapes, tabs, characters YAML cannot
+# hold (its reader's list), and (by the hook below) floats and NaN/Infinity.
+_NOT_PLAIN_JSON = re.compile(r"[\\\t\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ufffe\uffff]")
+
+
+class _NotPlain(Exception):
+    """A JSON value whose YAML reading could differ."""
+
+
+def _not_plain(text: str) -> Any:
+    raise _NotPlain(text)
+
+
+def _json_documents(text: str) -> list[Any] | None:
+    """The documents of a YAML file whose every document is one JSON value (as tools that
+    emit JSON-in-YAML write them), read with the JSON parser, about 5x faster than libyaml's
+    loader; None when any document is not such plain JSON, and the YAML parser reads the file.
+
+    Plain: no backslash escapes, tabs, floats or control characters, for which a YAML reading
+    could differ; everything else JSON can say (quoted strings and keys, integers, true, false,
+    null, arrays, objects) YAML reads the same.
+    """
+    if _NOT_PLAIN_JSON.search(text):
+        return None
+    chunks = _DOC_START.split(text)
+    docs: list[Any] = []
+    for i, chunk in enumerate(chunks):
+        if not chunk.strip():
+            if i > 0:
+                docs.append(None)  # an explicit empty document
+            continue
+        try:
+            docs.append(json.loads(chunk, parse_float=_not_plain, parse_constant=_not_plain))
+        except (ValueError, _NotPlain):
+            return None
+    return docs
 
 
 def _yaml_error(path: Path, text: str) -> list[Any]:

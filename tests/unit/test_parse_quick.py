@@ -105,3 +105,35 @@ def test_yaml_error_is_reported_by_the_pure_python_parser(tmp_path: Path) -> Non
     assert loaded.errors == (
         "x.yaml:2: not valid YAML: expected ',' or ']', but got '<stream end>'",
     )
+
+
+JSON_IN_YAML = [
+    '---\n{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "a"}, "x": [1, -2, 0]}\n',
+    '--- {"a": true, "b": false, "c": null, "d": "yes", "e": "1.5", "f": "2024-01-01"}\n---\n[]\n',
+    '{"a":\n"b", "big": 123456789012345678901234567890}',
+    '---\n---\n{"k": "\u00e9\u4e2d"}\n---\n',
+    "",
+]
+NOT_PLAIN = [
+    '{"a": 1.5}',
+    '{"a": 1e5}',
+    '{"a": "x\\ny"}',
+    '{"a":\t1}',
+    '{"a": "\x7f"}',
+    "a: 1\n",
+    '{"a": 1}\n# a comment\n',
+    '{"a": 1}\n...\n',
+    '--- !!str {"a": 1}\n',
+]
+
+
+@pytest.mark.parametrize("text", JSON_IN_YAML)
+def test_json_documents_read_as_yaml_reads_them(text: str) -> None:
+    import yaml
+
+    assert manifests._json_documents(text) == list(yaml.load_all(text, Loader=manifests._Loader))
+
+
+@pytest.mark.parametrize("text", NOT_PLAIN)
+def test_json_documents_step_aside(text: str) -> None:
+    assert manifests._json_documents(text) is None
