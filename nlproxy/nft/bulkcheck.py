@@ -99,6 +99,7 @@ def _column_ok(
     if dt not in ranges:
         return False
     values = list(col)
-    if set(map(type, values)) != {int}:
+    kinds = set(map(type, values))  # int, or an IntEnum such as L4Proto; never bool
+    if not all(issubclass(k, int) and k is not bool for k in kinds):
         return False
     return min(values) >= 0 and max(values) <= ranges[dt]  # type: ignore[type-var, operator]

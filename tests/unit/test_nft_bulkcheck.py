@@ -15,6 +15,7 @@ from nlproxy.nft.ir import (
     DataType,
     Element,
     Family,
+    L4Proto,
     Map,
     Operation,
     Ruleset,
@@ -41,7 +42,7 @@ N = 200
 def backend(i: int, **over: Any) -> Element:
     fields: dict[str, Any] = {
         "set": "backends",
-        "key": (IPv4Address(0x0A600000 + i), 6, 80, i % 10),
+        "key": (IPv4Address(0x0A600000 + i), L4Proto.TCP if i % 2 else 6, 80, i % 10),
         "value": (IPv4Address(0x0A800000 + i), 8080),
     }
     fields.update(over)
