@@ -16,7 +16,7 @@ import trio
 from prometheus_client import CollectorRegistry
 
 from nlproxy import systemd
-from nlproxy.cluster.model import Change, ClusterSnapshot, IPAddress
+from nlproxy.cluster.model import Change, ClusterSnapshot, IPAddress, ServiceKey
 from nlproxy.cluster.state import ClusterState
 from nlproxy.config import DaemonConfig
 from nlproxy.health import HealthState, healthz
@@ -71,7 +71,7 @@ class Daemon:
             self.log.info("endpoints.excluded", unreachable=sorted(map(str, bad)))
             self.loop.request_sync()
 
-    def _synced(self, result: SyncResult) -> None:
+    def _synced(self, result: SyncResult, changed: set[ServiceKey] | None) -> None:
         """After each successful sync: object counts, health checks, reachability."""
         if result.plan is None:
             return
@@ -86,7 +86,7 @@ class Daemon:
                 self.metrics.objects.labels(family=family.value, kind=kind).set(n)
         if self.healthchecks is not None:
             self.healthchecks.update(health_checks(result.plan.ports))
-        self.reachability.plan_changed(result.plan.ports)
+        self.reachability.plan_changed(result.plan.ports, changed)
 
     def _source(self) -> object:
         if self.args.manifests is not None:

@@ -10,7 +10,7 @@ leaves a service with none.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import replace
 
 import trio
@@ -53,7 +53,12 @@ def without_unreachable(snapshot: ClusterSnapshot, bad: frozenset[IPAddress]) ->
 
 
 class ReachabilityMonitor:
-    """Classifies the plan's endpoints now and on every route change."""
+    """Classifies the plan's endpoints now and on every route change.
+
+    Endpoints are tracked per service, so a sync that changed a few services costs work for
+    those only: their endpoints new to the node are classified, gone ones dropped. Verdicts are
+    interned (most endpoints share one, e.g. "remote via node X"), so 100k endpoints cost little.
+    """
 
     def __init__(
         self,
@@ -72,23 +77,36 @@ class ReachabilityMonitor:
             registry=registry,
         )
         self.verdicts: dict[IPAddress, Reachability] = {}
-        self._ports: dict[ServicePortRef, PortPlan] = {}
+        self._by_service: dict[ServiceKey, dict[str, frozenset[IPAddress]]] = {}
+        self._users: dict[IPAddress, int] = {}
+        self._updates: dict[ServiceKey, dict[str, frozenset[IPAddress]]] = {}
+        self._rebuild: dict[ServiceKey, dict[str, frozenset[IPAddress]]] | None = None
         self._wake = trio.Event()
         self.unreachable: frozenset[IPAddress] = frozenset()
 
-    def plan_changed(self, ports: Mapping[ServicePortRef, PortPlan]) -> None:
-        """Note the new plan; the endpoints are worked out in the monitor's thread.
+    def plan_changed(
+        self, ports: Mapping[ServicePortRef, PortPlan], changed: Set[ServiceKey] | None
+    ) -> None:
+        """Note a new plan: ``changed`` services only, or everything when None.
 
-        The Syncer updates its plan in place on the next sync, so keep a shallow copy.
+        The Syncer updates its plan in place on the next sync, so what is needed is copied now.
         """
-        self._ports = dict(ports)
+        if changed is None:
+            self._rebuild = _endpoints(ports.values())
+            self._updates.clear()
+        elif changed:
+            fresh = _endpoints(p for ref, p in ports.items() if ref.service in changed)
+            for key in changed:
+                self._updates[key] = fresh.get(key, {})
+        else:
+            return
         self._wake.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Re-classify on plan changes and rtnetlink events until cancelled.
 
         A route, link or neighbour event re-classifies every endpoint; a plan change only the
-        endpoints that are new to it (the routes did not change).
+        endpoints that are new to the node (the routes did not change).
 
         Cancellation: returns at the next wait; the rtnetlink socket is closed.
         """
@@ -114,6 +132,61 @@ class ReachabilityMonitor:
                     nursery.start_soon(plan_event)
                 self._wake = trio.Event()
                 await self._evaluate(full=routes_changed)
+
+    def _take(self) -> tuple[list[IPAddress], list[IPAddress]]:
+        """Apply the noted plan changes to the per-service index: (added, removed) addresses."""
+        added: list[IPAddress] = []
+        removed: list[IPAddress] = []
+
+        def count(ips: frozenset[IPAddress], delta: int) -> None:
+            for ip in ips:
+                n = self._users.get(ip, 0) + delta
+                if n > 0:
+                    self._users[ip] = n
+                    if n == delta == 1:
+                        added.append(ip)
+                else:
+                    self._users.pop(ip, None)
+                    removed.append(ip)
+
+        updates = self._updates
+        if self._rebuild is not None:
+            updates = {k: {} for k in self._by_service} | self._rebuild
+            self._rebuild = None
+        self._updates = {}
+        for key, new in updates.items():
+            old = self._by_service.pop(key, {})
+            if new:
+                self._by_service[key] = new
+            count(frozenset().union(*new.values()), 1)
+            count(frozenset().union(*old.values()), -1)
+        return added, [ip for ip in removed if ip not in self._users]
+
+    async def _evaluate(self, *, full: bool) -> None:
+        added, removed = self._take()
+        todo = list(self._users) if full else added
+        known = self.verdicts
+
+        def work() -> dict[IPAddress, Reachability]:
+            return _interned(classify(todo, netns=self.netns)) if todo else {}
+
+        fresh = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+        before = {ip: known[ip] for ip in (*fresh, *removed) if ip in known}
+        for ip in removed:
+            known.pop(ip, None)
+        known.update(fresh)
+        after = {ip: known[ip] for ip in fresh}
+        self._log_transitions(transitions(before, after))
+        bad = (
+            frozenset(ip for ip, v in known.items() if not v.reachable)
+            if full or fresh or (removed)
+            else self.unreachable
+        )
+        self._export(bad)
+        if bad != self.unreachable:
+            self.unreachable = bad
+            if self.on_change is not None:
+                self.on_change(bad)
 
     def _log_transitions(
         self, changes: list[tuple[IPAddress, Reachability | None, Reachability | None]]
@@ -147,34 +220,31 @@ class ReachabilityMonitor:
                 now=kinds,
             )
 
-    async def _evaluate(self, *, full: bool) -> None:
-        ports, known = self._ports, self.verdicts
-
-        def work() -> dict[IPAddress, Reachability]:
-            wanted = {b.ip for plan in ports.values() for b in plan.cluster_endpoints}
-            todo = wanted if full else wanted - known.keys()
-            fresh = classify(todo, netns=self.netns) if todo else {}
-            return {ip: fresh[ip] if ip in fresh else known[ip] for ip in wanted}
-
-        verdicts = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
-        self._log_transitions(transitions(self.verdicts, verdicts))
-        self.verdicts = verdicts
-        bad = frozenset(ip for ip, v in verdicts.items() if not v.reachable)
-        self._export(bad, ports)
-        if bad != self.unreachable:
-            self.unreachable = bad
-            if self.on_change is not None:
-                self.on_change(bad)
-
-    def _export(self, bad: frozenset[IPAddress], ports: Mapping[ServicePortRef, PortPlan]) -> None:
+    def _export(self, bad: frozenset[IPAddress]) -> None:
         """The gauge: one series per unreachable endpoint and service port using it."""
         self.gauge.clear()
         if not bad:
             return
-        for plan in ports.values():
-            for b in plan.cluster_endpoints:
-                if b.ip in bad:
-                    reason = self.verdicts[b.ip].reason
-                    self.gauge.labels(service=str(plan.ref), endpoint=str(b.ip), reason=reason).set(
-                        1
-                    )
+        for ports in self._by_service.values():
+            for ref, ips in ports.items():
+                for ip in ips & bad:
+                    reason = self.verdicts[ip].reason
+                    self.gauge.labels(service=ref, endpoint=str(ip), reason=reason).set(1)
+
+
+def _endpoints(
+    plans: Iterable[PortPlan],
+) -> dict[ServiceKey, dict[str, frozenset[IPAddress]]]:
+    """Service → its ports (``ns/name:port/PROTO``) → their cluster endpoints' addresses."""
+    out: dict[ServiceKey, dict[str, frozenset[IPAddress]]] = {}
+    for plan in plans:
+        ips = frozenset(b.ip for b in plan.cluster_endpoints)
+        if ips:
+            out.setdefault(plan.ref.service, {})[str(plan.ref)] = ips
+    return out
+
+
+def _interned(verdicts: dict[IPAddress, Reachability]) -> dict[IPAddress, Reachability]:
+    """The same verdicts, sharing one object per distinct verdict."""
+    pool: dict[Reachability, Reachability] = {}
+    return {ip: pool.setdefault(v, v) for ip, v in verdicts.items()}

@@ -38,7 +38,7 @@ class SyncLoop:
         min_interval: float,
         sync_period: float,
         retry_interval: float = 1.0,
-        on_synced: Callable[[SyncResult], None] | None = None,
+        on_synced: Callable[[SyncResult, set[ServiceKey] | None], None] | None = None,
         snapshot_filter: Callable[[ClusterSnapshot], ClusterSnapshot] | None = None,
     ) -> None:
         self.state = state
@@ -194,7 +194,9 @@ class SyncLoop:
                 conntrack_deleted=result.conntrack_deleted,
             )
         if self.on_synced is not None:
-            self.on_synced(result)
+            # Which services this sync changed, when that is known exactly (else None: any).
+            exact = result.incremental and self.snapshot_filter is None
+            self.on_synced(result, pending if exact else None)
 
     def _observe_programming(self, pending: set[ServiceKey]) -> None:
         """kubeproxy_network_programming_duration_seconds from the slices' trigger times."""
