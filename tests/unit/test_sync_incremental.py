@@ -36,7 +36,7 @@ from nlproxy.nft.reconcile import Delta, advance, diff, ops_for_delta
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, changed_services, plan_update
 from nlproxy.proxy.planner import Plan, plan
-from nlproxy.sync import as_programmed, delta_frontends
+from nlproxy.sync import as_programmed, delta_frontends, udp_only
 from tests.unit.builders import NODE, OTHER_NODE, endpoint, eps_slice, node, port, service
 from tests.unit.test_reconcile import apply
 
@@ -361,3 +361,18 @@ def test_services_trading_addresses_in_one_update_stay_in_place() -> None:
     assert deltas is not None
     assert live.rulesets == plan(state.snapshot(), CONFIG).rulesets
     assert web.key in changed
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_cold_start_filters_from_udp_frontends_only_equal_the_full_ones(seed: int) -> None:
+    world, state = World(seed), _state_with_node()
+    for _ in range(40):
+        state.apply(world.step())
+    rulesets = list(plan(state.snapshot(), CONFIG).rulesets.values())
+    nothing = programmed_frontends([])
+    full = stale_flow_filters(nothing, programmed_frontends(rulesets), node_addrs=NODE_ADDRS)
+    udp = stale_flow_filters(
+        nothing, programmed_frontends([udp_only(rs) for rs in rulesets]), node_addrs=NODE_ADDRS
+    )
+    assert udp == full
+    assert any(f.proto == "udp" for f in full), "the random cluster has UDP frontends"
