@@ -32,6 +32,7 @@ typecheck: deps
 	$(VENV)/bin/mypy
 
 test: lint typecheck
+	$(PY) -m pytest -q bench/tests
 	$(PY) -m pytest -q
 
 bench: deps
