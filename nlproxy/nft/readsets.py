@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from nlproxy.nft.decode import SetInfo
 from nlproxy.nft.dump import (
@@ -120,8 +120,9 @@ def parse_set(nlh: Any, family: Family) -> tuple[str, RawSet]:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class _RawElem:
+class _RawElem(NamedTuple):
+    """One element as the kernel sent it (a tuple: read-back makes 100k+ of them)."""
+
     key: bytes
     key_end: bytes | None
     flags: int
