@@ -51,6 +51,7 @@ from nlproxy.nft.encode import NFNL_SUBSYS_NFTABLES, Batch
 from nlproxy.nft.ir import (
     Chain,
     DataType,
+    Element,
     Map,
     Operation,
     Ruleset,
@@ -235,6 +236,8 @@ class NftBackend:
     def _remember(self, ops: Sequence[Operation], view: Ruleset) -> None:
         """Keep the view of chains and sets in step with what the kernel now has."""
         for op in ops:
+            if op.obj.__class__ is Element:  # most of a big transaction; nothing to remember
+                continue
             obj, adds = op.obj, op.verb in (Verb.ADD, Verb.CREATE)
             gone = op.verb in (Verb.DELETE, Verb.DESTROY)
             if isinstance(obj, Chain):

@@ -172,6 +172,12 @@ class Packer:
                 pack_into(buf, off, c0(row[0]), c1(row[1]), c2(row[2]))
                 off += self.size
             return buf
+        if len(convs) == 4:  # the backends maps' keys: address . proto . port . index
+            c0, c1, c2, c3 = convs
+            for row in rows:
+                pack_into(buf, off, c0(row[0]), c1(row[1]), c2(row[2]), c3(row[3]))
+                off += self.size
+            return buf
         for row in rows:
             pack_into(buf, off, *[c(v) for c, v in zip(convs, row, strict=True)])
             off += self.size
