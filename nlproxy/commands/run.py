@@ -11,6 +11,7 @@ runtime failure with nothing half-applied. Without ``--once`` it runs the daemon
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import socket
 import sys
@@ -157,6 +158,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) -> int:
+    """Reconcile once from ``--manifests`` and return the exit status."""
+    # Collecting cycles among the plan's objects only costs time in a one-shot sync (about
+    # 0.5 s of 4 s at 10k services x 10 endpoints); collection resumes when it is done.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _run_once(args, cfg, pcfg)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) -> int:
     from nlproxy.cluster.manifests import load_manifests
     from nlproxy.cluster.state import ClusterState
     from nlproxy.log import get_logger

@@ -420,8 +420,14 @@ def test_unreachable_endpoint_is_reported_and_optionally_excluded(
             )
 
         wait_until(gauge_has_pod_a, 5.0, "unreachable gauge for pod-a")
-        events = proc.events("endpoint.reachability")
-        assert any(e["endpoint"] == pod_a and e["reachable"] is False for e in events)
+        wait_until(
+            lambda: any(
+                e["endpoint"] == pod_a and e["reachable"] is False
+                for e in proc.events("endpoint.reachability")
+            ),
+            5.0,
+            "a log line for pod-a's transition",
+        )
         # Excluded from load balancing: new connections from pod-c all land on pod-b.
         wait_until(
             lambda: answered_by_from(testbed, "pod-c", VIP_A, 8) == {"pod-b"},
