@@ -68,6 +68,33 @@ def programmed_fingerprint(rule: Rule) -> str | None:
     return m.group(1) if m else None
 
 
+@dataclass(slots=True)
+class _Phases:
+    """A transaction's operations by phase; :meth:`ordered` is the one order that keeps every
+    reference valid at each step (see the module docstring)."""
+
+    flush: list[Operation] = field(default_factory=list)
+    del_elements: list[Operation] = field(default_factory=list)
+    del_sets: list[Operation] = field(default_factory=list)
+    del_chains: list[Operation] = field(default_factory=list)
+    add_chains: list[Operation] = field(default_factory=list)
+    add_sets: list[Operation] = field(default_factory=list)
+    add_elements: list[Operation] = field(default_factory=list)
+    add_rules: list[Operation] = field(default_factory=list)
+
+    def ordered(self) -> list[Operation]:
+        return [
+            *self.flush,
+            *self.del_elements,
+            *self.del_sets,
+            *self.del_chains,
+            *self.add_chains,
+            *self.add_sets,
+            *self.add_elements,
+            *self.add_rules,
+        ]
+
+
 def _chain_changed(want: Chain, have: Chain) -> bool:
     return (want.type, want.hook, want.priority, want.policy) != (
         have.type,
@@ -134,13 +161,9 @@ def _chain_ops(
     rules: list[Rule],
     have: Ruleset,
     recreated: set[str],
-    out: tuple[list[Operation], list[Operation], list[Operation], list[Operation]],
+    ph: _Phases,
 ) -> None:
-    """Operations that make one desired chain and its rules equal to what ``have`` holds.
-
-    ``out`` is (flush, delete chains, add chains, add rules), appended to.
-    """
-    flush, del_chains, add_chains, add_rules = out
+    """Operations that make one desired chain and its rules equal to what ``have`` holds."""
     name = chain.name
     old_chain = have.chains.get(name)
     want_rules = [stamp(r) for r in rules]
@@ -149,25 +172,25 @@ def _chain_ops(
         programmed_fingerprint(r) for r in want_rules
     ] or bool(recreated & _referenced_sets(have_rules))
     if old_chain is None:
-        add_chains.append(Operation(Verb.ADD, chain))
+        ph.add_chains.append(Operation(Verb.ADD, chain))
     elif _chain_changed(chain, old_chain):
-        flush.append(Operation(Verb.FLUSH, old_chain))
-        del_chains.append(Operation(Verb.DELETE, old_chain))
-        add_chains.append(Operation(Verb.ADD, chain))
+        ph.flush.append(Operation(Verb.FLUSH, old_chain))
+        ph.del_chains.append(Operation(Verb.DELETE, old_chain))
+        ph.add_chains.append(Operation(Verb.ADD, chain))
         rewrite = True
     elif rewrite and have_rules:
-        flush.append(Operation(Verb.FLUSH, old_chain))
+        ph.flush.append(Operation(Verb.FLUSH, old_chain))
     if rewrite or old_chain is None:
-        add_rules += [Operation(Verb.ADD, r) for r in want_rules]
+        ph.add_rules += [Operation(Verb.ADD, r) for r in want_rules]
 
 
-def _drop_chain(name: str, have: Ruleset, flush: list[Operation], dels: list[Operation]) -> None:
+def _drop_chain(name: str, have: Ruleset, ph: _Phases) -> None:
     old_chain = have.chains.get(name)
     if old_chain is None:
         return
     if have.rules.get(name):
-        flush.append(Operation(Verb.FLUSH, old_chain))
-    dels.append(Operation(Verb.DELETE, old_chain))
+        ph.flush.append(Operation(Verb.FLUSH, old_chain))
+    ph.del_chains.append(Operation(Verb.DELETE, old_chain))
 
 
 def diff(desired: Ruleset, current: Ruleset | None) -> list[Operation]:
@@ -178,36 +201,28 @@ def diff(desired: Ruleset, current: Ruleset | None) -> list[Operation]:
     have = current or Ruleset(table=desired.table)
     have_sets = {n: s for n, s in have.sets.items() if not n.startswith("__")}
 
-    flush: list[Operation] = []
-    del_elements: list[Operation] = []
-    del_sets: list[Operation] = []
-    del_chains: list[Operation] = []
-    add_chains: list[Operation] = []
-    add_sets: list[Operation] = []
-    add_elements: list[Operation] = []
-    add_rules: list[Operation] = []
+    ph = _Phases()
 
     # Sets first: a set whose definition changed is recreated, so chains using it are rewritten.
     recreated: set[str] = set()
     for name, s in desired.sets.items():
         old = have_sets.get(name)
         if old is None:
-            add_sets.append(Operation(Verb.ADD, s))
+            ph.add_sets.append(Operation(Verb.ADD, s))
         elif _set_changed(s, old):
             recreated.add(name)
-            del_sets.append(Operation(Verb.DELETE, old))
-            add_sets.append(Operation(Verb.ADD, s))
+            ph.del_sets.append(Operation(Verb.DELETE, old))
+            ph.add_sets.append(Operation(Verb.ADD, s))
     for name, old in have_sets.items():
         if name not in desired.sets:
-            del_sets.append(Operation(Verb.DELETE, old))
+            ph.del_sets.append(Operation(Verb.DELETE, old))
 
     # Chains and their rules.
-    out = (flush, del_chains, add_chains, add_rules)
     for name, chain in desired.chains.items():
-        _chain_ops(chain, desired.rules.get(name, []), have, recreated, out)
+        _chain_ops(chain, desired.rules.get(name, []), have, recreated, ph)
     for name in have.chains:
         if name not in desired.chains:
-            _drop_chain(name, have, flush, del_chains)
+            _drop_chain(name, have, ph)
 
     # Elements of sets that stay (a recreated or new set gets all its elements added).
     for name, s in desired.sets.items():
@@ -218,11 +233,10 @@ def diff(desired: Ruleset, current: Ruleset | None) -> list[Operation]:
             {} if name in recreated or name not in have_sets else have.elements.get(name, {})
         )
         d, a = _element_ops(name, want_el, have_el)
-        del_elements += d
-        add_elements += a
+        ph.del_elements += d
+        ph.add_elements += a
 
-    ops = flush + del_elements + del_sets + del_chains
-    ops += add_chains + add_sets + add_elements + add_rules
+    ops = ph.ordered()
     if current is None:
         ops.insert(0, Operation(Verb.ADD, desired.table))
     return ops
@@ -269,36 +283,28 @@ def ops_for_delta(delta: Delta, programmed: Ruleset) -> list[Operation] | None:
         sets, whose elements the data path owns, are recreated here). The caller then diffs
         everything.
     """
-    flush: list[Operation] = []
-    del_elements: list[Operation] = []
-    del_sets: list[Operation] = []
-    del_chains: list[Operation] = []
-    add_chains: list[Operation] = []
-    add_sets: list[Operation] = []
-    add_elements: list[Operation] = []
-    add_rules: list[Operation] = []
+    ph = _Phases()
     recreated: set[str] = set()
     for name, (_, want) in delta.sets.items():
         old = programmed.sets.get(name)
         if want is None:
             if old is not None:
-                del_sets.append(Operation(Verb.DELETE, old))
+                ph.del_sets.append(Operation(Verb.DELETE, old))
         elif old is None:
-            add_sets.append(Operation(Verb.ADD, want))
+            ph.add_sets.append(Operation(Verb.ADD, want))
         elif _set_changed(want, old):
             if not want.flags & SetFlag.EVAL:
                 return None
             recreated.add(name)
-            del_sets.append(Operation(Verb.DELETE, old))
-            add_sets.append(Operation(Verb.ADD, want))
+            ph.del_sets.append(Operation(Verb.DELETE, old))
+            ph.add_sets.append(Operation(Verb.ADD, want))
     if recreated and not _users_listed(recreated, delta, programmed):
         return None
-    out = (flush, del_chains, add_chains, add_rules)
     for name, (_, after) in delta.chains.items():
         if after is None:
-            _drop_chain(name, programmed, flush, del_chains)
+            _drop_chain(name, programmed, ph)
         else:
-            _chain_ops(after[0], list(after[1]), programmed, recreated, out)
+            _chain_ops(after[0], list(after[1]), programmed, recreated, ph)
     for (set_name, key), (_, want_el) in delta.elements.items():
         s = _desired_set(delta, programmed, set_name)
         if s is None or s.flags & SetFlag.EVAL:
@@ -307,13 +313,12 @@ def ops_for_delta(delta: Delta, programmed: Ruleset) -> list[Operation] | None:
         if have_el is not None and (
             want_el is None or (want_el.value, want_el.comment) != (have_el.value, have_el.comment)
         ):
-            del_elements.append(Operation(Verb.DELETE, have_el))
+            ph.del_elements.append(Operation(Verb.DELETE, have_el))
         if want_el is not None and (
             have_el is None or (want_el.value, want_el.comment) != (have_el.value, have_el.comment)
         ):
-            add_elements.append(Operation(Verb.ADD, want_el))
-    ops = flush + del_elements + del_sets + del_chains
-    return ops + add_chains + add_sets + add_elements + add_rules
+            ph.add_elements.append(Operation(Verb.ADD, want_el))
+    return ph.ordered()
 
 
 def _users_listed(recreated: set[str], delta: Delta, programmed: Ruleset) -> bool:
