@@ -116,17 +116,17 @@ def run(services: int, endpoints: int, changes: int, settle: float) -> None:
     api = ApiServer(token=TOKEN)
     api.start()
     netns = f"nlpb-daemon-{os.getpid()}"
-    subprocess.run(["ip", "netns", "add", netns], check=True)
-    # Routes to the pods, as a CNI would have them (the inspector checks every endpoint).
-    for cmd in (
-        ["link", "add", "pods0", "type", "veth", "peer", "name", "pods1"],
-        ["link", "set", "pods1", "up"],
-        ["link", "set", "pods0", "up"],
-        ["route", "add", str(gen.CLUSTER_CIDR), "dev", "pods0"],
-    ):
-        subprocess.run(["ip", "-n", netns, *cmd], check=True)
     daemon = None
     try:
+        subprocess.run(["ip", "netns", "add", netns], check=True)
+        # Routes to the pods, as a CNI would have them (the inspector checks every endpoint).
+        for cmd in (
+            ["link", "add", "pods0", "type", "veth", "peer", "name", "pods1"],
+            ["link", "set", "pods1", "up"],
+            ["link", "set", "pods0", "up"],
+            ["route", "add", str(gen.CLUSTER_CIDR), "dev", "pods0"],
+        ):
+            subprocess.run(["ip", "-n", netns, *cmd], check=True)
         api.store.put("nodes", gen.node_doc())
         for i in range(services):
             api.store.put("services", gen.service_doc(cluster, i))
