@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Set
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey
 from nlproxy.conntrack import Conntrack, programmed_frontends, stale_flow_filters
@@ -118,6 +118,10 @@ class Syncer:
         """Forget the cache: the next sync compares against what the kernel really holds."""
         for family in FAMILIES:
             self._programmed[family] = read_ruleset(family, TABLE_NAME, netns=self.netns)
+        # The backends validate against their own view of chains and sets; after drift or a
+        # failed commit that view is as stale as ours, so they re-read it too.
+        for backend in self._backends.values():
+            backend.forget()
         self._seeded = True
         self._in_step = False
 
@@ -239,11 +243,6 @@ class Syncer:
         for backend in self._backends.values():
             backend.close()
         self._backends.clear()
-
-
-def with_node_ips(config: ProxyConfig, ips: tuple[IPAddress, ...]) -> ProxyConfig:
-    """``config`` with explicit node addresses (``--node-ip``)."""
-    return replace(config, node_ips=ips)
 
 
 _DISPATCH = ((n.SERVICE_IPS, n.BACKENDS, 3), (n.SERVICE_NODEPORTS, n.NODEPORT_BACKENDS, 2))
