@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import trio
 
-from nlproxy.cluster.model import Change, ClusterSnapshot, ServiceKey
+from nlproxy.cluster.model import Change, ClusterSnapshot, Replace, ServiceKey
 from nlproxy.cluster.state import ClusterState
 from nlproxy.errors import NlproxyError
 from nlproxy.health import HealthState
@@ -53,6 +53,9 @@ class SyncLoop:
         self.log = get_logger("sync")
         self._wake = trio.Event()
         self._pending: set[ServiceKey] = set()
+        # Service and EndpointSlice change events since the last successful sync (kube-proxy's
+        # *_changes_pending gauges count events, not services).
+        self._pending_events = {"Service": 0, "EndpointSlice": 0}
         self._dirty = True
         self._verify = False
         self._reported: set[str] = set()
@@ -77,11 +80,19 @@ class SyncLoop:
         changed = self.state.apply(changes)
         self._pending |= changed
         self._dirty = True
-        self.metrics.service_changes_total.inc(len(changed))
-        self.metrics.service_changes_pending.set(len(self._pending))
+        counts = _count_by_kind(changes)
+        for kind in self._pending_events:
+            self._pending_events[kind] += counts.get(kind, 0)
+        self.metrics.service_changes_total.inc(counts.get("Service", 0))
+        self.metrics.endpoint_changes_total.inc(counts.get("EndpointSlice", 0))
+        self._export_pending()
         self.metrics.last_queued.set_to_current_time()
         self.health.queued(trio.current_time())
         self._wake.set()
+
+    def _export_pending(self) -> None:
+        self.metrics.service_changes_pending.set(self._pending_events["Service"])
+        self.metrics.endpoint_changes_pending.set(self._pending_events["EndpointSlice"])
 
     async def _receive(self, recv: trio.MemoryReceiveChannel[Sequence[Change]]) -> None:
         async with recv:
@@ -178,7 +189,8 @@ class SyncLoop:
         self.health.synced(now)
         self.metrics.sync_duration.observe(seconds)
         self.metrics.last_sync.set_to_current_time()
-        self.metrics.service_changes_pending.set(len(self._pending))
+        self._pending_events = dict.fromkeys(self._pending_events, 0)
+        self._export_pending()
         self.metrics.conntrack_deleted.inc(result.conntrack_deleted)
         for family, n in result.ops.items():
             self.metrics.ops.labels(family=family.value).inc(n)
@@ -216,3 +228,13 @@ class SyncLoop:
         for err in sorted(current - self._reported):
             self.log.warning("object.invalid", error=err)
         self._reported = current
+
+
+def _count_by_kind(changes: Sequence[Change]) -> dict[str, int]:
+    """Change events per object kind (a Replace counts each object it lists)."""
+    counts: dict[str, int] = {}
+    for change in changes:
+        refs = [c.ref for c in change.changes] if isinstance(change, Replace) else [change.ref]
+        for ref in refs:
+            counts[ref.kind] = counts.get(ref.kind, 0) + 1
+    return counts

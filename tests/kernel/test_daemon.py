@@ -261,7 +261,9 @@ def test_health_and_metrics_content(testbed: Testbed, tmp_path: Path) -> None:
             "kubeproxy_sync_proxy_rules_duration_seconds_bucket",
             "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
             "kubeproxy_network_programming_duration_seconds_bucket",
-            "kubeproxy_sync_proxy_rules_service_changes_total",
+            "kubeproxy_sync_proxy_rules_service_changes_total 2.0",  # services a and b
+            "kubeproxy_sync_proxy_rules_endpoint_changes_total 2.0",  # their two slices
+            "kubeproxy_sync_proxy_rules_endpoint_changes_pending 0.0",
             "kubeproxy_conntrack_reconciler_deleted_entries_total",
             'nlproxy_kernel_operations_total{family="ip"}',
         ):
