@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +187,3 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
         p for p in _leaves(doc) if p not in HONOURED and p.split(".")[0] not in IGNORED_QUIETLY
     )
     return replace(cfg, warnings=tuple(f"{p} is not used by nlproxy" for p in unused))
-
-
-def names() -> list[str]:
-    return [f.name for f in fields(DaemonConfig)]

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -451,8 +451,3 @@ class Testbed:
             "spec": {"podCIDR": cidrs[0], "podCIDRs": cidrs},
             "status": {"addresses": addresses},
         }
-
-
-def outside_address(family: int = 4) -> IPv4Address | IPv6Address:
-    """node1's address on the outside link (what the client reaches NodePorts on)."""
-    return ip_address(OUTSIDE_NET_V4[1]) if family == 4 else ip_address(OUTSIDE_NET_V6[1])

@@ -74,10 +74,6 @@ def register(slot: int) -> int:
     return NFT_REG_1 + slot // 4 if slot % 4 == 0 else NFT_REG32_00 + slot
 
 
-def selector_len(sel: Selector) -> int:
-    return 4 if isinstance(sel, Numgen) else FIELD_LOADS[sel][3]
-
-
 _FIELD_PACKERS: dict[DataType, Packer] = {}
 
 
