@@ -11,17 +11,32 @@ sure. The incremental one, once the cache is known to equal the last plan, updat
 place for the changed services only (``proxy/incremental.py``), turns the resulting delta into
 operations (``reconcile.ops_for_delta``), advances the cache by them, and computes conntrack
 cleanup from the touched frontends only: its cost follows the change, not the table.
+
+When the kernel rejects a batch that passed validation, the service behind it is left out
+(``isolation.py``: planned as last accepted, or absent) and the sync runs again, so one bad
+service cannot stall the others; the result names every service left out.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey
 from nlproxy.conntrack import Conntrack, programmed_frontends, stale_flow_filters
 from nlproxy.conntrack_plan import Programmed
+from nlproxy.errors import KernelError
+from nlproxy.isolation import (
+    Exclusion,
+    attribute,
+    bisect_culprit,
+    changed_since,
+    exclusion,
+    owners,
+    reasons,
+    substitute,
+)
 from nlproxy.log import get_logger
 from nlproxy.nft.backend import NftBackend
 from nlproxy.nft.ir import Element, Family, Operation, Ruleset, Table, Value
@@ -34,6 +49,10 @@ from nlproxy.proxy.planner import Plan, gc_paused, plan
 
 TABLE_NAME = "nlproxy"
 FAMILIES = (Family.IP, Family.IP6)
+MAX_EXCLUSIONS = 16
+"""Services one sync may leave out before it gives up (the fault is then likely elsewhere)."""
+MAX_CHECKS = 64
+"""Kernel checks one sync may spend bisecting for culprits."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -54,6 +73,8 @@ class SyncResult:
     conntrack_deleted: int = 0
     plan: Plan | None = None
     incremental: bool = False
+    excluded: dict[ServiceKey, str] = field(default_factory=dict)
+    """Services left out because the kernel rejected them, with the kernel's error."""
 
     @property
     def total_ops(self) -> int:
@@ -105,6 +126,11 @@ class Syncer:
         # that plan stand for the whole difference.
         self._in_step = False
         self.conntrack_deleted_total = 0
+        # The snapshot the kernel last accepted (what a left-out service falls back to), the
+        # services left out, and the family and operations of the last rejected batch.
+        self._good: ClusterSnapshot | None = None
+        self.excluded: dict[ServiceKey, Exclusion] = {}
+        self._failed: tuple[Family, list[Operation]] | None = None
 
     def _table(self, family: Family) -> Table:
         return Table(family=family, name=TABLE_NAME, owner=self.owner, persist=self.owner)
@@ -124,6 +150,9 @@ class Syncer:
             backend.forget()
         self._seeded = True
         self._in_step = False
+        # A full verify also retries the services left out: what the kernel refused may have
+        # been a conflict that is gone now.
+        self.excluded.clear()
 
     def sync(
         self, snapshot: ClusterSnapshot, *, changed: Set[ServiceKey] | None = None
@@ -136,11 +165,82 @@ class Syncer:
                 results, accumulated); None: found by comparing objects by identity. Only
                 used on the incremental path.
 
+        Services the kernel rejects are left out and named in the result's ``excluded``.
+
         Raises:
-            KernelError: the kernel rejected the transaction (nothing of it was applied).
+            KernelError: the kernel rejected the transaction and no service could be blamed
+                (nothing of that family's batch was applied).
         """
         with gc_paused():  # a collection would walk the whole cached plan
-            return self._sync(snapshot, changed)
+            return self._sync_isolating(snapshot, changed)
+
+    def _sync_isolating(
+        self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None
+    ) -> SyncResult:
+        for key in [k for k, ex in self.excluded.items() if not ex.still_applies(snapshot, k)]:
+            del self.excluded[key]  # changed since it was rejected: try it again
+        budget = [MAX_CHECKS]
+        while True:
+            effective = substitute(snapshot, sorted(self.excluded), self._good)
+            try:
+                result = self._sync(effective, changed)
+            except KernelError as exc:
+                if len(self.excluded) >= MAX_EXCLUSIONS:
+                    raise
+                keys = self._culprits(exc, effective, budget)
+                if not keys:
+                    raise
+                for key in keys:
+                    self.excluded[key] = exclusion(snapshot, key, str(exc))
+                    self.log.error("service.rejected", service=str(key), error=str(exc))  # noqa: TRY400 - the message names the object; no traceback
+                changed = None  # the full path runs next: the cache is no longer in step
+                continue
+            self._good = effective
+            result.excluded = reasons(self.excluded)
+            return result
+
+    def _culprits(
+        self, exc: KernelError, effective: ClusterSnapshot, budget: list[int]
+    ) -> list[ServiceKey]:
+        """The services to leave out for ``exc``: attributed from the failing operation when
+        possible, else found by bisecting the services changed since the last accepted sync."""
+        changed = [k for k in changed_since(effective, self._good) if k not in self.excluded]
+        failed, planned = self._failed, self._last_plan
+        if failed is not None and planned is not None and 0 <= exc.index < len(failed[1]):
+            family, ops = failed
+            held = owners(planned, family, ops[exc.index].obj)
+            held = [k for k in held if k not in self.excluded]
+            if held:
+                return attribute(held, changed)
+
+        def passes(keys: Sequence[ServiceKey]) -> bool:
+            if budget[0] <= 0:
+                raise exc
+            budget[0] -= 1
+            return self._check(substitute(effective, keys, self._good))
+
+        culprit = bisect_culprit(changed, passes)
+        return [culprit] if culprit is not None else []
+
+    def _check(self, snapshot: ClusterSnapshot) -> bool:
+        """Whether the kernel would accept the plan of ``snapshot`` (nothing is applied)."""
+        planned = plan(snapshot, self.config, previous=self._last_plan)
+        for family in FAMILIES:
+            ops = diff(planned.rulesets[family], self._programmed.get(family))
+            try:
+                self._backend(family).check(ops)
+            except KernelError:
+                return False
+        return True
+
+    def _apply(self, family: Family, ops: list[Operation]) -> None:
+        """Commit ``ops`` to ``family``'s table; remember them if the kernel rejects them."""
+        self._failed = None
+        try:
+            self._backend(family).apply(ops)
+        except KernelError:
+            self._failed = (family, ops)
+            raise
 
     def _sync(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None) -> SyncResult:
         if not self._seeded:
@@ -178,7 +278,13 @@ class Syncer:
             result.diff_ms += (time.perf_counter() - t) * 1000
             if ops:
                 t = time.perf_counter()
-                self._backend(family).apply(ops)
+                try:
+                    self._apply(family, ops)
+                except KernelError:
+                    # The families committed before this one lost endpoints all the same.
+                    done = [f for f in FAMILIES if result.ops.get(f)]
+                    self._clean_partial(before, done, snapshot)
+                    raise
                 result.commit_ms += (time.perf_counter() - t) * 1000
             self._programmed[family] = as_programmed(desired)
             result.ops[family] = len(ops)
@@ -194,6 +300,17 @@ class Syncer:
             news = [udp_only(rs) for rs in news]
         old, new = programmed_frontends(olds), programmed_frontends(news)
         return self._clean_conntrack(old, new, snapshot)
+
+    def _clean_partial(
+        self, before: Mapping[Family, Ruleset | None], done: list[Family], snapshot: ClusterSnapshot
+    ) -> None:
+        olds = [rs for f in done if (rs := before[f]) is not None]
+        news = [rs for f in done if (rs := self._programmed.get(f)) is not None]
+        if olds and news:
+            deleted = self._clean_conntrack(
+                programmed_frontends(olds), programmed_frontends(news), snapshot
+            )
+            self.conntrack_deleted_total += deleted
 
     def _sync_delta(
         self,
@@ -214,7 +331,15 @@ class Syncer:
             result.diff_ms += (time.perf_counter() - t) * 1000
             if ops:
                 t = time.perf_counter()
-                self._backend(family).apply(ops)
+                try:
+                    self._apply(family, ops)
+                except KernelError:
+                    if result.total_ops and (old_rs or new_rs):
+                        # An earlier family is committed; its removed endpoints' flows go now
+                        # (those of this family's too: deleting a flow only re-balances it).
+                        old, new = programmed_frontends(old_rs), programmed_frontends(new_rs)
+                        self.conntrack_deleted_total += self._clean_conntrack(old, new, snapshot)
+                    raise
                 result.commit_ms += (time.perf_counter() - t) * 1000
             advance(programmed, ops)
             result.ops[family] = len(ops)
