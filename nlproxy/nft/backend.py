@@ -16,6 +16,9 @@ Kernel batch semantics this relies on (nfnetlink, Linux 6.x):
   the last). Should they overflow the 64 MiB receive buffer (ENOBUFS), the kernel drops the
   later ones: the first error, the one reported, is always read. Errors after the first are
   often its consequences. A batch without the final ACK and without errors is an error too.
+* A batch without BATCH_END is processed and answered just the same, then aborted: nothing of
+  it applies (nft's ``--check``). :meth:`NftBackend.check` asks the kernel that way whether it
+  would take a batch.
 * With NETLINK_EXT_ACK the kernel adds a message and the offset of the offending attribute; for
   an element message that offset points into one element, which names it exactly, and for a
   rule into one expression (``exprs[i]`` in the error).
@@ -65,6 +68,7 @@ from nlproxy.nft.nlsock import NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_ERROR
 from nlproxy.nft.values import NFT_DATA_VERDICT, concat_len, type_ids
 
 _TYPES = {dt.type_id: dt for dt in DataType}
+_BATCH_END_LEN = 20  # nlmsghdr + nfgenmsg: BATCH_END, the last message of an encoded batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,12 +140,7 @@ class NftBackend:
         if not ops:
             return ApplyResult(0, 0.0)
         view = known or self.known()
-        validation.validate(self.table, ops, view)
-        if not kernel_supports_destroy():
-            for op in ops:
-                if op.verb is Verb.DESTROY:
-                    reason = "destroy needs Linux >= 6.3; use delete"
-                    raise InvalidNftObject(validation.describe(op.obj), reason)
+        self._validate(ops, view)
         validated = time.perf_counter()
         batch = Batch(self.table, view.sets, self.sock.next_seq())
         batch.add(ops)
@@ -158,6 +157,27 @@ class NftBackend:
             encode_s=encoded - validated,
             commit_s=end - encoded,
         )
+
+    def check(self, ops: Sequence[Operation], known: Ruleset | None = None) -> None:
+        """Have the kernel check ``ops`` without applying them.
+
+        The batch is sent without its BATCH_END message: the kernel processes every message,
+        answers as it would, then aborts the transaction (nft's ``--check`` does the same), so
+        the table is untouched whatever the outcome.
+
+        Raises:
+            InvalidNftObject: an operation is invalid; nothing was sent.
+            KernelError: the kernel would reject the batch (as :meth:`apply` would raise it).
+        """
+        if not ops:
+            return
+        view = known or self.known()
+        self._validate(ops, view)
+        batch = Batch(self.table, view.sets, self.sock.next_seq())
+        batch.add(ops)
+        data = batch.finish()
+        self.sock.skip_to(batch.last_seq)
+        self._commit(batch, data[: len(data) - _BATCH_END_LEN], ops)
 
     def known(self) -> Ruleset:
         """The backend's view of the table's chains and sets (read from the kernel once)."""
@@ -191,6 +211,14 @@ class NftBackend:
         self.close()
 
     # -- commit -----------------------------------------------------------------------------
+
+    def _validate(self, ops: Sequence[Operation], view: Ruleset) -> None:
+        validation.validate(self.table, ops, view)
+        if not kernel_supports_destroy():
+            for op in ops:
+                if op.verb is Verb.DESTROY:
+                    reason = "destroy needs Linux >= 6.3; use delete"
+                    raise InvalidNftObject(validation.describe(op.obj), reason)
 
     def _commit(self, batch: Batch, data: memoryview, ops: Sequence[Operation]) -> None:
         self.sock.ensure_sndbuf(len(data))
