@@ -61,6 +61,8 @@ from nlproxy.nft.uapi import (
     field_family,
 )
 from nlproxy.nft.values import (
+    CT_ORIGINAL_LOADS,
+    IP_CT_DIR_ORIGINAL,
     UndecodableError,
     decode_key,
     decode_value,
@@ -98,6 +100,7 @@ _PAYLOAD_FIELDS: dict[tuple[Family, int, int], tuple[Field, int]] = {
 }
 _META_FIELDS = {key: (f, n) for f, (kind, key, _, n) in FIELD_LOADS.items() if kind == "meta"}
 _CT_FIELDS = {key: f for f, (kind, key, _, _) in FIELD_LOADS.items() if kind == "ct"}
+_CT_ORIGINAL = {key: (f, n) for f, (key, n) in CT_ORIGINAL_LOADS.items()}
 _FIB_FIELDS = {flags: f for f, (kind, flags, _, _) in FIELD_LOADS.items() if kind == "fib"}
 
 
@@ -290,9 +293,18 @@ def _mark_set(reg: _Reg) -> MarkSet:
 
 
 def _ct(st: _State, e: RawExpr) -> None:
-    fld = _CT_FIELDS.get(e.int("key"))
-    if fld is None or "dir" in e.attrs or "sreg" in e.attrs:
-        raise UndecodableError("ct", f"key {e.int('key')} is not an IR field")
+    key = e.int("key")
+    if "sreg" in e.attrs:
+        raise UndecodableError("ct set", f"key {key} is not in the IR")
+    if "dir" in e.attrs:
+        hit = _CT_ORIGINAL.get(key) if e.int("dir") == IP_CT_DIR_ORIGINAL else None
+        if hit is None:
+            raise UndecodableError("ct", f"key {key} dir {e.int('dir')} is not an IR field")
+        st.load(e.int("dreg"), _Sel(*hit))
+        return
+    fld = _CT_FIELDS.get(key)
+    if fld is None:
+        raise UndecodableError("ct", f"key {key} is not an IR field")
     st.load(e.int("dreg"), _Sel(fld, 4))
 
 

@@ -328,6 +328,8 @@ class Batch:
             lib.nftnl_set_set_u32(obj, lib.NFTNL_SET_DESC_SIZE, size)
         ud = set_udata(s)
         lib.nftnl_set_set_data(obj, lib.NFTNL_SET_USERDATA, ud, len(ud))
+        if isinstance(s, Set) and s.counter:  # NFTA_SET_EXPR, a template the kernel clones
+            lib.nftnl_set_add_expr(obj, lib.nftnl_expr_alloc(b"counter"))  # the set owns it
         return obj
 
     def _next_set_id(self) -> int:

@@ -143,13 +143,18 @@ class SetFlag(enum.IntFlag):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Set:
-    """A named set. ``timeout`` (seconds) is the default element timeout."""
+    """A named set. ``timeout`` (seconds) is the default element timeout.
+
+    ``counter``: nft's ``counter`` in the declaration; every element gets its own packet and
+    byte counter, which a matching lookup advances. The values are never part of the IR.
+    """
 
     name: str
     key: tuple[DataType, ...]
     flags: SetFlag = SetFlag.NONE
     timeout: int | None = None
     comment: str = ""
+    counter: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -227,6 +232,11 @@ class Field(enum.Enum):
     FIB_DADDR_TYPE = ("fib daddr type", None)
     """Route type of the destination address (:class:`FibType`)."""
     FIB_SADDR_TYPE = ("fib saddr type", None)
+    CT_ORIGINAL_IP_DADDR = ("ct original ip daddr", DataType.IPV4_ADDR)
+    """The connection's first destination, before DNAT (also in reply packets)."""
+    CT_ORIGINAL_IP6_DADDR = ("ct original ip6 daddr", DataType.IPV6_ADDR)
+    CT_ORIGINAL_PROTO_DST = ("ct original proto-dst", DataType.INET_SERVICE)
+    """The connection's first destination port, before DNAT."""
 
     @property
     def text(self) -> str:

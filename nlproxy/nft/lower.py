@@ -66,7 +66,13 @@ from nlproxy.nft.uapi import (
     field_family,
 )
 from nlproxy.nft.validate import selector_type
-from nlproxy.nft.values import VERDICT_CODES, Packer, concat_ids
+from nlproxy.nft.values import (
+    CT_ORIGINAL_LOADS,
+    IP_CT_DIR_ORIGINAL,
+    VERDICT_CODES,
+    Packer,
+    concat_ids,
+)
 
 
 def register(slot: int) -> int:
@@ -177,6 +183,10 @@ class RuleLowering:
         if isinstance(sel, Numgen):
             self._emit("numgen", NG_DREG=reg, NG_MODULUS=sel.modulus, NG_TYPE=NFT_NG_RANDOM)
             return 1
+        if sel in CT_ORIGINAL_LOADS:
+            key, n = CT_ORIGINAL_LOADS[sel]
+            self._emit("ct", CT_KEY=key, CT_DREG=reg, CT_DIR=_Wide(IP_CT_DIR_ORIGINAL, 8))
+            return (n + 3) // 4
         kind, a, b, n = FIELD_LOADS[sel]
         if kind == "payload":
             self._emit("payload", PAYLOAD_DREG=reg, PAYLOAD_BASE=a, PAYLOAD_OFFSET=b,

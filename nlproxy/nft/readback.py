@@ -14,7 +14,10 @@ libnftnl's text of its expressions), which never compares equal to a planned rul
 from __future__ import annotations
 
 import functools
+import struct
 import sys
+from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from nlproxy.nft.decode import RawExpr, SetInfo, UndecodableError, UndecodedRule, decode_rule
@@ -37,9 +40,9 @@ from nlproxy.nft.dump import (
     parsed,
     request,
 )
-from nlproxy.nft.ir import Chain, ChainType, Family, Hook, Policy, Rule, Ruleset, Table
+from nlproxy.nft.ir import Chain, ChainType, Family, Hook, Policy, Rule, Ruleset, Set, Table
 from nlproxy.nft.nlsock import NetfilterSocket
-from nlproxy.nft.readsets import parse_set, read_elements
+from nlproxy.nft.readsets import RawSet, parse_set, read_elements
 from nlproxy.nft.uapi import NFT_TABLE_F_OWNER, NFT_TABLE_F_PERSIST
 from nlproxy.nft.udata import udata_comment
 
@@ -97,7 +100,7 @@ def _read_once(s: NetfilterSocket, family: Family, name: str) -> Ruleset | None:
     for chain in dump(s, NFT_MSG_GETCHAIN, family, name, _parse_chain):
         rs.add_chain(chain)
     infos: dict[str, SetInfo] = {}
-    for raw in list(dump(s, NFT_MSG_GETSET, family, name, parse_set)):
+    for raw in list(dump(s, NFT_MSG_GETSET, family, name, _parse_set)):
         elements = read_elements(s, family, name, raw)
         infos[raw.name] = raw.info(elements)
         if not raw.anonymous:
@@ -108,6 +111,54 @@ def _read_once(s: NetfilterSocket, family: Family, name: str) -> Ruleset | None:
     for rule in dump(s, NFT_MSG_GETRULE, family, name, parse_rule):
         rs.rules.setdefault(rule.chain, []).append(rule)
     return rs
+
+
+# ---------------------------------------------------------------------------------------------
+# Set expressions
+
+# linux/netfilter/nf_tables.h: NFTA_SET_EXPR, NFTA_SET_EXPRESSIONS, NFTA_LIST_ELEM, NFTA_EXPR_NAME
+_SET_EXPR, _SET_EXPRESSIONS, _LIST_ELEM, _EXPR_NAME = 17, 18, 1, 1
+_NLA = struct.Struct("=HH")
+
+
+def _parse_set(nlh: Any, family: Family) -> tuple[str, RawSet]:
+    """``parse_set``, plus the set's expressions: a ``counter`` template makes the IR set's
+    ``counter`` true, so a set declared with one compares equal to the planned set."""
+    table, raw = parse_set(nlh, family)
+    ffi, _ = nftnl()
+    names = set_expressions(bytes(ffi.buffer(nlh, nlh.nlmsg_len)))
+    if names == ["counter"] and isinstance(raw.ir, Set):
+        raw.ir = replace(raw.ir, counter=True)
+    elif names:
+        raise UndecodableError(f"set {raw.name}", f"expressions {names} are not in the IR")
+    return table, raw
+
+
+def _attrs(buf: bytes, off: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(type without flags, payload start, payload end) of each attribute in ``buf[off:end]``."""
+    while off + 4 <= end:
+        length, kind = _NLA.unpack_from(buf, off)
+        if length < 4 or off + length > end:
+            return
+        yield kind & 0x3FFF, off + 4, off + length
+        off += (length + 3) & ~3
+
+
+def set_expressions(msg: bytes) -> list[str]:
+    """The names of the expressions a NEWSET message (with its netlink header) declares for
+    every element: one NFTA_SET_EXPR, or a list in NFTA_SET_EXPRESSIONS."""
+
+    def name(lo: int, hi: int) -> str:
+        found = [msg[a:b] for t, a, b in _attrs(msg, lo, hi) if t == _EXPR_NAME]
+        return found[0].split(b"\0", 1)[0].decode() if found else "?"
+
+    out: list[str] = []
+    for kind, lo, hi in _attrs(msg, 16 + 4, len(msg)):  # after nlmsghdr and nfgenmsg
+        if kind == _SET_EXPR:
+            out.append(name(lo, hi))
+        elif kind == _SET_EXPRESSIONS:
+            out += [name(a, b) for t, a, b in _attrs(msg, lo, hi) if t == _LIST_ELEM]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

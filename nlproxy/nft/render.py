@@ -11,8 +11,9 @@ same so that its text is nft's.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from ipaddress import IPv4Network, IPv6Address, IPv6Network
-from typing import Any, assert_never
+from typing import Any, TypeAlias, assert_never
 
 from nlproxy.nft.decode import UndecodedRule
 from nlproxy.nft.ir import (
@@ -45,6 +46,7 @@ from nlproxy.nft.ir import (
     Rule,
     Ruleset,
     Selector,
+    Set,
     SetFlag,
     SetLike,
     SetUpdate,
@@ -333,9 +335,20 @@ def set_type(s: SetLike) -> str:
     return f"type {key}"
 
 
-def render_element(el: Element, s: SetLike) -> str:
-    """One element as nft lists it: ``key [timeout T] [comment "c"] [: value]``."""
+Counts: TypeAlias = Mapping[tuple[Value, ...], tuple[int, int]]
+"""Element key -> (packets, bytes) of one set declared with ``counter``."""
+
+
+def render_element(el: Element, s: SetLike, counts: Counts | None = None) -> str:
+    """One element as nft lists it: ``key [counter …] [timeout T] [comment "c"] [: value]``.
+
+    In a set declared with ``counter`` the element's counter follows the key: with its values
+    when ``counts`` has them (``nft list``), a bare ``counter`` otherwise (the IR has none).
+    """
     text = format_key(el.key, s.key)
+    if isinstance(s, Set) and s.counter:
+        values = None if counts is None else counts.get(el.key)
+        text += " counter" if values is None else f" counter packets {values[0]} bytes {values[1]}"
     if el.timeout is not None:
         text += f" timeout {format_time(el.timeout)}"
     if el.comment:
@@ -347,7 +360,10 @@ def render_element(el: Element, s: SetLike) -> str:
     return text
 
 
-def render_set(s: SetLike, elements: dict[tuple[Value, ...], Element]) -> list[str]:
+def render_set(
+    s: SetLike, elements: dict[tuple[Value, ...], Element], counts: Counts | None = None
+) -> list[str]:
+    """A set or map with its elements; ``counts``: see :func:`render_element`."""
     kind = "map" if isinstance(s, Map) else "set"
     lines = [f"\t{kind} {s.name} {{", f"\t\t{set_type(s)}"]
     # nft 1.0.6 leaves the flags line out when the only flag is "timeout" and the set has a
@@ -355,12 +371,14 @@ def render_set(s: SetLike, elements: dict[tuple[Value, ...], Element]) -> list[s
     flags = [name for flag, name in _SET_FLAGS if s.flags & flag]
     if flags and (flags != ["timeout"] or not s.timeout):
         lines.append(f"\t\tflags {','.join(flags)}")
+    if isinstance(s, Set) and s.counter:
+        lines.append("\t\tcounter")
     if s.timeout:
         lines.append(f"\t\ttimeout {format_time(s.timeout)}")
     if s.comment:
         lines.append(f'\t\tcomment "{s.comment}"')
     if elements:
-        items = [render_element(elements[k], s) for k in sorted(elements, key=key_order)]
+        items = [render_element(elements[k], s, counts) for k in sorted(elements, key=key_order)]
         per_line = _PER_LINE.get(s.key[0], 1) if len(s.key) == 1 else 1
         rows = [", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line)]
         lines.append("\t\telements = { " + ",\n\t\t\t     ".join(rows) + " }")
@@ -369,9 +387,15 @@ def render_set(s: SetLike, elements: dict[tuple[Value, ...], Element]) -> list[s
 
 
 def priority_text(chain: Chain) -> str:
-    name, hooks = _PRIORITIES.get(chain.priority, ("", None))
-    if name and (hooks is None or chain.hook in hooks):
-        return name
+    """nft's spelling: a standard name valid for the hook, ``name + N`` / ``name - N`` within
+    10 of one (``dstnat - 10``), else the number."""
+    for value, (name, hooks) in _PRIORITIES.items():
+        offset = chain.priority - value
+        if abs(offset) > 10 or (hooks is not None and chain.hook not in hooks):
+            continue
+        if offset == 0:
+            return name
+        return f"{name} {'+' if offset > 0 else '-'} {abs(offset)}"
     return str(chain.priority)
 
 
@@ -399,9 +423,17 @@ def _table_header(t: Table) -> list[str]:
     return lines
 
 
-def render_ruleset(rs: Ruleset) -> str:
-    """The whole table as ``nft list table`` prints it: sets and maps, then chains."""
-    blocks = [render_set(s, rs.elements.get(s.name, {})) for s in rs.sets.values()]
+def render_ruleset(rs: Ruleset, counters: Mapping[str, Counts] | None = None) -> str:
+    """The whole table as ``nft list table`` prints it: sets and maps, then chains.
+
+    Args:
+        counters: per set declared with ``counter``, its elements' values (``counters.py``
+            reads them); without them such elements print a bare ``counter``.
+    """
+    counters = counters or {}
+    blocks = [
+        render_set(s, rs.elements.get(s.name, {}), counters.get(s.name)) for s in rs.sets.values()
+    ]
     family = rs.table.family
     blocks += [render_chain(c, rs.rules.get(c.name, []), family) for c in rs.chains.values()]
     body = "\n\n".join("\n".join(b) for b in blocks)
@@ -457,6 +489,7 @@ def _set_json(rs: Ruleset, s: SetLike) -> dict[str, Any]:
         "type": set_type(s).removeprefix("type "),
         "flags": [name for flag, name in _SET_FLAGS if s.flags & flag],
         "timeout": s.timeout,
+        "counter": isinstance(s, Set) and s.counter,
         "comment": s.comment,
         "elements": [render_element(els[k], s) for k in sorted(els, key=key_order)],
     }

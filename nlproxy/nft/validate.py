@@ -441,10 +441,14 @@ def _check_cmp(table: Table, e: Cmp) -> None:
             raise InvalidNftObject("", f"{e.left.text} is a bitmask: == or !=, not {e.op}")
     if e.mask is not None and not 0 <= e.mask <= 0xFFFFFFFF:
         raise InvalidNftObject("", f"mask {e.mask:#x} is not a 32-bit value")
-    if e.left.text.startswith("ip6 ") and table.family is Family.IP:
-        raise InvalidNftObject("", f"{e.left.text} in an ip table")
-    if e.left.text.startswith("ip ") and table.family is Family.IP6:
-        raise InvalidNftObject("", f"{e.left.text} in an ip6 table")
+    _check_family(table, e.left)
+
+
+def _check_family(table: Table, f: Field) -> None:
+    """An address field of the other family (``ct original ip6 daddr`` in an ip table)."""
+    other = {Family.IP: "ip6 ", Family.IP6: "ip "}.get(table.family)
+    if other is not None and f.text.removeprefix("ct original ").startswith(other):
+        raise InvalidNftObject("", f"{f.text} in an {table.family} table")
 
 
 def _check_expr(table: Table, e: Expr, scope: _Scope) -> None:
@@ -453,6 +457,9 @@ def _check_expr(table: Table, e: Expr, scope: _Scope) -> None:
             _check_cmp(table, e)
         case Lookup():
             _check_keys(e.key, scope.sets.get(e.set), e.set)
+            for sel in e.key:
+                if isinstance(sel, Field):
+                    _check_family(table, sel)
             if isinstance(scope.sets[e.set], Map):
                 raise InvalidNftObject("", f"lookup in map {e.set}: use a set")
         case VMap():

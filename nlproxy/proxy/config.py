@@ -30,6 +30,8 @@ class ProxyConfig:
             without any entry accepts NodePorts on every local address but loopback.
         masquerade_bit: bit of the packet mark that asks for masquerade (0..31).
         node_ips: this node's addresses, overriding the Node object's when not empty.
+        service_counters: count the packets and bytes of every frontend (``--service-counters``):
+            two sets with a counter per element and the chains that advance them.
     """
 
     node_name: str
@@ -38,6 +40,7 @@ class ProxyConfig:
     nodeport_addresses: tuple[str, ...] = (PRIMARY,)
     masquerade_bit: int = 14
     node_ips: tuple[IPAddress, ...] = ()
+    service_counters: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.masquerade_bit <= 31:

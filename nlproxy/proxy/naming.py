@@ -27,6 +27,8 @@ FILTER_OUTPUT_POST_DNAT = "filter-output-post-dnat"
 NAT_PREROUTING = "nat-prerouting"
 NAT_OUTPUT = "nat-output"
 NAT_POSTROUTING = "nat-postrouting"
+COUNTERS_PREROUTING = "counters-prerouting"
+COUNTERS_OUTPUT = "counters-output"
 
 # Static regular chains.
 SERVICES = "services"
@@ -37,6 +39,7 @@ SERVICE_ENDPOINTS_CHECK = "service-endpoints-check"
 NODEPORT_ENDPOINTS_CHECK = "nodeport-endpoints-check"
 CLUSTER_IPS_CHECK = "cluster-ips-check"
 REJECT_CHAIN = "reject-chain"
+COUNT_SERVICES = "count-services"
 
 # Global sets and maps.
 CLUSTER_IPS = "cluster-ips"
@@ -56,6 +59,8 @@ NODEPORT_BACKENDS_LOCAL = "nodeport-backends-local"
 EXTERNAL_SHORTCUTS = "external-shortcuts"
 NODEPORT_SHORTCUTS = "nodeport-shortcuts"
 HAIRPIN = "hairpin"
+SERVICE_COUNTERS = "service-counters"
+NODEPORT_COUNTERS = "nodeport-counters"
 
 
 # Shared dispatch chains, one per (role, endpoint count N).

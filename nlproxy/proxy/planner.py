@@ -207,7 +207,9 @@ class FamilyPlanner:
             mark=config.masquerade_mark,
             nodeport_match_all=nodeport_ips is None,
             service_cidrs=bool(services),
+            counters=config.service_counters,
         )
+        self.counters = config.service_counters
         self.sink = Recorder(self.rs)
         self._hairpin: list[IPAddress] = []
         self.dispatch = Dispatch(self.sink, f, pods=bool(pods))
@@ -319,10 +321,21 @@ class FamilyPlanner:
                 self.element(n.SERVICE_NODEPORTS, (proto, sp.node_port), verdict, comment)
             if not has_ext:
                 self.element(n.NO_ENDPOINT_NODEPORTS, (proto, sp.node_port), no_ep, comment)
+        if self.counters:
+            self._counters(fronts, proto)
         for b in (*cat.cluster, *cat.local):
             self.hairpin[int(b.ip)] = b.ip
             self._hairpin.append(b.ip)
         return fronts
+
+    def _counters(self, fronts: list[Frontend], proto: int) -> None:
+        """One counting element per frontend, keyed like its dispatch element. It depends on
+        the Service alone, never on endpoints: endpoint churn leaves its counter alone."""
+        for fe in fronts:
+            if fe.address is None:
+                self.element(n.NODEPORT_COUNTERS, (proto, fe.port))
+            else:
+                self.element(n.SERVICE_COUNTERS, (fe.address, proto, fe.port))
 
     def _front(
         self, sp: ServicePort, kind: FrontendKind, addr: IPAddress | None, port: int

@@ -31,6 +31,7 @@ from nlproxy.nft.ir import (
     Field,
     Hook,
     IPNetwork,
+    L4Proto,
     Lookup,
     Map,
     MarkSet,
@@ -138,8 +139,16 @@ def _sets(f: FamilySpec, nodeport_match_all: bool) -> list[Set | Map]:
     return sets
 
 
-def skeleton(f: FamilySpec, *, mark: int, nodeport_match_all: bool, service_cidrs: bool) -> Ruleset:
-    """The static chains, rules and (empty) global sets of one family's table."""
+def skeleton(
+    f: FamilySpec,
+    *,
+    mark: int,
+    nodeport_match_all: bool,
+    service_cidrs: bool,
+    counters: bool = False,
+) -> Ruleset:
+    """The static chains, rules and (empty) global sets of one family's table; ``counters``
+    adds the per-frontend counting of ``--service-counters`` (:func:`add_counting`)."""
     rs = Ruleset(table=Table(family=f.family, name=n.TABLE, comment="rules for nlproxy"))
     for name, ctype, hook, prio in _BASE_CHAINS:
         rs.add_chain(Chain(name=name, type=ctype, hook=hook, priority=prio, policy=Policy.ACCEPT))
@@ -199,7 +208,57 @@ def skeleton(f: FamilySpec, *, mark: int, nodeport_match_all: bool, service_cidr
         in_set = Lookup((f.daddr,), n.NODEPORT_IPS)
         add(n.SERVICES, in_set, VMap(L4_DPORT, n.SERVICE_NODEPORTS))
         add(n.NODEPORT_ENDPOINTS_CHECK, in_set, VMap(L4_DPORT, n.NO_ENDPOINT_NODEPORTS))
+    if counters:
+        add_counting(rs, f)
     return rs
+
+
+def counter_sets(family: Family) -> dict[str, tuple[DataType, ...]]:
+    """The counting sets of ``--service-counters`` and their keys (what to read back)."""
+    addr = A6 if family is Family.IP6 else A4
+    return {n.SERVICE_COUNTERS: (addr, PROTO, SERVICE), n.NODEPORT_COUNTERS: (PROTO, SERVICE)}
+
+
+COUNTER_PRIORITY = PRIORITY_DSTNAT + 5
+"""Right after DNAT, so the first packet of a connection already has ``ct status dnat``."""
+COUNTED_PROTOCOLS = (L4Proto.TCP, L4Proto.UDP, L4Proto.SCTP)
+
+
+def add_counting(rs: Ruleset, f: FamilySpec) -> None:
+    """``--service-counters``: count every packet of DNAT'd connections, both directions, once,
+    by the connection's original destination, in the elements of two counter sets.
+
+    Each packet passes prerouting or output once, except loopback traffic, which passes both
+    (output, then prerouting on ``lo``): prerouting skips packets from a local source. nft 1.0.6
+    types ``ct original proto-dst`` only after a protocol match, hence one rule per protocol.
+    """
+    original = Field.CT_ORIGINAL_IP6_DADDR if f.version == 6 else Field.CT_ORIGINAL_IP_DADDR
+    dport = Field.CT_ORIGINAL_PROTO_DST
+    for name, key in counter_sets(f.family).items():
+        rs.add_set(Set(name=name, key=key, counter=True))
+    for name, hook in ((n.COUNTERS_PREROUTING, Hook.PREROUTING), (n.COUNTERS_OUTPUT, Hook.OUTPUT)):
+        rs.add_chain(
+            Chain(
+                name=name,
+                type=ChainType.FILTER,
+                hook=hook,
+                priority=COUNTER_PRIORITY,
+                policy=Policy.ACCEPT,
+            )
+        )
+    rs.add_chain(Chain(name=n.COUNT_SERVICES))
+    dnat = Cmp(Field.CT_STATUS, CtStatus.DNAT)
+    not_local = Cmp(Field.FIB_SADDR_TYPE, FibType.LOCAL, Op.NE)
+    rs.add_rule(Rule(chain=n.COUNTERS_PREROUTING, exprs=(dnat, not_local, jump(n.COUNT_SERVICES))))
+    rs.add_rule(Rule(chain=n.COUNTERS_OUTPUT, exprs=(dnat, jump(n.COUNT_SERVICES))))
+    lookups = (
+        Lookup((original, Field.META_L4PROTO, dport), n.SERVICE_COUNTERS),
+        Lookup((Field.META_L4PROTO, dport), n.NODEPORT_COUNTERS),
+    )
+    for lookup in lookups:
+        for proto in COUNTED_PROTOCOLS:
+            exprs = (Cmp(Field.META_L4PROTO, proto), lookup, RETURN)
+            rs.add_rule(Rule(chain=n.COUNT_SERVICES, exprs=exprs))
 
 
 class Dispatch:

@@ -88,6 +88,8 @@ class _Packet:
     mark: int = 0
     endpoint: str | None = None
     masquerade: bool = False
+    original: tuple[IPAddress, int] | None = None
+    """Destination and port before DNAT (``ct original …``); None while not DNAT'd."""
 
 
 def trace(
@@ -332,6 +334,10 @@ class _Tracer:
                 return FibType.LOCAL if self.is_local(pkt.dst) else FibType.UNICAST
             case Field.FIB_SADDR_TYPE:
                 return FibType.LOCAL if self.is_local(pkt.src) else FibType.UNICAST
+            case Field.CT_ORIGINAL_IP_DADDR | Field.CT_ORIGINAL_IP6_DADDR:
+                return pkt.original[0] if pkt.original else pkt.dst
+            case Field.CT_ORIGINAL_PROTO_DST:
+                return pkt.original[1] if pkt.original else pkt.dport
             case _:
                 assert_never(f)
 
@@ -397,7 +403,8 @@ def _mark(mark: int, e: MarkSet) -> int:
 def _dnat(pkt: _Packet, addr: IPAddress, port: int | None) -> _Packet:
     port = pkt.dport if port is None else port
     text = f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
-    return dataclasses.replace(pkt, dst=addr, dport=port, endpoint=text)
+    original = pkt.original or (pkt.dst, pkt.dport)
+    return dataclasses.replace(pkt, dst=addr, dport=port, endpoint=text, original=original)
 
 
 def _base_outcome(chain: Chain, outcome: _Control) -> _Control:

@@ -256,6 +256,7 @@ def test_ruleset_to_json() -> None:
         "type": "ipv4_addr . inet_proto . inet_service : verdict",
         "flags": [],
         "timeout": None,
+        "counter": False,
         "comment": "",
         "elements": ["10.0.0.1 . tcp . 80 : goto ep", "10.0.0.2 . tcp . 80 : goto ep"],
     }

@@ -1,0 +1,160 @@
+"""Read the values of per-element counters: what ``--service-counters`` counted, per frontend.
+
+Sits beside the read-back, after the kernel: the daemon's ``/metrics`` handler and ``nlproxy
+explain`` call :func:`read_counters`. Read-back (``readback.py``) deliberately leaves counter
+values out of the IR, so that an element compares equal however much traffic it counted; this
+module is the one place that reads them. Each set costs one GETSETELEM dump, and each element's
+key and counter are parsed straight from the netlink attributes (no library call per element).
+It only reads: it never changes the kernel and never decides what is counted.
+
+A counter lives in its element: it starts at zero when the element is created and is lost when
+the element is deleted (for the service counters: the Service deleted and added again).
+"""
+
+from __future__ import annotations
+
+import errno
+import struct
+from collections.abc import Iterator, Mapping
+from typing import TypeAlias
+
+from nlproxy.nft.dump import NFT_MSG_GETSETELEM, Interrupted, ReadbackError, messages
+from nlproxy.nft.ir import DataType, Family, Value
+from nlproxy.nft.nlsock import NLM_F_DUMP, NLM_F_REQUEST, NetfilterSocket
+from nlproxy.nft.values import key_decoder
+
+Counts: TypeAlias = dict[tuple[Value, ...], tuple[int, int]]
+"""Element key -> (packets, bytes)."""
+
+NFNL_SUBSYS_NFTABLES = 10
+# linux/netfilter/nf_tables.h
+_LIST_TABLE, _LIST_SET, _LIST_ELEMENTS = 1, 2, 3  # NFTA_SET_ELEM_LIST_*
+_LIST_ELEM = 1  # NFTA_LIST_ELEM
+_EL_KEY, _EL_EXPR, _EL_EXPRESSIONS = 1, 7, 11  # NFTA_SET_ELEM_*
+_DATA_VALUE = 1  # NFTA_DATA_VALUE
+_EXPR_NAME, _EXPR_DATA = 1, 2  # NFTA_EXPR_*
+_COUNTER_BYTES, _COUNTER_PACKETS = 1, 2  # NFTA_COUNTER_*
+_RETRIES = 5
+_NLA = struct.Struct("=HH")
+_HDR = struct.Struct("=IHHII")
+_NFGEN = struct.Struct("=BBH")
+_BE64 = struct.Struct(">Q")
+
+
+def read_counters(
+    family: Family,
+    table: str,
+    sets: Mapping[str, tuple[DataType, ...]],
+    *,
+    netns: str | None = None,
+    sock: NetfilterSocket | None = None,
+) -> dict[str, Counts]:
+    """Dump the elements of ``sets`` (name -> key types) of table ``family table``, with their
+    counters. Blocking: from async code, call it through ``trio.to_thread.run_sync``.
+
+    Returns:
+        Per set that exists, each element's key -> (packets, bytes); elements without a
+        counter are left out, as are sets that do not exist (counting is off).
+
+    Raises:
+        ReadbackError: the kernel refused a dump, or the set kept changing during it.
+    """
+    own = sock is None
+    s = NetfilterSocket(netns) if sock is None else sock
+    try:
+        out: dict[str, Counts] = {}
+        for name, key in sets.items():
+            counts = _read_set(s, family, table, name, key)
+            if counts is not None:
+                out[name] = counts
+        return out
+    finally:
+        if own:
+            s.close()
+
+
+def _read_set(
+    s: NetfilterSocket, family: Family, table: str, name: str, key: tuple[DataType, ...]
+) -> Counts | None:
+    decode = key_decoder(key)
+    for _ in range(_RETRIES):
+        seq = s.next_seq()
+        out: Counts = {}
+        try:
+            for msg in messages(s, _request(family, table, name, seq), seq):
+                for raw_key, counter in _elements(msg.payload):
+                    out[decode(raw_key)] = counter
+        except Interrupted:
+            continue
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            raise ReadbackError(f"set {family} {table} {name}", str(exc)) from exc
+        return out
+    raise ReadbackError(f"set {family} {table} {name}", "kept changing during the dump")
+
+
+def _request(family: Family, table: str, name: str, seq: int) -> bytes:
+    """A GETSETELEM dump request for one set."""
+    body = _NFGEN.pack(family.nfproto, 0, 0)
+    body += _attr(_LIST_TABLE, table.encode() + b"\0") + _attr(_LIST_SET, name.encode() + b"\0")
+    mtype = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETSETELEM
+    return _HDR.pack(_HDR.size + len(body), mtype, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body
+
+
+def _attr(kind: int, payload: bytes) -> bytes:
+    pad = b"\0" * (-len(payload) % 4)
+    return _NLA.pack(4 + len(payload), kind) + payload + pad
+
+
+def _attrs(buf: bytes, off: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(type without flags, payload start, payload end) of each attribute in ``buf[off:end]``."""
+    unpack = _NLA.unpack_from
+    while off + 4 <= end:
+        length, kind = unpack(buf, off)
+        if length < 4 or off + length > end:
+            return
+        yield kind & 0x3FFF, off + 4, off + length
+        off += (length + 3) & ~3
+
+
+def _elements(payload: bytes) -> Iterator[tuple[bytes, tuple[int, int]]]:
+    """(key bytes, (packets, bytes)) of each element with a counter in one NEWSETELEM reply
+    (``payload``: after the netlink header)."""
+    for kind, lo, hi in _attrs(payload, _NFGEN.size, len(payload)):
+        if kind != _LIST_ELEMENTS:
+            continue
+        for ekind, elo, ehi in _attrs(payload, lo, hi):
+            if ekind != _LIST_ELEM:
+                continue
+            key, counter = None, None
+            for akind, alo, ahi in _attrs(payload, elo, ehi):
+                if akind == _EL_KEY:
+                    key = next((payload[a:b] for t, a, b in _attrs(payload, alo, ahi)
+                                if t == _DATA_VALUE), None)  # fmt: skip
+                elif akind == _EL_EXPR:
+                    counter = _counter(payload, alo, ahi)
+                elif akind == _EL_EXPRESSIONS:
+                    found = (_counter(payload, a, b) for t, a, b in _attrs(payload, alo, ahi)
+                             if t == _LIST_ELEM)  # fmt: skip
+                    counter = next((c for c in found if c is not None), None)
+            if key is not None and counter is not None:
+                yield key, counter
+
+
+def _counter(buf: bytes, lo: int, hi: int) -> tuple[int, int] | None:
+    """(packets, bytes) of one expression nest, when it is a counter."""
+    name, data = b"", None
+    for kind, a, b in _attrs(buf, lo, hi):
+        if kind == _EXPR_NAME:
+            name = buf[a:b].split(b"\0", 1)[0]
+        elif kind == _EXPR_DATA:
+            data = (a, b)
+    if name != b"counter" or data is None:
+        return None
+    values = {
+        kind: _BE64.unpack_from(buf, a)[0]
+        for kind, a, b in _attrs(buf, *data)
+        if kind in (_COUNTER_PACKETS, _COUNTER_BYTES) and b - a == _BE64.size
+    }
+    return values.get(_COUNTER_PACKETS, 0), values.get(_COUNTER_BYTES, 0)
