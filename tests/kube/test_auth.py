@@ -1,0 +1,124 @@
+"""Credentials that change while the source runs: an exec credential plugin whose token rotates.
+
+The ``kubernetes`` package runs the plugin (as ``kubectl`` would) and runs it again when its token
+expires; the in-repo API server accepts only the current token. After a rotation the source's
+next requests must carry the new token, or it would stop seeing the cluster until restarted.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import yaml
+
+from nlproxy.cluster.kube import KubeSource, api_client_from_config
+from nlproxy.cluster.model import Change, Replace
+from tests.kube.apiserver import ApiServer
+from tests.kube.conftest import NODE, start_source
+from tests.kube.objects import service
+from tests.kube.test_source import is_upsert_of, populate
+
+# The plugin: prints an ExecCredential with the token in TOKEN_FILE, expiring at once (so the
+# client runs it again before each request), and counts its runs.
+PLUGIN = """
+import datetime, json, pathlib, sys
+state = pathlib.Path(sys.argv[1])
+with (state / "runs").open("a") as runs:
+    print("run", file=runs)
+now = datetime.datetime.now(datetime.timezone.utc)
+print(json.dumps({
+    "apiVersion": "client.authentication.k8s.io/v1",
+    "kind": "ExecCredential",
+    "status": {
+        "token": (state / "token").read_text().strip(),
+        "expirationTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    },
+}))
+"""
+
+
+def exec_kubeconfig(tmp: Path, server: ApiServer) -> tuple[Path, Path]:
+    """A kubeconfig whose user runs the plugin; returns it and the plugin's state directory."""
+    state = tmp / "plugin"
+    state.mkdir()
+    (tmp / "plugin.py").write_text(PLUGIN)
+    user = {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": sys.executable,
+            "args": [str(tmp / "plugin.py"), str(state)],
+            "interactiveMode": "Never",
+        }
+    }
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {"server": server.url}}],
+        "users": [{"name": "test", "user": user}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+        "current-context": "test",
+    }
+    path = tmp / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path, state
+
+
+def plugin_runs(state: Path) -> int:
+    return len((state / "runs").read_text().splitlines())
+
+
+async def test_exec_plugin_token_rotation_is_followed(
+    apiserver: ApiServer, tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    populate(apiserver)
+    path, state = exec_kubeconfig(tmp_path, apiserver)
+    (state / "token").write_text("token-1")
+    apiserver.token = "token-1"
+    client: Any = api_client_from_config(str(path))
+    try:
+        feed, _ = await start_source(nursery, client)
+        runs = plugin_runs(state)
+        assert runs >= 1
+        # Rotate: the server accepts only the new token from now on, and drops the open
+        # watches (as a real API server does when a token is revoked).
+        (state / "token").write_text("token-2")
+        apiserver.token = "token-2"
+        apiserver.drop_connections()
+        apiserver.store.put("services", service("after-rotation", ip="10.96.1.9"))
+        await feed.until(is_upsert_of("after-rotation"), within=20)
+        assert plugin_runs(state) > runs
+    finally:
+        client.close()
+
+
+async def test_a_rejected_token_is_retried_not_fatal(
+    apiserver: ApiServer, tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    populate(apiserver)
+    path, state = exec_kubeconfig(tmp_path, apiserver)
+    (state / "token").write_text("stale")
+    apiserver.token = "fresh"
+    client: Any = api_client_from_config(str(path))
+    send, receive = trio.open_memory_channel[Sequence[Change]](100)
+    source = KubeSource(client, node_name=NODE, backoff_initial=0.05, backoff_max=0.3)
+    try:
+        nursery.start_soon(source.run, send)
+        await trio.sleep(1.0)
+        refused = [q for p, q in apiserver.requests if p == "/api/v1/services"]
+        assert len(refused) >= 2  # refused, backed off, tried again: not given up
+        with pytest.raises(trio.WouldBlock):
+            receive.receive_nowait()  # and nothing was made up meanwhile
+        # The credential is renewed (the plugin now hands out the accepted token): the
+        # source lists the cluster without a restart.
+        (state / "token").write_text("fresh")
+        with trio.fail_after(20):
+            batch = await receive.receive()
+        kinds = {c.kind for c in batch if isinstance(c, Replace)}
+        assert kinds == {"Service", "EndpointSlice", "Node", "ServiceCIDR"}
+    finally:
+        client.close()
