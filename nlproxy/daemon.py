@@ -10,22 +10,24 @@ from __future__ import annotations
 
 import argparse
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import trio
 from prometheus_client import CollectorRegistry
 
 from nlproxy import systemd
-from nlproxy.cluster.model import Change, ClusterSnapshot, IPAddress, ServiceKey
+from nlproxy.cluster.model import Change, ClusterSnapshot, IPAddress, ServiceKey, ServicePortRef
 from nlproxy.cluster.state import ClusterState
 from nlproxy.config import DaemonConfig
+from nlproxy.errors import NlproxyError
 from nlproxy.health import HealthState, healthz
 from nlproxy.healthcheck import HealthCheckServers, health_checks
 from nlproxy.httpserver import Response, serve
 from nlproxy.log import get_logger
-from nlproxy.metrics import Metrics
+from nlproxy.metrics import Metrics, ServiceCounters
 from nlproxy.nft.monitor import NftMonitor
 from nlproxy.proxy.config import ProxyConfig
+from nlproxy.proxy.planner import PortPlan
 from nlproxy.reachability import ReachabilityMonitor, without_unreachable
 from nlproxy.sync import TABLE_NAME, Syncer, SyncResult
 from nlproxy.syncloop import SyncLoop
@@ -43,6 +45,10 @@ class Daemon:
         self.cfg = cfg
         self.registry = CollectorRegistry()
         self.metrics = Metrics(self.registry)
+        self.counters = (
+            ServiceCounters(self.registry, netns=args.netns) if pcfg.service_counters else None
+        )
+        self._ports: Mapping[ServicePortRef, PortPlan] = {}
         self.health = HealthState(grace_seconds=2 * cfg.sync_period, node_name=cfg.node_name)
         self.syncer = Syncer(
             pcfg, netns=args.netns, owner=args.owned_table, flush_tcp=args.conntrack_flush_tcp
@@ -75,6 +81,7 @@ class Daemon:
         """After each successful sync: object counts, health checks, reachability."""
         if result.plan is None:
             return
+        self._ports = result.plan.ports  # updated in place by later syncs: copied at a scrape
         for family, rs in result.plan.rulesets.items():
             counts = {
                 "chain": len(rs.chains),
@@ -106,10 +113,28 @@ class Daemon:
 
     async def _metrics(self, path: str) -> Response:
         if path == "/metrics":
-            return Response(
-                200, self.metrics.exposition(), content_type="text/plain; version=0.0.4"
-            )
+            body = await self._exposition()
+            return Response(200, body, content_type="text/plain; version=0.0.4")
         return await self._healthz(path)
+
+    async def _exposition(self) -> bytes:
+        """The metrics; with service counters, read from the kernel in a worker thread.
+
+        Cancellation: the thread's reading is abandoned (it only reads).
+        """
+        counters = self.counters
+        if counters is None:
+            return self.metrics.exposition()
+        ports = list(self._ports.values())  # a sync in its thread may change the plan meanwhile
+
+        def work() -> bytes:
+            try:
+                counters.refresh(ports)
+            except (NlproxyError, OSError) as exc:  # the other metrics are still served
+                self.log.warning("metrics.counters_failed", error=str(exc))
+            return self.metrics.exposition()
+
+        return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
 
     async def _watchdog(self, interval: float) -> None:
         while True:

@@ -1,12 +1,24 @@
 """Prometheus metrics, with kube-proxy's names where kube-proxy has the metric.
 
 A :class:`Metrics` owns its metrics in a registry passed in (never the global one), so two
-daemons can live in one test process.
+daemons can live in one test process. :class:`ServiceCounters` (``--service-counters``) is a
+collector whose values are read from the kernel at scrape time, in a worker thread, never on
+the event loop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from nlproxy.nft.counters import Counts, read_counters
+from nlproxy.nft.ir import Family, L4Proto, Value
+from nlproxy.proxy import naming as n
+from nlproxy.proxy.planner import PortPlan
+from nlproxy.proxy.skeleton import counter_sets
 
 # kube-proxy's buckets for sync durations: 1 ms doubling up to ~16 s.
 SYNC_BUCKETS = tuple(0.001 * 2**i for i in range(15))
@@ -97,3 +109,86 @@ class Metrics:
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""
         return generate_latest(self.registry)
+
+
+_FAMILIES = (Family.IP, Family.IP6)
+
+
+class ServiceCounters(Collector):
+    """``nlproxy_service_packets_total`` and ``nlproxy_service_bytes_total``: what the
+    ``service-counters`` and ``nodeport-counters`` elements counted, one series per service port
+    (label ``service``: ``ns/name:port/PROTO``, as ``nlproxy_endpoint_unreachable``), the sum of
+    its frontends over both families.
+
+    :meth:`refresh` reads the kernel (blocking: run it in a worker thread); :meth:`collect`
+    reports the last reading. A counter counts from its element's creation: it resets when the
+    element is recreated (the Service deleted and added again), which Prometheus' ``rate()``
+    handles as any counter reset. A frontend whose element is not in the plan given to
+    :meth:`refresh` (a scrape during a sync) is skipped, and a service port without any element
+    read has no series.
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, netns: str | None = None) -> None:
+        self.netns = netns
+        self.totals: dict[str, tuple[int, int]] = {}
+        registry.register(self)
+
+    def refresh(self, ports: Iterable[PortPlan]) -> None:
+        """Read both families' counters and sum them per service port of ``ports``.
+
+        Raises:
+            ReadbackError: the kernel refused a dump.
+        """
+        readings = {
+            family: read_counters(family, n.TABLE, counter_sets(family), netns=self.netns)
+            for family in _FAMILIES
+        }
+        self.totals = service_totals(ports, readings)
+
+    def describe(self) -> Iterator[CounterMetricFamily]:
+        return iter(self._families())
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        packets, octets = self._families()
+        for service, (p, b) in sorted(self.totals.items()):
+            packets.add_metric([service], p)
+            octets.add_metric([service], b)
+        return iter((packets, octets))
+
+    def _families(self) -> tuple[CounterMetricFamily, CounterMetricFamily]:
+        return (
+            CounterMetricFamily(
+                "nlproxy_service_packets",
+                "Packets of DNAT'd connections to a service port, both directions",
+                labels=["service"],
+            ),
+            CounterMetricFamily(
+                "nlproxy_service_bytes",
+                "Bytes (IP headers included) of DNAT'd connections to a service port, both "
+                "directions",
+                labels=["service"],
+            ),
+        )
+
+
+def service_totals(
+    ports: Iterable[PortPlan], readings: Mapping[Family, Mapping[str, Counts]]
+) -> dict[str, tuple[int, int]]:
+    """(packets, bytes) per service port (``str(ref)``): the sum of its frontends' elements."""
+    out: dict[str, tuple[int, int]] = {}
+    for port in ports:
+        found, packets, octets = False, 0, 0
+        for fe in port.frontends:
+            sets = readings.get(fe.family, {})
+            l4 = int(L4Proto[fe.protocol.value])
+            key: tuple[Value, ...]
+            if fe.address is None:
+                name, key = n.NODEPORT_COUNTERS, (l4, fe.port)
+            else:
+                name, key = n.SERVICE_COUNTERS, (fe.address, l4, fe.port)
+            counts = sets.get(name, {}).get(key)
+            if counts is not None:
+                found, packets, octets = True, packets + counts[0], octets + counts[1]
+        if found:
+            out[str(port.ref)] = (packets, octets)
+    return out

@@ -101,6 +101,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="leave endpoints this node cannot route to out of load balancing until they recover "
         "(never a service's last ones)",
     )
+    parser.add_argument(
+        "--service-counters",
+        action="store_true",
+        help="count packets and bytes per service port (nlproxy_service_packets_total, "
+        "nlproxy_service_bytes_total): two counter sets and three chains per family, one "
+        "element per frontend, a set lookup per packet of DNAT'd connections",
+    )
     parser.add_argument("--once", action="store_true", help="reconcile once and exit")
 
 
@@ -140,6 +147,7 @@ def proxy_config(args: argparse.Namespace, cfg: DaemonConfig) -> ProxyConfig:
         nodeport_addresses=_nodeport_addresses(cfg.nodeport_addresses),
         masquerade_bit=cfg.masquerade_bit,
         node_ips=_addresses(args.node_ip, "--node-ip"),
+        service_counters=args.service_counters,
     )
 
 

@@ -232,6 +232,8 @@ class Field(enum.Enum):
     FIB_DADDR_TYPE = ("fib daddr type", None)
     """Route type of the destination address (:class:`FibType`)."""
     FIB_SADDR_TYPE = ("fib saddr type", None)
+    META_IIF = ("iif", None)
+    """Index of the interface the packet came in on (1: ``lo`` in every namespace)."""
     CT_ORIGINAL_IP_DADDR = ("ct original ip daddr", DataType.IPV4_ADDR)
     """The connection's first destination, before DNAT (also in reply packets)."""
     CT_ORIGINAL_IP6_DADDR = ("ct original ip6 daddr", DataType.IPV6_ADDR)

@@ -69,6 +69,7 @@ from nlproxy.nft.validate import selector_type
 from nlproxy.nft.values import (
     CT_ORIGINAL_LOADS,
     IP_CT_DIR_ORIGINAL,
+    META_LOADS,
     VERDICT_CODES,
     Packer,
     concat_ids,
@@ -186,6 +187,10 @@ class RuleLowering:
         if sel in CT_ORIGINAL_LOADS:
             key, n = CT_ORIGINAL_LOADS[sel]
             self._emit("ct", CT_KEY=key, CT_DREG=reg, CT_DIR=_Wide(IP_CT_DIR_ORIGINAL, 8))
+            return (n + 3) // 4
+        if sel in META_LOADS:
+            key, n = META_LOADS[sel]
+            self._emit("meta", META_KEY=key, META_DREG=reg)
             return (n + 3) // 4
         kind, a, b, n = FIELD_LOADS[sel]
         if kind == "payload":

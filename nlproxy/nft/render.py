@@ -55,7 +55,7 @@ from nlproxy.nft.ir import (
     Verdict,
     VMap,
 )
-from nlproxy.nft.values import key_order
+from nlproxy.nft.values import LOOPBACK_IFINDEX, key_order
 
 PROTOCOLS = {1: "icmp", 6: "tcp", 17: "udp", 33: "dccp", 58: "ipv6-icmp", 132: "sctp"}
 """Protocol names nft prints (from /etc/protocols); others print as numbers."""
@@ -164,6 +164,9 @@ def format_value(field: Field | None, dt: DataType | None, value: Value) -> str:
             return _FIB_TYPES.get(value, str(value))
         if field is Field.META_NFPROTO:
             return _NFPROTO.get(value, str(value))
+        if field is Field.META_IIF:
+            # nft prints an interface's name; only lo's index is the same everywhere
+            return '"lo"' if value == LOOPBACK_IFINDEX else str(value)
         dt = field.datatype
     if dt is DataType.INET_PROTO:
         return PROTOCOLS.get(value, str(value))

@@ -49,6 +49,7 @@ from nlproxy.nft.ir import (
     VMap,
     jump,
 )
+from nlproxy.nft.values import LOOPBACK_IFINDEX
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.fragments import Recorder
 
@@ -229,8 +230,10 @@ def add_counting(rs: Ruleset, f: FamilySpec) -> None:
     by the connection's original destination, in the elements of two counter sets.
 
     Each packet passes prerouting or output once, except loopback traffic, which passes both
-    (output, then prerouting on ``lo``): prerouting skips packets from a local source. nft 1.0.6
-    types ``ct original proto-dst`` only after a protocol match, hence one rule per protocol.
+    (output, then prerouting on ``lo``), so prerouting skips what comes in on ``lo``. (A source
+    address test would not do: a reply looped back has been un-DNAT'd in postrouting, its source
+    is the service address.) nft 1.0.6 types ``ct original proto-dst`` only after a protocol
+    match, hence one rule per protocol.
     """
     original = Field.CT_ORIGINAL_IP6_DADDR if f.version == 6 else Field.CT_ORIGINAL_IP_DADDR
     dport = Field.CT_ORIGINAL_PROTO_DST
@@ -248,8 +251,8 @@ def add_counting(rs: Ruleset, f: FamilySpec) -> None:
         )
     rs.add_chain(Chain(name=n.COUNT_SERVICES))
     dnat = Cmp(Field.CT_STATUS, CtStatus.DNAT)
-    not_local = Cmp(Field.FIB_SADDR_TYPE, FibType.LOCAL, Op.NE)
-    rs.add_rule(Rule(chain=n.COUNTERS_PREROUTING, exprs=(dnat, not_local, jump(n.COUNT_SERVICES))))
+    not_lo = Cmp(Field.META_IIF, LOOPBACK_IFINDEX, Op.NE)
+    rs.add_rule(Rule(chain=n.COUNTERS_PREROUTING, exprs=(dnat, not_lo, jump(n.COUNT_SERVICES))))
     rs.add_rule(Rule(chain=n.COUNTERS_OUTPUT, exprs=(dnat, jump(n.COUNT_SERVICES))))
     lookups = (
         Lookup((original, Field.META_L4PROTO, dport), n.SERVICE_COUNTERS),

@@ -334,6 +334,8 @@ class _Tracer:
                 return FibType.LOCAL if self.is_local(pkt.dst) else FibType.UNICAST
             case Field.FIB_SADDR_TYPE:
                 return FibType.LOCAL if self.is_local(pkt.src) else FibType.UNICAST
+            case Field.META_IIF:
+                return 0  # traced packets come in from outside, never looped back on lo
             case Field.CT_ORIGINAL_IP_DADDR | Field.CT_ORIGINAL_IP6_DADDR:
                 return pkt.original[0] if pkt.original else pkt.dst
             case Field.CT_ORIGINAL_PROTO_DST:
