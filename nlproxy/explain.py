@@ -4,7 +4,8 @@ Sits at the end of the flow, beside ``rules``, ``conntrack`` and ``inspect``, an
 the Service and its EndpointSlices (from a manifests directory, or recovered from the
 programmed maps when a node has no API access; ``explain_manifests.py``), the elements and
 chains programmed for it (read back from the kernel; ``explain_rules.py``), its conntrack flows,
-the inspector's verdict per endpoint, and, with a source address, a trace of a new connection
+the inspector's verdict per endpoint, its frontends' packet and byte counts when ``run
+--service-counters`` counts them, and, with a source address, a trace of a new connection
 through the programmed rules (``explain_trace.py``). It never changes rules, flows or routes,
 and never execs anything. Rendering is ``explain_render.py``'s.
 """
@@ -34,9 +35,11 @@ from nlproxy.explain_rules import (
 )
 from nlproxy.explain_trace import TraceRow, nodeport_addresses, trace_frontends
 from nlproxy.inspect import Reachability, classify
-from nlproxy.nft.ir import Family, IPAddress, Ruleset
+from nlproxy.nft.counters import read_counters
+from nlproxy.nft.ir import Family, IPAddress, Ruleset, Set
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.proxy import naming as n
+from nlproxy.proxy.skeleton import counter_sets
 
 FLOWS_SHOWN = 5
 """Flows listed per frontend; all of them are counted."""
@@ -73,8 +76,20 @@ class EndpointRow:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FrontendCount:
+    """What ``--service-counters`` counted for one frontend since its element was created."""
+
+    frontend: Frontend
+    packets: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Report:
-    """The whole answer for one Service; ``problems`` empty means it works (exit 0)."""
+    """The whole answer for one Service; ``problems`` empty means it works (exit 0).
+
+    ``counts``: per programmed frontend, its service counters; None when they are off.
+    """
 
     service: ServiceKey
     source: str
@@ -85,6 +100,7 @@ class Report:
     src: IPAddress | None
     traces: tuple[TraceRow, ...]
     problems: tuple[str, ...]
+    counts: tuple[FrontendCount, ...] | None = None
 
 
 def explain(
@@ -136,7 +152,33 @@ def explain(
         src=source,
         traces=tuple(traces),
         problems=tuple(_problems(facts, frontends, endpoints, traces, source)),
+        counts=_counts(netns, rulesets, frontends),
     )
+
+
+def _counts(
+    netns: str | None, rulesets: dict[Family, Ruleset], frontends: Sequence[Frontend]
+) -> tuple[FrontendCount, ...] | None:
+    """The frontends' service counters, read from the kernel; None when counting is off."""
+    on = [fam for fam, rs in rulesets.items() if _counting(rs)]
+    if not on:
+        return None
+    readings = {fam: read_counters(fam, n.TABLE, counter_sets(fam), netns=netns) for fam in on}
+    out = []
+    for fe in frontends:
+        sets = readings.get(fe.family, {})
+        if fe.address is None:
+            got = sets.get(n.NODEPORT_COUNTERS, {}).get((fe.proto, fe.port))
+        else:
+            got = sets.get(n.SERVICE_COUNTERS, {}).get((fe.address, fe.proto, fe.port))
+        if got is not None:
+            out.append(FrontendCount(frontend=fe, packets=got[0], bytes=got[1]))
+    return tuple(out)
+
+
+def _counting(rs: Ruleset) -> bool:
+    s = rs.sets.get(n.SERVICE_COUNTERS)
+    return isinstance(s, Set) and s.counter
 
 
 def _parse_ip(text: str) -> IPAddress:

@@ -120,15 +120,33 @@ def _rules_section(rules: ServiceRules) -> list[str]:
     return out
 
 
-def _counters_section(rules: ServiceRules) -> list[str]:
+def _counters_section(report: Report) -> list[str]:
+    rules = report.rules
     if not rules.counter_rules:
-        return ["Counters", f"{INDENT}off: the programmed rules carry no counter expressions"]
-    shown = [f"{c.family} chain {c.name}: {c.counters} rules" for c in rules.chains if c.counters]
+        out = [
+            "Counters",
+            f"{INDENT}rule counters off: the programmed rules carry no counter expressions",
+        ]
+    else:
+        shown = [
+            f"{c.family} chain {c.name}: {c.counters} rules" for c in rules.chains if c.counters
+        ]
+        out = [
+            "Counters",
+            f"{INDENT}on in {rules.counter_rules} rules; read-back does not carry their values "
+            "(`nft list table` shows them)",
+            *(f"{INDENT}{line}" for line in shown),
+        ]
+    if report.counts is None:
+        return [*out, f"{INDENT}service counters off (`nlproxy run --service-counters` counts)"]
+    rows = [("FRONTEND", "PORT", "PACKETS", "BYTES")]
+    rows += [
+        (c.frontend.label, c.frontend.ref, str(c.packets), str(c.bytes)) for c in report.counts
+    ]
     return [
-        "Counters",
-        f"{INDENT}on in {rules.counter_rules} rules; read-back does not carry their values "
-        "(`nft list table` shows them)",
-        *(f"{INDENT}{line}" for line in shown),
+        *out,
+        f"{INDENT}service counters (both directions, since each frontend's element was created):",
+        *table(rows, INDENT * 2),
     ]
 
 
@@ -188,7 +206,7 @@ def render_text(report: Report) -> str:
         _service_section(report),
         _frontends_section(report.rules),
         _rules_section(report.rules),
-        _counters_section(report.rules),
+        _counters_section(report),
         _conntrack_section(report.flows),
         _endpoints_section(report),
     ]
@@ -272,7 +290,7 @@ def report_to_json(report: Report) -> dict[str, Any]:
             ],
             "undecoded_rules": rules.undecoded_rules,
         },
-        "counters": {"enabled": bool(rules.counter_rules), "rules": rules.counter_rules},
+        "counters": _counters_json(report),
         "conntrack": [
             {
                 "frontend": g.frontend.label,
@@ -298,3 +316,16 @@ def report_to_json(report: Report) -> dict[str, Any]:
         "problems": list(report.problems),
         "ok": not report.problems,
     }
+
+
+def _counters_json(report: Report) -> dict[str, Any]:
+    """Rule counters; ``service`` (per frontend) only when service counters are on."""
+    rules = report.rules
+    out: dict[str, Any] = {"enabled": bool(rules.counter_rules), "rules": rules.counter_rules}
+    if report.counts is not None:
+        out["service"] = [
+            {"frontend": c.frontend.label, "port": c.frontend.ref, "packets": c.packets,
+             "bytes": c.bytes}
+            for c in report.counts
+        ]  # fmt: skip
+    return out

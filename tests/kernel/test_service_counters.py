@@ -14,6 +14,9 @@ from ipaddress import ip_address
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from nlproxy.cli import main
 from nlproxy.nft.counters import read_counters
 from nlproxy.nft.ir import Family
 from nlproxy.proxy.config import ProxyConfig
@@ -195,3 +198,28 @@ def test_unchanged_resync_sends_nothing(make_netns: Callable[[str], str]) -> Non
         for p, n in ((6, 80), (17, 53))
     }
     assert set(counts[Family.IP6]["nodeport-counters"]) == {(6, 30080)}
+
+
+def test_explain_shows_the_counts(
+    testbed: Testbed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node_ns = testbed.node.netns
+    _apply(testbed, tmp_path, _objects(testbed, ["pod-b"]))
+    capsys.readouterr()
+    main(["--netns", node_ns, "--log-level", "warning", "explain", "default/edge", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert "service" not in doc["counters"], "counting is off"
+    _apply(testbed, tmp_path, _objects(testbed, ["pod-b"]), "--service-counters")
+    _send(testbed, "udp")
+    main(["--netns", node_ns, "--log-level", "warning", "explain", "default/edge", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    udp = {c["frontend"]: c["packets"] for c in doc["counters"]["service"] if "UDP" in c["port"]}
+    assert udp == {
+        f"{VIP}:53/UDP": 2 * N,
+        f"{EXTERNAL_IP}:53/UDP": 2 * N,
+        "nodeport:30053/UDP": 2 * N,
+    }
+    main(["--netns", node_ns, "--log-level", "warning", "explain", "default/edge"])
+    text = capsys.readouterr().out
+    assert "service counters (both directions" in text
+    assert f"{VIP}:53/UDP" in text.split("Counters")[1].split("Conntrack")[0]
