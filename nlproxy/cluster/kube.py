@@ -156,6 +156,19 @@ class KubeSource:
         Cancellation: stops promptly; requests in flight are aborted or abandoned to their
         threads, which end within the socket timeouts.
         """
+        versions = await self._initial_lists(send)
+        task_status.started()
+        async with trio.open_nursery() as nursery:
+            for spec in self.kinds:
+                nursery.start_soon(self._follow, spec, versions[spec.kind], send)
+        raise AssertionError("watch loops never return")
+
+    async def _initial_lists(
+        self, send: trio.MemorySendChannel[Sequence[Change]]
+    ) -> dict[str, str | None]:
+        """List every kind and send one batch of a ``Replace`` per kind; returns the lists'
+        resourceVersions. Its own frame, so the lists (every object of the cluster) are not
+        kept alive by this source once the cluster state holds them."""
         versions: dict[str, str | None] = {}
         replaces: dict[str, Replace] = {}
         async with trio.open_nursery() as nursery:
@@ -165,11 +178,7 @@ class KubeSource:
         self._log.info(
             "source.synced", **{s.kind: len(replaces[s.kind].changes) for s in self.kinds}
         )
-        task_status.started()
-        async with trio.open_nursery() as nursery:
-            for spec in self.kinds:
-                nursery.start_soon(self._follow, spec, versions[spec.kind], send)
-        raise AssertionError("watch loops never return")
+        return versions
 
     async def _initial(
         self, spec: KindSpec, replaces: dict[str, Replace], versions: dict[str, str | None]
@@ -202,9 +211,7 @@ class KubeSource:
             relisted = rv is None
             try:
                 if rv is None:
-                    listing = await self._list(spec)
-                    await send.send([Replace(kind=spec.kind, changes=listing.changes)])
-                    rv = listing.resource_version
+                    rv = await self._relist(spec, send)
                 started = trio.current_time()
                 stream = WatchStream(self._http, spec, rv, self.watch_timeout, deliver_to(send))
                 try:
@@ -229,6 +236,13 @@ class KubeSource:
                     backoff.reset()
                 else:  # ended at once with nothing: don't let a server spin us
                     await trio.sleep(backoff.next())
+
+    async def _relist(self, spec: KindSpec, send: trio.MemorySendChannel[Sequence[Change]]) -> str:
+        """List ``spec`` and send it as a ``Replace``; returns the list's resourceVersion (the
+        list itself is not kept by the watch loop)."""
+        listing = await self._list(spec)
+        await send.send([Replace(kind=spec.kind, changes=listing.changes)])
+        return listing.resource_version
 
     async def _wait_retry(
         self, backoff: Backoff, spec: KindSpec, event: str, exc: KubeApiError

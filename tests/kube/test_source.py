@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from typing import Any
 
@@ -300,3 +301,51 @@ async def test_watch_error_event_resumes_without_relist(
     seen = await feed.until(is_upsert_of("web"))
     assert not feed.replaces(seen)
     await eventually(lambda: apiserver.watch_count("services") >= 2)
+
+
+def _upserts_alive(namespace: str) -> int:
+    """Upsert events of objects in ``namespace`` that something still refers to (after a
+    full collection)."""
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o) is Upsert and o.ref.namespace == namespace)
+
+
+async def test_lists_are_not_kept_once_sent(
+    apiserver: ApiServer, api_client: Any, nursery: trio.Nursery
+) -> None:
+    # The initial lists and a relist hold an event per object of the cluster; once the
+    # receiver is done with them, the source must not keep them (the state has the objects).
+    ns = "lists-not-kept"
+    for i in range(20):
+        apiserver.store.put("services", service(f"s{i}", namespace=ns, ip=f"10.96.0.{i + 1}"))
+        apiserver.store.put(
+            "endpointslices", endpoint_slice(f"s{i}", service=f"s{i}", namespace=ns)
+        )
+    apiserver.store.put("nodes", node(NODE))
+    send, receive = trio.open_memory_channel[Sequence[Change]](10)
+    source = KubeSource(api_client, node_name=NODE, backoff_initial=0.05, backoff_max=0.3)
+    with trio.fail_after(10):
+        await nursery.start(source.run, send)
+        batch = await receive.receive()
+    assert {k: len(r.changes) for k, r in by_kind(batch).items()} == {
+        "Service": 20,
+        "EndpointSlice": 20,
+        "Node": 1,
+        "ServiceCIDR": 0,
+    }
+    await eventually(lambda: apiserver.watch_count("services") == 1)
+    del batch
+    assert _upserts_alive(ns) == 0
+    with apiserver.store.cond:  # a compacted history: the watches get 410 and relist
+        apiserver.store.put("services", service("s99", namespace=ns, ip="10.96.0.99"))
+        apiserver.store.compact()
+    relisted: dict[str, int] = {}
+    with trio.fail_after(10):
+        while len(relisted) < 4:  # every kind relists
+            [replace] = await receive.receive()
+            assert isinstance(replace, Replace)
+            relisted[replace.kind] = len(replace.changes)
+    assert relisted == {"Service": 21, "EndpointSlice": 20, "Node": 1, "ServiceCIDR": 0}
+    del replace
+    await eventually(lambda: apiserver.watch_count("services") == 2)
+    assert _upserts_alive(ns) == 0
