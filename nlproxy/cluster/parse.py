@@ -14,6 +14,7 @@ of a slice endpoint is proxied, and unset endpoint conditions mean ready, servin
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -66,6 +67,12 @@ _AFFINITIES = ("None", "ClientIP")
 _ADDRESS_TYPES = ("IPv4", "IPv6", "FQDN")
 
 
+def _shared(name: str | None) -> str | None:
+    """A name that many objects repeat (node, zone, namespace, port name), as one shared string
+    rather than a copy per object (100k endpoints name a handful of nodes); None when empty."""
+    return sys.intern(name) if name else None
+
+
 def _family(ip: IPAddress | IPNetwork) -> IPFamily:
     return IPFamily.IPV4 if ip.version == 4 else IPFamily.IPV6
 
@@ -89,7 +96,7 @@ def object_ref(obj: Mapping[str, Any], kind: str | None = None) -> ObjectRef:
     name = meta.get("name")
     namespace = meta.get("namespace")
     if kind in NAMESPACED_KINDS:
-        namespace = namespace if isinstance(namespace, str) and namespace else "default"
+        namespace = _shared(namespace if isinstance(namespace, str) else None) or "default"
     else:
         namespace = ""
     return ObjectRef(
@@ -242,7 +249,7 @@ def _port_name(
 ) -> tuple[str, Protocol]:
     """A port entry's name (a DNS label, unique within the object; ``seen`` maps names to the
     entries that used them) and protocol (TCP by default)."""
-    name = r.string(entry.get("name"), f"{f}.name") or ""
+    name = _shared(r.string(entry.get("name"), f"{f}.name")) or ""
     if name and not _DNS_LABEL.fullmatch(name):
         r.fail(f"{f}.name", f"{describe(name)} is not a valid port name (a DNS label)")
     if name in seen:
@@ -383,8 +390,8 @@ def _endpoint(r: FieldReader, raw: object, i: int, family: IPFamily) -> Endpoint
         ready=ready is not False,
         serving=serving is not False,
         terminating=terminating is True,
-        node_name=r.string(entry.get("nodeName"), f"{f}.nodeName") or None,
-        zone=r.string(entry.get("zone"), f"{f}.zone") or None,
+        node_name=_shared(r.string(entry.get("nodeName"), f"{f}.nodeName")),
+        zone=_shared(r.string(entry.get("zone"), f"{f}.zone")),
         hints_zones=_hint_names(r, hints.get("forZones"), f"{f}.hints.forZones"),
         hints_nodes=_hint_names(r, hints.get("forNodes"), f"{f}.hints.forNodes"),
     )
@@ -420,8 +427,8 @@ def _quick_endpoint(raw: object) -> Endpoint | None:
         ready=cond.get("ready") is not False,
         serving=cond.get("serving") is not False,
         terminating=cond.get("terminating") is True,
-        node_name=node or None,
-        zone=zone or None,
+        node_name=_shared(node),
+        zone=_shared(zone),
     )
 
 

@@ -54,8 +54,13 @@ class LiveCounts:
 
     ensures: dict[str, int] = field(default_factory=dict)
     """Shared chain name → number of ``Ensure`` operations naming it."""
-    hairpin: dict[int, int] = field(default_factory=dict)
-    """Endpoint address (as an int) → number of times fragments list it."""
+    hairpin_extra: dict[int, int] = field(default_factory=dict)
+    """Endpoint address (as an int) → how many more times than once fragments list it.
+
+    A hairpin pair exists exactly while some fragment lists its address, so the pair itself
+    stands for the first listing; only the repeats (an endpoint of two ports or services) are
+    counted here, which leaves this empty in the common case instead of holding every endpoint.
+    """
 
 
 @dataclass(slots=True)
@@ -111,7 +116,8 @@ def attach(p: Plan, snapshot: ClusterSnapshot) -> bool:
 
 def _count(rs: Ruleset, frags: Collection[Fragment]) -> LiveCounts | None:
     counts = LiveCounts()
-    ensures, hairpin = counts.ensures, counts.hairpin
+    ensures = counts.ensures
+    listed: dict[int, int] = {}  # endpoint address → times listed
     owned: set[tuple[type, str]] = set()
     claimed = 0
     for frag in frags:
@@ -128,7 +134,7 @@ def _count(rs: Ruleset, frags: Collection[Fragment]) -> LiveCounts | None:
                     return None
                 owned.add((t, op.name))  # type: ignore[union-attr]
         for ip in frag.hairpin:
-            hairpin[int(ip)] = hairpin.get(int(ip), 0) + 1
+            listed[int(ip)] = listed.get(int(ip), 0) + 1
     written = sum(len(els) for name, els in rs.elements.items() if name not in _STATIC_SETS)
     if claimed != written:
         # Some key is written twice: fine within one service (a ClusterIP per port), not by
@@ -136,6 +142,7 @@ def _count(rs: Ruleset, frags: Collection[Fragment]) -> LiveCounts | None:
         claimed = sum(len(_element_ids(f)) for f in frags)
     if claimed != written or any((Chain, name) in owned for name in ensures):
         return None
+    counts.hairpin_extra = {k: c - 1 for k, c in listed.items() if c > 1}
     return counts
 
 
@@ -442,18 +449,23 @@ def _drop_chain(rs: Ruleset, name: str) -> None:
 
 
 def _hairpin(rs: Ruleset, live: LiveCounts, ips: list[IPAddress], step: int) -> None:
-    """Count endpoint addresses in or out; a pair exists while some service lists the address."""
-    pairs = rs.elements[n.HAIRPIN]
+    """Count endpoint addresses in or out; a pair exists while some service lists the address
+    (the pair counts the first listing, ``hairpin_extra`` the others)."""
+    pairs, extra = rs.elements[n.HAIRPIN], live.hairpin_extra
     for ip in ips:
-        k = int(ip)
-        count = live.hairpin.get(k, 0) + step
-        if count > 0:
-            live.hairpin[k] = count
-            if step > 0 and count == 1:
-                pairs[(ip, ip)] = Element(set=n.HAIRPIN, key=(ip, ip))
+        k, key = int(ip), (ip, ip)
+        more = extra.get(k, 0)
+        if step > 0:
+            if key in pairs:
+                extra[k] = more + 1
+            else:
+                pairs[key] = Element(set=n.HAIRPIN, key=key)
+        elif more > 1:
+            extra[k] = more - 1
+        elif more:
+            del extra[k]
         else:
-            live.hairpin.pop(k, None)
-            pairs.pop((ip, ip), None)
+            pairs.pop(key, None)
 
 
 def _update_ports(prev: Plan, keys: list[ServiceKey], old_refs: set[ServicePortRef]) -> None:
