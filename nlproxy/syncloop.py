@@ -20,13 +20,22 @@ from nlproxy.cluster.state import ClusterState
 from nlproxy.errors import NlproxyError
 from nlproxy.health import HealthState
 from nlproxy.log import get_logger
+from nlproxy.memory import AllocatorSettings, tune_allocator
 from nlproxy.metrics import Metrics
 from nlproxy.nft.monitor import Drift
 from nlproxy.sync import Syncer, SyncResult
 
+DAEMON_ALLOCATOR = AllocatorSettings()
+"""malloc settings for the daemon's process (``memory.py``): the plan and cache are large and
+long-lived, and a sync's large temporary blocks should go back to the system."""
+
 
 class SyncLoop:
-    """Runs syncs for ``state`` through ``syncer``; see the module docstring for the schedule."""
+    """Runs syncs for ``state`` through ``syncer``; see the module docstring for the schedule.
+
+    ``allocator`` is applied to the process's malloc when the loop is made, before the daemon
+    starts any thread (None: leave malloc alone).
+    """
 
     def __init__(
         self,
@@ -40,7 +49,10 @@ class SyncLoop:
         retry_interval: float = 1.0,
         on_synced: Callable[[SyncResult, set[ServiceKey] | None], None] | None = None,
         snapshot_filter: Callable[[ClusterSnapshot], ClusterSnapshot] | None = None,
+        allocator: AllocatorSettings | None = DAEMON_ALLOCATOR,
     ) -> None:
+        if allocator is not None:
+            tune_allocator(allocator)
         self.state = state
         self.syncer = syncer
         self.health = health
@@ -98,6 +110,8 @@ class SyncLoop:
         async with recv:
             async for changes in recv:
                 self.apply_changes(changes)
+                # Not kept until the next batch: an initial list holds every object's change.
+                del changes
 
     async def run(
         self,

@@ -1,0 +1,170 @@
+"""What keeps the daemon's memory down: allocator settings, shared names, lean bookkeeping.
+
+The allocator tests run a child Python (a fresh allocator) and look at glibc's own counters.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from ipaddress import ip_address, ip_network
+from pathlib import Path
+
+from nlproxy.cluster.model import EndpointSlice, ObjectRef, Upsert
+from nlproxy.cluster.parse import parse_endpoint_slice
+from nlproxy.cluster.state import ClusterState
+from nlproxy.nft.ir import Family
+from nlproxy.proxy import naming as n
+from nlproxy.proxy.config import ProxyConfig
+from nlproxy.proxy.incremental import Live, attach, plan_update
+from nlproxy.proxy.planner import Plan, plan
+from tests.unit.builders import NODE, endpoint, eps_slice, port, service
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_CHILD = """
+import ctypes, sys, threading
+from nlproxy.memory import tune_allocator
+if sys.argv[1] == "tuned":
+    assert tune_allocator()
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+class Info(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_size_t) for f in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+libc.mallinfo2.restype = Info
+libc.free(libc.malloc(4 << 20))  # freeing a large mapped block raises glibc's threshold
+before = libc.mallinfo2().hblks
+block = libc.malloc(1 << 20)
+print("mapped", libc.mallinfo2().hblks - before, flush=True)
+libc.free(block)
+kept = []
+worker = threading.Thread(target=lambda: kept.append(libc.malloc(64)))
+worker.start()
+worker.join()
+libc.malloc_stats()  # one "Arena N:" line per arena, on stderr
+"""
+
+
+def _child(mode: str) -> tuple[int, int]:
+    """(1 MiB blocks mapped on their own after a 4 MiB one was freed, arenas after a thread
+    allocated) in a fresh process, ``tuned`` or ``plain``."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, mode],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    mapped = int(done.stdout.split()[-1])
+    arenas = sum(1 for line in done.stderr.splitlines() if line.startswith("Arena "))
+    return mapped, arenas
+
+
+def test_tuned_allocator_returns_large_blocks_and_shares_one_arena() -> None:
+    # Untuned, glibc raised its mmap threshold and keeps the next large block in the heap,
+    # and a thread gets an arena of its own; tuned, neither happens.
+    assert _child("plain") == (0, 2)
+    assert _child("tuned") == (1, 1)
+
+
+def _slice_doc(name: str, ips: list[str], node_name: str) -> dict[str, object]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "shop",
+            "labels": {"kubernetes.io/service-name": "web"},
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [ip], "nodeName": node_name, "zone": "zone-a"} for ip in ips],
+    }
+
+
+def _parsed(doc: dict[str, object]) -> EndpointSlice:
+    # Through JSON text, as the API source reads it: every string is a fresh object.
+    parsed = parse_endpoint_slice(json.loads(json.dumps(doc)))
+    assert parsed is not None
+    return parsed
+
+
+def test_repeated_names_are_one_string() -> None:
+    a = _parsed(_slice_doc("web-a", ["10.0.0.1", "10.0.0.2"], "node-7"))
+    b = _parsed(_slice_doc("web-b", ["10.0.0.3"], "node-7"))
+    eps = [*a.endpoints, *b.endpoints]
+    assert {ep.node_name for ep in eps} == {"node-7"}
+    assert all(ep.node_name is eps[0].node_name for ep in eps)
+    assert all(ep.zone is eps[0].zone for ep in eps)
+    assert a.namespace is b.namespace
+    assert a.ports[0].name is b.ports[0].name
+
+
+def test_slow_path_endpoints_share_names_too() -> None:
+    doc = _slice_doc("web-a", ["10.0.0.1"], "node-7")
+    slow = _slice_doc("web-b", ["10.0.0.2"], "node-7")
+    slow["endpoints"][0]["hints"] = {"forZones": [{"name": "zone-a"}]}  # type: ignore[index]
+    a, b = _parsed(doc), _parsed(slow)
+    assert b.endpoints[0].hints_zones == frozenset({"zone-a"})
+    assert a.endpoints[0].node_name is b.endpoints[0].node_name
+
+
+CONFIG = ProxyConfig(node_name=NODE, cluster_cidrs=(ip_network("10.0.0.0/8"),))
+
+
+def _up(obj: object) -> Upsert:
+    if isinstance(obj, EndpointSlice):
+        ref = ObjectRef(kind="EndpointSlice", namespace=obj.namespace, name=obj.name)
+    else:
+        key = obj.key  # type: ignore[attr-defined]
+        ref = ObjectRef(kind="Service", namespace=key.namespace, name=key.name)
+    return Upsert(ref=ref, obj=obj)  # type: ignore[arg-type]
+
+
+def _extra(p: Plan) -> dict[int, int]:
+    assert isinstance(p.live, Live)
+    return p.live.counts[Family.IP].hairpin_extra
+
+
+def _pairs(p: Plan) -> set[str]:
+    return {str(key[0]) for key in p.rulesets[Family.IP].elements[n.HAIRPIN]}
+
+
+def test_hairpin_counts_only_repeats() -> None:
+    state = ClusterState(NODE)
+    web = service("a", "web", "172.30.0.1", [port("a", "web")])
+    api = service("a", "api", "172.30.0.2", [port("a", "api"), port("a", "api", "p81", 81)])
+    ports = [("p80", 8080, "TCP"), ("p81", 8081, "TCP")]
+    state.apply(
+        [
+            _up(web),
+            _up(api),
+            _up(eps_slice("a", "web", [endpoint("10.0.0.1"), endpoint("10.0.0.2")], ports)),
+            _up(eps_slice("a", "api", [endpoint("10.0.0.2"), endpoint("10.0.0.3")], ports)),
+        ]
+    )
+    live = plan(state.snapshot(), CONFIG)
+    assert attach(live, state.snapshot())
+    # 10.0.0.1: web's one port; 10.0.0.2: web's port and api's two; 10.0.0.3: api's two.
+    assert _pairs(live) == {"10.0.0.1", "10.0.0.2", "10.0.0.3"}
+    assert _extra(live) == {int(ip_address("10.0.0.2")): 2, int(ip_address("10.0.0.3")): 1}
+
+    steps = [
+        (
+            eps_slice("a", "web", [endpoint("10.0.0.1")], ports),
+            {"10.0.0.1", "10.0.0.2", "10.0.0.3"},
+        ),
+        (eps_slice("a", "api", [endpoint("10.0.0.3")], ports), {"10.0.0.1", "10.0.0.3"}),
+        (eps_slice("a", "web", [endpoint("10.0.0.3")], ports), {"10.0.0.3"}),
+    ]
+    for sl, pairs in steps:
+        changed = state.apply([_up(sl)])
+        live, deltas = plan_update(live, state.snapshot(), CONFIG, changed)
+        assert deltas is not None, "updated in place"
+        fresh = plan(state.snapshot(), CONFIG)
+        assert _pairs(live) == _pairs(fresh) == pairs
+        assert live.rulesets == fresh.rulesets
+    assert _extra(live) == {int(ip_address("10.0.0.3")): 2}
