@@ -79,6 +79,7 @@ class Daemon:
 
     def _synced(self, result: SyncResult, changed: set[ServiceKey] | None) -> None:
         """After each successful sync: object counts, health checks, reachability."""
+        self.metrics.rejected_services.set(len(result.excluded))
         if result.plan is None:
             return
         self._ports = result.plan.ports  # updated in place by later syncs: copied at a scrape

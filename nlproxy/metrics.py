@@ -100,6 +100,11 @@ class Metrics:
             ["writer"],
             registry=registry,
         )
+        self.rejected_services = Gauge(
+            "nlproxy_rejected_services",
+            "Services left out because the kernel refused their objects (see the log)",
+            registry=registry,
+        )
         self.invalid_objects = Gauge(
             "nlproxy_invalid_objects",
             "Objects left out because they failed validation",

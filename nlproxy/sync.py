@@ -130,6 +130,7 @@ class Syncer:
         # services left out, and the family and operations of the last rejected batch.
         self._good: ClusterSnapshot | None = None
         self.excluded: dict[ServiceKey, Exclusion] = {}
+        self._reported: dict[ServiceKey, str] = {}
         self._failed: tuple[Family, list[Operation]] | None = None
 
     def _table(self, family: Family) -> Table:
@@ -192,11 +193,16 @@ class Syncer:
                     raise
                 for key in keys:
                     self.excluded[key] = exclusion(snapshot, key, str(exc))
-                    self.log.error("service.rejected", service=str(key), error=str(exc))  # noqa: TRY400 - the message names the object; no traceback
+                    if self._reported.get(key) != str(exc):  # once, not at every verify
+                        self._reported[key] = str(exc)
+                        self.log.error("service.rejected", service=str(key), error=str(exc))  # noqa: TRY400 - the message names the object; no traceback
                 changed = None  # the full path runs next: the cache is no longer in step
                 continue
             self._good = effective
             result.excluded = reasons(self.excluded)
+            for key in [k for k in self._reported if k not in self.excluded]:
+                del self._reported[key]
+                self.log.info("service.accepted", service=str(key))
             return result
 
     def _culprits(

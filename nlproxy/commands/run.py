@@ -190,7 +190,7 @@ def _run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) ->
     loaded = load_manifests(args.manifests)
     state = ClusterState(cfg.node_name)
     state.apply(loaded.changes)
-    problems = [*loaded.errors, *state.invalid.values()]
+    problems: list[object] = [*loaded.errors, *state.invalid.values()]
     syncer = Syncer(
         pcfg, netns=args.netns, owner=args.owned_table, flush_tcp=args.conntrack_flush_tcp
     )
@@ -198,6 +198,9 @@ def _run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) ->
         result = syncer.sync(state.snapshot())
     finally:
         syncer.close()
+    problems += [
+        f"Service {key}: refused by the kernel: {why}" for key, why in result.excluded.items()
+    ]
     log.info(
         "sync.applied",
         ops=result.total_ops,

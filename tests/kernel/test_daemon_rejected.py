@@ -1,0 +1,56 @@
+"""The daemon with a service the kernel refuses: named once, counted, the rest kept in sync.
+
+The refusal is real (a LoadBalancer service whose source range falls inside another's on the
+same address and port: overlapping interval elements). Meanwhile other services' changes keep
+flowing, and fixing the service brings it in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nlproxy.testbed import Testbed
+from tests.kernel import topo
+from tests.kernel.test_daemon import VIP_A, answered_by, daemon, objects, publish, wait_until
+from tests.kernel.test_datapath_rejected import LB_IP, lb
+
+testbed = topo.testbed
+
+
+def cluster(tb: Testbed, a_pods: list[str], clash_port: int) -> list[dict[str, Any]]:
+    client = str(tb.client.ipv4[0])
+    return [
+        *objects(tb, a_pods),
+        *lb(tb, "edge-a", "10.96.0.20", "pod-b", 80, [f"{client}/24"]),
+        *lb(tb, "edge-b", "10.96.0.21", "pod-c", clash_port, [f"{client}/32"]),
+    ]
+
+
+def rejected(body: str) -> float:
+    for line in body.splitlines():
+        if line.startswith("nlproxy_rejected_services "):
+            return float(line.split()[1])
+    raise AssertionError("nlproxy_rejected_services missing from /metrics")
+
+
+def test_a_refused_service_is_named_counted_and_retried_when_fixed(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    d = publish(tmp_path / "m", cluster(testbed, ["pod-a"], 80))
+    with daemon(testbed, d) as proc:
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+        assert rejected(proc.get(proc.metrics, "/metrics")[1]) == 1
+        (event,) = proc.events("service.rejected")
+        assert event["service"] == "default/edge-b"
+        assert "firewall-allow" in event["error"]
+        # Other services' changes still flow, and the refusal is not logged again.
+        publish(d, cluster(testbed, ["pod-b"], 80))
+        wait_until(lambda: answered_by(testbed, VIP_A, 6) == {"pod-b"}, 2.0, "endpoint change")
+        assert len(proc.events("service.rejected")) == 1
+        # Fixed (its own port): programmed, and reported as accepted.
+        publish(d, cluster(testbed, ["pod-b"], 8080))
+        wait_until(lambda: proc.events("service.accepted"), 2.0, "edge-b accepted")
+        assert rejected(proc.get(proc.metrics, "/metrics")[1]) == 0
+        ns, gw = testbed.client.netns, str(testbed.node.gateway_v4)
+        assert topo.answers(topo.ask("tcp", ns, LB_IP, 8080, n=4)) == {"pod-c": {gw}}
