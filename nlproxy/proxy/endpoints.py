@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 from nlproxy.cluster.model import (
     Endpoint,
@@ -23,16 +23,23 @@ from nlproxy.cluster.model import (
 
 
 class Backend(NamedTuple):
-    """One endpoint address and the port it serves this service port on."""
+    """One endpoint address and the port it serves this service port on.
+
+    Just the pair, as a backends map element's data holds it: a plan keeps one per endpoint
+    and frontend policy, 100k and more at scale, so the endpoint it came from is not kept.
+    """
 
     ip: IPAddress
     port: int
-    endpoint: Endpoint
 
     @property
     def text(self) -> str:
         """``10.0.0.1:80`` or ``[fd00::1]:80``."""
         return f"[{self.ip}]:{self.port}" if self.ip.version == 6 else f"{self.ip}:{self.port}"
+
+
+Candidate: TypeAlias = tuple[Backend, Endpoint]
+"""A backend with the endpoint it came from, whose conditions and hints decide its use."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,25 +59,27 @@ class Categorized:
 
 def resolve(
     port: ServicePort, slices: Sequence[EndpointSlice], family: IPFamily
-) -> tuple[Backend, ...]:
-    """Backends of ``port`` from the slices of one family, sorted by (ip, port), deduplicated.
+) -> tuple[Candidate, ...]:
+    """Backends of ``port`` from the slices of one family with their endpoints, sorted by
+    (ip, port), deduplicated.
 
     A slice serves the port when it has a port of the same name and protocol. When two slices
     list the same IP:port, the one whose name sorts first wins (kube-proxy keeps the first).
     """
-    found: list[Backend] = []
+    # Keyed by the address as an int: ipaddress objects hash and compare in Python, ints in C,
+    # and this runs once per endpoint.
+    seen: dict[tuple[int, int], Candidate] = {}
     name, proto = port.ref.port_name, port.ref.protocol
     for sl in sorted(slices, key=lambda s: s.name) if len(slices) > 1 else slices:
         if sl.family is not family:
             continue
         number = next((p.port for p in sl.ports if p.name == name and p.protocol is proto), None)
-        if number is not None:
-            found.extend(Backend(ep.ip, number, ep) for ep in sl.endpoints)
-    # Keyed by the address as an int: ipaddress objects hash and compare in Python, ints in C,
-    # and this runs once per endpoint.
-    seen: dict[tuple[int, int], Backend] = {}
-    for b in found:
-        seen.setdefault((int(b.ip), b.port), b)
+        if number is None:
+            continue
+        for ep in sl.endpoints:
+            key = (int(ep.ip), number)
+            if key not in seen:
+                seen[key] = (Backend(ep.ip, number), ep)
     return tuple(seen[k] for k in sorted(seen))
 
 
@@ -79,9 +88,10 @@ def externally_accessible(svc: Service, port: ServicePort) -> bool:
 
 
 def categorize(
-    backends: tuple[Backend, ...], svc: Service, port: ServicePort, node: str, zone: str | None
+    backends: tuple[Candidate, ...], svc: Service, port: ServicePort, node: str, zone: str | None
 ) -> Categorized:
-    """Split backends into the cluster and local sets (kube-proxy's ``CategorizeEndpoints``).
+    """Split backends (``resolve``'s) into the cluster and local sets (kube-proxy's
+    ``CategorizeEndpoints``).
 
     Ready endpoints are used; when a set has none, its serving-and-terminating ones are (decided
     separately for the cluster and the local set). Topology hints narrow the cluster set.
@@ -97,11 +107,11 @@ def categorize(
         has_any = bool(cluster)
     local: tuple[Backend, ...] = ()
     if uses_local:
-        has_any = has_any or any(_usable(b.endpoint) for b in backends)
-        mine = tuple(b for b in backends if b.endpoint.node_name == node)
-        local = tuple(b for b in mine if b.endpoint.ready)
+        has_any = has_any or any(_usable(ep) for _, ep in backends)
+        mine = [(b, ep) for b, ep in backends if ep.node_name == node]
+        local = tuple(b for b, ep in mine if ep.ready)
         if not local:
-            local = tuple(b for b in mine if _serving_terminating(b.endpoint))
+            local = tuple(b for b, ep in mine if _serving_terminating(ep))
     return Categorized(cluster=cluster, local=local, has_any=has_any)
 
 
@@ -113,26 +123,24 @@ def _serving_terminating(ep: Endpoint) -> bool:
     return ep.serving and ep.terminating
 
 
-def _cluster_set(backends: tuple[Backend, ...], node: str, zone: str | None) -> tuple[Backend, ...]:
+def _cluster_set(
+    backends: tuple[Candidate, ...], node: str, zone: str | None
+) -> tuple[Backend, ...]:
     mode = topology_mode(backends, node, zone)
     if mode == "node":
-        chosen = tuple(
-            b for b in backends if b.endpoint.ready and node in (b.endpoint.hints_nodes or ())
-        )
+        chosen = tuple(b for b, ep in backends if ep.ready and node in (ep.hints_nodes or ()))
     elif mode == "zone":
-        chosen = tuple(
-            b for b in backends if b.endpoint.ready and zone in (b.endpoint.hints_zones or ())
-        )
+        chosen = tuple(b for b, ep in backends if ep.ready and zone in (ep.hints_zones or ()))
     else:
-        chosen = tuple(b for b in backends if b.endpoint.ready)
+        chosen = tuple(b for b, ep in backends if ep.ready)
     if chosen:
         return chosen
     # No ready endpoint anywhere (topology is only used when it leaves one): fall back to the
     # serving, terminating ones so connections drain instead of failing.
-    return tuple(b for b in backends if _serving_terminating(b.endpoint))
+    return tuple(b for b, ep in backends if _serving_terminating(ep))
 
 
-def topology_mode(backends: Iterable[Backend], node: str, zone: str | None) -> str:
+def topology_mode(backends: Iterable[Candidate], node: str, zone: str | None) -> str:
     """``node``, ``zone`` or ``""``: which hints narrow the cluster set.
 
     Hints count only when every ready endpoint has them, and only when some ready endpoint is
@@ -140,8 +148,7 @@ def topology_mode(backends: Iterable[Backend], node: str, zone: str | None) -> s
     """
     all_nodes = all_zones = True
     for_node = for_zone = False
-    for b in backends:
-        ep = b.endpoint
+    for _, ep in backends:
         if not ep.ready:
             continue
         if ep.hints_zones:
