@@ -1,6 +1,8 @@
 """``nlproxy rules``: what nlproxy has programmed in the kernel, as nft-like text or JSON.
 
-Reads the kernel (not a cache), so it shows the truth on any node, also without API access.
+Reads the kernel (not a cache), so it shows the truth on any node, also without API access;
+the elements of the counting sets (``--service-counters``) show their packet and byte counts,
+as nft prints them.
 ``--service NS/NAME`` narrows the output to that Service's map elements.
 """
 
@@ -8,6 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nlproxy.nft.counters import Counts
+    from nlproxy.nft.ir import Ruleset
 
 NAME = "rules"
 HELP = "print what nlproxy has programmed (nft-like text, or --json)"
@@ -31,5 +38,16 @@ def run(args: argparse.Namespace) -> int:
     elif not found:
         print("# nlproxy has programmed nothing here")
     else:
-        print("\n".join(render_ruleset(rs) for rs in found), end="")
+        print("\n".join(render_ruleset(rs, _counters(rs, args.netns)) for rs in found), end="")
     return 0
+
+
+def _counters(rs: Ruleset, netns: str | None) -> dict[str, Counts]:
+    """The values of the per-element counters of ``rs``'s counting sets (``--service-counters``)."""
+    from nlproxy.nft.counters import read_counters
+    from nlproxy.nft.ir import Set
+
+    sets = {name: s.key for name, s in rs.sets.items() if isinstance(s, Set) and s.counter}
+    if not sets:
+        return {}
+    return read_counters(rs.table.family, rs.table.name, sets, netns=netns)

@@ -223,3 +223,23 @@ def test_explain_shows_the_counts(
     text = capsys.readouterr().out
     assert "service counters (both directions" in text
     assert f"{VIP}:53/UDP" in text.split("Counters")[1].split("Conntrack")[0]
+
+
+def test_rules_prints_the_counts_as_nft_does(
+    testbed: Testbed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node_ns = testbed.node.netns
+    _apply(testbed, tmp_path, _objects(testbed, ["pod-b"]), "--service-counters")
+    _send(testbed, "udp")
+    capsys.readouterr()
+    assert main(["--netns", node_ns, "rules", "--family", "ip"]) == 0
+    key = f"{VIP} . udp . 53 counter"
+
+    def element(text: str) -> str:
+        (line,) = [line for line in text.splitlines() if key in line]
+        return line[line.index(key) :].rstrip(",} ")
+
+    ours = element(capsys.readouterr().out)
+    assert ours.startswith(f"{key} packets {2 * N} bytes ")
+    nft = topo.sh(node_ns, "nft", "list", "set", "ip", TABLE_NAME, "service-counters")
+    assert ours == element(nft)
