@@ -50,7 +50,8 @@ from nlproxy.proxy.planner import Plan, gc_paused, plan
 TABLE_NAME = "nlproxy"
 FAMILIES = (Family.IP, Family.IP6)
 MAX_EXCLUSIONS = 16
-"""Services one sync may leave out before it gives up (the fault is then likely elsewhere)."""
+"""Services one sync may newly leave out before it gives up (the fault is then likely
+elsewhere); those left out by earlier syncs do not count."""
 MAX_CHECKS = 64
 """Kernel checks one sync may spend bisecting for culprits."""
 
@@ -180,17 +181,16 @@ class Syncer:
     ) -> SyncResult:
         for key in [k for k, ex in self.excluded.items() if not ex.still_applies(snapshot, k)]:
             del self.excluded[key]  # changed since it was rejected: try it again
-        budget = [MAX_CHECKS]
+        budget, added = [MAX_CHECKS], 0
         while True:
             effective = substitute(snapshot, sorted(self.excluded), self._good)
             try:
                 result = self._sync(effective, changed)
             except KernelError as exc:
-                if len(self.excluded) >= MAX_EXCLUSIONS:
-                    raise
-                keys = self._culprits(exc, effective, budget)
+                keys = self._culprits(exc, effective, budget) if added < MAX_EXCLUSIONS else []
                 if not keys:
                     raise
+                added += len(keys)
                 for key in keys:
                     self.excluded[key] = exclusion(snapshot, key, str(exc))
                     if self._reported.get(key) != str(exc):  # once, not at every verify

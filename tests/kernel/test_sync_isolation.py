@@ -135,3 +135,12 @@ def test_bisection_finds_the_culprit_when_the_error_names_no_service(
     rs = table(syncer.netns or "")
     assert allowed(rs) == {"10.0.0.0/8"}
     assert len(backends(rs)) == 13
+
+
+def test_several_refused_services_are_each_left_out(syncer: Syncer) -> None:
+    c = lb_service("lb-c", "172.30.0.12", ["10.1.2.0/24"], "10.1.0.4")
+    result = syncer.sync(world(A, B, c, WEB))
+    assert set(result.excluded) == {key("lb-b"), key("lb-c")}
+    rs = table(syncer.netns or "")
+    assert allowed(rs) == {"10.0.0.0/8"}
+    assert backends(rs) == {"10.1.0.1", "10.1.0.3"}
