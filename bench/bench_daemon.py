@@ -8,7 +8,11 @@ process programming a fresh network namespace. Prints JSON lines:
   every kind, parse, plan, commit), and the daemon's RSS (current and peak) afterwards;
 - ``event_to_commit``: for single endpoint changes (an EndpointSlice modified in the API server),
   the time from the change to the daemon's ``sync.applied`` log line for it (the daemon's own
-  timestamp), p50/p99/max over the changes, with the sync's op count.
+  timestamp), p50/p99/max over the changes, with the sync's op count;
+- ``rss``: the daemon's RSS (current and peak) at each stage: ``imports`` (a process that only
+  imports what the daemon imports, for reference), ``settled`` (after ``--settle``, before the
+  changes), ``after_changes``, and with ``--verify-after S`` (the daemon's sync period)
+  ``after_verify``, once the first full read-back verify after the changes is done.
 
     .venv/bin/python bench/bench_daemon.py --services 10000 --endpoints 10 --changes 20
 """
@@ -62,13 +66,20 @@ def rss_mb(pid: int) -> tuple[float, float]:
 
 
 class Daemon:
-    def __init__(self, netns: str, kubeconfig: Path, healthz: int, metrics: int) -> None:
+    def __init__(
+        self,
+        netns: str,
+        kubeconfig: Path,
+        healthz: int,
+        metrics: int,
+        extra: list[str],
+    ) -> None:
         cmd = [
             sys.executable, "-m", "nlproxy", "--netns", netns, "--log-format", "json",
             "run", "--kubeconfig", str(kubeconfig), "--node-name", gen.NODE_NAME,
             "--cluster-cidr", str(gen.CLUSTER_CIDR), "--service-cidr", str(gen.SERVICE_CIDR),
             "--healthz-bind-address", f"127.0.0.1:{healthz}",
-            "--metrics-bind-address", f"127.0.0.1:{metrics}",
+            "--metrics-bind-address", f"127.0.0.1:{metrics}", *extra,
         ]  # fmt: skip
         self.healthz = healthz
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=ROOT)
@@ -107,11 +118,31 @@ class Daemon:
             self.proc.wait()
 
 
+def emit_rss(stage: str, pid: int) -> None:
+    rss, hwm = rss_mb(pid)
+    emit(what="rss", stage=stage, rss_mb=round(rss, 1), peak_rss_mb=round(hwm, 1))
+
+
+def imports_rss() -> None:
+    """RSS of a process that imports what the daemon does on the API source, and nothing else."""
+    code = (
+        "import nlproxy.cli, nlproxy.daemon, nlproxy.cluster.kube, pathlib; "
+        "print(pathlib.Path('/proc/self/status').read_text())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    rss, hwm = (int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM"))
+    emit(what="rss", stage="imports", rss_mb=round(rss, 1), peak_rss_mb=round(hwm, 1))
+
+
 def stamp(ev: dict[str, Any]) -> float:
     return datetime.fromisoformat(ev["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
-def run(services: int, endpoints: int, changes: int, settle: float) -> None:
+def run(services: int, endpoints: int, changes: int, settle: float, verify_after: float) -> None:
+    imports_rss()
     cluster = gen.Cluster(services=services, endpoints=endpoints)
     api = ApiServer(token=TOKEN)
     api.start()
@@ -135,7 +166,8 @@ def run(services: int, endpoints: int, changes: int, settle: float) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", api)
             start = time.monotonic()
-            daemon = Daemon(netns, kubeconfig, free_port(), free_port())
+            extra = ["--sync-period", f"{verify_after}s"] if verify_after else []
+            daemon = Daemon(netns, kubeconfig, free_port(), free_port(), extra)
             while not daemon.healthy():
                 if daemon.proc.poll() is not None:
                     raise SystemExit(f"daemon exited {daemon.proc.returncode}")
@@ -154,6 +186,7 @@ def run(services: int, endpoints: int, changes: int, settle: float) -> None:
             # Steady state: let start-up work finish first (the inspector's first pass
             # classifies every endpoint, 100k at 10k x 10, in a worker thread).
             time.sleep(settle)
+            emit_rss("settled", daemon.proc.pid)
             lat: list[float] = []
             order: list[float] = []
             ops = []
@@ -189,13 +222,26 @@ def run(services: int, endpoints: int, changes: int, settle: float) -> None:
                     ops_median=statistics.median(ops),
                     in_order_ms=order,
                 )
-            rss, hwm = rss_mb(daemon.proc.pid)
-            emit(what="rss_after_changes", rss_mb=round(rss, 1), peak_rss_mb=round(hwm, 1))
+            emit_rss("after_changes", daemon.proc.pid)
+            if verify_after:
+                wait_verify(daemon, verify_after, settle)
     finally:
         if daemon is not None:
             daemon.stop()
         api.stop()
         subprocess.run(["ip", "netns", "delete", netns], check=False)
+
+
+def wait_verify(daemon: Daemon, period: float, settle: float) -> None:
+    """Wait for the next full verify (a ``sync.applied`` with ``verify``), then report RSS."""
+    seen = len(daemon.syncs)
+    while (ev := daemon.next_sync(seen, timeout=period * 2 + 30)) is not None:
+        seen += 1
+        if ev.get("verify"):
+            time.sleep(settle)  # the effects after the sync (reachability) run on
+            emit_rss("after_verify", daemon.proc.pid)
+            return
+    emit(what="rss", stage="after_verify", error="no verify seen")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,8 +250,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--endpoints", type=int, default=10)
     p.add_argument("--changes", type=int, default=20)
     p.add_argument("--settle", type=float, default=5.0, help="seconds to wait after start-up")
+    p.add_argument(
+        "--verify-after",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="run the daemon with this sync period and report RSS after a verify (0: don't)",
+    )
     args = p.parse_args(argv)
-    run(args.services, args.endpoints, args.changes, args.settle)
+    run(args.services, args.endpoints, args.changes, args.settle, args.verify_after)
     return 0
 
 
