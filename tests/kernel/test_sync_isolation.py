@@ -8,6 +8,7 @@ interval set, which the kernel refuses (validation cannot know: each element is 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.proxy import naming as n
 from nlproxy.sync import TABLE_NAME, Syncer
+from tests.netns import sh
 from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot
 from tests.unit.test_sync_incremental import CONFIG
 
@@ -144,3 +146,43 @@ def test_several_refused_services_are_each_left_out(syncer: Syncer) -> None:
     rs = table(syncer.netns or "")
     assert allowed(rs) == {"10.0.0.0/8"}
     assert backends(rs) == {"10.1.0.1", "10.1.0.3"}
+
+
+def test_flows_of_endpoints_removed_in_a_committed_family_go_when_a_later_family_fails(
+    syncer: Syncer,
+) -> None:
+    # dns loses 10.1.0.6 in the same sync as a dual-stack service arrives whose IPv6 source
+    # range the kernel refuses: the ip table commits, ip6 fails, the service is left out and the
+    # ip table synced again. The flow through the removed endpoint must not survive that.
+    ns = syncer.netns or ""
+    dns = service("default", "dns", "172.30.0.53", [port("default", "dns", "p53", 53, "UDP")])
+    two = [endpoint("10.1.0.5"), endpoint("10.1.0.6")]
+
+    def dns_slice(eps: list[Any]) -> EndpointSlice:
+        return eps_slice("default", "dns", eps, [("p53", 53, "UDP")])
+
+    def dual(name: str, cip: str, ranges: list[str]) -> Service:
+        return service(
+            "default",
+            name,
+            [cip, f"fd00:30::{cip.rsplit('.', 1)[1]}"],
+            load_balancer_ips=[LB, "2001:db8::50"],
+            load_balancer_source_ranges=ranges,
+        )
+
+    a6 = dual("lb-a", "172.30.0.10", ["10.0.0.0/8", "fd00:1::/32"])
+    b6 = dual("lb-b", "172.30.0.11", ["172.16.0.0/16", "fd00:1:2::/48"])  # v6 inside a's
+    syncer.sync(snapshot([dns, a6], [dns_slice(two)], node=node()))
+    sh(
+        "conntrack", "-I", "-p", "udp", "-s", "10.9.0.9", "-d", "172.30.0.53", "--sport", "4000",
+        "--dport", "53", "-r", "10.1.0.6", "-q", "10.9.0.9", "--reply-port-src", "53",
+        "--reply-port-dst", "4000", "-t", "120", ns=ns,
+    )  # fmt: skip
+    result = syncer.sync(
+        snapshot([dns, a6, b6], [dns_slice(two[:1])], node=node()),
+        changed={key("dns"), key("lb-b")},
+    )
+    assert set(result.excluded) == {key("lb-b")}
+    assert "fd00:1:2::/48" in result.excluded[key("lb-b")]
+    assert "src=10.1.0.6" not in sh("conntrack", "-L", "-p", "udp", ns=ns)
+    assert allowed(table(ns)) == {"10.0.0.0/8"}  # lb-b's ip part was taken back out
