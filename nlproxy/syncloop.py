@@ -20,7 +20,7 @@ from nlproxy.cluster.state import ClusterState
 from nlproxy.errors import NlproxyError
 from nlproxy.health import HealthState
 from nlproxy.log import get_logger
-from nlproxy.memory import AllocatorSettings, tune_allocator
+from nlproxy.memory import AllocatorSettings, release, tune_allocator
 from nlproxy.metrics import Metrics
 from nlproxy.nft.monitor import Drift
 from nlproxy.sync import Syncer, SyncResult
@@ -28,13 +28,17 @@ from nlproxy.sync import Syncer, SyncResult
 DAEMON_ALLOCATOR = AllocatorSettings()
 """malloc settings for the daemon's process (``memory.py``): the plan and cache are large and
 long-lived, and a sync's large temporary blocks should go back to the system."""
+RELEASE_INTERVAL = 10.0
+"""Seconds between handing free heap memory back (about a millisecond each time): what the
+inspector's passes and bursts of changes freed goes back; full syncs release at once."""
 
 
 class SyncLoop:
     """Runs syncs for ``state`` through ``syncer``; see the module docstring for the schedule.
 
     ``allocator`` is applied to the process's malloc when the loop is made, before the daemon
-    starts any thread (None: leave malloc alone).
+    starts any thread, and free heap memory is released after full syncs and every
+    ``RELEASE_INTERVAL`` (None: leave malloc alone).
     """
 
     def __init__(
@@ -51,6 +55,7 @@ class SyncLoop:
         snapshot_filter: Callable[[ClusterSnapshot], ClusterSnapshot] | None = None,
         allocator: AllocatorSettings | None = DAEMON_ALLOCATOR,
     ) -> None:
+        self._manage_memory = allocator is not None
         if allocator is not None:
             tune_allocator(allocator)
         self.state = state
@@ -126,6 +131,8 @@ class SyncLoop:
         """
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._receive, recv)
+            if self._manage_memory:
+                nursery.start_soon(self._release_periodically)
             started = False
             last = -float("inf")
             next_verify = trio.current_time() + self.sync_period
@@ -189,7 +196,14 @@ class SyncLoop:
             # objects; without this every full GC pass walks them all (seconds at 10k
             # services, stalling event-to-commit). Incremental syncs allocate little.
             gc.freeze()
+            if self._manage_memory:
+                release()  # what planning and diffing the whole table freed
         return True, verify
+
+    async def _release_periodically(self) -> None:
+        while True:
+            await trio.sleep(RELEASE_INTERVAL)
+            release()
 
     def _record(
         self,
