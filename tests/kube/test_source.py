@@ -303,6 +303,9 @@ async def test_watch_error_event_resumes_without_relist(
     await eventually(lambda: apiserver.watch_count("services") >= 2)
 
 
+_COLLECTIONS = ("services", "endpointslices", "nodes", "servicecidrs")
+
+
 def _upserts_alive(namespace: str) -> int:
     """Upsert events of objects in ``namespace`` that something still refers to (after a
     full collection)."""
@@ -333,7 +336,8 @@ async def test_lists_are_not_kept_once_sent(
         "Node": 1,
         "ServiceCIDR": 0,
     }
-    await eventually(lambda: apiserver.watch_count("services") == 1)
+    # Every kind watching means every listing task has moved on from its list.
+    await eventually(lambda: all(apiserver.watch_count(k) == 1 for k in _COLLECTIONS))
     del batch
     assert _upserts_alive(ns) == 0
     with apiserver.store.cond:  # a compacted history: the watches get 410 and relist
@@ -347,5 +351,5 @@ async def test_lists_are_not_kept_once_sent(
             relisted[replace.kind] = len(replace.changes)
     assert relisted == {"Service": 21, "EndpointSlice": 20, "Node": 1, "ServiceCIDR": 0}
     del replace
-    await eventually(lambda: apiserver.watch_count("services") == 2)
+    await eventually(lambda: all(apiserver.watch_count(k) == 2 for k in _COLLECTIONS))
     assert _upserts_alive(ns) == 0
