@@ -227,7 +227,8 @@ class FamilyPlanner:
         """Add what is collected across services: the hairpin pairs (endpoint . endpoint)."""
         hairpin = self.rs.elements[n.HAIRPIN]
         for ip in self.hairpin.values():
-            hairpin[(ip, ip)] = Element(set=n.HAIRPIN, key=(ip, ip))
+            key = (ip, ip)  # one tuple for the dict key and the element: 100k of them at scale
+            hairpin[key] = Element(set=n.HAIRPIN, key=key)
 
     def _nodeport_ips(self, config: ProxyConfig) -> list[IPAddress] | None:
         """The addresses that accept NodePorts, or None for "every local address"."""
@@ -370,7 +371,7 @@ class FamilyPlanner:
         elements, ops = self.rs.elements[set_name], self.sink.ops
         for i, b in enumerate(eps):
             key = (*prefix, i)
-            el = elements[key] = Element(set=set_name, key=key, value=b[:2])
+            el = elements[key] = Element(set=set_name, key=key, value=b)  # b is the pair itself
             ops.append(el)
 
 
