@@ -2,7 +2,8 @@
 
 After each sync and whenever links, routes or neighbours change (no polling), the endpoints of
 the current plan are classified (``inspect.classify``). Each transition gets one log line, and
-the gauge ``nlproxy_endpoint_unreachable{service,endpoint,reason}`` follows the current verdicts.
+the gauge ``nlproxy_endpoint_unreachable{service,endpoint,reason}`` follows the current verdicts
+(up to ``SERIES_LIMIT`` series; ``nlproxy_unreachable_endpoints`` counts the addresses).
 With ``exclude`` on, the daemon leaves unreachable endpoints out of load balancing
 (:func:`without_unreachable`), but never a service's last endpoints: the inspector alone never
 leaves a service with none.
@@ -30,6 +31,10 @@ from nlproxy.proxy.planner import PortPlan
 
 LOG_LIMIT = 20
 """At most this many per-endpoint lines per evaluation; the rest is summarised."""
+SERIES_LIMIT = 1000
+"""At most this many ``nlproxy_endpoint_unreachable`` series: when a node loses its routes, every
+endpoint of the cluster is unreachable, and 100k series would cost ~85 MB and slow each scrape.
+``nlproxy_unreachable_endpoints`` always counts them all."""
 PLAN_SETTLE = 1.0
 """Seconds to coalesce plan changes before re-classifying (route events are handled at once)."""
 
@@ -76,11 +81,16 @@ class ReachabilityMonitor:
             ["service", "endpoint", "reason"],
             registry=registry,
         )
+        self.total = Gauge(
+            "nlproxy_unreachable_endpoints",
+            "Endpoint addresses this node cannot reach through its routes",
+            registry=registry,
+        )
         self.verdicts: dict[IPAddress, Reachability] = {}
-        self._by_service: dict[ServiceKey, dict[str, frozenset[IPAddress]]] = {}
+        self._by_service: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] = {}
         self._users: dict[IPAddress, int] = {}
-        self._updates: dict[ServiceKey, dict[str, frozenset[IPAddress]]] = {}
-        self._rebuild: dict[ServiceKey, dict[str, frozenset[IPAddress]]] | None = None
+        self._updates: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] = {}
+        self._rebuild: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] | None = None
         self._wake = trio.Event()
         self.unreachable: frozenset[IPAddress] = frozenset()
 
@@ -221,24 +231,30 @@ class ReachabilityMonitor:
             )
 
     def _export(self, bad: frozenset[IPAddress]) -> None:
-        """The gauge: one series per unreachable endpoint and service port using it."""
+        """The gauges: the count, and one series per unreachable endpoint and service port using
+        it, up to ``SERIES_LIMIT`` (the first services in key order)."""
         self.gauge.clear()
+        self.total.set(len(bad))
         if not bad:
             return
-        for ports in self._by_service.values():
-            for ref, ips in ports.items():
-                for ip in ips & bad:
+        left = SERIES_LIMIT
+        for key in sorted(self._by_service):
+            for ref, ips in self._by_service[key].items():
+                for ip in bad.intersection(ips):
+                    if left == 0:
+                        return
+                    left -= 1
                     reason = self.verdicts[ip].reason
                     self.gauge.labels(service=ref, endpoint=str(ip), reason=reason).set(1)
 
 
 def _endpoints(
     plans: Iterable[PortPlan],
-) -> dict[ServiceKey, dict[str, frozenset[IPAddress]]]:
+) -> dict[ServiceKey, dict[str, tuple[IPAddress, ...]]]:
     """Service → its ports (``ns/name:port/PROTO``) → their cluster endpoints' addresses."""
-    out: dict[ServiceKey, dict[str, frozenset[IPAddress]]] = {}
+    out: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] = {}
     for plan in plans:
-        ips = frozenset(b.ip for b in plan.cluster_endpoints)
+        ips = tuple(dict.fromkeys(b.ip for b in plan.cluster_endpoints))  # 10k: no frozensets
         if ips:
             out.setdefault(plan.ref.service, {})[str(plan.ref)] = ips
     return out
