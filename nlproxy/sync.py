@@ -255,8 +255,13 @@ class Syncer:
         t0 = time.perf_counter()
         deltas: dict[Family, Delta] | None = None
         last, in_step, self._in_step = self._last_plan, self._in_step, False
-        if last is not None and in_step and self.incremental:
+        if last is not None and self.incremental and last.live is not None:
             planned, deltas = plan_update(last, snapshot, self.config, changed)
+            if not in_step:
+                # The plan is updated in place all the same (no full replan, no second plan
+                # alive beside the read-back), but the cache is the kernel's read-back or
+                # behind a failed commit: compare everything.
+                deltas = None
         else:
             # The previous plan lets the planner replay the fragments of unchanged services.
             planned = plan(snapshot, self.config, previous=last)
