@@ -72,14 +72,19 @@ def plugin_runs(state: Path) -> int:
     return len((state / "runs").read_text().splitlines())
 
 
+def client_with(tmp: Path, server: ApiServer, handed: str, accepted: str) -> tuple[Any, Path]:
+    """A populated server accepting ``accepted``, and a client whose plugin hands ``handed``."""
+    populate(server)
+    path, state = exec_kubeconfig(tmp, server)
+    (state / "token").write_text(handed)
+    server.token = accepted
+    return api_client_from_config(str(path)), state
+
+
 async def test_exec_plugin_token_rotation_is_followed(
     apiserver: ApiServer, tmp_path: Path, nursery: trio.Nursery
 ) -> None:
-    populate(apiserver)
-    path, state = exec_kubeconfig(tmp_path, apiserver)
-    (state / "token").write_text("token-1")
-    apiserver.token = "token-1"
-    client: Any = api_client_from_config(str(path))
+    client, state = client_with(tmp_path, apiserver, "token-1", "token-1")
     try:
         feed, _ = await start_source(nursery, client)
         runs = plugin_runs(state)
@@ -99,11 +104,7 @@ async def test_exec_plugin_token_rotation_is_followed(
 async def test_a_rejected_token_is_retried_not_fatal(
     apiserver: ApiServer, tmp_path: Path, nursery: trio.Nursery
 ) -> None:
-    populate(apiserver)
-    path, state = exec_kubeconfig(tmp_path, apiserver)
-    (state / "token").write_text("stale")
-    apiserver.token = "fresh"
-    client: Any = api_client_from_config(str(path))
+    client, state = client_with(tmp_path, apiserver, "stale", "fresh")
     send, receive = trio.open_memory_channel[Sequence[Change]](100)
     source = KubeSource(client, node_name=NODE, backoff_initial=0.05, backoff_max=0.3)
     try:
