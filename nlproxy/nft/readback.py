@@ -45,6 +45,7 @@ from nlproxy.nft.nlsock import NetfilterSocket
 from nlproxy.nft.readsets import RawSet, parse_set, read_elements
 from nlproxy.nft.uapi import NFT_TABLE_F_OWNER, NFT_TABLE_F_PERSIST
 from nlproxy.nft.udata import udata_comment
+from nlproxy.nft.values import Addresses
 
 __all__ = ["ReadbackError", "UndecodedRule", "read_ruleset"]
 
@@ -100,8 +101,9 @@ def _read_once(s: NetfilterSocket, family: Family, name: str) -> Ruleset | None:
     for chain in dump(s, NFT_MSG_GETCHAIN, family, name, _parse_chain):
         rs.add_chain(chain)
     infos: dict[str, SetInfo] = {}
+    addrs: Addresses = {}
     for raw in list(dump(s, NFT_MSG_GETSET, family, name, _parse_set)):
-        elements = read_elements(s, family, name, raw)
+        elements = read_elements(s, family, name, raw, addrs)
         infos[raw.name] = raw.info(elements)
         if not raw.anonymous:
             rs.add_set(raw.ir)

@@ -29,6 +29,7 @@ from nlproxy.nft.nlsock import NLM_F_DUMP, NetfilterSocket
 from nlproxy.nft.uapi import NFT_SET_ELEM_INTERVAL_END
 from nlproxy.nft.udata import udata_comment
 from nlproxy.nft.values import (
+    Addresses,
     UndecodableError,
     decode_key,
     interval_value,
@@ -133,8 +134,12 @@ class _RawElem(NamedTuple):
     comment: str
 
 
-def read_elements(s: NetfilterSocket, family: Family, table: str, rs: RawSet) -> list[Element]:
+def read_elements(
+    s: NetfilterSocket, family: Family, table: str, rs: RawSet, addrs: Addresses | None = None
+) -> list[Element]:
     """Dump the elements of set ``rs`` of ``family table``, as IR elements.
+
+    ``addrs`` shares IPv4 address objects across the sets of one read-back (see ``values.py``).
 
     Raises:
         Interrupted: the ruleset changed during the dump.
@@ -156,8 +161,8 @@ def read_elements(s: NetfilterSocket, family: Family, table: str, rs: RawSet) ->
         raw.extend(_parse_elements(msg.payload))
     if rs.flags & SetFlag.INTERVAL:
         return _interval_elements(rs, raw)
-    key = key_decoder(rs.key)
-    data = key_decoder(rs.data) if rs.data and rs.data != (DataType.VERDICT,) else None
+    key = key_decoder(rs.key, addrs)
+    data = key_decoder(rs.data, addrs) if rs.data and rs.data != (DataType.VERDICT,) else None
     return [_element(rs, e, key(e.key), data) for e in raw]
 
 
