@@ -1,7 +1,8 @@
 """A minimal HTTP/1.1 server on trio for ``/healthz``, ``/livez``, ``/metrics`` and health-check
 node ports. One request per connection, GET/HEAD only, bounded request size and read time.
 
-Knows nothing of what it serves: a handler maps a path to (status, headers, body).
+Knows nothing of what it serves: a handler maps a path to (status, headers, body). A handler
+that fails answers 500 and is logged; it never takes the server (and the daemon's nursery) down.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from nlproxy.log import get_logger
 MAX_REQUEST = 8192
 READ_TIMEOUT = 5.0
 
-REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+REASONS = {
+    200: "OK",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +66,7 @@ async def _handle(stream: trio.SocketStream, handler: Handler) -> None:
         if method not in ("GET", "HEAD"):
             resp = Response(405, b"method not allowed\n", content_type="text/plain")
         else:
-            resp = await handler(target.split("?", 1)[0])
+            resp = await _answer(handler, target.split("?", 1)[0])
         head = [f"HTTP/1.1 {resp.status} {REASONS.get(resp.status, 'OK')}"]
         head.append(f"Content-Type: {resp.content_type}")
         head.append(f"Content-Length: {len(resp.body)}")
@@ -70,6 +77,14 @@ async def _handle(stream: trio.SocketStream, handler: Handler) -> None:
             payload += resp.body
         with contextlib.suppress(trio.BrokenResourceError):  # the client went away
             await stream.send_all(payload)
+
+
+async def _answer(handler: Handler, path: str) -> Response:
+    try:
+        return await handler(path)
+    except Exception:  # noqa: BLE001 - a bug behind one path must not stop health and metrics
+        get_logger("http").exception("http.handler_failed", path=path)
+        return Response(500, b"internal error\n", content_type="text/plain")
 
 
 async def serve(

@@ -18,6 +18,8 @@ async def fetch(port: int, request: bytes) -> bytes:
 async def handler(path: str) -> Response:
     if path == "/healthz":
         return Response(200, b'{"ok": true}')
+    if path == "/broken":
+        raise RuntimeError("dictionary changed size during iteration")
     return Response(404, b"not found\n", content_type="text/plain")
 
 
@@ -37,4 +39,15 @@ async def test_serves_get_head_and_rejects_other_methods() -> None:
             assert (await fetch(port, b"POST /healthz HTTP/1.1\r\n\r\n")).startswith(
                 b"HTTP/1.1 405"
             )
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_failing_handler_answers_500_and_the_server_goes_on() -> None:
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(serve, "127.0.0.1:0", handler)
+            got = await fetch(port, b"GET /broken HTTP/1.1\r\n\r\n")
+            assert got.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+            again = await fetch(port, b"GET /healthz HTTP/1.1\r\n\r\n")
+            assert again.startswith(b"HTTP/1.1 200 OK\r\n")
             nursery.cancel_scope.cancel()
