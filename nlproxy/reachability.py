@@ -35,6 +35,8 @@ SERIES_LIMIT = 1000
 """At most this many ``nlproxy_endpoint_unreachable`` series: when a node loses its routes, every
 endpoint of the cluster is unreachable, and 100k series would cost ~85 MB and slow each scrape.
 ``nlproxy_unreachable_endpoints`` always counts them all."""
+RETRY_AFTER = 5.0
+"""Seconds before classifying again after a failed pass."""
 PLAN_SETTLE = 1.0
 """Seconds to coalesce plan changes before re-classifying (route events are handled at once)."""
 
@@ -122,7 +124,11 @@ class ReachabilityMonitor:
         """
         with RouteWatcher(self.netns) as watcher:
             task_status.started()
+            failed = False
             while True:
+                if failed:  # again at once (after the pause), and every endpoint
+                    failed = not await self._evaluate_guarded(full=True)
+                    continue
                 routes_changed = False
                 async with trio.open_nursery() as nursery:
 
@@ -141,7 +147,18 @@ class ReachabilityMonitor:
                     nursery.start_soon(route_event)
                     nursery.start_soon(plan_event)
                 self._wake = trio.Event()
-                await self._evaluate(full=routes_changed)
+                failed = not await self._evaluate_guarded(full=routes_changed)
+
+    async def _evaluate_guarded(self, *, full: bool) -> bool:
+        """:meth:`_evaluate`, but a failure (a netlink dump refused, say) is logged and retried
+        after ``RETRY_AFTER`` seconds: the inspector only reports, it must never stop the proxy."""
+        try:
+            await self._evaluate(full=full)
+        except Exception:  # anything the classification raises, logged in full
+            self.log.exception("inspector.failed", retry_in=RETRY_AFTER)
+            await trio.sleep(RETRY_AFTER)
+            return False
+        return True
 
     def _take(self) -> tuple[list[IPAddress], list[IPAddress]]:
         """Apply the noted plan changes to the per-service index: (added, removed) addresses."""
