@@ -1,7 +1,8 @@
-"""The daemon's inspector bounds its per-endpoint gauge, and a failed pass never ends it: a node that has lost its routes sees
-every endpoint of the cluster unreachable, and one series each would cost ~85 MB at 100k.
+"""The daemon's inspector, on the real kernel: its per-endpoint gauge is bounded (a node that
+has lost its routes sees every endpoint of the cluster unreachable, and one series each would
+cost ~85 MB at 100k), and a failed pass is retried, never fatal.
 
-Real classification in a namespace with no routes at all (every endpoint: no route).
+Real classification in namespaces with no routes at all (every endpoint: no route).
 """
 
 from __future__ import annotations
