@@ -202,7 +202,8 @@ class Syncer:
             result.excluded = reasons(self.excluded)
             for key in [k for k in self._reported if k not in self.excluded]:
                 del self._reported[key]
-                self.log.info("service.accepted", service=str(key))
+                if key in effective.services:  # not when it was deleted
+                    self.log.info("service.accepted", service=str(key))
             return result
 
     def _culprits(
