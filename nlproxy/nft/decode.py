@@ -45,6 +45,7 @@ from nlproxy.nft.uapi import (
     DEFAULT_REJECT_CODE,
     FIELD_LOADS,
     ICMPX_PORT_UNREACH,
+    IP_CT_DIR_ORIGINAL,
     NF_NAT_RANGE_MAP_IPS,
     NF_NAT_RANGE_PROTO_RANDOM_FULLY,
     NF_NAT_RANGE_PROTO_SPECIFIED,
@@ -61,9 +62,6 @@ from nlproxy.nft.uapi import (
     field_family,
 )
 from nlproxy.nft.values import (
-    CT_ORIGINAL_LOADS,
-    IP_CT_DIR_ORIGINAL,
-    META_LOADS,
     UndecodableError,
     decode_key,
     decode_value,
@@ -100,9 +98,10 @@ _PAYLOAD_FIELDS: dict[tuple[Family, int, int], tuple[Field, int]] = {
     if kind == "payload" and (fam := field_family(f)) is not None
 }
 _META_FIELDS = {key: (f, n) for f, (kind, key, _, n) in FIELD_LOADS.items() if kind == "meta"}
-_META_FIELDS.update({key: (f, n) for f, (key, n) in META_LOADS.items()})
 _CT_FIELDS = {key: f for f, (kind, key, _, _) in FIELD_LOADS.items() if kind == "ct"}
-_CT_ORIGINAL = {key: (f, n) for f, (key, n) in CT_ORIGINAL_LOADS.items()}
+_CT_ORIGINAL = {
+    key: (f, n) for f, (kind, key, _, n) in FIELD_LOADS.items() if kind == "ct original"
+}
 _FIB_FIELDS = {flags: f for f, (kind, flags, _, _) in FIELD_LOADS.items() if kind == "fib"}
 
 

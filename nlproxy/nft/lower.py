@@ -51,6 +51,7 @@ from nlproxy.nft.uapi import (
     DEFAULT_REJECT_CODE,
     FIELD_LOADS,
     ICMPX_PORT_UNREACH,
+    IP_CT_DIR_ORIGINAL,
     NF_NAT_RANGE_PROTO_RANDOM_FULLY,
     NF_NAT_RANGE_PROTO_SPECIFIED,
     NFT_DYNSET_OP_UPDATE,
@@ -66,14 +67,7 @@ from nlproxy.nft.uapi import (
     field_family,
 )
 from nlproxy.nft.validate import selector_type
-from nlproxy.nft.values import (
-    CT_ORIGINAL_LOADS,
-    IP_CT_DIR_ORIGINAL,
-    META_LOADS,
-    VERDICT_CODES,
-    Packer,
-    concat_ids,
-)
+from nlproxy.nft.values import VERDICT_CODES, Packer, concat_ids
 
 
 def register(slot: int) -> int:
@@ -184,14 +178,6 @@ class RuleLowering:
         if isinstance(sel, Numgen):
             self._emit("numgen", NG_DREG=reg, NG_MODULUS=sel.modulus, NG_TYPE=NFT_NG_RANDOM)
             return 1
-        if sel in CT_ORIGINAL_LOADS:
-            key, n = CT_ORIGINAL_LOADS[sel]
-            self._emit("ct", CT_KEY=key, CT_DREG=reg, CT_DIR=_Wide(IP_CT_DIR_ORIGINAL, 8))
-            return (n + 3) // 4
-        if sel in META_LOADS:
-            key, n = META_LOADS[sel]
-            self._emit("meta", META_KEY=key, META_DREG=reg)
-            return (n + 3) // 4
         kind, a, b, n = FIELD_LOADS[sel]
         if kind == "payload":
             self._emit("payload", PAYLOAD_DREG=reg, PAYLOAD_BASE=a, PAYLOAD_OFFSET=b,
@@ -200,6 +186,8 @@ class RuleLowering:
             self._emit("meta", META_KEY=a, META_DREG=reg)
         elif kind == "ct":
             self._emit("ct", CT_KEY=a, CT_DREG=reg)
+        elif kind == "ct original":
+            self._emit("ct", CT_KEY=a, CT_DREG=reg, CT_DIR=_Wide(IP_CT_DIR_ORIGINAL, 8))
         else:
             self._emit("fib", FIB_FLAGS=a, FIB_RESULT=NFT_FIB_RESULT_ADDRTYPE, FIB_DREG=reg)
         return (n + 3) // 4

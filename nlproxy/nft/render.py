@@ -55,7 +55,8 @@ from nlproxy.nft.ir import (
     Verdict,
     VMap,
 )
-from nlproxy.nft.values import LOOPBACK_IFINDEX, key_order
+from nlproxy.nft.uapi import LOOPBACK_IFINDEX
+from nlproxy.nft.values import key_order
 
 PROTOCOLS = {1: "icmp", 6: "tcp", 17: "udp", 33: "dccp", 58: "ipv6-icmp", 132: "sctp"}
 """Protocol names nft prints (from /etc/protocols); others print as numbers."""

@@ -21,8 +21,14 @@ NFT_PAYLOAD_TRANSPORT_HEADER = 2
 NFT_META_MARK = 3
 NFT_META_NFPROTO = 15
 NFT_META_L4PROTO = 16
+NFT_META_IIF = 4
 NFT_CT_STATE = 0
 NFT_CT_STATUS = 2
+NFT_CT_PROTO_DST = 12
+NFT_CT_DST_IP = 20
+NFT_CT_DST_IP6 = 22
+IP_CT_DIR_ORIGINAL = 0  # nf_conntrack_tuple_common.h
+LOOPBACK_IFINDEX = 1  # net/net_namespace.h: lo, in every network namespace
 NFT_LOOKUP_F_INV = 0x1
 NFT_NAT_DNAT = 1
 NFT_REJECT_ICMP_UNREACH = 0
@@ -67,6 +73,12 @@ FIELD_LOADS: dict[Field, tuple[str, int, int, int]] = {
     Field.META_NFPROTO: ("meta", NFT_META_NFPROTO, 0, 1),
     Field.CT_STATE: ("ct", NFT_CT_STATE, 0, 4),
     Field.CT_STATUS: ("ct", NFT_CT_STATUS, 0, 4),
+    Field.META_IIF: ("meta", NFT_META_IIF, 0, 4),
+    # ``ct original …``: loaded with NFTA_CT_DIRECTION original, as nft 1.0.6 does
+    # (``ct load dst_ip => reg 1 , dir original``).
+    Field.CT_ORIGINAL_IP_DADDR: ("ct original", NFT_CT_DST_IP, 0, 4),
+    Field.CT_ORIGINAL_IP6_DADDR: ("ct original", NFT_CT_DST_IP6, 0, 16),
+    Field.CT_ORIGINAL_PROTO_DST: ("ct original", NFT_CT_PROTO_DST, 0, 2),
     Field.FIB_DADDR_TYPE: ("fib", NFTA_FIB_F_DADDR, 0, 4),
     Field.FIB_SADDR_TYPE: ("fib", NFTA_FIB_F_SADDR, 0, 4),
 }

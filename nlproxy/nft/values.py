@@ -6,8 +6,6 @@ into IR values), so the two agree on one layout: addresses and ports in network 
 host order, parts of a concatenation padded to 4 bytes, a single part not padded; nft's type ids
 concatenated 6 bits per part. Pure: no I/O, no libnftnl, no kernel. It never decides what to
 program, and it never guesses: bytes the IR has no value for raise :class:`UndecodableError`.
-It also says where the fields of the counting chains are loaded from (:data:`CT_ORIGINAL_LOADS`,
-:data:`META_LOADS`), which the lowering and the decoder share beside ``uapi.FIELD_LOADS``.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, summar
 from typing import Any
 
 from nlproxy.errors import NlproxyError
-from nlproxy.nft.ir import DataType, Field, Value, Verdict, VerdictKind
+from nlproxy.nft.ir import DataType, Value, Verdict, VerdictKind
 
 NFT_DATA_VERDICT = 0xFFFFFF00
 """A set's data type when its data are verdicts (linux/netfilter/nf_tables.h)."""
@@ -34,24 +32,6 @@ VERDICT_CODES = {
     VerdictKind.GOTO: -4,  # NFT_GOTO
     VerdictKind.RETURN: -5,  # NFT_RETURN
 }
-# The fields the counting chains of ``--service-counters`` read, beside ``uapi.FIELD_LOADS``:
-# linux/netfilter/nf_tables.h enum nft_ct_keys / nft_meta_keys, IP_CT_DIR_ORIGINAL
-# (nf_conntrack_tuple_common.h) and LOOPBACK_IFINDEX (net/net_namespace.h: lo in every netns).
-NFT_CT_PROTO_DST = 12
-NFT_CT_DST_IP = 20
-NFT_CT_DST_IP6 = 22
-NFT_META_IIF = 4
-IP_CT_DIR_ORIGINAL = 0
-LOOPBACK_IFINDEX = 1
-CT_ORIGINAL_LOADS: dict[Field, tuple[int, int]] = {
-    Field.CT_ORIGINAL_IP_DADDR: (NFT_CT_DST_IP, 4),
-    Field.CT_ORIGINAL_IP6_DADDR: (NFT_CT_DST_IP6, 16),
-    Field.CT_ORIGINAL_PROTO_DST: (NFT_CT_PROTO_DST, 2),
-}
-"""``ct original …`` fields: (NFT_CT_* key, bytes), loaded with NFTA_CT_DIRECTION original, as
-nft 1.0.6 loads them (``ct load dst_ip => reg 1 , dir original``)."""
-META_LOADS: dict[Field, tuple[int, int]] = {Field.META_IIF: (NFT_META_IIF, 4)}
-"""Further ``meta`` fields: (NFT_META_* key, bytes)."""
 _VERDICTS = {code: kind for kind, code in VERDICT_CODES.items()}
 # nft's type ids (enum datatypes) that may appear in a set's key or data, by (id, length).
 # nft gives ``typeof ... numgen ...`` keys its 32-bit "integer" type (id 4); the IR spells a

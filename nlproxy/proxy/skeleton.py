@@ -49,7 +49,7 @@ from nlproxy.nft.ir import (
     VMap,
     jump,
 )
-from nlproxy.nft.values import LOOPBACK_IFINDEX
+from nlproxy.nft.uapi import LOOPBACK_IFINDEX
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.fragments import Recorder
 
