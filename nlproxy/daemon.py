@@ -24,6 +24,7 @@ from nlproxy.health import HealthState, healthz
 from nlproxy.healthcheck import HealthCheckServers, health_checks
 from nlproxy.httpserver import Response, serve
 from nlproxy.log import get_logger
+from nlproxy.memory import tune_allocator
 from nlproxy.metrics import Metrics, ServiceCounters
 from nlproxy.nft.monitor import NftMonitor
 from nlproxy.proxy.config import ProxyConfig
@@ -35,6 +36,9 @@ from nlproxy.syncloop import SyncLoop
 
 def run_daemon(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) -> int:
     """Run until SIGTERM/SIGINT; returns the exit status."""
+    # malloc suited to a long-lived process whose plan is large (memory.py); before any thread
+    # exists, since a thread that already has an arena keeps it.
+    tune_allocator()
     trio.run(Daemon(args, cfg, pcfg).run)
     return 0
 
@@ -65,6 +69,7 @@ class Daemon:
             sync_period=cfg.sync_period,
             on_synced=self._synced,
             snapshot_filter=self._filter if args.exclude_unreachable_endpoints else None,
+            release_memory=True,
         )
         self.healthchecks: HealthCheckServers | None = None
         self.log = get_logger("daemon")

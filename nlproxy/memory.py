@@ -1,7 +1,7 @@
 """How the process's C allocator hands memory back to the system.
 
-Sits beside the daemon's sync loop, which calls :func:`tune_allocator` once, before any worker
-thread exists, and :func:`release` after full syncs and every few seconds. Python keeps small
+The daemon calls :func:`tune_allocator` once at start-up, before any worker thread exists, and
+its sync loop calls :func:`release` after full syncs and every few seconds. Python keeps small
 objects in its own arenas; everything larger (the tables of the plan's dictionaries with 100k
 elements, the lists of a sync's operations, netlink and HTTP buffers) comes from glibc's
 malloc, whose defaults suit short programs, not a daemon that builds and drops such blocks in

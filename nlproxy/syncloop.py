@@ -20,14 +20,11 @@ from nlproxy.cluster.state import ClusterState
 from nlproxy.errors import NlproxyError
 from nlproxy.health import HealthState
 from nlproxy.log import get_logger
-from nlproxy.memory import AllocatorSettings, release, tune_allocator
+from nlproxy.memory import release
 from nlproxy.metrics import Metrics
 from nlproxy.nft.monitor import Drift
 from nlproxy.sync import Syncer, SyncResult
 
-DAEMON_ALLOCATOR = AllocatorSettings()
-"""malloc settings for the daemon's process (``memory.py``): the plan and cache are large and
-long-lived, and a sync's large temporary blocks should go back to the system."""
 RELEASE_INTERVAL = 10.0
 """Seconds between handing free heap memory back (about a millisecond each time): what the
 inspector's passes and bursts of changes freed goes back; full syncs release at once."""
@@ -36,9 +33,8 @@ inspector's passes and bursts of changes freed goes back; full syncs release at 
 class SyncLoop:
     """Runs syncs for ``state`` through ``syncer``; see the module docstring for the schedule.
 
-    ``allocator`` is applied to the process's malloc when the loop is made, before the daemon
-    starts any thread, and free heap memory is released after full syncs and every
-    ``RELEASE_INTERVAL`` (None: leave malloc alone).
+    With ``release_memory``, free heap memory is handed back to the system after full syncs
+    and every ``RELEASE_INTERVAL`` (``memory.py``; the daemon tunes malloc for it at start-up).
     """
 
     def __init__(
@@ -53,11 +49,9 @@ class SyncLoop:
         retry_interval: float = 1.0,
         on_synced: Callable[[SyncResult, set[ServiceKey] | None], None] | None = None,
         snapshot_filter: Callable[[ClusterSnapshot], ClusterSnapshot] | None = None,
-        allocator: AllocatorSettings | None = DAEMON_ALLOCATOR,
+        release_memory: bool = False,
     ) -> None:
-        self._manage_memory = allocator is not None
-        if allocator is not None:
-            tune_allocator(allocator)
+        self._manage_memory = release_memory
         self.state = state
         self.syncer = syncer
         self.health = health
