@@ -3,8 +3,9 @@
 Sits beside the read-back, after the kernel: the daemon's ``/metrics`` handler and ``nlproxy
 explain`` call :func:`read_counters`. Read-back (``readback.py``) deliberately leaves counter
 values out of the IR, so that an element compares equal however much traffic it counted; this
-module is the one place that reads them. Each set costs one GETSETELEM dump, and each element's
-key and counter are parsed straight from the netlink attributes (no library call per element).
+module is the one place that reads them. Each set costs one GETSETELEM dump (the request
+read-back sends), and each element's key and counter are parsed straight from the netlink
+attributes (no library call per element).
 It only reads: it never changes the kernel and never decides what is counted.
 
 A counter lives in its element: it starts at zero when the element is created and is lost when
@@ -18,17 +19,17 @@ import struct
 from collections.abc import Iterator, Mapping
 from typing import TypeAlias
 
-from nlproxy.nft.dump import NFT_MSG_GETSETELEM, Interrupted, ReadbackError, messages
+from nlproxy.nft.dump import Interrupted, ReadbackError, messages
 from nlproxy.nft.ir import DataType, Family, Value
-from nlproxy.nft.nlsock import NLM_F_DUMP, NLM_F_REQUEST, NetfilterSocket
+from nlproxy.nft.nlsock import NetfilterSocket
+from nlproxy.nft.readsets import elements_request
 from nlproxy.nft.values import key_decoder
 
 Counts: TypeAlias = dict[tuple[Value, ...], tuple[int, int]]
 """Element key -> (packets, bytes)."""
 
-NFNL_SUBSYS_NFTABLES = 10
 # linux/netfilter/nf_tables.h
-_LIST_TABLE, _LIST_SET, _LIST_ELEMENTS = 1, 2, 3  # NFTA_SET_ELEM_LIST_*
+_LIST_ELEMENTS = 3  # NFTA_SET_ELEM_LIST_ELEMENTS
 _LIST_ELEM = 1  # NFTA_LIST_ELEM
 _EL_KEY, _EL_EXPR, _EL_EXPRESSIONS = 1, 7, 11  # NFTA_SET_ELEM_*
 _DATA_VALUE = 1  # NFTA_DATA_VALUE
@@ -36,7 +37,6 @@ _EXPR_NAME, _EXPR_DATA = 1, 2  # NFTA_EXPR_*
 _COUNTER_BYTES, _COUNTER_PACKETS = 1, 2  # NFTA_COUNTER_*
 _RETRIES = 5
 _NLA = struct.Struct("=HH")
-_HDR = struct.Struct("=IHHII")
 _NFGEN = struct.Struct("=BBH")
 _BE64 = struct.Struct(">Q")
 
@@ -81,7 +81,7 @@ def _read_set(
         seq = s.next_seq()
         out: Counts = {}
         try:
-            for msg in messages(s, _request(family, table, name, seq), seq):
+            for msg in messages(s, elements_request(family, table, name, seq), seq):
                 for raw_key, counter in _elements(msg.payload):
                     out[decode(raw_key)] = counter
         except Interrupted:
@@ -92,19 +92,6 @@ def _read_set(
             raise ReadbackError(f"set {family} {table} {name}", str(exc)) from exc
         return out
     raise ReadbackError(f"set {family} {table} {name}", "kept changing during the dump")
-
-
-def _request(family: Family, table: str, name: str, seq: int) -> bytes:
-    """A GETSETELEM dump request for one set."""
-    body = _NFGEN.pack(family.nfproto, 0, 0)
-    body += _attr(_LIST_TABLE, table.encode() + b"\0") + _attr(_LIST_SET, name.encode() + b"\0")
-    mtype = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETSETELEM
-    return _HDR.pack(_HDR.size + len(body), mtype, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body
-
-
-def _attr(kind: int, payload: bytes) -> bytes:
-    pad = b"\0" * (-len(payload) % 4)
-    return _NLA.pack(4 + len(payload), kind) + payload + pad
 
 
 def _attrs(buf: bytes, off: int, end: int) -> Iterator[tuple[int, int, int]]:

@@ -134,6 +134,20 @@ class _RawElem(NamedTuple):
     comment: str
 
 
+def elements_request(family: Family, table: str, set_name: str, seq: int) -> bytes:
+    """The GETSETELEM dump request for the elements of one set."""
+    _, lib = nftnl()
+
+    def payload(nlh: Any) -> None:
+        obj = lib.nftnl_set_alloc()
+        lib.nftnl_set_set_str(obj, lib.NFTNL_SET_TABLE, table.encode())
+        lib.nftnl_set_set_str(obj, lib.NFTNL_SET_NAME, set_name.encode())
+        lib.nftnl_set_elems_nlmsg_build_payload(nlh, obj)
+        lib.nftnl_set_free(obj)
+
+    return request(NFT_MSG_GETSETELEM, family, NLM_F_DUMP, seq, payload)
+
+
 def read_elements(
     s: NetfilterSocket, family: Family, table: str, rs: RawSet, addrs: Addresses | None = None
 ) -> list[Element]:
@@ -145,19 +159,9 @@ def read_elements(
         Interrupted: the ruleset changed during the dump.
         UndecodableError: an element the IR cannot express.
     """
-    _, lib = nftnl()
     seq = s.next_seq()
-
-    def payload(nlh: Any) -> None:
-        obj = lib.nftnl_set_alloc()
-        lib.nftnl_set_set_str(obj, lib.NFTNL_SET_TABLE, table.encode())
-        lib.nftnl_set_set_str(obj, lib.NFTNL_SET_NAME, rs.name.encode())
-        lib.nftnl_set_elems_nlmsg_build_payload(nlh, obj)
-        lib.nftnl_set_free(obj)
-
-    req = request(NFT_MSG_GETSETELEM, family, NLM_F_DUMP, seq, payload)
     raw: list[_RawElem] = []
-    for msg in messages(s, req, seq):
+    for msg in messages(s, elements_request(family, table, rs.name, seq), seq):
         raw.extend(_parse_elements(msg.payload))
     if rs.flags & SetFlag.INTERVAL:
         return _interval_elements(rs, raw)
