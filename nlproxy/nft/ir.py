@@ -117,7 +117,11 @@ class DataType(enum.Enum):
     INET_PROTO = (12, 1)
     INET_SERVICE = (13, 2)
     MARK = (19, 4)
-    """32-bit unsigned integer; used for ``numgen`` results in keys."""
+    """A packet mark (``meta mark``), 32 bits in host byte order."""
+    INTEGER = (4, 4)
+    """nft's plain 32-bit integer, host byte order: what ``numgen`` yields in a key. nft has no
+    name for it in a ``type`` declaration, so a set keyed by it is declared with ``typeof``
+    (``udata.typeof_udata``), which is also how ``nft list`` prints it and ``nft -f`` loads it."""
 
     @property
     def type_id(self) -> int:

@@ -251,12 +251,7 @@ class RuleLowering:
         types = tuple(selector_type(sel) for sel in e.key)
         m = Map(name="__map%d", key=types, data=(DataType.VERDICT,), flags=_ANON_MAP)
         els = [Element(set=m.name, key=k, value=v) for k, v in e.entries]
-        # nft types a numgen key part as "integer" (type 4), not mark
-        ids = [
-            _TYPE_INTEGER if isinstance(sel, Numgen) else t.type_id
-            for sel, t in zip(e.key, types, strict=True)
-        ]
-        set_id = self.anon(m, els, concat_ids(ids))
+        set_id = self.anon(m, els, concat_ids([t.type_id for t in types]))
         self._lookup(e.key, m.name, dreg=NFT_REG_VERDICT, set_id=set_id)
 
     def _dnat_map(self, e: DnatMap) -> None:
@@ -348,7 +343,6 @@ class RuleLowering:
                 assert_never(e)
 
 
-_TYPE_INTEGER = 4  # nft's TYPE_INTEGER
 _ATTRS: dict[str, int] = {}
 
 

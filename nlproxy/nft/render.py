@@ -56,6 +56,7 @@ from nlproxy.nft.ir import (
     VMap,
 )
 from nlproxy.nft.uapi import LOOPBACK_IFINDEX
+from nlproxy.nft.udata import needs_typeof, typeof_text
 from nlproxy.nft.values import key_order
 
 PROTOCOLS = {1: "icmp", 6: "tcp", 17: "udp", 33: "dccp", 58: "ipv6-icmp", 132: "sctp"}
@@ -332,7 +333,11 @@ def render_rule(rule: Rule, *, family: Family = Family.IP) -> str:
 
 
 def set_type(s: SetLike) -> str:
-    """``type a . b`` or ``type a . b : c`` as nft declares the set."""
+    """``type a . b`` or ``type a . b : c`` as nft declares the set; ``typeof …`` when a part
+    has no type name (a ``numgen`` index), as nft lists such a set."""
+    if needs_typeof(s):
+        data = f" : {typeof_text(s.data)}" if isinstance(s, Map) else ""
+        return f"typeof {typeof_text(s.key)}{data}"
     key = " . ".join(_TYPE_NAMES[t] for t in s.key)
     if isinstance(s, Map):
         return f"type {key} : {' . '.join(_TYPE_NAMES[t] for t in s.data)}"

@@ -65,6 +65,7 @@ _RANGES: dict[DataType, int] = {
     DataType.INET_PROTO: 0xFF,
     DataType.INET_SERVICE: 0xFFFF,
     DataType.MARK: 0xFFFFFFFF,
+    DataType.INTEGER: 0xFFFFFFFF,
 }
 _FIELD_MAX = {Field.META_NFPROTO: 0xFF}
 MARK_OPS = ("or", "xor", "set")
@@ -505,9 +506,9 @@ def _check_inline(e: InlineVMap, scope: _Scope) -> None:
 
 
 def selector_type(sel: Selector) -> DataType:
-    """The datatype a selector contributes to a key: its field's, or MARK for numgen."""
+    """The datatype a selector contributes to a key: its field's, or INTEGER for numgen."""
     if isinstance(sel, Numgen):
-        return DataType.MARK
+        return DataType.INTEGER
     if sel.datatype is None:
         raise InvalidNftObject("", f"{sel.text} cannot be part of a key")
     return sel.datatype

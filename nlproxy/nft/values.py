@@ -34,10 +34,7 @@ VERDICT_CODES = {
 }
 _VERDICTS = {code: kind for kind, code in VERDICT_CODES.items()}
 # nft's type ids (enum datatypes) that may appear in a set's key or data, by (id, length).
-# nft gives ``typeof ... numgen ...`` keys its 32-bit "integer" type (id 4); the IR spells a
-# 32-bit number MARK, so both read back as MARK.
 _TYPE_IDS: dict[int, DataType] = {dt.type_id: dt for dt in DataType if dt is not DataType.VERDICT}
-_TYPE_IDS[4] = DataType.MARK
 _HOST_U32 = struct.Struct("=I")
 _BSWAP = sys.byteorder == "little"
 
@@ -131,6 +128,7 @@ _PART: dict[DataType, tuple[str, str, Callable[[Any], Any]]] = {
     DataType.INET_PROTO: ("B", "3x", int),
     DataType.INET_SERVICE: ("H", "2x", int),
     DataType.MARK: ("I", "", _bswap32 if _BSWAP else int),
+    DataType.INTEGER: ("I", "", _bswap32 if _BSWAP else int),
 }
 
 
@@ -250,6 +248,7 @@ _PARTS: dict[DataType, tuple[str, Callable[[Any], Value] | None]] = {
     DataType.INET_SERVICE: ("H", None),
     DataType.INET_PROTO: ("B", None),
     DataType.MARK: ("I", _host_order if _BSWAP else None),
+    DataType.INTEGER: ("I", _host_order if _BSWAP else None),
 }
 
 

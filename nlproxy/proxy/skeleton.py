@@ -54,7 +54,7 @@ from nlproxy.proxy import naming as n
 from nlproxy.proxy.fragments import Recorder
 
 A4, A6 = DataType.IPV4_ADDR, DataType.IPV6_ADDR
-PROTO, SERVICE, MARK = DataType.INET_PROTO, DataType.INET_SERVICE, DataType.MARK
+PROTO, SERVICE, INDEX = DataType.INET_PROTO, DataType.INET_SERVICE, DataType.INTEGER
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,10 +127,10 @@ def _sets(f: FamilySpec, nodeport_match_all: bool) -> list[Set | Map]:
             flags=SetFlag.INTERVAL,  # the encoder adds CONCAT for a concatenated key
             comment="allowed sources per firewalled destination",
         ),
-        Map(name=n.BACKENDS, key=(a, PROTO, SERVICE, MARK), data=(a, SERVICE)),
-        Map(name=n.BACKENDS_LOCAL, key=(a, PROTO, SERVICE, MARK), data=(a, SERVICE)),
-        Map(name=n.NODEPORT_BACKENDS, key=(PROTO, SERVICE, MARK), data=(a, SERVICE)),
-        Map(name=n.NODEPORT_BACKENDS_LOCAL, key=(PROTO, SERVICE, MARK), data=(a, SERVICE)),
+        Map(name=n.BACKENDS, key=(a, PROTO, SERVICE, INDEX), data=(a, SERVICE)),
+        Map(name=n.BACKENDS_LOCAL, key=(a, PROTO, SERVICE, INDEX), data=(a, SERVICE)),
+        Map(name=n.NODEPORT_BACKENDS, key=(PROTO, SERVICE, INDEX), data=(a, SERVICE)),
+        Map(name=n.NODEPORT_BACKENDS_LOCAL, key=(PROTO, SERVICE, INDEX), data=(a, SERVICE)),
         Map(name=n.EXTERNAL_SHORTCUTS, key=(a, PROTO, SERVICE), data=verdict),
         Map(name=n.NODEPORT_SHORTCUTS, key=(PROTO, SERVICE), data=verdict),
         Set(name=n.HAIRPIN, key=(a, a), comment="endpoint . endpoint: a pod reaching itself"),

@@ -65,7 +65,7 @@ def test_healthy_service(
     assert "Service default/web" in text
     rules = _section(text, "Rules (programmed)")
     assert f'{VIP} . tcp . 80 comment "default/web:tcp/TCP" : goto cluster-ip-2' in rules
-    assert f"{VIP} . udp . 53 . 0x00000001 : {r} . 8080" in rules
+    assert f"{VIP} . udp . 53 . 1 : {r} . 8080" in rules
     assert "chain cluster-ip-2 {" in rules
     assert "numgen random mod 2 map @backends" in rules
     assert "off: the programmed rules carry no counter expressions" in text
