@@ -85,7 +85,8 @@ class Service:
         external_ips: ``spec.externalIPs``.
         load_balancer_ips: ``status.loadBalancer.ingress[].ip`` whose ``ipMode`` is not ``Proxy``.
         load_balancer_source_ranges: ``spec.loadBalancerSourceRanges``; empty means any source.
-        external_policy_local: ``spec.externalTrafficPolicy == Local`` (NodePort/LoadBalancer only).
+        external_policy_local: ``spec.externalTrafficPolicy == Local`` (NodePort/LoadBalancer, or a
+            ClusterIP with externalIPs: the Services upstream calls externally accessible).
         internal_policy_local: ``spec.internalTrafficPolicy == Local``.
         affinity_timeout: ``ClientIP`` affinity timeout in seconds, None without affinity.
         health_check_node_port: ``spec.healthCheckNodePort`` (eTP=Local LoadBalancers).

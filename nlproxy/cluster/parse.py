@@ -136,11 +136,14 @@ def parse_service(obj: Mapping[str, Any]) -> Service | None:
         return None
     key = ServiceKey(namespace=ref.namespace, name=ref.name)
     svc_type = ServiceType(kind)
-    # Like kube-proxy's ExternalPolicyLocal/NeedsHealthCheck: only these types accept external
-    # traffic through the node, and only LoadBalancers get a health check node port.
-    ext_local = _local(r, spec, "externalTrafficPolicy") and svc_type in (
-        ServiceType.NODE_PORT,
-        ServiceType.LOAD_BALANCER,
+    external_ips = tuple(
+        r.ip(v, f) for v, f in r.indexed(spec.get("externalIPs"), "spec.externalIPs")
+    )
+    # Like upstream's ExternallyAccessible/ExternalPolicyLocal/NeedsHealthCheck: NodePorts,
+    # LoadBalancers and ClusterIPs with externalIPs accept external traffic through the node, and
+    # only LoadBalancers get a health check node port.
+    ext_local = _local(r, spec, "externalTrafficPolicy") and (
+        svc_type in (ServiceType.NODE_PORT, ServiceType.LOAD_BALANCER) or bool(external_ips)
     )
     health = r.port(spec.get("healthCheckNodePort"), "spec.healthCheckNodePort", zero_ok=True)
     annotations = r.string_map(meta.get("annotations"), "metadata.annotations")
@@ -149,9 +152,7 @@ def parse_service(obj: Mapping[str, Any]) -> Service | None:
         type=svc_type,
         cluster_ips=cluster_ips,
         ports=_service_ports(r, key, spec),
-        external_ips=tuple(
-            r.ip(v, f) for v, f in r.indexed(spec.get("externalIPs"), "spec.externalIPs")
-        ),
+        external_ips=external_ips,
         load_balancer_ips=_load_balancer_ips(r, obj),
         load_balancer_source_ranges=_source_ranges(r, spec, annotations),
         external_policy_local=ext_local,

@@ -83,6 +83,41 @@ def test_external_ip(testbed: Testbed, tmp_path: Path, proto: str) -> None:
     assert seen == {"pod-b": {str(testbed.node.gateway_v4)}}
 
 
+def test_external_ip_local_policy_on_a_cluster_ip_service(testbed: Testbed, tmp_path: Path) -> None:
+    """A ClusterIP Service with externalIPs is externally accessible, so eTP=Local applies to it
+    (upstream's ExternalPolicyLocal): outside clients reach only local endpoints with their own
+    source; pods and the node itself are short-circuited to every endpoint."""
+    objs = _objects(
+        testbed, ["pod-b", "pod-r"], "ClusterIP", externalIPs=[EXTERNAL_IP],
+        externalTrafficPolicy="Local",
+    )  # fmt: skip
+    objs[0]["spec"]["ports"] = list(PORTS)
+    apply(testbed, tmp_path, objs)
+    client = str(testbed.client.ipv4[0])
+    for proto, port in (("tcp", 80), ("udp", 53)):
+        seen = answers(ask(proto, testbed.client.netns, EXTERNAL_IP, port))
+        assert seen == {"pod-b": {client}}, proto
+    a = testbed.pod("pod-a")
+    assert set(answers(ask("tcp", a.netns, EXTERNAL_IP, 80, n=12))) == {"pod-b", "pod-r"}
+    from_node = answers(ask("tcp", testbed.node.netns, EXTERNAL_IP, 80, n=12))
+    assert set(from_node) == {"pod-b", "pod-r"}
+
+
+def test_external_ip_local_policy_without_local_endpoint_drops(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    objs = _objects(testbed, ["pod-r"], "ClusterIP", externalIPs=[EXTERNAL_IP])
+    objs[0]["spec"]["ports"] = list(PORTS)
+    apply(testbed, tmp_path, objs)
+    # With the Cluster policy the client reaches the remote endpoint: a later timeout is the drop.
+    assert set(answers(ask("tcp", testbed.client.netns, EXTERNAL_IP, 80, n=2))) == {"pod-r"}
+    objs[0]["spec"]["externalTrafficPolicy"] = "Local"
+    apply(testbed, tmp_path, objs)
+    assert results(ask("tcp", testbed.client.netns, EXTERNAL_IP, 80, n=2)) == {Result.TIMEOUT}
+    a = testbed.pod("pod-a")
+    assert answers(ask("tcp", a.netns, EXTERNAL_IP, 80, n=4)) == {"pod-r": {str(a.ipv4)}}
+
+
 def _load_balancer(tb: Testbed, **spec: Any) -> list[dict[str, Any]]:
     status = {"loadBalancer": {"ingress": [{"ip": LB_IP}]}}
     return _objects(tb, ["pod-b", "pod-c"], "LoadBalancer", status=status, **spec)

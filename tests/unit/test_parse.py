@@ -260,6 +260,12 @@ SERVICE_VALUES = [
         id="etp-local-ignored-for-clusterip",
     ),
     pytest.param(
+        {"spec.externalTrafficPolicy": "Local", "spec.externalIPs": ["192.0.2.10"]},
+        lambda s: (s.external_policy_local, s.health_check_node_port),
+        (True, None),
+        id="etp-local-clusterip-with-external-ips",
+    ),
+    pytest.param(
         {
             "spec.type": "LoadBalancer",
             "spec.externalTrafficPolicy": "Local",
