@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import trio
 
-from nlproxy.cluster.model import Change, ClusterSnapshot, Replace, ServiceKey
+from nlproxy.cluster.model import Change, ClusterSnapshot, ObjectRef, Replace, ServiceKey
 from nlproxy.cluster.state import ClusterState
 from nlproxy.errors import NlproxyError
 from nlproxy.health import HealthState
@@ -70,6 +70,7 @@ class SyncLoop:
         self._dirty = True
         self._verify = False
         self._reported: set[str] = set()
+        self._orphans: dict[ObjectRef, str] = {}
         self.synced_once = trio.Event()
 
     def request_verify(self, drift: Drift | None = None) -> None:
@@ -164,7 +165,13 @@ class SyncLoop:
         snapshot = self.state.snapshot()
         if self.snapshot_filter is not None:
             snapshot = self.snapshot_filter(snapshot)
-        self.metrics.invalid_objects.set(len(self.state.invalid))
+        # A slice may precede its Service from the API: an orphan is reported only when a full
+        # verify still finds it, and forgotten as soon as its Service comes.
+        if verify:
+            self._orphans = self.state.orphans()
+        elif self._orphans:
+            self._orphans = self.state.orphans(self._orphans)
+        self.metrics.invalid_objects.set(len(self.state.invalid) + len(self._orphans))
         self._report_invalid()
 
         # The changed services let the Syncer update its plan in place; a snapshot filter may
@@ -246,7 +253,7 @@ class SyncLoop:
 
     def _report_invalid(self) -> None:
         """One log line per newly invalid object, not one per sync."""
-        current = {str(err) for err in self.state.invalid.values()}
+        current = {str(err) for err in (*self.state.invalid.values(), *self._orphans.values())}
         for err in sorted(current - self._reported):
             self.log.warning("object.invalid", error=err)
         self._reported = current

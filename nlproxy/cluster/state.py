@@ -54,6 +54,9 @@ class ClusterState:
         self._node: Node | None = None
         self._cidrs: dict[str, ServiceCIDR] = {}
         self._invalid: dict[ObjectRef, str] = {}
+        # Services deliberately not proxied (headless, ExternalName, another proxy's): their
+        # slices are not orphans.
+        self._skipped: set[ServiceKey] = set()
         # Snapshot cache: the groups of slices per service are rebuilt only for dirty services,
         # and the mappings are copied only when something in them changed.
         self._groups: dict[ServiceKey, tuple[EndpointSlice, ...]] = {}
@@ -70,6 +73,36 @@ class ClusterState:
     def invalid(self) -> Mapping[ObjectRef, str]:
         """Current validation errors by object (exit status 3, status reporting)."""
         return MappingProxyType(dict(self._invalid))
+
+    def orphans(self, among: Iterable[ObjectRef] | None = None) -> dict[ObjectRef, str]:
+        """EndpointSlices whose Service is unknown, with the error naming both.
+
+        Such a slice is almost always a typo in its ``kubernetes.io/service-name`` label; from
+        the API it may also have arrived just before its Service, so callers decide when an
+        orphan is worth reporting. A Service that is skipped (headless, another proxy's) or
+        invalid is known: its slices are not orphans.
+
+        Args:
+            among: check only these slices (default: every slice).
+        """
+        ids = (
+            self._slices
+            if among is None
+            else [(r.namespace, r.name) for r in among if r.kind == "EndpointSlice"]
+        )
+        out: dict[ObjectRef, str] = {}
+        for slice_id in ids:
+            eps = self._slices.get(slice_id)
+            if eps is None or self._known(eps.service):
+                continue
+            ref = ObjectRef(kind="EndpointSlice", namespace=slice_id[0], name=slice_id[1])
+            out[ref] = f"EndpointSlice {slice_id[0]}/{slice_id[1]}: Service {eps.service} not found"
+        return out
+
+    def _known(self, key: ServiceKey) -> bool:
+        if key in self._services or key in self._skipped:
+            return True
+        return ObjectRef(kind="Service", namespace=key.namespace, name=key.name) in self._invalid
 
     def apply(self, changes: Iterable[Change]) -> set[ServiceKey]:
         """Apply change events in order.
@@ -123,6 +156,12 @@ class ClusterState:
                 self._invalid[change.ref] = change.error
             return False
         self._invalid.pop(change.ref, None)
+        if change.ref.kind == "Service":
+            key = ServiceKey(namespace=change.ref.namespace, name=change.ref.name)
+            if isinstance(change, Skip):
+                self._skipped.add(key)
+            else:
+                self._skipped.discard(key)
         if isinstance(change, Upsert):
             return self._store(change.obj, changed)
         return self._remove(change.ref, changed)
@@ -134,6 +173,8 @@ class ClusterState:
             everything |= self._remove(ref, changed)
         for ref in [r for r in self._invalid if r.kind == replace.kind and r not in listed]:
             del self._invalid[ref]
+        if replace.kind == "Service":
+            self._skipped.clear()  # the listed Skips add theirs back
         for change in replace.changes:
             everything |= self._apply_one(change, changed)
         return everything

@@ -190,7 +190,7 @@ def _run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) ->
     loaded = load_manifests(args.manifests)
     state = ClusterState(cfg.node_name)
     state.apply(loaded.changes)
-    problems: list[object] = [*loaded.errors, *state.invalid.values()]
+    problems: list[object] = [*loaded.errors, *state.invalid.values(), *state.orphans().values()]
     syncer = Syncer(
         pcfg, netns=args.netns, owner=args.owned_table, flush_tcp=args.conntrack_flush_tcp
     )

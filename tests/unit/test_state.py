@@ -254,3 +254,38 @@ def test_snapshot_reused_until_something_changes() -> None:
     assert WEB not in state.snapshot().services
     with pytest.raises(TypeError):
         third.services[WEB] = third.services[WEB]  # type: ignore[index]
+
+
+ORPHAN = ref("EndpointSlice", "wbe-1")
+
+
+@pytest.mark.parametrize(
+    ("changes", "orphans"),
+    [
+        pytest.param([], {ORPHAN}, id="typo-in-service-name"),
+        pytest.param([up(svc("wbe"))], set(), id="service-arrives"),
+        pytest.param([Skip(ref=ref("Service", "wbe"))], set(), id="service-skipped-headless"),
+        pytest.param(
+            [Invalid(ref=ref("Service", "wbe"), error="Service default/wbe: bad")],
+            set(),
+            id="service-invalid-is-known",
+        ),
+        pytest.param([Delete(ref=ORPHAN)], set(), id="slice-deleted"),
+        pytest.param(
+            [
+                Skip(ref=ref("Service", "wbe")),
+                Replace(kind="Service", changes=(up(svc("web")), up(svc("db")))),
+            ],
+            {ORPHAN},
+            id="skipped-service-gone-after-relist",
+        ),
+    ],
+)
+def test_orphans(changes: list[Change], orphans: set[ObjectRef]) -> None:
+    state = state_with_two_services()
+    state.apply([up(eps("wbe-1", "wbe")), *changes])
+    found = state.orphans()
+    assert set(found) == orphans
+    if orphans:
+        assert found[ORPHAN] == "EndpointSlice default/wbe-1: Service default/wbe not found"
+        assert state.orphans([ORPHAN, ref("EndpointSlice", "web-1")]) == found
