@@ -23,6 +23,8 @@ from nlproxy.errors import NlproxyError
 from nlproxy.health import HealthState, healthz
 from nlproxy.healthcheck import HealthCheckServers, health_checks
 from nlproxy.httpserver import Response, serve
+from nlproxy.inspect_rtnl import interface_addresses
+from nlproxy.inspect_watch import ADDRESS_GROUPS, RouteWatcher
 from nlproxy.log import get_logger
 from nlproxy.memory import tune_allocator
 from nlproxy.metrics import Metrics, ServiceCounters
@@ -142,6 +144,28 @@ class Daemon:
 
         return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
 
+    async def _watch_addresses(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Keep the state's interface addresses current (``nodePortAddresses`` CIDRs select
+        them): one dump now, and again after every address notification.
+
+        Cancellation: safe at any point.
+        """
+        with RouteWatcher(self.args.netns, groups=ADDRESS_GROUPS) as watch:
+            started = False
+            while True:
+                try:
+                    addrs = await trio.to_thread.run_sync(interface_addresses, self.args.netns)
+                except (NlproxyError, OSError) as exc:  # kept as they were; tried at the next event
+                    self.log.warning("addresses.failed", error=str(exc))
+                else:
+                    self.loop.set_local_addresses(addrs)
+                if not started:
+                    started = True
+                    task_status.started()
+                await watch.changed()
+
     async def _watchdog(self, interval: float) -> None:
         while True:
             systemd.notify("WATCHDOG=1")
@@ -162,6 +186,8 @@ class Daemon:
                 nursery.start_soon(self._signals, nursery.cancel_scope)
                 source = self._source()
                 await nursery.start(source.run, send)  # type: ignore[attr-defined]
+                if self.syncer.config.nodeport_cidrs(4) or self.syncer.config.nodeport_cidrs(6):
+                    await nursery.start(self._watch_addresses)
                 self.healthchecks = HealthCheckServers(nursery)
                 await nursery.start(self.reachability.run)
                 await nursery.start(self.loop.run, recv)

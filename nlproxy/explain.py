@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import ip_address
 from pathlib import Path
@@ -151,7 +151,10 @@ def explain(
         endpoints=tuple(endpoints),
         src=source,
         traces=tuple(traces),
-        problems=tuple(_problems(facts, frontends, endpoints, traces, source)),
+        problems=(
+            *_problems(facts, frontends, endpoints, traces, source),
+            *_nodeport_gaps(rulesets, frontends),
+        ),
         counts=_counts(netns, rulesets, frontends),
     )
 
@@ -303,6 +306,20 @@ def _problems(
         for t in traces
         if not t.ok
     )
+    return out
+
+
+def _nodeport_gaps(rulesets: Mapping[Family, Ruleset], frontends: Sequence[Frontend]) -> list[str]:
+    """A family whose programmed ``nodeport-ips`` set is empty refuses every NodePort."""
+    out = []
+    for family, rs in rulesets.items():
+        empty = n.NODEPORT_IPS in rs.sets and not rs.elements.get(n.NODEPORT_IPS)
+        if empty and any(fe.kind == "node-port" and fe.family is family for fe in frontends):
+            v = 4 if family is Family.IP else 6
+            out.append(
+                f"IPv{v} NodePorts are refused: nodePortAddresses selects no IPv{v} address of "
+                "this node (the nodeport-ips set is empty; the log names what was looked at)"
+            )
     return out
 
 

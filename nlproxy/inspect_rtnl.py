@@ -177,3 +177,22 @@ def dump(netns_name: str | None, families: Iterable[int]) -> Snapshot:
     finally:
         ipr.close()
     return Snapshot(links=links, routes=routes, neighbours=neighbours)
+
+
+def interface_addresses(netns_name: str | None) -> tuple[IPAddress, ...]:
+    """Every address on this node's interfaces, as ``ip address`` lists them (one dump).
+
+    Raises:
+        ConfigError: the namespace cannot be entered.
+        RtnlError: the kernel refused the dump.
+    """
+    with netns.entered(netns_name):
+        ipr = IPRoute(groups=0)
+    try:
+        addrs = [ip_address(msg.get("IFA_ADDRESS")) for msg in ipr.get_addr()]
+    except NetlinkError as exc:
+        where = f"netns {netns_name}" if netns_name else "netns (own)"
+        raise RtnlError(f"{where} rtnetlink address dump", str(exc)) from exc
+    finally:
+        ipr.close()
+    return tuple(dict.fromkeys(addrs))

@@ -27,8 +27,14 @@ from nlproxy.inspect_rtnl import NUD_FAILED
 NETLINK_ROUTE = 0
 RTMGRP_LINK = 0x1
 RTMGRP_NEIGH = 0x4
+RTMGRP_IPV4_IFADDR = 0x10
 RTMGRP_IPV4_ROUTE = 0x40
+RTMGRP_IPV6_IFADDR = 0x100
 RTMGRP_IPV6_ROUTE = 0x400
+ROUTE_GROUPS = RTMGRP_LINK | RTMGRP_NEIGH | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE
+"""What the reachability classifier depends on."""
+ADDRESS_GROUPS = RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR
+"""Addresses added to or removed from interfaces (every such message is a change)."""
 RTM_NEWNEIGH = 28
 RTM_DELNEIGH = 29
 NDA_DST = 1
@@ -54,7 +60,8 @@ def _neigh_key(payload: bytes) -> tuple[tuple[int, bytes], int]:
 
 
 class RouteWatcher:
-    """Subscribe to rtnetlink link, route and neighbour notifications in ``netns``.
+    """Subscribe to rtnetlink link, route and neighbour notifications in ``netns`` (or to other
+    ``groups``, such as :data:`ADDRESS_GROUPS`).
 
     Open it before the first classification, so nothing that changes in between is missed.
     Use as a context manager, or call :meth:`close`.
@@ -63,8 +70,9 @@ class RouteWatcher:
         ConfigError: ``netns`` cannot be entered.
     """
 
-    def __init__(self, netns_name: str | None = None, *, rcvbuf: int = 4 << 20) -> None:
-        groups = RTMGRP_LINK | RTMGRP_NEIGH | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE
+    def __init__(
+        self, netns_name: str | None = None, *, groups: int = ROUTE_GROUPS, rcvbuf: int = 4 << 20
+    ) -> None:
         with netns.entered(netns_name):
             sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
         try:

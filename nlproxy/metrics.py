@@ -110,6 +110,13 @@ class Metrics:
             "Objects left out because they failed validation",
             registry=registry,
         )
+        self.nodeport_addresses_missing = Gauge(
+            "nlproxy_nodeport_addresses_missing",
+            "1 when nodePortAddresses selects no address of the family although Services have "
+            "node ports there: their NodePorts are refused (see the log)",
+            ["ip_family"],
+            registry=registry,
+        )
 
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""

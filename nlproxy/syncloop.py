@@ -10,19 +10,28 @@ at once. The blocking part of a sync (planning and netlink I/O) runs in a worker
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
 import trio
 
-from nlproxy.cluster.model import Change, ClusterSnapshot, ObjectRef, Replace, ServiceKey
+from nlproxy.cluster.model import (
+    Change,
+    ClusterSnapshot,
+    IPAddress,
+    ObjectRef,
+    Replace,
+    ServiceKey,
+)
 from nlproxy.cluster.state import ClusterState
 from nlproxy.errors import NlproxyError
 from nlproxy.health import HealthState
 from nlproxy.log import get_logger
 from nlproxy.memory import release
 from nlproxy.metrics import Metrics
+from nlproxy.nft.ir import Family
 from nlproxy.nft.monitor import Drift
+from nlproxy.proxy.planner import nodeport_gaps
 from nlproxy.sync import Syncer, SyncResult
 
 RELEASE_INTERVAL = 10.0
@@ -71,6 +80,7 @@ class SyncLoop:
         self._verify = False
         self._reported: set[str] = set()
         self._orphans: dict[ObjectRef, str] = {}
+        self._gaps: dict[Family, str] = {}
         self.synced_once = trio.Event()
 
     def request_verify(self, drift: Drift | None = None) -> None:
@@ -87,6 +97,14 @@ class SyncLoop:
         """Sync again although no object changed (e.g. an endpoint became unreachable)."""
         self._dirty = True
         self._wake.set()
+
+    def set_local_addresses(self, addresses: Iterable[IPAddress]) -> None:
+        """This node's interface addresses changed (``nodePortAddresses`` CIDRs select them)."""
+        changed = self.state.set_local_addresses(addresses)
+        if changed:
+            self._pending |= changed
+            self._dirty = True
+            self._wake.set()
 
     def apply_changes(self, changes: Sequence[Change]) -> None:
         changed = self.state.apply(changes)
@@ -173,6 +191,7 @@ class SyncLoop:
             self._orphans = self.state.orphans(self._orphans)
         self.metrics.invalid_objects.set(len(self.state.invalid) + len(self._orphans))
         self._report_invalid()
+        self._report_nodeport_gaps(nodeport_gaps(snapshot, self.syncer.config))
 
         # The changed services let the Syncer update its plan in place; a snapshot filter may
         # change services the state did not report, so then the Syncer finds them itself.
@@ -250,6 +269,16 @@ class SyncLoop:
                     if trigger.tzinfo is None:
                         trigger = trigger.replace(tzinfo=UTC)
                     self.metrics.programming.observe(max(0.0, (wall - trigger).total_seconds()))
+
+    def _report_nodeport_gaps(self, gaps: Mapping[Family, str]) -> None:
+        """One warning per family whose NodePorts no address accepts (again if it changes)."""
+        for family in (Family.IP, Family.IP6):
+            gap = gaps.get(family)
+            label = "IPv4" if family is Family.IP else "IPv6"
+            self.metrics.nodeport_addresses_missing.labels(ip_family=label).set(gap is not None)
+            if gap is not None and gap != self._gaps.get(family):
+                self.log.warning("nodeport.no_address", ip_family=label, error=gap)
+        self._gaps = dict(gaps)
 
     def _report_invalid(self) -> None:
         """One log line per newly invalid object, not one per sync."""

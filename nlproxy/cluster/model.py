@@ -241,10 +241,13 @@ Change: TypeAlias = Upsert | Delete | Skip | Invalid | Replace
 class ClusterSnapshot:
     """What the planner sees: the valid objects at one moment.
 
-    ``slices`` groups EndpointSlices by the Service they belong to.
+    ``slices`` groups EndpointSlices by the Service they belong to. ``local_addresses`` are the
+    addresses on this node's interfaces as the kernel lists them (only read when
+    ``nodePortAddresses`` has CIDRs, which upstream matches against them).
     """
 
     services: Mapping[ServiceKey, Service]
     slices: Mapping[ServiceKey, tuple[EndpointSlice, ...]]
     node: Node | None = None
     service_cidrs: tuple[ServiceCIDR, ...] = ()
+    local_addresses: tuple[IPAddress, ...] = ()

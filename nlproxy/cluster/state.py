@@ -19,6 +19,7 @@ from nlproxy.cluster.model import (
     Delete,
     EndpointSlice,
     Invalid,
+    IPAddress,
     Node,
     ObjectRef,
     Replace,
@@ -53,6 +54,7 @@ class ClusterState:
         self._slice_ids: dict[ServiceKey, tuple[_SliceId, ...]] = {}
         self._node: Node | None = None
         self._cidrs: dict[str, ServiceCIDR] = {}
+        self._local_addresses: tuple[IPAddress, ...] = ()
         self._invalid: dict[ObjectRef, str] = {}
         # Services deliberately not proxied (headless, ExternalName, another proxy's): their
         # slices are not orphans.
@@ -124,6 +126,19 @@ class ClusterState:
             self._snapshot = None
         return changed
 
+    def set_local_addresses(self, addresses: Iterable[IPAddress]) -> set[ServiceKey]:
+        """Record this node's interface addresses (sorted, without duplicates).
+
+        Returns:
+            Every service when they changed (NodePort addresses may move), else nothing.
+        """
+        new = tuple(sorted(set(addresses), key=lambda a: (a.version, int(a))))
+        if new == self._local_addresses:
+            return set()
+        self._local_addresses = new
+        self._snapshot = None
+        return {*self._services, *self._slice_ids}
+
     def snapshot(self) -> ClusterSnapshot:
         """The valid objects now, for the planner; the same object until something changes."""
         if self._snapshot is not None:
@@ -143,6 +158,7 @@ class ClusterState:
             slices=MappingProxyType(dict(self._groups)),
             node=self._node,
             service_cidrs=tuple(self._cidrs[name] for name in sorted(self._cidrs)),
+            local_addresses=self._local_addresses,
         )
         return self._snapshot
 

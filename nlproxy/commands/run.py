@@ -190,6 +190,14 @@ def _run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) ->
     loaded = load_manifests(args.manifests)
     state = ClusterState(cfg.node_name)
     state.apply(loaded.changes)
+    if pcfg.nodeport_cidrs(4) or pcfg.nodeport_cidrs(6):
+        from nlproxy.inspect_rtnl import interface_addresses
+
+        state.set_local_addresses(interface_addresses(args.netns))
+    from nlproxy.proxy.planner import nodeport_gaps
+
+    for gap in nodeport_gaps(state.snapshot(), pcfg).values():
+        print(f"nlproxy: warning: {gap}", file=sys.stderr)
     problems: list[object] = [*loaded.errors, *state.invalid.values(), *state.orphans().values()]
     syncer = Syncer(
         pcfg, netns=args.netns, owner=args.owned_table, flush_tcp=args.conntrack_flush_tcp

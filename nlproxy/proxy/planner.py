@@ -133,7 +133,7 @@ def gc_paused() -> Iterator[None]:
 
 def plan_context(snapshot: ClusterSnapshot, config: ProxyConfig) -> object:
     """What every service's plan depends on besides its own objects (a change re-plans all)."""
-    return (config, snapshot.node, snapshot.service_cidrs)
+    return (config, snapshot.node, snapshot.service_cidrs, snapshot.local_addresses)
 
 
 def _plan(snapshot: ClusterSnapshot, config: ProxyConfig, previous: Plan | None) -> Plan:
@@ -184,6 +184,76 @@ def merge_parts(ref: ServicePortRef, parts: list[PortPart]) -> PortPlan:
     )
 
 
+def _node_ips(f: FamilySpec, snapshot: ClusterSnapshot, config: ProxyConfig) -> list[IPAddress]:
+    """This node's IPs of one family: ``--node-ip``, else the Node object's (primary first)."""
+    node = snapshot.node
+    all_ips = config.node_ips or (node.addresses if node else ())
+    return [ip for ip in all_ips if ip.version == f.version]
+
+
+def nodeport_ips_of(
+    f: FamilySpec, snapshot: ClusterSnapshot, config: ProxyConfig
+) -> list[IPAddress] | None:
+    """The addresses of one family that accept NodePorts, or None for "every local address".
+
+    ``primary`` is the node's primary IP of the family; a CIDR selects the node's IPs and its
+    interface addresses (``snapshot.local_addresses``) inside it, as upstream matches
+    ``nodePortAddresses`` against the kernel's view. Loopback addresses are left out: NodePorts on
+    them would need route_localnet, and upstream leaves them out too.
+    """
+    cidrs = config.nodeport_cidrs(f.version)
+    primary = PRIMARY in config.nodeport_addresses
+    if (not cidrs and not primary) or any(c.prefixlen == 0 for c in cidrs):
+        return None
+    node_ips = _node_ips(f, snapshot, config)
+    ips = [ip for ip in node_ips if any(ip in c for c in cidrs)]
+    local = (a for a in snapshot.local_addresses if a.version == f.version)
+    ips += [ip for ip in local if any(ip in c for c in cidrs)]
+    if primary and node_ips:
+        ips.insert(0, node_ips[0])
+    return sorted({ip for ip in ips if ip not in f.loopback})
+
+
+def nodeport_gaps(snapshot: ClusterSnapshot, config: ProxyConfig) -> dict[Family, str]:
+    """Families whose NodePorts no address accepts although a Service has node ports there,
+    each with a sentence naming the node, what ``nodePortAddresses`` asked for and what was
+    looked at (the traffic would be refused: worth a warning, never silence).
+
+    Cheap in the usual case: the services are only walked for a family without addresses.
+    """
+    gaps: dict[Family, str] = {}
+    for f in (IPV4, IPV6):
+        if nodeport_ips_of(f, snapshot, config) != []:
+            continue
+        if not any(_has_nodeport(svc, f.version) for svc in snapshot.services.values()):
+            continue
+        node = snapshot.node
+        name = config.node_name or "(no --node-name)"
+        looked = [
+            f"Node {name}: "
+            + (
+                ", ".join(map(str, _node_ips(f, snapshot, config))) or "no address"
+                if node or config.node_ips
+                else "no Node object"
+            )
+        ]
+        if config.nodeport_cidrs(f.version):
+            local = [str(a) for a in snapshot.local_addresses if a.version == f.version]
+            looked.append(f"interfaces: {', '.join(local) or 'no address'}")
+        wanted = ",".join(config.nodeport_addresses)
+        gaps[f.family] = (
+            f"node {name}: nodePortAddresses {wanted} selects no IPv{f.version} address "
+            f"({'; '.join(looked)}): IPv{f.version} NodePorts are refused"
+        )
+    return gaps
+
+
+def _has_nodeport(svc: Service, version: int) -> bool:
+    return any(p.node_port for p in svc.ports) and any(
+        ip.version == version for ip in svc.cluster_ips
+    )
+
+
 def _collapse(nets: Iterable[IPNetwork], version: int) -> list[IPNetwork]:
     return list(collapse_addresses(sorted({x for x in nets if x.version == version})))  # type: ignore[type-var]
 
@@ -196,12 +266,11 @@ class FamilyPlanner:
         node = snapshot.node
         self.node_name = config.node_name
         self.zone = node.zone if node else None
-        all_ips = config.node_ips or (node.addresses if node else ())
-        self.node_ips = tuple(ip for ip in all_ips if ip.version == f.version)
+        self.node_ips = tuple(_node_ips(f, snapshot, config))
         svc_cidrs = [*config.service_cidrs, *(c for sc in snapshot.service_cidrs for c in sc.cidrs)]
         pods = _collapse(config.cluster_cidrs, f.version)
         services = _collapse(svc_cidrs, f.version)
-        nodeport_ips = self._nodeport_ips(config)
+        nodeport_ips = nodeport_ips_of(f, snapshot, config)
         self.rs = skeleton(
             f,
             mark=config.masquerade_mark,
@@ -229,18 +298,6 @@ class FamilyPlanner:
         for ip in self.hairpin.values():
             key = (ip, ip)  # one tuple for the dict key and the element: 100k of them at scale
             hairpin[key] = Element(set=n.HAIRPIN, key=key)
-
-    def _nodeport_ips(self, config: ProxyConfig) -> list[IPAddress] | None:
-        """The addresses that accept NodePorts, or None for "every local address"."""
-        cidrs = config.nodeport_cidrs(self.f.version)
-        primary = PRIMARY in config.nodeport_addresses
-        if (not cidrs and not primary) or any(c.prefixlen == 0 for c in cidrs):
-            return None
-        ips = [ip for ip in self.node_ips if any(ip in c for c in cidrs)]
-        if primary and self.node_ips:
-            ips.insert(0, self.node_ips[0])
-        # Loopback NodePorts would need route_localnet; upstream leaves them out too.
-        return sorted({ip for ip in ips if ip not in self.f.loopback})
 
     def element(
         self,
