@@ -39,7 +39,7 @@ from nlproxy.isolation import (
 )
 from nlproxy.log import get_logger
 from nlproxy.nft.backend import NftBackend
-from nlproxy.nft.ir import Element, Family, Operation, Ruleset, Table, Value
+from nlproxy.nft.ir import Element, Family, Operation, Ruleset, Table, Value, Verb
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.reconcile import Delta, advance, diff, ops_for_delta, stamp
 from nlproxy.proxy import naming as n
@@ -122,6 +122,8 @@ class Syncer:
         self._backends: dict[Family, NftBackend] = {}
         self._programmed: dict[Family, Ruleset | None] = {}
         self._seeded = False
+        # Families whose table this process's socket owns (with --owned-table).
+        self._claimed: set[Family] = set()
         self._last_plan: Plan | None = None
         # True while the cache equals the last plan as programmed: only then may a delta of
         # that plan stand for the whole difference.
@@ -287,6 +289,9 @@ class Syncer:
             desired = planned.rulesets[family]
             t = time.perf_counter()
             ops = diff(desired, before[family])
+            claim = 0
+            if self.owner and family not in self._claimed:
+                ops, claim = self._claim(family, before[family], desired, ops)
             result.diff_ms += (time.perf_counter() - t) * 1000
             if ops:
                 t = time.perf_counter()
@@ -299,7 +304,8 @@ class Syncer:
                     raise
                 result.commit_ms += (time.perf_counter() - t) * 1000
             self._programmed[family] = as_programmed(desired)
-            result.ops[family] = len(ops)
+            self._claimed.add(family)
+            result.ops[family] = len(ops) - claim
         if not result.total_ops:
             # Nothing changed in the kernel, so no flow lost its backend: skip reading the
             # frontends of both whole tables (seconds at 100k endpoints, at every restart).
@@ -312,6 +318,32 @@ class Syncer:
             news = [udp_only(rs) for rs in news]
         old, new = programmed_frontends(olds), programmed_frontends(news)
         return self._clean_conntrack(old, new, snapshot)
+
+    def _claim(
+        self,
+        family: Family,
+        have: Ruleset | None,
+        desired: Ruleset,
+        ops: list[Operation],
+    ) -> tuple[list[Operation], int]:
+        """``ops`` led by what makes this process's socket the owner of the table (with
+        ``--owned-table``), and how many operations that added.
+
+        The plan's table carries no flags (ownership belongs to the socket, not to the plan).
+        A new table is created owned and persistent; an orphaned persistent one (a previous
+        nlproxy's) is re-taken by adding it again with the same flags; a table created without
+        them cannot gain them (the kernel refuses to change the owner flag), so it is deleted
+        and created anew in the same batch: the rules are never absent.
+        """
+        owned = self._table(family)
+        if have is None:
+            return [Operation(Verb.ADD, owned), *ops[1:]], 0  # ops[0] adds the plan's table
+        if have.table.persist:  # the kernel clears the owner flag when the owner exits
+            return [Operation(Verb.ADD, owned), *ops], 1
+        self.log.info("table.owned", family=str(family), table=TABLE_NAME, recreated=True)
+        fresh = diff(desired, None)[1:]
+        plain = Table(family=family, name=TABLE_NAME)
+        return [Operation(Verb.DELETE, plain), Operation(Verb.ADD, owned), *fresh], 2
 
     def _clean_partial(
         self, before: Mapping[Family, Ruleset | None], done: list[Family], snapshot: ClusterSnapshot
