@@ -12,7 +12,9 @@ process programming a fresh network namespace. Prints JSON lines:
 - ``rss``: the daemon's RSS (current and peak) at each stage: ``imports`` (a process that only
   imports what the daemon imports, for reference), ``settled`` (after ``--settle``, before the
   changes), ``after_changes``, and with ``--verify-after S`` (the daemon's sync period)
-  ``after_verify``, once the first full read-back verify after the changes is done.
+  ``after_verify``, once the first full read-back verify after the changes is done;
+- ``idle_cpu`` (with ``--idle S``): the daemon's CPU time (user + system, all threads) over S
+  idle seconds at the end, per minute: what a quiet node pays (the periodic verify included).
 
     .venv/bin/python bench/bench_daemon.py --services 10000 --endpoints 10 --changes 20
 """
@@ -141,7 +143,32 @@ def stamp(ev: dict[str, Any]) -> float:
     return datetime.fromisoformat(ev["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
-def run(services: int, endpoints: int, changes: int, settle: float, verify_after: float) -> None:
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` (every thread), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_idle(pid: int, seconds: float) -> None:
+    before = cpu_seconds(pid)
+    time.sleep(seconds)
+    used = cpu_seconds(pid) - before
+    emit(
+        what="idle_cpu",
+        seconds=seconds,
+        cpu_s=round(used, 3),
+        cpu_s_per_minute=round(used * 60 / seconds, 3),
+    )
+
+
+def run(
+    services: int,
+    endpoints: int,
+    changes: int,
+    settle: float,
+    verify_after: float,
+    idle: float = 0.0,
+) -> None:
     imports_rss()
     cluster = gen.Cluster(services=services, endpoints=endpoints)
     api = ApiServer(token=TOKEN)
@@ -225,6 +252,8 @@ def run(services: int, endpoints: int, changes: int, settle: float, verify_after
             emit_rss("after_changes", daemon.proc.pid)
             if verify_after:
                 wait_verify(daemon, verify_after, settle)
+            if idle:
+                measure_idle(daemon.proc.pid, idle)
     finally:
         if daemon is not None:
             daemon.stop()
@@ -257,8 +286,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar="S",
         help="run the daemon with this sync period and report RSS after a verify (0: don't)",
     )
+    p.add_argument(
+        "--idle",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="at the end, measure the daemon's CPU over S idle seconds (0: don't)",
+    )
     args = p.parse_args(argv)
-    run(args.services, args.endpoints, args.changes, args.settle, args.verify_after)
+    run(args.services, args.endpoints, args.changes, args.settle, args.verify_after, args.idle)
     return 0
 
 

@@ -81,6 +81,7 @@ def full_plan() -> Plan:
             "bench_incremental.py": ("--services", "10000", "--endpoints", "10"),
             "bench_daemon.py": ("--services", "10000", "--endpoints", "10", "--changes", "20"),
             "bench_isolation.py": ("--services", "10000", "--endpoints", "10"),
+            "bench_verify.py": ("--services", "10000", "--endpoints", "10"),
         },
     )
 
@@ -101,6 +102,7 @@ def quick_plan() -> Plan:
             "bench_incremental.py": ("--services", "1000", "--endpoints", "10", "--changes", "6"),
             "bench_daemon.py": ("--services", "1000", "--endpoints", "10", "--changes", "5"),
             "bench_isolation.py": ("--services", "1000", "--endpoints", "10"),
+            "bench_verify.py": ("--services", "1000", "--endpoints", "10"),
         },
     )
 

@@ -62,6 +62,7 @@ class Daemon:
         self.reachability = ReachabilityMonitor(
             self.registry, netns=args.netns, on_change=self._unreachable_changed
         )
+        self.monitor: NftMonitor | None = None
         self.loop = SyncLoop(
             ClusterState(cfg.node_name),
             self.syncer,
@@ -72,9 +73,14 @@ class Daemon:
             on_synced=self._synced,
             snapshot_filter=self._filter if args.exclude_unreachable_endpoints else None,
             release_memory=True,
+            quiet=self._quiet,
         )
         self.healthchecks: HealthCheckServers | None = None
         self.log = get_logger("daemon")
+
+    def _quiet(self) -> bool:
+        """Whether the drift monitor has seen every transaction (see ``SyncLoop``)."""
+        return self.monitor is not None and self.monitor.saw_every_commit()
 
     def _filter(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
         return without_unreachable(snapshot, self.reachability.unreachable)
@@ -191,8 +197,10 @@ class Daemon:
                 self.healthchecks = HealthCheckServers(nursery)
                 await nursery.start(self.reachability.run)
                 await nursery.start(self.loop.run, recv)
-                monitor = NftMonitor(TABLE_NAME, netns_name=self.args.netns)
-                await nursery.start(monitor.run, self.loop.request_verify)
+                # After the first sync: its own notifications (one per element) would only
+                # be parsed and dropped.
+                self.monitor = NftMonitor(TABLE_NAME, netns_name=self.args.netns)
+                await nursery.start(self.monitor.run, self.loop.request_verify)
                 await nursery.start(serve, self.cfg.healthz_bind_address, self._healthz)
                 await nursery.start(serve, self.cfg.metrics_bind_address, self._metrics)
                 systemd.notify("READY=1")

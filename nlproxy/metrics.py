@@ -110,6 +110,13 @@ class Metrics:
             "Objects left out because they failed validation",
             registry=registry,
         )
+        self.verifies = Counter(
+            "nlproxy_verifies",
+            "Periodic and drift verifies; read_back=false: the drift monitor had seen every "
+            "transaction since the last sync, so the tables were not read back",
+            ["read_back"],
+            registry=registry,
+        )
         self.nodeport_addresses_missing = Gauge(
             "nlproxy_nodeport_addresses_missing",
             "1 when nodePortAddresses selects no address of the family although Services have "

@@ -5,6 +5,11 @@ closes each transaction with NFT_MSG_NEWGEN, which names the writer (pid and com
 transaction that touched a table named ``table_name`` and was written by another process is a
 drift; the daemon repairs it. A receive-buffer overflow (ENOBUFS) means notifications were lost,
 so it is reported as a drift by an unknown writer: a full verify finds out what changed.
+
+NEWGEN also carries the transaction's generation id. The monitor remembers the last one it
+processed; when the kernel's current generation (one GETGEN request) equals it, every transaction
+in the namespace has passed through the detector, so nothing can have changed nlproxy's tables
+unseen: :meth:`NftMonitor.saw_every_commit` lets the periodic verify skip its read-back then.
 """
 
 from __future__ import annotations
@@ -19,13 +24,15 @@ from dataclasses import dataclass
 import trio
 
 from nlproxy import netns
-from nlproxy.nft.nlsock import NETLINK_NETFILTER, SOL_NETLINK, parse_messages
+from nlproxy.nft.dump import generation
+from nlproxy.nft.nlsock import NETLINK_NETFILTER, SOL_NETLINK, NetfilterSocket, parse_messages
 
 NFNLGRP_NFTABLES = 7
 NETLINK_ADD_MEMBERSHIP = 1
 NFNL_SUBSYS_NFTABLES = 10
 NFT_MSG_NEWGEN = 15
 NFT_MSG_MAX_OBJECT = 14  # NEWTABLE (0) .. DELSETELEM (14): messages naming a table
+NFTA_GEN_ID = 1
 NFTA_GEN_PROC_PID = 2
 NFTA_GEN_PROC_NAME = 3
 TABLE_ATTR = 1  # NFTA_{TABLE_NAME,CHAIN_TABLE,RULE_TABLE,SET_TABLE,SET_ELEM_LIST_TABLE}
@@ -70,6 +77,8 @@ class DriftDetector:
         self.table = table_name.encode() + b"\0"
         self.is_own = is_own
         self.touched = 0
+        self.generation: int | None = None
+        """The generation id of the last transaction fed (None: none yet)."""
 
     def feed(self, mtype: int, payload: bytes) -> Drift | None:
         if mtype >> 8 != NFNL_SUBSYS_NFTABLES:
@@ -83,6 +92,8 @@ class DriftDetector:
             return None
         touched, self.touched = self.touched, 0
         attrs = attributes(payload)
+        if NFTA_GEN_ID in attrs:
+            self.generation = struct.unpack(">I", attrs[NFTA_GEN_ID])[0]
         pid = struct.unpack(">I", attrs[NFTA_GEN_PROC_PID])[0] if NFTA_GEN_PROC_PID in attrs else 0
         comm = attrs.get(NFTA_GEN_PROC_NAME, b"").rstrip(b"\0").decode(errors="replace")
         if not touched or self.is_own(pid):
@@ -95,12 +106,27 @@ class NftMonitor:
 
     def __init__(self, table_name: str, *, netns_name: str | None = None) -> None:
         self.detector = DriftDetector(table_name)
+        self.netns = netns_name
         with netns.entered(netns_name):
             self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
         self.sock.bind((0, 0))
         self.sock.setsockopt(SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, NFNLGRP_NFTABLES)
         self.sock.setblocking(False)
+        # Subscribed first, then asked: a transaction in between arrives as a notification.
+        self._gen_sock = NetfilterSocket(netns_name)
+        self.detector.generation = generation(self._gen_sock)
+
+    def saw_every_commit(self) -> bool:
+        """Whether every transaction up to the kernel's current generation has been processed
+        (none was lost, none is still queued). One GETGEN request; any thread may call it.
+
+        A False answer is the safe one: the caller reads the tables back. Lost notifications
+        (ENOBUFS) leave the remembered generation behind the kernel's until a later one arrives,
+        and are reported as a drift besides.
+        """
+        seen = self.detector.generation
+        return seen is not None and generation(self._gen_sock) == seen
 
     async def run(
         self,
@@ -132,3 +158,4 @@ class NftMonitor:
                         on_drift(drift)
         finally:
             self.sock.close()
+            self._gen_sock.close()

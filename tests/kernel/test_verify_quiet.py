@@ -1,0 +1,67 @@
+"""The periodic verify reads the tables back only when something may have changed them unseen.
+
+The drift monitor sees every nftables transaction of the namespace (NEWGEN notifications carry
+its generation id); when the kernel's generation equals the last one it processed, no foreign
+change can have slipped past, and the verify costs one GETGEN request instead of a read-back of
+every element. A change to another table keeps it quiet; a change to nlproxy's reads back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+
+from nlproxy.nft.monitor import NftMonitor
+from nlproxy.testbed import Testbed
+from tests.kernel import topo
+from tests.kernel.test_daemon import VIP_A, answered_by, daemon, nft, objects, publish, wait_until
+
+testbed = topo.testbed
+
+
+def _verifies(proc: Any, read_back: str) -> float:
+    key = f'nlproxy_verifies_total{{read_back="{read_back}"}}'
+    for line in proc.get(proc.metrics, "/metrics")[1].splitlines():
+        if line.startswith(key):
+            return float(line.split()[1])
+    return 0.0
+
+
+def test_idle_verifies_skip_the_read_back(testbed: Testbed, tmp_path: Path) -> None:
+    d = publish(tmp_path / "m", objects(testbed, ["pod-a"]))
+    with daemon(testbed, d, "--sync-period", "300ms") as proc:
+        wait_until(lambda: _verifies(proc, "false") >= 3, 10.0, "three quiet verifies")
+        assert _verifies(proc, "true") == 0
+        # Another table's transaction moves the generation, but the monitor saw it.
+        nft(testbed, "add", "table", "ip", "someone-else")
+        skipped = _verifies(proc, "false")
+        wait_until(lambda: _verifies(proc, "false") >= skipped + 2, 10.0, "still quiet")
+        assert _verifies(proc, "true") == 0
+        # A change to nlproxy's own table is a drift: read back and repaired.
+        nft(testbed, "delete", "table", "ip", "nlproxy")
+        wait_until(lambda: _verifies(proc, "true") >= 1, 10.0, "a read-back after the drift")
+        wait_until(lambda: answered_by(testbed, VIP_A, 3) == {"pod-a"}, 5.0, "repaired")
+
+
+async def test_unprocessed_notifications_are_not_quiet(
+    make_netns: Callable[[str], str],
+) -> None:
+    """The guard itself: a transaction whose notification the monitor has not processed yet
+    (queued, or lost) leaves the kernel's generation ahead, so a verify reads back."""
+    ns = make_netns("vq")
+    monitor = NftMonitor("nlproxy", netns_name=ns)
+    assert monitor.saw_every_commit()
+    cmd = ["ip", "netns", "exec", ns, "nft", "add", "table", "ip", "t"]
+    await trio.run_process(cmd)
+    assert not monitor.saw_every_commit(), "a queued notification was taken for processed"
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(monitor.run, lambda drift: None)
+            # The queued notification is processed at once; then the generations agree.
+            await trio.testing.wait_all_tasks_blocked()
+            assert monitor.saw_every_commit()
+            nursery.cancel_scope.cancel()
