@@ -109,6 +109,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "element per frontend, a set lookup per packet of DNAT'd connections",
     )
     parser.add_argument("--once", action="store_true", help="reconcile once and exit")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="with --once: program the namespace even while another nlproxy does (it will "
+        "undo what this run changes unless the manifests agree)",
+    )
 
 
 def daemon_config(args: argparse.Namespace) -> DaemonConfig:
@@ -156,13 +162,20 @@ def run(args: argparse.Namespace) -> int:
     pcfg = proxy_config(args, cfg)
     for warning in cfg.warnings:
         print(f"nlproxy: warning: {warning}", file=sys.stderr)
-    if not args.once:
-        from nlproxy.daemon import run_daemon
-
-        return run_daemon(args, cfg, pcfg)
-    if args.manifests is None:
+    if args.once and args.manifests is None:
         raise ConfigError("run --once", "needs --manifests DIR")
-    return run_once(args, cfg, pcfg)
+    from nlproxy.nslock import NamespaceLock
+
+    lock = None if args.once and args.force else NamespaceLock(args.netns)
+    try:
+        if not args.once:
+            from nlproxy.daemon import run_daemon
+
+            return run_daemon(args, cfg, pcfg)
+        return run_once(args, cfg, pcfg)
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) -> int:

@@ -1,0 +1,62 @@
+"""One nlproxy per network namespace: a second daemon, or a ``run --once`` beside a daemon, is
+refused with the first's pid (exit 2); ``--force`` lets a one-off run through; the lock dies
+with its holder; other namespaces are not affected."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from nlproxy.errors import ConfigError
+from nlproxy.nslock import NamespaceLock
+from nlproxy.testbed import Testbed
+from tests.kernel import topo
+from tests.kernel.test_daemon import VIP_A, answered_by, daemon, objects, publish
+
+testbed = topo.testbed
+
+
+def _nlproxy(tb: Testbed, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "nlproxy", "--netns", tb.node.netns, "run", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_a_second_proxy_is_refused_with_the_first_ones_pid(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    d = publish(tmp_path / "m", objects(testbed, ["pod-a"]))
+    with daemon(testbed, d) as first:
+        args = ("--manifests", str(d), "--node-name", testbed.node.name)
+        second = _nlproxy(testbed, *args, "--healthz-bind-address", "127.0.0.1:0")
+        assert second.returncode == 2, second.stderr
+        assert f"nlproxy (pid {first.proc.pid}) already programs it" in second.stderr
+        assert "Traceback" not in second.stderr
+        once = _nlproxy(testbed, *args, "--once")
+        assert once.returncode == 2, once.stderr
+        assert f"pid {first.proc.pid}" in once.stderr
+        forced = _nlproxy(testbed, *args, "--once", "--force")
+        assert forced.returncode == 0, forced.stderr
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+        # The lock dies with its holder, even by SIGKILL: a new daemon may start at once.
+        os.kill(first.proc.pid, signal.SIGKILL)
+        first.proc.wait(timeout=10)
+    with daemon(testbed, d):
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+
+
+def test_the_lock_is_per_namespace(make_netns: Callable[[str], str]) -> None:
+    a, b = make_netns("lka"), make_netns("lkb")
+    first = NamespaceLock(a)
+    try:
+        NamespaceLock(b).release()  # another namespace: free
+        with pytest.raises(ConfigError, match=rf"pid {os.getpid()}\) already programs it"):
+            NamespaceLock(a)
+    finally:
+        first.release()
+    NamespaceLock(a).release()  # released: free again
