@@ -39,6 +39,7 @@ CTA_STATUS = 3
 CTA_PROTOINFO = 4
 CTA_TIMEOUT = 7
 CTA_MARK = 8
+CTA_USE = 11
 CTA_ID = 12
 CTA_ZONE = 18
 CTA_FILTER = 25
@@ -55,9 +56,11 @@ CTA_IP_V6_DST = 4
 CTA_PROTO_NUM = 1
 CTA_PROTO_SRC_PORT = 2
 CTA_PROTO_DST_PORT = 3
-# enum ctattr_protoinfo / ctattr_protoinfo_tcp
+# enum ctattr_protoinfo / ctattr_protoinfo_tcp / ctattr_protoinfo_sctp
 CTA_PROTOINFO_TCP = 1
+CTA_PROTOINFO_SCTP = 3
 CTA_PROTOINFO_TCP_STATE = 1
+CTA_PROTOINFO_SCTP_STATE = 1
 # enum ctattr_filter
 CTA_FILTER_ORIG_FLAGS = 1
 CTA_FILTER_REPLY_FLAGS = 2
@@ -68,8 +71,40 @@ CTA_FILTER_F_CTA_PROTO_NUM = 1 << 3
 CTA_FILTER_F_CTA_PROTO_SRC_PORT = 1 << 4
 CTA_FILTER_F_CTA_PROTO_DST_PORT = 1 << 5
 
-IPS_DST_NAT = 0x20
+# enum ip_conntrack_status (linux/netfilter/nf_conntrack_common.h)
+IPS_SEEN_REPLY = 1 << 1
+IPS_ASSURED = 1 << 2
+IPS_DST_NAT = 1 << 5
 """Status bit: the flow's destination was rewritten (DNAT)."""
+IPS_OFFLOAD = 1 << 14
+IPS_HW_OFFLOAD = 1 << 15
+
+# enum tcp_conntrack and enum sctp_conntrack (linux/netfilter/nf_conntrack_{tcp,sctp}.h), as
+# ``conntrack -L`` names them.
+TCP_STATES = (
+    "NONE",
+    "SYN_SENT",
+    "SYN_RECV",
+    "ESTABLISHED",
+    "FIN_WAIT",
+    "CLOSE_WAIT",
+    "LAST_ACK",
+    "TIME_WAIT",
+    "CLOSE",
+    "SYN_SENT2",
+)
+SCTP_STATES = (
+    "NONE",
+    "CLOSED",
+    "COOKIE_WAIT",
+    "COOKIE_ECHOED",
+    "ESTABLISHED",
+    "SHUTDOWN_SENT",
+    "SHUTDOWN_RECD",
+    "SHUTDOWN_ACK_SENT",
+    "HEARTBEAT_SENT",
+    "HEARTBEAT_ACKED",
+)
 
 NLA_F_NESTED = 0x8000
 NLA_TYPE_MASK = 0x3FFF
@@ -124,6 +159,8 @@ class Flow:
     status: int = 0
     timeout: int | None = None
     tcp_state: int | None = None
+    sctp_state: int | None = None
+    use: int | None = None
 
     @property
     def family(self) -> int:
@@ -135,6 +172,30 @@ class Flow:
         """``tcp``, ``udp``, ``sctp``, or the protocol number for anything else."""
         return PROTO_NAMES.get(self.orig.proto, str(self.orig.proto))
 
+    @property
+    def state(self) -> str | None:
+        """The TCP or SCTP state as ``conntrack -L`` names it (``ESTABLISHED``), else None."""
+        if self.tcp_state is not None:
+            return _state_name(TCP_STATES, self.tcp_state)
+        if self.sctp_state is not None:
+            return _state_name(SCTP_STATES, self.sctp_state)
+        return None
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The status bits ``conntrack -L`` shows: ``UNREPLIED``, ``ASSURED``, ``OFFLOAD``…"""
+        st = self.status
+        out = [] if st & IPS_SEEN_REPLY else ["UNREPLIED"]
+        if st & IPS_HW_OFFLOAD:
+            out.append("HW_OFFLOAD")
+        elif st & IPS_OFFLOAD:
+            out.append("OFFLOAD")
+        elif st & IPS_ASSURED:
+            out.append("ASSURED")
+        if st & IPS_DST_NAT:
+            out.append("DNAT")
+        return tuple(out)
+
     def as_dict(self) -> dict[str, object]:
         """Plain values, for ``--json`` output."""
         return {
@@ -142,10 +203,13 @@ class Flow:
             "proto": self.proto,
             "orig": _tuple_dict(self.orig),
             "reply": _tuple_dict(self.reply),
-            "zone": self.zone,
-            "mark": self.mark,
-            "status": self.status,
+            "state": self.state,
             "timeout": self.timeout,
+            "mark": self.mark,
+            "flags": list(self.flags),
+            "zone": self.zone,
+            "status": self.status,
+            "use": self.use,
             "id": self.id,
         }
 
@@ -153,8 +217,46 @@ class Flow:
         return f"ipv{self.family} {self.proto} {self.orig} | {self.reply} zone={self.zone}"
 
 
+def _state_name(names: tuple[str, ...], state: int) -> str:
+    return names[state] if 0 <= state < len(names) else str(state)
+
+
 def _tuple_dict(t: FlowTuple) -> dict[str, object]:
     return {"src": str(t.src), "dst": str(t.dst), "sport": t.sport, "dport": t.dport}
+
+
+def _tuple_text(t: FlowTuple) -> str:
+    text = f"src={t.src} dst={t.dst}"
+    if t.proto in PROTO_NAMES:
+        text += f" sport={t.sport} dport={t.dport}"
+    return text
+
+
+def conntrack_line(flow: Flow) -> str:
+    """``flow`` as one line of ``conntrack -L -o extended``: family, protocol, timeout, state,
+    both tuples with ``[UNREPLIED]``/``[ASSURED]``, mark, zone (when not 0) and use count.
+
+    What nlproxy does not decode (ICMP ids, helpers, labels, accounting) is left out; ports are
+    shown for TCP, UDP and SCTP only.
+    """
+    af = 2 if flow.family == 4 else 10
+    proto = PROTO_NAMES.get(flow.orig.proto, "unknown")
+    parts = [f"{'ipv' + str(flow.family):<8} {af} {proto:<8} {flow.orig.proto}"]
+    if flow.timeout is not None:
+        parts.append(str(flow.timeout))
+    if flow.state is not None:
+        parts.append(flow.state)
+    parts.append(_tuple_text(flow.orig))
+    if not flow.status & IPS_SEEN_REPLY:
+        parts.append("[UNREPLIED]")
+    parts.append(_tuple_text(flow.reply))
+    parts += [f"[{f}]" for f in flow.flags if f not in ("UNREPLIED", "DNAT")]
+    parts.append(f"mark={flow.mark}")
+    if flow.zone:
+        parts.append(f"zone={flow.zone}")
+    if flow.use is not None:
+        parts.append(f"use={flow.use}")
+    return " ".join(parts)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -407,12 +509,17 @@ def _decode_tuple(buf: bytes, off: int, end: int) -> FlowTuple:
     return FlowTuple(src, dst, proto, sport, dport)
 
 
-def _tcp_state(buf: bytes, off: int, end: int) -> int | None:
+def _protoinfo(buf: bytes, off: int, end: int) -> tuple[str, int] | None:
+    """(``tcp_state`` or ``sctp_state``, the state number) from CTA_PROTOINFO."""
     for atype, start, stop in _attrs(buf, off, end):
         if atype == CTA_PROTOINFO_TCP:
             for ttype, s, _e in _attrs(buf, start, stop):
                 if ttype == CTA_PROTOINFO_TCP_STATE:
-                    return buf[s]
+                    return "tcp_state", buf[s]
+        elif atype == CTA_PROTOINFO_SCTP:
+            for ttype, s, _e in _attrs(buf, start, stop):
+                if ttype == CTA_PROTOINFO_SCTP_STATE:
+                    return "sctp_state", buf[s]
     return None
 
 
@@ -439,8 +546,12 @@ def decode_flow(payload: bytes) -> Flow:
             fields["status"] = _BE32.unpack_from(payload, start)[0]
         elif atype == CTA_TIMEOUT:
             fields["timeout"] = _BE32.unpack_from(payload, start)[0]
+        elif atype == CTA_USE:
+            fields["use"] = _BE32.unpack_from(payload, start)[0]
         elif atype == CTA_PROTOINFO:
-            fields["tcp_state"] = _tcp_state(payload, start, stop)
+            info = _protoinfo(payload, start, stop)
+            if info is not None:
+                fields[info[0]] = info[1]
     if orig is None or reply is None:
         raise ValueError("conntrack message without both tuples")
     return Flow(
@@ -452,4 +563,6 @@ def decode_flow(payload: bytes) -> Flow:
         status=fields.get("status") or 0,
         timeout=fields.get("timeout"),
         tcp_state=fields.get("tcp_state"),
+        sctp_state=fields.get("sctp_state"),
+        use=fields.get("use"),
     )

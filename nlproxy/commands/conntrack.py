@@ -2,7 +2,9 @@
 
 Thin wiring over :mod:`nlproxy.conntrack`. ``--service`` and ``--all-stale`` are resolved from
 what nlproxy programmed in the kernel (its ``ip``/``ip6 nlproxy`` tables, read back), never from
-the Kubernetes API. ``flush`` refuses to run without a filter.
+the Kubernetes API. ``flush`` refuses to run without a filter. ``list`` prints each flow as
+``conntrack -L -o extended`` does (family, protocol, timeout, TCP/SCTP state, both tuples,
+``[UNREPLIED]``/``[ASSURED]``, mark, zone, use count), or JSON with the same fields.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from nlproxy.conntrack import (
     Programmed,
     programmed_frontends,
 )
-from nlproxy.conntrack_msg import IPS_DST_NAT, FlowFilter, IPAddress
+from nlproxy.conntrack_msg import IPS_DST_NAT, FlowFilter, IPAddress, conntrack_line
 from nlproxy.errors import ConfigError
 
 NAME = "conntrack"
@@ -103,7 +105,7 @@ def _print_list(flows: Iterable[Flow], *, as_json: bool) -> int:
         if as_json:
             listed.append(flow.as_dict())
         else:
-            print(flow)
+            print(conntrack_line(flow))
     if as_json:
         print(json.dumps({"matched": count, "flows": listed}))
     else:
