@@ -1,0 +1,54 @@
+"""``nlproxy status``: is the daemon on this node up and ready, and how is it doing?
+
+Thin wiring over :mod:`nlproxy.status`: asks the daemon's health port (``/healthz``) and metrics
+port (``/metrics``), prints one line per fact or ``--json``. Exit status 0 when the daemon is up
+and ready and both ports answered, 1 otherwise (the last line says which port and why), 2 for a
+bad flag or a network namespace that does not exist. Read only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+
+from nlproxy.status import DEFAULT_HEALTHZ, DEFAULT_METRICS, parse_port, query, render_text, to_json
+
+NAME = "status"
+HELP = "ask the running daemon: up, ready, last sync, pending changes, problems (exit 1 if not ok)"
+EXIT_NOT_OK = 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-address",
+        default=DEFAULT_METRICS,
+        metavar="HOST:PORT",
+        help=f"the daemon's --metrics-bind-address (default {DEFAULT_METRICS})",
+    )
+    parser.add_argument(
+        "--healthz-address",
+        default=DEFAULT_HEALTHZ,
+        metavar="HOST:PORT",
+        help=f"the daemon's --healthz-bind-address (default {DEFAULT_HEALTHZ}; a wildcard "
+        "address is reached on loopback)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=5.0, metavar="SECONDS", help="per request (default 5)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.epilog = (
+        "With --netns, the ports are dialled inside that namespace (a daemon started there "
+        "with `ip netns exec`; `nlproxy --netns NS run` serves its ports where it was started)."
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    metrics = parse_port("--metrics-address", args.metrics_address)
+    healthz = parse_port("--healthz-address", args.healthz_address)
+    st = query(metrics, healthz, netns=args.netns, timeout=args.timeout)
+    if args.json:
+        print(json.dumps(to_json(st), indent=2))
+    else:
+        print(render_text(st, datetime.now(UTC)))
+    return 0 if st.ok else EXIT_NOT_OK

@@ -1,0 +1,232 @@
+"""``nlproxy status`` without a daemon: addresses, metric parsing, rendering, and the answers a
+daemon gives when it is not ready or not nlproxy, from a small HTTP server on loopback."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from nlproxy.cli import main
+from nlproxy.errors import ConfigError
+from nlproxy.log import configure
+from nlproxy.status import (
+    DaemonStatus,
+    from_samples,
+    parse_metrics,
+    parse_port,
+    query,
+    render_text,
+    to_json,
+)
+
+# What a daemon exports with kube-proxy 1.36's labels, and the foreign-table gauge.
+METRICS_136 = """\
+# HELP kubeproxy_sync_proxy_rules_last_timestamp_seconds The last time proxy rules were synced
+# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge
+kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"} 1.7e9
+kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv6"} 1.70000001e9
+# TYPE kubeproxy_sync_proxy_rules_duration_seconds histogram
+kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family="IPv4",le="+Inf"} 3
+kubeproxy_sync_proxy_rules_duration_seconds_sum{ip_family="IPv4"} 0.03
+kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"} 3
+kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family="IPv6",le="+Inf"} 1
+kubeproxy_sync_proxy_rules_duration_seconds_sum{ip_family="IPv6"} 0.01
+kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv6"} 1
+# TYPE kubeproxy_sync_proxy_rules_nftables_sync_failures_total counter
+kubeproxy_sync_proxy_rules_nftables_sync_failures_total 2
+# TYPE kubeproxy_sync_proxy_rules_service_changes_pending gauge
+kubeproxy_sync_proxy_rules_service_changes_pending 1
+# TYPE kubeproxy_sync_proxy_rules_endpoint_changes_pending gauge
+kubeproxy_sync_proxy_rules_endpoint_changes_pending 4
+# TYPE nlproxy_rejected_services gauge
+nlproxy_rejected_services 1
+# TYPE nlproxy_invalid_objects gauge
+nlproxy_invalid_objects 2
+# TYPE nlproxy_drift_repairs counter
+nlproxy_drift_repairs_total{writer="nft"} 2
+nlproxy_drift_repairs_total{writer="iptables-nft"} 1
+# TYPE nlproxy_unreachable_endpoints gauge
+nlproxy_unreachable_endpoints 1
+# TYPE nlproxy_endpoint_unreachable gauge
+nlproxy_endpoint_unreachable{service="default/web:http/TCP",endpoint="10.244.1.9:8080",\
+reason="link down"} 1
+# TYPE nlproxy_foreign_proxy_tables gauge
+nlproxy_foreign_proxy_tables{family="ip",table="kube-proxy"} 1
+nlproxy_foreign_proxy_tables{family="ip6",table="kube-proxy"} 0
+"""
+
+# What nlproxy exported before kube-proxy's labels: no ip_family, its own failure counter, and
+# no foreign-table gauge at all.
+METRICS_OLD = """\
+# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge
+kubeproxy_sync_proxy_rules_last_timestamp_seconds 1.7e9
+# TYPE nlproxy_sync_failures counter
+nlproxy_sync_failures_total 0
+# TYPE nlproxy_drift_repairs counter
+"""
+
+M = parse_port("--metrics-address", "127.0.0.1:10249")
+H = parse_port("--healthz-address", "0.0.0.0:10256")
+
+
+@pytest.fixture(autouse=True)
+def _log_to_this_tests_stderr() -> None:
+    configure(level="warning")
+
+
+@pytest.mark.parametrize(
+    ("text", "dialled"),
+    [
+        pytest.param("0.0.0.0:10256", "127.0.0.1:10256", id="ipv4-wildcard"),
+        pytest.param("[::]:10256", "[::1]:10256", id="ipv6-wildcard"),
+        pytest.param(":10249", "127.0.0.1:10249", id="no-host"),
+        pytest.param("10.0.0.5:9000", "10.0.0.5:9000", id="address"),
+        pytest.param("[fd00::5]:9000", "[fd00::5]:9000", id="ipv6-address"),
+    ],
+)
+def test_bind_address_to_dial(text: str, dialled: str) -> None:
+    assert parse_port("--healthz-address", text).address == dialled
+
+
+@pytest.mark.parametrize("text", ["10256", "localhost", "1.2.3.4:0", "1.2.3.4:70000", "a:b"])
+def test_bad_address_names_the_flag(text: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_port("--metrics-address", text)
+    assert str(err.value) == f"flag --metrics-address: {text!r} is not HOST:PORT"
+
+
+def test_kube_proxy_136_labels_are_summed_per_fact() -> None:
+    st = from_samples(parse_metrics(METRICS_136), M, H, code=200, body={"lastUpdated": "x"})
+    assert st.ok
+    assert st.sync.last == datetime.fromtimestamp(1.70000001e9, UTC)  # the newest family
+    assert (st.sync.count, st.sync.failures) == (4, 2)
+    assert st.sync.mean_seconds == pytest.approx(0.01)
+    assert (st.sync.pending_services, st.sync.pending_endpoints) == (1, 4)
+    assert (st.rejected_services, st.invalid_objects, st.unreachable_count) == (1, 2, 1)
+    assert st.drift_repairs == {"nft": 2, "iptables-nft": 1}
+    assert st.foreign_tables == (("ip", "kube-proxy"),)  # 0: no longer there
+    (u,) = st.unreachable
+    assert (u.service, u.endpoint, u.reason) == (
+        "default/web:http/TCP",
+        "10.244.1.9:8080",
+        "link down",
+    )
+
+
+def test_older_daemon_shows_what_it_does_not_export_as_unknown() -> None:
+    st = from_samples(parse_metrics(METRICS_OLD), M, H, code=200, body={})
+    assert st.sync.failures == 0
+    assert st.drift_repairs == {}  # exported, no writer yet
+    assert st.foreign_tables is None
+    assert st.invalid_objects is None
+    text = render_text(st, datetime.fromtimestamp(1.7e9 + 90, UTC))
+    assert "last sync              2023-11-14 22:13:20 UTC (90s ago)" in text
+    assert "foreign proxy tables   unknown (not exported)" in text
+    assert "drift repairs          0" in text
+    doc = to_json(st)
+    assert doc["foreign_proxy_tables"] is None
+    assert doc["drift_repairs"] == {}
+
+
+def test_text_lists_problems() -> None:
+    st = from_samples(
+        parse_metrics(METRICS_136), M, H, code=503, body={"lastUpdated": "", "nodeEligible": False}
+    )
+    text = render_text(st, datetime.fromtimestamp(1.7e9, UTC))
+    assert "ready                  NO (healthz 503, node NOT eligible" in text
+    assert "drift repairs          3 (iptables-nft: 1, nft: 2)" in text
+    assert "pending changes        1 service, 4 endpoint events" in text
+    assert "  default/web:http/TCP  10.244.1.9:8080  link down" in text
+    assert "  ip kube-proxy" in text
+    assert text.splitlines()[-1] == "nlproxy is not ready: --healthz-address answered 503"
+
+
+class _Canned(BaseHTTPRequestHandler):
+    answers: dict[str, tuple[int, str]] = {}
+
+    def do_GET(self) -> None:
+        code, body = self.answers.get(self.path, (404, "not found"))
+        data = body.encode()
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, dict[str, tuple[int, str]]]]:
+    """A loopback HTTP server on an ephemeral port answering what the test puts in the dict."""
+    answers: dict[str, tuple[int, str]] = {}
+    handler = type("Handler", (_Canned,), {"answers": answers})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{httpd.server_address[1]}", answers
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
+
+
+def _query(addr: str) -> DaemonStatus:
+    return query(
+        parse_port("--metrics-address", addr), parse_port("--healthz-address", addr), timeout=2
+    )
+
+
+def test_not_ready_daemon_exits_1(
+    server: tuple[str, dict[str, tuple[int, str]]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    addr, answers = server
+    answers["/healthz"] = (503, json.dumps({"lastUpdated": "", "nodeEligible": True}))
+    answers["/metrics"] = (200, METRICS_136)
+    st = _query(addr)
+    assert st.up
+    assert not st.ready
+    assert st.problem == "not ready: --healthz-address answered 503"
+    argv = ["status", "--metrics-address", addr, "--healthz-address", addr, "--json"]
+    assert main(argv) == 1
+    assert json.loads(capsys.readouterr().out)["problem"] == st.problem
+
+
+def test_ready_daemon_exits_0(
+    server: tuple[str, dict[str, tuple[int, str]]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    addr, answers = server
+    answers["/healthz"] = (200, json.dumps({"lastUpdated": "2026-01-01T00:00:00+00:00"}))
+    answers["/metrics"] = (200, METRICS_136)
+    assert main(["status", "--metrics-address", addr, "--healthz-address", addr]) == 0
+    out = capsys.readouterr().out
+    assert "ready                  yes (healthz 200, last updated 2026-01-01T00:00:00+00:00)" in out
+    assert "nlproxy is" not in out
+
+
+@pytest.mark.parametrize(
+    ("metrics", "error"),
+    [
+        pytest.param((404, "no"), "/metrics: HTTP 404", id="no-metrics-path"),
+        pytest.param((200, "this is { not prometheus"), "/metrics: not Prometheus text", id="junk"),
+    ],
+)
+def test_metrics_port_that_is_not_nlproxy(
+    server: tuple[str, dict[str, tuple[int, str]]], metrics: tuple[int, str], error: str
+) -> None:
+    addr, answers = server
+    answers["/healthz"] = (200, "{}")
+    answers["/metrics"] = metrics
+    st = _query(addr)
+    assert st.ready
+    assert not st.ok
+    assert st.metrics_error is not None
+    assert error in st.metrics_error
+    assert st.problem is not None
+    assert st.problem.startswith("metrics port not reachable: --metrics-address")
