@@ -192,18 +192,20 @@ def _verdict_word(v: object) -> str:
     return str(getattr(v, "kind", v))
 
 
-def _targets(
-    elements: Mapping[tuple[Value, ...], Element], prefix: tuple[Value, ...]
-) -> tuple[Target, ...]:
-    out: list[Target] = []
-    width = len(prefix)
-    for key in sorted((k for k in elements if k[:width] == prefix), key=key_order):
+Targets = Mapping[tuple[Value, ...], tuple[Target, ...]]
+"""A ``backends*`` map grouped by frontend: key prefix → its targets in index order."""
+
+
+def _group_targets(elements: Mapping[tuple[Value, ...], Element], width: int) -> Targets:
+    """The map's ``(address, port)`` targets per key prefix of ``width`` values, in one pass."""
+    out: dict[tuple[Value, ...], list[Target]] = {}
+    for key in sorted(elements, key=key_order):
         value = elements[key].value
         if isinstance(value, tuple) and len(value) == 2:
             addr, port = value
             if isinstance(addr, IPv4Address | IPv6Address) and isinstance(port, int):
-                out.append((addr, port))
-    return tuple(dict.fromkeys(out))
+                out.setdefault(key[:width], []).append((addr, port))
+    return {prefix: tuple(dict.fromkeys(targets)) for prefix, targets in out.items()}
 
 
 def _allowed(rs: Ruleset, fe: Frontend) -> tuple[IPNetwork, ...] | None:
@@ -220,15 +222,19 @@ def _allowed(rs: Ruleset, fe: Frontend) -> tuple[IPNetwork, ...] | None:
     return tuple(out)
 
 
-def kernel_frontends(rs: Ruleset, service: str) -> list[Frontend]:
-    """The frontends of ``service`` (``ns/name``) in one family's table, with their state."""
+def kernel_frontends(rs: Ruleset, service: str | None = None) -> list[Frontend]:
+    """The frontends of ``service`` (``ns/name``; None: of every service) in one family's
+    table, with their state and endpoints.
+
+    Each map is walked once, so listing every service costs one pass over the elements.
+    """
     found: dict[FrontKey, Frontend] = {}
     family = rs.table.family
     for maps, field in ((_DISPATCH, "dispatch"), (_NO_ENDPOINT, "no_endpoint")):
         for set_name in maps:
             for key, el in rs.elements.get(set_name, {}).items():
                 fk = element_frontend(family, set_name, key)
-                if fk is None or not belongs(el.comment, service):
+                if fk is None or (service is not None and not belongs(el.comment, service)):
                     continue
                 fe = found.get(fk) or Frontend(
                     ref=el.comment,
@@ -246,10 +252,21 @@ def kernel_frontends(rs: Ruleset, service: str) -> list[Frontend]:
                     else {"no_endpoint": _verdict_word(value)}
                 )
                 found[fk] = dataclasses.replace(fe, **update)
-    return [_with_endpoints(rs, fe) for fe in found.values()]
+    if not found:
+        return []
+    targets = {
+        name: _group_targets(rs.elements.get(name, {}), width)
+        for name, width in (
+            (n.BACKENDS, 3),
+            (n.BACKENDS_LOCAL, 3),
+            (n.NODEPORT_BACKENDS, 2),
+            (n.NODEPORT_BACKENDS_LOCAL, 2),
+        )
+    }
+    return [_with_endpoints(rs, fe, targets) for fe in found.values()]
 
 
-def _with_endpoints(rs: Ruleset, fe: Frontend) -> Frontend:
+def _with_endpoints(rs: Ruleset, fe: Frontend, targets: Mapping[str, Targets]) -> Frontend:
     if fe.address is None:
         prefix: tuple[Value, ...] = (fe.proto, fe.port)
         cluster, local = n.NODEPORT_BACKENDS, n.NODEPORT_BACKENDS_LOCAL
@@ -257,13 +274,13 @@ def _with_endpoints(rs: Ruleset, fe: Frontend) -> Frontend:
         prefix = (fe.address, fe.proto, fe.port)
         cluster, local = n.BACKENDS, n.BACKENDS_LOCAL
     allowed = _allowed(rs, fe)
-    endpoints = _targets(rs.elements.get(cluster, {}), prefix)
+    endpoints = targets[cluster].get(prefix, ())
     if fe.dispatch is not None and not endpoints:
         endpoints = _dnat_targets(rs, fe.dispatch)
     return dataclasses.replace(
         fe,
         endpoints=endpoints,
-        local_endpoints=_targets(rs.elements.get(local, {}), prefix),
+        local_endpoints=targets[local].get(prefix, ()),
         allowed=allowed,
         kind="load-balancer" if allowed is not None and fe.kind == "external" else fe.kind,
     )

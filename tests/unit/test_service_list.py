@@ -1,0 +1,145 @@
+"""``nlproxy services``' pure half over planned rulesets: every service's frontends read back
+once, policies inferred from the shape or taken from the Services, backend conditions from the
+slices, and the table and JSON. The kernel side is tests/kernel/test_services.py."""
+
+from __future__ import annotations
+
+from ipaddress import ip_address
+
+import pytest
+
+from nlproxy.explain_rules import kernel_frontends
+from nlproxy.inspect import Reachability
+from nlproxy.nft.ir import Family, IPAddress, Ruleset
+from nlproxy.service_list import ServiceRow, build_rows, manifests_index, render_table, row_json
+from tests.unit.builders import NODE, endpoint, eps_slice, port, service
+from tests.unit.test_explain import LB, _rulesets
+
+
+@pytest.fixture(scope="module")
+def rulesets() -> dict[Family, Ruleset]:
+    return _rulesets()
+
+
+def _reach(addr: IPAddress) -> Reachability:
+    local = str(addr).startswith("10.0.1.")
+    return Reachability(
+        kind="local" if local else "remote",
+        reachable=str(addr) != "10.0.2.5",
+        device="veth0" if local else "eth0",
+        gateway=None,
+        state="up",
+        reason="no route" if str(addr) == "10.0.2.5" else "ok",
+    )
+
+
+def _rows(rulesets: dict[Family, Ruleset], **kw: object) -> dict[str, ServiceRow]:
+    fronts = kernel_frontends(rulesets[Family.IP])
+    addrs = {a for fe in fronts for a, _ in (*fe.endpoints, *fe.local_endpoints)}
+    rows = build_rows(fronts, rulesets, {a: _reach(a) for a in addrs}, **kw)  # type: ignore[arg-type]
+    return {f"{r.frontend.ref} {r.frontend.label}": r for r in rows}
+
+
+def test_every_service_is_read_back_in_one_call(rulesets: dict[Family, Ruleset]) -> None:
+    fronts = kernel_frontends(rulesets[Family.IP])
+    per_service = [
+        fe
+        for svc in ("ns/web", "ns/empty", "ns/local")
+        for fe in kernel_frontends(rulesets[Family.IP], svc)
+    ]
+    assert len(fronts) == len(per_service) == 9  # web 5, empty 1, local 3
+    assert {fe.key: fe for fe in fronts} == {fe.key: fe for fe in per_service}
+
+
+def test_policies_the_kernel_tells(rulesets: dict[Family, Ruleset]) -> None:
+    rows = _rows(rulesets)
+    lb = rows[f"ns/web:http/TCP {LB}:80/TCP"]
+    assert (lb.external_policy, lb.internal_policy, lb.affinity) == ("Cluster", None, "None")
+    local_np = rows["ns/local:p80/TCP nodeport:30081/TCP"]
+    assert local_np.external_policy == "Local"
+    assert local_np.backends == ()  # its only endpoint is on another node
+    assert [str(a) for a, _ in local_np.cluster_backends] == ["10.0.2.5"]
+    local_cip = rows["ns/local:p80/TCP 172.30.0.12:80/TCP"]
+    assert (local_cip.internal_policy, local_cip.frontend.state) == ("Local", "drop")
+    web = rows["ns/web:http/TCP 172.30.0.10:80/TCP"]
+    assert web.internal_policy is None  # Cluster and Local look alike while both have endpoints
+    assert [(str(b.address), b.state, b.reach and b.reach.kind) for b in web.backends] == [
+        ("10.0.1.4", "in use", "local"),
+        ("10.0.2.4", "in use", "remote"),
+    ]
+
+
+def test_manifests_give_conditions_and_policies(rulesets: dict[Family, Ruleset]) -> None:
+    p = port
+    manifests = manifests_index(
+        [
+            service("ns", "web", "172.30.0.10", [p("ns", "web", "http", 80, node_port=30080)]),
+            eps_slice(
+                "ns",
+                "web",
+                [
+                    endpoint("10.0.1.4", NODE),
+                    endpoint("10.0.2.4"),
+                    endpoint("10.0.1.9", NODE, ready=False, serving=True, terminating=True),
+                    endpoint("10.0.1.8", NODE, ready=False, serving=False),
+                ],
+                [("http", 8080, "TCP"), ("dns", 5353, "UDP")],
+            ),
+            service("ns", "local", "172.30.0.12", internal_policy_local=False),
+        ]
+    )
+    rows = _rows(rulesets, manifests=manifests)
+    web = rows["ns/web:http/TCP 172.30.0.10:80/TCP"]
+    assert web.internal_policy == "Cluster"
+    assert [(str(b.address), b.state, b.programmed) for b in web.backends] == [
+        ("10.0.1.4", "ready", True),
+        ("10.0.2.4", "ready", True),
+        ("10.0.1.8", "not-ready", False),
+        ("10.0.1.9", "serving,terminating", False),
+    ]
+    dns = rows["ns/web:dns/UDP 172.30.0.10:53/UDP"]
+    assert {b.port for b in dns.backends} == {5353}  # the slice port of the same name
+    # The Service says so, whatever the shape suggests.
+    assert rows["ns/local:p80/TCP 172.30.0.12:80/TCP"].internal_policy == "Cluster"
+
+
+def test_table_and_json(rulesets: dict[Family, Ruleset]) -> None:
+    rows = _rows(rulesets)
+    ordered = sorted(rows.values(), key=lambda r: (r.frontend.ref, r.frontend.label))
+    text = render_table(ordered).splitlines()
+    assert text[0].split() == ["FRONTEND", "TYPE", "SERVICE", "PORT", "POLICY", "BACKENDS"]
+    empty = next(line for line in text if "ns/empty" in line)
+    assert empty.endswith("(no backends: reject)")
+    lb = text.index(next(line for line in text if line.startswith(f"{LB}:80/TCP")))
+    assert "LoadBalancer" in text[lb]
+    assert "sourceRanges=203.0.113.0/25" in text[lb]
+    assert text[lb].endswith("1 => 10.0.1.4:8080 (in use, local, reachable)")
+    assert text[lb + 1].strip() == "2 => 10.0.2.4:8080 (in use, remote, reachable)"
+    local = next(line for line in text if line.startswith("nodeport:30081/TCP"))
+    assert local.endswith("(no backends: drop)")
+    doc = row_json(rows["ns/web:http/TCP 172.30.0.10:80/TCP"])
+    assert doc["frontend"] == "172.30.0.10:80/TCP"
+    assert doc["type"] == "ClusterIP"
+    assert doc["backends"] == [
+        {
+            "address": "10.0.1.4",
+            "port": 8080,
+            "state": "in use",
+            "programmed": True,
+            "node": None,
+            "where": "local",
+            "reachable": True,
+            "reason": "ok",
+        },
+        {
+            "address": "10.0.2.4",
+            "port": 8080,
+            "state": "in use",
+            "programmed": True,
+            "node": None,
+            "where": "remote",
+            "reachable": True,
+            "reason": "ok",
+        },
+    ]
+    assert ip_address(str(doc["address"])) == ip_address("172.30.0.10")
