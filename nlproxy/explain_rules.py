@@ -11,7 +11,7 @@ The ruleset shape is docs/ruleset.md's. Pure: no I/O, no logging; it never chang
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
@@ -196,16 +196,29 @@ Targets = Mapping[tuple[Value, ...], tuple[Target, ...]]
 """A ``backends*`` map grouped by frontend: key prefix → its targets in index order."""
 
 
-def _group_targets(elements: Mapping[tuple[Value, ...], Element], width: int) -> Targets:
-    """The map's ``(address, port)`` targets per key prefix of ``width`` values, in one pass."""
-    out: dict[tuple[Value, ...], list[Target]] = {}
-    for key in sorted(elements, key=key_order):
-        value = elements[key].value
-        if isinstance(value, tuple) and len(value) == 2:
-            addr, port = value
-            if isinstance(addr, IPv4Address | IPv6Address) and isinstance(port, int):
-                out.setdefault(key[:width], []).append((addr, port))
-    return {prefix: tuple(dict.fromkeys(targets)) for prefix, targets in out.items()}
+def _group_targets(
+    elements: Mapping[tuple[Value, ...], Element],
+    width: int,
+    wanted: Set[tuple[Value, ...]],
+) -> Targets:
+    """The map's ``(address, port)`` targets per key prefix of ``width`` values (only the
+    ``wanted`` prefixes), in index order, in one pass over the map."""
+    keys: dict[tuple[Value, ...], list[tuple[Value, ...]]] = {}
+    for key in elements:
+        prefix = key[:width]
+        if prefix in wanted:
+            keys.setdefault(prefix, []).append(key)
+    out: dict[tuple[Value, ...], tuple[Target, ...]] = {}
+    for prefix, group in keys.items():
+        targets: list[Target] = []
+        for key in sorted(group, key=key_order):
+            value = elements[key].value
+            if isinstance(value, tuple) and len(value) == 2:
+                addr, port = value
+                if isinstance(addr, IPv4Address | IPv6Address) and isinstance(port, int):
+                    targets.append((addr, port))
+        out[prefix] = tuple(dict.fromkeys(targets))
+    return out
 
 
 def _allowed(rs: Ruleset, fe: Frontend) -> tuple[IPNetwork, ...] | None:
@@ -226,7 +239,8 @@ def kernel_frontends(rs: Ruleset, service: str | None = None) -> list[Frontend]:
     """The frontends of ``service`` (``ns/name``; None: of every service) in one family's
     table, with their state and endpoints.
 
-    Each map is walked once, so listing every service costs one pass over the elements.
+    Each ``backends*`` map is walked once for all the frontends found, so listing every
+    service costs one pass over its elements, not one per frontend.
     """
     found: dict[FrontKey, Frontend] = {}
     family = rs.table.family
@@ -254,13 +268,15 @@ def kernel_frontends(rs: Ruleset, service: str | None = None) -> list[Frontend]:
                 found[fk] = dataclasses.replace(fe, **update)
     if not found:
         return []
+    addr_keys = {(fk[2], fk[1], fk[3]) for fk in found if fk[2] is not None}
+    port_keys = {(fk[1], fk[3]) for fk in found if fk[2] is None}
     targets = {
-        name: _group_targets(rs.elements.get(name, {}), width)
-        for name, width in (
-            (n.BACKENDS, 3),
-            (n.BACKENDS_LOCAL, 3),
-            (n.NODEPORT_BACKENDS, 2),
-            (n.NODEPORT_BACKENDS_LOCAL, 2),
+        name: _group_targets(rs.elements.get(name, {}), width, wanted)
+        for name, width, wanted in (
+            (n.BACKENDS, 3, addr_keys),
+            (n.BACKENDS_LOCAL, 3, addr_keys),
+            (n.NODEPORT_BACKENDS, 2, port_keys),
+            (n.NODEPORT_BACKENDS_LOCAL, 2, port_keys),
         )
     }
     return [_with_endpoints(rs, fe, targets) for fe in found.values()]
