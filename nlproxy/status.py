@@ -18,14 +18,17 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from ipaddress import ip_address
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from nlproxy import netns as netns_mod
 from nlproxy.errors import ConfigError
 
-DEFAULT_METRICS = "127.0.0.1:10249"
-DEFAULT_HEALTHZ = "0.0.0.0:10256"
+METRICS_PORT = 10249
+HEALTHZ_PORT = 10256
+DEFAULT_METRICS = f"127.0.0.1:{METRICS_PORT}"
+DEFAULT_HEALTHZ = f"0.0.0.0:{HEALTHZ_PORT}"
 MAX_BODY = 64 << 20
 """A scrape larger than this is refused (100k services with counters is ~20 MB)."""
 UNREACHABLE_SHOWN = 20
@@ -36,6 +39,8 @@ Samples = Mapping[str, list[tuple[dict[str, str], float]]]
 # Sample names, newest spelling first: kube-proxy 1.36's, then what nlproxy exported before.
 LAST_SYNC = ("kubeproxy_sync_proxy_rules_last_timestamp_seconds",)
 SYNC_DURATION = ("kubeproxy_sync_proxy_rules_duration_seconds",)
+FULL_SYNC_DURATION = ("kubeproxy_sync_full_proxy_rules_duration_seconds",)
+PARTIAL_SYNC_DURATION = ("kubeproxy_sync_partial_proxy_rules_duration_seconds",)
 SYNC_FAILURES = (
     "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
     "nlproxy_sync_failures_total",
@@ -68,22 +73,29 @@ class Port:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
-def parse_port(flag: str, text: str) -> Port:
-    """A daemon's bind address (``0.0.0.0:10256``, ``[::]:10256``, ``:10256``) as a place to
-    connect to: wildcard and empty hosts become loopback of the same family.
+def parse_port(flag: str, text: str, default_port: int) -> Port:
+    """A daemon's bind address (``0.0.0.0:10256``, ``[::]:10256``, ``:10256``, or a host alone,
+    which kube-proxy completes with its default port) as a place to connect to: wildcard and
+    empty hosts become loopback of the same family.
 
     Raises:
-        ConfigError: not ``HOST:PORT`` with a port in 1..65535.
+        ConfigError: not ``HOST:PORT`` with a port in 1..65535, nor an address alone.
     """
-    host, sep, port = text.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"flag {flag}", f"{text!r} is not HOST:PORT")
+    try:
+        alone = ip_address(text.strip("[]"))
+    except ValueError:
+        host, sep, port = text.rpartition(":")
+        host = host.strip("[]")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"flag {flag}", f"{text!r} is not HOST:PORT") from None
+        number = int(port)
+    else:
+        host, number = str(alone), default_port
     if host in ("", "0.0.0.0"):
         host = "127.0.0.1"
     elif host == "::":
         host = "::1"
-    return Port(flag=flag, bind=text, host=host, port=int(port))
+    return Port(flag=flag, bind=text, host=host, port=number)
 
 
 def fetch(port: Port, path: str, *, netns: str | None, timeout: float) -> tuple[int, str]:
@@ -146,12 +158,37 @@ def _max(samples: Samples, names: Iterable[str]) -> float | None:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Durations:
+    """A duration histogram's count and mean (None: no sync observed yet)."""
+
+    count: int
+    mean_seconds: float | None
+
+
+def _durations(samples: Samples, names: Iterable[str]) -> Durations | None:
+    """Summed over labels (``ip_family``); None when the histogram is not exported."""
+    names = tuple(names)
+    count = _sum(samples, [f"{n}_count" for n in names])
+    total = _sum(samples, [f"{n}_sum" for n in names])
+    if count is None:
+        return None
+    mean = total / count if count and total is not None else None
+    return Durations(count=int(count), mean_seconds=mean)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SyncFacts:
-    """What the metrics say about syncing (None: the daemon does not export it)."""
+    """What the metrics say about syncing (None: the daemon does not export it).
+
+    ``full``/``partial``: kube-proxy's split of the durations (full syncs verify everything,
+    partial ones apply changes), when the daemon exports them.
+    """
 
     last: datetime | None = None
     count: int | None = None
     mean_seconds: float | None = None
+    full: Durations | None = None
+    partial: Durations | None = None
     failures: int | None = None
     pending_services: int | None = None
     pending_endpoints: int | None = None
@@ -278,8 +315,7 @@ def from_samples(
 ) -> DaemonStatus:
     """Join the health answer and the parsed metrics into one status. Pure."""
     last = _max(samples, LAST_SYNC)
-    count = _sum(samples, [f"{n}_count" for n in SYNC_DURATION])
-    total = _sum(samples, [f"{n}_sum" for n in SYNC_DURATION])
+    every = _durations(samples, SYNC_DURATION)
     drift = _find(samples, DRIFT)
     foreign = _find(samples, FOREIGN)
     unreachable = _find(samples, UNREACHABLE) or []
@@ -291,8 +327,10 @@ def from_samples(
         healthz_error=healthz_error,
         sync=SyncFacts(
             last=datetime.fromtimestamp(last, UTC) if last else None,
-            count=_int(count),
-            mean_seconds=total / count if count and total is not None else None,
+            count=None if every is None else every.count,
+            mean_seconds=None if every is None else every.mean_seconds,
+            full=_durations(samples, FULL_SYNC_DURATION),
+            partial=_durations(samples, PARTIAL_SYNC_DURATION),
             failures=_int(_sum(samples, SYNC_FAILURES)),
             pending_services=_int(_sum(samples, PENDING_SERVICES)),
             pending_endpoints=_int(_sum(samples, PENDING_ENDPOINTS)),
@@ -372,17 +410,27 @@ def render_text(st: DaemonStatus, now: datetime) -> str:
     return "\n".join(lines)
 
 
+def _duration_text(count: int | None, mean: float | None) -> str:
+    if count is None:
+        return _unknown(None)
+    if mean is None:
+        return f"{count} syncs"
+    return f"mean {mean * 1000:.1f} ms over {count} syncs"
+
+
 def _metric_rows(st: DaemonStatus, now: datetime) -> list[tuple[str, str]]:
     sync = st.sync
     last = "never" if sync.last is None else f"{sync.last:%Y-%m-%d %H:%M:%S} UTC"
     if sync.last is not None:
         last += f" ({_ago(sync.last, now)})"
-    if sync.count is None:
-        duration = _unknown(None)
-    elif sync.mean_seconds is None:
-        duration = f"{sync.count} syncs"
-    else:
-        duration = f"mean {sync.mean_seconds * 1000:.1f} ms over {sync.count} syncs"
+    duration = _duration_text(sync.count, sync.mean_seconds)
+    split = [
+        f"{what} {_duration_text(d.count, d.mean_seconds)}"
+        for what, d in (("full", sync.full), ("partial", sync.partial))
+        if d is not None
+    ]
+    if split:
+        duration += f" ({'; '.join(split)})"
     pending = (
         f"{_unknown(sync.pending_services)} service, "
         f"{_unknown(sync.pending_endpoints)} endpoint events"
@@ -428,6 +476,8 @@ def to_json(st: DaemonStatus) -> dict[str, object]:
         "last_sync": None if sync.last is None else sync.last.isoformat(),
         "syncs": sync.count,
         "sync_duration_mean_seconds": sync.mean_seconds,
+        "full_syncs": _durations_json(sync.full),
+        "partial_syncs": _durations_json(sync.partial),
         "sync_failures": sync.failures,
         "pending_changes": {"services": sync.pending_services, "endpoints": sync.pending_endpoints},
         "rejected_services": st.rejected_services,
@@ -442,3 +492,7 @@ def to_json(st: DaemonStatus) -> dict[str, object]:
         if st.foreign_tables is None
         else [{"family": f, "table": t} for f, t in st.foreign_tables],
     }
+
+
+def _durations_json(d: Durations | None) -> dict[str, object] | None:
+    return None if d is None else {"count": d.count, "mean_seconds": d.mean_seconds}

@@ -12,7 +12,16 @@ import argparse
 import json
 from datetime import UTC, datetime
 
-from nlproxy.status import DEFAULT_HEALTHZ, DEFAULT_METRICS, parse_port, query, render_text, to_json
+from nlproxy.status import (
+    DEFAULT_HEALTHZ,
+    DEFAULT_METRICS,
+    HEALTHZ_PORT,
+    METRICS_PORT,
+    parse_port,
+    query,
+    render_text,
+    to_json,
+)
 
 NAME = "status"
 HELP = "ask the running daemon: up, ready, last sync, pending changes, problems (exit 1 if not ok)"
@@ -24,14 +33,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--metrics-address",
         default=DEFAULT_METRICS,
         metavar="HOST:PORT",
-        help=f"the daemon's --metrics-bind-address (default {DEFAULT_METRICS})",
+        help=f"the daemon's --metrics-bind-address (default {DEFAULT_METRICS}; an address "
+        f"alone means port {METRICS_PORT})",
     )
     parser.add_argument(
         "--healthz-address",
         default=DEFAULT_HEALTHZ,
         metavar="HOST:PORT",
-        help=f"the daemon's --healthz-bind-address (default {DEFAULT_HEALTHZ}; a wildcard "
-        "address is reached on loopback)",
+        help=f"the daemon's --healthz-bind-address (default {DEFAULT_HEALTHZ}; an address "
+        f"alone means port {HEALTHZ_PORT}; a wildcard address is dialled on loopback)",
     )
     parser.add_argument(
         "--timeout", type=float, default=5.0, metavar="SECONDS", help="per request (default 5)"
@@ -44,8 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    metrics = parse_port("--metrics-address", args.metrics_address)
-    healthz = parse_port("--healthz-address", args.healthz_address)
+    metrics = parse_port("--metrics-address", args.metrics_address, METRICS_PORT)
+    healthz = parse_port("--healthz-address", args.healthz_address, HEALTHZ_PORT)
     st = query(metrics, healthz, netns=args.netns, timeout=args.timeout)
     if args.json:
         print(json.dumps(to_json(st), indent=2))

@@ -37,6 +37,14 @@ kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"} 3
 kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family="IPv6",le="+Inf"} 1
 kubeproxy_sync_proxy_rules_duration_seconds_sum{ip_family="IPv6"} 0.01
 kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv6"} 1
+# TYPE kubeproxy_sync_full_proxy_rules_duration_seconds histogram
+kubeproxy_sync_full_proxy_rules_duration_seconds_bucket{ip_family="IPv4",le="+Inf"} 1
+kubeproxy_sync_full_proxy_rules_duration_seconds_sum{ip_family="IPv4"} 0.02
+kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family="IPv4"} 1
+# TYPE kubeproxy_sync_partial_proxy_rules_duration_seconds histogram
+kubeproxy_sync_partial_proxy_rules_duration_seconds_bucket{ip_family="IPv4",le="+Inf"} 2
+kubeproxy_sync_partial_proxy_rules_duration_seconds_sum{ip_family="IPv4"} 0.01
+kubeproxy_sync_partial_proxy_rules_duration_seconds_count{ip_family="IPv4"} 2
 # TYPE kubeproxy_sync_proxy_rules_nftables_sync_failures_total counter
 kubeproxy_sync_proxy_rules_nftables_sync_failures_total 2
 # TYPE kubeproxy_sync_proxy_rules_service_changes_pending gauge
@@ -70,8 +78,8 @@ nlproxy_sync_failures_total 0
 # TYPE nlproxy_drift_repairs counter
 """
 
-M = parse_port("--metrics-address", "127.0.0.1:10249")
-H = parse_port("--healthz-address", "0.0.0.0:10256")
+M = parse_port("--metrics-address", "127.0.0.1:10249", 10249)
+H = parse_port("--healthz-address", "0.0.0.0:10256", 10256)
 
 
 @pytest.fixture(autouse=True)
@@ -87,16 +95,19 @@ def _log_to_this_tests_stderr() -> None:
         pytest.param(":10249", "127.0.0.1:10249", id="no-host"),
         pytest.param("10.0.0.5:9000", "10.0.0.5:9000", id="address"),
         pytest.param("[fd00::5]:9000", "[fd00::5]:9000", id="ipv6-address"),
+        pytest.param("0.0.0.0", "127.0.0.1:10256", id="host-alone-default-port"),
+        pytest.param("::", "[::1]:10256", id="ipv6-host-alone"),
+        pytest.param("fd00::5", "[fd00::5]:10256", id="ipv6-address-alone"),
     ],
 )
 def test_bind_address_to_dial(text: str, dialled: str) -> None:
-    assert parse_port("--healthz-address", text).address == dialled
+    assert parse_port("--healthz-address", text, 10256).address == dialled
 
 
 @pytest.mark.parametrize("text", ["10256", "localhost", "1.2.3.4:0", "1.2.3.4:70000", "a:b"])
 def test_bad_address_names_the_flag(text: str) -> None:
     with pytest.raises(ConfigError) as err:
-        parse_port("--metrics-address", text)
+        parse_port("--metrics-address", text, 10249)
     assert str(err.value) == f"flag --metrics-address: {text!r} is not HOST:PORT"
 
 
@@ -106,6 +117,10 @@ def test_kube_proxy_136_labels_are_summed_per_fact() -> None:
     assert st.sync.last == datetime.fromtimestamp(1.70000001e9, UTC)  # the newest family
     assert (st.sync.count, st.sync.failures) == (4, 2)
     assert st.sync.mean_seconds == pytest.approx(0.01)
+    assert st.sync.full is not None
+    assert st.sync.partial is not None
+    assert (st.sync.full.count, st.sync.partial.count) == (1, 2)
+    assert st.sync.partial.mean_seconds == pytest.approx(0.005)
     assert (st.sync.pending_services, st.sync.pending_endpoints) == (1, 4)
     assert (st.rejected_services, st.invalid_objects, st.unreachable_count) == (1, 2, 1)
     assert st.drift_repairs == {"nft": 2, "iptables-nft": 1}
@@ -141,6 +156,10 @@ def test_text_lists_problems() -> None:
     assert "ready                  NO (healthz 503, node NOT eligible" in text
     assert "drift repairs          3 (iptables-nft: 1, nft: 2)" in text
     assert "pending changes        1 service, 4 endpoint events" in text
+    assert (
+        "sync duration          mean 10.0 ms over 4 syncs (full mean 20.0 ms over 1 syncs; "
+        "partial mean 5.0 ms over 2 syncs)"
+    ) in text
     assert "  default/web:http/TCP  10.244.1.9:8080  link down" in text
     assert "  ip kube-proxy" in text
     assert text.splitlines()[-1] == "nlproxy is not ready: --healthz-address answered 503"
@@ -179,7 +198,9 @@ def server() -> Iterator[tuple[str, dict[str, tuple[int, str]]]]:
 
 def _query(addr: str) -> DaemonStatus:
     return query(
-        parse_port("--metrics-address", addr), parse_port("--healthz-address", addr), timeout=2
+        parse_port("--metrics-address", addr, 10249),
+        parse_port("--healthz-address", addr, 10256),
+        timeout=2,
     )
 
 
