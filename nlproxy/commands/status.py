@@ -1,9 +1,10 @@
 """``nlproxy status``: is the daemon on this node up and ready, and how is it doing?
 
-Thin wiring over :mod:`nlproxy.status`: asks the daemon's health port (``/healthz``) and metrics
-port (``/metrics``), prints one line per fact or ``--json``. Exit status 0 when the daemon is up
-and ready and both ports answered, 1 otherwise (the last line says which port and why), 2 for a
-bad flag or a network namespace that does not exist. Read only.
+Thin wiring over :mod:`nlproxy.status` (the client) and :mod:`nlproxy.status_render`: asks the
+daemon's health port (``/healthz``) and metrics port (``/metrics``), prints one line per fact or
+``--json``. Exit status 0 when the daemon is up and ready and both ports answered, 1 otherwise
+(the last line says which port and why), 2 for a bad flag or a network namespace that does not
+exist. Read only.
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ from nlproxy.status import (
     METRICS_PORT,
     parse_port,
     query,
-    render_text,
-    to_json,
 )
+from nlproxy.status_render import render_text, to_json
 
 NAME = "status"
 HELP = "ask the running daemon: up, ready, last sync, pending changes, problems (exit 1 if not ok)"
