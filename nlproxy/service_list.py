@@ -21,12 +21,14 @@ What the kernel alone tells:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from nlproxy.cluster.model import EndpointSlice, Service
-from nlproxy.explain_rules import Frontend, closure, proto_name
+from nlproxy.explain_manifests import service_frontends
+from nlproxy.explain_rules import Frontend, FrontKey, closure, proto_name
 from nlproxy.inspect import Reachability
 from nlproxy.nft.ir import Family, IPAddress, Ruleset, Set, SetUpdate
 
@@ -105,6 +107,22 @@ def manifests_index(objects: Iterable[object]) -> Manifests:
         elif isinstance(obj, EndpointSlice):
             slices.setdefault(str(obj.service), []).append(obj)
     return Manifests(services=services, slices={k: tuple(v) for k, v in slices.items()})
+
+
+def join_frontends(
+    programmed: Iterable[Frontend], manifests: Manifests, service: str | None = None
+) -> list[Frontend]:
+    """Programmed frontends, named by the kind their Service gives them (external IP or
+    load-balancer IP, which the kernel alone cannot always tell apart), plus the frontends the
+    manifests' Services (only ``service``'s when given) ask for that are not programmed."""
+    found: dict[FrontKey, Frontend] = {fe.key: fe for fe in programmed}
+    for key, svc in manifests.services.items():
+        if service is not None and key != service:
+            continue
+        for want in service_frontends(svc):
+            have = found.get(want.key)
+            found[want.key] = want if have is None else dataclasses.replace(have, kind=want.kind)
+    return list(found.values())
 
 
 def _state_of(ready: bool, serving: bool, terminating: bool) -> str:

@@ -22,7 +22,14 @@ from nlproxy.inspect import classify
 from nlproxy.nft.ir import Family
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.proxy import naming as n
-from nlproxy.service_list import Manifests, build_rows, manifests_index, render_table, row_json
+from nlproxy.service_list import (
+    Manifests,
+    build_rows,
+    join_frontends,
+    manifests_index,
+    render_table,
+    row_json,
+)
 
 NAME = "services"
 HELP = "list every service frontend with its backends, their state and the policies"
@@ -56,12 +63,11 @@ def run(args: argparse.Namespace) -> int:
     }
     manifests = _manifests(args.manifests)
     frontends: list[Frontend] = [fe for rs in rulesets.values() for fe in kernel_frontends(rs, key)]
+    if manifests is not None:
+        frontends = join_frontends(frontends, manifests, key)
     if key is not None and not frontends:
-        known = manifests is not None and key in manifests.services
-        why = "nothing is programmed for it" + (
-            f" (it is in {args.manifests}: see `nlproxy explain {key}`)" if known else ""
-        )
-        raise ConfigError(f"service {key}", f"unknown: {why}")
+        where = f"nor defined in {args.manifests}" if manifests else "(no --manifests given)"
+        raise ConfigError(f"service {key}", f"unknown: nothing is programmed for it {where}")
     frontends.sort(key=_order)
     reach = classify(
         [a for fe in frontends for a, _ in (*fe.endpoints, *fe.local_endpoints)], netns=args.netns

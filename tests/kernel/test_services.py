@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from nlproxy.cli import main
 from nlproxy.log import configure
@@ -158,7 +159,8 @@ def test_unreachable_backend_and_table(
     [
         pytest.param(
             "default/nope",
-            "nlproxy: service default/nope: unknown: nothing is programmed for it\n",
+            "nlproxy: service default/nope: unknown: nothing is programmed for it "
+            "(no --manifests given)\n",
             id="unknown",
         ),
         pytest.param(
@@ -179,3 +181,17 @@ def test_bad_service_exits_2(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == message
+
+
+def test_manifests_show_what_is_not_programmed(
+    testbed: Testbed, programmed: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    late = topo.service("late", "10.96.0.14", externalIPs=["192.0.2.14"])
+    (programmed / "late.yaml").write_text(yaml.safe_dump(late))
+    rows = services(capsys, testbed, "--manifests", str(programmed), "--service", "default/late")
+    assert {label: (r["type"], r["state"]) for label, r in rows.items()} == {
+        "10.96.0.14:80/TCP": ("ClusterIP", "not programmed"),
+        "192.0.2.14:80/TCP": ("ExternalIP", "not programmed"),
+    }
+    assert main(["--netns", testbed.node.netns, "services", "--service", "default/late"]) == 2
+    assert "unknown: nothing is programmed for it" in capsys.readouterr().err

@@ -11,7 +11,14 @@ import pytest
 from nlproxy.explain_rules import kernel_frontends
 from nlproxy.inspect import Reachability
 from nlproxy.nft.ir import Family, IPAddress, Ruleset
-from nlproxy.service_list import ServiceRow, build_rows, manifests_index, render_table, row_json
+from nlproxy.service_list import (
+    ServiceRow,
+    build_rows,
+    join_frontends,
+    manifests_index,
+    render_table,
+    row_json,
+)
 from tests.unit.builders import NODE, endpoint, eps_slice, port, service
 from tests.unit.test_explain import LB, _rulesets
 
@@ -143,3 +150,29 @@ def test_table_and_json(rulesets: dict[Family, Ruleset]) -> None:
         },
     ]
     assert ip_address(str(doc["address"])) == ip_address("172.30.0.10")
+
+
+def test_join_names_kinds_and_adds_what_is_not_programmed(rulesets: dict[Family, Ruleset]) -> None:
+    p = port
+    manifests = manifests_index(
+        [
+            service(
+                "ns",
+                "web",
+                "172.30.0.10",
+                [p("ns", "web", "http", 80, node_port=30080), p("ns", "web", "dns", 53, "UDP")],
+                load_balancer_ips=[LB],
+            ),
+            service("ns", "new", "172.30.0.99", external_ips=["192.0.2.9"]),
+        ]
+    )
+    programmed = kernel_frontends(rulesets[Family.IP])
+    joined = {(fe.ref, fe.label): fe for fe in join_frontends(programmed, manifests)}
+    assert len(joined) == len(programmed) + 2
+    assert joined[("ns/new:p80/TCP", "192.0.2.9:80/TCP")].kind == "external-ip"
+    assert not joined[("ns/new:p80/TCP", "172.30.0.99:80/TCP")].programmed
+    assert joined[("ns/web:http/TCP", f"{LB}:80/TCP")].kind == "load-balancer"
+    only = join_frontends(kernel_frontends(rulesets[Family.IP], "ns/web"), manifests, "ns/web")
+    assert {fe.ref.partition(":")[0] for fe in only} == {"ns/web"}
+    rows = build_rows([joined[("ns/new:p80/TCP", "192.0.2.9:80/TCP")]], rulesets, {}, manifests)
+    assert render_table(rows).splitlines()[1].endswith("(no backends: not programmed)")
