@@ -231,6 +231,16 @@ class DaemonStatus:
         """Up, ready, and both ports answered (exit 0)."""
         return self.ready and self.metrics_error is None
 
+    def _why(self) -> str:
+        """What a 503 from ``/healthz`` means, from its body (kube-proxy's fields)."""
+        if self.healthz_code != 503:
+            return ""
+        if self.healthz.get("nodeEligible") is False:
+            return " (the Node is being deleted or drained: load balancers should not use it)"
+        if not self.healthz.get("lastUpdated"):
+            return " (no successful sync yet)"
+        return " (a change has waited longer than the grace period without a successful sync)"
+
     @property
     def problem(self) -> str | None:
         """Why the status is not ok, in one line; None when it is."""
@@ -239,7 +249,7 @@ class DaemonStatus:
         if self.healthz_error is not None:
             return f"health port not reachable: {self.healthz_error}"
         if not self.ready:
-            return f"not ready: {self.healthz_port.flag} answered {self.healthz_code}"
+            return f"not ready: {self.healthz_port.flag} answered {self.healthz_code}{self._why()}"
         if self.metrics_error is not None:
             return f"metrics port not reachable: {self.metrics_error}"
         return None

@@ -155,7 +155,10 @@ def test_text_lists_problems() -> None:
     ) in text
     assert "  default/web:http/TCP  10.244.1.9:8080  link down" in text
     assert "  ip kube-proxy" in text
-    assert text.splitlines()[-1] == "nlproxy is not ready: --healthz-address answered 503"
+    assert text.splitlines()[-1] == (
+        "nlproxy is not ready: --healthz-address answered 503 "
+        "(the Node is being deleted or drained: load balancers should not use it)"
+    )
 
 
 class _Canned(BaseHTTPRequestHandler):
@@ -206,7 +209,7 @@ def test_not_ready_daemon_exits_1(
     st = _query(addr)
     assert st.up
     assert not st.ready
-    assert st.problem == "not ready: --healthz-address answered 503"
+    assert st.problem == "not ready: --healthz-address answered 503 (no successful sync yet)"
     argv = ["status", "--metrics-address", addr, "--healthz-address", addr, "--json"]
     assert main(argv) == 1
     assert json.loads(capsys.readouterr().out)["problem"] == st.problem
@@ -244,3 +247,24 @@ def test_metrics_port_that_is_not_nlproxy(
     assert error in st.metrics_error
     assert st.problem is not None
     assert st.problem.startswith("metrics port not reachable: --metrics-address")
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        pytest.param({"lastUpdated": ""}, "no successful sync yet", id="never-synced"),
+        pytest.param(
+            {"lastUpdated": "2026-01-01T00:00:00+00:00", "nodeEligible": True},
+            "a change has waited longer than the grace period without a successful sync",
+            id="stale",
+        ),
+        pytest.param(
+            {"lastUpdated": "2026-01-01T00:00:00+00:00", "nodeEligible": False},
+            "the Node is being deleted or drained: load balancers should not use it",
+            id="node-not-eligible",
+        ),
+    ],
+)
+def test_what_a_503_means(body: dict[str, object], why: str) -> None:
+    st = from_samples(parse_metrics(METRICS_OLD), M, H, code=503, body=body)
+    assert st.problem == f"not ready: --healthz-address answered 503 ({why})"
