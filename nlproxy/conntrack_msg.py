@@ -56,6 +56,12 @@ CTA_IP_V6_DST = 4
 CTA_PROTO_NUM = 1
 CTA_PROTO_SRC_PORT = 2
 CTA_PROTO_DST_PORT = 3
+CTA_PROTO_ICMP_ID = 4
+CTA_PROTO_ICMP_TYPE = 5
+CTA_PROTO_ICMP_CODE = 6
+CTA_PROTO_ICMPV6_ID = 7
+CTA_PROTO_ICMPV6_TYPE = 8
+CTA_PROTO_ICMPV6_CODE = 9
 # enum ctattr_protoinfo / ctattr_protoinfo_tcp / ctattr_protoinfo_sctp
 CTA_PROTOINFO_TCP = 1
 CTA_PROTOINFO_SCTP = 3
@@ -109,11 +115,27 @@ SCTP_STATES = (
 NLA_F_NESTED = 0x8000
 NLA_TYPE_MASK = 0x3FFF
 
+IPPROTO_ICMP = 1
 IPPROTO_TCP = 6
 IPPROTO_UDP = 17
+IPPROTO_ICMPV6 = 58
 IPPROTO_SCTP = 132
 PROTO_NUMBERS = {"tcp": IPPROTO_TCP, "udp": IPPROTO_UDP, "sctp": IPPROTO_SCTP}
 PROTO_NAMES = {num: name for name, num in PROTO_NUMBERS.items()}
+# How ``conntrack -L`` names protocols; those with ports, and the ICMP ones (type, code, id).
+LINE_PROTO_NAMES = {
+    **PROTO_NAMES,
+    IPPROTO_ICMP: "icmp",
+    IPPROTO_ICMPV6: "icmpv6",
+    33: "dccp",
+    47: "gre",
+    136: "udplite",
+}
+PORT_PROTOS = frozenset({IPPROTO_TCP, IPPROTO_UDP, IPPROTO_SCTP, 33, 136})
+_ICMP_ATTRS = {
+    IPPROTO_ICMP: (CTA_PROTO_ICMP_TYPE, CTA_PROTO_ICMP_CODE, CTA_PROTO_ICMP_ID),
+    IPPROTO_ICMPV6: (CTA_PROTO_ICMPV6_TYPE, CTA_PROTO_ICMPV6_CODE, CTA_PROTO_ICMPV6_ID),
+}
 # The kernel's tuple filter compares ports only for these protocols (ctnetlink_filter_match_tuple);
 # for others a port filter is ignored there and must be checked here.
 KERNEL_PORT_FILTER_PROTOS = frozenset({IPPROTO_TCP, IPPROTO_UDP})
@@ -131,15 +153,23 @@ def _family_af(version: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class FlowTuple:
-    """One direction of a flow: addresses, layer-4 protocol number and ports (0 without ports)."""
+    """One direction of a flow: addresses, layer-4 protocol number and ports (0 without ports).
+
+    ``icmp``: (type, code, id) of an ICMP or ICMPv6 flow, which the kernel keys by those
+    instead of ports (a delete must send them back).
+    """
 
     src: IPAddress
     dst: IPAddress
     proto: int
     sport: int = 0
     dport: int = 0
+    icmp: tuple[int, int, int] | None = None
 
     def __str__(self) -> str:
+        if self.icmp is not None:
+            kind, code, ident = self.icmp
+            return f"src={self.src} dst={self.dst} type={kind} code={code} id={ident}"
         return f"src={self.src} dst={self.dst} sport={self.sport} dport={self.dport}"
 
 
@@ -169,8 +199,8 @@ class Flow:
 
     @property
     def proto(self) -> str:
-        """``tcp``, ``udp``, ``sctp``, or the protocol number for anything else."""
-        return PROTO_NAMES.get(self.orig.proto, str(self.orig.proto))
+        """``tcp``, ``udp``, ``sctp``, ``icmp``… as ``conntrack -L`` names it, or the number."""
+        return LINE_PROTO_NAMES.get(self.orig.proto, str(self.orig.proto))
 
     @property
     def state(self) -> str | None:
@@ -222,25 +252,26 @@ def _state_name(names: tuple[str, ...], state: int) -> str:
 
 
 def _tuple_dict(t: FlowTuple) -> dict[str, object]:
+    if t.icmp is not None:
+        kind, code, ident = t.icmp
+        return {"src": str(t.src), "dst": str(t.dst), "type": kind, "code": code, "id": ident}
     return {"src": str(t.src), "dst": str(t.dst), "sport": t.sport, "dport": t.dport}
 
 
 def _tuple_text(t: FlowTuple) -> str:
-    text = f"src={t.src} dst={t.dst}"
-    if t.proto in PROTO_NAMES:
-        text += f" sport={t.sport} dport={t.dport}"
-    return text
+    if t.icmp is not None or t.proto in PORT_PROTOS:
+        return str(t)
+    return f"src={t.src} dst={t.dst}"
 
 
 def conntrack_line(flow: Flow) -> str:
     """``flow`` as one line of ``conntrack -L -o extended``: family, protocol, timeout, state,
     both tuples with ``[UNREPLIED]``/``[ASSURED]``, mark, zone (when not 0) and use count.
 
-    What nlproxy does not decode (ICMP ids, helpers, labels, accounting) is left out; ports are
-    shown for TCP, UDP and SCTP only.
+    What nlproxy does not decode (helpers, labels, accounting, GRE keys) is left out.
     """
     af = 2 if flow.family == 4 else 10
-    proto = PROTO_NAMES.get(flow.orig.proto, "unknown")
+    proto = LINE_PROTO_NAMES.get(flow.orig.proto, "unknown")
     parts = [f"{'ipv' + str(flow.family):<8} {af} {proto:<8} {flow.orig.proto}"]
     if flow.timeout is not None:
         parts.append(str(flow.timeout))
@@ -379,10 +410,18 @@ def _proto_attrs(proto: int | None, sport: int | None, dport: int | None) -> byt
 
 
 def _tuple_attr(atype: int, t: FlowTuple) -> bytes:
+    attrs = _ICMP_ATTRS.get(t.proto)
+    if attrs is not None and t.icmp is not None:
+        kind, code, ident = t.icmp
+        proto = _nla(CTA_PROTO_NUM, bytes([t.proto]))
+        proto += _nla(attrs[0], bytes([kind])) + _nla(attrs[1], bytes([code]))
+        proto += _nla(attrs[2], _BE16.pack(ident))
+    else:
+        proto = _proto_attrs(t.proto, t.sport, t.dport)
     return _nest(
         atype,
         _nest(CTA_TUPLE_IP, _ip_attrs(t.src, t.dst)),
-        _nest(CTA_TUPLE_PROTO, _proto_attrs(t.proto, t.sport, t.dport)),
+        _nest(CTA_TUPLE_PROTO, proto),
     )
 
 
@@ -489,6 +528,7 @@ def _attrs(buf: bytes, off: int, end: int) -> Iterator[tuple[int, int, int]]:
 def _decode_tuple(buf: bytes, off: int, end: int) -> FlowTuple:
     src = dst = None
     proto = sport = dport = 0
+    icmp: dict[int, int] = {}
     for atype, start, stop in _attrs(buf, off, end):
         if atype == CTA_TUPLE_IP:
             for itype, s, e in _attrs(buf, start, stop):
@@ -504,8 +544,17 @@ def _decode_tuple(buf: bytes, off: int, end: int) -> FlowTuple:
                     sport = _BE16.unpack_from(buf, s)[0]
                 elif ptype == CTA_PROTO_DST_PORT:
                     dport = _BE16.unpack_from(buf, s)[0]
+                elif ptype in (CTA_PROTO_ICMP_ID, CTA_PROTO_ICMPV6_ID):
+                    icmp[CTA_PROTO_ICMP_ID] = _BE16.unpack_from(buf, s)[0]
+                elif ptype in (CTA_PROTO_ICMP_TYPE, CTA_PROTO_ICMPV6_TYPE):
+                    icmp[CTA_PROTO_ICMP_TYPE] = buf[s]
+                elif ptype in (CTA_PROTO_ICMP_CODE, CTA_PROTO_ICMPV6_CODE):
+                    icmp[CTA_PROTO_ICMP_CODE] = buf[s]
     if src is None or dst is None:
         raise ValueError("conntrack tuple without addresses")
+    if len(icmp) == 3:
+        triple = (icmp[CTA_PROTO_ICMP_TYPE], icmp[CTA_PROTO_ICMP_CODE], icmp[CTA_PROTO_ICMP_ID])
+        return FlowTuple(src, dst, proto, sport, dport, triple)
     return FlowTuple(src, dst, proto, sport, dport)
 
 

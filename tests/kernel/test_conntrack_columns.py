@@ -2,7 +2,8 @@
 
 Real flows in a fresh namespace: an nft table there marks new connections (``meta mark`` copied
 to ``ct mark``) and DNATs one address, then the test opens TCP connections (one established, one
-closed into TIME_WAIT), sends UDP with and without an answer, over IPv4 and IPv6. The lines
+closed into TIME_WAIT), sends UDP with and without an answer and an ICMP echo request, over IPv4
+and IPv6. The lines
 nlproxy prints are compared with ``conntrack -L -o extended``'s in the same namespace, the
 timeouts (which tick between the two reads) within a few seconds.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import struct
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -83,7 +85,22 @@ def flows(make_netns: Callable[[str], str], tmp_path: Path) -> Iterator[str]:
         udp.sendto(b"ping", peer.getsockname())
         peer.sendto(b"pong", udp.getsockname())
         lone.sendto(b"nobody", ("::1", 9))  # unanswered (and refused): UNREPLIED
+        with nsmod.entered(ns):
+            icmp = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_RAW, 1))
+        icmp.sendto(_echo_request(ident=0x1234), ("127.0.0.1", 0))
+        icmp.settimeout(5)
+        icmp.recv(128)  # our own request, looped back
+        icmp.recv(128)  # the kernel's reply
         yield ns
+
+
+def _echo_request(ident: int) -> bytes:
+    """An ICMP echo request with a correct checksum."""
+    body = struct.pack("!BBHHH", 8, 0, 0, ident, 1) + b"ping"
+    total = sum(struct.unpack(f"!{len(body) // 2}H", body))
+    total = (total >> 16) + (total & 0xFFFF)
+    total += total >> 16
+    return body[:2] + struct.pack("!H", ~total & 0xFFFF) + body[4:]
 
 
 def _split(line: str) -> tuple[str, int]:
@@ -114,7 +131,20 @@ def test_list_prints_what_conntrack_L_prints(
     assert " TIME_WAIT src=127.0.0.1 dst=127.0.0.1 " in text
     assert re.search(r"ipv6 +10 tcp +6 ESTABLISHED src=::1 dst=::1 .* \[ASSURED\] mark=16385", text)
     assert re.search(r"udp +17 src=::1 dst=::1 sport=\d+ dport=9 \[UNREPLIED\] src=::1", text)
+    assert re.search(
+        r"icmp +1 \d+ src=127.0.0.1 dst=127.0.0.1 type=8 code=0 id=4660 "
+        r"src=127.0.0.1 dst=127.0.0.1 type=0 code=0 id=4660 mark=16385",
+        "\n".join(out),
+    )
     assert all(f"mark={MARK}" in line for line in ours)
+
+
+def test_flush_deletes_icmp_flows(flows: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """An ICMP flow is keyed by type, code and id, not ports: a delete must send those."""
+    assert main(["--netns", flows, "conntrack", "flush", "--dst", "127.0.0.1", "--json"]) == 0
+    counts = json.loads(capsys.readouterr().out)
+    assert counts["matched"] == counts["deleted"] >= 4  # TCP, TIME_WAIT, UDP and ICMP flows
+    assert sh("conntrack", "-L", "-d", "127.0.0.1", ns=flows) == ""
 
 
 def test_json_carries_state_timeout_mark_and_flags(

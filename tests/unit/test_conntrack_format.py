@@ -91,9 +91,9 @@ ASSURED = m.IPS_SEEN_REPLY | m.IPS_ASSURED
             id="offloaded-shows-offload-not-assured",
         ),
         pytest.param(
-            _flow(47, "10.0.0.2", "10.0.0.3", status=m.IPS_SEEN_REPLY, timeout=600),
+            _flow(99, "10.0.0.2", "10.0.0.3", status=m.IPS_SEEN_REPLY, timeout=600),
             {},
-            "ipv4     2 unknown  47 600 src=10.0.0.2 dst=10.0.0.3 src=10.0.0.3 dst=10.0.0.2 mark=0",
+            "ipv4     2 unknown  99 600 src=10.0.0.2 dst=10.0.0.3 src=10.0.0.3 dst=10.0.0.2 mark=0",
             id="unknown-protocol-no-ports",
         ),
     ],
@@ -117,3 +117,42 @@ def test_unknown_state_number_is_shown_as_a_number() -> None:
     flow = _flow(6, "10.0.0.2", "10.0.0.3", 1, 2, timeout=1)
     got = decode_flow(_payload(flow, protoinfo=_protoinfo(m.CTA_PROTOINFO_TCP, 42)))
     assert got.state == "42"
+
+
+def test_icmp_flow_keeps_type_code_and_id_and_deletes_by_them() -> None:
+    s, d = ip_address("10.0.0.2"), ip_address("10.0.0.3")
+    flow = Flow(
+        orig=FlowTuple(s, d, 1, icmp=(8, 0, 0x1234)),
+        reply=FlowTuple(d, s, 1, icmp=(0, 0, 0x1234)),
+        status=m.IPS_SEEN_REPLY,
+        timeout=29,
+    )
+    got = decode_flow(_payload(flow, use=1))
+    assert got.orig.icmp == (8, 0, 0x1234)
+    assert conntrack_line(got) == (
+        "ipv4     2 icmp     1 29 src=10.0.0.2 dst=10.0.0.3 type=8 code=0 id=4660 "
+        "src=10.0.0.3 dst=10.0.0.2 type=0 code=0 id=4660 mark=0 use=1"
+    )
+    assert got.as_dict()["orig"] == {
+        "src": "10.0.0.2",
+        "dst": "10.0.0.3",
+        "type": 8,
+        "code": 0,
+        "id": 4660,
+    }
+    # The delete request carries the ICMP attributes, not ports the kernel would refuse.
+    request = m.encode_delete(got, seq=1)
+    assert m._nla(m.CTA_PROTO_ICMP_ID, struct.pack("!H", 0x1234)) in request
+    assert m._nla(m.CTA_PROTO_SRC_PORT, struct.pack("!H", 0)) not in request
+
+
+def test_icmpv6_attributes() -> None:
+    s, d = ip_address("fd00::2"), ip_address("fd00::3")
+    flow = Flow(
+        orig=FlowTuple(s, d, 58, icmp=(128, 0, 7)),
+        reply=FlowTuple(d, s, 58, icmp=(129, 0, 7)),
+        timeout=30,
+    )
+    got = decode_flow(_payload(flow))
+    assert (got.proto, got.reply.icmp) == ("icmpv6", (129, 0, 7))
+    assert m._nla(m.CTA_PROTO_ICMPV6_TYPE, bytes([128])) in m.encode_delete(got, seq=1)
