@@ -528,7 +528,7 @@ def _attrs(buf: bytes, off: int, end: int) -> Iterator[tuple[int, int, int]]:
 def _decode_tuple(buf: bytes, off: int, end: int) -> FlowTuple:
     src = dst = None
     proto = sport = dport = 0
-    icmp: dict[int, int] = {}
+    kind = code = ident = -1
     for atype, start, stop in _attrs(buf, off, end):
         if atype == CTA_TUPLE_IP:
             for itype, s, e in _attrs(buf, start, stop):
@@ -545,17 +545,16 @@ def _decode_tuple(buf: bytes, off: int, end: int) -> FlowTuple:
                 elif ptype == CTA_PROTO_DST_PORT:
                     dport = _BE16.unpack_from(buf, s)[0]
                 elif ptype in (CTA_PROTO_ICMP_ID, CTA_PROTO_ICMPV6_ID):
-                    icmp[CTA_PROTO_ICMP_ID] = _BE16.unpack_from(buf, s)[0]
+                    ident = _BE16.unpack_from(buf, s)[0]
                 elif ptype in (CTA_PROTO_ICMP_TYPE, CTA_PROTO_ICMPV6_TYPE):
-                    icmp[CTA_PROTO_ICMP_TYPE] = buf[s]
+                    kind = buf[s]
                 elif ptype in (CTA_PROTO_ICMP_CODE, CTA_PROTO_ICMPV6_CODE):
-                    icmp[CTA_PROTO_ICMP_CODE] = buf[s]
+                    code = buf[s]
     if src is None or dst is None:
         raise ValueError("conntrack tuple without addresses")
-    if len(icmp) == 3:
-        triple = (icmp[CTA_PROTO_ICMP_TYPE], icmp[CTA_PROTO_ICMP_CODE], icmp[CTA_PROTO_ICMP_ID])
-        return FlowTuple(src, dst, proto, sport, dport, triple)
-    return FlowTuple(src, dst, proto, sport, dport)
+    if ident < 0:
+        return FlowTuple(src, dst, proto, sport, dport)
+    return FlowTuple(src, dst, proto, sport, dport, (kind, code, ident))
 
 
 def _protoinfo(buf: bytes, off: int, end: int) -> tuple[str, int] | None:
