@@ -6,6 +6,7 @@ programmed ``ip``/``ip6 nlproxy`` tables it recovers the frontends of one Servic
 comments), their endpoints (``backends*`` maps, keyed by frontend), the elements that belong to
 them and the shared chains those elements jump or go to, rendered nft-like with ``render.py``.
 The ruleset shape is docs/ruleset.md's. Pure: no I/O, no logging; it never changes a ruleset.
+:func:`kernel_frontends` also lists every service's frontends at once, for ``nlproxy services``.
 """
 
 from __future__ import annotations
