@@ -51,6 +51,7 @@ DRIFT = ("nlproxy_drift_repairs_total",)
 UNREACHABLE_TOTAL = ("nlproxy_unreachable_endpoints",)
 UNREACHABLE = ("nlproxy_endpoint_unreachable",)
 FOREIGN = ("nlproxy_foreign_proxy_tables",)
+NODEPORT_MISSING = ("nlproxy_nodeport_addresses_missing",)
 
 
 class StatusError(Exception):
@@ -216,6 +217,8 @@ class DaemonStatus:
     unreachable_count: int | None = None
     unreachable: tuple[Unreachable, ...] = ()
     foreign_tables: tuple[tuple[str, str], ...] | None = None
+    nodeport_missing: tuple[str, ...] | None = None
+    """IP families (``IPv4``) whose NodePorts are refused: nodePortAddresses selects no address."""
 
     @property
     def up(self) -> bool:
@@ -327,6 +330,7 @@ def from_samples(
     drift = _find(samples, DRIFT)
     foreign = _find(samples, FOREIGN)
     unreachable = _find(samples, UNREACHABLE) or []
+    missing = _find(samples, NODEPORT_MISSING)
     return DaemonStatus(
         metrics_port=metrics,
         healthz_port=healthz,
@@ -360,6 +364,9 @@ def from_samples(
                 if v
             )
         ),
+        nodeport_missing=None
+        if missing is None
+        else tuple(sorted(lb.get("ip_family", "") for lb, v in missing if v)),
         foreign_tables=None
         if foreign is None
         else tuple(sorted((lb.get("family", ""), lb.get("table", "")) for lb, v in foreign if v)),

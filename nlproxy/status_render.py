@@ -102,6 +102,13 @@ def _metric_rows(st: DaemonStatus, now: datetime) -> list[tuple[str, str]]:
         if st.foreign_tables is None
         else ", ".join(f"{f} {t}" for f, t in st.foreign_tables) or "none"
     )
+    if st.nodeport_missing is None:
+        nodeports = _unknown(None)
+    elif st.nodeport_missing:
+        fams = " and ".join(st.nodeport_missing)
+        nodeports = f"{fams} NodePorts REFUSED: nodePortAddresses selects no {fams} address"
+    else:
+        nodeports = "ok"
     return [
         ("last sync", last),
         ("sync duration", duration),
@@ -112,6 +119,7 @@ def _metric_rows(st: DaemonStatus, now: datetime) -> list[tuple[str, str]]:
         ("drift repairs", drift),
         ("unreachable endpoints", _unknown(st.unreachable_count)),
         ("foreign proxy tables", foreign),
+        ("nodeport addresses", nodeports),
     ]
 
 
@@ -144,6 +152,9 @@ def to_json(st: DaemonStatus) -> dict[str, object]:
             {"service": u.service, "endpoint": u.endpoint, "reason": u.reason}
             for u in st.unreachable
         ],
+        "nodeport_addresses_missing": None
+        if st.nodeport_missing is None
+        else list(st.nodeport_missing),
         "foreign_proxy_tables": None
         if st.foreign_tables is None
         else [{"family": f, "table": t} for f, t in st.foreign_tables],

@@ -124,6 +124,7 @@ def test_status_of_a_running_daemon(
         assert got["rejected_services"] == 0
         assert got["unreachable_endpoints"] == 0
         assert got["drift_repairs"] == {}
+        assert got["nodeport_addresses_missing"] == []
 
         topo.sh(ns, "nft", "delete", "table", "ip", "nlproxy")
         got = until(capsys, ns, lambda s: bool(s["drift_repairs"]), "drift repair counted")

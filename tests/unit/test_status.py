@@ -56,6 +56,9 @@ nlproxy_unreachable_endpoints 1
 # TYPE nlproxy_endpoint_unreachable gauge
 nlproxy_endpoint_unreachable{service="default/web:http/TCP",endpoint="10.244.1.9:8080",\
 reason="link down"} 1
+# TYPE nlproxy_nodeport_addresses_missing gauge
+nlproxy_nodeport_addresses_missing{ip_family="IPv4"} 0
+nlproxy_nodeport_addresses_missing{ip_family="IPv6"} 1
 # TYPE nlproxy_foreign_proxy_tables gauge
 nlproxy_foreign_proxy_tables{family="ip",table="kube-proxy"} 1
 nlproxy_foreign_proxy_tables{family="ip6",table="kube-proxy"} 0
@@ -118,6 +121,7 @@ def test_kube_proxy_136_labels_are_summed_per_fact() -> None:
     assert (st.rejected_services, st.invalid_objects, st.unreachable_count) == (1, 2, 1)
     assert st.drift_repairs == {"nft": 2, "iptables-nft": 1}
     assert st.foreign_tables == (("ip", "kube-proxy"),)  # 0: no longer there
+    assert st.nodeport_missing == ("IPv6",)
     (u,) = st.unreachable
     assert (u.service, u.endpoint, u.reason) == (
         "default/web:http/TCP",
@@ -136,6 +140,7 @@ def test_older_daemon_shows_what_it_does_not_export_as_unknown() -> None:
     assert "last sync              2023-11-14 22:13:20 UTC (90s ago)" in text
     assert "foreign proxy tables   unknown (not exported)" in text
     assert "drift repairs          0" in text
+    assert "nodeport addresses     unknown (not exported)" in text
     doc = to_json(st)
     assert doc["foreign_proxy_tables"] is None
     assert doc["drift_repairs"] == {}
@@ -155,6 +160,9 @@ def test_text_lists_problems() -> None:
     ) in text
     assert "  default/web:http/TCP  10.244.1.9:8080  link down" in text
     assert "  ip kube-proxy" in text
+    assert (
+        "nodeport addresses     IPv6 NodePorts REFUSED: nodePortAddresses selects no IPv6 address"
+    ) in text
     assert text.splitlines()[-1] == (
         "nlproxy is not ready: --healthz-address answered 503 "
         "(the Node is being deleted or drained: load balancers should not use it)"
