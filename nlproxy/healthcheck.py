@@ -29,7 +29,8 @@ class HealthCheck:
 
 
 def health_checks(ports: Mapping[ServicePortRef, PortPlan]) -> dict[int, HealthCheck]:
-    """Health-check node port → service and its number of distinct local endpoints."""
+    """Health-check node port → service and its number of distinct local ready endpoints
+    (serving but terminating ones still take traffic, but the check fails, as upstream)."""
     local: dict[ServiceKey, set[object]] = {}
     port_of: dict[ServiceKey, int] = {}
     for plan in ports.values():
@@ -37,7 +38,7 @@ def health_checks(ports: Mapping[ServicePortRef, PortPlan]) -> dict[int, HealthC
             continue
         key = plan.ref.service
         port_of[key] = plan.health_check_node_port
-        local.setdefault(key, set()).update(b.ip for b in plan.local_endpoints)
+        local.setdefault(key, set()).update(b.ip for b in plan.local_ready)
     return {port: HealthCheck(key, len(local[key])) for key, port in port_of.items()}
 
 

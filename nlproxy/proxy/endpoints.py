@@ -50,11 +50,15 @@ class Categorized:
         cluster: endpoints for Cluster traffic policy (empty when no policy uses them).
         local: endpoints on this node for Local policy (empty when no policy uses them).
         has_any: the service has usable endpoints somewhere in the cluster.
+        local_terminating: ``local`` is the serving-terminating fallback (no local endpoint is
+            ready): traffic still drains to them, but the health-check node port fails so load
+            balancers move away (upstream counts only ready local endpoints there).
     """
 
     cluster: tuple[Backend, ...]
     local: tuple[Backend, ...]
     has_any: bool
+    local_terminating: bool = False
 
 
 def resolve(
@@ -106,13 +110,15 @@ def categorize(
         cluster = _cluster_set(backends, node, zone)
         has_any = bool(cluster)
     local: tuple[Backend, ...] = ()
+    fallback = False
     if uses_local:
         has_any = has_any or any(_usable(ep) for _, ep in backends)
         mine = [(b, ep) for b, ep in backends if ep.node_name == node]
         local = tuple(b for b, ep in mine if ep.ready)
         if not local:
             local = tuple(b for b, ep in mine if _serving_terminating(ep))
-    return Categorized(cluster=cluster, local=local, has_any=has_any)
+            fallback = bool(local)
+    return Categorized(cluster=cluster, local=local, has_any=has_any, local_terminating=fallback)
 
 
 def _usable(ep: Endpoint) -> bool:

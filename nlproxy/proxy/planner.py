@@ -67,7 +67,9 @@ class PortPlan:
 
     Attributes:
         cluster_endpoints: endpoints for Cluster policy traffic (conntrack cleanup, inspector).
-        local_endpoints: this node's endpoints for Local policy traffic (health-check node port).
+        local_endpoints: this node's endpoints for Local policy traffic (ready ones, else the
+            serving-terminating ones traffic drains to).
+        local_ready: this node's ready endpoints: what the health-check node port counts.
         has_endpoints: usable endpoints exist somewhere (else traffic is rejected).
     """
 
@@ -77,6 +79,7 @@ class PortPlan:
     local_endpoints: tuple[Backend, ...]
     has_endpoints: bool
     health_check_node_port: int | None = None
+    local_ready: tuple[Backend, ...] = ()
 
 
 @dataclass(slots=True)
@@ -181,6 +184,7 @@ def merge_parts(ref: ServicePortRef, parts: list[PortPart]) -> PortPlan:
         local_endpoints=tuple(b for p in parts for b in p.cat.local),
         has_endpoints=any(p.cat.has_any for p in parts),
         health_check_node_port=parts[0].hc,
+        local_ready=tuple(b for p in parts if not p.cat.local_terminating for b in p.cat.local),
     )
 
 
