@@ -362,3 +362,28 @@ def _hc(proc: Any, port: int) -> int:
         return int(proc.get(port, "/")[0])
     except OSError:
         return 0
+
+
+def test_multiport_endpoints(testbed: Testbed, tmp_path: Path) -> None:
+    """should serve multiport endpoints from pods [Conformance]: two ports whose named target
+    ports resolve to different pods, each in its own EndpointSlice"""
+    ports = (
+        {"name": "portname1", "port": 80, "targetPort": "svc1"},
+        {"name": "portname2", "port": 81, "targetPort": "svc2"},
+    )
+    b, c = testbed.pod("pod-b"), testbed.pod("pod-c")
+    objs = [
+        topo.service("e2e", VIP, ports),
+        topo.endpoint_slice(
+            "e2e", _eps(testbed, ["pod-b"]), ({"name": "portname1", "port": 8080},), name="e2e-1"
+        ),
+        topo.endpoint_slice(
+            "e2e", _eps(testbed, ["pod-c"]), ({"name": "portname2", "port": 8080},), name="e2e-2"
+        ),
+    ]
+    apply(testbed, tmp_path, objs)
+    assert _from_a(testbed, port=80, n=6) == {b.name}
+    assert _from_a(testbed, port=81, n=6) == {c.name}
+    apply(testbed, tmp_path, [objs[0], objs[2]])  # pod-b gone: port 80 has no endpoint
+    assert _refused_from_a(testbed, port=80)
+    assert _from_a(testbed, port=81, n=3) == {c.name}
