@@ -120,27 +120,30 @@ class ApiLink:
         back = self._back = trio.Event()
         self.outages += 1
         started = trio.current_time()
-        self._log.warning("source.api_unreachable", kind=kind, error=str(error))
-        probes = 0
+        probes, warned = 0, False
         try:
             while True:
                 await trio.sleep(self._interval.next())
                 probes += 1
                 try:
                     status = await trio.to_thread.run_sync(self._probe, abandon_on_cancel=True)
-                except Unreachable:
+                except Unreachable as exc:
+                    if not warned:  # said once, when not just a dropped connection
+                        self._log.warning(
+                            "source.api_unreachable", kind=kind, error=str(error), probe=str(exc)
+                        )
+                        warned = True
                     continue
                 # 5xx: up but not ready (a starting server's /readyz is 500 until its caches
                 # are filled). Anything else (200, or 401/403/404 where /readyz is not open
                 # to this identity) proves it answers.
                 if status < 500:
                     break
-            self._log.info(
-                "source.api_back",
-                down_ms=round((trio.current_time() - started) * 1000, 1),
-                probes=probes,
-                readyz=status,
-            )
+            down_ms = round((trio.current_time() - started) * 1000, 1)
+            if warned:
+                self._log.info("source.api_back", down_ms=down_ms, probes=probes, readyz=status)
+            else:
+                self._log.debug("source.reconnecting", kind=kind, error=str(error), down_ms=down_ms)
         finally:
             self._back = None
             back.set()
