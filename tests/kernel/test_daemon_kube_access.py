@@ -1,0 +1,70 @@
+"""The daemon under a role without ServiceCIDRs: it programs everything else at once, and the
+drop rule for unallocated ClusterIPs appears when the permission is granted while it runs.
+
+The in-repo API server answers 403 on ServiceCIDRs as kube-apiserver's RBAC authorizer does;
+no ``--service-cidr`` is given, so the ServiceCIDR objects are the only source of the ranges.
+Real TCP from a pod: an unallocated address inside the range is answered by a decoy until the
+drop rule exists, and times out after.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nlproxy.testbed import Testbed
+from nlproxy.testbed_echo import Result, tcp_request
+from tests.kernel import topo
+from tests.kernel.test_daemon import answered_by, daemon, wait_until
+from tests.kernel.test_daemon_kube import VIP_A, put_service
+from tests.kube.apiserver import ApiServer
+from tests.kube.conftest import TOKEN, write_kubeconfig
+from tests.kube.objects import service_cidr
+
+testbed = topo.testbed
+
+UNALLOCATED = "10.96.200.200"
+
+
+def unallocated_result(tb: Testbed) -> Result:
+    return tcp_request(tb.pod("pod-a").netns, UNALLOCATED, 80, timeout=1.0).result
+
+
+def test_forbidden_service_cidrs_then_granted(testbed: Testbed, tmp_path: Path) -> None:
+    api = ApiServer(token=TOKEN)
+    api.start()
+    try:
+        api.store.put("nodes", testbed.node_manifest())
+        api.store.put("servicecidrs", service_cidr("kubernetes", "10.96.0.0/16"))
+        put_service(api, testbed, "a", VIP_A, ["pod-a", "pod-b"])
+        api.forbid("servicecidrs")
+        topo.decoy(testbed, UNALLOCATED)
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api)
+        # No --service-cidr: only the (forbidden) ServiceCIDR objects would give the ranges.
+        with daemon(testbed, None, "--kubeconfig", str(kubeconfig), "--service-cidr", "") as d:
+            assert answered_by(testbed, VIP_A, 4) == {"pod-a", "pod-b"}
+            [said] = [e for e in d.events("source.kind_unavailable") if e["level"] == "warning"]
+            assert (said["kind"], said["verb"], said["reason"]) == (
+                "ServiceCIDR",
+                "list",
+                "forbidden",
+            )
+            assert "no drop rule" in said["meanwhile"]
+            assert unallocated_result(testbed) is Result.REFUSED  # reached the decoy
+            code, text = d.get(d.metrics, "/metrics")
+            assert code == 200
+            assert (
+                'nlproxy_source_unavailable_kinds{kind="ServiceCIDR",reason="forbidden",'
+                'verb="list"} 1.0' in text
+            )
+            assert d.get(d.healthz, "/healthz")[0] == 200  # an optional kind: still ready
+            api.allow("servicecidrs")
+            wait_until(
+                lambda: unallocated_result(testbed) is Result.TIMEOUT,
+                40.0,
+                "drop rule for unallocated ClusterIPs after the grant",
+            )
+            assert d.events("source.kind_available")
+            assert "nlproxy_source_unavailable_kinds{" not in d.get(d.metrics, "/metrics")[1]
+            assert answered_by(testbed, VIP_A, 4) == {"pod-a", "pod-b"}
+    finally:
+        api.stop()
