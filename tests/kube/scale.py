@@ -63,16 +63,18 @@ def populate(server: ApiServer, services: int, endpoints: int) -> None:
     server.store.put_many("endpointslices", slices)
 
 
-def burst_updates(services: int, endpoints: int, count: int) -> Iterator[Obj]:
-    """``count`` EndpointSlice updates; update ``u`` gives service ``u % services`` a fresh IP
-    for its last endpoint (the IPs come after every initial one)."""
+def burst_updates(services: int, endpoints: int, count: int, first: int = 0) -> Iterator[Obj]:
+    """``count`` EndpointSlice updates, numbered from ``first``; update ``u`` gives service
+    ``u % services`` a fresh IP for its last endpoint (after every initial one, never reused:
+    start a later burst where the previous one ended)."""
     fresh = services * endpoints
-    for u in range(count):
+    for u in range(first, first + count):
         i = u % services
         ips = (*endpoint_ips(i, endpoints)[:-1], pod_ip(fresh + u))
         yield slice_obj(i, ips)
 
 
-def burst(server: ApiServer, services: int, endpoints: int, count: int) -> int:
+def burst(server: ApiServer, services: int, endpoints: int, count: int, first: int = 0) -> int:
     """Replay ``count`` slice updates at once; returns the resourceVersion of the last."""
-    return server.store.put_many("endpointslices", burst_updates(services, endpoints, count))
+    updates = burst_updates(services, endpoints, count, first)
+    return server.store.put_many("endpointslices", updates)
