@@ -301,7 +301,8 @@ class KubeSource:
                 verb=verb,
                 reason=reason,
                 error=exc.reason,
-                meanwhile="no sync until it can be listed; /healthz reports not ready",
+                meanwhile="not followed until it can be read (rules already programmed stay); "
+                "/healthz reports not ready",
             )
         self._report()
 
