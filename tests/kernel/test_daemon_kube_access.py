@@ -1,5 +1,6 @@
 """The daemon under a role without ServiceCIDRs: it programs everything else at once, and the
 drop rule for unallocated ClusterIPs appears when the permission is granted while it runs.
+Under a role without EndpointSlices it says so once and programs nothing until granted.
 
 The in-repo API server answers 403 on ServiceCIDRs as kube-apiserver's RBAC authorizer does;
 no ``--service-cidr`` is given, so the ServiceCIDR objects are the only source of the ranges.
@@ -14,7 +15,7 @@ from pathlib import Path
 from nlproxy.testbed import Testbed
 from nlproxy.testbed_echo import Result, tcp_request
 from tests.kernel import topo
-from tests.kernel.test_daemon import answered_by, daemon, wait_until
+from tests.kernel.test_daemon import Daemon, answered_by, daemon, wait_until
 from tests.kernel.test_daemon_kube import VIP_A, put_service
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import TOKEN, write_kubeconfig
@@ -67,4 +68,34 @@ def test_forbidden_service_cidrs_then_granted(testbed: Testbed, tmp_path: Path) 
             assert "nlproxy_source_unavailable_kinds{" not in d.get(d.metrics, "/metrics")[1]
             assert answered_by(testbed, VIP_A, 4) == {"pod-a", "pod-b"}
     finally:
+        api.stop()
+
+
+def test_forbidden_endpoint_slices_are_said_once_then_granted(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    api = ApiServer(token=TOKEN)
+    api.start()
+    d = None
+    try:
+        api.store.put("nodes", testbed.node_manifest())
+        put_service(api, testbed, "a", VIP_A, ["pod-a"])
+        api.forbid("endpointslices", "list")
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api)
+        d = Daemon(testbed, None, "--kubeconfig", str(kubeconfig))
+        slices = "/apis/discovery.k8s.io/v1/endpointslices"
+        wait_until(lambda: sum(p == slices for p, _ in api.requests) >= 3, 20.0, "retries")
+        said = [e for e in d.events("source.kind_unavailable") if e["level"] != "debug"]
+        assert [(e["level"], e["kind"], e["verb"]) for e in said] == [
+            ("error", "EndpointSlice", "list")
+        ]
+        assert not d.events("sync.applied")  # nothing programmed from a partial view
+        assert answered_by(testbed, VIP_A, 2) == set()
+        api.allow("endpointslices")
+        d.wait_ready(timeout=40)
+        assert answered_by(testbed, VIP_A, 4) == {"pod-a"}
+        assert d.events("source.kind_available")
+    finally:
+        if d is not None:
+            d.kill()
         api.stop()
