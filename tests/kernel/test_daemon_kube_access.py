@@ -1,6 +1,7 @@
 """The daemon under a role without ServiceCIDRs: it programs everything else at once, and the
 drop rule for unallocated ClusterIPs appears when the permission is granted while it runs.
-Under a role without EndpointSlices it says so once and programs nothing until granted.
+Under a role without EndpointSlices it says so once and programs nothing until granted; a watch
+refused later makes /healthz not ready, with the reason, until granted again.
 
 The in-repo API server answers 403 on ServiceCIDRs as kube-apiserver's RBAC authorizer does;
 no ``--service-cidr`` is given, so the ServiceCIDR objects are the only source of the ranges.
@@ -95,6 +96,15 @@ def test_forbidden_endpoint_slices_are_said_once_then_granted(
         d.wait_ready(timeout=40)
         assert answered_by(testbed, VIP_A, 4) == {"pod-a"}
         assert d.events("source.kind_available")
+        # Refused later (the watch, after a reconnect): not ready, with the reason; the rules
+        # stay and traffic flows; ready again once granted.
+        api.forbid("endpointslices", "watch")
+        api.drop_connections()
+        wait_until(lambda: d.get(d.healthz, "/healthz")[0] == 503, 20.0, "not ready")
+        assert "EndpointSlice: watch forbidden" in d.get(d.healthz, "/healthz")[1]
+        assert answered_by(testbed, VIP_A, 2) == {"pod-a"}
+        api.allow("endpointslices")
+        wait_until(lambda: d.get(d.healthz, "/healthz")[0] == 200, 40.0, "ready again")
     finally:
         if d is not None:
             d.kill()
