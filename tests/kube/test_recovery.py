@@ -9,11 +9,14 @@ against a real kube-apiserver).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
 import trio
 from structlog.testing import capture_logs
 
+from nlproxy.cluster.kube_http import Http, Unreachable
 from nlproxy.cluster.model import Replace
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import eventually, start_source
@@ -83,3 +86,19 @@ async def test_dropped_connections_resume_without_waiting_for_a_probe_cycle(
         seen = await feed.until(is_upsert_of(f"web-{i}"), within=BOUND)
         assert not feed.replaces(seen)
     assert source.link.outages >= 3
+
+
+def test_probe_is_one_quiet_attempt(
+    apiserver: ApiServer, api_client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    http = Http(api_client)
+    assert http.probe() == 200
+    apiserver.unready_for = 60.0
+    apiserver.stop()
+    apiserver.start()
+    assert http.probe() == 500  # up, not ready: the link keeps probing
+    apiserver.stop()
+    with caplog.at_level(logging.DEBUG, logger="urllib3"), pytest.raises(Unreachable):
+        http.probe()
+    retries = [r for r in caplog.records if "Retrying" in r.getMessage()]
+    assert retries == []  # one attempt, not the client's four with a warning each
