@@ -256,9 +256,11 @@ class KubeSource:
                     await trio.sleep(backoff.next())
             except (Forbidden, NotServed) as exc:
                 # Keep what was listed (as in an outage) and ask again later: a role that
-                # gains the permission takes effect without a restart.
+                # gains the permission takes effect without a restart. A kind the cluster does
+                # not serve only appears with an upgrade: asked about every watch timeout.
                 self._refused(spec, exc)
-                await trio.sleep(backoff.next())
+                absent = isinstance(exc, NotServed) and spec.optional
+                await trio.sleep(self.watch_timeout if absent else backoff.next())
             except Unreachable as exc:
                 await self.link.wait_until_back(spec.kind, exc)
             except KubeApiError as exc:
@@ -286,7 +288,9 @@ class KubeSource:
             return
         self.unavailable[spec.kind] = problem
         if spec.optional:
-            self._log.warning(
+            # A cluster before 1.33 has no ServiceCIDRs: expected there, so not a warning.
+            log = self._log.info if isinstance(exc, NotServed) else self._log.warning
+            log(
                 "source.kind_unavailable",
                 kind=spec.kind,
                 verb=verb,

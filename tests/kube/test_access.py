@@ -164,3 +164,22 @@ async def test_unauthorized_token_is_reported(
     nursery.start_soon(source.run, send)
     await eventually(lambda: {"Service", "EndpointSlice", "Node"} <= set(reports.now))
     assert {u.reason for u in reports.now.values()} == {"unauthorized"}
+
+
+async def test_service_cidrs_not_served_are_expected_not_warned(
+    apiserver: ApiServer, api_client: Any, nursery: trio.Nursery
+) -> None:
+    # A cluster before 1.33: no ServiceCIDR API at all. Reported (metric), said at info
+    # level, and asked about again only every watch timeout, not at the backoff's pace.
+    populate(apiserver)
+    apiserver.disabled.add("/apis/networking.k8s.io/v1/servicecidrs")
+    reports = Reports()
+    with capture_logs() as logs:
+        feed, _ = await start_source(
+            nursery, api_client, on_unavailable=reports, backoff_max=0.05, watch_timeout=30
+        )
+        await feed.nothing_for(1.0)
+    assert reports.now["ServiceCIDR"].reason == "not-served"
+    said = [logged(e) for e in logs if e["event"] == "source.kind_unavailable"]
+    assert [s for s in said if s[0] != "debug"] == [("info", "ServiceCIDR", "list")]
+    assert list_requests(apiserver, "servicecidrs") <= 2
