@@ -3,7 +3,7 @@ answers of ``externalTrafficPolicy: Local`` services.
 
 ``/healthz`` is healthy when the proxy has synced at least once and no queued change has waited
 longer than the grace period without a successful sync (kube-proxy's rule: twice the sync period),
-and the source is not blocked (``blocked``: why it cannot list a kind nlproxy needs, such as a
+and the source is not blocked (``blocked``: why it cannot read a kind nlproxy needs, such as a
 role without ``list`` on Services; reported as ``reason`` in the body).
 Time comes from the caller (``trio.current_time()`` in the daemon) so tests can use a fake clock.
 """
