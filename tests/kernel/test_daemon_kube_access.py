@@ -43,7 +43,7 @@ def test_forbidden_service_cidrs_then_granted(testbed: Testbed, tmp_path: Path) 
         kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api)
         # No --service-cidr: only the (forbidden) ServiceCIDR objects would give the ranges.
         with daemon(testbed, None, "--kubeconfig", str(kubeconfig), "--service-cidr", "") as d:
-            assert answered_by(testbed, VIP_A, 4) == {"pod-a", "pod-b"}
+            assert answered_by(testbed, VIP_A, 20) == {"pod-a", "pod-b"}
             [said] = [e for e in d.events("source.kind_unavailable") if e["level"] == "warning"]
             assert (said["kind"], said["verb"], said["reason"]) == (
                 "ServiceCIDR",
@@ -67,7 +67,7 @@ def test_forbidden_service_cidrs_then_granted(testbed: Testbed, tmp_path: Path) 
             )
             assert d.events("source.kind_available")
             assert "nlproxy_source_unavailable_kinds{" not in d.get(d.metrics, "/metrics")[1]
-            assert answered_by(testbed, VIP_A, 4) == {"pod-a", "pod-b"}
+            assert answered_by(testbed, VIP_A, 20) == {"pod-a", "pod-b"}
     finally:
         api.stop()
 
