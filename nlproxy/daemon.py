@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import signal
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import trio
 from prometheus_client import CollectorRegistry
@@ -34,6 +35,9 @@ from nlproxy.proxy.planner import PortPlan
 from nlproxy.reachability import ReachabilityMonitor, without_unreachable
 from nlproxy.sync import TABLE_NAME, Syncer, SyncResult
 from nlproxy.syncloop import SyncLoop
+
+if TYPE_CHECKING:  # the kube source (and the kubernetes package) is imported only when used
+    from nlproxy.cluster.kube_link import Unavailable
 
 
 def run_daemon(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) -> int:
@@ -76,6 +80,7 @@ class Daemon:
             quiet=self._quiet,
         )
         self.healthchecks: HealthCheckServers | None = None
+        self._service_cidrs = pcfg.service_cidrs
         self.log = get_logger("daemon")
 
     def _quiet(self) -> bool:
@@ -117,7 +122,19 @@ class Daemon:
         from nlproxy.cluster.kube import KubeSource, api_client_from_config
 
         client = api_client_from_config(self.cfg.kubeconfig)
-        return KubeSource(client, node_name=self.cfg.node_name)
+        return KubeSource(
+            client,
+            node_name=self.cfg.node_name,
+            service_cidrs=self._service_cidrs,
+            on_unavailable=self._unavailable,
+        )
+
+    def _unavailable(self, kinds: Mapping[str, Unavailable]) -> None:
+        """The source's unreadable kinds: a metric each; required ones block /healthz."""
+        self.metrics.source_unavailable.clear()
+        for u in kinds.values():
+            self.metrics.source_unavailable.labels(kind=u.kind, verb=u.verb, reason=u.reason).set(1)
+        self.health.blocked = "; ".join(str(u) for u in kinds.values() if u.required)
 
     async def _healthz(self, path: str) -> Response:
         if path in ("/healthz", "/livez"):

@@ -2,7 +2,9 @@
 answers of ``externalTrafficPolicy: Local`` services.
 
 ``/healthz`` is healthy when the proxy has synced at least once and no queued change has waited
-longer than the grace period without a successful sync (kube-proxy's rule: twice the sync period).
+longer than the grace period without a successful sync (kube-proxy's rule: twice the sync period),
+and the source is not blocked (``blocked``: why it cannot read a kind nlproxy needs, such as a
+role without ``list`` on Services; reported as ``reason`` in the body).
 Time comes from the caller (``trio.current_time()`` in the daemon) so tests can use a fake clock.
 """
 
@@ -23,6 +25,7 @@ class HealthState:
     last_updated_wall: datetime | None = None
     oldest_pending: float | None = None
     node_eligible: bool = True
+    blocked: str = ""
 
     def queued(self, now: float) -> None:
         """A change arrived and waits for a sync."""
@@ -35,18 +38,21 @@ class HealthState:
         self.oldest_pending = None
 
     def healthy(self, now: float) -> bool:
-        if self.last_updated is None:
+        if self.last_updated is None or self.blocked:
             return False
         return self.oldest_pending is None or now - self.oldest_pending <= self.grace_seconds
 
     def body(self, now: float) -> dict[str, object]:
         """The JSON body kube-proxy returns on /healthz."""
         stamp = self.last_updated_wall.isoformat() if self.last_updated_wall else ""
-        return {
+        body: dict[str, object] = {
             "lastUpdated": stamp,
             "currentTime": datetime.now(UTC).isoformat(),
             "nodeEligible": self.node_eligible,
         }
+        if self.blocked:
+            body["reason"] = self.blocked
+        return body
 
 
 def healthz(state: HealthState, now: float) -> tuple[int, bytes]:

@@ -77,6 +77,14 @@ class Metrics:
             "Cumulative conntrack flows deleted by conntrack reconciler",
             registry=registry,
         )
+        # 1 per Kubernetes API kind the source may not read (a refused verb, or a kind the
+        # cluster does not serve); an optional kind is synced as absent meanwhile.
+        self.source_unavailable = Gauge(
+            "nlproxy_source_unavailable_kinds",
+            "API kinds the source may not read right now (1 per kind and reason)",
+            ["kind", "verb", "reason"],
+            registry=registry,
+        )
         self.sync_failures = Counter(
             "nlproxy_sync_failures",
             "Syncs the kernel rejected or that failed otherwise",

@@ -3,8 +3,16 @@
 First stage of the flow (DESIGN §1): turns the API server's objects into change events for the
 cluster state. Each kind is listed in pages (one ``Replace`` per kind), then watched from the
 list's resourceVersion with bookmarks and a server-side timeout; ``410 Gone`` relists and sends a
-new ``Replace`` so deletions missed while disconnected are applied; any other failure retries with
-exponential backoff and jitter, resuming from the last resourceVersion.
+new ``Replace`` so deletions missed while disconnected are applied; any other failure retries,
+resuming from the last resourceVersion: at once when a shared probe finds an unreachable API
+server back, after a per-kind jittered backoff when the server answered with an error
+(``kube_link.py``).
+
+Required kinds (Services, EndpointSlices, this Node, as kube-proxy, which waits for its Node
+informer before it syncs) hold up the first sync until they are listed; a permission refused on
+one of them is reported (``on_unavailable``, for ``/healthz``) and retried. An optional kind
+(ServiceCIDRs) that this identity may not read, or the cluster does not serve, is sent as absent
+and retried in the background, so the rest is programmed at once.
 
 It must not emit anything because the API is unreachable: a ``Replace`` only ever comes from a
 complete, successful list, so an outage leaves the programmed rules alone. Blocking HTTP runs in
@@ -14,29 +22,40 @@ worker threads (``kube_http.py``); nothing here blocks the event loop.
 from __future__ import annotations
 
 import os
-import random
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, NoReturn
 
 import kubernetes
 import trio
 
 from nlproxy.cluster.kube_http import (
+    Forbidden,
     Gone,
     Http,
     KindSpec,
     KubeApiError,
     Listing,
     NotServed,
+    Unreachable,
     WatchStream,
     deliver_to,
     list_kind,
 )
-from nlproxy.cluster.model import Change, Invalid, Replace
+from nlproxy.cluster.kube_link import ApiLink, Backoff, Unavailable
+from nlproxy.cluster.model import Change, Invalid, IPNetwork, Replace
 from nlproxy.errors import ConfigError
 from nlproxy.log import get_logger
 
-__all__ = ["Backoff", "KindSpec", "KubeApiError", "KubeSource", "api_client_from_config", "kinds"]
+__all__ = [
+    "Backoff",
+    "KindSpec",
+    "KubeApiError",
+    "KubeSource",
+    "Unavailable",
+    "api_client_from_config",
+    "kinds",
+]
 
 # kube-proxy's informer selectors: objects owned by another proxy and headless services' objects
 # are filtered by the server, so they never cost us a byte.
@@ -44,6 +63,7 @@ NOT_OURS = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/hea
 # A watch that ends normally this soon without delivering anything still backs off, so a server
 # that closes every watch at once cannot make us spin.
 _HEALTHY_WATCH_SECONDS = 5.0
+_DENIED = {401: "unauthorized", 403: "forbidden"}
 
 
 def kinds(node_name: str) -> tuple[KindSpec, ...]:
@@ -58,26 +78,6 @@ def kinds(node_name: str) -> tuple[KindSpec, ...]:
         KindSpec("Node", "/api/v1/nodes", field_selector=f"metadata.name={node_name}"),
         KindSpec("ServiceCIDR", "/apis/networking.k8s.io/v1/servicecidrs", optional=True),
     )
-
-
-class Backoff:
-    """Exponential backoff with jitter: each delay is drawn from [d/2, d], d doubling up to
-    ``maximum``; ``reset()`` after a success."""
-
-    def __init__(
-        self, initial: float = 0.5, maximum: float = 30.0, *, rng: random.Random | None = None
-    ) -> None:
-        self.initial, self.maximum = initial, maximum
-        self._rng = rng or random.Random()
-        self._delay = initial
-
-    def next(self) -> float:
-        delay = self._delay
-        self._delay = min(self.maximum, self._delay * 2)
-        return self._rng.uniform(delay / 2, delay)
-
-    def reset(self) -> None:
-        self._delay = self.initial
 
 
 def api_client_from_config(
@@ -119,7 +119,12 @@ class KubeSource:
         node_name: this node; only its Node object is watched.
         page_size: objects per list page (``limit``).
         watch_timeout: server-side ``timeoutSeconds`` of every watch.
-        backoff_initial, backoff_max: retry delays after errors, in seconds.
+        backoff_initial, backoff_max: retry delays of a kind after an error answer, in seconds.
+        probe_initial, probe_max: the probe interval while the API server is unreachable.
+        service_cidrs: the configured ``--service-cidr``; only named in the log line saying
+            what the drop rule for unallocated ClusterIPs uses without ServiceCIDR objects.
+        on_unavailable: called with every kind that may not be read right now (empty when all
+            can), each time that set changes: for the metrics and ``/healthz``.
     """
 
     def __init__(
@@ -131,13 +136,21 @@ class KubeSource:
         watch_timeout: int = 300,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
+        probe_initial: float = 0.1,
+        probe_max: float = 1.0,
+        service_cidrs: Sequence[IPNetwork] = (),
+        on_unavailable: Callable[[Mapping[str, Unavailable]], None] | None = None,
     ) -> None:
         self._http = Http(api_client)
         self.node_name = node_name
         self.page_size = page_size
         self.watch_timeout = watch_timeout
         self._backoff = (backoff_initial, backoff_max)
+        self.link = ApiLink(self._http.probe, initial=probe_initial, maximum=probe_max)
         self.kinds = kinds(node_name)
+        self.unavailable: dict[str, Unavailable] = {}
+        self._on_unavailable = on_unavailable
+        self._service_cidrs = tuple(service_cidrs)
         self._log = get_logger("kube-source")
 
     async def run(
@@ -148,7 +161,9 @@ class KubeSource:
     ) -> NoReturn:
         """Send one batch with a ``Replace`` per kind, report started, then stream changes.
 
-        Retries (with backoff) until the initial lists succeed; never returns.
+        Retries until every required kind is listed; an optional kind this identity may not
+        read (or the cluster does not serve) is sent as an empty ``Replace`` and retried in the
+        background. Never returns.
 
         Raises:
             trio.BrokenResourceError: the receiving end of ``send`` was closed.
@@ -167,8 +182,9 @@ class KubeSource:
         self, send: trio.MemorySendChannel[Sequence[Change]]
     ) -> dict[str, str | None]:
         """List every kind and send one batch of a ``Replace`` per kind; returns the lists'
-        resourceVersions. Its own frame, so the lists (every object of the cluster) are not
-        kept alive by this source once the cluster state holds them."""
+        resourceVersions (None: not listed, the watch loop lists it). Its own frame, so the
+        lists (every object of the cluster) are not kept alive by this source once the cluster
+        state holds them."""
         versions: dict[str, str | None] = {}
         replaces: dict[str, Replace] = {}
         async with trio.open_nursery() as nursery:
@@ -176,7 +192,9 @@ class KubeSource:
                 nursery.start_soon(self._initial, spec, replaces, versions)
         await send.send([replaces[spec.kind] for spec in self.kinds])
         self._log.info(
-            "source.synced", **{s.kind: len(replaces[s.kind].changes) for s in self.kinds}
+            "source.synced",
+            **{s.kind: len(replaces[s.kind].changes) for s in self.kinds},
+            unavailable=sorted(self.unavailable),
         )
         return versions
 
@@ -187,12 +205,18 @@ class KubeSource:
         while True:
             try:
                 listing = await self._list(spec)
-            except KubeApiError as exc:
-                if isinstance(exc, NotServed) and spec.optional:
-                    self._log.info("source.kind_unavailable", kind=spec.kind)
+            except (Forbidden, NotServed) as exc:
+                self._refused(spec, exc)
+                if spec.optional:  # absent for now: the watch loop keeps trying to list it
                     replaces[spec.kind] = Replace(kind=spec.kind, changes=())
                     versions[spec.kind] = None
                     return
+                await trio.sleep(backoff.next())
+                continue
+            except Unreachable as exc:
+                await self.link.wait_until_back(spec.kind, exc)
+                continue
+            except KubeApiError as exc:
                 await self._wait_retry(backoff, spec, "source.list_error", exc)
                 continue
             replaces[spec.kind] = Replace(kind=spec.kind, changes=listing.changes)
@@ -213,7 +237,14 @@ class KubeSource:
                 if rv is None:
                     rv = await self._relist(spec, send)
                 started = trio.current_time()
-                stream = WatchStream(self._http, spec, rv, self.watch_timeout, deliver_to(send))
+                stream = WatchStream(
+                    self._http,
+                    spec,
+                    rv,
+                    self.watch_timeout,
+                    deliver_to(send),
+                    opened=partial(trio.from_thread.run_sync, self._watching, spec),
+                )
                 try:
                     await self._watch(stream)
                 finally:  # resume from the last event or bookmark, even after an error
@@ -223,12 +254,15 @@ class KubeSource:
                 rv = None
                 if relisted:  # Gone right after a fresh list: don't hammer a confused server
                     await trio.sleep(backoff.next())
-            except NotServed as exc:
-                if not spec.optional:
-                    await self._wait_retry(backoff, spec, "source.watch_error", exc)
-                    continue
-                rv = None
-                await trio.sleep(self.watch_timeout)  # probe again later: the kind may appear
+            except (Forbidden, NotServed) as exc:
+                # Keep what was listed (as in an outage) and ask again later: a role that
+                # gains the permission takes effect without a restart. A kind the cluster does
+                # not serve only appears with an upgrade: asked about every watch timeout.
+                self._refused(spec, exc)
+                absent = isinstance(exc, NotServed) and spec.optional
+                await trio.sleep(self.watch_timeout if absent else backoff.next())
+            except Unreachable as exc:
+                await self.link.wait_until_back(spec.kind, exc)
             except KubeApiError as exc:
                 await self._wait_retry(backoff, spec, "source.watch_error", exc)
             else:
@@ -244,6 +278,64 @@ class KubeSource:
         await send.send([Replace(kind=spec.kind, changes=listing.changes)])
         return listing.resource_version
 
+    def _refused(self, spec: KindSpec, exc: Forbidden | NotServed) -> None:
+        """Record that ``spec`` may not be read; warn once (not at every retry)."""
+        verb = exc.verb if isinstance(exc, Forbidden) else "list"
+        reason = "not-served" if isinstance(exc, NotServed) else _DENIED.get(exc.status, "denied")
+        problem = Unavailable(spec.kind, verb, reason, not spec.optional, exc.reason)
+        if self.unavailable.get(spec.kind) == problem:
+            self._log.debug("source.kind_unavailable", kind=spec.kind, verb=verb, reason=reason)
+            return
+        self.unavailable[spec.kind] = problem
+        if spec.optional:
+            # A cluster before 1.33 has no ServiceCIDRs: expected there, so not a warning.
+            log = self._log.info if isinstance(exc, NotServed) else self._log.warning
+            log(
+                "source.kind_unavailable",
+                kind=spec.kind,
+                verb=verb,
+                reason=reason,
+                error=exc.reason,
+                meanwhile=self._without(spec.kind),
+            )
+        else:
+            self._log.error(
+                "source.kind_unavailable",
+                kind=spec.kind,
+                verb=verb,
+                reason=reason,
+                error=exc.reason,
+                meanwhile="not followed until it can be read (rules already programmed stay); "
+                "/healthz reports not ready",
+            )
+        self._report()
+
+    def _watching(self, spec: KindSpec) -> None:
+        """The server accepted a watch of ``spec``."""
+        self.link.answered()
+        self._readable(spec, "watch")
+
+    def _readable(self, spec: KindSpec, verb: str) -> None:
+        """``verb`` on ``spec`` succeeded: a refusal of it (any, after a watch) is over."""
+        problem = self.unavailable.get(spec.kind)
+        if problem is not None and verb in (problem.verb, "watch"):
+            del self.unavailable[spec.kind]
+            self._log.info("source.kind_available", kind=spec.kind)
+            self._report()
+
+    def _report(self) -> None:
+        if self._on_unavailable is not None:
+            self._on_unavailable(dict(self.unavailable))
+
+    def _without(self, kind: str) -> str:
+        """What nlproxy does without ``kind`` (an optional one), for the log line."""
+        if kind != "ServiceCIDR":
+            return f"synced without {kind} objects"
+        if self._service_cidrs:
+            ranges = ",".join(map(str, self._service_cidrs))
+            return f"unallocated ClusterIPs are dropped within --service-cidr {ranges} only"
+        return "no drop rule for unallocated ClusterIPs (no ServiceCIDR objects, no --service-cidr)"
+
     async def _wait_retry(
         self, backoff: Backoff, spec: KindSpec, event: str, exc: KubeApiError
     ) -> None:
@@ -256,6 +348,8 @@ class KubeSource:
         listing = await trio.to_thread.run_sync(
             list_kind, self._http, spec, self.page_size, abandon_on_cancel=True
         )
+        self.link.answered()
+        self._readable(spec, "list")
         invalid = sum(1 for c in listing.changes if isinstance(c, Invalid))
         self._log.info(
             "source.listed",

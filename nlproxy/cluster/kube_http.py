@@ -31,6 +31,8 @@ LIST_READ_TIMEOUT = 60.0
 # A watch may stay silent until its server-side timeout; the socket read timeout only has to
 # catch a connection that died without a FIN (a node or load balancer vanishing).
 WATCH_READ_GRACE = 30.0
+# The readiness probe while the API server is unreachable: short, as it is repeated.
+PROBE_TIMEOUT = 2.0
 _READ_SIZE = 1 << 16
 
 
@@ -73,11 +75,27 @@ class NotServed(KubeApiError):
     """404 on a collection: this cluster does not serve the kind (ServiceCIDR before 1.33)."""
 
 
+class Forbidden(KubeApiError):
+    """401 or 403: this identity may not ``verb`` the kind (a role without it, a bad token).
+
+    Attributes:
+        verb: the refused verb, ``list`` or ``watch``.
+    """
+
+    def __init__(self, ref: str, reason: str, *, status: int, verb: str) -> None:
+        self.verb = verb
+        super().__init__(ref, reason, status=status)
+
+
+class Unreachable(KubeApiError):
+    """No answer: the connection was refused, reset or timed out, or a stream broke off."""
+
+
 class Aborted(Exception):
     """The trio side gave up on this request (cancellation); the thread just ends."""
 
 
-def _status_error(spec: KindSpec, status: int, body: bytes) -> KubeApiError:
+def _status_error(spec: KindSpec, status: int, body: bytes, verb: str) -> KubeApiError:
     try:
         message = str(json.loads(body).get("message", ""))
     except (ValueError, AttributeError):
@@ -88,6 +106,8 @@ def _status_error(spec: KindSpec, status: int, body: bytes) -> KubeApiError:
         return Gone(ref, reason, status=status)
     if status == 404:
         return NotServed(ref, reason, status=status)
+    if status in (401, 403):
+        return Forbidden(ref, reason, status=status, verb=verb)
     return KubeApiError(ref, reason, status=status)
 
 
@@ -103,7 +123,8 @@ class Http:
         """Open ``GET spec.path?params``; a non-200 answer raises (``Gone``, ``NotServed``, ...).
 
         Raises:
-            KubeApiError: no answer, or an error status.
+            Unreachable: no answer.
+            KubeApiError: an error status (``Gone``, ``NotServed``, ``Forbidden``, ...).
         """
         try:
             method, url, headers, _body, _post = self.api.param_serialize(
@@ -117,7 +138,7 @@ class Http:
                 method, url, header_params=headers, _request_timeout=(CONNECT_TIMEOUT, read_timeout)
             )
         except (urllib3.exceptions.HTTPError, OSError, ApiException) as exc:
-            raise KubeApiError(f"{spec.kind} {spec.path}", f"request failed: {exc}") from exc
+            raise Unreachable(f"{spec.kind} {spec.path}", f"request failed: {exc}") from exc
         raw: urllib3.BaseHTTPResponse = resp.response
         if raw.status != 200:
             try:
@@ -125,14 +146,41 @@ class Http:
             except (urllib3.exceptions.HTTPError, OSError):
                 body = b""
             raw.release_conn()
-            raise _status_error(spec, raw.status, body)
+            verb = "watch" if ("watch", "1") in params else "list"
+            raise _status_error(spec, raw.status, body, verb)
         return raw
+
+    def probe(self, path: str = "/readyz", timeout: float = PROBE_TIMEOUT) -> int:
+        """``GET path`` with short timeouts and no retries; returns the HTTP status.
+
+        Goes to the client's connection pool directly (the URL, TLS and token are the
+        client's): a probe repeated while the server is down must cost one connection attempt
+        and log nothing, where the client's own retries would make four and warn of three.
+
+        Raises:
+            Unreachable: no answer.
+        """
+        try:
+            _method, url, headers, _body, _post = self.api.param_serialize(
+                "GET", path, header_params={"Accept": "*/*"}, auth_settings=["BearerToken"]
+            )
+            raw = self.api.rest_client.pool_manager.request(
+                "GET",
+                url,
+                headers=headers,
+                timeout=urllib3.Timeout(connect=timeout, read=timeout),
+                retries=False,
+                preload_content=True,
+            )
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Unreachable(f"API server {path}", f"request failed: {exc}") from exc
+        return int(raw.status)
 
     def read_json(self, spec: KindSpec, raw: urllib3.BaseHTTPResponse) -> Any:
         try:
             data = raw.read()
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise KubeApiError(f"{spec.kind} {spec.path}", f"reading failed: {exc}") from exc
+            raise Unreachable(f"{spec.kind} {spec.path}", f"reading failed: {exc}") from exc
         finally:
             raw.release_conn()
         try:
@@ -200,7 +248,8 @@ class WatchStream:
     """One watch request, read in a worker thread; changes go to ``deliver`` as they arrive.
 
     ``run()`` returns the last resourceVersion seen (objects and bookmarks) when the server ends
-    the stream; ``abort()``, from any thread, makes a blocked ``run()`` end promptly.
+    the stream; ``abort()``, from any thread, makes a blocked ``run()`` end promptly;
+    ``opened``, if given, is called (in the worker thread) once the server accepted the watch.
     """
 
     def __init__(
@@ -210,8 +259,10 @@ class WatchStream:
         resource_version: str,
         timeout: int,
         deliver: Callable[[Sequence[Change]], None],
+        opened: Callable[[], None] | None = None,
     ) -> None:
         self.http, self.spec, self.timeout, self.deliver = http, spec, timeout, deliver
+        self.opened = opened
         self.resource_version = resource_version
         self.events = 0
         self._lock = threading.Lock()
@@ -231,8 +282,8 @@ class WatchStream:
 
         Raises:
             Gone: the server reported 410 (the version is too old); relist.
-            KubeApiError: the connection failed or the stream was garbled; resume from
-                ``resource_version``.
+            Unreachable: the connection failed or broke off; resume from ``resource_version``.
+            KubeApiError: an error status or a garbled stream; resume from ``resource_version``.
             Aborted: ``abort()`` was called.
         """
         params = [
@@ -249,12 +300,14 @@ class WatchStream:
                 raise Aborted
             self._raw = raw
         try:
+            if self.opened is not None:
+                self.opened()
             self._read(raw)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             if self._aborted:
                 raise Aborted from exc
             ref = f"{self.spec.kind} {self.spec.path}"
-            raise KubeApiError(ref, f"watch broken: {exc}") from exc
+            raise Unreachable(ref, f"watch broken: {exc}") from exc
         finally:
             with self._lock:
                 self._raw = None
@@ -299,7 +352,8 @@ class WatchStream:
         if kind == "ERROR":
             code = int(obj.get("code") or 0)
             message = str(obj.get("message", ""))
-            return None, _status_error(self.spec, code, json.dumps({"message": message}).encode())
+            body = json.dumps({"message": message}).encode()
+            return None, _status_error(self.spec, code, body, "watch")
         if kind in ("ADDED", "MODIFIED"):
             change = to_change(obj, self.spec.kind)
         elif kind == "DELETED":

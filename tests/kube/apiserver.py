@@ -3,9 +3,13 @@
 Speaks the list/watch protocol of the resources nlproxy reads (Services, EndpointSlices, Nodes,
 ServiceCIDRs): chunked lists (``limit``/``continue``) served from a consistent snapshot, label and
 field selectors, watches streaming JSON lines over chunked transfer encoding, BOOKMARK events,
-``410 Gone`` for compacted resource versions, server-side ``timeoutSeconds``. Tests drive it as a
-cluster would change and fail: add/modify/delete objects (one global, increasing resourceVersion),
-compact history, send bookmarks, drop connections, stop and restart on the same port.
+``410 Gone`` for compacted resource versions, server-side ``timeoutSeconds``, ``/readyz``. Tests
+drive it as a cluster would change and fail: add/modify/delete objects (one global, increasing
+resourceVersion), replay a burst of updates, compact history, send bookmarks, drop connections,
+refuse a verb on a kind with the real server's 403, serve a kind or not (404), stop and restart
+on the same port (``/readyz`` 500 for a while after a start, like a server filling its caches).
+With ``tests/kube/realistic.py`` it holds objects with the bodies a real server sends (10k
+Services and 10k EndpointSlices for the benchmarks).
 
 It is a test double of the API server, not of the client: the ``kubernetes`` package talks to it
 over TCP on 127.0.0.1 exactly as it would to a real cluster.
@@ -21,7 +25,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -124,6 +128,14 @@ class Store:
             self.cond.notify_all()
             return new
 
+    def put_many(self, plural: str, objs: Iterable[Mapping[str, Any]]) -> int:
+        """Add or replace many objects at once, as one burst of events (watchers are woken
+        once); returns the resourceVersion of the last."""
+        with self.cond:
+            for obj in objs:
+                self.put(plural, obj)
+            return self.rv
+
     def delete(self, plural: str, namespace: str, name: str) -> None:
         with self.cond:
             old = self.objects[plural].pop((namespace, name))
@@ -175,6 +187,9 @@ class ApiServer:
         requests: ``(path, query)`` of every request, for assertions.
         token: bearer token every request must carry, or None.
         disabled: paths answering 404 (an older cluster without ServiceCIDRs).
+        forbidden: plural -> verbs (``list``, ``watch``) answered 403, as kube-apiserver's RBAC
+            authorizer answers a role without them (see ``forbid``).
+        unready_for: seconds after each ``start()`` during which ``/readyz`` answers 500.
         bookmark_interval: seconds between periodic bookmarks on watches that allow them.
         after_page: called with the plural after each list page is sent (changes mid-list).
         gone_as_http: answer a watch from a compacted version with HTTP 410 instead of an
@@ -186,6 +201,10 @@ class ApiServer:
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.token = token
         self.disabled: set[str] = set()
+        self.forbidden: dict[str, set[str]] = {}
+        self.unready_for = 0.0
+        self.started_at = 0.0
+        self.user = "system:serviceaccount:kube-system:nlproxy"
         self.bookmark_interval = 60.0
         self.gone_as_http = False
         self.after_page: Callable[[str], None] | None = None
@@ -202,7 +221,19 @@ class ApiServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def forbid(self, plural: str, *verbs: str) -> None:
+        """Refuse ``verbs`` (default: list and watch) on ``plural`` from now on."""
+        self.forbidden.setdefault(plural, set()).update(verbs or ("list", "watch"))
+
+    def allow(self, plural: str) -> None:
+        """Grant every verb on ``plural`` again (a role fixed while nlproxy runs)."""
+        self.forbidden.pop(plural, None)
+
+    def ready(self) -> bool:
+        return time.monotonic() - self.started_at >= self.unready_for
+
     def start(self) -> None:
+        self.started_at = time.monotonic()
         handler = type("Handler", (_Handler,), {"api": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
         self._httpd.daemon_threads = True
@@ -307,9 +338,16 @@ class _Handler(BaseHTTPRequestHandler):
         if self.api.token and self.headers.get("Authorization") != f"Bearer {self.api.token}":
             self._json(401, status(401, "Unauthorized", "Unauthorized"))
             return
+        if url.path in ("/readyz", "/livez", "/healthz"):
+            self._health(url.path)
+            return
         res = RESOURCES.get(url.path)
         if res is None or url.path in self.api.disabled:
             self._json(404, status(404, "NotFound", "the server could not find the resource"))
+            return
+        verb = "watch" if query.get("watch") in ("1", "true") else "list"
+        if verb in self.api.forbidden.get(res.plural, ()):
+            self._json(403, self._forbidden(res, verb))
             return
         try:
             sel = Query(
@@ -328,6 +366,27 @@ class _Handler(BaseHTTPRequestHandler):
                     self.api.active_watches -= 1
         else:
             self._list(res, sel, query)
+
+    def _health(self, path: str) -> None:
+        ok = path != "/readyz" or self.api.ready()
+        text = b"ok" if ok else b"[-]informer-sync failed: not finished\nreadyz check failed"
+        self.send_response(200 if ok else 500)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(text)))
+        self.end_headers()
+        self.wfile.write(text)
+
+    def _forbidden(self, res: Resource, verb: str) -> Obj:
+        """kube-apiserver's answer when RBAC denies ``verb`` on ``res`` cluster-wide."""
+        group = res.api_version.rpartition("/")[0]
+        qualified = f"{res.plural}.{group}" if group else res.plural
+        message = (
+            f'{qualified} is forbidden: User "{self.api.user}" cannot {verb} resource '
+            f'"{res.plural}" in API group "{group}" at the cluster scope'
+        )
+        body = status(403, "Forbidden", message)
+        body["details"] = {"group": group, "kind": res.plural}
+        return body
 
     def _json(self, code: int, body: Obj) -> None:
         data = json.dumps(body).encode()

@@ -1,0 +1,32 @@
+"""``bench_kube_cold.py`` at a small size: every figure it promises is printed, and the burst
+is counted as programmed only when every changed Service was."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent
+
+
+def test_small_run_prints_every_figure() -> None:
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "bench_kube_cold.py"), "--services", "120",
+         "--endpoints", "3", "--bursts", "50,200", "--repeat", "1", "--timeout", "60"],
+        capture_output=True, text=True, check=True, timeout=300,
+    ).stdout  # fmt: skip
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith('{"bench"')]
+    by_what: dict[str, list[dict[str, object]]] = {}
+    for line in lines:
+        by_what.setdefault(str(line["what"]), []).append(line)
+    lists = {(x["kind"], x["bodies"]) for x in by_what["list"]}
+    assert lists == {(k, b) for k in ("Service", "EndpointSlice") for b in ("realistic", "minimal")}
+    assert len(by_what["list_ratio"]) == 2
+    [cold] = by_what["cold_start"]
+    assert set(cold["list_ms"]) == {"Service", "EndpointSlice", "Node", "ServiceCIDR"}  # type: ignore[arg-type]
+    assert 0 < cold["to_lists_s"] <= cold["to_first_commit_s"]  # type: ignore[operator]
+    bursts = by_what["burst"]
+    assert [b.get("error") for b in bursts] == [None, None]
+    assert [b["updates"] for b in bursts] == [50, 120]  # at most one update per Service
