@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from nlproxy.nft.ir import DataType, Element, Map, Operation, SetFlag, SetLike, Value, Verdict
 
@@ -71,7 +71,8 @@ def elements_ok(
             return False
         targets = {v.chain for v in values if isinstance(v, Verdict)}
         return targets - {None} <= chains
-    if set(map(type, values)) != {tuple}:
+    # tuples, or a tuple type such as the planner's (address, port) Backend pairs
+    if not all(issubclass(t, tuple) for t in set(map(type, values))):
         return False
     return _columns_ok(s.data, values, False, ranges)
 
@@ -84,9 +85,10 @@ def _columns_ok(
 ) -> bool:
     if set(map(len, rows)) != {len(types)}:
         return False
+    # Column by column with itemgetter (C speed); zip(*rows) would first build one call with
+    # 100k arguments.
     return all(
-        _column_ok(dt, col, interval, ranges)
-        for dt, col in zip(types, zip(*rows, strict=True), strict=True)
+        _column_ok(dt, map(itemgetter(i), rows), interval, ranges) for i, dt in enumerate(types)
     )
 
 

@@ -276,7 +276,7 @@ def _quick_check(s: SetLike, scope: _Scope) -> Callable[[Element], bool]:
         if not datap:
             return v is None
         return (
-            v.__class__ is tuple
+            isinstance(v, tuple)  # or a tuple type: the planner's (address, port) Backend
             and len(v) == len(datap)
             and all(p(x) for p, x in zip(datap, v, strict=True))
         )

@@ -67,6 +67,21 @@ def ok(s: Any, els: list[Element], chains: set[str] | None = None) -> bool:
     )
 
 
+def test_the_planners_backend_pairs_pass_in_bulk_and_quickly() -> None:
+    """The planner's backends map data is its (address, port) ``Backend`` pair, a tuple type:
+    both fast paths accept it (a plan of 100k backends must not take the element-by-element
+    check), and a bad one in such a run is still refused."""
+    from nlproxy.nft.validate import _quick_check, _Scope
+    from nlproxy.proxy.endpoints import Backend
+
+    index_map = Map(name="backends", key=(*KEY3, DataType.INTEGER), data=BACKENDS.data)
+    pairs = [backend(i, value=Backend(IPv4Address(0x0A800000 + i), 8080)) for i in range(N)]
+    assert ok(index_map, pairs)
+    assert _quick_check(index_map, _Scope(None))(pairs[0])
+    bad = [*pairs, backend(N, value=Backend(IPv4Address(1), 70000))]
+    assert not ok(index_map, bad)
+
+
 def test_valid_runs_pass_in_bulk() -> None:
     assert ok(BACKENDS, [backend(i) for i in range(N)])
     svc = [
