@@ -7,8 +7,18 @@ import shutil
 from collections.abc import Callable, Iterator
 
 import pytest
+import structlog
 
 from tests import netns
+
+
+@pytest.fixture(autouse=True)
+def _fresh_logging() -> Iterator[None]:
+    """Each test starts with structlog's defaults: a test that ran ``nlproxy`` with
+    ``--log-level warning`` must not silence the info events a later test captures."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
 
 
 @pytest.fixture(scope="session", autouse=True)
