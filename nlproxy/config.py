@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from ipaddress import ip_address
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,50 @@ class DaemonConfig:
     masquerade_bit: int = 14
     min_sync_period: float = 0.1
     sync_period: float = 60.0
-    healthz_bind_address: str = "0.0.0.0:10256"
-    metrics_bind_address: str = "127.0.0.1:10249"
+    healthz_bind_address: str | None = "0.0.0.0:10256"
+    """``host:port``; None turns the server off (an empty ``--healthz-bind-address``, as in
+    kube-proxy; an empty field in a KubeProxyConfiguration means the default)."""
+    metrics_bind_address: str | None = "127.0.0.1:10249"
+    node_ip: str = ""
+    """From ``bindAddress`` when it names one address (kube-proxy takes it as the node's IP)."""
+    kubeconfig_from_file: bool = False
+    """``kubeconfig`` came from ``clientConnection.kubeconfig``: a missing file falls back to the
+    in-cluster configuration (the DaemonSet may not mount kubeadm's path)."""
     warnings: tuple[str, ...] = field(default=())
+
+
+HEALTHZ_PORT, METRICS_PORT = 10256, 10249
+"""kube-proxy's default ports, added to a bind address given as a host only."""
+
+
+def bind_address(value: object, default_port: int, name: str) -> str | None:
+    """A bind address as kube-proxy reads it: ``host:port``, a host alone (the default port is
+    added), or empty (the server is off → None).
+
+    Raises:
+        ConfigError: not an address, or a port outside 0..65535 (names ``name``).
+    """
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(name, f"{value!r} is not an address")
+    try:
+        host = ip_address(value.strip("[]"))
+    except ValueError:
+        host = None
+    if host is not None:  # a host alone
+        return f"[{host}]:{default_port}" if host.version == 6 else f"{host}:{default_port}"
+    head, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigError(name, f"{value!r} is not host:port")
+    if not 0 <= int(port) <= 65535:  # 0: any free port
+        raise ConfigError(name, f"port {port} is not in 0..65535")
+    if head:
+        try:
+            ip_address(head.strip("[]"))
+        except ValueError as exc:
+            raise ConfigError(name, f"{head!r} is not an IP address") from exc
+    return value
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
@@ -88,6 +130,7 @@ HONOURED = {
     "minSyncPeriod",
     "mode",
     "detectLocalMode",
+    "bindAddress",
 }
 # Values kubeadm writes that mean "kube-proxy's default": not worth a warning.
 DEFAULTS = {("bindAddress", "0.0.0.0"), ("bindAddress", "::")}
@@ -95,13 +138,21 @@ DEFAULTS = {("bindAddress", "0.0.0.0"), ("bindAddress", "::")}
 IGNORED_QUIETLY = {"apiVersion", "kind", "featureGates", "logging"}
 
 
+def _empty(v: object) -> bool:
+    """A value kubeadm and kube-proxy write for "unset" (lists and maps included)."""
+    if isinstance(v, list | dict):
+        return not v
+    return v in (None, "", 0, False, "0s")
+
+
 def _leaves(doc: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The paths of every set field; a list or a map of values is one field."""
     out: list[str] = []
     for k, v in doc.items():
         path = f"{prefix}{k}"
         if isinstance(v, Mapping) and v and path not in HONOURED:
             out += _leaves(v, path + ".")
-        elif v not in (None, "", [], {}, 0, False, "0s") and (path, v) not in DEFAULTS:
+        elif not _empty(v) and not (isinstance(v, str) and (path, v) in DEFAULTS):
             out.append(path)
     return out
 
@@ -152,8 +203,12 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
             f"config {path}", f"expected kind KubeProxyConfiguration, apiVersion {API_VERSIONS[0]}"
         )
     mode = _get(doc, "mode")
-    if mode not in (None, "", "nftables", "iptables", "ipvs"):
-        raise ConfigError("KubeProxyConfiguration", f"unknown mode {mode!r}", field="mode")
+    if mode not in (None, "", "nftables"):
+        raise ConfigError(
+            "KubeProxyConfiguration",
+            f"{mode!r}: nlproxy programs nftables; set mode: nftables (or leave it empty)",
+            field="mode",
+        )
     detect = _get(doc, "detectLocalMode")
     if detect not in (None, "", "ClusterCIDR"):
         raise ConfigError(
@@ -161,11 +216,26 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
             f"{detect!r} is not supported (only ClusterCIDR)",
             field="detectLocalMode",
         )
+    for path_, attr, port in (
+        ("healthzBindAddress", "healthz_bind_address", HEALTHZ_PORT),
+        ("metricsBindAddress", "metrics_bind_address", METRICS_PORT),
+    ):
+        if doc.get(path_):  # empty in a file means kube-proxy's default (kubeadm writes "")
+            field_ = f"KubeProxyConfiguration {path_}"
+            cfg = _with(cfg, attr, bind_address(doc[path_], port, field_))
+    bind = _get(doc, "bindAddress")
+    if bind and bind not in ("0.0.0.0", "::"):
+        try:
+            cfg = replace(cfg, node_ip=str(ip_address(bind)))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(
+                "KubeProxyConfiguration", f"{bind!r} is not an IP address", field="bindAddress"
+            ) from exc
+    if _get(doc, "clientConnection.kubeconfig"):
+        cfg = replace(cfg, kubeconfig_from_file=True)
     for path_, attr in (
         ("hostnameOverride", "node_name"),
         ("clientConnection.kubeconfig", "kubeconfig"),
-        ("healthzBindAddress", "healthz_bind_address"),
-        ("metricsBindAddress", "metrics_bind_address"),
         ("clusterCIDR", "cluster_cidr"),
     ):
         value = _get(doc, path_)

@@ -218,8 +218,12 @@ class Daemon:
                 # be parsed and dropped.
                 self.monitor = NftMonitor(TABLE_NAME, netns_name=self.args.netns)
                 await nursery.start(self.monitor.run, self.loop.request_verify)
-                await nursery.start(serve, self.cfg.healthz_bind_address, self._healthz)
-                await nursery.start(serve, self.cfg.metrics_bind_address, self._metrics)
+                for addr, handler in (
+                    (self.cfg.healthz_bind_address, self._healthz),
+                    (self.cfg.metrics_bind_address, self._metrics),
+                ):
+                    if addr is not None:  # None: turned off (an empty address)
+                        await nursery.start(serve, addr, handler)
                 systemd.notify("READY=1")
                 self.log.info("daemon.ready", node=self.cfg.node_name)
                 interval = systemd.watchdog_interval()

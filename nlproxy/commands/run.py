@@ -18,10 +18,17 @@ import sys
 from dataclasses import replace
 from ipaddress import ip_address, ip_network
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nlproxy.cluster.model import IPAddress, IPNetwork
-from nlproxy.config import DaemonConfig, load_kube_proxy_config, parse_duration
+from nlproxy.config import (
+    HEALTHZ_PORT,
+    METRICS_PORT,
+    DaemonConfig,
+    bind_address,
+    load_kube_proxy_config,
+    parse_duration,
+)
 from nlproxy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -71,7 +78,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster)")
     parser.add_argument("--config", type=Path, metavar="FILE", help="KubeProxyConfiguration YAML")
     parser.add_argument(
-        "--node-name", help="this node's name (default: $NLPROXY_NODE_NAME, else the hostname)"
+        "--node-name",
+        "--hostname-override",
+        dest="node_name",
+        help="this node's name (default: $NLPROXY_NODE_NAME, else the hostname); "
+        "--hostname-override is kube-proxy's spelling",
+    )
+    parser.add_argument(
+        "--bind-address",
+        metavar="IP",
+        help="kube-proxy's spelling: a single address is taken as this node's IP (0.0.0.0 or :: "
+        "mean all)",
+    )
+    parser.add_argument(
+        "--proxy-mode",
+        metavar="MODE",
+        help="kube-proxy's flag: only 'nftables' (or empty) is accepted",
+    )
+    parser.add_argument(
+        "--cleanup",
+        action="store_true",
+        help="kube-proxy's spelling of `nlproxy cleanup`: remove nlproxy's tables and exit",
     )
     parser.add_argument("--node-ip", default="", help="this node's IPs (default: from the Node)")
     parser.add_argument("--cluster-cidr", help="pod CIDRs, comma-separated")
@@ -82,8 +109,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--masquerade-bit", type=int, help="packet mark bit (default 14)")
     parser.add_argument("--min-sync-period", help="least time between syncs (default 100ms)")
     parser.add_argument("--sync-period", help="full verify interval (default 60s)")
-    parser.add_argument("--healthz-bind-address", help="default 0.0.0.0:10256")
-    parser.add_argument("--metrics-bind-address", help="default 127.0.0.1:10249")
+    parser.add_argument(
+        "--healthz-bind-address",
+        help="host:port, or a host alone (port 10256), or '' to turn it off (default "
+        "0.0.0.0:10256)",
+    )
+    parser.add_argument(
+        "--metrics-bind-address",
+        help="host:port, or a host alone (port 10249), or '' to turn it off (default "
+        "127.0.0.1:10249)",
+    )
     parser.add_argument(
         "--conntrack-flush-tcp",
         action="store_true",
@@ -126,10 +161,24 @@ def daemon_config(args: argparse.Namespace) -> DaemonConfig:
         "cluster_cidr": args.cluster_cidr,
         "nodeport_addresses": args.nodeport_addresses,
         "masquerade_bit": args.masquerade_bit,
-        "healthz_bind_address": args.healthz_bind_address,
-        "metrics_bind_address": args.metrics_bind_address,
     }
     cfg = replace(cfg, **{k: v for k, v in flags.items() if v is not None})
+    if args.kubeconfig is not None:
+        cfg = replace(cfg, kubeconfig_from_file=False)
+    for flag, attr, port in (
+        ("--healthz-bind-address", "healthz_bind_address", HEALTHZ_PORT),
+        ("--metrics-bind-address", "metrics_bind_address", METRICS_PORT),
+    ):
+        value = getattr(args, attr)
+        if value is not None:
+            changes: dict[str, Any] = {attr: bind_address(value, port, flag)}
+            cfg = replace(cfg, **changes)
+    if args.proxy_mode not in (None, "", "nftables"):
+        raise ConfigError(
+            "--proxy-mode", f"{args.proxy_mode!r}: nlproxy programs nftables (use 'nftables')"
+        )
+    if args.bind_address and args.bind_address not in ("0.0.0.0", "::"):
+        cfg = replace(cfg, node_ip=str(_addresses(args.bind_address, "--bind-address")[0]))
     if args.min_sync_period:
         cfg = replace(
             cfg, min_sync_period=parse_duration(args.min_sync_period, "--min-sync-period")
@@ -152,18 +201,23 @@ def proxy_config(args: argparse.Namespace, cfg: DaemonConfig) -> ProxyConfig:
         service_cidrs=_networks(args.service_cidr, "--service-cidr"),
         nodeport_addresses=_nodeport_addresses(cfg.nodeport_addresses),
         masquerade_bit=cfg.masquerade_bit,
-        node_ips=_addresses(args.node_ip, "--node-ip"),
+        node_ips=_addresses(args.node_ip or cfg.node_ip, "--node-ip"),
         service_counters=args.service_counters,
     )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cleanup:
+        from nlproxy.commands import cleanup
+
+        return cleanup.run(args)
     cfg = daemon_config(args)
     pcfg = proxy_config(args, cfg)
     for warning in cfg.warnings:
         print(f"nlproxy: warning: {warning}", file=sys.stderr)
     if args.once and args.manifests is None:
         raise ConfigError("run --once", "needs --manifests DIR")
+    cfg = check_start(args, cfg)
     from nlproxy.nslock import NamespaceLock
 
     lock = None if args.once and args.force else NamespaceLock(args.netns)
@@ -176,6 +230,68 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if lock is not None:
             lock.release()
+
+
+def check_start(args: argparse.Namespace, cfg: DaemonConfig) -> DaemonConfig:
+    """What can be checked before the first sync, so a mistake is one line and exit 2, not a
+    crash inside the daemon: the source, and (for the daemon) the ports it will serve on.
+
+    Returns:
+        ``cfg``, with a kubeconfig path from the KubeProxyConfiguration dropped when the file is
+        absent (kubeadm's ConfigMap names a path the DaemonSet may not mount): the in-cluster
+        configuration is used then, with a warning.
+
+    Raises:
+        ConfigError: names the flag or field.
+    """
+    if args.manifests is not None:
+        if not args.manifests.is_dir():
+            raise ConfigError("--manifests", f"{args.manifests} is not a directory")
+    elif cfg.kubeconfig:
+        where = "clientConnection.kubeconfig" if cfg.kubeconfig_from_file else "--kubeconfig"
+        path = Path(cfg.kubeconfig)
+        if cfg.kubeconfig_from_file and not path.exists():
+            print(
+                f"nlproxy: warning: {where} {path} does not exist: using the in-cluster "
+                "configuration",
+                file=sys.stderr,
+            )
+            cfg = replace(cfg, kubeconfig=None)
+        else:
+            try:
+                with path.open("rb"):
+                    pass
+            except OSError as exc:
+                raise ConfigError(where, f"{path}: {exc.strerror}") from exc
+    if args.manifests is None and not cfg.kubeconfig and not _in_cluster():
+        raise ConfigError(
+            "--kubeconfig", "none given, and not running in a pod (no KUBERNETES_SERVICE_HOST)"
+        )
+    if not args.once:
+        for flag, addr in (
+            ("--healthz-bind-address", cfg.healthz_bind_address),
+            ("--metrics-bind-address", cfg.metrics_bind_address),
+        ):
+            if addr is not None:
+                _check_bindable(flag, addr)
+    return cfg
+
+
+def _in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def _check_bindable(flag: str, addr: str) -> None:
+    """Bind ``addr`` for a moment: a port in use is named now, not as a crash later."""
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, int(port)))
+        except OSError as exc:
+            raise ConfigError(flag, f"{addr}: {exc.strerror}") from exc
 
 
 def run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) -> int:

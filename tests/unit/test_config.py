@@ -98,13 +98,33 @@ def test_nftables_section_is_honoured(tmp_path: Path) -> None:
     [
         pytest.param(
             ('mode: "nftables"', "mode: userspace"),
-            "KubeProxyConfiguration: mode: unknown mode 'userspace'",
+            "KubeProxyConfiguration: mode: 'userspace': nlproxy programs nftables; set mode: "
+            "nftables (or leave it empty)",
             id="unknown-mode",
         ),
         pytest.param(
-            ("  minSyncPeriod: 1s", "  minSyncPeriod: soon"),
-            "KubeProxyConfiguration: iptables.minSyncPeriod: 'soon' is not a duration",
+            ('mode: "nftables"', "mode: iptables"),
+            "KubeProxyConfiguration: mode: 'iptables': nlproxy programs nftables; set mode: "
+            "nftables (or leave it empty)",
+            id="another-mode",
+        ),
+        pytest.param(
+            (
+                "  masqueradeBit: null\n  minSyncPeriod: 0s\n  syncPeriod: 0s\nnodePort",
+                "  masqueradeBit: null\n  minSyncPeriod: soon\n  syncPeriod: 0s\nnodePort",
+            ),
+            "KubeProxyConfiguration: nftables.minSyncPeriod: 'soon' is not a duration",
             id="bad-duration",
+        ),
+        pytest.param(
+            ('metricsBindAddress: ""', "metricsBindAddress: 127.0.0.1:70000"),
+            "KubeProxyConfiguration metricsBindAddress: port 70000 is not in 0..65535",
+            id="bind-port-range",
+        ),
+        pytest.param(
+            ("bindAddress: 0.0.0.0", "bindAddress: node1"),
+            "KubeProxyConfiguration: bindAddress: 'node1' is not an IP address",
+            id="bind-address",
         ),
         pytest.param(
             ('detectLocalMode: ""', "detectLocalMode: BridgeInterface"),
@@ -123,8 +143,7 @@ def test_invalid_value_names_the_field(
     tmp_path: Path, replace: tuple[str, str], message: str
 ) -> None:
     text = KUBEADM_CONFIGMAP.replace(*replace)
-    if "soon" in message:
-        text = text.replace('mode: "nftables"', "mode: iptables")
+    assert text != KUBEADM_CONFIGMAP, "the replacement must change the file"
     with pytest.raises(ConfigError) as err:
         load_kube_proxy_config(write(tmp_path, text))
     assert str(err.value) == message
