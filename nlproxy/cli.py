@@ -8,13 +8,16 @@ endpoints.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
+import os
 import pkgutil
 import sys
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
-from typing import cast
+from typing import Any, cast
 
 import nlproxy.commands
 from nlproxy import __version__
@@ -23,6 +26,52 @@ from nlproxy.errors import ConfigError, NlproxyError
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE, as a tool killed by a closed pipe (``nlproxy rules | head``) exits."""
+EXIT_INTERRUPTED = 130
+"""128 + SIGINT (Ctrl-C)."""
+
+LEVELS = ("debug", "info", "warning", "error")
+
+
+def _verbosity(text: str) -> str:
+    """kube-proxy's ``-v N``/``--v=N`` as a log level: 0..3 info, 4 and more debug."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    return "debug" if n >= 4 else "info"
+
+
+def _global_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """The flags every command takes, before or after the command's name. On a subcommand they
+    default to "not given" (SUPPRESS), so they never undo the same flag given before it."""
+
+    def default(value: object) -> dict[str, Any]:
+        return {"default": value if top else argparse.SUPPRESS}
+
+    parser.add_argument(
+        "--netns",
+        metavar="NAME",
+        help="work in this named network namespace (default: the current one)",
+        **default(None),
+    )
+    parser.add_argument("--log-level", choices=LEVELS, **default("info"))
+    parser.add_argument(
+        "-v",
+        "--v",
+        dest="log_level",
+        type=_verbosity,
+        metavar="N",
+        help="kube-proxy's verbosity: 0-3 is --log-level info, 4 and more debug",
+        default=argparse.SUPPRESS,
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=["auto", "json", "console"],
+        help="auto: console on a terminal, JSON lines otherwise",
+        **default("auto"),
+    )
 
 
 def _commands() -> list[ModuleType]:
@@ -40,24 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Kubernetes service proxy that programs nftables over netlink.",
     )
     parser.add_argument("--version", action="version", version=f"nlproxy {__version__}")
-    parser.add_argument(
-        "--netns",
-        metavar="NAME",
-        help="work in this named network namespace (default: the current one)",
-    )
-    parser.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
-    )
-    parser.add_argument(
-        "--log-format",
-        default="auto",
-        choices=["auto", "json", "console"],
-        help="auto: console on a terminal, JSON lines otherwise",
-    )
+    _global_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod in _commands():
         p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
+        _global_flags(p, top=False)
         p.set_defaults(func=mod.run)
     return parser
 
@@ -78,18 +115,76 @@ def main(argv: Sequence[str] | None = None) -> int:
     func = cast(Callable[[argparse.Namespace], int], args.func)
     try:
         return func(args)
-    except ConfigError as exc:
-        print(f"nlproxy: {exc}", file=sys.stderr)
+    except BaseException as exc:  # noqa: BLE001 - every ending is turned into one line here
+        return _ending(exc, args)
+
+
+def _ending(exc: BaseException, args: argparse.Namespace) -> int:
+    """The exit status for an exception, with at most one line on stderr; never a traceback
+    for what a user can cause. A group (trio's nurseries raise them) is judged by its most
+    telling member: a configuration error, then any other named error."""
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = list(_leaves(exc))
+        for kind in (KeyboardInterrupt, ConfigError, NlproxyError, BrokenPipeError, OSError):
+            for leaf in leaves:
+                if isinstance(leaf, kind):
+                    return _ending(leaf, args)
+        exc = leaves[0] if leaves else exc
+    if isinstance(exc, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    if isinstance(exc, SystemExit):
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_FAILURE
+    if isinstance(exc, BrokenPipeError):
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+    if isinstance(exc, ConfigError):
+        _say(f"nlproxy: {exc}")
         return EXIT_USAGE
-    except NlproxyError as exc:
-        print(f"nlproxy: {exc}", file=sys.stderr)
+    if isinstance(exc, NlproxyError):
+        _say(f"nlproxy: {exc}")
         return EXIT_FAILURE
-    except OSError as exc:
+    if isinstance(exc, OSError):
         hint = " (nlproxy needs CAP_NET_ADMIN)" if exc.errno == errno.EPERM else ""
-        print(f"nlproxy: {args.command}: {exc.strerror or exc}{hint}", file=sys.stderr)
+        _say(f"nlproxy: {args.command}: {exc.strerror or exc}{hint}")
         return EXIT_FAILURE
+    if not isinstance(exc, Exception):
+        raise exc  # GeneratorExit and the like: not ours to turn into a status
+    # A bug, not something the user did: one line, and the stack where it is asked for.
+    if getattr(args, "log_level", "info") == "debug":
+        traceback.print_exception(exc)
+    _say(
+        f"nlproxy: {args.command}: internal error: {type(exc).__name__}: {exc} "
+        "(run with --log-level debug for the stack)"
+    )
+    return EXIT_FAILURE
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError):  # stderr closed too: nothing more to say
+        print(line, file=sys.stderr)
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe, point stdout at /dev/null so the interpreter's final flush does
+    not report the same broken pipe again."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def entry() -> None:
     """Console-script entry point."""
-    sys.exit(main())
+    try:
+        status = main()
+    except KeyboardInterrupt:  # Ctrl-C while parsing or configuring
+        status = EXIT_INTERRUPTED
+    sys.exit(status)

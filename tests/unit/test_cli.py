@@ -27,3 +27,25 @@ def test_unknown_subcommand_is_a_usage_error() -> None:
 
 def test_no_subcommand_is_a_usage_error() -> None:
     assert main([]) == 2
+
+
+def test_exception_groups_end_in_one_line_with_the_members_status(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """trio's nurseries raise groups: the daemon's failures are judged by what is inside."""
+    import argparse
+
+    from nlproxy.cli import EXIT_INTERRUPTED, _ending
+    from nlproxy.errors import ConfigError, NlproxyError
+
+    args = argparse.Namespace(command="run", log_level="info")
+    inner = ExceptionGroup("nursery", [RuntimeError("x"), ConfigError("--kubeconfig", "gone")])
+    nested = BaseExceptionGroup("outer", [ExceptionGroup("inner", [inner])])
+    assert _ending(nested, args) == 2
+    assert capsys.readouterr().err == "nlproxy: --kubeconfig: gone\n"
+    assert _ending(ExceptionGroup("g", [NlproxyError("table ip x", "busy")]), args) == 1
+    assert _ending(BaseExceptionGroup("g", [KeyboardInterrupt()]), args) == EXIT_INTERRUPTED
+    assert _ending(ValueError("bug"), args) == 1
+    err = capsys.readouterr().err
+    assert "internal error: ValueError: bug" in err
+    assert "Traceback" not in err

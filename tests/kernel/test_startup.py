@@ -1,0 +1,149 @@
+"""Starting nlproxy as a platform team does: the configurations they have start, and every
+mistake that can be found before the first sync is one line and exit 2, never a traceback;
+Ctrl-C and a closed pipe end quietly. The real ``nlproxy`` console script, as a child process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nlproxy.testbed import Testbed
+from tests.kernel import topo
+from tests.kernel.test_daemon import VIP_A, answered_by, objects
+from tests.unit.test_config import KUBEADM_CONFIGMAP
+from tests.unit.test_config_files import EXAMPLE, shipped_config
+
+testbed = topo.testbed
+NLPROXY = [sys.executable, "-m", "nlproxy"]
+
+
+def nlproxy(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    return subprocess.run(
+        [*NLPROXY, *args], capture_output=True, text=True, timeout=timeout, check=False, env=env
+    )
+
+
+def one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("which", ["shipped", "kubeadm", "example"])
+def test_the_configurations_teams_have_start(testbed: Testbed, tmp_path: Path, which: str) -> None:
+    if which == "shipped":
+        config = shipped_config(tmp_path)
+    elif which == "kubeadm":
+        config = tmp_path / "config.conf"
+        config.write_text(KUBEADM_CONFIGMAP)
+    else:
+        config = EXAMPLE
+    d = topo.write_manifests(tmp_path / "m", objects(testbed, ["pod-a"]))
+    proc = nlproxy(
+        "--netns", testbed.node.netns, "run", "--config", str(config), "--manifests", str(d),
+        "--node-name", testbed.node.name, "--once",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+
+
+def test_mistakes_before_the_first_sync_are_one_line(
+    make_netns: Callable[[str], str], tmp_path: Path
+) -> None:
+    ns = make_netns("stc")
+    bad_mode = tmp_path / "ipvs.conf"
+    bad_mode.write_text(KUBEADM_CONFIGMAP.replace('mode: "nftables"', "mode: ipvs"))
+    unreadable = tmp_path / "kubeconfig"
+    unreadable.mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        busy = f"127.0.0.1:{taken.getsockname()[1]}"
+        cases = {
+            "--kubeconfig": ["run", "--kubeconfig", "/nonexistent/kubeconfig", "--node-name", "n"],
+            "--kubeconfig ": ["run", "--kubeconfig", str(unreadable), "--node-name", "n"],
+            "not running in a pod": ["run", "--node-name", "n"],
+            "--manifests": ["run", "--manifests", "/nonexistent", "--node-name", "n"],
+            "mode": ["run", "--config", str(bad_mode), "--manifests", str(tmp_path)],
+            "--proxy-mode": ["run", "--proxy-mode", "iptables", "--manifests", str(tmp_path)],
+            "--metrics-bind-address": [
+                "run", "--manifests", str(tmp_path), "--metrics-bind-address", busy,
+            ],
+            "--healthz-bind-address": [
+                "run", "--manifests", str(tmp_path), "--healthz-bind-address", "0.0.0.0:70000",
+            ],
+        }  # fmt: skip
+        for named, args in cases.items():
+            proc = nlproxy("--netns", ns, *args)
+            assert proc.returncode == 2, (named, proc.stderr)
+            assert named.strip() in one_line(proc), (named, proc.stderr)
+
+
+def test_kube_proxys_flags_and_global_flags_after_the_command(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    d = topo.write_manifests(tmp_path / "m", objects(testbed, ["pod-a"]))
+    proc = nlproxy(
+        "run", "--manifests", str(d), "--hostname-override", testbed.node.name, "--once",
+        "--proxy-mode", "nftables", "--netns", testbed.node.netns, "--log-level", "warning",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "sync.applied" not in proc.stderr  # --log-level after the command took effect
+    assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+    verbose = nlproxy(
+        "run", "--manifests", str(d), "--node-name", testbed.node.name, "--once",
+        "--netns", testbed.node.netns, "-v", "2",
+    )  # fmt: skip
+    assert verbose.returncode == 0, verbose.stderr
+    assert "sync.applied" in verbose.stderr  # kube-proxy's usual -v 2 is info
+    cleaned = nlproxy("run", "--cleanup", "--netns", testbed.node.netns)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert "removed: ip nlproxy" in cleaned.stdout
+
+
+def test_ctrl_c_and_a_closed_pipe_end_quietly(testbed: Testbed, tmp_path: Path) -> None:
+    d = topo.write_manifests(tmp_path / "m", objects(testbed, ["pod-a"]))
+    assert topo.run_once(testbed, d) == 0
+    # A closed stdout: `nlproxy rules | head -1`.
+    reader = subprocess.Popen(
+        [*NLPROXY, "--netns", testbed.node.netns, "rules"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert reader.stdout is not None
+    reader.stdout.readline()
+    reader.stdout.close()
+    assert reader.stderr is not None
+    err = reader.stderr.read()
+    reader.stderr.close()
+    assert reader.wait(timeout=30) in (0, 141)
+    assert "Traceback" not in err
+    assert "Broken pipe" not in err
+    # Ctrl-C to a running daemon: 130, nothing but its log lines.
+    daemon = subprocess.Popen(
+        [*NLPROXY, "--netns", testbed.node.netns, "--log-format", "json", "run",
+         "--manifests", str(d), "--node-name", testbed.node.name,
+         "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", ""],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(2)
+    daemon.send_signal(signal.SIGINT)
+    _, err = daemon.communicate(timeout=30)
+    assert daemon.returncode in (0, 130), err
+    assert "Traceback" not in err
+    assert "KeyboardInterrupt" not in err
+    for line in err.splitlines():
+        assert yaml.safe_load(line), line  # every line is a JSON log event
