@@ -209,6 +209,8 @@ def run(args: argparse.Namespace) -> int:
     endpoints = programmed_endpoints(read_programmed(args.netns))
     if service is not None:
         endpoints = {k: v for k, v in endpoints.items() if k.partition(":")[0] == service}
+        if not endpoints:  # like explain: a typo is a usage error, not an empty report
+            raise ConfigError(f"service {service}", "unknown: nothing is programmed for it")
     addrs = [addr for targets in endpoints.values() for addr, _ in targets]
     rows = build_rows(endpoints, classify(addrs, netns=args.netns))
     if args.json:

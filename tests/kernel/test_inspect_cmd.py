@@ -204,3 +204,11 @@ def test_no_table(make_netns: MakeNetns, capsys: pytest.CaptureFixture[str]) -> 
     code, out = run_inspect(make_netns("cmd-empty"), capsys=capsys)
     assert code == 0
     assert out.strip() == "no programmed service ports"
+
+
+def test_unknown_service_is_a_usage_error(node: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["--netns", node, "inspect", "--service", "default/wbe"])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "nlproxy: service default/wbe: unknown: nothing is programmed for it\n"
+    )
