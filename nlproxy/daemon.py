@@ -9,6 +9,7 @@ while the service restarts; ``nlproxy cleanup`` removes them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 import trio
 from prometheus_client import CollectorRegistry
 
-from nlproxy import systemd
+from nlproxy import __version__, systemd
 from nlproxy.cluster.model import Change, ClusterSnapshot, IPAddress, ServiceKey, ServicePortRef
 from nlproxy.cluster.state import ClusterState
 from nlproxy.config import DaemonConfig
@@ -202,7 +203,30 @@ class Daemon:
                 cancel.cancel()
                 return
 
+    def _log_start(self) -> None:
+        """One line a platform team can read the node's set-up from."""
+        pcfg = self.syncer.config
+        cfg = dataclasses.asdict(self.cfg)
+        cfg.pop("warnings", None)
+        if self.args.manifests is not None:
+            source = f"manifests {self.args.manifests}"
+        else:
+            source = f"kubeconfig {self.cfg.kubeconfig}" if self.cfg.kubeconfig else "in-cluster"
+        self.log.info(
+            "daemon.starting",
+            version=__version__,
+            node=self.cfg.node_name,
+            node_ips=[str(ip) for ip in pcfg.node_ips] or "from the Node object",
+            cluster_cidrs=[str(c) for c in pcfg.cluster_cidrs],
+            service_cidrs=[str(c) for c in pcfg.service_cidrs],
+            nodeport_addresses=list(pcfg.nodeport_addresses),
+            source=source,
+            netns=self.args.netns,
+            config=cfg,
+        )
+
     async def run(self) -> None:
+        self._log_start()
         send, recv = trio.open_memory_channel[Sequence[Change]](64)
         try:
             async with trio.open_nursery() as nursery:

@@ -23,26 +23,48 @@ class _CurrentStderr:
 
 
 def configure(*, level: str = "info", fmt: str = "auto") -> None:
-    """Configure structlog for the process; ``fmt`` is ``auto``, ``json`` or ``console``."""
+    """Configure logging for the process; ``fmt`` is ``auto``, ``json`` or ``console``.
+
+    structlog renders nlproxy's events; the standard library's records (urllib3, the kubernetes
+    client, ``warnings``) go through the same renderer, so in JSON mode every line on stderr is
+    one JSON object. Exceptions logged with ``exc_info`` carry their stack as ``exception``.
+    """
     use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     renderer: structlog.typing.Processor = (
         structlog.dev.ConsoleRenderer(colors=False)
         if use_console
         else structlog.processors.JSONRenderer(sort_keys=True)
     )
+    stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
+    numeric = logging.getLevelNamesMapping()[level.upper()]
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            stamp,
+            structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
+    handler = logging.StreamHandler(_CurrentStderr())
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.stdlib.add_log_level,
+                structlog.stdlib.add_logger_name,
+                stamp,
+                structlog.processors.format_exc_info,
+            ],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(numeric)
+    logging.captureWarnings(True)
 
 
 def get_logger(component: str) -> structlog.typing.FilteringBoundLogger:

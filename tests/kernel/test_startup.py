@@ -147,3 +147,49 @@ def test_ctrl_c_and_a_closed_pipe_end_quietly(testbed: Testbed, tmp_path: Path) 
     assert "KeyboardInterrupt" not in err
     for line in err.splitlines():
         assert yaml.safe_load(line), line  # every line is a JSON log event
+
+
+UNREACHABLE_KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "http://127.0.0.1:1"}
+contexts:
+- name: c
+  context: {cluster: c, user: u}
+current-context: c
+users:
+- name: u
+  user: {token: x}
+"""
+
+
+def test_json_logs_are_one_object_per_line_with_a_start_up_line(
+    make_netns: Callable[[str], str], tmp_path: Path
+) -> None:
+    """An API server that refuses connections makes urllib3 log its retries through the
+    standard library: in JSON mode those are JSON lines too, and the daemon's first line says
+    what it runs with."""
+    import json
+
+    ns = make_netns("stj")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(UNREACHABLE_KUBECONFIG)
+    daemon = subprocess.Popen(
+        [*NLPROXY, "--netns", ns, "--log-format", "json", "run", "--node-name", "n1",
+         "--kubeconfig", str(kubeconfig), "--cluster-cidr", "10.244.0.0/16",
+         "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", ""],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(3)
+    daemon.send_signal(signal.SIGTERM)
+    _, err = daemon.communicate(timeout=30)
+    events = [json.loads(line) for line in err.splitlines()]  # every line parses
+    start = events[0]
+    assert start["event"] == "daemon.starting"
+    assert start["node"] == "n1"
+    assert start["cluster_cidrs"] == ["10.244.0.0/16"]
+    assert start["source"] == f"kubeconfig {kubeconfig}"
+    assert start["version"]
+    assert any(e.get("logger", "").startswith("urllib3") for e in events), err

@@ -1,0 +1,45 @@
+"""Logging: in JSON mode every line on stderr is one JSON object (the standard library's records
+and ``warnings`` too), and an exception carries its stack."""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+
+import pytest
+
+from nlproxy.log import configure, get_logger
+
+
+def test_json_lines_for_ours_the_standard_librarys_and_warnings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    configure(level="info", fmt="json")
+    try:
+        try:
+            _boom()
+        except ValueError:
+            get_logger("test").exception("thing.failed", object="x")
+        logging.getLogger("urllib3.connectionpool").warning("Retrying %s", "/api")
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")  # the suite turns warnings into errors
+            warnings.warn("deprecated thing", DeprecationWarning, stacklevel=1)
+        lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    finally:
+        logging.captureWarnings(False)
+        logging.getLogger().handlers = []
+    failed, retry, warned = lines
+    assert failed["event"] == "thing.failed"
+    assert "Traceback" in failed["exception"]
+    assert "ValueError: boom" in failed["exception"]
+    assert (retry["event"], retry["logger"], retry["level"]) == (
+        "Retrying /api",
+        "urllib3.connectionpool",
+        "warning",
+    )
+    assert "deprecated thing" in warned["event"]
+
+
+def _boom() -> None:
+    raise ValueError("boom")
