@@ -64,6 +64,9 @@ def configure(*, level: str = "info", fmt: str = "auto") -> None:
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(numeric)
+    # Off, then on: the hook is re-installed even if something replaced warnings.showwarning
+    # since an earlier call (captureWarnings(True) alone does nothing the second time).
+    logging.captureWarnings(False)
     logging.captureWarnings(True)
 
 
