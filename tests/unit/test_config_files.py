@@ -82,7 +82,8 @@ def test_the_license_is_apache_2_and_the_package_says_so() -> None:
 
     assert "Apache License" in (ROOT / "LICENSE").read_text().splitlines()[1]
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["license"] == {"text": "Apache-2.0"}
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"]
 
 
 def test_the_daemonset_reads_the_shipped_configmap_and_can_mount_kubeadms() -> None:
