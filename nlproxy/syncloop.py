@@ -87,6 +87,11 @@ class SyncLoop:
         self._read_back = False  # this verify must read the tables back (drift, failure)
         self._reported: set[str] = set()
         self._orphans: dict[ObjectRef, str] = {}
+        # The trigger times last seen, by service and slice name; when this process started.
+        self._triggers: dict[ServiceKey, dict[str, datetime]] = {}
+        # Whole seconds: the annotation has RFC 3339 second precision, and a change written in
+        # the second the process started is still one to observe.
+        self._started = datetime.now(UTC).replace(microsecond=0)
         self._gaps: dict[Family, str] = {}
         self.synced_once = trio.Event()
 
@@ -273,16 +278,26 @@ class SyncLoop:
             self.on_synced(result, pending if exact else None)
 
     def _observe_programming(self, pending: set[ServiceKey]) -> None:
-        """kubeproxy_network_programming_duration_seconds from the slices' trigger times."""
+        """kubeproxy_network_programming_duration_seconds: one observation per trigger time, when
+        the slice change that carries it is first programmed, as upstream. A Service-only edit,
+        a relist after ``410 Gone`` or a verify programs no new trigger time; one older than this
+        process (the initial list's) measures a wait it did not cause, and is left out too."""
         wall = datetime.now(UTC)
         snapshot = self.state.snapshot()
         for key in pending:
+            before = self._triggers.pop(key, {})
+            now: dict[str, datetime] = {}
             for s in snapshot.slices.get(key, ()):
-                if s.last_change_trigger_time is not None:
-                    trigger = s.last_change_trigger_time
-                    if trigger.tzinfo is None:
-                        trigger = trigger.replace(tzinfo=UTC)
+                trigger = s.last_change_trigger_time
+                if trigger is None:
+                    continue
+                if trigger.tzinfo is None:
+                    trigger = trigger.replace(tzinfo=UTC)
+                now[s.name] = trigger
+                if before.get(s.name) != trigger and trigger >= self._started:
                     self.metrics.programming.observe(max(0.0, (wall - trigger).total_seconds()))
+            if now:  # a service's deleted slices are forgotten with it
+                self._triggers[key] = now
 
     def _report_nodeport_gaps(self, gaps: Mapping[Family, str]) -> None:
         """One warning per family whose NodePorts no address accepts (again if it changes)."""
