@@ -144,6 +144,8 @@ class Daemon:
         return Response(404, b"not found\n", content_type="text/plain")
 
     async def _metrics(self, path: str) -> Response:
+        if path == "/proxyMode":  # as kube-proxy answers it; tools and e2e tests ask
+            return Response(200, b"nftables", content_type="text/plain")
         if path == "/metrics":
             body = await self._exposition()
             return Response(200, body, content_type="text/plain; version=0.0.4")

@@ -387,3 +387,12 @@ def test_multiport_endpoints(testbed: Testbed, tmp_path: Path) -> None:
     apply(testbed, tmp_path, [objs[0], objs[2]])  # pod-b gone: port 80 has no endpoint
     assert _refused_from_a(testbed, port=80)
     assert _from_a(testbed, port=81, n=3) == {c.name}
+
+
+def test_check_kube_proxy_urls(testbed: Testbed, tmp_path: Path) -> None:
+    """should check kube-proxy urls (networking.go): /healthz on the health port answers 200,
+    /proxyMode on the metrics port names the mode."""
+    d = publish(tmp_path / "m", [testbed.node_manifest(), *_svc(testbed, ["pod-b"])])
+    with daemon(testbed, d) as proc:
+        assert proc.get(proc.healthz, "/healthz")[0] == 200
+        assert proc.get(proc.metrics, "/proxyMode") == (200, "nftables")
