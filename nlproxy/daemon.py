@@ -139,7 +139,7 @@ class Daemon:
 
     async def _healthz(self, path: str) -> Response:
         if path in ("/healthz", "/livez"):
-            code, body = healthz(self.health, trio.current_time())
+            code, body = healthz(self.health, trio.current_time(), live=path == "/livez")
             return Response(code, body)
         return Response(404, b"not found\n", content_type="text/plain")
 
@@ -233,6 +233,14 @@ class Daemon:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._signals, nursery.cancel_scope)
+                # Listening from the start: a slow first list is "not ready" on /healthz (503)
+                # while /livez says the process is alive, and /metrics shows the progress.
+                for addr, handler in (
+                    (self.cfg.healthz_bind_address, self._healthz),
+                    (self.cfg.metrics_bind_address, self._metrics),
+                ):
+                    if addr is not None:  # None: turned off (an empty address)
+                        await nursery.start(serve, addr, handler)
                 source = self._source()
                 await nursery.start(source.run, send)  # type: ignore[attr-defined]
                 if self.syncer.config.nodeport_cidrs(4) or self.syncer.config.nodeport_cidrs(6):
@@ -244,12 +252,6 @@ class Daemon:
                 # be parsed and dropped.
                 self.monitor = NftMonitor(TABLE_NAME, netns_name=self.args.netns)
                 await nursery.start(self.monitor.run, self.loop.request_verify)
-                for addr, handler in (
-                    (self.cfg.healthz_bind_address, self._healthz),
-                    (self.cfg.metrics_bind_address, self._metrics),
-                ):
-                    if addr is not None:  # None: turned off (an empty address)
-                        await nursery.start(serve, addr, handler)
                 systemd.notify("READY=1")
                 self.log.info("daemon.ready", node=self.cfg.node_name)
                 interval = systemd.watchdog_interval()

@@ -1,7 +1,8 @@
 """Health: kube-proxy-compatible ``/healthz`` and ``/livez``, and the health-check node-port
 answers of ``externalTrafficPolicy: Local`` services.
 
-``/healthz`` is healthy when the proxy has synced at least once and no queued change has waited
+``/healthz`` is healthy when the proxy has synced at least once (``/livez`` also while it is
+still starting) and no queued change has waited
 longer than the grace period without a successful sync (kube-proxy's rule: twice the sync period),
 and the source is not blocked (``blocked``: why it cannot read a kind nlproxy needs, such as a
 role without ``list`` on Services; reported as ``reason`` in the body).
@@ -55,9 +56,15 @@ class HealthState:
         return body
 
 
-def healthz(state: HealthState, now: float) -> tuple[int, bytes]:
-    """(status, body) for ``/healthz`` and ``/livez``: 200 healthy, 503 otherwise."""
-    code = 200 if state.healthy(now) else 503
+def healthz(state: HealthState, now: float, *, live: bool = False) -> tuple[int, bytes]:
+    """(status, body) for ``/healthz`` (``live``: ``/livez``): 200 healthy, 503 otherwise.
+
+    Before the first sync ``/healthz`` is 503 (not ready: nothing is programmed yet) while
+    ``/livez`` is 200 unless the source is blocked: a slow first list must not make a liveness
+    probe restart the process, which would only start the list again.
+    """
+    starting = state.last_updated is None and not state.blocked
+    code = 200 if state.healthy(now) or (live and starting) else 503
     return code, json.dumps(state.body(now)).encode()
 
 

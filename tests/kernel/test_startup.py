@@ -193,3 +193,46 @@ def test_json_logs_are_one_object_per_line_with_a_start_up_line(
     assert start["source"] == f"kubeconfig {kubeconfig}"
     assert start["version"]
     assert any(e.get("logger", "").startswith("urllib3") for e in events), err
+
+
+def test_health_and_metrics_listen_before_the_first_sync(
+    make_netns: Callable[[str], str], tmp_path: Path
+) -> None:
+    """An API server that does not answer keeps the first list from finishing: the daemon is
+    listening all the same, not ready on /healthz, alive on /livez, and /metrics answers."""
+    import urllib.error
+    import urllib.request
+
+    from tests.kernel.test_daemon import free_port
+
+    ns = make_netns("sth")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(UNREACHABLE_KUBECONFIG)
+    healthz, metrics = free_port(), free_port()
+    daemon = subprocess.Popen(
+        [*NLPROXY, "--netns", ns, "--log-format", "json", "run", "--node-name", "n1",
+         "--kubeconfig", str(kubeconfig),
+         "--healthz-bind-address", f"127.0.0.1:{healthz}",
+         "--metrics-bind-address", f"127.0.0.1:{metrics}"],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+    def status(port: int, path: str) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as err:
+            return err.code
+        except OSError:
+            return 0
+
+    try:
+        deadline = time.monotonic() + 15
+        while status(healthz, "/livez") != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert status(healthz, "/livez") == 200
+        assert status(healthz, "/healthz") == 503
+        assert status(metrics, "/metrics") == 200
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)

@@ -33,3 +33,16 @@ def test_service_health_body_and_status() -> None:
         "serviceProxyHealthy": True,
     }
     assert service_health("default", "web", 0)[0] == 503
+
+
+def test_livez_is_alive_while_starting_but_healthz_is_not_ready() -> None:
+    from nlproxy.health import HealthState, healthz
+
+    state = HealthState(grace_seconds=120)
+    assert healthz(state, 0.0)[0] == 503
+    assert healthz(state, 0.0, live=True)[0] == 200
+    state.blocked = "EndpointSlice: list forbidden"
+    assert healthz(state, 0.0, live=True)[0] == 503
+    state.blocked = ""
+    state.synced(1.0)
+    assert healthz(state, 2.0)[0] == healthz(state, 2.0, live=True)[0] == 200
