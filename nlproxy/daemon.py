@@ -119,7 +119,9 @@ class Daemon:
         if self.args.manifests is not None:
             from nlproxy.cluster.watchdir import ManifestSource
 
-            return ManifestSource(self.args.manifests)
+            source = ManifestSource(self.args.manifests)
+            self.loop.source_errors = lambda: source.errors
+            return source
         from nlproxy.cluster.kube import KubeSource, api_client_from_config
 
         client = api_client_from_config(self.cfg.kubeconfig)

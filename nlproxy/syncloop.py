@@ -67,6 +67,9 @@ class SyncLoop:
     ) -> None:
         self._manage_memory = release_memory
         self.quiet = quiet
+        self.source_errors: Callable[[], Sequence[str]] | None = None
+        """The source's own problems (files that do not parse): reported and counted with the
+        invalid objects."""
         self.state = state
         self.syncer = syncer
         self.health = health
@@ -203,7 +206,10 @@ class SyncLoop:
             self._orphans = self.state.orphans()
         elif self._orphans:
             self._orphans = self.state.orphans(self._orphans)
-        self.metrics.invalid_objects.set(len(self.state.invalid) + len(self._orphans))
+        source_errors = self.source_errors() if self.source_errors is not None else ()
+        self.metrics.invalid_objects.set(
+            len(self.state.invalid) + len(self._orphans) + len(source_errors)
+        )
         self._report_invalid()
         self._report_nodeport_gaps(nodeport_gaps(snapshot, self.syncer.config))
 
@@ -311,7 +317,8 @@ class SyncLoop:
 
     def _report_invalid(self) -> None:
         """One log line per newly invalid object, not one per sync."""
-        current = {str(err) for err in (*self.state.invalid.values(), *self._orphans.values())}
+        source = self.source_errors() if self.source_errors is not None else ()
+        current = {str(e) for e in (*self.state.invalid.values(), *self._orphans.values(), *source)}
         for err in sorted(current - self._reported):
             self.log.warning("object.invalid", error=err)
         self._reported = current

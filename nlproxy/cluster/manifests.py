@@ -13,7 +13,7 @@ import gc
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,8 @@ class ManifestLoad:
 
     changes: tuple[Replace, ...]
     errors: tuple[str, ...]
+    good: dict[str, list[tuple[str, dict[str, Any], str]]] = field(default_factory=dict)
+    """Each file's objects as last read successfully (pass it back as ``last_good``)."""
 
 
 class _Loader(yaml.SafeLoader):
@@ -76,10 +78,18 @@ class _FileError(Exception):
     """A file that cannot be used as a whole; the message names the file (and line)."""
 
 
-def load_manifests(directory: Path) -> ManifestLoad:
+def load_manifests(
+    directory: Path,
+    last_good: dict[str, list[tuple[str, dict[str, Any], str]]] | None = None,
+) -> ManifestLoad:
     """Load every manifest file in ``directory`` (not recursive; dotfiles are skipped, which
     also skips the ``..data`` links of a mounted ConfigMap). Files are read in name order and the
     result is deterministic; the first definition of an object wins over later duplicates.
+
+    Args:
+        last_good: the ``good`` of the previous load (the daemon passes it): a file that cannot
+            be read or parsed now (an editor's typo, a half-written file) keeps the objects it
+            had, so a mistake in one file is never an outage of its Services.
 
     Raises:
         ConfigError: the directory cannot be listed.
@@ -97,22 +107,31 @@ def load_manifests(directory: Path) -> ManifestLoad:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _load(paths)
+        return _load(paths, last_good or {})
     finally:
         if enabled:
             gc.enable()
 
 
-def _load(paths: list[Path]) -> ManifestLoad:
+def _load(
+    paths: list[Path], last_good: dict[str, list[tuple[str, dict[str, Any], str]]]
+) -> ManifestLoad:
     by_kind: dict[str, list[Upsert | Skip | Invalid]] = {kind: [] for kind in KINDS}
     first_seen: dict[ObjectRef, str] = {}
     errors: list[str] = []
+    good: dict[str, list[tuple[str, dict[str, Any], str]]] = {}
     for path in paths:
+        notes: list[str] = []
         try:
-            objects = list(_objects(path))
+            objects = list(_objects(path, notes))
         except _FileError as exc:
-            errors.append(str(exc))
-            continue
+            kept = last_good.get(path.name)
+            errors.append(f"{exc}; its last good objects are kept" if kept else str(exc))
+            if not kept:
+                continue
+            objects = kept
+        good[path.name] = objects
+        errors += notes
         for where, obj, kind in objects:
             ref = object_ref(obj, kind)
             if ref in first_seen:
@@ -121,11 +140,12 @@ def _load(paths: list[Path]) -> ManifestLoad:
             first_seen[ref] = where
             by_kind[kind].append(to_change(obj, kind))
     changes = tuple(Replace(kind=kind, changes=tuple(by_kind[kind])) for kind in KINDS)
-    return ManifestLoad(changes=changes, errors=tuple(errors))
+    return ManifestLoad(changes=changes, errors=tuple(errors), good=good)
 
 
-def _objects(path: Path) -> Iterator[tuple[str, dict[str, Any], str]]:
-    """``(where, object, kind)`` for each object of a known kind in one file.
+def _objects(path: Path, notes: list[str]) -> Iterator[tuple[str, dict[str, Any], str]]:
+    """``(where, object, kind)`` for each object of a known kind in one file; ``notes`` gets
+    the objects whose kind looks like a misspelling of one (``kind: Servcie``).
 
     Raises:
         _FileError: the file cannot be read or parsed, or holds something that is not an object.
@@ -136,11 +156,11 @@ def _objects(path: Path) -> Iterator[tuple[str, dict[str, Any], str]]:
             continue
         items = doc if isinstance(doc, list) else [doc]
         for item in items:
-            yield from _flatten(where, item, None)
+            yield from _flatten(where, item, None, notes)
 
 
 def _flatten(
-    where: str, item: object, list_kind: str | None
+    where: str, item: object, list_kind: str | None, notes: list[str]
 ) -> Iterator[tuple[str, dict[str, Any], str]]:
     if not isinstance(item, dict):
         shown = json.dumps(item, default=str)
@@ -154,9 +174,41 @@ def _flatten(
         if not isinstance(members, list | None):
             raise _FileError(f"{where}: {kind}: items: expected a list")
         for member in members or []:
-            yield from _flatten(where, member, kind[:-4] or None)
-    elif kind in KINDS and _right_group(item.get("apiVersion"), kind):
-        yield where, item, kind
+            yield from _flatten(where, member, kind[:-4] or None, notes)
+    elif kind in KINDS:
+        if _right_group(item.get("apiVersion"), kind):
+            yield where, item, kind
+    elif (near := _near_kind(kind)) is not None and _right_group(item.get("apiVersion"), near):
+        # Someone else's kinds (Deployment, Pod, ...) are ignored; a near-miss of ours is a
+        # typo to name, as kubectl --validate=strict would.
+        meta = item.get("metadata")
+        name = meta.get("name", "(unnamed)") if isinstance(meta, dict) else "(unnamed)"
+        notes.append(f"{where}: {name}: unknown kind {kind!r} (did you mean {near}?)")
+
+
+def _near_kind(kind: str) -> str | None:
+    """The kind nlproxy reads that ``kind`` is one or two edits away from, if any."""
+    for known in KINDS:
+        if kind.lower() == known.lower() or _edits(kind.lower(), known.lower()) <= 2:
+            return known
+    return None
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance, with transpositions (short strings only)."""
+    if abs(len(a) - len(b)) > 2:
+        return 3
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, start=1):
+        cur = [i]
+        for j, cb in enumerate(b, start=1):
+            cost = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cost = min(cost, prev2[j - 2] + 1)
+            cur.append(cost)
+        prev2, prev = prev, cur
+    return prev[-1]
 
 
 def _right_group(api_version: object, kind: str) -> bool:

@@ -13,6 +13,7 @@ import os
 import struct
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -49,11 +50,14 @@ _libc = ctypes.CDLL(None, use_errno=True)
 class ManifestSource:
     """Feeds the manifests in ``directory`` to the daemon, again whenever they change."""
 
-    def __init__(self, directory: Path, *, settle: float = 0.05) -> None:
+    def __init__(self, directory: Path, *, settle: float = 0.1, max_wait: float = 1.0) -> None:
         self.directory = directory
         self.settle = settle
+        self.max_wait = max_wait
         self.log = get_logger("source")
         self.errors: tuple[str, ...] = ()
+        """File-level problems of the last load (the sync loop reports and counts them)."""
+        self._good: dict[str, Any] = {}
 
     def _inotify(self) -> int:
         fd: int = _libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
@@ -66,10 +70,10 @@ class ManifestSource:
         return fd
 
     def _load(self) -> Sequence[Change]:
-        loaded = load_manifests(self.directory)
+        # A file that does not parse now keeps the objects it had (see load_manifests).
+        loaded = load_manifests(self.directory, self._good)
+        self._good = loaded.good
         self.errors = tuple(loaded.errors)
-        for error in loaded.errors:
-            self.log.warning("source.manifest_error", error=error)
         return list(loaded.changes)
 
     async def run(
@@ -88,19 +92,34 @@ class ManifestSource:
             task_status.started()
             while True:
                 await trio.lowlevel.wait_readable(fd)
-                await trio.sleep(self.settle)
-                self._drain(fd)
+                await self._quiet(fd)
                 self.log.debug("source.reload", directory=str(self.directory))
                 await send.send(self._load())
         finally:
             os.close(fd)
 
+    async def _quiet(self, fd: int) -> None:
+        """Wait until the directory has been quiet for ``settle`` seconds (at most
+        ``max_wait``): a file written in pieces (truncate, then write) is read once, whole.
+
+        Cancellation: safe at any point.
+        """
+        deadline = trio.current_time() + self.max_wait
+        self._drain(fd)  # the event that woke us
+        while True:
+            await trio.sleep(self.settle)
+            if not self._drain(fd) or trio.current_time() >= deadline:
+                return
+
     @staticmethod
-    def _drain(fd: int) -> None:
+    def _drain(fd: int) -> bool:
+        """Read every pending event; whether there were any."""
+        got = False
         while True:
             try:
                 buf = os.read(fd, 65536)
             except BlockingIOError:
-                return
+                return got
+            got = True
             if len(buf) < struct.calcsize("iIII"):
-                return
+                return got

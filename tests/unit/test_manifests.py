@@ -222,3 +222,37 @@ def test_missing_directory_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_manifests(tmp_path / "nope")
     assert str(info.value) == f"manifests {tmp_path / 'nope'}: No such file or directory"
+
+
+def test_a_file_that_stops_parsing_keeps_its_last_good_objects(tmp_path: Path) -> None:
+    good = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\n"
+    good += "spec: {clusterIP: 10.96.0.1, ports: [{port: 80}]}\n"
+    (tmp_path / "web.yaml").write_text(good)
+    first = load_manifests(tmp_path)
+    assert first.errors == ()
+    (tmp_path / "web.yaml").write_text(good + "spec: [oops\n")
+    alone = load_manifests(tmp_path)  # without the last load: the file contributes nothing
+    services = next(r for r in alone.changes if r.kind == "Service")
+    assert services.changes == ()
+    kept = load_manifests(tmp_path, first.good)
+    services = next(r for r in kept.changes if r.kind == "Service")
+    assert [c.ref.name for c in services.changes] == ["web"]
+    (err,) = kept.errors
+    assert err.startswith("web.yaml:")
+    assert err.endswith("its last good objects are kept")
+    assert kept.good == first.good  # still the last good, for the next load
+    (tmp_path / "web.yaml").unlink()  # a file that is gone takes its objects with it
+    gone = load_manifests(tmp_path, kept.good)
+    assert next(r for r in gone.changes if r.kind == "Service").changes == ()
+
+
+@pytest.mark.parametrize(
+    ("kind", "named"),
+    [("Servcie", True), ("service", True), ("Sevice", True), ("Deployment", False)],
+)
+def test_misspelt_kinds_are_named_other_kinds_ignored(
+    tmp_path: Path, kind: str, named: bool
+) -> None:
+    (tmp_path / "x.yaml").write_text(f"apiVersion: v1\nkind: {kind}\nmetadata: {{name: x}}\n")
+    errors = load_manifests(tmp_path).errors
+    assert bool(errors) is named, errors

@@ -1,0 +1,108 @@
+"""Editing the manifests by hand is safe: a file that does not parse keeps its last good objects
+(named and counted, taken up again when fixed), a file written in pieces is read once it is
+whole, and a misspelt kind is named. Real packets keep flowing throughout."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nlproxy.testbed import Testbed
+from tests.kernel import topo
+from tests.kernel.test_daemon import VIP_A, answered_by, daemon, objects, wait_until
+
+testbed = topo.testbed
+
+
+def _invalid(proc: Any) -> float:
+    for line in proc.get(proc.metrics, "/metrics")[1].splitlines():
+        if line.startswith("nlproxy_invalid_objects "):
+            return float(line.split()[1])
+    raise AssertionError("nlproxy_invalid_objects missing")
+
+
+class Prober:
+    """Probes the service from pod-a, in the background, and counts what went unanswered."""
+
+    def __init__(self, tb: Testbed) -> None:
+        self.tb, self.lost, self.sent = tb, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sent += 1
+            if not answered_by(self.tb, VIP_A, 1):
+                self.lost += 1
+
+    def __enter__(self) -> Prober:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def test_a_syntax_error_keeps_the_files_services(testbed: Testbed, tmp_path: Path) -> None:
+    d = tmp_path / "m"
+    d.mkdir()
+    f = d / "objects.yaml"
+    text = yaml.safe_dump_all(objects(testbed, ["pod-a"]), sort_keys=False)
+    f.write_text(text)
+    with daemon(testbed, d) as proc, Prober(testbed) as probes:
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+        f.write_text(text + "\n---\nkind: Service\nmetadata: {name: [oops\n")  # an editor's typo
+        wait_until(lambda: _invalid(proc) == 1, 5.0, "the broken file counted")
+        (event,) = [e for e in proc.events("object.invalid") if "objects.yaml" in e["error"]]
+        assert "not valid YAML" in event["error"]
+        assert "its last good objects are kept" in event["error"]
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}, "the file's Service was taken out"
+        f.write_text(text.replace(str(testbed.pod("pod-a").ipv4), str(testbed.pod("pod-b").ipv4)))
+        wait_until(lambda: answered_by(testbed, VIP_A, 3) == {"pod-b"}, 5.0, "fixed: taken up")
+        assert _invalid(proc) == 0
+    assert probes.sent > 3
+    assert probes.lost == 0, f"{probes.lost} of {probes.sent} probes lost"
+
+
+def test_a_file_written_in_pieces_is_read_whole(testbed: Testbed, tmp_path: Path) -> None:
+    d = tmp_path / "m"
+    d.mkdir()
+    f = d / "objects.yaml"
+    text = yaml.safe_dump_all(objects(testbed, ["pod-a"]), sort_keys=False)
+    f.write_text(text)
+    with daemon(testbed, d) as proc, Prober(testbed) as probes:
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+        programmed = len([e for e in proc.events("sync.applied") if e.get("ops")])
+        for _ in range(3):  # truncate, then write in three pieces, as a careless tool does
+            with f.open("w") as out:
+                for i in range(3):
+                    out.write(text[i * len(text) // 3 : (i + 1) * len(text) // 3])
+                    out.flush()
+                    time.sleep(0.07)  # longer than the old 50 ms settle, shorter than 100 ms
+            time.sleep(0.3)
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+        assert _invalid(proc) == 0
+        # The same content written again: nothing to program, no half-read file programmed.
+        changed = [e for e in proc.events("sync.applied") if e.get("ops")][programmed:]
+        assert changed == [], changed
+    assert probes.lost == 0, f"{probes.lost} of {probes.sent} probes lost"
+
+
+def test_a_misspelt_kind_is_named(
+    testbed: Testbed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    typo = topo.service("web", "10.96.0.77")
+    typo["kind"] = "Servcie"
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"}}
+    topo.write_manifests(tmp_path, [*objects(testbed, ["pod-a"]), typo, deployment])
+    assert topo.run_once(testbed, tmp_path) == topo.EXIT_INVALID
+    err = capsys.readouterr().err
+    assert "web: unknown kind 'Servcie' (did you mean Service?)" in err
+    assert "Deployment" not in err  # someone else's kind: ignored, as documented
+    assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
