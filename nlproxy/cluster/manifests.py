@@ -21,6 +21,7 @@ import yaml
 
 from nlproxy.cluster.model import Invalid, ObjectRef, Replace, Skip, Upsert
 from nlproxy.cluster.parse import KINDS, object_ref, to_change
+from nlproxy.cluster.schema import unknown_fields
 from nlproxy.errors import ConfigError
 
 SUFFIXES = frozenset({".yaml", ".yml", ".json"})
@@ -48,6 +49,9 @@ class ManifestLoad:
 
     changes: tuple[Replace, ...]
     errors: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+    """Unknown fields (``spec.ports[0].targtPort``), named as ``kubectl --validate=strict``
+    would: the objects load without them, as the API server would keep them."""
     good: dict[str, list[tuple[str, dict[str, Any], str]]] = field(default_factory=dict)
     """Each file's objects as last read successfully (pass it back as ``last_good``)."""
 
@@ -119,6 +123,7 @@ def _load(
     by_kind: dict[str, list[Upsert | Skip | Invalid]] = {kind: [] for kind in KINDS}
     first_seen: dict[ObjectRef, str] = {}
     errors: list[str] = []
+    warnings: list[str] = []
     good: dict[str, list[tuple[str, dict[str, Any], str]]] = {}
     for path in paths:
         notes: list[str] = []
@@ -138,9 +143,10 @@ def _load(
                 errors.append(f"{where}: {ref}: defined again (first in {first_seen[ref]})")
                 continue
             first_seen[ref] = where
+            warnings += (f"{where}: {ref}: unknown field {f}" for f in unknown_fields(obj, kind))
             by_kind[kind].append(to_change(obj, kind))
     changes = tuple(Replace(kind=kind, changes=tuple(by_kind[kind])) for kind in KINDS)
-    return ManifestLoad(changes=changes, errors=tuple(errors), good=good)
+    return ManifestLoad(changes=changes, errors=tuple(errors), warnings=tuple(warnings), good=good)
 
 
 def _objects(path: Path, notes: list[str]) -> Iterator[tuple[str, dict[str, Any], str]]:

@@ -58,6 +58,7 @@ class ManifestSource:
         self.errors: tuple[str, ...] = ()
         """File-level problems of the last load (the sync loop reports and counts them)."""
         self._good: dict[str, Any] = {}
+        self._warned: set[str] = set()
 
     def _inotify(self) -> int:
         fd: int = _libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
@@ -74,6 +75,9 @@ class ManifestSource:
         loaded = load_manifests(self.directory, self._good)
         self._good = loaded.good
         self.errors = tuple(loaded.errors)
+        for warning in sorted(set(loaded.warnings) - self._warned):  # each once
+            self.log.warning("manifest.unknown_field", warning=warning)
+        self._warned = set(loaded.warnings)
         return list(loaded.changes)
 
     async def run(

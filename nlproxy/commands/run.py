@@ -317,6 +317,8 @@ def _run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) ->
     if not args.manifests.is_dir():
         raise ConfigError("--manifests", f"{args.manifests} is not a directory")
     loaded = load_manifests(args.manifests)
+    for warning in loaded.warnings:
+        print(f"nlproxy: warning: {warning}", file=sys.stderr)
     state = ClusterState(cfg.node_name)
     state.apply(loaded.changes)
     if pcfg.nodeport_cidrs(4) or pcfg.nodeport_cidrs(6):

@@ -256,3 +256,27 @@ def test_misspelt_kinds_are_named_other_kinds_ignored(
     (tmp_path / "x.yaml").write_text(f"apiVersion: v1\nkind: {kind}\nmetadata: {{name: x}}\n")
     errors = load_manifests(tmp_path).errors
     assert bool(errors) is named, errors
+
+
+def test_unknown_fields_are_named_and_the_object_still_loads(tmp_path: Path) -> None:
+    (tmp_path / "web.yaml").write_text(
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default, lables: {}}\n"
+        "spec:\n  clusterIP: 10.96.0.1\n  ports: [{port: 80, targtPort: 8080}]\n"
+        "  sessionAfinity: ClientIP\n"
+    )
+    loaded = load_manifests(tmp_path)
+    assert loaded.errors == ()
+    assert loaded.warnings == (
+        "web.yaml: Service default/web: unknown field metadata.lables",
+        "web.yaml: Service default/web: unknown field spec.ports[0].targtPort",
+        "web.yaml: Service default/web: unknown field spec.sessionAfinity",
+    )
+    services = next(r for r in loaded.changes if r.kind == "Service")
+    assert [type(c).__name__ for c in services.changes] == ["Upsert"]
+
+
+def test_the_example_manifests_have_no_unknown_fields() -> None:
+    root = Path(__file__).resolve().parents[2]
+    loaded = load_manifests(root / "examples/demo")
+    assert loaded.warnings == ()
+    assert loaded.errors == ()
