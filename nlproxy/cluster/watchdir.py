@@ -47,8 +47,23 @@ WATCH_MASK = (
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
+IN_IGNORED = 0x8000
+PARENT_MASK = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then the name)
+GONE_POLL = 5.0
+"""Seconds between looks for a manifests directory that is gone, besides the parent's events
+(rules are kept meanwhile)."""
+
+
 class ManifestSource:
-    """Feeds the manifests in ``directory`` to the daemon, again whenever they change."""
+    """Feeds the manifests in ``directory`` to the daemon, again whenever they change.
+
+    The path is followed, not the directory first found there: publishing a new directory by
+    rename (``mv new dir``) or by swapping a symlink (``ln -sfn v2 dir``, as a ConfigMap volume
+    does one level down) is picked up, through a second watch on the parent directory for the
+    path's own name. A directory that disappears is reported once and waited for; the objects
+    last read (and so the rules) stay until it is back.
+    """
 
     def __init__(self, directory: Path, *, settle: float = 0.1, max_wait: float = 1.0) -> None:
         self.directory = directory
@@ -59,16 +74,38 @@ class ManifestSource:
         """File-level problems of the last load (the sync loop reports and counts them)."""
         self._good: dict[str, Any] = {}
         self._warned: set[str] = set()
+        self._fd = -1
+        self._wd_dir = self._wd_parent = -1
+        self._identity: tuple[int, int] | None = None
 
-    def _inotify(self) -> int:
+    def _open(self) -> None:
         fd: int = _libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1")
-        if _libc.inotify_add_watch(fd, os.fsencode(self.directory), WATCH_MASK) < 0:
-            err = ctypes.get_errno()
-            os.close(fd)
-            raise OSError(err, f"inotify_add_watch {self.directory}")
-        return fd
+        self._fd = fd
+        parent = self.directory.absolute().parent
+        self._wd_parent = _libc.inotify_add_watch(fd, os.fsencode(parent), PARENT_MASK)
+        self._watch_dir()
+
+    def _watch_dir(self) -> bool:
+        """Watch what the path names now; False when it is not a directory (gone)."""
+        try:
+            st = os.stat(self.directory)
+        except OSError:
+            self._identity = None
+            return False
+        self._identity = (st.st_dev, st.st_ino)
+        wd: int = _libc.inotify_add_watch(self._fd, os.fsencode(self.directory), WATCH_MASK)
+        self._wd_dir = wd
+        return wd >= 0
+
+    def _moved(self) -> bool:
+        """Whether the path names another directory than the one watched (or none)."""
+        try:
+            st = os.stat(self.directory)
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) != self._identity
 
     def _load(self) -> Sequence[Change]:
         # A file that does not parse now keeps the objects it had (see load_manifests).
@@ -90,40 +127,79 @@ class ManifestSource:
 
         Cancellation: returns at the next wait; the inotify descriptor is closed.
         """
-        fd = self._inotify()
+        self._open()
         try:
             await send.send(self._load())
             task_status.started()
             while True:
-                await trio.lowlevel.wait_readable(fd)
-                await self._quiet(fd)
+                await trio.lowlevel.wait_readable(self._fd)
+                if not await self._quiet():
+                    continue  # only the parent's other entries changed
+                if self._moved():
+                    await self._follow()
+                    await self._quiet()  # let what is published there settle first
                 self.log.debug("source.reload", directory=str(self.directory))
                 await send.send(self._load())
         finally:
-            os.close(fd)
+            os.close(self._fd)
 
-    async def _quiet(self, fd: int) -> None:
+    async def _follow(self) -> None:
+        """Watch whatever the path names now, waiting for it while it is gone.
+
+        Cancellation: safe at any point.
+        """
+        if self._wd_dir >= 0:
+            _libc.inotify_rm_watch(self._fd, self._wd_dir)
+            self._wd_dir = -1
+        if self._watch_dir():
+            self.log.info("source.directory_replaced", directory=str(self.directory))
+            return
+        self.log.warning(
+            "source.directory_missing",
+            directory=str(self.directory),
+            error="the manifests directory is gone: the rules stay as they are until it is back",
+        )
+        while not self._watch_dir():
+            # The parent's watch sees the name come back; the timeout covers a parent that
+            # went too.
+            with trio.move_on_after(GONE_POLL):
+                await trio.lowlevel.wait_readable(self._fd)
+            self._drain()
+        self.log.info("source.directory_back", directory=str(self.directory))
+
+    async def _quiet(self) -> bool:
         """Wait until the directory has been quiet for ``settle`` seconds (at most
         ``max_wait``): a file written in pieces (truncate, then write) is read once, whole.
+
+        Returns:
+            Whether anything concerning the manifests happened (not just the parent's other
+            entries).
 
         Cancellation: safe at any point.
         """
         deadline = trio.current_time() + self.max_wait
-        self._drain(fd)  # the event that woke us
+        relevant = self._drain()  # the event that woke us
         while True:
             await trio.sleep(self.settle)
-            if not self._drain(fd) or trio.current_time() >= deadline:
-                return
+            more = self._drain()
+            relevant = relevant or more
+            if not more or trio.current_time() >= deadline:
+                return relevant
 
-    @staticmethod
-    def _drain(fd: int) -> bool:
-        """Read every pending event; whether there were any."""
-        got = False
+    def _drain(self) -> bool:
+        """Read every pending event; whether one concerns the manifests (the directory, or the
+        path's own name in its parent)."""
+        name = os.fsencode(self.directory.absolute().name)
+        relevant = False
         while True:
             try:
-                buf = os.read(fd, 65536)
+                buf = os.read(self._fd, 65536)
             except BlockingIOError:
-                return got
-            got = True
-            if len(buf) < struct.calcsize("iIII"):
-                return got
+                return relevant
+            off = 0
+            while off + _EVENT.size <= len(buf):
+                wd, _mask, _cookie, length = _EVENT.unpack_from(buf, off)
+                entry = buf[off + _EVENT.size : off + _EVENT.size + length].rstrip(b"\0")
+                off += _EVENT.size + length
+                if wd != self._wd_parent or entry == name:
+                    relevant = True

@@ -106,3 +106,55 @@ def test_a_misspelt_kind_is_named(
     assert "web: unknown kind 'Servcie' (did you mean Service?)" in err
     assert "Deployment" not in err  # someone else's kind: ignored, as documented
     assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+
+
+def _write(directory: Path, objs: list[Any]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "objects.yaml").write_text(yaml.safe_dump_all(objs, sort_keys=False))
+
+
+def test_a_directory_published_by_rename_is_followed(testbed: Testbed, tmp_path: Path) -> None:
+    d = tmp_path / "m"
+    _write(d, objects(testbed, ["pod-a"]))
+    with daemon(testbed, d) as proc:
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+        for n, pod in enumerate(["pod-b", "pod-c"]):  # twice: the new directory is watched too
+            new = tmp_path / f"new-{n}"
+            _write(new, objects(testbed, [pod]))
+            d.rename(tmp_path / f"old-{n}")
+            new.rename(d)
+            wait_until(lambda p=pod: answered_by(testbed, VIP_A, 3) == {p}, 5.0, f"{pod} taken up")
+        assert proc.proc.poll() is None
+
+
+def test_a_symlink_swap_is_followed(testbed: Testbed, tmp_path: Path) -> None:
+    """``ln -sfn v2 dir`` done atomically (a new link renamed over the old), as deploy tools
+    and a ConfigMap volume's ``..data`` do."""
+    v1, v2, link = tmp_path / "v1", tmp_path / "v2", tmp_path / "m"
+    _write(v1, objects(testbed, ["pod-a"]))
+    _write(v2, objects(testbed, ["pod-b"]))
+    link.symlink_to(v1)
+    with daemon(testbed, link):
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+        tmp = tmp_path / "m.tmp"
+        tmp.symlink_to(v2)
+        tmp.rename(link)
+        wait_until(lambda: answered_by(testbed, VIP_A, 3) == {"pod-b"}, 5.0, "v2 taken up")
+
+
+def test_a_deleted_directory_keeps_the_rules_until_it_is_back(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    import shutil
+
+    d = tmp_path / "m"
+    _write(d, objects(testbed, ["pod-a"]))
+    with daemon(testbed, d) as proc:
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+        shutil.rmtree(d)
+        wait_until(lambda: proc.events("source.directory_missing"), 5.0, "the loss reported")
+        time.sleep(0.5)
+        assert proc.proc.poll() is None, "the daemon died with its manifests directory"
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}, "the rules went with the directory"
+        _write(d, objects(testbed, ["pod-c"]))
+        wait_until(lambda: answered_by(testbed, VIP_A, 3) == {"pod-c"}, 8.0, "back and read")
