@@ -32,6 +32,9 @@ stop)
   # libvirtd first: it keeps virtlogd busy while it runs.
   tac "$pids" | while read -r pid; do
     kill "$pid" 2>/dev/null || true
+    # Wait for it to be gone: a start right after (the next run) would otherwise find the
+    # exiting daemon, skip starting one, and then find none answering.
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   done
   rm -f "$pids"
   ;;
