@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -19,6 +20,8 @@ def _fresh_logging() -> Iterator[None]:
     structlog.reset_defaults()
     yield
     structlog.reset_defaults()
+    logging.getLogger().handlers = []  # what nlproxy's configure() installed
+    logging.captureWarnings(False)
 
 
 @pytest.fixture(scope="session", autouse=True)

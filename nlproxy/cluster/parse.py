@@ -58,6 +58,16 @@ UNNAMED = "(unnamed)"
 # a Service's labels to its slices, so both kinds are filtered the same way.
 _SKIP_LABELS = frozenset({SERVICE_PROXY_NAME_LABEL, HEADLESS_LABEL})
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# What the API server accepts as each kind's name (apimachinery's validation), so a manifest
+# it would refuse is named here instead of failing the kernel's batch for every Service.
+_NAMES: dict[str, tuple[re.Pattern[str], int, str]] = {
+    "Service": (_DNS_1035_LABEL, 63, "a DNS-1035 label: a-z, 0-9 and '-', starting with a letter"),
+    "EndpointSlice": (_DNS_SUBDOMAIN, 253, "a DNS-1123 subdomain: a-z, 0-9, '-' and '.'"),
+    "Node": (_DNS_SUBDOMAIN, 253, "a DNS-1123 subdomain: a-z, 0-9, '-' and '.'"),
+    "ServiceCIDR": (_DNS_SUBDOMAIN, 253, "a DNS-1123 subdomain: a-z, 0-9, '-' and '.'"),
+}
 _IANA_SVC_NAME = re.compile(r"(?=.*[a-z])(?!.*--)[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?")
 _PROTOCOLS = tuple(p.value for p in Protocol)
 _SERVICE_TYPES = (*(t.value for t in ServiceType), "ExternalName")
@@ -104,12 +114,25 @@ def object_ref(obj: Mapping[str, Any], kind: str | None = None) -> ObjectRef:
     )
 
 
-def _metadata(r: FieldReader, obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, str]]:
-    """``(metadata, labels)``, checking that the object has a name."""
+def _metadata(
+    r: FieldReader, obj: Mapping[str, Any], kind: str
+) -> tuple[Mapping[str, Any], dict[str, str]]:
+    """``(metadata, labels)``, checking the name and namespace as the API server does."""
     meta = r.mapping(obj.get("metadata"), "metadata")
-    if not r.string(meta.get("name"), "metadata.name"):
+    name = r.string(meta.get("name"), "metadata.name")
+    if not name:
         r.fail("metadata.name", "missing")
-    r.string(meta.get("namespace"), "metadata.namespace")
+    pattern, longest, what = _NAMES[kind]
+    if len(name) > longest or not pattern.fullmatch(name):
+        r.fail("metadata.name", f"{describe(name)} is not a valid {kind} name ({what}, "
+               f"at most {longest} characters)")  # fmt: skip
+    namespace = r.string(meta.get("namespace"), "metadata.namespace")
+    if namespace and not _DNS_LABEL.fullmatch(namespace):
+        r.fail(
+            "metadata.namespace",
+            f"{describe(namespace)} is not a valid namespace (a DNS-1123 label: a-z, 0-9 and "
+            "'-', at most 63 characters)",
+        )
     return meta, r.string_map(meta.get("labels"), "metadata.labels")
 
 
@@ -124,7 +147,7 @@ def parse_service(obj: Mapping[str, Any]) -> Service | None:
     """
     ref = object_ref(obj, "Service")
     r = FieldReader(ref)
-    meta, labels = _metadata(r, obj)
+    meta, labels = _metadata(r, obj, "Service")
     if _SKIP_LABELS & labels.keys():
         return None
     spec = r.mapping(obj.get("spec"), "spec")
@@ -328,7 +351,7 @@ def parse_endpoint_slice(obj: Mapping[str, Any]) -> EndpointSlice | None:
     """
     ref = object_ref(obj, "EndpointSlice")
     r = FieldReader(ref)
-    meta, labels = _metadata(r, obj)
+    meta, labels = _metadata(r, obj, "EndpointSlice")
     address_type = r.choice(obj.get("addressType"), "addressType", _ADDRESS_TYPES, "")
     if not address_type:
         r.fail("addressType", "missing")
@@ -457,7 +480,7 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
     """A v1 Node: name, labels and zone, addresses (InternalIPs, then ExternalIPs, each in the
     order listed, without repeats) and pod CIDRs (``spec.podCIDRs``, else ``spec.podCIDR``)."""
     r = FieldReader(object_ref(obj, "Node"))
-    meta, labels = _metadata(r, obj)
+    meta, labels = _metadata(r, obj, "Node")
     status = r.mapping(obj.get("status"), "status")
     by_type: dict[str, list[IPAddress]] = {"InternalIP": [], "ExternalIP": []}
     for i, raw in enumerate(r.items(status.get("addresses"), "status.addresses")):
@@ -482,7 +505,7 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
 def parse_service_cidr(obj: Mapping[str, Any]) -> ServiceCIDR:
     """A networking.k8s.io/v1 ServiceCIDR: ``spec.cidrs``, at most one per family."""
     r = FieldReader(object_ref(obj, "ServiceCIDR"))
-    meta, _labels = _metadata(r, obj)
+    meta, _labels = _metadata(r, obj, "ServiceCIDR")
     spec = r.mapping(obj.get("spec"), "spec")
     raw = r.strings(spec.get("cidrs"), "spec.cidrs")
     if not raw:
