@@ -30,13 +30,39 @@ def quick_ipv4(text: str) -> ipaddress.IPv4Address | None:
     return ipaddress.IPv4Address(int.from_bytes(packed))
 
 
+SHOWN = 40
+"""Characters of a value an error message shows."""
+
+
 def describe(value: object) -> str:
-    """A value as JSON for an error message, cut to 40 characters."""
+    """A value as JSON for an error message, cut to 40 characters.
+
+    Bounded in time and memory whatever the value: containers are shown from a shallow copy of
+    their first items (a YAML alias bomb shares one list thousands of times; serialising it whole
+    took seconds and gigabytes), and an integer of thousands of digits by its size.
+    """
     try:
-        text = json.dumps(value)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+        text = json.dumps(_shallow(value, 2))
+    except (TypeError, ValueError, RecursionError):
+        text = repr(type(value))
+    return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
+
+
+def _shallow(value: object, depth: int) -> object:
+    """``value`` with at most a few items per level and ``depth`` levels: enough for 40
+    characters."""
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        return value if value.bit_length() < 128 else f"<an integer of {value.bit_length()} bits>"
+    if isinstance(value, str):
+        return value[: SHOWN + 1]
+    if isinstance(value, list | tuple):
+        return [_shallow(v, depth - 1) for v in value[:SHOWN]] if depth > 0 else ["..."]
+    if isinstance(value, Mapping):
+        items = list(value.items())[:SHOWN]
+        return {str(k)[:SHOWN]: _shallow(v, depth - 1) for k, v in items} if depth > 0 else {}
+    return repr(type(value))
 
 
 class FieldReader:

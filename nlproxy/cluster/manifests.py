@@ -25,6 +25,9 @@ from nlproxy.cluster.schema import unknown_fields
 from nlproxy.errors import ConfigError
 
 SUFFIXES = frozenset({".yaml", ".yml", ".json"})
+MAX_FILE_BYTES = 256 << 20
+"""A manifest file larger than this is refused unread (100k Services x 10 endpoints as YAML is
+about 130 MiB)."""
 
 # The API group each kind must come from: a ``kind: Service`` of another group (Knative's
 # serving.knative.dev) is someone else's object. A missing apiVersion is taken as the right one.
@@ -228,10 +231,25 @@ def _documents(path: Path) -> list[Any]:
     """The parsed documents of one file, all or nothing (a half-read file would make the
     ``Replace`` delete the objects after the error)."""
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise _FileError(
+                f"{path.name}: {size} bytes, more than a manifest may hold ({MAX_FILE_BYTES})"
+            )
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise _FileError(f"{path.name}: cannot read: {reason}") from exc
+    try:
+        return _parse(path, text)
+    except (ValueError, RecursionError, MemoryError) as exc:
+        # Beyond what a parser takes: an integer of more than 4300 digits, nesting deeper than
+        # the interpreter's stack. The file is refused; the daemon and every other file go on.
+        what = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:120]
+        raise _FileError(f"{path.name}: cannot be read: {what}") from None
+
+
+def _parse(path: Path, text: str) -> list[Any]:
     if path.suffix == ".json":
         try:
             return [json.loads(text)]

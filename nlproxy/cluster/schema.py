@@ -85,8 +85,11 @@ def _walk(value: object, schema: Schema | None, path: str, out: list[str]) -> No
     if schema is None:
         return
     if isinstance(value, list):
+        # Only the objects of a list: a list inside a list is a type error for the parser to
+        # name, and following nested lists would expand a YAML alias bomb.
         for i, item in enumerate(value):
-            _walk(item, schema, f"{path}[{i}]", out)
+            if isinstance(item, Mapping):
+                _walk(item, schema, f"{path}[{i}]", out)
         return
     if not isinstance(value, Mapping):
         return  # a wrong type is the parser's to report, with its message
