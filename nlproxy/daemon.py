@@ -9,7 +9,9 @@ while the service restarts; ``nlproxy cleanup`` removes them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import resource
 import signal
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -46,8 +48,18 @@ def run_daemon(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) -
     # malloc suited to a long-lived process whose plan is large (memory.py); before any thread
     # exists, since a thread that already has an arena keeps it.
     tune_allocator()
+    _raise_descriptor_limit()
     trio.run(Daemon(args, cfg, pcfg).run)
     return 0
+
+
+def _raise_descriptor_limit() -> None:
+    """Lift the soft descriptor limit to the hard one (often 1024 → far more): the HTTP
+    servers bound their connections, and the netlink sockets must never meet EMFILE."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 class Daemon:

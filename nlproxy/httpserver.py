@@ -17,6 +17,15 @@ from nlproxy.log import get_logger
 
 MAX_REQUEST = 8192
 READ_TIMEOUT = 5.0
+"""Seconds a client has to send its request headers (a slow client is dropped after it)."""
+WRITE_TIMEOUT = 5.0
+"""Seconds a client has to take the answer."""
+MAX_CONNECTIONS = 128
+"""Connections one server handles at once; more are closed at once (each holds a descriptor,
+and the daemon's netlink sockets must always find one)."""
+MAX_PER_CLIENT = 16
+"""Connections one client address may hold at once: one pod cannot take every slot, so the
+kubelet's and the load balancers' probes still get answers."""
 
 REASONS = {
     200: "OK",
@@ -75,8 +84,8 @@ async def _handle(stream: trio.SocketStream, handler: Handler) -> None:
         payload = ("\r\n".join(head) + "\r\n\r\n").encode()
         if method == "GET":
             payload += resp.body
-        with contextlib.suppress(trio.BrokenResourceError):  # the client went away
-            await stream.send_all(payload)
+        with contextlib.suppress(trio.BrokenResourceError), trio.move_on_after(WRITE_TIMEOUT):
+            await stream.send_all(payload)  # a client that went away or reads too slowly
 
 
 async def _answer(handler: Handler, path: str) -> Response:
@@ -85,6 +94,37 @@ async def _answer(handler: Handler, path: str) -> Response:
     except Exception:  # noqa: BLE001 - a bug behind one path must not stop health and metrics
         get_logger("http").exception("http.handler_failed", path=path)
         return Response(500, b"internal error\n", content_type="text/plain")
+
+
+class _Limits:
+    """Connections held, in all and per client address (see MAX_CONNECTIONS, MAX_PER_CLIENT)."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.per_client: dict[str, int] = {}
+
+    def take(self, client: str) -> bool:
+        held = self.per_client.get(client, 0)
+        if self.total >= MAX_CONNECTIONS or held >= MAX_PER_CLIENT:
+            return False
+        self.total += 1
+        self.per_client[client] = held + 1
+        return True
+
+    def give(self, client: str) -> None:
+        self.total -= 1
+        held = self.per_client[client] - 1
+        if held:
+            self.per_client[client] = held
+        else:
+            del self.per_client[client]
+
+
+def _peer(stream: trio.SocketStream) -> str:
+    try:
+        return str(stream.socket.getpeername()[0])
+    except OSError:
+        return "?"
 
 
 async def serve(
@@ -99,8 +139,17 @@ async def serve(
     bound = listeners[0].socket.getsockname()[1]
     get_logger("http").debug("http.listening", addr=f"{host}:{bound}")
 
+    limits = _Limits()
+
     async def on_conn(stream: trio.SocketStream) -> None:
-        await _handle(stream, handler)
+        client = _peer(stream)
+        if not limits.take(client):
+            await trio.aclose_forcefully(stream)  # over the limits: the descriptor goes at once
+            return
+        try:
+            await _handle(stream, handler)
+        finally:
+            limits.give(client)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(trio.serve_listeners, on_conn, listeners)
