@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from nlproxy.conntrack_sysctl import ConntrackConfig
 from nlproxy.errors import ConfigError
 
 API_VERSIONS = ("kubeproxy.config.k8s.io/v1alpha1", "kubeproxy.config.k8s.io/v1alpha2")
@@ -44,6 +45,8 @@ class DaemonConfig:
     metrics_bind_address: str | None = "127.0.0.1:10249"
     node_ip: str = ""
     """From ``bindAddress`` when it names one address (kube-proxy takes it as the node's IP)."""
+    conntrack: ConntrackConfig = field(default_factory=ConntrackConfig)
+    """kube-proxy's ``conntrack`` section (``conntrack_sysctl.py``)."""
     kubeconfig_from_file: bool = False
     """``kubeconfig`` came from ``clientConnection.kubeconfig``: a missing file falls back to the
     in-cluster configuration (the DaemonSet may not mount kubeadm's path)."""
@@ -131,6 +134,7 @@ HONOURED = {
     "mode",
     "detectLocalMode",
     "bindAddress",
+    "conntrack",
 }
 # Values kubeadm writes that mean "kube-proxy's default": not worth a warning.
 DEFAULTS = {("bindAddress", "0.0.0.0"), ("bindAddress", "::")}
@@ -183,6 +187,43 @@ def _merge_periods(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
             )
         cfg = replace(cfg, masquerade_bit=bit)
     return cfg
+
+
+def _conntrack(section: object) -> ConntrackConfig:
+    """kube-proxy's ``conntrack`` section: null takes kube-proxy's default, 0 leaves the
+    kernel's value alone."""
+    default = ConntrackConfig()
+    if section is None:
+        return default
+    if not isinstance(section, Mapping):
+        raise ConfigError("KubeProxyConfiguration", "must be a mapping", field="conntrack")
+    values: dict[str, Any] = {}
+    for key, attr in (("maxPerCore", "max_per_core"), ("min", "min")):
+        value = section.get(key)
+        if value is not None:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(
+                    "KubeProxyConfiguration", f"{value!r} is not a count", field=f"conntrack.{key}"
+                )
+            values[attr] = value
+    for key, attr in (
+        ("tcpEstablishedTimeout", "tcp_established_timeout"),
+        ("tcpCloseWaitTimeout", "tcp_close_wait_timeout"),
+        ("udpTimeout", "udp_timeout"),
+        ("udpStreamTimeout", "udp_stream_timeout"),
+    ):
+        value = section.get(key)
+        if value is not None:
+            values[attr] = int(parse_duration(value, f"conntrack.{key}"))
+    liberal = section.get("tcpBeLiberal")
+    if liberal is not None:
+        if not isinstance(liberal, bool):
+            raise ConfigError(
+                "KubeProxyConfiguration", f"{liberal!r} is not true or false",
+                field="conntrack.tcpBeLiberal",
+            )  # fmt: skip
+        values["tcp_be_liberal"] = liberal
+    return replace(default, **values)
 
 
 def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> DaemonConfig:
@@ -253,6 +294,7 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
             )
         cfg = replace(cfg, nodeport_addresses=",".join(npa))
     cfg = _merge_periods(doc, cfg)
+    cfg = replace(cfg, conntrack=_conntrack(doc.get("conntrack")))
     unused = sorted(
         p for p in _leaves(doc) if p not in HONOURED and p.split(".")[0] not in IGNORED_QUIETLY
     )

@@ -29,6 +29,7 @@ from nlproxy.config import (
     load_kube_proxy_config,
     parse_duration,
 )
+from nlproxy.conntrack_sysctl import ConntrackConfig
 from nlproxy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -143,6 +144,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "nlproxy_service_bytes_total): two counter sets and three chains per family, one "
         "element per frontend, a set lookup per packet of DNAT'd connections",
     )
+    ct = parser.add_argument_group(
+        "conntrack (kube-proxy's flags; set by the daemon at start-up, 0 leaves a value alone)"
+    )
+    ct.add_argument("--conntrack-max-per-core", type=int, metavar="N", help="default 32768")
+    ct.add_argument("--conntrack-min", type=int, metavar="N", help="default 131072")
+    ct.add_argument("--conntrack-tcp-timeout-established", metavar="DURATION", help="default 24h")
+    ct.add_argument("--conntrack-tcp-timeout-close-wait", metavar="DURATION", help="default 1h")
+    ct.add_argument("--conntrack-tcp-be-liberal", action="store_true", default=None)
+    ct.add_argument("--conntrack-udp-timeout", metavar="DURATION")
+    ct.add_argument("--conntrack-udp-timeout-stream", metavar="DURATION")
     parser.add_argument("--once", action="store_true", help="reconcile once and exit")
     parser.add_argument(
         "--force",
@@ -173,6 +184,7 @@ def daemon_config(args: argparse.Namespace) -> DaemonConfig:
         if value is not None:
             changes: dict[str, Any] = {attr: bind_address(value, port, flag)}
             cfg = replace(cfg, **changes)
+    cfg = replace(cfg, conntrack=_conntrack_flags(args, cfg))
     if args.proxy_mode not in (None, "", "nftables"):
         raise ConfigError(
             "--proxy-mode", f"{args.proxy_mode!r}: nlproxy programs nftables (use 'nftables')"
@@ -190,6 +202,30 @@ def daemon_config(args: argparse.Namespace) -> DaemonConfig:
     if not 0 <= cfg.masquerade_bit <= 31:
         raise ConfigError("--masquerade-bit", f"{cfg.masquerade_bit} is not in 0..31")
     return cfg
+
+
+def _conntrack_flags(args: argparse.Namespace, cfg: DaemonConfig) -> ConntrackConfig:
+    ct = cfg.conntrack
+    changes: dict[str, Any] = {}
+    for flag, attr in (("max_per_core", "max_per_core"), ("min", "min")):
+        value = getattr(args, f"conntrack_{flag}")
+        if value is not None:
+            if value < 0:
+                raise ConfigError(f"--conntrack-{flag.replace('_', '-')}", f"{value} is below 0")
+            changes[attr] = value
+    for flag, attr in (
+        ("tcp_timeout_established", "tcp_established_timeout"),
+        ("tcp_timeout_close_wait", "tcp_close_wait_timeout"),
+        ("udp_timeout", "udp_timeout"),
+        ("udp_timeout_stream", "udp_stream_timeout"),
+    ):
+        value = getattr(args, f"conntrack_{flag}")
+        if value is not None:
+            name = f"--conntrack-{flag.replace('_', '-')}"
+            changes[attr] = int(parse_duration(value, name))
+    if args.conntrack_tcp_be_liberal:
+        changes["tcp_be_liberal"] = True
+    return replace(ct, **changes)
 
 
 def proxy_config(args: argparse.Namespace, cfg: DaemonConfig) -> ProxyConfig:
@@ -225,11 +261,26 @@ def run(args: argparse.Namespace) -> int:
         if not args.once:
             from nlproxy.daemon import run_daemon
 
+            _set_conntrack(cfg, args.netns)
             return run_daemon(args, cfg, pcfg)
         return run_once(args, cfg, pcfg)
     finally:
         if lock is not None:
             lock.release()
+
+
+def _set_conntrack(cfg: DaemonConfig, netns_name: str | None) -> None:
+    """kube-proxy's conntrack sysctls, at daemon start as kube-proxy does."""
+    from nlproxy.conntrack_sysctl import apply
+    from nlproxy.log import get_logger
+
+    outcome = apply(cfg.conntrack, netns_name)
+    log = get_logger("conntrack")
+    if outcome.set:
+        log.info("conntrack.sysctls_set", sysctls=outcome.set)
+    if outcome.refused:
+        reasons = {name: why for name, (_, why) in outcome.refused.items()}
+        log.warning("conntrack.sysctls_refused", error=outcome.advice(), reasons=reasons)
 
 
 def check_start(args: argparse.Namespace, cfg: DaemonConfig) -> DaemonConfig:
