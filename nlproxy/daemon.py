@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import resource
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import trio
@@ -43,13 +43,26 @@ if TYPE_CHECKING:  # the kube source (and the kubernetes package) is imported on
     from nlproxy.cluster.kube_link import Unavailable
 
 
-def run_daemon(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) -> int:
-    """Run until SIGTERM/SIGINT; returns the exit status."""
+def run_daemon(
+    args: argparse.Namespace,
+    cfg: DaemonConfig,
+    pcfg: ProxyConfig,
+    prepare: Callable[[], None] | None = None,
+) -> int:
+    """Run until SIGTERM/SIGINT; returns the exit status.
+
+    ``prepare`` runs after the start-up line (node set-up such as kube-proxy's conntrack
+    sysctls), so that line is always the first a platform team reads.
+    """
     # malloc suited to a long-lived process whose plan is large (memory.py); before any thread
     # exists, since a thread that already has an arena keeps it.
     tune_allocator()
     _raise_descriptor_limit()
-    trio.run(Daemon(args, cfg, pcfg).run)
+    daemon = Daemon(args, cfg, pcfg)
+    daemon.log_start()
+    if prepare is not None:
+        prepare()
+    trio.run(daemon.run)
     return 0
 
 
@@ -219,7 +232,7 @@ class Daemon:
                 cancel.cancel()
                 return
 
-    def _log_start(self) -> None:
+    def log_start(self) -> None:
         """One line a platform team can read the node's set-up from."""
         pcfg = self.syncer.config
         cfg = dataclasses.asdict(self.cfg)
@@ -242,7 +255,6 @@ class Daemon:
         )
 
     async def run(self) -> None:
-        self._log_start()
         send, recv = trio.open_memory_channel[Sequence[Change]](64)
         try:
             async with trio.open_nursery() as nursery:

@@ -261,8 +261,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.once:
             from nlproxy.daemon import run_daemon
 
-            _set_conntrack(cfg, args.netns)
-            return run_daemon(args, cfg, pcfg)
+            return run_daemon(args, cfg, pcfg, prepare=lambda: _set_conntrack(cfg, args.netns))
         return run_once(args, cfg, pcfg)
     finally:
         if lock is not None:
