@@ -1,6 +1,8 @@
 """``nlproxy cleanup``: remove nlproxy's tables (``ip nlproxy``, ``ip6 nlproxy``); idempotent.
 
-Touches no other table.
+Touches no other table. ``--kube-proxy`` instead removes kube-proxy's rules (its nftables
+tables, and its chains in the iptables-nft tables: ``foreign.py``), as kube-proxy's own
+``--cleanup`` would, over netlink; nlproxy's tables are left alone then.
 """
 
 from __future__ import annotations
@@ -8,14 +10,21 @@ from __future__ import annotations
 import argparse
 
 NAME = "cleanup"
-HELP = "remove nlproxy's nftables tables (idempotent)"
+HELP = "remove nlproxy's nftables tables, or with --kube-proxy kube-proxy's rules (idempotent)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    del parser  # no options
+    parser.add_argument(
+        "--kube-proxy",
+        action="store_true",
+        help="remove kube-proxy's rules instead (ip/ip6 kube-proxy tables; its KUBE-* chains in "
+        "the iptables-nft nat, filter and mangle tables), leaving nlproxy's and the kubelet's",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "kube_proxy", False):
+        return _kube_proxy(args)
     from nlproxy.nft.backend import NftBackend
     from nlproxy.nft.ir import Operation, Table, Verb
     from nlproxy.nft.readback import read_ruleset
@@ -34,4 +43,17 @@ def run(args: argparse.Namespace) -> int:
             backend.close()
         removed.append(f"{family} {TABLE_NAME}")
     print(f"removed: {', '.join(removed)}" if removed else "nothing to remove")
+    return 0
+
+
+def _kube_proxy(args: argparse.Namespace) -> int:
+    from nlproxy.foreign import detect, remove
+
+    found = detect(args.netns)
+    if not found:
+        print("no kube-proxy rules found")
+        return 0
+    remove(found, args.netns)
+    for ft in found:
+        print(f"removed: {ft.describe}")
     return 0

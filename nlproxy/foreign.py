@@ -1,0 +1,277 @@
+"""Another service proxy's rules in the node's nftables: found, named, and removed on request.
+
+Beside the pipeline: the daemon asks at start-up and then now and again, ``inspect`` and
+``explain`` report what it finds, and ``nlproxy cleanup --kube-proxy`` removes it. kube-proxy
+leaves its rules behind when it is replaced without ``--cleanup``, and a leftover DNAT of the
+same ClusterIP in another table wins over nlproxy's for new connections.
+
+Found over nfnetlink (no ``nft`` or ``iptables`` is run):
+
+* kube-proxy's nftables mode: the tables ``ip kube-proxy`` and ``ip6 kube-proxy``;
+* kube-proxy's iptables mode on the iptables-nft backend: its chains (``KUBE-SERVICES``,
+  ``KUBE-NODEPORTS``, ``KUBE-SVC-…``) in the ``nat``, ``filter`` and ``mangle`` tables.
+
+iptables-legacy rules live outside nftables and are not seen here. Chains the kubelet owns
+(``KUBE-FIREWALL``, ``KUBE-KUBELET-CANARY``, ``KUBE-IPTABLES-HINT``) are neither reported nor
+touched.
+"""
+
+from __future__ import annotations
+
+import errno
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from nlproxy.errors import NlproxyError
+from nlproxy.nft.nlsock import (
+    NLM_F_ACK,
+    NLM_F_DUMP,
+    NLM_F_REQUEST,
+    NLMSG_ERROR,
+    NetfilterSocket,
+)
+
+# linux/netfilter/nfnetlink.h and nf_tables.h
+_SUBSYS_NFTABLES = 10
+_BATCH_BEGIN, _BATCH_END = 0x10, 0x11
+_GETTABLE, _DELTABLE, _GETCHAIN, _DELCHAIN, _GETRULE, _DELRULE = 1, 2, 4, 5, 7, 8
+_TABLE_NAME = 1
+_CHAIN_TABLE, _CHAIN_NAME = 1, 3
+_RULE_TABLE, _RULE_CHAIN, _RULE_HANDLE, _RULE_EXPRESSIONS = 1, 2, 3, 4
+_LIST_ELEM = 1
+_EXPR_NAME, _EXPR_DATA = 1, 2
+_IMMEDIATE_DATA = 2
+_DATA_VERDICT = 2
+_VERDICT_CHAIN = 2
+_NLA_TYPE_MASK = 0x3FFF
+
+FAMILIES = {2: "ip", 10: "ip6"}
+"""NFPROTO numbers of the families kube-proxy writes, and nft's names for them."""
+_NFPROTO = {name: number for number, name in FAMILIES.items()}
+
+NFTABLES_TABLE = "kube-proxy"
+IPTABLES_TABLES = ("nat", "filter", "mangle")
+
+_KUBE_PROXY_CHAINS = frozenset(
+    {
+        "KUBE-SERVICES",
+        "KUBE-EXTERNAL-SERVICES",
+        "KUBE-NODEPORTS",
+        "KUBE-POSTROUTING",
+        "KUBE-MARK-MASQ",
+        "KUBE-FORWARD",
+        "KUBE-PROXY-FIREWALL",
+        "KUBE-PROXY-CANARY",
+    }
+)
+_KUBE_PROXY_PREFIXES = ("KUBE-SVC-", "KUBE-SEP-", "KUBE-FW-", "KUBE-XLB-", "KUBE-EXT-", "KUBE-SVL-")
+
+
+def is_kube_proxy_chain(name: str) -> bool:
+    """One of the chains kube-proxy's iptables mode makes (not one of the kubelet's)."""
+    return name in _KUBE_PROXY_CHAINS or name.startswith(_KUBE_PROXY_PREFIXES)
+
+
+class ForeignProxyError(NlproxyError):
+    """The kernel refused to remove another proxy's rules."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForeignTable:
+    """Another proxy's rules in one table."""
+
+    family: str
+    """``ip`` or ``ip6``."""
+    table: str
+    mode: str
+    """``nftables`` (a table of kube-proxy's own) or ``iptables-nft`` (chains in a shared table)."""
+    chains: tuple[str, ...]
+    """kube-proxy's chains in the table (iptables-nft); empty for a table of its own."""
+
+    def __str__(self) -> str:
+        return f"{self.family} {self.table}"
+
+    @property
+    def describe(self) -> str:
+        if self.mode == "nftables":
+            return f"table {self} (kube-proxy, nftables mode)"
+        return f"{len(self.chains)} KUBE-* chains in table {self} (kube-proxy, iptables-nft)"
+
+
+def detect(netns: str | None = None) -> list[ForeignTable]:
+    """Another proxy's rules in ``netns``'s nftables, sorted by family and table."""
+    with NetfilterSocket(netns, bufsize=4 << 20) as sock:
+        tables = [(fam, name) for fam, name in _tables(sock) if fam in FAMILIES]
+        found: list[ForeignTable] = []
+        shared = {(fam, name) for fam, name in tables if name in IPTABLES_TABLES}
+        for fam, name in tables:
+            if name == NFTABLES_TABLE:
+                found.append(
+                    ForeignTable(family=FAMILIES[fam], table=name, mode="nftables", chains=())
+                )
+        if shared:
+            chains: dict[tuple[int, str], list[str]] = {}
+            for fam, table, chain in _chains(sock):
+                if (fam, table) in shared and is_kube_proxy_chain(chain):
+                    chains.setdefault((fam, table), []).append(chain)
+            for (fam, table), names in chains.items():
+                found.append(
+                    ForeignTable(
+                        family=FAMILIES[fam],
+                        table=table,
+                        mode="iptables-nft",
+                        chains=tuple(sorted(names)),
+                    )
+                )
+    return sorted(found, key=lambda t: (t.family, t.table))
+
+
+def remove(found: Sequence[ForeignTable], netns: str | None = None) -> int:
+    """Remove what :func:`detect` found, in one atomic batch: kube-proxy's own tables, and in
+    shared tables the rules that jump to kube-proxy's chains, then those chains.
+
+    Returns:
+        the number of netlink operations sent.
+
+    Raises:
+        ForeignProxyError: the kernel refused the batch (nothing of it was applied).
+    """
+    with NetfilterSocket(netns, bufsize=16 << 20) as sock:
+        ops: list[tuple[int, int, bytes]] = []
+        for ft in found:
+            fam = _NFPROTO[ft.family]
+            if ft.mode == "nftables":
+                ops.append((_DELTABLE, fam, _str(_TABLE_NAME, ft.table)))
+                continue
+            ours = set(ft.chains)
+            for chain, handle, targets in _rules(sock, fam, ft.table):
+                if chain not in ours and targets & ours:
+                    attrs = _str(_RULE_TABLE, ft.table) + _str(_RULE_CHAIN, chain)
+                    ops.append(
+                        (_DELRULE, fam, attrs + _attr(_RULE_HANDLE, struct.pack(">Q", handle)))
+                    )
+            # Flush every chain first: they jump to one another.
+            ops += [
+                (_DELRULE, fam, _str(_RULE_TABLE, ft.table) + _str(_RULE_CHAIN, c))
+                for c in ft.chains
+            ]
+            ops += [
+                (_DELCHAIN, fam, _str(_CHAIN_TABLE, ft.table) + _str(_CHAIN_NAME, c))
+                for c in ft.chains
+            ]
+        if ops:
+            _commit(sock, ops)
+        return len(ops)
+
+
+# -- netlink ---------------------------------------------------------------------------------
+
+
+def _msg(msg_type: int, flags: int, seq: int, family: int, attrs: bytes, res_id: int = 0) -> bytes:
+    body = struct.pack("=BB", family, 0) + struct.pack(">H", res_id) + attrs
+    return struct.pack("=IHHII", 16 + len(body), msg_type, flags, seq, 0) + body
+
+
+def _attr(kind: int, value: bytes) -> bytes:
+    return struct.pack("=HH", 4 + len(value), kind) + value + bytes(-len(value) % 4)
+
+
+def _str(kind: int, text: str) -> bytes:
+    return _attr(kind, text.encode() + b"\0")
+
+
+def _attrs(buf: bytes) -> Iterator[tuple[int, bytes]]:
+    off = 0
+    while off + 4 <= len(buf):
+        length, kind = struct.unpack_from("=HH", buf, off)
+        if length < 4:
+            return
+        yield kind & _NLA_TYPE_MASK, buf[off + 4 : off + length]
+        off += (length + 3) & ~3
+
+
+def _text(raw: bytes) -> str:
+    return raw.rstrip(b"\0").decode(errors="replace")
+
+
+def _dump(
+    sock: NetfilterSocket, msg: int, family: int, attrs: bytes = b""
+) -> Iterator[tuple[int, dict[int, bytes]]]:
+    """(family, attributes) of each object a dump returns; nothing when the kernel has none."""
+    seq = sock.next_seq()
+    req = _msg((_SUBSYS_NFTABLES << 8) | msg, NLM_F_REQUEST | NLM_F_DUMP, seq, family, attrs)
+    try:
+        for reply in sock.dump(req, seq):
+            yield reply.payload[0], dict(_attrs(reply.payload[4:]))
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            raise
+
+
+def _tables(sock: NetfilterSocket) -> Iterator[tuple[int, str]]:
+    for fam, a in _dump(sock, _GETTABLE, 0):
+        if _TABLE_NAME in a:
+            yield fam, _text(a[_TABLE_NAME])
+
+
+def _chains(sock: NetfilterSocket) -> Iterator[tuple[int, str, str]]:
+    for fam, a in _dump(sock, _GETCHAIN, 0):
+        if _CHAIN_TABLE in a and _CHAIN_NAME in a:
+            yield fam, _text(a[_CHAIN_TABLE]), _text(a[_CHAIN_NAME])
+
+
+def _rules(sock: NetfilterSocket, family: int, table: str) -> Iterator[tuple[str, int, set[str]]]:
+    """(chain, handle, chains it jumps or goes to) of each rule in ``table``."""
+    for _, a in _dump(sock, _GETRULE, family, _str(_RULE_TABLE, table)):
+        if _text(a.get(_RULE_TABLE, b"")) != table or _RULE_HANDLE not in a:
+            continue
+        targets = set(_verdict_chains(a.get(_RULE_EXPRESSIONS, b"")))
+        yield _text(a[_RULE_CHAIN]), struct.unpack(">Q", a[_RULE_HANDLE])[0], targets
+
+
+def _verdict_chains(expressions: bytes) -> Iterator[str]:
+    """Chains named by the ``immediate`` verdicts (jump/goto) of a rule's expressions."""
+    for kind, elem in _attrs(expressions):
+        if kind != _LIST_ELEM:
+            continue
+        expr = dict(_attrs(elem))
+        if _text(expr.get(_EXPR_NAME, b"")) != "immediate":
+            continue
+        data = dict(_attrs(expr.get(_EXPR_DATA, b"")))
+        value = dict(_attrs(data.get(_IMMEDIATE_DATA, b"")))
+        verdict = dict(_attrs(value.get(_DATA_VERDICT, b"")))
+        if _VERDICT_CHAIN in verdict:
+            yield _text(verdict[_VERDICT_CHAIN])
+
+
+def _commit(sock: NetfilterSocket, ops: Sequence[tuple[int, int, bytes]]) -> None:
+    first = sock.next_seq(len(ops) + 2)
+    sock.skip_to(first + len(ops) + 1)
+    parts = [_msg(_BATCH_BEGIN, NLM_F_REQUEST, first, 0, b"", _SUBSYS_NFTABLES)]
+    pending: set[int] = set()
+    for i, (msg, fam, attrs) in enumerate(ops, start=1):
+        seq = first + i
+        parts.append(
+            _msg((_SUBSYS_NFTABLES << 8) | msg, NLM_F_REQUEST | NLM_F_ACK, seq, fam, attrs)
+        )
+        pending.add(seq)
+    parts.append(_msg(_BATCH_END, NLM_F_REQUEST, first + len(ops) + 1, 0, b"", _SUBSYS_NFTABLES))
+    data = b"".join(parts)
+    sock.ensure_sndbuf(len(data))
+    sock.send(data)
+    failures: list[str] = []
+    while pending:
+        try:
+            replies = sock.recv(timeout=10.0)
+        except TimeoutError:
+            break
+        for reply in replies:
+            if reply.type != NLMSG_ERROR or reply.error_seq not in pending:
+                continue
+            pending.discard(reply.error_seq)
+            if reply.error:
+                text, _ = reply.ext_ack()
+                failures.append(f"{errno.errorcode.get(reply.error, reply.error)} {text}".strip())
+    if failures:
+        raise ForeignProxyError("cleanup --kube-proxy", f"the kernel refused: {failures[0]}")
