@@ -24,6 +24,7 @@ from nlproxy.cluster.model import Change, ClusterSnapshot, IPAddress, ServiceKey
 from nlproxy.cluster.state import ClusterState
 from nlproxy.config import DaemonConfig
 from nlproxy.errors import NlproxyError
+from nlproxy.foreign import ForeignTable, detect, remove
 from nlproxy.health import HealthState, healthz
 from nlproxy.healthcheck import HealthCheckServers, health_checks
 from nlproxy.httpserver import Response, serve
@@ -73,6 +74,10 @@ def _raise_descriptor_limit() -> None:
     if hard == resource.RLIM_INFINITY or soft < hard:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+FOREIGN_CHECK_SECONDS = 30.0
+"""The longest time between two looks for another proxy's rules."""
 
 
 class Daemon:
@@ -197,6 +202,53 @@ class Daemon:
 
         return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
 
+    async def _watch_foreign(self) -> None:
+        """Another proxy's rules on the node (``foreign.py``): a warning when they appear, a
+        gauge, and with ``--replace-kube-proxy`` their removal (after the first sync, so the
+        node is never without rules). Asked every sync period, at most every 30 s: a dump of
+        the table names, and of chains only when iptables-nft tables exist.
+
+        Cancellation: safe at any point (the thread only reads, or sends one atomic batch).
+        """
+        known: set[str] = set()
+        interval = min(self.cfg.sync_period, FOREIGN_CHECK_SECONDS)
+        while True:
+            try:
+                found = await trio.to_thread.run_sync(self._foreign_once)
+            except (NlproxyError, OSError) as exc:
+                self.log.warning("foreign_proxy.check_failed", error=str(exc))
+            else:
+                now = {str(ft) for ft in found}
+                for ft in found:
+                    if str(ft) not in known:
+                        self.log.warning(
+                            "foreign_proxy.detected",
+                            table=str(ft),
+                            mode=ft.mode,
+                            chains=len(ft.chains),
+                            error=f"{ft.describe}: its rules can win over nlproxy's for new "
+                            "connections; stop that proxy, then run 'nlproxy cleanup "
+                            "--kube-proxy' (docs/migrating.md)",
+                        )
+                for gone in sorted(known - now):
+                    self.log.info("foreign_proxy.gone", table=gone)
+                known = now
+                self.metrics.foreign_proxy_tables.clear()
+                for ft in found:
+                    self.metrics.foreign_proxy_tables.labels(
+                        family=ft.family, table=ft.table, mode=ft.mode
+                    ).set(1)
+            await trio.sleep(interval)
+
+    def _foreign_once(self) -> list[ForeignTable]:
+        found = detect(self.args.netns)
+        if found and self.args.replace_kube_proxy:
+            remove(found, self.args.netns)
+            for ft in found:
+                self.log.info("foreign_proxy.removed", table=str(ft), what=ft.describe)
+            found = detect(self.args.netns)
+        return found
+
     async def _watch_addresses(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
@@ -274,6 +326,7 @@ class Daemon:
                 self.healthchecks = HealthCheckServers(nursery)
                 await nursery.start(self.reachability.run)
                 await nursery.start(self.loop.run, recv)
+                nursery.start_soon(self._watch_foreign)
                 # After the first sync: its own notifications (one per element) would only
                 # be parsed and dropped.
                 self.monitor = NftMonitor(TABLE_NAME, netns_name=self.args.netns)

@@ -34,6 +34,7 @@ from nlproxy.explain_rules import (
     service_rules,
 )
 from nlproxy.explain_trace import TraceRow, nodeport_addresses, trace_frontends
+from nlproxy.foreign import detect
 from nlproxy.inspect import Reachability, classify
 from nlproxy.nft.counters import read_counters
 from nlproxy.nft.ir import Family, IPAddress, Ruleset, Set
@@ -154,6 +155,7 @@ def explain(
         problems=(
             *_problems(facts, frontends, endpoints, traces, source),
             *_nodeport_gaps(rulesets, frontends),
+            *foreign_problems(netns),
         ),
         counts=_counts(netns, rulesets, frontends),
     )
@@ -307,6 +309,17 @@ def _problems(
         if not t.ok
     )
     return out
+
+
+def foreign_problems(netns: str | None) -> list[str]:
+    """Another proxy's rules on the node: at the same hooks and priority as nlproxy's, the
+    older table's DNAT wins for new connections, whatever ``explain`` finds in nlproxy's."""
+    return [
+        f"another proxy's rules: {ft.describe}: new connections to the addresses it also "
+        "handles may follow its rules, not nlproxy's ('nlproxy cleanup --kube-proxy' removes "
+        "them; docs/migrating.md)"
+        for ft in detect(netns)
+    ]
 
 
 def _nodeport_gaps(rulesets: Mapping[Family, Ruleset], frontends: Sequence[Frontend]) -> list[str]:

@@ -132,6 +132,13 @@ class Metrics:
             ["ip_family"],
             registry=registry,
         )
+        self.foreign_proxy_tables = Gauge(
+            "nlproxy_foreign_proxy_tables",
+            "1 for each table holding another proxy's rules (kube-proxy's nftables table, or "
+            "its KUBE-* chains in an iptables-nft table): they can win over nlproxy's",
+            ["family", "table", "mode"],
+            registry=registry,
+        )
 
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""

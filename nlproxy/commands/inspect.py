@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address
@@ -213,6 +214,10 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"service {service}", "unknown: nothing is programmed for it")
     addrs = [addr for targets in endpoints.values() for addr, _ in targets]
     rows = build_rows(endpoints, classify(addrs, netns=args.netns))
+    from nlproxy.explain import foreign_problems
+
+    for problem in foreign_problems(args.netns):  # stderr: the JSON on stdout stays a list
+        print(f"warning: {problem}", file=sys.stderr)
     if args.json:
         print(json.dumps([row.as_json() for row in rows], indent=2))
     else:

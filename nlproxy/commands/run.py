@@ -132,6 +132,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "cannot remove them",
     )
     parser.add_argument(
+        "--replace-kube-proxy",
+        action="store_true",
+        help="after the first sync, remove kube-proxy's rules (as `nlproxy cleanup "
+        "--kube-proxy`) whenever they are found; stop kube-proxy on the node first",
+    )
+    parser.add_argument(
         "--exclude-unreachable-endpoints",
         action="store_true",
         help="leave endpoints this node cannot route to out of load balancing until they recover "

@@ -1,0 +1,247 @@
+"""Switching a node from kube-proxy to nlproxy and back, as docs/migrating.md tells it.
+
+kube-proxy's rules are made here as kube-proxy leaves them behind when its pod is stopped: its own
+``ip kube-proxy`` table (nftables mode) with the same hooks and priorities as nlproxy's, or its
+``KUBE-*`` chains in the iptables-nft ``nat`` table. Its view is deliberately stale (Service ``a``
+on pod-a, which nlproxy's manifests have replaced by pod-b), so every new connection tells whose
+rules answered it. Real TCP and UDP from pod-c; the guide's nlproxy commands run as a user would.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from nlproxy.testbed import Testbed
+from nlproxy.testbed_echo import Result, UdpSession, tcp_request
+from tests.kernel import topo
+from tests.kernel.test_daemon import VIP_A, Daemon, daemon, publish, wait_until
+
+testbed = topo.testbed
+
+PORTS = (
+    {"name": "tcp", "port": 80, "targetPort": 8080},
+    {"name": "udp", "port": 80, "targetPort": 8080, "protocol": "UDP"},
+)
+SLICE_PORTS = ({"name": "tcp", "port": 8080}, {"name": "udp", "port": 8080, "protocol": "UDP"})
+
+
+def objects(tb: Testbed, pod: str) -> list[dict[str, object]]:
+    ep = topo.endpoint(str(tb.pod(pod).ipv4), tb.node.name)
+    return [
+        tb.node_manifest(),
+        topo.service("a", VIP_A, PORTS),
+        topo.endpoint_slice("a", [ep], SLICE_PORTS),
+    ]
+
+
+def kube_proxy_table(tb: Testbed, pod: str, *, again: bool = False) -> None:
+    """kube-proxy's nftables-mode table, reduced to one Service: the same base chains, hooks
+    and priorities as kube-proxy's, DNAT of ``a`` to ``pod``; ``again``: deleted first, as
+    when kube-proxy starts on a node whose table was removed."""
+    if again:
+        subprocess.run(
+            ["ip", "netns", "exec", tb.node.netns, "nft", "delete", "table", "ip", "kube-proxy"],
+            check=True, timeout=30,
+        )  # fmt: skip
+    target = tb.pod(pod).ipv4
+    ruleset = f"""
+table ip kube-proxy {{
+  comment "rules for kube-proxy"
+  chain nat-prerouting {{ type nat hook prerouting priority dstnat; policy accept; jump services; }}
+  chain nat-output {{ type nat hook output priority -100; policy accept; jump services; }}
+  chain nat-postrouting {{
+    type nat hook postrouting priority srcnat; policy accept; jump masquerading;
+  }}
+  chain masquerading {{
+    meta mark & 0x00004000 == 0x00000000 return
+    meta mark set meta mark ^ 0x00004000
+    masquerade fully-random
+  }}
+  chain services {{
+    ip daddr {VIP_A} tcp dport 80 goto service-a
+    ip daddr {VIP_A} udp dport 80 goto service-a
+  }}
+  chain service-a {{
+    meta l4proto tcp dnat ip to {target}:8080
+    meta l4proto udp dnat ip to {target}:8080
+  }}
+}}
+"""
+    subprocess.run(
+        ["ip", "netns", "exec", tb.node.netns, "nft", "-f", "-"],
+        input=ruleset, text=True, check=True, timeout=30,
+    )  # fmt: skip
+
+
+def tables(tb: Testbed) -> str:
+    out = subprocess.run(
+        ["ip", "netns", "exec", tb.node.netns, "nft", "list", "tables"],
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    return out.stdout
+
+
+def new_connections(tb: Testbed, n: int = 6) -> set[str]:
+    """Who answered ``n`` fresh TCP connections from pod-c to Service ``a``."""
+    pods = set()
+    for _ in range(n):
+        out = tcp_request(tb.pod("pod-c").netns, VIP_A, 80)
+        assert out.result is Result.ANSWERED, str(out)
+        pods.add(out.pod)
+    return pods
+
+
+def cli(tb: Testbed, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nlproxy", "--netns", tb.node.netns, *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def foreign_gauge(proc: Daemon) -> dict[str, float]:
+    _, body = proc.get(proc.metrics, "/metrics")
+    out = {}
+    for line in body.splitlines():
+        if line.startswith("nlproxy_foreign_proxy_tables{"):
+            labels, value = line.rsplit(" ", 1)
+            out[labels] = float(value)
+    return out
+
+
+def test_from_kube_proxy_to_nlproxy_and_back(testbed: Testbed, tmp_path: Path) -> None:
+    pod_c = testbed.pod("pod-c").netns
+    # kube-proxy served the node, then its DaemonSet pod was stopped: its rules stay.
+    kube_proxy_table(testbed, "pod-a")
+    assert new_connections(testbed) == {"pod-a"}
+    d = publish(tmp_path / "m", objects(testbed, "pod-b"))
+    with UdpSession(pod_c, VIP_A, 80) as stream:
+        assert stream.ask().pod == "pod-a"  # an established flow through kube-proxy's rules
+
+        # Step 1: start nlproxy. Its base chains are the newer ones at the same hooks and
+        # priorities, so they run first: new connections follow nlproxy's rules. It says whose
+        # other rules are there.
+        with daemon(testbed, d, "--sync-period", "1s") as proc:
+            wait_until(lambda: proc.events("foreign_proxy.detected"), 10, "the warning")
+            (warning,) = proc.events("foreign_proxy.detected")
+            assert warning["table"] == "ip kube-proxy"
+            assert warning["level"] == "warning"
+            assert "cleanup --kube-proxy" in warning["error"]
+            key = 'nlproxy_foreign_proxy_tables{family="ip",mode="nftables",table="kube-proxy"}'
+            assert foreign_gauge(proc) == {key: 1.0}
+            assert new_connections(testbed) == {"pod-b"}
+            assert stream.ask().pod == "pod-a"  # conntrack keeps the flow's translation
+            explained = cli(testbed, "explain", "default/a")
+            assert "another proxy's rules: table ip kube-proxy" in explained.stdout
+            inspected = cli(testbed, "inspect")
+            assert "warning: another proxy's rules: table ip kube-proxy" in inspected.stderr
+
+            # The hazard: a kube-proxy that starts again on the node (its pod not yet moved
+            # off it) makes its table anew, and the newer chains win.
+            kube_proxy_table(testbed, "pod-a", again=True)
+            assert new_connections(testbed) == {"pod-a"}
+
+            # Step 2: remove kube-proxy's rules. New connections follow nlproxy's rules; the
+            # established flow keeps its translation in conntrack.
+            cleaned = cli(testbed, "cleanup", "--kube-proxy")
+            assert cleaned.returncode == 0, cleaned.stderr
+            assert "removed: table ip kube-proxy (kube-proxy, nftables mode)" in cleaned.stdout
+            assert "kube-proxy" not in tables(testbed)
+            assert "table ip nlproxy" in tables(testbed)
+            assert new_connections(testbed) == {"pod-b"}
+            assert stream.ask().pod == "pod-a"
+            wait_until(lambda: foreign_gauge(proc) == {}, 10, "the gauge to clear")
+            assert proc.events("foreign_proxy.gone")
+            again = cli(testbed, "cleanup", "--kube-proxy")  # idempotent
+            assert again.returncode == 0
+            assert again.stdout.strip() == "no kube-proxy rules found"
+
+            # Rollback, step 1: stop nlproxy; its rules stay, so traffic does not stop.
+            assert proc.stop() == 0
+        assert new_connections(testbed) == {"pod-b"}
+        # Step 2: kube-proxy starts and makes its table (with its own view: pod-a here);
+        # its chains are the newer ones and answer at once.
+        kube_proxy_table(testbed, "pod-a")
+        assert new_connections(testbed) == {"pod-a"}
+        # Step 3: `nlproxy cleanup` removes nlproxy's tables only.
+        done = cli(testbed, "cleanup")
+        assert done.returncode == 0, done.stderr
+        assert "nlproxy" not in tables(testbed)
+        assert "table ip kube-proxy" in tables(testbed)
+        assert new_connections(testbed) == {"pod-a"}
+        assert stream.ask().pod == "pod-a"
+
+
+def test_replace_kube_proxy_removes_its_rules_after_the_first_sync(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    kube_proxy_table(testbed, "pod-a")
+    d = publish(tmp_path / "m", objects(testbed, "pod-b"))
+    with daemon(testbed, d, "--replace-kube-proxy", "--sync-period", "1s") as proc:
+        wait_until(lambda: proc.events("foreign_proxy.removed"), 10, "the removal")
+        (removed,) = proc.events("foreign_proxy.removed")
+        assert removed["table"] == "ip kube-proxy"
+        assert "kube-proxy" not in tables(testbed)
+        assert new_connections(testbed) == {"pod-b"}
+        # kube-proxy still running somewhere on the node would write it again: removed again.
+        kube_proxy_table(testbed, "pod-a")
+        wait_until(lambda: len(proc.events("foreign_proxy.removed")) == 2, 10, "the 2nd removal")
+        assert new_connections(testbed) == {"pod-b"}
+        assert not proc.events("foreign_proxy.detected")
+
+
+def iptables(tb: Testbed, *args: str) -> None:
+    subprocess.run(
+        ["ip", "netns", "exec", tb.node.netns, "iptables-nft", *args],
+        check=True, capture_output=True, timeout=30,
+    )  # fmt: skip
+
+
+def test_iptables_nft_chains_are_found_and_only_kube_proxys_removed(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    """kube-proxy's iptables mode on the iptables-nft backend: its chains in the shared nat and
+    filter tables. Cleanup removes them and the rules that jump to them, nothing else: the
+    kubelet's chains and a CNI's rules in the same tables stay."""
+    pod_a = str(testbed.pod("pod-a").ipv4)
+    for chain in ("KUBE-SERVICES", "KUBE-SVC-AAAA", "KUBE-SEP-BBBB", "KUBE-POSTROUTING"):
+        iptables(testbed, "-t", "nat", "-N", chain)
+    for rule in (
+        "-A PREROUTING -m comment --comment portals -j KUBE-SERVICES",
+        "-A OUTPUT -j KUBE-SERVICES",
+        "-A POSTROUTING -j KUBE-POSTROUTING",
+        f"-A KUBE-SERVICES -d {VIP_A} -p tcp --dport 80 -j KUBE-SVC-AAAA",
+        "-A KUBE-SVC-AAAA -j KUBE-SEP-BBBB",
+        f"-A KUBE-SEP-BBBB -p tcp -j DNAT --to-destination {pod_a}:8080",
+        # Not kube-proxy's: the kubelet's chains and a CNI's SNAT rule.
+        "-N KUBE-KUBELET-CANARY",
+        "-A POSTROUTING -s 10.244.0.0/16 ! -d 10.244.0.0/16 -j MASQUERADE",
+    ):
+        iptables(testbed, "-t", "nat", *rule.split())
+    iptables(testbed, "-t", "filter", "-N", "KUBE-FIREWALL")
+    iptables(testbed, "-t", "filter", "-A", "INPUT", "-j", "KUBE-FIREWALL")
+    assert new_connections(testbed) == {"pod-a"}
+
+    d = publish(tmp_path / "m", objects(testbed, "pod-b"))
+    with daemon(testbed, d, "--sync-period", "1s") as proc:
+        wait_until(lambda: proc.events("foreign_proxy.detected"), 10, "the warning")
+        (warning,) = proc.events("foreign_proxy.detected")
+        assert warning["table"] == "ip nat"
+        assert warning["mode"] == "iptables-nft"
+        assert warning["chains"] == 4
+        cleaned = cli(testbed, "cleanup", "--kube-proxy")
+        assert cleaned.returncode == 0, cleaned.stderr
+        assert "removed: 4 KUBE-* chains in table ip nat" in cleaned.stdout
+        assert new_connections(testbed) == {"pod-b"}
+        wait_until(lambda: foreign_gauge(proc) == {}, 10, "the gauge to clear")
+
+    saved = subprocess.run(
+        ["ip", "netns", "exec", testbed.node.netns, "iptables-nft-save"],
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout  # fmt: skip
+    for gone in ("KUBE-SERVICES", "KUBE-SVC-AAAA", "KUBE-SEP-BBBB", "KUBE-POSTROUTING"):
+        assert gone not in saved
+    assert ":KUBE-KUBELET-CANARY" in saved
+    assert "-A INPUT -j KUBE-FIREWALL" in saved
+    assert "-A POSTROUTING -s 10.244.0.0/16 ! -d 10.244.0.0/16 -j MASQUERADE" in saved
