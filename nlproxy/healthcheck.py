@@ -19,6 +19,9 @@ from nlproxy.httpserver import Response, serve
 from nlproxy.log import get_logger
 from nlproxy.proxy.planner import PortPlan
 
+BIND_RETRY_SECONDS = 10.0
+"""How often a health-check port that could not be bound is tried again."""
+
 
 @dataclass(frozen=True, slots=True)
 class HealthCheck:
@@ -77,9 +80,24 @@ class HealthCheckServers:
             return Response(code, body, headers=weight)
 
         with scope:
-            try:
-                await serve(f"{self.host}:{port}", handler)
-            except OSError as exc:
-                self.log.error(  # noqa: TRY400 - the message says all; no traceback
-                    "healthcheck.bind_failed", port=port, error=exc.strerror or str(exc)
-                )
+            failed = False
+            while True:
+                try:
+                    await serve(f"{self.host}:{port}", handler)
+                except OSError as exc:
+                    # Another listener has the port (nlproxy's own /healthz or /metrics, or
+                    # another program): this Service's check is unanswered, nothing else is
+                    # affected; tried again while the Service asks for the port.
+                    if not failed:
+                        check = self.checks.get(port)
+                        self.log.error(  # noqa: TRY400 - the message says all; no traceback
+                            "healthcheck.bind_failed",
+                            port=port,
+                            service=str(check.service) if check else None,
+                            error=exc.strerror or str(exc),
+                            retry_seconds=BIND_RETRY_SECONDS,
+                        )
+                    failed = True
+                    await trio.sleep(BIND_RETRY_SECONDS)
+                else:
+                    return
