@@ -319,6 +319,13 @@ class Daemon:
                 ):
                     if addr is not None:  # None: turned off (an empty address)
                         await nursery.start(serve, addr, handler)
+                # Subscribed before the first read-back and commit: a change another process
+                # makes to the tables at any time after start-up is seen (the quiet verify
+                # trusts that nothing unseen happened since the monitor's first generation).
+                # Own notifications of the first sync are parsed and dropped; if they overflow
+                # the socket, the loss is read back once.
+                self.monitor = NftMonitor(TABLE_NAME, netns_name=self.args.netns)
+                await nursery.start(self.monitor.run, self.loop.request_verify)
                 source = self._source()
                 await nursery.start(source.run, send)  # type: ignore[attr-defined]
                 if self.syncer.config.nodeport_cidrs(4) or self.syncer.config.nodeport_cidrs(6):
@@ -327,10 +334,6 @@ class Daemon:
                 await nursery.start(self.reachability.run)
                 await nursery.start(self.loop.run, recv)
                 nursery.start_soon(self._watch_foreign)
-                # After the first sync: its own notifications (one per element) would only
-                # be parsed and dropped.
-                self.monitor = NftMonitor(TABLE_NAME, netns_name=self.args.netns)
-                await nursery.start(self.monitor.run, self.loop.request_verify)
                 systemd.notify("READY=1")
                 self.log.info("daemon.ready", node=self.cfg.node_name)
                 interval = systemd.watchdog_interval()

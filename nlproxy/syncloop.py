@@ -100,7 +100,13 @@ class SyncLoop:
 
     def request_verify(self, drift: Drift | None = None) -> None:
         """Read back the kernel and repair it at the next opportunity (drift, or a timer)."""
-        if drift is not None:
+        if drift is not None and drift.pid == 0:
+            # The monitor's socket overflowed (a large sync's own notifications, usually the
+            # first): nobody is known to have written; the read-back finds out.
+            self.log.info("drift.notifications_lost")
+            self.metrics.drift_repairs.labels(writer=drift.comm or "unknown").inc()
+            self._read_back = True
+        elif drift is not None:
             self.log.warning(
                 "drift.detected", writer_pid=drift.pid, writer=drift.comm, objects=drift.objects
             )
