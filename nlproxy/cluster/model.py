@@ -106,6 +106,9 @@ class Service:
     health_check_node_port: int | None = None
     traffic_distribution: str | None = None
     resource_version: str = ""
+    created: str = ""
+    """``metadata.creationTimestamp`` (RFC 3339, UTC as the API writes it): the older of two
+    Services claiming one frontend keeps it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from nlproxy.cluster.fields import FieldReader, describe, quick_ipv4
@@ -187,7 +187,20 @@ def parse_service(obj: Mapping[str, Any]) -> Service | None:
         traffic_distribution=r.string(spec.get("trafficDistribution"), "spec.trafficDistribution")
         or None,
         resource_version=r.string(meta.get("resourceVersion"), "metadata.resourceVersion") or "",
+        created=_timestamp(meta.get("creationTimestamp")),
     )
+
+
+def _timestamp(value: object) -> str:
+    """A creation timestamp as text (YAML may have read it as a datetime); only ordered, never
+    checked: a missing or odd one just sorts after the others."""
+    if isinstance(value, datetime):
+        return (
+            value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            if value.tzinfo
+            else value.strftime("%Y-%m-%dT%H:%M:%SZ")
+        )
+    return value if isinstance(value, str) else ""
 
 
 def _local(r: FieldReader, spec: Mapping[str, Any], policy: str) -> bool:

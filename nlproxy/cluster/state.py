@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
+from nlproxy.cluster.claims import Claims
 from nlproxy.cluster.model import (
     Change,
     ClusterObject,
@@ -20,6 +21,7 @@ from nlproxy.cluster.model import (
     EndpointSlice,
     Invalid,
     IPAddress,
+    IPNetwork,
     Node,
     ObjectRef,
     Replace,
@@ -41,13 +43,21 @@ class ClusterState:
     removes every object of its kind it does not list. Only the Node named ``node_name`` is
     kept; other Nodes are ignored.
 
+    Services claiming one frontend, and external addresses no Service may take, are settled by
+    ``claims.py``: the snapshot holds each Service as the planner should see it (left out, or
+    without the refused addresses), and :attr:`refused` names what was refused.
+
     Args:
         node_name: the name of the Node nlproxy runs on.
+        external_ip_cidrs: the ranges ``spec.externalIPs`` may take (empty: any).
     """
 
-    def __init__(self, node_name: str) -> None:
+    def __init__(self, node_name: str, *, external_ip_cidrs: Iterable[IPNetwork] = ()) -> None:
         self._node_name = node_name
         self._services: dict[ServiceKey, Service] = {}
+        # What the planner sees: the Services as settled by the claims.
+        self._view: dict[ServiceKey, Service] = {}
+        self._claims = Claims(external_ip_cidrs)
         self._slices: dict[_SliceId, EndpointSlice] = {}
         # Sorted tuples, not sets: almost every service has one or two slices, and a set costs
         # four times a small tuple (10k services: 2 MB).
@@ -75,6 +85,15 @@ class ClusterState:
     def invalid(self) -> Mapping[ObjectRef, str]:
         """Current validation errors by object (exit status 3, status reporting)."""
         return MappingProxyType(dict(self._invalid))
+
+    @property
+    def refused(self) -> list[str]:
+        """What was refused, one message per Service left out or address refused."""
+        return [
+            message
+            for key in sorted(self._claims.refused)
+            for message in self._claims.refused[key].messages(key)
+        ]
 
     def orphans(self, among: Iterable[ObjectRef] | None = None) -> dict[ObjectRef, str]:
         """EndpointSlices whose Service is unknown, with the error naming both.
@@ -124,7 +143,24 @@ class ClusterState:
         if everything:
             changed.update(self._services, self._slice_ids)
             self._snapshot = None
+        settled = self._claims.update(changed, self._services)
+        changed |= settled
+        for key in changed:
+            self._settle(key)
         return changed
+
+    def _settle(self, key: ServiceKey) -> None:
+        """Put ``key``'s Service into the planner's view as the claims have it."""
+        svc = self._services.get(key)
+        effective = self._claims.effective(svc) if svc is not None else None
+        if effective is None:
+            if self._view.pop(key, None) is not None:
+                self._services_dirty = True
+                self._snapshot = None
+        elif self._view.get(key) is not effective:
+            self._view[key] = effective
+            self._services_dirty = True
+            self._snapshot = None
 
     def set_local_addresses(self, addresses: Iterable[IPAddress]) -> set[ServiceKey]:
         """Record this node's interface addresses (sorted, without duplicates).
@@ -151,7 +187,7 @@ class ClusterState:
                 self._groups.pop(key, None)
         self._dirty_groups.clear()
         if self._services_dirty:
-            self._services_view = MappingProxyType(dict(self._services))
+            self._services_view = MappingProxyType(dict(self._view))
             self._services_dirty = False
         self._snapshot = ClusterSnapshot(
             services=self._services_view,
@@ -214,6 +250,7 @@ class ClusterState:
             case Service():
                 old_service = self._services.get(obj.key)
                 self._services[obj.key] = obj
+                self._settle(obj.key)  # the refusal stands until apply() settles the claims
                 self._services_dirty = True
                 self._snapshot = None
                 if _differs(old_service, obj):
@@ -260,6 +297,7 @@ class ClusterState:
         if ref.kind == "Service":
             key = ServiceKey(namespace=ref.namespace, name=ref.name)
             if self._services.pop(key, None) is not None:
+                self._view.pop(key, None)
                 self._services_dirty = True
                 self._snapshot = None
                 changed.add(key)

@@ -31,7 +31,12 @@ def up(obj: dict[str, Any]) -> Upsert:
 
 
 def svc(name: str = "web", **fields: Any) -> dict[str, Any]:
-    return service(**{"metadata.name": name, **fields})
+    """A Service with a ClusterIP of its own (two Services never share one in a real cluster;
+    the state would leave the younger out)."""
+    ip = f"10.96.{len(name)}.{sum(map(ord, name)) % 250 + 1}"
+    return service(
+        **{"metadata.name": name, "spec.clusterIP": ip, "spec.clusterIPs": [ip], **fields}
+    )
 
 
 def eps(name: str = "web-1", service_name: str = "web", **fields: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from ipaddress import ip_network
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -284,6 +285,8 @@ def test_config_change_plans_afresh() -> None:
 
 
 def test_element_claimed_by_two_services_falls_back_to_a_full_plan() -> None:
+    """The state refuses a second claim of one frontend (``claims.py``); a snapshot built
+    without it (another caller of the planner) still must not be updated in place."""
     state, _ = _small()
     snap = state.snapshot()
     live = plan(snap, CONFIG)
@@ -291,15 +294,35 @@ def test_element_claimed_by_two_services_falls_back_to_a_full_plan() -> None:
     # A second service on api's external IP and port: both write service-ips 1.1.1.1 . tcp . 80.
     clash = service("b", "clash", "172.30.0.3", external_ips=["1.1.1.1"])
     clash_eps = eps_slice("b", "clash", [endpoint("10.0.0.9")], [("p80", 8080, "TCP")])
-    changed = state.apply([_up(clash), _up(clash_eps)])
-    live, deltas = plan_update(live, state.snapshot(), CONFIG, changed)
+    both = replace(
+        snap,
+        services=MappingProxyType({**snap.services, clash.key: clash}),
+        slices=MappingProxyType({**snap.slices, clash.key: (clash_eps,)}),
+    )
+    live, deltas = plan_update(live, both, CONFIG, {clash.key})
     assert deltas is None
-    assert live.rulesets == plan(state.snapshot(), CONFIG).rulesets
+    assert live.rulesets == plan(both, CONFIG).rulesets
     assert live.live is None  # attach refused: undoing one could not tell what the other needs
-    changed = state.apply([Delete(ref=ObjectRef(kind="Service", namespace="b", name="clash"))])
-    live, deltas = plan_update(live, state.snapshot(), CONFIG, changed)
+    live, deltas = plan_update(live, snap, CONFIG, {clash.key})
     assert deltas is None
     assert live.live is not None  # no clash left: attached again
+    assert live.rulesets == plan(snap, CONFIG).rulesets
+
+
+def test_the_state_refuses_the_second_claim_and_plans_in_place() -> None:
+    state, _ = _small()
+    snap = state.snapshot()
+    live = plan(snap, CONFIG)
+    assert attach(live, snap)
+    clash = service("b", "clash", "172.30.0.3", external_ips=["1.1.1.1"])
+    clash_eps = eps_slice("b", "clash", [endpoint("10.0.0.9")], [("p80", 8080, "TCP")])
+    changed = state.apply([_up(clash), _up(clash_eps)])
+    assert state.refused == [
+        "Service b/clash: spec.externalIPs: 1.1.1.1 port 80/TCP is also Service a/api's "
+        "(older); 1.1.1.1 left out"
+    ]
+    live, deltas = plan_update(live, state.snapshot(), CONFIG, changed)
+    assert deltas is not None
     assert live.rulesets == plan(state.snapshot(), CONFIG).rulesets
 
 

@@ -1,0 +1,216 @@
+"""Which Service owns a frontend when several claim it, and which addresses no Service may take.
+
+Sits inside the cluster state (``state.py``), between the parsed objects and the planner: it
+decides, per Service, what the planner sees. Pure: no I/O, clock or logging.
+
+The API server keeps ClusterIPs and NodePorts unique, but manifests (and a hand-edited object) do
+not, and ``externalIPs`` are any user's to write (CVE-2020-8554). A frontend written twice into the
+kernel's maps goes to whichever Service was written last, silently. So:
+
+* two Services with one ClusterIP, or one NodePort (and protocol): the older keeps it, the
+  younger is left out whole, named;
+* an external IP (``spec.externalIPs``, a load-balancer ingress IP) that is another Service's
+  ClusterIP is refused: a ClusterIP belongs to its Service;
+* an external IP and port claimed by two Services: the older keeps it, the younger loses that
+  address;
+* an external IP that is unspecified, loopback, link-local, multicast or the broadcast address
+  is refused (the API server refuses most of these for ``externalIPs``; taking ``127.0.0.1:80``
+  breaks the node's own listener, ``169.254.169.254`` would take the cloud's metadata service);
+* with ``--external-ip-cidrs``, an ``externalIPs`` entry outside those ranges is refused.
+
+Older means an earlier ``metadata.creationTimestamp``; without one (manifests), after those that
+have one; ties by namespace and name. The state is kept incrementally: a change re-decides only
+the Services that share a claim with the changed ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from ipaddress import IPv4Address
+
+from nlproxy.cluster.model import IPAddress, IPNetwork, Service, ServiceKey
+
+_Key = tuple[object, ...]
+"""("cluster", ip), ("nodeport", protocol, port), ("external", ip, protocol, port), and
+("extip", ip): any external claim of the address (to find them when its ClusterIP changes)."""
+
+BROADCAST = IPv4Address("255.255.255.255")
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """What a Service is refused: the whole Service (``whole``) or some external addresses."""
+
+    whole: str | None
+    addresses: tuple[tuple[IPAddress, str], ...]
+    """(address, why) of each external IP left out."""
+
+    def messages(self, key: ServiceKey) -> tuple[str, ...]:
+        if self.whole is not None:
+            return (f"Service {key}: {self.whole}; left out",)
+        return tuple(f"Service {key}: {why}; {ip} left out" for ip, why in self.addresses)
+
+
+def special(ip: IPAddress) -> str | None:
+    """Why no Service may take ``ip`` as an external address, or None."""
+    if ip.is_unspecified:
+        return "an unspecified address"
+    if ip.is_loopback:
+        return "a loopback address"
+    if ip.is_link_local:
+        return "a link-local address"
+    if ip.is_multicast:
+        return "a multicast address"
+    if ip == BROADCAST:
+        return "the broadcast address"
+    return None
+
+
+def _order(svc: Service) -> tuple[int, str, str, str]:
+    return (0 if svc.created else 1, svc.created, svc.key.namespace, svc.key.name)
+
+
+def _claims(svc: Service) -> frozenset[_Key]:
+    out: set[_Key] = {("cluster", ip) for ip in svc.cluster_ips}
+    for p in svc.ports:
+        proto = p.ref.protocol
+        if p.node_port:
+            out.add(("nodeport", proto, p.node_port))
+        for ip in (*svc.external_ips, *svc.load_balancer_ips):
+            out.add(("external", ip, proto, p.port))
+    out.update(("extip", ip) for ip in (*svc.external_ips, *svc.load_balancer_ips))
+    return frozenset(out)
+
+
+class Claims:
+    """The frontends each Service claims, and what each is refused (kept incrementally)."""
+
+    def __init__(self, external_ip_cidrs: Iterable[IPNetwork] = ()) -> None:
+        self.external_ip_cidrs = tuple(external_ip_cidrs)
+        self._claims: dict[ServiceKey, frozenset[_Key]] = {}
+        self._by: dict[_Key, set[ServiceKey]] = {}
+        self._order: dict[ServiceKey, tuple[int, str, str, str]] = {}
+        self.refused: dict[ServiceKey, Refusal] = {}
+
+    def update(
+        self, keys: Iterable[ServiceKey], services: Mapping[ServiceKey, Service]
+    ) -> set[ServiceKey]:
+        """Take the current version of ``keys`` (absent: deleted).
+
+        Returns:
+            The other Services whose refusal changed because of it (the caller re-plans them).
+        """
+        touched: set[_Key] = set()
+        for key in keys:
+            svc = services.get(key)
+            new = _claims(svc) if svc is not None else frozenset()
+            old = self._claims.get(key, frozenset())
+            if svc is not None:
+                order = _order(svc)
+                if self._order.get(key, order) != order:  # its age decides every claim anew
+                    touched |= old | new
+                self._order[key] = order
+            if new == old:
+                continue
+            for claim in old - new:
+                holders = self._by[claim]
+                holders.discard(key)
+                if not holders:
+                    del self._by[claim]
+            for claim in new - old:
+                self._by.setdefault(claim, set()).add(key)
+            touched |= old ^ new
+            if svc is None:
+                self._claims.pop(key, None)
+                self._order.pop(key, None)
+            else:
+                self._claims[key] = new
+        affected = set(keys)
+        for claim in touched:
+            affected |= self._by.get(claim, set())
+            if claim[0] == "cluster":  # external claims of that address depend on it
+                affected |= self._by.get(("extip", claim[1]), set())
+        changed: set[ServiceKey] = set()
+        for key in affected:
+            svc = services.get(key)
+            refusal = self._decide(svc) if svc is not None else None
+            if refusal != self.refused.get(key):
+                if refusal is None:
+                    self.refused.pop(key, None)
+                else:
+                    self.refused[key] = refusal
+                changed.add(key)
+        return changed - set(keys)
+
+    def effective(self, svc: Service) -> Service | None:
+        """``svc`` as the planner should see it: None when left out whole."""
+        refusal = self.refused.get(svc.key)
+        if refusal is None:
+            return svc
+        if refusal.whole is not None:
+            return None
+        gone = {ip for ip, _ in refusal.addresses}
+        return dataclasses.replace(
+            svc,
+            external_ips=tuple(ip for ip in svc.external_ips if ip not in gone),
+            load_balancer_ips=tuple(ip for ip in svc.load_balancer_ips if ip not in gone),
+        )
+
+    def _older(self, key: ServiceKey, claim: _Key) -> ServiceKey | None:
+        """The oldest other Service holding ``claim``, if it is older than ``key``."""
+        mine = self._order[key]
+        others = [k for k in self._by.get(claim, ()) if k != key and self._order[k] < mine]
+        return min(others, key=self._order.__getitem__) if others else None
+
+    def _decide(self, svc: Service) -> Refusal | None:
+        key = svc.key
+        for ip in svc.cluster_ips:
+            winner = self._older(key, ("cluster", ip))
+            if winner is not None:
+                return Refusal(
+                    whole=f"ClusterIP {ip} is also Service {winner}'s (older)", addresses=()
+                )
+        for p in svc.ports:
+            if p.node_port:
+                claim: _Key = ("nodeport", p.ref.protocol, p.node_port)
+                winner = self._older(key, claim)
+                if winner is not None:
+                    what = f"nodePort {p.node_port}/{p.ref.protocol.value}"
+                    return Refusal(whole=f"{what} is also Service {winner}'s (older)", addresses=())
+        refused: dict[IPAddress, str] = {}
+        for ip in (*svc.external_ips, *svc.load_balancer_ips):
+            if ip in refused:
+                continue
+            why = self._refuse_address(svc, ip)
+            if why is not None:
+                refused[ip] = why
+        if not refused:
+            return None
+        return Refusal(
+            whole=None,
+            addresses=tuple(sorted(refused.items(), key=lambda i: (i[0].version, int(i[0])))),
+        )
+
+    def _refuse_address(self, svc: Service, ip: IPAddress) -> str | None:
+        field = "spec.externalIPs" if ip in svc.external_ips else "status.loadBalancer.ingress"
+        what = special(ip)
+        if what is not None:
+            return f"{field}: {ip} is {what}"
+        if (
+            self.external_ip_cidrs
+            and ip in svc.external_ips
+            and not any(ip in net for net in self.external_ip_cidrs if net.version == ip.version)
+        ):
+            return f"{field}: {ip} is outside --external-ip-cidrs"
+        owners = self._by.get(("cluster", ip), set()) - {svc.key}
+        if owners:
+            owner = min(owners, key=self._order.__getitem__)
+            return f"{field}: {ip} is the ClusterIP of Service {owner}"
+        for p in svc.ports:
+            winner = self._older(svc.key, ("external", ip, p.ref.protocol, p.port))
+            if winner is not None:
+                port = f"{p.port}/{p.ref.protocol.value}"
+                return f"{field}: {ip} port {port} is also Service {winner}'s (older)"
+        return None

@@ -1,0 +1,166 @@
+"""Services claiming one frontend, and external addresses no Service may take (``claims.py``).
+
+Through ``ClusterState``, as the sources feed it: the older Service keeps a frontend, the younger
+is named and left out (whole, for a ClusterIP or NodePort; the address, for an external IP), and
+when the older goes the younger gets it back. Kept incrementally: any order of changes ends where
+a fresh state with the final objects starts.
+"""
+
+from __future__ import annotations
+
+import random
+from ipaddress import ip_network
+
+import pytest
+
+from nlproxy.cluster.model import Delete, ObjectRef, Service, ServiceKey, Upsert
+from nlproxy.cluster.state import ClusterState
+from tests.unit.builders import port, service
+
+OLD, NEW = "2024-01-01T00:00:00Z", "2025-06-01T00:00:00Z"
+
+
+def ref(svc: Service) -> ObjectRef:
+    return ObjectRef(kind="Service", namespace=svc.key.namespace, name=svc.key.name)
+
+
+def up(svc: Service) -> Upsert:
+    return Upsert(ref=ref(svc), obj=svc)
+
+
+def gone(svc: Service) -> Delete:
+    return Delete(ref=ref(svc))
+
+
+def test_duplicate_cluster_ip_the_younger_is_left_out_until_the_older_goes() -> None:
+    a = service("a", "web", "10.96.0.10", created=OLD)
+    b = service("b", "copy", "10.96.0.10", created=NEW)
+    state = ClusterState("n1")
+    state.apply([up(b), up(a)])  # arrival order does not matter; age does
+    assert set(state.snapshot().services) == {a.key}
+    assert state.refused == [
+        "Service b/copy: ClusterIP 10.96.0.10 is also Service a/web's (older); left out"
+    ]
+    changed = state.apply([gone(a)])
+    assert changed == {a.key, b.key}  # b is planned again: it has the address now
+    assert set(state.snapshot().services) == {b.key}
+    assert state.refused == []
+
+
+def test_duplicate_node_port_and_protocol() -> None:
+    a = service("a", "x", "10.96.0.1", [port("a", "x", node_port=30080)], created=OLD)
+    b = service("a", "y", "10.96.0.2", [port("a", "y", node_port=30080)], created=NEW)
+    udp = service("a", "z", "10.96.0.3", [port("a", "z", protocol="UDP", node_port=30080)])
+    state = ClusterState("n1")
+    state.apply([up(a), up(b), up(udp)])
+    assert set(state.snapshot().services) == {a.key, udp.key}
+    assert state.refused == [
+        "Service a/y: nodePort 30080/TCP is also Service a/x's (older); left out"
+    ]
+
+
+def test_external_ip_that_is_another_services_cluster_ip_is_refused_whatever_the_age() -> None:
+    victim = service("kube-system", "dns", "10.96.0.10", created=NEW)
+    thief = service("evil", "x", "10.96.0.99", external_ips=["10.96.0.10"], created=OLD)
+    state = ClusterState("n1")
+    state.apply([up(thief), up(victim)])
+    snap = state.snapshot()
+    assert snap.services[thief.key].external_ips == ()
+    assert snap.services[thief.key].cluster_ips == thief.cluster_ips  # the rest is programmed
+    assert state.refused == [
+        "Service evil/x: spec.externalIPs: 10.96.0.10 is the ClusterIP of Service "
+        "kube-system/dns; 10.96.0.10 left out"
+    ]
+    # The ClusterIP's Service goes: the address is free to take.
+    state.apply([gone(victim)])
+    assert state.snapshot().services[thief.key].external_ips == thief.external_ips
+
+
+def test_one_external_ip_and_port_older_keeps_it_other_ports_and_addresses_stay() -> None:
+    a = service("a", "one", "10.96.0.1", external_ips=["203.0.113.5"], created=OLD)
+    b = service("b", "two", "10.96.0.2", external_ips=["203.0.113.5", "203.0.113.6"], created=NEW)
+    other_port = service(
+        "c", "three", "10.96.0.3", [port("c", "three", "p443", 443)], external_ips=["203.0.113.5"]
+    )
+    state = ClusterState("n1")
+    state.apply([up(a), up(b), up(other_port)])
+    services = state.snapshot().services
+    assert services[b.key].external_ips == (b.external_ips[1],)
+    assert services[other_port.key].external_ips == other_port.external_ips
+    assert state.refused == [
+        "Service b/two: spec.externalIPs: 203.0.113.5 port 80/TCP is also Service a/one's "
+        "(older); 203.0.113.5 left out"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("ip", "what"),
+    [
+        ("127.0.0.1", "a loopback address"),
+        ("::1", "a loopback address"),
+        ("0.0.0.0", "an unspecified address"),
+        ("169.254.169.254", "a link-local address"),
+        ("fe80::1", "a link-local address"),
+        ("224.0.0.251", "a multicast address"),
+        ("ff02::1", "a multicast address"),
+        ("255.255.255.255", "the broadcast address"),
+    ],
+)
+def test_special_addresses_are_refused(ip: str, what: str) -> None:
+    ext = service("a", "ext", "10.96.0.1", external_ips=[ip, "203.0.113.9"])
+    lb = service("a", "lb", "10.96.0.2", load_balancer_ips=[ip])
+    state = ClusterState("n1")
+    state.apply([up(ext), up(lb)])
+    services = state.snapshot().services
+    assert [str(i) for i in services[ext.key].external_ips] == ["203.0.113.9"]
+    assert services[lb.key].load_balancer_ips == ()
+    assert state.refused == [
+        f"Service a/ext: spec.externalIPs: {ip} is {what}; {ip} left out",
+        f"Service a/lb: status.loadBalancer.ingress: {ip} is {what}; {ip} left out",
+    ]
+
+
+def test_external_ip_cidrs_restrict_external_ips_only() -> None:
+    ext = service("a", "ext", "10.96.0.1", external_ips=["203.0.113.9", "198.51.100.7"])
+    lb = service("a", "lb", "10.96.0.2", load_balancer_ips=["198.51.100.8"])
+    state = ClusterState("n1", external_ip_cidrs=[ip_network("203.0.113.0/24")])
+    state.apply([up(ext), up(lb)])
+    services = state.snapshot().services
+    assert [str(i) for i in services[ext.key].external_ips] == ["203.0.113.9"]
+    assert services[lb.key].load_balancer_ips == lb.load_balancer_ips
+    assert state.refused == [
+        "Service a/ext: spec.externalIPs: 198.51.100.7 is outside --external-ip-cidrs; "
+        "198.51.100.7 left out"
+    ]
+
+
+def _random_service(rng: random.Random, i: int) -> Service:
+    node_port = rng.choice([None, 30001, 30002])
+    return service(
+        "ns",
+        f"s{i}",
+        f"10.96.0.{rng.randint(1, 4)}",
+        [port("ns", f"s{i}", "p", rng.choice([80, 443]), node_port=node_port)],
+        external_ips=rng.sample(["203.0.113.1", "203.0.113.2", "10.96.0.1", "10.96.0.2"], 2),
+        created=rng.choice(["", OLD, NEW]),
+    )
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_incremental_equals_a_fresh_state(seed: int) -> None:
+    rng = random.Random(seed)
+    state = ClusterState("n1")
+    current: dict[ServiceKey, Service] = {}
+    for _ in range(40):
+        i = rng.randint(0, 7)
+        if rng.random() < 0.25 and current:
+            victim = rng.choice(sorted(current, key=str))
+            state.apply([gone(current.pop(victim))])
+        else:
+            svc = _random_service(rng, i)
+            current[svc.key] = svc
+            state.apply([up(svc)])
+        fresh = ClusterState("n1")
+        fresh.apply([up(s) for s in current.values()])
+        assert dict(state.snapshot().services) == dict(fresh.snapshot().services)
+        assert state.refused == fresh.refused
