@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from ipaddress import ip_address
+from ipaddress import IPv4Network, IPv6Network, ip_address, ip_network
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +47,18 @@ class DaemonConfig:
     """From ``bindAddress`` when it names one address (kube-proxy takes it as the node's IP)."""
     conntrack: ConntrackConfig = field(default_factory=ConntrackConfig)
     """kube-proxy's ``conntrack`` section (``conntrack_sysctl.py``)."""
+    external_ip_cidrs: tuple[str, ...] = ()
+    """The ranges ``spec.externalIPs`` may take (``--external-ip-cidrs``; empty: any), checked
+    CIDRs."""
     kubeconfig_from_file: bool = False
     """``kubeconfig`` came from ``clientConnection.kubeconfig``: a missing file falls back to the
     in-cluster configuration (the DaemonSet may not mount kubeadm's path)."""
     warnings: tuple[str, ...] = field(default=())
+
+
+def external_networks(cfg: DaemonConfig) -> tuple[IPv4Network | IPv6Network, ...]:
+    """``cfg.external_ip_cidrs`` as networks (checked when the flag was read)."""
+    return tuple(ip_network(c) for c in cfg.external_ip_cidrs)
 
 
 HEALTHZ_PORT, METRICS_PORT = 10256, 10249

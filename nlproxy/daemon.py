@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from nlproxy import __version__, systemd
 from nlproxy.cluster.model import Change, ClusterSnapshot, IPAddress, ServiceKey, ServicePortRef
 from nlproxy.cluster.state import ClusterState
-from nlproxy.config import DaemonConfig
+from nlproxy.config import DaemonConfig, external_networks
 from nlproxy.errors import NlproxyError
 from nlproxy.foreign import ForeignTable, detect, remove
 from nlproxy.health import HealthState, healthz
@@ -99,7 +99,7 @@ class Daemon:
         )
         self.monitor: NftMonitor | None = None
         self.loop = SyncLoop(
-            ClusterState(cfg.node_name),
+            ClusterState(cfg.node_name, external_ip_cidrs=external_networks(cfg)),
             self.syncer,
             health=self.health,
             metrics=self.metrics,

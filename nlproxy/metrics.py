@@ -132,6 +132,12 @@ class Metrics:
             ["ip_family"],
             registry=registry,
         )
+        self.refused_frontends = Gauge(
+            "nlproxy_refused_service_frontends",
+            "Services left out, and external addresses refused, because another Service claims "
+            "the frontend or the address is not one a Service may take (see the log)",
+            registry=registry,
+        )
         self.foreign_proxy_tables = Gauge(
             "nlproxy_foreign_proxy_tables",
             "1 for each table holding another proxy's rules (kube-proxy's nftables table, or "

@@ -88,6 +88,7 @@ class SyncLoop:
         self._dirty = True
         self._verify = False
         self._read_back = False  # this verify must read the tables back (drift, failure)
+        self._refused: set[str] = set()
         self._reported: set[str] = set()
         self._orphans: dict[ObjectRef, str] = {}
         # The trigger times last seen, by service and slice name; when this process started.
@@ -322,12 +323,17 @@ class SyncLoop:
         self._gaps = dict(gaps)
 
     def _report_invalid(self) -> None:
-        """One log line per newly invalid object, not one per sync."""
+        """One log line per newly invalid object or refused frontend, not one per sync."""
         source = self.source_errors() if self.source_errors is not None else ()
         current = {str(e) for e in (*self.state.invalid.values(), *self._orphans.values(), *source)}
         for err in sorted(current - self._reported):
             self.log.warning("object.invalid", error=err)
         self._reported = current
+        refused = set(self.state.refused)
+        for err in sorted(refused - self._refused):
+            self.log.warning("service.refused", error=err)
+        self._refused = refused
+        self.metrics.refused_frontends.set(len(refused))
 
 
 def _count_by_kind(changes: Sequence[Change]) -> dict[str, int]:

@@ -26,6 +26,7 @@ from nlproxy.config import (
     METRICS_PORT,
     DaemonConfig,
     bind_address,
+    external_networks,
     load_kube_proxy_config,
     parse_duration,
 )
@@ -132,6 +133,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "cannot remove them",
     )
     parser.add_argument(
+        "--external-ip-cidrs",
+        metavar="CIDR,...",
+        help="the only ranges spec.externalIPs may take; others are refused and named (default: "
+        "any, as kube-proxy; loopback, link-local, multicast and unspecified always are)",
+    )
+    parser.add_argument(
         "--replace-kube-proxy",
         action="store_true",
         help="after the first sync, remove kube-proxy's rules (as `nlproxy cleanup "
@@ -191,6 +198,9 @@ def daemon_config(args: argparse.Namespace) -> DaemonConfig:
             changes: dict[str, Any] = {attr: bind_address(value, port, flag)}
             cfg = replace(cfg, **changes)
     cfg = replace(cfg, conntrack=_conntrack_flags(args, cfg))
+    if args.external_ip_cidrs:
+        nets = _networks(args.external_ip_cidrs, "--external-ip-cidrs")
+        cfg = replace(cfg, external_ip_cidrs=tuple(str(n) for n in nets))
     if args.proxy_mode not in (None, "", "nftables"):
         raise ConfigError(
             "--proxy-mode", f"{args.proxy_mode!r}: nlproxy programs nftables (use 'nftables')"
@@ -375,7 +385,7 @@ def _run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) ->
     loaded = load_manifests(args.manifests)
     for warning in loaded.warnings:
         print(f"nlproxy: warning: {warning}", file=sys.stderr)
-    state = ClusterState(cfg.node_name)
+    state = ClusterState(cfg.node_name, external_ip_cidrs=external_networks(cfg))
     state.apply(loaded.changes)
     if pcfg.nodeport_cidrs(4) or pcfg.nodeport_cidrs(6):
         from nlproxy.inspect_rtnl import interface_addresses
@@ -385,7 +395,12 @@ def _run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) ->
 
     for gap in nodeport_gaps(state.snapshot(), pcfg).values():
         print(f"nlproxy: warning: {gap}", file=sys.stderr)
-    problems: list[object] = [*loaded.errors, *state.invalid.values(), *state.orphans().values()]
+    problems: list[object] = [
+        *loaded.errors,
+        *state.invalid.values(),
+        *state.orphans().values(),
+        *state.refused,
+    ]
     syncer = Syncer(
         pcfg, netns=args.netns, owner=args.owned_table, flush_tcp=args.conntrack_flush_tcp
     )
