@@ -1,8 +1,10 @@
-"""The daemon with a service the kernel refuses: named once, counted, the rest kept in sync.
+"""The daemon with a service refused a frontend another claims: named once, counted, the rest
+kept in sync.
 
-The refusal is real (a LoadBalancer service whose source range falls inside another's on the
-same address and port: overlapping interval elements). Meanwhile other services' changes keep
-flowing, and fixing the service brings it in.
+A LoadBalancer service whose source range falls inside another's on the same address and port
+would make overlapping interval elements the kernel refuses; the older claimant keeps the
+address and the other is refused it before anything reaches the kernel. Meanwhile other
+services' changes keep flowing, and fixing the service brings it in.
 """
 
 from __future__ import annotations
@@ -27,30 +29,31 @@ def cluster(tb: Testbed, a_pods: list[str], clash_port: int) -> list[dict[str, A
     ]
 
 
-def rejected(body: str) -> float:
+def refused(body: str) -> float:
     for line in body.splitlines():
-        if line.startswith("nlproxy_rejected_services "):
+        if line.startswith("nlproxy_refused_service_frontends "):
             return float(line.split()[1])
-    raise AssertionError("nlproxy_rejected_services missing from /metrics")
+    raise AssertionError("nlproxy_refused_service_frontends missing from /metrics")
 
 
-def test_a_refused_service_is_named_counted_and_retried_when_fixed(
+def test_a_refused_frontend_is_named_counted_and_given_when_fixed(
     testbed: Testbed, tmp_path: Path
 ) -> None:
     d = publish(tmp_path / "m", cluster(testbed, ["pod-a"], 80))
     with daemon(testbed, d) as proc:
         assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
-        assert rejected(proc.get(proc.metrics, "/metrics")[1]) == 1
-        (event,) = proc.events("service.rejected")
-        assert event["service"] == "default/edge-b"
-        assert "firewall-allow" in event["error"]
+        assert refused(proc.get(proc.metrics, "/metrics")[1]) == 1
+        (event,) = proc.events("service.refused")
+        assert event["error"].startswith("Service default/edge-b: status.loadBalancer.ingress:")
+        assert not proc.events("service.rejected")  # nothing reached the kernel to refuse
         # Other services' changes still flow, and the refusal is not logged again.
         publish(d, cluster(testbed, ["pod-b"], 80))
         wait_until(lambda: answered_by(testbed, VIP_A, 6) == {"pod-b"}, 2.0, "endpoint change")
-        assert len(proc.events("service.rejected")) == 1
-        # Fixed (its own port): programmed, and reported as accepted.
+        assert len(proc.events("service.refused")) == 1
+        # Fixed (its own port): programmed.
         publish(d, cluster(testbed, ["pod-b"], 8080))
-        wait_until(lambda: proc.events("service.accepted"), 2.0, "edge-b accepted")
-        assert rejected(proc.get(proc.metrics, "/metrics")[1]) == 0
+        wait_until(
+            lambda: refused(proc.get(proc.metrics, "/metrics")[1]) == 0, 2.0, "edge-b accepted"
+        )
         ns, gw = testbed.client.netns, str(testbed.node.gateway_v4)
         assert topo.answers(topo.ask("tcp", ns, LB_IP, 8080, n=4)) == {"pod-c": {gw}}

@@ -1,9 +1,12 @@
-"""A service the kernel refuses is left out, named, and the node keeps serving the others.
+"""Two Services claiming one frontend: the younger is refused it, named, and the node keeps
+serving the others.
 
 Two LoadBalancer services claim one address and port with overlapping source ranges: each is
-valid alone, together they make overlapping elements in an interval set, which the kernel
-refuses. ``run --once`` programs everything else, names the service it left out and exits 3;
-traffic to the other services flows. Fixing the service brings it in on the next run.
+valid alone; together they would make overlapping elements in an interval set, which the kernel
+refuses (``test_sync_isolation.py`` drives that refusal through the Syncer). The state settles
+the claim first: the first claimant keeps the address, ``run --once`` names the other and exits
+3, and the rest of it (its ClusterIP) and every other service are programmed. Fixing the service
+brings it in on the next run.
 """
 
 from __future__ import annotations
@@ -56,8 +59,13 @@ def test_a_refused_service_is_left_out_and_the_rest_serve(
     objs = [testbed.node_manifest(), *first, *clash, *web(testbed)]
     assert run_once(testbed, write_manifests(tmp_path, objs)) == EXIT_INVALID
     err = capsys.readouterr().err
-    assert "default/edge-b" in err
-    assert "firewall-allow" in err
+    assert (
+        "Service default/edge-b: status.loadBalancer.ingress: 192.168.70.10 port 80/TCP is also "
+        "Service default/edge-a's (older); 192.168.70.10 left out" in err
+    )
+    assert set(answers(ask("tcp", testbed.pod("pod-r").netns, "10.96.0.11", 80, n=4))) == {
+        "pod-c"
+    }  # the rest of edge-b is programmed
     ns, gw = testbed.client.netns, str(testbed.node.gateway_v4)
     # edge-a, the first claimant, owns the address; web works from a pod.
     assert answers(ask("tcp", ns, LB_IP, 80, n=8)) == {"pod-b": {gw}}
