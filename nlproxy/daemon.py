@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import resource
 import signal
 from collections.abc import Callable, Mapping, Sequence
@@ -318,7 +319,9 @@ class Daemon:
                     (self.cfg.metrics_bind_address, self._metrics),
                 ):
                     if addr is not None:  # None: turned off (an empty address)
-                        await nursery.start(serve, addr, handler)
+                        await nursery.start(
+                            functools.partial(serve, netns_name=self.args.netns), addr, handler
+                        )
                 # Subscribed before the first read-back and commit: a change another process
                 # makes to the tables at any time after start-up is seen (the quiet verify
                 # trusts that nothing unseen happened since the monitor's first generation).
@@ -330,7 +333,7 @@ class Daemon:
                 await nursery.start(source.run, send)  # type: ignore[attr-defined]
                 if self.syncer.config.nodeport_cidrs(4) or self.syncer.config.nodeport_cidrs(6):
                     await nursery.start(self._watch_addresses)
-                self.healthchecks = HealthCheckServers(nursery)
+                self.healthchecks = HealthCheckServers(nursery, netns_name=self.args.netns)
                 await nursery.start(self.reachability.run)
                 await nursery.start(self.loop.run, recv)
                 nursery.start_soon(self._watch_foreign)

@@ -46,11 +46,15 @@ def health_checks(ports: Mapping[ServicePortRef, PortPlan]) -> dict[int, HealthC
 
 
 class HealthCheckServers:
-    """Runs one HTTP server per health-check node port, on ``host``."""
+    """Runs one HTTP server per health-check node port, on ``host`` in ``netns_name`` (where
+    the rules are: load balancers probe the node's address)."""
 
-    def __init__(self, nursery: trio.Nursery, *, host: str = "0.0.0.0") -> None:
+    def __init__(
+        self, nursery: trio.Nursery, *, host: str = "0.0.0.0", netns_name: str | None = None
+    ) -> None:
         self.nursery = nursery
         self.host = host
+        self.netns = netns_name
         self.checks: dict[int, HealthCheck] = {}
         self._scopes: dict[int, trio.CancelScope] = {}
         self.log = get_logger("healthcheck")
@@ -83,7 +87,7 @@ class HealthCheckServers:
             failed = False
             while True:
                 try:
-                    await serve(f"{self.host}:{port}", handler)
+                    await serve(f"{self.host}:{port}", handler, netns_name=self.netns)
                 except OSError as exc:
                     # Another listener has the port (nlproxy's own /healthz or /metrics, or
                     # another program): this Service's check is unanswered, nothing else is

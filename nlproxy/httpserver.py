@@ -1,6 +1,9 @@
 """A minimal HTTP/1.1 server on trio for ``/healthz``, ``/livez``, ``/metrics`` and health-check
 node ports. One request per connection, GET/HEAD only, bounded request size and read time.
 
+Listens in the network namespace the rules are in (``--netns``): a load balancer probes the
+node's address, and ``nlproxy status`` dials where the daemon programs.
+
 Knows nothing of what it serves: a handler maps a path to (status, headers, body). A handler
 that fails answers 500 and is logged; it never takes the server (and the daemon's nursery) down.
 """
@@ -8,11 +11,13 @@ that fails answers 500 and is logged; it never takes the server (and the daemon'
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import trio
 
+from nlproxy import netns
 from nlproxy.log import get_logger
 
 MAX_REQUEST = 8192
@@ -127,16 +132,47 @@ def _peer(stream: trio.SocketStream) -> str:
         return "?"
 
 
+def listening_socket(addr: str, netns_name: str | None = None) -> socket.socket:
+    """A TCP socket listening on ``addr`` in network namespace ``netns_name``.
+
+    ``::`` takes IPv4 too (as kube-proxy's listeners do).
+
+    Raises:
+        OSError: the address cannot be bound (in use, not an address of the namespace).
+        ConfigError: the namespace cannot be entered.
+    """
+    host, port = split_hostport(addr)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with netns.entered(netns_name):
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 async def serve(
-    addr: str, handler: Handler, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    addr: str,
+    handler: Handler,
+    *,
+    netns_name: str | None = None,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``handler`` on ``addr`` until cancelled; ``task_status.started(port)`` once bound.
+    """Serve ``handler`` on ``addr`` (in ``netns_name``) until cancelled;
+    ``task_status.started(port)`` once bound.
 
     Cancellation: stops accepting and closes open connections.
     """
-    host, port = split_hostport(addr)
-    listeners = await trio.open_tcp_listeners(port, host=host)
-    bound = listeners[0].socket.getsockname()[1]
+    host, _ = split_hostport(addr)
+    sock = listening_socket(addr, netns_name)
+    listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(sock))]
+    bound = sock.getsockname()[1]
     get_logger("http").debug("http.listening", addr=f"{host}:{bound}")
 
     limits = _Limits()

@@ -339,7 +339,7 @@ def check_start(args: argparse.Namespace, cfg: DaemonConfig) -> DaemonConfig:
             ("--metrics-bind-address", cfg.metrics_bind_address),
         ):
             if addr is not None:
-                _check_bindable(flag, addr)
+                _check_bindable(flag, addr, args.netns)
     return cfg
 
 
@@ -347,17 +347,15 @@ def _in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
-def _check_bindable(flag: str, addr: str) -> None:
-    """Bind ``addr`` for a moment: a port in use is named now, not as a crash later."""
-    host, _, port = addr.rpartition(":")
-    host = host.strip("[]") or "0.0.0.0"
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, int(port)))
-        except OSError as exc:
-            raise ConfigError(flag, f"{addr}: {exc.strerror}") from exc
+def _check_bindable(flag: str, addr: str, netns_name: str | None) -> None:
+    """Bind ``addr`` for a moment, where the daemon will (``--netns``): a port in use is named
+    now, not as a crash later."""
+    from nlproxy.httpserver import listening_socket
+
+    try:
+        listening_socket(addr, netns_name).close()
+    except OSError as exc:
+        raise ConfigError(flag, f"{addr}: {exc.strerror}") from exc
 
 
 def run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) -> int:

@@ -7,6 +7,7 @@ and probes services with real TCP connections from a pod and from the outside cl
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import signal
@@ -15,7 +16,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from nlproxy import netns
 from nlproxy.testbed import Testbed
 from nlproxy.testbed_echo import Result, tcp_request
 from tests.kernel import topo
@@ -40,11 +41,26 @@ def free_port() -> int:
         return port
 
 
+def http_get(ns: str, port: int, path: str, timeout: float = 2) -> tuple[int, str]:
+    """GET ``http://127.0.0.1:port/path`` from inside namespace ``ns`` (the daemon serves its
+    ports where the rules are)."""
+    with netns.entered(ns):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        conn.connect()  # the socket is made here, in the namespace
+    try:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        return r.status, r.read().decode()
+    finally:
+        conn.close()
+
+
 class Daemon:
     """``nlproxy run`` as a child process, with its JSON log lines collected."""
 
     def __init__(self, tb: Testbed, manifests: Path | None, *extra: str) -> None:
         source = ["--manifests", str(manifests)] if manifests is not None else []
+        self.netns = tb.node.netns
         self.healthz = free_port()
         self.metrics = free_port()
         self.lines: list[dict[str, Any]] = []
@@ -90,11 +106,8 @@ class Daemon:
         return [e for e in list(self.lines) if e.get("event") == name]
 
     def get(self, port: int, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as err:
-            return err.code, err.read().decode()
+        """GET ``path`` on the daemon's ``port``, in the node's namespace where it listens."""
+        return http_get(self.netns, port, path)
 
     def wait_ready(self, timeout: float = 20) -> None:
         deadline = time.monotonic() + timeout
@@ -375,7 +388,13 @@ def test_health_check_node_port_answers_for_local_endpoints(
     d = publish(tmp_path / "m", [*objects(testbed, ["pod-a"]), *lb_local(testbed, hc, ["pod-a"])])
     with daemon(testbed, d) as proc:
         wait_until(lambda: _hc(proc, hc)[0] == 200, 2.0, "health-check port serving")
-        with urllib.request.urlopen(f"http://127.0.0.1:{hc}/", timeout=2) as r:
+        # Probed as a load balancer does: from outside, at the node's address.
+        with netns.entered(testbed.client.netns):
+            conn = http.client.HTTPConnection(str(testbed.node.ipv4), hc, timeout=2)
+            conn.connect()
+        with contextlib.closing(conn):
+            conn.request("GET", "/")
+            r = conn.getresponse()
             assert r.headers["X-Load-Balancing-Endpoint-Weight"] == "1"
             assert json.loads(r.read()) == {
                 "service": {"namespace": "default", "name": "lb"},

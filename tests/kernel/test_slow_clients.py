@@ -7,13 +7,21 @@ from __future__ import annotations
 
 import os
 import socket
-import urllib.request
 from pathlib import Path
 
+from nlproxy import netns
 from nlproxy.httpserver import MAX_CONNECTIONS
 from nlproxy.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import VIP_A, answered_by, daemon, objects, publish, wait_until
+from tests.kernel.test_daemon import (
+    VIP_A,
+    answered_by,
+    daemon,
+    http_get,
+    objects,
+    publish,
+    wait_until,
+)
 
 testbed = topo.testbed
 ATTACKERS = 400
@@ -25,7 +33,8 @@ def test_slow_clients_do_not_exhaust_the_daemon(testbed: Testbed, tmp_path: Path
         held: list[socket.socket] = []
         try:
             for _ in range(ATTACKERS):
-                s = socket.socket()
+                with netns.entered(testbed.node.netns):  # where the daemon listens
+                    s = socket.socket()
                 s.bind(("127.0.0.2", 0))  # one client address, not the prober's
                 s.settimeout(2)
                 try:
@@ -35,8 +44,7 @@ def test_slow_clients_do_not_exhaust_the_daemon(testbed: Testbed, tmp_path: Path
                     s.close()
                     continue
                 held.append(s)
-            with urllib.request.urlopen(f"http://127.0.0.1:{proc.healthz}/healthz", timeout=5) as r:
-                assert r.status == 200
+            assert http_get(testbed.node.netns, proc.healthz, "/healthz", timeout=5)[0] == 200
             fds = len(os.listdir(f"/proc/{proc.proc.pid}/fd"))
             assert fds < MAX_CONNECTIONS + 64, f"{fds} descriptors open in the daemon"
             publish(d, objects(testbed, ["pod-b"]))  # syncs go on

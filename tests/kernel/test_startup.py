@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from nlproxy import netns
 from nlproxy.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import VIP_A, answered_by, objects
@@ -67,7 +68,9 @@ def test_mistakes_before_the_first_sync_are_one_line(
     bad_mode.write_text(KUBEADM_CONFIGMAP.replace('mode: "nftables"', "mode: ipvs"))
     unreadable = tmp_path / "kubeconfig"
     unreadable.mkdir()
-    with socket.socket() as taken:
+    with netns.entered(ns):  # taken where the daemon would listen
+        taken = socket.socket()
+    with taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         busy = f"127.0.0.1:{taken.getsockname()[1]}"
@@ -200,10 +203,8 @@ def test_health_and_metrics_listen_before_the_first_sync(
 ) -> None:
     """An API server that does not answer keeps the first list from finishing: the daemon is
     listening all the same, not ready on /healthz, alive on /livez, and /metrics answers."""
-    import urllib.error
-    import urllib.request
 
-    from tests.kernel.test_daemon import free_port
+    from tests.kernel.test_daemon import free_port, http_get
 
     ns = make_netns("sth")
     kubeconfig = tmp_path / "kubeconfig"
@@ -219,10 +220,7 @@ def test_health_and_metrics_listen_before_the_first_sync(
 
     def status(port: int, path: str) -> int:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
-                return int(r.status)
-        except urllib.error.HTTPError as err:
-            return err.code
+            return http_get(ns, port, path)[0]
         except OSError:
             return 0
 

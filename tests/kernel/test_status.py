@@ -1,7 +1,8 @@
 """``nlproxy status`` against a real daemon running inside a node namespace.
 
-The daemon is started with ``ip netns exec`` (so its health and metrics ports, kube-proxy's
-defaults, listen inside the namespace, where no other test's ports can collide) on a manifests
+The daemon is started with ``nlproxy --netns NODE run`` (its health and metrics ports, kube-proxy's
+defaults, listen inside the namespace where it programs, where no other test's ports can
+collide) on a manifests
 directory holding two services and one invalid object. ``nlproxy --netns NODE status`` must
 report it up and ready, its sync, the invalid object, a drift repair after ``nft`` deletes the
 table, an endpoint made unreachable by taking its veth down, and exit 1 (without a traceback)
@@ -51,11 +52,11 @@ def _objects(tb: Testbed) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def daemon_in(tb: Testbed, manifests: Path) -> Iterator[subprocess.Popen[str]]:
-    """``nlproxy run`` as a process inside the node namespace, on the default ports."""
+    """``nlproxy --netns NODE run`` on the default ports (served in the node namespace)."""
     proc = subprocess.Popen(
         [
-            *("ip", "netns", "exec", tb.node.netns),
-            *(sys.executable, "-m", "nlproxy", "--log-format", "json", "run"),
+            *(sys.executable, "-m", "nlproxy", "--netns", tb.node.netns),
+            *("--log-format", "json", "run"),
             *("--manifests", str(manifests), "--node-name", tb.node.name),
             *("--cluster-cidr", tb.cluster_cidr(), "--service-cidr", tb.service_cidr()),
             *("--min-sync-period", "50ms"),
