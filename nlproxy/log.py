@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO
 
 import structlog
 
@@ -20,6 +21,44 @@ class _CurrentStderr:
 
     def flush(self) -> None:
         sys.stderr.flush()
+
+
+class SafeStream:
+    """A text stream whose write errors are dropped, not raised.
+
+    Logging must never end the proxy: with journald gone, a full disk behind a redirection or a
+    closed pipe, a log line is lost and the node keeps its rules and its syncs. ``lost`` counts
+    the writes dropped.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.lost = 0
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except (OSError, ValueError):  # ValueError: the stream was closed
+            self.lost += 1
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except (OSError, ValueError):
+            self.lost += 1
+
+    def isatty(self) -> bool:
+        try:
+            return self.stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.stream, name)
 
 
 def configure(*, level: str = "info", fmt: str = "auto") -> None:
