@@ -186,7 +186,7 @@ def entry() -> None:
     line that cannot be written must not end the daemon or fail a sync that was applied."""
     from nlproxy.log import SafeStream
 
-    sys.stderr = SafeStream(sys.stderr)  # type: ignore[assignment]
+    sys.stderr = SafeStream(sys.stderr)
     try:
         status = main()
     except KeyboardInterrupt:  # Ctrl-C while parsing or configuring
