@@ -9,6 +9,7 @@ reads files only; validation is ``cluster/parse.py``'s, and it must not touch th
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import re
@@ -107,17 +108,27 @@ def load_manifests(
             for p in directory.iterdir()
             if p.suffix in SUFFIXES and not p.name.startswith(".") and p.is_file()
         )
+        inside = directory.resolve()
     except OSError as exc:
         raise ConfigError(f"manifests {directory}", exc.strerror or str(exc)) from exc
+    outside = [p for p in paths if p.is_symlink() and not p.resolve().is_relative_to(inside)]
     # Parsing allocates millions of objects and creates no cycles: a collection would only walk
     # them again and again (a third of the load time at 100k endpoints).
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _load(paths, last_good or {})
+        load = _load([p for p in paths if p not in outside], last_good or {})
     finally:
         if enabled:
             gc.enable()
+    # A link out of the directory is not followed: the daemon reads as root, and whoever may
+    # write the directory must not make it read any file of the node (a ConfigMap volume's
+    # links stay inside).
+    refused = tuple(
+        f"{p.name}: a symbolic link to {p.resolve()}, outside {directory}; not read"
+        for p in outside
+    )
+    return dataclasses.replace(load, errors=(*refused, *load.errors)) if refused else load
 
 
 def _load(
@@ -143,13 +154,37 @@ def _load(
         for where, obj, kind in objects:
             ref = object_ref(obj, kind)
             if ref in first_seen:
-                errors.append(f"{where}: {ref}: defined again (first in {first_seen[ref]})")
+                _duplicate(ref, where, obj, kind, first_seen, by_kind[kind], errors)
                 continue
             first_seen[ref] = where
             warnings += (f"{where}: {ref}: unknown field {f}" for f in unknown_fields(obj, kind))
             by_kind[kind].append(to_change(obj, kind))
     changes = tuple(Replace(kind=kind, changes=tuple(by_kind[kind])) for kind in KINDS)
     return ManifestLoad(changes=changes, errors=tuple(errors), warnings=tuple(warnings), good=good)
+
+
+def _duplicate(
+    ref: ObjectRef,
+    where: str,
+    obj: dict[str, Any],
+    kind: str,
+    first_seen: dict[ObjectRef, str],
+    changes: list[Upsert | Skip | Invalid],
+    errors: list[str],
+) -> None:
+    """A second definition of ``ref``: named; the first wins unless it is invalid and this one
+    is not (an invalid first copy must not shadow a good one)."""
+    index = next(i for i, c in enumerate(changes) if c.ref == ref)
+    later = to_change(obj, kind)
+    if isinstance(changes[index], Invalid) and not isinstance(later, Invalid):
+        errors.append(
+            f"{where}: {ref}: defined again (first in {first_seen[ref]}, which is invalid); "
+            "this definition is used"
+        )
+        changes[index] = later
+        first_seen[ref] = where
+    else:
+        errors.append(f"{where}: {ref}: defined again (first in {first_seen[ref]})")
 
 
 def _objects(path: Path, notes: list[str]) -> Iterator[tuple[str, dict[str, Any], str]]:
