@@ -172,7 +172,10 @@ class Daemon:
 
     async def _healthz(self, path: str) -> Response:
         if path in ("/healthz", "/livez"):
-            code, body = healthz(self.health, trio.current_time(), live=path == "/livez")
+            live = path == "/livez"
+            code, body = healthz(self.health, trio.current_time(), live=live)
+            counter = self.metrics.livez_total if live else self.metrics.healthz_total
+            counter.labels(code=str(code)).inc()
             return Response(code, body)
         return Response(404, b"not found\n", content_type="text/plain")
 

@@ -1,54 +1,106 @@
-"""Prometheus metrics, with kube-proxy's names where kube-proxy has the metric.
+"""Prometheus metrics, with kube-proxy's names, labels, types and buckets where kube-proxy has
+the metric (kube-proxy 1.36, nftables mode: ``tests/data/kube-proxy-1.36-metrics.json``).
 
 A :class:`Metrics` owns its metrics in a registry passed in (never the global one), so two
-daemons can live in one test process. :class:`ServiceCounters` (``--service-counters``) is a
+daemons can live in one test process; the registry also carries the process collector
+(``process_*``), as kube-proxy's does. :class:`ServiceCounters` (``--service-counters``) is a
 collector whose values are read from the kernel at scrape time, in a worker thread, never on
 the event loop.
+
+kube-proxy runs one proxier per IP family, each recording its own ``ip_family`` series; nlproxy
+programs both tables in one sync, so a sync's duration and outcome are recorded under both
+families, while what belongs to one family (conntrack flows, programming latency of a slice,
+services without local endpoints) is recorded under that family only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Set
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import prometheus_client
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from nlproxy.cluster.model import Service, ServiceKey
 from nlproxy.nft.counters import Counts, read_counters
 from nlproxy.nft.ir import Family, L4Proto, Value
 from nlproxy.proxy import naming as n
-from nlproxy.proxy.planner import PortPlan
+from nlproxy.proxy.endpoints import externally_accessible
+from nlproxy.proxy.planner import Plan, PortPart, PortPlan
 from nlproxy.proxy.skeleton import counter_sets
 
 # kube-proxy's buckets for sync durations: 1 ms doubling up to ~16 s.
 SYNC_BUCKETS = tuple(0.001 * 2**i for i in range(15))
-PROGRAMMING_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
+# kube-proxy's for network programming latency: its bucket merge starts from a 0 bucket, then
+# 0.25 s and 0.5 s, every second up to a minute, every 5 s up to 2 minutes, every 30 s up to 5.
+PROGRAMMING_BUCKETS = (
+    0.0,
+    0.25,
+    0.5,
+    *(float(s) for s in range(1, 60)),
+    *(float(s) for s in range(60, 120, 5)),
+    *(float(s) for s in range(120, 301, 30)),
+)
+IP_FAMILIES = {Family.IP: "IPv4", Family.IP6: "IPv6"}
+"""kube-proxy's ``ip_family`` label values (``v1.IPFamily``)."""
+TRAFFIC_POLICIES = ("internal", "external")
 
 
 class Metrics:
     """nlproxy's metrics in ``registry``."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        # kube-proxy (client_golang) exports no ``_created`` series. The switch is
+        # prometheus_client's own, process-wide; every registry of this process wants it off.
+        prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = registry
+        ProcessCollector(registry=registry)
+        fam = ["ip_family"]
         self.sync_duration = Histogram(
             "kubeproxy_sync_proxy_rules_duration_seconds",
             "SyncProxyRules latency in seconds",
+            fam,
+            buckets=SYNC_BUCKETS,
+            registry=registry,
+        )
+        self.full_sync_duration = Histogram(
+            "kubeproxy_sync_full_proxy_rules_duration_seconds",
+            "SyncProxyRules latency in seconds for full resyncs",
+            fam,
+            buckets=SYNC_BUCKETS,
+            registry=registry,
+        )
+        self.partial_sync_duration = Histogram(
+            "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+            "SyncProxyRules latency in seconds for partial resyncs",
+            fam,
             buckets=SYNC_BUCKETS,
             registry=registry,
         )
         self.last_sync = Gauge(
             "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
             "The last time proxy rules were successfully synced",
+            fam,
             registry=registry,
         )
         self.last_queued = Gauge(
             "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
             "The last time a sync of proxy rules was queued",
+            fam,
             registry=registry,
         )
         self.programming = Histogram(
             "kubeproxy_network_programming_duration_seconds",
-            "In-cluster network programming latency in seconds",
+            "In Cluster Network Programming Latency in seconds",
+            fam,
             buckets=PROGRAMMING_BUCKETS,
             registry=registry,
         )
@@ -72,11 +124,70 @@ class Metrics:
             "Cumulative proxy rules Service changes",
             registry=registry,
         )
+        self.no_local_endpoints = Gauge(  # a gauge upstream too, despite its name
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+            "Number of services with a Local traffic policy and no endpoints",
+            ["ip_family", "traffic_policy"],
+            registry=registry,
+        )
+        self.nft_sync_failures = Counter(
+            "kubeproxy_sync_proxy_rules_nftables_sync_failures",
+            "Cumulative proxy nftables sync failures",
+            fam,
+            registry=registry,
+        )
+        # Upstream deletes stale chains in a later transaction that can fail on its own;
+        # nlproxy deletes them in the sync's own atomic batch, so this stays 0 (kept for
+        # dashboards and alerts written for kube-proxy).
+        self.nft_cleanup_failures = Counter(
+            "kubeproxy_sync_proxy_rules_nftables_cleanup_failures",
+            "Cumulative proxy nftables cleanup failures",
+            fam,
+            registry=registry,
+        )
+        self.healthz_total = Counter(
+            "kubeproxy_proxy_healthz",
+            "Cumulative proxy healthz HTTP status",
+            ["code"],
+            registry=registry,
+        )
+        self.livez_total = Counter(
+            "kubeproxy_proxy_livez",
+            "Cumulative proxy livez HTTP status",
+            ["code"],
+            registry=registry,
+        )
         self.conntrack_deleted = Counter(
             "kubeproxy_conntrack_reconciler_deleted_entries",
             "Cumulative conntrack flows deleted by conntrack reconciler",
+            fam,
             registry=registry,
         )
+        self.conntrack_duration = Histogram(
+            "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+            "ReconcileConntrackFlowsLatency latency in seconds",
+            fam,
+            buckets=SYNC_BUCKETS,
+            registry=registry,
+        )
+        # Every family's series exist from the start, as soon as upstream's first sync makes
+        # them: a query or alert never meets an absent series for a family that is synced.
+        for label in IP_FAMILIES.values():
+            for m in (
+                self.sync_duration,
+                self.full_sync_duration,
+                self.partial_sync_duration,
+                self.last_sync,
+                self.last_queued,
+                self.programming,
+                self.nft_sync_failures,
+                self.nft_cleanup_failures,
+                self.conntrack_deleted,
+                self.conntrack_duration,
+            ):
+                m.labels(ip_family=label)
+            for policy in TRAFFIC_POLICIES:
+                self.no_local_endpoints.labels(ip_family=label, traffic_policy=policy)
         # 1 per Kubernetes API kind the source may not read (a refused verb, or a kind the
         # cluster does not serve); an optional kind is synced as absent meanwhile.
         self.source_unavailable = Gauge(
@@ -149,6 +260,62 @@ class Metrics:
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""
         return generate_latest(self.registry)
+
+
+class NoLocalEndpoints:
+    """``kubeproxy_sync_proxy_rules_no_local_endpoints_total``: per family, the service ports
+    that have endpoints but none on this node for a Local policy (their traffic under that
+    policy is dropped), counted as upstream: ``internal`` for ``internalTrafficPolicy: Local``,
+    ``external`` for ``externalTrafficPolicy: Local`` on an externally accessible port. A port
+    without any endpoint is rejected, not counted.
+
+    Kept per service, so a sync that changed a few services costs a few services.
+    """
+
+    def __init__(self, gauge: Gauge) -> None:
+        self.gauge = gauge
+        self._by_service: dict[ServiceKey, dict[tuple[str, str], int]] = {}
+
+    def update(self, plan: Plan, changed: Set[ServiceKey] | None) -> None:
+        """Recount the ``changed`` services (None: all) from ``plan`` and set the gauge."""
+        keys: Iterable[ServiceKey]
+        if changed is None:
+            self._by_service.clear()
+            keys = {k for frags in plan.fragments.values() for k in frags}
+        else:
+            keys = changed
+        for key in keys:
+            counts = self._count(plan, key)
+            if counts:
+                self._by_service[key] = counts
+            else:
+                self._by_service.pop(key, None)
+        totals = dict.fromkeys(((f, p) for f in IP_FAMILIES.values() for p in TRAFFIC_POLICIES), 0)
+        for counts in self._by_service.values():
+            for label, count in counts.items():
+                totals[label] += count
+        for (family, policy), count in totals.items():
+            self.gauge.labels(ip_family=family, traffic_policy=policy).set(count)
+
+    @staticmethod
+    def _count(plan: Plan, key: ServiceKey) -> dict[tuple[str, str], int]:
+        out: dict[tuple[str, str], int] = {}
+        for family, frags in plan.fragments.items():
+            frag = frags.get(key)
+            if frag is None:
+                continue
+            svc: Service = frag.service
+            ports = {sp.ref: sp for sp in svc.ports}
+            for part in frag.pieces:
+                if not isinstance(part, PortPart) or not part.cat.has_any or part.cat.local:
+                    continue
+                sp = ports.get(part.ref)
+                label = IP_FAMILIES[family]
+                if svc.internal_policy_local:
+                    out[label, "internal"] = out.get((label, "internal"), 0) + 1
+                if svc.external_policy_local and sp is not None and externally_accessible(svc, sp):
+                    out[label, "external"] = out.get((label, "external"), 0) + 1
+        return out
 
 
 _FAMILIES = (Family.IP, Family.IP6)

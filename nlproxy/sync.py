@@ -24,7 +24,12 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey
-from nlproxy.conntrack import Conntrack, programmed_frontends, stale_flow_filters
+from nlproxy.conntrack import (
+    Conntrack,
+    FlowFilter,
+    programmed_frontends,
+    stale_flow_filters,
+)
 from nlproxy.conntrack_plan import Programmed
 from nlproxy.errors import KernelError
 from nlproxy.isolation import (
@@ -76,6 +81,8 @@ class SyncResult:
     incremental: bool = False
     excluded: dict[ServiceKey, str] = field(default_factory=dict)
     """Services left out because the kernel rejected them, with the kernel's error."""
+    conntrack: dict[Family, tuple[int, float]] = field(default_factory=dict)
+    """Per family whose flows were cleaned up: (flows deleted, seconds it took)."""
 
     @property
     def total_ops(self) -> int:
@@ -135,6 +142,12 @@ class Syncer:
         self.excluded: dict[ServiceKey, Exclusion] = {}
         self._reported: dict[ServiceKey, str] = {}
         self._failed: tuple[Family, list[Operation]] | None = None
+        self._conntrack: dict[Family, tuple[int, float]] = {}
+
+    @property
+    def failed_family(self) -> Family | None:
+        """The family whose batch the kernel rejected last (None: the last commit passed)."""
+        return self._failed[0] if self._failed is not None else None
 
     def _table(self, family: Family) -> Table:
         return Table(family=family, name=TABLE_NAME, owner=self.owner, persist=self.owner)
@@ -255,6 +268,7 @@ class Syncer:
         if not self._seeded:
             self.verify()
         result = SyncResult()
+        self._conntrack = result.conntrack
         t0 = time.perf_counter()
         deltas: dict[Family, Delta] | None = None
         last, in_step, self._in_step = self._last_plan, self._in_step, False
@@ -403,7 +417,18 @@ class Syncer:
         )
         if not filters:
             return 0
-        deleted = Conntrack(self.netns).delete(filters)
+        # Timed and counted per family, as upstream's reconciler is. Every filter names an
+        # address, so has a family; one without would span both and is run with IPv4's.
+        groups: dict[Family, list[FlowFilter]] = {}
+        for f in filters:
+            groups.setdefault(Family.IP6 if f.family == 6 else Family.IP, []).append(f)
+        deleted = 0
+        for family, mine in sorted(groups.items()):
+            t = time.perf_counter()
+            count = Conntrack(self.netns).delete(mine)
+            before, seconds = self._conntrack.get(family, (0, 0.0))
+            self._conntrack[family] = (before + count, seconds + time.perf_counter() - t)
+            deleted += count
         if deleted:
             self.log.info("conntrack.flushed", flows=deleted, filters=len(filters))
         return deleted

@@ -28,7 +28,7 @@ from nlproxy.errors import NlproxyError
 from nlproxy.health import HealthState
 from nlproxy.log import get_logger
 from nlproxy.memory import release
-from nlproxy.metrics import Metrics
+from nlproxy.metrics import IP_FAMILIES, Metrics, NoLocalEndpoints
 from nlproxy.nft.ir import Family
 from nlproxy.nft.monitor import Drift
 from nlproxy.proxy.planner import nodeport_gaps
@@ -98,6 +98,7 @@ class SyncLoop:
         self._started = datetime.now(UTC).replace(microsecond=0)
         self._gaps: dict[Family, str] = {}
         self.synced_once = trio.Event()
+        self._no_local = NoLocalEndpoints(metrics.no_local_endpoints)
 
     def request_verify(self, drift: Drift | None = None) -> None:
         """Read back the kernel and repair it at the next opportunity (drift, or a timer)."""
@@ -139,7 +140,8 @@ class SyncLoop:
         self.metrics.service_changes_total.inc(counts.get("Service", 0))
         self.metrics.endpoint_changes_total.inc(counts.get("EndpointSlice", 0))
         self._export_pending()
-        self.metrics.last_queued.set_to_current_time()
+        for label in IP_FAMILIES.values():  # one sync programs both families
+            self.metrics.last_queued.labels(ip_family=label).set_to_current_time()
         self.health.queued(trio.current_time())
         self._wake.set()
 
@@ -237,6 +239,10 @@ class SyncLoop:
             result = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
         except NlproxyError as exc:
             self.metrics.sync_failures.inc()
+            failed = self.syncer.failed_family
+            for family, label in IP_FAMILIES.items():
+                if failed is None or failed is family:
+                    self.metrics.nft_sync_failures.labels(ip_family=label).inc()
             self._pending |= pending
             self._verify = True  # the kernel's state is uncertain after a failure: read it back
             self._read_back = True
@@ -267,14 +273,24 @@ class SyncLoop:
         now = trio.current_time()
         seconds = (result.plan_ms + result.apply_ms) / 1000
         self.health.synced(now)
-        self.metrics.sync_duration.observe(seconds)
-        self.metrics.last_sync.set_to_current_time()
+        m = self.metrics
+        kind = m.partial_sync_duration if result.incremental else m.full_sync_duration
+        for label in IP_FAMILIES.values():  # one sync programs both families
+            m.sync_duration.labels(ip_family=label).observe(seconds)
+            kind.labels(ip_family=label).observe(seconds)
+            m.last_sync.labels(ip_family=label).set_to_current_time()
+        for family, (deleted, took) in result.conntrack.items():
+            m.conntrack_deleted.labels(ip_family=IP_FAMILIES[family]).inc(deleted)
+            m.conntrack_duration.labels(ip_family=IP_FAMILIES[family]).observe(took)
         self._pending_events = dict.fromkeys(self._pending_events, 0)
         self._export_pending()
-        self.metrics.conntrack_deleted.inc(result.conntrack_deleted)
         for family, n in result.ops.items():
-            self.metrics.ops.labels(family=family.value).inc(n)
+            m.ops.labels(family=family.value).inc(n)
         self._observe_programming(pending)
+        # Which services this sync changed, when that is known exactly (else None: any).
+        exact = result.incremental and self.snapshot_filter is None
+        if result.plan is not None:
+            self._no_local.update(result.plan, pending if exact else None)
         if result.total_ops or verify or pending:
             self.log.info(
                 "sync.applied",
@@ -286,8 +302,6 @@ class SyncLoop:
                 conntrack_deleted=result.conntrack_deleted,
             )
         if self.on_synced is not None:
-            # Which services this sync changed, when that is known exactly (else None: any).
-            exact = result.incremental and self.snapshot_filter is None
             self.on_synced(result, pending if exact else None)
 
     def _observe_programming(self, pending: set[ServiceKey]) -> None:
@@ -308,7 +322,9 @@ class SyncLoop:
                     trigger = trigger.replace(tzinfo=UTC)
                 now[s.name] = trigger
                 if before.get(s.name) != trigger and trigger >= self._started:
-                    self.metrics.programming.observe(max(0.0, (wall - trigger).total_seconds()))
+                    latency = max(0.0, (wall - trigger).total_seconds())
+                    # The slice's family, as upstream's proxier of that family records it.
+                    self.metrics.programming.labels(ip_family=s.family.value).observe(latency)
             if now:  # a service's deleted slices are forgotten with it
                 self._triggers[key] = now
 
