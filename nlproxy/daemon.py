@@ -26,7 +26,7 @@ from nlproxy.cluster.state import ClusterState
 from nlproxy.config import DaemonConfig, external_networks
 from nlproxy.errors import NlproxyError
 from nlproxy.foreign import ForeignTable, detect, remove
-from nlproxy.health import HealthState, healthz
+from nlproxy.health import HealthState, configz, healthz
 from nlproxy.healthcheck import HealthCheckServers, health_checks
 from nlproxy.httpserver import Response, serve
 from nlproxy.inspect_rtnl import interface_addresses
@@ -182,6 +182,8 @@ class Daemon:
     async def _metrics(self, path: str) -> Response:
         if path == "/proxyMode":  # as kube-proxy answers it; tools and e2e tests ask
             return Response(200, b"nftables", content_type="text/plain")
+        if path == "/configz":  # the effective configuration, shaped as kube-proxy's
+            return Response(200, configz(self.cfg))
         if path == "/metrics":
             body = await self._exposition()
             return Response(200, body, content_type="text/plain; version=0.0.4")

@@ -89,3 +89,15 @@ def test_buckets_are_upstreams(testbed: Testbed, tmp_path: Path) -> None:
     assert programming[:4] == [0.0, 0.25, 0.5, 1.0]
     assert programming[-3:] == [270.0, 300.0, float("inf")]
     assert len(programming) == 1 + 2 + 59 + 12 + 7 + 1
+
+
+def test_configz_and_proxy_mode_on_the_metrics_port(testbed: Testbed, tmp_path: Path) -> None:
+    d = publish(tmp_path / "m", objects(testbed, ["pod-a"]))
+    with daemon(testbed, d) as proc:
+        assert proc.get(proc.metrics, "/proxyMode") == (200, "nftables")
+        status, body = proc.get(proc.metrics, "/configz")
+    assert status == 200
+    doc = json.loads(body)["kubeproxy.config.k8s.io"]
+    assert doc["hostnameOverride"] == testbed.node.name
+    assert doc["minSyncPeriod"] == "50ms"  # the flag's value, not the default
+    assert doc["metricsBindAddress"] == f"127.0.0.1:{proc.metrics}"
