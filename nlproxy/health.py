@@ -15,7 +15,11 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from nlproxy.cluster.model import Node
 from nlproxy.config import DaemonConfig
+
+TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"
+"""The cluster autoscaler's taint on a node it is about to remove."""
 
 
 @dataclass(slots=True)
@@ -58,16 +62,34 @@ class HealthState:
         return body
 
 
+def node_eligible(node: Node | None) -> bool:
+    """kube-proxy's ``nodeEligible``: false while the Node is being deleted or carries the
+    autoscaler's to-be-deleted taint, so that load balancers probing ``/healthz`` drain it
+    before it goes. Unknown (no Node object seen): eligible."""
+    if node is None:
+        return True
+    return not node.deleting and TO_BE_DELETED_TAINT not in node.taint_keys
+
+
 def healthz(state: HealthState, now: float, *, live: bool = False) -> tuple[int, bytes]:
     """(status, body) for ``/healthz`` (``live``: ``/livez``): 200 healthy, 503 otherwise.
+
+    ``/healthz`` is also 503 while the node is not eligible (``node_eligible``), as
+    kube-proxy's; ``/livez`` ignores that and has no ``nodeEligible`` in its body.
 
     Before the first sync ``/healthz`` is 503 (not ready: nothing is programmed yet) while
     ``/livez`` is 200 unless the source is blocked: a slow first list must not make a liveness
     probe restart the process, which would only start the list again.
     """
     starting = state.last_updated is None and not state.blocked
-    code = 200 if state.healthy(now) or (live and starting) else 503
-    return code, json.dumps(state.body(now)).encode()
+    if live:  # liveness is the process's, whatever becomes of the node
+        code = 200 if state.healthy(now) or starting else 503
+        body = state.body(now)
+        body.pop("nodeEligible")
+    else:
+        code = 200 if state.healthy(now) and state.node_eligible else 503
+        body = state.body(now)
+    return code, json.dumps(body).encode()
 
 
 def service_health(namespace: str, name: str, local_endpoints: int) -> tuple[int, bytes]:

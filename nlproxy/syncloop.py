@@ -25,7 +25,7 @@ from nlproxy.cluster.model import (
 )
 from nlproxy.cluster.state import ClusterState
 from nlproxy.errors import NlproxyError
-from nlproxy.health import HealthState
+from nlproxy.health import HealthState, node_eligible
 from nlproxy.log import get_logger
 from nlproxy.memory import release
 from nlproxy.metrics import IP_FAMILIES, Metrics, NoLocalEndpoints
@@ -207,6 +207,7 @@ class SyncLoop:
         self._dirty = False
         pending, self._pending = self._pending, set()
         snapshot = self.state.snapshot()
+        self.health.node_eligible = node_eligible(snapshot.node)
         if self.snapshot_filter is not None:
             snapshot = self.snapshot_filter(snapshot)
         # A slice may precede its Service from the API: an orphan is reported only when a full

@@ -155,13 +155,17 @@ class EndpointSlice:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Node:
-    """This node: name, zone label, addresses (InternalIP first, then ExternalIP), pod CIDRs."""
+    """This node: name, zone label, addresses (InternalIP first, then ExternalIP), pod CIDRs;
+    ``deleting`` (``metadata.deletionTimestamp`` is set) and ``taint_keys`` (``spec.taints``)
+    decide ``/healthz``'s ``nodeEligible``."""
 
     name: str
     zone: str | None = None
     addresses: tuple[IPAddress, ...] = ()
     pod_cidrs: tuple[IPNetwork, ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
+    deleting: bool = False
+    taint_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -506,12 +506,18 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
     fields = [f"spec.podCIDRs[{i}]" for i in range(len(cidrs))]
     if not cidrs and (single := r.string(spec.get("podCIDR"), "spec.podCIDR")):
         cidrs, fields = [single], ["spec.podCIDR"]
+    taints = [
+        r.string(r.mapping(t, f"spec.taints[{i}]").get("key"), f"spec.taints[{i}].key") or ""
+        for i, t in enumerate(r.items(spec.get("taints"), "spec.taints"))
+    ]
     return Node(
         name=meta["name"],
         zone=labels.get(ZONE_LABEL) or None,
         addresses=tuple(dict.fromkeys(by_type["InternalIP"] + by_type["ExternalIP"])),
         pod_cidrs=tuple(r.cidr(c, f, strict=True) for c, f in zip(cidrs, fields, strict=True)),
         labels=tuple(sorted(labels.items())),
+        deleting=bool(meta.get("deletionTimestamp")),
+        taint_keys=tuple(t for t in taints if t),
     )
 
 
