@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages nlproxy builds against and its tests use, once per machine.
 # libnftnl/libmnl: the native shim; nftables/conntrack/iproute2/iptables: tests and benchmarks check
-# nlproxy's work from outside with the standard tools (nlproxy itself never runs them).
+# nlproxy's work from outside with the standard tools (nlproxy itself never runs them);
+# prometheus: its promtool checks the alert rules deploy/monitoring/ ships.
 set -euo pipefail
-pkgs=(libnftnl-dev libmnl-dev pkg-config gcc python3-dev nftables conntrack iproute2 iptables procps)
+pkgs=(libnftnl-dev libmnl-dev pkg-config gcc python3-dev nftables conntrack iproute2 iptables procps
+  prometheus)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
