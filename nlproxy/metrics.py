@@ -34,6 +34,7 @@ from nlproxy.nft.counters import Counts, read_counters
 from nlproxy.nft.ir import Family, L4Proto, Value
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.endpoints import externally_accessible
+from nlproxy.proxy.fragments import Fragment
 from nlproxy.proxy.planner import Plan, PortPart, PortPlan
 from nlproxy.proxy.skeleton import counter_sets
 
@@ -278,44 +279,39 @@ class NoLocalEndpoints:
 
     def update(self, plan: Plan, changed: Set[ServiceKey] | None) -> None:
         """Recount the ``changed`` services (None: all) from ``plan`` and set the gauge."""
-        keys: Iterable[ServiceKey]
         if changed is None:
             self._by_service.clear()
-            keys = {k for frags in plan.fragments.values() for k in frags}
+            for family, frags in plan.fragments.items():
+                for key, frag in frags.items():
+                    self._add(key, family, frag)
         else:
-            keys = changed
-        for key in keys:
-            counts = self._count(plan, key)
-            if counts:
-                self._by_service[key] = counts
-            else:
+            for key in changed:
                 self._by_service.pop(key, None)
+                for family, frags in plan.fragments.items():
+                    found = frags.get(key)
+                    if found is not None:
+                        self._add(key, family, found)
         totals = dict.fromkeys(((f, p) for f in IP_FAMILIES.values() for p in TRAFFIC_POLICIES), 0)
         for counts in self._by_service.values():
             for label, count in counts.items():
                 totals[label] += count
-        for (family, policy), count in totals.items():
-            self.gauge.labels(ip_family=family, traffic_policy=policy).set(count)
+        for (fam, policy), total in totals.items():
+            self.gauge.labels(ip_family=fam, traffic_policy=policy).set(total)
 
-    @staticmethod
-    def _count(plan: Plan, key: ServiceKey) -> dict[tuple[str, str], int]:
-        out: dict[tuple[str, str], int] = {}
-        for family, frags in plan.fragments.items():
-            frag = frags.get(key)
-            if frag is None:
+    def _add(self, key: ServiceKey, family: Family, frag: Fragment) -> None:
+        svc: Service = frag.service
+        if not (svc.internal_policy_local or svc.external_policy_local):
+            return  # most services: nothing to count
+        label = IP_FAMILIES[family]
+        for part in frag.pieces:
+            if not isinstance(part, PortPart) or not part.cat.has_any or part.cat.local:
                 continue
-            svc: Service = frag.service
-            ports = {sp.ref: sp for sp in svc.ports}
-            for part in frag.pieces:
-                if not isinstance(part, PortPart) or not part.cat.has_any or part.cat.local:
-                    continue
-                sp = ports.get(part.ref)
-                label = IP_FAMILIES[family]
-                if svc.internal_policy_local:
-                    out[label, "internal"] = out.get((label, "internal"), 0) + 1
-                if svc.external_policy_local and sp is not None and externally_accessible(svc, sp):
-                    out[label, "external"] = out.get((label, "external"), 0) + 1
-        return out
+            counts = self._by_service.setdefault(key, {})
+            if svc.internal_policy_local:
+                counts[label, "internal"] = counts.get((label, "internal"), 0) + 1
+            sp = next((sp for sp in svc.ports if sp.ref == part.ref), None)
+            if svc.external_policy_local and sp is not None and externally_accessible(svc, sp):
+                counts[label, "external"] = counts.get((label, "external"), 0) + 1
 
 
 _FAMILIES = (Family.IP, Family.IP6)
