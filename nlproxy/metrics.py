@@ -278,26 +278,29 @@ class NoLocalEndpoints:
     def __init__(self, gauge: Gauge) -> None:
         self.gauge = gauge
         self._by_service: dict[ServiceKey, dict[tuple[str, str], int]] = {}
+        self._totals = self._zero()
+
+    @staticmethod
+    def _zero() -> dict[tuple[str, str], int]:
+        return dict.fromkeys(((f, p) for f in IP_FAMILIES.values() for p in TRAFFIC_POLICIES), 0)
 
     def update(self, plan: Plan, changed: Set[ServiceKey] | None) -> None:
         """Recount the ``changed`` services (None: all) from ``plan`` and set the gauge."""
         if changed is None:
             self._by_service.clear()
+            self._totals = self._zero()
             for family, frags in plan.fragments.items():
                 for key, frag in frags.items():
                     self._add(key, family, frag)
         else:
             for key in changed:
-                self._by_service.pop(key, None)
+                for label, count in self._by_service.pop(key, {}).items():
+                    self._totals[label] -= count
                 for family, frags in plan.fragments.items():
                     found = frags.get(key)
                     if found is not None:
                         self._add(key, family, found)
-        totals = dict.fromkeys(((f, p) for f in IP_FAMILIES.values() for p in TRAFFIC_POLICIES), 0)
-        for counts in self._by_service.values():
-            for label, count in counts.items():
-                totals[label] += count
-        for (fam, policy), total in totals.items():
+        for (fam, policy), total in self._totals.items():
             self.gauge.labels(ip_family=fam, traffic_policy=policy).set(total)
 
     def _add(self, key: ServiceKey, family: Family, frag: Fragment) -> None:
@@ -309,11 +312,15 @@ class NoLocalEndpoints:
             if not isinstance(part, PortPart) or not part.cat.has_any or part.cat.local:
                 continue
             counts = self._by_service.setdefault(key, {})
+            policies = []
             if svc.internal_policy_local:
-                counts[label, "internal"] = counts.get((label, "internal"), 0) + 1
+                policies.append("internal")
             sp = next((sp for sp in svc.ports if sp.ref == part.ref), None)
             if svc.external_policy_local and sp is not None and externally_accessible(svc, sp):
-                counts[label, "external"] = counts.get((label, "external"), 0) + 1
+                policies.append("external")
+            for policy in policies:
+                counts[label, policy] = counts.get((label, policy), 0) + 1
+                self._totals[label, policy] += 1
 
 
 _FAMILIES = (Family.IP, Family.IP6)
