@@ -83,6 +83,7 @@ def full_plan() -> Plan:
             "bench_kube_cold.py": ("--services", "10000", "--endpoints", "10"),
             "bench_isolation.py": ("--services", "10000", "--endpoints", "10"),
             "bench_verify.py": ("--services", "10000", "--endpoints", "10"),
+            "bench_metrics.py": ("--services", "10000", "--endpoints", "10"),
         },
     )
 
@@ -105,6 +106,7 @@ def quick_plan() -> Plan:
             "bench_kube_cold.py": ("--services", "1000", "--endpoints", "10", "--bursts", "1000"),
             "bench_isolation.py": ("--services", "1000", "--endpoints", "10"),
             "bench_verify.py": ("--services", "1000", "--endpoints", "10"),
+            "bench_metrics.py": ("--services", "1000", "--endpoints", "10"),
         },
     )
 
