@@ -74,14 +74,14 @@ class Metrics:
         )
         self.full_sync_duration = Histogram(
             "kubeproxy_sync_full_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds for full resyncs",
+            "Duration of syncs that planned and compared every service, in seconds",
             fam,
             buckets=SYNC_BUCKETS,
             registry=registry,
         )
         self.partial_sync_duration = Histogram(
             "kubeproxy_sync_partial_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds for partial resyncs",
+            "Duration of syncs that updated the changed services only, in seconds",
             fam,
             buckets=SYNC_BUCKETS,
             registry=registry,
@@ -100,7 +100,7 @@ class Metrics:
         )
         self.programming = Histogram(
             "kubeproxy_network_programming_duration_seconds",
-            "In Cluster Network Programming Latency in seconds",
+            "In-cluster network programming latency in seconds",
             fam,
             buckets=PROGRAMMING_BUCKETS,
             registry=registry,
@@ -127,13 +127,13 @@ class Metrics:
         )
         self.no_local_endpoints = Gauge(  # a gauge upstream too, despite its name
             "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
-            "Number of services with a Local traffic policy and no endpoints",
+            "Service ports with a Local traffic policy whose endpoints are all on other nodes",
             ["ip_family", "traffic_policy"],
             registry=registry,
         )
         self.nft_sync_failures = Counter(
             "kubeproxy_sync_proxy_rules_nftables_sync_failures",
-            "Cumulative proxy nftables sync failures",
+            "Syncs the kernel refused, by IP family",
             fam,
             registry=registry,
         )
@@ -142,19 +142,19 @@ class Metrics:
         # dashboards and alerts written for kube-proxy).
         self.nft_cleanup_failures = Counter(
             "kubeproxy_sync_proxy_rules_nftables_cleanup_failures",
-            "Cumulative proxy nftables cleanup failures",
+            "Failed removals of stale nftables objects (none: they go in the sync's own batch)",
             fam,
             registry=registry,
         )
         self.healthz_total = Counter(
             "kubeproxy_proxy_healthz",
-            "Cumulative proxy healthz HTTP status",
+            "Answers to /healthz, by HTTP status code",
             ["code"],
             registry=registry,
         )
         self.livez_total = Counter(
             "kubeproxy_proxy_livez",
-            "Cumulative proxy livez HTTP status",
+            "Answers to /livez, by HTTP status code",
             ["code"],
             registry=registry,
         )
@@ -166,7 +166,7 @@ class Metrics:
         )
         self.conntrack_duration = Histogram(
             "kubeproxy_conntrack_reconciler_sync_duration_seconds",
-            "ReconcileConntrackFlowsLatency latency in seconds",
+            "Time spent deleting stale conntrack flows after a sync, in seconds",
             fam,
             # The sync buckets: upstream's source for this histogram's buckets was not at hand
             # to check (its name, type and label are from the 1.36 metrics reference).
