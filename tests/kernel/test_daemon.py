@@ -245,9 +245,10 @@ def test_drift_is_repaired_and_the_writer_named(testbed: Testbed, tmp_path: Path
     d = publish(tmp_path / "m", objects(testbed, ["pod-a"]))
     with daemon(testbed, d) as proc:
         nft(testbed, "delete", "table", "ip", "nlproxy")
+        # Bounds here are loose (a loaded machine); the repair time is measured in bench/.
         wait_until(
             lambda: "service-ips" in nft(testbed, "list", "ruleset"),
-            1.0,
+            5.0,
             "table repaired after nft delete table",
         )
         assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
@@ -255,7 +256,7 @@ def test_drift_is_repaired_and_the_writer_named(testbed: Testbed, tmp_path: Path
         assert drifts
         assert drifts[0]["writer"] == "nft"
         nft(testbed, "flush", "ruleset")
-        wait_until(lambda: answered_by(testbed, VIP_A, 2) == {"pod-a"}, 1.5, "after flush ruleset")
+        wait_until(lambda: answered_by(testbed, VIP_A, 2) == {"pod-a"}, 5.0, "after flush ruleset")
         status, body = proc.get(proc.metrics, "/metrics")
         assert status == 200
         assert 'nlproxy_drift_repairs_total{writer="nft"}' in body
