@@ -33,7 +33,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import gen  # noqa: E402
+from bench.measure import healthz_ok  # noqa: E402
 from tests.kube.apiserver import ApiServer  # noqa: E402
 from tests.kube.conftest import TOKEN, write_kubeconfig  # noqa: E402
 
@@ -84,6 +84,7 @@ class Daemon:
             "--metrics-bind-address", f"127.0.0.1:{metrics}", *extra,
         ]  # fmt: skip
         self.healthz = healthz
+        self.netns = netns
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=ROOT)
         self.syncs: list[dict[str, Any]] = []
         self.cond = threading.Condition()
@@ -100,11 +101,7 @@ class Daemon:
                         self.cond.notify_all()
 
     def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.healthz}/healthz", timeout=1):
-                return True
-        except OSError:
-            return False
+        return healthz_ok(self.netns, self.healthz)
 
     def next_sync(self, after: int, timeout: float) -> dict[str, Any] | None:
         with self.cond:
@@ -177,6 +174,7 @@ def run(
     daemon = None
     try:
         subprocess.run(["ip", "netns", "add", netns], check=True)
+        subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
         # Routes to the pods, as a CNI would have them (the inspector checks every endpoint).
         for cmd in (
             ["link", "add", "pods0", "type", "veth", "peer", "name", "pods1"],

@@ -30,7 +30,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_daemon import free_port, rss_mb, stamp  # noqa: E402
+from bench.measure import healthz_ok  # noqa: E402
 from nlproxy.cluster.kube import api_client_from_config, kinds  # noqa: E402
 from nlproxy.cluster.kube_http import Http, list_kind  # noqa: E402
 from tests.kube import scale  # noqa: E402
@@ -128,6 +128,7 @@ class Daemon:
 
     def __init__(self, netns: str, kubeconfig: Path) -> None:
         self.healthz, self.metrics = free_port(), free_port()
+        self.netns = netns
         cmd = [
             sys.executable, "-m", "nlproxy", "--netns", netns, "--log-format", "json",
             "run", "--kubeconfig", str(kubeconfig), "--node-name", scale.NODE,
@@ -155,11 +156,7 @@ class Daemon:
             return [e for e in self.lines if e.get("event") == name]
 
     def healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.healthz}/healthz", timeout=1):
-                return True
-        except OSError:
-            return False
+        return healthz_ok(self.netns, self.healthz)
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -239,6 +236,7 @@ def bench_daemon(services: int, endpoints: int, bursts: list[int], timeout: floa
     daemon = None
     try:
         subprocess.run(["ip", "netns", "add", netns], check=True)
+        subprocess.run(["ip", "-n", netns, "link", "set", "lo", "up"], check=True)
         scale.populate(api, services, endpoints)
         with tempfile.TemporaryDirectory() as tmp:
             kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", api)

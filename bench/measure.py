@@ -171,6 +171,26 @@ def nlproxy_argv(ns: str, manifests: Path, *extra: str) -> list[str]:
     ]
 
 
+def healthz_ok(ns: str, port: int) -> bool:
+    """Whether ``/healthz`` on ``127.0.0.1:port`` inside ``ns`` answers 200 (a daemon started
+    with ``--netns`` serves its ports there)."""
+    import http.client
+
+    from nlproxy import netns as nlnetns
+
+    try:
+        with nlnetns.entered(ns):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            conn.connect()
+        try:
+            conn.request("GET", "/healthz")
+            return conn.getresponse().status == 200
+        finally:
+            conn.close()
+    except OSError:
+        return False
+
+
 def sync_applied(stderr: str) -> dict[str, Any]:
     """nlproxy's ``sync.applied`` log line (``--log-format json``), or {} when absent."""
     for line in stderr.splitlines():
