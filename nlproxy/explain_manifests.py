@@ -24,6 +24,7 @@ from nlproxy.cluster.model import (
     Skip,
     Upsert,
 )
+from nlproxy.cluster.state import ClusterState
 from nlproxy.explain_rules import Frontend
 from nlproxy.nft.ir import Family, IPAddress, L4Proto
 
@@ -84,6 +85,11 @@ def service_facts(load: ManifestLoad, key: ServiceKey) -> ServiceFacts:
                     slices.append(facts)
                     if facts.problem and facts.status == "invalid":
                         problems.append(facts.problem)
+    # Claims between Services (one frontend, two Services; addresses no Service may take) are
+    # settled by the state, as the daemon settles them.
+    state = ClusterState("")
+    state.apply(load.changes)
+    problems += [m for m in state.refused if m.startswith(f"Service {key}: ")]
     return ServiceFacts(
         status=status,
         fields=_fields(svc) if svc is not None else (),

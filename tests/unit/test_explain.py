@@ -368,3 +368,18 @@ def test_affinity_endpoints_come_from_the_service_chains() -> None:
     assert [f"{a}:{p}" for a, p in fe.endpoints] == ["10.0.1.4:80", "10.0.2.4:80"]
     names = [c.name for c in service_rules(rs.values(), [fe]).chains]
     assert sum(name.startswith("endpoint-") for name in names) == 2
+
+
+def test_facts_name_a_refused_external_ip(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        [_svc("dns"), _svc("thief", clusterIP="10.96.0.6", externalIPs=["10.96.0.5", "127.0.0.1"])],
+    )
+    facts = service_facts(load_manifests(tmp_path), ServiceKey(namespace="ns", name="thief"))
+    assert facts.problems == (
+        "Service ns/thief: spec.externalIPs: 10.96.0.5 is the ClusterIP of Service ns/dns; "
+        "10.96.0.5 left out",
+        "Service ns/thief: spec.externalIPs: 127.0.0.1 is a loopback address; 127.0.0.1 left out",
+    )
+    other = service_facts(load_manifests(tmp_path), ServiceKey(namespace="ns", name="dns"))
+    assert other.problems == ()
