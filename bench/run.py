@@ -84,6 +84,7 @@ def full_plan() -> Plan:
             "bench_isolation.py": ("--services", "10000", "--endpoints", "10"),
             "bench_verify.py": ("--services", "10000", "--endpoints", "10"),
             "bench_metrics.py": ("--services", "10000", "--endpoints", "10"),
+            "bench_claims.py": ("--services", "10000", "--endpoints", "10"),
         },
     )
 
@@ -107,6 +108,7 @@ def quick_plan() -> Plan:
             "bench_isolation.py": ("--services", "1000", "--endpoints", "10"),
             "bench_verify.py": ("--services", "1000", "--endpoints", "10"),
             "bench_metrics.py": ("--services", "1000", "--endpoints", "10"),
+            "bench_claims.py": ("--services", "1000", "--endpoints", "10"),
         },
     )
 

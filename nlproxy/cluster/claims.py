@@ -128,10 +128,13 @@ class Claims:
             else:
                 self._claims[key] = new
         affected = set(keys)
+        by = self._by
         for claim in touched:
-            affected |= self._by.get(claim, set())
+            holders = by.get(claim)
+            if holders is not None and (len(holders) > 1 or not holders <= affected):
+                affected |= holders  # others hold it: their refusal may change
             if claim[0] == "cluster":  # external claims of that address depend on it
-                affected |= self._by.get(("extip", claim[1]), set())
+                affected |= by.get(("extip", claim[1]), set())
         changed: set[ServiceKey] = set()
         for key in affected:
             svc = services.get(key)
@@ -160,8 +163,11 @@ class Claims:
 
     def _older(self, key: ServiceKey, claim: _Key) -> ServiceKey | None:
         """The oldest other Service holding ``claim``, if it is older than ``key``."""
+        holders = self._by.get(claim)
+        if holders is None or len(holders) < 2:  # the common case: the claim is its alone
+            return None
         mine = self._order[key]
-        others = [k for k in self._by.get(claim, ()) if k != key and self._order[k] < mine]
+        others = [k for k in holders if k != key and self._order[k] < mine]
         return min(others, key=self._order.__getitem__) if others else None
 
     def _decide(self, svc: Service) -> Refusal | None:
@@ -179,6 +185,8 @@ class Claims:
                 if winner is not None:
                     what = f"nodePort {p.node_port}/{p.ref.protocol.value}"
                     return Refusal(whole=f"{what} is also Service {winner}'s (older)", addresses=())
+        if not svc.external_ips and not svc.load_balancer_ips:
+            return None
         refused: dict[IPAddress, str] = {}
         for ip in (*svc.external_ips, *svc.load_balancer_ips):
             if ip in refused:

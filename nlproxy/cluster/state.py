@@ -58,6 +58,7 @@ class ClusterState:
         # What the planner sees: the Services as settled by the claims.
         self._view: dict[ServiceKey, Service] = {}
         self._claims = Claims(external_ip_cidrs)
+        self._services_touched: set[ServiceKey] = set()
         self._slices: dict[_SliceId, EndpointSlice] = {}
         # Sorted tuples, not sets: almost every service has one or two slices, and a set costs
         # four times a small tuple (10k services: 2 MB).
@@ -143,9 +144,12 @@ class ClusterState:
         if everything:
             changed.update(self._services, self._slice_ids)
             self._snapshot = None
-        settled = self._claims.update(changed, self._services)
+        # Only Services whose object came or went can change a claim (a slice cannot).
+        touched = changed & self._services_touched
+        self._services_touched = set()
+        settled = self._claims.update(touched, self._services)
         changed |= settled
-        for key in changed:
+        for key in touched | settled:
             self._settle(key)
         return changed
 
@@ -250,6 +254,7 @@ class ClusterState:
             case Service():
                 old_service = self._services.get(obj.key)
                 self._services[obj.key] = obj
+                self._services_touched.add(obj.key)
                 self._settle(obj.key)  # the refusal stands until apply() settles the claims
                 self._services_dirty = True
                 self._snapshot = None
@@ -297,6 +302,7 @@ class ClusterState:
         if ref.kind == "Service":
             key = ServiceKey(namespace=ref.namespace, name=ref.name)
             if self._services.pop(key, None) is not None:
+                self._services_touched.add(key)
                 self._view.pop(key, None)
                 self._services_dirty = True
                 self._snapshot = None
