@@ -130,9 +130,9 @@ class Claims:
         affected = set(keys)
         by = self._by
         for claim in touched:
-            holders = by.get(claim)
-            if holders is not None and (len(holders) > 1 or not holders <= affected):
-                affected |= holders  # others hold it: their refusal may change
+            sharing = by.get(claim)
+            if sharing is not None and (len(sharing) > 1 or not sharing <= affected):
+                affected |= sharing  # others hold it: their refusal may change
             if claim[0] == "cluster":  # external claims of that address depend on it
                 affected |= by.get(("extip", claim[1]), set())
         changed: set[ServiceKey] = set()
