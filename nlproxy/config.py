@@ -53,6 +53,9 @@ class DaemonConfig:
     kubeconfig_from_file: bool = False
     """``kubeconfig`` came from ``clientConnection.kubeconfig``: a missing file falls back to the
     in-cluster configuration (the DaemonSet may not mount kubeadm's path)."""
+    load_balancing: str = "random"
+    """The endpoint choice of Services without ``nlproxy.io/load-balancing`` (``LoadBalancing``);
+    a file's ``ipvs.scheduler`` sets it where the meaning carries over (:data:`IPVS_SCHEDULERS`)."""
     warnings: tuple[str, ...] = field(default=())
 
 
@@ -131,6 +134,7 @@ HONOURED = {
     "healthzBindAddress",
     "metricsBindAddress",
     "nodePortAddresses",
+    "ipvs.scheduler",
     "nftables.masqueradeBit",
     "nftables.syncPeriod",
     "nftables.minSyncPeriod",
@@ -147,6 +151,11 @@ HONOURED = {
 # Values kubeadm writes that mean "kube-proxy's default": not worth a warning.
 DEFAULTS = {("bindAddress", "0.0.0.0"), ("bindAddress", "::")}
 # Fields that only describe kube-proxy's process or other modes: accepted silently when empty.
+IPVS_SCHEDULERS = {"rr": "round-robin", "sh": "consistent-hash", "mh": "consistent-hash"}
+"""kube-proxy's IPVS schedulers nlproxy has an equivalent for: round-robin, and source hashing
+(``sh``) or Maglev hashing (``mh``) as consistent hashing of the client. Any other is named in a
+warning and random choice is used."""
+
 IGNORED_QUIETLY = {"apiVersion", "kind", "featureGates", "logging"}
 
 
@@ -306,4 +315,18 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
     unused = sorted(
         p for p in _leaves(doc) if p not in HONOURED and p.split(".")[0] not in IGNORED_QUIETLY
     )
-    return replace(cfg, warnings=tuple(f"{p} is not used by nlproxy" for p in unused))
+    warnings = [f"{p} is not used by nlproxy" for p in unused]
+    scheduler = _get(doc, "ipvs.scheduler")
+    if scheduler:
+        if not isinstance(scheduler, str):
+            raise ConfigError(
+                "KubeProxyConfiguration", f"{scheduler!r} is not a string", field="ipvs.scheduler"
+            )
+        if scheduler in IPVS_SCHEDULERS:
+            cfg = replace(cfg, load_balancing=IPVS_SCHEDULERS[scheduler])
+        else:
+            warnings.append(
+                f"ipvs.scheduler {scheduler!r} has no nlproxy equivalent (rr, sh and mh do): "
+                "endpoints are chosen at random"
+            )
+    return replace(cfg, warnings=tuple(warnings))

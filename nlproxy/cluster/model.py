@@ -29,6 +29,19 @@ class ServiceType(enum.StrEnum):
     LOAD_BALANCER = "LoadBalancer"
 
 
+class LoadBalancing(enum.StrEnum):
+    """How a Service port chooses an endpoint for a new connection (``nlproxy.io/load-balancing``).
+
+    ``random`` is kube-proxy's choice; ``round-robin`` cycles through the endpoints in order;
+    ``consistent-hash`` maps a hash of the client through a Maglev lookup table, the same on
+    every node.
+    """
+
+    RANDOM = "random"
+    ROUND_ROBIN = "round-robin"
+    CONSISTENT_HASH = "consistent-hash"
+
+
 class IPFamily(enum.StrEnum):
     IPV4 = "IPv4"
     IPV6 = "IPv6"
@@ -91,6 +104,10 @@ class Service:
         affinity_timeout: ``ClientIP`` affinity timeout in seconds, None without affinity.
         health_check_node_port: ``spec.healthCheckNodePort`` (eTP=Local LoadBalancers).
         traffic_distribution: ``spec.trafficDistribution`` (e.g. ``PreferClose``), or None.
+        load_balancing: the ``nlproxy.io/load-balancing`` annotation; None: the node's default.
+        hash_source_port: consistent hashing of the client address and port
+            (``nlproxy.io/consistent-hash-key: client-ip-port``), not the address alone.
+        uid: ``metadata.uid``; the default hash seed derives from it (the same on every node).
     """
 
     key: ServiceKey
@@ -109,6 +126,9 @@ class Service:
     created: str = ""
     """``metadata.creationTimestamp`` (RFC 3339, UTC as the API writes it): the older of two
     Services claiming one frontend keeps it."""
+    load_balancing: LoadBalancing | None = None
+    hash_source_port: bool = False
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,6 +29,7 @@ from nlproxy.cluster.model import (
     IPAddress,
     IPFamily,
     IPNetwork,
+    LoadBalancing,
     Node,
     ObjectRef,
     Protocol,
@@ -49,6 +50,9 @@ HEADLESS_LABEL = "service.kubernetes.io/headless"
 ZONE_LABEL = "topology.kubernetes.io/zone"
 SOURCE_RANGES_ANNOTATION = "service.beta.kubernetes.io/load-balancer-source-ranges"
 TRIGGER_TIME_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
+LOAD_BALANCING_ANNOTATION = "nlproxy.io/load-balancing"
+HASH_KEY_ANNOTATION = "nlproxy.io/consistent-hash-key"
+_HASH_KEYS = ("client-ip", "client-ip-port")
 DEFAULT_AFFINITY_TIMEOUT = 10800
 MAX_AFFINITY_TIMEOUT = 86400
 NAMESPACED_KINDS = frozenset({"Service", "EndpointSlice"})
@@ -188,6 +192,8 @@ def parse_service(obj: Mapping[str, Any]) -> Service | None:
         or None,
         resource_version=r.string(meta.get("resourceVersion"), "metadata.resourceVersion") or "",
         created=_timestamp(meta.get("creationTimestamp")),
+        **_load_balancing(r, annotations),
+        uid=r.string(meta.get("uid"), "metadata.uid") or "",
     )
 
 
@@ -201,6 +207,20 @@ def _timestamp(value: object) -> str:
             else value.strftime("%Y-%m-%dT%H:%M:%SZ")
         )
     return value if isinstance(value, str) else ""
+
+
+def _load_balancing(r: FieldReader, annotations: Mapping[str, str]) -> dict[str, Any]:
+    """nlproxy's own annotations: the endpoint choice and, for consistent hashing, its key. A
+    value it does not know leaves the Service out, named, like any other bad field."""
+    choices = tuple(LoadBalancing)
+    field = f"metadata.annotations[{LOAD_BALANCING_ANNOTATION}]"
+    lb = r.choice(annotations.get(LOAD_BALANCING_ANNOTATION), field, choices, "")
+    field = f"metadata.annotations[{HASH_KEY_ANNOTATION}]"
+    key = r.choice(annotations.get(HASH_KEY_ANNOTATION), field, _HASH_KEYS, "client-ip")
+    return {
+        "load_balancing": LoadBalancing(lb) if lb else None,
+        "hash_source_port": key == "client-ip-port",
+    }
 
 
 def _local(r: FieldReader, spec: Mapping[str, Any], policy: str) -> bool:

@@ -157,6 +157,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "nlproxy_service_bytes_total): two counter sets and three chains per family, one "
         "element per frontend, a set lookup per packet of DNAT'd connections",
     )
+    parser.add_argument(
+        "--load-balancing",
+        choices=["random", "round-robin", "consistent-hash"],
+        help="endpoint choice of Services without the nlproxy.io/load-balancing annotation "
+        "(default random, or from the config file's ipvs.scheduler: rr, sh, mh)",
+    )
+    parser.add_argument(
+        "--consistent-hash-seed",
+        type=int,
+        metavar="N",
+        help="jhash seed (0..4294967295) of consistent-hash Services; the same on every node "
+        "(default: derived from each Service's UID)",
+    )
     ct = parser.add_argument_group(
         "conntrack (kube-proxy's flags; set by the daemon at start-up, 0 leaves a value alone)"
     )
@@ -185,6 +198,7 @@ def daemon_config(args: argparse.Namespace) -> DaemonConfig:
         "cluster_cidr": args.cluster_cidr,
         "nodeport_addresses": args.nodeport_addresses,
         "masquerade_bit": args.masquerade_bit,
+        "load_balancing": args.load_balancing,
     }
     cfg = replace(cfg, **{k: v for k, v in flags.items() if v is not None})
     if args.kubeconfig is not None:
@@ -245,8 +259,12 @@ def _conntrack_flags(args: argparse.Namespace, cfg: DaemonConfig) -> ConntrackCo
 
 
 def proxy_config(args: argparse.Namespace, cfg: DaemonConfig) -> ProxyConfig:
+    from nlproxy.cluster.model import LoadBalancing
     from nlproxy.proxy.config import ProxyConfig
 
+    seed = args.consistent_hash_seed
+    if seed is not None and not 0 <= seed <= 0xFFFFFFFF:
+        raise ConfigError("--consistent-hash-seed", f"{seed} is not in 0..4294967295")
     return ProxyConfig(
         node_name=cfg.node_name,
         cluster_cidrs=_networks(cfg.cluster_cidr, "--cluster-cidr"),
@@ -255,6 +273,8 @@ def proxy_config(args: argparse.Namespace, cfg: DaemonConfig) -> ProxyConfig:
         masquerade_bit=cfg.masquerade_bit,
         node_ips=_addresses(args.node_ip or cfg.node_ip, "--node-ip"),
         service_counters=args.service_counters,
+        load_balancing=LoadBalancing(cfg.load_balancing),
+        hash_seed=seed,
     )
 
 

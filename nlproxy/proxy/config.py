@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network, ip_network
 
-from nlproxy.cluster.model import IPAddress, IPNetwork
+from nlproxy.cluster.model import IPAddress, IPNetwork, LoadBalancing
 from nlproxy.errors import ConfigError
 
 PRIMARY = "primary"
@@ -32,6 +32,9 @@ class ProxyConfig:
         node_ips: this node's addresses, overriding the Node object's when not empty.
         service_counters: count the packets and bytes of every frontend (``--service-counters``):
             two sets with a counter per element and the chains that advance them.
+        load_balancing: the endpoint choice of Services without ``nlproxy.io/load-balancing``.
+        hash_seed: the ``jhash`` seed of every consistent-hash Service; None derives one per
+            Service from its UID, so every node agrees without configuration.
     """
 
     node_name: str
@@ -41,11 +44,17 @@ class ProxyConfig:
     masquerade_bit: int = 14
     node_ips: tuple[IPAddress, ...] = ()
     service_counters: bool = False
+    load_balancing: LoadBalancing = LoadBalancing.RANDOM
+    hash_seed: int | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.masquerade_bit <= 31:
             raise ConfigError(
                 "config masqueradeBit", f"{self.masquerade_bit} is not in 0..31", field="value"
+            )
+        if self.hash_seed is not None and not 0 <= self.hash_seed <= 0xFFFFFFFF:
+            raise ConfigError(
+                "config consistentHashSeed", f"{self.hash_seed} is not in 0..4294967295"
             )
         for entry in self.nodeport_addresses:
             if entry != PRIMARY:

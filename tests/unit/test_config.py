@@ -75,11 +75,11 @@ def test_kubeadm_configmap_works_unchanged(tmp_path: Path) -> None:
 
 def test_unused_fields_are_named_once(tmp_path: Path) -> None:
     text = KUBEADM_CONFIGMAP.replace("enableProfiling: false", "enableProfiling: true")
-    text = text.replace('  scheduler: ""', "  scheduler: rr")
+    text = text.replace("  strictARP: false", "  strictARP: true")
     cfg = load_kube_proxy_config(write(tmp_path, text))
     assert cfg.warnings == (
         "enableProfiling is not used by nlproxy",
-        "ipvs.scheduler is not used by nlproxy",
+        "ipvs.strictARP is not used by nlproxy",
     )
 
 
