@@ -29,6 +29,7 @@ from nlproxy.nft.ir import (
     MarkSet,
     Masquerade,
     Numgen,
+    NumgenKind,
     Op,
     Reject,
     RejectKind,
@@ -54,7 +55,6 @@ from nlproxy.nft.uapi import (
     NFT_LOOKUP_F_INV,
     NFT_META_MARK,
     NFT_NAT_DNAT,
-    NFT_NG_RANDOM,
     NFT_PAYLOAD_TRANSPORT_HEADER,
     NFT_REJECT_ICMP_UNREACH,
     NFT_REJECT_ICMPX_UNREACH,
@@ -317,9 +317,11 @@ def _fib(st: _State, e: RawExpr) -> None:
 
 
 def _numgen(st: _State, e: RawExpr) -> None:
-    if e.int("type") != NFT_NG_RANDOM or e.int("offset", 0) != 0:
-        raise UndecodableError("numgen", "only 'numgen random mod N' is in the IR")
-    st.load(e.int("dreg"), _Sel(Numgen(e.int("modulus")), 4))
+    kinds = {k.number: k for k in NumgenKind}
+    kind = kinds.get(e.int("type"))
+    if kind is None or e.int("offset", 0) != 0:
+        raise UndecodableError("numgen", "only 'numgen random|inc mod N' is in the IR")
+    st.load(e.int("dreg"), _Sel(Numgen(e.int("modulus"), kind), 4))
 
 
 def _bitwise(st: _State, e: RawExpr) -> None:

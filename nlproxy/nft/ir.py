@@ -255,11 +255,25 @@ class Field(enum.Enum):
         return dt
 
 
+class NumgenKind(enum.StrEnum):
+    """``numgen``'s generator (NFT_NG_*): a counter kept by the rule, or a random number."""
+
+    INC = "inc"
+    RANDOM = "random"
+
+    @property
+    def number(self) -> int:
+        """NFT_NG_INCREMENTAL (0) or NFT_NG_RANDOM (1)."""
+        return 0 if self is NumgenKind.INC else 1
+
+
 @dataclass(frozen=True, slots=True)
 class Numgen:
-    """``numgen random mod N``: a random 32-bit number in [0, N)."""
+    """``numgen random mod N``: a random 32-bit number in [0, N); ``numgen inc mod N``: the
+    rule's own counter modulo N, advanced by every packet that evaluates it (round-robin)."""
 
     modulus: int
+    kind: NumgenKind = NumgenKind.RANDOM
 
 
 Selector: TypeAlias = Field | Numgen

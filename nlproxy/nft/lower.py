@@ -59,7 +59,6 @@ from nlproxy.nft.uapi import (
     NFT_LOOKUP_F_INV,
     NFT_META_MARK,
     NFT_NAT_DNAT,
-    NFT_NG_RANDOM,
     NFT_REG32_00,
     NFT_REG_1,
     NFT_REG_VERDICT,
@@ -176,7 +175,7 @@ class RuleLowering:
         """Load ``sel`` into ``slot``; returns the number of 32-bit slots it fills."""
         reg = register(slot)
         if isinstance(sel, Numgen):
-            self._emit("numgen", NG_DREG=reg, NG_MODULUS=sel.modulus, NG_TYPE=NFT_NG_RANDOM)
+            self._emit("numgen", NG_DREG=reg, NG_MODULUS=sel.modulus, NG_TYPE=sel.kind.number)
             return 1
         kind, a, b, n = FIELD_LOADS[sel]
         if kind == "payload":

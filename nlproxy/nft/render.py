@@ -213,7 +213,7 @@ class _Context:
 
     def selector(self, sel: Selector) -> str:
         if isinstance(sel, Numgen):
-            return f"numgen random mod {sel.modulus}"
+            return f"numgen {sel.kind} mod {sel.modulus}"
         if self.l4 and sel in (Field.TH_SPORT, Field.TH_DPORT):
             return self.l4 + sel.text[2:]
         return sel.text

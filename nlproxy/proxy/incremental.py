@@ -292,6 +292,7 @@ def _safe_one(
     frag: Fragment,
 ) -> bool:
     mine: set[str] = set()
+    own_sets: set[str] = set()  # elements may go into the service's own maps (balance.py)
     for op in frag.ops:
         ident: object
         match op:
@@ -307,9 +308,9 @@ def _safe_one(
                     return False
                 continue
             case Element():
-                if op.set in _STATIC_SETS or op.set not in rs.elements:
+                if op.set in _STATIC_SETS or (op.set not in rs.elements and op.set not in own_sets):
                     return False
-                ident, exists = (op.set, op.key), op.key in rs.elements[op.set]
+                ident, exists = (op.set, op.key), op.key in rs.elements.get(op.set, ())
             case Chain():
                 ident, exists = (Chain, op.name), op.name in rs.chains
                 if ("shared", op.name) in claims:
@@ -317,6 +318,7 @@ def _safe_one(
                 mine.add(op.name)
             case _:
                 ident, exists = (type(op), op.name), op.name in rs.sets
+                own_sets.add(op.name)
         if claims.setdefault(ident, key) != key or (exists and ident not in gone):
             return False
     return True
@@ -406,8 +408,8 @@ def _undo(rs: Ruleset, live: LiveCounts, frag: Fragment) -> None:
     """Take one service's fragment out of the ruleset (it is the only writer of its objects)."""
     for op in frag.ops:
         match op:
-            case Element():
-                rs.elements[op.set].pop(op.key, None)
+            case Element():  # its own map (balance.py) may be gone already
+                rs.elements.get(op.set, {}).pop(op.key, None)
             case Ensure():
                 left = live.ensures[op.name] - 1
                 if left:

@@ -133,6 +133,17 @@ def affinity_set(ref: ServicePortRef, ip: IPAddress, port: int) -> str:
     return _hashed("affinity", _endpoint_text(ref, ip, port))
 
 
+# Per-service-port objects of round-robin and consistent-hash ports (``balance.py``).
+def balanced_chain(role: str, ref: ServicePortRef) -> str:
+    """``role``: internal (ClusterIP), external, or dnat (external traffic's short-circuits)."""
+    return _hashed(f"lb-{role}", _port_text(ref))
+
+
+def balanced_map(local: bool, ref: ServicePortRef) -> str:
+    """The index (round-robin) or slot (consistent hash) → endpoint map of one endpoint list."""
+    return _hashed("lb-local" if local else "lb-cluster", _port_text(ref))
+
+
 def check_name(kind: str, name: str) -> str:
     """Return ``name`` if the kernel accepts it.
 

@@ -4,10 +4,11 @@ Sits between cluster state and the reconciler (DESIGN §3). For each family it b
 skeleton (``skeleton.py``) and then, per service port, only elements of global maps: dispatch
 (``service-ips``, ``service-nodeports``), endpoint choice (``backends*`` keyed by frontend and
 index, read by the shared ``dnat … numgen … map`` chains), no-endpoint verdicts, firewall ranges
-and hairpin pairs. ClientIP affinity is the one feature that needs per-service chains and sets
-(``affinity.py``). What each service adds is recorded (``fragments.py``) so the next plan can
-replay unchanged services, or ``incremental.py`` can update this plan in place for the changed
-ones. The shape and its reasoning are in docs/ruleset.md.
+and hairpin pairs. ClientIP affinity and the round-robin and consistent-hash choices need
+per-service chains and maps (``affinity.py``, ``balance.py``). What each service adds is
+recorded (``fragments.py``) so the next plan can replay unchanged services, or
+``incremental.py`` can update this plan in place for the changed ones. The shape and its
+reasoning are in docs/ruleset.md.
 
 Pure: no I/O, no clock, no logging; deterministic (same input, identical plan).
 """
@@ -26,6 +27,7 @@ from nlproxy.cluster.model import (
     EndpointSlice,
     IPAddress,
     IPNetwork,
+    LoadBalancing,
     Protocol,
     Service,
     ServiceKey,
@@ -35,6 +37,7 @@ from nlproxy.cluster.model import (
 from nlproxy.nft.ir import DROP, Element, Family, L4Proto, Ruleset, Verdict, goto
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.affinity import add_affinity_chains
+from nlproxy.proxy.balance import add_balanced_chains
 from nlproxy.proxy.config import PRIMARY, ProxyConfig
 from nlproxy.proxy.endpoints import Backend, Categorized, categorize, externally_accessible, resolve
 from nlproxy.proxy.fragments import Fragment, Recorder
@@ -283,6 +286,7 @@ class FamilyPlanner:
             counters=config.service_counters,
         )
         self.counters = config.service_counters
+        self.lb = config.load_balancing
         self.sink = Recorder(self.rs)
         self._hairpin: list[IPAddress] = []
         self.dispatch = Dispatch(self.sink, f, pods=bool(pods))
@@ -355,8 +359,10 @@ class FamilyPlanner:
         # No endpoints at all: reject. Endpoints, but none for this policy: drop.
         no_ep: Verdict = goto(n.REJECT_CHAIN) if not cat.has_any else DROP
         fixed = None
-        if svc.affinity_timeout is not None:
+        if svc.affinity_timeout is not None:  # affinity wins over the algorithm, as upstream's
             fixed = add_affinity_chains(self.sink, self.f, svc, sp, cip, cat, pods=self.pods)
+        elif (lb := svc.load_balancing or self.lb) is not LoadBalancing.RANDOM:
+            fixed = add_balanced_chains(self.sink, self.f, svc, sp, cat, lb, pods=self.pods)
         targets = _Targets(self, svc, sp, cat, fixed)
         fronts = [self._front(sp, FrontendKind.CLUSTER_IP, cip, port)]
         self.element(n.CLUSTER_IPS, (cip,))

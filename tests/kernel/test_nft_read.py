@@ -266,9 +266,6 @@ def test_ct_status_not_equal_is_not_guessed(make_netns: Callable[[str], str]) ->
             "post", "meta l4proto tcp masquerade to :1000-2000", "masquerade", id="masq-ports"
         ),
         pytest.param(
-            "post", "numgen inc mod 2 vmap { 0 : accept, 1 : drop }", "numgen", id="numgen-inc"
-        ),
-        pytest.param(
             "post",
             "numgen random mod 2 offset 5 vmap { 5 : accept, 6 : drop }",
             "numgen",

@@ -33,6 +33,7 @@ from nlproxy.nft.ir import (
     MarkSet,
     Masquerade,
     Numgen,
+    NumgenKind,
     Op,
     Reject,
     RejectKind,
@@ -236,6 +237,16 @@ CASES = [
         "numgen random mod 2 vmap { 0 : jump target, 1 : goto target }",
         (InlineVMap((Numgen(2),), (((0,), jump("target")), ((1,), goto("target")))),),
         id="numgen-inline-vmap",
+    ),
+    case(
+        IP,
+        "numgen inc mod 2 vmap { 0 : jump target, 1 : goto target }",
+        (
+            InlineVMap(
+                (Numgen(2, NumgenKind.INC),), (((0,), jump("target")), ((1,), goto("target")))
+            ),
+        ),
+        id="numgen-inc-inline-vmap",
     ),
     # Statements
     case(IP, "counter accept", (Counter(), ACCEPT), id="counter"),

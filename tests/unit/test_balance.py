@@ -1,0 +1,110 @@
+"""Round-robin and consistent-hash service ports in the plan: same outcomes as random choice
+through chains and maps of their own, kept equal to a fresh plan by in-place updates."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from ipaddress import ip_address
+
+import pytest
+
+from nlproxy.cluster.model import LoadBalancing, Protocol
+from nlproxy.nft.ir import DnatMap, Family, Numgen, NumgenKind, Ruleset
+from nlproxy.nft.render import render_ruleset
+from nlproxy.proxy import naming as n
+from nlproxy.proxy.incremental import attach, plan_update
+from nlproxy.proxy.planner import plan
+from nlproxy.proxy.tracer import TraceResult
+from tests.unit import test_sync_incremental as inc
+from tests.unit import test_tracer as tr
+from tests.unit.builders import endpoint, eps_slice, port, service, snapshot
+
+RR = LoadBalancing.ROUND_ROBIN
+
+
+@pytest.fixture(scope="module")
+def round_robin() -> dict[Family, Ruleset]:
+    return plan(tr._world(), tr._config(load_balancing=RR)).rulesets
+
+
+@pytest.mark.parametrize(("src", "proto", "dst", "dport", "endpoints", "masq", "verdict"), tr.CASES)
+def test_every_trace_is_the_same_as_with_random_choice(
+    round_robin: dict[Family, Ruleset],
+    src: str,
+    proto: Protocol,
+    dst: str,
+    dport: int,
+    endpoints: str,
+    masq: bool,
+    verdict: str,
+) -> None:
+    """The whole tracer table (policies, node ports, short-circuits, firewall, hairpin, v6)."""
+    got = tr._run(round_robin, src, proto, dst, dport)
+    assert got == TraceResult(verdict, frozenset(endpoints.split()), masq)  # type: ignore[arg-type]
+
+
+def _web(**overrides: object) -> object:
+    svc = service("ns", "web", "172.30.0.10", [port("ns", "web", node_port=30080)], **overrides)
+    eps = [endpoint(f"10.180.0.{i}") for i in (1, 2, 3)]
+    return snapshot([svc], [eps_slice("ns", "web", eps, [("p80", 8080, "TCP")])])
+
+
+def _dnats(rs: Ruleset) -> dict[str, list[DnatMap]]:
+    return {
+        chain: [e for r in rules for e in r.exprs if isinstance(e, DnatMap)]
+        for chain, rules in rs.rules.items()
+        if any(isinstance(e, DnatMap) for r in rules for e in r.exprs)
+    }
+
+
+def test_round_robin_port_cycles_in_its_own_rules() -> None:
+    rs = plan(_web(load_balancing=RR), tr._config()).rulesets[Family.IP]
+    ref = port("ns", "web").ref
+    lb_map = n.balanced_map(False, ref)
+    inc_ = DnatMap((Numgen(3, NumgenKind.INC),), lb_map)
+    # ClusterIP traffic and external traffic (the node port) each have a counter.
+    assert _dnats(rs) == {
+        n.balanced_chain("internal", ref): [inc_],
+        n.balanced_chain("external", ref): [inc_],
+    }
+    assert [(el.key, el.value) for el in rs.elements[lb_map].values()] == [
+        ((i,), (ip_address(f"10.180.0.{i + 1}"), 8080)) for i in range(3)
+    ]
+    assert not rs.elements[n.BACKENDS]
+    assert not rs.elements[n.NODEPORT_BACKENDS]
+    assert "dnat ip to numgen inc mod 3 map @lb-cluster-" in render_ruleset(rs)
+
+
+def test_the_annotation_overrides_the_node_default() -> None:
+    rr = plan(_web(load_balancing=LoadBalancing.RANDOM), tr._config(load_balancing=RR))
+    assert rr.rulesets == plan(_web(), tr._config()).rulesets
+
+
+def test_session_affinity_wins() -> None:
+    both = plan(_web(load_balancing=RR, affinity_timeout=60), tr._config()).rulesets
+    alone = plan(_web(affinity_timeout=60), tr._config()).rulesets
+    assert both == alone
+
+
+@pytest.mark.parametrize("algorithm", [RR])
+@pytest.mark.parametrize("seed", range(4))
+def test_random_changes_keep_the_live_plan_equal_to_a_fresh_one(
+    algorithm: LoadBalancing, seed: int
+) -> None:
+    config = replace(inc.CONFIG, load_balancing=algorithm)
+    world, state = inc.World(seed), inc._state_with_node()
+    snap = state.snapshot()
+    live = plan(snap, config)
+    assert attach(live, snap)
+    programmed = {f: inc.as_programmed(live.rulesets[f]) for f in inc.FAMILIES}
+    for _ in range(40):
+        batch = [c for _ in range(world.rng.choice([1, 1, 2, 3])) for c in world.step()]
+        state.apply(batch)
+        snap = state.snapshot()
+        live, deltas = plan_update(live, snap, config)
+        fresh = plan(snap, config)
+        assert live.rulesets == fresh.rulesets
+        assert deltas is not None
+        programmed = {
+            f: inc._check_ops(deltas[f], programmed[f], fresh.rulesets[f]) for f in inc.FAMILIES
+        }
