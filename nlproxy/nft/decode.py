@@ -25,6 +25,7 @@ from nlproxy.nft.ir import (
     Family,
     Field,
     InlineVMap,
+    Jhash,
     Lookup,
     MarkSet,
     Masquerade,
@@ -52,6 +53,7 @@ from nlproxy.nft.uapi import (
     NF_NAT_RANGE_PROTO_SPECIFIED,
     NFT_DYNSET_OP_UPDATE,
     NFT_FIB_RESULT_ADDRTYPE,
+    NFT_HASH_JENKINS,
     NFT_LOOKUP_F_INV,
     NFT_META_MARK,
     NFT_NAT_DNAT,
@@ -324,6 +326,16 @@ def _numgen(st: _State, e: RawExpr) -> None:
     st.load(e.int("dreg"), _Sel(Numgen(e.int("modulus"), kind), 4))
 
 
+def _hash(st: _State, e: RawExpr) -> None:
+    if e.int("type", 0) != NFT_HASH_JENKINS or e.int("offset", 0) != 0 or "seed" not in e.attrs:
+        raise UndecodableError("hash", "only 'jhash <fields> mod M seed S' is in the IR")
+    key = st.take_key(e.int("sreg"), e.int("len"))
+    fields = tuple(sel for sel in key if isinstance(sel, Field))
+    if len(fields) != len(key):
+        raise UndecodableError("hash", "hashes something other than packet fields")
+    st.load(e.int("dreg"), _Sel(Jhash(fields, e.int("modulus"), e.int("seed")), 4))
+
+
 def _bitwise(st: _State, e: RawExpr) -> None:
     if e.int("op", 0) != 0:
         raise UndecodableError("bitwise", "shifts are not in the IR")
@@ -491,6 +503,7 @@ _HANDLERS: dict[str, Callable[[_State, RawExpr], None]] = {
     "ct": _ct,
     "fib": _fib,
     "numgen": _numgen,
+    "hash": _hash,
     "bitwise": _bitwise,
     "immediate": _immediate,
     "counter": _counter,

@@ -276,7 +276,18 @@ class Numgen:
     kind: NumgenKind = NumgenKind.RANDOM
 
 
-Selector: TypeAlias = Field | Numgen
+@dataclass(frozen=True, slots=True)
+class Jhash:
+    """``jhash <key> mod M seed S``: the kernel's Jenkins hash of the key's bytes (as loaded in
+    registers, each part padded to 4 bytes) scaled into [0, M). The seed is always given: without
+    one the kernel draws a random seed per rule, and no two nodes (or restarts) would agree."""
+
+    key: tuple[Field, ...]
+    modulus: int
+    seed: int
+
+
+Selector: TypeAlias = Field | Numgen | Jhash
 
 
 class L4Proto(enum.IntEnum):

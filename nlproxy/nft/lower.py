@@ -28,6 +28,7 @@ from nlproxy.nft.ir import (
     Family,
     Field,
     InlineVMap,
+    Jhash,
     Lookup,
     Map,
     MarkSet,
@@ -45,6 +46,7 @@ from nlproxy.nft.ir import (
     Verdict,
     VMap,
 )
+from nlproxy.nft.jhash import key_length
 from nlproxy.nft.uapi import (
     BITMASK_FIELDS,
     CMP_OPS,
@@ -56,6 +58,7 @@ from nlproxy.nft.uapi import (
     NF_NAT_RANGE_PROTO_SPECIFIED,
     NFT_DYNSET_OP_UPDATE,
     NFT_FIB_RESULT_ADDRTYPE,
+    NFT_HASH_JENKINS,
     NFT_LOOKUP_F_INV,
     NFT_META_MARK,
     NFT_NAT_DNAT,
@@ -99,7 +102,12 @@ def _fields(e: Expr) -> list[Field]:
         case Cmp():
             return [e.left]
         case Lookup() | VMap() | InlineVMap() | DnatMap() | SetUpdate():
-            return [sel for sel in e.key if isinstance(sel, Field)]
+            return [
+                f
+                for sel in e.key
+                for f in (sel.key if isinstance(sel, Jhash) else (sel,))
+                if isinstance(f, Field)
+            ]
         case _:
             return []
 
@@ -176,6 +184,17 @@ class RuleLowering:
         reg = register(slot)
         if isinstance(sel, Numgen):
             self._emit("numgen", NG_DREG=reg, NG_MODULUS=sel.modulus, NG_TYPE=sel.kind.number)
+            return 1
+        if isinstance(sel, Jhash):
+            # nft loads the hashed fields from the next 128-bit register on, then hashes them
+            # into this slot.
+            src = (slot // 4 + 1) * 4
+            used = src
+            for part in sel.key:
+                used += self._load(part, used)
+            self._emit("hash", HASH_SREG=register(src), HASH_DREG=reg, HASH_LEN=key_length(sel),
+                       HASH_MODULUS=sel.modulus, HASH_SEED=sel.seed,
+                       HASH_TYPE=NFT_HASH_JENKINS)  # fmt: skip
             return 1
         kind, a, b, n = FIELD_LOADS[sel]
         if kind == "payload":

@@ -245,6 +245,8 @@ _ATTRS: dict[str, str] = {
     "ct": "key=CT_KEY dreg=CT_DREG dir=CT_DIR sreg=CT_SREG",
     "fib": "dreg=FIB_DREG result=FIB_RESULT flags=FIB_FLAGS",
     "numgen": "dreg=NG_DREG modulus=NG_MODULUS type=NG_TYPE offset=NG_OFFSET",
+    "hash": "sreg=HASH_SREG dreg=HASH_DREG len=HASH_LEN modulus=HASH_MODULUS seed=HASH_SEED "
+    "offset=HASH_OFFSET type=HASH_TYPE",
     "bitwise": "sreg=BITWISE_SREG dreg=BITWISE_DREG mask=BITWISE_MASK:b xor=BITWISE_XOR:b "
     "op=BITWISE_OP",
     "immediate": "dreg=IMM_DREG data=IMM_DATA:b verdict=IMM_VERDICT chain=IMM_CHAIN:s",

@@ -35,6 +35,7 @@ from nlproxy.nft.ir import (
     Field,
     Hook,
     InlineVMap,
+    Jhash,
     Lookup,
     Map,
     MarkSet,
@@ -214,6 +215,9 @@ class _Context:
     def selector(self, sel: Selector) -> str:
         if isinstance(sel, Numgen):
             return f"numgen {sel.kind} mod {sel.modulus}"
+        if isinstance(sel, Jhash):
+            key = " . ".join(self.selector(f) for f in sel.key)
+            return f"jhash {key} mod {sel.modulus} seed 0x{sel.seed:x}"
         if self.l4 and sel in (Field.TH_SPORT, Field.TH_DPORT):
             return self.l4 + sel.text[2:]
         return sel.text
@@ -227,12 +231,12 @@ def _uses_th(e: Expr) -> bool:
     if isinstance(e, Cmp):
         return e.left in th
     if isinstance(e, Lookup | VMap | InlineVMap | DnatMap | SetUpdate):
-        return any(s in th for s in e.key)
+        return any(s in th or (isinstance(s, Jhash) and any(f in th for f in s.key)) for s in e.key)
     return False
 
 
 def _datatypes(key: tuple[Selector, ...]) -> tuple[DataType | None, ...]:
-    return tuple(None if isinstance(s, Numgen) else s.datatype for s in key)
+    return tuple(None if isinstance(s, Numgen | Jhash) else s.datatype for s in key)
 
 
 def _cmp(ctx: _Context, e: Cmp) -> str:

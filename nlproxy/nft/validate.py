@@ -29,6 +29,7 @@ from nlproxy.nft.ir import (
     Family,
     Field,
     InlineVMap,
+    Jhash,
     Lookup,
     Map,
     MarkSet,
@@ -508,6 +509,12 @@ def _check_inline(e: InlineVMap, scope: _Scope) -> None:
 def selector_type(sel: Selector) -> DataType:
     """The datatype a selector contributes to a key: its field's, or INTEGER for numgen."""
     if isinstance(sel, Numgen):
+        return DataType.INTEGER
+    if isinstance(sel, Jhash):
+        if not sel.key or any(f.datatype is None for f in sel.key):
+            raise InvalidNftObject("", "jhash hashes fields with a datatype, at least one")
+        if not 0 < sel.modulus <= 0xFFFFFFFF or not 0 <= sel.seed <= 0xFFFFFFFF:
+            raise InvalidNftObject("", "jhash modulus is not in 1..2^32-1 or seed not 32 bits")
         return DataType.INTEGER
     if sel.datatype is None:
         raise InvalidNftObject("", f"{sel.text} cannot be part of a key")

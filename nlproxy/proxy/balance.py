@@ -24,10 +24,14 @@ from __future__ import annotations
 from nlproxy.cluster.model import LoadBalancing, Service, ServicePort
 from nlproxy.nft.ir import (
     Chain,
+    Cmp,
     DataType,
     DnatMap,
     Element,
     Expr,
+    Field,
+    Jhash,
+    L4Proto,
     Lookup,
     Map,
     Numgen,
@@ -40,6 +44,7 @@ from nlproxy.nft.ir import (
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.endpoints import Backend, Categorized, externally_accessible
 from nlproxy.proxy.fragments import Recorder
+from nlproxy.proxy.maglev import default_seed, lookup_table, table_size
 from nlproxy.proxy.skeleton import FIB_SADDR_LOCAL, FamilySpec
 
 
@@ -52,6 +57,7 @@ def add_balanced_chains(
     algorithm: LoadBalancing,
     *,
     pods: bool,
+    seed: int | None = None,
 ) -> tuple[str, str | None]:
     """Add the chains and maps of one round-robin or consistent-hash service port.
 
@@ -59,9 +65,15 @@ def add_balanced_chains(
         The chain for ClusterIP traffic and the one for external traffic (None when the port
         takes none), as :func:`~nlproxy.proxy.affinity.add_affinity_chains` does. A chain is only
         created when something sends traffic to it.
+
+    Args:
+        seed: the consistent hash's seed; None derives it from the Service's UID.
     """
     ref = sp.ref
     plan = _Port(sink, f, sp, algorithm)
+    if algorithm is LoadBalancing.CONSISTENT_HASH:
+        plan.hashed = (f.saddr, Field.TH_SPORT) if svc.hash_source_port else (f.saddr,)
+        plan.seed = default_seed(svc) if seed is None else seed
     internal_eps = cat.local if svc.internal_policy_local else cat.cluster
     internal = n.balanced_chain("internal", ref)
     if internal_eps:
@@ -104,6 +116,8 @@ class _Port:
     ) -> None:
         self.sink, self.f, self.ref, self.algorithm = sink, f, sp.ref, algorithm
         self.maps: dict[bool, str] = {}
+        self.hashed: tuple[Field, ...] = ()
+        self.seed = 0
 
     def chain(self, name: str, rules: list[tuple[Expr, ...]]) -> None:
         self.sink.add_chain(Chain(name=n.check_name("chain", name), comment=str(self.ref)))
@@ -123,10 +137,20 @@ class _Port:
                     comment=str(self.ref),
                 )
             )
-            for i, b in enumerate(eps):
+            if self.hashed:
+                table = lookup_table(eps, table_size(len(eps)))
+                slots: list[Backend] | tuple[Backend, ...] = [eps[i] for i in table]
+            else:
+                slots = eps
+            for i, b in enumerate(slots):
                 self.sink.add_element(Element(set=name, key=(i,), value=b))
-        return (DnatMap((self.choice(eps),), name),)
+        # nft -f takes a DNAT to an address and port only after a protocol match.
+        proto = Cmp(Field.META_L4PROTO, L4Proto[self.ref.protocol.value])
+        return (proto, DnatMap((self.choice(eps),), name))
 
     def choice(self, eps: tuple[Backend, ...]) -> Selector:
+        """``numgen inc mod N`` (round-robin), or ``jhash <client> mod M seed S`` (Maglev)."""
+        if self.hashed:
+            return Jhash(self.hashed, table_size(len(eps)), self.seed)
         assert self.algorithm is LoadBalancing.ROUND_ROBIN, "random ports use the shared chains"
         return Numgen(len(eps), NumgenKind.INC)

@@ -287,6 +287,7 @@ class FamilyPlanner:
         )
         self.counters = config.service_counters
         self.lb = config.load_balancing
+        self.hash_seed = config.hash_seed
         self.sink = Recorder(self.rs)
         self._hairpin: list[IPAddress] = []
         self.dispatch = Dispatch(self.sink, f, pods=bool(pods))
@@ -362,7 +363,9 @@ class FamilyPlanner:
         if svc.affinity_timeout is not None:  # affinity wins over the algorithm, as upstream's
             fixed = add_affinity_chains(self.sink, self.f, svc, sp, cip, cat, pods=self.pods)
         elif (lb := svc.load_balancing or self.lb) is not LoadBalancing.RANDOM:
-            fixed = add_balanced_chains(self.sink, self.f, svc, sp, cat, lb, pods=self.pods)
+            fixed = add_balanced_chains(
+                self.sink, self.f, svc, sp, cat, lb, pods=self.pods, seed=self.hash_seed
+            )
         targets = _Targets(self, svc, sp, cat, fixed)
         fronts = [self._front(sp, FrontendKind.CLUSTER_IP, cip, port)]
         self.element(n.CLUSTER_IPS, (cip,))

@@ -31,6 +31,7 @@ from nlproxy.nft.ir import (
     Hook,
     InlineVMap,
     IPAddress,
+    Jhash,
     L4Proto,
     Lookup,
     MarkSet,
@@ -49,6 +50,7 @@ from nlproxy.nft.ir import (
     VerdictKind,
     VMap,
 )
+from nlproxy.nft.jhash import hash_of
 
 TraceVerdict = Literal["ACCEPT", "DROP", "REJECT"]
 _Control = Literal["next", "return", "accept", "drop", "reject"]
@@ -296,6 +298,9 @@ class _Tracer:
         for sel in key:
             if isinstance(sel, Numgen):
                 keys = [(*k, i) for k in keys for i in range(sel.modulus)]
+            elif isinstance(sel, Jhash):  # as the kernel computes it: one slot per packet
+                number = hash_of(sel, [self._field(f, pkt) for f in sel.key])
+                keys = [(*k, number) for k in keys]
             else:
                 value = self._field(sel, pkt)
                 keys = [(*k, value) for k in keys]

@@ -6,11 +6,18 @@ everything through node1.
 
 from __future__ import annotations
 
+from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nlproxy.cli import main
+from nlproxy.cluster.model import Protocol
+from nlproxy.nft.ir import Family
+from nlproxy.nft.readback import read_ruleset
+from nlproxy.proxy.tracer import trace
+from nlproxy.sync import TABLE_NAME
 from nlproxy.testbed import Testbed
 from nlproxy.testbed_echo import Result, request
 from tests.kernel import topo
@@ -79,3 +86,88 @@ def test_round_robin_follows_an_endpoint_change(testbed: Testbed, tmp_path: Path
     seen = _pods(ns, VIP, 80, "tcp", 4)
     assert sorted(seen[:2]) == ["pod-c", "pod-r"], seen
     assert seen[2:] == seen[:2], seen
+
+
+# -- consistent hashing ------------------------------------------------------------------------
+
+CLIENTS = [f"192.168.50.{i}" for i in range(10, 34)]
+ALL_PODS = ["pod-a", "pod-b", "pod-c", "pod-r"]
+
+
+def _add_clients(tb: Testbed) -> None:
+    for addr in CLIENTS:
+        topo.sh(tb.client.netns, "ip", "addr", "add", f"{addr}/24", "dev", "eth0")
+
+
+def _choices(tb: Testbed, addr: str, port: int) -> dict[str, str]:
+    """Client address -> the pod that answered it (two connections each: always the same)."""
+    out = {}
+    for src in CLIENTS:
+        pods = {request("tcp", tb.client.netns, addr, port, src=src).pod for _ in range(2)}
+        assert len(pods) == 1, f"{src}: {pods}"
+        out[src] = pods.pop()
+    return out
+
+
+def _traced(tb: Testbed, addr: str, port: int) -> dict[str, str]:
+    """What the tracer predicts from the ruleset read back from the node's kernel."""
+    rs = read_ruleset(Family.IP, TABLE_NAME, netns=tb.node.netns)
+    assert rs is not None
+    by_ip = {str(tb.pod(p).ipv4): p for p in ALL_PODS}
+    local = [tb.node.ipv4, tb.node.gateway_v4, IPv4Address("192.168.50.1")]
+    out = {}
+    for src in CLIENTS:
+        got = trace(rs, IPv4Address(src), Protocol.TCP, IPv4Address(addr), port, local_addrs=local)
+        (endpoint,) = got.endpoints
+        out[src] = by_ip[endpoint.split(":")[0]]
+    return out
+
+
+def test_consistent_hash_same_client_same_pod_as_traced(testbed: Testbed, tmp_path: Path) -> None:
+    """Each client sticks to one pod, the one the kernel's jhash picks as the tracer computes
+    it, through the ClusterIP and the node port alike (one table, one hash)."""
+    _add_clients(testbed)
+    apply(testbed, tmp_path, _web(testbed, ALL_PODS, {LB: "consistent-hash"}))
+    via_vip = _choices(testbed, VIP, 80)
+    assert len(set(via_vip.values())) > 1, f"24 clients all on one pod: {via_vip}"
+    assert via_vip == _traced(testbed, VIP, 80)
+    assert _choices(testbed, str(testbed.node.ipv4), NODE_PORTS["tcp"]) == via_vip
+
+
+def test_consistent_hash_agrees_across_nodes_restarts_and_recreation(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    """Two nodes with the same Service send every client to the same pod, and so does a node
+    after nlproxy restarts and after its table is removed and created again."""
+    _add_clients(testbed)
+    objs = _web(testbed, ALL_PODS, {LB: "consistent-hash"})
+    objs[0]["metadata"]["uid"] = "0b4c6c1e-8f7d-4d6e-9a57-3f1c2f0e5a11"
+    apply(testbed, tmp_path, objs)
+    first = _choices(testbed, VIP, 80)
+    with Testbed(tag="tk2") as other:
+        _add_clients(other)
+        assert [str(other.pod(p).ipv4) for p in ALL_PODS] == [
+            str(testbed.pod(p).ipv4) for p in ALL_PODS
+        ]
+        apply(other, tmp_path / "other", objs)
+        assert _choices(other, VIP, 80) == first
+    apply(testbed, tmp_path, objs)  # a restart: the next run reads the table back
+    assert _choices(testbed, VIP, 80) == first
+    assert main(["--netns", testbed.node.netns, "cleanup"]) == 0
+    apply(testbed, tmp_path, objs)  # the table created anew
+    assert _choices(testbed, VIP, 80) == first
+
+
+def test_session_affinity_wins_over_consistent_hash(testbed: Testbed, tmp_path: Path) -> None:
+    """With both set, a client stays on the pod affinity gave it, a random one: over many
+    clients the pods differ from the hash's choice somewhere."""
+    _add_clients(testbed)
+    ch = {LB: "consistent-hash"}
+    apply(testbed, tmp_path, _web(testbed, ALL_PODS, ch))
+    hashed = _choices(testbed, VIP, 80)
+    apply(testbed, tmp_path, _web(testbed, ALL_PODS, ch, sessionAffinity="ClientIP"))
+    rules = topo.nft_ruleset(testbed)
+    assert "jhash" not in rules
+    assert "lb-cluster-" not in rules
+    sticky = _choices(testbed, VIP, 80)
+    assert sticky != hashed

@@ -28,6 +28,7 @@ from nlproxy.nft.ir import (
     FibType,
     Field,
     InlineVMap,
+    Jhash,
     L4Proto,
     Lookup,
     MarkSet,
@@ -58,6 +59,7 @@ _PRELUDE = {
   set ports { type ipv4_addr . inet_service; }
   map dispatch { type ipv4_addr . inet_proto . inet_service : verdict; }
   map backends { typeof ip daddr . th dport . numgen random mod 3 : ip daddr . th dport; }
+  map slots { typeof numgen random mod 65536 : ip daddr . th dport; }
 """,
     Family.IP6: """
   set aff { type ipv6_addr . inet_proto . inet_service; flags dynamic,timeout; timeout 3h; }
@@ -282,6 +284,25 @@ CASES = [
         (TCP, DnatMap((DADDR, DPORT, Numgen(3)), "backends")),
         "dnat ip to ip daddr . tcp dport . numgen random mod 3 map @backends",
         id="dnat-map",
+    ),
+    case(
+        IP,
+        "meta l4proto tcp dnat ip to jhash ip saddr mod 809 seed 0x5 map @slots",
+        (TCP, DnatMap((Jhash((SADDR,), 809, 5),), "slots")),
+        id="jhash-dnat-map",
+    ),
+    case(
+        IP,
+        "meta l4proto tcp dnat ip to jhash ip saddr . tcp sport mod 7 seed 0xdeadbeef map @slots",
+        (TCP, DnatMap((Jhash((SADDR, SPORT), 7, 0xDEADBEEF),), "slots")),
+        "dnat ip to jhash ip saddr . tcp sport mod 7 seed 0xdeadbeef map @slots",
+        id="jhash-port-dnat-map",
+    ),
+    case(
+        IP,
+        "meta l4proto udp dnat ip to numgen inc mod 3 map @slots",
+        (Cmp(L4, L4Proto.UDP), DnatMap((Numgen(3, NumgenKind.INC),), "slots")),
+        id="numgen-inc-dnat-map",
     ),
     case(IP, "masquerade", (Masquerade(),), id="masquerade"),
     case(IP, "masquerade fully-random", (Masquerade(fully_random=True),), id="masq-random"),

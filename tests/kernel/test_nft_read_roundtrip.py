@@ -62,6 +62,7 @@ def declarations(family: Family) -> list[SetLike]:
     ]
     if family is Family.IP:
         out.append(Set(name="ports", key=(addr, PORT)))
+        out.append(Map(name="slots", key=(DataType.INTEGER,), data=(addr, PORT)))
     return out
 
 

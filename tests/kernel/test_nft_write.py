@@ -38,6 +38,7 @@ from nlproxy.nft.ir import (
     Field,
     Hook,
     InlineVMap,
+    Jhash,
     L4Proto,
     Lookup,
     Map,
@@ -122,6 +123,11 @@ def prelude(family: Family) -> tuple[str, list[Operation]]:
         )
         key = (DataType.IPV4_ADDR, DataType.INET_PROTO, DataType.INET_SERVICE, DataType.MARK)
         ops.append(Map(name="backends", key=key, data=(DataType.IPV4_ADDR, DataType.INET_SERVICE)))
+        text += "\nmap slots { typeof numgen random mod 65536 : ip daddr . th dport; }"
+        slots = Map(
+            name="slots", key=(DataType.INTEGER,), data=(DataType.IPV4_ADDR, DataType.INET_SERVICE)
+        )
+        ops.append(slots)
     else:
         text += (
             "map backends { type ipv6_addr . inet_proto . inet_service"
@@ -197,6 +203,14 @@ CASES: list[tuple[str, Family, str, str, tuple[Expr, ...]]] = [
     ("dnat-map", Family.IP, "pre",
      "dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends",
      (DnatMap((*TCP_KEY, Numgen(3)), "backends"),)),
+    ("jhash-dnat-map", Family.IP, "pre",
+     "meta l4proto tcp dnat ip to jhash ip saddr mod 809 seed 0xdeadbeef map @slots",
+     (Cmp(Field.META_L4PROTO, L4Proto.TCP),
+      DnatMap((Jhash((Field.IP_SADDR,), 809, 0xDEADBEEF),), "slots"))),
+    ("jhash-port-dnat-map", Family.IP, "pre",
+     "meta l4proto udp dnat ip to jhash ip saddr . udp sport mod 7 seed 0x1 map @slots",
+     (Cmp(Field.META_L4PROTO, L4Proto.UDP),
+      DnatMap((Jhash((Field.IP_SADDR, Field.TH_SPORT), 7, 1),), "slots"))),
     ("masquerade", Family.IP, "post", "masquerade", (Masquerade(),)),
     ("masquerade-random", Family.IP, "post", "meta mark & 0x4000 != 0 masquerade fully-random",
      (Cmp(Field.META_MARK, 0, Op.NE, mask=0x4000), Masquerade(fully_random=True))),

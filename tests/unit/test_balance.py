@@ -1,4 +1,4 @@
-"""Round-robin and consistent-hash service ports in the plan: same outcomes as random choice
+"""Round-robin and consistent-hash service ports in the plan: the outcomes of random choice
 through chains and maps of their own, kept equal to a fresh plan by in-place updates."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from tests.unit import test_tracer as tr
 from tests.unit.builders import endpoint, eps_slice, port, service, snapshot
 
 RR = LoadBalancing.ROUND_ROBIN
+CH = LoadBalancing.CONSISTENT_HASH
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +42,32 @@ def test_every_trace_is_the_same_as_with_random_choice(
     """The whole tracer table (policies, node ports, short-circuits, firewall, hairpin, v6)."""
     got = tr._run(round_robin, src, proto, dst, dport)
     assert got == TraceResult(verdict, frozenset(endpoints.split()), masq)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def consistent_hash() -> dict[Family, Ruleset]:
+    return plan(tr._world(), tr._config(load_balancing=CH)).rulesets
+
+
+@pytest.mark.parametrize(("src", "proto", "dst", "dport", "endpoints", "masq", "verdict"), tr.CASES)
+def test_every_trace_picks_one_of_the_same_endpoints_with_consistent_hashing(
+    consistent_hash: dict[Family, Ruleset],
+    src: str,
+    proto: Protocol,
+    dst: str,
+    dport: int,
+    endpoints: str,
+    masq: bool,
+    verdict: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    """One client, one endpoint: one of those random choice may pick, with the same verdict
+    and masquerade. ClientIP affinity wins: a new client of such a Service is placed at random."""
+    got = tr._run(consistent_hash, src, proto, dst, dport)
+    assert (got.verdict, got.masquerade) == (verdict, masq)
+    assert got.endpoints <= frozenset(endpoints.split())
+    affinity = request.node.callspec.id.startswith("affinity")
+    assert len(got.endpoints) == (len(endpoints.split()) if affinity else min(len(endpoints), 1))
 
 
 def _web(**overrides: object) -> object:
@@ -86,10 +113,16 @@ def test_session_affinity_wins() -> None:
     assert both == alone
 
 
-@pytest.mark.parametrize("algorithm", [RR])
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(
+    ("algorithm", "seed", "steps"),
+    [
+        *(pytest.param(RR, seed, 40, id=f"round-robin-{seed}") for seed in range(4)),
+        # Thousands of table elements per service: the fake kernel's checks take their time.
+        pytest.param(CH, 0, 12, id="consistent-hash-0"),
+    ],
+)
 def test_random_changes_keep_the_live_plan_equal_to_a_fresh_one(
-    algorithm: LoadBalancing, seed: int
+    algorithm: LoadBalancing, seed: int, steps: int
 ) -> None:
     config = replace(inc.CONFIG, load_balancing=algorithm)
     world, state = inc.World(seed), inc._state_with_node()
@@ -97,7 +130,7 @@ def test_random_changes_keep_the_live_plan_equal_to_a_fresh_one(
     live = plan(snap, config)
     assert attach(live, snap)
     programmed = {f: inc.as_programmed(live.rulesets[f]) for f in inc.FAMILIES}
-    for _ in range(40):
+    for _ in range(steps):
         batch = [c for _ in range(world.rng.choice([1, 1, 2, 3])) for c in world.step()]
         state.apply(batch)
         snap = state.snapshot()
