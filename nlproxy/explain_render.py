@@ -84,6 +84,8 @@ def _frontends_section(rules: ServiceRules) -> list[str]:
         for fe in rules.frontends
     ]
     out = ["Frontends", *table(rows)]
+    chosen = dict.fromkeys((fe.ref, fe.algorithm) for fe in rules.frontends if fe.algorithm)
+    out += [f"{INDENT}{ref} load balancing: {algorithm}" for ref, algorithm in chosen]
     for fe in rules.frontends:
         if fe.allowed is not None:
             ranges = ", ".join(str(r) for r in fe.allowed) or "none"
@@ -238,6 +240,7 @@ def _frontend_json(fe: Frontend) -> dict[str, Any]:
         "endpoints": [_hostport(a, p) for a, p in fe.endpoints],
         "local_endpoints": [_hostport(a, p) for a, p in fe.local_endpoints],
         "allowed_sources": None if fe.allowed is None else [str(r) for r in fe.allowed],
+        "load_balancing": fe.algorithm or None,
     }
 
 

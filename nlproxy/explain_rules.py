@@ -20,13 +20,18 @@ from nlproxy.nft.decode import key_order
 from nlproxy.nft.ir import (
     Counter,
     Dnat,
+    DnatMap,
     Element,
     Family,
     InlineVMap,
     IPAddress,
     IPNetwork,
+    Jhash,
     L4Proto,
+    Numgen,
+    NumgenKind,
     Ruleset,
+    SetUpdate,
     Value,
     Verdict,
     VerdictKind,
@@ -82,6 +87,8 @@ class Frontend:
         local_endpoints: the Local-policy set (``backends-local``/``nodeport-backends-local``).
         allowed: ``loadBalancerSourceRanges`` as programmed, None when not firewalled.
         programmed: any element of this frontend is in the kernel.
+        algorithm: how its dispatch chooses an endpoint (``random``, ``round-robin``, or
+            ``consistent-hash`` with its hash), empty without a dispatch.
     """
 
     ref: str
@@ -96,6 +103,7 @@ class Frontend:
     local_endpoints: tuple[Target, ...] = ()
     allowed: tuple[IPNetwork, ...] | None = None
     programmed: bool = False
+    algorithm: str = ""
 
     @property
     def key(self) -> FrontKey:
@@ -296,6 +304,7 @@ def _with_endpoints(rs: Ruleset, fe: Frontend, targets: Mapping[str, Targets]) -
         endpoints = _dnat_targets(rs, fe.dispatch)
     return dataclasses.replace(
         fe,
+        algorithm="" if fe.dispatch is None else _algorithm(rs, fe.dispatch),
         endpoints=endpoints,
         local_endpoints=targets[local].get(prefix, ()),
         allowed=allowed,
@@ -370,16 +379,53 @@ def closure(rs: Ruleset, start: Iterable[str]) -> list[str]:
 
 
 def _dnat_targets(rs: Ruleset, chain: str) -> tuple[Target, ...]:
-    """Fixed ``dnat to addr:port`` targets below ``chain`` (ClientIP affinity's endpoint chains;
-    the shared chains DNAT through the ``backends`` maps instead)."""
-    out = [
-        (e.addr, e.port)
-        for name in closure(rs, [chain])
-        for rule in rs.rules.get(name, [])
-        for e in rule.exprs
-        if isinstance(e, Dnat) and e.port is not None
-    ]
+    """The targets below ``chain`` that are not in the global ``backends`` maps: fixed ``dnat to
+    addr:port`` (ClientIP affinity's endpoint chains), or the values of a service port's own
+    map (round-robin and consistent hashing)."""
+    out: list[Target] = []
+    for name in closure(rs, [chain]):
+        for rule in rs.rules.get(name, []):
+            for e in rule.exprs:
+                if isinstance(e, Dnat) and e.port is not None:
+                    out.append((e.addr, e.port))
+                elif isinstance(e, DnatMap) and e.map not in _GLOBAL_BACKENDS:
+                    values = (el.value for el in rs.elements.get(e.map, {}).values())
+                    out += sorted({_target(v) for v in values if _target(v) is not None})  # type: ignore[misc]
     return tuple(dict.fromkeys(out))
+
+
+_GLOBAL_BACKENDS = frozenset(
+    {n.BACKENDS, n.BACKENDS_LOCAL, n.NODEPORT_BACKENDS, n.NODEPORT_BACKENDS_LOCAL}
+)
+
+
+def _target(value: object) -> Target | None:
+    if isinstance(value, tuple) and len(value) == 2:
+        addr, port = value
+        if isinstance(addr, IPv4Address | IPv6Address) and isinstance(port, int):
+            return (addr, port)
+    return None
+
+
+def _algorithm(rs: Ruleset, chain: str) -> str:
+    """How the chains below a dispatch choose: the first choice they make names it."""
+    for name in closure(rs, [chain]):
+        for rule in rs.rules.get(name, []):
+            for e in rule.exprs:
+                if isinstance(e, SetUpdate):
+                    return "ClientIP affinity (a new client: random)"
+                if not isinstance(e, DnatMap):
+                    continue
+                for sel in e.key:
+                    if isinstance(sel, Jhash):
+                        hashed = " . ".join(f.text for f in sel.key)
+                        return (
+                            f"consistent-hash (jhash {hashed} mod {sel.modulus} "
+                            f"seed 0x{sel.seed:x})"
+                        )
+                    if isinstance(sel, Numgen) and sel.kind is NumgenKind.INC:
+                        return "round-robin"
+    return "random"
 
 
 def _chains(rs: Ruleset, start: list[str]) -> list[ChainText]:

@@ -15,7 +15,7 @@ most 65521. Rounding to a power of two keeps M, and so every client's slot, unch
 count varies within the same power of two; crossing one resizes the table and moves most
 clients, as any change of modulus must. 400 rather than Maglev's minimum of 100: Maglev's excess
 over 1/N shrinks as M/N grows, and with 100-135 slots per endpoint it measured up to 5.8% for
-small N (N = 6..16), against at most 1.5% with 400 (every N up to 128, bench/bench_lb.py).
+small N (N = 6..16), against at most 1.6% with 400 (N up to 128, bench/bench_lb.py).
 Beyond 163 endpoints M stays 65521 (fewer slots each; at least 100 up to 655 endpoints), which
 bounds the elements of a table. Pure: no I/O, clock or logging; deterministic.
 """

@@ -6,6 +6,7 @@ everything through node1.
 
 from __future__ import annotations
 
+import json
 from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any
@@ -171,3 +172,29 @@ def test_session_affinity_wins_over_consistent_hash(testbed: Testbed, tmp_path: 
     assert "lb-cluster-" not in rules
     sticky = _choices(testbed, VIP, 80)
     assert sticky != hashed
+
+
+def test_explain_names_the_algorithm_and_the_clients_pod(
+    testbed: Testbed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``explain`` says how each port chooses, and with ``--from`` which pod that client gets:
+    the one it really reaches."""
+    _add_clients(testbed)
+    apply(testbed, tmp_path, _web(testbed, ALL_PODS, {LB: "consistent-hash"}))
+    reached = _choices(testbed, VIP, 80)
+    by_pod = {p: f"{testbed.pod(p).ipv4}:8080" for p in ALL_PODS}
+    for src in CLIENTS[:4]:
+        capsys.readouterr()
+        argv = ["--netns", testbed.node.netns, "explain", "default/web", "--port", "tcp"]
+        assert main([*argv, "--from", src, "--json"]) == 0
+        report = json.loads(capsys.readouterr().out)
+        algorithms = {fe["load_balancing"] for fe in report["frontends"]}
+        assert len(algorithms) == 1
+        assert algorithms.pop().startswith("consistent-hash (jhash ip saddr mod 1601 seed 0x")
+        traced = {t["frontend"]: t["endpoints"] for t in report["trace"]["results"]}
+        assert traced[f"{VIP}:80/TCP"] == [by_pod[reached[src]]], traced
+    apply(testbed, tmp_path, _web(testbed, PODS, {LB: "round-robin"}))
+    capsys.readouterr()
+    assert main(["--netns", testbed.node.netns, "explain", "default/web"]) == 0
+    text = capsys.readouterr().out
+    assert "default/web:tcp/TCP load balancing: round-robin" in text

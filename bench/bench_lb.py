@@ -1,0 +1,202 @@
+"""What round-robin and consistent hashing cost next to random choice, and what Maglev moves.
+
+Three parts, JSON lines each:
+
+- ``cost``: S services x N endpoints (N = 2, 10, 100) programmed into a fresh namespace by a
+  ``Syncer`` once per algorithm: kernel objects per service (chains, sets, elements) and the
+  kernel (system) CPU time and wall time of the first sync, per service, side by side with
+  random as ratios; then one endpoint of one service is replaced (a new address), and one
+  goes: the operations of each sync (by kind, from the planner's diff), whether it was
+  incremental and its commit time (one batch).
+- ``budget``: the elements 10,000 services would hold if every one opted in, per N.
+- ``disruption``: for each N, the share of table slots (what a uniform hash moves) and of 4000
+  simulated clients (hashed as the kernel does) that change endpoint when one of N endpoints
+  goes (N from 3 to 128 whose table keeps its size, four removed endpoints each), against 1/N:
+  the worst and mean excess, at the planner's table sizes.
+
+Run as root (the cost part creates namespaces):
+
+    .venv/bin/python bench/bench_lb.py --services 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+from ipaddress import IPv4Address
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bench_incremental import CONFIG, _up, cluster, eps_slice, namespace
+from nlproxy.cluster.model import EndpointSlice, LoadBalancing
+from nlproxy.nft.ir import Element, Family, Operation, Rule, Ruleset
+from nlproxy.nft.jhash import nft_jhash
+from nlproxy.nft.reconcile import diff
+from nlproxy.proxy.maglev import lookup_table, table_size
+from nlproxy.proxy.planner import plan
+from nlproxy.sync import Syncer, SyncResult, as_programmed
+
+ALGORITHMS = (LoadBalancing.RANDOM, LoadBalancing.ROUND_ROBIN, LoadBalancing.CONSISTENT_HASH)
+
+
+def _objects(rs: Ruleset) -> dict[str, int]:
+    return {
+        "chains": len(rs.chains),
+        "sets": len(rs.sets),
+        "rules": sum(len(r) for r in rs.rules.values()),
+        "elements": sum(len(e) for e in rs.elements.values()),
+    }
+
+
+def _sys() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
+
+def cost(services: int, endpoints: int, algorithm: LoadBalancing) -> dict[str, object]:
+    config = replace(CONFIG, load_balancing=algorithm)
+    state = cluster(services, endpoints, nodeport_every=0)
+    snap = state.snapshot()
+    base = _objects(plan(cluster(0, 0, nodeport_every=0).snapshot(), config).rulesets[Family.IP])
+    with namespace() as ns:
+        syncer = Syncer(config, netns=ns)
+        try:
+            t, s = time.perf_counter(), _sys()
+            first = syncer.sync(snap)
+            wall, kernel = time.perf_counter() - t, _sys() - s
+            assert first.plan is not None
+            objects = _objects(first.plan.rulesets[Family.IP])
+            changes = {}
+            for what, slice_ in (
+                ("replaced", replaced(endpoints)),  # a pod restarted with a new address
+                ("removed", eps_slice(0, endpoints, skip=endpoints // 2)),
+            ):
+                before = as_programmed(syncer.sync(state.snapshot()).plan.rulesets[Family.IP])  # type: ignore[union-attr]
+                state.apply([_up(slice_)])
+                changed = syncer.sync(state.snapshot())
+                assert changed.plan is not None
+                changes[what] = _change(changed, diff(changed.plan.rulesets[Family.IP], before))
+        finally:
+            syncer.close()
+    per_service = {k: round((v - base[k]) / services, 1) for k, v in objects.items()}
+    return {
+        "bench": "lb",
+        "part": "cost",
+        "algorithm": str(algorithm),
+        "services": services,
+        "endpoints": endpoints,
+        "per_service": per_service,
+        "sync_s": round(wall, 3),
+        "kernel_s": round(kernel, 3),
+        "kernel_ms_per_service": round(1000 * kernel / services, 3),
+        **changes,
+    }
+
+
+def replaced(endpoints: int) -> EndpointSlice:
+    """Service 0's slice with its middle endpoint at a new address."""
+    s = eps_slice(0, endpoints)
+    eps = list(s.endpoints)
+    eps[endpoints // 2] = replace(eps[endpoints // 2], ip=IPv4Address("10.255.255.1"))
+    return replace(s, endpoints=tuple(eps))
+
+
+def _change(result: SyncResult, ops: list[Operation]) -> dict[str, object]:
+    """One sync's operations by kind (the planner's diff of the same change) and its commit;
+    a sync is one batch per family, and only ``ip`` changes here."""
+    kinds = Counter(
+        f"{op.verb} {'element' if isinstance(op.obj, Element) else type(op.obj).__name__.lower()}"
+        for op in ops
+    )
+    return {
+        "incremental": result.incremental,
+        "ops": result.total_ops,
+        "commit_ms": round(result.commit_ms, 2),
+        "kinds": dict(sorted(kinds.items())),
+        "rules_changed": sum(1 for op in ops if isinstance(op.obj, Rule)),
+    }
+
+
+def budget(endpoints: int) -> dict[str, object]:
+    n = 10_000
+    return {
+        "bench": "lb",
+        "part": "budget",
+        "services": n,
+        "endpoints": endpoints,
+        "consistent_hash_elements": n * table_size(endpoints),
+        "random_elements": n * endpoints,
+        "ratio": round(table_size(endpoints) / endpoints, 1),
+    }
+
+
+def _eps(count: int) -> list[tuple[IPv4Address, int]]:
+    return [(IPv4Address("10.128.0.1") + i, 8080) for i in range(count)]
+
+
+def disruption(clients: int = 4000) -> list[dict[str, object]]:
+    rng = random.Random(1)
+    sources = [rng.getrandbits(32).to_bytes(4, "big") for _ in range(clients)]
+    rows = []
+    for count in (*range(3, 21), 24, 31, 32, 48, 63, 64, 100, 127, 128):
+        size = table_size(count)
+        if table_size(count - 1) != size:
+            continue  # the table resizes: most clients move (documented)
+        eps = _eps(count)
+        before = [eps[i] for i in lookup_table(eps, size)]
+        slots = [nft_jhash(s, size, 0x5EED) for s in sources]
+        excess, sampled = [], []
+        for gone in sorted({0, count // 3, count // 2, count - 1}):
+            rest = eps[:gone] + eps[gone + 1 :]
+            after = [rest[i] for i in lookup_table(rest, size)]
+            # Slots moved: exactly the share of clients a uniform hash moves.
+            excess.append(sum(1 for a, b in zip(before, after, strict=True) if a != b) / size)
+            excess[-1] -= 1 / count
+            moved = sum(1 for s in slots if before[s] != after[s]) / clients
+            sampled.append(moved - 1 / count)
+        rows.append(
+            {
+                "bench": "lb",
+                "part": "disruption",
+                "endpoints": count,
+                "table": size,
+                "worst_excess_pct": round(100 * max(excess), 2),
+                "mean_excess_pct": round(100 * sum(excess) / len(excess), 2),
+                "clients_worst_excess_pct": round(100 * max(sampled), 2),
+            }
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--services", type=int, default=200)
+    parser.add_argument("--endpoints", type=int, nargs="+", default=[2, 10, 100])
+    parser.add_argument("--skip-kernel", action="store_true", help="only the pure parts")
+    args = parser.parse_args(argv)
+    for n in args.endpoints:
+        if not args.skip_kernel:
+            rows = [cost(args.services, n, a) for a in ALGORITHMS]
+            random_kernel = float(rows[0]["kernel_s"])  # type: ignore[arg-type]
+            for row in rows:
+                # CPU time is counted in clock ticks: no ratio below 20 ms.
+                ratio = float(row["kernel_s"]) / random_kernel if random_kernel >= 0.02 else None  # type: ignore[arg-type]
+                row["kernel_vs_random"] = None if ratio is None else round(ratio, 1)
+                print(json.dumps(row), flush=True)
+        print(json.dumps(budget(n)), flush=True)
+    rows = disruption()
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    worst = max(rows, key=lambda r: float(r["worst_excess_pct"]))  # type: ignore[arg-type]
+    print(json.dumps({**worst, "part": "disruption-worst"}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

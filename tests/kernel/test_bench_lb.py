@@ -1,0 +1,25 @@
+"""bench_lb.py on a small cluster: it runs, and the facts its figures rest on hold (a
+consistent-hash endpoint change is element updates; Maglev's excess is within its bound)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import bench_lb
+
+
+def test_small_run(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench_lb.main(["--services", "3", "--endpoints", "10"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    cost = {r["algorithm"]: r for r in rows if r["part"] == "cost"}
+    assert set(cost) == {"random", "round-robin", "consistent-hash"}
+    ch = cost["consistent-hash"]
+    assert ch["per_service"]["sets"] == 1
+    assert ch["per_service"]["elements"] >= 1601
+    for change in ("replaced", "removed"):
+        assert ch[change]["incremental"]
+        assert set(ch[change]["kinds"]) <= {"add element", "delete element"}
+    (worst,) = [r for r in rows if r["part"] == "disruption-worst"]
+    assert worst["worst_excess_pct"] <= 2.0
