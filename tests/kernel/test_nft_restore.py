@@ -4,7 +4,8 @@ Operators and host tooling save the whole ruleset and restore it (``nft list rul
 nft -f f``, nftables.service, a scratch namespace for debugging). One table that nft cannot
 parse back breaks that for every table on the node, so every shape nlproxy programs is checked
 here: both families, ClusterIP/NodePort/external/LB frontends, source ranges, both traffic
-policies, ClientIP affinity (with a learned client), ``--service-counters``, and an owned table.
+policies, ClientIP affinity (with a learned client), ``--service-counters``, an owned table, and
+round-robin and consistent-hash ports (their own chains and maps).
 The saved text must pass ``nft -c -f``, load with ``nft -f`` into a fresh namespace, and read back
 there as exactly what was planned (the next sync would send nothing).
 """
@@ -19,6 +20,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from nlproxy.cluster.model import LoadBalancing
 from nlproxy.nft.backend import NftBackend
 from nlproxy.nft.dump import NFT_MSG_GETSET, dump, get_bytes, get_str, nftnl, parsed
 from nlproxy.nft.ir import DataType, Family, Ruleset, SetFlag, Table
@@ -43,8 +45,8 @@ def nft(ns: str, *args: str, text: str | None = None) -> subprocess.CompletedPro
     )
 
 
-def _planned(counters: bool) -> dict[Family, Ruleset]:
-    return plan(_world(), _config(service_counters=counters)).rulesets
+def _planned(counters: bool, lb: LoadBalancing = LoadBalancing.RANDOM) -> dict[Family, Ruleset]:
+    return plan(_world(), _config(service_counters=counters, load_balancing=lb)).rulesets
 
 
 @contextmanager
@@ -84,18 +86,20 @@ def _assert_reads_back_as_planned(ns: str, want: Ruleset, dynamic: set[str]) -> 
 
 
 @pytest.mark.parametrize(
-    ("counters", "owner"),
+    ("counters", "owner", "lb"),
     [
-        pytest.param(False, False, id="plain"),
-        pytest.param(True, False, id="service-counters"),
-        pytest.param(False, True, id="owned-table"),
+        pytest.param(False, False, LoadBalancing.RANDOM, id="plain"),
+        pytest.param(True, False, LoadBalancing.RANDOM, id="service-counters"),
+        pytest.param(False, True, LoadBalancing.RANDOM, id="owned-table"),
+        pytest.param(False, False, LoadBalancing.ROUND_ROBIN, id="round-robin"),
+        pytest.param(False, False, LoadBalancing.CONSISTENT_HASH, id="consistent-hash"),
     ],
 )
 def test_saved_ruleset_loads_back(
-    make_netns: Callable[[str], str], counters: bool, owner: bool
+    make_netns: Callable[[str], str], counters: bool, owner: bool, lb: LoadBalancing
 ) -> None:
     node, scratch = make_netns("nrs"), make_netns("nrr")
-    rulesets = _planned(counters)
+    rulesets = _planned(counters, lb)
     dynamic: dict[Family, set[str]] = {}
     with _program(node, rulesets, owner):
         for family, rs in rulesets.items():
