@@ -13,7 +13,9 @@ clock, no logging. Three parts:
   - ``service-ips``: ``daddr . l4proto . dport`` → verdict, element comment ``ns/name:port/PROTO``;
   - ``backends``: ``daddr . l4proto . dport . index`` → ``endpoint addr . port``;
   - ``service-nodeports``: ``l4proto . dport`` → verdict, same comments;
-  - ``nodeport-backends``: ``l4proto . dport . index`` → ``endpoint addr . port``.
+  - ``nodeport-backends``: ``l4proto . dport . index`` → ``endpoint addr . port``;
+  - a round-robin or consistent-hash port's own ``lb-cluster-…``/``lb-local-…`` maps: index →
+    ``endpoint addr . port``, the map's comment naming the port (its frontends' comment).
 """
 
 from __future__ import annotations
@@ -215,6 +217,8 @@ SERVICE_IPS = "service-ips"
 BACKENDS = "backends"
 SERVICE_NODEPORTS = "service-nodeports"
 NODEPORT_BACKENDS = "nodeport-backends"
+BALANCED_MAP_PREFIXES = ("lb-cluster-", "lb-local-")
+"""How a round-robin or consistent-hash port's own maps are named (``naming.balanced_map``)."""
 
 
 class UnexpectedElement(NlproxyError):
@@ -277,6 +281,15 @@ def _backend(el: Element) -> Backend:
     return Backend(_addr(el, el.value[0]), _port(el, el.value[1]))
 
 
+def _balanced(rs: Ruleset) -> dict[str, set[Backend]]:
+    """The endpoints in round-robin and consistent-hash ports' own maps, by service port."""
+    out: dict[str, set[Backend]] = defaultdict(set)
+    for name, s in rs.sets.items():
+        if name.startswith(BALANCED_MAP_PREFIXES) and s.comment:
+            out[s.comment].update(_backend(el) for el in rs.elements.get(name, {}).values())
+    return out
+
+
 def programmed_frontends(rulesets: Iterable[Ruleset]) -> Programmed:
     """Every frontend nlproxy programmed in ``rulesets`` (``ip nlproxy``, ``ip6 nlproxy``).
 
@@ -289,13 +302,17 @@ def programmed_frontends(rulesets: Iterable[Ruleset]) -> Programmed:
     backends: dict[Frontend, set[Backend]] = defaultdict(set)
     services: dict[Frontend, str] = {}
     for rs in rulesets:
+        own: dict[Frontend, str] = {}
         for name, nodeport in ((SERVICE_IPS, False), (SERVICE_NODEPORTS, True)):
             for el in rs.elements.get(name, {}).values():
                 fe = _frontend(el, nodeport)
                 backends.setdefault(fe, set())  # programmed even with no backends
                 if el.comment:
-                    services[fe] = el.comment
+                    services[fe] = own[fe] = el.comment
         for name, nodeport in ((BACKENDS, False), (NODEPORT_BACKENDS, True)):
             for el in rs.elements.get(name, {}).values():
                 backends[_frontend(el, nodeport)].add(_backend(el))
+        by_port = _balanced(rs)
+        for fe, ref in own.items():
+            backends[fe].update(by_port.get(ref, ()))
     return Programmed({fe: frozenset(bes) for fe, bes in backends.items()}, services)

@@ -20,7 +20,7 @@ from nlproxy.nft.readback import read_ruleset
 from nlproxy.proxy.tracer import trace
 from nlproxy.sync import TABLE_NAME
 from nlproxy.testbed import Testbed
-from nlproxy.testbed_echo import Result, request
+from nlproxy.testbed_echo import Result, UdpSession, request
 from tests.kernel import topo
 from tests.kernel.topo import PORTS, SLICE_PORTS, SVC_PORT, apply
 
@@ -198,3 +198,20 @@ def test_explain_names_the_algorithm_and_the_clients_pod(
     assert main(["--netns", testbed.node.netns, "explain", "default/web"]) == 0
     text = capsys.readouterr().out
     assert "default/web:tcp/TCP load balancing: round-robin" in text
+
+
+@pytest.mark.parametrize("algorithm", ["round-robin", "consistent-hash"])
+def test_udp_flow_moves_off_a_removed_endpoint(
+    testbed: Testbed, tmp_path: Path, algorithm: str
+) -> None:
+    """One UDP socket keeps its conntrack entry; removing its endpoint deletes the flow, so the
+    socket's next packet is balanced again, to a pod that is still there."""
+    a = testbed.pod("pod-a")
+    apply(testbed, tmp_path, _web(testbed, PODS, {LB: algorithm}))
+    with UdpSession(a.netns, VIP, 53) as session:
+        first = session.ask().pod
+        rest = [p for p in PODS if p != first]
+        apply(testbed, tmp_path, _web(testbed, rest, {LB: algorithm}))
+        after = [session.ask() for _ in range(3)]
+    assert {o.pod for o in after} <= set(rest), [str(o) for o in after]
+    assert all(o.result is Result.ANSWERED for o in after), [str(o) for o in after]

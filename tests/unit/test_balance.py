@@ -9,6 +9,7 @@ from ipaddress import ip_address
 import pytest
 
 from nlproxy.cluster.model import LoadBalancing, Protocol
+from nlproxy.conntrack_plan import programmed_frontends, stale_flow_filters
 from nlproxy.nft.ir import DnatMap, Family, Numgen, NumgenKind, Ruleset
 from nlproxy.nft.render import render_ruleset
 from nlproxy.proxy import naming as n
@@ -141,3 +142,26 @@ def test_random_changes_keep_the_live_plan_equal_to_a_fresh_one(
         programmed = {
             f: inc._check_ops(deltas[f], programmed[f], fresh.rulesets[f]) for f in inc.FAMILIES
         }
+
+
+@pytest.mark.parametrize("algorithm", [RR, CH])
+def test_conntrack_cleanup_sees_the_ports_own_endpoints(algorithm: LoadBalancing) -> None:
+    """A UDP endpoint removed from a round-robin or consistent-hash port has its flows deleted,
+    like any other: the programmed endpoints include the port's own map."""
+    udp = [port("ns", "dns", "dns", 53, "UDP", node_port=30053)]
+
+    def world(ips: list[str]) -> object:
+        svc = service("ns", "dns", "172.30.0.53", udp, load_balancing=algorithm)
+        eps = [endpoint(ip) for ip in ips]
+        return snapshot([svc], [eps_slice("ns", "dns", eps, [("dns", 53, "UDP")])])
+
+    old = plan(world(["10.180.0.1", "10.180.0.2", "10.180.0.3"]), tr._config())
+    new = plan(world(["10.180.0.1", "10.180.0.3"]), tr._config())
+    before = programmed_frontends(old.rulesets.values())
+    after = programmed_frontends(new.rulesets.values())
+    assert {str(b.addr) for fe in before for b in before[fe]} == {
+        "10.180.0.1", "10.180.0.2", "10.180.0.3"
+    }  # fmt: skip
+    filters = stale_flow_filters(before, after, node_addrs=(), flush_tcp=False)
+    assert filters
+    assert {str(f.reply_src) for f in filters} == {"10.180.0.2"}
