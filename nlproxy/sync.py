@@ -30,7 +30,7 @@ from nlproxy.conntrack import (
     programmed_frontends,
     stale_flow_filters,
 )
-from nlproxy.conntrack_plan import Programmed
+from nlproxy.conntrack_plan import BALANCED_MAP_PREFIXES, Programmed
 from nlproxy.errors import KernelError
 from nlproxy.isolation import (
     Exclusion,
@@ -448,13 +448,17 @@ _IPPROTO_UDP = 17
 
 def udp_only(rs: Ruleset) -> Ruleset:
     """The dispatch and backends elements of ``rs``'s UDP frontends (the l4proto is the
-    frontend key's second part, or its first for NodePorts)."""
+    frontend key's second part, or its first for NodePorts), and the maps of its round-robin
+    and consistent-hash UDP ports."""
     out = Ruleset(table=rs.table)
     for dispatch, backends, width in _DISPATCH:
         proto = width - 2
         for name in (dispatch, backends):
             els = rs.elements.get(name, {})
             out.elements[name] = {k: el for k, el in els.items() if k[proto] == _IPPROTO_UDP}
+    for name, s in rs.sets.items():  # round-robin and consistent-hash UDP ports' own maps
+        if name.startswith(BALANCED_MAP_PREFIXES) and s.comment.endswith("/UDP"):
+            out.sets[name], out.elements[name] = s, dict(rs.elements.get(name, {}))
     return out
 
 
@@ -470,11 +474,26 @@ def delta_frontends(
     A NodePort frontend spans both families, so it is gathered from both.
     """
     fronts: set[tuple[Value, ...]] = set()
-    for delta in deltas.values():
+    balanced: dict[Family, set[str]] = {}
+    for family, delta in deltas.items():
         for name, key in delta.elements:
             for dispatch, backends, width in _DISPATCH:
                 if name in (dispatch, backends):
                     fronts.add(key[:width])
+        names = {name for name, _ in delta.elements} | set(delta.sets)
+        balanced[family] = {x for x in names if x.startswith(BALANCED_MAP_PREFIXES)}
+    refs = {_balanced_ref(deltas[f], rulesets[f], x) for f, xs in balanced.items() for x in xs}
+    refs.discard("")
+    if refs:  # a round-robin or consistent-hash port changed: its frontends and all its maps
+        for family, rs in rulesets.items():
+            for dispatch, _, width in _DISPATCH:
+                els = rs.elements.get(dispatch, {})
+                fronts.update(k[:width] for k, el in els.items() if el.comment in refs)
+            balanced.setdefault(family, set()).update(
+                x
+                for x, s in rs.sets.items()
+                if x.startswith(BALANCED_MAP_PREFIXES) and s.comment in refs
+            )
     if not fronts:
         return [], []
     before, after = [], []
@@ -485,9 +504,36 @@ def delta_frontends(
             mine = [f for f in fronts if len(f) == width]
             for out, side in ((b, 0), (a, 1)):
                 _gather(out, rs, changes, side, dispatch, backends, mine)
+        for out, side in ((b, 0), (a, 1)):
+            _gather_balanced(out, rs, deltas[family], side, balanced.get(family, set()))
         before.append(b)
         after.append(a)
     return before, after
+
+
+def _balanced_ref(delta: Delta, rs: Ruleset, name: str) -> str:
+    """The service port a round-robin or consistent-hash map belongs to (its comment)."""
+    pair = delta.sets.get(name)
+    s = rs.sets.get(name) or (pair and (pair[1] or pair[0]))
+    return s.comment if s else ""
+
+
+def _gather_balanced(out: Ruleset, rs: Ruleset, delta: Delta, side: int, names: set[str]) -> None:
+    """Copy the port's own maps (``lb-cluster-…``/``lb-local-…``) as they were or are."""
+    for name in names:
+        pair = delta.sets.get(name)
+        s = pair[side] if pair is not None else rs.sets.get(name)
+        if s is None:
+            continue
+        out.sets[name] = s
+        keys = set(rs.elements.get(name, {})) | {k for x, k in delta.elements if x == name}
+        els: dict[tuple[Value, ...], Element] = {}
+        for key in keys:
+            change = delta.elements.get((name, key))
+            el = change[side] if change is not None else rs.elements.get(name, {}).get(key)
+            if el is not None:
+                els[key] = el
+        out.elements[name] = els
 
 
 def _gather(

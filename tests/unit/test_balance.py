@@ -16,6 +16,7 @@ from nlproxy.proxy import naming as n
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.planner import plan
 from nlproxy.proxy.tracer import TraceResult
+from nlproxy.sync import udp_only
 from tests.unit import test_sync_incremental as inc
 from tests.unit import test_tracer as tr
 from tests.unit.builders import endpoint, eps_slice, port, service, snapshot
@@ -135,10 +136,12 @@ def test_random_changes_keep_the_live_plan_equal_to_a_fresh_one(
         batch = [c for _ in range(world.rng.choice([1, 1, 2, 3])) for c in world.step()]
         state.apply(batch)
         snap = state.snapshot()
+        old_tables = [programmed[f] for f in inc.FAMILIES]
         live, deltas = plan_update(live, snap, config)
         fresh = plan(snap, config)
         assert live.rulesets == fresh.rulesets
         assert deltas is not None
+        inc._check_conntrack(deltas, old_tables, fresh)
         programmed = {
             f: inc._check_ops(deltas[f], programmed[f], fresh.rulesets[f]) for f in inc.FAMILIES
         }
@@ -165,3 +168,15 @@ def test_conntrack_cleanup_sees_the_ports_own_endpoints(algorithm: LoadBalancing
     filters = stale_flow_filters(before, after, node_addrs=(), flush_tcp=False)
     assert filters
     assert {str(f.reply_src) for f in filters} == {"10.180.0.2"}
+
+
+def test_udp_only_keeps_the_ports_own_maps() -> None:
+    """At start-up only UDP frontends are read for cleanup: a round-robin UDP port's endpoints
+    are among them."""
+    udp = [port("ns", "dns", "dns", 53, "UDP")]
+    svc = service("ns", "dns", "172.30.0.53", udp, load_balancing=RR)
+    eps = [endpoint("10.180.0.1"), endpoint("10.180.0.2")]
+    snap = snapshot([svc], [eps_slice("ns", "dns", eps, [("dns", 53, "UDP")])])
+    rs = plan(snap, tr._config()).rulesets[Family.IP]
+    got = programmed_frontends([udp_only(rs)])
+    assert {str(b.addr) for fe in got for b in got[fe]} == {"10.180.0.1", "10.180.0.2"}
