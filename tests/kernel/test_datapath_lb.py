@@ -215,3 +215,27 @@ def test_udp_flow_moves_off_a_removed_endpoint(
         after = [session.ask() for _ in range(3)]
     assert {o.pod for o in after} <= set(rest), [str(o) for o in after]
     assert all(o.result is Result.ANSWERED for o in after), [str(o) for o in after]
+
+
+def test_daemon_moves_a_udp_flow_off_a_removed_endpoint(testbed: Testbed, tmp_path: Path) -> None:
+    """The daemon's incremental sync: a consistent-hash port loses the endpoint a UDP socket is
+    on; the flow is deleted (conntrack_deleted in the sync's log line) and the socket's next
+    packets reach a pod that is still there."""
+    from tests.kernel.test_daemon import daemon, publish, wait_until
+
+    a = testbed.pod("pod-a")
+    ch = {LB: "consistent-hash"}
+    manifests = publish(tmp_path / "m", [testbed.node_manifest(), *_web(testbed, PODS, ch)])
+    with daemon(testbed, manifests) as d, UdpSession(a.netns, VIP, 53) as session:
+        wait_until(lambda: session.ask().result is Result.ANSWERED, 10, "the service answers")
+        first = session.ask().pod
+        rest = [p for p in PODS if p != first]
+        publish(manifests, [testbed.node_manifest(), *_web(testbed, rest, ch)])
+        wait_until(
+            lambda: any(e.get("conntrack_deleted") for e in d.events("sync.applied")),
+            10,
+            "a sync deleted the flow",
+        )
+        after = [session.ask() for _ in range(3)]
+    assert {o.pod for o in after} <= set(rest), [str(o) for o in after]
+    assert all(o.result is Result.ANSWERED for o in after), [str(o) for o in after]
