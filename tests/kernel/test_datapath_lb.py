@@ -7,7 +7,7 @@ everything through node1.
 from __future__ import annotations
 
 import json
-from ipaddress import IPv4Address
+from ipaddress import IPv4Address, IPv6Address
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from tests.kernel import topo
 from tests.kernel.topo import PORTS, SLICE_PORTS, SVC_PORT, apply
 
 testbed = topo.testbed
+testbed6 = topo.testbed6
 
 VIP = "10.96.0.30"
 NODE_PORTS = {"tcp": 30081, "udp": 30054}
@@ -239,3 +240,30 @@ def test_daemon_moves_a_udp_flow_off_a_removed_endpoint(testbed: Testbed, tmp_pa
         after = [session.ask() for _ in range(3)]
     assert {o.pod for o in after} <= set(rest), [str(o) for o in after]
     assert all(o.result is Result.ANSWERED for o in after), [str(o) for o in after]
+
+
+def test_consistent_hash_over_ipv6_is_as_traced(testbed6: Testbed, tmp_path: Path) -> None:
+    """``jhash ip6 saddr``: 16 bytes, more than one round of the hash; the kernel's choice for
+    each of 16 clients is the one the tracer computes."""
+    tb = testbed6
+    clients = [f"fd00:192:168:50::{i:x}" for i in range(0x10, 0x20)]
+    for addr in clients:
+        topo.sh(tb.client.netns, "ip", "addr", "add", f"{addr}/64", "dev", "eth0", "nodad")
+    vip6 = "fd00:10:96::30"
+    svc = topo.service("web", ["10.96.0.30", vip6], PORTS, ipFamilyPolicy="RequireDualStack")
+    svc["metadata"]["annotations"] = {LB: "consistent-hash"}
+    v6 = [topo.endpoint(str(tb.pod(p).ipv6), tb.pod(p).node) for p in ALL_PODS]
+    apply(tb, tmp_path, [svc, topo.endpoint_slice("web", v6, SLICE_PORTS, family="IPv6")])
+    rs = read_ruleset(Family.IP6, TABLE_NAME, netns=tb.node.netns)
+    assert rs is not None
+    by_ip = {str(tb.pod(p).ipv6): p for p in ALL_PODS}
+    seen, traced = {}, {}
+    for src in clients:
+        pods = {request("tcp", tb.client.netns, vip6, 80, src=src).pod for _ in range(2)}
+        assert len(pods) == 1, f"{src}: {pods}"
+        seen[src] = pods.pop()
+        got = trace(rs, IPv6Address(src), Protocol.TCP, IPv6Address(vip6), 80, local_addrs=[])
+        (endpoint,) = got.endpoints
+        traced[src] = by_ip[endpoint.rsplit(":", 1)[0].strip("[]")]
+    assert len(set(seen.values())) > 1, seen
+    assert seen == traced
