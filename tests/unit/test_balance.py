@@ -180,3 +180,25 @@ def test_udp_only_keeps_the_ports_own_maps() -> None:
     rs = plan(snap, tr._config()).rulesets[Family.IP]
     got = programmed_frontends([udp_only(rs)])
     assert {str(b.addr) for fe in got for b in got[fe]} == {"10.180.0.1", "10.180.0.2"}
+
+
+def test_a_service_changing_its_choice_is_updated_in_place() -> None:
+    """random -> round-robin -> consistent-hash -> random by annotation, in place: each update
+    equals a fresh plan, its operations leave what the full diff leaves, and stale flows agree."""
+    state, svcs = inc._small()
+    snap = state.snapshot()
+    live = plan(snap, inc.CONFIG)
+    assert attach(live, snap)
+    programmed = {f: inc.as_programmed(live.rulesets[f]) for f in inc.FAMILIES}
+    for lb in (RR, CH, LoadBalancing.RANDOM):
+        state.apply([inc._up(replace(svcs[0], load_balancing=lb))])
+        snap = state.snapshot()
+        old_tables = [programmed[f] for f in inc.FAMILIES]
+        live, deltas = plan_update(live, snap, inc.CONFIG)
+        fresh = plan(snap, inc.CONFIG)
+        assert live.rulesets == fresh.rulesets
+        assert deltas is not None, f"{lb}: planned afresh"
+        inc._check_conntrack(deltas, old_tables, fresh)
+        programmed = {
+            f: inc._check_ops(deltas[f], programmed[f], fresh.rulesets[f]) for f in inc.FAMILIES
+        }
