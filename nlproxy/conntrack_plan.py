@@ -27,7 +27,7 @@ from ipaddress import IPv4Address, IPv6Address
 
 from nlproxy.conntrack_msg import PROTO_NAMES, Flow, FlowFilter, IPAddress
 from nlproxy.errors import NlproxyError
-from nlproxy.nft.ir import Element, Ruleset, Value
+from nlproxy.nft.ir import Dnat, Element, Ruleset, Value
 
 MAX_PASSES = 32
 """More kernel-filtered passes than this, and one looser pass per family is cheaper: a pass costs
@@ -290,6 +290,26 @@ def _balanced(rs: Ruleset) -> dict[str, set[Backend]]:
     return out
 
 
+AFFINITY_ENDPOINT_PREFIX = "endpoint-"
+"""How a ClientIP-affinity port's per-endpoint chains are named
+(``naming.affinity_endpoint_chain``): the chain's comment names the service port and its rule
+DNATs to the endpoint."""
+
+
+def _affinity(rs: Ruleset) -> dict[str, set[Backend]]:
+    """The endpoints of ClientIP-affinity ports (in chains of their own, not in the maps), by
+    service port."""
+    out: dict[str, set[Backend]] = defaultdict(set)
+    for name, chain in rs.chains.items():
+        if not name.startswith(AFFINITY_ENDPOINT_PREFIX) or not chain.comment:
+            continue
+        for rule in rs.rules.get(name, ()):
+            for e in rule.exprs:
+                if isinstance(e, Dnat) and e.port is not None:
+                    out[chain.comment].add(Backend(e.addr, e.port))
+    return out
+
+
 def programmed_frontends(rulesets: Iterable[Ruleset]) -> Programmed:
     """Every frontend nlproxy programmed in ``rulesets`` (``ip nlproxy``, ``ip6 nlproxy``).
 
@@ -313,6 +333,8 @@ def programmed_frontends(rulesets: Iterable[Ruleset]) -> Programmed:
             for el in rs.elements.get(name, {}).values():
                 backends[_frontend(el, nodeport)].add(_backend(el))
         by_port = _balanced(rs)
+        for ref, bes in _affinity(rs).items():
+            by_port.setdefault(ref, set()).update(bes)
         for fe, ref in own.items():
             backends[fe].update(by_port.get(ref, ()))
     return Programmed({fe: frozenset(bes) for fe, bes in backends.items()}, services)

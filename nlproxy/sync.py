@@ -30,7 +30,7 @@ from nlproxy.conntrack import (
     programmed_frontends,
     stale_flow_filters,
 )
-from nlproxy.conntrack_plan import BALANCED_MAP_PREFIXES, Programmed
+from nlproxy.conntrack_plan import AFFINITY_ENDPOINT_PREFIX, BALANCED_MAP_PREFIXES, Programmed
 from nlproxy.errors import KernelError
 from nlproxy.isolation import (
     Exclusion,
@@ -459,6 +459,9 @@ def udp_only(rs: Ruleset) -> Ruleset:
     for name, s in rs.sets.items():  # round-robin and consistent-hash UDP ports' own maps
         if name.startswith(BALANCED_MAP_PREFIXES) and s.comment.endswith("/UDP"):
             out.sets[name], out.elements[name] = s, dict(rs.elements.get(name, {}))
+    for name, chain in rs.chains.items():  # ClientIP-affinity UDP ports' endpoint chains
+        if name.startswith(AFFINITY_ENDPOINT_PREFIX) and chain.comment.endswith("/UDP"):
+            out.chains[name], out.rules[name] = chain, list(rs.rules.get(name, ()))
     return out
 
 
@@ -483,6 +486,13 @@ def delta_frontends(
         names = {name for name, _ in delta.elements} | set(delta.sets)
         balanced[family] = {x for x in names if x.startswith(BALANCED_MAP_PREFIXES)}
     refs = {_balanced_ref(deltas[f], rulesets[f], x) for f, xs in balanced.items() for x in xs}
+    # A ClientIP-affinity port's endpoints are chains of its own: one came or went.
+    refs |= {
+        (pair[1] or pair[0])[0].comment  # type: ignore[index]
+        for delta in deltas.values()
+        for name, pair in delta.chains.items()
+        if name.startswith(AFFINITY_ENDPOINT_PREFIX) and (pair[1] or pair[0]) is not None
+    }
     refs.discard("")
     if refs:  # a round-robin or consistent-hash port changed: its frontends and all its maps
         for family, rs in rulesets.items():
@@ -506,6 +516,8 @@ def delta_frontends(
                 _gather(out, rs, changes, side, dispatch, backends, mine)
         for out, side in ((b, 0), (a, 1)):
             _gather_balanced(out, rs, deltas[family], side, balanced.get(family, set()))
+            if refs:
+                _gather_affinity(out, rs, deltas[family], side, refs)
         before.append(b)
         after.append(a)
     return before, after
@@ -516,6 +528,25 @@ def _balanced_ref(delta: Delta, rs: Ruleset, name: str) -> str:
     pair = delta.sets.get(name)
     s = rs.sets.get(name) or (pair and (pair[1] or pair[0]))
     return s.comment if s else ""
+
+
+def _gather_affinity(out: Ruleset, rs: Ruleset, delta: Delta, side: int, refs: set[str]) -> None:
+    """Copy the endpoint chains of the affinity ports ``refs`` names, as they were or are."""
+    names = {x for x in rs.chains if x.startswith(AFFINITY_ENDPOINT_PREFIX)}
+    names |= {x for x in delta.chains if x.startswith(AFFINITY_ENDPOINT_PREFIX)}
+    for name in names:
+        pair = delta.chains.get(name)
+        if pair is not None:
+            state = pair[side]
+            if state is None:
+                continue
+            chain, rules = state
+        elif name in rs.chains:
+            chain, rules = rs.chains[name], tuple(rs.rules.get(name, ()))
+        else:
+            continue
+        if chain.comment in refs:
+            out.chains[name], out.rules[name] = chain, list(rules)
 
 
 def _gather_balanced(out: Ruleset, rs: Ruleset, delta: Delta, side: int, names: set[str]) -> None:
