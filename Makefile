@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.nlproxy-installed
 SRC    := $(shell find nlproxy native -name '*.py' -o -name '*.c' -o -name '*.h' -o -name '*.cdef') pyproject.toml setup.py
 
-.PHONY: all deps demo test lint typecheck unit bench vm-test clean
+.PHONY: all deps demo test lint typecheck unit bench vm-test clean wheel
 
 all: deps
 
@@ -37,6 +37,10 @@ test: lint typecheck
 
 bench: deps
 	$(PY) bench/run.py
+
+# The wheel (compiled shim and demo manifests included) into build/dist/.
+wheel: deps
+	bash packaging/build-wheel.sh $(PY) build/dist
 
 vm-test: deps
 	$(MAKE) -C vm-tests all

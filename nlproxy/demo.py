@@ -11,6 +11,7 @@ behind: every namespace goes, also on Ctrl-C or SIGTERM.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import io
 import os
 import re
@@ -73,9 +74,24 @@ class Probe:
     sender: str = ""  # the sending pod's name, when a pod sends
 
 
+EXAMPLES = Path("share") / "nlproxy" / "examples" / "demo"  # where the wheel installs them
+
+
 def find_examples() -> Path:
-    """The ``examples/demo`` directory next to the package (a source checkout)."""
-    return Path(__file__).resolve().parents[1] / "examples" / "demo"
+    """The demo's manifests: ``examples/demo`` of a source checkout, else the installed copy.
+
+    A wheel carries them as data files under ``share/nlproxy/examples/demo`` of the scheme it
+    was installed with (a venv, ``--user``, ``--prefix``): its own file list says where. When
+    neither is found, the path under ``sys.prefix`` is returned for the error message.
+    """
+    checkout = Path(__file__).resolve().parents[1] / "examples" / "demo"
+    if checkout.is_dir():
+        return checkout
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        for file in importlib.metadata.files("nlproxy") or ():
+            if Path(file).parent.parts[-len(EXAMPLES.parts) :] == EXAMPLES.parts:
+                return Path(str(file.locate())).resolve().parent
+    return Path(sys.prefix) / EXAMPLES
 
 
 def _documents(directory: Path) -> Iterator[tuple[Path, dict[str, Any]]]:

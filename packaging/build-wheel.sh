@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# build-wheel.sh PYTHON OUTDIR: the nlproxy wheel (with the compiled shim and the demo manifests),
+# built by PYTHON, which must already have setuptools, wheel and cffi (no build isolation, so no
+# download). Builds from a copy of the checkout's files, not in place: setuptools' build/ directory
+# would otherwise carry modules deleted since the last build into the wheel.
+set -euo pipefail
+py=${1:?usage: build-wheel.sh PYTHON OUTDIR}
+out=${2:?usage: build-wheel.sh PYTHON OUTDIR}
+root=$(cd "$(dirname "$0")/.." && pwd)
+# A relative interpreter path must survive the cd below (and a venv's python must not be resolved
+# through its symlink, or it stops being the venv's).
+case $py in */*) py="$(cd "$(dirname "$py")" && pwd)/$(basename "$py")" ;; esac
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# Tracked and new (not ignored) files; --ignore-failed-read skips files deleted but not yet staged.
+(cd "$root" && git ls-files -z --cached --others --exclude-standard \
+  | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -xf - -C "$tmp"
+rm -f "$out"/nlproxy-*.whl
+(cd "$tmp" && "$py" -m pip wheel -q --no-deps --no-build-isolation -w "$out" .)
+ls "$out"/nlproxy-*.whl

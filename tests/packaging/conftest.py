@@ -1,0 +1,24 @@
+"""Fixtures for the packaging tests: artefacts built once per session from this checkout."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The nlproxy wheel, built by the test interpreter (which has the build requirements)."""
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        ["bash", str(ROOT / "packaging" / "build-wheel.sh"), sys.executable, str(out)],
+        check=True,
+        capture_output=True,
+    )
+    (built,) = out.glob("nlproxy-*.whl")
+    return built
