@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.nlproxy-installed
 SRC    := $(shell find nlproxy native -name '*.py' -o -name '*.c' -o -name '*.h' -o -name '*.cdef') pyproject.toml setup.py
 
-.PHONY: all deps demo test lint typecheck unit bench vm-test clean wheel
+.PHONY: all deps demo test lint typecheck unit bench vm-test clean wheel deb
 
 all: deps
 
@@ -41,6 +41,10 @@ bench: deps
 # The wheel (compiled shim and demo manifests included) into build/dist/.
 wheel: deps
 	bash packaging/build-wheel.sh $(PY) build/dist
+
+# The Debian package (nlproxy in /opt/nlproxy, the systemd unit, ...) into build/dist/.
+deb:
+	bash packaging/build-deb.sh build/dist
 
 vm-test: deps
 	$(MAKE) -C vm-tests all

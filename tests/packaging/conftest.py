@@ -22,3 +22,18 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     (built,) = out.glob("nlproxy-*.whl")
     return built
+
+
+@pytest.fixture(scope="session")
+def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``make deb`` into a fresh directory."""
+    out = tmp_path_factory.mktemp("deb")
+    proc = subprocess.run(
+        ["bash", str(ROOT / "packaging" / "build-deb.sh"), str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (built,) = out.glob("nlproxy_*.deb")
+    return built

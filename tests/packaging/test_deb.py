@@ -1,0 +1,57 @@
+"""The Debian package: what it holds (dpkg-deb)."""
+
+from __future__ import annotations
+
+import subprocess
+import tomllib
+from pathlib import Path
+
+from tests.packaging.conftest import ROOT
+
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+def _deb(*args: str) -> str:
+    return subprocess.run(["dpkg-deb", *args], capture_output=True, text=True, check=True).stdout
+
+
+def _chroot(rootfs: Path, *cmd: str) -> str:
+    proc = subprocess.run(["chroot", rootfs, *cmd], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, f"{' '.join(cmd)}: {proc.stderr}"
+    return proc.stdout
+
+
+def test_control_fields(deb: Path) -> None:
+    assert _deb("--field", str(deb), "Package", "Version").split() == [
+        "Package:", "nlproxy", "Version:", f"{VERSION}-1"
+    ]  # fmt: skip
+    depends = {d.strip() for d in _deb("--field", str(deb), "Depends").split(",")}
+    assert {"python3 (>= 3.11)", "libnftnl11", "libmnl0"} <= depends
+    conffiles = subprocess.run(
+        ["dpkg-deb", "--info", str(deb), "conffiles"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert conffiles == [
+        "/etc/default/nlproxy",
+        "/etc/nlproxy/config.yaml",
+        "/etc/sysctl.d/90-nlproxy-conntrack.conf",
+    ]
+
+
+def test_contents(deb: Path) -> None:
+    listing = _deb("--contents", str(deb))
+    paths = {line.split()[5].removeprefix(".") for line in listing.splitlines()}
+    owners = {line.split()[1] for line in listing.splitlines()}
+    assert owners == {"root/root"}
+    assert {
+        "/opt/nlproxy/bin/nlproxy",
+        "/opt/nlproxy/pyvenv.cfg",
+        "/usr/bin/nlproxy",
+        "/lib/systemd/system/nlproxy.service",
+        "/usr/lib/sysusers.d/nlproxy.conf",
+        "/etc/nlproxy/config.yaml",
+        "/etc/default/nlproxy",
+        "/etc/sysctl.d/90-nlproxy-conntrack.conf",
+        "/usr/share/doc/nlproxy/copyright",
+        "/opt/nlproxy/share/nlproxy/examples/demo/service.yaml",
+    } <= paths
+    assert any(p.endswith(".so") and "/nlproxy/_nftshim" in p for p in paths), "the native shim"
