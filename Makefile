@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.nlproxy-installed
 SRC    := $(shell find nlproxy native -name '*.py' -o -name '*.c' -o -name '*.h' -o -name '*.cdef') pyproject.toml setup.py
 
-.PHONY: all deps demo test lint typecheck unit bench vm-test clean wheel deb
+.PHONY: all deps demo test lint typecheck unit bench vm-test clean wheel deb image
 
 all: deps
 
@@ -45,6 +45,10 @@ wheel: deps
 # The Debian package (nlproxy in /opt/nlproxy, the systemd unit, ...) into build/dist/.
 deb:
 	bash packaging/build-deb.sh build/dist
+
+# The OCI image archive (podman load / ctr images import), the DaemonSet's tag, into build/dist/.
+image:
+	bash packaging/build-image.sh build/dist
 
 vm-test: deps
 	$(MAKE) -C vm-tests all

@@ -37,3 +37,19 @@ def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert proc.returncode == 0, proc.stderr[-4000:]
     (built,) = out.glob("nlproxy_*.deb")
     return built
+
+
+@pytest.fixture(scope="session")
+def built(deb: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``make image`` from ``deb`` into a fresh directory: the OCI archive, and the root
+    filesystem the image was made from (the .deb installed into Debian bookworm with dpkg)."""
+    out = tmp_path_factory.mktemp("image")
+    proc = subprocess.run(
+        ["bash", str(ROOT / "packaging" / "build-image.sh"), str(out), str(deb)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (archive,) = out.glob("nlproxy_*.oci.tar")
+    return {"archive": archive, "rootfs": ROOT / "build" / "image" / "rootfs"}

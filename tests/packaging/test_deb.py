@@ -1,4 +1,5 @@
-"""The Debian package: what it holds (dpkg-deb)."""
+"""The Debian package: what it holds (dpkg-deb), and that it installs into a Debian bookworm root
+filesystem and runs there (the one ``make image`` builds; the image test sends traffic)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,26 @@ def test_contents(deb: Path) -> None:
         "/opt/nlproxy/share/nlproxy/examples/demo/service.yaml",
     } <= paths
     assert any(p.endswith(".so") and "/nlproxy/_nftshim" in p for p in paths), "the native shim"
+
+
+def test_installed_into_debian(built: dict[str, Path]) -> None:
+    rootfs = built["rootfs"]
+    status = _chroot(rootfs, "dpkg-query", "-W", "-f", "${Status} ${Version}", "nlproxy")
+    assert status == f"install ok installed {VERSION}-1"
+    # The one copy of the unit, as shipped; the package's own files unchanged.
+    unit = rootfs / "lib/systemd/system/nlproxy.service"
+    assert unit.read_text() == (ROOT / "deploy/systemd/nlproxy.service").read_text()
+    assert "ExecStart=/opt/nlproxy/bin/nlproxy " in unit.read_text()
+    sysctl = rootfs / "etc/sysctl.d/90-nlproxy-conntrack.conf"
+    assert sysctl.read_text() == (ROOT / "deploy/sysctl/90-nlproxy-conntrack.conf").read_text()
+    # postinst made the user the unit runs as, from the sysusers.d entry's fields.
+    user = _chroot(rootfs, "getent", "passwd", "nlproxy").strip().split(":")
+    assert (user[0], user[5], user[6]) == ("nlproxy", "/nonexistent", "/usr/sbin/nologin")
+    sysusers = (rootfs / "usr/lib/sysusers.d/nlproxy.conf").read_text()
+    assert (
+        'u nlproxy - "nlproxy Kubernetes service proxy" /nonexistent /usr/sbin/nologin' in sysusers
+    )
+    # Debian's python3 runs it: the venv, the shim against Debian's libnftnl, the console script.
+    assert _chroot(rootfs, "nlproxy", "version").startswith(f"nlproxy {VERSION} (libnftnl ")
+    cfg = (rootfs / "opt/nlproxy/pyvenv.cfg").read_text()
+    assert "executable = /usr/bin/python3.11" in cfg

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# build-image.sh [OUTDIR [DEB]]: the nlproxy OCI image archive (make image), tagged as the DaemonSet
+# names it, assembled without pulling any base image:
+#   1. mmdebstrap builds a minimal Debian bookworm root filesystem from the Debian archive, with
+#      the packages the .deb depends on (cached in build/image/ until that list changes);
+#   2. the .deb (DEB, or build-deb.sh builds it) is installed into a copy of it with dpkg --root;
+#   3. packaging/oci.py writes that tree as a one-layer OCI archive.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/build/dist}
+work=$root/build/image
+mkdir -p "$work" "$out"
+out=$(cd "$out" && pwd)
+
+bash "$root/packaging/need-debs.sh" mmdebstrap tar python3
+deb=${2:-}
+[ -n "$deb" ] || deb=$(bash "$root/packaging/build-deb.sh" "$out" | tail -n 1)
+
+# The image's name and tag: the DaemonSet's image, which the tests hold equal to pyproject's.
+image=$(sed -n 's/^ *image: *\([^ ]*\) *$/\1/p' "$root/deploy/kubernetes/daemonset.yaml" | head -n 1)
+name=${image%:*}
+tag=${image##*:}
+
+# Step 1: the base, keyed by the .deb's dependencies and this script's mmdebstrap options.
+deps=$(dpkg-deb --field "$deb" Depends | tr ',' '\n' | sed 's/(.*)//; s/ //g' | sort -u | paste -sd, -)
+opts=(--variant=essential --include="passwd,$deps"
+      --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*'
+      --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright')
+key=$(printf '%s\n' bookworm "${opts[@]}" | sha256sum | cut -c1-16)
+base=$work/base-$key.tar
+if [ ! -f "$base" ]; then
+  rm -f "$work"/base-*.tar
+  mmdebstrap --quiet --format=tar "${opts[@]}" bookworm "$base.part"
+  mv "$base.part" "$base"
+fi
+
+# Step 2: the package on top, as apt would install it (its maintainer scripts run chrooted).
+rootfs=$work/rootfs
+rm -rf "$rootfs"
+mkdir -p "$rootfs"
+tar --numeric-owner -xpf "$base" -C "$rootfs"
+dpkg --root="$rootfs" -i "$deb" >/dev/null
+rm -rf "$rootfs"/var/cache/debconf/*-old "$rootfs"/var/lib/dpkg/*-old "$rootfs"/var/log/*
+
+# Step 3: the archive.
+tar --numeric-owner --xattrs --sort=name -C "$rootfs" -cf "$work/rootfs.tar" .
+archive=$out/${name}_${tag}.oci.tar
+python3 "$root/packaging/oci.py" "$work/rootfs.tar" "$archive" --name "$name" --tag "$tag" \
+  --cmd nlproxy --cmd run
+rm -f "$work/rootfs.tar"
+echo "$archive"

@@ -1,0 +1,146 @@
+"""Writes a one-layer OCI image archive (the oci-archive format of ``podman load``,
+``skopeo copy oci-archive:`` and ``ctr images import``) from a root filesystem tarball.
+
+    oci.py ROOTFS.tar ARCHIVE.tar --name nlproxy --tag 0.1.0 [--cmd ARG]...
+
+Standard library only, so any python3 runs it. The index names the image twice: with
+``org.opencontainers.image.ref.name`` (what podman tags it with) and ``io.containerd.image.name``
+(what containerd does), both as Kubernetes resolves the DaemonSet's ``image: NAME:TAG``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import json
+import os
+import platform
+import shutil
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+CHUNK = 1 << 20
+ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+
+
+class _Hashing(io.RawIOBase):
+    """A write-only file that hashes and counts what passes through to ``out``."""
+
+    def __init__(self, out: io.BufferedWriter) -> None:
+        self.out, self.sha, self.size = out, hashlib.sha256(), 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: bytes) -> int:  # type: ignore[override]
+        self.sha.update(b)
+        self.size += len(b)
+        self.out.write(b)
+        return len(b)
+
+
+def _blob(blobs: Path, data: bytes) -> dict[str, object]:
+    digest = hashlib.sha256(data).hexdigest()
+    (blobs / digest).write_bytes(data)
+    return {"digest": f"sha256:{digest}", "size": len(data)}
+
+
+def _layer(blobs: Path, rootfs: Path) -> tuple[dict[str, object], str]:
+    """Gzips ``rootfs`` into a blob: its descriptor, and the uncompressed tar's digest."""
+    diff = hashlib.sha256()
+    tmp = blobs / "layer.tmp"
+    with tmp.open("wb") as raw:
+        hashing = _Hashing(raw)
+        with gzip.GzipFile(fileobj=hashing, mode="wb", compresslevel=1, mtime=0) as gz, \
+                rootfs.open("rb") as src:  # fmt: skip
+            while chunk := src.read(CHUNK):
+                diff.update(chunk)
+                gz.write(chunk)
+    digest = hashing.sha.hexdigest()
+    tmp.rename(blobs / digest)
+    desc = {
+        "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+        "digest": f"sha256:{digest}",
+        "size": hashing.size,
+    }
+    return desc, f"sha256:{diff.hexdigest()}"
+
+
+def write_archive(rootfs: Path, archive: Path, *, name: str, tag: str, cmd: list[str]) -> None:
+    created = time.strftime(
+        "%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(os.environ.get("SOURCE_DATE_EPOCH", time.time())))
+    )
+    with tempfile.TemporaryDirectory(dir=archive.parent) as tmp:
+        layout = Path(tmp)
+        blobs = layout / "blobs" / "sha256"
+        blobs.mkdir(parents=True)
+        layer, diff_id = _layer(blobs, rootfs)
+        config = {
+            "created": created,
+            "architecture": ARCH,
+            "os": "linux",
+            "config": {
+                "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+                "Cmd": cmd,
+                "Labels": {"org.opencontainers.image.version": tag},
+            },
+            "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+            "history": [{"created": created, "created_by": f"{name} {tag} on Debian"}],
+        }
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                **_blob(blobs, json.dumps(config, sort_keys=True).encode()),
+            },
+            "layers": [layer],
+        }
+        index = {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [
+                {
+                    "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                    **_blob(blobs, json.dumps(manifest, sort_keys=True).encode()),
+                    "platform": {"architecture": ARCH, "os": "linux"},
+                    "annotations": {
+                        "org.opencontainers.image.ref.name": f"{name}:{tag}",
+                        "io.containerd.image.name": f"docker.io/library/{name}:{tag}",
+                    },
+                }
+            ],
+        }
+        (layout / "index.json").write_text(json.dumps(index, sort_keys=True))
+        (layout / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
+        part = archive.with_suffix(".part")
+        with tarfile.open(part, "w", format=tarfile.PAX_FORMAT) as tar:
+            for path in ("oci-layout", "index.json", "blobs"):
+                tar.add(layout / path, arcname=path, filter=_plain)
+        shutil.move(part, archive)
+
+
+def _plain(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mtime = 0
+    return info
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("rootfs", type=Path, help="the root filesystem as an uncompressed tar")
+    ap.add_argument("archive", type=Path)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--tag", required=True)
+    ap.add_argument("--cmd", action="append", default=[], help="the default command, word by word")
+    args = ap.parse_args()
+    write_archive(args.rootfs, args.archive.resolve(), name=args.name, tag=args.tag, cmd=args.cmd)
+
+
+if __name__ == "__main__":
+    main()
