@@ -1,7 +1,8 @@
 """The OCI image of ``make image``, loaded and run with podman as the DaemonSet runs it: root
 with every capability dropped but NET_ADMIN and NET_RAW, in the node's network namespace.
 ``nlproxy run --once`` inside programs a node the test built (tests/kernel/topo.py), and real
-TCP and UDP from a pod reach the Service's endpoints through those rules.
+TCP and UDP from a pod reach the Service's endpoints through those rules. containerd imports the
+same archive under the name Kubernetes asks for.
 
 podman runs here with runc, not Debian's default crun: this machine mounts cgroups in hybrid
 mode (v1 controllers), which crun 1.8 refuses. The limits are given explicitly because podman's
@@ -13,6 +14,7 @@ from __future__ import annotations
 import resource
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,3 +92,40 @@ def test_image_programs_a_node_and_traffic_flows(
             "pod-b": {str(a.ipv4)},
             "pod-r": {str(a.ipv4)},
         }, proto
+
+
+def test_containerd_imports_it_under_the_daemonsets_name(
+    built: dict[str, Path], tmp_path: Path
+) -> None:
+    """``ctr images import`` (what a containerd node uses), with a containerd of the test's own:
+    its own root, state and socket, the CRI plugin off, stopped at the end."""
+    sock = tmp_path / "sock"
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'version = 2\nroot = "{tmp_path / "root"}"\nstate = "{tmp_path / "state"}"\n'
+        f'[grpc]\n  address = "{sock}"\n'
+        '[plugins."io.containerd.grpc.v1.cri"]\n  disable = true\n'
+    )
+    log = (tmp_path / "containerd.log").open("w")
+    daemon = subprocess.Popen(["containerd", "--config", str(config)], stdout=log, stderr=log)
+    try:
+        ctr = ["ctr", "--address", str(sock)]
+        for _ in range(100):
+            if subprocess.run([*ctr, "version"], capture_output=True, check=False).returncode == 0:
+                break
+            time.sleep(0.1)
+        imported = subprocess.run(
+            [*ctr, "images", "import", str(built["archive"])],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert imported.returncode == 0, imported.stderr
+        names = subprocess.run(
+            [*ctr, "images", "ls", "-q"], capture_output=True, text=True, check=True
+        ).stdout.split()
+        assert names == [f"docker.io/library/{_daemonset_image()}"]
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+        log.close()
