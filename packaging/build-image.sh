@@ -16,7 +16,8 @@ bash "$root/packaging/need-debs.sh" mmdebstrap tar python3
 deb=${2:-}
 [ -n "$deb" ] || deb=$(bash "$root/packaging/build-deb.sh" "$out" | tail -n 1)
 
-# The image's name and tag: the DaemonSet's image, which the tests hold equal to pyproject's.
+# The name and tag: the DaemonSet's image (tests/packaging/test_image.py holds its tag equal to
+# the version in pyproject.toml).
 image=$(sed -n 's/^ *image: *\([^ ]*\) *$/\1/p' "$root/deploy/kubernetes/daemonset.yaml" | head -n 1)
 name=${image%:*}
 tag=${image##*:}

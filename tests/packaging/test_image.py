@@ -15,6 +15,7 @@ import resource
 import shutil
 import subprocess
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +37,11 @@ def _daemonset_image() -> str:
     (ds,) = [d for d in docs if d and d.get("kind") == "DaemonSet"]
     (container,) = ds["spec"]["template"]["spec"]["containers"]
     return str(container["image"])
+
+
+def test_the_daemonset_names_this_version() -> None:
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert _daemonset_image() == f"nlproxy:{version}"
 
 
 @pytest.fixture(scope="module")
