@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Provisions a node VM: Debian packages, nlproxy from the synced tree (/vagrant, building the
-# native shim; wheels from /vagrant/vm-tests/.wheels when the host fetched them, so no PyPI is
-# needed), the systemd unit and its nlproxy user, pods with echo servers, manifests.
+# Provisions a node VM: Debian packages, nlproxy from its Debian package (the host builds it into
+# /vagrant/vm-tests/.deb with `make deb`: /opt/nlproxy, the systemd unit, the nlproxy user, so the
+# VM needs neither PyPI nor a compiler), pods with echo servers, manifests.
 #   node.sh NODE-NAME
 set -euo pipefail
 node=$1
@@ -57,24 +57,15 @@ while read -r pod _; do
   systemctl enable --now "nlproxy-vm-echo@$pod.service"
 done </etc/nlproxy-vm/pods
 
-# nlproxy itself.
-id nlproxy >/dev/null 2>&1 ||
-  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin nlproxy
-pip_args=()
-if [ -f "$vmt/.wheels/.complete" ]; then
-  pip_args=(--no-index --find-links "$vmt/.wheels")
-  # pip runs straight from its wheel: faster than ensurepip followed by an upgrade.
-  if [ ! -x /opt/nlproxy/bin/pip ]; then
-    python3 -m venv --without-pip /opt/nlproxy
-    pip_whl=$(ls "$vmt"/.wheels/pip-*.whl | head -n 1)
-    /opt/nlproxy/bin/python3 "$pip_whl/pip" install -q "${pip_args[@]}" "$pip_whl"
-  fi
-else
-  [ -x /opt/nlproxy/bin/pip ] || python3 -m venv /opt/nlproxy
-  /opt/nlproxy/bin/pip install -q --disable-pip-version-check --upgrade pip
+# nlproxy itself, as a node operator installs it. Reinstalled on every provisioning run: the
+# tree may have changed with the version unchanged. --force-confold keeps /etc/default/nlproxy as
+# written below on a re-run.
+debs=("$vmt"/.deb/nlproxy_*.deb)
+if [ ! -f "${debs[0]}" ]; then
+  echo "node.sh: no package in $vmt/.deb (make -C vm-tests deb)" >&2
+  exit 1
 fi
-# Reinstall on every provisioning run: the tree may have changed with the version unchanged.
-/opt/nlproxy/bin/pip install -q "${pip_args[@]}" --force-reinstall "$src"
+DEBIAN_FRONTEND=noninteractive dpkg -i --force-confold "${debs[0]}"
 /opt/nlproxy/bin/nlproxy version
 
 install -d -m 0755 /etc/nlproxy /etc/nlproxy/manifests
@@ -82,8 +73,6 @@ python3 "$vmt/cluster.py" manifests /etc/nlproxy/manifests
 cat >/etc/default/nlproxy <<EOF2
 NLPROXY_ARGS="--manifests /etc/nlproxy/manifests --node-name $node --cluster-cidr $(python3 "$vmt/cluster.py" get cluster_cidr) --service-cidr $(python3 "$vmt/cluster.py" get service_cidr)"
 EOF2
-install -m 0644 "$src/deploy/systemd/nlproxy.service" /etc/systemd/system/nlproxy.service
-systemctl daemon-reload
 systemctl enable nlproxy.service
 systemctl restart nlproxy.service
 systemctl is-active nlproxy.service
