@@ -25,8 +25,8 @@ demo: deps
 	$(VENV)/bin/nlproxy demo
 
 lint: deps
-	$(VENV)/bin/ruff check nlproxy tests bench native
-	$(VENV)/bin/ruff format --check nlproxy tests bench native
+	$(VENV)/bin/ruff check nlproxy tests bench native packaging
+	$(VENV)/bin/ruff format --check nlproxy tests bench native packaging
 
 typecheck: deps
 	$(VENV)/bin/mypy

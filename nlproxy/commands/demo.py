@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--manifests",
         type=Path,
         metavar="DIR",
-        help="Service, EndpointSlice and Node manifests (default: examples/demo)",
+        help="Service, EndpointSlice and Node manifests (default: the demo's, from the source tree "
+        "or the installed share/nlproxy/examples/demo)",
     )
     parser.add_argument(
         "--requests",
