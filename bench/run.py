@@ -85,6 +85,7 @@ def full_plan() -> Plan:
             "bench_verify.py": ("--services", "10000", "--endpoints", "10"),
             "bench_metrics.py": ("--services", "10000", "--endpoints", "10"),
             "bench_claims.py": ("--services", "10000", "--endpoints", "10"),
+            "bench_cli.py": ("--flows", "100000", "--services", "10000", "--endpoints", "10"),
         },
     )
 
@@ -109,6 +110,7 @@ def quick_plan() -> Plan:
             "bench_verify.py": ("--services", "1000", "--endpoints", "10"),
             "bench_metrics.py": ("--services", "1000", "--endpoints", "10"),
             "bench_claims.py": ("--services", "1000", "--endpoints", "10"),
+            "bench_cli.py": ("--flows", "10000", "--services", "1000", "--endpoints", "10"),
         },
     )
 

@@ -12,12 +12,10 @@ import contextlib
 import errno
 import importlib
 import os
-import pkgutil
 import sys
-import traceback
 from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import nlproxy.commands
 from nlproxy import __version__
@@ -74,16 +72,30 @@ def _global_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
     )
 
 
+def _names() -> list[str]:
+    """The subcommands' module names, found without importing them: a directory listing
+    (``pkgutil.iter_modules`` would cost ``nlproxy version`` a tenth of its time in imports)."""
+    return sorted(
+        {
+            name.removesuffix(".py")
+            for path in nlproxy.commands.__path__
+            for name in os.listdir(path)
+            if name.endswith(".py") and not name.startswith("_")
+        }
+    )
+
+
+def _command(name: str) -> ModuleType:
+    return importlib.import_module(f"nlproxy.commands.{name}")
+
+
 def _commands() -> list[ModuleType]:
-    mods = [
-        importlib.import_module(f"nlproxy.commands.{info.name}")
-        for info in pkgutil.iter_modules(nlproxy.commands.__path__)
-        if not info.name.startswith("_")
-    ]
-    return sorted(mods, key=lambda m: str(m.NAME))
+    return sorted((_command(name) for name in _names()), key=lambda m: str(m.NAME))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: ModuleType | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``only``, that one command's arguments and every other
+    command as a bare name (what parsing that command shows is the same either way)."""
     parser = argparse.ArgumentParser(
         prog="nlproxy",
         description="Kubernetes service proxy that programs nftables over netlink.",
@@ -91,17 +103,72 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"nlproxy {__version__}")
     _global_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for mod in _commands():
-        p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
-        mod.add_arguments(p)
-        _global_flags(p, top=False)
-        p.set_defaults(func=mod.run)
+    if only is None:
+        for mod in _commands():
+            _add_command(sub, mod)
+    else:
+        for name in _names():
+            if name == only.NAME:
+                _add_command(sub, only)
+            else:
+                sub.add_parser(name)
     return parser
+
+
+def _add_command(sub: Any, mod: ModuleType) -> None:
+    p = sub.add_parser(mod.NAME, help=mod.HELP, description=mod.HELP)
+    mod.add_arguments(p)
+    _global_flags(p, top=False)
+    p.set_defaults(func=mod.run)
+
+
+class _Unsure(Exception):
+    """The probe cannot tell the command without showing something: parse the whole way."""
+
+
+class _Probe(argparse.ArgumentParser):
+    """The top-level flags and the commands' bare names: finds which command ``argv`` runs
+    without importing every command. Anything it would print or refuse raises ``_Unsure``."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _Unsure(message)
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise _Unsure(message)
+
+    def print_help(self, file: object = None) -> None:
+        raise _Unsure
+
+    def _print_message(self, message: str, file: object = None) -> None:
+        raise _Unsure
+
+
+def _parser_for(argv: Sequence[str] | None) -> argparse.ArgumentParser:
+    """The parser for ``argv``: when the probe names one command, a parser importing that
+    command alone (``nlproxy version`` loads no netlink, Kubernetes or metrics code); for help,
+    ``--version``, a typo or no command at all, the whole one."""
+    probe = _Probe(prog="nlproxy", add_help=True)
+    probe.add_argument("--version", action="version", version="")
+    _global_flags(probe, top=True)
+    sub = probe.add_subparsers(dest="command")
+    names = _names()
+    for name in names:
+        sub.add_parser(name, add_help=False)
+    try:
+        args, _ = probe.parse_known_args(argv)
+    except _Unsure:
+        return build_parser()
+    if args.command not in names:
+        return build_parser()
+    mod = _command(args.command)
+    if args.command != mod.NAME:
+        return build_parser()
+    return build_parser(only=mod)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run nlproxy with ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
-    parser = build_parser()
+    parser = _parser_for(argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors and 0 on --help
@@ -109,10 +176,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
-    from nlproxy.log import configure
-
-    configure(level=args.log_level, fmt=args.log_format)
     func = cast(Callable[[argparse.Namespace], int], args.func)
+    if getattr(sys.modules[func.__module__], "LOGS", True):  # a command that never logs says so
+        from nlproxy.log import configure
+
+        configure(level=args.log_level, fmt=args.log_format)
     try:
         return func(args)
     except BaseException as exc:  # noqa: BLE001 - every ending is turned into one line here
@@ -151,6 +219,8 @@ def _ending(exc: BaseException, args: argparse.Namespace) -> int:
         raise exc  # GeneratorExit and the like: not ours to turn into a status
     # A bug, not something the user did: one line, and the stack where it is asked for.
     if getattr(args, "log_level", "info") == "debug":
+        import traceback
+
         traceback.print_exception(exc)
     _say(
         f"nlproxy: {args.command}: internal error: {type(exc).__name__}: {exc} "

@@ -5,11 +5,11 @@ Events are dotted verbs (``sync.applied``) with stable keys (``service``, ``ops`
 
 from __future__ import annotations
 
-import logging
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-import structlog
+if TYPE_CHECKING:
+    import structlog
 
 
 class _CurrentStderr:
@@ -68,6 +68,10 @@ def configure(*, level: str = "info", fmt: str = "auto") -> None:
     client, ``warnings``) go through the same renderer, so in JSON mode every line on stderr is
     one JSON object. Exceptions logged with ``exc_info`` carry their stack as ``exception``.
     """
+    import logging
+
+    import structlog  # here, not at the top: ``nlproxy version`` loads neither
+
     use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     renderer: structlog.typing.Processor = (
         structlog.dev.ConsoleRenderer(colors=False)
@@ -111,4 +115,6 @@ def configure(*, level: str = "info", fmt: str = "auto") -> None:
 
 def get_logger(component: str) -> structlog.typing.FilteringBoundLogger:
     """A logger bound to ``component``."""
+    import structlog
+
     return structlog.get_logger().bind(component=component)  # type: ignore[no-any-return]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 from nlproxy import __version__
 
 NAME = "version"
 HELP = "print nlproxy's, libnftnl's and the kernel's versions"
+LOGS = False
+"""Nothing here logs, so the command line leaves logging (and structlog) unloaded."""
 
 
 def versions() -> dict[str, str]:
@@ -29,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     v = versions()
     if args.json:
+        import json
+
         print(json.dumps(v))
     else:
         print(f"nlproxy {v['nlproxy']} (libnftnl {v['libnftnl']}, kernel {v['kernel']})")

@@ -1,0 +1,185 @@
+"""The read-only commands side by side with the tools an operator would otherwise run.
+
+Three targets, each measured as a ratio in one run (rounds interleaved, so load on the machine
+hits both sides alike), never asserted:
+
+- ``nlproxy version`` ≤ 0.1 s, next to a bare ``python -c pass`` (the interpreter's floor);
+- ``nlproxy conntrack list`` within 1.5x of ``conntrack -L`` on the same N flows;
+- ``nlproxy rules`` no slower than ``nft list ruleset`` on the same table (S services x E
+  endpoints, programmed by ``nlproxy run --once``).
+
+Every command runs in the namespace through ``ip netns exec``, output to ``/dev/null``; wall,
+user and sys come from ``wait4``. ``--nlproxy`` measures another build (another checkout's
+``.venv/bin/nlproxy``) against the same tools: that is how "before" figures are taken.
+
+    .venv/bin/python bench/bench_cli.py [--flows 100000] [--services 10000] [--endpoints 10]
+        [--rounds 5] [--only version,conntrack,rules] [--nlproxy PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_conntrack
+import gen
+from measure import PY, REPO, Usage, in_ns, netns, nlproxy_argv, run_measured, sh
+
+NLPROXY = str(REPO / ".venv" / "bin" / "nlproxy")
+
+
+def emit(**fields: object) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def side_by_side(
+    what: str, variants: dict[str, list[str]], rounds: int, **labels: object
+) -> dict[str, list[Usage]]:
+    """Each variant once per round, in turn; one JSON line per variant with its medians."""
+    runs: dict[str, list[Usage]] = {v: [] for v in variants}
+    for _ in range(rounds):
+        for name, argv in variants.items():
+            u = run_measured(argv, timeout=300)
+            if u.rc != 0:
+                raise RuntimeError(f"{what}: {name} exited {u.rc}: {u.stderr.strip()[-300:]}")
+            runs[name].append(u)
+    for name, us in runs.items():
+        walls = [u.wall for u in us]
+        emit(
+            bench="cli",
+            command=what,
+            variant=name,
+            **labels,
+            rounds=rounds,
+            wall_s=round(statistics.median(walls), 4),
+            wall_min_s=round(min(walls), 4),
+            wall_max_s=round(max(walls), 4),
+            cpu_s=round(statistics.median(u.user + u.sys for u in us), 4),
+            rss_mib=round(max(u.rss_mib for u in us), 1),
+        )
+    return runs
+
+
+def _median_wall(us: list[Usage]) -> float:
+    return statistics.median(u.wall for u in us)
+
+
+def summary(
+    what: str, ours: list[Usage], theirs: list[Usage], target: str, **labels: object
+) -> None:
+    ratios = sorted(a.wall / b.wall for a, b in zip(ours, theirs, strict=True))
+    emit(
+        bench="cli-summary",
+        command=what,
+        **labels,
+        ratio=round(_median_wall(ours) / _median_wall(theirs), 2),
+        ratio_per_round_min=round(ratios[0], 2),
+        ratio_per_round_max=round(ratios[-1], 2),
+        target=target,
+    )
+
+
+def bench_version(nlproxy: str, rounds: int) -> None:
+    runs = side_by_side(
+        "version",
+        {"nlproxy version": [nlproxy, "version"], "python -c pass": [PY, "-c", "pass"]},
+        rounds,
+    )
+    ours = runs["nlproxy version"]
+    emit(
+        bench="cli-summary",
+        command="version",
+        wall_s=round(_median_wall(ours), 4),
+        over_interpreter_s=round(_median_wall(ours) - _median_wall(runs["python -c pass"]), 4),
+        target="<= 0.1 s",
+        met=_median_wall(ours) <= 0.1,
+    )
+
+
+def bench_conntrack_list(nlproxy: str, flows: int, rounds: int) -> None:
+    with netns("cli-ct") as ns:
+        created = bench_conntrack.fill(ns, (bench_conntrack.flow(i) for i in range(flows)))
+        shown = sh(nlproxy, "--netns", ns, "conntrack", "list").count("\n")
+        listed = sh("conntrack", "-L", ns=ns).count("\n")
+        if not created == shown == listed:
+            raise RuntimeError(f"conntrack: {created} made, nlproxy shows {shown}, tool {listed}")
+        runs = side_by_side(
+            "conntrack list",
+            {
+                "nlproxy conntrack list": in_ns(ns, nlproxy, "conntrack", "list"),
+                "conntrack -L": in_ns(ns, "conntrack", "-L"),
+            },
+            rounds,
+            flows=created,
+        )
+    summary(
+        "conntrack list",
+        runs["nlproxy conntrack list"],
+        runs["conntrack -L"],
+        "<= 1.5",
+        flows=created,
+    )
+
+
+def bench_rules(nlproxy: str, services: int, endpoints: int, rounds: int) -> None:
+    cluster = gen.Cluster(services=services, endpoints=endpoints)
+    with tempfile.TemporaryDirectory(prefix="nlpb-cli-") as tmp, netns("cli-rules") as ns:
+        manifests = Path(tmp)
+        gen.write_manifests(cluster, manifests, fmt="json")
+        loaded = run_measured(nlproxy_argv(ns, manifests), timeout=600)
+        if loaded.rc != 0:
+            raise RuntimeError(f"rules: run --once exited {loaded.rc}: {loaded.stderr[-300:]}")
+        lines = sh(nlproxy, "--netns", ns, "rules").count("\n")
+        runs = side_by_side(
+            "rules",
+            {
+                "nlproxy rules": in_ns(ns, nlproxy, "rules"),
+                "nft list ruleset": in_ns(ns, "nft", "list", "ruleset"),
+            },
+            rounds,
+            services=services,
+            endpoints=endpoints,
+            lines=lines,
+        )
+    summary(
+        "rules",
+        runs["nlproxy rules"],
+        runs["nft list ruleset"],
+        "<= 1.0",
+        services=services,
+        endpoints=endpoints,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--flows", type=int, default=100_000)
+    ap.add_argument("--services", type=int, default=10_000)
+    ap.add_argument("--endpoints", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--only", default="version,conntrack,rules")
+    ap.add_argument("--nlproxy", default=NLPROXY, help="the nlproxy executable to measure")
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench_cli: needs root (network namespaces, conntrack)", file=sys.stderr)
+        return 2
+    parts = set(args.only.split(","))
+    if "version" in parts:
+        bench_version(args.nlproxy, max(args.rounds, 10))
+    if "conntrack" in parts:
+        bench_conntrack_list(args.nlproxy, args.flows, args.rounds)
+    if "rules" in parts:
+        bench_rules(args.nlproxy, args.services, args.endpoints, args.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
