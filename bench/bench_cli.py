@@ -63,7 +63,6 @@ def side_by_side(
             wall_min_s=round(min(walls), 4),
             wall_max_s=round(max(walls), 4),
             cpu_s=round(statistics.median(u.user + u.sys for u in us), 4),
-            rss_mib=round(max(u.rss_mib for u in us), 1),
         )
     return runs
 
@@ -107,7 +106,7 @@ def bench_version(nlproxy: str, rounds: int) -> None:
 def bench_conntrack_list(nlproxy: str, flows: int, rounds: int) -> None:
     with netns("cli-ct") as ns:
         created = bench_conntrack.fill(ns, (bench_conntrack.flow(i) for i in range(flows)))
-        shown = sh(nlproxy, "--netns", ns, "conntrack", "list").count("\n")
+        shown = sh(nlproxy, "--netns", ns, "conntrack", "list").count("\n") - 1  # the count
         listed = sh("conntrack", "-L", ns=ns).count("\n")
         if not created == shown == listed:
             raise RuntimeError(f"conntrack: {created} made, nlproxy shows {shown}, tool {listed}")

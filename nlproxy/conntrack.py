@@ -30,6 +30,7 @@ from nlproxy.conntrack_msg import (
     Flow,
     FlowFilter,
     FlowTuple,
+    LineFormatter,
     decode_flow,
     encode_delete,
     encode_dump,
@@ -161,18 +162,42 @@ class Conntrack:
             self._on_deleted(count)
         return count
 
+    def lines(self, flt: FlowFilter | None = None) -> Iterator[str]:
+        """The flows :meth:`list` yields, each as :func:`conntrack_line` shows it, made
+        straight from the kernel's messages (``nlproxy conntrack list``).
+
+        Raises:
+            ConntrackError: the kernel refused the dump.
+        """
+        flt = flt or FlowFilter()
+        p = Pass(flt, (flt,))
+        line = LineFormatter().line
+        if flt.is_empty:  # every flow of the families dumped: nothing to decode for a match
+            for payload in self._payloads(p):
+                yield line(payload)
+            return
+        match = p.matcher()
+        for payload in self._payloads(p):
+            if match(decode_flow(payload)):
+                yield line(payload)
+
     def _scan(self, p: Pass) -> Iterator[Flow]:
-        match, screen = p.matcher(), p.prefilter()
+        match = p.matcher()
+        for payload in self._payloads(p):
+            flow = decode_flow(payload)
+            if match(flow):
+                yield flow
+
+    def _payloads(self, p: Pass) -> Iterator[bytes]:
+        """The flow messages of ``p``'s dumps that pass its prefilter, undecoded."""
+        screen = p.prefilter()
         families = [p.kernel.family] if p.kernel.family else [4, 6]
         with NetfilterSocket(self.netns, bufsize=8 << 20) as sock:
             for family in families:
                 kflt = _kernel_filter(p.kernel, family)
                 seq = sock.next_seq()
                 try:
-                    for payload in _dump(sock, encode_dump(kflt, family, seq), seq, screen):
-                        flow = decode_flow(payload)
-                        if match(flow):
-                            yield flow
+                    yield from _dump(sock, encode_dump(kflt, family, seq), seq, screen)
                 except OSError as exc:
                     raise ConntrackError(str(kflt), f"dump: {exc.strerror}") from exc
 

@@ -11,12 +11,14 @@ built here with ``struct``.
 
 from __future__ import annotations
 
+import functools
+import operator
 import socket
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address, ip_address
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 IPAddress: TypeAlias = IPv4Address | IPv6Address
 
@@ -614,3 +616,268 @@ def decode_flow(payload: bytes) -> Flow:
         sctp_state=fields.get("sctp_state"),
         use=fields.get("use"),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Lines straight from the bytes (``nlproxy conntrack list``)
+#
+# Decoding every attribute of 100k flows into objects and formatting their addresses through
+# ``ipaddress`` cost ~20 µs a flow. The kernel sends nearly every flow of a kind with the same
+# attribute layout (the same types and lengths at the same offsets), so the layout is learnt
+# once, by walking one message the way :func:`decode_flow` does, and every later message with
+# that layout is checked (its attribute headers, in one ``unpack_from``) and read (its values,
+# in another). A message with a layout not seen before, or one the walk cannot vouch for, goes
+# through :func:`decode_flow` and :func:`conntrack_line`.
+
+_LINE_FIELDS = (
+    "osrc", "odst", "oproto", "osport", "odport", "otype", "ocode", "oid",
+    "rsrc", "rdst", "rproto", "rsport", "rdport", "rtype", "rcode", "rid",
+    "zone", "mark", "status", "timeout", "use", "tcp_state", "sctp_state",
+)  # fmt: skip
+_TUPLE_CODES = {
+    CTA_PROTO_NUM: ("proto", "B"),
+    CTA_PROTO_SRC_PORT: ("sport", "H"),
+    CTA_PROTO_DST_PORT: ("dport", "H"),
+    CTA_PROTO_ICMP_ID: ("id", "H"),
+    CTA_PROTO_ICMPV6_ID: ("id", "H"),
+    CTA_PROTO_ICMP_TYPE: ("type", "B"),
+    CTA_PROTO_ICMPV6_TYPE: ("type", "B"),
+    CTA_PROTO_ICMP_CODE: ("code", "B"),
+    CTA_PROTO_ICMPV6_CODE: ("code", "B"),
+}
+_TOP_CODES = {
+    CTA_ZONE: ("zone", "H"),
+    CTA_MARK: ("mark", "I"),
+    CTA_STATUS: ("status", "I"),
+    CTA_TIMEOUT: ("timeout", "I"),
+    CTA_USE: ("use", "I"),
+}
+_MAX_LAYOUTS = 64
+"""Layouts remembered per formatter; past that, unseen ones are decoded in full."""
+
+
+class _Unlearnable(Exception):
+    """A message whose layout the walk will not stand for (it goes the slow way)."""
+
+
+def _children(buf: bytes, off: int, end: int, headers: list[int]) -> Iterator[tuple[int, int, int]]:
+    """As :func:`_attrs`, noting each header's offset; a short attribute is refused."""
+    while off + 4 <= end:
+        length, atype = _NLA.unpack_from(buf, off)
+        if length < 4:
+            raise _Unlearnable
+        headers.append(off)
+        yield atype & NLA_TYPE_MASK, off + 4, off + length
+        off += (length + 3) & ~3
+    if off < end:  # trailing bytes too short for a header: not what decode_flow was shown
+        raise _Unlearnable
+
+
+def _walk(payload: bytes) -> tuple[list[int], dict[str, tuple[int, str]]]:
+    """Where :func:`decode_flow` reads each value a line shows: (offset, struct code) by field,
+    and the offsets of the attribute headers it looks at on the way."""
+    headers: list[int] = []
+    where: dict[str, tuple[int, str]] = {}
+    for atype, start, stop in _children(payload, _NFGENMSG.size, len(payload), headers):
+        if atype in (CTA_TUPLE_ORIG, CTA_TUPLE_REPLY):
+            side = "o" if atype == CTA_TUPLE_ORIG else "r"
+            for k in [k for k in where if k[0] == side]:  # a repeated tuple replaces the first
+                del where[k]
+            for ttype, s, e in _children(payload, start, stop, headers):
+                if ttype == CTA_TUPLE_IP:
+                    for itype, s2, e2 in _children(payload, s, e, headers):
+                        if e2 - s2 not in (4, 16):
+                            raise _Unlearnable
+                        if itype in (CTA_IP_V4_SRC, CTA_IP_V6_SRC):
+                            where[side + "src"] = (s2, f"{e2 - s2}s")
+                        elif itype in (CTA_IP_V4_DST, CTA_IP_V6_DST):
+                            where[side + "dst"] = (s2, f"{e2 - s2}s")
+                elif ttype == CTA_TUPLE_PROTO:
+                    for ptype, s2, _e2 in _children(payload, s, e, headers):
+                        if ptype in _TUPLE_CODES:
+                            name, code = _TUPLE_CODES[ptype]
+                            where[side + name] = (s2, code)
+        elif atype in _TOP_CODES:
+            name, code = _TOP_CODES[atype]
+            where[name] = (start, code)
+        elif atype == CTA_PROTOINFO:
+            for ptype, s, e in _children(payload, start, stop, headers):
+                if ptype in (CTA_PROTOINFO_TCP, CTA_PROTOINFO_SCTP):
+                    name = "tcp_state" if ptype == CTA_PROTOINFO_TCP else "sctp_state"
+                    found = False
+                    for stype, s2, _e2 in _children(payload, s, e, headers):
+                        if stype == CTA_PROTOINFO_TCP_STATE:  # == CTA_PROTOINFO_SCTP_STATE
+                            where[name] = (s2, "B")
+                            found = True
+                            break
+                    if found:
+                        break
+    return headers, where
+
+
+class _Layout:
+    """One learnt layout: a check of its headers (and protocol numbers, which the line spells
+    out), a reader of its values and the line's text with a ``{n}`` for each of them."""
+
+    __slots__ = (
+        "addrs",
+        "expected",
+        "i_state",
+        "i_status",
+        "i_zone",
+        "ntop",
+        "pick",
+        "read",
+        "states",
+        "template",
+        "values",
+    )
+
+    def __init__(self, payload: bytes, headers: list[int], where: dict[str, tuple[int, str]]):
+        if not all(k in where for k in ("osrc", "odst", "rsrc", "rdst")):
+            raise _Unlearnable
+        # One struct reads, in the order of their offsets, the attribute headers (whole, as
+        # numbers) and the values; the headers and protocol numbers are what is checked.
+        items = sorted(
+            [(off, "I", "") for off in headers]
+            + [(off, code, name) for name, (off, code) in where.items()]
+        )
+        self.read = _packed_at("!", [(off, code) for off, code, _ in items]).unpack_from
+        at = {name: i for i, (_, _, name) in enumerate(items) if name}
+        checked = [i for i, (_, _, name) in enumerate(items) if name in ("", "oproto", "rproto")]
+        self.pick = operator.itemgetter(*checked)
+        values = self.read(payload)
+        self.expected = self.pick(values)
+        family = 4 if where["osrc"][1] == "4s" else 6
+        self.ntop = _NTOP4 if family == 4 else _ntop6
+        self.addrs = tuple(at[k] for k in ("osrc", "odst", "rsrc", "rdst"))
+        self.i_status = at.get("status")
+        self.i_zone = at.get("zone")
+        oproto = values[at["oproto"]] if "oproto" in at else 0
+        rproto = values[at["rproto"]] if "rproto" in at else 0
+        # The line's text, with {n} for the values it shows; those are picked from what was
+        # read (``shown``) and followed by the four addresses, [UNREPLIED], the flags, zone and
+        # state, made per flow.
+        shown = [
+            k for k in ("timeout", "osport", "odport", "otype", "ocode", "oid", "rsport",
+                        "rdport", "rtype", "rcode", "rid", "mark", "use") if k in at
+        ]  # fmt: skip
+        self.values = operator.itemgetter(*[at[k] for k in shown], self.addrs[0])
+        ix: dict[str, str] = {k: "{" + str(i) + "}" for i, k in enumerate(shown)}
+        n = len(shown) + 1
+        ix.update(osrc=f"{{{n}}}", odst=f"{{{n + 1}}}", rsrc=f"{{{n + 2}}}", rdst=f"{{{n + 3}}}")
+        proto = LINE_PROTO_NAMES.get(oproto, "unknown")
+        parts = [f"{'ipv' + str(family):<8} {2 if family == 4 else 10} {proto:<8} {oproto}"]
+        if "timeout" in ix:
+            parts.append(ix["timeout"])
+        self.i_state: int | None = None
+        self.states: tuple[str, ...] = ()
+        for name, names in (("tcp_state", TCP_STATES), ("sctp_state", SCTP_STATES)):
+            if name in at:
+                self.i_state = at[name]
+                self.states = tuple(_state_name(names, i) for i in range(256))
+                parts.append(f"{{{n + 7}}}")
+                break
+        parts.append(_tuple_template("o", oproto, ix) + f"{{{n + 4}}}")
+        parts.append(_tuple_template("r", rproto, ix) + f"{{{n + 5}}}")
+        parts.append(f"mark={ix['mark']}" if "mark" in ix else "mark=0")
+        text = " ".join(parts) + f"{{{n + 6}}}"
+        if "use" in ix:
+            text += f" use={ix['use']}"
+        self.template = text.format
+
+    def line(self, v: tuple[Any, ...]) -> str:
+        """The line of a message this layout read (``v``, checked by the caller)."""
+        ntop = self.ntop
+        a, b, c, d = self.addrs
+        status = 0 if self.i_status is None else v[self.i_status]
+        unreplied, flags = _status_text(status)
+        zone = 0 if self.i_zone is None else v[self.i_zone]
+        state = "" if self.i_state is None else self.states[v[self.i_state]]
+        return self.template(
+            *self.values(v),
+            ntop(v[a]),
+            ntop(v[b]),
+            ntop(v[c]),
+            ntop(v[d]),
+            unreplied,
+            flags,
+            f" zone={zone}" if zone else "",
+            state,
+        )
+
+
+def _tuple_template(side: str, proto: int, ix: dict[str, str]) -> str:
+    """One tuple as ``_tuple_text`` writes it, with ``ix``'s placeholders for its values."""
+    text = f"src={ix[side + 'src']} dst={ix[side + 'dst']}"
+    if side + "id" in ix:
+        kind, code = ix.get(side + "type", "-1"), ix.get(side + "code", "-1")
+        return f"{text} type={kind} code={code} id={ix[side + 'id']}"
+    if proto in PORT_PROTOS:
+        return f"{text} sport={ix.get(side + 'sport', '0')} dport={ix.get(side + 'dport', '0')}"
+    return text
+
+
+_NTOP4 = functools.partial(socket.inet_ntop, socket.AF_INET)
+"""An IPv4 address as ``str(IPv4Address)`` writes it."""
+
+
+def _ntop6(packed: bytes) -> str:
+    return str(IPv6Address(packed))  # not inet_ntop: it writes IPv4-mapped ones differently
+
+
+@functools.cache
+def _status_text(status: int) -> tuple[str, str]:
+    """What a flow's status adds after each tuple: `` [UNREPLIED]`` and `` [ASSURED]``…"""
+    unreplied = "" if status & IPS_SEEN_REPLY else " [UNREPLIED]"
+    if status & IPS_HW_OFFLOAD:
+        return unreplied, " [HW_OFFLOAD]"
+    if status & IPS_OFFLOAD:
+        return unreplied, " [OFFLOAD]"
+    if status & IPS_ASSURED:
+        return unreplied, " [ASSURED]"
+    return unreplied, ""
+
+
+def _packed_at(order: str, items: list[tuple[int, str]]) -> struct.Struct:
+    """A struct reading ``items`` (offset, code) of a message, padding between them."""
+    fmt, pos = order, 0
+    for off, code in items:
+        if off > pos:
+            fmt += f"{off - pos}x"
+        fmt += code
+        pos = off + struct.calcsize(order + code)
+    return struct.Struct(fmt)
+
+
+class LineFormatter:
+    """``conntrack_line(decode_flow(payload))`` for the payloads of a dump, at a fraction of
+    the cost: see the comment above. ``line(payload)`` is the whole interface.
+
+    Raises (from ``line``):
+        ValueError: as :func:`decode_flow`, for a message without both tuples.
+    """
+
+    def __init__(self) -> None:
+        self._layouts: dict[int, list[_Layout]] = {}
+        self._learnt = 0
+
+    def line(self, payload: bytes) -> str:
+        for layout in self._layouts.get(len(payload), ()):
+            v = layout.read(payload)
+            if layout.pick(v) == layout.expected:
+                return layout.line(v)
+        text = conntrack_line(decode_flow(payload))
+        if self._learnt < _MAX_LAYOUTS:
+            self._learn(payload, text)
+        return text
+
+    def _learn(self, payload: bytes, text: str) -> None:
+        self._learnt += 1
+        try:
+            layout = _Layout(payload, *_walk(payload))
+        except _Unlearnable:
+            return
+        # Only a layout that gives exactly what the full decoder gave is kept.
+        if layout.line(layout.read(payload)) == text:
+            self._layouts.setdefault(len(payload), []).append(layout)

@@ -72,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     ct = Conntrack(args.netns)
+    if args.action == "list" and not (args.json or args.service or args.all_stale):
+        return _print_lines(ct.lines(base))
     flows = _selected(ct, base, args)
     if args.action == "list":
         return _print_list(flows, as_json=args.json)
@@ -95,6 +97,29 @@ class _Counted:
         for flow in self.flows:
             self.count += 1
             yield flow
+
+
+def _print_lines(lines: Iterable[str]) -> int:
+    """As :func:`_print_list` prints flows, a thousand lines per write (100k ``print`` calls
+    were a tenth of the command's time)."""
+    count = 0
+    chunk: list[str] = []
+    try:
+        for line in lines:
+            chunk.append(line)
+            if len(chunk) == 1024:
+                count += len(chunk)
+                text = "\n".join(chunk) + "\n"
+                chunk.clear()
+                sys.stdout.write(text)
+    finally:  # what was read before a failure is shown, as line by line it was
+        if chunk:
+            count += len(chunk)
+            text = "\n".join(chunk) + "\n"
+            chunk.clear()
+            sys.stdout.write(text)
+    print(f"{count} flows matched")
+    return 0
 
 
 def _print_list(flows: Iterable[Flow], *, as_json: bool) -> int:
