@@ -20,6 +20,7 @@ Kernel behaviour this relies on (measured on Linux 6.18):
 
 from __future__ import annotations
 
+import builtins
 import errno as errno_mod
 import struct
 import time
@@ -105,7 +106,6 @@ class Conntrack:
         self.netns = netns
         self.deleted_total = 0
         self._on_deleted = on_deleted
-        self._log = get_logger("conntrack")
 
     def list(self, flt: FlowFilter | None = None) -> Iterator[Flow]:
         """Yield the flows ``flt`` selects (all flows without one), IPv4 then IPv6.
@@ -131,7 +131,8 @@ class Conntrack:
         started = time.perf_counter()
         passes = plan_passes(filters)
         count = sum(self.delete_flows(self._scan(p)) for p in passes)
-        self._log.info(
+        # The logger is made here, not in __init__: listing flows loads no logging at all.
+        get_logger("conntrack").info(
             "conntrack.flushed",
             filters=len(filters),
             passes=len(passes),
@@ -162,24 +163,38 @@ class Conntrack:
             self._on_deleted(count)
         return count
 
-    def lines(self, flt: FlowFilter | None = None) -> Iterator[str]:
+    def lines(self, flt: FlowFilter | None = None) -> Iterator[builtins.list[str]]:
         """The flows :meth:`list` yields, each as :func:`conntrack_line` shows it, made
-        straight from the kernel's messages (``nlproxy conntrack list``).
+        straight from the kernel's messages (``nlproxy conntrack list``); in batches, about a
+        datagram's worth at a time.
 
         Raises:
             ConntrackError: the kernel refused the dump.
         """
         flt = flt or FlowFilter()
         p = Pass(flt, (flt,))
-        line = LineFormatter().line
-        if flt.is_empty:  # every flow of the families dumped: nothing to decode for a match
-            for payload in self._payloads(p):
-                yield line(payload)
-            return
-        match = p.matcher()
-        for payload in self._payloads(p):
-            if match(decode_flow(payload)):
-                yield line(payload)
+        fmt = LineFormatter()
+        match = None if flt.is_empty else p.matcher()
+        screen = p.prefilter()
+        for kflt, seq, datagrams in self._dumps(p):
+            try:
+                for buf in datagrams:
+                    # Every flow of the family: a datagram of one learnt layout goes in one go.
+                    whole = fmt.datagram(buf) if match is None else None
+                    if whole is not None:
+                        yield whole
+                        continue
+                    payloads, end = _split(buf, seq, screen)
+                    yield [
+                        fmt.line(payload)
+                        for payload in payloads
+                        if match is None or match(decode_flow(payload))
+                    ]
+                    if end is not None:
+                        _ended(end)
+                        break
+            except OSError as exc:
+                raise ConntrackError(str(kflt), f"dump: {exc.strerror}") from exc
 
     def _scan(self, p: Pass) -> Iterator[Flow]:
         match = p.matcher()
@@ -191,52 +206,74 @@ class Conntrack:
     def _payloads(self, p: Pass) -> Iterator[bytes]:
         """The flow messages of ``p``'s dumps that pass its prefilter, undecoded."""
         screen = p.prefilter()
+        for kflt, seq, datagrams in self._dumps(p):
+            try:
+                for buf in datagrams:
+                    payloads, end = _split(buf, seq, screen)
+                    yield from payloads
+                    if end is not None:
+                        _ended(end)
+                        break
+            except OSError as exc:
+                raise ConntrackError(str(kflt), f"dump: {exc.strerror}") from exc
+
+    def _dumps(self, p: Pass) -> Iterator[tuple[FlowFilter, int, Iterator[bytes]]]:
+        """For each family ``p`` spans: the kernel filter, the dump's sequence number and the
+        datagrams it answers with (read until the caller stops)."""
         families = [p.kernel.family] if p.kernel.family else [4, 6]
         with NetfilterSocket(self.netns, bufsize=8 << 20) as sock:
             for family in families:
                 kflt = _kernel_filter(p.kernel, family)
                 seq = sock.next_seq()
-                try:
-                    yield from _dump(sock, encode_dump(kflt, family, seq), seq, screen)
-                except OSError as exc:
-                    raise ConntrackError(str(kflt), f"dump: {exc.strerror}") from exc
+                yield kflt, seq, _datagrams(sock, encode_dump(kflt, family, seq))
 
 
-def _dump(
-    sock: NetfilterSocket, request: bytes, seq: int, screen: Callable[[bytes], bool] | None
-) -> Iterator[bytes]:
-    """Payloads of the dump's flow messages that pass ``screen``.
+def _datagrams(sock: NetfilterSocket, request: bytes) -> Iterator[bytes]:
+    """Send a dump request; then each datagram of the answer, for as long as it is asked."""
+    sock.send(request)
+    sock.sock.settimeout(10.0)
+    while True:
+        yield sock.sock.recv(1 << 20)
 
-    Screens whole datagrams first (a datagram without the addresses holds no wanted flow), so
-    at 100k flows most are never split into messages: where the kernel cannot pre-select (IPv6)
-    this is what keeps a pass well under a second.
+
+def _split(
+    buf: bytes, seq: int, screen: Callable[[bytes], bool] | None
+) -> tuple[list[bytes], int | None]:
+    """The payloads of dump ``seq``'s flow messages in one datagram that pass ``screen``, and
+    how the dump ended in it: None (it goes on), 0 (done) or the errno the kernel answered.
+
+    Screens the whole datagram first (a datagram without the addresses holds no wanted flow),
+    so at 100k flows most are never split into messages: where the kernel cannot pre-select
+    (IPv6) this is what keeps a pass well under a second.
+    """
+    wanted = screen is None or screen(buf)
+    payloads: list[bytes] = []
+    off = 0
+    while off + _NLMSGHDR.size <= len(buf):
+        length, mtype, _flags, mseq, _pid = _NLMSGHDR.unpack_from(buf, off)
+        if length < _NLMSGHDR.size:
+            break
+        if mseq == seq:
+            if mtype == NLMSG_DONE:
+                return payloads, 0
+            if mtype == NLMSG_ERROR:
+                return payloads, -struct.unpack_from("=i", buf, off + _NLMSGHDR.size)[0]
+            if wanted:
+                payload = buf[off + _NLMSGHDR.size : off + length]
+                if screen is None or screen(payload):
+                    payloads.append(payload)
+        off += (length + 3) & ~3
+    return payloads, None
+
+
+def _ended(code: int) -> None:
+    """The end of a dump: nothing when it is done, else the kernel's error.
 
     Raises:
         OSError: the kernel answered the dump with an error.
     """
-    sock.send(request)
-    sock.sock.settimeout(10.0)
-    while True:
-        buf = sock.sock.recv(1 << 20)
-        wanted = screen is None or screen(buf)
-        off = 0
-        while off + _NLMSGHDR.size <= len(buf):
-            length, mtype, _flags, mseq, _pid = _NLMSGHDR.unpack_from(buf, off)
-            if length < _NLMSGHDR.size:
-                break
-            if mseq == seq:
-                if mtype == NLMSG_DONE:
-                    return
-                if mtype == NLMSG_ERROR:
-                    code = -struct.unpack_from("=i", buf, off + _NLMSGHDR.size)[0]
-                    if code:
-                        raise OSError(code, errno_mod.errorcode.get(code, "?"))
-                    return
-                if wanted:
-                    payload = buf[off + _NLMSGHDR.size : off + length]
-                    if screen is None or screen(payload):
-                        yield payload
-            off += (length + 3) & ~3
+    if code:
+        raise OSError(code, errno_mod.errorcode.get(code, "?"))
 
 
 def _delete_batch(sock: NetfilterSocket, flows: Sequence[Flow]) -> int:

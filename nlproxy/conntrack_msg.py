@@ -12,10 +12,12 @@ built here with ``struct``.
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 import socket
+import string
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address, ip_address
 from typing import Any, TypeAlias
@@ -147,6 +149,7 @@ _NFGENMSG = struct.Struct("=BBH")
 _NLA = struct.Struct("=HH")
 _BE16 = struct.Struct("!H")
 _BE32 = struct.Struct("!I")
+_U32 = struct.Struct("=I")
 
 
 def _family_af(version: int) -> int:
@@ -717,55 +720,87 @@ def _walk(payload: bytes) -> tuple[list[int], dict[str, tuple[int, str]]]:
 
 class _Layout:
     """One learnt layout: a check of its headers (and protocol numbers, which the line spells
-    out), a reader of its values and the line's text with a ``{n}`` for each of them."""
+    out), a reader of its values and the line's text with a ``{n}`` for each of them.
+
+    ``framed``: the layout of whole messages (netlink header, payload, padding), to read a
+    datagram of them with ``iter_unpack``; else of payloads.
+    """
 
     __slots__ = (
         "addrs",
+        "args",
+        "by_status",
         "expected",
         "i_state",
         "i_status",
         "i_zone",
-        "ntop",
+        "key",
         "pick",
         "read",
+        "read_all",
         "states",
         "template",
+        "text",
         "values",
     )
 
-    def __init__(self, payload: bytes, headers: list[int], where: dict[str, tuple[int, str]]):
+    def __init__(
+        self,
+        payload: bytes,
+        headers: list[int],
+        where: dict[str, tuple[int, str]],
+        *,
+        framed: bool = False,
+    ) -> None:
         if not all(k in where for k in ("osrc", "odst", "rsrc", "rdst")):
             raise _Unlearnable
+        family = 4 if where["osrc"][1] == "4s" else 6
         # One struct reads, in the order of their offsets, the attribute headers (whole, as
         # numbers) and the values; the headers and protocol numbers are what is checked.
-        items = sorted(
-            [(off, "I", "") for off in headers]
-            + [(off, code, name) for name, (off, code) in where.items()]
-        )
-        self.read = _packed_at("!", [(off, code) for off, code, _ in items]).unpack_from
+        # IPv4 addresses are read as four bytes each, which the template joins with dots.
+        items = [(off, "I", "") for off in headers]
+        for name, (off, code) in where.items():
+            if code == "4s":
+                items += [(off + k, "B", f"{name}.{k}") for k in range(4)]
+            else:
+                items.append((off, code, name))
+        message = payload
+        if framed:  # the netlink header's length and type are checked too; seq and pid not
+            items = [(0, "I", ""), (4, "H", ""), *((off + 16, c, n) for off, c, n in items)]
+            length = 16 + len(payload)
+            head = struct.pack("=IHHII", length, (NFNL_SUBSYS_CTNETLINK << 8), 0, 0, 0)
+            message = head + payload + b"\0" * ((4 - length % 4) % 4)
+        items.sort()
+        reader = _packed_at("!", [(off, code) for off, code, _ in items], len(message))
+        self.read = reader.unpack_from
+        self.read_all = reader.iter_unpack
         at = {name: i for i, (_, _, name) in enumerate(items) if name}
         checked = [i for i, (_, _, name) in enumerate(items) if name in ("", "oproto", "rproto")]
         self.pick = operator.itemgetter(*checked)
-        values = self.read(payload)
+        values = self.read(message)
         self.expected = self.pick(values)
-        family = 4 if where["osrc"][1] == "4s" else 6
-        self.ntop = _NTOP4 if family == 4 else _ntop6
-        self.addrs = tuple(at[k] for k in ("osrc", "odst", "rsrc", "rdst"))
+        self.addrs = () if family == 4 else tuple(at[k] for k in ("osrc", "odst", "rsrc", "rdst"))
         self.i_status = at.get("status")
         self.i_zone = at.get("zone")
         oproto = values[at["oproto"]] if "oproto" in at else 0
         rproto = values[at["rproto"]] if "rproto" in at else 0
         # The line's text, with {n} for the values it shows; those are picked from what was
-        # read (``shown``) and followed by the four addresses, [UNREPLIED], the flags, zone and
-        # state, made per flow.
-        shown = [
+        # read (``shown``), then come [UNREPLIED], the flags, zone, state and, for IPv6, the
+        # four addresses, made per flow.
+        shown: list[str] = [
             k for k in ("timeout", "osport", "odport", "otype", "ocode", "oid", "rsport",
                         "rdport", "rtype", "rcode", "rid", "mark", "use") if k in at
         ]  # fmt: skip
-        self.values = operator.itemgetter(*[at[k] for k in shown], self.addrs[0])
+        if family == 4:
+            shown += [f"{a}.{k}" for a in ("osrc", "odst", "rsrc", "rdst") for k in range(4)]
+        self.values = operator.itemgetter(*[at[k] for k in shown], 0)  # 0: always a tuple
         ix: dict[str, str] = {k: "{" + str(i) + "}" for i, k in enumerate(shown)}
         n = len(shown) + 1
-        ix.update(osrc=f"{{{n}}}", odst=f"{{{n + 1}}}", rsrc=f"{{{n + 2}}}", rdst=f"{{{n + 3}}}")
+        for i, a in enumerate(("osrc", "odst", "rsrc", "rdst")):
+            if family == 4:
+                ix[a] = ".".join(ix[f"{a}.{k}"] for k in range(4))
+            else:
+                ix[a] = f"{{{n + 4 + i}}}"
         proto = LINE_PROTO_NAMES.get(oproto, "unknown")
         parts = [f"{'ipv' + str(family):<8} {2 if family == 4 else 10} {proto:<8} {oproto}"]
         if "timeout" in ix:
@@ -776,35 +811,72 @@ class _Layout:
             if name in at:
                 self.i_state = at[name]
                 self.states = tuple(_state_name(names, i) for i in range(256))
-                parts.append(f"{{{n + 7}}}")
+                parts.append(f"{{{n + 3}}}")
                 break
-        parts.append(_tuple_template("o", oproto, ix) + f"{{{n + 4}}}")
-        parts.append(_tuple_template("r", rproto, ix) + f"{{{n + 5}}}")
+        parts.append(_tuple_template("o", oproto, ix) + f"{{{n}}}")
+        parts.append(_tuple_template("r", rproto, ix) + f"{{{n + 1}}}")
         parts.append(f"mark={ix['mark']}" if "mark" in ix else "mark=0")
-        text = " ".join(parts) + f"{{{n + 6}}}"
+        text = " ".join(parts) + f"{{{n + 2}}}"
         if "use" in ix:
             text += f" use={ix['use']}"
         self.template = text.format
+        self.text, self.args = text, self.values
+        self.by_status: dict[tuple[int, ...], str] = {}
+        if family == 4:
+            # Every value of an IPv4 line is a number: per (status, state, zone), the rest of
+            # the line is fixed text, and a "%d" template takes the numbers in the order shown.
+            order = [int(f) for _, f, _, _ in string.Formatter().parse(text) if f and int(f) < n]
+            self.args = operator.itemgetter(*[at[shown[i]] for i in order])
+        self.key = operator.itemgetter(
+            *[i for i in (self.i_status, self.i_state, self.i_zone) if i is not None], 0
+        )
 
-    def line(self, v: tuple[Any, ...]) -> str:
-        """The line of a message this layout read (``v``, checked by the caller)."""
-        ntop = self.ntop
-        a, b, c, d = self.addrs
+    def _extra(self, v: tuple[Any, ...]) -> tuple[str, str, str, str]:
+        """[UNREPLIED], the flags, zone and state of a flow, as its line writes them."""
         status = 0 if self.i_status is None else v[self.i_status]
         unreplied, flags = _status_text(status)
         zone = 0 if self.i_zone is None else v[self.i_zone]
         state = "" if self.i_state is None else self.states[v[self.i_state]]
-        return self.template(
-            *self.values(v),
-            ntop(v[a]),
-            ntop(v[b]),
-            ntop(v[c]),
-            ntop(v[d]),
-            unreplied,
-            flags,
-            f" zone={zone}" if zone else "",
-            state,
-        )
+        return unreplied, flags, f" zone={zone}" if zone else "", state
+
+    def line(self, v: tuple[Any, ...]) -> str:
+        """The line of a message this layout read (``v``, checked by the caller)."""
+        extra = self._extra(v)
+        if self.addrs:
+            a, b, c, d = self.addrs
+            addrs = (_ntop6(v[a]), _ntop6(v[b]), _ntop6(v[c]), _ntop6(v[d]))
+            return self.template(*self.values(v), *extra, *addrs)
+        key = self.key(v)
+        percent = self.by_status.get(key)
+        if percent is None:
+            percent = _percent(self.text, extra, self.values(v))
+            if len(self.by_status) < 1024:
+                self.by_status[key] = percent
+        text: str = percent % self.args(v)
+        return text
+
+    def lines(self, rows: Iterable[tuple[Any, ...]]) -> list[str]:
+        """The lines of messages this layout read (checked by the caller)."""
+        if self.addrs:
+            return [self.line(v) for v in rows]
+        key, args, known = self.key, self.args, self.by_status
+        try:
+            return [known[key(v)] % args(v) for v in rows]
+        except KeyError:  # a status, state or zone not met yet: ``line`` learns it
+            return [self.line(v) for v in rows]
+
+
+def _percent(text: str, extra: tuple[str, ...], values: tuple[Any, ...]) -> str:
+    """``text`` (a ``str.format`` template of an IPv4 line) as a ``%`` template: "%d" for each
+    value shown (``values``, in their order there), the ``extra`` strings written in."""
+    n = len(values)
+    out = []
+    for literal, field, _spec, _conv in string.Formatter().parse(text):
+        out.append(literal.replace("%", "%%"))
+        if field:
+            i = int(field)
+            out.append("%d" if i < n else extra[i - n].replace("%", "%%"))
+    return "".join(out)
 
 
 def _tuple_template(side: str, proto: int, ix: dict[str, str]) -> str:
@@ -816,10 +888,6 @@ def _tuple_template(side: str, proto: int, ix: dict[str, str]) -> str:
     if proto in PORT_PROTOS:
         return f"{text} sport={ix.get(side + 'sport', '0')} dport={ix.get(side + 'dport', '0')}"
     return text
-
-
-_NTOP4 = functools.partial(socket.inet_ntop, socket.AF_INET)
-"""An IPv4 address as ``str(IPv4Address)`` writes it."""
 
 
 def _ntop6(packed: bytes) -> str:
@@ -839,20 +907,24 @@ def _status_text(status: int) -> tuple[str, str]:
     return unreplied, ""
 
 
-def _packed_at(order: str, items: list[tuple[int, str]]) -> struct.Struct:
-    """A struct reading ``items`` (offset, code) of a message, padding between them."""
+def _packed_at(order: str, items: list[tuple[int, str]], size: int) -> struct.Struct:
+    """A struct reading ``items`` (offset, code) of a ``size``-byte message, padding between
+    them and to its end."""
     fmt, pos = order, 0
     for off, code in items:
         if off > pos:
             fmt += f"{off - pos}x"
         fmt += code
         pos = off + struct.calcsize(order + code)
+    if size > pos:
+        fmt += f"{size - pos}x"
     return struct.Struct(fmt)
 
 
 class LineFormatter:
     """``conntrack_line(decode_flow(payload))`` for the payloads of a dump, at a fraction of
-    the cost: see the comment above. ``line(payload)`` is the whole interface.
+    the cost: see the comment above. ``line(payload)`` writes one message's line;
+    ``datagram(buf)`` all those of a datagram, when they all have one learnt layout.
 
     Raises (from ``line``):
         ValueError: as :func:`decode_flow`, for a message without both tuples.
@@ -860,6 +932,7 @@ class LineFormatter:
 
     def __init__(self) -> None:
         self._layouts: dict[int, list[_Layout]] = {}
+        self._framed: dict[int, list[_Layout]] = {}
         self._learnt = 0
 
     def line(self, payload: bytes) -> str:
@@ -872,12 +945,30 @@ class LineFormatter:
             self._learn(payload, text)
         return text
 
+    def datagram(self, buf: bytes) -> list[str] | None:
+        """The lines of a datagram made only of flow messages of one learnt layout (one
+        ``iter_unpack`` reads them all); None for any other datagram."""
+        if len(buf) < 4:
+            return None
+        size = (_U32.unpack_from(buf)[0] + 3) & ~3
+        for layout in self._framed.get(size, ()) if len(buf) % size == 0 else ():
+            rows = list(layout.read_all(buf))
+            if all(map(operator.eq, map(layout.pick, rows), itertools.repeat(layout.expected))):
+                return layout.lines(rows)
+        return None
+
     def _learn(self, payload: bytes, text: str) -> None:
         self._learnt += 1
         try:
             layout = _Layout(payload, *_walk(payload))
+            framed = _Layout(payload, *_walk(payload), framed=True)
         except _Unlearnable:
             return
         # Only a layout that gives exactly what the full decoder gave is kept.
-        if layout.line(layout.read(payload)) == text:
-            self._layouts.setdefault(len(payload), []).append(layout)
+        if layout.line(layout.read(payload)) != text:
+            return
+        self._layouts.setdefault(len(payload), []).append(layout)
+        size = (16 + len(payload) + 3) & ~3
+        message = bytes(16) + payload + bytes(size - 16 - len(payload))
+        if framed.line(framed.read(message)) == text:
+            self._framed.setdefault(size, []).append(framed)

@@ -33,6 +33,8 @@ from nlproxy.errors import ConfigError
 
 NAME = "conntrack"
 HELP = "list or delete conntrack flows (stale ones included)"
+LOGS = False
+"""Nothing here logs (errors end the command as one line), so logging is left unloaded."""
 EXIT_USAGE = 2
 TABLE = "nlproxy"
 
@@ -99,25 +101,14 @@ class _Counted:
             yield flow
 
 
-def _print_lines(lines: Iterable[str]) -> int:
-    """As :func:`_print_list` prints flows, a thousand lines per write (100k ``print`` calls
+def _print_lines(batches: Iterable[list[str]]) -> int:
+    """As :func:`_print_list` prints flows, a batch of lines per write (100k ``print`` calls
     were a tenth of the command's time)."""
     count = 0
-    chunk: list[str] = []
-    try:
-        for line in lines:
-            chunk.append(line)
-            if len(chunk) == 1024:
-                count += len(chunk)
-                text = "\n".join(chunk) + "\n"
-                chunk.clear()
-                sys.stdout.write(text)
-    finally:  # what was read before a failure is shown, as line by line it was
-        if chunk:
-            count += len(chunk)
-            text = "\n".join(chunk) + "\n"
-            chunk.clear()
-            sys.stdout.write(text)
+    for lines in batches:
+        if lines:
+            count += len(lines)
+            sys.stdout.write("\n".join(lines) + "\n")
     print(f"{count} flows matched")
     return 0
 

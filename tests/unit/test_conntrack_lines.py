@@ -3,6 +3,7 @@ for every kind of flow, both when it learns a layout and when it reuses one for 
 
 from __future__ import annotations
 
+import struct
 from ipaddress import ip_address
 
 import pytest
@@ -118,3 +119,41 @@ def test_a_message_without_tuples_is_refused_as_by_the_decoder() -> None:
     body = encode_new(flow("10.1.0.1", "10.96.0.1", 17), 1)[NLMSGHDR : NLMSGHDR + 4]
     with pytest.raises(ValueError, match="tuples"):
         LineFormatter().line(body)
+
+
+def message(body: bytes, seq: int = 7, mtype: int = 0x100) -> bytes:
+    """A dump's message around ``body``: netlink header and padding."""
+    length = NLMSGHDR + len(body)
+    return struct.pack("=IHHII", length, mtype, 2, seq, 0) + body + bytes(-length % 4)
+
+
+@pytest.mark.parametrize(("src", "dst", "proto", "info"), KINDS)
+def test_a_datagram_of_one_layout_is_written_in_one_go(
+    src: str, dst: str, proto: int, info: bytes | None
+) -> None:
+    bodies = []
+    for i in range(6):  # every status and mark non-zero: one layout, other values
+        f = flow(src, dst, proto, status=STATUSES[1 + i % 4], mark=1 + i, port=1 + i)
+        extra = use_zone(i + 1, i % 3)
+        if info is None:
+            extra += tcp(i * 2)
+        elif info == b"sctp":
+            extra += sctp(i)
+        bodies.append(payload(f, extra))
+    slow = [conntrack_line(decode_flow(b)) for b in bodies]
+    fmt = LineFormatter()
+    assert fmt.datagram(b"".join(message(b) for b in bodies)) is None  # nothing learnt yet
+    assert fmt.line(bodies[0]) == slow[0]
+    assert fmt.datagram(b"".join(message(b) for b in bodies)) == slow
+    assert fmt.datagram(b"".join(message(b) for b in reversed(bodies))) == slow[::-1]
+
+
+def test_a_datagram_of_anything_else_is_left_to_the_message_by_message_way() -> None:
+    bodies = [payload(flow("10.1.0.1", "10.96.0.1", 17, status=2, mark=1, port=p)) for p in (1, 2)]
+    fmt = LineFormatter()
+    fmt.line(bodies[0])
+    done = struct.pack("=IHHII", 20, 3, 2, 7, 0) + bytes(4)
+    assert fmt.datagram(message(bodies[0]) + message(bodies[1], mtype=3)) is None
+    assert fmt.datagram(message(bodies[0]) + done) is None
+    assert fmt.datagram(message(bodies[0])[:-4]) is None
+    assert fmt.datagram(b"") is None
