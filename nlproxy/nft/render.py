@@ -11,7 +11,8 @@ same so that its text is nft's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Callable, Mapping
 from ipaddress import IPv4Network, IPv6Address, IPv6Network
 from typing import Any, TypeAlias, assert_never
 
@@ -358,25 +359,93 @@ def render_element(el: Element, s: SetLike, counts: Counts | None = None) -> str
     In a set declared with ``counter`` the element's counter follows the key: with its values
     when ``counts`` has them (``nft list``), a bare ``counter`` otherwise (the IR has none).
     """
-    text = format_key(el.key, s.key)
-    if isinstance(s, Set) and s.counter:
-        values = None if counts is None else counts.get(el.key)
-        text += " counter" if values is None else f" counter packets {values[0]} bytes {values[1]}"
-    if el.timeout is not None:
-        text += f" timeout {format_time(el.timeout)}"
-    if el.comment:
-        text += f' comment "{el.comment}"'
-    if isinstance(el.value, Verdict):
-        text += f" : {format_verdict(el.value)}"
-    elif el.value is not None:
-        text += f" : {format_key(el.value, s.data if isinstance(s, Map) else ())}"
-    return text
+    return _Elements(s, counts).text(el)
+
+
+class _Elements:
+    """:func:`render_element` for the elements of one set, with the formatting of each key and
+    data part chosen once per set instead of once per value (``nlproxy rules`` writes 200k+
+    elements). ``seen``: the text of the address objects met so far, shared across sets (the
+    read-back shares one object per address), by identity."""
+
+    def __init__(
+        self,
+        s: SetLike,
+        counts: Counts | None,
+        seen: dict[int, tuple[Value, str]] | None = None,
+    ) -> None:
+        self.s = s
+        self.counts = counts
+        self.counter = isinstance(s, Set) and s.counter
+        self.seen: dict[int, tuple[Value, str]] = {} if seen is None else seen
+        self.key = self._key_text(s.key)
+        self.data = self._key_text(s.data if isinstance(s, Map) else ())
+
+    def text(self, el: Element) -> str:
+        text = self.key(el.key)
+        if self.counter:
+            values = None if self.counts is None else self.counts.get(el.key)
+            text += (
+                " counter" if values is None else f" counter packets {values[0]} bytes {values[1]}"
+            )
+        if el.timeout is not None:
+            text += f" timeout {format_time(el.timeout)}"
+        if el.comment:
+            text += f' comment "{el.comment}"'
+        if isinstance(el.value, Verdict):
+            text += f" : {format_verdict(el.value)}"
+        elif el.value is not None:
+            text += f" : {self.data(el.value)}"
+        return text
+
+    def _key_text(self, types: tuple[DataType | None, ...]) -> Callable[[tuple[Value, ...]], str]:
+        """:func:`format_key` for keys of ``types``."""
+        parts = [self._part_text(dt) for dt in types]
+        if len(parts) == 1:
+            (only,) = parts
+            return lambda key: only(key[0]) if key else ""
+
+        def text(key: tuple[Value, ...]) -> str:
+            return " . ".join([part(v) for part, v in zip(parts, key, strict=False)])
+
+        return text
+
+    def _part_text(self, dt: DataType | None) -> Callable[[Value], str]:
+        """``format_value(None, dt, v)``: numbers by their datatype, anything else (addresses,
+        networks) once per object."""
+        if dt not in (DataType.INET_PROTO, DataType.MARK, DataType.IPV4_ADDR, DataType.IPV6_ADDR):
+            # a number or a name, which format_value writes as str does (a network, which it
+            # writes otherwise, only ever sits in an address part)
+            return str
+        seen = self.seen
+        number: Callable[[int], str] = str
+        if dt is DataType.INET_PROTO:
+            number = lambda v: PROTOCOLS.get(v, str(v))  # noqa: E731
+        elif dt is DataType.MARK:
+            number = "0x{:08x}".format
+
+        def text(v: Value) -> str:
+            if type(v) is int:
+                return number(v)
+            hit = seen.get(id(v))
+            if hit is not None and hit[0] is v:
+                return hit[1]
+            out = format_value(None, dt, v)
+            if not isinstance(v, int):  # a bool's text depends on the datatype
+                seen[id(v)] = (v, out)
+            return out
+
+        return text
 
 
 def render_set(
-    s: SetLike, elements: dict[tuple[Value, ...], Element], counts: Counts | None = None
+    s: SetLike,
+    elements: dict[tuple[Value, ...], Element],
+    counts: Counts | None = None,
+    seen: dict[int, tuple[Value, str]] | None = None,
 ) -> list[str]:
-    """A set or map with its elements; ``counts``: see :func:`render_element`."""
+    """A set or map with its elements; ``counts``: see :func:`render_element`; ``seen``: see
+    :class:`_Elements`."""
     kind = "map" if isinstance(s, Map) else "set"
     lines = [f"\t{kind} {s.name} {{", f"\t\t{set_type(s)}"]
     # nft 1.0.6 leaves the flags line out when the only flag is "timeout" and the set has a
@@ -391,12 +460,23 @@ def render_set(
     if s.comment:
         lines.append(f'\t\tcomment "{s.comment}"')
     if elements:
-        items = [render_element(elements[k], s, counts) for k in sorted(elements, key=key_order)]
+        text = _Elements(s, counts, seen).text
+        items = list(map(text, _sorted_elements(elements)))
         per_line = _PER_LINE.get(s.key[0], 1) if len(s.key) == 1 else 1
         rows = [", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line)]
         lines.append("\t\telements = { " + ",\n\t\t\t     ".join(rows) + " }")
     lines.append("\t}")
     return lines
+
+
+def _sorted_elements(elements: dict[tuple[Value, ...], Element]) -> list[Element]:
+    """The elements in the order of ``sorted(elements, key=key_order)``, faster: each
+    ``key_order`` flattened into one tuple of numbers (the same order: its parts all have three
+    numbers) ending with the element's index (no ties, no key looked up again)."""
+    values = list(elements.values())
+    flat = itertools.chain.from_iterable
+    order = sorted([(*flat(key_order(k)), i) for i, k in enumerate(elements)])
+    return [values[o[-1]] for o in order]
 
 
 def priority_text(chain: Chain) -> str:
@@ -444,8 +524,10 @@ def render_ruleset(rs: Ruleset, counters: Mapping[str, Counts] | None = None) ->
             reads them); without them such elements print a bare ``counter``.
     """
     counters = counters or {}
+    seen: dict[int, tuple[Value, str]] = {}
     blocks = [
-        render_set(s, rs.elements.get(s.name, {}), counters.get(s.name)) for s in rs.sets.values()
+        render_set(s, rs.elements.get(s.name, {}), counters.get(s.name), seen)
+        for s in rs.sets.values()
     ]
     family = rs.table.family
     blocks += [render_chain(c, rs.rules.get(c.name, []), family) for c in rs.chains.values()]
@@ -504,5 +586,5 @@ def _set_json(rs: Ruleset, s: SetLike) -> dict[str, Any]:
         "timeout": s.timeout,
         "counter": isinstance(s, Set) and s.counter,
         "comment": s.comment,
-        "elements": [render_element(els[k], s) for k in sorted(els, key=key_order)],
+        "elements": list(map(_Elements(s, None).text, _sorted_elements(els))),
     }
