@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 NAME = "rules"
 HELP = "print what nlproxy has programmed (nft-like text, or --json)"
+LOGS = False
+"""Nothing here logs (errors end the command as one line), so logging is left unloaded."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

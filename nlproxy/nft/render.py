@@ -12,6 +12,7 @@ same so that its text is nft's.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Mapping
 from ipaddress import IPv4Network, IPv6Address, IPv6Network
 from typing import Any, TypeAlias, assert_never
@@ -406,7 +407,7 @@ class _Elements:
             return lambda key: only(key[0]) if key else ""
 
         def text(key: tuple[Value, ...]) -> str:
-            return " . ".join([part(v) for part, v in zip(parts, key, strict=False)])
+            return " . ".join(map(operator.call, parts, key))  # as zip: the shorter decides
 
         return text
 
