@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Callable, Mapping
-from ipaddress import IPv4Network, IPv6Address, IPv6Network
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Any, TypeAlias, assert_never
 
 from nlproxy.nft.decode import UndecodedRule
@@ -471,13 +471,30 @@ def render_set(
 
 
 def _sorted_elements(elements: dict[tuple[Value, ...], Element]) -> list[Element]:
-    """The elements in the order of ``sorted(elements, key=key_order)``, faster: each
-    ``key_order`` flattened into one tuple of numbers (the same order: its parts all have three
-    numbers) ending with the element's index (no ties, no key looked up again)."""
+    """The elements in the order of ``sorted(elements, key=key_order)``, faster, with each
+    element's index last in its sort key (no ties, no key looked up again).
+
+    Where every key has the same types part by part, all numbers or addresses (the read-back
+    of a set that is not an interval set), ``key_order`` compares each part by its number
+    alone (its version and prefix length are the same throughout), so the key is the parts'
+    numbers; otherwise it is ``key_order`` flattened (its parts all have three numbers).
+    """
     values = list(elements.values())
-    flat = itertools.chain.from_iterable
-    order = sorted([(*flat(key_order(k)), i) for i, k in enumerate(elements)])
-    return [values[o[-1]] for o in order]
+    kinds = set(map(_part_types, elements))
+    if len(kinds) == 1 and _NUMBERED.issuperset(next(iter(kinds))):
+        keys = [(*map(int, k), i) for i, k in enumerate(elements)]  # type: ignore[arg-type]
+    else:
+        flat = itertools.chain.from_iterable
+        keys = [(*flat(key_order(k)), i) for i, k in enumerate(elements)]
+    return [values[k[-1]] for k in sorted(keys)]
+
+
+def _part_types(key: tuple[Value, ...]) -> tuple[type, ...]:
+    return tuple(map(type, key))
+
+
+_NUMBERED = frozenset({int, IPv4Address, IPv6Address})
+"""Value types whose ``key_order`` part is (a constant, ``int(v)``, 0)."""
 
 
 def priority_text(chain: Chain) -> str:

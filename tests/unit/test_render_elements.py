@@ -88,6 +88,14 @@ CASES: list[tuple[Set | Map, dict[tuple[Value, ...], Element]]] = [
         ),
     ),
     (
+        Set(name="v6", key=(D.IPV6_ADDR, D.INET_SERVICE)),
+        elements_of(
+            Set(name="x", key=()),
+            *(Element(set="v6", key=(IPv6Address(a), p))
+              for a in ("fd00::10", "fd00::9", "::1", "fd00::9:0") for p in (53, 5353, 1)),
+        ),
+    ),
+    (
         Map(name="vm", key=(D.MARK, D.INET_PROTO), data=(D.VERDICT,)),
         elements_of(
             Map(name="x", key=(), data=()),
