@@ -12,12 +12,11 @@ built here with ``struct``.
 from __future__ import annotations
 
 import functools
-import itertools
 import operator
 import socket
 import string
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address, ip_address
 from typing import Any, TypeAlias
@@ -735,6 +734,8 @@ class _Layout:
         "i_status",
         "i_zone",
         "key",
+        "mask_one",
+        "masks",
         "pick",
         "read",
         "read_all",
@@ -742,6 +743,7 @@ class _Layout:
         "template",
         "text",
         "values",
+        "want_one",
     )
 
     def __init__(
@@ -758,18 +760,28 @@ class _Layout:
         # One struct reads, in the order of their offsets, the attribute headers (whole, as
         # numbers) and the values; the headers and protocol numbers are what is checked.
         # IPv4 addresses are read as four bytes each, which the template joins with dots.
-        items = [(off, "I", "") for off in headers]
+        # Framed, the headers are checked through a mask over the whole datagram instead.
+        items = [] if framed else [(off, "I", "") for off in headers]
         for name, (off, code) in where.items():
             if code == "4s":
                 items += [(off + k, "B", f"{name}.{k}") for k in range(4)]
             else:
                 items.append((off, code, name))
         message = payload
+        self.mask_one = self.want_one = b""
+        self.masks: dict[int, tuple[int, int]] = {}
         if framed:  # the netlink header's length and type are checked too; seq and pid not
-            items = [(0, "I", ""), (4, "H", ""), *((off + 16, c, n) for off, c, n in items)]
+            items = [(off + 16, c, n) for off, c, n in items]
             length = 16 + len(payload)
             head = struct.pack("=IHHII", length, (NFNL_SUBSYS_CTNETLINK << 8), 0, 0, 0)
             message = head + payload + b"\0" * ((4 - length % 4) % 4)
+            spans = [(0, 4), (4, 2), *((off + 16, 4) for off in headers)]
+            spans += [(where[k][0] + 16, 1) for k in ("oproto", "rproto") if k in where]
+            mask = bytearray(len(message))
+            for off, width in spans:
+                mask[off : off + width] = b"\xff" * width
+            self.mask_one = bytes(mask)
+            self.want_one = bytes(m & b for m, b in zip(mask, message, strict=True))
         items.sort()
         reader = _packed_at("!", [(off, code) for off, code, _ in items], len(message))
         self.read = reader.unpack_from
@@ -831,6 +843,20 @@ class _Layout:
             *[i for i in (self.i_status, self.i_state, self.i_zone) if i is not None], 0
         )
 
+    def holds(self, buf: bytes) -> bool:
+        """Whether every message of ``buf`` (a whole number of them, framed) has this layout:
+        the checked bytes of all of them compared at once, as one masked number."""
+        k = len(buf) // len(self.mask_one)
+        masks = self.masks.get(k)
+        if masks is None:
+            masks = (
+                int.from_bytes(self.mask_one * k, "little"),
+                int.from_bytes(self.want_one * k, "little"),
+            )
+            if len(self.masks) < 64:
+                self.masks[k] = masks
+        return int.from_bytes(buf, "little") & masks[0] == masks[1]
+
     def _extra(self, v: tuple[Any, ...]) -> tuple[str, str, str, str]:
         """[UNREPLIED], the flags, zone and state of a flow, as its line writes them."""
         status = 0 if self.i_status is None else v[self.i_status]
@@ -855,7 +881,7 @@ class _Layout:
         text: str = percent % self.args(v)
         return text
 
-    def lines(self, rows: Iterable[tuple[Any, ...]]) -> list[str]:
+    def lines(self, rows: list[tuple[Any, ...]]) -> list[str]:
         """The lines of messages this layout read (checked by the caller)."""
         if self.addrs:
             return [self.line(v) for v in rows]
@@ -952,9 +978,8 @@ class LineFormatter:
             return None
         size = (_U32.unpack_from(buf)[0] + 3) & ~3
         for layout in self._framed.get(size, ()) if len(buf) % size == 0 else ():
-            rows = list(layout.read_all(buf))
-            if all(map(operator.eq, map(layout.pick, rows), itertools.repeat(layout.expected))):
-                return layout.lines(rows)
+            if layout.holds(buf):
+                return layout.lines(list(layout.read_all(buf)))
         return None
 
     def _learn(self, payload: bytes, text: str) -> None:

@@ -157,3 +157,15 @@ def test_a_datagram_of_anything_else_is_left_to_the_message_by_message_way() -> 
     assert fmt.datagram(message(bodies[0]) + done) is None
     assert fmt.datagram(message(bodies[0])[:-4]) is None
     assert fmt.datagram(b"") is None
+
+
+def test_a_message_alike_but_for_its_attributes_stops_the_datagram_way() -> None:
+    f = flow("10.1.0.1", "10.96.0.1", 17, status=2, mark=1)
+    use, zone = _nla(CTA_USE, _BE32.pack(1)), _nla(CTA_ZONE, _BE16.pack(3))
+    first, swapped = payload(f, use + zone), payload(f, zone + use)
+    assert len(first) == len(swapped)
+    fmt = LineFormatter()
+    fmt.line(first)
+    assert fmt.datagram(message(first) + message(first)) is not None
+    assert fmt.datagram(message(first) + message(swapped)) is None
+    assert fmt.line(swapped) == conntrack_line(decode_flow(swapped))
