@@ -16,7 +16,7 @@ import operator
 import socket
 import string
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address, ip_address
 from typing import Any, TypeAlias
@@ -626,16 +626,13 @@ def decode_flow(payload: bytes) -> Flow:
 # Decoding every attribute of 100k flows into objects and formatting their addresses through
 # ``ipaddress`` cost ~20 µs a flow. The kernel sends nearly every flow of a kind with the same
 # attribute layout (the same types and lengths at the same offsets), so the layout is learnt
-# once, by walking one message the way :func:`decode_flow` does, and every later message with
-# that layout is checked (its attribute headers, in one ``unpack_from``) and read (its values,
-# in another). A message with a layout not seen before, or one the walk cannot vouch for, goes
-# through :func:`decode_flow` and :func:`conntrack_line`.
+# once, by walking one message the way :func:`decode_flow` does (and kept only if it then
+# writes the line the full decoder writes). A later message with that layout is checked (its
+# attribute headers and protocol numbers) and read (its values) in one ``unpack_from``; a
+# datagram made only of such messages is checked at once, as one masked integer, and read with
+# one ``iter_unpack``. A message with a layout not seen before, or one the walk cannot vouch
+# for, goes through :func:`decode_flow` and :func:`conntrack_line`.
 
-_LINE_FIELDS = (
-    "osrc", "odst", "oproto", "osport", "odport", "otype", "ocode", "oid",
-    "rsrc", "rdst", "rproto", "rsport", "rdport", "rtype", "rcode", "rid",
-    "zone", "mark", "status", "timeout", "use", "tcp_state", "sctp_state",
-)  # fmt: skip
 _TUPLE_CODES = {
     CTA_PROTO_NUM: ("proto", "B"),
     CTA_PROTO_SRC_PORT: ("sport", "H"),
@@ -839,8 +836,10 @@ class _Layout:
             # the line is fixed text, and a "%d" template takes the numbers in the order shown.
             order = [int(f) for _, f, _, _ in string.Formatter().parse(text) if f and int(f) < n]
             self.args = operator.itemgetter(*[at[shown[i]] for i in order])
-        self.key = operator.itemgetter(
-            *[i for i in (self.i_status, self.i_state, self.i_zone) if i is not None], 0
+        # What the fixed text depends on; twice over, so that it is a tuple however many
+        keyed = [i for i in (self.i_status, self.i_state, self.i_zone) if i is not None] * 2
+        self.key: Callable[[tuple[Any, ...]], tuple[Any, ...]] = (
+            operator.itemgetter(*keyed) if keyed else _no_key
         )
 
     def holds(self, buf: bytes) -> bool:
@@ -903,6 +902,10 @@ def _percent(text: str, extra: tuple[str, ...], values: tuple[Any, ...]) -> str:
             i = int(field)
             out.append("%d" if i < n else extra[i - n].replace("%", "%%"))
     return "".join(out)
+
+
+def _no_key(_v: tuple[Any, ...]) -> tuple[Any, ...]:
+    return ()
 
 
 def _tuple_template(side: str, proto: int, ix: dict[str, str]) -> str:

@@ -169,3 +169,16 @@ def test_a_message_alike_but_for_its_attributes_stops_the_datagram_way() -> None
     assert fmt.datagram(message(first) + message(first)) is not None
     assert fmt.datagram(message(first) + message(swapped)) is None
     assert fmt.line(swapped) == conntrack_line(decode_flow(swapped))
+
+
+def test_the_fixed_text_is_made_once_per_status_not_per_flow() -> None:
+    bodies = [
+        payload(flow(f"{1 + i}.0.0.1", "10.96.0.1", 17, status=2, mark=1)) for i in range(200)
+    ]
+    fmt = LineFormatter()
+    fmt.line(bodies[0])
+    assert fmt.datagram(b"".join(message(b) for b in bodies)) == [
+        conntrack_line(decode_flow(b)) for b in bodies
+    ]
+    (layouts,) = fmt._framed.values()
+    assert [len(layout.by_status) for layout in layouts] == [1]
