@@ -1,0 +1,39 @@
+"""``bench_cli.py`` at a small size: each command and its reference run side by side on the
+same namespace, and every summary the targets need is printed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent
+
+
+def test_small_run_prints_every_figure() -> None:
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "bench_cli.py"), "--flows", "300", "--services", "20",
+         "--endpoints", "2", "--rounds", "1"],
+        capture_output=True, text=True, check=True, timeout=300,
+    ).stdout  # fmt: skip
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith('{"bench"')]
+    assert [(r["bench"], r["command"]) for r in rows if r["bench"] == "cli-summary"] == [
+        ("cli-summary", "version"),
+        ("cli-summary", "conntrack list"),
+        ("cli-summary", "rules"),
+    ]
+    variants = {r["variant"] for r in rows if r["bench"] == "cli"}
+    assert variants == {
+        "nlproxy version",
+        "python -c pass",
+        "nlproxy conntrack list",
+        "conntrack -L",
+        "nlproxy rules",
+        "nft list ruleset",
+    }
+    assert all(r["wall_s"] > 0 for r in rows if r["bench"] == "cli")
+    assert (
+        next(r for r in rows if r["bench"] == "cli" and r["variant"] == "nlproxy rules")["lines"]
+        > 20
+    )
