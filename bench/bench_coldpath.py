@@ -35,7 +35,7 @@ from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.reconcile import diff
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.planner import plan
-from nlproxy.sync import FAMILIES, TABLE_NAME
+from nlproxy.sync.syncer import FAMILIES, TABLE_NAME
 
 
 def _config() -> ProxyConfig:

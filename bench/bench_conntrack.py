@@ -21,8 +21,8 @@ import time
 from collections.abc import Iterator
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
-from nlproxy.conntrack import Backend, Conntrack, Frontend, stale_flow_filters
-from nlproxy.conntrack_msg import Flow, FlowFilter, FlowTuple, IPAddress, encode_new
+from nlproxy.conntrack.kernel import Backend, Conntrack, Frontend, stale_flow_filters
+from nlproxy.conntrack.messages import Flow, FlowFilter, FlowTuple, IPAddress, encode_new
 from nlproxy.nft.nlsock import NLMSG_ERROR, NetfilterSocket
 
 VIPS = 100

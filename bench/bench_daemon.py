@@ -125,7 +125,7 @@ def emit_rss(stage: str, pid: int) -> None:
 def imports_rss() -> None:
     """RSS of a process that imports what the daemon does on the API source, and nothing else."""
     code = (
-        "import nlproxy.cli, nlproxy.daemon, nlproxy.cluster.kube, pathlib; "
+        "import nlproxy.cli, nlproxy.daemon.run, nlproxy.cluster.kube, pathlib; "
         "print(pathlib.Path('/proc/self/status').read_text())"
     )
     out = subprocess.run(

@@ -48,7 +48,7 @@ from nlproxy.cluster.model import (
 )
 from nlproxy.cluster.state import ClusterState
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.sync import Syncer, SyncResult
+from nlproxy.sync.syncer import Syncer, SyncResult
 from tests import netns
 
 NODE = "node-0"

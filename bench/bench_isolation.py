@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import nlproxy.sync
+import nlproxy.sync.syncer
 from bench.bench_incremental import CONFIG, cluster, namespace
 from nlproxy.cluster.model import (
     ClusterSnapshot,
@@ -38,7 +38,7 @@ from nlproxy.cluster.model import (
     ServicePortRef,
     ServiceType,
 )
-from nlproxy.sync import Syncer
+from nlproxy.sync.syncer import Syncer
 
 LB = IPv4Address("192.0.2.50")
 
@@ -74,9 +74,9 @@ def timed(syncer: Syncer, snap: ClusterSnapshot) -> tuple[float, dict[str, objec
 
 def run(situation: str, how: str, base: ClusterSnapshot) -> dict[str, object]:
     a, b = clashing(0, "10.0.0.0/8"), clashing(1, "10.1.0.0/16")
-    saved = nlproxy.sync.owners
+    saved = nlproxy.sync.syncer.owners
     if how == "bisected":
-        nlproxy.sync.owners = lambda *_: []  # type: ignore[assignment]
+        nlproxy.sync.syncer.owners = lambda *_: []  # type: ignore[assignment]
     try:
         with namespace() as ns:
             syncer = Syncer(CONFIG, netns=ns)
@@ -89,7 +89,7 @@ def run(situation: str, how: str, base: ClusterSnapshot) -> dict[str, object]:
             finally:
                 syncer.close()
     finally:
-        nlproxy.sync.owners = saved
+        nlproxy.sync.syncer.owners = saved
     return {"situation": situation, "how": how, "seconds": round(wall, 3), **info}
 
 

@@ -41,7 +41,7 @@ from nlproxy.nft.jhash import nft_jhash
 from nlproxy.nft.reconcile import diff
 from nlproxy.proxy.maglev import lookup_table, table_size
 from nlproxy.proxy.planner import plan
-from nlproxy.sync import Syncer, SyncResult, as_programmed
+from nlproxy.sync.syncer import Syncer, SyncResult, as_programmed
 
 ALGORITHMS = (LoadBalancing.RANDOM, LoadBalancing.ROUND_ROBIN, LoadBalancing.CONSISTENT_HASH)
 

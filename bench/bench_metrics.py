@@ -25,8 +25,8 @@ from prometheus_client import CollectorRegistry
 
 from bench.bench_incremental import CONFIG, cluster
 from nlproxy.cluster.model import ClusterSnapshot
-from nlproxy.metrics import Metrics, NoLocalEndpoints
 from nlproxy.proxy.planner import plan
+from nlproxy.serve.metrics import Metrics, NoLocalEndpoints
 
 
 def best_ms(fn: Callable[[], object], rounds: int) -> float:

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_incremental import CONFIG, cluster, namespace
 from nlproxy.nft.monitor import NftMonitor
-from nlproxy.sync import TABLE_NAME, Syncer
+from nlproxy.sync.syncer import TABLE_NAME, Syncer
 
 PERIOD = 60.0
 """The daemon's default sync period: one verify tick a minute."""

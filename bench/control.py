@@ -154,7 +154,7 @@ def _inprocess_cold(
     from nlproxy.cluster.manifests import load_manifests
     from nlproxy.cluster.state import ClusterState
     from nlproxy.proxy.config import ProxyConfig
-    from nlproxy.sync import Syncer
+    from nlproxy.sync.syncer import Syncer
 
     config = ProxyConfig(
         node_name=gen.NODE_NAME,

@@ -176,7 +176,7 @@ def healthz_ok(ns: str, port: int) -> bool:
     with ``--netns`` serves its ports there)."""
     import http.client
 
-    from nlproxy import netns as nlnetns
+    from nlproxy.netlink import netns as nlnetns
 
     try:
         with nlnetns.entered(ns):

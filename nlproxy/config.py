@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from nlproxy.conntrack_sysctl import ConntrackConfig
+from nlproxy.conntrack.sysctl import ConntrackConfig
 from nlproxy.errors import ConfigError
 
 API_VERSIONS = ("kubeproxy.config.k8s.io/v1alpha1", "kubeproxy.config.k8s.io/v1alpha2")

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from nlproxy.nft.backend import NftBackend
     from nlproxy.nft.ir import Operation, Table, Verb
     from nlproxy.nft.readback import read_ruleset
-    from nlproxy.sync import FAMILIES, TABLE_NAME
+    from nlproxy.sync.syncer import FAMILIES, TABLE_NAME
 
     removed = []
     for family in FAMILIES:
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _kube_proxy(args: argparse.Namespace) -> int:
-    from nlproxy.foreign import detect, remove
+    from nlproxy.inspect.foreign import detect, remove
 
     found = detect(args.netns)
     if not found:

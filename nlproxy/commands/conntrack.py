@@ -1,6 +1,7 @@
 """``nlproxy conntrack list|flush``: show or delete conntrack flows, selected by filters.
 
-Thin wiring over :mod:`nlproxy.conntrack`. ``--service`` and ``--all-stale`` are resolved from
+Thin wiring over :mod:`nlproxy.conntrack.kernel`. ``--service`` and ``--all-stale`` are resolved
+from
 what nlproxy programmed in the kernel (its ``ip``/``ip6 nlproxy`` tables, read back), never from
 the Kubernetes API. ``flush`` refuses to run without a filter. ``list`` prints each flow as
 ``conntrack -L -o extended`` does (family, protocol, timeout, TCP/SCTP state, both tuples,
@@ -17,8 +18,7 @@ from dataclasses import replace
 from ipaddress import ip_address
 from typing import Any
 
-from nlproxy import netns as netns_mod
-from nlproxy.conntrack import (
+from nlproxy.conntrack.kernel import (
     MAX_PASSES,
     Backend,
     Conntrack,
@@ -28,8 +28,9 @@ from nlproxy.conntrack import (
     Programmed,
     programmed_frontends,
 )
-from nlproxy.conntrack_msg import IPS_DST_NAT, FlowFilter, IPAddress, conntrack_line
+from nlproxy.conntrack.messages import IPS_DST_NAT, FlowFilter, IPAddress, conntrack_line
 from nlproxy.errors import ConfigError
+from nlproxy.netlink import netns as netns_mod
 
 NAME = "conntrack"
 HELP = "list or delete conntrack flows (stale ones included)"

@@ -1,6 +1,6 @@
 """``nlproxy demo``: a throwaway node in network namespaces, real traffic through a Service.
 
-Thin: arguments and exit status; the story is ``nlproxy/demo.py``. Needs root (it creates
+Thin: arguments and exit status; the story is ``nlproxy/demo/run.py``. Needs root (it creates
 namespaces); it deletes everything it made, also on Ctrl-C.
 """
 
@@ -17,7 +17,7 @@ EXIT_INTERRUPTED = 130
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from nlproxy.demo import DEFAULT_REQUESTS
+    from nlproxy.demo.run import DEFAULT_REQUESTS
 
     parser.add_argument(
         "--manifests",
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nlproxy.demo import find_examples, run_demo
+    from nlproxy.demo.run import find_examples, run_demo
     from nlproxy.errors import ConfigError
 
     if args.requests < 1:

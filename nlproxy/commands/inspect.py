@@ -2,7 +2,7 @@
 
 Reads what is programmed from the kernel (tables ``ip nlproxy`` and ``ip6 nlproxy``, with
 :func:`nlproxy.nft.readback.read_ruleset`), not from the API server, and classifies each
-endpoint with :mod:`nlproxy.inspect`. Exit status 0 when all are reachable, 4 when some are
+endpoint with :mod:`nlproxy.inspect.classify`. Exit status 0 when all are reachable, 4 when some are
 not. Read only: it never changes the ruleset or routes.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address
 
 from nlproxy.errors import ConfigError, NlproxyError
-from nlproxy.inspect import Reachability, classify
+from nlproxy.inspect.classify import Reachability, classify
 from nlproxy.nft.ir import Family, IPAddress, L4Proto, Ruleset, Value
 from nlproxy.nft.readback import read_ruleset
 
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"service {service}", "unknown: nothing is programmed for it")
     addrs = [addr for targets in endpoints.values() for addr, _ in targets]
     rows = build_rows(endpoints, classify(addrs, netns=args.netns))
-    from nlproxy.explain import foreign_problems
+    from nlproxy.explain.report import foreign_problems
 
     for problem in foreign_problems(args.netns):  # stderr: the JSON on stdout stays a list
         print(f"warning: {problem}", file=sys.stderr)

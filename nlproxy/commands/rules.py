@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from nlproxy.nft.ir import Family
     from nlproxy.nft.readback import read_ruleset
     from nlproxy.nft.render import render_ruleset, ruleset_to_json
-    from nlproxy.sync import FAMILIES, TABLE_NAME
+    from nlproxy.sync.syncer import FAMILIES, TABLE_NAME
 
     families = [Family(args.family)] if args.family else list(FAMILIES)
     found = [rs for f in families if (rs := read_ruleset(f, TABLE_NAME, netns=args.netns))]

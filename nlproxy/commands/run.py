@@ -30,7 +30,7 @@ from nlproxy.config import (
     load_kube_proxy_config,
     parse_duration,
 )
-from nlproxy.conntrack_sysctl import ConntrackConfig
+from nlproxy.conntrack.sysctl import ConntrackConfig
 from nlproxy.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -290,12 +290,12 @@ def run(args: argparse.Namespace) -> int:
     if args.once and args.manifests is None:
         raise ConfigError("run --once", "needs --manifests DIR")
     cfg = check_start(args, cfg)
-    from nlproxy.nslock import NamespaceLock
+    from nlproxy.daemon.nslock import NamespaceLock
 
     lock = None if args.once and args.force else NamespaceLock(args.netns)
     try:
         if not args.once:
-            from nlproxy.daemon import run_daemon
+            from nlproxy.daemon.run import run_daemon
 
             return run_daemon(args, cfg, pcfg, prepare=lambda: _set_conntrack(cfg, args.netns))
         return run_once(args, cfg, pcfg)
@@ -306,7 +306,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _set_conntrack(cfg: DaemonConfig, netns_name: str | None) -> None:
     """kube-proxy's conntrack sysctls, at daemon start as kube-proxy does."""
-    from nlproxy.conntrack_sysctl import apply
+    from nlproxy.conntrack.sysctl import apply
     from nlproxy.log import get_logger
 
     outcome = apply(cfg.conntrack, netns_name)
@@ -370,7 +370,7 @@ def _in_cluster() -> bool:
 def _check_bindable(flag: str, addr: str, netns_name: str | None) -> None:
     """Bind ``addr`` for a moment, where the daemon will (``--netns``): a port in use is named
     now, not as a crash later."""
-    from nlproxy.httpserver import listening_socket
+    from nlproxy.serve.http import listening_socket
 
     try:
         listening_socket(addr, netns_name).close()
@@ -395,7 +395,7 @@ def _run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) ->
     from nlproxy.cluster.manifests import load_manifests
     from nlproxy.cluster.state import ClusterState
     from nlproxy.log import get_logger
-    from nlproxy.sync import Syncer
+    from nlproxy.sync.syncer import Syncer
 
     log = get_logger("run")
     if not args.manifests.is_dir():
@@ -406,7 +406,7 @@ def _run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) ->
     state = ClusterState(cfg.node_name, external_ip_cidrs=external_networks(cfg))
     state.apply(loaded.changes)
     if pcfg.nodeport_cidrs(4) or pcfg.nodeport_cidrs(6):
-        from nlproxy.inspect_rtnl import interface_addresses
+        from nlproxy.inspect.rtnl import interface_addresses
 
         state.set_local_addresses(interface_addresses(args.netns))
     from nlproxy.proxy.planner import nodeport_gaps

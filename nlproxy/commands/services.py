@@ -1,6 +1,6 @@
 """``nlproxy services``: one table of every service port's frontends and backends on this node.
 
-Thin wiring over :mod:`nlproxy.service_list`: reads what is programmed (tables ``ip``/``ip6
+Thin wiring over :mod:`nlproxy.explain.services`: reads what is programmed (tables ``ip``/``ip6
 nlproxy``, read back from the kernel and decoded by ``explain_rules.kernel_frontends``, the one
 copy of the ruleset read backwards), classifies each backend with the inspector, and with
 ``--manifests DIR`` takes backend conditions and traffic policies from the Services and
@@ -16,13 +16,9 @@ from pathlib import Path
 from nlproxy.cluster.manifests import load_manifests
 from nlproxy.cluster.model import Upsert
 from nlproxy.errors import ConfigError
-from nlproxy.explain import parse_service_key
-from nlproxy.explain_rules import Frontend, kernel_frontends
-from nlproxy.inspect import classify
-from nlproxy.nft.ir import Family
-from nlproxy.nft.readback import read_ruleset
-from nlproxy.proxy import naming as n
-from nlproxy.service_list import (
+from nlproxy.explain.report import parse_service_key
+from nlproxy.explain.rules import Frontend, kernel_frontends
+from nlproxy.explain.services import (
     Manifests,
     build_rows,
     join_frontends,
@@ -30,6 +26,10 @@ from nlproxy.service_list import (
     render_table,
     row_json,
 )
+from nlproxy.inspect.classify import classify
+from nlproxy.nft.ir import Family
+from nlproxy.nft.readback import read_ruleset
+from nlproxy.proxy import naming as n
 
 NAME = "services"
 HELP = "list every service frontend with its backends, their state and the policies"

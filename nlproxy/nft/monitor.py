@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import trio
 
-from nlproxy import netns
+from nlproxy.netlink import netns
 from nlproxy.nft.dump import generation
 from nlproxy.nft.nlsock import NETLINK_NETFILTER, SOL_NETLINK, NetfilterSocket, parse_messages
 

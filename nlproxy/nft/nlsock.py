@@ -12,7 +12,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from nlproxy import netns
+from nlproxy.netlink import netns
 
 NETLINK_NETFILTER = 12
 SOL_NETLINK = 270

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nlproxy.testbed import Testbed
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import VIP_A, answered_by, objects
 

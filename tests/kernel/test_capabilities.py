@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nlproxy.testbed import Testbed
-from nlproxy.testbed_echo import Result, tcp_request
+from nlproxy.demo.echo import Result, tcp_request
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 
 testbed = topo.testbed

@@ -21,9 +21,9 @@ from ipaddress import IPv4Address, IPv6Address, ip_address
 
 import pytest
 
-from nlproxy import netns as nsmod
-from nlproxy.conntrack import Backend, Conntrack, Frontend, stale_flow_filters
+from nlproxy.conntrack.kernel import Backend, Conntrack, Frontend, stale_flow_filters
 from nlproxy.log import configure
+from nlproxy.netlink import netns as nsmod
 from tests.netns import sh
 
 Addr = IPv4Address | IPv6Address

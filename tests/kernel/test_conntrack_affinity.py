@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nlproxy.testbed import Testbed
-from nlproxy.testbed_echo import Result, UdpSession
+from nlproxy.demo.echo import Result, UdpSession
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import daemon, publish, wait_until
 

@@ -15,8 +15,14 @@ from ipaddress import IPv4Address, IPv6Address, ip_address
 import pytest
 
 from nlproxy.cli import main
-from nlproxy.conntrack import Backend, Conntrack, ConntrackError, Frontend, stale_flow_filters
-from nlproxy.conntrack_msg import Flow, FlowFilter, FlowTuple, encode_new
+from nlproxy.conntrack.kernel import (
+    Backend,
+    Conntrack,
+    ConntrackError,
+    Frontend,
+    stale_flow_filters,
+)
+from nlproxy.conntrack.messages import Flow, FlowFilter, FlowTuple, encode_new
 from nlproxy.log import configure
 from nlproxy.nft.nlsock import NLMSG_ERROR, NetfilterSocket
 from tests.kernel.test_conntrack import PORT, V4, V6, Bed, _make_bed

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from nlproxy import netns as nsmod
 from nlproxy.cli import main
 from nlproxy.log import configure
+from nlproxy.netlink import netns as nsmod
 from tests.netns import sh
 
 MARK = 0x4001

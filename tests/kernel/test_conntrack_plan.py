@@ -7,7 +7,7 @@ from ipaddress import IPv4Address, IPv6Address, ip_address
 
 import pytest
 
-from nlproxy.conntrack import (
+from nlproxy.conntrack.kernel import (
     Backend,
     Frontend,
     UnexpectedElement,
@@ -15,7 +15,7 @@ from nlproxy.conntrack import (
     programmed_frontends,
     stale_flow_filters,
 )
-from nlproxy.conntrack_msg import Flow, FlowFilter, FlowTuple, decode_flow, encode_new
+from nlproxy.conntrack.messages import Flow, FlowFilter, FlowTuple, decode_flow, encode_new
 from nlproxy.nft.ir import DataType, Element, Family, Map, Ruleset, Table, Value, Verdict, goto
 
 Addr = IPv4Address | IPv6Address

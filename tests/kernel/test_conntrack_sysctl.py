@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nlproxy.testbed import Testbed
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import daemon, objects, publish, wait_until
 from tests.netns import sh

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 import yaml
 
-from nlproxy import netns
-from nlproxy.testbed import Testbed
-from nlproxy.testbed_echo import Result, tcp_request
+from nlproxy.demo.echo import Result, tcp_request
+from nlproxy.demo.testbed import Testbed
+from nlproxy.netlink import netns
 from tests.kernel import topo
 
 testbed = topo.testbed

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nlproxy.testbed import Testbed
-from nlproxy.testbed_echo import Result, tcp_request
+from nlproxy.demo.echo import Result, tcp_request
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import Probe, answered_by, daemon, wait_until
 from tests.kube.apiserver import ApiServer

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nlproxy.testbed import Testbed
-from nlproxy.testbed_echo import Result, tcp_request
+from nlproxy.demo.echo import Result, tcp_request
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import Daemon, answered_by, daemon, wait_until
 from tests.kernel.test_daemon_kube import VIP_A, put_service

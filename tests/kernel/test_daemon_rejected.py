@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nlproxy.testbed import Testbed
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import VIP_A, answered_by, daemon, objects, publish, wait_until
 from tests.kernel.test_datapath_rejected import LB_IP, lb

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from nlproxy.testbed import Testbed
-from nlproxy.testbed_echo import Result, UdpSession, request
+from nlproxy.demo.echo import Result, UdpSession, request
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.topo import PORTS, SLICE_PORTS, SVC_PORT, answers, apply, ask, results
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from nlproxy.cli import main
-from nlproxy.demo import find_examples, read_spec, without_endpoint
-from nlproxy.netns import NETNS_RUN_DIR
+from nlproxy.demo.run import find_examples, read_spec, without_endpoint
+from nlproxy.netlink.netns import NETNS_RUN_DIR
 
 ROOT = Path(__file__).parents[2]
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from nlproxy.testbed import Testbed
-from nlproxy.testbed_echo import Result
+from nlproxy.demo.echo import Result
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.topo import PORTS, SLICE_PORTS, answers, apply, ask, results
 

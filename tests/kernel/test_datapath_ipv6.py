@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from nlproxy.testbed import Testbed
-from nlproxy.testbed_echo import Result
+from nlproxy.demo.echo import Result
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.topo import PORTS, SLICE_PORTS, SVC_PORT, answers, apply, ask, results
 

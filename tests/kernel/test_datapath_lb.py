@@ -15,12 +15,12 @@ import pytest
 
 from nlproxy.cli import main
 from nlproxy.cluster.model import Protocol
+from nlproxy.demo.echo import Result, UdpSession, request
+from nlproxy.demo.testbed import Testbed
 from nlproxy.nft.ir import Family
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.proxy.tracer import trace
-from nlproxy.sync import TABLE_NAME
-from nlproxy.testbed import Testbed
-from nlproxy.testbed_echo import Result, UdpSession, request
+from nlproxy.sync.syncer import TABLE_NAME
 from tests.kernel import topo
 from tests.kernel.topo import PORTS, SLICE_PORTS, SVC_PORT, apply
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from nlproxy.cli import main
-from nlproxy.testbed import Testbed
-from nlproxy.testbed_echo import Result, UdpSession
+from nlproxy.demo.echo import Result, UdpSession
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.topo import PORTS, SLICE_PORTS, answers, apply, ask, results
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nlproxy.testbed import Testbed
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import (
     VIP_A,

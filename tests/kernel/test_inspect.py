@@ -14,9 +14,9 @@ from ipaddress import IPv4Address, IPv6Address, ip_address
 
 import pytest
 
-from nlproxy import netns as nsmod
-from nlproxy.inspect import Reachability, classify, transitions
-from nlproxy.inspect_watch import RouteWatcher
+from nlproxy.inspect.classify import Reachability, classify, transitions
+from nlproxy.inspect.watch import RouteWatcher
+from nlproxy.netlink import netns as nsmod
 from tests.netns import sh
 
 MakeNetns = Callable[[str], str]

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from nlproxy.errors import ConfigError
-from nlproxy.inspect_watch import RouteWatcher
+from nlproxy.inspect.watch import RouteWatcher
 from tests.kernel.test_inspect import ip
 
 MakeNetns = Callable[[str], str]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nlproxy.testbed import Testbed
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import VIP_A, answered_by, daemon, objects, wait_until
 

@@ -11,7 +11,7 @@ from typing import Any
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from nlproxy.testbed import Testbed
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import Daemon, daemon, objects, publish
 

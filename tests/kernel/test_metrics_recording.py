@@ -9,8 +9,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from nlproxy.testbed import Testbed
-from nlproxy.testbed_echo import Result, udp_request
+from nlproxy.demo.echo import Result, udp_request
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import Daemon, daemon, publish, wait_until
 

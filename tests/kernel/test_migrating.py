@@ -13,8 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nlproxy.testbed import Testbed
-from nlproxy.testbed_echo import Result, UdpSession, tcp_request
+from nlproxy.demo.echo import Result, UdpSession, tcp_request
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import VIP_A, Daemon, daemon, publish, wait_until
 

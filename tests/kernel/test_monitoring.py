@@ -16,7 +16,7 @@ import pytest
 import yaml
 from prometheus_client.metrics_core import Metric
 
-from nlproxy.testbed import Testbed
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_metrics_parity import running_daemon_families
 

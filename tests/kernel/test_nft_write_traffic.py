@@ -17,7 +17,7 @@ from ipaddress import IPv4Address
 
 import pytest
 
-from nlproxy import netns as nsmod
+from nlproxy.netlink import netns as nsmod
 from nlproxy.nft.backend import NftBackend
 from nlproxy.nft.ir import (
     PRIORITY_DSTNAT,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nlproxy.testbed import Testbed
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import daemon, objects, publish, wait_until
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from nlproxy.daemon.nslock import NamespaceLock
+from nlproxy.demo.testbed import Testbed
 from nlproxy.errors import ConfigError
-from nlproxy.nslock import NamespaceLock
-from nlproxy.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import VIP_A, answered_by, daemon, objects, publish
 

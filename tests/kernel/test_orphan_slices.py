@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from nlproxy.commands.run import EXIT_INVALID_OBJECTS
-from nlproxy.testbed import Testbed
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import VIP_A, answered_by, daemon, objects, publish, wait_until
 

@@ -14,9 +14,9 @@ import pytest
 import trio
 from prometheus_client import CollectorRegistry
 
-from nlproxy import reachability
+from nlproxy.inspect import reachability
+from nlproxy.inspect.reachability import ReachabilityMonitor
 from nlproxy.proxy.planner import plan
-from nlproxy.reachability import ReachabilityMonitor
 from tests.unit.builders import endpoint, eps_slice, node, service, snapshot
 from tests.unit.test_sync_incremental import CONFIG
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from nlproxy.testbed import Testbed
-from nlproxy.testbed_echo import EchoServer, Result, tcp_request
+from nlproxy.demo.echo import EchoServer, Result, tcp_request
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 
 testbed = topo.testbed

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from nlproxy.cli import main
+from nlproxy.demo.echo import EchoServer, Result, request
+from nlproxy.demo.testbed import Testbed
 from nlproxy.nft.counters import read_counters
 from nlproxy.nft.ir import Family
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.skeleton import counter_sets
-from nlproxy.sync import TABLE_NAME, Syncer
-from nlproxy.testbed import Testbed
-from nlproxy.testbed_echo import EchoServer, Result, request
+from nlproxy.sync.syncer import TABLE_NAME, Syncer
 from tests.kernel import topo
 from tests.kernel.topo import PORTS, SLICE_PORTS, answers, ask, nft_ruleset, run_once
 from tests.unit.builders import NODE, endpoint, eps_slice, node, port, service, snapshot

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from nlproxy.cli import main
+from nlproxy.demo.testbed import Testbed
 from nlproxy.log import configure
-from nlproxy.testbed import Testbed
 from tests.kernel import topo
 
 testbed = topo.testbed

@@ -9,9 +9,9 @@ import os
 import socket
 from pathlib import Path
 
-from nlproxy import netns
-from nlproxy.httpserver import MAX_CONNECTIONS
-from nlproxy.testbed import Testbed
+from nlproxy.demo.testbed import Testbed
+from nlproxy.netlink import netns
+from nlproxy.serve.http import MAX_CONNECTIONS
 from tests.kernel import topo
 from tests.kernel.test_daemon import (
     VIP_A,

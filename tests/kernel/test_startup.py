@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nlproxy import netns
-from nlproxy.testbed import Testbed
+from nlproxy.demo.testbed import Testbed
+from nlproxy.netlink import netns
 from tests.kernel import topo
 from tests.kernel.test_daemon import VIP_A, answered_by, objects
 from tests.unit.test_config import KUBEADM_CONFIGMAP

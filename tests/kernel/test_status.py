@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from nlproxy.cli import main
+from nlproxy.demo.testbed import Testbed
 from nlproxy.log import configure
-from nlproxy.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import publish
 

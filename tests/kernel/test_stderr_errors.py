@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from nlproxy.testbed import Testbed
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import (
     VIP_A,

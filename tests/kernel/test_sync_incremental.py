@@ -16,7 +16,7 @@ from nlproxy.nft.ir import Family
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.reconcile import diff
 from nlproxy.proxy.planner import plan
-from nlproxy.sync import TABLE_NAME, Syncer
+from nlproxy.sync.syncer import TABLE_NAME, Syncer
 from tests.netns import sh
 from tests.unit.builders import endpoint, eps_slice, port, service
 from tests.unit.test_sync_incremental import CONFIG, World, _state_with_node, _up

@@ -16,7 +16,7 @@ from nlproxy.cluster.model import ClusterSnapshot, EndpointSlice, Service, Servi
 from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.proxy import naming as n
-from nlproxy.sync import TABLE_NAME, Syncer
+from nlproxy.sync.syncer import TABLE_NAME, Syncer
 from tests.netns import sh
 from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot
 from tests.unit.test_sync_incremental import CONFIG
@@ -130,7 +130,7 @@ def test_bisection_finds_the_culprit_when_the_error_names_no_service(
     syncer: Syncer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Without attribution the changed services are bisected with check-only batches.
-    monkeypatch.setattr("nlproxy.sync.owners", lambda *_: [])
+    monkeypatch.setattr("nlproxy.sync.syncer.owners", lambda *_: [])
     others = [plain(f"s{i}", f"172.30.1.{i}", f"10.1.1.{i}") for i in range(1, 12)]
     result = syncer.sync(world(A, B, WEB, *others))
     assert set(result.excluded) == {key("lb-b")}

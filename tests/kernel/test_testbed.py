@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from nlproxy import testbed_ns
-from nlproxy.netns import NETNS_RUN_DIR
-from nlproxy.testbed import Testbed
-from nlproxy.testbed_echo import Result, UdpSession, request, tcp_request, udp_request
+from nlproxy.demo import ns as testbed_ns
+from nlproxy.demo.echo import Result, UdpSession, request, tcp_request, udp_request
+from nlproxy.demo.testbed import Testbed
+from nlproxy.netlink.netns import NETNS_RUN_DIR
 from tests.kernel import topo
 
 testbed = topo.testbed
@@ -160,7 +160,7 @@ def test_two_testbeds_side_by_side() -> None:
 _CHILD = textwrap.dedent(
     """
     import sys, time
-    from nlproxy.testbed import Testbed
+    from nlproxy.demo.testbed import Testbed
     with Testbed(tag="tks", remote_pods=()) as tb:
         names = [tb.node.netns, tb.node2.netns, tb.client.netns]
         names += [p.netns for p in tb.pods.values()]

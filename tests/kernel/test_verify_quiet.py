@@ -15,8 +15,8 @@ from typing import Any
 import trio
 import trio.testing
 
+from nlproxy.demo.testbed import Testbed
 from nlproxy.nft.monitor import NftMonitor
-from nlproxy.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.test_daemon import VIP_A, answered_by, daemon, nft, objects, publish, wait_until
 

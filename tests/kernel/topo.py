@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from nlproxy.cli import main
-from nlproxy.testbed import Testbed
-from nlproxy.testbed_echo import Outcome, Result, request
+from nlproxy.demo.echo import Outcome, Result, request
+from nlproxy.demo.testbed import Testbed
 
 EXIT_OK = 0
 EXIT_INVALID = 3

@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 from nlproxy.cluster.kube import KubeSource, Unavailable
 from nlproxy.cluster.model import Change, Replace
-from nlproxy.health import HealthState, healthz
+from nlproxy.serve.health import HealthState, healthz
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import NODE, Feed, eventually, start_source
 from tests.kube.objects import service, service_cidr

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nlproxy.testbed import Testbed
+from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.topo import PORTS, SLICE_PORTS, answers, ask
 from tests.packaging.conftest import ROOT

@@ -42,7 +42,7 @@ def test_demo_runs_from_an_installed_wheel(wheel: Path, tmp_path: Path) -> None:
     (site / "test-deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
 
     where = subprocess.run(
-        [py, "-c", "import nlproxy.demo as d; print(d.__file__); print(d.find_examples())"],
+        [py, "-c", "import nlproxy.demo.run as d; print(d.__file__); print(d.find_examples())"],
         cwd=tmp_path,
         check=True,
         capture_output=True,

@@ -9,14 +9,14 @@ from ipaddress import ip_address
 import pytest
 
 from nlproxy.cluster.model import LoadBalancing, Protocol
-from nlproxy.conntrack_plan import programmed_frontends, stale_flow_filters
+from nlproxy.conntrack.plan import programmed_frontends, stale_flow_filters
 from nlproxy.nft.ir import DnatMap, Family, Numgen, NumgenKind, Ruleset
 from nlproxy.nft.render import render_ruleset
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.planner import plan
 from nlproxy.proxy.tracer import TraceResult
-from nlproxy.sync import udp_only
+from nlproxy.sync.syncer import udp_only
 from tests.unit import test_sync_incremental as inc
 from tests.unit import test_tracer as tr
 from tests.unit.builders import endpoint, eps_slice, port, service, snapshot

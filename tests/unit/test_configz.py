@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from nlproxy.config import DaemonConfig, load_kube_proxy_config
-from nlproxy.health import configz, go_duration
+from nlproxy.serve.health import configz, go_duration
 
 CONFIG = """\
 apiVersion: kubeproxy.config.k8s.io/v1alpha1

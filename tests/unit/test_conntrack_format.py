@@ -12,8 +12,8 @@ from ipaddress import ip_address
 
 import pytest
 
-from nlproxy import conntrack_msg as m
-from nlproxy.conntrack_msg import Flow, FlowTuple, conntrack_line, decode_flow
+from nlproxy.conntrack import messages as m
+from nlproxy.conntrack.messages import Flow, FlowTuple, conntrack_line, decode_flow
 
 
 def _payload(flow: Flow, *, protoinfo: bytes = b"", use: int | None = None, zone: int = 0) -> bytes:

@@ -8,7 +8,7 @@ from ipaddress import ip_address
 
 import pytest
 
-from nlproxy.conntrack_msg import (
+from nlproxy.conntrack.messages import (
     _BE16,
     _BE32,
     CTA_PROTOINFO,

@@ -8,7 +8,7 @@ from pathlib import Path
 from nlproxy.cli import build_parser
 from nlproxy.commands.run import daemon_config
 from nlproxy.config import load_kube_proxy_config
-from nlproxy.conntrack_sysctl import ConntrackConfig
+from nlproxy.conntrack.sysctl import ConntrackConfig
 from tests.unit.test_config import KUBEADM_CONFIGMAP
 from tests.unit.test_config_files import EXAMPLE, ROOT
 
@@ -60,7 +60,7 @@ def test_the_shipped_sysctl_file_holds_the_defaults() -> None:
 
 
 def test_what_may_not_be_set_is_one_line_naming_each_sysctl() -> None:
-    from nlproxy.conntrack_sysctl import Outcome
+    from nlproxy.conntrack.sysctl import Outcome
 
     outcome = Outcome(
         set={},

@@ -13,12 +13,12 @@ import yaml
 from nlproxy.cluster.manifests import load_manifests
 from nlproxy.cluster.model import ServiceKey
 from nlproxy.errors import ConfigError
-from nlproxy.explain import EndpointRow, Report, parse_service_key
-from nlproxy.explain_manifests import service_facts, service_frontends
-from nlproxy.explain_render import render_text, report_to_json, table
-from nlproxy.explain_rules import Frontend, element_frontend, kernel_frontends, service_rules
-from nlproxy.explain_trace import trace_frontends
-from nlproxy.inspect import Reachability
+from nlproxy.explain.manifests import service_facts, service_frontends
+from nlproxy.explain.render import render_text, report_to_json, table
+from nlproxy.explain.report import EndpointRow, Report, parse_service_key
+from nlproxy.explain.rules import Frontend, element_frontend, kernel_frontends, service_rules
+from nlproxy.explain.trace import trace_frontends
+from nlproxy.inspect.classify import Reachability
 from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.planner import plan

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nlproxy.foreign import ForeignTable, is_kube_proxy_chain
+from nlproxy.inspect.foreign import ForeignTable, is_kube_proxy_chain
 
 
 @pytest.mark.parametrize(

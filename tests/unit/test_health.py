@@ -2,7 +2,7 @@
 
 import json
 
-from nlproxy.health import HealthState, healthz, service_health
+from nlproxy.serve.health import HealthState, healthz, service_health
 
 
 def test_unhealthy_until_first_sync() -> None:
@@ -36,7 +36,7 @@ def test_service_health_body_and_status() -> None:
 
 
 def test_livez_is_alive_while_starting_but_healthz_is_not_ready() -> None:
-    from nlproxy.health import HealthState, healthz
+    from nlproxy.serve.health import HealthState, healthz
 
     state = HealthState(grace_seconds=120)
     assert healthz(state, 0.0)[0] == 503

@@ -2,7 +2,7 @@
 
 import trio
 
-from nlproxy.httpserver import Response, serve
+from nlproxy.serve.http import Response, serve
 
 
 async def fetch(port: int, request: bytes) -> bytes:

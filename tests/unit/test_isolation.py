@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from nlproxy.cluster.model import ServiceKey
-from nlproxy.isolation import attribute, bisect_culprit, changed_since, exclusion, substitute
+from nlproxy.sync.isolation import attribute, bisect_culprit, changed_since, exclusion, substitute
 from tests.unit.builders import endpoint, eps_slice, service, snapshot
 
 

@@ -17,7 +17,7 @@ from nlproxy.proxy import naming as n
 from nlproxy.proxy.maglev import MAX_TABLE, _is_prime, default_seed, lookup_table, table_size
 from nlproxy.proxy.planner import plan
 from nlproxy.proxy.tracer import trace
-from nlproxy.sync import as_programmed
+from nlproxy.sync.syncer import as_programmed
 from tests.unit import test_tracer as tr
 from tests.unit.builders import endpoint, eps_slice, port, service, snapshot
 

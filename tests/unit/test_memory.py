@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 _CHILD = """
 import ctypes, sys, threading
-from nlproxy.memory import tune_allocator
+from nlproxy.daemon.memory import tune_allocator
 if sys.argv[1] == "tuned":
     assert tune_allocator()
 libc = ctypes.CDLL(None)
@@ -74,7 +74,7 @@ def test_tuned_allocator_returns_large_blocks_and_shares_one_arena() -> None:
 
 _RELEASE_CHILD = """
 import ctypes
-from nlproxy.memory import release
+from nlproxy.daemon.memory import release
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]

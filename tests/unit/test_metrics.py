@@ -7,9 +7,9 @@ from ipaddress import ip_network
 from prometheus_client import CollectorRegistry
 
 from nlproxy.cluster.model import ServiceKey
-from nlproxy.metrics import Metrics, NoLocalEndpoints
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.planner import plan
+from nlproxy.serve.metrics import Metrics, NoLocalEndpoints
 from tests.unit.builders import NODE, endpoint, eps_slice, node, port, service, snapshot
 
 CONFIG = ProxyConfig(node_name=NODE, cluster_cidrs=(ip_network("10.0.0.0/8"),))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from nlproxy.cluster.parse import parse_node
-from nlproxy.health import HealthState, healthz, node_eligible
+from nlproxy.serve.health import HealthState, healthz, node_eligible
 
 
 def _node(**extra: Any) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from nlproxy.cluster.model import (
     Protocol,
     ServiceKey,
 )
-from nlproxy.reachability import without_unreachable
+from nlproxy.inspect.reachability import without_unreachable
 
 
 def snapshot(ips: dict[str, list[str]]) -> ClusterSnapshot:

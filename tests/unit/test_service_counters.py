@@ -12,7 +12,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from nlproxy.commands import run
 from nlproxy.config import DaemonConfig
 from nlproxy.errors import InvalidNftObject
-from nlproxy.metrics import ServiceCounters, service_totals
 from nlproxy.nft.ir import (
     Cmp,
     Family,
@@ -33,6 +32,7 @@ from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.planner import plan
 from nlproxy.proxy.skeleton import IPV4, add_counting
 from nlproxy.proxy.tracer import trace
+from nlproxy.serve.metrics import ServiceCounters, service_totals
 from tests.unit import test_tracer
 from tests.unit.builders import NODE, endpoint, eps_slice, node, port, service, snapshot
 

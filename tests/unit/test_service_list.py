@@ -8,10 +8,8 @@ from ipaddress import ip_address
 
 import pytest
 
-from nlproxy.explain_rules import kernel_frontends
-from nlproxy.inspect import Reachability
-from nlproxy.nft.ir import Family, IPAddress, Ruleset
-from nlproxy.service_list import (
+from nlproxy.explain.rules import kernel_frontends
+from nlproxy.explain.services import (
     ServiceRow,
     build_rows,
     join_frontends,
@@ -19,6 +17,8 @@ from nlproxy.service_list import (
     render_table,
     row_json,
 )
+from nlproxy.inspect.classify import Reachability
+from nlproxy.nft.ir import Family, IPAddress, Ruleset
 from tests.unit.builders import NODE, endpoint, eps_slice, port, service
 from tests.unit.test_explain import LB, _rulesets
 

@@ -1,0 +1,1003 @@
+"""ctnetlink messages: encode dump/delete/create requests, decode the flows the kernel sends back.
+
+The bytes layer under :mod:`nlproxy.conntrack.kernel`. Pure: no sockets, no clock, no logging; it
+knows
+the ctnetlink wire format (linux/netfilter/nfnetlink_conntrack.h) and nothing about Services.
+
+pyroute2's ``NFCTSocket.dump`` filters on the original *or* the reply tuple, never both in one
+request, and decodes every attribute into generic objects; stale-flow cleanup needs "original
+destination = frontend AND reply source = backend" in one kernel-side pass, so the messages are
+built here with ``struct``.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import socket
+import string
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv6Address, ip_address
+from typing import Any, TypeAlias
+
+IPAddress: TypeAlias = IPv4Address | IPv6Address
+
+# nfnetlink subsystem and message types (linux/netfilter/nfnetlink.h, nfnetlink_conntrack.h).
+NFNL_SUBSYS_CTNETLINK = 1
+IPCTNL_MSG_CT_NEW = 0
+IPCTNL_MSG_CT_GET = 1
+IPCTNL_MSG_CT_DELETE = 2
+
+NLM_F_REQUEST = 0x1
+NLM_F_ACK = 0x4
+NLM_F_DUMP = 0x300
+NLM_F_CREATE = 0x400
+NLM_F_EXCL = 0x200
+
+# enum ctattr_type
+CTA_TUPLE_ORIG = 1
+CTA_TUPLE_REPLY = 2
+CTA_STATUS = 3
+CTA_PROTOINFO = 4
+CTA_TIMEOUT = 7
+CTA_MARK = 8
+CTA_USE = 11
+CTA_ID = 12
+CTA_ZONE = 18
+CTA_FILTER = 25
+CTA_STATUS_MASK = 26
+# enum ctattr_tuple
+CTA_TUPLE_IP = 1
+CTA_TUPLE_PROTO = 2
+# enum ctattr_ip
+CTA_IP_V4_SRC = 1
+CTA_IP_V4_DST = 2
+CTA_IP_V6_SRC = 3
+CTA_IP_V6_DST = 4
+# enum ctattr_l4proto
+CTA_PROTO_NUM = 1
+CTA_PROTO_SRC_PORT = 2
+CTA_PROTO_DST_PORT = 3
+CTA_PROTO_ICMP_ID = 4
+CTA_PROTO_ICMP_TYPE = 5
+CTA_PROTO_ICMP_CODE = 6
+CTA_PROTO_ICMPV6_ID = 7
+CTA_PROTO_ICMPV6_TYPE = 8
+CTA_PROTO_ICMPV6_CODE = 9
+# enum ctattr_protoinfo / ctattr_protoinfo_tcp / ctattr_protoinfo_sctp
+CTA_PROTOINFO_TCP = 1
+CTA_PROTOINFO_SCTP = 3
+CTA_PROTOINFO_TCP_STATE = 1
+CTA_PROTOINFO_SCTP_STATE = 1
+# enum ctattr_filter
+CTA_FILTER_ORIG_FLAGS = 1
+CTA_FILTER_REPLY_FLAGS = 2
+# CTA_FILTER_F_* (net/netfilter/nf_internals.h; not in the uapi headers)
+CTA_FILTER_F_CTA_IP_SRC = 1 << 0
+CTA_FILTER_F_CTA_IP_DST = 1 << 1
+CTA_FILTER_F_CTA_PROTO_NUM = 1 << 3
+CTA_FILTER_F_CTA_PROTO_SRC_PORT = 1 << 4
+CTA_FILTER_F_CTA_PROTO_DST_PORT = 1 << 5
+
+# enum ip_conntrack_status (linux/netfilter/nf_conntrack_common.h)
+IPS_SEEN_REPLY = 1 << 1
+IPS_ASSURED = 1 << 2
+IPS_DST_NAT = 1 << 5
+"""Status bit: the flow's destination was rewritten (DNAT)."""
+IPS_OFFLOAD = 1 << 14
+IPS_HW_OFFLOAD = 1 << 15
+
+# enum tcp_conntrack and enum sctp_conntrack (linux/netfilter/nf_conntrack_{tcp,sctp}.h), as
+# ``conntrack -L`` names them.
+TCP_STATES = (
+    "NONE",
+    "SYN_SENT",
+    "SYN_RECV",
+    "ESTABLISHED",
+    "FIN_WAIT",
+    "CLOSE_WAIT",
+    "LAST_ACK",
+    "TIME_WAIT",
+    "CLOSE",
+    "SYN_SENT2",
+)
+SCTP_STATES = (
+    "NONE",
+    "CLOSED",
+    "COOKIE_WAIT",
+    "COOKIE_ECHOED",
+    "ESTABLISHED",
+    "SHUTDOWN_SENT",
+    "SHUTDOWN_RECD",
+    "SHUTDOWN_ACK_SENT",
+    "HEARTBEAT_SENT",
+    "HEARTBEAT_ACKED",
+)
+
+NLA_F_NESTED = 0x8000
+NLA_TYPE_MASK = 0x3FFF
+
+IPPROTO_ICMP = 1
+IPPROTO_TCP = 6
+IPPROTO_UDP = 17
+IPPROTO_ICMPV6 = 58
+IPPROTO_SCTP = 132
+PROTO_NUMBERS = {"tcp": IPPROTO_TCP, "udp": IPPROTO_UDP, "sctp": IPPROTO_SCTP}
+PROTO_NAMES = {num: name for name, num in PROTO_NUMBERS.items()}
+# How ``conntrack -L`` names protocols; those with ports, and the ICMP ones (type, code, id).
+LINE_PROTO_NAMES = {
+    **PROTO_NAMES,
+    IPPROTO_ICMP: "icmp",
+    IPPROTO_ICMPV6: "icmpv6",
+    33: "dccp",
+    47: "gre",
+    136: "udplite",
+}
+PORT_PROTOS = frozenset({IPPROTO_TCP, IPPROTO_UDP, IPPROTO_SCTP, 33, 136})
+_ICMP_ATTRS = {
+    IPPROTO_ICMP: (CTA_PROTO_ICMP_TYPE, CTA_PROTO_ICMP_CODE, CTA_PROTO_ICMP_ID),
+    IPPROTO_ICMPV6: (CTA_PROTO_ICMPV6_TYPE, CTA_PROTO_ICMPV6_CODE, CTA_PROTO_ICMPV6_ID),
+}
+# The kernel's tuple filter compares ports only for these protocols (ctnetlink_filter_match_tuple);
+# for others a port filter is ignored there and must be checked here.
+KERNEL_PORT_FILTER_PROTOS = frozenset({IPPROTO_TCP, IPPROTO_UDP})
+
+_NLMSGHDR = struct.Struct("=IHHII")
+_NFGENMSG = struct.Struct("=BBH")
+_NLA = struct.Struct("=HH")
+_BE16 = struct.Struct("!H")
+_BE32 = struct.Struct("!I")
+_U32 = struct.Struct("=I")
+
+
+def _family_af(version: int) -> int:
+    return socket.AF_INET if version == 4 else socket.AF_INET6
+
+
+@dataclass(frozen=True, slots=True)
+class FlowTuple:
+    """One direction of a flow: addresses, layer-4 protocol number and ports (0 without ports).
+
+    ``icmp``: (type, code, id) of an ICMP or ICMPv6 flow, which the kernel keys by those
+    instead of ports (a delete must send them back).
+    """
+
+    src: IPAddress
+    dst: IPAddress
+    proto: int
+    sport: int = 0
+    dport: int = 0
+    icmp: tuple[int, int, int] | None = None
+
+    def __str__(self) -> str:
+        if self.icmp is not None:
+            kind, code, ident = self.icmp
+            return f"src={self.src} dst={self.dst} type={kind} code={code} id={ident}"
+        return f"src={self.src} dst={self.dst} sport={self.sport} dport={self.dport}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Flow:
+    """A conntrack entry as the kernel reported it.
+
+    ``orig`` is the tuple of the first packet (client → service address); ``reply`` is what
+    answers come back with, so after DNAT ``reply.src`` is the backend that was chosen.
+    """
+
+    orig: FlowTuple
+    reply: FlowTuple
+    id: int | None = None
+    zone: int = 0
+    mark: int = 0
+    status: int = 0
+    timeout: int | None = None
+    tcp_state: int | None = None
+    sctp_state: int | None = None
+    use: int | None = None
+
+    @property
+    def family(self) -> int:
+        """4 or 6."""
+        return self.orig.src.version
+
+    @property
+    def proto(self) -> str:
+        """``tcp``, ``udp``, ``sctp``, ``icmp``… as ``conntrack -L`` names it, or the number."""
+        return LINE_PROTO_NAMES.get(self.orig.proto, str(self.orig.proto))
+
+    @property
+    def state(self) -> str | None:
+        """The TCP or SCTP state as ``conntrack -L`` names it (``ESTABLISHED``), else None."""
+        if self.tcp_state is not None:
+            return _state_name(TCP_STATES, self.tcp_state)
+        if self.sctp_state is not None:
+            return _state_name(SCTP_STATES, self.sctp_state)
+        return None
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The status bits ``conntrack -L`` shows: ``UNREPLIED``, ``ASSURED``, ``OFFLOAD``…"""
+        st = self.status
+        out = [] if st & IPS_SEEN_REPLY else ["UNREPLIED"]
+        if st & IPS_HW_OFFLOAD:
+            out.append("HW_OFFLOAD")
+        elif st & IPS_OFFLOAD:
+            out.append("OFFLOAD")
+        elif st & IPS_ASSURED:
+            out.append("ASSURED")
+        if st & IPS_DST_NAT:
+            out.append("DNAT")
+        return tuple(out)
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain values, for ``--json`` output."""
+        return {
+            "family": f"ipv{self.family}",
+            "proto": self.proto,
+            "orig": _tuple_dict(self.orig),
+            "reply": _tuple_dict(self.reply),
+            "state": self.state,
+            "timeout": self.timeout,
+            "mark": self.mark,
+            "flags": list(self.flags),
+            "zone": self.zone,
+            "status": self.status,
+            "use": self.use,
+            "id": self.id,
+        }
+
+    def __str__(self) -> str:
+        return f"ipv{self.family} {self.proto} {self.orig} | {self.reply} zone={self.zone}"
+
+
+def _state_name(names: tuple[str, ...], state: int) -> str:
+    return names[state] if 0 <= state < len(names) else str(state)
+
+
+def _tuple_dict(t: FlowTuple) -> dict[str, object]:
+    if t.icmp is not None:
+        kind, code, ident = t.icmp
+        return {"src": str(t.src), "dst": str(t.dst), "type": kind, "code": code, "id": ident}
+    return {"src": str(t.src), "dst": str(t.dst), "sport": t.sport, "dport": t.dport}
+
+
+def _tuple_text(t: FlowTuple) -> str:
+    if t.icmp is not None or t.proto in PORT_PROTOS:
+        return str(t)
+    return f"src={t.src} dst={t.dst}"
+
+
+def conntrack_line(flow: Flow) -> str:
+    """``flow`` as one line of ``conntrack -L -o extended``: family, protocol, timeout, state,
+    both tuples with ``[UNREPLIED]``/``[ASSURED]``, mark, zone (when not 0) and use count.
+
+    What nlproxy does not decode (helpers, labels, accounting, GRE keys) is left out.
+    """
+    af = 2 if flow.family == 4 else 10
+    proto = LINE_PROTO_NAMES.get(flow.orig.proto, "unknown")
+    parts = [f"{'ipv' + str(flow.family):<8} {af} {proto:<8} {flow.orig.proto}"]
+    if flow.timeout is not None:
+        parts.append(str(flow.timeout))
+    if flow.state is not None:
+        parts.append(flow.state)
+    parts.append(_tuple_text(flow.orig))
+    if not flow.status & IPS_SEEN_REPLY:
+        parts.append("[UNREPLIED]")
+    parts.append(_tuple_text(flow.reply))
+    parts += [f"[{f}]" for f in flow.flags if f not in ("UNREPLIED", "DNAT")]
+    parts.append(f"mark={flow.mark}")
+    if flow.zone:
+        parts.append(f"zone={flow.zone}")
+    if flow.use is not None:
+        parts.append(f"use={flow.use}")
+    return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowFilter:
+    """Which flows to select: every given field must match (None matches anything).
+
+    ``orig_dst``/``orig_dport`` select the address the client sent to (a service address, or a
+    node address for a NodePort); ``reply_src``/``reply_sport`` the backend that answers.
+    ``family`` (4 or 6) follows from any address given; without one the filter spans both.
+    ``dnat`` selects flows whose destination was (True) or was not (False) rewritten.
+
+    Raises:
+        ValueError: addresses of different families, or an unknown protocol.
+    """
+
+    proto: str | None = None
+    orig_dst: IPAddress | None = None
+    orig_dport: int | None = None
+    reply_src: IPAddress | None = None
+    reply_sport: int | None = None
+    dnat: bool | None = None
+    family: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.proto is not None and self.proto not in PROTO_NUMBERS:
+            raise ValueError(f"protocol {self.proto!r} is not one of tcp, udp, sctp")
+        addrs = (self.orig_dst, self.reply_src)
+        versions: set[int] = {a.version for a in addrs if a is not None}
+        if self.family is not None:
+            versions.add(self.family)
+        if len(versions) > 1:
+            raise ValueError(f"filter {self} mixes IPv4 and IPv6")
+        if versions:
+            object.__setattr__(self, "family", versions.pop())
+
+    @property
+    def proto_num(self) -> int | None:
+        return None if self.proto is None else PROTO_NUMBERS[self.proto]
+
+    @property
+    def is_empty(self) -> bool:
+        """True when the filter selects every flow of its family (or of both)."""
+        return all(
+            v is None
+            for v in (
+                self.proto,
+                self.orig_dst,
+                self.orig_dport,
+                self.reply_src,
+                self.reply_sport,
+                self.dnat,
+            )
+        )
+
+    def matches(self, flow: Flow) -> bool:
+        """Whether ``flow`` is selected: the exact check, also where the kernel's is looser."""
+        o, r = flow.orig, flow.reply
+        return (
+            (self.family is None or flow.family == self.family)
+            and (self.proto is None or o.proto == PROTO_NUMBERS[self.proto])
+            and (self.orig_dst is None or o.dst == self.orig_dst)
+            and (self.orig_dport is None or o.dport == self.orig_dport)
+            and (self.reply_src is None or r.src == self.reply_src)
+            and (self.reply_sport is None or r.sport == self.reply_sport)
+            and (self.dnat is None or bool(flow.status & IPS_DST_NAT) == self.dnat)
+        )
+
+    def __str__(self) -> str:
+        parts = [
+            f"{k}={v}"
+            for k, v in (
+                ("family", self.family and f"ipv{self.family}"),
+                ("proto", self.proto),
+                ("orig-dst", self.orig_dst),
+                ("orig-dport", self.orig_dport),
+                ("reply-src", self.reply_src),
+                ("reply-sport", self.reply_sport),
+                ("dnat", self.dnat),
+            )
+            if v is not None
+        ]
+        return "flows(" + (" ".join(parts) or "all") + ")"
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+
+
+def _nla(atype: int, payload: bytes) -> bytes:
+    length = _NLA.size + len(payload)
+    return _NLA.pack(length, atype) + payload + b"\0" * ((4 - length % 4) % 4)
+
+
+def _nest(atype: int, *children: bytes) -> bytes:
+    return _nla(atype | NLA_F_NESTED, b"".join(children))
+
+
+def _message(msg_type: int, flags: int, seq: int, family: int, attrs: bytes) -> bytes:
+    body = _NFGENMSG.pack(family, 0, 0) + attrs
+    mtype = (NFNL_SUBSYS_CTNETLINK << 8) | msg_type
+    return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), mtype, flags, seq, 0) + body
+
+
+def _ip_attrs(src: IPAddress | None, dst: IPAddress | None) -> bytes:
+    out = b""
+    if src is not None:
+        out += _nla(CTA_IP_V4_SRC if src.version == 4 else CTA_IP_V6_SRC, src.packed)
+    if dst is not None:
+        out += _nla(CTA_IP_V4_DST if dst.version == 4 else CTA_IP_V6_DST, dst.packed)
+    return out
+
+
+def _proto_attrs(proto: int | None, sport: int | None, dport: int | None) -> bytes:
+    out = b"" if proto is None else _nla(CTA_PROTO_NUM, bytes([proto]))
+    if sport is not None:
+        out += _nla(CTA_PROTO_SRC_PORT, _BE16.pack(sport))
+    if dport is not None:
+        out += _nla(CTA_PROTO_DST_PORT, _BE16.pack(dport))
+    return out
+
+
+def _tuple_attr(atype: int, t: FlowTuple) -> bytes:
+    attrs = _ICMP_ATTRS.get(t.proto)
+    if attrs is not None and t.icmp is not None:
+        kind, code, ident = t.icmp
+        proto = _nla(CTA_PROTO_NUM, bytes([t.proto]))
+        proto += _nla(attrs[0], bytes([kind])) + _nla(attrs[1], bytes([code]))
+        proto += _nla(attrs[2], _BE16.pack(ident))
+    else:
+        proto = _proto_attrs(t.proto, t.sport, t.dport)
+    return _nest(
+        atype,
+        _nest(CTA_TUPLE_IP, _ip_attrs(t.src, t.dst)),
+        _nest(CTA_TUPLE_PROTO, proto),
+    )
+
+
+def _filter_side(
+    atype: int,
+    proto: int | None,
+    src: IPAddress | None,
+    dst: IPAddress | None,
+    sport: int | None,
+    dport: int | None,
+) -> tuple[bytes, int]:
+    """One tuple of a CTA_FILTER request and its CTA_FILTER_F_* flags."""
+    flags = (CTA_FILTER_F_CTA_IP_SRC if src is not None else 0) | (
+        CTA_FILTER_F_CTA_IP_DST if dst is not None else 0
+    )
+    # Port flags need a protocol number (the kernel refuses them alone), and the kernel compares
+    # ports only for TCP and UDP; SCTP ports are checked by FlowFilter.matches afterwards.
+    with_ports = proto in KERNEL_PORT_FILTER_PROTOS
+    sport = sport if with_ports else None
+    dport = dport if with_ports else None
+    if proto is not None:
+        flags |= CTA_FILTER_F_CTA_PROTO_NUM
+        flags |= CTA_FILTER_F_CTA_PROTO_SRC_PORT if sport is not None else 0
+        flags |= CTA_FILTER_F_CTA_PROTO_DST_PORT if dport is not None else 0
+    if not flags:
+        return b"", 0
+    children = []
+    if src is not None or dst is not None:
+        children.append(_nest(CTA_TUPLE_IP, _ip_attrs(src, dst)))
+    if proto is not None:
+        children.append(_nest(CTA_TUPLE_PROTO, _proto_attrs(proto, sport, dport)))
+    return _nest(atype, *children), flags
+
+
+def encode_dump(flt: FlowFilter, family: int, seq: int) -> bytes:
+    """A dump request for the flows of ``family`` (4 or 6) that the kernel can pre-select.
+
+    The kernel filter may be looser than ``flt`` (SCTP ports); callers re-check with
+    :meth:`FlowFilter.matches`. Needs Linux >= 5.8 for tuple filters (CTA_FILTER).
+    """
+    proto = flt.proto_num
+    orig, orig_flags = _filter_side(CTA_TUPLE_ORIG, proto, None, flt.orig_dst, None, flt.orig_dport)
+    reply, reply_flags = _filter_side(
+        CTA_TUPLE_REPLY, proto, flt.reply_src, None, flt.reply_sport, None
+    )
+    attrs = orig + reply
+    if flt.dnat is not None:
+        # Status filters need Linux >= 5.15 (CTA_STATUS_MASK).
+        attrs += _nla(CTA_STATUS, _BE32.pack(IPS_DST_NAT if flt.dnat else 0))
+        attrs += _nla(CTA_STATUS_MASK, _BE32.pack(IPS_DST_NAT))
+    if orig_flags or reply_flags:
+        attrs += _nest(
+            CTA_FILTER,
+            _nla(CTA_FILTER_ORIG_FLAGS, struct.pack("=I", orig_flags)),
+            _nla(CTA_FILTER_REPLY_FLAGS, struct.pack("=I", reply_flags)),
+        )
+    return _message(IPCTNL_MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, _family_af(family), attrs)
+
+
+def encode_delete(flow: Flow, seq: int) -> bytes:
+    """Delete exactly ``flow``: by its original tuple, zone and id (a newer flow that reuses
+    the tuple has another id and is left alone)."""
+    attrs = _tuple_attr(CTA_TUPLE_ORIG, flow.orig)
+    if flow.zone:
+        attrs += _nla(CTA_ZONE, _BE16.pack(flow.zone))
+    if flow.id is not None:
+        attrs += _nla(CTA_ID, _BE32.pack(flow.id))
+    return _message(
+        IPCTNL_MSG_CT_DELETE, NLM_F_REQUEST | NLM_F_ACK, seq, _family_af(flow.family), attrs
+    )
+
+
+def encode_new(flow: Flow, seq: int, *, ack: bool = False) -> bytes:
+    """Create ``flow`` (needs ``timeout``); tests and benchmarks use it to fill the table fast."""
+    if flow.timeout is None:
+        raise ValueError(f"{flow}: a new flow needs a timeout")
+    attrs = (
+        _tuple_attr(CTA_TUPLE_ORIG, flow.orig)
+        + _tuple_attr(CTA_TUPLE_REPLY, flow.reply)
+        + _nla(CTA_TIMEOUT, _BE32.pack(flow.timeout))
+    )
+    if flow.status:
+        attrs += _nla(CTA_STATUS, _BE32.pack(flow.status))
+    if flow.mark:
+        attrs += _nla(CTA_MARK, _BE32.pack(flow.mark))
+    flags = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL | (NLM_F_ACK if ack else 0)
+    return _message(IPCTNL_MSG_CT_NEW, flags, seq, _family_af(flow.family), attrs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding
+
+
+def _attrs(buf: bytes, off: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """(type, payload start, payload end) of each attribute in buf[off:end]."""
+    while off + 4 <= end:
+        length, atype = _NLA.unpack_from(buf, off)
+        if length < 4:
+            return
+        yield atype & NLA_TYPE_MASK, off + 4, off + length
+        off += (length + 3) & ~3
+
+
+def _decode_tuple(buf: bytes, off: int, end: int) -> FlowTuple:
+    src = dst = None
+    proto = sport = dport = 0
+    kind = code = ident = -1
+    for atype, start, stop in _attrs(buf, off, end):
+        if atype == CTA_TUPLE_IP:
+            for itype, s, e in _attrs(buf, start, stop):
+                if itype in (CTA_IP_V4_SRC, CTA_IP_V6_SRC):
+                    src = ip_address(buf[s:e])
+                elif itype in (CTA_IP_V4_DST, CTA_IP_V6_DST):
+                    dst = ip_address(buf[s:e])
+        elif atype == CTA_TUPLE_PROTO:
+            for ptype, s, _e in _attrs(buf, start, stop):
+                if ptype == CTA_PROTO_NUM:
+                    proto = buf[s]
+                elif ptype == CTA_PROTO_SRC_PORT:
+                    sport = _BE16.unpack_from(buf, s)[0]
+                elif ptype == CTA_PROTO_DST_PORT:
+                    dport = _BE16.unpack_from(buf, s)[0]
+                elif ptype in (CTA_PROTO_ICMP_ID, CTA_PROTO_ICMPV6_ID):
+                    ident = _BE16.unpack_from(buf, s)[0]
+                elif ptype in (CTA_PROTO_ICMP_TYPE, CTA_PROTO_ICMPV6_TYPE):
+                    kind = buf[s]
+                elif ptype in (CTA_PROTO_ICMP_CODE, CTA_PROTO_ICMPV6_CODE):
+                    code = buf[s]
+    if src is None or dst is None:
+        raise ValueError("conntrack tuple without addresses")
+    if ident < 0:
+        return FlowTuple(src, dst, proto, sport, dport)
+    return FlowTuple(src, dst, proto, sport, dport, (kind, code, ident))
+
+
+def _protoinfo(buf: bytes, off: int, end: int) -> tuple[str, int] | None:
+    """(``tcp_state`` or ``sctp_state``, the state number) from CTA_PROTOINFO."""
+    for atype, start, stop in _attrs(buf, off, end):
+        if atype == CTA_PROTOINFO_TCP:
+            for ttype, s, _e in _attrs(buf, start, stop):
+                if ttype == CTA_PROTOINFO_TCP_STATE:
+                    return "tcp_state", buf[s]
+        elif atype == CTA_PROTOINFO_SCTP:
+            for ttype, s, _e in _attrs(buf, start, stop):
+                if ttype == CTA_PROTOINFO_SCTP_STATE:
+                    return "sctp_state", buf[s]
+    return None
+
+
+def decode_flow(payload: bytes) -> Flow:
+    """A flow from the payload of an IPCTNL_MSG_CT_NEW message (a dump reply or an event).
+
+    Raises:
+        ValueError: the message lacks a tuple.
+    """
+    orig = reply = None
+    fields: dict[str, int | None] = {}
+    for atype, start, stop in _attrs(payload, _NFGENMSG.size, len(payload)):
+        if atype == CTA_TUPLE_ORIG:
+            orig = _decode_tuple(payload, start, stop)
+        elif atype == CTA_TUPLE_REPLY:
+            reply = _decode_tuple(payload, start, stop)
+        elif atype == CTA_ID:
+            fields["id"] = _BE32.unpack_from(payload, start)[0]
+        elif atype == CTA_ZONE:
+            fields["zone"] = _BE16.unpack_from(payload, start)[0]
+        elif atype == CTA_MARK:
+            fields["mark"] = _BE32.unpack_from(payload, start)[0]
+        elif atype == CTA_STATUS:
+            fields["status"] = _BE32.unpack_from(payload, start)[0]
+        elif atype == CTA_TIMEOUT:
+            fields["timeout"] = _BE32.unpack_from(payload, start)[0]
+        elif atype == CTA_USE:
+            fields["use"] = _BE32.unpack_from(payload, start)[0]
+        elif atype == CTA_PROTOINFO:
+            info = _protoinfo(payload, start, stop)
+            if info is not None:
+                fields[info[0]] = info[1]
+    if orig is None or reply is None:
+        raise ValueError("conntrack message without both tuples")
+    return Flow(
+        orig=orig,
+        reply=reply,
+        id=fields.get("id"),
+        zone=fields.get("zone") or 0,
+        mark=fields.get("mark") or 0,
+        status=fields.get("status") or 0,
+        timeout=fields.get("timeout"),
+        tcp_state=fields.get("tcp_state"),
+        sctp_state=fields.get("sctp_state"),
+        use=fields.get("use"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Lines straight from the bytes (``nlproxy conntrack list``)
+#
+# Decoding every attribute of 100k flows into objects and formatting their addresses through
+# ``ipaddress`` cost ~20 µs a flow. The kernel sends nearly every flow of a kind with the same
+# attribute layout (the same types and lengths at the same offsets), so the layout is learnt
+# once, by walking one message the way :func:`decode_flow` does (and kept only if it then
+# writes the line the full decoder writes). A later message with that layout is checked (its
+# attribute headers and protocol numbers) and read (its values) in one ``unpack_from``; a
+# datagram made only of such messages is checked at once, as one masked integer, and read with
+# one ``iter_unpack``. A message with a layout not seen before, or one the walk cannot vouch
+# for, goes through :func:`decode_flow` and :func:`conntrack_line`.
+
+_TUPLE_CODES = {
+    CTA_PROTO_NUM: ("proto", "B"),
+    CTA_PROTO_SRC_PORT: ("sport", "H"),
+    CTA_PROTO_DST_PORT: ("dport", "H"),
+    CTA_PROTO_ICMP_ID: ("id", "H"),
+    CTA_PROTO_ICMPV6_ID: ("id", "H"),
+    CTA_PROTO_ICMP_TYPE: ("type", "B"),
+    CTA_PROTO_ICMPV6_TYPE: ("type", "B"),
+    CTA_PROTO_ICMP_CODE: ("code", "B"),
+    CTA_PROTO_ICMPV6_CODE: ("code", "B"),
+}
+_TOP_CODES = {
+    CTA_ZONE: ("zone", "H"),
+    CTA_MARK: ("mark", "I"),
+    CTA_STATUS: ("status", "I"),
+    CTA_TIMEOUT: ("timeout", "I"),
+    CTA_USE: ("use", "I"),
+}
+_MAX_LAYOUTS = 64
+"""Layouts remembered per formatter; past that, unseen ones are decoded in full."""
+
+
+class _Unlearnable(Exception):
+    """A message whose layout the walk will not stand for (it goes the slow way)."""
+
+
+def _children(buf: bytes, off: int, end: int, headers: list[int]) -> Iterator[tuple[int, int, int]]:
+    """As :func:`_attrs`, noting each header's offset; a short attribute is refused."""
+    while off + 4 <= end:
+        length, atype = _NLA.unpack_from(buf, off)
+        if length < 4:
+            raise _Unlearnable
+        headers.append(off)
+        yield atype & NLA_TYPE_MASK, off + 4, off + length
+        off += (length + 3) & ~3
+    if off < end:  # trailing bytes too short for a header: not what decode_flow was shown
+        raise _Unlearnable
+
+
+def _walk(payload: bytes) -> tuple[list[int], dict[str, tuple[int, str]]]:
+    """Where :func:`decode_flow` reads each value a line shows: (offset, struct code) by field,
+    and the offsets of the attribute headers it looks at on the way."""
+    headers: list[int] = []
+    where: dict[str, tuple[int, str]] = {}
+    for atype, start, stop in _children(payload, _NFGENMSG.size, len(payload), headers):
+        if atype in (CTA_TUPLE_ORIG, CTA_TUPLE_REPLY):
+            side = "o" if atype == CTA_TUPLE_ORIG else "r"
+            for k in [k for k in where if k[0] == side]:  # a repeated tuple replaces the first
+                del where[k]
+            for ttype, s, e in _children(payload, start, stop, headers):
+                if ttype == CTA_TUPLE_IP:
+                    for itype, s2, e2 in _children(payload, s, e, headers):
+                        if e2 - s2 not in (4, 16):
+                            raise _Unlearnable
+                        if itype in (CTA_IP_V4_SRC, CTA_IP_V6_SRC):
+                            where[side + "src"] = (s2, f"{e2 - s2}s")
+                        elif itype in (CTA_IP_V4_DST, CTA_IP_V6_DST):
+                            where[side + "dst"] = (s2, f"{e2 - s2}s")
+                elif ttype == CTA_TUPLE_PROTO:
+                    for ptype, s2, _e2 in _children(payload, s, e, headers):
+                        if ptype in _TUPLE_CODES:
+                            name, code = _TUPLE_CODES[ptype]
+                            where[side + name] = (s2, code)
+        elif atype in _TOP_CODES:
+            name, code = _TOP_CODES[atype]
+            where[name] = (start, code)
+        elif atype == CTA_PROTOINFO:
+            for ptype, s, e in _children(payload, start, stop, headers):
+                if ptype in (CTA_PROTOINFO_TCP, CTA_PROTOINFO_SCTP):
+                    name = "tcp_state" if ptype == CTA_PROTOINFO_TCP else "sctp_state"
+                    found = False
+                    for stype, s2, _e2 in _children(payload, s, e, headers):
+                        if stype == CTA_PROTOINFO_TCP_STATE:  # == CTA_PROTOINFO_SCTP_STATE
+                            where[name] = (s2, "B")
+                            found = True
+                            break
+                    if found:
+                        break
+    return headers, where
+
+
+class _Layout:
+    """One learnt layout: a check of its headers (and protocol numbers, which the line spells
+    out), a reader of its values and the line's text with a ``{n}`` for each of them.
+
+    ``framed``: the layout of whole messages (netlink header, payload, padding), to read a
+    datagram of them with ``iter_unpack``; else of payloads.
+    """
+
+    __slots__ = (
+        "addrs",
+        "args",
+        "by_status",
+        "expected",
+        "i_state",
+        "i_status",
+        "i_zone",
+        "key",
+        "mask_one",
+        "masks",
+        "pick",
+        "read",
+        "read_all",
+        "states",
+        "template",
+        "text",
+        "values",
+        "want_one",
+    )
+
+    def __init__(
+        self,
+        payload: bytes,
+        headers: list[int],
+        where: dict[str, tuple[int, str]],
+        *,
+        framed: bool = False,
+    ) -> None:
+        if not all(k in where for k in ("osrc", "odst", "rsrc", "rdst")):
+            raise _Unlearnable
+        family = 4 if where["osrc"][1] == "4s" else 6
+        # One struct reads, in the order of their offsets, the attribute headers (whole, as
+        # numbers) and the values; the headers and protocol numbers are what is checked.
+        # IPv4 addresses are read as four bytes each, which the template joins with dots.
+        # Framed, the headers are checked through a mask over the whole datagram instead.
+        items = [] if framed else [(off, "I", "") for off in headers]
+        for name, (off, code) in where.items():
+            if code == "4s":
+                items += [(off + k, "B", f"{name}.{k}") for k in range(4)]
+            else:
+                items.append((off, code, name))
+        message = payload
+        self.mask_one = self.want_one = b""
+        self.masks: dict[int, tuple[int, int]] = {}
+        if framed:  # the netlink header's length and type are checked too; seq and pid not
+            items = [(off + 16, c, n) for off, c, n in items]
+            length = 16 + len(payload)
+            head = struct.pack("=IHHII", length, (NFNL_SUBSYS_CTNETLINK << 8), 0, 0, 0)
+            message = head + payload + b"\0" * ((4 - length % 4) % 4)
+            spans = [(0, 4), (4, 2), *((off + 16, 4) for off in headers)]
+            spans += [(where[k][0] + 16, 1) for k in ("oproto", "rproto") if k in where]
+            mask = bytearray(len(message))
+            for off, width in spans:
+                mask[off : off + width] = b"\xff" * width
+            self.mask_one = bytes(mask)
+            self.want_one = bytes(m & b for m, b in zip(mask, message, strict=True))
+        items.sort()
+        reader = _packed_at("!", [(off, code) for off, code, _ in items], len(message))
+        self.read = reader.unpack_from
+        self.read_all = reader.iter_unpack
+        at = {name: i for i, (_, _, name) in enumerate(items) if name}
+        checked = [i for i, (_, _, name) in enumerate(items) if name in ("", "oproto", "rproto")]
+        self.pick = operator.itemgetter(*checked)
+        values = self.read(message)
+        self.expected = self.pick(values)
+        self.addrs = () if family == 4 else tuple(at[k] for k in ("osrc", "odst", "rsrc", "rdst"))
+        self.i_status = at.get("status")
+        self.i_zone = at.get("zone")
+        oproto = values[at["oproto"]] if "oproto" in at else 0
+        rproto = values[at["rproto"]] if "rproto" in at else 0
+        # The line's text, with {n} for the values it shows; those are picked from what was
+        # read (``shown``), then come [UNREPLIED], the flags, zone, state and, for IPv6, the
+        # four addresses, made per flow.
+        shown: list[str] = [
+            k for k in ("timeout", "osport", "odport", "otype", "ocode", "oid", "rsport",
+                        "rdport", "rtype", "rcode", "rid", "mark", "use") if k in at
+        ]  # fmt: skip
+        if family == 4:
+            shown += [f"{a}.{k}" for a in ("osrc", "odst", "rsrc", "rdst") for k in range(4)]
+        self.values = operator.itemgetter(*[at[k] for k in shown], 0)  # 0: always a tuple
+        ix: dict[str, str] = {k: "{" + str(i) + "}" for i, k in enumerate(shown)}
+        n = len(shown) + 1
+        for i, a in enumerate(("osrc", "odst", "rsrc", "rdst")):
+            if family == 4:
+                ix[a] = ".".join(ix[f"{a}.{k}"] for k in range(4))
+            else:
+                ix[a] = f"{{{n + 4 + i}}}"
+        proto = LINE_PROTO_NAMES.get(oproto, "unknown")
+        parts = [f"{'ipv' + str(family):<8} {2 if family == 4 else 10} {proto:<8} {oproto}"]
+        if "timeout" in ix:
+            parts.append(ix["timeout"])
+        self.i_state: int | None = None
+        self.states: tuple[str, ...] = ()
+        for name, names in (("tcp_state", TCP_STATES), ("sctp_state", SCTP_STATES)):
+            if name in at:
+                self.i_state = at[name]
+                self.states = tuple(_state_name(names, i) for i in range(256))
+                parts.append(f"{{{n + 3}}}")
+                break
+        parts.append(_tuple_template("o", oproto, ix) + f"{{{n}}}")
+        parts.append(_tuple_template("r", rproto, ix) + f"{{{n + 1}}}")
+        parts.append(f"mark={ix['mark']}" if "mark" in ix else "mark=0")
+        text = " ".join(parts) + f"{{{n + 2}}}"
+        if "use" in ix:
+            text += f" use={ix['use']}"
+        self.template = text.format
+        self.text, self.args = text, self.values
+        self.by_status: dict[tuple[int, ...], str] = {}
+        if family == 4:
+            # Every value of an IPv4 line is a number: per (status, state, zone), the rest of
+            # the line is fixed text, and a "%d" template takes the numbers in the order shown.
+            order = [int(f) for _, f, _, _ in string.Formatter().parse(text) if f and int(f) < n]
+            self.args = operator.itemgetter(*[at[shown[i]] for i in order])
+        # What the fixed text depends on; twice over, so that it is a tuple however many
+        keyed = [i for i in (self.i_status, self.i_state, self.i_zone) if i is not None] * 2
+        self.key: Callable[[tuple[Any, ...]], tuple[Any, ...]] = (
+            operator.itemgetter(*keyed) if keyed else _no_key
+        )
+
+    def holds(self, buf: bytes) -> bool:
+        """Whether every message of ``buf`` (a whole number of them, framed) has this layout:
+        the checked bytes of all of them compared at once, as one masked number."""
+        k = len(buf) // len(self.mask_one)
+        masks = self.masks.get(k)
+        if masks is None:
+            masks = (
+                int.from_bytes(self.mask_one * k, "little"),
+                int.from_bytes(self.want_one * k, "little"),
+            )
+            if len(self.masks) < 64:
+                self.masks[k] = masks
+        return int.from_bytes(buf, "little") & masks[0] == masks[1]
+
+    def _extra(self, v: tuple[Any, ...]) -> tuple[str, str, str, str]:
+        """[UNREPLIED], the flags, zone and state of a flow, as its line writes them."""
+        status = 0 if self.i_status is None else v[self.i_status]
+        unreplied, flags = _status_text(status)
+        zone = 0 if self.i_zone is None else v[self.i_zone]
+        state = "" if self.i_state is None else self.states[v[self.i_state]]
+        return unreplied, flags, f" zone={zone}" if zone else "", state
+
+    def line(self, v: tuple[Any, ...]) -> str:
+        """The line of a message this layout read (``v``, checked by the caller)."""
+        extra = self._extra(v)
+        if self.addrs:
+            a, b, c, d = self.addrs
+            addrs = (_ntop6(v[a]), _ntop6(v[b]), _ntop6(v[c]), _ntop6(v[d]))
+            return self.template(*self.values(v), *extra, *addrs)
+        key = self.key(v)
+        percent = self.by_status.get(key)
+        if percent is None:
+            percent = _percent(self.text, extra, self.values(v))
+            if len(self.by_status) < 1024:
+                self.by_status[key] = percent
+        text: str = percent % self.args(v)
+        return text
+
+    def lines(self, rows: list[tuple[Any, ...]]) -> list[str]:
+        """The lines of messages this layout read (checked by the caller)."""
+        if self.addrs:
+            return [self.line(v) for v in rows]
+        key, args, known = self.key, self.args, self.by_status
+        try:
+            return [known[key(v)] % args(v) for v in rows]
+        except KeyError:  # a status, state or zone not met yet: ``line`` learns it
+            return [self.line(v) for v in rows]
+
+
+def _percent(text: str, extra: tuple[str, ...], values: tuple[Any, ...]) -> str:
+    """``text`` (a ``str.format`` template of an IPv4 line) as a ``%`` template: "%d" for each
+    value shown (``values``, in their order there), the ``extra`` strings written in."""
+    n = len(values)
+    out = []
+    for literal, field, _spec, _conv in string.Formatter().parse(text):
+        out.append(literal.replace("%", "%%"))
+        if field:
+            i = int(field)
+            out.append("%d" if i < n else extra[i - n].replace("%", "%%"))
+    return "".join(out)
+
+
+def _no_key(_v: tuple[Any, ...]) -> tuple[Any, ...]:
+    return ()
+
+
+def _tuple_template(side: str, proto: int, ix: dict[str, str]) -> str:
+    """One tuple as ``_tuple_text`` writes it, with ``ix``'s placeholders for its values."""
+    text = f"src={ix[side + 'src']} dst={ix[side + 'dst']}"
+    if side + "id" in ix:
+        kind, code = ix.get(side + "type", "-1"), ix.get(side + "code", "-1")
+        return f"{text} type={kind} code={code} id={ix[side + 'id']}"
+    if proto in PORT_PROTOS:
+        return f"{text} sport={ix.get(side + 'sport', '0')} dport={ix.get(side + 'dport', '0')}"
+    return text
+
+
+def _ntop6(packed: bytes) -> str:
+    return str(IPv6Address(packed))  # not inet_ntop: it writes IPv4-mapped ones differently
+
+
+@functools.cache
+def _status_text(status: int) -> tuple[str, str]:
+    """What a flow's status adds after each tuple: `` [UNREPLIED]`` and `` [ASSURED]``…"""
+    unreplied = "" if status & IPS_SEEN_REPLY else " [UNREPLIED]"
+    if status & IPS_HW_OFFLOAD:
+        return unreplied, " [HW_OFFLOAD]"
+    if status & IPS_OFFLOAD:
+        return unreplied, " [OFFLOAD]"
+    if status & IPS_ASSURED:
+        return unreplied, " [ASSURED]"
+    return unreplied, ""
+
+
+def _packed_at(order: str, items: list[tuple[int, str]], size: int) -> struct.Struct:
+    """A struct reading ``items`` (offset, code) of a ``size``-byte message, padding between
+    them and to its end."""
+    fmt, pos = order, 0
+    for off, code in items:
+        if off > pos:
+            fmt += f"{off - pos}x"
+        fmt += code
+        pos = off + struct.calcsize(order + code)
+    if size > pos:
+        fmt += f"{size - pos}x"
+    return struct.Struct(fmt)
+
+
+class LineFormatter:
+    """``conntrack_line(decode_flow(payload))`` for the payloads of a dump, at a fraction of
+    the cost: see the comment above. ``line(payload)`` writes one message's line;
+    ``datagram(buf)`` all those of a datagram, when they all have one learnt layout.
+
+    Raises (from ``line``):
+        ValueError: as :func:`decode_flow`, for a message without both tuples.
+    """
+
+    def __init__(self) -> None:
+        self._layouts: dict[int, list[_Layout]] = {}
+        self._framed: dict[int, list[_Layout]] = {}
+        self._learnt = 0
+
+    def line(self, payload: bytes) -> str:
+        for layout in self._layouts.get(len(payload), ()):
+            v = layout.read(payload)
+            if layout.pick(v) == layout.expected:
+                return layout.line(v)
+        text = conntrack_line(decode_flow(payload))
+        if self._learnt < _MAX_LAYOUTS:
+            self._learn(payload, text)
+        return text
+
+    def datagram(self, buf: bytes) -> list[str] | None:
+        """The lines of a datagram made only of flow messages of one learnt layout (one
+        ``iter_unpack`` reads them all); None for any other datagram."""
+        if len(buf) < 4:
+            return None
+        size = (_U32.unpack_from(buf)[0] + 3) & ~3
+        for layout in self._framed.get(size, ()) if len(buf) % size == 0 else ():
+            if layout.holds(buf):
+                return layout.lines(list(layout.read_all(buf)))
+        return None
+
+    def _learn(self, payload: bytes, text: str) -> None:
+        self._learnt += 1
+        try:
+            layout = _Layout(payload, *_walk(payload))
+            framed = _Layout(payload, *_walk(payload), framed=True)
+        except _Unlearnable:
+            return
+        # Only a layout that gives exactly what the full decoder gave is kept.
+        if layout.line(layout.read(payload)) != text:
+            return
+        self._layouts.setdefault(len(payload), []).append(layout)
+        size = (16 + len(payload) + 3) & ~3
+        message = bytes(16) + payload + bytes(size - 16 - len(payload))
+        if framed.line(framed.read(message)) == text:
+            self._framed.setdefault(size, []).append(framed)

@@ -1,0 +1,7 @@
+"""The daemon: wiring only.
+
+- ``run``: the nursery: source, sync loop, HTTP, monitors, in order.
+- ``memory``: malloc tuning for a long-lived process with a large plan.
+- ``systemd``: sd_notify readiness and watchdog.
+- ``nslock``: one nlproxy per network namespace.
+"""

@@ -1,0 +1,352 @@
+"""The daemon: wires source → sync loop → kernel, the drift monitor and the HTTP servers into
+one trio nursery. Holds no logic of its own.
+
+Start order: source (initial list) → sync loop (first successful sync) → HTTP → READY=1 to
+systemd. SIGTERM/SIGINT cancel everything and leave the rules in place, so traffic keeps flowing
+while the service restarts; ``nlproxy cleanup`` removes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import functools
+import resource
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import trio
+from prometheus_client import CollectorRegistry
+
+from nlproxy import __version__
+from nlproxy.cluster.model import Change, ClusterSnapshot, IPAddress, ServiceKey, ServicePortRef
+from nlproxy.cluster.state import ClusterState
+from nlproxy.config import DaemonConfig, external_networks
+from nlproxy.daemon import systemd
+from nlproxy.daemon.memory import tune_allocator
+from nlproxy.errors import NlproxyError
+from nlproxy.inspect.foreign import ForeignTable, detect, remove
+from nlproxy.inspect.reachability import ReachabilityMonitor, without_unreachable
+from nlproxy.inspect.rtnl import interface_addresses
+from nlproxy.inspect.watch import ADDRESS_GROUPS, RouteWatcher
+from nlproxy.log import get_logger
+from nlproxy.nft.monitor import NftMonitor
+from nlproxy.proxy.config import ProxyConfig
+from nlproxy.proxy.planner import PortPlan
+from nlproxy.serve.health import HealthState, configz, healthz
+from nlproxy.serve.healthcheck import HealthCheckServers, health_checks
+from nlproxy.serve.http import Response, serve
+from nlproxy.serve.metrics import Metrics, ServiceCounters
+from nlproxy.sync.loop import SyncLoop
+from nlproxy.sync.syncer import TABLE_NAME, Syncer, SyncResult
+
+if TYPE_CHECKING:  # the kube source (and the kubernetes package) is imported only when used
+    from nlproxy.cluster.kube_link import Unavailable
+
+
+def run_daemon(
+    args: argparse.Namespace,
+    cfg: DaemonConfig,
+    pcfg: ProxyConfig,
+    prepare: Callable[[], None] | None = None,
+) -> int:
+    """Run until SIGTERM/SIGINT; returns the exit status.
+
+    ``prepare`` runs after the start-up line (node set-up such as kube-proxy's conntrack
+    sysctls), so that line is always the first a platform team reads.
+    """
+    # malloc suited to a long-lived process whose plan is large (memory.py); before any thread
+    # exists, since a thread that already has an arena keeps it.
+    tune_allocator()
+    _raise_descriptor_limit()
+    daemon = Daemon(args, cfg, pcfg)
+    daemon.log_start()
+    if prepare is not None:
+        prepare()
+    trio.run(daemon.run)
+    return 0
+
+
+def _raise_descriptor_limit() -> None:
+    """Lift the soft descriptor limit to the hard one (often 1024 → far more): the HTTP
+    servers bound their connections, and the netlink sockets must never meet EMFILE."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+FOREIGN_CHECK_SECONDS = 30.0
+"""The longest time between two looks for another proxy's rules."""
+
+
+class Daemon:
+    def __init__(self, args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) -> None:
+        self.args = args
+        self.cfg = cfg
+        self.registry = CollectorRegistry()
+        self.metrics = Metrics(self.registry)
+        self.counters = (
+            ServiceCounters(self.registry, netns=args.netns) if pcfg.service_counters else None
+        )
+        self._ports: Mapping[ServicePortRef, PortPlan] = {}
+        self.health = HealthState(grace_seconds=2 * cfg.sync_period, node_name=cfg.node_name)
+        self.syncer = Syncer(
+            pcfg, netns=args.netns, owner=args.owned_table, flush_tcp=args.conntrack_flush_tcp
+        )
+        self.reachability = ReachabilityMonitor(
+            self.registry, netns=args.netns, on_change=self._unreachable_changed
+        )
+        self.monitor: NftMonitor | None = None
+        self.loop = SyncLoop(
+            ClusterState(cfg.node_name, external_ip_cidrs=external_networks(cfg)),
+            self.syncer,
+            health=self.health,
+            metrics=self.metrics,
+            min_interval=cfg.min_sync_period,
+            sync_period=cfg.sync_period,
+            on_synced=self._synced,
+            snapshot_filter=self._filter if args.exclude_unreachable_endpoints else None,
+            release_memory=True,
+            quiet=self._quiet,
+        )
+        self.healthchecks: HealthCheckServers | None = None
+        self._service_cidrs = pcfg.service_cidrs
+        self.log = get_logger("daemon")
+
+    def _quiet(self) -> bool:
+        """Whether the drift monitor has seen every transaction (see ``SyncLoop``)."""
+        return self.monitor is not None and self.monitor.saw_every_commit()
+
+    def _filter(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        return without_unreachable(snapshot, self.reachability.unreachable)
+
+    def _unreachable_changed(self, bad: frozenset[IPAddress]) -> None:
+        if self.args.exclude_unreachable_endpoints:
+            self.log.info("endpoints.excluded", unreachable=sorted(map(str, bad)))
+            self.loop.request_sync()
+
+    def _synced(self, result: SyncResult, changed: set[ServiceKey] | None) -> None:
+        """After each successful sync: object counts, health checks, reachability."""
+        self.metrics.rejected_services.set(len(result.excluded))
+        if result.plan is None:
+            return
+        self._ports = result.plan.ports  # updated in place by later syncs: copied at a scrape
+        for family, rs in result.plan.rulesets.items():
+            counts = {
+                "chain": len(rs.chains),
+                "rule": sum(len(r) for r in rs.rules.values()),
+                "set": len(rs.sets),
+                "element": sum(len(e) for e in rs.elements.values()),
+            }
+            for kind, n in counts.items():
+                self.metrics.objects.labels(family=family.value, kind=kind).set(n)
+        if self.healthchecks is not None:
+            self.healthchecks.update(health_checks(result.plan.ports))
+        self.reachability.plan_changed(result.plan.ports, changed)
+
+    def _source(self) -> object:
+        if self.args.manifests is not None:
+            from nlproxy.cluster.watchdir import ManifestSource
+
+            source = ManifestSource(self.args.manifests)
+            self.loop.source_errors = lambda: source.errors
+            return source
+        from nlproxy.cluster.kube import KubeSource, api_client_from_config
+
+        client = api_client_from_config(self.cfg.kubeconfig)
+        return KubeSource(
+            client,
+            node_name=self.cfg.node_name,
+            service_cidrs=self._service_cidrs,
+            on_unavailable=self._unavailable,
+        )
+
+    def _unavailable(self, kinds: Mapping[str, Unavailable]) -> None:
+        """The source's unreadable kinds: a metric each; required ones block /healthz."""
+        self.metrics.source_unavailable.clear()
+        for u in kinds.values():
+            self.metrics.source_unavailable.labels(kind=u.kind, verb=u.verb, reason=u.reason).set(1)
+        self.health.blocked = "; ".join(str(u) for u in kinds.values() if u.required)
+
+    async def _healthz(self, path: str) -> Response:
+        if path in ("/healthz", "/livez"):
+            live = path == "/livez"
+            code, body = healthz(self.health, trio.current_time(), live=live)
+            counter = self.metrics.livez_total if live else self.metrics.healthz_total
+            counter.labels(code=str(code)).inc()
+            return Response(code, body)
+        return Response(404, b"not found\n", content_type="text/plain")
+
+    async def _metrics(self, path: str) -> Response:
+        if path == "/proxyMode":  # as kube-proxy answers it; tools and e2e tests ask
+            return Response(200, b"nftables", content_type="text/plain")
+        if path == "/configz":  # the effective configuration, shaped as kube-proxy's
+            return Response(200, configz(self.cfg))
+        if path == "/metrics":
+            body = await self._exposition()
+            return Response(200, body, content_type="text/plain; version=0.0.4")
+        return await self._healthz(path)
+
+    async def _exposition(self) -> bytes:
+        """The metrics; with service counters, read from the kernel in a worker thread.
+
+        Cancellation: the thread's reading is abandoned (it only reads).
+        """
+        counters = self.counters
+        if counters is None:
+            return self.metrics.exposition()
+        ports = list(self._ports.values())  # a sync in its thread may change the plan meanwhile
+
+        def work() -> bytes:
+            try:
+                counters.refresh(ports)
+            except (NlproxyError, OSError) as exc:  # the other metrics are still served
+                self.log.warning("metrics.counters_failed", error=str(exc))
+            return self.metrics.exposition()
+
+        return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+
+    async def _watch_foreign(self) -> None:
+        """Another proxy's rules on the node (``foreign.py``): a warning when they appear, a
+        gauge, and with ``--replace-kube-proxy`` their removal (after the first sync, so the
+        node is never without rules). Asked every sync period, at most every 30 s: a dump of
+        the table names, and of chains only when iptables-nft tables exist.
+
+        Cancellation: safe at any point (the thread only reads, or sends one atomic batch).
+        """
+        known: set[str] = set()
+        interval = min(self.cfg.sync_period, FOREIGN_CHECK_SECONDS)
+        while True:
+            try:
+                found = await trio.to_thread.run_sync(self._foreign_once)
+            except (NlproxyError, OSError) as exc:
+                self.log.warning("foreign_proxy.check_failed", error=str(exc))
+            else:
+                now = {str(ft) for ft in found}
+                for ft in found:
+                    if str(ft) not in known:
+                        self.log.warning(
+                            "foreign_proxy.detected",
+                            table=str(ft),
+                            mode=ft.mode,
+                            chains=len(ft.chains),
+                            error=f"{ft.describe}: its rules can win over nlproxy's for new "
+                            "connections; stop that proxy, then run 'nlproxy cleanup "
+                            "--kube-proxy' (docs/migrating.md)",
+                        )
+                for gone in sorted(known - now):
+                    self.log.info("foreign_proxy.gone", table=gone)
+                known = now
+                self.metrics.foreign_proxy_tables.clear()
+                for ft in found:
+                    self.metrics.foreign_proxy_tables.labels(
+                        family=ft.family, table=ft.table, mode=ft.mode
+                    ).set(1)
+            await trio.sleep(interval)
+
+    def _foreign_once(self) -> list[ForeignTable]:
+        found = detect(self.args.netns)
+        if found and self.args.replace_kube_proxy:
+            remove(found, self.args.netns)
+            for ft in found:
+                self.log.info("foreign_proxy.removed", table=str(ft), what=ft.describe)
+            found = detect(self.args.netns)
+        return found
+
+    async def _watch_addresses(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Keep the state's interface addresses current (``nodePortAddresses`` CIDRs select
+        them): one dump now, and again after every address notification.
+
+        Cancellation: safe at any point.
+        """
+        with RouteWatcher(self.args.netns, groups=ADDRESS_GROUPS) as watch:
+            started = False
+            while True:
+                try:
+                    addrs = await trio.to_thread.run_sync(interface_addresses, self.args.netns)
+                except (NlproxyError, OSError) as exc:  # kept as they were; tried at the next event
+                    self.log.warning("addresses.failed", error=str(exc))
+                else:
+                    self.loop.set_local_addresses(addrs)
+                if not started:
+                    started = True
+                    task_status.started()
+                await watch.changed()
+
+    async def _watchdog(self, interval: float) -> None:
+        while True:
+            systemd.notify("WATCHDOG=1")
+            await trio.sleep(interval)
+
+    async def _signals(self, cancel: trio.CancelScope) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                self.log.info("daemon.stopping", signal=signal.Signals(signum).name)
+                systemd.notify("STOPPING=1")
+                cancel.cancel()
+                return
+
+    def log_start(self) -> None:
+        """One line a platform team can read the node's set-up from."""
+        pcfg = self.syncer.config
+        cfg = dataclasses.asdict(self.cfg)
+        cfg.pop("warnings", None)
+        if self.args.manifests is not None:
+            source = f"manifests {self.args.manifests}"
+        else:
+            source = f"kubeconfig {self.cfg.kubeconfig}" if self.cfg.kubeconfig else "in-cluster"
+        self.log.info(
+            "daemon.starting",
+            version=__version__,
+            node=self.cfg.node_name,
+            node_ips=[str(ip) for ip in pcfg.node_ips] or "from the Node object",
+            cluster_cidrs=[str(c) for c in pcfg.cluster_cidrs],
+            service_cidrs=[str(c) for c in pcfg.service_cidrs],
+            nodeport_addresses=list(pcfg.nodeport_addresses),
+            source=source,
+            netns=self.args.netns,
+            config=cfg,
+        )
+
+    async def run(self) -> None:
+        send, recv = trio.open_memory_channel[Sequence[Change]](64)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._signals, nursery.cancel_scope)
+                # Listening from the start: a slow first list is "not ready" on /healthz (503)
+                # while /livez says the process is alive, and /metrics shows the progress.
+                for addr, handler in (
+                    (self.cfg.healthz_bind_address, self._healthz),
+                    (self.cfg.metrics_bind_address, self._metrics),
+                ):
+                    if addr is not None:  # None: turned off (an empty address)
+                        await nursery.start(
+                            functools.partial(serve, netns_name=self.args.netns), addr, handler
+                        )
+                # Subscribed before the first read-back and commit: a change another process
+                # makes to the tables at any time after start-up is seen (the quiet verify
+                # trusts that nothing unseen happened since the monitor's first generation).
+                # Own notifications of the first sync are parsed and dropped; if they overflow
+                # the socket, the loss is read back once.
+                self.monitor = NftMonitor(TABLE_NAME, netns_name=self.args.netns)
+                await nursery.start(self.monitor.run, self.loop.request_verify)
+                source = self._source()
+                await nursery.start(source.run, send)  # type: ignore[attr-defined]
+                if self.syncer.config.nodeport_cidrs(4) or self.syncer.config.nodeport_cidrs(6):
+                    await nursery.start(self._watch_addresses)
+                self.healthchecks = HealthCheckServers(nursery, netns_name=self.args.netns)
+                await nursery.start(self.reachability.run)
+                await nursery.start(self.loop.run, recv)
+                nursery.start_soon(self._watch_foreign)
+                systemd.notify("READY=1")
+                self.log.info("daemon.ready", node=self.cfg.node_name)
+                interval = systemd.watchdog_interval()
+                if interval:
+                    nursery.start_soon(self._watchdog, interval)
+        finally:
+            self.syncer.close()

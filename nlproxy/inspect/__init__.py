@@ -1,0 +1,8 @@
+"""Stage ⑤, the node as it is: can each endpoint be reached, whose rules are there.
+
+- ``rtnl``: links, routes, neighbours and addresses from rtnetlink, as small values.
+- ``classify``: local, remote or unreachable, with the reason, for every endpoint.
+- ``watch``: rtnetlink notifications that may change a verdict.
+- ``reachability``: the daemon task keeping verdicts current and exported.
+- ``foreign``: another proxy's rules (kube-proxy's tables and chains), found and removed.
+"""

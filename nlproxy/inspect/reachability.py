@@ -1,0 +1,283 @@
+"""The inspector inside the daemon: re-check endpoint reachability on rtnetlink events.
+
+After each sync and whenever links, routes or neighbours change (no polling), the endpoints of
+the current plan are classified (``inspect.classify``). Each transition gets one log line, and
+the gauge ``nlproxy_endpoint_unreachable{service,endpoint,reason}`` follows the current verdicts
+(up to ``SERIES_LIMIT`` series; ``nlproxy_unreachable_endpoints`` counts the addresses).
+With ``exclude`` on, the daemon leaves unreachable endpoints out of load balancing
+(:func:`without_unreachable`), but never a service's last endpoints: the inspector alone never
+leaves a service with none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Set
+from dataclasses import replace
+
+import trio
+from prometheus_client import CollectorRegistry, Gauge
+
+from nlproxy.cluster.model import (
+    ClusterSnapshot,
+    EndpointSlice,
+    IPAddress,
+    ServiceKey,
+    ServicePortRef,
+)
+from nlproxy.inspect.classify import Reachability, classify, transitions
+from nlproxy.inspect.watch import RouteWatcher
+from nlproxy.log import get_logger
+from nlproxy.proxy.planner import PortPlan
+
+LOG_LIMIT = 20
+"""At most this many per-endpoint lines per evaluation; the rest is summarised."""
+SERIES_LIMIT = 1000
+"""At most this many ``nlproxy_endpoint_unreachable`` series: when a node loses its routes, every
+endpoint of the cluster is unreachable, and 100k series would cost ~85 MB and slow each scrape.
+``nlproxy_unreachable_endpoints`` always counts them all."""
+RETRY_AFTER = 5.0
+"""Seconds before classifying again after a failed pass."""
+PLAN_SETTLE = 1.0
+"""Seconds to coalesce plan changes before re-classifying (route events are handled at once)."""
+
+
+def without_unreachable(snapshot: ClusterSnapshot, bad: frozenset[IPAddress]) -> ClusterSnapshot:
+    """``snapshot`` with unreachable endpoints removed, except a service's last ready ones."""
+    if not bad:
+        return snapshot
+    slices: dict[ServiceKey, tuple[EndpointSlice, ...]] = {}
+    for key, group in snapshot.slices.items():
+        ready = [e for s in group for e in s.endpoints if e.ready]
+        if not any(e.ip in bad for s in group for e in s.endpoints) or all(
+            e.ip in bad for e in ready
+        ):
+            slices[key] = group
+            continue
+        slices[key] = tuple(
+            replace(s, endpoints=tuple(e for e in s.endpoints if e.ip not in bad)) for s in group
+        )
+    return replace(snapshot, slices=slices)
+
+
+class ReachabilityMonitor:
+    """Classifies the plan's endpoints now and on every route change.
+
+    Endpoints are tracked per service, so a sync that changed a few services costs work for
+    those only: their endpoints new to the node are classified, gone ones dropped. Verdicts are
+    interned (most endpoints share one, e.g. "remote via node X"), so 100k endpoints cost little.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        netns: str | None = None,
+        on_change: Callable[[frozenset[IPAddress]], None] | None = None,
+    ) -> None:
+        self.netns = netns
+        self.on_change = on_change
+        self.log = get_logger("inspector")
+        self.gauge = Gauge(
+            "nlproxy_endpoint_unreachable",
+            "Endpoints this node cannot reach through its routes (1 per endpoint and service)",
+            ["service", "endpoint", "reason"],
+            registry=registry,
+        )
+        self.total = Gauge(
+            "nlproxy_unreachable_endpoints",
+            "Endpoint addresses this node cannot reach through its routes",
+            registry=registry,
+        )
+        self.verdicts: dict[IPAddress, Reachability] = {}
+        self._by_service: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] = {}
+        self._users: dict[IPAddress, int] = {}
+        self._updates: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] = {}
+        self._rebuild: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] | None = None
+        self._wake = trio.Event()
+        self.unreachable: frozenset[IPAddress] = frozenset()
+
+    def plan_changed(
+        self, ports: Mapping[ServicePortRef, PortPlan], changed: Set[ServiceKey] | None
+    ) -> None:
+        """Note a new plan: ``changed`` services only, or everything when None.
+
+        The Syncer updates its plan in place on the next sync, so what is needed is copied now.
+        """
+        if changed is None:
+            self._rebuild = _endpoints(ports.values())
+            self._updates.clear()
+        elif changed:
+            fresh = _endpoints(p for ref, p in ports.items() if ref.service in changed)
+            for key in changed:
+                self._updates[key] = fresh.get(key, {})
+        else:
+            return
+        self._wake.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Re-classify on plan changes and rtnetlink events until cancelled.
+
+        A route, link or neighbour event re-classifies every endpoint; a plan change only the
+        endpoints that are new to the node (the routes did not change).
+
+        Cancellation: returns at the next wait; the rtnetlink socket is closed.
+        """
+        with RouteWatcher(self.netns) as watcher:
+            task_status.started()
+            failed = False
+            while True:
+                if failed:  # again at once (after the pause), and every endpoint
+                    failed = not await self._evaluate_guarded(full=True)
+                    continue
+                routes_changed = False
+                async with trio.open_nursery() as nursery:
+
+                    async def route_event(cancel: trio.CancelScope = nursery.cancel_scope) -> None:
+                        nonlocal routes_changed
+                        await watcher.changed()
+                        watcher.drain()
+                        routes_changed = True
+                        cancel.cancel()
+
+                    async def plan_event(cancel: trio.CancelScope = nursery.cancel_scope) -> None:
+                        await self._wake.wait()
+                        await trio.sleep(PLAN_SETTLE)  # a burst of syncs: classify once
+                        cancel.cancel()
+
+                    nursery.start_soon(route_event)
+                    nursery.start_soon(plan_event)
+                self._wake = trio.Event()
+                failed = not await self._evaluate_guarded(full=routes_changed)
+
+    async def _evaluate_guarded(self, *, full: bool) -> bool:
+        """:meth:`_evaluate`, but a failure (a netlink dump refused, say) is logged and retried
+        after ``RETRY_AFTER`` seconds: the inspector only reports, it must never stop the proxy."""
+        try:
+            await self._evaluate(full=full)
+        except Exception:  # anything the classification raises, logged in full
+            self.log.exception("inspector.failed", retry_in=RETRY_AFTER)
+            await trio.sleep(RETRY_AFTER)
+            return False
+        return True
+
+    def _take(self) -> tuple[list[IPAddress], list[IPAddress]]:
+        """Apply the noted plan changes to the per-service index: (added, removed) addresses."""
+        added: list[IPAddress] = []
+        removed: list[IPAddress] = []
+
+        def count(ips: frozenset[IPAddress], delta: int) -> None:
+            for ip in ips:
+                n = self._users.get(ip, 0) + delta
+                if n > 0:
+                    self._users[ip] = n
+                    if n == delta == 1:
+                        added.append(ip)
+                else:
+                    self._users.pop(ip, None)
+                    removed.append(ip)
+
+        updates = self._updates
+        if self._rebuild is not None:
+            updates = {k: {} for k in self._by_service} | self._rebuild
+            self._rebuild = None
+        self._updates = {}
+        for key, new in updates.items():
+            old = self._by_service.pop(key, {})
+            if new:
+                self._by_service[key] = new
+            count(frozenset().union(*new.values()), 1)
+            count(frozenset().union(*old.values()), -1)
+        return added, [ip for ip in removed if ip not in self._users]
+
+    async def _evaluate(self, *, full: bool) -> None:
+        added, removed = self._take()
+        todo = list(self._users) if full else added
+        known = self.verdicts
+
+        def work() -> dict[IPAddress, Reachability]:
+            return _interned(classify(todo, netns=self.netns)) if todo else {}
+
+        fresh = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+        before = {ip: known[ip] for ip in (*fresh, *removed) if ip in known}
+        for ip in removed:
+            known.pop(ip, None)
+        known.update(fresh)
+        after = {ip: known[ip] for ip in fresh}
+        self._log_transitions(transitions(before, after))
+        bad = (
+            frozenset(ip for ip, v in known.items() if not v.reachable)
+            if full or fresh or (removed)
+            else self.unreachable
+        )
+        self._export(bad)
+        if bad != self.unreachable:
+            self.unreachable = bad
+            if self.on_change is not None:
+                self.on_change(bad)
+
+    def _log_transitions(
+        self, changes: list[tuple[IPAddress, Reachability | None, Reachability | None]]
+    ) -> None:
+        """One line per transition to or from unreachable; new and vanished endpoints that are
+        fine, and any flood beyond ``LOG_LIMIT`` lines, go into one summary line."""
+        interesting = [
+            c
+            for c in changes
+            if (c[1] is not None and not c[1].reachable)
+            or (c[2] is not None and not c[2].reachable)
+        ]
+        for ip, old, new in interesting[:LOG_LIMIT]:
+            self.log.info(
+                "endpoint.reachability",
+                endpoint=str(ip),
+                was=old.kind if old else None,
+                now=new.kind if new else None,
+                reachable=new.reachable if new else None,
+                reason=new.reason if new else "no longer an endpoint",
+            )
+        if len(changes) > min(len(interesting), LOG_LIMIT):
+            kinds: dict[str, int] = {}
+            for _, _, new in changes:
+                key = new.kind if new else "gone"
+                kinds[key] = kinds.get(key, 0) + 1
+            self.log.info(
+                "endpoint.reachability_summary",
+                transitions=len(changes),
+                logged=min(len(interesting), LOG_LIMIT),
+                now=kinds,
+            )
+
+    def _export(self, bad: frozenset[IPAddress]) -> None:
+        """The gauges: the count, and one series per unreachable endpoint and service port using
+        it, up to ``SERIES_LIMIT`` (the first services in key order)."""
+        self.gauge.clear()
+        self.total.set(len(bad))
+        if not bad:
+            return
+        left = SERIES_LIMIT
+        for key in sorted(self._by_service):
+            for ref, ips in self._by_service[key].items():
+                for ip in bad.intersection(ips):
+                    if left == 0:
+                        return
+                    left -= 1
+                    reason = self.verdicts[ip].reason
+                    self.gauge.labels(service=ref, endpoint=str(ip), reason=reason).set(1)
+
+
+def _endpoints(
+    plans: Iterable[PortPlan],
+) -> dict[ServiceKey, dict[str, tuple[IPAddress, ...]]]:
+    """Service → its ports (``ns/name:port/PROTO``) → their cluster endpoints' addresses."""
+    out: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] = {}
+    for plan in plans:
+        ips = tuple(dict.fromkeys(b.ip for b in plan.cluster_endpoints))  # 10k: no frozensets
+        if ips:
+            out.setdefault(plan.ref.service, {})[str(plan.ref)] = ips
+    return out
+
+
+def _interned(verdicts: dict[IPAddress, Reachability]) -> dict[IPAddress, Reachability]:
+    """The same verdicts, sharing one object per distinct verdict."""
+    pool: dict[Reachability, Reachability] = {}
+    return {ip: pool.setdefault(v, v) for ip, v in verdicts.items()}

@@ -1,0 +1,363 @@
+"""The sync loop: coalesce changes, sync at a bounded rate, verify periodically, repair drift.
+
+Like kube-proxy's bounded-frequency runner: a change is synced as soon as ``min_interval`` has
+passed since the last sync (changes arriving meanwhile are coalesced into one sync), a failed sync
+is retried after ``retry_interval``, and every ``sync_period`` the programmed state is read back
+from the kernel and compared with the plan (full verify). A drift report triggers a verify+sync
+at once. The blocking part of a sync (planning and netlink I/O) runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+
+import trio
+
+from nlproxy.cluster.model import (
+    Change,
+    ClusterSnapshot,
+    IPAddress,
+    ObjectRef,
+    Replace,
+    ServiceKey,
+)
+from nlproxy.cluster.state import ClusterState
+from nlproxy.daemon.memory import release
+from nlproxy.errors import NlproxyError
+from nlproxy.log import get_logger
+from nlproxy.nft.ir import Family
+from nlproxy.nft.monitor import Drift
+from nlproxy.proxy.planner import nodeport_gaps
+from nlproxy.serve.health import HealthState, node_eligible
+from nlproxy.serve.metrics import IP_FAMILIES, Metrics, NoLocalEndpoints
+from nlproxy.sync.syncer import Syncer, SyncResult
+
+RELEASE_INTERVAL = 10.0
+"""Seconds between handing free heap memory back (about a millisecond each time): what the
+inspector's passes and bursts of changes freed goes back; full syncs release at once."""
+
+
+class SyncLoop:
+    """Runs syncs for ``state`` through ``syncer``; see the module docstring for the schedule.
+
+    With ``release_memory``, free heap memory is handed back to the system after full syncs
+    and every ``RELEASE_INTERVAL`` (``memory.py``; the daemon tunes malloc for it at start-up).
+
+    ``quiet`` answers whether nothing can have changed the tables unseen since the last sync
+    (the drift monitor processed every transaction): the periodic verify then skips reading
+    the tables back. A drift report or a failed sync always reads them back.
+    """
+
+    def __init__(
+        self,
+        state: ClusterState,
+        syncer: Syncer,
+        *,
+        health: HealthState,
+        metrics: Metrics,
+        min_interval: float,
+        sync_period: float,
+        retry_interval: float = 1.0,
+        on_synced: Callable[[SyncResult, set[ServiceKey] | None], None] | None = None,
+        snapshot_filter: Callable[[ClusterSnapshot], ClusterSnapshot] | None = None,
+        release_memory: bool = False,
+        quiet: Callable[[], bool] | None = None,
+    ) -> None:
+        self._manage_memory = release_memory
+        self.quiet = quiet
+        self.source_errors: Callable[[], Sequence[str]] | None = None
+        """The source's own problems (files that do not parse): reported and counted with the
+        invalid objects."""
+        self.state = state
+        self.syncer = syncer
+        self.health = health
+        self.metrics = metrics
+        self.min_interval = min_interval
+        self.sync_period = sync_period
+        self.retry_interval = retry_interval
+        self.on_synced = on_synced
+        self.snapshot_filter = snapshot_filter
+        self.log = get_logger("sync")
+        self._wake = trio.Event()
+        self._pending: set[ServiceKey] = set()
+        # Service and EndpointSlice change events since the last successful sync (kube-proxy's
+        # *_changes_pending gauges count events, not services).
+        self._pending_events = {"Service": 0, "EndpointSlice": 0}
+        self._dirty = True
+        self._verify = False
+        self._read_back = False  # this verify must read the tables back (drift, failure)
+        self._refused: set[str] = set()
+        self._reported: set[str] = set()
+        self._orphans: dict[ObjectRef, str] = {}
+        # The trigger times last seen, by service and slice name; when this process started.
+        self._triggers: dict[ServiceKey, dict[str, datetime]] = {}
+        # Whole seconds: the annotation has RFC 3339 second precision, and a change written in
+        # the second the process started is still one to observe.
+        self._started = datetime.now(UTC).replace(microsecond=0)
+        self._gaps: dict[Family, str] = {}
+        self.synced_once = trio.Event()
+        self._no_local = NoLocalEndpoints(metrics.no_local_endpoints)
+
+    def request_verify(self, drift: Drift | None = None) -> None:
+        """Read back the kernel and repair it at the next opportunity (drift, or a timer)."""
+        if drift is not None and drift.pid == 0:
+            # The monitor's socket overflowed (a large sync's own notifications, usually the
+            # first): nobody is known to have written; the read-back finds out.
+            self.log.info("drift.notifications_lost")
+            self.metrics.drift_repairs.labels(writer=drift.comm or "unknown").inc()
+            self._read_back = True
+        elif drift is not None:
+            self.log.warning(
+                "drift.detected", writer_pid=drift.pid, writer=drift.comm, objects=drift.objects
+            )
+            self.metrics.drift_repairs.labels(writer=drift.comm or "unknown").inc()
+            self._read_back = True
+        self._verify = True
+        self._wake.set()
+
+    def request_sync(self) -> None:
+        """Sync again although no object changed (e.g. an endpoint became unreachable)."""
+        self._dirty = True
+        self._wake.set()
+
+    def set_local_addresses(self, addresses: Iterable[IPAddress]) -> None:
+        """This node's interface addresses changed (``nodePortAddresses`` CIDRs select them)."""
+        changed = self.state.set_local_addresses(addresses)
+        if changed:
+            self._pending |= changed
+            self._dirty = True
+            self._wake.set()
+
+    def apply_changes(self, changes: Sequence[Change]) -> None:
+        changed = self.state.apply(changes)
+        self._pending |= changed
+        self._dirty = True
+        counts = _count_by_kind(changes)
+        for kind in self._pending_events:
+            self._pending_events[kind] += counts.get(kind, 0)
+        self.metrics.service_changes_total.inc(counts.get("Service", 0))
+        self.metrics.endpoint_changes_total.inc(counts.get("EndpointSlice", 0))
+        self._export_pending()
+        for label in IP_FAMILIES.values():  # one sync programs both families
+            self.metrics.last_queued.labels(ip_family=label).set_to_current_time()
+        self.health.queued(trio.current_time())
+        self._wake.set()
+
+    def _export_pending(self) -> None:
+        self.metrics.service_changes_pending.set(self._pending_events["Service"])
+        self.metrics.endpoint_changes_pending.set(self._pending_events["EndpointSlice"])
+
+    async def _receive(self, recv: trio.MemoryReceiveChannel[Sequence[Change]]) -> None:
+        async with recv:
+            async for changes in recv:
+                self.apply_changes(changes)
+                # Not kept until the next batch: an initial list holds every object's change.
+                del changes
+
+    async def run(
+        self,
+        recv: trio.MemoryReceiveChannel[Sequence[Change]],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Sync until cancelled; ``task_status.started()`` after the first successful sync.
+
+        Cancellation: a sync in progress finishes in its thread (a netlink batch is atomic);
+        the loop stops waiting for it.
+        """
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._receive, recv)
+            if self._manage_memory:
+                nursery.start_soon(self._release_periodically)
+            started = False
+            last = -float("inf")
+            next_verify = trio.current_time() + self.sync_period
+            while True:
+                with trio.move_on_at(next_verify):
+                    await self._wake.wait()
+                self._wake = trio.Event()
+                now = trio.current_time()
+                if now >= next_verify:
+                    self._verify = True
+                if not (self._dirty or self._verify):
+                    continue
+                await trio.sleep_until(last + self.min_interval)
+                ok, verified = await self._sync_once()
+                last = trio.current_time()
+                if ok and verified:
+                    next_verify = last + self.sync_period
+                if not ok:
+                    self._dirty = True
+                    nursery.start_soon(self._wake_after, self.retry_interval)
+                elif not started:
+                    started = True
+                    self.synced_once.set()
+                    task_status.started()
+
+    async def _wake_after(self, delay: float) -> None:
+        await trio.sleep(delay)
+        self._wake.set()
+
+    async def _sync_once(self) -> tuple[bool, bool]:
+        """One sync; returns (succeeded, was a full verify)."""
+        verify, self._verify = self._verify, False
+        read_back, self._read_back = self._read_back, False
+        self._dirty = False
+        pending, self._pending = self._pending, set()
+        snapshot = self.state.snapshot()
+        self.health.node_eligible = node_eligible(snapshot.node)
+        if self.snapshot_filter is not None:
+            snapshot = self.snapshot_filter(snapshot)
+        # A slice may precede its Service from the API: an orphan is reported only when a full
+        # verify still finds it, and forgotten as soon as its Service comes.
+        if verify:
+            self._orphans = self.state.orphans()
+        elif self._orphans:
+            self._orphans = self.state.orphans(self._orphans)
+        source_errors = self.source_errors() if self.source_errors is not None else ()
+        self.metrics.invalid_objects.set(
+            len(self.state.invalid) + len(self._orphans) + len(source_errors)
+        )
+        self._report_invalid()
+        self._report_nodeport_gaps(nodeport_gaps(snapshot, self.syncer.config))
+
+        # The changed services let the Syncer update its plan in place; a snapshot filter may
+        # change services the state did not report, so then the Syncer finds them itself.
+        changed = None if self.snapshot_filter is not None else set(pending)
+
+        def work() -> SyncResult:
+            if verify:
+                if read_back or self.quiet is None or not self.quiet():
+                    self.syncer.verify()
+                    self.metrics.verifies.labels(read_back="true").inc()
+                else:  # every transaction was seen, and none touched our tables
+                    self.metrics.verifies.labels(read_back="false").inc()
+            return self.syncer.sync(snapshot, changed=changed)
+
+        try:
+            result = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+        except NlproxyError as exc:
+            self.metrics.sync_failures.inc()
+            failed = self.syncer.failed_family
+            for family, label in IP_FAMILIES.items():
+                if failed is None or failed is family:
+                    self.metrics.nft_sync_failures.labels(ip_family=label).inc()
+            self._pending |= pending
+            self._verify = True  # the kernel's state is uncertain after a failure: read it back
+            self._read_back = True
+            self.log.error("sync.failed", error=str(exc))  # noqa: TRY400 - the message names the object; no traceback
+            return False, verify
+        self._record(result, pending, verify=verify)
+        if not result.incremental:
+            # The plan and programmed state of a large cluster are millions of long-lived
+            # objects; without this every full GC pass walks them all (seconds at 10k
+            # services, stalling event-to-commit). Incremental syncs allocate little.
+            gc.freeze()
+            if self._manage_memory:
+                release()  # what planning and diffing the whole table freed
+        return True, verify
+
+    async def _release_periodically(self) -> None:
+        while True:
+            await trio.sleep(RELEASE_INTERVAL)
+            release()
+
+    def _record(
+        self,
+        result: SyncResult,
+        pending: set[ServiceKey],
+        *,
+        verify: bool,
+    ) -> None:
+        now = trio.current_time()
+        seconds = (result.plan_ms + result.apply_ms) / 1000
+        self.health.synced(now)
+        m = self.metrics
+        kind = m.partial_sync_duration if result.incremental else m.full_sync_duration
+        for label in IP_FAMILIES.values():  # one sync programs both families
+            m.sync_duration.labels(ip_family=label).observe(seconds)
+            kind.labels(ip_family=label).observe(seconds)
+            m.last_sync.labels(ip_family=label).set_to_current_time()
+        for family, (deleted, took) in result.conntrack.items():
+            m.conntrack_deleted.labels(ip_family=IP_FAMILIES[family]).inc(deleted)
+            m.conntrack_duration.labels(ip_family=IP_FAMILIES[family]).observe(took)
+        self._pending_events = dict.fromkeys(self._pending_events, 0)
+        self._export_pending()
+        for family, n in result.ops.items():
+            m.ops.labels(family=family.value).inc(n)
+        self._observe_programming(pending)
+        # Which services this sync changed, when that is known exactly (else None: any).
+        exact = result.incremental and self.snapshot_filter is None
+        if result.plan is not None:
+            self._no_local.update(result.plan, pending if exact else None)
+        if result.total_ops or verify or pending:
+            self.log.info(
+                "sync.applied",
+                ops=result.total_ops,
+                duration_ms=round(seconds * 1000, 3),
+                plan_ms=round(result.plan_ms, 3),
+                services_changed=len(pending),
+                verify=verify,
+                conntrack_deleted=result.conntrack_deleted,
+            )
+        if self.on_synced is not None:
+            self.on_synced(result, pending if exact else None)
+
+    def _observe_programming(self, pending: set[ServiceKey]) -> None:
+        """kubeproxy_network_programming_duration_seconds: one observation per trigger time, when
+        the slice change that carries it is first programmed, as upstream. A Service-only edit,
+        a relist after ``410 Gone`` or a verify programs no new trigger time; one older than this
+        process (the initial list's) measures a wait it did not cause, and is left out too."""
+        wall = datetime.now(UTC)
+        snapshot = self.state.snapshot()
+        for key in pending:
+            before = self._triggers.pop(key, {})
+            now: dict[str, datetime] = {}
+            for s in snapshot.slices.get(key, ()):
+                trigger = s.last_change_trigger_time
+                if trigger is None:
+                    continue
+                if trigger.tzinfo is None:
+                    trigger = trigger.replace(tzinfo=UTC)
+                now[s.name] = trigger
+                if before.get(s.name) != trigger and trigger >= self._started:
+                    latency = max(0.0, (wall - trigger).total_seconds())
+                    # The slice's family, as upstream's proxier of that family records it.
+                    self.metrics.programming.labels(ip_family=s.family.value).observe(latency)
+            if now:  # a service's deleted slices are forgotten with it
+                self._triggers[key] = now
+
+    def _report_nodeport_gaps(self, gaps: Mapping[Family, str]) -> None:
+        """One warning per family whose NodePorts no address accepts (again if it changes)."""
+        for family in (Family.IP, Family.IP6):
+            gap = gaps.get(family)
+            label = "IPv4" if family is Family.IP else "IPv6"
+            self.metrics.nodeport_addresses_missing.labels(ip_family=label).set(gap is not None)
+            if gap is not None and gap != self._gaps.get(family):
+                self.log.warning("nodeport.no_address", ip_family=label, error=gap)
+        self._gaps = dict(gaps)
+
+    def _report_invalid(self) -> None:
+        """One log line per newly invalid object or refused frontend, not one per sync."""
+        source = self.source_errors() if self.source_errors is not None else ()
+        current = {str(e) for e in (*self.state.invalid.values(), *self._orphans.values(), *source)}
+        for err in sorted(current - self._reported):
+            self.log.warning("object.invalid", error=err)
+        self._reported = current
+        refused = set(self.state.refused)
+        for err in sorted(refused - self._refused):
+            self.log.warning("service.refused", error=err)
+        self._refused = refused
+        self.metrics.refused_frontends.set(len(refused))
+
+
+def _count_by_kind(changes: Sequence[Change]) -> dict[str, int]:
+    """Change events per object kind (a Replace counts each object it lists)."""
+    counts: dict[str, int] = {}
+    for change in changes:
+        refs = [c.ref for c in change.changes] if isinstance(change, Replace) else [change.ref]
+        for ref in refs:
+            counts[ref.kind] = counts.get(ref.kind, 0) + 1
+    return counts

@@ -1,0 +1,594 @@
+"""One sync: planner → reconciler → kernel → effects (conntrack cleanup).
+
+Used by ``nlproxy run --once`` and by the daemon's sync loop; holds no scheduling of its own.
+What is programmed is read back from the kernel the first time (so a restarted process sends only
+the difference) and cached afterwards; ``verify()`` reads it back again to catch drift.
+Effects run only after the kernel accepted the transaction.
+
+Two paths. The full one plans every service (replaying unchanged ones) and diffs the whole
+table: at start-up, after a verify or a failure, and whenever the incremental one cannot be
+sure. The incremental one, once the cache is known to equal the last plan, updates that plan in
+place for the changed services only (``proxy/incremental.py``), turns the resulting delta into
+operations (``reconcile.ops_for_delta``), advances the cache by them, and computes conntrack
+cleanup from the touched frontends only: its cost follows the change, not the table.
+
+When the kernel rejects a batch that passed validation, the service behind it is left out
+(``isolation.py``: planned as last accepted, or absent) and the sync runs again, so one bad
+service cannot stall the others; the result names every service left out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass, field
+
+from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey
+from nlproxy.conntrack.kernel import (
+    Conntrack,
+    FlowFilter,
+    programmed_frontends,
+    stale_flow_filters,
+)
+from nlproxy.conntrack.plan import AFFINITY_ENDPOINT_PREFIX, BALANCED_MAP_PREFIXES, Programmed
+from nlproxy.errors import KernelError
+from nlproxy.log import get_logger
+from nlproxy.nft.backend import NftBackend
+from nlproxy.nft.ir import Element, Family, Operation, Ruleset, Table, Value, Verb
+from nlproxy.nft.readback import read_ruleset
+from nlproxy.nft.reconcile import Delta, advance, diff, ops_for_delta, stamp
+from nlproxy.proxy import naming as n
+from nlproxy.proxy.config import ProxyConfig
+from nlproxy.proxy.incremental import attach, plan_update
+from nlproxy.proxy.planner import Plan, gc_paused, plan
+from nlproxy.sync.isolation import (
+    Exclusion,
+    attribute,
+    bisect_culprit,
+    changed_since,
+    exclusion,
+    owners,
+    reasons,
+    substitute,
+)
+
+TABLE_NAME = "nlproxy"
+FAMILIES = (Family.IP, Family.IP6)
+MAX_EXCLUSIONS = 16
+"""Services one sync may newly leave out before it gives up (the fault is then likely
+elsewhere); those left out by earlier syncs do not count."""
+MAX_CHECKS = 64
+"""Kernel checks one sync may spend bisecting for culprits."""
+
+
+@dataclass(slots=True, kw_only=True)
+class SyncResult:
+    """What one sync did: operations sent per family, timings, conntrack flows deleted.
+
+    ``plan_ms`` is planning, ``diff_ms`` comparing (diff or delta → operations), ``commit_ms``
+    the kernel batches, ``apply_ms`` everything after planning (those, caching, conntrack);
+    ``incremental`` tells which path ran. The plan is the Syncer's live one: read it before the
+    next sync, which updates it.
+    """
+
+    ops: dict[Family, int] = field(default_factory=dict)
+    plan_ms: float = 0.0
+    diff_ms: float = 0.0
+    commit_ms: float = 0.0
+    apply_ms: float = 0.0
+    conntrack_deleted: int = 0
+    plan: Plan | None = None
+    incremental: bool = False
+    excluded: dict[ServiceKey, str] = field(default_factory=dict)
+    """Services left out because the kernel rejected them, with the kernel's error."""
+    conntrack: dict[Family, tuple[int, float]] = field(default_factory=dict)
+    """Per family whose flows were cleaned up: (flows deleted, seconds it took)."""
+
+    @property
+    def total_ops(self) -> int:
+        return sum(self.ops.values())
+
+
+def as_programmed(rs: Ruleset) -> Ruleset:
+    """``rs`` as read-back would show it once applied (rule comments carry fingerprints)."""
+    return Ruleset(
+        table=rs.table,
+        chains=dict(rs.chains),
+        rules={c: [stamp(r) for r in rules] for c, rules in rs.rules.items()},
+        sets=dict(rs.sets),
+        elements={s: dict(els) for s, els in rs.elements.items()},
+    )
+
+
+class Syncer:
+    """Keeps the ``ip``/``ip6`` nlproxy tables equal to the plan for a snapshot.
+
+    Args:
+        config: the planner's configuration.
+        netns: network namespace to program (None: the current one).
+        owner: create the tables with NFT_TABLE_F_OWNER (+ PERSIST); see ``nft/backend.py``.
+        flush_tcp: also delete TCP flows of removed endpoints (UDP/SCTP always are).
+        incremental: update the last plan in place when it can (False: always the full path).
+    """
+
+    def __init__(
+        self,
+        config: ProxyConfig,
+        *,
+        netns: str | None = None,
+        owner: bool = False,
+        flush_tcp: bool = False,
+        incremental: bool = True,
+    ) -> None:
+        self.config = config
+        self.incremental = incremental
+        self.netns = netns
+        self.owner = owner
+        self.flush_tcp = flush_tcp
+        self.log = get_logger("sync")
+        self._backends: dict[Family, NftBackend] = {}
+        self._programmed: dict[Family, Ruleset | None] = {}
+        self._seeded = False
+        # Families whose table this process's socket owns (with --owned-table).
+        self._claimed: set[Family] = set()
+        self._last_plan: Plan | None = None
+        # True while the cache equals the last plan as programmed: only then may a delta of
+        # that plan stand for the whole difference.
+        self._in_step = False
+        self.conntrack_deleted_total = 0
+        # The snapshot the kernel last accepted (what a left-out service falls back to), the
+        # services left out, and the family and operations of the last rejected batch.
+        self._good: ClusterSnapshot | None = None
+        self.excluded: dict[ServiceKey, Exclusion] = {}
+        self._reported: dict[ServiceKey, str] = {}
+        self._failed: tuple[Family, list[Operation]] | None = None
+        self._conntrack: dict[Family, tuple[int, float]] = {}
+
+    @property
+    def failed_family(self) -> Family | None:
+        """The family whose batch the kernel rejected last (None: the last commit passed)."""
+        return self._failed[0] if self._failed is not None else None
+
+    def _table(self, family: Family) -> Table:
+        return Table(family=family, name=TABLE_NAME, owner=self.owner, persist=self.owner)
+
+    def _backend(self, family: Family) -> NftBackend:
+        if family not in self._backends:
+            self._backends[family] = NftBackend(self._table(family), netns=self.netns)
+        return self._backends[family]
+
+    def verify(self) -> None:
+        """Forget the cache: the next sync compares against what the kernel really holds."""
+        for family in FAMILIES:
+            self._programmed[family] = read_ruleset(family, TABLE_NAME, netns=self.netns)
+        # The backends validate against their own view of chains and sets; after drift or a
+        # failed commit that view is as stale as ours, so they re-read it too.
+        for backend in self._backends.values():
+            backend.forget()
+        self._seeded = True
+        self._in_step = False
+        # A full verify also retries the services left out: what the kernel refused may have
+        # been a conflict that is gone now.
+        self.excluded.clear()
+
+    def sync(
+        self, snapshot: ClusterSnapshot, *, changed: Set[ServiceKey] | None = None
+    ) -> SyncResult:
+        """Plan ``snapshot`` and apply the difference, then clean up conntrack.
+
+        Args:
+            snapshot: the cluster objects to program.
+            changed: the services changed since the last call (``ClusterState.apply``'s
+                results, accumulated); None: found by comparing objects by identity. Only
+                used on the incremental path.
+
+        Services the kernel rejects are left out and named in the result's ``excluded``.
+
+        Raises:
+            KernelError: the kernel rejected the transaction and no service could be blamed
+                (nothing of that family's batch was applied).
+        """
+        with gc_paused():  # a collection would walk the whole cached plan
+            return self._sync_isolating(snapshot, changed)
+
+    def _sync_isolating(
+        self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None
+    ) -> SyncResult:
+        for key in [k for k, ex in self.excluded.items() if not ex.still_applies(snapshot, k)]:
+            del self.excluded[key]  # changed since it was rejected: try it again
+        budget, added = [MAX_CHECKS], 0
+        while True:
+            effective = substitute(snapshot, sorted(self.excluded), self._good)
+            try:
+                result = self._sync(effective, changed)
+            except KernelError as exc:
+                keys = self._culprits(exc, effective, budget) if added < MAX_EXCLUSIONS else []
+                if not keys:
+                    raise
+                added += len(keys)
+                for key in keys:
+                    self.excluded[key] = exclusion(snapshot, key, str(exc))
+                    if self._reported.get(key) != str(exc):  # once, not at every verify
+                        self._reported[key] = str(exc)
+                        self.log.error("service.rejected", service=str(key), error=str(exc))  # noqa: TRY400 - the message names the object; no traceback
+                changed = None  # the full path runs next: the cache is no longer in step
+                continue
+            self._good = effective
+            result.excluded = reasons(self.excluded)
+            for key in [k for k in self._reported if k not in self.excluded]:
+                del self._reported[key]
+                if key in effective.services:  # not when it was deleted
+                    self.log.info("service.accepted", service=str(key))
+            return result
+
+    def _culprits(
+        self, exc: KernelError, effective: ClusterSnapshot, budget: list[int]
+    ) -> list[ServiceKey]:
+        """The services to leave out for ``exc``: attributed from the failing operation when
+        possible, else found by bisecting the services changed since the last accepted sync."""
+        changed = [k for k in changed_since(effective, self._good) if k not in self.excluded]
+        failed, planned = self._failed, self._last_plan
+        if failed is not None and planned is not None and 0 <= exc.index < len(failed[1]):
+            family, ops = failed
+            held = owners(planned, family, ops[exc.index].obj)
+            held = [k for k in held if k not in self.excluded]
+            if held:
+                return attribute(held, changed)
+
+        def passes(keys: Sequence[ServiceKey]) -> bool:
+            if budget[0] <= 0:
+                raise exc
+            budget[0] -= 1
+            return self._check(substitute(effective, keys, self._good))
+
+        culprit = bisect_culprit(changed, passes)
+        return [culprit] if culprit is not None else []
+
+    def _check(self, snapshot: ClusterSnapshot) -> bool:
+        """Whether the kernel would accept the plan of ``snapshot`` (nothing is applied)."""
+        planned = plan(snapshot, self.config, previous=self._last_plan)
+        for family in FAMILIES:
+            ops = diff(planned.rulesets[family], self._programmed.get(family))
+            try:
+                self._backend(family).check(ops)
+            except KernelError:
+                return False
+        return True
+
+    def _apply(self, family: Family, ops: list[Operation]) -> None:
+        """Commit ``ops`` to ``family``'s table; remember them if the kernel rejects them."""
+        self._failed = None
+        try:
+            self._backend(family).apply(ops)
+        except KernelError:
+            self._failed = (family, ops)
+            raise
+
+    def _sync(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None) -> SyncResult:
+        if not self._seeded:
+            self.verify()
+        result = SyncResult()
+        self._conntrack = result.conntrack
+        t0 = time.perf_counter()
+        deltas: dict[Family, Delta] | None = None
+        last, in_step, self._in_step = self._last_plan, self._in_step, False
+        if last is not None and self.incremental and last.live is not None:
+            planned, deltas = plan_update(last, snapshot, self.config, changed)
+            if not in_step:
+                # The plan is updated in place all the same (no full replan, no second plan
+                # alive beside the read-back), but the cache is the kernel's read-back or
+                # behind a failed commit: compare everything.
+                deltas = None
+        else:
+            # The previous plan lets the planner replay the fragments of unchanged services.
+            planned = plan(snapshot, self.config, previous=last)
+            if self.incremental:
+                attach(planned, snapshot)
+        # Set before committing: an in-place update consumed the previous plan.
+        self._last_plan = result.plan = planned
+        t1 = time.perf_counter()
+        result.plan_ms = (t1 - t0) * 1000
+        if deltas is not None:
+            result.conntrack_deleted = self._sync_delta(planned, deltas, snapshot, result)
+        else:
+            result.conntrack_deleted = self._sync_full(planned, snapshot, result)
+        self._in_step = True
+        result.apply_ms = (time.perf_counter() - t1) * 1000
+        self.conntrack_deleted_total += result.conntrack_deleted
+        return result
+
+    def _sync_full(self, planned: Plan, snapshot: ClusterSnapshot, result: SyncResult) -> int:
+        before = {f: self._programmed.get(f) for f in FAMILIES}
+        for family in FAMILIES:
+            desired = planned.rulesets[family]
+            t = time.perf_counter()
+            ops = diff(desired, before[family])
+            claim = 0
+            if self.owner and family not in self._claimed:
+                ops, claim = self._claim(family, before[family], desired, ops)
+            result.diff_ms += (time.perf_counter() - t) * 1000
+            if ops:
+                t = time.perf_counter()
+                try:
+                    self._apply(family, ops)
+                except KernelError:
+                    # The families committed before this one lost endpoints all the same.
+                    done = [f for f in FAMILIES if result.ops.get(f)]
+                    self._clean_partial(before, done, snapshot)
+                    raise
+                result.commit_ms += (time.perf_counter() - t) * 1000
+            self._programmed[family] = as_programmed(desired)
+            self._claimed.add(family)
+            result.ops[family] = len(ops) - claim
+        if not result.total_ops:
+            # Nothing changed in the kernel, so no flow lost its backend: skip reading the
+            # frontends of both whole tables (seconds at 100k endpoints, at every restart).
+            return 0
+        olds = [rs for rs in before.values() if rs is not None]
+        news = [rs for rs in self._programmed.values() if rs is not None]
+        if not olds:
+            # Nothing was programmed: the only stale flows are those of UDP frontends that now
+            # have backends, so only those frontends are read (not 100k TCP backends).
+            news = [udp_only(rs) for rs in news]
+        old, new = programmed_frontends(olds), programmed_frontends(news)
+        return self._clean_conntrack(old, new, snapshot)
+
+    def _claim(
+        self,
+        family: Family,
+        have: Ruleset | None,
+        desired: Ruleset,
+        ops: list[Operation],
+    ) -> tuple[list[Operation], int]:
+        """``ops`` led by what makes this process's socket the owner of the table (with
+        ``--owned-table``), and how many operations that added.
+
+        The plan's table carries no flags (ownership belongs to the socket, not to the plan).
+        A new table is created owned and persistent; an orphaned persistent one (a previous
+        nlproxy's) is re-taken by adding it again with the same flags; a table created without
+        them cannot gain them (the kernel refuses to change the owner flag), so it is deleted
+        and created anew in the same batch: the rules are never absent.
+        """
+        owned = self._table(family)
+        if have is None:
+            return [Operation(Verb.ADD, owned), *ops[1:]], 0  # ops[0] adds the plan's table
+        if have.table.persist:  # the kernel clears the owner flag when the owner exits
+            return [Operation(Verb.ADD, owned), *ops], 1
+        self.log.info("table.owned", family=str(family), table=TABLE_NAME, recreated=True)
+        fresh = diff(desired, None)[1:]
+        plain = Table(family=family, name=TABLE_NAME)
+        return [Operation(Verb.DELETE, plain), Operation(Verb.ADD, owned), *fresh], 2
+
+    def _clean_partial(
+        self, before: Mapping[Family, Ruleset | None], done: list[Family], snapshot: ClusterSnapshot
+    ) -> None:
+        olds = [rs for f in done if (rs := before[f]) is not None]
+        news = [rs for f in done if (rs := self._programmed.get(f)) is not None]
+        if olds and news:
+            deleted = self._clean_conntrack(
+                programmed_frontends(olds), programmed_frontends(news), snapshot
+            )
+            self.conntrack_deleted_total += deleted
+
+    def _sync_delta(
+        self,
+        planned: Plan,
+        deltas: dict[Family, Delta],
+        snapshot: ClusterSnapshot,
+        result: SyncResult,
+    ) -> int:
+        result.incremental = True
+        old_rs, new_rs = delta_frontends(deltas, planned.rulesets)
+        for family in FAMILIES:
+            programmed = self._programmed.get(family)
+            assert programmed is not None, "in step with a plan means something is programmed"
+            t = time.perf_counter()
+            ops: list[Operation] | None = ops_for_delta(deltas[family], programmed)
+            if ops is None:
+                ops = diff(planned.rulesets[family], programmed)
+            result.diff_ms += (time.perf_counter() - t) * 1000
+            if ops:
+                t = time.perf_counter()
+                try:
+                    self._apply(family, ops)
+                except KernelError:
+                    if result.total_ops and (old_rs or new_rs):
+                        # An earlier family is committed; its removed endpoints' flows go now
+                        # (those of this family's too: deleting a flow only re-balances it).
+                        old, new = programmed_frontends(old_rs), programmed_frontends(new_rs)
+                        self.conntrack_deleted_total += self._clean_conntrack(old, new, snapshot)
+                    raise
+                result.commit_ms += (time.perf_counter() - t) * 1000
+            advance(programmed, ops)
+            result.ops[family] = len(ops)
+        if not old_rs and not new_rs:
+            return 0
+        old, new = programmed_frontends(old_rs), programmed_frontends(new_rs)
+        return self._clean_conntrack(old, new, snapshot)
+
+    def _node_addrs(self, snapshot: ClusterSnapshot) -> tuple[IPAddress, ...]:
+        if self.config.node_ips:
+            return tuple(self.config.node_ips)
+        return snapshot.node.addresses if snapshot.node else ()
+
+    def _clean_conntrack(self, old: Programmed, new: Programmed, snapshot: ClusterSnapshot) -> int:
+        filters = stale_flow_filters(
+            old, new, node_addrs=self._node_addrs(snapshot), flush_tcp=self.flush_tcp
+        )
+        if not filters:
+            return 0
+        # Timed and counted per family, as upstream's reconciler is. Every filter names an
+        # address, so has a family; one without would span both and is run with IPv4's.
+        groups: dict[Family, list[FlowFilter]] = {}
+        for f in filters:
+            groups.setdefault(Family.IP6 if f.family == 6 else Family.IP, []).append(f)
+        deleted = 0
+        for family, mine in sorted(groups.items()):
+            t = time.perf_counter()
+            count = Conntrack(self.netns).delete(mine)
+            before, seconds = self._conntrack.get(family, (0, 0.0))
+            self._conntrack[family] = (before + count, seconds + time.perf_counter() - t)
+            deleted += count
+        if deleted:
+            self.log.info("conntrack.flushed", flows=deleted, filters=len(filters))
+        return deleted
+
+    def close(self) -> None:
+        for backend in self._backends.values():
+            backend.close()
+        self._backends.clear()
+
+
+_DISPATCH = ((n.SERVICE_IPS, n.BACKENDS, 3), (n.SERVICE_NODEPORTS, n.NODEPORT_BACKENDS, 2))
+"""(dispatch map, backends map, frontend key width): the maps conntrack cleanup reads."""
+
+
+_IPPROTO_UDP = 17
+
+
+def udp_only(rs: Ruleset) -> Ruleset:
+    """The dispatch and backends elements of ``rs``'s UDP frontends (the l4proto is the
+    frontend key's second part, or its first for NodePorts), and the maps of its round-robin
+    and consistent-hash UDP ports."""
+    out = Ruleset(table=rs.table)
+    for dispatch, backends, width in _DISPATCH:
+        proto = width - 2
+        for name in (dispatch, backends):
+            els = rs.elements.get(name, {})
+            out.elements[name] = {k: el for k, el in els.items() if k[proto] == _IPPROTO_UDP}
+    for name, s in rs.sets.items():  # round-robin and consistent-hash UDP ports' own maps
+        if name.startswith(BALANCED_MAP_PREFIXES) and s.comment.endswith("/UDP"):
+            out.sets[name], out.elements[name] = s, dict(rs.elements.get(name, {}))
+    for name, chain in rs.chains.items():  # ClientIP-affinity UDP ports' endpoint chains
+        if name.startswith(AFFINITY_ENDPOINT_PREFIX) and chain.comment.endswith("/UDP"):
+            out.chains[name], out.rules[name] = chain, list(rs.rules.get(name, ()))
+    return out
+
+
+def delta_frontends(
+    deltas: Mapping[Family, Delta], rulesets: Mapping[Family, Ruleset]
+) -> tuple[list[Ruleset], list[Ruleset]]:
+    """The dispatch and backends elements of every frontend a delta touches, before and after.
+
+    Per family, a ruleset holding only those frontends' elements (every endpoint index, not just
+    the touched ones), as the last plan had them and as ``rulesets`` (the new plan) has them.
+    ``programmed_frontends`` of these equals that of the whole tables on those frontends, and the
+    other frontends did not change, so stale flows found from them are all the stale flows.
+    A NodePort frontend spans both families, so it is gathered from both.
+    """
+    fronts: set[tuple[Value, ...]] = set()
+    balanced: dict[Family, set[str]] = {}
+    for family, delta in deltas.items():
+        for name, key in delta.elements:
+            for dispatch, backends, width in _DISPATCH:
+                if name in (dispatch, backends):
+                    fronts.add(key[:width])
+        names = {name for name, _ in delta.elements} | set(delta.sets)
+        balanced[family] = {x for x in names if x.startswith(BALANCED_MAP_PREFIXES)}
+    refs = {_balanced_ref(deltas[f], rulesets[f], x) for f, xs in balanced.items() for x in xs}
+    # A ClientIP-affinity port's endpoints are chains of its own: one came or went.
+    refs |= {
+        (pair[1] or pair[0])[0].comment  # type: ignore[index]
+        for delta in deltas.values()
+        for name, pair in delta.chains.items()
+        if name.startswith(AFFINITY_ENDPOINT_PREFIX) and (pair[1] or pair[0]) is not None
+    }
+    refs.discard("")
+    if refs:  # a round-robin or consistent-hash port changed: its frontends and all its maps
+        for family, rs in rulesets.items():
+            for dispatch, _, width in _DISPATCH:
+                els = rs.elements.get(dispatch, {})
+                fronts.update(k[:width] for k, el in els.items() if el.comment in refs)
+            balanced.setdefault(family, set()).update(
+                x
+                for x, s in rs.sets.items()
+                if x.startswith(BALANCED_MAP_PREFIXES) and s.comment in refs
+            )
+    if not fronts:
+        return [], []
+    before, after = [], []
+    for family, rs in rulesets.items():
+        changes = deltas[family].elements
+        b, a = Ruleset(table=rs.table), Ruleset(table=rs.table)
+        for dispatch, backends, width in _DISPATCH:
+            mine = [f for f in fronts if len(f) == width]
+            for out, side in ((b, 0), (a, 1)):
+                _gather(out, rs, changes, side, dispatch, backends, mine)
+        for out, side in ((b, 0), (a, 1)):
+            _gather_balanced(out, rs, deltas[family], side, balanced.get(family, set()))
+            if refs:
+                _gather_affinity(out, rs, deltas[family], side, refs)
+        before.append(b)
+        after.append(a)
+    return before, after
+
+
+def _balanced_ref(delta: Delta, rs: Ruleset, name: str) -> str:
+    """The service port a round-robin or consistent-hash map belongs to (its comment)."""
+    pair = delta.sets.get(name)
+    s = rs.sets.get(name) or (pair and (pair[1] or pair[0]))
+    return s.comment if s else ""
+
+
+def _gather_affinity(out: Ruleset, rs: Ruleset, delta: Delta, side: int, refs: set[str]) -> None:
+    """Copy the endpoint chains of the affinity ports ``refs`` names, as they were or are."""
+    names = {x for x in rs.chains if x.startswith(AFFINITY_ENDPOINT_PREFIX)}
+    names |= {x for x in delta.chains if x.startswith(AFFINITY_ENDPOINT_PREFIX)}
+    for name in names:
+        pair = delta.chains.get(name)
+        if pair is not None:
+            state = pair[side]
+            if state is None:
+                continue
+            chain, rules = state
+        elif name in rs.chains:
+            chain, rules = rs.chains[name], tuple(rs.rules.get(name, ()))
+        else:
+            continue
+        if chain.comment in refs:
+            out.chains[name], out.rules[name] = chain, list(rules)
+
+
+def _gather_balanced(out: Ruleset, rs: Ruleset, delta: Delta, side: int, names: set[str]) -> None:
+    """Copy the port's own maps (``lb-cluster-…``/``lb-local-…``) as they were or are."""
+    for name in names:
+        pair = delta.sets.get(name)
+        s = pair[side] if pair is not None else rs.sets.get(name)
+        if s is None:
+            continue
+        out.sets[name] = s
+        keys = set(rs.elements.get(name, {})) | {k for x, k in delta.elements if x == name}
+        els: dict[tuple[Value, ...], Element] = {}
+        for key in keys:
+            change = delta.elements.get((name, key))
+            el = change[side] if change is not None else rs.elements.get(name, {}).get(key)
+            if el is not None:
+                els[key] = el
+        out.elements[name] = els
+
+
+def _gather(
+    out: Ruleset,
+    rs: Ruleset,
+    changes: Mapping[tuple[str, tuple[Value, ...]], tuple[Element | None, Element | None]],
+    side: int,
+    dispatch: str,
+    backends: str,
+    fronts: list[tuple[Value, ...]],
+) -> None:
+    """Copy the elements of ``fronts`` into ``out`` as they were (side 0) or are (side 1)."""
+
+    def get(name: str, key: tuple[Value, ...]) -> Element | None:
+        pair = changes.get((name, key))
+        return pair[side] if pair is not None else rs.elements.get(name, {}).get(key)
+
+    for name in (dispatch, backends):
+        out.elements[name] = {}
+    for front in fronts:
+        el = get(dispatch, front)
+        if el is not None:
+            out.elements[dispatch][front] = el
+        index = 0  # the planner numbers a frontend's endpoints 0..N-1
+        while (el := get(backends, (*front, index))) is not None:
+            out.elements[backends][el.key] = el
+            index += 1
