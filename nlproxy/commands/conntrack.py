@@ -30,7 +30,6 @@ from nlproxy.conntrack.kernel import (
 )
 from nlproxy.conntrack.messages import IPS_DST_NAT, FlowFilter, IPAddress, conntrack_line
 from nlproxy.errors import ConfigError
-from nlproxy.netlink import netns as netns_mod
 
 NAME = "conntrack"
 HELP = "list or delete conntrack flows (stale ones included)"
@@ -213,12 +212,6 @@ def load_programmed(netns: str | None) -> Programmed:
 
 def node_addresses(netns: str | None) -> list[IPAddress]:
     """This node's addresses (NodePort destinations), IPv6 link-local ones left out."""
-    from pyroute2 import IPRoute
+    from nlproxy.inspect.rtnl import interface_addresses
 
-    with netns_mod.entered(netns):
-        ipr = IPRoute()
-    try:
-        addrs = [ip_address(msg.get("IFA_ADDRESS")) for msg in ipr.get_addr()]
-    finally:
-        ipr.close()
-    return [a for a in addrs if not a.is_link_local]
+    return [a for a in interface_addresses(netns) if not a.is_link_local]

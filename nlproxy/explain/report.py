@@ -35,7 +35,7 @@ from nlproxy.explain.rules import (
 from nlproxy.explain.trace import TraceRow, nodeport_addresses, trace_frontends
 from nlproxy.inspect.classify import Reachability, classify
 from nlproxy.inspect.foreign import detect
-from nlproxy.netlink import netns as netns_mod
+from nlproxy.inspect.rtnl import interface_addresses
 from nlproxy.nft.counters import read_counters
 from nlproxy.nft.ir import Family, IPAddress, Ruleset, Set
 from nlproxy.nft.readback import read_ruleset
@@ -139,7 +139,7 @@ def explain(
         raise ConfigError(f"service {key}", f"unknown: nothing is programmed for it {where}")
     frontends = _only_port(frontends, port, key)
     rules = service_rules(rulesets.values(), frontends)
-    local = node_addresses(netns)
+    local = list(interface_addresses(netns))  # what ``fib … type local`` sees
     flows = _flows(netns, rulesets, frontends, local)
     endpoints = _endpoints(netns, frontends)
     traces = trace_frontends(rulesets, frontends, source, local) if source is not None else []
@@ -227,19 +227,6 @@ def _only_port(frontends: list[Frontend], port: str | None, key: ServiceKey) -> 
         names = sorted({f"{fe.port_name or '-'} ({fe.port})" for fe in frontends})
         raise ConfigError("flag --port", f"{port!r} is no port of {key}: {', '.join(names)}")
     return [fe for fe in frontends if fe.ref in refs]
-
-
-def node_addresses(netns: str | None) -> list[IPAddress]:
-    """This node's addresses (what ``fib … type local`` sees), with pyroute2."""
-    from pyroute2 import IPRoute
-
-    with netns_mod.entered(netns):
-        ipr = IPRoute()
-    try:
-        addrs = [ip_address(msg.get("IFA_ADDRESS")) for msg in ipr.get_addr()]
-    finally:
-        ipr.close()
-    return list(dict.fromkeys(addrs))
 
 
 def _flows(
