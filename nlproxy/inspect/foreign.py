@@ -30,6 +30,10 @@ from nlproxy.nft.nlsock import (
     NLM_F_REQUEST,
     NLMSG_ERROR,
     NetfilterSocket,
+    attr,
+    attributes,
+    str_attr,
+    text,
 )
 
 # linux/netfilter/nfnetlink.h and nf_tables.h
@@ -44,7 +48,6 @@ _EXPR_NAME, _EXPR_DATA = 1, 2
 _IMMEDIATE_DATA = 2
 _DATA_VERDICT = 2
 _VERDICT_CHAIN = 2
-_NLA_TYPE_MASK = 0x3FFF
 
 FAMILIES = {2: "ip", 10: "ip6"}
 """NFPROTO numbers of the families kube-proxy writes, and nft's names for them."""
@@ -142,22 +145,22 @@ def remove(found: Sequence[ForeignTable], netns: str | None = None) -> int:
         for ft in found:
             fam = _NFPROTO[ft.family]
             if ft.mode == "nftables":
-                ops.append((_DELTABLE, fam, _str(_TABLE_NAME, ft.table)))
+                ops.append((_DELTABLE, fam, str_attr(_TABLE_NAME, ft.table)))
                 continue
             ours = set(ft.chains)
             for chain, handle, targets in _rules(sock, fam, ft.table):
                 if chain not in ours and targets & ours:
-                    attrs = _str(_RULE_TABLE, ft.table) + _str(_RULE_CHAIN, chain)
+                    attrs = str_attr(_RULE_TABLE, ft.table) + str_attr(_RULE_CHAIN, chain)
                     ops.append(
-                        (_DELRULE, fam, attrs + _attr(_RULE_HANDLE, struct.pack(">Q", handle)))
+                        (_DELRULE, fam, attrs + attr(_RULE_HANDLE, struct.pack(">Q", handle)))
                     )
             # Flush every chain first: they jump to one another.
             ops += [
-                (_DELRULE, fam, _str(_RULE_TABLE, ft.table) + _str(_RULE_CHAIN, c))
+                (_DELRULE, fam, str_attr(_RULE_TABLE, ft.table) + str_attr(_RULE_CHAIN, c))
                 for c in ft.chains
             ]
             ops += [
-                (_DELCHAIN, fam, _str(_CHAIN_TABLE, ft.table) + _str(_CHAIN_NAME, c))
+                (_DELCHAIN, fam, str_attr(_CHAIN_TABLE, ft.table) + str_attr(_CHAIN_NAME, c))
                 for c in ft.chains
             ]
         if ops:
@@ -173,28 +176,6 @@ def _msg(msg_type: int, flags: int, seq: int, family: int, attrs: bytes, res_id:
     return struct.pack("=IHHII", 16 + len(body), msg_type, flags, seq, 0) + body
 
 
-def _attr(kind: int, value: bytes) -> bytes:
-    return struct.pack("=HH", 4 + len(value), kind) + value + bytes(-len(value) % 4)
-
-
-def _str(kind: int, text: str) -> bytes:
-    return _attr(kind, text.encode() + b"\0")
-
-
-def _attrs(buf: bytes) -> Iterator[tuple[int, bytes]]:
-    off = 0
-    while off + 4 <= len(buf):
-        length, kind = struct.unpack_from("=HH", buf, off)
-        if length < 4:
-            return
-        yield kind & _NLA_TYPE_MASK, buf[off + 4 : off + length]
-        off += (length + 3) & ~3
-
-
-def _text(raw: bytes) -> str:
-    return raw.rstrip(b"\0").decode(errors="replace")
-
-
 def _dump(
     sock: NetfilterSocket, msg: int, family: int, attrs: bytes = b""
 ) -> Iterator[tuple[int, dict[int, bytes]]]:
@@ -203,7 +184,7 @@ def _dump(
     req = _msg((_SUBSYS_NFTABLES << 8) | msg, NLM_F_REQUEST | NLM_F_DUMP, seq, family, attrs)
     try:
         for reply in sock.dump(req, seq):
-            yield reply.payload[0], dict(_attrs(reply.payload[4:]))
+            yield reply.payload[0], dict(attributes(reply.payload[4:]))
     except OSError as exc:
         if exc.errno != errno.ENOENT:
             raise
@@ -212,37 +193,37 @@ def _dump(
 def _tables(sock: NetfilterSocket) -> Iterator[tuple[int, str]]:
     for fam, a in _dump(sock, _GETTABLE, 0):
         if _TABLE_NAME in a:
-            yield fam, _text(a[_TABLE_NAME])
+            yield fam, text(a[_TABLE_NAME])
 
 
 def _chains(sock: NetfilterSocket) -> Iterator[tuple[int, str, str]]:
     for fam, a in _dump(sock, _GETCHAIN, 0):
         if _CHAIN_TABLE in a and _CHAIN_NAME in a:
-            yield fam, _text(a[_CHAIN_TABLE]), _text(a[_CHAIN_NAME])
+            yield fam, text(a[_CHAIN_TABLE]), text(a[_CHAIN_NAME])
 
 
 def _rules(sock: NetfilterSocket, family: int, table: str) -> Iterator[tuple[str, int, set[str]]]:
     """(chain, handle, chains it jumps or goes to) of each rule in ``table``."""
-    for _, a in _dump(sock, _GETRULE, family, _str(_RULE_TABLE, table)):
-        if _text(a.get(_RULE_TABLE, b"")) != table or _RULE_HANDLE not in a:
+    for _, a in _dump(sock, _GETRULE, family, str_attr(_RULE_TABLE, table)):
+        if text(a.get(_RULE_TABLE, b"")) != table or _RULE_HANDLE not in a:
             continue
         targets = set(_verdict_chains(a.get(_RULE_EXPRESSIONS, b"")))
-        yield _text(a[_RULE_CHAIN]), struct.unpack(">Q", a[_RULE_HANDLE])[0], targets
+        yield text(a[_RULE_CHAIN]), struct.unpack(">Q", a[_RULE_HANDLE])[0], targets
 
 
 def _verdict_chains(expressions: bytes) -> Iterator[str]:
     """Chains named by the ``immediate`` verdicts (jump/goto) of a rule's expressions."""
-    for kind, elem in _attrs(expressions):
+    for kind, elem in attributes(expressions):
         if kind != _LIST_ELEM:
             continue
-        expr = dict(_attrs(elem))
-        if _text(expr.get(_EXPR_NAME, b"")) != "immediate":
+        expr = dict(attributes(elem))
+        if text(expr.get(_EXPR_NAME, b"")) != "immediate":
             continue
-        data = dict(_attrs(expr.get(_EXPR_DATA, b"")))
-        value = dict(_attrs(data.get(_IMMEDIATE_DATA, b"")))
-        verdict = dict(_attrs(value.get(_DATA_VERDICT, b"")))
+        data = dict(attributes(expr.get(_EXPR_DATA, b"")))
+        value = dict(attributes(data.get(_IMMEDIATE_DATA, b"")))
+        verdict = dict(attributes(value.get(_DATA_VERDICT, b"")))
         if _VERDICT_CHAIN in verdict:
-            yield _text(verdict[_VERDICT_CHAIN])
+            yield text(verdict[_VERDICT_CHAIN])
 
 
 def _commit(sock: NetfilterSocket, ops: Sequence[tuple[int, int, bytes]]) -> None:
@@ -271,7 +252,7 @@ def _commit(sock: NetfilterSocket, ops: Sequence[tuple[int, int, bytes]]) -> Non
                 continue
             pending.discard(reply.error_seq)
             if reply.error:
-                text, _ = reply.ext_ack()
-                failures.append(f"{errno.errorcode.get(reply.error, reply.error)} {text}".strip())
+                why, _ = reply.ext_ack()
+                failures.append(f"{errno.errorcode.get(reply.error, reply.error)} {why}".strip())
     if failures:
         raise ForeignProxyError("cleanup --kube-proxy", f"the kernel refused: {failures[0]}")

@@ -64,7 +64,16 @@ from nlproxy.nft.ir import (
     Table,
     Verb,
 )
-from nlproxy.nft.nlsock import NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_ERROR, NetfilterSocket
+from nlproxy.nft.nlsock import (
+    NLM_F_ACK,
+    NLM_F_DUMP,
+    NLM_F_REQUEST,
+    NLMSG_ERROR,
+    NetfilterSocket,
+    attributes,
+    str_attr,
+    text,
+)
 from nlproxy.nft.values import NFT_DATA_VERDICT, concat_len, type_ids
 
 _TYPES = {dt.type_id: dt for dt in DataType}
@@ -191,7 +200,7 @@ class NftBackend:
 
     def table_exists(self) -> bool:
         """Whether the table exists in the kernel (as seen from this socket's namespace)."""
-        return any(True for _ in self._dump(NFT_MSG_GETTABLE, _name_attr(1, self.table.name)))
+        return any(True for _ in self._dump(NFT_MSG_GETTABLE, str_attr(1, self.table.name)))
 
     def delete_table(self) -> bool:
         """Delete the table if it exists; returns whether it did."""
@@ -294,10 +303,10 @@ class NftBackend:
         out; operations on them then fail validation with a message naming them.
         """
         rs = Ruleset(table=self.table)
-        name = _name_attr(1, self.table.name)  # NFTA_CHAIN_TABLE / NFTA_SET_TABLE
+        name = str_attr(1, self.table.name)  # NFTA_CHAIN_TABLE / NFTA_SET_TABLE
         for attrs in self._dump(NFT_MSG_GETCHAIN, name):
             if attrs.get(1) == self.table.name.encode() + b"\0":
-                rs.add_chain(Chain(name=_text(attrs[3])))
+                rs.add_chain(Chain(name=text(attrs[3])))
         for attrs in self._dump(NFT_MSG_GETSET, name):
             if attrs.get(1) == self.table.name.encode() + b"\0":
                 s = _decode_set(attrs)
@@ -314,29 +323,10 @@ class NftBackend:
         )  # fmt: skip
         try:
             for reply in self.sock.dump(hdr + body, seq):
-                yield dict(_attrs(reply.payload[4:]))
+                yield dict(attributes(reply.payload[4:]))
         except OSError as exc:
             if exc.errno != 2:  # ENOENT: no such table
                 raise
-
-
-def _name_attr(kind: int, name: str) -> bytes:
-    raw = name.encode() + b"\0"
-    return struct.pack("=HH", 4 + len(raw), kind) + raw + bytes(-len(raw) % 4)
-
-
-def _attrs(buf: bytes) -> Iterator[tuple[int, bytes]]:
-    off = 0
-    while off + 4 <= len(buf):
-        length, kind = struct.unpack_from("=HH", buf, off)
-        if length < 4:
-            return
-        yield kind & 0x3FFF, buf[off + 4 : off + length]
-        off += (length + 3) & ~3
-
-
-def _text(raw: bytes) -> str:
-    return raw.rstrip(b"\0").decode()
 
 
 def _be32(raw: bytes | None) -> int:
@@ -365,7 +355,7 @@ def _decode_set(a: dict[int, bytes]) -> SetLike | None:
     flags = SetFlag(_be32(a.get(3)) & ~int(SetFlag.MAP | SetFlag.CONCAT))
     timeout_ms = struct.unpack(">Q", a[11])[0] if 11 in a else None
     timeout = timeout_ms // 1000 if timeout_ms else None
-    name = _text(a[2])
+    name = text(a[2])
     if not _be32(a.get(3)) & SetFlag.MAP:
         return Set(name=name, key=key, flags=flags, timeout=timeout)
     dtype = _be32(a.get(6))

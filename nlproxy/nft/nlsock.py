@@ -81,6 +81,32 @@ class Message:
         return text, where
 
 
+def attr(kind: int, value: bytes) -> bytes:
+    """One netlink attribute, padded to 4 bytes."""
+    return struct.pack("=HH", 4 + len(value), kind) + value + bytes(-len(value) % 4)
+
+
+def str_attr(kind: int, text: str) -> bytes:
+    """A NUL-terminated string attribute (table, chain and set names)."""
+    return attr(kind, text.encode() + b"\0")
+
+
+def attributes(buf: bytes) -> Iterator[tuple[int, bytes]]:
+    """(type, payload) of each attribute in ``buf``; the nested flag is masked off."""
+    off = 0
+    while off + 4 <= len(buf):
+        length, kind = struct.unpack_from("=HH", buf, off)
+        if length < 4:
+            return
+        yield kind & 0x3FFF, buf[off + 4 : off + length]
+        off += (length + 3) & ~3
+
+
+def text(raw: bytes) -> str:
+    """A NUL-terminated string attribute's text."""
+    return raw.rstrip(b"\0").decode(errors="replace")
+
+
 def parse_messages(buf: bytes) -> Iterator[Message]:
     """Split a datagram into netlink messages."""
     off = 0
