@@ -9,7 +9,7 @@ SRC    := $(shell find nlproxy native -name '*.py' -o -name '*.c' -o -name '*.h'
 
 all: deps
 
-$(VENV)/.debs: scripts/install-debs.sh
+$(VENV)/.debs: scripts/install-debs.sh packaging/need-debs.sh
 	bash scripts/install-debs.sh
 	@mkdir -p $(VENV) && touch $@
 

@@ -8,13 +8,4 @@
 set -euo pipefail
 pkgs=(libnftnl-dev libmnl-dev pkg-config gcc python3-dev nftables conntrack iproute2 iptables procps
   prometheus python3-venv mmdebstrap podman runc containerd)
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  echo "installing Debian packages: ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+bash "$(dirname "$0")/../packaging/need-debs.sh" "${pkgs[@]}"

@@ -7,13 +7,4 @@ set -euo pipefail
 pkgs=(vagrant vagrant-libvirt libvirt-daemon-system libvirt-clients libvirt-daemon-driver-qemu
       qemu-system-x86 qemu-utils dnsmasq-base iptables debootstrap e2fsprogs fdisk rsync
       openssh-client curl ca-certificates)
-missing=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-  echo "installing Debian packages: ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+bash "$(dirname "$0")/../../packaging/need-debs.sh" "${pkgs[@]}"
