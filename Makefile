@@ -31,9 +31,14 @@ lint: deps
 typecheck: deps
 	$(VENV)/bin/mypy
 
-test: lint typecheck
+# Unit tests run as an unprivileged user without the kernel tools (scripts/unit-as-user.sh);
+# the rest (kernel, kube source, packaging) as root.
+test: lint typecheck unit
 	$(PY) -m pytest -q bench/tests
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --ignore=tests/unit
+
+unit: deps
+	bash scripts/unit-as-user.sh
 
 bench: deps
 	$(PY) bench/run.py

@@ -7,11 +7,22 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 _counter = itertools.count()
+
+TOOLS = ("ip", "nft", "conntrack")
+
+
+def missing_prerequisites() -> list[str]:
+    """What a test that programs the kernel lacks here: the tools it drives, and root."""
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if os.geteuid() != 0:
+        missing.append("root (the tests program the kernel)")
+    return missing
 
 
 def unique_name(prefix: str) -> str:

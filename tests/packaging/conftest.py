@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from tests import netns
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _prerequisites() -> None:
+    """Building and installing packages takes root (apt, mmdebstrap, podman)."""
+    if missing := netns.missing_prerequisites():
+        pytest.fail(f"test prerequisites missing: {', '.join(missing)} (run `make test`)")
 
 
 @pytest.fixture(scope="session")
