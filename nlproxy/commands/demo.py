@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 NAME = "demo"
@@ -35,6 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _nlproxy(argv: Sequence[str]) -> int:
+    from nlproxy.cli import main  # the demo's steps are subcommands of the same command line
+
+    return main(list(argv))
+
+
 def run(args: argparse.Namespace) -> int:
     from nlproxy.demo.run import find_examples, run_demo
     from nlproxy.errors import ConfigError
@@ -47,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             "--manifests", f"the example manifests are not at {manifests}; give a directory"
         )
     try:
-        return run_demo(manifests=manifests, requests=args.requests)
+        return run_demo(manifests=manifests, requests=args.requests, nlproxy=_nlproxy)
     except KeyboardInterrupt:
         print("\ninterrupted; every namespace the demo made is deleted", file=sys.stderr)
         return EXIT_INTERRUPTED

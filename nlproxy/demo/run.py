@@ -19,7 +19,7 @@ import shutil
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -166,11 +166,16 @@ def without_endpoint(spec: DemoSpec, src: Path, dst: Path, pod: str) -> None:
     target.write_text(yaml.safe_dump_all(docs, sort_keys=False))
 
 
+Command = Callable[[Sequence[str]], int]
+"""nlproxy's own command line (argv without the program name -> exit status), run in-process."""
+
+
 class Demo:
     """One run of the demo; ``out`` gets the report, the engine's logs go to stderr."""
 
-    def __init__(self, spec: DemoSpec, *, requests: int, out: TextIO) -> None:
+    def __init__(self, spec: DemoSpec, *, requests: int, out: TextIO, nlproxy: Command) -> None:
         self.spec = spec
+        self.nlproxy = nlproxy
         self.requests = requests
         self.out = out
         self.problems: list[str] = []
@@ -213,7 +218,7 @@ class Demo:
         self.section(title)
         argv = node_argv(tb, "run", "--manifests", str(manifests), "--once")
         self.say("$ nlproxy " + " ".join(argv))
-        status = _main(argv)
+        status = self.nlproxy(argv)
         if status == 3:
             self.say("applied; some objects were invalid and left out (see above)")
         elif status != 0:
@@ -295,7 +300,7 @@ class Demo:
         self.section(f"4. What nlproxy programmed for {self.spec.service}")
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            status = _main(node_argv(tb, "rules"))
+            status = self.nlproxy(node_argv(tb, "rules"))
         if status != 0:
             self.problems.append(f"nlproxy rules exited with status {status}")
         lines = buf.getvalue().splitlines()
@@ -323,12 +328,6 @@ def node_argv(tb: Testbed, *args: str) -> list[str]:
         tb.service_cidr(),
         *args[1:],
     ]
-
-
-def _main(argv: Sequence[str]) -> int:
-    from nlproxy.cli import main  # the demo is itself a subcommand of the same command line
-
-    return main(list(argv))
 
 
 def _names(tb: Testbed) -> dict[str, str]:
@@ -391,10 +390,12 @@ def _relevant(lines: Sequence[str], keys: Sequence[str]) -> list[str]:
     return shown
 
 
-def run_demo(*, manifests: Path, requests: int, out: TextIO | None = None) -> int:
+def run_demo(*, manifests: Path, requests: int, nlproxy: Command, out: TextIO | None = None) -> int:
     """Run the demo on ``manifests`` (Service, EndpointSlice, Node); 0 when it all worked.
 
-    ``out`` defaults to the current ``sys.stdout``.
+    ``nlproxy`` runs the steps' subcommands (the demo is itself one; it is handed the command
+    line rather than importing it, as nothing below ``commands/`` does). ``out`` defaults to the
+    current ``sys.stdout``.
 
     Raises:
         DemoError: the manifests do not fit, or a step failed; namespaces are gone by then.
@@ -410,7 +411,7 @@ def run_demo(*, manifests: Path, requests: int, out: TextIO | None = None) -> in
         tempfile.TemporaryDirectory(prefix="nlproxy-demo-") as tmp,
         Testbed(local_pods=pods, remote_pods=(), ports=spec.pod_ports, tag=NAMESPACE_TAG) as tb,
     ):
-        demo = Demo(spec, requests=requests, out=out)
+        demo = Demo(spec, requests=requests, out=out, nlproxy=nlproxy)
         demo.check_topology(tb)
         made = [
             tb.node.netns,
