@@ -1,8 +1,8 @@
 """The reconciler's transactions: minimal, correctly ordered, converging.
 
-A small in-memory applier checks every reference at each step of the batch, the way the kernel
-does: a rule or element may only name chains and sets that exist at that point, and a chain or
-set may only be deleted once nothing refers to it.
+``nlproxy.nft.fake`` applies each batch checking every reference at each step, the way the
+kernel does: a rule or element may only name chains and sets that exist at that point, and a
+chain or set may only be deleted once nothing refers to it.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from ipaddress import IPv4Address
 
 import pytest
 
+from nlproxy.nft.fake import apply
 from nlproxy.nft.ir import (
     Chain,
     ChainType,
@@ -39,82 +40,6 @@ from nlproxy.nft.ir import (
 from nlproxy.nft.reconcile import diff, programmed_fingerprint, stamp
 
 TABLE = Table(family=Family.IP, name="nlproxy")
-
-
-class RefError(AssertionError):
-    pass
-
-
-def _refs(rs: Ruleset) -> tuple[set[str], set[str]]:
-    """(chains, sets) referenced by rules and verdict-map elements."""
-    chains: set[str] = set()
-    sets: set[str] = set()
-    for rules in rs.rules.values():
-        for r in rules:
-            for e in r.exprs:
-                chain = getattr(e, "chain", None)
-                if isinstance(chain, str):
-                    chains.add(chain)
-                for attr in ("set", "map"):
-                    name = getattr(e, attr, None)
-                    if isinstance(name, str):
-                        sets.add(name)
-    for els in rs.elements.values():
-        for el in els.values():
-            chain = getattr(el.value, "chain", None)
-            if chain:
-                chains.add(chain)
-    return chains, sets
-
-
-def apply(rs: Ruleset | None, ops: list[Operation]) -> Ruleset:
-    """Apply ``ops`` to a copy, checking references after every step."""
-    cur = copy.deepcopy(rs) if rs is not None else None
-    for op in ops:
-        obj = op.obj
-        if isinstance(obj, Table):
-            cur = cur or Ruleset(table=obj)
-            continue
-        if cur is None:
-            raise RefError(f"{op.verb} {obj} before the table exists")
-        match op.verb, obj:
-            case Verb.ADD, Chain():
-                cur.add_chain(obj)
-            case Verb.FLUSH, Chain():
-                cur.rules[obj.name] = []
-            case Verb.DELETE, Chain():
-                if cur.rules.get(obj.name):
-                    raise RefError(f"delete non-empty chain {obj.name}")
-                if obj.name in _refs(cur)[0]:
-                    raise RefError(f"delete referenced chain {obj.name}")
-                del cur.chains[obj.name]
-                del cur.rules[obj.name]
-            case Verb.ADD, Set() | Map():
-                cur.add_set(obj)
-            case Verb.DELETE, Set() | Map():
-                if obj.name in _refs(cur)[1]:
-                    raise RefError(f"delete referenced set {obj.name}")
-                del cur.sets[obj.name]
-                del cur.elements[obj.name]
-            case Verb.ADD, Element():
-                if obj.set not in cur.sets:
-                    raise RefError(f"element in unknown set {obj.set}")
-                cur.add_element(obj)
-            case Verb.DELETE, Element():
-                del cur.elements[obj.set][obj.key]
-            case Verb.ADD, Rule():
-                if obj.chain not in cur.chains:
-                    raise RefError(f"rule in unknown chain {obj.chain}")
-                cur.add_rule(obj)
-            case _:
-                raise AssertionError(f"unexpected {op}")
-        chains, sets = _refs(cur)
-        if not chains <= set(cur.chains):
-            raise RefError(f"after {op.verb} {obj}: unknown chains {chains - set(cur.chains)}")
-        if not sets <= set(cur.sets):
-            raise RefError(f"after {op.verb} {obj}: unknown sets {sets - set(cur.sets)}")
-    assert cur is not None
-    return cur
 
 
 def ruleset(endpoints: dict[str, list[str]], *, affinity: bool = False) -> Ruleset:

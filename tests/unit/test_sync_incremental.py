@@ -32,6 +32,7 @@ from nlproxy.cluster.model import (
 )
 from nlproxy.cluster.state import ClusterState
 from nlproxy.conntrack.kernel import programmed_frontends, stale_flow_filters
+from nlproxy.nft.fake import apply
 from nlproxy.nft.ir import Family, Ruleset, SetFlag
 from nlproxy.nft.reconcile import Delta, advance, diff, ops_for_delta
 from nlproxy.proxy.config import ProxyConfig
@@ -39,7 +40,6 @@ from nlproxy.proxy.incremental import attach, changed_services, plan_update
 from nlproxy.proxy.planner import Plan, plan
 from nlproxy.sync.syncer import as_programmed, delta_frontends, udp_only
 from tests.unit.builders import NODE, OTHER_NODE, endpoint, eps_slice, node, port, service
-from tests.unit.test_reconcile import apply
 
 CONFIG = ProxyConfig(
     node_name=NODE,
