@@ -18,8 +18,8 @@ from nlproxy.nft.reconcile import diff
 from nlproxy.proxy.planner import plan
 from nlproxy.sync.syncer import TABLE_NAME, Syncer
 from tests.netns import sh
-from tests.unit.builders import endpoint, eps_slice, port, service
-from tests.unit.test_sync_incremental import CONFIG, World, _state_with_node, _up
+from tests.unit.builders import endpoint, eps_slice, port, service, upsert
+from tests.unit.test_sync_incremental import CONFIG, World, _state_with_node
 
 STEPS = 40
 
@@ -85,7 +85,7 @@ def test_incremental_sync_deletes_the_flows_of_a_removed_udp_endpoint(
     state = _state_with_node()
     svc = service("a", "dns", "172.30.0.1", [port("a", "dns", "p80", 80, "UDP", node_port=30001)])
     two = [endpoint("10.0.0.1"), endpoint("10.0.0.2")]
-    state.apply([_up(svc), _up(eps_slice("a", "dns", two, [("p80", 8080, "UDP")]))])
+    state.apply([upsert(svc), upsert(eps_slice("a", "dns", two, [("p80", 8080, "UDP")]))])
     syncer = Syncer(CONFIG, netns=ns)
     try:
         syncer.sync(state.snapshot())
@@ -94,7 +94,7 @@ def test_incremental_sync_deletes_the_flows_of_a_removed_udp_endpoint(
             for sport, ep in ((1001 + 2 * n, "10.0.0.1"), (1002 + 2 * n, "10.0.0.2")):
                 _insert_flow(ns, dst, dport, ep, sport)
         one = eps_slice("a", "dns", two[:1], [("p80", 8080, "UDP")])
-        changed = state.apply([_up(one)])
+        changed = state.apply([upsert(one)])
         result = syncer.sync(state.snapshot(), changed=changed)
     finally:
         syncer.close()
@@ -110,11 +110,11 @@ def test_changed_affinity_timeout_is_applied_in_place(make_netns: Callable[[str]
     state = _state_with_node()
     sticky = service("a", "web", "172.30.0.1", affinity_timeout=300)
     eps = [endpoint("10.0.0.1"), endpoint("10.0.0.2")]
-    state.apply([_up(sticky), _up(eps_slice("a", "web", eps, [("p80", 8080, "TCP")]))])
+    state.apply([upsert(sticky), upsert(eps_slice("a", "web", eps, [("p80", 8080, "TCP")]))])
     syncer = Syncer(CONFIG, netns=ns)
     try:
         syncer.sync(state.snapshot())
-        changed = state.apply([_up(replace(sticky, affinity_timeout=60))])
+        changed = state.apply([upsert(replace(sticky, affinity_timeout=60))])
         result = syncer.sync(state.snapshot(), changed=changed)
     finally:
         syncer.close()

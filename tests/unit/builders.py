@@ -16,6 +16,7 @@ from nlproxy.cluster.model import (
     EndpointSlice,
     IPFamily,
     Node,
+    ObjectRef,
     Protocol,
     Service,
     ServiceCIDR,
@@ -23,6 +24,7 @@ from nlproxy.cluster.model import (
     ServicePort,
     ServicePortRef,
     ServiceType,
+    Upsert,
 )
 
 NODE = "test-node"
@@ -138,3 +140,12 @@ def node(
     addresses: Iterable[str] = ("192.168.0.2", "fd00:192::2"), zone: str | None = None
 ) -> Node:
     return Node(name=NODE, zone=zone, addresses=tuple(ip_address(a) for a in addresses))
+
+
+def upsert(obj: Service | EndpointSlice) -> Upsert:
+    """The change that adds or updates ``obj`` in a ``ClusterState``."""
+    if isinstance(obj, Service):
+        ref = ObjectRef(kind="Service", namespace=obj.key.namespace, name=obj.key.name)
+    else:
+        ref = ObjectRef(kind="EndpointSlice", namespace=obj.namespace, name=obj.name)
+    return Upsert(ref=ref, obj=obj)

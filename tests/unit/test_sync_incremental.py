@@ -39,7 +39,7 @@ from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, changed_services, plan_update
 from nlproxy.proxy.planner import Plan, plan
 from nlproxy.sync.syncer import as_programmed, delta_frontends, udp_only
-from tests.unit.builders import NODE, OTHER_NODE, endpoint, eps_slice, node, port, service
+from tests.unit.builders import NODE, OTHER_NODE, endpoint, eps_slice, node, port, service, upsert
 
 CONFIG = ProxyConfig(
     node_name=NODE,
@@ -124,7 +124,7 @@ class World:
         what = rng.random()
         if i not in self.services or what < 0.15:
             self.services[i] = self.new_service(i)
-            return [_up(self.services[i])]
+            return [upsert(self.services[i])]
         if what < 0.22:
             del self.services[i]
             return [Delete(ref=ObjectRef(kind="Service", namespace=ns, name=name))]
@@ -141,15 +141,7 @@ class World:
             eps.pop(rng.randrange(len(eps)))
         else:
             eps[rng.randrange(len(eps))] = self.new_endpoint(i, version)
-        return [_up(self.slice_of(i, version))]
-
-
-def _up(obj: Service | EndpointSlice) -> Upsert:
-    if isinstance(obj, Service):
-        ref = ObjectRef(kind="Service", namespace=obj.key.namespace, name=obj.key.name)
-    else:
-        ref = ObjectRef(kind="EndpointSlice", namespace=obj.namespace, name=obj.name)
-    return Upsert(ref=ref, obj=obj)
+        return [upsert(self.slice_of(i, version))]
 
 
 def _check_ops(delta: Delta, before: Ruleset, fresh: Ruleset) -> Ruleset:
@@ -236,7 +228,7 @@ def _small() -> tuple[ClusterState, list[Service]]:
         eps_slice("a", "web", [endpoint("10.0.0.1"), endpoint("10.0.0.2")], [("p80", 8080, "TCP")]),
         eps_slice("a", "api", [endpoint("10.0.0.2")], [("p80", 8080, "TCP")]),
     ]
-    state.apply([_up(o) for o in (*svcs, *slices)])
+    state.apply([upsert(o) for o in (*svcs, *slices)])
     return state, svcs
 
 
@@ -247,7 +239,7 @@ def test_one_endpoint_change_touches_a_few_elements() -> None:
     assert attach(live, snap)
     programmed = as_programmed(live.rulesets[Family.IP])
     sl = eps_slice("a", "web", [endpoint("10.0.0.1")], [("p80", 8080, "TCP")])
-    changed = state.apply([_up(sl)])
+    changed = state.apply([upsert(sl)])
     live, deltas = plan_update(live, state.snapshot(), CONFIG, changed)
     assert deltas is not None
     assert deltas[Family.IP6].elements == {}
@@ -316,7 +308,7 @@ def test_the_state_refuses_the_second_claim_and_plans_in_place() -> None:
     assert attach(live, snap)
     clash = service("b", "clash", "172.30.0.3", external_ips=["1.1.1.1"])
     clash_eps = eps_slice("b", "clash", [endpoint("10.0.0.9")], [("p80", 8080, "TCP")])
-    changed = state.apply([_up(clash), _up(clash_eps)])
+    changed = state.apply([upsert(clash), upsert(clash_eps)])
     assert state.refused == [
         "Service b/clash: spec.externalIPs: 1.1.1.1 port 80/TCP is also Service a/api's "
         "(older); 1.1.1.1 left out"
@@ -355,12 +347,12 @@ def test_changed_affinity_timeout_recreates_the_sets_and_rewrites_their_chains()
     state = _state_with_node()
     sticky = service("a", "web", "172.30.0.1", affinity_timeout=300)
     eps = eps_slice("a", "web", [endpoint("10.0.0.1")], [("p80", 8080, "TCP")])
-    state.apply([_up(sticky), _up(eps)])
+    state.apply([upsert(sticky), upsert(eps)])
     snap = state.snapshot()
     live = plan(snap, CONFIG)
     assert attach(live, snap)
     before = as_programmed(live.rulesets[Family.IP])
-    changed = state.apply([_up(replace(sticky, affinity_timeout=60))])
+    changed = state.apply([upsert(replace(sticky, affinity_timeout=60))])
     live, deltas = plan_update(live, state.snapshot(), CONFIG, changed)
     assert deltas is not None
     delta = deltas[Family.IP]
@@ -379,7 +371,7 @@ def test_services_trading_addresses_in_one_update_stay_in_place() -> None:
     web2 = service(
         "a", "web", "172.30.0.2", [port("a", "web", node_port=30001)], external_ips=["1.1.1.1"]
     )
-    changed = state.apply([_up(web2), _up(api)])
+    changed = state.apply([upsert(web2), upsert(api)])
     live, deltas = plan_update(live, state.snapshot(), CONFIG, changed)
     assert deltas is not None
     assert live.rulesets == plan(state.snapshot(), CONFIG).rulesets
