@@ -48,6 +48,9 @@ class SyncLoop:
     ``quiet`` answers whether nothing can have changed the tables unseen since the last sync
     (the drift monitor processed every transaction): the periodic verify then skips reading
     the tables back. A drift report or a failed sync always reads them back.
+
+    ``in_thread=False`` runs each sync on the event loop itself (a Syncer that does no I/O, as in
+    the loop's own tests, where a worker thread would race trio's mock clock).
     """
 
     def __init__(
@@ -64,8 +67,10 @@ class SyncLoop:
         snapshot_filter: Callable[[ClusterSnapshot], ClusterSnapshot] | None = None,
         release_memory: bool = False,
         quiet: Callable[[], bool] | None = None,
+        in_thread: bool = True,
     ) -> None:
         self._manage_memory = release_memory
+        self._in_thread = in_thread
         self.quiet = quiet
         self.source_errors: Callable[[], Sequence[str]] | None = None
         """The source's own problems (files that do not parse): reported and counted with the
@@ -237,7 +242,10 @@ class SyncLoop:
             return self.syncer.sync(snapshot, changed=changed)
 
         try:
-            result = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+            if self._in_thread:
+                result = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+            else:
+                result = work()
         except NlproxyError as exc:
             self.metrics.sync_failures.inc()
             failed = self.syncer.failed_family
