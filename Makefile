@@ -34,7 +34,7 @@ typecheck: deps
 # Unit tests run as an unprivileged user without the kernel tools (scripts/unit-as-user.sh);
 # the rest (kernel, kube source, packaging) as root.
 test: lint typecheck unit
-	$(PY) -m pytest -q bench/tests
+	$(PY) -m pytest -q bench/checks
 	$(PY) -m pytest -q --ignore=tests/unit
 
 unit: deps
