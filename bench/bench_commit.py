@@ -20,8 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,7 @@ from nlproxy.nft.ir import (
     goto,
 )
 from nlproxy.nft.validate import validate
+from tests.netns import namespace as netns
 
 TABLE = Table(family=Family.IP, name="nlproxy")
 KEY = (Field.IP_DADDR, Field.META_L4PROTO, Field.TH_DPORT)
@@ -121,16 +121,6 @@ def nft_text(services: int, endpoints: int) -> str:
     return "\n".join(out) + "\n"
 
 
-@contextmanager
-def fresh_netns(tag: str) -> Iterator[str]:
-    name = f"nlp-bench-{tag}-{os.getpid()}"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    try:
-        yield name
-    finally:
-        subprocess.run(["ip", "netns", "delete", name], check=False)
-
-
 def measure(who: int, fn: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
     """Run ``fn``; wall time and the user/sys time of ``who`` (RUSAGE_SELF or _CHILDREN)."""
     r0, t0 = resource.getrusage(who), time.perf_counter()
@@ -166,7 +156,7 @@ def main() -> int:
     enc["objects_per_s"] = round(objects / t["wall_s"])
     print(json.dumps(enc))
 
-    with fresh_netns("nlproxy") as ns, NftBackend(TABLE, netns=ns) as backend:
+    with netns("nlproxy") as ns, NftBackend(TABLE, netns=ns) as backend:
         result, ours = measure(resource.RUSAGE_SELF, lambda: backend.apply(ops))
     ours = {"bench": "nlproxy_commit", **size, "objects": objects,
             "messages": result.messages, **ours}  # fmt: skip
@@ -177,7 +167,7 @@ def main() -> int:
     with tempfile.NamedTemporaryFile("w", suffix=".nft", delete=False) as f:
         f.write(nft_text(args.services, args.endpoints))
     try:
-        with fresh_netns("nft") as ns:
+        with netns("nft") as ns:
             cmd = ["ip", "netns", "exec", ns, "nft", "-f", f.name]
             _, theirs = measure(resource.RUSAGE_CHILDREN, lambda: subprocess.run(cmd, check=True))
     finally:

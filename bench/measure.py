@@ -8,21 +8,24 @@ own code never does. Nothing here asserts on time: it only measures and reports.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 REPO = Path(__file__).resolve().parent.parent
 PY = str(REPO / ".venv" / "bin" / "python")
-_counter = itertools.count()
+if str(REPO) not in sys.path:  # the namespace and command helpers are the tests' own
+    sys.path.insert(0, str(REPO))
+
+from tests.netns import namespace as netns  # noqa: E402, F401 - for the benchmarks
+from tests.netns import sh  # noqa: E402, F401 - for the benchmarks
 
 
 class Sink(Protocol):
@@ -118,27 +121,6 @@ def _drain(proc: subprocess.Popen[bytes], chunks: list[bytes], deadline: float |
                     proc.stderr.close()
                     return False
                 chunks.append(data)
-
-
-def sh(*argv: str, ns: str | None = None, check: bool = True, input_: str | None = None) -> str:
-    """Run a setup/check command (in ``ns`` when given) and return its stdout."""
-    full = ["ip", "netns", "exec", ns, *argv] if ns else list(argv)
-    proc = subprocess.run(full, capture_output=True, text=True, input=input_, check=False)
-    if check and proc.returncode != 0:
-        raise BenchError(f"{' '.join(full)} failed ({proc.returncode}): {proc.stderr.strip()}")
-    return proc.stdout
-
-
-@contextlib.contextmanager
-def netns(prefix: str) -> Iterator[str]:
-    """A fresh network namespace (loopback up), deleted on exit even after a failure."""
-    name = f"nlpb-{prefix}-{os.getpid()}-{next(_counter)}"
-    sh("ip", "netns", "add", name)
-    try:
-        sh("ip", "link", "set", "lo", "up", ns=name)
-        yield name
-    finally:
-        sh("ip", "netns", "delete", name, check=False)
 
 
 def in_ns(ns: str, *argv: str) -> list[str]:

@@ -1,6 +1,8 @@
-"""Network namespaces for tests: unique names, always deleted, even after a failure.
+"""Network namespaces and commands for tests and benchmarks: unique names, always deleted.
 
-Tests drive the standard tools (``ip``) to build their topology; nlproxy itself never runs them.
+Namespaces are made and removed by the demo test bed's own code (``nlproxy/demo/ns.py``, the one
+implementation); tests and benchmarks then drive the standard tools (``ip``, ``nft``,
+``conntrack``) inside them with :func:`sh`; nlproxy itself never runs them.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from nlproxy.demo import ns as demo_ns
 
 _counter = itertools.count()
 
@@ -30,23 +34,40 @@ def unique_name(prefix: str) -> str:
     return f"nlp-{prefix}-{os.getpid()}-{next(_counter)}"
 
 
-def sh(*cmd: str, ns: str | None = None, check: bool = True) -> str:
-    """Run a command (inside ``ns`` when given) and return its stdout."""
+class CommandFailed(RuntimeError):
+    """A command run by :func:`sh` exited with an error (its argv, status and stderr)."""
+
+
+def sh(*cmd: str, ns: str | None = None, check: bool = True, input_: str | None = None) -> str:
+    """Run a command (inside ``ns`` when given; ``input_`` on its stdin) and return its stdout."""
     full = ["ip", "netns", "exec", ns, *cmd] if ns else list(cmd)
-    proc = subprocess.run(full, capture_output=True, text=True, check=False)
+    proc = subprocess.run(full, capture_output=True, text=True, input=input_, check=False)
     if check and proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(full)} failed ({proc.returncode}): {proc.stderr.strip()}")
+        raise CommandFailed(f"{' '.join(full)} failed ({proc.returncode}): {proc.stderr.strip()}")
     return proc.stdout
 
 
 def create(name: str) -> str:
-    sh("ip", "netns", "add", name)
-    sh("ip", "link", "set", "lo", "up", ns=name)
+    """Namespace ``name`` with its loopback up."""
+    demo_ns.create(name)
+    try:
+        sh("ip", "link", "set", "lo", "up", ns=name)
+    except CommandFailed:
+        demo_ns.delete(name)
+        raise
     return name
 
 
 def delete(name: str) -> None:
-    sh("ip", "netns", "delete", name, check=False)
+    """Delete ``name``; one already gone is no error."""
+    demo_ns.delete(name)
+
+
+@contextmanager
+def namespace(prefix: str) -> Iterator[str]:
+    """A fresh namespace (loopback up), deleted on exit even after a failure."""
+    with namespaces(prefix) as (name,):
+        yield name
 
 
 @contextmanager
