@@ -31,7 +31,7 @@ from nlproxy.nft.render import render_ruleset
 from nlproxy.nft.udata import TYPEOF_MODULUS
 from nlproxy.proxy.planner import plan
 from tests.netns import sh
-from tests.unit.test_tracer import _config, _world
+from tests.world import config, world
 
 
 def nft(ns: str, *args: str, text: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -46,7 +46,7 @@ def nft(ns: str, *args: str, text: str | None = None) -> subprocess.CompletedPro
 
 
 def _planned(counters: bool, lb: LoadBalancing = LoadBalancing.RANDOM) -> dict[Family, Ruleset]:
-    return plan(_world(), _config(service_counters=counters, load_balancing=lb)).rulesets
+    return plan(world(), config(service_counters=counters, load_balancing=lb)).rulesets
 
 
 @contextmanager

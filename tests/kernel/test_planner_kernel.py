@@ -16,7 +16,7 @@ from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.reconcile import diff
 from nlproxy.proxy.planner import plan
-from tests.unit.test_tracer import _config, _world
+from tests.world import config, world
 
 
 def _exprs(rs: Ruleset) -> dict[str, list[object]]:
@@ -26,7 +26,7 @@ def _exprs(rs: Ruleset) -> dict[str, list[object]]:
 @pytest.mark.parametrize("family", [Family.IP, Family.IP6])
 def test_plan_loads_and_reads_back(make_netns: Callable[[str], str], family: Family) -> None:
     ns = make_netns("plan")
-    want = plan(_world(), _config()).rulesets[family]
+    want = plan(world(), config()).rulesets[family]
     backend = NftBackend(want.table, netns=ns)
     try:
         backend.apply(diff(want, None))

@@ -17,9 +17,9 @@ from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.planner import plan
 from nlproxy.proxy.tracer import TraceResult
 from nlproxy.sync.syncer import udp_only
+from tests import world as tr
 from tests.unit import test_sync_incremental as inc
-from tests.unit import test_tracer as tr
-from tests.unit.builders import endpoint, eps_slice, port, service, snapshot
+from tests.unit.builders import endpoint, eps_slice, port, service, snapshot, upsert
 
 RR = LoadBalancing.ROUND_ROBIN
 CH = LoadBalancing.CONSISTENT_HASH
@@ -27,7 +27,7 @@ CH = LoadBalancing.CONSISTENT_HASH
 
 @pytest.fixture(scope="module")
 def round_robin() -> dict[Family, Ruleset]:
-    return plan(tr._world(), tr._config(load_balancing=RR)).rulesets
+    return plan(tr.world(), tr.config(load_balancing=RR)).rulesets
 
 
 @pytest.mark.parametrize(("src", "proto", "dst", "dport", "endpoints", "masq", "verdict"), tr.CASES)
@@ -42,13 +42,13 @@ def test_every_trace_is_the_same_as_with_random_choice(
     verdict: str,
 ) -> None:
     """The whole tracer table (policies, node ports, short-circuits, firewall, hairpin, v6)."""
-    got = tr._run(round_robin, src, proto, dst, dport)
+    got = tr.run(round_robin, src, proto, dst, dport)
     assert got == TraceResult(verdict, frozenset(endpoints.split()), masq)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
 def consistent_hash() -> dict[Family, Ruleset]:
-    return plan(tr._world(), tr._config(load_balancing=CH)).rulesets
+    return plan(tr.world(), tr.config(load_balancing=CH)).rulesets
 
 
 @pytest.mark.parametrize(("src", "proto", "dst", "dport", "endpoints", "masq", "verdict"), tr.CASES)
@@ -65,7 +65,7 @@ def test_every_trace_picks_one_of_the_same_endpoints_with_consistent_hashing(
 ) -> None:
     """One client, one endpoint: one of those random choice may pick, with the same verdict
     and masquerade. ClientIP affinity wins: a new client of such a Service is placed at random."""
-    got = tr._run(consistent_hash, src, proto, dst, dport)
+    got = tr.run(consistent_hash, src, proto, dst, dport)
     assert (got.verdict, got.masquerade) == (verdict, masq)
     assert got.endpoints <= frozenset(endpoints.split())
     affinity = request.node.callspec.id.startswith("affinity")
@@ -87,7 +87,7 @@ def _dnats(rs: Ruleset) -> dict[str, list[DnatMap]]:
 
 
 def test_round_robin_port_cycles_in_its_own_rules() -> None:
-    rs = plan(_web(load_balancing=RR), tr._config()).rulesets[Family.IP]
+    rs = plan(_web(load_balancing=RR), tr.config()).rulesets[Family.IP]
     ref = port("ns", "web").ref
     lb_map = n.balanced_map(False, ref)
     inc_ = DnatMap((Numgen(3, NumgenKind.INC),), lb_map)
@@ -105,13 +105,13 @@ def test_round_robin_port_cycles_in_its_own_rules() -> None:
 
 
 def test_the_annotation_overrides_the_node_default() -> None:
-    rr = plan(_web(load_balancing=LoadBalancing.RANDOM), tr._config(load_balancing=RR))
-    assert rr.rulesets == plan(_web(), tr._config()).rulesets
+    rr = plan(_web(load_balancing=LoadBalancing.RANDOM), tr.config(load_balancing=RR))
+    assert rr.rulesets == plan(_web(), tr.config()).rulesets
 
 
 def test_session_affinity_wins() -> None:
-    both = plan(_web(load_balancing=RR, affinity_timeout=60), tr._config()).rulesets
-    alone = plan(_web(affinity_timeout=60), tr._config()).rulesets
+    both = plan(_web(load_balancing=RR, affinity_timeout=60), tr.config()).rulesets
+    alone = plan(_web(affinity_timeout=60), tr.config()).rulesets
     assert both == alone
 
 
@@ -158,8 +158,8 @@ def test_conntrack_cleanup_sees_the_ports_own_endpoints(algorithm: LoadBalancing
         eps = [endpoint(ip) for ip in ips]
         return snapshot([svc], [eps_slice("ns", "dns", eps, [("dns", 53, "UDP")])])
 
-    old = plan(world(["10.180.0.1", "10.180.0.2", "10.180.0.3"]), tr._config())
-    new = plan(world(["10.180.0.1", "10.180.0.3"]), tr._config())
+    old = plan(world(["10.180.0.1", "10.180.0.2", "10.180.0.3"]), tr.config())
+    new = plan(world(["10.180.0.1", "10.180.0.3"]), tr.config())
     before = programmed_frontends(old.rulesets.values())
     after = programmed_frontends(new.rulesets.values())
     assert {str(b.addr) for fe in before for b in before[fe]} == {
@@ -177,7 +177,7 @@ def test_udp_only_keeps_the_ports_own_maps() -> None:
     svc = service("ns", "dns", "172.30.0.53", udp, load_balancing=RR)
     eps = [endpoint("10.180.0.1"), endpoint("10.180.0.2")]
     snap = snapshot([svc], [eps_slice("ns", "dns", eps, [("dns", 53, "UDP")])])
-    rs = plan(snap, tr._config()).rulesets[Family.IP]
+    rs = plan(snap, tr.config()).rulesets[Family.IP]
     got = programmed_frontends([udp_only(rs)])
     assert {str(b.addr) for fe in got for b in got[fe]} == {"10.180.0.1", "10.180.0.2"}
 
@@ -191,7 +191,7 @@ def test_a_service_changing_its_choice_is_updated_in_place() -> None:
     assert attach(live, snap)
     programmed = {f: inc.as_programmed(live.rulesets[f]) for f in inc.FAMILIES}
     for lb in (RR, CH, LoadBalancing.RANDOM):
-        state.apply([inc._up(replace(svcs[0], load_balancing=lb))])
+        state.apply([upsert(replace(svcs[0], load_balancing=lb))])
         snap = state.snapshot()
         old_tables = [programmed[f] for f in inc.FAMILIES]
         live, deltas = plan_update(live, snap, inc.CONFIG)

@@ -18,7 +18,7 @@ from nlproxy.proxy.maglev import MAX_TABLE, _is_prime, default_seed, lookup_tabl
 from nlproxy.proxy.planner import plan
 from nlproxy.proxy.tracer import trace
 from nlproxy.sync.syncer import as_programmed
-from tests.unit import test_tracer as tr
+from tests import world as tr
 from tests.unit.builders import endpoint, eps_slice, port, service, snapshot
 
 CH = LoadBalancing.CONSISTENT_HASH
@@ -78,7 +78,7 @@ def _web(
 
 
 def _ruleset(count: int, **config: object) -> Ruleset:
-    return plan(_web(count), tr._config(**config)).rulesets[Family.IP]
+    return plan(_web(count), tr.config(**config)).rulesets[Family.IP]
 
 
 def _chooser(rs: Ruleset) -> dict[IPv4Address, IPv4Address]:
@@ -107,7 +107,7 @@ def _chooser(rs: Ruleset) -> dict[IPv4Address, IPv4Address]:
 )
 def test_at_most_one_nth_and_two_percent_move_when_an_endpoint_goes(count: int, gone: int) -> None:
     before_rs = _ruleset(count)
-    after_rs = plan(_web(count, without=gone), tr._config()).rulesets[Family.IP]
+    after_rs = plan(_web(count, without=gone), tr.config()).rulesets[Family.IP]
     before, after = _chooser(before_rs), _chooser(after_rs)
     removed = _eps(count)[gone][0]
     moved = sum(1 for c in CLIENTS if before[c] != after[c])
@@ -123,7 +123,7 @@ def test_at_most_one_nth_and_two_percent_move_when_an_endpoint_goes(count: int, 
 
 def test_crossing_a_power_of_two_resizes_the_table() -> None:
     """The documented exception: 3 -> 2 endpoints changes M (1601 -> 809), hence the rules."""
-    after = plan(_web(3, without=1), tr._config()).rulesets[Family.IP]
+    after = plan(_web(3, without=1), tr.config()).rulesets[Family.IP]
     ops = diff(after, as_programmed(_ruleset(3)))
     assert "Rule" in {type(op.obj).__name__ for op in ops}
 
@@ -132,7 +132,7 @@ def test_every_node_builds_the_same_table() -> None:
     """Another node (its name, addresses and local endpoints differ) plans the same map and
     the same hash: a client reaches the same endpoint through either."""
     ours = _ruleset(10)
-    other = plan(_web(10), tr._config(node_name="elsewhere")).rulesets[Family.IP]
+    other = plan(_web(10), tr.config(node_name="elsewhere")).rulesets[Family.IP]
     assert _chooser(ours) == _chooser(other)
     ref = port("ns", "web").ref
     name = n.balanced_map(False, ref)
@@ -148,10 +148,10 @@ def test_seed_from_the_uid_or_the_configuration() -> None:
         assert isinstance(dnat.key[0], Jhash)
         return dnat.key[0].seed
 
-    by_uid = seed(plan(_web(3, uid="abc"), tr._config()).rulesets[Family.IP])
+    by_uid = seed(plan(_web(3, uid="abc"), tr.config()).rulesets[Family.IP])
     svc = service("ns", "web", "172.30.0.10", uid="abc")
     assert by_uid == default_seed(svc)
-    assert by_uid != seed(plan(_web(3, uid="abd"), tr._config()).rulesets[Family.IP])
+    assert by_uid != seed(plan(_web(3, uid="abd"), tr.config()).rulesets[Family.IP])
     assert seed(_ruleset(3, hash_seed=12345)) == 12345
     assert default_seed(service("ns", "web", "172.30.0.10")) == default_seed(
         service("ns", "web", "172.30.0.11")
@@ -171,7 +171,7 @@ def test_one_client_one_endpoint_in_the_trace() -> None:
 
 def test_client_port_in_the_hash_with_the_second_annotation() -> None:
     snap = _web(10, hash_source_port=True)
-    rs = plan(snap, tr._config()).rulesets[Family.IP]
+    rs = plan(snap, tr.config()).rulesets[Family.IP]
     text = render_ruleset(rs)
     assert "dnat ip to jhash ip saddr . tcp sport mod 6421 seed 0x" in text
     src, dst = ip_address("10.0.0.2"), ip_address("172.30.0.10")

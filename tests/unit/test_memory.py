@@ -11,7 +11,7 @@ import sys
 from ipaddress import ip_address, ip_network
 from pathlib import Path
 
-from nlproxy.cluster.model import EndpointSlice, ObjectRef, Upsert
+from nlproxy.cluster.model import EndpointSlice
 from nlproxy.cluster.parse import parse_endpoint_slice
 from nlproxy.cluster.state import ClusterState
 from nlproxy.nft.ir import Family
@@ -19,7 +19,7 @@ from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import Live, attach, plan_update
 from nlproxy.proxy.planner import Plan, plan
-from tests.unit.builders import NODE, endpoint, eps_slice, port, service
+from tests.unit.builders import NODE, endpoint, eps_slice, port, service, upsert
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -149,15 +149,6 @@ def test_slow_path_endpoints_share_names_too() -> None:
 CONFIG = ProxyConfig(node_name=NODE, cluster_cidrs=(ip_network("10.0.0.0/8"),))
 
 
-def _up(obj: object) -> Upsert:
-    if isinstance(obj, EndpointSlice):
-        ref = ObjectRef(kind="EndpointSlice", namespace=obj.namespace, name=obj.name)
-    else:
-        key = obj.key  # type: ignore[attr-defined]
-        ref = ObjectRef(kind="Service", namespace=key.namespace, name=key.name)
-    return Upsert(ref=ref, obj=obj)  # type: ignore[arg-type]
-
-
 def _extra(p: Plan) -> dict[int, int]:
     assert isinstance(p.live, Live)
     return p.live.counts[Family.IP].hairpin_extra
@@ -174,10 +165,10 @@ def test_hairpin_counts_only_repeats() -> None:
     ports = [("p80", 8080, "TCP"), ("p81", 8081, "TCP")]
     state.apply(
         [
-            _up(web),
-            _up(api),
-            _up(eps_slice("a", "web", [endpoint("10.0.0.1"), endpoint("10.0.0.2")], ports)),
-            _up(eps_slice("a", "api", [endpoint("10.0.0.2"), endpoint("10.0.0.3")], ports)),
+            upsert(web),
+            upsert(api),
+            upsert(eps_slice("a", "web", [endpoint("10.0.0.1"), endpoint("10.0.0.2")], ports)),
+            upsert(eps_slice("a", "api", [endpoint("10.0.0.2"), endpoint("10.0.0.3")], ports)),
         ]
     )
     live = plan(state.snapshot(), CONFIG)
@@ -195,7 +186,7 @@ def test_hairpin_counts_only_repeats() -> None:
         (eps_slice("a", "web", [endpoint("10.0.0.3")], ports), {"10.0.0.3"}),
     ]
     for sl, pairs in steps:
-        changed = state.apply([_up(sl)])
+        changed = state.apply([upsert(sl)])
         live, deltas = plan_update(live, state.snapshot(), CONFIG, changed)
         assert deltas is not None, "updated in place"
         fresh = plan(state.snapshot(), CONFIG)

@@ -33,7 +33,7 @@ from nlproxy.proxy.planner import plan
 from nlproxy.proxy.skeleton import IPV4, add_counting
 from nlproxy.proxy.tracer import trace
 from nlproxy.serve.metrics import ServiceCounters, service_totals
-from tests.unit import test_tracer
+from tests import world
 from tests.unit.builders import NODE, endpoint, eps_slice, node, port, service, snapshot
 
 COUNTING_SETS = (n.SERVICE_COUNTERS, n.NODEPORT_COUNTERS)
@@ -58,7 +58,7 @@ def _web(*endpoints: str) -> Any:
 
 
 def _config(on: bool = True) -> Any:
-    return test_tracer._config(node_name=NODE, service_counters=on)
+    return world.config(node_name=NODE, service_counters=on)
 
 
 def test_one_element_per_frontend_whatever_the_endpoints() -> None:
@@ -102,15 +102,15 @@ def test_endpoint_change_does_not_touch_counting_elements() -> None:
 
 
 @pytest.mark.parametrize(
-    ("src", "proto", "dst", "dport", "endpoints", "masq", "verdict"), test_tracer.CASES
+    ("src", "proto", "dst", "dport", "endpoints", "masq", "verdict"), world.CASES
 )
 def test_counting_changes_no_trace(
     src: str, proto: Any, dst: str, dport: int, endpoints: str, masq: bool, verdict: str
 ) -> None:
-    on = plan(test_tracer._world(), test_tracer._config(service_counters=True)).rulesets
+    on = plan(world.world(), world.config(service_counters=True)).rulesets
     d = ip_address(dst)
     rs = on[Family.IP if d.version == 4 else Family.IP6]
-    local = [ip_address(a) for a in test_tracer.LOCAL]
+    local = [ip_address(a) for a in world.LOCAL]
     got = trace(rs, ip_address(src), proto, d, dport, local_addrs=local)
     assert (got.verdict, got.endpoints, got.masquerade) == (
         verdict,
