@@ -2,21 +2,26 @@
 
 Planner output is only useful if the kernel takes it in one batch: this applies the tracer's
 world (every feature, both families) in a fresh network namespace through the netlink backend
-and reads the table back.
+and reads the table back. The tracer's case table (``tests/world.py``, the same table the unit
+tracer tests use) is then traced over what the kernel holds, so each expectation is checked
+against the kernel's copy of the rules and not only against the plan.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from nlproxy.cluster.model import Protocol
 from nlproxy.nft.backend import NftBackend
 from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.reconcile import diff
 from nlproxy.proxy.planner import plan
-from tests.world import config, world
+from nlproxy.proxy.tracer import TraceResult
+from tests import netns
+from tests.world import CASES, config, run, world
 
 
 def _exprs(rs: Ruleset) -> dict[str, list[object]]:
@@ -40,3 +45,33 @@ def test_plan_loads_and_reads_back(make_netns: Callable[[str], str], family: Fam
     for name, elements in want.elements.items():
         assert got.elements[name] == elements, name
     assert diff(want, got) == []  # the next sync finds nothing to do
+
+
+@pytest.fixture(scope="module")
+def programmed() -> Iterator[dict[Family, Ruleset]]:
+    """The world loaded into a namespace of its own and read back, both families."""
+    planned = plan(world(), config()).rulesets
+    with netns.namespace("tracek") as ns:
+        held: dict[Family, Ruleset] = {}
+        for family, want in planned.items():
+            with NftBackend(want.table, netns=ns) as backend:
+                backend.apply(diff(want, None))
+            got = read_ruleset(family, want.table.name, netns=ns)
+            assert got is not None
+            held[family] = got
+        yield held
+
+
+@pytest.mark.parametrize(("src", "proto", "dst", "dport", "endpoints", "masq", "verdict"), CASES)
+def test_trace_over_what_the_kernel_holds(
+    programmed: dict[Family, Ruleset],
+    src: str,
+    proto: Protocol,
+    dst: str,
+    dport: int,
+    endpoints: str,
+    masq: bool,
+    verdict: str,
+) -> None:
+    got = run(programmed, src, proto, dst, dport)
+    assert got == TraceResult(verdict, frozenset(endpoints.split()), masq)  # type: ignore[arg-type]
