@@ -2,7 +2,7 @@
 
 An effect after a commit (DESIGN §6): kube-proxy trusts EndpointSlice conditions, nlproxy also
 checks each endpoint against the CNI's host routes. :func:`classify` takes one rtnetlink dump of
-links, routes and neighbours (``inspect_rtnl.py``) and looks every endpoint up in it, the way the
+links, routes and neighbours (``rtnl.py``) and looks every endpoint up in it, the way the
 kernel's FIB would with the default policy rules (tables local, main, default), so ten thousand
 endpoints cost three dumps, not ten thousand requests. :func:`classify_snapshot` and
 :func:`transitions` are pure. Nothing here changes routes or links, logs, or execs.
