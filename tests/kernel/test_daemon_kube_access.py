@@ -20,7 +20,7 @@ from tests.kernel.test_daemon import Daemon, answered_by, daemon, wait_until
 from tests.kernel.test_daemon_kube import VIP_A, put_service
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import TOKEN, write_kubeconfig
-from tests.kube.objects import service_cidr
+from tests.objects import service_cidr
 
 testbed = topo.testbed
 

@@ -17,6 +17,7 @@ import yaml
 from nlproxy.cli import main
 from nlproxy.demo.echo import Outcome, Result, request
 from nlproxy.demo.testbed import Testbed
+from tests.objects import endpoint, endpoint_slice, service  # noqa: F401 - the tests' builders
 
 EXIT_OK = 0
 EXIT_INVALID = 3
@@ -49,76 +50,6 @@ def testbed6() -> Iterator[Testbed]:
 
 
 # -- manifests ---------------------------------------------------------------------------------
-
-
-def service(
-    name: str,
-    cluster_ip: str | Sequence[str],
-    ports: Sequence[dict[str, Any]] = ({"name": "tcp", "port": 80, "targetPort": 8080},),
-    *,
-    namespace: str = "default",
-    **spec: Any,
-) -> dict[str, Any]:
-    """A v1 Service; ``spec`` adds fields (``type``, ``externalIPs``, ...) as in the API.
-
-    Ports default to TCP; give ``protocol`` per port for UDP.
-    """
-    ips = [cluster_ip] if isinstance(cluster_ip, str) else list(cluster_ip)
-    status = spec.pop("status", {})
-    body: dict[str, Any] = {
-        "type": "ClusterIP",
-        "clusterIP": ips[0],
-        "clusterIPs": ips,
-        "ipFamilies": ["IPv6" if ":" in ip else "IPv4" for ip in ips],
-        "ports": [{"protocol": "TCP", **p} for p in ports],
-        **spec,
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": body,
-        "status": status,
-    }
-
-
-def endpoint(
-    ip: str, node: str, *, ready: bool = True, terminating: bool = False
-) -> dict[str, Any]:
-    """One EndpointSlice endpoint; ``serving`` follows ``ready`` unless terminating."""
-    return {
-        "addresses": [ip],
-        "nodeName": node,
-        "conditions": {
-            "ready": ready,
-            "serving": ready or terminating,
-            "terminating": terminating,
-        },
-    }
-
-
-def endpoint_slice(
-    service_name: str,
-    endpoints: Sequence[dict[str, Any]],
-    ports: Sequence[dict[str, Any]] = ({"name": "tcp", "port": 8080},),
-    *,
-    family: str = "IPv4",
-    namespace: str = "default",
-    name: str | None = None,
-) -> dict[str, Any]:
-    """A discovery.k8s.io/v1 EndpointSlice of ``service_name``."""
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": name or f"{service_name}-{family.lower()}",
-            "namespace": namespace,
-            "labels": {"kubernetes.io/service-name": service_name},
-        },
-        "addressType": family,
-        "endpoints": list(endpoints),
-        "ports": [{"protocol": "TCP", **p} for p in ports],
-    }
 
 
 def write_manifests(directory: Path, objects: Sequence[dict[str, Any]]) -> Path:

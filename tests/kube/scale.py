@@ -14,8 +14,8 @@ from ipaddress import IPv4Address, IPv4Network
 from typing import Any
 
 from tests.kube.apiserver import ApiServer
-from tests.kube.objects import endpoint_slice, node, service, service_cidr
 from tests.kube.realistic import dress_service, dress_slice
+from tests.objects import endpoint, endpoint_slice, node, service, service_cidr
 
 Obj = dict[str, Any]
 
@@ -44,7 +44,9 @@ def service_obj(i: int) -> Obj:
 
 def slice_obj(i: int, ips: tuple[str, ...]) -> Obj:
     ns, svc = name(i)
-    obj = endpoint_slice(f"{svc}-x7k2p", service=svc, namespace=ns, ips=ips)
+    obj = endpoint_slice(
+        svc, [endpoint(ip, "node-a") for ip in ips], name=f"{svc}-x7k2p", namespace=ns
+    )
     for k, ep in enumerate(obj["endpoints"]):
         ep["nodeName"] = f"node-{(i + k) % NODES}"
     return dress_slice(obj, zone=f"zone-{i % 3}")

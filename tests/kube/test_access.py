@@ -19,8 +19,8 @@ from nlproxy.cluster.model import Change, Replace
 from nlproxy.serve.health import HealthState, healthz
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import NODE, Feed, eventually, start_source
-from tests.kube.objects import service, service_cidr
 from tests.kube.test_source import by_kind, is_upsert_of, names, populate
+from tests.objects import service, service_cidr
 
 
 class Reports:
@@ -71,7 +71,7 @@ async def test_forbidden_optional_kind_is_absent_until_granted(
         assert 'cannot list resource "servicecidrs"' in problem.detail
         # Retried in the background, warned about once; other kinds keep flowing.
         await eventually(lambda: list_requests(apiserver, "servicecidrs") >= 4)
-        apiserver.store.put("services", service("web", ip="10.96.1.1"))
+        apiserver.store.put("services", service("web", cluster_ip="10.96.1.1"))
         await feed.until(is_upsert_of("web"))
     warnings = [logged(e) for e in logs if e["event"] == "source.kind_unavailable"]
     assert [w for w in warnings if w[0] != "debug"] == [("warning", "ServiceCIDR", "list")]

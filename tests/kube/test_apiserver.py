@@ -15,12 +15,12 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import TOKEN
-from tests.kube.objects import node, service
+from tests.objects import node, service
 
 
 def fill(apiserver: ApiServer, count: int) -> None:
     for i in range(count):
-        apiserver.store.put("services", service(f"svc-{i:02}", ip=f"10.96.0.{i + 1}"))
+        apiserver.store.put("services", service(f"svc-{i:02}", cluster_ip=f"10.96.0.{i + 1}"))
 
 
 def test_chunked_list_is_a_consistent_snapshot(apiserver: ApiServer, api_client: Any) -> None:
@@ -29,7 +29,9 @@ def test_chunked_list_is_a_consistent_snapshot(apiserver: ApiServer, api_client:
     first = v1.list_service_for_all_namespaces(limit=5)
     assert [s.metadata.name for s in first.items] == [f"svc-{i:02}" for i in range(5)]
     assert first.metadata.remaining_item_count == 7
-    apiserver.store.put("services", service("svc-99", ip="10.96.0.99"))  # after the snapshot
+    apiserver.store.put(
+        "services", service("svc-99", cluster_ip="10.96.0.99")
+    )  # after the snapshot
     seen, cont = list(first.items), first.metadata.var_continue
     while cont:
         page = v1.list_service_for_all_namespaces(limit=5, _continue=cont)
@@ -73,8 +75,13 @@ def test_selectors(apiserver: ApiServer, api_client: Any) -> None:
 def test_watch_streams_changes_and_ends_at_timeout(apiserver: ApiServer, api_client: Any) -> None:
     fill(apiserver, 1)
     rv = str(apiserver.store.rv)
-    apiserver.store.put("services", service("web", ip="10.96.1.1"))
-    apiserver.store.put("services", service("web", ip="10.96.1.1", port=81))
+    apiserver.store.put("services", service("web", cluster_ip="10.96.1.1"))
+    apiserver.store.put(
+        "services",
+        service(
+            "web", cluster_ip="10.96.1.1", ports=[{"name": "tcp", "port": 81, "targetPort": 8080}]
+        ),
+    )
     apiserver.store.delete("services", "default", "svc-00")
     v1 = kubernetes.client.CoreV1Api(api_client)
     watch = kubernetes.watch.Watch()

@@ -20,8 +20,8 @@ from nlproxy.cluster.kube import KubeSource, api_client_from_config
 from nlproxy.cluster.model import Change, Replace
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import NODE, start_source
-from tests.kube.objects import service
 from tests.kube.test_source import is_upsert_of, populate
+from tests.objects import service
 
 # The plugin: prints an ExecCredential with the token in TOKEN_FILE, expiring at once (so the
 # client runs it again before each request), and counts its runs.
@@ -94,7 +94,7 @@ async def test_exec_plugin_token_rotation_is_followed(
         (state / "token").write_text("token-2")
         apiserver.token = "token-2"
         apiserver.drop_connections()
-        apiserver.store.put("services", service("after-rotation", ip="10.96.1.9"))
+        apiserver.store.put("services", service("after-rotation", cluster_ip="10.96.1.9"))
         await feed.until(is_upsert_of("after-rotation"), within=20)
         assert plugin_runs(state) > runs
     finally:

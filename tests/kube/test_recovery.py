@@ -20,8 +20,8 @@ from nlproxy.cluster.kube_http import Http, Unreachable
 from nlproxy.cluster.model import Replace
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import eventually, start_source
-from tests.kube.objects import service
 from tests.kube.test_source import is_upsert_of, populate
+from tests.objects import service
 
 OUTAGE = 12.0
 # Generous: recovery takes about one probe interval (at most 1 s) plus a list; grown per-kind
@@ -57,7 +57,7 @@ async def test_outage_recovery_is_prompt_and_probes_gently(
                         relisted.setdefault(change.kind, trio.current_time() - back)
                         if change.kind == "Service":
                             services = {c.ref.name for c in change.changes}
-        apiserver.store.put("services", service("after", ip="10.96.1.1"))
+        apiserver.store.put("services", service("after", cluster_ip="10.96.1.1"))
         changed = trio.current_time()
         await feed.until(is_upsert_of("after"), within=BOUND + 7)
         seen_after = trio.current_time() - changed
@@ -82,7 +82,7 @@ async def test_dropped_connections_resume_without_waiting_for_a_probe_cycle(
     for i in range(3):
         await eventually(lambda: apiserver.active_watches == 4)
         apiserver.drop_connections()
-        apiserver.store.put("services", service(f"web-{i}", ip=f"10.96.1.{i + 1}"))
+        apiserver.store.put("services", service(f"web-{i}", cluster_ip=f"10.96.1.{i + 1}"))
         seen = await feed.until(is_upsert_of(f"web-{i}"), within=BOUND)
         assert not feed.replaces(seen)
     assert source.link.outages >= 3

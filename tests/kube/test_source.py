@@ -13,7 +13,7 @@ from nlproxy.cluster.kube import NOT_OURS, KubeSource
 from nlproxy.cluster.model import Change, Delete, Invalid, ObjectRef, Replace, Service, Upsert
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import NODE, eventually, start_source
-from tests.kube.objects import endpoint_slice, node, service, service_cidr
+from tests.objects import endpoint, endpoint_slice, node, service, service_cidr
 
 
 def svc_ref(name: str, namespace: str = "default") -> ObjectRef:
@@ -36,8 +36,11 @@ def is_upsert_of(name: str, kind: str = "Service") -> Any:
 
 def populate(apiserver: ApiServer, services: int = 3) -> None:
     for i in range(services):
-        apiserver.store.put("services", service(f"svc-{i}", ip=f"10.96.0.{i + 1}"))
-        apiserver.store.put("endpointslices", endpoint_slice(f"svc-{i}-abc", service=f"svc-{i}"))
+        apiserver.store.put("services", service(f"svc-{i}", cluster_ip=f"10.96.0.{i + 1}"))
+        apiserver.store.put(
+            "endpointslices",
+            endpoint_slice(f"svc-{i}", [endpoint("10.0.0.1", "node-a")], name=f"svc-{i}-abc"),
+        )
     apiserver.store.put("nodes", node(NODE))
     apiserver.store.put("nodes", node("node-b", ip="192.0.2.2"))
     apiserver.store.put("servicecidrs", service_cidr("kubernetes"))
@@ -66,16 +69,23 @@ async def test_add_modify_delete_flow_through(
 ) -> None:
     populate(apiserver)
     feed, _ = await start_source(nursery, api_client)
-    apiserver.store.put("services", service("web", ip="10.96.1.1"))
+    apiserver.store.put("services", service("web", cluster_ip="10.96.1.1"))
     await feed.until(is_upsert_of("web"))
-    apiserver.store.put("services", service("web", ip="10.96.1.1", port=8443))
+    apiserver.store.put(
+        "services",
+        service(
+            "web", cluster_ip="10.96.1.1", ports=[{"name": "tcp", "port": 8443, "targetPort": 8080}]
+        ),
+    )
     [modified] = await feed.until(is_upsert_of("web"))
     assert isinstance(modified, Upsert)
     assert isinstance(modified.obj, Service)
     assert modified.obj.ports[0].port == 8443
     apiserver.store.delete("services", "default", "web")
     assert await feed.until(lambda c: isinstance(c, Delete)) == [Delete(ref=svc_ref("web"))]
-    apiserver.store.put("endpointslices", endpoint_slice("web-1", service="web"))
+    apiserver.store.put(
+        "endpointslices", endpoint_slice("web", [endpoint("10.0.0.1", "node-a")], name="web-1")
+    )
     await feed.until(is_upsert_of("web-1", "EndpointSlice"))
     apiserver.store.put("nodes", node(NODE, ip="192.0.2.9"))
     [changed] = await feed.until(is_upsert_of(NODE, "Node"))
@@ -91,9 +101,12 @@ async def test_label_selectors_are_honoured(
     apiserver.store.put("services", service("theirs", labels=other))
     apiserver.store.put("services", service("headless", labels=headless))
     apiserver.store.put(
-        "endpointslices", endpoint_slice("headless-1", service="x", labels=headless)
+        "endpointslices",
+        endpoint_slice("x", [endpoint("10.0.0.1", "node-a")], name="headless-1", labels=headless),
     )
-    apiserver.store.put("endpointslices", endpoint_slice("orphan", service=None))
+    apiserver.store.put(
+        "endpointslices", endpoint_slice(None, [endpoint("10.0.0.1", "node-a")], name="orphan")
+    )
     feed, _ = await start_source(nursery, api_client)
     replaces = by_kind(feed.batches[0])
     assert names(replaces["Service"]) == {"svc-0", "svc-1", "svc-2"}
@@ -106,7 +119,7 @@ async def test_label_selectors_are_honoured(
     # On the watch: another proxy's new Service is never seen; one that moves to another
     # proxy disappears (the server reports it DELETED).
     apiserver.store.put("services", service("theirs-2", labels=other))
-    apiserver.store.put("services", service("svc-1", ip="10.96.0.2", labels=other))
+    apiserver.store.put("services", service("svc-1", cluster_ip="10.96.0.2", labels=other))
     seen = await feed.until(lambda c: isinstance(c, Delete))
     assert seen == [Delete(ref=svc_ref("svc-1"))]
 
@@ -126,7 +139,7 @@ async def test_bookmark_advances_resource_version(
     apiserver.store.compact()  # a resume from the pre-bookmark RV would now get 410 Gone
     apiserver.drop_connections()
     await eventually(lambda: apiserver.watch_count("services") == 2)
-    apiserver.store.put("services", service("web", ip="10.96.1.1"))
+    apiserver.store.put("services", service("web", cluster_ip="10.96.1.1"))
     seen = await feed.until(is_upsert_of("web"))
     assert not feed.replaces(seen), "resumed with a relist instead of from the bookmark"
     watches = [q for p, q in apiserver.requests if p == "/api/v1/services" and "watch" in q]
@@ -146,14 +159,14 @@ async def test_gone_relists_and_replaces_with_deletions(
         apiserver.stop()
     with apiserver.store.cond:  # changes the watch never streams: history is compacted at once
         apiserver.store.delete("services", "default", "svc-1")
-        apiserver.store.put("services", service("svc-9", ip="10.96.0.99"))
+        apiserver.store.put("services", service("svc-9", cluster_ip="10.96.0.99"))
         apiserver.store.compact()
     if how == "http-410-after-outage":
         apiserver.start()
     seen = await feed.until(lambda c: isinstance(c, Replace) and c.kind == "Service")
     assert not [c for c in seen if isinstance(c, Delete | Upsert)]
     assert names(feed.replaces(seen)[-1]) == {"svc-0", "svc-2", "svc-9"}
-    apiserver.store.put("services", service("web", ip="10.96.1.1"))
+    apiserver.store.put("services", service("web", cluster_ip="10.96.1.1"))
     await feed.until(is_upsert_of("web"))
 
 
@@ -162,11 +175,11 @@ async def test_connection_drop_resumes_from_last_version(
 ) -> None:
     populate(apiserver)
     feed, _ = await start_source(nursery, api_client)
-    apiserver.store.put("services", service("web", ip="10.96.1.1"))
+    apiserver.store.put("services", service("web", cluster_ip="10.96.1.1"))
     await feed.until(is_upsert_of("web"))
     web_rv = apiserver.store.rv
     apiserver.drop_connections()
-    apiserver.store.put("services", service("api", ip="10.96.1.2"))
+    apiserver.store.put("services", service("api", cluster_ip="10.96.1.2"))
     seen = await feed.until(is_upsert_of("api"))
     assert not feed.replaces(seen)
     watches = [q for p, q in apiserver.requests if p == "/api/v1/services" and "watch" in q]
@@ -182,7 +195,7 @@ async def test_api_outage_keeps_state_then_converges(
     await eventually(lambda: apiserver.watch_count("services") == 1)
     apiserver.stop()
     apiserver.store.delete("services", "default", "svc-0")
-    apiserver.store.put("services", service("web", ip="10.96.1.1"))
+    apiserver.store.put("services", service("web", cluster_ip="10.96.1.1"))
     await feed.nothing_for(1.5)  # refused connections, retried with backoff: nothing emitted
     apiserver.start()
     seen = await feed.until(is_upsert_of("web"))  # history order: the delete comes first
@@ -194,7 +207,7 @@ async def test_invalid_object_named_while_others_flow(
     apiserver: ApiServer, api_client: Any, nursery: trio.Nursery
 ) -> None:
     populate(apiserver)
-    bad = service("bad", ip="10.96.0.50")
+    bad = service("bad", cluster_ip="10.96.0.50")
     bad["spec"]["ports"][0]["port"] = 70000
     apiserver.store.put("services", bad)
     feed, _ = await start_source(nursery, api_client)
@@ -204,9 +217,9 @@ async def test_invalid_object_named_while_others_flow(
     assert "Service default/bad" in invalid.error
     assert "spec.ports[0].port" in invalid.error
     assert len([c for c in initial if isinstance(c, Upsert)]) == 3
-    worse = service("worse", ip="not-an-ip")
+    worse = service("worse", cluster_ip="not-an-ip")
     apiserver.store.put("services", worse)
-    apiserver.store.put("services", service("good", ip="10.96.1.1"))
+    apiserver.store.put("services", service("good", cluster_ip="10.96.1.1"))
     seen = await feed.until(is_upsert_of("good"))
     assert [type(c) for c in seen] == [Invalid, Upsert]
     assert seen[0].ref == svc_ref("worse")
@@ -220,7 +233,7 @@ async def test_service_cidrs_not_served(
     feed, _ = await start_source(nursery, api_client)
     replaces = by_kind(feed.batches[0])
     assert replaces["ServiceCIDR"] == Replace(kind="ServiceCIDR", changes=())
-    apiserver.store.put("services", service("web", ip="10.96.1.1"))
+    apiserver.store.put("services", service("web", cluster_ip="10.96.1.1"))
     await feed.until(is_upsert_of("web"))
 
 
@@ -232,7 +245,7 @@ async def test_server_timeout_ends_watch_and_source_rewatches(
     await eventually(lambda: apiserver.watch_count("services") >= 3)
     watches = [q for p, q in apiserver.requests if p == "/api/v1/services" and "watch" in q]
     assert {q["timeoutSeconds"] for q in watches} == {"1"}
-    apiserver.store.put("services", service("web", ip="10.96.1.1"))
+    apiserver.store.put("services", service("web", cluster_ip="10.96.1.1"))
     seen = await feed.until(is_upsert_of("web"))
     assert not feed.replaces(seen)
 
@@ -277,7 +290,7 @@ async def test_list_restarts_when_its_continue_token_expires(
     def compact_once(plural: str) -> None:  # the list outlives the server's history, once
         if plural == "services" and not compactions:
             compactions.append(apiserver.store.rv)
-            apiserver.store.put("services", service("late", ip="10.96.1.1"))
+            apiserver.store.put("services", service("late", cluster_ip="10.96.1.1"))
             apiserver.store.compact()
 
     apiserver.after_page = compact_once
@@ -297,7 +310,7 @@ async def test_watch_error_event_resumes_without_relist(
     feed, _ = await start_source(nursery, api_client)
     await eventually(lambda: apiserver.watch_count("services") == 1)
     apiserver.end_watches(code, reason, "try again")
-    apiserver.store.put("services", service("web", ip="10.96.1.1"))
+    apiserver.store.put("services", service("web", cluster_ip="10.96.1.1"))
     seen = await feed.until(is_upsert_of("web"))
     assert not feed.replaces(seen)
     await eventually(lambda: apiserver.watch_count("services") >= 2)
@@ -320,9 +333,12 @@ async def test_lists_are_not_kept_once_sent(
     # receiver is done with them, the source must not keep them (the state has the objects).
     ns = "lists-not-kept"
     for i in range(20):
-        apiserver.store.put("services", service(f"s{i}", namespace=ns, ip=f"10.96.0.{i + 1}"))
         apiserver.store.put(
-            "endpointslices", endpoint_slice(f"s{i}", service=f"s{i}", namespace=ns)
+            "services", service(f"s{i}", namespace=ns, cluster_ip=f"10.96.0.{i + 1}")
+        )
+        apiserver.store.put(
+            "endpointslices",
+            endpoint_slice(f"s{i}", [endpoint("10.0.0.1", "node-a")], name=f"s{i}", namespace=ns),
         )
     apiserver.store.put("nodes", node(NODE))
     send, receive = trio.open_memory_channel[Sequence[Change]](10)
@@ -341,7 +357,7 @@ async def test_lists_are_not_kept_once_sent(
     del batch
     assert _upserts_alive(ns) == 0
     with apiserver.store.cond:  # a compacted history: the watches get 410 and relist
-        apiserver.store.put("services", service("s99", namespace=ns, ip="10.96.0.99"))
+        apiserver.store.put("services", service("s99", namespace=ns, cluster_ip="10.96.0.99"))
         apiserver.store.compact()
     relisted: dict[str, int] = {}
     with trio.fail_after(10):

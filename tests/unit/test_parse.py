@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-import re
 from datetime import UTC, datetime
 from ipaddress import ip_address, ip_network
 from typing import Any
@@ -31,91 +29,11 @@ from nlproxy.cluster.parse import (
     to_change,
 )
 from nlproxy.errors import InvalidObject
-
-DROP = object()  # a value for with_fields: remove the field
-
-
-def with_fields(obj: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    """A deep copy of ``obj`` with dotted paths set: ``spec__ports__1__port`` style keys are
-    awkward, so paths are given as ``{"spec.ports[1].port": 70000}`` via ``**{...}``."""
-    out = copy.deepcopy(obj)
-    for path, value in fields.items():
-        parts = [int(p) if p.isdigit() else p for p in re.findall(r"[^.\[\]]+", path)]
-        node: Any = out
-        for part in parts[:-1]:
-            if isinstance(part, str) and part not in node:
-                node[part] = {}
-            node = node[part]
-        if value is DROP:
-            del node[parts[-1]]
-        else:
-            node[parts[-1]] = value
-    return out
-
-
-def service(**fields: Any) -> dict[str, Any]:
-    base = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": "web", "namespace": "default", "resourceVersion": "7"},
-        "spec": {
-            "type": "ClusterIP",
-            "clusterIP": "10.96.0.10",
-            "clusterIPs": ["10.96.0.10"],
-            "ipFamilies": ["IPv4"],
-            "ports": [
-                {"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080},
-                {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": "dns"},
-            ],
-        },
-    }
-    return with_fields(base, **fields)
-
-
-def endpoint_slice(**fields: Any) -> dict[str, Any]:
-    base = {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": "web-abcde",
-            "namespace": "default",
-            "labels": {"kubernetes.io/service-name": "web"},
-        },
-        "addressType": "IPv4",
-        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
-        "endpoints": [
-            {"addresses": ["10.0.1.5"], "conditions": {"ready": True}, "nodeName": "n1"},
-        ],
-    }
-    return with_fields(base, **fields)
-
-
-def node(**fields: Any) -> dict[str, Any]:
-    base = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": "n1", "labels": {"topology.kubernetes.io/zone": "zone-a"}},
-        "spec": {"podCIDRs": ["10.244.1.0/24", "fd00:10:244:1::/64"]},
-        "status": {
-            "addresses": [
-                {"type": "Hostname", "address": "n1"},
-                {"type": "ExternalIP", "address": "203.0.113.7"},
-                {"type": "InternalIP", "address": "192.168.1.10"},
-                {"type": "InternalIP", "address": "fd00::10"},
-            ]
-        },
-    }
-    return with_fields(base, **fields)
-
-
-def service_cidr(**fields: Any) -> dict[str, Any]:
-    base = {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "ServiceCIDR",
-        "metadata": {"name": "kubernetes"},
-        "spec": {"cidrs": ["10.96.0.0/16", "fd00:96::/108"]},
-    }
-    return with_fields(base, **fields)
+from tests.objects import DROP
+from tests.objects import example_endpoint_slice as endpoint_slice
+from tests.objects import example_node as node
+from tests.objects import example_service as service
+from tests.objects import example_service_cidr as service_cidr
 
 
 def parse_ok_service(obj: dict[str, Any]) -> Any:

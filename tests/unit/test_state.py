@@ -18,7 +18,11 @@ from nlproxy.cluster.model import (
 )
 from nlproxy.cluster.parse import to_change
 from nlproxy.cluster.state import ClusterState
-from tests.unit.test_parse import DROP, endpoint_slice, node, service, service_cidr
+from tests.objects import DROP
+from tests.objects import example_endpoint_slice as endpoint_slice
+from tests.objects import example_node as node
+from tests.objects import example_service as service
+from tests.objects import example_service_cidr as service_cidr
 
 WEB = ServiceKey(namespace="default", name="web")
 DB = ServiceKey(namespace="default", name="db")
