@@ -24,7 +24,7 @@ from nlproxy.cluster.kube import kinds
 from nlproxy.cluster.kube_http import Http, list_kind
 from nlproxy.cluster.model import Upsert
 from tests.kube.apiserver import ApiServer
-from tests.kube.objects import endpoint_slice, service
+from tests.objects import endpoint, endpoint_slice, service
 
 PAGE = 500
 
@@ -33,11 +33,13 @@ def populate(server: ApiServer, services: int, endpoints: int) -> None:
     for i in range(services):
         name = f"svc-{i:05}"
         ip = f"10.{96 + i // 65536}.{i // 256 % 256}.{i % 256}"
-        server.store.put("services", service(name, namespace=f"ns-{i % 50}", ip=ip))
+        server.store.put("services", service(name, ip, namespace=f"ns-{i % 50}"))
         ips = tuple(
             f"10.{128 + i // 25000}.{i // 100 % 250}.{(i % 100) * 2 + e}" for e in range(endpoints)
         )
-        slice_ = endpoint_slice(f"{name}-x", service=name, namespace=f"ns-{i % 50}", ips=ips)
+        slice_ = endpoint_slice(
+            name, [endpoint(ip, "node-a") for ip in ips], name=f"{name}-x", namespace=f"ns-{i % 50}"
+        )
         server.store.put("endpointslices", slice_)
 
 

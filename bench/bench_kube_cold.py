@@ -43,7 +43,7 @@ from nlproxy.cluster.kube_http import Http, list_kind  # noqa: E402
 from tests.kube import scale  # noqa: E402
 from tests.kube.apiserver import ApiServer  # noqa: E402
 from tests.kube.conftest import TOKEN, write_kubeconfig  # noqa: E402
-from tests.kube.objects import endpoint_slice, service  # noqa: E402
+from tests.objects import endpoint, endpoint_slice, service  # noqa: E402
 
 PAGE = 500
 
@@ -57,7 +57,7 @@ def minimal(server: ApiServer, services: int, endpoints: int) -> None:
     server.store.put_many(
         "services",
         (
-            service(scale.name(i)[1], namespace=scale.name(i)[0], ip=scale.vip(i))
+            service(scale.name(i)[1], scale.vip(i), namespace=scale.name(i)[0])
             for i in range(services)
         ),
     )
@@ -65,10 +65,10 @@ def minimal(server: ApiServer, services: int, endpoints: int) -> None:
         "endpointslices",
         (
             endpoint_slice(
-                f"{scale.name(i)[1]}-x7k2p",
-                service=scale.name(i)[1],
+                scale.name(i)[1],
+                [endpoint(ip, "node-a") for ip in scale.endpoint_ips(i, endpoints)],
+                name=f"{scale.name(i)[1]}-x7k2p",
                 namespace=scale.name(i)[0],
-                ips=scale.endpoint_ips(i, endpoints),
             )
             for i in range(services)
         ),
