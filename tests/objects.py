@@ -59,6 +59,8 @@ def service(
 ) -> Obj:
     """A v1 Service; ``spec`` adds fields (``type``, ``externalIPs``, ``status`` ...) as in the
     API. Ports default to TCP; give ``protocol`` per port for UDP."""
+    if misplaced := {"ip", "ips", "port", "service"} & spec.keys():
+        raise TypeError(f"service(): {sorted(misplaced)} are not spec fields (cluster_ip, ports?)")
     ips = [cluster_ip] if isinstance(cluster_ip, str) else list(cluster_ip)
     status = spec.pop("status", {})
     body: Obj = {

@@ -39,7 +39,7 @@ def pod_ip(n: int) -> str:
 
 def service_obj(i: int) -> Obj:
     ns, svc = name(i)
-    return dress_service(service(svc, namespace=ns, ip=vip(i)))
+    return dress_service(service(svc, vip(i), namespace=ns))
 
 
 def slice_obj(i: int, ips: tuple[str, ...]) -> Obj:
