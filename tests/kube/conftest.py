@@ -85,7 +85,7 @@ async def start_source(
     send, receive = trio.open_memory_channel[Sequence[Change]](1000)
     options = {"node_name": NODE, "backoff_initial": 0.05, "backoff_max": 0.3, **kwargs}
     source = KubeSource(client, **options)
-    with trio.fail_after(10):
+    with trio.fail_after(60):
         await nursery.start(source.run, send)
     feed = Feed(receive)
     await feed.batch()
