@@ -13,65 +13,17 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import socket
 import sys
-from dataclasses import replace
-from ipaddress import ip_address, ip_network
+from dataclasses import fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from nlproxy.cluster.model import IPAddress, IPNetwork
-from nlproxy.config import (
-    HEALTHZ_PORT,
-    METRICS_PORT,
-    DaemonConfig,
-    bind_address,
-    external_networks,
-    load_kube_proxy_config,
-    parse_duration,
-)
-from nlproxy.conntrack.sysctl import ConntrackConfig
+from nlproxy.config import DaemonConfig, Flags, Settings, build_settings, external_networks
 from nlproxy.errors import ConfigError
-
-if TYPE_CHECKING:
-    from nlproxy.proxy.config import ProxyConfig
 
 NAME = "run"
 HELP = "program the rules for the cluster's Services (--once: reconcile once and exit)"
 
 EXIT_INVALID_OBJECTS = 3
-
-
-def _split(text: str) -> list[str]:
-    return [p.strip() for p in text.split(",") if p.strip()]
-
-
-def _networks(text: str, flag: str) -> tuple[IPNetwork, ...]:
-    out: list[IPNetwork] = []
-    for part in _split(text):
-        try:
-            out.append(ip_network(part))
-        except ValueError as exc:
-            raise ConfigError(flag, f"{part!r} is not a CIDR: {exc}") from exc
-    return tuple(out)
-
-
-def _addresses(text: str, flag: str) -> tuple[IPAddress, ...]:
-    out: list[IPAddress] = []
-    for part in _split(text):
-        try:
-            out.append(ip_address(part))
-        except ValueError as exc:
-            raise ConfigError(flag, f"{part!r} is not an IP address") from exc
-    return tuple(out)
-
-
-def _nodeport_addresses(text: str) -> tuple[str, ...]:
-    parts = tuple(_split(text))
-    for part in parts:
-        if part != "primary":
-            _networks(part, "--nodeport-addresses")
-    return parts or ("primary",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -189,93 +141,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def daemon_config(args: argparse.Namespace) -> DaemonConfig:
-    """Defaults, then ``--config``, then flags."""
-    cfg = load_kube_proxy_config(args.config) if args.config else DaemonConfig()
-    flags = {
-        "node_name": args.node_name,
-        "kubeconfig": args.kubeconfig,
-        "cluster_cidr": args.cluster_cidr,
-        "nodeport_addresses": args.nodeport_addresses,
-        "masquerade_bit": args.masquerade_bit,
-        "load_balancing": args.load_balancing,
-    }
-    cfg = replace(cfg, **{k: v for k, v in flags.items() if v is not None})
-    if args.kubeconfig is not None:
-        cfg = replace(cfg, kubeconfig_from_file=False)
-    for flag, attr, port in (
-        ("--healthz-bind-address", "healthz_bind_address", HEALTHZ_PORT),
-        ("--metrics-bind-address", "metrics_bind_address", METRICS_PORT),
-    ):
-        value = getattr(args, attr)
-        if value is not None:
-            changes: dict[str, Any] = {attr: bind_address(value, port, flag)}
-            cfg = replace(cfg, **changes)
-    cfg = replace(cfg, conntrack=_conntrack_flags(args, cfg))
-    if args.external_ip_cidrs:
-        nets = _networks(args.external_ip_cidrs, "--external-ip-cidrs")
-        cfg = replace(cfg, external_ip_cidrs=tuple(str(n) for n in nets))
-    if args.proxy_mode not in (None, "", "nftables"):
-        raise ConfigError(
-            "--proxy-mode", f"{args.proxy_mode!r}: nlproxy programs nftables (use 'nftables')"
-        )
-    if args.bind_address and args.bind_address not in ("0.0.0.0", "::"):
-        cfg = replace(cfg, node_ip=str(_addresses(args.bind_address, "--bind-address")[0]))
-    if args.min_sync_period:
-        cfg = replace(
-            cfg, min_sync_period=parse_duration(args.min_sync_period, "--min-sync-period")
-        )
-    if args.sync_period:
-        cfg = replace(cfg, sync_period=parse_duration(args.sync_period, "--sync-period"))
-    if not cfg.node_name:
-        cfg = replace(cfg, node_name=os.environ.get("NLPROXY_NODE_NAME") or socket.gethostname())
-    if not 0 <= cfg.masquerade_bit <= 31:
-        raise ConfigError("--masquerade-bit", f"{cfg.masquerade_bit} is not in 0..31")
-    return cfg
-
-
-def _conntrack_flags(args: argparse.Namespace, cfg: DaemonConfig) -> ConntrackConfig:
-    ct = cfg.conntrack
-    changes: dict[str, Any] = {}
-    for flag, attr in (("max_per_core", "max_per_core"), ("min", "min")):
-        value = getattr(args, f"conntrack_{flag}")
-        if value is not None:
-            if value < 0:
-                raise ConfigError(f"--conntrack-{flag.replace('_', '-')}", f"{value} is below 0")
-            changes[attr] = value
-    for flag, attr in (
-        ("tcp_timeout_established", "tcp_established_timeout"),
-        ("tcp_timeout_close_wait", "tcp_close_wait_timeout"),
-        ("udp_timeout", "udp_timeout"),
-        ("udp_timeout_stream", "udp_stream_timeout"),
-    ):
-        value = getattr(args, f"conntrack_{flag}")
-        if value is not None:
-            name = f"--conntrack-{flag.replace('_', '-')}"
-            changes[attr] = int(parse_duration(value, name))
-    if args.conntrack_tcp_be_liberal:
-        changes["tcp_be_liberal"] = True
-    return replace(ct, **changes)
-
-
-def proxy_config(args: argparse.Namespace, cfg: DaemonConfig) -> ProxyConfig:
-    from nlproxy.cluster.model import LoadBalancing
-    from nlproxy.proxy.config import ProxyConfig
-
-    seed = args.consistent_hash_seed
-    if seed is not None and not 0 <= seed <= 0xFFFFFFFF:
-        raise ConfigError("--consistent-hash-seed", f"{seed} is not in 0..4294967295")
-    return ProxyConfig(
-        node_name=cfg.node_name,
-        cluster_cidrs=_networks(cfg.cluster_cidr, "--cluster-cidr"),
-        service_cidrs=_networks(args.service_cidr, "--service-cidr"),
-        nodeport_addresses=_nodeport_addresses(cfg.nodeport_addresses),
-        masquerade_bit=cfg.masquerade_bit,
-        node_ips=_addresses(args.node_ip or cfg.node_ip, "--node-ip"),
-        service_counters=args.service_counters,
-        load_balancing=LoadBalancing(cfg.load_balancing),
-        hash_seed=seed,
-    )
+def settings(args: argparse.Namespace) -> Settings:
+    """The parsed command line as :class:`Flags`, merged over the file and the defaults."""
+    names = {f.name for f in fields(Flags)}
+    return build_settings(Flags(**{k: v for k, v in vars(args).items() if k in names}))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -283,22 +152,21 @@ def run(args: argparse.Namespace) -> int:
         from nlproxy.commands import cleanup
 
         return cleanup.run(args)
-    cfg = daemon_config(args)
-    pcfg = proxy_config(args, cfg)
-    for warning in cfg.warnings:
+    s = settings(args)
+    for warning in s.daemon.warnings:
         print(f"nlproxy: warning: {warning}", file=sys.stderr)
-    if args.once and args.manifests is None:
+    if s.once and s.manifests is None:
         raise ConfigError("run --once", "needs --manifests DIR")
-    cfg = check_start(args, cfg)
+    s = check_start(s)
     from nlproxy.daemon.nslock import NamespaceLock
 
-    lock = None if args.once and args.force else NamespaceLock(args.netns)
+    lock = None if s.once and s.force else NamespaceLock(s.netns)
     try:
-        if not args.once:
+        if not s.once:
             from nlproxy.daemon.run import run_daemon
 
-            return run_daemon(args, cfg, pcfg, prepare=lambda: _set_conntrack(cfg, args.netns))
-        return run_once(args, cfg, pcfg)
+            return run_daemon(s, prepare=lambda: _set_conntrack(s.daemon, s.netns))
+        return run_once(s)
     finally:
         if lock is not None:
             lock.release()
@@ -318,21 +186,22 @@ def _set_conntrack(cfg: DaemonConfig, netns_name: str | None) -> None:
         log.warning("conntrack.sysctls_refused", error=outcome.advice(), reasons=reasons)
 
 
-def check_start(args: argparse.Namespace, cfg: DaemonConfig) -> DaemonConfig:
+def check_start(s: Settings) -> Settings:
     """What can be checked before the first sync, so a mistake is one line and exit 2, not a
     crash inside the daemon: the source, and (for the daemon) the ports it will serve on.
 
     Returns:
-        ``cfg``, with a kubeconfig path from the KubeProxyConfiguration dropped when the file is
+        ``s``, with a kubeconfig path from the KubeProxyConfiguration dropped when the file is
         absent (kubeadm's ConfigMap names a path the DaemonSet may not mount): the in-cluster
         configuration is used then, with a warning.
 
     Raises:
         ConfigError: names the flag or field.
     """
-    if args.manifests is not None:
-        if not args.manifests.is_dir():
-            raise ConfigError("--manifests", f"{args.manifests} is not a directory")
+    cfg = s.daemon
+    if s.manifests is not None:
+        if not s.manifests.is_dir():
+            raise ConfigError("--manifests", f"{s.manifests} is not a directory")
     elif cfg.kubeconfig:
         where = "clientConnection.kubeconfig" if cfg.kubeconfig_from_file else "--kubeconfig"
         path = Path(cfg.kubeconfig)
@@ -349,18 +218,18 @@ def check_start(args: argparse.Namespace, cfg: DaemonConfig) -> DaemonConfig:
                     pass
             except OSError as exc:
                 raise ConfigError(where, f"{path}: {exc.strerror}") from exc
-    if args.manifests is None and not cfg.kubeconfig and not _in_cluster():
+    if s.manifests is None and not cfg.kubeconfig and not _in_cluster():
         raise ConfigError(
             "--kubeconfig", "none given, and not running in a pod (no KUBERNETES_SERVICE_HOST)"
         )
-    if not args.once:
+    if not s.once:
         for flag, addr in (
             ("--healthz-bind-address", cfg.healthz_bind_address),
             ("--metrics-bind-address", cfg.metrics_bind_address),
         ):
             if addr is not None:
-                _check_bindable(flag, addr, args.netns)
-    return cfg
+                _check_bindable(flag, addr, s.netns)
+    return replace(s, daemon=cfg)
 
 
 def _in_cluster() -> bool:
@@ -378,29 +247,30 @@ def _check_bindable(flag: str, addr: str, netns_name: str | None) -> None:
         raise ConfigError(flag, f"{addr}: {exc.strerror}") from exc
 
 
-def run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) -> int:
+def run_once(s: Settings) -> int:
     """Reconcile once from ``--manifests`` and return the exit status."""
     # Collecting cycles among the plan's objects only costs time in a one-shot sync (about
     # 0.5 s of 4 s at 10k services x 10 endpoints); collection resumes when it is done.
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _run_once(args, cfg, pcfg)
+        return _run_once(s)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) -> int:
+def _run_once(s: Settings) -> int:
     from nlproxy.cluster.manifests import load_manifests
     from nlproxy.cluster.state import ClusterState
     from nlproxy.log import get_logger
     from nlproxy.sync.syncer import Syncer
 
     log = get_logger("run")
-    if not args.manifests.is_dir():
-        raise ConfigError("--manifests", f"{args.manifests} is not a directory")
-    loaded = load_manifests(args.manifests)
+    cfg, pcfg = s.daemon, s.proxy
+    if s.manifests is None or not s.manifests.is_dir():
+        raise ConfigError("--manifests", f"{s.manifests} is not a directory")
+    loaded = load_manifests(s.manifests)
     for warning in loaded.warnings:
         print(f"nlproxy: warning: {warning}", file=sys.stderr)
     state = ClusterState(cfg.node_name, external_ip_cidrs=external_networks(cfg))
@@ -408,7 +278,7 @@ def _run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) ->
     if pcfg.nodeport_cidrs(4) or pcfg.nodeport_cidrs(6):
         from nlproxy.inspect.rtnl import interface_addresses
 
-        state.set_local_addresses(interface_addresses(args.netns))
+        state.set_local_addresses(interface_addresses(s.netns))
     from nlproxy.proxy.planner import nodeport_gaps
 
     for gap in nodeport_gaps(state.snapshot(), pcfg).values():
@@ -419,9 +289,7 @@ def _run_once(args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) ->
         *state.orphans().values(),
         *state.refused,
     ]
-    syncer = Syncer(
-        pcfg, netns=args.netns, owner=args.owned_table, flush_tcp=args.conntrack_flush_tcp
-    )
+    syncer = Syncer(pcfg, netns=s.netns, owner=s.owned_table, flush_tcp=s.conntrack_flush_tcp)
     try:
         result = syncer.sync(state.snapshot())
     finally:

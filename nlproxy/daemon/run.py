@@ -8,7 +8,6 @@ while the service restarts; ``nlproxy cleanup`` removes them.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import functools
@@ -23,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from nlproxy import __version__
 from nlproxy.cluster.model import Change, ClusterSnapshot, IPAddress, ServiceKey, ServicePortRef
 from nlproxy.cluster.state import ClusterState
-from nlproxy.config import DaemonConfig, external_networks
+from nlproxy.config import Settings, external_networks
 from nlproxy.daemon import systemd
 from nlproxy.daemon.memory import tune_allocator
 from nlproxy.errors import NlproxyError
@@ -33,7 +32,6 @@ from nlproxy.inspect.rtnl import interface_addresses
 from nlproxy.inspect.watch import ADDRESS_GROUPS, RouteWatcher
 from nlproxy.log import get_logger
 from nlproxy.nft.monitor import NftMonitor
-from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.planner import PortPlan
 from nlproxy.serve.health import HealthState, configz, healthz
 from nlproxy.serve.healthcheck import HealthCheckServers, health_checks
@@ -46,12 +44,7 @@ if TYPE_CHECKING:  # the kube source (and the kubernetes package) is imported on
     from nlproxy.cluster.kube_link import Unavailable
 
 
-def run_daemon(
-    args: argparse.Namespace,
-    cfg: DaemonConfig,
-    pcfg: ProxyConfig,
-    prepare: Callable[[], None] | None = None,
-) -> int:
+def run_daemon(settings: Settings, prepare: Callable[[], None] | None = None) -> int:
     """Run until SIGTERM/SIGINT; returns the exit status.
 
     ``prepare`` runs after the start-up line (node set-up such as kube-proxy's conntrack
@@ -61,7 +54,7 @@ def run_daemon(
     # exists, since a thread that already has an arena keeps it.
     tune_allocator()
     _raise_descriptor_limit()
-    daemon = Daemon(args, cfg, pcfg)
+    daemon = Daemon(settings)
     daemon.log_start()
     if prepare is not None:
         prepare()
@@ -83,21 +76,26 @@ FOREIGN_CHECK_SECONDS = 30.0
 
 
 class Daemon:
-    def __init__(self, args: argparse.Namespace, cfg: DaemonConfig, pcfg: ProxyConfig) -> None:
-        self.args = args
-        self.cfg = cfg
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.netns = settings.netns
+        self.cfg = cfg = settings.daemon
+        pcfg = settings.proxy
         self.registry = CollectorRegistry()
         self.metrics = Metrics(self.registry)
         self.counters = (
-            ServiceCounters(self.registry, netns=args.netns) if pcfg.service_counters else None
+            ServiceCounters(self.registry, netns=self.netns) if pcfg.service_counters else None
         )
         self._ports: Mapping[ServicePortRef, PortPlan] = {}
         self.health = HealthState(grace_seconds=2 * cfg.sync_period, node_name=cfg.node_name)
         self.syncer = Syncer(
-            pcfg, netns=args.netns, owner=args.owned_table, flush_tcp=args.conntrack_flush_tcp
+            pcfg,
+            netns=self.netns,
+            owner=settings.owned_table,
+            flush_tcp=settings.conntrack_flush_tcp,
         )
         self.reachability = ReachabilityMonitor(
-            self.registry, netns=args.netns, on_change=self._unreachable_changed
+            self.registry, netns=self.netns, on_change=self._unreachable_changed
         )
         self.monitor: NftMonitor | None = None
         self.loop = SyncLoop(
@@ -108,7 +106,7 @@ class Daemon:
             min_interval=cfg.min_sync_period,
             sync_period=cfg.sync_period,
             on_synced=self._synced,
-            snapshot_filter=self._filter if args.exclude_unreachable_endpoints else None,
+            snapshot_filter=self._filter if settings.exclude_unreachable_endpoints else None,
             release_memory=True,
             quiet=self._quiet,
         )
@@ -124,7 +122,7 @@ class Daemon:
         return without_unreachable(snapshot, self.reachability.unreachable)
 
     def _unreachable_changed(self, bad: frozenset[IPAddress]) -> None:
-        if self.args.exclude_unreachable_endpoints:
+        if self.settings.exclude_unreachable_endpoints:
             self.log.info("endpoints.excluded", unreachable=sorted(map(str, bad)))
             self.loop.request_sync()
 
@@ -148,10 +146,10 @@ class Daemon:
         self.reachability.plan_changed(result.plan.ports, changed)
 
     def _source(self) -> object:
-        if self.args.manifests is not None:
+        if self.settings.manifests is not None:
             from nlproxy.cluster.watchdir import ManifestSource
 
-            source = ManifestSource(self.args.manifests)
+            source = ManifestSource(self.settings.manifests)
             self.loop.source_errors = lambda: source.errors
             return source
         from nlproxy.cluster.kube import KubeSource, api_client_from_config
@@ -248,12 +246,12 @@ class Daemon:
             await trio.sleep(interval)
 
     def _foreign_once(self) -> list[ForeignTable]:
-        found = detect(self.args.netns)
-        if found and self.args.replace_kube_proxy:
-            remove(found, self.args.netns)
+        found = detect(self.netns)
+        if found and self.settings.replace_kube_proxy:
+            remove(found, self.netns)
             for ft in found:
                 self.log.info("foreign_proxy.removed", table=str(ft), what=ft.describe)
-            found = detect(self.args.netns)
+            found = detect(self.netns)
         return found
 
     async def _watch_addresses(
@@ -264,11 +262,11 @@ class Daemon:
 
         Cancellation: safe at any point.
         """
-        with RouteWatcher(self.args.netns, groups=ADDRESS_GROUPS) as watch:
+        with RouteWatcher(self.netns, groups=ADDRESS_GROUPS) as watch:
             started = False
             while True:
                 try:
-                    addrs = await trio.to_thread.run_sync(interface_addresses, self.args.netns)
+                    addrs = await trio.to_thread.run_sync(interface_addresses, self.netns)
                 except (NlproxyError, OSError) as exc:  # kept as they were; tried at the next event
                     self.log.warning("addresses.failed", error=str(exc))
                 else:
@@ -296,8 +294,8 @@ class Daemon:
         pcfg = self.syncer.config
         cfg = dataclasses.asdict(self.cfg)
         cfg.pop("warnings", None)
-        if self.args.manifests is not None:
-            source = f"manifests {self.args.manifests}"
+        if self.settings.manifests is not None:
+            source = f"manifests {self.settings.manifests}"
         else:
             source = f"kubeconfig {self.cfg.kubeconfig}" if self.cfg.kubeconfig else "in-cluster"
         self.log.info(
@@ -309,7 +307,7 @@ class Daemon:
             service_cidrs=[str(c) for c in pcfg.service_cidrs],
             nodeport_addresses=list(pcfg.nodeport_addresses),
             source=source,
-            netns=self.args.netns,
+            netns=self.netns,
             config=cfg,
         )
 
@@ -326,20 +324,20 @@ class Daemon:
                 ):
                     if addr is not None:  # None: turned off (an empty address)
                         await nursery.start(
-                            functools.partial(serve, netns_name=self.args.netns), addr, handler
+                            functools.partial(serve, netns_name=self.netns), addr, handler
                         )
                 # Subscribed before the first read-back and commit: a change another process
                 # makes to the tables at any time after start-up is seen (the quiet verify
                 # trusts that nothing unseen happened since the monitor's first generation).
                 # Own notifications of the first sync are parsed and dropped; if they overflow
                 # the socket, the loss is read back once.
-                self.monitor = NftMonitor(TABLE_NAME, netns_name=self.args.netns)
+                self.monitor = NftMonitor(TABLE_NAME, netns_name=self.netns)
                 await nursery.start(self.monitor.run, self.loop.request_verify)
                 source = self._source()
                 await nursery.start(source.run, send)  # type: ignore[attr-defined]
                 if self.syncer.config.nodeport_cidrs(4) or self.syncer.config.nodeport_cidrs(6):
                     await nursery.start(self._watch_addresses)
-                self.healthchecks = HealthCheckServers(nursery, netns_name=self.args.netns)
+                self.healthchecks = HealthCheckServers(nursery, netns_name=self.netns)
                 await nursery.start(self.reachability.run)
                 await nursery.start(self.loop.run, recv)
                 nursery.start_soon(self._watch_foreign)

@@ -106,19 +106,19 @@ def test_the_daemonset_reads_the_shipped_configmap_and_can_mount_kubeadms() -> N
 def test_kubeadms_kubeconfig_path_falls_back_to_in_cluster_when_absent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import argparse
-
     from nlproxy.commands.run import check_start
+    from nlproxy.config import Settings
+    from nlproxy.proxy.config import ProxyConfig
 
     path = tmp_path / "c.yaml"
     path.write_text(KUBEADM_CONFIGMAP)  # names /var/lib/kube-proxy/kubeconfig.conf
     cfg = load_kube_proxy_config(path)
-    args = argparse.Namespace(manifests=None, once=True)
+    s = Settings(daemon=cfg, proxy=ProxyConfig(node_name="n1"), once=True)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
-    assert check_start(args, cfg).kubeconfig is None
+    assert check_start(s).daemon.kubeconfig is None
     assert "clientConnection.kubeconfig /var/lib/kube-proxy/kubeconfig.conf does not exist" in (
         capsys.readouterr().err
     )
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
     with pytest.raises(ConfigError, match="not running in a pod"):
-        check_start(args, cfg)
+        check_start(s)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nlproxy.cli import build_parser
-from nlproxy.commands.run import daemon_config
+from nlproxy.commands.run import settings
 from nlproxy.config import load_kube_proxy_config
 from nlproxy.conntrack.sysctl import ConntrackConfig
 from tests.unit.test_config import KUBEADM_CONFIGMAP
@@ -43,7 +43,7 @@ def test_the_full_example_and_kube_proxys_flags() -> None:
         ["run", "--manifests", "/x", "--conntrack-tcp-be-liberal",
          "--conntrack-udp-timeout", "30s", "--conntrack-min", "0", "--conntrack-max-per-core", "0"]
     )  # fmt: skip
-    wanted = daemon_config(args).conntrack.wanted(cpus=2)
+    wanted = settings(args).daemon.conntrack.wanted(cpus=2)
     assert wanted["nf_conntrack_tcp_be_liberal"] == 1
     assert wanted["nf_conntrack_udp_timeout"] == 30
     assert "nf_conntrack_max" not in wanted

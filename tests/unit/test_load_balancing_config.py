@@ -95,10 +95,10 @@ def test_ipvs_scheduler_sets_the_default(
 
 def _proxy_config(argv: list[str]) -> Any:
     from nlproxy.cli import build_parser
-    from nlproxy.commands.run import daemon_config, proxy_config
+    from nlproxy.commands.run import settings
 
     args = build_parser().parse_args(["run", "--node-name", "n1", *argv])
-    return proxy_config(args, daemon_config(args))
+    return settings(args).proxy
 
 
 def test_flag_overrides_the_file(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from nlproxy.commands import run
-from nlproxy.config import DaemonConfig
 from nlproxy.errors import InvalidNftObject
 from nlproxy.nft.ir import (
     Cmp,
@@ -190,6 +189,6 @@ def test_validate_rejects_the_other_familys_original_address() -> None:
 def test_run_flag_turns_counting_on() -> None:
     parser = run.argparse.ArgumentParser()
     run.add_arguments(parser)
-    cfg = DaemonConfig(node_name=NODE)
-    assert run.proxy_config(parser.parse_args(["--service-counters"]), cfg).service_counters
-    assert not run.proxy_config(parser.parse_args([]), cfg).service_counters
+    on = parser.parse_args(["--node-name", NODE, "--service-counters"])
+    assert run.settings(on).proxy.service_counters
+    assert not run.settings(parser.parse_args(["--node-name", NODE])).proxy.service_counters
