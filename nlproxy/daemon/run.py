@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from nlproxy import __version__
 from nlproxy.cluster.model import Change, ClusterSnapshot, IPAddress, ServiceKey, ServicePortRef
+from nlproxy.cluster.source import Source
 from nlproxy.cluster.state import ClusterState
 from nlproxy.config import Settings, external_networks
 from nlproxy.daemon import systemd
@@ -145,7 +146,7 @@ class Daemon:
             self.healthchecks.update(health_checks(result.plan.ports))
         self.reachability.plan_changed(result.plan.ports, changed)
 
-    def _source(self) -> object:
+    def _source(self) -> Source:
         if self.settings.manifests is not None:
             from nlproxy.cluster.watchdir import ManifestSource
 
@@ -334,7 +335,7 @@ class Daemon:
                 self.monitor = NftMonitor(TABLE_NAME, netns_name=self.netns)
                 await nursery.start(self.monitor.run, self.loop.request_verify)
                 source = self._source()
-                await nursery.start(source.run, send)  # type: ignore[attr-defined]
+                await nursery.start(source.run, send)
                 if self.syncer.config.nodeport_cidrs(4) or self.syncer.config.nodeport_cidrs(6):
                     await nursery.start(self._watch_addresses)
                 self.healthchecks = HealthCheckServers(nursery, netns_name=self.netns)
