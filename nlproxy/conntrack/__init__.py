@@ -4,4 +4,6 @@
 - ``messages``: nlproxy's own ctnetlink codec (dump, filter, delete).
 - ``kernel``: the ctnetlink socket: list and delete flows.
 - ``sysctl``: kube-proxy's conntrack sysctls, set at daemon start.
+- ``query``: ``nlproxy conntrack list|flush``: select flows (filters, a Service, stale ones),
+  print or delete them.
 """
