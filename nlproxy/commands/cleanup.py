@@ -28,20 +28,21 @@ def run(args: argparse.Namespace) -> int:
     from nlproxy.nft.backend import NftBackend
     from nlproxy.nft.ir import Operation, Table, Verb
     from nlproxy.nft.readback import read_ruleset
-    from nlproxy.sync.syncer import FAMILIES, TABLE_NAME
+    from nlproxy.proxy.naming import TABLE
+    from nlproxy.sync.syncer import FAMILIES
 
     removed = []
     for family in FAMILIES:
-        current = read_ruleset(family, TABLE_NAME, netns=args.netns)
+        current = read_ruleset(family, TABLE, netns=args.netns)
         if current is None:
             continue
-        table = Table(family=family, name=TABLE_NAME)
+        table = Table(family=family, name=TABLE)
         backend = NftBackend(table, netns=args.netns)
         try:
             backend.apply([Operation(Verb.DELETE, table)])
         finally:
             backend.close()
-        removed.append(f"{family} {TABLE_NAME}")
+        removed.append(f"{family} {TABLE}")
     print(f"removed: {', '.join(removed)}" if removed else "nothing to remove")
     return 0
 

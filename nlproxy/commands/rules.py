@@ -31,10 +31,11 @@ def run(args: argparse.Namespace) -> int:
     from nlproxy.nft.ir import Family
     from nlproxy.nft.readback import read_ruleset
     from nlproxy.nft.render import render_ruleset, ruleset_to_json
-    from nlproxy.sync.syncer import FAMILIES, TABLE_NAME
+    from nlproxy.proxy.naming import TABLE
+    from nlproxy.sync.syncer import FAMILIES
 
     families = [Family(args.family)] if args.family else list(FAMILIES)
-    found = [rs for f in families if (rs := read_ruleset(f, TABLE_NAME, netns=args.netns))]
+    found = [rs for f in families if (rs := read_ruleset(f, TABLE, netns=args.netns))]
     if args.json:
         print(json.dumps([ruleset_to_json(rs) for rs in found], indent=2, sort_keys=True))
     elif not found:

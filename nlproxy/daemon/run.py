@@ -33,13 +33,14 @@ from nlproxy.inspect.rtnl import interface_addresses
 from nlproxy.inspect.watch import ADDRESS_GROUPS, RouteWatcher
 from nlproxy.log import get_logger
 from nlproxy.nft.monitor import NftMonitor
+from nlproxy.proxy.naming import TABLE
 from nlproxy.proxy.planner import PortPlan
 from nlproxy.serve.health import HealthState, configz, healthz
 from nlproxy.serve.healthcheck import HealthCheckServers, health_checks
 from nlproxy.serve.http import Response, serve
 from nlproxy.serve.metrics import Metrics, ServiceCounters
 from nlproxy.sync.loop import SyncLoop
-from nlproxy.sync.syncer import TABLE_NAME, Syncer, SyncResult
+from nlproxy.sync.syncer import Syncer, SyncResult
 
 if TYPE_CHECKING:  # the kube source (and the kubernetes package) is imported only when used
     from nlproxy.cluster.kube_link import Unavailable
@@ -332,7 +333,7 @@ class Daemon:
                 # trusts that nothing unseen happened since the monitor's first generation).
                 # Own notifications of the first sync are parsed and dropped; if they overflow
                 # the socket, the loss is read back once.
-                self.monitor = NftMonitor(TABLE_NAME, netns_name=self.netns)
+                self.monitor = NftMonitor(TABLE, netns_name=self.netns)
                 await nursery.start(self.monitor.run, self.loop.request_verify)
                 source = self._source()
                 await nursery.start(source.run, send)
