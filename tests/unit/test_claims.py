@@ -164,3 +164,25 @@ def test_incremental_equals_a_fresh_state(seed: int) -> None:
         fresh.apply([up(s) for s in current.values()])
         assert dict(state.snapshot().services) == dict(fresh.snapshot().services)
         assert state.refused == fresh.refused
+
+
+def test_many_services_on_one_cluster_ip_the_oldest_holds_it_and_the_next_one_follows() -> None:
+    """A crowd on one address (a copied manifest, or a user's loop): each change still picks the
+    oldest holder, also after the holder goes and after an age changes."""
+    ages = [f"2024-01-{d:02}T00:00:00Z" for d in range(1, 29)]
+    crowd = [service("ns", f"s{i:03}", "10.96.0.10", created=ages[i % 28]) for i in range(200)]
+    thief = service("ns", "thief", "10.96.0.99", external_ips=["10.96.0.10"], created=ages[0])
+    state = ClusterState("n1")
+    state.apply([up(s) for s in (*crowd, thief)])
+
+    def holder() -> str:
+        (key,) = [k for k in state.snapshot().services if k.name != "thief"]
+        return key.name
+
+    assert holder() == "s000"  # 2024-01-01, and first by name among s000, s028, s056 ...
+    assert any("10.96.0.10 is the ClusterIP of Service ns/s000" in r for r in state.refused)
+    state.apply([gone(crowd[0])])
+    assert holder() == "s028"
+    state.apply([up(service("ns", "s028", "10.96.0.10", created=ages[27]))])  # now the youngest
+    assert holder() == "s056"
+    assert any("10.96.0.10 is the ClusterIP of Service ns/s056" in r for r in state.refused)
