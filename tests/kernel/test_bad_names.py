@@ -11,7 +11,7 @@ import yaml
 
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import VIP_A, answered_by, objects
+from tests.kernel.daemon import VIP_A, answered_by, objects
 
 testbed = topo.testbed
 

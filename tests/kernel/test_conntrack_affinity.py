@@ -13,7 +13,7 @@ from typing import Any
 from nlproxy.demo.echo import Result, UdpSession
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import daemon, publish, wait_until
+from tests.kernel.daemon import daemon, publish, wait_until
 
 testbed = topo.testbed
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import daemon, objects, publish, wait_until
+from tests.kernel.daemon import daemon, objects, publish, wait_until
 from tests.netns import sh
 
 testbed = topo.testbed

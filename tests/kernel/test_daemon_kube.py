@@ -5,26 +5,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from nlproxy.demo.echo import Result, tcp_request
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import Probe, answered_by, daemon, wait_until
+from tests.kernel.daemon import VIP_A, VIP_B, Probe, answered_by, daemon, put_service, wait_until
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import TOKEN, write_kubeconfig
 
 testbed = topo.testbed
-
-VIP_A = "10.96.0.10"
-VIP_B = "10.96.0.11"
-
-
-def put_service(api: ApiServer, tb: Testbed, name: str, vip: str, pods: list[str]) -> None:
-    eps = [topo.endpoint(str(tb.pod(p).ipv4), tb.pod(p).node) for p in pods]
-    svc: dict[str, Any] = topo.service(name, vip)
-    api.store.put("services", svc)
-    api.store.put("endpointslices", topo.endpoint_slice(name, eps))
 
 
 def test_rules_follow_the_api_and_survive_an_outage(testbed: Testbed, tmp_path: Path) -> None:

@@ -16,8 +16,7 @@ from pathlib import Path
 from nlproxy.demo.echo import Result, tcp_request
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import Daemon, answered_by, daemon, wait_until
-from tests.kernel.test_daemon_kube import VIP_A, put_service
+from tests.kernel.daemon import VIP_A, Daemon, answered_by, daemon, put_service, wait_until
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import TOKEN, write_kubeconfig
 from tests.objects import service_cidr

@@ -14,7 +14,7 @@ from typing import Any
 
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import VIP_A, answered_by, daemon, objects, publish, wait_until
+from tests.kernel.daemon import VIP_A, answered_by, daemon, objects, publish, wait_until
 from tests.kernel.test_datapath_rejected import LB_IP, lb
 
 testbed = topo.testbed

@@ -222,7 +222,7 @@ def test_daemon_moves_a_udp_flow_off_a_removed_endpoint(testbed: Testbed, tmp_pa
     """The daemon's incremental sync: a consistent-hash port loses the endpoint a UDP socket is
     on; the flow is deleted (conntrack_deleted in the sync's log line) and the socket's next
     packets reach a pod that is still there."""
-    from tests.kernel.test_daemon import daemon, publish, wait_until
+    from tests.kernel.daemon import daemon, publish, wait_until
 
     a = testbed.pod("pod-a")
     ch = {LB: "consistent-hash"}

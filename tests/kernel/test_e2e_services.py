@@ -17,7 +17,7 @@ import pytest
 from nlproxy.demo.echo import Result
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import daemon, free_port, publish, wait_until
+from tests.kernel.daemon import daemon, free_port, publish, wait_until
 from tests.kernel.topo import PORTS, SLICE_PORTS, answers, apply, ask, results
 
 testbed = topo.testbed
@@ -350,14 +350,14 @@ def test_health_check_fails_with_only_terminating_endpoints(
 
     d = publish(tmp_path / "m", cluster())
     with daemon(testbed, d) as proc:
-        wait_until(lambda: _hc(proc, hc) == 200, 3.0, "200 with a ready local endpoint")
+        wait_until(lambda: hc_get(proc, hc) == 200, 3.0, "200 with a ready local endpoint")
         publish(d, cluster(**TERMINATING))
-        wait_until(lambda: _hc(proc, hc) == 503, 3.0, "503 with only a terminating one")
+        wait_until(lambda: hc_get(proc, hc) == 503, 3.0, "503 with only a terminating one")
         node, client = str(testbed.node.ipv4), testbed.client.netns
         assert set(answers(ask("tcp", client, node, NODE_PORT, n=3))) == {"pod-b"}
 
 
-def _hc(proc: Any, port: int) -> int:
+def hc_get(proc: Any, port: int) -> int:
     try:
         return int(proc.get(port, "/")[0])
     except OSError:

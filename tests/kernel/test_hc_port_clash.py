@@ -12,12 +12,12 @@ from pathlib import Path
 
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import (
+from tests.kernel.daemon import (
     VIP_A,
     Daemon,
-    _hc,
     answered_by,
     free_port,
+    hc_get,
     lb_local,
     objects,
     publish,
@@ -52,7 +52,7 @@ def test_health_check_port_equal_to_healthz_port_is_named_and_the_daemon_serves_
         # The Service moves to a free port: its health check answers there.
         hc = free_port()
         publish(d, [*objects(testbed, ["pod-b"]), *lb_local(testbed, hc, ["pod-a"])])
-        wait_until(lambda: _hc(proc, hc)[0] == 200, 5, "the health check on its new port")
+        wait_until(lambda: hc_get(proc, hc)[0] == 200, 5, "the health check on its new port")
         assert proc.proc.poll() is None
     finally:
         proc.kill()

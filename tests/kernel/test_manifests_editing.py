@@ -14,7 +14,7 @@ import yaml
 
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import VIP_A, answered_by, daemon, objects, wait_until
+from tests.kernel.daemon import VIP_A, answered_by, daemon, objects, wait_until
 
 testbed = topo.testbed
 

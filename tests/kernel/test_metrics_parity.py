@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import Daemon, daemon, objects, publish
+from tests.kernel.daemon import Daemon, daemon, objects, publish
 
 testbed = topo.testbed
 

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from nlproxy.demo.echo import Result, udp_request
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import Daemon, daemon, publish, wait_until
+from tests.kernel.daemon import Daemon, daemon, publish, wait_until
 
 testbed = topo.testbed
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from nlproxy.demo.echo import Result, UdpSession, tcp_request
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import VIP_A, Daemon, daemon, publish, wait_until
+from tests.kernel.daemon import VIP_A, Daemon, daemon, publish, wait_until
 
 testbed = topo.testbed
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import daemon, objects, publish, wait_until
+from tests.kernel.daemon import daemon, objects, publish, wait_until
 
 testbed = topo.testbed
 

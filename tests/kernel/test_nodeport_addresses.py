@@ -17,7 +17,7 @@ from nlproxy.cli import main
 from nlproxy.demo.echo import Result
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import daemon, publish, wait_until
+from tests.kernel.daemon import daemon, publish, wait_until
 from tests.netns import sh
 
 testbed = topo.testbed

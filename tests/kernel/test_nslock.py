@@ -17,7 +17,7 @@ from nlproxy.daemon.nslock import NamespaceLock
 from nlproxy.demo.testbed import Testbed
 from nlproxy.errors import ConfigError
 from tests.kernel import topo
-from tests.kernel.test_daemon import VIP_A, answered_by, daemon, objects, publish
+from tests.kernel.daemon import VIP_A, answered_by, daemon, objects, publish
 
 testbed = topo.testbed
 

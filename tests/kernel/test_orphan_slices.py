@@ -16,7 +16,7 @@ import pytest
 from nlproxy.commands.run import EXIT_INVALID_OBJECTS
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import VIP_A, answered_by, daemon, objects, publish, wait_until
+from tests.kernel.daemon import VIP_A, answered_by, daemon, objects, publish, wait_until
 
 testbed = topo.testbed
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import VIP_A, answered_by, daemon, objects, publish
+from tests.kernel.daemon import VIP_A, answered_by, daemon, objects, publish
 
 testbed = topo.testbed
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import VIP_A, answered_by, daemon, publish, wait_until
+from tests.kernel.daemon import VIP_A, answered_by, daemon, publish, wait_until
 
 testbed = topo.testbed
 TRIGGER = "endpoints.kubernetes.io/last-change-trigger-time"

@@ -111,7 +111,7 @@ def test_a_bad_range_is_a_usage_error(
 def test_the_daemon_names_each_refusal_once_and_gives_it_back(
     testbed: Testbed, tmp_path: Path
 ) -> None:
-    from tests.kernel.test_daemon import daemon, publish, wait_until
+    from tests.kernel.daemon import daemon, publish, wait_until
 
     dns = svc(testbed, "dns", DNS, "pod-a", OLD)
     thief = svc(testbed, "thief", "10.96.0.20", "pod-b", NEW, externalIPs=[DNS])

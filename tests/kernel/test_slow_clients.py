@@ -13,7 +13,7 @@ from nlproxy.demo.testbed import Testbed
 from nlproxy.netlink import netns
 from nlproxy.serve.http import MAX_CONNECTIONS
 from tests.kernel import topo
-from tests.kernel.test_daemon import (
+from tests.kernel.daemon import (
     VIP_A,
     answered_by,
     daemon,

@@ -18,10 +18,9 @@ import yaml
 
 from nlproxy.demo.testbed import Testbed
 from nlproxy.netlink import netns
+from tests.configs import EXAMPLE, KUBEADM_CONFIGMAP, shipped_config
 from tests.kernel import topo
-from tests.kernel.test_daemon import VIP_A, answered_by, objects
-from tests.unit.test_config import KUBEADM_CONFIGMAP
-from tests.unit.test_config_files import EXAMPLE, shipped_config
+from tests.kernel.daemon import VIP_A, answered_by, objects
 
 testbed = topo.testbed
 NLPROXY = [sys.executable, "-m", "nlproxy"]
@@ -204,7 +203,7 @@ def test_health_and_metrics_listen_before_the_first_sync(
     """An API server that does not answer keeps the first list from finishing: the daemon is
     listening all the same, not ready on /healthz, alive on /livez, and /metrics answers."""
 
-    from tests.kernel.test_daemon import free_port, http_get
+    from tests.kernel.daemon import free_port, http_get
 
     ns = make_netns("sth")
     kubeconfig = tmp_path / "kubeconfig"

@@ -26,7 +26,7 @@ from nlproxy.cli import main
 from nlproxy.demo.testbed import Testbed
 from nlproxy.log import configure
 from tests.kernel import topo
-from tests.kernel.test_daemon import publish
+from tests.kernel.daemon import publish
 
 testbed = topo.testbed
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_daemon import (
+from tests.kernel.daemon import (
     VIP_A,
     answered_by,
     free_port,

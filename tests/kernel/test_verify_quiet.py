@@ -18,7 +18,7 @@ import trio.testing
 from nlproxy.demo.testbed import Testbed
 from nlproxy.nft.monitor import NftMonitor
 from tests.kernel import topo
-from tests.kernel.test_daemon import VIP_A, answered_by, daemon, nft, objects, publish, wait_until
+from tests.kernel.daemon import VIP_A, answered_by, daemon, nft, objects, publish, wait_until
 
 testbed = topo.testbed
 

@@ -11,8 +11,9 @@ import trio
 import yaml
 
 from nlproxy.cluster.kube import KubeSource, api_client_from_config
-from nlproxy.cluster.model import Change, Replace
+from nlproxy.cluster.model import Change, Replace, Upsert
 from tests.kube.apiserver import ApiServer
+from tests.objects import endpoint, endpoint_slice, node, service, service_cidr
 
 TOKEN = "kube-test-token"
 NODE = "node-a"
@@ -99,3 +100,36 @@ async def eventually(pred: Callable[[], bool], within: float = 10) -> None:
             if pred():
                 return
             await trio.sleep(0.01)
+
+
+# -- helpers the kube tests share -----------------------------------------------------------
+
+
+def by_kind(batch: Sequence[Change]) -> dict[str, Replace]:
+    """The Replace of each kind in an initial batch (which holds nothing else)."""
+    replaces = {c.kind: c for c in batch if isinstance(c, Replace)}
+    assert len(replaces) == len(batch), batch
+    return replaces
+
+
+def names(replace: Replace) -> set[str]:
+    """The object names a Replace lists."""
+    return {c.ref.name for c in replace.changes}
+
+
+def is_upsert_of(name: str, kind: str = "Service") -> Any:
+    """A predicate: the change is an Upsert of that object."""
+    return lambda c: isinstance(c, Upsert) and c.ref.kind == kind and c.ref.name == name
+
+
+def populate(apiserver: ApiServer, services: int = 3) -> None:
+    """``services`` Services with a slice each, this node and another, one ServiceCIDR."""
+    for i in range(services):
+        apiserver.store.put("services", service(f"svc-{i}", cluster_ip=f"10.96.0.{i + 1}"))
+        apiserver.store.put(
+            "endpointslices",
+            endpoint_slice(f"svc-{i}", [endpoint("10.0.0.1", "node-a")], name=f"svc-{i}-abc"),
+        )
+    apiserver.store.put("nodes", node(NODE))
+    apiserver.store.put("nodes", node("node-b", ip="192.0.2.2"))
+    apiserver.store.put("servicecidrs", service_cidr("kubernetes"))

@@ -18,8 +18,16 @@ from nlproxy.cluster.kube import KubeSource, Unavailable
 from nlproxy.cluster.model import Change, Replace
 from nlproxy.serve.health import HealthState, healthz
 from tests.kube.apiserver import ApiServer
-from tests.kube.conftest import NODE, Feed, eventually, start_source
-from tests.kube.test_source import by_kind, is_upsert_of, names, populate
+from tests.kube.conftest import (
+    NODE,
+    Feed,
+    by_kind,
+    eventually,
+    is_upsert_of,
+    names,
+    populate,
+    start_source,
+)
 from tests.objects import service, service_cidr
 
 

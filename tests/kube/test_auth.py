@@ -19,8 +19,7 @@ import yaml
 from nlproxy.cluster.kube import KubeSource, api_client_from_config
 from nlproxy.cluster.model import Change, Replace
 from tests.kube.apiserver import ApiServer
-from tests.kube.conftest import NODE, start_source
-from tests.kube.test_source import is_upsert_of, populate
+from tests.kube.conftest import NODE, is_upsert_of, populate, start_source
 from tests.objects import service
 
 # The plugin: prints an ExecCredential with the token in TOKEN_FILE, expiring at once (so the

@@ -15,8 +15,7 @@ import yaml
 
 from nlproxy.cluster.kube import kinds
 from tests.kube.apiserver import RESOURCES, ApiServer
-from tests.kube.conftest import NODE, start_source
-from tests.kube.test_source import by_kind, names, populate
+from tests.kube.conftest import NODE, by_kind, names, populate, start_source
 
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "rbac.yaml"
 SOURCE_VERBS = {"list", "watch"}

@@ -19,8 +19,7 @@ from structlog.testing import capture_logs
 from nlproxy.cluster.kube_http import Http, Unreachable
 from nlproxy.cluster.model import Replace
 from tests.kube.apiserver import ApiServer
-from tests.kube.conftest import eventually, start_source
-from tests.kube.test_source import is_upsert_of, populate
+from tests.kube.conftest import eventually, is_upsert_of, populate, start_source
 from tests.objects import service
 
 OUTAGE = 12.0

@@ -14,8 +14,7 @@ import trio
 from nlproxy.cluster.model import EndpointSlice, Replace, Upsert
 from tests.kube import scale
 from tests.kube.apiserver import ApiServer
-from tests.kube.conftest import start_source
-from tests.kube.test_source import by_kind
+from tests.kube.conftest import by_kind, start_source
 
 SERVICES = 10_000
 ENDPOINTS = 10

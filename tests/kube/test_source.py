@@ -12,38 +12,20 @@ import trio
 from nlproxy.cluster.kube import NOT_OURS, KubeSource
 from nlproxy.cluster.model import Change, Delete, Invalid, ObjectRef, Replace, Service, Upsert
 from tests.kube.apiserver import ApiServer
-from tests.kube.conftest import NODE, eventually, start_source
-from tests.objects import endpoint, endpoint_slice, node, service, service_cidr
+from tests.kube.conftest import (
+    NODE,
+    by_kind,
+    eventually,
+    is_upsert_of,
+    names,
+    populate,
+    start_source,
+)
+from tests.objects import endpoint, endpoint_slice, node, service
 
 
 def svc_ref(name: str, namespace: str = "default") -> ObjectRef:
     return ObjectRef(kind="Service", namespace=namespace, name=name)
-
-
-def by_kind(batch: Sequence[Change]) -> dict[str, Replace]:
-    replaces = {c.kind: c for c in batch if isinstance(c, Replace)}
-    assert len(replaces) == len(batch), batch
-    return replaces
-
-
-def names(replace: Replace) -> set[str]:
-    return {c.ref.name for c in replace.changes}
-
-
-def is_upsert_of(name: str, kind: str = "Service") -> Any:
-    return lambda c: isinstance(c, Upsert) and c.ref.kind == kind and c.ref.name == name
-
-
-def populate(apiserver: ApiServer, services: int = 3) -> None:
-    for i in range(services):
-        apiserver.store.put("services", service(f"svc-{i}", cluster_ip=f"10.96.0.{i + 1}"))
-        apiserver.store.put(
-            "endpointslices",
-            endpoint_slice(f"svc-{i}", [endpoint("10.0.0.1", "node-a")], name=f"svc-{i}-abc"),
-        )
-    apiserver.store.put("nodes", node(NODE))
-    apiserver.store.put("nodes", node("node-b", ip="192.0.2.2"))
-    apiserver.store.put("servicecidrs", service_cidr("kubernetes"))
 
 
 async def test_initial_list_is_chunked(

@@ -6,56 +6,7 @@ import pytest
 
 from nlproxy.config import DaemonConfig, load_kube_proxy_config, parse_duration
 from nlproxy.errors import ConfigError
-
-KUBEADM_CONFIGMAP = """\
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-bindAddress: 0.0.0.0
-bindAddressHardFail: false
-clientConnection:
-  acceptContentTypes: ""
-  burst: 0
-  contentType: ""
-  kubeconfig: /var/lib/kube-proxy/kubeconfig.conf
-  qps: 0
-clusterCIDR: 10.244.0.0/16
-configSyncPeriod: 0s
-conntrack:
-  maxPerCore: null
-  min: null
-  tcpCloseWaitTimeout: null
-  tcpEstablishedTimeout: null
-detectLocalMode: ""
-enableProfiling: false
-healthzBindAddress: ""
-hostnameOverride: ""
-iptables:
-  localhostNodePorts: null
-  masqueradeAll: false
-  masqueradeBit: null
-  minSyncPeriod: 1s
-  syncPeriod: 0s
-ipvs:
-  excludeCIDRs: null
-  minSyncPeriod: 0s
-  scheduler: ""
-  strictARP: false
-  syncPeriod: 0s
-kind: KubeProxyConfiguration
-metricsBindAddress: ""
-mode: "nftables"
-nftables:
-  masqueradeAll: false
-  masqueradeBit: null
-  minSyncPeriod: 0s
-  syncPeriod: 0s
-nodePortAddresses: null
-oomScoreAdj: null
-portRange: ""
-showHiddenMetricsForVersion: ""
-winkernel:
-  enableDSR: false
-  networkName: ""
-"""
+from tests.configs import KUBEADM_CONFIGMAP
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -11,20 +11,7 @@ import yaml
 
 from nlproxy.config import bind_address, load_kube_proxy_config
 from nlproxy.errors import ConfigError
-from tests.unit.test_config import KUBEADM_CONFIGMAP
-
-ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "deploy/kubernetes/configmap.yaml"
-EXAMPLE = ROOT / "tests/data/config/kube-proxy-example.yaml"
-
-
-def shipped_config(tmp_path: Path) -> Path:
-    """The KubeProxyConfiguration inside the shipped ConfigMap, as the DaemonSet mounts it."""
-    cm = yaml.safe_load(SHIPPED.read_text())
-    (key,) = cm["data"]
-    path = tmp_path / key
-    path.write_text(cm["data"][key])
-    return path
+from tests.configs import EXAMPLE, KUBEADM_CONFIGMAP, ROOT, SHIPPED, shipped_config
 
 
 def test_the_shipped_configmap_loads(tmp_path: Path) -> None:

@@ -9,8 +9,7 @@ from nlproxy.cli import build_parser
 from nlproxy.commands.run import settings
 from nlproxy.config import load_kube_proxy_config
 from nlproxy.conntrack.sysctl import ConntrackConfig
-from tests.unit.test_config import KUBEADM_CONFIGMAP
-from tests.unit.test_config_files import EXAMPLE, ROOT
+from tests.configs import EXAMPLE, KUBEADM_CONFIGMAP, ROOT
 
 
 def test_defaults_are_kube_proxys() -> None:

@@ -12,8 +12,8 @@ from nlproxy.cluster.model import LoadBalancing
 from nlproxy.cluster.parse import parse_service
 from nlproxy.config import load_kube_proxy_config
 from nlproxy.errors import InvalidObject
+from tests.configs import KUBEADM_CONFIGMAP
 from tests.objects import example_service as service
-from tests.unit.test_config import KUBEADM_CONFIGMAP
 
 LB = "nlproxy.io/load-balancing"
 KEY = "nlproxy.io/consistent-hash-key"

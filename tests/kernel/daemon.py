@@ -1,0 +1,250 @@
+"""The daemon as the kernel tests run it: a child ``nlproxy run`` programming a test bed's node,
+its manifests, its HTTP endpoints, and the probes that check the services it programs."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nlproxy.demo.echo import Result, tcp_request
+from nlproxy.demo.testbed import Testbed
+from nlproxy.netlink import netns
+from tests.kernel import topo
+from tests.kube.apiserver import ApiServer
+
+VIP_A = "10.96.0.10"
+VIP_B = "10.96.0.11"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def http_get(ns: str, port: int, path: str, timeout: float = 2) -> tuple[int, str]:
+    """GET ``http://127.0.0.1:port/path`` from inside namespace ``ns`` (the daemon serves its
+    ports where the rules are)."""
+    with netns.entered(ns):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        conn.connect()  # the socket is made here, in the namespace
+    try:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        return r.status, r.read().decode()
+    finally:
+        conn.close()
+
+
+class Daemon:
+    """``nlproxy run`` as a child process, with its JSON log lines collected."""
+
+    def __init__(self, tb: Testbed, manifests: Path | None, *extra: str) -> None:
+        source = ["--manifests", str(manifests)] if manifests is not None else []
+        self.netns = tb.node.netns
+        self.healthz = free_port()
+        self.metrics = free_port()
+        self.lines: list[dict[str, Any]] = []
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "nlproxy",
+                "--netns",
+                tb.node.netns,
+                "--log-format",
+                "json",
+                "run",
+                *source,
+                "--node-name",
+                tb.node.name,
+                "--cluster-cidr",
+                tb.cluster_cidr(),
+                "--service-cidr",
+                tb.service_cidr(),
+                "--min-sync-period",
+                "50ms",
+                "--healthz-bind-address",
+                f"127.0.0.1:{self.healthz}",
+                "--metrics-bind-address",
+                f"127.0.0.1:{self.metrics}",
+                *extra,
+            ],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with contextlib.suppress(json.JSONDecodeError):
+                self.lines.append(json.loads(line))
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in list(self.lines) if e.get("event") == name]
+
+    def get(self, port: int, path: str) -> tuple[int, str]:
+        """GET ``path`` on the daemon's ``port``, in the node's namespace where it listens."""
+        return http_get(self.netns, port, path)
+
+    def wait_ready(self, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited {self.proc.returncode}: {self.lines[-5:]}")
+            with contextlib.suppress(OSError):
+                if self.get(self.healthz, "/healthz")[0] == 200:
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"daemon not healthy after {timeout}s: {self.lines[-5:]}")
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=15)
+        finally:
+            self._reader.join(timeout=5)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self._reader.join(timeout=5)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+@contextlib.contextmanager
+def daemon(tb: Testbed, manifests: Path | None, *extra: str) -> Iterator[Daemon]:
+    d = Daemon(tb, manifests, *extra)
+    try:
+        d.wait_ready()
+        yield d
+    finally:
+        d.kill()
+
+
+def objects(tb: Testbed, a_pods: list[str]) -> list[dict[str, Any]]:
+    """Service a (endpoints ``a_pods``) and service b (always pod-c), plus the Node."""
+    ep = lambda name: topo.endpoint(str(tb.pod(name).ipv4), tb.node.name)  # noqa: E731
+    return [
+        tb.node_manifest(),
+        topo.service("a", VIP_A),
+        topo.endpoint_slice("a", [ep(p) for p in a_pods]),
+        topo.service("b", VIP_B),
+        topo.endpoint_slice("b", [ep("pod-c")]),
+    ]
+
+
+def publish(directory: Path, objs: list[dict[str, Any]]) -> Path:
+    """Replace the manifests atomically (one multi-document file, renamed into place), as a
+    ConfigMap volume or a careful operator does: the daemon never sees a half-written set."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / ".objects.yaml.tmp"
+    tmp.write_text(yaml.safe_dump_all(objs, sort_keys=False))
+    os.replace(tmp, directory / "objects.yaml")
+    return directory
+
+
+def wait_until(check: Any, timeout: float, what: str) -> float:
+    """Poll ``check()`` until true; return the seconds it took."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if check():
+            return time.monotonic() - start
+        time.sleep(0.02)
+    raise AssertionError(f"{what}: not within {timeout}s")
+
+
+def answered_by(tb: Testbed, vip: str, n: int = 12) -> set[str]:
+    pods = set()
+    for _ in range(n):
+        out = tcp_request(tb.pod("pod-a").netns, vip, 80)
+        if out.result is Result.ANSWERED:
+            pods.add(out.pod)
+    return pods
+
+
+def nft(tb: Testbed, *args: str) -> str:
+    return subprocess.run(
+        ["ip", "netns", "exec", tb.node.netns, "nft", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
+class Probe:
+    """A background loop of fresh TCP connections to one service; counts failures."""
+
+    def __init__(self, tb: Testbed, vip: str) -> None:
+        self.tb, self.vip = tb, vip
+        self.ok = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            out = tcp_request(self.tb.pod("pod-b").netns, self.vip, 80, timeout=1.0)
+            if out.result is Result.ANSWERED:
+                self.ok += 1
+            else:
+                self.failures.append(str(out))
+
+    def __enter__(self) -> Probe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def put_service(api: ApiServer, tb: Testbed, name: str, vip: str, pods: list[str]) -> None:
+    """Service ``name`` at ``vip`` with ``pods`` as its endpoints, written into the API server."""
+    eps = [topo.endpoint(str(tb.pod(p).ipv4), tb.pod(p).node) for p in pods]
+    svc: dict[str, Any] = topo.service(name, vip)
+    api.store.put("services", svc)
+    api.store.put("endpointslices", topo.endpoint_slice(name, eps))
+
+
+def lb_local(tb: Testbed, hc_port: int, pods: list[str]) -> list[dict[str, Any]]:
+    """LoadBalancer ``lb`` with externalTrafficPolicy Local and a health-check node port."""
+    ep = lambda name: topo.endpoint(  # noqa: E731
+        str(tb.pod(name).ipv4), tb.pod(name).node
+    )
+    svc = topo.service(
+        "lb",
+        "10.96.0.20",
+        ({"name": "tcp", "port": 80, "targetPort": 8080, "nodePort": 30080},),
+        type="LoadBalancer",
+        externalTrafficPolicy="Local",
+        healthCheckNodePort=hc_port,
+        status={"loadBalancer": {"ingress": [{"ip": "203.0.113.20"}]}},
+    )
+    return [svc, topo.endpoint_slice("lb", [ep(p) for p in pods])]
+
+
+def hc_get(proc: Daemon, port: int) -> tuple[int, str]:
+    try:
+        return proc.get(port, "/")
+    except OSError:
+        return 0, ""
