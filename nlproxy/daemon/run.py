@@ -25,7 +25,7 @@ from nlproxy.cluster.source import Source
 from nlproxy.cluster.state import ClusterState
 from nlproxy.config import Settings, external_networks
 from nlproxy.daemon import systemd
-from nlproxy.daemon.memory import tune_allocator
+from nlproxy.daemon.memory import pause_gc, tune_allocator
 from nlproxy.errors import NlproxyError
 from nlproxy.inspect.foreign import ForeignTable, detect, remove
 from nlproxy.inspect.reachability import ReachabilityMonitor, without_unreachable
@@ -335,6 +335,10 @@ class Daemon:
                 # the socket, the loss is read back once.
                 self.monitor = NftMonitor(TABLE, netns_name=self.netns)
                 await nursery.start(self.monitor.run, self.loop.request_verify)
+                # The initial lists, the state and the first plan build the objects the daemon
+                # keeps for good; the cyclic GC would walk them over and over while they grow
+                # (memory.py). Paused until the first sync has frozen them out of its sight.
+                self.loop.resume_gc = pause_gc()
                 source = self._source()
                 await nursery.start(source.run, send)
                 if self.syncer.config.nodeport_cidrs(4) or self.syncer.config.nodeport_cidrs(6):

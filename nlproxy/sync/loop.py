@@ -71,6 +71,9 @@ class SyncLoop:
     ) -> None:
         self._manage_memory = release_memory
         self._in_thread = in_thread
+        self.resume_gc = False
+        """Re-enable the cyclic GC after the first sync has run (the daemon pauses it for its
+        cold start: ``daemon/memory.py``'s ``pause_gc``)."""
         self.quiet = quiet
         self.source_errors: Callable[[], Sequence[str]] | None = None
         """The source's own problems (files that do not parse): reported and counted with the
@@ -190,6 +193,9 @@ class SyncLoop:
                     continue
                 await trio.sleep_until(last + self.min_interval)
                 ok, verified = await self._sync_once()
+                if self.resume_gc:  # whether or not the first sync worked: pausing was for it
+                    self.resume_gc = False
+                    gc.enable()
                 last = trio.current_time()
                 if ok and verified:
                     next_verify = last + self.sync_period

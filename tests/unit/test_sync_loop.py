@@ -4,6 +4,7 @@ on the event loop so the clock only moves when the loop waits."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from ipaddress import ip_network
@@ -15,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from nlproxy.cluster.model import Change, ClusterSnapshot, ServiceKey
 from nlproxy.cluster.state import ClusterState
+from nlproxy.daemon.memory import pause_gc
 from nlproxy.errors import KernelError
 from nlproxy.nft.monitor import Drift
 from nlproxy.proxy.config import ProxyConfig
@@ -190,3 +192,36 @@ async def test_a_quiet_verify_skips_the_read_back_but_a_drift_report_does_not(
     assert drift.verified
     assert drift.at == pytest.approx(timed.at + MIN)  # at once, within the min sync period
     assert verifies(h.metrics, "true") == 1
+
+
+@pytest.mark.parametrize("first_fails", [False, True])
+async def test_the_gc_paused_for_a_cold_start_runs_again_after_the_first_sync(
+    autojump_clock: trio.testing.MockClock, first_fails: bool
+) -> None:
+    syncer = RecordingSyncer(fail_next=int(first_fails))
+    loop = SyncLoop(
+        ClusterState(NODE),
+        syncer,  # type: ignore[arg-type]
+        health=HealthState(grace_seconds=120),
+        metrics=Metrics(CollectorRegistry()),
+        min_interval=MIN,
+        sync_period=PERIOD,
+        retry_interval=RETRY,
+        in_thread=False,
+    )
+    send, recv = trio.open_memory_channel[Sequence[Change]](100)
+    assert gc.isenabled()
+    loop.resume_gc = pause_gc()
+    try:
+        assert not gc.isenabled()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(loop.run, recv)
+            await trio.sleep(MIN / 2)
+            assert not gc.isenabled()  # no sync yet: still paused
+            await send.send([svc("first")])
+            await trio.sleep(MIN / 2)
+            assert len(syncer.calls) == 1
+            assert gc.isenabled()
+            nursery.cancel_scope.cancel()
+    finally:
+        gc.enable()
