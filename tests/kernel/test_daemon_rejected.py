@@ -15,7 +15,7 @@ from typing import Any
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.daemon import VIP_A, answered_by, daemon, objects, publish, wait_until
-from tests.kernel.test_datapath_rejected import LB_IP, lb
+from tests.kernel.topo import LB_IP, lb
 
 testbed = topo.testbed
 

@@ -16,28 +16,20 @@ from typing import Any
 
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.topo import EXIT_INVALID, EXIT_OK, answers, ask, run_once, write_manifests
+from tests.kernel.topo import (
+    EXIT_INVALID,
+    EXIT_OK,
+    LB_IP,
+    answers,
+    ask,
+    lb,
+    run_once,
+    write_manifests,
+)
 
 testbed = topo.testbed
 
-LB_IP = "192.168.70.10"
 WEB_VIP = "10.96.0.30"
-
-
-def lb(tb: Testbed, name: str, vip: str, pod: str, port: int, ranges: list[str]) -> list[Any]:
-    p = tb.pod(pod)
-    ports = [{"name": "tcp", "port": port, "targetPort": 8080}]
-    return [
-        topo.service(
-            name,
-            vip,
-            ports,
-            type="LoadBalancer",
-            loadBalancerSourceRanges=ranges,
-            status={"loadBalancer": {"ingress": [{"ip": LB_IP}]}},
-        ),
-        topo.endpoint_slice(name, [topo.endpoint(str(p.ipv4), p.node)]),
-    ]
 
 
 def web(tb: Testbed) -> list[Any]:

@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.daemon import Daemon, daemon, objects, publish
+from tests.kernel.daemon import daemon, objects, publish, running_daemon_families
 
 testbed = topo.testbed
 
@@ -23,29 +22,6 @@ DATA = Path(__file__).parent.parent / "data" / "kube-proxy-1.36-metrics.json"
 def upstream_families() -> list[dict[str, Any]]:
     families: list[dict[str, Any]] = json.loads(DATA.read_text())["families"]
     return families
-
-
-def exposed_name(family: Metric) -> str:
-    """The family's name as a query uses it (the parser drops a counter's ``_total``)."""
-    return f"{family.name}_total" if family.type == "counter" else family.name
-
-
-def scrape(proc: Daemon) -> dict[str, Metric]:
-    """The daemon's /metrics, by exposed family name, after one /healthz and one /livez (so
-    their counters have a series, as any probed kube-proxy's do)."""
-    assert proc.get(proc.healthz, "/healthz")[0] == 200
-    assert proc.get(proc.healthz, "/livez")[0] == 200
-    status, body = proc.get(proc.metrics, "/metrics")
-    assert status == 200
-    return {exposed_name(f): f for f in text_string_to_metric_families(body)}
-
-
-def running_daemon_families(tb: Testbed, tmp_path: Path) -> tuple[dict[str, Metric], str]:
-    """Start a daemon on one service, let it sync, scrape it; (families, raw text)."""
-    d = publish(tmp_path / "m", objects(tb, ["pod-a"]))
-    with daemon(tb, d) as proc:
-        got = scrape(proc)
-        return got, proc.get(proc.metrics, "/metrics")[1]
 
 
 def label_names(family: Metric) -> set[str]:

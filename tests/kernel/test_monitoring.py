@@ -18,7 +18,7 @@ from prometheus_client.metrics_core import Metric
 
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.test_metrics_parity import running_daemon_families
+from tests.kernel.daemon import running_daemon_families
 
 testbed = topo.testbed
 

@@ -17,7 +17,7 @@ import yaml
 from nlproxy.cli import main
 from nlproxy.demo.echo import Outcome, Result, request
 from nlproxy.demo.testbed import Testbed
-from tests.objects import endpoint, endpoint_slice, service  # noqa: F401 - the tests' builders
+from tests.objects import endpoint, endpoint_slice, service
 
 EXIT_OK = 0
 EXIT_INVALID = 3
@@ -50,6 +50,26 @@ def testbed6() -> Iterator[Testbed]:
 
 
 # -- manifests ---------------------------------------------------------------------------------
+
+
+LB_IP = "192.168.70.10"
+
+
+def lb(tb: Testbed, name: str, vip: str, pod: str, port: int, ranges: list[str]) -> list[Any]:
+    """A LoadBalancer Service at ``LB_IP`` open to ``ranges``, with ``pod`` as its endpoint."""
+    p = tb.pod(pod)
+    ports = [{"name": "tcp", "port": port, "targetPort": 8080}]
+    return [
+        service(
+            name,
+            vip,
+            ports,
+            type="LoadBalancer",
+            loadBalancerSourceRanges=ranges,
+            status={"loadBalancer": {"ingress": [{"ip": LB_IP}]}},
+        ),
+        endpoint_slice(name, [endpoint(str(p.ipv4), p.node)]),
+    ]
 
 
 def write_manifests(directory: Path, objects: Sequence[dict[str, Any]]) -> Path:
