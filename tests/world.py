@@ -10,6 +10,7 @@ after loading them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from ipaddress import ip_address, ip_network
 
 import pytest
@@ -217,11 +218,31 @@ def run(rs: dict[Family, Ruleset], src: str, proto: Protocol, dst: str, dport: i
     return trace(rs[family], ip_address(src), proto, d, dport, local_addrs=local)
 
 
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One connection and what the rules must do with it."""
+
+    src: str
+    proto: Protocol
+    dst: str
+    dport: int
+    endpoints: str  # the endpoints it may reach, space-separated ("" when none)
+    masq: bool
+    verdict: str
+
+    @property
+    def expected(self) -> TraceResult:
+        return TraceResult(self.verdict, frozenset(self.endpoints.split()), self.masq)  # type: ignore[arg-type]
+
+    def trace(self, rulesets: dict[Family, Ruleset]) -> TraceResult:
+        return run(rulesets, self.src, self.proto, self.dst, self.dport)
+
+
 def case(
     src: str, proto: Protocol, dst: str, dport: int, endpoints: str = "", *,
     masq: bool = False, verdict: str = "ACCEPT", id: str,
 ) -> object:  # fmt: skip
-    return pytest.param(src, proto, dst, dport, endpoints, masq, verdict, id=id)
+    return pytest.param(Case(src, proto, dst, dport, endpoints, masq, verdict), id=id)
 
 
 CASES = [

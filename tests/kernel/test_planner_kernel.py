@@ -13,15 +13,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from nlproxy.cluster.model import Protocol
 from nlproxy.nft.backend import NftBackend
 from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.reconcile import diff
 from nlproxy.proxy.planner import plan
-from nlproxy.proxy.tracer import TraceResult
 from tests import netns
-from tests.world import CASES, config, run, world
+from tests.world import CASES, Case, config, world
 
 
 def _exprs(rs: Ruleset) -> dict[str, list[object]]:
@@ -62,16 +60,6 @@ def programmed() -> Iterator[dict[Family, Ruleset]]:
         yield held
 
 
-@pytest.mark.parametrize(("src", "proto", "dst", "dport", "endpoints", "masq", "verdict"), CASES)
-def test_trace_over_what_the_kernel_holds(
-    programmed: dict[Family, Ruleset],
-    src: str,
-    proto: Protocol,
-    dst: str,
-    dport: int,
-    endpoints: str,
-    masq: bool,
-    verdict: str,
-) -> None:
-    got = run(programmed, src, proto, dst, dport)
-    assert got == TraceResult(verdict, frozenset(endpoints.split()), masq)  # type: ignore[arg-type]
+@pytest.mark.parametrize("case", CASES)
+def test_trace_over_what_the_kernel_holds(programmed: dict[Family, Ruleset], case: Case) -> None:
+    assert case.trace(programmed) == case.expected

@@ -8,14 +8,13 @@ from ipaddress import ip_address
 
 import pytest
 
-from nlproxy.cluster.model import LoadBalancing, Protocol
+from nlproxy.cluster.model import LoadBalancing
 from nlproxy.conntrack.plan import programmed_frontends, stale_flow_filters
 from nlproxy.nft.ir import DnatMap, Family, Numgen, NumgenKind, Ruleset
 from nlproxy.nft.render import render_ruleset
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.planner import plan
-from nlproxy.proxy.tracer import TraceResult
 from nlproxy.sync.syncer import udp_only
 from tests import world as tr
 from tests.unit import test_sync_incremental as inc
@@ -30,20 +29,12 @@ def round_robin() -> dict[Family, Ruleset]:
     return plan(tr.world(), tr.config(load_balancing=RR)).rulesets
 
 
-@pytest.mark.parametrize(("src", "proto", "dst", "dport", "endpoints", "masq", "verdict"), tr.CASES)
+@pytest.mark.parametrize("case", tr.CASES)
 def test_every_trace_is_the_same_as_with_random_choice(
-    round_robin: dict[Family, Ruleset],
-    src: str,
-    proto: Protocol,
-    dst: str,
-    dport: int,
-    endpoints: str,
-    masq: bool,
-    verdict: str,
+    round_robin: dict[Family, Ruleset], case: tr.Case
 ) -> None:
     """The whole tracer table (policies, node ports, short-circuits, firewall, hairpin, v6)."""
-    got = tr.run(round_robin, src, proto, dst, dport)
-    assert got == TraceResult(verdict, frozenset(endpoints.split()), masq)  # type: ignore[arg-type]
+    assert case.trace(round_robin) == case.expected
 
 
 @pytest.fixture(scope="module")
@@ -51,25 +42,18 @@ def consistent_hash() -> dict[Family, Ruleset]:
     return plan(tr.world(), tr.config(load_balancing=CH)).rulesets
 
 
-@pytest.mark.parametrize(("src", "proto", "dst", "dport", "endpoints", "masq", "verdict"), tr.CASES)
+@pytest.mark.parametrize("case", tr.CASES)
 def test_every_trace_picks_one_of_the_same_endpoints_with_consistent_hashing(
-    consistent_hash: dict[Family, Ruleset],
-    src: str,
-    proto: Protocol,
-    dst: str,
-    dport: int,
-    endpoints: str,
-    masq: bool,
-    verdict: str,
-    request: pytest.FixtureRequest,
+    consistent_hash: dict[Family, Ruleset], case: tr.Case, request: pytest.FixtureRequest
 ) -> None:
     """One client, one endpoint: one of those random choice may pick, with the same verdict
     and masquerade. ClientIP affinity wins: a new client of such a Service is placed at random."""
-    got = tr.run(consistent_hash, src, proto, dst, dport)
-    assert (got.verdict, got.masquerade) == (verdict, masq)
-    assert got.endpoints <= frozenset(endpoints.split())
+    got = case.trace(consistent_hash)
+    assert (got.verdict, got.masquerade) == (case.verdict, case.masq)
+    assert got.endpoints <= case.expected.endpoints
     affinity = request.node.callspec.id.startswith("affinity")
-    assert len(got.endpoints) == (len(endpoints.split()) if affinity else min(len(endpoints), 1))
+    want = case.expected.endpoints
+    assert len(got.endpoints) == (len(want) if affinity else min(len(want), 1))
 
 
 def _web(**overrides: object) -> object:

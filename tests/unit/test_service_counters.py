@@ -30,7 +30,6 @@ from nlproxy.proxy import naming as n
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.planner import plan
 from nlproxy.proxy.skeleton import IPV4, add_counting
-from nlproxy.proxy.tracer import trace
 from nlproxy.serve.metrics import ServiceCounters, service_totals
 from tests import world
 from tests.unit.builders import NODE, endpoint, eps_slice, node, port, service, snapshot
@@ -100,22 +99,10 @@ def test_endpoint_change_does_not_touch_counting_elements() -> None:
         assert {s: p.rulesets[Family.IP].elements[s] for s in COUNTING_SETS} == old
 
 
-@pytest.mark.parametrize(
-    ("src", "proto", "dst", "dport", "endpoints", "masq", "verdict"), world.CASES
-)
-def test_counting_changes_no_trace(
-    src: str, proto: Any, dst: str, dport: int, endpoints: str, masq: bool, verdict: str
-) -> None:
+@pytest.mark.parametrize("case", world.CASES)
+def test_counting_changes_no_trace(case: world.Case) -> None:
     on = plan(world.world(), world.config(service_counters=True)).rulesets
-    d = ip_address(dst)
-    rs = on[Family.IP if d.version == 4 else Family.IP6]
-    local = [ip_address(a) for a in world.LOCAL]
-    got = trace(rs, ip_address(src), proto, d, dport, local_addrs=local)
-    assert (got.verdict, got.endpoints, got.masquerade) == (
-        verdict,
-        frozenset(endpoints.split()),
-        masq,
-    )
+    assert case.trace(on) == case.expected
 
 
 def test_service_totals_sum_frontends_of_both_families() -> None:

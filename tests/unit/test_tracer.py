@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from nlproxy.cluster.model import Protocol
 from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.proxy.planner import plan
-from nlproxy.proxy.tracer import TraceResult
 from tests.unit.builders import endpoint, eps_slice, node, service, snapshot
 from tests.world import (
     CASES,
@@ -20,6 +18,7 @@ from tests.world import (
     NODE_IP,
     POD,
     TCP,
+    Case,
     config,
     run,
     world,
@@ -31,19 +30,9 @@ def rulesets() -> dict[Family, Ruleset]:
     return plan(world(), config()).rulesets
 
 
-@pytest.mark.parametrize(("src", "proto", "dst", "dport", "endpoints", "masq", "verdict"), CASES)
-def test_trace(
-    rulesets: dict[Family, Ruleset],
-    src: str,
-    proto: Protocol,
-    dst: str,
-    dport: int,
-    endpoints: str,
-    masq: bool,
-    verdict: str,
-) -> None:
-    got = run(rulesets, src, proto, dst, dport)
-    assert got == TraceResult(verdict, frozenset(endpoints.split()), masq)  # type: ignore[arg-type]
+@pytest.mark.parametrize("case", CASES)
+def test_trace(rulesets: dict[Family, Ruleset], case: Case) -> None:
+    assert case.trace(rulesets) == case.expected
 
 
 @pytest.mark.parametrize(
