@@ -34,8 +34,9 @@ from nlproxy.nft.ir import Table
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.reconcile import diff
 from nlproxy.proxy.config import ProxyConfig
+from nlproxy.proxy.naming import TABLE as TABLE_NAME
 from nlproxy.proxy.planner import plan
-from nlproxy.sync.syncer import FAMILIES, TABLE_NAME
+from nlproxy.sync.syncer import FAMILIES
 
 
 def _config() -> ProxyConfig:

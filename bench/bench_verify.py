@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_incremental import CONFIG, cluster, namespace
 from nlproxy.nft.monitor import NftMonitor
-from nlproxy.sync.syncer import TABLE_NAME, Syncer
+from nlproxy.proxy.naming import TABLE as TABLE_NAME
+from nlproxy.sync.syncer import Syncer
 
 PERIOD = 60.0
 """The daemon's default sync period: one verify tick a minute."""

@@ -13,70 +13,31 @@ import json
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from ipaddress import IPv4Address, IPv6Address
 
 from nlproxy.errors import ConfigError, NlproxyError
 from nlproxy.inspect.classify import Reachability, classify
-from nlproxy.nft.ir import Family, IPAddress, L4Proto, Ruleset, Value
+from nlproxy.nft.ir import Family, IPAddress, Ruleset
 from nlproxy.nft.readback import read_ruleset
+from nlproxy.nft.values import key_order
+from nlproxy.proxy.layout import ADDRESS, FrontKey, UnexpectedElement, keyed, proto_name, targets
+from nlproxy.proxy.naming import TABLE
 
 NAME = "inspect"
 HELP = "check that every programmed endpoint is reachable from this node (exit 4 if not)"
 
-TABLE = "nlproxy"
-SERVICE_MAP = "service-ips"
-BACKEND_MAP = "backends"
 EXIT_UNREACHABLE = 4
 
 Target = tuple[IPAddress, int]
 
 
-def _proto_name(proto: int) -> str:
-    try:
-        return L4Proto(proto).name
-    except ValueError:
-        return str(proto)
+def _default_name(front: FrontKey) -> str:
+    proto, daddr, dport = front
+    return f"{daddr}:{dport}/{proto_name(proto)}"
 
 
-def _vip_key(key: tuple[Value, ...], where: str) -> tuple[IPAddress, int, int]:
-    """The ``daddr . l4proto . dport`` head of an element key, checked."""
-    match key[:3]:
-        case (IPv4Address() | IPv6Address() as daddr, int(proto), int(dport)):
-            return daddr, proto, dport
-    raise NlproxyError(f"map {where} element {key}", "key is not daddr . l4proto . dport")
-
-
-def _target(data: object, key: tuple[Value, ...]) -> Target:
-    match data:
-        case (IPv4Address() | IPv6Address() as addr, int(port)):
-            return addr, port
-    raise NlproxyError(f"map {BACKEND_MAP} element {key}", "data is not addr . port")
-
-
-def _default_name(vip: tuple[IPAddress, int, int]) -> str:
-    daddr, proto, dport = vip
-    return f"{daddr}:{dport}/{_proto_name(proto)}"
-
-
-def _service_names(rs: Ruleset) -> dict[tuple[IPAddress, int, int], str]:
-    """``daddr . l4proto . dport`` -> ``ns/name:port/PROTO`` from the service map's comments."""
-    out: dict[tuple[IPAddress, int, int], str] = {}
-    for key, el in rs.elements.get(SERVICE_MAP, {}).items():
-        vip = _vip_key(key, SERVICE_MAP)
-        out[vip] = el.comment or _default_name(vip)
-    return out
-
-
-def _order(value: Value) -> tuple[int, int]:
-    if isinstance(value, int):
-        return (0, value)
-    if isinstance(value, IPv4Address | IPv6Address):
-        return (value.version, int(value))
-    return (value.version, int(value.network_address))
-
-
-def _sort_key(item: tuple[tuple[Value, ...], object]) -> tuple[tuple[int, int], ...]:
-    return tuple(_order(v) for v in item[0])
+def _order(front: FrontKey) -> tuple[tuple[int, int, int], ...]:
+    proto, daddr, dport = front
+    return key_order((daddr, proto, dport))  # type: ignore[arg-type]
 
 
 def programmed_endpoints(rulesets: Iterable[Ruleset]) -> dict[str, list[Target]]:
@@ -87,20 +48,27 @@ def programmed_endpoints(rulesets: Iterable[Ruleset]) -> dict[str, list[Target]]
     list holds ``(address, port)`` in ``backends`` index order, without duplicates across the
     service port's addresses (cluster IP, external IPs). A service port without endpoints maps
     to an empty list.
+
+    Raises:
+        NlproxyError: naming an element of ``service-ips`` or ``backends`` of another shape.
     """
     out: dict[str, list[Target]] = {}
-    for rs in rulesets:
-        names = _service_names(rs)
-        for name in names.values():
-            out.setdefault(name, [])
-        # Keys sort as (daddr, l4proto, dport, index): each service port's endpoints in order.
-        for key, el in sorted(rs.elements.get(BACKEND_MAP, {}).items(), key=_sort_key):
-            vip = _vip_key(key, BACKEND_MAP)
-            name = names.get(vip) or _default_name(vip)
-            target = _target(el.value, key)
-            targets = out.setdefault(name, [])
-            if target not in targets:
-                targets.append(target)
+    try:
+        for rs in rulesets:
+            names = {
+                front: el.comment or _default_name(front)
+                for front, el in keyed(rs, ADDRESS.dispatch, ADDRESS.width, strict=True)
+            }
+            for name in names.values():
+                out.setdefault(name, [])
+            groups = targets(rs, ADDRESS.backends, ADDRESS.width, strict=True)
+            # Frontends in key order, each one's endpoints in index order.
+            for front in sorted(groups, key=_order):
+                found = out.setdefault(names.get(front) or _default_name(front), [])
+                found += [t for t in groups[front] if t not in found]
+    except UnexpectedElement as exc:
+        el = exc.element
+        raise NlproxyError(f"map {el.set} element {el.key}", exc.reason) from exc
     return out
 
 

@@ -29,7 +29,6 @@ from nlproxy.explain.rules import (
     FrontKey,
     ServiceRules,
     kernel_frontends,
-    proto_name,
     service_rules,
 )
 from nlproxy.explain.trace import TraceRow, nodeport_addresses, trace_frontends
@@ -40,6 +39,7 @@ from nlproxy.nft.counters import read_counters
 from nlproxy.nft.ir import Family, IPAddress, Ruleset, Set
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.proxy import naming as n
+from nlproxy.proxy.layout import proto_name
 from nlproxy.proxy.skeleton import counter_sets
 
 FLOWS_SHOWN = 5

@@ -5,29 +5,25 @@ programmed ``ip``/``ip6 nlproxy`` tables it recovers the frontends of one Servic
 ``service-ips``, ``service-nodeports`` and ``no-endpoint-*`` elements carry ``ns/name:port/PROTO``
 comments), their endpoints (``backends*`` maps, keyed by frontend), the elements that belong to
 them and the shared chains those elements jump or go to, rendered nft-like with ``render.py``.
-The ruleset shape is docs/ruleset.md's. Pure: no I/O, no logging; it never changes a ruleset.
-:func:`kernel_frontends` also lists every service's frontends at once, for ``nlproxy services``.
+The ruleset shape (docs/ruleset.md) is read through :mod:`nlproxy.proxy.layout`. Pure: no I/O,
+no logging; it never changes a ruleset. :func:`kernel_frontends` also lists every service's
+frontends at once, for ``nlproxy services``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from ipaddress import IPv4Network, IPv6Network
 
-from nlproxy.nft.decode import key_order
 from nlproxy.nft.ir import (
     Counter,
-    Dnat,
     DnatMap,
-    Element,
     Family,
-    InlineVMap,
     IPAddress,
     IPNetwork,
     Jhash,
-    L4Proto,
     Numgen,
     NumgenKind,
     Ruleset,
@@ -37,39 +33,13 @@ from nlproxy.nft.ir import (
     VerdictKind,
 )
 from nlproxy.nft.render import render_chain, render_element
+from nlproxy.nft.values import key_order
+from nlproxy.proxy import layout
 from nlproxy.proxy import naming as n
+from nlproxy.proxy.layout import SHAPES, Target, closure, dnat_targets, proto_name
 
-Target = tuple[IPAddress, int]
 FrontKey = tuple[Family, int, IPAddress | None, int]
 """(family, l4proto, address or None for a node port, port): a frontend's identity."""
-
-# Maps keyed ``addr . l4proto . port [. …]`` and ``l4proto . port [. …]``.
-ADDR_SETS = (
-    n.SERVICE_IPS,
-    n.NO_ENDPOINT_SERVICES,
-    n.FIREWALL_IPS,
-    n.FIREWALL_ALLOW,
-    n.EXTERNAL_SHORTCUTS,
-    n.BACKENDS,
-    n.BACKENDS_LOCAL,
-)
-NODEPORT_SETS = (
-    n.SERVICE_NODEPORTS,
-    n.NO_ENDPOINT_NODEPORTS,
-    n.NODEPORT_SHORTCUTS,
-    n.NODEPORT_BACKENDS,
-    n.NODEPORT_BACKENDS_LOCAL,
-)
-_DISPATCH = {n.SERVICE_IPS: False, n.SERVICE_NODEPORTS: True}
-_NO_ENDPOINT = {n.NO_ENDPOINT_SERVICES: False, n.NO_ENDPOINT_NODEPORTS: True}
-
-
-def proto_name(proto: int) -> str:
-    """``TCP``, ``UDP``, ``SCTP``, or the number."""
-    try:
-        return L4Proto(proto).name
-    except ValueError:
-        return str(proto)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -164,25 +134,10 @@ def belongs(ref: str, service: str) -> bool:
     return ref.partition(":")[0] == service
 
 
-def _addr(v: Value) -> IPAddress | None:
-    if isinstance(v, IPv4Address | IPv6Address):
-        return v
-    if isinstance(v, IPv4Network | IPv6Network) and v.num_addresses == 1:
-        return v.network_address
-    return None
-
-
 def element_frontend(family: Family, set_name: str, key: tuple[Value, ...]) -> FrontKey | None:
     """The frontend an element of a per-frontend map belongs to, None for other sets/shapes."""
-    if set_name in NODEPORT_SETS and len(key) >= 2:
-        proto, port = key[0], key[1]
-        if isinstance(proto, int) and isinstance(port, int):
-            return (family, proto, None, port)
-    if set_name in ADDR_SETS and len(key) >= 3:
-        addr, proto, port = _addr(key[0]), key[1], key[2]
-        if addr is not None and isinstance(proto, int) and isinstance(port, int):
-            return (family, proto, addr, port)
-    return None
+    fk = layout.element_front(set_name, key)
+    return None if fk is None else (family, *fk)
 
 
 def _kind(rs: Ruleset, addr: IPAddress | None) -> str:
@@ -199,35 +154,6 @@ def _verdict_word(v: object) -> str:
     if isinstance(v, Verdict) and v.chain == n.REJECT_CHAIN:
         return "reject"
     return str(getattr(v, "kind", v))
-
-
-Targets = Mapping[tuple[Value, ...], tuple[Target, ...]]
-"""A ``backends*`` map grouped by frontend: key prefix → its targets in index order."""
-
-
-def _group_targets(
-    elements: Mapping[tuple[Value, ...], Element],
-    width: int,
-    wanted: Set[tuple[Value, ...]],
-) -> Targets:
-    """The map's ``(address, port)`` targets per key prefix of ``width`` values (only the
-    ``wanted`` prefixes), in index order, in one pass over the map."""
-    keys: dict[tuple[Value, ...], list[tuple[Value, ...]]] = {}
-    for key in elements:
-        prefix = key[:width]
-        if prefix in wanted:
-            keys.setdefault(prefix, []).append(key)
-    out: dict[tuple[Value, ...], tuple[Target, ...]] = {}
-    for prefix, group in keys.items():
-        targets: list[Target] = []
-        for key in sorted(group, key=key_order):
-            value = elements[key].value
-            if isinstance(value, tuple) and len(value) == 2:
-                addr, port = value
-                if isinstance(addr, IPv4Address | IPv6Address) and isinstance(port, int):
-                    targets.append((addr, port))
-        out[prefix] = tuple(dict.fromkeys(targets))
-    return out
 
 
 def _allowed(rs: Ruleset, fe: Frontend) -> tuple[IPNetwork, ...] | None:
@@ -253,12 +179,12 @@ def kernel_frontends(rs: Ruleset, service: str | None = None) -> list[Frontend]:
     """
     found: dict[FrontKey, Frontend] = {}
     family = rs.table.family
-    for maps, field in ((_DISPATCH, "dispatch"), (_NO_ENDPOINT, "no_endpoint")):
-        for set_name in maps:
-            for key, el in rs.elements.get(set_name, {}).items():
-                fk = element_frontend(family, set_name, key)
-                if fk is None or (service is not None and not belongs(el.comment, service)):
+    for field in ("dispatch", "no_endpoint"):
+        for shape in SHAPES:
+            for front, el in layout.keyed(rs, getattr(shape, field), shape.width):
+                if service is not None and not belongs(el.comment, service):
                     continue
+                fk = (family, *front)
                 fe = found.get(fk) or Frontend(
                     ref=el.comment,
                     family=family,
@@ -277,36 +203,29 @@ def kernel_frontends(rs: Ruleset, service: str | None = None) -> list[Frontend]:
                 found[fk] = dataclasses.replace(fe, **update)
     if not found:
         return []
-    addr_keys = {(fk[2], fk[1], fk[3]) for fk in found if fk[2] is not None}
-    port_keys = {(fk[1], fk[3]) for fk in found if fk[2] is None}
+    wanted = {fk[1:] for fk in found}
     targets = {
-        name: _group_targets(rs.elements.get(name, {}), width, wanted)
-        for name, width, wanted in (
-            (n.BACKENDS, 3, addr_keys),
-            (n.BACKENDS_LOCAL, 3, addr_keys),
-            (n.NODEPORT_BACKENDS, 2, port_keys),
-            (n.NODEPORT_BACKENDS_LOCAL, 2, port_keys),
-        )
+        name: layout.targets(rs, name, shape.width, wanted)
+        for shape in SHAPES
+        for name in (shape.backends, shape.local)
     }
     return [_with_endpoints(rs, fe, targets) for fe in found.values()]
 
 
-def _with_endpoints(rs: Ruleset, fe: Frontend, targets: Mapping[str, Targets]) -> Frontend:
-    if fe.address is None:
-        prefix: tuple[Value, ...] = (fe.proto, fe.port)
-        cluster, local = n.NODEPORT_BACKENDS, n.NODEPORT_BACKENDS_LOCAL
-    else:
-        prefix = (fe.address, fe.proto, fe.port)
-        cluster, local = n.BACKENDS, n.BACKENDS_LOCAL
+def _with_endpoints(
+    rs: Ruleset, fe: Frontend, targets: Mapping[str, Mapping[layout.FrontKey, tuple[Target, ...]]]
+) -> Frontend:
+    shape = layout.NODEPORT if fe.address is None else layout.ADDRESS
+    front = (fe.proto, fe.address, fe.port)
     allowed = _allowed(rs, fe)
-    endpoints = targets[cluster].get(prefix, ())
+    endpoints = targets[shape.backends].get(front, ())
     if fe.dispatch is not None and not endpoints:
-        endpoints = _dnat_targets(rs, fe.dispatch)
+        endpoints = dnat_targets(rs, fe.dispatch)
     return dataclasses.replace(
         fe,
         algorithm="" if fe.dispatch is None else _algorithm(rs, fe.dispatch),
         endpoints=endpoints,
-        local_endpoints=targets[local].get(prefix, ()),
+        local_endpoints=targets[shape.local].get(front, ()),
         allowed=allowed,
         kind="load-balancer" if allowed is not None and fe.kind == "external" else fe.kind,
     )
@@ -352,59 +271,6 @@ def service_rules(rulesets: Iterable[Ruleset], frontends: Iterable[Frontend]) ->
         counter_rules=counters,
         undecoded_rules=undecoded,
     )
-
-
-def _referenced(rs: Ruleset, chain: str) -> list[str]:
-    out: list[str] = []
-    for rule in rs.rules.get(chain, []):
-        for e in rule.exprs:
-            if isinstance(e, Verdict) and e.chain is not None:
-                out.append(e.chain)
-            elif isinstance(e, InlineVMap):
-                out.extend(v.chain for _, v in e.entries if v.chain is not None)
-    return out
-
-
-def closure(rs: Ruleset, start: Iterable[str]) -> list[str]:
-    """The chains named in ``start`` and everything they jump/goto into, breadth first."""
-    order: list[str] = []
-    queue = list(dict.fromkeys(start))
-    while queue:
-        name = queue.pop(0)
-        if name in order or name not in rs.chains:
-            continue
-        order.append(name)
-        queue.extend(_referenced(rs, name))
-    return order
-
-
-def _dnat_targets(rs: Ruleset, chain: str) -> tuple[Target, ...]:
-    """The targets below ``chain`` that are not in the global ``backends`` maps: fixed ``dnat to
-    addr:port`` (ClientIP affinity's endpoint chains), or the values of a service port's own
-    map (round-robin and consistent hashing)."""
-    out: list[Target] = []
-    for name in closure(rs, [chain]):
-        for rule in rs.rules.get(name, []):
-            for e in rule.exprs:
-                if isinstance(e, Dnat) and e.port is not None:
-                    out.append((e.addr, e.port))
-                elif isinstance(e, DnatMap) and e.map not in _GLOBAL_BACKENDS:
-                    values = (el.value for el in rs.elements.get(e.map, {}).values())
-                    out += sorted({_target(v) for v in values if _target(v) is not None})  # type: ignore[misc]
-    return tuple(dict.fromkeys(out))
-
-
-_GLOBAL_BACKENDS = frozenset(
-    {n.BACKENDS, n.BACKENDS_LOCAL, n.NODEPORT_BACKENDS, n.NODEPORT_BACKENDS_LOCAL}
-)
-
-
-def _target(value: object) -> Target | None:
-    if isinstance(value, tuple) and len(value) == 2:
-        addr, port = value
-        if isinstance(addr, IPv4Address | IPv6Address) and isinstance(port, int):
-            return (addr, port)
-    return None
 
 
 def _algorithm(rs: Ruleset, chain: str) -> str:

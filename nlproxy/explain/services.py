@@ -29,9 +29,10 @@ from dataclasses import dataclass
 
 from nlproxy.cluster.model import EndpointSlice, Service
 from nlproxy.explain.manifests import service_frontends
-from nlproxy.explain.rules import Frontend, FrontKey, closure, proto_name
+from nlproxy.explain.rules import Frontend, FrontKey
 from nlproxy.inspect.classify import Reachability
 from nlproxy.nft.ir import Family, IPAddress, Ruleset, Set, SetUpdate
+from nlproxy.proxy.layout import closure, proto_name
 
 Target = tuple[IPAddress, int]
 KIND_NAMES = {

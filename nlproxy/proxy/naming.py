@@ -125,8 +125,12 @@ def affinity_external_chain(ref: ServicePortRef) -> str:
     return _hashed("external", _port_text(ref))
 
 
+AFFINITY_ENDPOINT = "endpoint"
+"""Role prefix of a ClientIP-affinity port's endpoint chains (their comment names the port)."""
+
+
 def affinity_endpoint_chain(ref: ServicePortRef, ip: IPAddress, port: int) -> str:
-    return _hashed("endpoint", _endpoint_text(ref, ip, port))
+    return _hashed(AFFINITY_ENDPOINT, _endpoint_text(ref, ip, port))
 
 
 def affinity_set(ref: ServicePortRef, ip: IPAddress, port: int) -> str:
@@ -139,9 +143,14 @@ def balanced_chain(role: str, ref: ServicePortRef) -> str:
     return _hashed(f"lb-{role}", _port_text(ref))
 
 
+BALANCED_MAPS = ("lb-cluster", "lb-local")
+"""Role prefixes of a round-robin or consistent-hash port's maps, Cluster then Local policy
+(their comment names the port)."""
+
+
 def balanced_map(local: bool, ref: ServicePortRef) -> str:
     """The index (round-robin) or slot (consistent hash) → endpoint map of one endpoint list."""
-    return _hashed("lb-local" if local else "lb-cluster", _port_text(ref))
+    return _hashed(BALANCED_MAPS[local], _port_text(ref))
 
 
 def check_name(kind: str, name: str) -> str:

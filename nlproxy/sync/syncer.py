@@ -30,16 +30,16 @@ from nlproxy.conntrack.kernel import (
     programmed_frontends,
     stale_flow_filters,
 )
-from nlproxy.conntrack.plan import AFFINITY_ENDPOINT_PREFIX, BALANCED_MAP_PREFIXES, Programmed
 from nlproxy.errors import KernelError
 from nlproxy.log import get_logger
 from nlproxy.nft.backend import NftBackend
-from nlproxy.nft.ir import Element, Family, Operation, Ruleset, Table, Value, Verb
+from nlproxy.nft.ir import Family, Operation, Ruleset, Table, Verb
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.reconcile import Delta, advance, diff, ops_for_delta, stamp
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
+from nlproxy.proxy.layout import Programmed, delta_frontends, udp_only
 from nlproxy.proxy.planner import Plan, gc_paused, plan
 from nlproxy.sync.isolation import (
     Exclusion,
@@ -52,7 +52,6 @@ from nlproxy.sync.isolation import (
     substitute,
 )
 
-TABLE_NAME = "nlproxy"
 FAMILIES = (Family.IP, Family.IP6)
 MAX_EXCLUSIONS = 16
 """Services one sync may newly leave out before it gives up (the fault is then likely
@@ -150,7 +149,7 @@ class Syncer:
         return self._failed[0] if self._failed is not None else None
 
     def _table(self, family: Family) -> Table:
-        return Table(family=family, name=TABLE_NAME, owner=self.owner, persist=self.owner)
+        return Table(family=family, name=n.TABLE, owner=self.owner, persist=self.owner)
 
     def _backend(self, family: Family) -> NftBackend:
         if family not in self._backends:
@@ -160,7 +159,7 @@ class Syncer:
     def verify(self) -> None:
         """Forget the cache: the next sync compares against what the kernel really holds."""
         for family in FAMILIES:
-            self._programmed[family] = read_ruleset(family, TABLE_NAME, netns=self.netns)
+            self._programmed[family] = read_ruleset(family, n.TABLE, netns=self.netns)
         # The backends validate against their own view of chains and sets; after drift or a
         # failed commit that view is as stale as ours, so they re-read it too.
         for backend in self._backends.values():
@@ -354,9 +353,9 @@ class Syncer:
             return [Operation(Verb.ADD, owned), *ops[1:]], 0  # ops[0] adds the plan's table
         if have.table.persist:  # the kernel clears the owner flag when the owner exits
             return [Operation(Verb.ADD, owned), *ops], 1
-        self.log.info("table.owned", family=str(family), table=TABLE_NAME, recreated=True)
+        self.log.info("table.owned", family=str(family), table=n.TABLE, recreated=True)
         fresh = diff(desired, None)[1:]
-        plain = Table(family=family, name=TABLE_NAME)
+        plain = Table(family=family, name=n.TABLE)
         return [Operation(Verb.DELETE, plain), Operation(Verb.ADD, owned), *fresh], 2
 
     def _clean_partial(
@@ -437,158 +436,3 @@ class Syncer:
         for backend in self._backends.values():
             backend.close()
         self._backends.clear()
-
-
-_DISPATCH = ((n.SERVICE_IPS, n.BACKENDS, 3), (n.SERVICE_NODEPORTS, n.NODEPORT_BACKENDS, 2))
-"""(dispatch map, backends map, frontend key width): the maps conntrack cleanup reads."""
-
-
-_IPPROTO_UDP = 17
-
-
-def udp_only(rs: Ruleset) -> Ruleset:
-    """The dispatch and backends elements of ``rs``'s UDP frontends (the l4proto is the
-    frontend key's second part, or its first for NodePorts), and the maps of its round-robin
-    and consistent-hash UDP ports."""
-    out = Ruleset(table=rs.table)
-    for dispatch, backends, width in _DISPATCH:
-        proto = width - 2
-        for name in (dispatch, backends):
-            els = rs.elements.get(name, {})
-            out.elements[name] = {k: el for k, el in els.items() if k[proto] == _IPPROTO_UDP}
-    for name, s in rs.sets.items():  # round-robin and consistent-hash UDP ports' own maps
-        if name.startswith(BALANCED_MAP_PREFIXES) and s.comment.endswith("/UDP"):
-            out.sets[name], out.elements[name] = s, dict(rs.elements.get(name, {}))
-    for name, chain in rs.chains.items():  # ClientIP-affinity UDP ports' endpoint chains
-        if name.startswith(AFFINITY_ENDPOINT_PREFIX) and chain.comment.endswith("/UDP"):
-            out.chains[name], out.rules[name] = chain, list(rs.rules.get(name, ()))
-    return out
-
-
-def delta_frontends(
-    deltas: Mapping[Family, Delta], rulesets: Mapping[Family, Ruleset]
-) -> tuple[list[Ruleset], list[Ruleset]]:
-    """The dispatch and backends elements of every frontend a delta touches, before and after.
-
-    Per family, a ruleset holding only those frontends' elements (every endpoint index, not just
-    the touched ones), as the last plan had them and as ``rulesets`` (the new plan) has them.
-    ``programmed_frontends`` of these equals that of the whole tables on those frontends, and the
-    other frontends did not change, so stale flows found from them are all the stale flows.
-    A NodePort frontend spans both families, so it is gathered from both.
-    """
-    fronts: set[tuple[Value, ...]] = set()
-    balanced: dict[Family, set[str]] = {}
-    for family, delta in deltas.items():
-        for name, key in delta.elements:
-            for dispatch, backends, width in _DISPATCH:
-                if name in (dispatch, backends):
-                    fronts.add(key[:width])
-        names = {name for name, _ in delta.elements} | set(delta.sets)
-        balanced[family] = {x for x in names if x.startswith(BALANCED_MAP_PREFIXES)}
-    refs = {_balanced_ref(deltas[f], rulesets[f], x) for f, xs in balanced.items() for x in xs}
-    # A ClientIP-affinity port's endpoints are chains of its own: one came or went.
-    refs |= {
-        (pair[1] or pair[0])[0].comment  # type: ignore[index]
-        for delta in deltas.values()
-        for name, pair in delta.chains.items()
-        if name.startswith(AFFINITY_ENDPOINT_PREFIX) and (pair[1] or pair[0]) is not None
-    }
-    refs.discard("")
-    if refs:  # a round-robin or consistent-hash port changed: its frontends and all its maps
-        for family, rs in rulesets.items():
-            for dispatch, _, width in _DISPATCH:
-                els = rs.elements.get(dispatch, {})
-                fronts.update(k[:width] for k, el in els.items() if el.comment in refs)
-            balanced.setdefault(family, set()).update(
-                x
-                for x, s in rs.sets.items()
-                if x.startswith(BALANCED_MAP_PREFIXES) and s.comment in refs
-            )
-    if not fronts:
-        return [], []
-    before, after = [], []
-    for family, rs in rulesets.items():
-        changes = deltas[family].elements
-        b, a = Ruleset(table=rs.table), Ruleset(table=rs.table)
-        for dispatch, backends, width in _DISPATCH:
-            mine = [f for f in fronts if len(f) == width]
-            for out, side in ((b, 0), (a, 1)):
-                _gather(out, rs, changes, side, dispatch, backends, mine)
-        for out, side in ((b, 0), (a, 1)):
-            _gather_balanced(out, rs, deltas[family], side, balanced.get(family, set()))
-            if refs:
-                _gather_affinity(out, rs, deltas[family], side, refs)
-        before.append(b)
-        after.append(a)
-    return before, after
-
-
-def _balanced_ref(delta: Delta, rs: Ruleset, name: str) -> str:
-    """The service port a round-robin or consistent-hash map belongs to (its comment)."""
-    pair = delta.sets.get(name)
-    s = rs.sets.get(name) or (pair and (pair[1] or pair[0]))
-    return s.comment if s else ""
-
-
-def _gather_affinity(out: Ruleset, rs: Ruleset, delta: Delta, side: int, refs: set[str]) -> None:
-    """Copy the endpoint chains of the affinity ports ``refs`` names, as they were or are."""
-    names = {x for x in rs.chains if x.startswith(AFFINITY_ENDPOINT_PREFIX)}
-    names |= {x for x in delta.chains if x.startswith(AFFINITY_ENDPOINT_PREFIX)}
-    for name in names:
-        pair = delta.chains.get(name)
-        if pair is not None:
-            state = pair[side]
-            if state is None:
-                continue
-            chain, rules = state
-        elif name in rs.chains:
-            chain, rules = rs.chains[name], tuple(rs.rules.get(name, ()))
-        else:
-            continue
-        if chain.comment in refs:
-            out.chains[name], out.rules[name] = chain, list(rules)
-
-
-def _gather_balanced(out: Ruleset, rs: Ruleset, delta: Delta, side: int, names: set[str]) -> None:
-    """Copy the port's own maps (``lb-cluster-…``/``lb-local-…``) as they were or are."""
-    for name in names:
-        pair = delta.sets.get(name)
-        s = pair[side] if pair is not None else rs.sets.get(name)
-        if s is None:
-            continue
-        out.sets[name] = s
-        keys = set(rs.elements.get(name, {})) | {k for x, k in delta.elements if x == name}
-        els: dict[tuple[Value, ...], Element] = {}
-        for key in keys:
-            change = delta.elements.get((name, key))
-            el = change[side] if change is not None else rs.elements.get(name, {}).get(key)
-            if el is not None:
-                els[key] = el
-        out.elements[name] = els
-
-
-def _gather(
-    out: Ruleset,
-    rs: Ruleset,
-    changes: Mapping[tuple[str, tuple[Value, ...]], tuple[Element | None, Element | None]],
-    side: int,
-    dispatch: str,
-    backends: str,
-    fronts: list[tuple[Value, ...]],
-) -> None:
-    """Copy the elements of ``fronts`` into ``out`` as they were (side 0) or are (side 1)."""
-
-    def get(name: str, key: tuple[Value, ...]) -> Element | None:
-        pair = changes.get((name, key))
-        return pair[side] if pair is not None else rs.elements.get(name, {}).get(key)
-
-    for name in (dispatch, backends):
-        out.elements[name] = {}
-    for front in fronts:
-        el = get(dispatch, front)
-        if el is not None:
-            out.elements[dispatch][front] = el
-        index = 0  # the planner numbers a frontend's endpoints 0..N-1
-        while (el := get(backends, (*front, index))) is not None:
-            out.elements[backends][el.key] = el
-            index += 1

@@ -19,8 +19,8 @@ from nlproxy.demo.echo import Result, UdpSession, request
 from nlproxy.demo.testbed import Testbed
 from nlproxy.nft.ir import Family
 from nlproxy.nft.readback import read_ruleset
+from nlproxy.proxy.naming import TABLE as TABLE_NAME
 from nlproxy.proxy.tracer import trace
-from nlproxy.sync.syncer import TABLE_NAME
 from tests.kernel import topo
 from tests.kernel.topo import PORTS, SLICE_PORTS, SVC_PORT, apply
 

@@ -22,8 +22,9 @@ from nlproxy.demo.testbed import Testbed
 from nlproxy.nft.counters import read_counters
 from nlproxy.nft.ir import Family
 from nlproxy.proxy.config import ProxyConfig
+from nlproxy.proxy.naming import TABLE as TABLE_NAME
 from nlproxy.proxy.skeleton import counter_sets
-from nlproxy.sync.syncer import TABLE_NAME, Syncer
+from nlproxy.sync.syncer import Syncer
 from tests.kernel import topo
 from tests.kernel.topo import PORTS, SLICE_PORTS, answers, ask, nft_ruleset, run_once
 from tests.unit.builders import NODE, endpoint, eps_slice, node, port, service, snapshot

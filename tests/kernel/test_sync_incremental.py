@@ -15,8 +15,9 @@ from dataclasses import replace
 from nlproxy.nft.ir import Family
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.reconcile import diff
+from nlproxy.proxy.naming import TABLE as TABLE_NAME
 from nlproxy.proxy.planner import plan
-from nlproxy.sync.syncer import TABLE_NAME, Syncer
+from nlproxy.sync.syncer import Syncer
 from tests.netns import sh
 from tests.unit.builders import endpoint, eps_slice, port, service, upsert
 from tests.unit.test_sync_incremental import CONFIG, World, _state_with_node

@@ -16,7 +16,8 @@ from nlproxy.cluster.model import ClusterSnapshot, EndpointSlice, Service, Servi
 from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.proxy import naming as n
-from nlproxy.sync.syncer import TABLE_NAME, Syncer
+from nlproxy.proxy.naming import TABLE as TABLE_NAME
+from nlproxy.sync.syncer import Syncer
 from tests.netns import sh
 from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot
 from tests.unit.test_sync_incremental import CONFIG
