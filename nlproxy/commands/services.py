@@ -17,7 +17,7 @@ from nlproxy.cluster.manifests import load_manifests
 from nlproxy.cluster.model import Upsert
 from nlproxy.errors import ConfigError
 from nlproxy.explain.report import parse_service_key
-from nlproxy.explain.rules import Frontend, kernel_frontends
+from nlproxy.explain.rules import FrontendReport, kernel_frontends
 from nlproxy.explain.services import (
     Manifests,
     build_rows,
@@ -62,7 +62,9 @@ def run(args: argparse.Namespace) -> int:
         if (rs := read_ruleset(fam, n.TABLE, netns=args.netns)) is not None
     }
     manifests = _manifests(args.manifests)
-    frontends: list[Frontend] = [fe for rs in rulesets.values() for fe in kernel_frontends(rs, key)]
+    frontends: list[FrontendReport] = [
+        fe for rs in rulesets.values() for fe in kernel_frontends(rs, key)
+    ]
     if manifests is not None:
         frontends = join_frontends(frontends, manifests, key)
     if key is not None and not frontends:
@@ -91,7 +93,7 @@ def _manifests(directory: Path | None) -> Manifests | None:
     return manifests_index(c.obj for r in load.changes for c in r.changes if isinstance(c, Upsert))
 
 
-def _order(fe: Frontend) -> tuple[str, bool, int, int, int]:
+def _order(fe: FrontendReport) -> tuple[str, bool, int, int, int]:
     kinds = ("cluster-ip", "external-ip", "load-balancer", "external", "node-port")
     addr = 0 if fe.address is None else int(fe.address)
     return (fe.ref, fe.family is Family.IP6, kinds.index(fe.kind), addr, fe.port)

@@ -17,7 +17,6 @@ from nlproxy.cluster.model import (
     Endpoint,
     EndpointSlice,
     Invalid,
-    Protocol,
     Service,
     ServiceKey,
     ServiceType,
@@ -25,10 +24,10 @@ from nlproxy.cluster.model import (
     Upsert,
 )
 from nlproxy.cluster.state import ClusterState
-from nlproxy.explain.rules import Frontend
-from nlproxy.nft.ir import Family, IPAddress, L4Proto
+from nlproxy.explain.rules import FrontendReport
+from nlproxy.nft.ir import Family, IPAddress
+from nlproxy.proxy.layout import Frontend
 
-_L4 = {Protocol.TCP: L4Proto.TCP, Protocol.UDP: L4Proto.UDP, Protocol.SCTP: L4Proto.SCTP}
 SKIPPED = "skipped: headless, ExternalName or another proxy's Service; nlproxy does not proxy it"
 
 
@@ -59,7 +58,7 @@ class ServiceFacts:
     fields: tuple[tuple[str, str], ...] = ()
     problems: tuple[str, ...] = ()
     slices: tuple[SliceFacts, ...] = ()
-    frontends: tuple[Frontend, ...] = ()
+    frontends: tuple[FrontendReport, ...] = ()
     service: Service | None = None
 
 
@@ -174,36 +173,32 @@ def _family(addr: IPAddress) -> Family:
     return Family.IP if addr.version == 4 else Family.IP6
 
 
-def service_frontends(svc: Service) -> list[Frontend]:
+def service_frontends(svc: Service) -> list[FrontendReport]:
     """The frontends ``svc`` asks for: per port, its cluster IP of each family, external IPs,
     load-balancer IPs, and its node port (per family that has a cluster IP)."""
-    out: list[Frontend] = []
+    out: list[FrontendReport] = []
     families = {_family(ip): ip for ip in reversed(svc.cluster_ips)}
     for sp in svc.ports:
-        proto = int(_L4[sp.ref.protocol])
+        proto = sp.ref.protocol.value.lower()
         addrs = [("cluster-ip", ip) for ip in families.values()]
         addrs += [("external-ip", ip) for ip in svc.external_ips if _family(ip) in families]
         addrs += [("load-balancer", ip) for ip in svc.load_balancer_ips if _family(ip) in families]
         for kind, addr in addrs:
             out.append(
-                Frontend(
+                FrontendReport(
                     ref=str(sp.ref),
                     family=_family(addr),
-                    proto=proto,
+                    frontend=Frontend(proto, addr, sp.port),
                     kind=kind,
-                    address=addr,
-                    port=sp.port,
                 )
             )
         if sp.node_port:
             out.extend(
-                Frontend(
+                FrontendReport(
                     ref=str(sp.ref),
                     family=fam,
-                    proto=proto,
+                    frontend=Frontend(proto, None, sp.node_port),
                     kind="node-port",
-                    address=None,
-                    port=sp.node_port,
                 )
                 for fam in families
             )

@@ -14,7 +14,7 @@ from typing import Any
 from nlproxy.conntrack.kernel import Flow
 from nlproxy.explain.manifests import ServiceFacts
 from nlproxy.explain.report import FLOWS_SHOWN, FlowGroup, Report
-from nlproxy.explain.rules import Frontend, ServiceRules
+from nlproxy.explain.rules import FrontendReport, ServiceRules
 from nlproxy.explain.trace import TraceRow
 from nlproxy.nft.ir import IPAddress
 from nlproxy.proxy import naming as n
@@ -39,14 +39,14 @@ def _hostport(addr: IPAddress, port: int) -> str:
     return f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
 
 
-def _targets(fe: Frontend) -> str:
+def _targets(fe: FrontendReport) -> str:
     eps = ", ".join(_hostport(a, p) for a, p in fe.endpoints) or "-"
     if fe.local_endpoints:
         eps += " (local: " + ", ".join(_hostport(a, p) for a, p in fe.local_endpoints) + ")"
     return eps
 
 
-def _state(fe: Frontend) -> str:
+def _state(fe: FrontendReport) -> str:
     parts = []
     if fe.dispatch is not None:
         parts.append(f"goto {fe.dispatch}")
@@ -226,7 +226,7 @@ def render_text(report: Report) -> str:
     return "\n\n".join("\n".join(s) for s in sections) + "\n"
 
 
-def _frontend_json(fe: Frontend) -> dict[str, Any]:
+def _frontend_json(fe: FrontendReport) -> dict[str, Any]:
     return {
         "port": fe.ref,
         "family": str(fe.family),

@@ -25,7 +25,7 @@ from nlproxy.conntrack.kernel import Conntrack, Flow, FlowFilter
 from nlproxy.errors import ConfigError
 from nlproxy.explain.manifests import ServiceFacts, service_facts
 from nlproxy.explain.rules import (
-    Frontend,
+    FrontendReport,
     FrontKey,
     ServiceRules,
     kernel_frontends,
@@ -63,7 +63,7 @@ def parse_service_key(text: str) -> ServiceKey:
 class FlowGroup:
     """The conntrack flows to one frontend: how many, and the first few."""
 
-    frontend: Frontend
+    frontend: FrontendReport
     count: int
     flows: tuple[Flow, ...]
 
@@ -80,7 +80,7 @@ class EndpointRow:
 class FrontendCount:
     """What ``--service-counters`` counted for one frontend since its element was created."""
 
-    frontend: Frontend
+    frontend: FrontendReport
     packets: int
     bytes: int
 
@@ -162,7 +162,7 @@ def explain(
 
 
 def _counts(
-    netns: str | None, rulesets: dict[Family, Ruleset], frontends: Sequence[Frontend]
+    netns: str | None, rulesets: dict[Family, Ruleset], frontends: Sequence[FrontendReport]
 ) -> tuple[FrontendCount, ...] | None:
     """The frontends' service counters, read from the kernel; None when counting is off."""
     on = [fam for fam, rs in rulesets.items() if _counting(rs)]
@@ -201,9 +201,11 @@ def _facts(manifests: Path | None, key: ServiceKey) -> ServiceFacts | None:
     return service_facts(load_manifests(manifests), key)
 
 
-def _join(rulesets: Iterable[Ruleset], facts: ServiceFacts | None, service: str) -> list[Frontend]:
+def _join(
+    rulesets: Iterable[Ruleset], facts: ServiceFacts | None, service: str
+) -> list[FrontendReport]:
     """Programmed frontends, plus those the manifests ask for that are not programmed."""
-    found: dict[FrontKey, Frontend] = {}
+    found: dict[FrontKey, FrontendReport] = {}
     for rs in rulesets:
         for fe in kernel_frontends(rs, service):
             found[fe.key] = fe
@@ -214,12 +216,14 @@ def _join(rulesets: Iterable[Ruleset], facts: ServiceFacts | None, service: str)
     return sorted(found.values(), key=_order)
 
 
-def _order(fe: Frontend) -> tuple[str, int, int, str]:
+def _order(fe: FrontendReport) -> tuple[str, int, int, str]:
     kinds = ("cluster-ip", "external-ip", "load-balancer", "external", "node-port")
     return (fe.ref, fe.family is Family.IP6, kinds.index(fe.kind), str(fe.address))
 
 
-def _only_port(frontends: list[Frontend], port: str | None, key: ServiceKey) -> list[Frontend]:
+def _only_port(
+    frontends: list[FrontendReport], port: str | None, key: ServiceKey
+) -> list[FrontendReport]:
     if port is None:
         return frontends
     refs = {fe.ref for fe in frontends if port in (fe.port_name, str(fe.port))}
@@ -232,7 +236,7 @@ def _only_port(frontends: list[Frontend], port: str | None, key: ServiceKey) -> 
 def _flows(
     netns: str | None,
     rulesets: dict[Family, Ruleset],
-    frontends: Sequence[Frontend],
+    frontends: Sequence[FrontendReport],
     local: Sequence[IPAddress],
 ) -> list[FlowGroup]:
     ct = Conntrack(netns)
@@ -254,7 +258,7 @@ def _flows(
     return out
 
 
-def _endpoints(netns: str | None, frontends: Sequence[Frontend]) -> list[EndpointRow]:
+def _endpoints(netns: str | None, frontends: Sequence[FrontendReport]) -> list[EndpointRow]:
     by_target: dict[tuple[IPAddress, int], list[str]] = {}
     for fe in frontends:
         for target in dict.fromkeys((*fe.endpoints, *fe.local_endpoints)):
@@ -269,7 +273,7 @@ def _endpoints(netns: str | None, frontends: Sequence[Frontend]) -> list[Endpoin
 
 def _problems(
     facts: ServiceFacts | None,
-    frontends: Sequence[Frontend],
+    frontends: Sequence[FrontendReport],
     endpoints: Sequence[EndpointRow],
     traces: Sequence[TraceRow],
     src: IPAddress | None,
@@ -309,7 +313,9 @@ def foreign_problems(netns: str | None) -> list[str]:
     ]
 
 
-def _nodeport_gaps(rulesets: Mapping[Family, Ruleset], frontends: Sequence[Frontend]) -> list[str]:
+def _nodeport_gaps(
+    rulesets: Mapping[Family, Ruleset], frontends: Sequence[FrontendReport]
+) -> list[str]:
     """A family whose programmed ``nodeport-ips`` set is empty refuses every NodePort."""
     out = []
     for family, rs in rulesets.items():

@@ -36,21 +36,32 @@ from nlproxy.nft.render import render_chain, render_element
 from nlproxy.nft.values import key_order
 from nlproxy.proxy import layout
 from nlproxy.proxy import naming as n
-from nlproxy.proxy.layout import SHAPES, Target, closure, dnat_targets, proto_name
+from nlproxy.proxy.layout import (
+    SHAPES,
+    Frontend,
+    Target,
+    closure,
+    dnat_targets,
+    proto_name,
+    proto_number,
+)
 
 FrontKey = tuple[Family, int, IPAddress | None, int]
 """(family, l4proto, address or None for a node port, port): a frontend's identity."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Frontend:
-    """An address and port one service port answers on, and what is programmed for it.
+class FrontendReport:
+    """A frontend (an address and port one service port answers on) and what is programmed for
+    it, as explain reports it.
 
     Attributes:
         ref: the service port, ``ns/name:port/PROTO``.
+        family: the table it was read from (or the manifests ask for it in).
+        frontend: the protocol, address (None for a node port: every NodePort address of the
+            family) and port.
         kind: ``cluster-ip``, ``external-ip``, ``load-balancer``, ``external`` (an external or
             load-balancer IP, when only the kernel was read) or ``node-port``.
-        address: None for a node port (every NodePort address of the family).
         dispatch: the chain the ``service-ips``/``service-nodeports`` element goes to, or None.
         no_endpoint: ``reject`` or ``drop`` when a ``no-endpoint-*`` element catches it.
         endpoints: what the dispatch DNATs to (``backends``/``nodeport-backends``).
@@ -63,10 +74,8 @@ class Frontend:
 
     ref: str
     family: Family
-    proto: int
+    frontend: Frontend
     kind: str
-    address: IPAddress | None
-    port: int
     dispatch: str | None = None
     no_endpoint: str | None = None
     endpoints: tuple[Target, ...] = ()
@@ -74,6 +83,19 @@ class Frontend:
     allowed: tuple[IPNetwork, ...] | None = None
     programmed: bool = False
     algorithm: str = ""
+
+    @property
+    def proto(self) -> int:
+        """The l4proto number."""
+        return proto_number(self.frontend.proto)
+
+    @property
+    def address(self) -> IPAddress | None:
+        return self.frontend.addr
+
+    @property
+    def port(self) -> int:
+        return self.frontend.port
 
     @property
     def key(self) -> FrontKey:
@@ -121,7 +143,7 @@ class ChainText:
 class ServiceRules:
     """What one Service has programmed, all families together."""
 
-    frontends: tuple[Frontend, ...]
+    frontends: tuple[FrontendReport, ...]
     elements: tuple[ElementLine, ...]
     chains: tuple[ChainText, ...]
     counter_rules: int
@@ -156,7 +178,7 @@ def _verdict_word(v: object) -> str:
     return str(getattr(v, "kind", v))
 
 
-def _allowed(rs: Ruleset, fe: Frontend) -> tuple[IPNetwork, ...] | None:
+def _allowed(rs: Ruleset, fe: FrontendReport) -> tuple[IPNetwork, ...] | None:
     if fe.address is None or (fe.address, fe.proto, fe.port) not in rs.elements.get(
         n.FIREWALL_IPS, {}
     ):
@@ -170,14 +192,14 @@ def _allowed(rs: Ruleset, fe: Frontend) -> tuple[IPNetwork, ...] | None:
     return tuple(out)
 
 
-def kernel_frontends(rs: Ruleset, service: str | None = None) -> list[Frontend]:
+def kernel_frontends(rs: Ruleset, service: str | None = None) -> list[FrontendReport]:
     """The frontends of ``service`` (``ns/name``; None: of every service) in one family's
     table, with their state and endpoints.
 
     Each ``backends*`` map is walked once for all the frontends found, so listing every
     service costs one pass over its elements, not one per frontend.
     """
-    found: dict[FrontKey, Frontend] = {}
+    found: dict[FrontKey, FrontendReport] = {}
     family = rs.table.family
     for field in ("dispatch", "no_endpoint"):
         for shape in SHAPES:
@@ -185,13 +207,11 @@ def kernel_frontends(rs: Ruleset, service: str | None = None) -> list[Frontend]:
                 if service is not None and not belongs(el.comment, service):
                     continue
                 fk = (family, *front)
-                fe = found.get(fk) or Frontend(
+                fe = found.get(fk) or FrontendReport(
                     ref=el.comment,
                     family=family,
-                    proto=fk[1],
+                    frontend=layout.frontend(front),
                     kind=_kind(rs, fk[2]),
-                    address=fk[2],
-                    port=fk[3],
                     programmed=True,
                 )
                 value = el.value
@@ -213,8 +233,10 @@ def kernel_frontends(rs: Ruleset, service: str | None = None) -> list[Frontend]:
 
 
 def _with_endpoints(
-    rs: Ruleset, fe: Frontend, targets: Mapping[str, Mapping[layout.FrontKey, tuple[Target, ...]]]
-) -> Frontend:
+    rs: Ruleset,
+    fe: FrontendReport,
+    targets: Mapping[str, Mapping[layout.FrontKey, tuple[Target, ...]]],
+) -> FrontendReport:
     shape = layout.NODEPORT if fe.address is None else layout.ADDRESS
     front = (fe.proto, fe.address, fe.port)
     allowed = _allowed(rs, fe)
@@ -231,7 +253,7 @@ def _with_endpoints(
     )
 
 
-def service_rules(rulesets: Iterable[Ruleset], frontends: Iterable[Frontend]) -> ServiceRules:
+def service_rules(rulesets: Iterable[Ruleset], frontends: Iterable[FrontendReport]) -> ServiceRules:
     """The elements of ``frontends`` and the chains they lead to, rendered per family."""
     fronts = tuple(frontends)
     keys = {fe.key for fe in fronts}

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from nlproxy.cluster.model import EndpointSlice, Service
 from nlproxy.explain.manifests import service_frontends
-from nlproxy.explain.rules import Frontend, FrontKey
+from nlproxy.explain.rules import FrontendReport, FrontKey
 from nlproxy.inspect.classify import Reachability
 from nlproxy.nft.ir import Family, IPAddress, Ruleset, Set, SetUpdate
 from nlproxy.proxy.layout import closure, proto_name
@@ -75,7 +75,7 @@ class Backend:
 class ServiceRow:
     """One frontend of one service port, with its backends and policies."""
 
-    frontend: Frontend
+    frontend: FrontendReport
     external_policy: str | None
     internal_policy: str | None
     affinity: str | None
@@ -112,12 +112,12 @@ def manifests_index(objects: Iterable[object]) -> Manifests:
 
 
 def join_frontends(
-    programmed: Iterable[Frontend], manifests: Manifests, service: str | None = None
-) -> list[Frontend]:
+    programmed: Iterable[FrontendReport], manifests: Manifests, service: str | None = None
+) -> list[FrontendReport]:
     """Programmed frontends, named by the kind their Service gives them (external IP or
     load-balancer IP, which the kernel alone cannot always tell apart), plus the frontends the
     manifests' Services (only ``service``'s when given) ask for that are not programmed."""
-    found: dict[FrontKey, Frontend] = {fe.key: fe for fe in programmed}
+    found: dict[FrontKey, FrontendReport] = {fe.key: fe for fe in programmed}
     for key, svc in manifests.services.items():
         if service is not None and key != service:
             continue
@@ -135,7 +135,9 @@ def _state_of(ready: bool, serving: bool, terminating: bool) -> str:
     return "terminating" if terminating else "not-ready"
 
 
-def _slice_endpoints(fe: Frontend, manifests: Manifests) -> dict[Target, tuple[str, str | None]]:
+def _slice_endpoints(
+    fe: FrontendReport, manifests: Manifests
+) -> dict[Target, tuple[str, str | None]]:
     """(address, target port) → (state, node) of the frontend's service port in the slices."""
     service, _, rest = fe.ref.partition(":")
     port_name = rest.rpartition("/")[0]
@@ -150,7 +152,7 @@ def _slice_endpoints(fe: Frontend, manifests: Manifests) -> dict[Target, tuple[s
     return out
 
 
-def _external_policy(fe: Frontend, svc: Service | None) -> str | None:
+def _external_policy(fe: FrontendReport, svc: Service | None) -> str | None:
     if fe.kind == "cluster-ip":
         return None
     if svc is not None:
@@ -163,7 +165,7 @@ def _external_policy(fe: Frontend, svc: Service | None) -> str | None:
     return None
 
 
-def _internal_policy(fe: Frontend, svc: Service | None) -> str | None:
+def _internal_policy(fe: FrontendReport, svc: Service | None) -> str | None:
     if fe.kind != "cluster-ip":
         return None
     if svc is not None:
@@ -172,7 +174,7 @@ def _internal_policy(fe: Frontend, svc: Service | None) -> str | None:
 
 
 def _affinity(
-    fe: Frontend, rs: Ruleset | None, svc: Service | None
+    fe: FrontendReport, rs: Ruleset | None, svc: Service | None
 ) -> tuple[str | None, int | None]:
     if svc is not None:
         timeout = svc.affinity_timeout
@@ -197,7 +199,7 @@ def _affinity(
 
 
 def build_rows(
-    frontends: Sequence[Frontend],
+    frontends: Sequence[FrontendReport],
     rulesets: Mapping[Family, Ruleset],
     reach: Mapping[IPAddress, Reachability],
     manifests: Manifests | None = None,

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network
 
-from nlproxy.explain.rules import Frontend
+from nlproxy.explain.rules import FrontendReport
 from nlproxy.nft.decode import key_order
 from nlproxy.nft.ir import Family, IPAddress, L4Proto, Ruleset
 from nlproxy.proxy import naming as n
@@ -33,7 +33,7 @@ class TraceRow:
         diagnosis: one line; empty when all is well.
     """
 
-    frontend: Frontend
+    frontend: FrontendReport
     dst: IPAddress | None
     verdict: str
     endpoints: tuple[str, ...] = ()
@@ -72,7 +72,7 @@ def nodeport_destination(
 
 def trace_frontends(
     rulesets: Mapping[Family, Ruleset],
-    frontends: Sequence[Frontend],
+    frontends: Sequence[FrontendReport],
     src: IPAddress,
     local_addrs: Collection[IPAddress],
 ) -> list[TraceRow]:
@@ -91,7 +91,7 @@ def trace_frontends(
 
 def _trace_one(
     rs: Ruleset | None,
-    fe: Frontend,
+    fe: FrontendReport,
     src: IPAddress,
     dst: IPAddress | None,
     local_addrs: Collection[IPAddress],
@@ -120,7 +120,7 @@ def _trace_one(
     )
 
 
-def diagnose(rs: Ruleset, fe: Frontend, src: IPAddress, dst: IPAddress, verdict: str) -> str:
+def diagnose(rs: Ruleset, fe: FrontendReport, src: IPAddress, dst: IPAddress, verdict: str) -> str:
     """Why a packet from ``src`` to ``fe`` (sent to ``dst``) did not reach an endpoint."""
     if verdict == "ACCEPT":
         return f"not DNAT'd: nothing programmed sends {dst}:{fe.port} to an endpoint"

@@ -96,6 +96,14 @@ def proto_name(proto: int) -> str:
         return str(proto)
 
 
+def proto_number(name: str) -> int:
+    """The l4proto of a protocol :func:`proto_name` names, in any case, or a number."""
+    try:
+        return int(L4Proto[name.upper()])
+    except KeyError:
+        return int(name)
+
+
 class UnexpectedElement(NlproxyError):
     """A map element whose key or data does not have the shape the planner writes.
 
@@ -215,7 +223,8 @@ def targets(
 @dataclass(frozen=True, slots=True)
 class Frontend:
     """Where clients send, read back: ``proto`` (tcp/udp/sctp), a service address (None: a
-    NodePort, on every node address) and a port."""
+    NodePort, on every node address) and a port. (The planner's own, richer
+    :class:`nlproxy.proxy.planner.Frontend` is what it writes; this is what a read finds.)"""
 
     proto: str
     addr: IPAddress | None
@@ -259,11 +268,17 @@ class Programmed(Mapping[Frontend, frozenset[Backend]]):
         ]
 
 
-def _frontend(el: Element, fk: FrontKey) -> Frontend:
+def frontend(fk: FrontKey) -> Frontend:
+    """The frontend a map key names (``proto`` the protocol's name in lower case, or its
+    number)."""
     proto, addr, port = fk
-    if proto not in _PORT_PROTOS:
-        raise UnexpectedElement(el, f"l4proto {proto}")
-    return Frontend(L4Proto(proto).name.lower(), addr, port)
+    return Frontend(proto_name(proto).lower(), addr, port)
+
+
+def _frontend(el: Element, fk: FrontKey) -> Frontend:
+    if fk[0] not in _PORT_PROTOS:
+        raise UnexpectedElement(el, f"l4proto {fk[0]}")
+    return frontend(fk)
 
 
 def port_backends(rs: Ruleset) -> dict[str, set[Backend]]:

@@ -16,7 +16,7 @@ from nlproxy.errors import ConfigError
 from nlproxy.explain.manifests import service_facts, service_frontends
 from nlproxy.explain.render import render_text, report_to_json, table
 from nlproxy.explain.report import EndpointRow, Report, parse_service_key
-from nlproxy.explain.rules import Frontend, element_frontend, kernel_frontends, service_rules
+from nlproxy.explain.rules import FrontendReport, element_frontend, kernel_frontends, service_rules
 from nlproxy.explain.trace import trace_frontends
 from nlproxy.inspect.classify import Reachability
 from nlproxy.nft.ir import Family, Ruleset
@@ -73,7 +73,7 @@ def rulesets() -> dict[Family, Ruleset]:
     return _rulesets()
 
 
-def _fronts(rs: dict[Family, Ruleset], svc: str) -> dict[str, Frontend]:
+def _fronts(rs: dict[Family, Ruleset], svc: str) -> dict[str, FrontendReport]:
     return {fe.label: fe for fe in kernel_frontends(rs[Family.IP], svc)}
 
 
