@@ -1,9 +1,8 @@
 """``nlproxy inspect``: is every endpoint nlproxy DNATs to reachable from this node?
 
-Reads what is programmed from the kernel (tables ``ip nlproxy`` and ``ip6 nlproxy``, with
-:func:`nlproxy.nft.readback.read_ruleset`), not from the API server, and classifies each
-endpoint with :mod:`nlproxy.inspect.classify`. Exit status 0 when all are reachable, 4 when some are
-not. Read only: it never changes the ruleset or routes.
+Thin wiring over :func:`nlproxy.inspect.report.endpoint_report`. Exit status 0 when all are
+reachable, 4 when some are not, 2 for a bad or unknown ``--service``. Read only: it never changes
+the ruleset or routes.
 """
 
 from __future__ import annotations
@@ -11,159 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
-from nlproxy.errors import ConfigError, NlproxyError
-from nlproxy.inspect.classify import Reachability, classify
-from nlproxy.nft.ir import Family, IPAddress, Ruleset
-from nlproxy.nft.readback import read_ruleset
-from nlproxy.nft.values import key_order
-from nlproxy.proxy.layout import ADDRESS, FrontKey, UnexpectedElement, keyed, proto_name, targets
-from nlproxy.proxy.naming import TABLE
+from nlproxy.errors import ConfigError
+from nlproxy.inspect.report import endpoint_report, render_table
 
 NAME = "inspect"
 HELP = "check that every programmed endpoint is reachable from this node (exit 4 if not)"
-
 EXIT_UNREACHABLE = 4
-
-Target = tuple[IPAddress, int]
-
-
-def _default_name(front: FrontKey) -> str:
-    proto, daddr, dport = front
-    return f"{daddr}:{dport}/{proto_name(proto)}"
-
-
-def _order(front: FrontKey) -> tuple[tuple[int, int, int], ...]:
-    proto, daddr, dport = front
-    return key_order((daddr, proto, dport))  # type: ignore[arg-type]
-
-
-def programmed_endpoints(rulesets: Iterable[Ruleset]) -> dict[str, list[Target]]:
-    """The endpoints each service port DNATs to, read from programmed ``nlproxy`` tables.
-
-    Keys are service ports as their ``service-ips`` elements' comments name them
-    (``default/web:http/TCP``; ``10.96.0.10:53/UDP`` for an element without a comment). Each
-    list holds ``(address, port)`` in ``backends`` index order, without duplicates across the
-    service port's addresses (cluster IP, external IPs). A service port without endpoints maps
-    to an empty list.
-
-    Raises:
-        NlproxyError: naming an element of ``service-ips`` or ``backends`` of another shape.
-    """
-    out: dict[str, list[Target]] = {}
-    try:
-        for rs in rulesets:
-            names = {
-                front: el.comment or _default_name(front)
-                for front, el in keyed(rs, ADDRESS.dispatch, ADDRESS.width, strict=True)
-            }
-            for name in names.values():
-                out.setdefault(name, [])
-            groups = targets(rs, ADDRESS.backends, ADDRESS.width, strict=True)
-            # Frontends in key order, each one's endpoints in index order.
-            for front in sorted(groups, key=_order):
-                found = out.setdefault(names.get(front) or _default_name(front), [])
-                found += [t for t in groups[front] if t not in found]
-    except UnexpectedElement as exc:
-        el = exc.element
-        raise NlproxyError(f"map {el.set} element {el.key}", exc.reason) from exc
-    return out
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Row:
-    """One endpoint of one service port, with how this node reaches it."""
-
-    service: str
-    port: str
-    address: IPAddress
-    target_port: int
-    reach: Reachability
-
-    @property
-    def endpoint(self) -> str:
-        host = f"[{self.address}]" if self.address.version == 6 else str(self.address)
-        return f"{host}:{self.target_port}"
-
-    def as_json(self) -> dict[str, object]:
-        r = self.reach
-        return {
-            "service": self.service,
-            "port": self.port,
-            "endpoint": self.endpoint,
-            "address": str(self.address),
-            "target_port": self.target_port,
-            "kind": r.kind,
-            "local": r.kind == "local",
-            "device": r.device,
-            "gateway": None if r.gateway is None else str(r.gateway),
-            "state": r.state,
-            "route": r.route,
-            "reachable": r.reachable,
-            "reason": r.reason,
-        }
-
-
-def build_rows(
-    endpoints: Mapping[str, list[Target]], reach: Mapping[IPAddress, Reachability]
-) -> list[Row]:
-    """Join programmed endpoints with their classification, sorted by service port."""
-    rows = []
-    for svc_port in sorted(endpoints):
-        service, _, port = svc_port.partition(":")
-        for addr, target_port in endpoints[svc_port]:
-            rows.append(
-                Row(
-                    service=service,
-                    port=port,
-                    address=addr,
-                    target_port=target_port,
-                    reach=reach[addr],
-                )
-            )
-    return rows
-
-
-def render_table(endpoints: Mapping[str, list[Target]], rows: Iterable[Row]) -> str:
-    """Human output: one block per service port, one line per endpoint."""
-    head = ("ENDPOINT", "KIND", "DEVICE", "GATEWAY", "STATE", "REACHABLE", "REASON")
-    by_port: dict[str, list[tuple[str, ...]]] = {name: [] for name in sorted(endpoints)}
-    for row in rows:
-        r = row.reach
-        by_port[f"{row.service}:{row.port}"].append(
-            (
-                row.endpoint,
-                r.kind,
-                r.device or "-",
-                str(r.gateway or "-"),
-                r.state,
-                "yes" if r.reachable else "NO",
-                r.reason,
-            )
-        )
-    blocks = []
-    for name, lines in by_port.items():
-        if not lines:
-            blocks.append(f"{name}\n  (no endpoints)")
-            continue
-        widths = [max(len(x[i]) for x in (head, *lines)) for i in range(len(head) - 1)]
-        text = [
-            "  "
-            + "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=False))
-            + "  "
-            + line[-1]
-            for line in (head, *lines)
-        ]
-        blocks.append("\n".join([name, *text]))
-    return "\n\n".join(blocks)
-
-
-def read_programmed(netns_name: str | None) -> list[Ruleset]:
-    """The ``ip nlproxy`` and ``ip6 nlproxy`` tables as programmed (those that exist)."""
-    found = [read_ruleset(fam, TABLE, netns=netns_name) for fam in (Family.IP, Family.IP6)]
-    return [rs for rs in found if rs is not None]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -175,19 +28,11 @@ def run(args: argparse.Namespace) -> int:
     service: str | None = args.service
     if service is not None and (service.count("/") != 1 or ":" in service):
         raise ConfigError("flag --service", f"{service!r} is not NAMESPACE/NAME")
-    endpoints = programmed_endpoints(read_programmed(args.netns))
-    if service is not None:
-        endpoints = {k: v for k, v in endpoints.items() if k.partition(":")[0] == service}
-        if not endpoints:  # like explain: a typo is a usage error, not an empty report
-            raise ConfigError(f"service {service}", "unknown: nothing is programmed for it")
-    addrs = [addr for targets in endpoints.values() for addr, _ in targets]
-    rows = build_rows(endpoints, classify(addrs, netns=args.netns))
-    from nlproxy.explain.report import foreign_problems
-
-    for problem in foreign_problems(args.netns):  # stderr: the JSON on stdout stays a list
+    report = endpoint_report(args.netns, service)
+    for problem in report.warnings:  # stderr: the JSON on stdout stays a list
         print(f"warning: {problem}", file=sys.stderr)
     if args.json:
-        print(json.dumps([row.as_json() for row in rows], indent=2))
+        print(json.dumps([row.as_json() for row in report.rows], indent=2))
     else:
-        print(render_table(endpoints, rows) or "no programmed service ports")
-    return 0 if all(row.reach.reachable for row in rows) else EXIT_UNREACHABLE
+        print(render_table(report.endpoints, report.rows) or "no programmed service ports")
+    return 0 if report.reachable else EXIT_UNREACHABLE

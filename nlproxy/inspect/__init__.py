@@ -4,5 +4,6 @@
 - ``classify``: local, remote or unreachable, with the reason, for every endpoint.
 - ``watch``: rtnetlink notifications that may change a verdict.
 - ``reachability``: the daemon task keeping verdicts current and exported.
+- ``report``: ``nlproxy inspect``'s rows: programmed endpoints joined with their verdicts.
 - ``foreign``: another proxy's rules (kube-proxy's tables and chains), found and removed.
 """

@@ -10,8 +10,8 @@ from ipaddress import IPv4Address, IPv6Address
 import pytest
 
 from nlproxy.cli import main
-from nlproxy.commands.inspect import programmed_endpoints
 from nlproxy.errors import NlproxyError
+from nlproxy.inspect.report import programmed_endpoints
 from nlproxy.nft.ir import (
     DROP,
     DataType,
