@@ -1,6 +1,6 @@
 """Keeping one service the kernel rejects from stalling all the others.
 
-Sits inside the Syncer (``sync.py``), which turns here only after the kernel refused a sync's
+Sits inside the Syncer (``syncer.py``), which turns here only after the kernel refused a sync's
 batch. Validation before sending catches what nlproxy knows the kernel refuses; this is for the
 rest. A real case: two LoadBalancer services claiming one address and port with overlapping
 ``loadBalancerSourceRanges`` make overlapping interval elements, which the kernel refuses; left
@@ -18,17 +18,30 @@ it). The culprit is found in one of two ways:
   are reverted by shrinking suffixes, each candidate checked by the kernel without applying it,
   down to the shortest suffix that passes; its first service is a culprit.
 
-Pure: no I/O; the Syncer plans and asks the kernel.
+:class:`Isolation` holds that state across syncs (what is left out, the snapshot the kernel last
+accepted) and logs each service left out or taken back once; the functions below it are pure. No
+I/O here: the Syncer plans and asks the kernel.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from nlproxy.cluster.model import ClusterSnapshot, EndpointSlice, Service, ServiceKey
+from nlproxy.errors import KernelError
 from nlproxy.nft.ir import Family, NftObject, Rule
 from nlproxy.proxy.planner import Plan
+
+if TYPE_CHECKING:
+    from structlog.typing import FilteringBoundLogger
+
+MAX_EXCLUSIONS = 16
+"""Services one sync may newly leave out before it gives up (the fault is then likely
+elsewhere); those left out by earlier syncs do not count."""
+MAX_CHECKS = 64
+"""Kernel checks one sync may spend bisecting for culprits."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,3 +162,90 @@ def bisect_culprit(
 
 def reasons(excluded: Mapping[ServiceKey, Exclusion]) -> dict[ServiceKey, str]:
     return {key: ex.reason for key, ex in excluded.items()}
+
+
+class Isolation:
+    """The services left out of the syncs, across syncs.
+
+    A sync calls :meth:`start`, plans :meth:`effective`, and on a rejection asks
+    :meth:`culprits`, leaves them out with :meth:`exclude` and plans again; once the kernel
+    accepts, :meth:`accepted`.
+
+    Args:
+        log: where a service left out (``service.rejected``) or taken back
+            (``service.accepted``) is logged, once per reason.
+    """
+
+    def __init__(self, log: FilteringBoundLogger) -> None:
+        self.log = log
+        self.excluded: dict[ServiceKey, Exclusion] = {}
+        # The snapshot the kernel last accepted: what a left-out service falls back to.
+        self._good: ClusterSnapshot | None = None
+        self._reported: dict[ServiceKey, str] = {}
+        self._added = 0
+        self._budget = MAX_CHECKS
+
+    def start(self, snapshot: ClusterSnapshot) -> None:
+        """A sync of ``snapshot`` begins: a service changed since it was rejected is tried again,
+        and this sync's limits start afresh."""
+        for key in [k for k, ex in self.excluded.items() if not ex.still_applies(snapshot, k)]:
+            del self.excluded[key]
+        self._added, self._budget = 0, MAX_CHECKS
+
+    def retry_all(self) -> None:
+        """Try every left-out service again (after a full verify: what the kernel refused may
+        have been a conflict that is gone now)."""
+        self.excluded.clear()
+
+    def effective(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        """``snapshot`` with the left-out services as the kernel last accepted them."""
+        return substitute(snapshot, sorted(self.excluded), self._good)
+
+    def culprits(
+        self,
+        exc: KernelError,
+        effective: ClusterSnapshot,
+        held: Sequence[ServiceKey],
+        check: Callable[[ClusterSnapshot], bool],
+    ) -> list[ServiceKey]:
+        """The services to leave out for ``exc``: attributed when services of ``effective``'s
+        plan hold the object the kernel refused (``held``), else found by bisecting the services
+        changed since the last accepted sync, each candidate snapshot tried with ``check``.
+        Empty when this sync may leave out no more.
+
+        Raises:
+            KernelError: ``exc``, when this sync's kernel checks are spent.
+        """
+        if self._added >= MAX_EXCLUSIONS:
+            return []
+        changed = [k for k in changed_since(effective, self._good) if k not in self.excluded]
+        held = [k for k in held if k not in self.excluded]
+        if held:
+            return attribute(held, changed)
+
+        def passes(keys: Sequence[ServiceKey]) -> bool:
+            if self._budget <= 0:
+                raise exc
+            self._budget -= 1
+            return check(substitute(effective, keys, self._good))
+
+        culprit = bisect_culprit(changed, passes)
+        return [culprit] if culprit is not None else []
+
+    def exclude(self, snapshot: ClusterSnapshot, keys: Sequence[ServiceKey], reason: str) -> None:
+        """Leave ``keys`` out until their objects in ``snapshot`` change."""
+        self._added += len(keys)
+        for key in keys:
+            self.excluded[key] = exclusion(snapshot, key, reason)
+            if self._reported.get(key) != reason:  # once, not at every verify
+                self._reported[key] = reason
+                self.log.error("service.rejected", service=str(key), error=reason)
+
+    def accepted(self, effective: ClusterSnapshot) -> dict[ServiceKey, str]:
+        """The kernel accepted the plan of ``effective``; the services left out, with why."""
+        self._good = effective
+        for key in [k for k in self._reported if k not in self.excluded]:
+            del self._reported[key]
+            if key in effective.services:  # not when it was deleted
+                self.log.info("service.accepted", service=str(key))
+        return reasons(self.excluded)

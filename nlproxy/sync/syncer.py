@@ -20,7 +20,7 @@ service cannot stall the others; the result names every service left out.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey
@@ -41,23 +41,9 @@ from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.layout import Programmed, delta_frontends, udp_only
 from nlproxy.proxy.planner import Plan, gc_paused, plan
-from nlproxy.sync.isolation import (
-    Exclusion,
-    attribute,
-    bisect_culprit,
-    changed_since,
-    exclusion,
-    owners,
-    reasons,
-    substitute,
-)
+from nlproxy.sync.isolation import Isolation, owners
 
 FAMILIES = (Family.IP, Family.IP6)
-MAX_EXCLUSIONS = 16
-"""Services one sync may newly leave out before it gives up (the fault is then likely
-elsewhere); those left out by earlier syncs do not count."""
-MAX_CHECKS = 64
-"""Kernel checks one sync may spend bisecting for culprits."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -135,11 +121,8 @@ class Syncer:
         # that plan stand for the whole difference.
         self._in_step = False
         self.conntrack_deleted_total = 0
-        # The snapshot the kernel last accepted (what a left-out service falls back to), the
-        # services left out, and the family and operations of the last rejected batch.
-        self._good: ClusterSnapshot | None = None
-        self.excluded: dict[ServiceKey, Exclusion] = {}
-        self._reported: dict[ServiceKey, str] = {}
+        self.isolation = Isolation(self.log)
+        # The family and operations of the last rejected batch.
         self._failed: tuple[Family, list[Operation]] | None = None
         self._conntrack: dict[Family, tuple[int, float]] = {}
 
@@ -166,9 +149,7 @@ class Syncer:
             backend.forget()
         self._seeded = True
         self._in_step = False
-        # A full verify also retries the services left out: what the kernel refused may have
-        # been a conflict that is gone now.
-        self.excluded.clear()
+        self.isolation.retry_all()
 
     def sync(
         self, snapshot: ClusterSnapshot, *, changed: Set[ServiceKey] | None = None
@@ -193,55 +174,30 @@ class Syncer:
     def _sync_isolating(
         self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None
     ) -> SyncResult:
-        for key in [k for k, ex in self.excluded.items() if not ex.still_applies(snapshot, k)]:
-            del self.excluded[key]  # changed since it was rejected: try it again
-        budget, added = [MAX_CHECKS], 0
+        iso = self.isolation
+        iso.start(snapshot)
         while True:
-            effective = substitute(snapshot, sorted(self.excluded), self._good)
+            effective = iso.effective(snapshot)
             try:
                 result = self._sync(effective, changed)
             except KernelError as exc:
-                keys = self._culprits(exc, effective, budget) if added < MAX_EXCLUSIONS else []
+                keys = iso.culprits(exc, effective, self._holders(exc), self._check)
                 if not keys:
                     raise
-                added += len(keys)
-                for key in keys:
-                    self.excluded[key] = exclusion(snapshot, key, str(exc))
-                    if self._reported.get(key) != str(exc):  # once, not at every verify
-                        self._reported[key] = str(exc)
-                        self.log.error("service.rejected", service=str(key), error=str(exc))  # noqa: TRY400 - the message names the object; no traceback
+                iso.exclude(snapshot, keys, str(exc))
                 changed = None  # the full path runs next: the cache is no longer in step
                 continue
-            self._good = effective
-            result.excluded = reasons(self.excluded)
-            for key in [k for k in self._reported if k not in self.excluded]:
-                del self._reported[key]
-                if key in effective.services:  # not when it was deleted
-                    self.log.info("service.accepted", service=str(key))
+            result.excluded = iso.accepted(effective)
             return result
 
-    def _culprits(
-        self, exc: KernelError, effective: ClusterSnapshot, budget: list[int]
-    ) -> list[ServiceKey]:
-        """The services to leave out for ``exc``: attributed from the failing operation when
-        possible, else found by bisecting the services changed since the last accepted sync."""
-        changed = [k for k in changed_since(effective, self._good) if k not in self.excluded]
+    def _holders(self, exc: KernelError) -> list[ServiceKey]:
+        """The services whose part of the last plan adds the operation ``exc`` names (of the
+        batch the kernel refused), if it names one."""
         failed, planned = self._failed, self._last_plan
-        if failed is not None and planned is not None and 0 <= exc.index < len(failed[1]):
-            family, ops = failed
-            held = owners(planned, family, ops[exc.index].obj)
-            held = [k for k in held if k not in self.excluded]
-            if held:
-                return attribute(held, changed)
-
-        def passes(keys: Sequence[ServiceKey]) -> bool:
-            if budget[0] <= 0:
-                raise exc
-            budget[0] -= 1
-            return self._check(substitute(effective, keys, self._good))
-
-        culprit = bisect_culprit(changed, passes)
-        return [culprit] if culprit is not None else []
+        if failed is None or planned is None or not 0 <= exc.index < len(failed[1]):
+            return []
+        family, ops = failed
+        return owners(planned, family, ops[exc.index].obj)
 
     def _check(self, snapshot: ClusterSnapshot) -> bool:
         """Whether the kernel would accept the plan of ``snapshot`` (nothing is applied)."""

@@ -4,8 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nlproxy.cluster.model import ServiceKey
-from nlproxy.sync.isolation import attribute, bisect_culprit, changed_since, exclusion, substitute
+import pytest
+
+from nlproxy.cluster.model import ClusterSnapshot, ServiceKey
+from nlproxy.errors import KernelError
+from nlproxy.log import get_logger
+from nlproxy.sync.isolation import (
+    MAX_CHECKS,
+    MAX_EXCLUSIONS,
+    Isolation,
+    attribute,
+    bisect_culprit,
+    changed_since,
+    exclusion,
+    substitute,
+)
 from tests.unit.builders import endpoint, eps_slice, service, snapshot
 
 
@@ -91,3 +104,52 @@ def test_bisection_gives_up_when_reverting_everything_does_not_help() -> None:
     assert bisect_culprit(list(range(10)), passes) is None  # type: ignore[arg-type]
     assert len(calls) == 1
     assert bisect_culprit([], passes) is None  # type: ignore[arg-type]
+
+
+def _rejected(index: int = -1) -> KernelError:
+    return KernelError("set firewall-allow", "File exists", errno=17, index=index)
+
+
+def test_isolation_leaves_a_service_out_as_last_accepted_until_it_changes() -> None:
+    iso = Isolation(get_logger("test"))
+    good = snapshot([A, B], [SA, SB])
+    iso.start(good)
+    assert iso.effective(good) is good
+    assert iso.accepted(good) == {}
+    now = snapshot([A2, B], [SA, SB])  # a changes; the kernel refuses it
+    iso.start(now)
+    (culprit,) = iso.culprits(_rejected(), now, [key("a"), key("b")], lambda _: True)
+    assert culprit == key("a")  # the changed one of the two holding the refused object
+    iso.exclude(now, [culprit], "File exists")
+    planned = iso.effective(now)
+    assert planned.services[key("a")] is A
+    assert iso.accepted(planned) == {key("a"): "File exists"}
+    iso.start(now)  # the same objects: still left out
+    assert iso.effective(now).services[key("a")] is A
+    iso.start(snapshot([A, B], [SA, SB]))  # changed again: tried again
+    assert iso.excluded == {}
+
+
+def test_isolation_bisects_with_kernel_checks_and_gives_up_when_they_are_spent() -> None:
+    iso = Isolation(get_logger("test"))
+    now = snapshot([A, B, C], [SA, SB])
+    iso.start(now)
+    checked: list[frozenset[ServiceKey]] = []
+
+    def check(s: ClusterSnapshot) -> bool:  # passes once b is reverted (here: absent)
+        checked.append(frozenset(s.services))
+        return key("b") not in s.services
+
+    assert iso.culprits(_rejected(), now, [], check) == [key("b")]
+    assert checked[0] == frozenset()  # reverting every changed service comes first
+
+    def spend() -> None:  # every call spends checks
+        for _ in range(MAX_CHECKS):
+            iso.culprits(_rejected(), now, [], check)
+
+    with pytest.raises(KernelError, match="File exists"):
+        spend()
+    iso.start(now)  # the next sync checks afresh, and may leave out up to MAX_EXCLUSIONS
+    assert iso.culprits(_rejected(), now, [], check) == [key("b")]
+    iso.exclude(now, [key(f"x{i}") for i in range(MAX_EXCLUSIONS)], "refused")
+    assert iso.culprits(_rejected(), now, [key("c")], check) == []
