@@ -20,7 +20,7 @@ service cannot stall the others; the result names every service left out.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey
@@ -254,27 +254,25 @@ class Syncer:
 
     def _sync_full(self, planned: Plan, snapshot: ClusterSnapshot, result: SyncResult) -> int:
         before = {f: self._programmed.get(f) for f in FAMILIES}
-        for family in FAMILIES:
+
+        def ops_of(family: Family) -> tuple[list[Operation], int]:
             desired = planned.rulesets[family]
-            t = time.perf_counter()
             ops = diff(desired, before[family])
-            claim = 0
             if self.owner and family not in self._claimed:
-                ops, claim = self._claim(family, before[family], desired, ops)
-            result.diff_ms += (time.perf_counter() - t) * 1000
-            if ops:
-                t = time.perf_counter()
-                try:
-                    self._apply(family, ops)
-                except KernelError:
-                    # The families committed before this one lost endpoints all the same.
-                    done = [f for f in FAMILIES if result.ops.get(f)]
-                    self._clean_partial(before, done, snapshot)
-                    raise
-                result.commit_ms += (time.perf_counter() - t) * 1000
-            self._programmed[family] = as_programmed(desired)
+                return self._claim(family, before[family], desired, ops)
+            return ops, 0
+
+        def committed(family: Family, ops: list[Operation]) -> None:
+            self._programmed[family] = as_programmed(planned.rulesets[family])
             self._claimed.add(family)
-            result.ops[family] = len(ops) - claim
+
+        def partial() -> tuple[list[Ruleset], list[Ruleset]]:
+            done = [f for f in FAMILIES if result.ops.get(f)]
+            olds = [rs for f in done if (rs := before[f]) is not None]
+            news = [rs for f in done if (rs := self._programmed.get(f)) is not None]
+            return (olds, news) if olds and news else ([], [])
+
+        self._commit(result, snapshot, ops_of, committed, partial)
         if not result.total_ops:
             # Nothing changed in the kernel, so no flow lost its backend: skip reading the
             # frontends of both whole tables (seconds at 100k endpoints, at every restart).
@@ -285,8 +283,7 @@ class Syncer:
             # Nothing was programmed: the only stale flows are those of UDP frontends that now
             # have backends, so only those frontends are read (not 100k TCP backends).
             news = [udp_only(rs) for rs in news]
-        old, new = programmed_frontends(olds), programmed_frontends(news)
-        return self._clean_conntrack(old, new, snapshot)
+        return self._clean_stale(olds, news, snapshot)
 
     def _claim(
         self,
@@ -314,17 +311,6 @@ class Syncer:
         plain = Table(family=family, name=n.TABLE)
         return [Operation(Verb.DELETE, plain), Operation(Verb.ADD, owned), *fresh], 2
 
-    def _clean_partial(
-        self, before: Mapping[Family, Ruleset | None], done: list[Family], snapshot: ClusterSnapshot
-    ) -> None:
-        olds = [rs for f in done if (rs := before[f]) is not None]
-        news = [rs for f in done if (rs := self._programmed.get(f)) is not None]
-        if olds and news:
-            deleted = self._clean_conntrack(
-                programmed_frontends(olds), programmed_frontends(news), snapshot
-            )
-            self.conntrack_deleted_total += deleted
-
     def _sync_delta(
         self,
         planned: Plan,
@@ -334,32 +320,73 @@ class Syncer:
     ) -> int:
         result.incremental = True
         old_rs, new_rs = delta_frontends(deltas, planned.rulesets)
-        for family in FAMILIES:
+
+        def ops_of(family: Family) -> tuple[list[Operation], int]:
             programmed = self._programmed.get(family)
             assert programmed is not None, "in step with a plan means something is programmed"
+            ops = ops_for_delta(deltas[family], programmed)
+            return (diff(planned.rulesets[family], programmed) if ops is None else ops), 0
+
+        def committed(family: Family, ops: list[Operation]) -> None:
+            programmed = self._programmed.get(family)
+            assert programmed is not None, "in step with a plan means something is programmed"
+            advance(programmed, ops)
+
+        # A family that fails after another committed: the flows of the delta's removed
+        # endpoints go all the same (this family's too: deleting a flow only re-balances it).
+        self._commit(result, snapshot, ops_of, committed, lambda: (old_rs, new_rs))
+        return self._clean_stale(old_rs, new_rs, snapshot)
+
+    def _commit(
+        self,
+        result: SyncResult,
+        snapshot: ClusterSnapshot,
+        ops_of: Callable[[Family], tuple[list[Operation], int]],
+        committed: Callable[[Family, list[Operation]], None],
+        partial: Callable[[], tuple[list[Ruleset], list[Ruleset]]],
+    ) -> None:
+        """Send each family's operations as one batch, in ``FAMILIES`` order, timed into
+        ``result``.
+
+        Args:
+            result: gets the time spent diffing and committing, and the operations per family.
+            snapshot: what is being synced (for conntrack cleanup after a rejection).
+            ops_of: a family's operations (timed as diffing) and how many of them only make
+                the table this process's (not counted).
+            committed: called once the kernel accepted a family's operations (or there were
+                none), so the cache follows.
+            partial: the rulesets whose frontends were (0) and are (1) programmed in the
+                families committed so far; read when a later family's batch is rejected, as
+                those lost endpoints all the same and their flows are deleted first.
+
+        Raises:
+            KernelError: the kernel rejected a family's batch (``self._failed`` names it).
+        """
+        for family in FAMILIES:
             t = time.perf_counter()
-            ops: list[Operation] | None = ops_for_delta(deltas[family], programmed)
-            if ops is None:
-                ops = diff(planned.rulesets[family], programmed)
+            ops, claim = ops_of(family)
             result.diff_ms += (time.perf_counter() - t) * 1000
             if ops:
                 t = time.perf_counter()
                 try:
                     self._apply(family, ops)
                 except KernelError:
-                    if result.total_ops and (old_rs or new_rs):
-                        # An earlier family is committed; its removed endpoints' flows go now
-                        # (those of this family's too: deleting a flow only re-balances it).
-                        old, new = programmed_frontends(old_rs), programmed_frontends(new_rs)
-                        self.conntrack_deleted_total += self._clean_conntrack(old, new, snapshot)
+                    if result.total_ops:
+                        self.conntrack_deleted_total += self._clean_stale(*partial(), snapshot)
                     raise
                 result.commit_ms += (time.perf_counter() - t) * 1000
-            advance(programmed, ops)
-            result.ops[family] = len(ops)
-        if not old_rs and not new_rs:
+            committed(family, ops)
+            result.ops[family] = len(ops) - claim
+
+    def _clean_stale(
+        self, olds: Sequence[Ruleset], news: Sequence[Ruleset], snapshot: ClusterSnapshot
+    ) -> int:
+        """Delete the flows whose backends the frontends of ``olds`` had and ``news`` lack."""
+        if not olds and not news:
             return 0
-        old, new = programmed_frontends(old_rs), programmed_frontends(new_rs)
-        return self._clean_conntrack(old, new, snapshot)
+        return self._clean_conntrack(
+            programmed_frontends(olds), programmed_frontends(news), snapshot
+        )
 
     def _node_addrs(self, snapshot: ClusterSnapshot) -> tuple[IPAddress, ...]:
         if self.config.node_ips:
