@@ -83,17 +83,19 @@ NODEPORT_KEYED = (
     n.NODEPORT_BACKENDS_LOCAL,
 )
 """Maps whose keys start ``l4proto . port``."""
-_PORT_PROTOS = frozenset({L4Proto.TCP, L4Proto.UDP, L4Proto.SCTP})
+_UDP = int(L4Proto.UDP)
 _BALANCED = tuple(f"{role}-" for role in n.BALANCED_MAPS)
 _AFFINITY_ENDPOINT = f"{n.AFFINITY_ENDPOINT}-"
 
 
+_NAMES = {int(p): p.name for p in L4Proto}
+_PORT_NAMES = {int(p): p.name.lower() for p in (L4Proto.TCP, L4Proto.UDP, L4Proto.SCTP)}
+"""The protocols with ports, as a read-back :class:`Frontend` names them."""
+
+
 def proto_name(proto: int) -> str:
     """A Service protocol's name (``TCP``, ``UDP``, ``SCTP``), or the number."""
-    try:
-        return L4Proto(proto).name
-    except ValueError:
-        return str(proto)
+    return _NAMES.get(proto) or str(proto)
 
 
 def proto_number(name: str) -> int:
@@ -162,6 +164,12 @@ def target(value: object) -> Target | None:
     return None
 
 
+def _head(fk: FrontKey) -> tuple[Value, ...]:
+    """The first values of the keys of a frontend's elements."""
+    proto, addr, port = fk
+    return (proto, port) if addr is None else (addr, proto, port)
+
+
 def _strict_target(el: Element) -> Target:
     found = target(el.value)
     if found is None:
@@ -202,9 +210,14 @@ def targets(
         UnexpectedElement: with ``strict``, for an element of another shape (else skipped).
     """
     groups: dict[FrontKey, list[Element]] = {}
-    for fk, el in keyed(rs, name, width, strict=strict):
-        if wanted is None or fk in wanted:
+    if wanted is None:
+        for fk, el in keyed(rs, name, width, strict=strict):
             groups.setdefault(fk, []).append(el)
+    else:  # a few frontends of a large map: compare key prefixes before decoding them
+        heads = {_head(fk): fk for fk in wanted if (fk[1] is None) == (width == 2)}
+        for key, el in rs.elements.get(name, {}).items():
+            if (front := heads.get(key[:width])) is not None:
+                groups.setdefault(front, []).append(el)
     out: dict[FrontKey, tuple[Target, ...]] = {}
     for fk, els in groups.items():
         found: list[Target] = []
@@ -272,13 +285,7 @@ def frontend(fk: FrontKey) -> Frontend:
     """The frontend a map key names (``proto`` the protocol's name in lower case, or its
     number)."""
     proto, addr, port = fk
-    return Frontend(proto_name(proto).lower(), addr, port)
-
-
-def _frontend(el: Element, fk: FrontKey) -> Frontend:
-    if fk[0] not in _PORT_PROTOS:
-        raise UnexpectedElement(el, f"l4proto {fk[0]}")
-    return frontend(fk)
+    return Frontend(_PORT_NAMES.get(proto) or proto_name(proto).lower(), addr, port)
 
 
 def port_backends(rs: Ruleset) -> dict[str, set[Backend]]:
@@ -312,17 +319,27 @@ def programmed_frontends(rulesets: Iterable[Ruleset]) -> Programmed:
     """
     backends: dict[Frontend, set[Backend]] = defaultdict(set)
     services: dict[Frontend, str] = {}
+    fronts: dict[FrontKey, Frontend] = {}
+
+    def front(el: Element, fk: FrontKey) -> Frontend:  # made and checked once per frontend
+        fe = fronts.get(fk)
+        if fe is None:
+            if fk[0] not in _PORT_NAMES:
+                raise UnexpectedElement(el, f"l4proto {fk[0]}")
+            fe = fronts[fk] = frontend(fk)
+        return fe
+
     for rs in rulesets:
         own: dict[Frontend, str] = {}
         for shape in SHAPES:
             for fk, el in keyed(rs, shape.dispatch, shape.width, strict=True):
-                fe = _frontend(el, fk)
+                fe = front(el, fk)
                 backends.setdefault(fe, set())  # programmed even with no backends
                 if el.comment:
                     services[fe] = own[fe] = el.comment
         for shape in SHAPES:
             for fk, el in keyed(rs, shape.backends, shape.width, strict=True):
-                backends[_frontend(el, fk)].add(Backend(*_strict_target(el)))
+                backends[front(el, fk)].add(Backend(*_strict_target(el)))
         by_port = port_backends(rs)
         for fe, ref in own.items():
             backends[fe].update(by_port.get(ref, ()))
@@ -341,7 +358,7 @@ def udp_only(rs: Ruleset) -> Ruleset:
         proto = shape.width - 2  # the l4proto's place in the key
         for name in (shape.dispatch, shape.backends):
             els = rs.elements.get(name, {})
-            out.elements[name] = {k: el for k, el in els.items() if k[proto] == L4Proto.UDP}
+            out.elements[name] = {k: el for k, el in els.items() if k[proto] == _UDP}
     for name, s in rs.sets.items():
         if name.startswith(_BALANCED) and s.comment.endswith("/UDP"):
             out.sets[name], out.elements[name] = s, dict(rs.elements.get(name, {}))
