@@ -86,9 +86,8 @@ NODEPORT_KEYED = (
 _UDP = int(L4Proto.UDP)
 _BALANCED = tuple(f"{role}-" for role in n.BALANCED_MAPS)
 _AFFINITY_ENDPOINT = f"{n.AFFINITY_ENDPOINT}-"
-
-
 _NAMES = {int(p): p.name for p in L4Proto}
+_NUMBERS = {name: number for number, name in _NAMES.items()}
 _PORT_NAMES = {int(p): p.name.lower() for p in (L4Proto.TCP, L4Proto.UDP, L4Proto.SCTP)}
 """The protocols with ports, as a read-back :class:`Frontend` names them."""
 
@@ -100,10 +99,8 @@ def proto_name(proto: int) -> str:
 
 def proto_number(name: str) -> int:
     """The l4proto of a protocol :func:`proto_name` names, in any case, or a number."""
-    try:
-        return int(L4Proto[name.upper()])
-    except KeyError:
-        return int(name)
+    number = _NUMBERS.get(name.upper())
+    return int(name) if number is None else number
 
 
 class UnexpectedElement(NlproxyError):
