@@ -1,1 +1,13 @@
-"""Service proxying: service-port/endpoint model, planner, packet tracer (pure)."""
+"""Stage ②, the planner, pure: no I/O, clock or logging.
+
+- ``config``: the node facts and options the planner needs, validated once.
+- ``endpoints``: which endpoints of a service port this node sends traffic to.
+- ``naming``: the name of every nftables object nlproxy creates.
+- ``skeleton``: the static chains and sets, and the shared dispatch chains.
+- ``planner``: cluster snapshot → the desired rulesets and a per-port summary.
+- ``affinity``, ``balance``, ``maglev``: ClientIP affinity, round-robin and consistent hashing.
+- ``fragments``, ``changes``, ``incremental``: each service's part of a plan, replayed or
+  updated in place for the services that changed.
+- ``tracer``: where a new connection goes through a planned ruleset.
+- ``layout``: the shape read backwards: programmed maps → frontends → backends.
+"""
