@@ -2,8 +2,8 @@
 
 Sits at the end of the flow, beside ``rules``, ``conntrack`` and ``inspect``, and only reads:
 the Service and its EndpointSlices (from a manifests directory, or recovered from the
-programmed maps when a node has no API access; ``explain_manifests.py``), the elements and
-chains programmed for it (read back from the kernel; ``explain_rules.py``), its conntrack flows,
+programmed maps when a node has no API access; ``manifests.py``), the elements and
+chains programmed for it (read back from the kernel; ``rules.py``), its conntrack flows,
 the inspector's verdict per endpoint, its frontends' packet and byte counts when ``run
 --service-counters`` counts them, and, with a source address, a trace of a new connection
 through the programmed rules (``explain_trace.py``). It never changes rules, flows or routes,
