@@ -76,6 +76,9 @@ def test_demo_interrupted_deletes_everything() -> None:
         stderr=subprocess.DEVNULL,
         text=True,
         cwd=ROOT,
+        # Ctrl-C as a terminal delivers it, also when this run itself ignores SIGINT (started
+        # in the background): a child inherits the ignore, and Python then never raises it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     ) as proc:
         try:
             assert proc.stdout is not None

@@ -177,6 +177,9 @@ def test_interrupted_process_cleans_up(sig: signal.Signals) -> None:
         stdout=subprocess.PIPE,
         text=True,
         cwd=Path(__file__).parents[2],
+        # Ctrl-C as a terminal delivers it, also when this run itself ignores SIGINT (started
+        # in the background): a child inherits the ignore, and Python then never raises it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     ) as proc:
         try:
             assert proc.stdout is not None
