@@ -23,7 +23,7 @@ from ipaddress import IPv4Address, IPv6Address, ip_address
 
 from nlproxy.conntrack.kernel import Backend, Conntrack, Frontend, stale_flow_filters
 from nlproxy.conntrack.messages import Flow, FlowFilter, FlowTuple, IPAddress, encode_new
-from nlproxy.nft.nlsock import NLMSG_ERROR, NetfilterSocket
+from nlproxy.netlink.nlsock import NLMSG_ERROR, NetfilterSocket
 
 VIPS = 100
 ENDPOINTS = 1000

@@ -49,7 +49,7 @@ from nlproxy.conntrack.plan import (
 )
 from nlproxy.errors import NlproxyError
 from nlproxy.log import get_logger
-from nlproxy.nft.nlsock import NLMSG_DONE, NLMSG_ERROR, NetfilterSocket
+from nlproxy.netlink.nlsock import NLMSG_DONE, NLMSG_ERROR, NetfilterSocket
 
 __all__ = [
     "MAX_PASSES",

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from nlproxy.errors import NlproxyError
-from nlproxy.nft.nlsock import (
+from nlproxy.netlink.nlsock import (
     NLM_F_ACK,
     NLM_F_DUMP,
     NLM_F_REQUEST,

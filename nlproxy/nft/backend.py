@@ -48,6 +48,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from nlproxy.errors import InvalidNftObject, KernelError
+from nlproxy.netlink.nlsock import (
+    NLM_F_ACK,
+    NLM_F_DUMP,
+    NLM_F_REQUEST,
+    NLMSG_ERROR,
+    NetfilterSocket,
+    attributes,
+    str_attr,
+    text,
+)
 from nlproxy.nft import validate as validation
 from nlproxy.nft.dump import NFT_MSG_GETCHAIN, NFT_MSG_GETSET, NFT_MSG_GETTABLE
 from nlproxy.nft.encode import NFNL_SUBSYS_NFTABLES, Batch
@@ -63,16 +73,6 @@ from nlproxy.nft.ir import (
     SetLike,
     Table,
     Verb,
-)
-from nlproxy.nft.nlsock import (
-    NLM_F_ACK,
-    NLM_F_DUMP,
-    NLM_F_REQUEST,
-    NLMSG_ERROR,
-    NetfilterSocket,
-    attributes,
-    str_attr,
-    text,
 )
 from nlproxy.nft.values import NFT_DATA_VERDICT, concat_len, type_ids
 

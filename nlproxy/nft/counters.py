@@ -19,9 +19,9 @@ import struct
 from collections.abc import Iterator, Mapping
 from typing import TypeAlias
 
+from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.dump import Interrupted, ReadbackError, messages
 from nlproxy.nft.ir import DataType, Family, Value
-from nlproxy.nft.nlsock import NetfilterSocket
 from nlproxy.nft.readsets import elements_request
 from nlproxy.nft.values import key_decoder
 

@@ -2,7 +2,7 @@
 
 Sits under the read-back (``readback.py`` and ``readsets.py``): it builds GET requests with
 libnftnl (the ``_nftshim`` cffi module, imported on first use), runs them on a
-:class:`~nlproxy.nft.nlsock.NetfilterSocket`, flags interrupted dumps, and hands back parsed
+:class:`~nlproxy.netlink.nlsock.NetfilterSocket`, flags interrupted dumps, and hands back parsed
 libnftnl objects and their attributes as Python values. It only reads: it never sends anything
 that changes the kernel, and it knows nothing of the IR.
 """
@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from nlproxy.errors import NlproxyError
+from nlproxy.netlink.nlsock import NLM_F_DUMP, Message, NetfilterSocket
 from nlproxy.nft.ir import Family
-from nlproxy.nft.nlsock import NLM_F_DUMP, Message, NetfilterSocket
 
 # linux/netfilter/nf_tables.h: enum nf_tables_msg_types
 NFT_MSG_GETTABLE = 1

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import trio
 
 from nlproxy.netlink import netns
+from nlproxy.netlink.nlsock import NETLINK_NETFILTER, SOL_NETLINK, NetfilterSocket, parse_messages
 from nlproxy.nft.dump import generation
-from nlproxy.nft.nlsock import NETLINK_NETFILTER, SOL_NETLINK, NetfilterSocket, parse_messages
 
 NFNLGRP_NFTABLES = 7
 NETLINK_ADD_MEMBERSHIP = 1

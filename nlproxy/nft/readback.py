@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.decode import RawExpr, SetInfo, UndecodableError, UndecodedRule, decode_rule
 from nlproxy.nft.dump import (
     NFT_MSG_GETCHAIN,
@@ -41,7 +42,6 @@ from nlproxy.nft.dump import (
     request,
 )
 from nlproxy.nft.ir import Chain, ChainType, Family, Hook, Policy, Rule, Ruleset, Set, Table
-from nlproxy.nft.nlsock import NetfilterSocket
 from nlproxy.nft.readsets import RawSet, parse_set, read_elements
 from nlproxy.nft.uapi import NFT_TABLE_F_OWNER, NFT_TABLE_F_PERSIST
 from nlproxy.nft.udata import udata_comment

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeAlias
 
+from nlproxy.netlink.nlsock import NLM_F_DUMP, NetfilterSocket
 from nlproxy.nft.decode import SetInfo
 from nlproxy.nft.dump import (
     NFT_MSG_GETSETELEM,
@@ -25,7 +26,6 @@ from nlproxy.nft.dump import (
     request,
 )
 from nlproxy.nft.ir import DataType, Element, Family, Map, Set, SetFlag, SetLike, Value, Verdict
-from nlproxy.nft.nlsock import NLM_F_DUMP, NetfilterSocket
 from nlproxy.nft.uapi import NFT_SET_ELEM_INTERVAL_END
 from nlproxy.nft.udata import udata_comment
 from nlproxy.nft.values import (

@@ -24,7 +24,7 @@ from nlproxy.conntrack.kernel import (
 )
 from nlproxy.conntrack.messages import Flow, FlowFilter, FlowTuple, encode_new
 from nlproxy.log import configure
-from nlproxy.nft.nlsock import NLMSG_ERROR, NetfilterSocket
+from nlproxy.netlink.nlsock import NLMSG_ERROR, NetfilterSocket
 from tests.kernel.test_conntrack import PORT, V4, V6, Bed, _make_bed
 from tests.netns import sh
 

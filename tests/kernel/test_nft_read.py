@@ -9,6 +9,7 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
 import pytest
 
+from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.decode import UndecodedRule
 from nlproxy.nft.ir import (
     ACCEPT,
@@ -32,7 +33,6 @@ from nlproxy.nft.ir import (
     goto,
     jump,
 )
-from nlproxy.nft.nlsock import NetfilterSocket
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.render import render_rule, render_ruleset
 from tests.kernel.test_nft_read_compat import load_nft

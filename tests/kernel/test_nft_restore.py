@@ -21,10 +21,10 @@ from contextlib import contextmanager
 import pytest
 
 from nlproxy.cluster.model import LoadBalancing
+from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.backend import NftBackend
 from nlproxy.nft.dump import NFT_MSG_GETSET, dump, get_bytes, get_str, nftnl, parsed
 from nlproxy.nft.ir import DataType, Family, Ruleset, SetFlag, Table
-from nlproxy.nft.nlsock import NetfilterSocket
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.reconcile import diff
 from nlproxy.nft.render import render_ruleset

@@ -1,6 +1,7 @@
 """A NETLINK_NETFILTER socket: send nfnetlink batches and dumps, read replies.
 
-The kernel backend's transport. Knows netlink framing only: nothing here knows nftables objects.
+The transport of the nftables backend, the read-back, conntrack and the foreign-rules finder.
+Knows netlink framing only: nothing here knows nftables or conntrack objects.
 """
 
 from __future__ import annotations
