@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import builtins
 import errno as errno_mod
-import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -49,7 +48,8 @@ from nlproxy.conntrack.plan import (
 )
 from nlproxy.errors import NlproxyError
 from nlproxy.log import get_logger
-from nlproxy.netlink.nlsock import NLMSG_DONE, NLMSG_ERROR, NetfilterSocket
+from nlproxy.netlink.codec import NLMSG_DONE, NLMSG_ERROR, error_code, headers
+from nlproxy.netlink.nlsock import NetfilterSocket
 
 __all__ = [
     "MAX_PASSES",
@@ -66,8 +66,6 @@ __all__ = [
     "programmed_frontends",
     "stale_flow_filters",
 ]
-
-_NLMSGHDR = struct.Struct("=IHHII")
 
 DELETE_BATCH = 1024
 """Flows deleted per netlink send."""
@@ -225,15 +223,7 @@ class Conntrack:
             for family in families:
                 kflt = _kernel_filter(p.kernel, family)
                 seq = sock.next_seq()
-                yield kflt, seq, _datagrams(sock, encode_dump(kflt, family, seq))
-
-
-def _datagrams(sock: NetfilterSocket, request: bytes) -> Iterator[bytes]:
-    """Send a dump request; then each datagram of the answer, for as long as it is asked."""
-    sock.send(request)
-    sock.sock.settimeout(10.0)
-    while True:
-        yield sock.sock.recv(1 << 20)
+                yield kflt, seq, sock.datagrams(encode_dump(kflt, family, seq))
 
 
 def _split(
@@ -248,21 +238,16 @@ def _split(
     """
     wanted = screen is None or screen(buf)
     payloads: list[bytes] = []
-    off = 0
-    while off + _NLMSGHDR.size <= len(buf):
-        length, mtype, _flags, mseq, _pid = _NLMSGHDR.unpack_from(buf, off)
-        if length < _NLMSGHDR.size:
-            break
+    for mtype, _flags, mseq, start, end in headers(buf):
         if mseq == seq:
             if mtype == NLMSG_DONE:
                 return payloads, 0
             if mtype == NLMSG_ERROR:
-                return payloads, -struct.unpack_from("=i", buf, off + _NLMSGHDR.size)[0]
+                return payloads, error_code(buf, start)
             if wanted:
-                payload = buf[off + _NLMSGHDR.size : off + length]
+                payload = buf[start:end]
                 if screen is None or screen(payload):
                     payloads.append(payload)
-        off += (length + 3) & ~3
     return payloads, None
 
 

@@ -19,8 +19,29 @@ import string
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from ipaddress import IPv4Address, IPv6Address, ip_address
+from ipaddress import IPv4Address, IPv6Address
 from typing import Any, TypeAlias
+
+from nlproxy.netlink.codec import (
+    NFGENMSG,
+    NLM_F_ACK,
+    NLM_F_CREATE,
+    NLM_F_DUMP,
+    NLM_F_EXCL,
+    NLM_F_REQUEST,
+    NLMSGHDR,
+    align,
+    attr,
+    be16_attr,
+    be32_attr,
+    nest,
+    nfnl_message,
+    nfnl_type,
+    nlmsghdr,
+    spans,
+    u8_attr,
+    u32_attr,
+)
 
 IPAddress: TypeAlias = IPv4Address | IPv6Address
 
@@ -29,12 +50,6 @@ NFNL_SUBSYS_CTNETLINK = 1
 IPCTNL_MSG_CT_NEW = 0
 IPCTNL_MSG_CT_GET = 1
 IPCTNL_MSG_CT_DELETE = 2
-
-NLM_F_REQUEST = 0x1
-NLM_F_ACK = 0x4
-NLM_F_DUMP = 0x300
-NLM_F_CREATE = 0x400
-NLM_F_EXCL = 0x200
 
 # enum ctattr_type
 CTA_TUPLE_ORIG = 1
@@ -116,9 +131,6 @@ SCTP_STATES = (
     "HEARTBEAT_ACKED",
 )
 
-NLA_F_NESTED = 0x8000
-NLA_TYPE_MASK = 0x3FFF
-
 IPPROTO_ICMP = 1
 IPPROTO_TCP = 6
 IPPROTO_UDP = 17
@@ -144,12 +156,10 @@ _ICMP_ATTRS = {
 # for others a port filter is ignored there and must be checked here.
 KERNEL_PORT_FILTER_PROTOS = frozenset({IPPROTO_TCP, IPPROTO_UDP})
 
-_NLMSGHDR = struct.Struct("=IHHII")
-_NFGENMSG = struct.Struct("=BBH")
-_NLA = struct.Struct("=HH")
 _BE16 = struct.Struct("!H")
 _BE32 = struct.Struct("!I")
 _U32 = struct.Struct("=I")
+_nla, _nest = attr, nest  # the names the unit tests build messages with
 
 
 def _family_af(version: int) -> int:
@@ -381,36 +391,25 @@ class FlowFilter:
 # Encoding
 
 
-def _nla(atype: int, payload: bytes) -> bytes:
-    length = _NLA.size + len(payload)
-    return _NLA.pack(length, atype) + payload + b"\0" * ((4 - length % 4) % 4)
-
-
-def _nest(atype: int, *children: bytes) -> bytes:
-    return _nla(atype | NLA_F_NESTED, b"".join(children))
-
-
 def _message(msg_type: int, flags: int, seq: int, family: int, attrs: bytes) -> bytes:
-    body = _NFGENMSG.pack(family, 0, 0) + attrs
-    mtype = (NFNL_SUBSYS_CTNETLINK << 8) | msg_type
-    return _NLMSGHDR.pack(_NLMSGHDR.size + len(body), mtype, flags, seq, 0) + body
+    return nfnl_message(nfnl_type(NFNL_SUBSYS_CTNETLINK, msg_type), flags, seq, family, attrs)
 
 
 def _ip_attrs(src: IPAddress | None, dst: IPAddress | None) -> bytes:
     out = b""
     if src is not None:
-        out += _nla(CTA_IP_V4_SRC if src.version == 4 else CTA_IP_V6_SRC, src.packed)
+        out += attr(CTA_IP_V4_SRC if src.version == 4 else CTA_IP_V6_SRC, src.packed)
     if dst is not None:
-        out += _nla(CTA_IP_V4_DST if dst.version == 4 else CTA_IP_V6_DST, dst.packed)
+        out += attr(CTA_IP_V4_DST if dst.version == 4 else CTA_IP_V6_DST, dst.packed)
     return out
 
 
 def _proto_attrs(proto: int | None, sport: int | None, dport: int | None) -> bytes:
-    out = b"" if proto is None else _nla(CTA_PROTO_NUM, bytes([proto]))
+    out = b"" if proto is None else u8_attr(CTA_PROTO_NUM, proto)
     if sport is not None:
-        out += _nla(CTA_PROTO_SRC_PORT, _BE16.pack(sport))
+        out += be16_attr(CTA_PROTO_SRC_PORT, sport)
     if dport is not None:
-        out += _nla(CTA_PROTO_DST_PORT, _BE16.pack(dport))
+        out += be16_attr(CTA_PROTO_DST_PORT, dport)
     return out
 
 
@@ -418,15 +417,15 @@ def _tuple_attr(atype: int, t: FlowTuple) -> bytes:
     attrs = _ICMP_ATTRS.get(t.proto)
     if attrs is not None and t.icmp is not None:
         kind, code, ident = t.icmp
-        proto = _nla(CTA_PROTO_NUM, bytes([t.proto]))
-        proto += _nla(attrs[0], bytes([kind])) + _nla(attrs[1], bytes([code]))
-        proto += _nla(attrs[2], _BE16.pack(ident))
+        proto = u8_attr(CTA_PROTO_NUM, t.proto)
+        proto += u8_attr(attrs[0], kind) + u8_attr(attrs[1], code)
+        proto += be16_attr(attrs[2], ident)
     else:
         proto = _proto_attrs(t.proto, t.sport, t.dport)
-    return _nest(
+    return nest(
         atype,
-        _nest(CTA_TUPLE_IP, _ip_attrs(t.src, t.dst)),
-        _nest(CTA_TUPLE_PROTO, proto),
+        nest(CTA_TUPLE_IP, _ip_attrs(t.src, t.dst)),
+        nest(CTA_TUPLE_PROTO, proto),
     )
 
 
@@ -455,10 +454,10 @@ def _filter_side(
         return b"", 0
     children = []
     if src is not None or dst is not None:
-        children.append(_nest(CTA_TUPLE_IP, _ip_attrs(src, dst)))
+        children.append(nest(CTA_TUPLE_IP, _ip_attrs(src, dst)))
     if proto is not None:
-        children.append(_nest(CTA_TUPLE_PROTO, _proto_attrs(proto, sport, dport)))
-    return _nest(atype, *children), flags
+        children.append(nest(CTA_TUPLE_PROTO, _proto_attrs(proto, sport, dport)))
+    return nest(atype, *children), flags
 
 
 def encode_dump(flt: FlowFilter, family: int, seq: int) -> bytes:
@@ -475,13 +474,13 @@ def encode_dump(flt: FlowFilter, family: int, seq: int) -> bytes:
     attrs = orig + reply
     if flt.dnat is not None:
         # Status filters need Linux >= 5.15 (CTA_STATUS_MASK).
-        attrs += _nla(CTA_STATUS, _BE32.pack(IPS_DST_NAT if flt.dnat else 0))
-        attrs += _nla(CTA_STATUS_MASK, _BE32.pack(IPS_DST_NAT))
+        attrs += be32_attr(CTA_STATUS, IPS_DST_NAT if flt.dnat else 0)
+        attrs += be32_attr(CTA_STATUS_MASK, IPS_DST_NAT)
     if orig_flags or reply_flags:
-        attrs += _nest(
+        attrs += nest(
             CTA_FILTER,
-            _nla(CTA_FILTER_ORIG_FLAGS, struct.pack("=I", orig_flags)),
-            _nla(CTA_FILTER_REPLY_FLAGS, struct.pack("=I", reply_flags)),
+            u32_attr(CTA_FILTER_ORIG_FLAGS, orig_flags),
+            u32_attr(CTA_FILTER_REPLY_FLAGS, reply_flags),
         )
     return _message(IPCTNL_MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, _family_af(family), attrs)
 
@@ -491,9 +490,9 @@ def encode_delete(flow: Flow, seq: int) -> bytes:
     the tuple has another id and is left alone)."""
     attrs = _tuple_attr(CTA_TUPLE_ORIG, flow.orig)
     if flow.zone:
-        attrs += _nla(CTA_ZONE, _BE16.pack(flow.zone))
+        attrs += be16_attr(CTA_ZONE, flow.zone)
     if flow.id is not None:
-        attrs += _nla(CTA_ID, _BE32.pack(flow.id))
+        attrs += be32_attr(CTA_ID, flow.id)
     return _message(
         IPCTNL_MSG_CT_DELETE, NLM_F_REQUEST | NLM_F_ACK, seq, _family_af(flow.family), attrs
     )
@@ -506,12 +505,12 @@ def encode_new(flow: Flow, seq: int, *, ack: bool = False) -> bytes:
     attrs = (
         _tuple_attr(CTA_TUPLE_ORIG, flow.orig)
         + _tuple_attr(CTA_TUPLE_REPLY, flow.reply)
-        + _nla(CTA_TIMEOUT, _BE32.pack(flow.timeout))
+        + be32_attr(CTA_TIMEOUT, flow.timeout)
     )
     if flow.status:
-        attrs += _nla(CTA_STATUS, _BE32.pack(flow.status))
+        attrs += be32_attr(CTA_STATUS, flow.status)
     if flow.mark:
-        attrs += _nla(CTA_MARK, _BE32.pack(flow.mark))
+        attrs += be32_attr(CTA_MARK, flow.mark)
     flags = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL | (NLM_F_ACK if ack else 0)
     return _message(IPCTNL_MSG_CT_NEW, flags, seq, _family_af(flow.family), attrs)
 
@@ -520,29 +519,21 @@ def encode_new(flow: Flow, seq: int, *, ack: bool = False) -> bytes:
 # Decoding
 
 
-def _attrs(buf: bytes, off: int, end: int) -> Iterator[tuple[int, int, int]]:
-    """(type, payload start, payload end) of each attribute in buf[off:end]."""
-    while off + 4 <= end:
-        length, atype = _NLA.unpack_from(buf, off)
-        if length < 4:
-            return
-        yield atype & NLA_TYPE_MASK, off + 4, off + length
-        off += (length + 3) & ~3
-
-
 def _decode_tuple(buf: bytes, off: int, end: int) -> FlowTuple:
     src = dst = None
     proto = sport = dport = 0
     kind = code = ident = -1
-    for atype, start, stop in _attrs(buf, off, end):
+    for atype, start, stop in spans(buf, off, end):
         if atype == CTA_TUPLE_IP:
-            for itype, s, e in _attrs(buf, start, stop):
+            for itype, s, e in spans(buf, start, stop):
+                # the classes straight away, not ip_address(): it tries one, then the other
+                raw = buf[s:e]
                 if itype in (CTA_IP_V4_SRC, CTA_IP_V6_SRC):
-                    src = ip_address(buf[s:e])
+                    src = IPv4Address(raw) if e - s == 4 else IPv6Address(raw)
                 elif itype in (CTA_IP_V4_DST, CTA_IP_V6_DST):
-                    dst = ip_address(buf[s:e])
+                    dst = IPv4Address(raw) if e - s == 4 else IPv6Address(raw)
         elif atype == CTA_TUPLE_PROTO:
-            for ptype, s, _e in _attrs(buf, start, stop):
+            for ptype, s, _e in spans(buf, start, stop):
                 if ptype == CTA_PROTO_NUM:
                     proto = buf[s]
                 elif ptype == CTA_PROTO_SRC_PORT:
@@ -564,13 +555,13 @@ def _decode_tuple(buf: bytes, off: int, end: int) -> FlowTuple:
 
 def _protoinfo(buf: bytes, off: int, end: int) -> tuple[str, int] | None:
     """(``tcp_state`` or ``sctp_state``, the state number) from CTA_PROTOINFO."""
-    for atype, start, stop in _attrs(buf, off, end):
+    for atype, start, stop in spans(buf, off, end):
         if atype == CTA_PROTOINFO_TCP:
-            for ttype, s, _e in _attrs(buf, start, stop):
+            for ttype, s, _e in spans(buf, start, stop):
                 if ttype == CTA_PROTOINFO_TCP_STATE:
                     return "tcp_state", buf[s]
         elif atype == CTA_PROTOINFO_SCTP:
-            for ttype, s, _e in _attrs(buf, start, stop):
+            for ttype, s, _e in spans(buf, start, stop):
                 if ttype == CTA_PROTOINFO_SCTP_STATE:
                     return "sctp_state", buf[s]
     return None
@@ -584,7 +575,7 @@ def decode_flow(payload: bytes) -> Flow:
     """
     orig = reply = None
     fields: dict[str, int | None] = {}
-    for atype, start, stop in _attrs(payload, _NFGENMSG.size, len(payload)):
+    for atype, start, stop in spans(payload, NFGENMSG.size):
         if atype == CTA_TUPLE_ORIG:
             orig = _decode_tuple(payload, start, stop)
         elif atype == CTA_TUPLE_REPLY:
@@ -661,15 +652,12 @@ class _Unlearnable(Exception):
 
 
 def _children(buf: bytes, off: int, end: int, headers: list[int]) -> Iterator[tuple[int, int, int]]:
-    """As :func:`_attrs`, noting each header's offset; a short attribute is refused."""
-    while off + 4 <= end:
-        length, atype = _NLA.unpack_from(buf, off)
-        if length < 4:
-            raise _Unlearnable
-        headers.append(off)
-        yield atype & NLA_TYPE_MASK, off + 4, off + length
-        off += (length + 3) & ~3
-    if off < end:  # trailing bytes too short for a header: not what decode_flow was shown
+    """As :func:`~nlproxy.netlink.codec.spans`, noting each header's offset; a walk that does
+    not end exactly at ``end`` (a short or overlong attribute, trailing bytes) is refused."""
+    for atype, start, stop in spans(buf, off, end, headers):
+        yield atype, start, stop
+        off = start - 4 + align(stop - start + 4)
+    if off < end:  # the walk stopped early: not what decode_flow was shown
         raise _Unlearnable
 
 
@@ -678,7 +666,7 @@ def _walk(payload: bytes) -> tuple[list[int], dict[str, tuple[int, str]]]:
     and the offsets of the attribute headers it looks at on the way."""
     headers: list[int] = []
     where: dict[str, tuple[int, str]] = {}
-    for atype, start, stop in _children(payload, _NFGENMSG.size, len(payload), headers):
+    for atype, start, stop in _children(payload, NFGENMSG.size, len(payload), headers):
         if atype in (CTA_TUPLE_ORIG, CTA_TUPLE_REPLY):
             side = "o" if atype == CTA_TUPLE_ORIG else "r"
             for k in [k for k in where if k[0] == side]:  # a repeated tuple replaces the first
@@ -771,7 +759,7 @@ class _Layout:
         if framed:  # the netlink header's length and type are checked too; seq and pid not
             items = [(off + 16, c, n) for off, c, n in items]
             length = 16 + len(payload)
-            head = struct.pack("=IHHII", length, (NFNL_SUBSYS_CTNETLINK << 8), 0, 0, 0)
+            head = nlmsghdr(length, nfnl_type(NFNL_SUBSYS_CTNETLINK, IPCTNL_MSG_CT_NEW), 0, 0)
             message = head + payload + b"\0" * ((4 - length % 4) % 4)
             spans = [(0, 4), (4, 2), *((off + 16, 4) for off in headers)]
             spans += [(where[k][0] + 16, 1) for k in ("oproto", "rproto") if k in where]
@@ -980,7 +968,7 @@ class LineFormatter:
         ``iter_unpack`` reads them all); None for any other datagram."""
         if len(buf) < 4:
             return None
-        size = (_U32.unpack_from(buf)[0] + 3) & ~3
+        size = align(_U32.unpack_from(buf)[0])
         for layout in self._framed.get(size, ()) if len(buf) % size == 0 else ():
             if layout.holds(buf):
                 return layout.lines(list(layout.read_all(buf)))
@@ -997,7 +985,7 @@ class LineFormatter:
         if layout.line(layout.read(payload)) != text:
             return
         self._layouts.setdefault(len(payload), []).append(layout)
-        size = (16 + len(payload) + 3) & ~3
+        size = align(NLMSGHDR.size + len(payload))
         message = bytes(16) + payload + bytes(size - 16 - len(payload))
         if framed.line(framed.read(message)) == text:
             self._framed.setdefault(size, []).append(framed)

@@ -19,35 +19,50 @@ touched.
 from __future__ import annotations
 
 import errno
-import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from nlproxy.errors import NlproxyError
-from nlproxy.netlink.nlsock import (
+from nlproxy.netlink.codec import (
+    NFNL_MSG_BATCH_BEGIN,
+    NFNL_MSG_BATCH_END,
     NLM_F_ACK,
     NLM_F_DUMP,
     NLM_F_REQUEST,
     NLMSG_ERROR,
-    NetfilterSocket,
-    attr,
+    attribute_map,
     attributes,
+    be64,
+    be64_attr,
+    nfnl_attributes,
+    nfnl_message,
+    nfnl_type,
     str_attr,
     text,
 )
-
-# linux/netfilter/nfnetlink.h and nf_tables.h
-_SUBSYS_NFTABLES = 10
-_BATCH_BEGIN, _BATCH_END = 0x10, 0x11
-_GETTABLE, _DELTABLE, _GETCHAIN, _DELCHAIN, _GETRULE, _DELRULE = 1, 2, 4, 5, 7, 8
-_TABLE_NAME = 1
-_CHAIN_TABLE, _CHAIN_NAME = 1, 3
-_RULE_TABLE, _RULE_CHAIN, _RULE_HANDLE, _RULE_EXPRESSIONS = 1, 2, 3, 4
-_LIST_ELEM = 1
-_EXPR_NAME, _EXPR_DATA = 1, 2
-_IMMEDIATE_DATA = 2
-_DATA_VERDICT = 2
-_VERDICT_CHAIN = 2
+from nlproxy.netlink.nlsock import NetfilterSocket
+from nlproxy.nft.uapi import (
+    NFNL_SUBSYS_NFTABLES,
+    NFT_MSG_DELCHAIN,
+    NFT_MSG_DELRULE,
+    NFT_MSG_DELTABLE,
+    NFT_MSG_GETCHAIN,
+    NFT_MSG_GETRULE,
+    NFT_MSG_GETTABLE,
+    NFTA_CHAIN_NAME,
+    NFTA_CHAIN_TABLE,
+    NFTA_DATA_VERDICT,
+    NFTA_EXPR_DATA,
+    NFTA_EXPR_NAME,
+    NFTA_IMMEDIATE_DATA,
+    NFTA_LIST_ELEM,
+    NFTA_RULE_CHAIN,
+    NFTA_RULE_EXPRESSIONS,
+    NFTA_RULE_HANDLE,
+    NFTA_RULE_TABLE,
+    NFTA_TABLE_NAME,
+    NFTA_VERDICT_CHAIN,
+)
 
 FAMILIES = {2: "ip", 10: "ip6"}
 """NFPROTO numbers of the families kube-proxy writes, and nft's names for them."""
@@ -145,23 +160,20 @@ def remove(found: Sequence[ForeignTable], netns: str | None = None) -> int:
         for ft in found:
             fam = _NFPROTO[ft.family]
             if ft.mode == "nftables":
-                ops.append((_DELTABLE, fam, str_attr(_TABLE_NAME, ft.table)))
+                ops.append((NFT_MSG_DELTABLE, fam, str_attr(NFTA_TABLE_NAME, ft.table)))
                 continue
             ours = set(ft.chains)
             for chain, handle, targets in _rules(sock, fam, ft.table):
                 if chain not in ours and targets & ours:
-                    attrs = str_attr(_RULE_TABLE, ft.table) + str_attr(_RULE_CHAIN, chain)
-                    ops.append(
-                        (_DELRULE, fam, attrs + attr(_RULE_HANDLE, struct.pack(">Q", handle)))
-                    )
+                    attrs = str_attr(NFTA_RULE_TABLE, ft.table) + str_attr(NFTA_RULE_CHAIN, chain)
+                    attrs += be64_attr(NFTA_RULE_HANDLE, handle)
+                    ops.append((NFT_MSG_DELRULE, fam, attrs))
             # Flush every chain first: they jump to one another.
+            table = str_attr(NFTA_RULE_TABLE, ft.table)
+            ops += [(NFT_MSG_DELRULE, fam, table + str_attr(NFTA_RULE_CHAIN, c)) for c in ft.chains]
+            table = str_attr(NFTA_CHAIN_TABLE, ft.table)
             ops += [
-                (_DELRULE, fam, str_attr(_RULE_TABLE, ft.table) + str_attr(_RULE_CHAIN, c))
-                for c in ft.chains
-            ]
-            ops += [
-                (_DELCHAIN, fam, str_attr(_CHAIN_TABLE, ft.table) + str_attr(_CHAIN_NAME, c))
-                for c in ft.chains
+                (NFT_MSG_DELCHAIN, fam, table + str_attr(NFTA_CHAIN_NAME, c)) for c in ft.chains
             ]
         if ops:
             _commit(sock, ops)
@@ -171,9 +183,8 @@ def remove(found: Sequence[ForeignTable], netns: str | None = None) -> int:
 # -- netlink ---------------------------------------------------------------------------------
 
 
-def _msg(msg_type: int, flags: int, seq: int, family: int, attrs: bytes, res_id: int = 0) -> bytes:
-    body = struct.pack("=BB", family, 0) + struct.pack(">H", res_id) + attrs
-    return struct.pack("=IHHII", 16 + len(body), msg_type, flags, seq, 0) + body
+def _nft(msg: int) -> int:
+    return nfnl_type(NFNL_SUBSYS_NFTABLES, msg)
 
 
 def _dump(
@@ -181,63 +192,63 @@ def _dump(
 ) -> Iterator[tuple[int, dict[int, bytes]]]:
     """(family, attributes) of each object a dump returns; nothing when the kernel has none."""
     seq = sock.next_seq()
-    req = _msg((_SUBSYS_NFTABLES << 8) | msg, NLM_F_REQUEST | NLM_F_DUMP, seq, family, attrs)
+    req = nfnl_message(_nft(msg), NLM_F_REQUEST | NLM_F_DUMP, seq, family, attrs)
     try:
         for reply in sock.dump(req, seq):
-            yield reply.payload[0], dict(attributes(reply.payload[4:]))
+            yield reply.payload[0], nfnl_attributes(reply.payload)
     except OSError as exc:
         if exc.errno != errno.ENOENT:
             raise
 
 
 def _tables(sock: NetfilterSocket) -> Iterator[tuple[int, str]]:
-    for fam, a in _dump(sock, _GETTABLE, 0):
-        if _TABLE_NAME in a:
-            yield fam, text(a[_TABLE_NAME])
+    for fam, a in _dump(sock, NFT_MSG_GETTABLE, 0):
+        if NFTA_TABLE_NAME in a:
+            yield fam, text(a[NFTA_TABLE_NAME])
 
 
 def _chains(sock: NetfilterSocket) -> Iterator[tuple[int, str, str]]:
-    for fam, a in _dump(sock, _GETCHAIN, 0):
-        if _CHAIN_TABLE in a and _CHAIN_NAME in a:
-            yield fam, text(a[_CHAIN_TABLE]), text(a[_CHAIN_NAME])
+    for fam, a in _dump(sock, NFT_MSG_GETCHAIN, 0):
+        if NFTA_CHAIN_TABLE in a and NFTA_CHAIN_NAME in a:
+            yield fam, text(a[NFTA_CHAIN_TABLE]), text(a[NFTA_CHAIN_NAME])
 
 
 def _rules(sock: NetfilterSocket, family: int, table: str) -> Iterator[tuple[str, int, set[str]]]:
     """(chain, handle, chains it jumps or goes to) of each rule in ``table``."""
-    for _, a in _dump(sock, _GETRULE, family, str_attr(_RULE_TABLE, table)):
-        if text(a.get(_RULE_TABLE, b"")) != table or _RULE_HANDLE not in a:
+    for _, a in _dump(sock, NFT_MSG_GETRULE, family, str_attr(NFTA_RULE_TABLE, table)):
+        if text(a.get(NFTA_RULE_TABLE, b"")) != table or NFTA_RULE_HANDLE not in a:
             continue
-        targets = set(_verdict_chains(a.get(_RULE_EXPRESSIONS, b"")))
-        yield text(a[_RULE_CHAIN]), struct.unpack(">Q", a[_RULE_HANDLE])[0], targets
+        targets = set(_verdict_chains(a.get(NFTA_RULE_EXPRESSIONS, b"")))
+        yield text(a[NFTA_RULE_CHAIN]), be64(a[NFTA_RULE_HANDLE]), targets
 
 
 def _verdict_chains(expressions: bytes) -> Iterator[str]:
     """Chains named by the ``immediate`` verdicts (jump/goto) of a rule's expressions."""
     for kind, elem in attributes(expressions):
-        if kind != _LIST_ELEM:
+        if kind != NFTA_LIST_ELEM:
             continue
-        expr = dict(attributes(elem))
-        if text(expr.get(_EXPR_NAME, b"")) != "immediate":
+        expr = attribute_map(elem)
+        if text(expr.get(NFTA_EXPR_NAME, b"")) != "immediate":
             continue
-        data = dict(attributes(expr.get(_EXPR_DATA, b"")))
-        value = dict(attributes(data.get(_IMMEDIATE_DATA, b"")))
-        verdict = dict(attributes(value.get(_DATA_VERDICT, b"")))
-        if _VERDICT_CHAIN in verdict:
-            yield text(verdict[_VERDICT_CHAIN])
+        data = attribute_map(expr.get(NFTA_EXPR_DATA, b""))
+        value = attribute_map(data.get(NFTA_IMMEDIATE_DATA, b""))
+        verdict = attribute_map(value.get(NFTA_DATA_VERDICT, b""))
+        if NFTA_VERDICT_CHAIN in verdict:
+            yield text(verdict[NFTA_VERDICT_CHAIN])
 
 
 def _commit(sock: NetfilterSocket, ops: Sequence[tuple[int, int, bytes]]) -> None:
     first = sock.next_seq(len(ops) + 2)
     sock.skip_to(first + len(ops) + 1)
-    parts = [_msg(_BATCH_BEGIN, NLM_F_REQUEST, first, 0, b"", _SUBSYS_NFTABLES)]
+    begin = (NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, first, 0, b"", NFNL_SUBSYS_NFTABLES)
+    parts = [nfnl_message(*begin)]
     pending: set[int] = set()
     for i, (msg, fam, attrs) in enumerate(ops, start=1):
         seq = first + i
-        parts.append(
-            _msg((_SUBSYS_NFTABLES << 8) | msg, NLM_F_REQUEST | NLM_F_ACK, seq, fam, attrs)
-        )
+        parts.append(nfnl_message(_nft(msg), NLM_F_REQUEST | NLM_F_ACK, seq, fam, attrs))
         pending.add(seq)
-    parts.append(_msg(_BATCH_END, NLM_F_REQUEST, first + len(ops) + 1, 0, b"", _SUBSYS_NFTABLES))
+    end = first + len(ops) + 1
+    parts.append(nfnl_message(NFNL_MSG_BATCH_END, NLM_F_REQUEST, end, 0, b"", NFNL_SUBSYS_NFTABLES))
     data = b"".join(parts)
     sock.ensure_sndbuf(len(data))
     sock.send(data)

@@ -1,7 +1,8 @@
-"""A NETLINK_NETFILTER socket: send nfnetlink batches and dumps, read replies.
+"""A NETLINK_NETFILTER socket: send nfnetlink batches and dumps, read replies, subscribe.
 
-The transport of the nftables backend, the read-back, conntrack and the foreign-rules finder.
-Knows netlink framing only: nothing here knows nftables or conntrack objects.
+The transport of the nftables backend, the read-back, the drift monitor, conntrack and the
+foreign-rules finder; :mod:`nlproxy.netlink.codec` frames and splits what it carries. Knows
+netlink only: nothing here knows nftables or conntrack objects.
 """
 
 from __future__ import annotations
@@ -9,11 +10,10 @@ from __future__ import annotations
 import errno as errno_mod
 import os
 import socket
-import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from nlproxy.netlink import netns
+from nlproxy.netlink.codec import NLMSG_DONE, NLMSG_ERROR, Message, parse_messages
 
 NETLINK_NETFILTER = 12
 SOL_NETLINK = 270
@@ -21,102 +21,7 @@ NETLINK_EXT_ACK = 11
 NETLINK_CAP_ACK = 10
 SO_SNDBUFFORCE = 32
 SO_RCVBUFFORCE = 33
-
-NLMSG_NOOP = 1
-NLMSG_ERROR = 2
-NLMSG_DONE = 3
-NLM_F_REQUEST = 0x1
-NLM_F_MULTI = 0x2
-NLM_F_ACK = 0x4
-NLM_F_DUMP = 0x300
-NLM_F_CAPPED = 0x100  # in NLMSG_ERROR: the original payload was left out
-NLM_F_ACK_TLVS = 0x200  # in NLMSG_ERROR: extended ack attributes follow
-NLMSGERR_ATTR_MSG = 1
-NLMSGERR_ATTR_OFFS = 2
-
-_HDR = struct.Struct("=IHHII")
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One netlink message as received: header fields and payload (after the 16-byte header)."""
-
-    type: int
-    flags: int
-    seq: int
-    payload: bytes
-
-    @property
-    def error(self) -> int:
-        """For NLMSG_ERROR: the (positive) errno, 0 for an ACK."""
-        code: int = struct.unpack_from("=i", self.payload)[0]
-        return -code
-
-    @property
-    def error_seq(self) -> int:
-        """For NLMSG_ERROR: the sequence number of the message it answers."""
-        return int(_HDR.unpack_from(self.payload, 4)[3])
-
-    def ext_ack(self) -> tuple[str, int | None]:
-        """For NLMSG_ERROR: the extended ack's message and offset of the bad attribute.
-
-        The offset counts from the start of the original message (its netlink header); with
-        NETLINK_CAP_ACK the original payload is not echoed, so the TLVs follow its header.
-        """
-        if not self.flags & NLM_F_ACK_TLVS:
-            return "", None
-        off = 4 + _HDR.size
-        if not self.flags & NLM_F_CAPPED:
-            off = 4 + _HDR.unpack_from(self.payload, 4)[0]
-        text, where = "", None
-        while off + 4 <= len(self.payload):
-            length, kind = struct.unpack_from("=HH", self.payload, off)
-            if length < 4:
-                break
-            value = self.payload[off + 4 : off + length]
-            if kind == NLMSGERR_ATTR_MSG:
-                text = value.rstrip(b"\0").decode(errors="replace")
-            elif kind == NLMSGERR_ATTR_OFFS and len(value) >= 4:
-                where = struct.unpack_from("=I", value)[0]
-            off += (length + 3) & ~3
-        return text, where
-
-
-def attr(kind: int, value: bytes) -> bytes:
-    """One netlink attribute, padded to 4 bytes."""
-    return struct.pack("=HH", 4 + len(value), kind) + value + bytes(-len(value) % 4)
-
-
-def str_attr(kind: int, text: str) -> bytes:
-    """A NUL-terminated string attribute (table, chain and set names)."""
-    return attr(kind, text.encode() + b"\0")
-
-
-def attributes(buf: bytes) -> Iterator[tuple[int, bytes]]:
-    """(type, payload) of each attribute in ``buf``; the nested flag is masked off."""
-    off = 0
-    while off + 4 <= len(buf):
-        length, kind = struct.unpack_from("=HH", buf, off)
-        if length < 4:
-            return
-        yield kind & 0x3FFF, buf[off + 4 : off + length]
-        off += (length + 3) & ~3
-
-
-def text(raw: bytes) -> str:
-    """A NUL-terminated string attribute's text."""
-    return raw.rstrip(b"\0").decode(errors="replace")
-
-
-def parse_messages(buf: bytes) -> Iterator[Message]:
-    """Split a datagram into netlink messages."""
-    off = 0
-    while off + _HDR.size <= len(buf):
-        length, mtype, flags, seq, _pid = _HDR.unpack_from(buf, off)
-        if length < _HDR.size:
-            break
-        yield Message(mtype, flags, seq, buf[off + _HDR.size : off + length])
-        off += (length + 3) & ~3
+NETLINK_ADD_MEMBERSHIP = 1
 
 
 class NetfilterSocket:
@@ -205,6 +110,20 @@ class NetfilterSocket:
         self.sock.settimeout(timeout)
         buf = self.sock.recv(1 << 20)
         return list(parse_messages(buf))
+
+    def datagrams(self, request: bytes, timeout: float = 10.0) -> Iterator[bytes]:
+        """Send ``request``; then each datagram that arrives, unsplit, for as long as asked
+        (the caller reads the messages with :func:`~nlproxy.netlink.codec.headers`)."""
+        self.send(request)
+        self.sock.settimeout(timeout)
+        while True:
+            yield self.sock.recv(1 << 20)
+
+    def subscribe(self, group: int) -> None:
+        """Join multicast group ``group`` (e.g. NFNLGRP_NFTABLES) and stop blocking: the
+        caller waits for the socket to be readable."""
+        self.sock.setsockopt(SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, group)
+        self.sock.setblocking(False)
 
     def dump(self, request: bytes, seq: int) -> Iterator[Message]:
         """Send a dump request whose header carries ``seq`` and yield replies until NLMSG_DONE.

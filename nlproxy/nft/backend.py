@@ -40,27 +40,30 @@ Owned tables (NFT_TABLE_F_OWNER, Linux >= 5.12), as observed on Linux 6.18 by
 
 from __future__ import annotations
 
+import errno as errno_mod
 import os
 import re
-import struct
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from nlproxy.errors import InvalidNftObject, KernelError
-from nlproxy.netlink.nlsock import (
+from nlproxy.netlink.codec import (
     NLM_F_ACK,
     NLM_F_DUMP,
     NLM_F_REQUEST,
     NLMSG_ERROR,
-    NetfilterSocket,
-    attributes,
+    be32,
+    be64,
+    nfnl_attributes,
+    nfnl_message,
+    nfnl_type,
     str_attr,
     text,
 )
+from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft import validate as validation
-from nlproxy.nft.dump import NFT_MSG_GETCHAIN, NFT_MSG_GETSET, NFT_MSG_GETTABLE
-from nlproxy.nft.encode import NFNL_SUBSYS_NFTABLES, Batch
+from nlproxy.nft.encode import Batch
 from nlproxy.nft.ir import (
     Chain,
     DataType,
@@ -73,6 +76,23 @@ from nlproxy.nft.ir import (
     SetLike,
     Table,
     Verb,
+)
+from nlproxy.nft.uapi import (
+    NFNL_SUBSYS_NFTABLES,
+    NFT_MSG_GETCHAIN,
+    NFT_MSG_GETSET,
+    NFT_MSG_GETTABLE,
+    NFTA_CHAIN_NAME,
+    NFTA_CHAIN_TABLE,
+    NFTA_SET_DATA_LEN,
+    NFTA_SET_DATA_TYPE,
+    NFTA_SET_FLAGS,
+    NFTA_SET_KEY_LEN,
+    NFTA_SET_KEY_TYPE,
+    NFTA_SET_NAME,
+    NFTA_SET_TABLE,
+    NFTA_SET_TIMEOUT,
+    NFTA_TABLE_NAME,
 )
 from nlproxy.nft.values import NFT_DATA_VERDICT, concat_len, type_ids
 
@@ -200,7 +220,8 @@ class NftBackend:
 
     def table_exists(self) -> bool:
         """Whether the table exists in the kernel (as seen from this socket's namespace)."""
-        return any(True for _ in self._dump(NFT_MSG_GETTABLE, str_attr(1, self.table.name)))
+        name = str_attr(NFTA_TABLE_NAME, self.table.name)
+        return any(True for _ in self._dump(NFT_MSG_GETTABLE, name))
 
     def delete_table(self) -> bool:
         """Delete the table if it exists; returns whether it did."""
@@ -303,12 +324,14 @@ class NftBackend:
         out; operations on them then fail validation with a message naming them.
         """
         rs = Ruleset(table=self.table)
-        name = str_attr(1, self.table.name)  # NFTA_CHAIN_TABLE / NFTA_SET_TABLE
-        for attrs in self._dump(NFT_MSG_GETCHAIN, name):
-            if attrs.get(1) == self.table.name.encode() + b"\0":
-                rs.add_chain(Chain(name=text(attrs[3])))
-        for attrs in self._dump(NFT_MSG_GETSET, name):
-            if attrs.get(1) == self.table.name.encode() + b"\0":
+        table = self.table.name.encode() + b"\0"
+        chains = str_attr(NFTA_CHAIN_TABLE, self.table.name)
+        for attrs in self._dump(NFT_MSG_GETCHAIN, chains):
+            if attrs.get(NFTA_CHAIN_TABLE) == table:
+                rs.add_chain(Chain(name=text(attrs[NFTA_CHAIN_NAME])))
+        sets = str_attr(NFTA_SET_TABLE, self.table.name)
+        for attrs in self._dump(NFT_MSG_GETSET, sets):
+            if attrs.get(NFTA_SET_TABLE) == table:
                 s = _decode_set(attrs)
                 if s is not None:
                     rs.add_set(s)
@@ -316,21 +339,19 @@ class NftBackend:
 
     def _dump(self, msg: int, attrs: bytes) -> Iterator[dict[int, bytes]]:
         seq = self.sock.next_seq()
-        body = struct.pack("=BBH", self.table.family.nfproto, 0, 0) + attrs
-        hdr = struct.pack(
-            "=IHHII", 16 + len(body), (NFNL_SUBSYS_NFTABLES << 8) | msg,
-            NLM_F_REQUEST | NLM_F_DUMP | NLM_F_ACK, seq, 0,
-        )  # fmt: skip
+        flags = NLM_F_REQUEST | NLM_F_DUMP | NLM_F_ACK
+        mtype = nfnl_type(NFNL_SUBSYS_NFTABLES, msg)
+        request = nfnl_message(mtype, flags, seq, self.table.family.nfproto, attrs)
         try:
-            for reply in self.sock.dump(hdr + body, seq):
-                yield dict(attributes(reply.payload[4:]))
+            for reply in self.sock.dump(request, seq):
+                yield nfnl_attributes(reply.payload)
         except OSError as exc:
-            if exc.errno != 2:  # ENOENT: no such table
+            if exc.errno != errno_mod.ENOENT:  # no such table
                 raise
 
 
 def _be32(raw: bytes | None) -> int:
-    return struct.unpack(">I", raw)[0] if raw else 0
+    return be32(raw) if raw else 0
 
 
 def _types(type_id: int, length: int) -> tuple[DataType, ...] | None:
@@ -347,19 +368,20 @@ def _types(type_id: int, length: int) -> tuple[DataType, ...] | None:
 
 
 def _decode_set(a: dict[int, bytes]) -> SetLike | None:
-    """NFTA_SET_* attributes (NAME 2, FLAGS 3, KEY_TYPE 4, KEY_LEN 5, DATA_TYPE 6, DATA_LEN 7,
-    TIMEOUT 11) to a declaration."""
-    key = _types(_be32(a.get(4)), _be32(a.get(5)))
+    """NFTA_SET_* attributes to a declaration."""
+    key = _types(_be32(a.get(NFTA_SET_KEY_TYPE)), _be32(a.get(NFTA_SET_KEY_LEN)))
     if key is None:
         return None
-    flags = SetFlag(_be32(a.get(3)) & ~int(SetFlag.MAP | SetFlag.CONCAT))
-    timeout_ms = struct.unpack(">Q", a[11])[0] if 11 in a else None
+    raw_flags = _be32(a.get(NFTA_SET_FLAGS))
+    flags = SetFlag(raw_flags & ~int(SetFlag.MAP | SetFlag.CONCAT))
+    timeout_ms = be64(a[NFTA_SET_TIMEOUT]) if NFTA_SET_TIMEOUT in a else None
     timeout = timeout_ms // 1000 if timeout_ms else None
-    name = text(a[2])
-    if not _be32(a.get(3)) & SetFlag.MAP:
+    name = text(a[NFTA_SET_NAME])
+    if not raw_flags & SetFlag.MAP:
         return Set(name=name, key=key, flags=flags, timeout=timeout)
-    dtype = _be32(a.get(6))
-    data = (DataType.VERDICT,) if dtype == NFT_DATA_VERDICT else _types(dtype, _be32(a.get(7)))
+    dtype = _be32(a.get(NFTA_SET_DATA_TYPE))
+    dlen = _be32(a.get(NFTA_SET_DATA_LEN))
+    data = (DataType.VERDICT,) if dtype == NFT_DATA_VERDICT else _types(dtype, dlen)
     if data is None:
         return None
     return Map(name=name, key=key, data=data, flags=flags, timeout=timeout)

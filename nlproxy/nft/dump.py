@@ -10,25 +10,21 @@ that changes the kernel, and it knows nothing of the IR.
 from __future__ import annotations
 
 import functools
-import struct
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from nlproxy.errors import NlproxyError
-from nlproxy.netlink.nlsock import NLM_F_DUMP, Message, NetfilterSocket
+from nlproxy.netlink.codec import NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR, Message, nlmsghdr
+from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.ir import Family
+from nlproxy.nft.uapi import (
+    NFT_MSG_GETCHAIN,
+    NFT_MSG_GETGEN,
+    NFT_MSG_GETRULE,
+    NFT_MSG_GETSET,
+)
 
-# linux/netfilter/nf_tables.h: enum nf_tables_msg_types
-NFT_MSG_GETTABLE = 1
-NFT_MSG_GETCHAIN = 4
-NFT_MSG_GETRULE = 7
-NFT_MSG_GETSET = 10
-NFT_MSG_GETSETELEM = 13
-NFT_MSG_GETGEN = 16
-NLM_F_ACK = 0x4
-NLM_F_DUMP_INTR = 0x10
-_HDR = struct.Struct("=IHHII")
 _DUMP_KINDS = {NFT_MSG_GETCHAIN: "chain", NFT_MSG_GETSET: "set", NFT_MSG_GETRULE: "rule"}
 
 
@@ -61,7 +57,7 @@ def request(msg: int, family: Family, flags: int, seq: int, build: Callable[[Any
 def nlh_of(msg: Message) -> Any:
     """A parseable ``struct nlmsghdr *`` for a received message (nlsock strips the header)."""
     ffi, _ = nftnl()
-    data = _HDR.pack(_HDR.size + len(msg.payload), msg.type, msg.flags, msg.seq, 0) + msg.payload
+    data = nlmsghdr(16 + len(msg.payload), msg.type, msg.flags, msg.seq) + msg.payload
     return ffi.from_buffer("struct nlmsghdr *", data)
 
 

@@ -16,28 +16,29 @@ from __future__ import annotations
 
 import errno
 import os
-import socket
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
 
-from nlproxy.netlink import netns
-from nlproxy.netlink.nlsock import NETLINK_NETFILTER, SOL_NETLINK, NetfilterSocket, parse_messages
+from nlproxy.netlink.codec import be32, nfnl_attributes, parse_messages, text
+from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.dump import generation
+from nlproxy.nft.uapi import (
+    NFNL_SUBSYS_NFTABLES,
+    NFNLGRP_NFTABLES,
+    NFT_MSG_DELSETELEM,
+    NFT_MSG_NEWGEN,
+    NFTA_GEN_ID,
+    NFTA_GEN_PROC_NAME,
+    NFTA_GEN_PROC_PID,
+    NFTA_TABLE_NAME,
+)
 
-NFNLGRP_NFTABLES = 7
-NETLINK_ADD_MEMBERSHIP = 1
-NFNL_SUBSYS_NFTABLES = 10
-NFT_MSG_NEWGEN = 15
-NFT_MSG_MAX_OBJECT = 14  # NEWTABLE (0) .. DELSETELEM (14): messages naming a table
-NFTA_GEN_ID = 1
-NFTA_GEN_PROC_PID = 2
-NFTA_GEN_PROC_NAME = 3
-TABLE_ATTR = 1  # NFTA_{TABLE_NAME,CHAIN_TABLE,RULE_TABLE,SET_TABLE,SET_ELEM_LIST_TABLE}
-NLA_TYPE_MASK = 0x3FFF
-NFGENMSG_LEN = 4
+_NAMES_TABLE = NFT_MSG_DELSETELEM
+"""Messages NEWTABLE (0) .. DELSETELEM name the table of the object they are about, in the
+attribute numbered as NFTA_TABLE_NAME (NFTA_CHAIN_TABLE, NFTA_RULE_TABLE, NFTA_SET_TABLE and
+NFTA_SET_ELEM_LIST_TABLE are 1 too)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,19 +48,6 @@ class Drift:
     pid: int
     comm: str
     objects: int
-
-
-def attributes(payload: bytes) -> dict[int, bytes]:
-    """The top-level netlink attributes after the nfgenmsg header."""
-    attrs: dict[int, bytes] = {}
-    off = NFGENMSG_LEN
-    while off + 4 <= len(payload):
-        length, kind = struct.unpack_from("=HH", payload, off)
-        if length < 4:
-            break
-        attrs[kind & NLA_TYPE_MASK] = payload[off + 4 : off + length]
-        off += (length + 3) & ~3
-    return attrs
 
 
 def is_own_thread(pid: int) -> bool:
@@ -84,18 +72,18 @@ class DriftDetector:
         if mtype >> 8 != NFNL_SUBSYS_NFTABLES:
             return None
         msg = mtype & 0xFF
-        if msg <= NFT_MSG_MAX_OBJECT:
-            if attributes(payload).get(TABLE_ATTR) == self.table:
+        if msg <= _NAMES_TABLE:
+            if nfnl_attributes(payload).get(NFTA_TABLE_NAME) == self.table:
                 self.touched += 1
             return None
         if msg != NFT_MSG_NEWGEN:
             return None
         touched, self.touched = self.touched, 0
-        attrs = attributes(payload)
+        attrs = nfnl_attributes(payload)
         if NFTA_GEN_ID in attrs:
-            self.generation = struct.unpack(">I", attrs[NFTA_GEN_ID])[0]
-        pid = struct.unpack(">I", attrs[NFTA_GEN_PROC_PID])[0] if NFTA_GEN_PROC_PID in attrs else 0
-        comm = attrs.get(NFTA_GEN_PROC_NAME, b"").rstrip(b"\0").decode(errors="replace")
+            self.generation = be32(attrs[NFTA_GEN_ID])
+        pid = be32(attrs[NFTA_GEN_PROC_PID]) if NFTA_GEN_PROC_PID in attrs else 0
+        comm = text(attrs.get(NFTA_GEN_PROC_NAME, b""))
         if not touched or self.is_own(pid):
             return None
         return Drift(pid=pid, comm=comm, objects=touched)
@@ -107,12 +95,9 @@ class NftMonitor:
     def __init__(self, table_name: str, *, netns_name: str | None = None) -> None:
         self.detector = DriftDetector(table_name)
         self.netns = netns_name
-        with netns.entered(netns_name):
-            self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        self.sock.bind((0, 0))
-        self.sock.setsockopt(SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, NFNLGRP_NFTABLES)
-        self.sock.setblocking(False)
+        self._sock = NetfilterSocket(netns_name, bufsize=8 << 20)
+        self._sock.subscribe(NFNLGRP_NFTABLES)
+        self.sock = self._sock.sock
         # Subscribed first, then asked: a transaction in between arrives as a notification.
         self._gen_sock = NetfilterSocket(netns_name)
         self.detector.generation = generation(self._gen_sock)
@@ -157,5 +142,5 @@ class NftMonitor:
                     if drift is not None:
                         on_drift(drift)
         finally:
-            self.sock.close()
+            self._sock.close()
             self._gen_sock.close()

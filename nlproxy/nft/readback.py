@@ -13,21 +13,16 @@ libnftnl's text of its expressions), which never compares equal to a planned rul
 
 from __future__ import annotations
 
+import errno
 import functools
-import struct
 import sys
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+from nlproxy.netlink.codec import NFGENMSG, NLM_F_ACK, NLMSGHDR, spans
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.decode import RawExpr, SetInfo, UndecodableError, UndecodedRule, decode_rule
 from nlproxy.nft.dump import (
-    NFT_MSG_GETCHAIN,
-    NFT_MSG_GETRULE,
-    NFT_MSG_GETSET,
-    NFT_MSG_GETTABLE,
-    NLM_F_ACK,
     Interrupted,
     ReadbackError,
     dump,
@@ -43,13 +38,23 @@ from nlproxy.nft.dump import (
 )
 from nlproxy.nft.ir import Chain, ChainType, Family, Hook, Policy, Rule, Ruleset, Set, Table
 from nlproxy.nft.readsets import RawSet, parse_set, read_elements
-from nlproxy.nft.uapi import NFT_TABLE_F_OWNER, NFT_TABLE_F_PERSIST
+from nlproxy.nft.uapi import (
+    NFT_MSG_GETCHAIN,
+    NFT_MSG_GETRULE,
+    NFT_MSG_GETSET,
+    NFT_MSG_GETTABLE,
+    NFT_TABLE_F_OWNER,
+    NFT_TABLE_F_PERSIST,
+    NFTA_EXPR_NAME,
+    NFTA_LIST_ELEM,
+    NFTA_SET_EXPR,
+    NFTA_SET_EXPRESSIONS,
+)
 from nlproxy.nft.udata import udata_comment
 from nlproxy.nft.values import Addresses
 
 __all__ = ["ReadbackError", "UndecodedRule", "read_ruleset"]
 
-ENOENT = 2
 _RETRIES = 5
 
 
@@ -118,10 +123,6 @@ def _read_once(s: NetfilterSocket, family: Family, name: str) -> Ruleset | None:
 # ---------------------------------------------------------------------------------------------
 # Set expressions
 
-# linux/netfilter/nf_tables.h: NFTA_SET_EXPR, NFTA_SET_EXPRESSIONS, NFTA_LIST_ELEM, NFTA_EXPR_NAME
-_SET_EXPR, _SET_EXPRESSIONS, _LIST_ELEM, _EXPR_NAME = 17, 18, 1, 1
-_NLA = struct.Struct("=HH")
-
 
 def _parse_set(nlh: Any, family: Family) -> tuple[str, RawSet]:
     """``parse_set``, plus the set's expressions: a ``counter`` template makes the IR set's
@@ -136,30 +137,20 @@ def _parse_set(nlh: Any, family: Family) -> tuple[str, RawSet]:
     return table, raw
 
 
-def _attrs(buf: bytes, off: int, end: int) -> Iterator[tuple[int, int, int]]:
-    """(type without flags, payload start, payload end) of each attribute in ``buf[off:end]``."""
-    while off + 4 <= end:
-        length, kind = _NLA.unpack_from(buf, off)
-        if length < 4 or off + length > end:
-            return
-        yield kind & 0x3FFF, off + 4, off + length
-        off += (length + 3) & ~3
-
-
 def set_expressions(msg: bytes) -> list[str]:
     """The names of the expressions a NEWSET message (with its netlink header) declares for
     every element: one NFTA_SET_EXPR, or a list in NFTA_SET_EXPRESSIONS."""
 
     def name(lo: int, hi: int) -> str:
-        found = [msg[a:b] for t, a, b in _attrs(msg, lo, hi) if t == _EXPR_NAME]
+        found = [msg[a:b] for t, a, b in spans(msg, lo, hi) if t == NFTA_EXPR_NAME]
         return found[0].split(b"\0", 1)[0].decode() if found else "?"
 
     out: list[str] = []
-    for kind, lo, hi in _attrs(msg, 16 + 4, len(msg)):  # after nlmsghdr and nfgenmsg
-        if kind == _SET_EXPR:
+    for kind, lo, hi in spans(msg, NLMSGHDR.size + NFGENMSG.size):
+        if kind == NFTA_SET_EXPR:
             out.append(name(lo, hi))
-        elif kind == _SET_EXPRESSIONS:
-            out += [name(a, b) for t, a, b in _attrs(msg, lo, hi) if t == _LIST_ELEM]
+        elif kind == NFTA_SET_EXPRESSIONS:
+            out += [name(a, b) for t, a, b in spans(msg, lo, hi) if t == NFTA_LIST_ELEM]
     return out
 
 
@@ -181,7 +172,7 @@ def _read_table(s: NetfilterSocket, family: Family, name: str) -> Table | None:
     try:
         msgs = list(messages(s, req, seq))
     except OSError as exc:
-        if exc.errno == ENOENT:
+        if exc.errno == errno.ENOENT:
             return None
         raise ReadbackError(f"table {family} {name}", exc.strerror or str(exc)) from exc
     for msg in msgs:

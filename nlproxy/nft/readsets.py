@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeAlias
 
-from nlproxy.netlink.nlsock import NLM_F_DUMP, NetfilterSocket
+from nlproxy.netlink.codec import NFGENMSG, NLM_F_DUMP, span_map, spans
+from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.decode import SetInfo
 from nlproxy.nft.dump import (
-    NFT_MSG_GETSETELEM,
     get_bytes,
     get_str,
     messages,
@@ -26,7 +26,22 @@ from nlproxy.nft.dump import (
     request,
 )
 from nlproxy.nft.ir import DataType, Element, Family, Map, Set, SetFlag, SetLike, Value, Verdict
-from nlproxy.nft.uapi import NFT_SET_ELEM_INTERVAL_END
+from nlproxy.nft.uapi import (
+    NFT_MSG_GETSETELEM,
+    NFT_SET_ELEM_INTERVAL_END,
+    NFTA_DATA_VALUE,
+    NFTA_DATA_VERDICT,
+    NFTA_LIST_ELEM,
+    NFTA_SET_ELEM_DATA,
+    NFTA_SET_ELEM_FLAGS,
+    NFTA_SET_ELEM_KEY,
+    NFTA_SET_ELEM_KEY_END,
+    NFTA_SET_ELEM_LIST_ELEMENTS,
+    NFTA_SET_ELEM_TIMEOUT,
+    NFTA_SET_ELEM_USERDATA,
+    NFTA_VERDICT_CHAIN,
+    NFTA_VERDICT_CODE,
+)
 from nlproxy.nft.udata import udata_comment
 from nlproxy.nft.values import (
     Addresses,
@@ -171,32 +186,8 @@ def read_elements(
     return [_element(rs, e, key(e.key), data) for e in raw]
 
 
-# NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_LIST_ELEM, and the NFTA_SET_ELEM_* attributes read here.
-_LIST_ELEMENTS, _LIST_ELEM = 3, 1
-_EL_KEY, _EL_DATA, _EL_FLAGS, _EL_TIMEOUT, _EL_USERDATA, _EL_KEY_END = 1, 2, 3, 4, 6, 10
-_DATA_VALUE, _DATA_VERDICT, _VERDICT_CODE, _VERDICT_CHAIN = 1, 2, 1, 2
-_NLA = struct.Struct("=HH")
 _BE32 = struct.Struct(">I")
 _BE64 = struct.Struct(">Q")
-
-
-def _attrs(
-    buf: bytes, off: int, end: int, seen: list[int] | None = None
-) -> dict[int, tuple[int, int]]:
-    """The netlink attributes in ``buf[off:end]``: type (flags masked) -> (start, end) of the
-    payload. A repeated type keeps its last occurrence, as libnftnl's parsers do. ``seen``
-    collects the offset of each header read (and of one that stopped the walk)."""
-    out: dict[int, tuple[int, int]] = {}
-    unpack = _NLA.unpack_from
-    while off + 4 <= end:
-        if seen is not None:
-            seen.append(off)
-        length, kind = unpack(buf, off)
-        if length < 4 or off + length > end:
-            break
-        out[kind & 0x3FFF] = (off + 4, off + length)
-        off += (length + 3) & ~3
-    return out
 
 
 _Layout: TypeAlias = tuple[Callable[[bytes, int], tuple[Any, ...]], tuple[Any, ...], "_Spots"]
@@ -217,31 +208,26 @@ def _parse_elements(payload: bytes, layouts: Layouts | None = None) -> list[_Raw
     are those of one met before is read from the places found then, in one ``unpack_from``
     instead of a walk of its three or four nested attribute lists.
     """
-    out: list[_RawElem] = []
-    top = _attrs(payload, 4, len(payload))  # after struct nfgenmsg
-    if _LIST_ELEMENTS not in top:
-        return out
-    off, end = top[_LIST_ELEMENTS]
-    unpack = _NLA.unpack_from
-    while off + 4 <= end:
-        length, kind = unpack(payload, off)
-        if length < 4 or off + length > end:
-            break
-        if kind & 0x3FFF == _LIST_ELEM:
-            out.append(_element_at(payload, off, length, layouts))
-        off += (length + 3) & ~3
-    return out
+    top = span_map(payload, NFGENMSG.size)
+    if NFTA_SET_ELEM_LIST_ELEMENTS not in top:
+        return []
+    return [
+        _element_at(payload, start, stop, layouts)
+        for kind, start, stop in spans(payload, *top[NFTA_SET_ELEM_LIST_ELEMENTS])
+        if kind == NFTA_LIST_ELEM
+    ]
 
 
-def _element_at(buf: bytes, off: int, length: int, layouts: Layouts | None) -> _RawElem:
-    """The element whose LIST_ELEM attribute is ``buf[off:off + length]``."""
+def _element_at(buf: bytes, start: int, stop: int, layouts: Layouts | None) -> _RawElem:
+    """The element whose LIST_ELEM attribute's payload is ``buf[start:stop]``."""
+    off, length = start - 4, stop - start + 4
     known = None if layouts is None else layouts.get(length)
     if known:
         for read, expected, spots in known:
             if read(buf, off) == expected:
                 return _from_spots(buf, spots, off)
     seen: list[int] | None = None if layouts is None else []
-    spots = _spots(buf, _attrs(buf, off + 4, off + length, seen), seen)
+    spots = _spots(buf, span_map(buf, start, stop, seen), seen)
     if seen is not None and layouts is not None and len(layouts.get(length, ())) < _MAX_LAYOUTS:
         # the header words at the offsets read, relative to the element: equal words there
         # mean an equal walk, hence fields at the same places
@@ -297,25 +283,29 @@ class _Spots(NamedTuple):
 def _spots(buf: bytes, a: dict[int, tuple[int, int]], seen: list[int] | None) -> _Spots:
     """Where ``_RawElem``'s fields are, for an element with top attributes ``a``."""
     verdict = chain = data = None
-    if _EL_DATA in a:
-        inner = _attrs(buf, *a[_EL_DATA], seen)
-        if _DATA_VERDICT in inner:
-            v = _attrs(buf, *inner[_DATA_VERDICT], seen)
-            verdict = v[_VERDICT_CODE][0] if _VERDICT_CODE in v else -1
-            chain = v.get(_VERDICT_CHAIN)
-        elif _DATA_VALUE in inner:
-            data = inner.get(_DATA_VALUE)
-    key = _attrs(buf, *a[_EL_KEY], seen).get(_DATA_VALUE) if _EL_KEY in a else None
-    key_end = _attrs(buf, *a[_EL_KEY_END], seen).get(_DATA_VALUE) if _EL_KEY_END in a else None
+    if NFTA_SET_ELEM_DATA in a:
+        inner = span_map(buf, *a[NFTA_SET_ELEM_DATA], seen)
+        if NFTA_DATA_VERDICT in inner:
+            v = span_map(buf, *inner[NFTA_DATA_VERDICT], seen)
+            verdict = v[NFTA_VERDICT_CODE][0] if NFTA_VERDICT_CODE in v else -1
+            chain = v.get(NFTA_VERDICT_CHAIN)
+        elif NFTA_DATA_VALUE in inner:
+            data = inner.get(NFTA_DATA_VALUE)
+    key = key_end = None
+    if NFTA_SET_ELEM_KEY in a:
+        key = span_map(buf, *a[NFTA_SET_ELEM_KEY], seen).get(NFTA_DATA_VALUE)
+    if NFTA_SET_ELEM_KEY_END in a:
+        key_end = span_map(buf, *a[NFTA_SET_ELEM_KEY_END], seen).get(NFTA_DATA_VALUE)
+    flags, timeout = a.get(NFTA_SET_ELEM_FLAGS), a.get(NFTA_SET_ELEM_TIMEOUT)
     return _Spots(
         key=key,
         key_end=key_end,
-        flags=a[_EL_FLAGS][0] if _EL_FLAGS in a else None,
+        flags=None if flags is None else flags[0],
         data=data,
         verdict=verdict,
         chain=chain,
-        timeout=a[_EL_TIMEOUT][0] if _EL_TIMEOUT in a else None,
-        udata=a.get(_EL_USERDATA),
+        timeout=None if timeout is None else timeout[0],
+        udata=a.get(NFTA_SET_ELEM_USERDATA),
     )
 
 
@@ -339,18 +329,6 @@ def _from_spots(buf: bytes, sp: _Spots, by: int) -> _RawElem:
         timeout_ms=0 if sp.timeout is None else _BE64.unpack_from(buf, sp.timeout + by)[0],
         comment=udata_comment(udata) if udata else "",
     )
-
-
-def _value(buf: bytes, nested: dict[int, tuple[int, int]]) -> bytes | None:
-    """The NFTA_DATA_VALUE bytes of a nested NFTA_DATA attribute."""
-    return _blob(buf, nested, _DATA_VALUE)
-
-
-def _blob(buf: bytes, a: dict[int, tuple[int, int]], kind: int) -> bytes | None:
-    if kind not in a:
-        return None
-    lo, hi = a[kind]
-    return buf[lo:hi]
 
 
 def _element(

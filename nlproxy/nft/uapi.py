@@ -1,18 +1,71 @@
 """Kernel numbers of the nftables expressions nlproxy writes and reads, defined once.
 
 Shared by the lowering (``lower.py``, IR → netlink expressions) and its inverse, the decoder
-(``decode.py``), and by the encoder and read-back for table and element flags, so both directions
-spell each uapi value the same way. :data:`FIELD_LOADS` says where each IR field lives (which
-expression loads it, from where, how many bytes); the decoder's lookup tables are derived from
-it. Constants keep their uapi names (linux/netfilter/nf_tables.h, nf_nat.h). Pure data: no I/O,
-no libnftnl.
+(``decode.py``), by the encoder and read-back for table and element flags, so both directions
+spell each uapi value the same way, and by everything that reads nftables messages itself
+(backend, read-back, monitor, the foreign-rules finder): message types and NFTA_* attributes.
+:data:`FIELD_LOADS` says where each IR field lives (which expression loads it, from where, how
+many bytes); the decoder's lookup tables are derived from it. Constants keep their uapi names
+(linux/netfilter/nf_tables.h, nf_nat.h). Pure data: no I/O, no libnftnl.
 """
 
 from __future__ import annotations
 
 from nlproxy.nft.ir import Family, Field, Op, RejectKind
 
-# linux/netfilter/nf_tables.h
+# linux/netfilter/nfnetlink.h
+NFNL_SUBSYS_NFTABLES = 10
+NFNLGRP_NFTABLES = 7
+# linux/netfilter/nf_tables.h: enum nf_tables_msg_types
+NFT_MSG_GETTABLE = 1
+NFT_MSG_DELTABLE = 2
+NFT_MSG_GETCHAIN = 4
+NFT_MSG_DELCHAIN = 5
+NFT_MSG_GETRULE = 7
+NFT_MSG_DELRULE = 8
+NFT_MSG_GETSET = 10
+NFT_MSG_GETSETELEM = 13
+NFT_MSG_DELSETELEM = 14  # the last message about an object of a table
+NFT_MSG_NEWGEN = 15
+NFT_MSG_GETGEN = 16
+# linux/netfilter/nf_tables.h: netlink attributes (NFTA_*)
+NFTA_LIST_ELEM = 1
+NFTA_TABLE_NAME = 1
+NFTA_CHAIN_TABLE = 1
+NFTA_CHAIN_NAME = 3
+NFTA_RULE_TABLE = 1
+NFTA_RULE_CHAIN = 2
+NFTA_RULE_HANDLE = 3
+NFTA_RULE_EXPRESSIONS = 4
+NFTA_EXPR_NAME = 1
+NFTA_EXPR_DATA = 2
+NFTA_IMMEDIATE_DATA = 2
+NFTA_DATA_VALUE = 1
+NFTA_DATA_VERDICT = 2
+NFTA_VERDICT_CODE = 1
+NFTA_VERDICT_CHAIN = 2
+NFTA_SET_TABLE = 1
+NFTA_SET_NAME = 2
+NFTA_SET_FLAGS = 3
+NFTA_SET_KEY_TYPE = 4
+NFTA_SET_KEY_LEN = 5
+NFTA_SET_DATA_TYPE = 6
+NFTA_SET_DATA_LEN = 7
+NFTA_SET_TIMEOUT = 11
+NFTA_SET_EXPR = 17
+NFTA_SET_EXPRESSIONS = 18
+NFTA_SET_ELEM_LIST_TABLE = 1
+NFTA_SET_ELEM_LIST_ELEMENTS = 3
+NFTA_SET_ELEM_KEY = 1
+NFTA_SET_ELEM_DATA = 2
+NFTA_SET_ELEM_FLAGS = 3
+NFTA_SET_ELEM_TIMEOUT = 4
+NFTA_SET_ELEM_USERDATA = 6
+NFTA_SET_ELEM_KEY_END = 10
+NFTA_GEN_ID = 1
+NFTA_GEN_PROC_PID = 2
+NFTA_GEN_PROC_NAME = 3
+# linux/netfilter/nf_tables.h: values
 NFT_REG_VERDICT = 0
 NFT_REG_1 = 1
 NFT_REG32_00 = 8
