@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address
 from typing import Any, TypeAlias
 
+from nlproxy.netlink import protocols
 from nlproxy.netlink.codec import (
     NFGENMSG,
     NLM_F_ACK,
@@ -42,6 +43,7 @@ from nlproxy.netlink.codec import (
     u8_attr,
     u32_attr,
 )
+from nlproxy.netlink.protocols import IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP
 
 IPAddress: TypeAlias = IPv4Address | IPv6Address
 
@@ -131,23 +133,12 @@ SCTP_STATES = (
     "HEARTBEAT_ACKED",
 )
 
-IPPROTO_ICMP = 1
-IPPROTO_TCP = 6
-IPPROTO_UDP = 17
-IPPROTO_ICMPV6 = 58
-IPPROTO_SCTP = 132
-PROTO_NUMBERS = {"tcp": IPPROTO_TCP, "udp": IPPROTO_UDP, "sctp": IPPROTO_SCTP}
+PROTO_NUMBERS = {name: protocols.NUMBERS[name] for name in ("tcp", "udp", "sctp")}
+"""The protocols a filter selects by (a Service's)."""
 PROTO_NAMES = {num: name for name, num in PROTO_NUMBERS.items()}
-# How ``conntrack -L`` names protocols; those with ports, and the ICMP ones (type, code, id).
-LINE_PROTO_NAMES = {
-    **PROTO_NAMES,
-    IPPROTO_ICMP: "icmp",
-    IPPROTO_ICMPV6: "icmpv6",
-    33: "dccp",
-    47: "gre",
-    136: "udplite",
-}
-PORT_PROTOS = frozenset({IPPROTO_TCP, IPPROTO_UDP, IPPROTO_SCTP, 33, 136})
+LINE_PROTO_NAMES = protocols.NAMES
+"""How ``conntrack -L`` names protocols."""
+PORT_PROTOS = protocols.WITH_PORTS
 _ICMP_ATTRS = {
     IPPROTO_ICMP: (CTA_PROTO_ICMP_TYPE, CTA_PROTO_ICMP_CODE, CTA_PROTO_ICMP_ID),
     IPPROTO_ICMPV6: (CTA_PROTO_ICMPV6_TYPE, CTA_PROTO_ICMPV6_CODE, CTA_PROTO_ICMPV6_ID),

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Any, TypeAlias, assert_never
 
+from nlproxy.netlink.protocols import NFT_NAMES, PORT_HEADERS
 from nlproxy.nft.decode import UndecodedRule
 from nlproxy.nft.ir import (
     PRIORITY_DSTNAT,
@@ -62,9 +63,6 @@ from nlproxy.nft.uapi import LOOPBACK_IFINDEX
 from nlproxy.nft.udata import needs_typeof, typeof_text
 from nlproxy.nft.values import key_order
 
-PROTOCOLS = {1: "icmp", 6: "tcp", 17: "udp", 33: "dccp", 58: "ipv6-icmp", 132: "sctp"}
-"""Protocol names nft prints (from /etc/protocols); others print as numbers."""
-_TH_PROTOS = {6: "tcp", 17: "udp", 33: "dccp", 132: "sctp", 136: "udplite"}
 _CT_STATE = {1: "invalid", 2: "established", 4: "related", 8: "new", 64: "untracked"}
 _CT_STATUS = {1: "expected", 2: "seen-reply", 4: "assured", 8: "confirmed", 16: "snat", 32: "dnat"}
 _FIB_TYPES = {
@@ -174,7 +172,7 @@ def format_value(field: Field | None, dt: DataType | None, value: Value) -> str:
             return '"lo"' if value == LOOPBACK_IFINDEX else str(value)
         dt = field.datatype
     if dt is DataType.INET_PROTO:
-        return PROTOCOLS.get(value, str(value))
+        return NFT_NAMES.get(value, str(value))
     if dt is DataType.MARK:
         return f"0x{value:08x}"
     return str(value)
@@ -208,9 +206,9 @@ class _Context:
             ):
                 continue
             later = exprs[i + 1 :]
-            if e.right in _TH_PROTOS and any(_uses_th(x) for x in later):
+            if e.right in PORT_HEADERS and any(_uses_th(x) for x in later):
                 self.hidden.add(i)
-                self.l4 = _TH_PROTOS[e.right]
+                self.l4 = PORT_HEADERS[e.right]
             elif e.right == 6 and later[:1] == (Reject(RejectKind.TCP_RESET),):
                 self.hidden.add(i)
 
@@ -421,7 +419,7 @@ class _Elements:
         seen = self.seen
         number: Callable[[int], str] = str
         if dt is DataType.INET_PROTO:
-            number = lambda v: PROTOCOLS.get(v, str(v))  # noqa: E731
+            number = lambda v: NFT_NAMES.get(v, str(v))  # noqa: E731
         elif dt is DataType.MARK:
             number = "0x{:08x}".format
 

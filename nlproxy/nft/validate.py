@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
 from nlproxy.errors import InvalidNftObject
+from nlproxy.netlink.protocols import NFT_NAMES
 from nlproxy.nft.bulkcheck import elements_ok, run_end
 from nlproxy.nft.ir import (
     Chain,
@@ -108,13 +109,10 @@ def describe(obj: NftObject, sets: Mapping[str, SetLike] | None = None) -> str:
             return f"element {key} in {kind} {obj.set}"
 
 
-_PROTO_NAMES = {6: "tcp", 17: "udp", 132: "sctp", 1: "icmp", 58: "ipv6-icmp"}
-
-
 def format_value(v: Value, dt: DataType | None = None) -> str:
     """A key or data value as nft prints it: protocols by name, marks in hex."""
     if dt is DataType.INET_PROTO and isinstance(v, int):
-        return _PROTO_NAMES.get(v, str(v))
+        return NFT_NAMES.get(v, str(v))
     if dt is DataType.MARK and isinstance(v, int):
         return f"{v:#010x}"
     return str(v)
