@@ -200,26 +200,16 @@ def spans(
     The walk stops at an attribute shorter than its header or longer than what is left.
     ``seen`` collects the offset of each header read, including one that stopped the walk.
     """
-    # Hot: 100k+ flows and elements go through here, so the loop is written twice rather
-    # than testing ``seen`` per attribute, and the type mask is a literal (NLA_TYPE_MASK).
     if end is None:
         end = len(buf)
-    if seen is None:
-        while off + 4 <= end:
-            length, kind = _unpack_nlattr(buf, off)
-            stop = off + length
-            if length < 4 or stop > end:
-                return
-            yield kind & 0x3FFF, off + 4, stop
-            off += (length + 3) & ~3
-        return
     while off + 4 <= end:
-        seen.append(off)
+        if seen is not None:
+            seen.append(off)
         length, kind = _unpack_nlattr(buf, off)
         stop = off + length
         if length < 4 or stop > end:
             return
-        yield kind & 0x3FFF, off + 4, stop
+        yield kind & 0x3FFF, off + 4, stop  # NLA_TYPE_MASK, a literal: this loop is hot
         off += (length + 3) & ~3
 
 

@@ -77,6 +77,25 @@ class NetfilterSocket:
             except PermissionError:
                 self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size + (1 << 16))
 
+    def queued(self) -> Iterator[bytes | None]:
+        """Each datagram already queued, without blocking; None where the kernel dropped some
+        for lack of buffer (ENOBUFS). Ends when nothing more is queued."""
+        self.sock.setblocking(False)
+        try:
+            while True:
+                try:
+                    buf = self.sock.recv(1 << 20)
+                except BlockingIOError:
+                    return
+                except OSError as exc:
+                    if exc.errno != errno_mod.ENOBUFS:
+                        raise
+                    yield None
+                    continue
+                yield buf
+        finally:
+            self.sock.setblocking(True)
+
     def drain(self) -> tuple[list[Message], bool]:
         """Read every datagram already queued, without blocking.
 
@@ -85,21 +104,11 @@ class NetfilterSocket:
         """
         out: list[Message] = []
         overflow = False
-        self.sock.setblocking(False)
-        try:
-            while True:
-                try:
-                    buf = self.sock.recv(1 << 20)
-                except BlockingIOError:
-                    break
-                except OSError as exc:
-                    if exc.errno != errno_mod.ENOBUFS:
-                        raise
-                    overflow = True
-                    continue
+        for buf in self.queued():
+            if buf is None:
+                overflow = True
+            else:
                 out.extend(parse_messages(buf))
-        finally:
-            self.sock.setblocking(True)
         return out, overflow
 
     def send(self, data: bytes | memoryview) -> None:
@@ -120,10 +129,9 @@ class NetfilterSocket:
             yield self.sock.recv(1 << 20)
 
     def subscribe(self, group: int) -> None:
-        """Join multicast group ``group`` (e.g. NFNLGRP_NFTABLES) and stop blocking: the
-        caller waits for the socket to be readable."""
+        """Join multicast group ``group`` (e.g. NFNLGRP_NFTABLES); the notifications come in
+        as datagrams, read with :meth:`queued` once the socket is readable."""
         self.sock.setsockopt(SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, group)
-        self.sock.setblocking(False)
 
     def dump(self, request: bytes, seq: int) -> Iterator[Message]:
         """Send a dump request whose header carries ``seq`` and yield replies until NLMSG_DONE.

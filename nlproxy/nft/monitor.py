@@ -14,7 +14,6 @@ unseen: :meth:`NftMonitor.saw_every_commit` lets the periodic verify skip its re
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -127,20 +126,15 @@ class NftMonitor:
         try:
             while True:
                 await trio.lowlevel.wait_readable(self.sock)
-                try:
-                    buf = self.sock.recv(1 << 20)
-                except BlockingIOError:
-                    continue
-                except OSError as exc:
-                    if exc.errno != errno.ENOBUFS:
-                        raise
-                    self.detector.touched = 0
-                    on_drift(Drift(pid=0, comm="(notifications lost)", objects=0))
-                    continue
-                for msg in parse_messages(buf):
-                    drift = self.detector.feed(msg.type, msg.payload)
-                    if drift is not None:
-                        on_drift(drift)
+                for buf in self._sock.queued():
+                    if buf is None:  # ENOBUFS: notifications were lost
+                        self.detector.touched = 0
+                        on_drift(Drift(pid=0, comm="(notifications lost)", objects=0))
+                        continue
+                    for msg in parse_messages(buf):
+                        drift = self.detector.feed(msg.type, msg.payload)
+                        if drift is not None:
+                            on_drift(drift)
         finally:
             self._sock.close()
             self._gen_sock.close()
