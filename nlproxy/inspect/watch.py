@@ -24,6 +24,7 @@ import trio
 
 from nlproxy.inspect.rtnl import NUD_FAILED
 from nlproxy.netlink import netns
+from nlproxy.netlink.codec import headers, spans
 
 NETLINK_ROUTE = 0
 RTMGRP_LINK = 0x1
@@ -41,22 +42,16 @@ RTM_DELNEIGH = 29
 NDA_DST = 1
 SO_RCVBUFFORCE = 33
 
-_NLMSG = struct.Struct("=IHHII")
 _NDMSG = struct.Struct("=BxxxiHBB")
-_RTATTR = struct.Struct("=HH")
 
 
 def _neigh_key(payload: bytes) -> tuple[tuple[int, bytes], int]:
     """(ifindex, NDA_DST bytes) and the NUD state of an ndmsg payload."""
     _family, ifindex, state, _flags, _type = _NDMSG.unpack_from(payload)
-    offset, dst = _NDMSG.size, b""
-    while offset + _RTATTR.size <= len(payload):
-        length, kind = _RTATTR.unpack_from(payload, offset)
-        if length < _RTATTR.size:
-            break
+    dst = b""
+    for kind, start, stop in spans(payload, _NDMSG.size):
         if kind == NDA_DST:
-            dst = payload[offset + _RTATTR.size : offset + length]
-        offset += (length + 3) & ~3
+            dst = payload[start:stop]
     return (ifindex, dst), state
 
 
@@ -93,17 +88,12 @@ class RouteWatcher:
         return self._sock.fileno()
 
     def _relevant(self, buf: bytes) -> bool:
-        changed, offset = False, 0
-        while offset + _NLMSG.size <= len(buf):
-            length, mtype, _flags, _seq, _pid = _NLMSG.unpack_from(buf, offset)
-            if length < _NLMSG.size:
-                break
-            payload = buf[offset + _NLMSG.size : offset + length]
-            offset += (length + 3) & ~3
+        changed = False
+        for mtype, _flags, _seq, start, end in headers(buf):
             if mtype not in (RTM_NEWNEIGH, RTM_DELNEIGH):
                 changed = True
                 continue
-            key, state = _neigh_key(payload)
+            key, state = _neigh_key(buf[start:end])
             was_failed = key in self._failed
             if mtype == RTM_NEWNEIGH and state & NUD_FAILED:
                 self._failed.add(key)

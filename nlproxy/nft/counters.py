@@ -19,25 +19,29 @@ import struct
 from collections.abc import Iterator, Mapping
 from typing import TypeAlias
 
+from nlproxy.netlink.codec import NFGENMSG, spans
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.dump import Interrupted, ReadbackError, messages
 from nlproxy.nft.ir import DataType, Family, Value
 from nlproxy.nft.readsets import elements_request
+from nlproxy.nft.uapi import (
+    NFTA_COUNTER_BYTES,
+    NFTA_COUNTER_PACKETS,
+    NFTA_DATA_VALUE,
+    NFTA_EXPR_DATA,
+    NFTA_EXPR_NAME,
+    NFTA_LIST_ELEM,
+    NFTA_SET_ELEM_EXPR,
+    NFTA_SET_ELEM_EXPRESSIONS,
+    NFTA_SET_ELEM_KEY,
+    NFTA_SET_ELEM_LIST_ELEMENTS,
+)
 from nlproxy.nft.values import key_decoder
 
 Counts: TypeAlias = dict[tuple[Value, ...], tuple[int, int]]
 """Element key -> (packets, bytes)."""
 
-# linux/netfilter/nf_tables.h
-_LIST_ELEMENTS = 3  # NFTA_SET_ELEM_LIST_ELEMENTS
-_LIST_ELEM = 1  # NFTA_LIST_ELEM
-_EL_KEY, _EL_EXPR, _EL_EXPRESSIONS = 1, 7, 11  # NFTA_SET_ELEM_*
-_DATA_VALUE = 1  # NFTA_DATA_VALUE
-_EXPR_NAME, _EXPR_DATA = 1, 2  # NFTA_EXPR_*
-_COUNTER_BYTES, _COUNTER_PACKETS = 1, 2  # NFTA_COUNTER_*
 _RETRIES = 5
-_NLA = struct.Struct("=HH")
-_NFGEN = struct.Struct("=BBH")
 _BE64 = struct.Struct(">Q")
 
 
@@ -94,36 +98,25 @@ def _read_set(
     raise ReadbackError(f"set {family} {table} {name}", "kept changing during the dump")
 
 
-def _attrs(buf: bytes, off: int, end: int) -> Iterator[tuple[int, int, int]]:
-    """(type without flags, payload start, payload end) of each attribute in ``buf[off:end]``."""
-    unpack = _NLA.unpack_from
-    while off + 4 <= end:
-        length, kind = unpack(buf, off)
-        if length < 4 or off + length > end:
-            return
-        yield kind & 0x3FFF, off + 4, off + length
-        off += (length + 3) & ~3
-
-
 def _elements(payload: bytes) -> Iterator[tuple[bytes, tuple[int, int]]]:
     """(key bytes, (packets, bytes)) of each element with a counter in one NEWSETELEM reply
     (``payload``: after the netlink header)."""
-    for kind, lo, hi in _attrs(payload, _NFGEN.size, len(payload)):
-        if kind != _LIST_ELEMENTS:
+    for kind, lo, hi in spans(payload, NFGENMSG.size):
+        if kind != NFTA_SET_ELEM_LIST_ELEMENTS:
             continue
-        for ekind, elo, ehi in _attrs(payload, lo, hi):
-            if ekind != _LIST_ELEM:
+        for ekind, elo, ehi in spans(payload, lo, hi):
+            if ekind != NFTA_LIST_ELEM:
                 continue
             key, counter = None, None
-            for akind, alo, ahi in _attrs(payload, elo, ehi):
-                if akind == _EL_KEY:
-                    key = next((payload[a:b] for t, a, b in _attrs(payload, alo, ahi)
-                                if t == _DATA_VALUE), None)  # fmt: skip
-                elif akind == _EL_EXPR:
+            for akind, alo, ahi in spans(payload, elo, ehi):
+                if akind == NFTA_SET_ELEM_KEY:
+                    key = next((payload[a:b] for t, a, b in spans(payload, alo, ahi)
+                                if t == NFTA_DATA_VALUE), None)  # fmt: skip
+                elif akind == NFTA_SET_ELEM_EXPR:
                     counter = _counter(payload, alo, ahi)
-                elif akind == _EL_EXPRESSIONS:
-                    found = (_counter(payload, a, b) for t, a, b in _attrs(payload, alo, ahi)
-                             if t == _LIST_ELEM)  # fmt: skip
+                elif akind == NFTA_SET_ELEM_EXPRESSIONS:
+                    found = (_counter(payload, a, b) for t, a, b in spans(payload, alo, ahi)
+                             if t == NFTA_LIST_ELEM)  # fmt: skip
                     counter = next((c for c in found if c is not None), None)
             if key is not None and counter is not None:
                 yield key, counter
@@ -132,16 +125,16 @@ def _elements(payload: bytes) -> Iterator[tuple[bytes, tuple[int, int]]]:
 def _counter(buf: bytes, lo: int, hi: int) -> tuple[int, int] | None:
     """(packets, bytes) of one expression nest, when it is a counter."""
     name, data = b"", None
-    for kind, a, b in _attrs(buf, lo, hi):
-        if kind == _EXPR_NAME:
+    for kind, a, b in spans(buf, lo, hi):
+        if kind == NFTA_EXPR_NAME:
             name = buf[a:b].split(b"\0", 1)[0]
-        elif kind == _EXPR_DATA:
+        elif kind == NFTA_EXPR_DATA:
             data = (a, b)
     if name != b"counter" or data is None:
         return None
     values = {
         kind: _BE64.unpack_from(buf, a)[0]
-        for kind, a, b in _attrs(buf, *data)
-        if kind in (_COUNTER_PACKETS, _COUNTER_BYTES) and b - a == _BE64.size
+        for kind, a, b in spans(buf, *data)
+        if kind in (NFTA_COUNTER_PACKETS, NFTA_COUNTER_BYTES) and b - a == _BE64.size
     }
-    return values.get(_COUNTER_PACKETS, 0), values.get(_COUNTER_BYTES, 0)
+    return values.get(NFTA_COUNTER_PACKETS, 0), values.get(NFTA_COUNTER_BYTES, 0)

@@ -22,6 +22,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from nlproxy._nftshim import ffi, lib
+from nlproxy.netlink.codec import (
+    NFGENMSG,
+    NLM_F_ACK,
+    NLM_F_APPEND,
+    NLM_F_CREATE,
+    NLM_F_EXCL,
+    NLM_F_REPLACE,
+    NLMSGHDR,
+    spans,
+)
 from nlproxy.nft.elements import element_runs, interval_elements, zero_row
 from nlproxy.nft.ir import (
     Chain,
@@ -39,7 +49,12 @@ from nlproxy.nft.ir import (
     Verdict,
 )
 from nlproxy.nft.lower import RuleLowering, register
-from nlproxy.nft.uapi import NFT_TABLE_F_OWNER, NFT_TABLE_F_PERSIST
+from nlproxy.nft.uapi import (
+    NFNL_SUBSYS_NFTABLES,
+    NFT_TABLE_F_OWNER,
+    NFT_TABLE_F_PERSIST,
+    NFTA_RULE_EXPRESSIONS,
+)
 from nlproxy.nft.udata import comment_udata, set_udata
 from nlproxy.nft.values import (
     NFT_DATA_VERDICT,
@@ -65,12 +80,6 @@ __all__ = [
 ]
 """Also re-exported from the helper modules, where callers have always imported them."""
 
-NFNL_SUBSYS_NFTABLES = 10
-NLM_F_ACK = 0x4
-NLM_F_REPLACE = 0x100
-NLM_F_EXCL = 0x200
-NLM_F_CREATE = 0x400
-NLM_F_APPEND = 0x800
 ELEM_MSG_BYTES = 60000
 """Element list bytes per NEWSETELEM message: the list is one attribute, whose length is 16 bits."""
 
@@ -476,24 +485,14 @@ class Batch:
 def _expr_at(buf: Any, msg_off: int, offset: int) -> int | None:
     """Which netlink expression of the NEWRULE message at ``msg_off`` holds byte ``offset``
     (counted from the message's start, as extended acks count)."""
-    off = 16 + 4  # nlmsghdr, nfgenmsg
     (length,) = struct.unpack_from("=I", buf, msg_off)
-    while off + 4 <= length:
-        alen, kind = struct.unpack_from("=HH", buf, msg_off + off)
-        if alen < 4:
-            return None
-        if kind & 0x3FFF == 4:  # NFTA_RULE_EXPRESSIONS
-            inner, n = off + 4, 0
-            while inner + 4 <= off + alen:
-                elen = struct.unpack_from("=H", buf, msg_off + inner)[0]
-                if elen < 4:
-                    return None
-                if inner <= offset < inner + elen:
+    at, attrs = msg_off + offset, msg_off + NLMSGHDR.size + NFGENMSG.size
+    for kind, start, stop in spans(buf, attrs, msg_off + length):
+        if kind == NFTA_RULE_EXPRESSIONS:
+            for n, (_, lo, hi) in enumerate(spans(buf, start, stop)):
+                if lo - 4 <= at < hi:  # the expression's header included
                     return n
-                inner += (elen + 3) & ~3
-                n += 1
             return None
-        off += (alen + 3) & ~3
     return None
 
 
