@@ -40,6 +40,7 @@ from nlproxy.netlink.codec import (
     nfnl_type,
     nlmsghdr,
     spans,
+    spans_noting,
     u8_attr,
     u32_attr,
 )
@@ -565,41 +566,45 @@ def decode_flow(payload: bytes) -> Flow:
         ValueError: the message lacks a tuple.
     """
     orig = reply = None
-    fields: dict[str, int | None] = {}
+    ident = timeout = use = tcp_state = sctp_state = None
+    zone = mark = status = 0
+    # in the order the kernel writes them (ctnetlink_fill_info): fewer tests per attribute
     for atype, start, stop in spans(payload, NFGENMSG.size):
         if atype == CTA_TUPLE_ORIG:
             orig = _decode_tuple(payload, start, stop)
         elif atype == CTA_TUPLE_REPLY:
             reply = _decode_tuple(payload, start, stop)
-        elif atype == CTA_ID:
-            fields["id"] = _BE32.unpack_from(payload, start)[0]
-        elif atype == CTA_ZONE:
-            fields["zone"] = _BE16.unpack_from(payload, start)[0]
-        elif atype == CTA_MARK:
-            fields["mark"] = _BE32.unpack_from(payload, start)[0]
         elif atype == CTA_STATUS:
-            fields["status"] = _BE32.unpack_from(payload, start)[0]
+            status = _BE32.unpack_from(payload, start)[0]
         elif atype == CTA_TIMEOUT:
-            fields["timeout"] = _BE32.unpack_from(payload, start)[0]
-        elif atype == CTA_USE:
-            fields["use"] = _BE32.unpack_from(payload, start)[0]
+            timeout = _BE32.unpack_from(payload, start)[0]
         elif atype == CTA_PROTOINFO:
             info = _protoinfo(payload, start, stop)
-            if info is not None:
-                fields[info[0]] = info[1]
+            if info is not None and info[0] == "tcp_state":
+                tcp_state = info[1]
+            elif info is not None:
+                sctp_state = info[1]
+        elif atype == CTA_MARK:
+            mark = _BE32.unpack_from(payload, start)[0]
+        elif atype == CTA_ID:
+            ident = _BE32.unpack_from(payload, start)[0]
+        elif atype == CTA_USE:
+            use = _BE32.unpack_from(payload, start)[0]
+        elif atype == CTA_ZONE:
+            zone = _BE16.unpack_from(payload, start)[0]
     if orig is None or reply is None:
         raise ValueError("conntrack message without both tuples")
     return Flow(
         orig=orig,
         reply=reply,
-        id=fields.get("id"),
-        zone=fields.get("zone") or 0,
-        mark=fields.get("mark") or 0,
-        status=fields.get("status") or 0,
-        timeout=fields.get("timeout"),
-        tcp_state=fields.get("tcp_state"),
-        sctp_state=fields.get("sctp_state"),
-        use=fields.get("use"),
+        id=ident,
+        zone=zone,
+        mark=mark,
+        status=status,
+        timeout=timeout,
+        tcp_state=tcp_state,
+        sctp_state=sctp_state,
+        use=use,
     )
 
 
@@ -643,9 +648,9 @@ class _Unlearnable(Exception):
 
 
 def _children(buf: bytes, off: int, end: int, headers: list[int]) -> Iterator[tuple[int, int, int]]:
-    """As :func:`~nlproxy.netlink.codec.spans`, noting each header's offset; a walk that does
-    not end exactly at ``end`` (a short or overlong attribute, trailing bytes) is refused."""
-    for atype, start, stop in spans(buf, off, end, headers):
+    """As :func:`~nlproxy.netlink.codec.spans_noting`; a walk that does not end exactly at
+    ``end`` (a short or overlong attribute, trailing bytes) is refused."""
+    for atype, start, stop in spans_noting(buf, off, end, headers):
         yield atype, start, stop
         off = start - 4 + align(stop - start + 4)
     if off < end:  # the walk stopped early: not what decode_flow was shown

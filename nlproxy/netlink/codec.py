@@ -191,20 +191,13 @@ def u32_attr(kind: int, value: int) -> bytes:
 # Attributes: decoding
 
 
-def spans(
-    buf: bytes, off: int = 0, end: int | None = None, seen: list[int] | None = None
-) -> Iterator[tuple[int, int, int]]:
+def spans(buf: bytes, off: int = 0, end: int | None = None) -> Iterator[tuple[int, int, int]]:
     """(type, payload start, payload end) of each attribute in ``buf[off:end]``; the NLA_F_*
-    flags are masked off.
-
-    The walk stops at an attribute shorter than its header or longer than what is left.
-    ``seen`` collects the offset of each header read, including one that stopped the walk.
-    """
+    flags are masked off. The walk stops at an attribute shorter than its header or longer
+    than what is left."""
     if end is None:
         end = len(buf)
     while off + 4 <= end:
-        if seen is not None:
-            seen.append(off)
         length, kind = _unpack_nlattr(buf, off)
         stop = off + length
         if length < 4 or stop > end:
@@ -213,12 +206,27 @@ def spans(
         off += (length + 3) & ~3
 
 
+def spans_noting(buf: bytes, off: int, end: int, seen: list[int]) -> Iterator[tuple[int, int, int]]:
+    """:func:`spans`, adding to ``seen`` the offset of each header read, including one that
+    stopped the walk (what a learnt layout must find again to be read the same way)."""
+    for kind, start, stop in spans(buf, off, end):
+        seen.append(off)
+        yield kind, start, stop
+        off = start - 4 + align(stop - start + 4)
+    if off + 4 <= end:
+        seen.append(off)
+
+
 def span_map(
     buf: bytes, off: int = 0, end: int | None = None, seen: list[int] | None = None
 ) -> dict[int, tuple[int, int]]:
     """:func:`spans` as a map: type -> (payload start, payload end). A repeated type keeps its
-    last occurrence, as the kernel's and libnftnl's parsers do."""
-    return {kind: (start, stop) for kind, start, stop in spans(buf, off, end, seen)}
+    last occurrence, as the kernel's and libnftnl's parsers do. ``seen``: as
+    :func:`spans_noting`."""
+    if seen is not None:
+        walk = spans_noting(buf, off, len(buf) if end is None else end, seen)
+        return {kind: (start, stop) for kind, start, stop in walk}
+    return {kind: (start, stop) for kind, start, stop in spans(buf, off, end)}
 
 
 def attributes(buf: bytes, off: int = 0) -> Iterator[tuple[int, bytes]]:

@@ -211,21 +211,30 @@ def _parse_elements(payload: bytes, layouts: Layouts | None = None) -> list[_Raw
     top = span_map(payload, NFGENMSG.size)
     if NFTA_SET_ELEM_LIST_ELEMENTS not in top:
         return []
-    return [
-        _element_at(payload, start, stop, layouts)
-        for kind, start, stop in spans(payload, *top[NFTA_SET_ELEM_LIST_ELEMENTS])
-        if kind == NFTA_LIST_ELEM
-    ]
+    out: list[_RawElem] = []
+    known = layouts.get if layouts is not None else _no_layouts
+    for kind, start, stop in spans(payload, *top[NFTA_SET_ELEM_LIST_ELEMENTS]):
+        if kind != NFTA_LIST_ELEM:
+            continue
+        # the learnt layouts' check here rather than in _element_at: a call less per element
+        off = start - 4
+        for read, expected, spots in known(stop - off, ()):
+            if read(payload, off) == expected:
+                out.append(_from_spots(payload, spots, off))
+                break
+        else:
+            out.append(_element_at(payload, start, stop, layouts))
+    return out
+
+
+def _no_layouts(_length: int, default: tuple[()]) -> tuple[()]:
+    return default
 
 
 def _element_at(buf: bytes, start: int, stop: int, layouts: Layouts | None) -> _RawElem:
-    """The element whose LIST_ELEM attribute's payload is ``buf[start:stop]``."""
+    """The element whose LIST_ELEM attribute's payload is ``buf[start:stop]``, walked (and its
+    layout learnt, with ``layouts``)."""
     off, length = start - 4, stop - start + 4
-    known = None if layouts is None else layouts.get(length)
-    if known:
-        for read, expected, spots in known:
-            if read(buf, off) == expected:
-                return _from_spots(buf, spots, off)
     seen: list[int] | None = None if layouts is None else []
     spots = _spots(buf, span_map(buf, start, stop, seen), seen)
     if seen is not None and layouts is not None and len(layouts.get(length, ())) < _MAX_LAYOUTS:
