@@ -3,7 +3,9 @@ read (short, overlong and truncated attributes; short messages)."""
 
 from __future__ import annotations
 
+import ast
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +96,17 @@ def test_a_message_shorter_than_its_header_ends_the_datagram() -> None:
     good = codec.nfnl_message(codec.NFNL_MSG_BATCH_BEGIN, 0, 1, 0)
     bad = struct.pack("=IHHII", 8, 0, 0, 2, 0)
     assert [m.seq for m in codec.parse_messages(good + bad + good)] == [1]
+
+
+def test_netlink_knows_nothing_of_its_users() -> None:
+    """netlink/ is transport: it imports no stage (nft, conntrack, inspect, ...)."""
+    package = Path(codec.__file__).parent
+    imported = set()
+    for module in package.glob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+    ours = {name for name in imported if name.startswith("nlproxy.")}
+    assert ours <= {"nlproxy.errors", "nlproxy.netlink", "nlproxy.netlink.codec"}, ours
