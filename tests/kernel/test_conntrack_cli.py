@@ -25,7 +25,7 @@ from nlproxy.conntrack.kernel import (
 from nlproxy.conntrack.messages import Flow, FlowFilter, FlowTuple, encode_new
 from nlproxy.log import configure
 from nlproxy.netlink.nlsock import NLMSG_ERROR, NetfilterSocket
-from tests.kernel.test_conntrack import PORT, V4, V6, Bed, _make_bed
+from tests.kernel.conntrack_bed import PORT, V4, V6, Bed, make_bed
 from tests.netns import sh
 
 Addr = IPv4Address | IPv6Address
@@ -215,7 +215,7 @@ def test_only_stale_flows_go_among_100k_unrelated(make_netns: Callable[[str], st
 
 @pytest.fixture(params=[V4, V6], ids=["ipv4", "ipv6"])
 def bed(request: pytest.FixtureRequest, make_netns: Callable[[str], str]) -> Iterator[Bed]:
-    yield from _make_bed(make_netns, request.param)
+    yield from make_bed(make_netns, request.param)
 
 
 def write_nlproxy_table(bed: Bed, services: dict[str, tuple[Addr | None, int, list[Addr]]]) -> None:

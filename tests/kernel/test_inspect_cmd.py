@@ -23,7 +23,7 @@ from nlproxy.nft.ir import (
     Verdict,
     goto,
 )
-from tests.kernel.test_inspect import add_pod, ip, node_ns
+from tests.kernel.inspect_bed import add_pod, ip, node_ns
 
 MakeNetns = Callable[[str], str]
 V4 = (DataType.IPV4_ADDR, DataType.INET_PROTO, DataType.INET_SERVICE)

@@ -10,7 +10,7 @@ import trio
 
 from nlproxy.errors import ConfigError
 from nlproxy.inspect.watch import RouteWatcher
-from tests.kernel.test_inspect import ip
+from tests.kernel.inspect_bed import ip
 
 MakeNetns = Callable[[str], str]
 QUIET_S = 0.3  # how long "nothing relevant happened" is watched for

@@ -35,7 +35,7 @@ from nlproxy.nft.ir import (
 )
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.render import render_rule, render_ruleset
-from tests.kernel.test_nft_read_compat import load_nft
+from tests.kernel.nft_read_cases import load_nft
 from tests.netns import sh
 
 V4, PROTO, PORT, MARK = (

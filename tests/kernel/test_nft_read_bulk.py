@@ -8,7 +8,7 @@ from ipaddress import IPv4Address
 
 from nlproxy.nft.ir import Cmp, DataType, Element, Family, Field, Map, Rule, goto
 from nlproxy.nft.readback import read_ruleset
-from tests.kernel.test_nft_read_compat import load_nft
+from tests.kernel.nft_read_cases import load_nft
 
 COUNT = 100_000
 

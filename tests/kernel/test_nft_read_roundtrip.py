@@ -33,7 +33,7 @@ from nlproxy.nft.ir import (
 )
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.render import render_rule, render_ruleset
-from tests.kernel.test_nft_read_compat import CASES, TABLE, nft_rules
+from tests.kernel.nft_read_cases import CASES, TABLE, nft_rules
 from tests.netns import sh
 
 PROTO, PORT, MARK, VERDICT = (

@@ -30,7 +30,7 @@ from nlproxy.nft.ir import (
     goto,
 )
 from nlproxy.nft.readback import read_ruleset
-from tests.kernel.test_nft_write import CASES, prelude
+from tests.kernel.nft_write_cases import CASES, prelude
 
 NOT_ROUND_TRIP = {
     # a /32 is lowered as nft lowers it, to a plain address compare, and reads back as one

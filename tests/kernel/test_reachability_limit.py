@@ -18,7 +18,7 @@ from nlproxy.inspect import reachability
 from nlproxy.inspect.reachability import ReachabilityMonitor
 from nlproxy.proxy.planner import plan
 from tests.unit.builders import endpoint, eps_slice, node, service, snapshot
-from tests.unit.test_sync_incremental import CONFIG
+from tests.unit.incremental import CONFIG
 
 
 async def test_series_are_capped_and_the_count_is_whole(

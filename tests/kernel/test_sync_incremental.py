@@ -20,7 +20,7 @@ from nlproxy.proxy.planner import plan
 from nlproxy.sync.syncer import Syncer
 from tests.netns import sh
 from tests.unit.builders import endpoint, eps_slice, port, service, upsert
-from tests.unit.test_sync_incremental import CONFIG, World, _state_with_node
+from tests.unit.incremental import CONFIG, World, state_with_node
 
 STEPS = 40
 
@@ -29,7 +29,7 @@ def test_incremental_syncs_end_where_a_fresh_sync_starts(
     make_netns: Callable[[str], str],
 ) -> None:
     live_ns, fresh_ns = make_netns("incr"), make_netns("fresh")
-    world, state = World(seed=7), _state_with_node()
+    world, state = World(seed=7), state_with_node()
     for _ in range(15):  # something to start from
         state.apply(world.step())
     syncer = Syncer(CONFIG, netns=live_ns)
@@ -83,7 +83,7 @@ def test_incremental_sync_deletes_the_flows_of_a_removed_udp_endpoint(
     make_netns: Callable[[str], str],
 ) -> None:
     ns = make_netns("incr-ct")
-    state = _state_with_node()
+    state = state_with_node()
     svc = service("a", "dns", "172.30.0.1", [port("a", "dns", "p80", 80, "UDP", node_port=30001)])
     two = [endpoint("10.0.0.1"), endpoint("10.0.0.2")]
     state.apply([upsert(svc), upsert(eps_slice("a", "dns", two, [("p80", 8080, "UDP")]))])
@@ -108,7 +108,7 @@ def test_incremental_sync_deletes_the_flows_of_a_removed_udp_endpoint(
 
 def test_changed_affinity_timeout_is_applied_in_place(make_netns: Callable[[str], str]) -> None:
     ns = make_netns("incr-aff")
-    state = _state_with_node()
+    state = state_with_node()
     sticky = service("a", "web", "172.30.0.1", affinity_timeout=300)
     eps = [endpoint("10.0.0.1"), endpoint("10.0.0.2")]
     state.apply([upsert(sticky), upsert(eps_slice("a", "web", eps, [("p80", 8080, "TCP")]))])

@@ -20,7 +20,7 @@ from nlproxy.proxy.naming import TABLE as TABLE_NAME
 from nlproxy.sync.syncer import Syncer
 from tests.netns import sh
 from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot
-from tests.unit.test_sync_incremental import CONFIG
+from tests.unit.incremental import CONFIG
 
 LB = "192.0.2.50"
 

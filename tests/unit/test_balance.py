@@ -15,9 +15,9 @@ from nlproxy.nft.render import render_ruleset
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.planner import plan
-from nlproxy.sync.syncer import udp_only
+from nlproxy.sync.syncer import as_programmed, udp_only
 from tests import world as tr
-from tests.unit import test_sync_incremental as inc
+from tests.unit import incremental as inc
 from tests.unit.builders import endpoint, eps_slice, port, service, snapshot, upsert
 
 RR = LoadBalancing.ROUND_ROBIN
@@ -111,11 +111,11 @@ def test_random_changes_keep_the_live_plan_equal_to_a_fresh_one(
     algorithm: LoadBalancing, seed: int, steps: int
 ) -> None:
     config = replace(inc.CONFIG, load_balancing=algorithm)
-    world, state = inc.World(seed), inc._state_with_node()
+    world, state = inc.World(seed), inc.state_with_node()
     snap = state.snapshot()
     live = plan(snap, config)
     assert attach(live, snap)
-    programmed = {f: inc.as_programmed(live.rulesets[f]) for f in inc.FAMILIES}
+    programmed = {f: as_programmed(live.rulesets[f]) for f in inc.FAMILIES}
     for _ in range(steps):
         batch = [c for _ in range(world.rng.choice([1, 1, 2, 3])) for c in world.step()]
         state.apply(batch)
@@ -125,9 +125,9 @@ def test_random_changes_keep_the_live_plan_equal_to_a_fresh_one(
         fresh = plan(snap, config)
         assert live.rulesets == fresh.rulesets
         assert deltas is not None
-        inc._check_conntrack(deltas, old_tables, fresh)
+        inc.check_conntrack(deltas, old_tables, fresh)
         programmed = {
-            f: inc._check_ops(deltas[f], programmed[f], fresh.rulesets[f]) for f in inc.FAMILIES
+            f: inc.check_ops(deltas[f], programmed[f], fresh.rulesets[f]) for f in inc.FAMILIES
         }
 
 
@@ -169,11 +169,11 @@ def test_udp_only_keeps_the_ports_own_maps() -> None:
 def test_a_service_changing_its_choice_is_updated_in_place() -> None:
     """random -> round-robin -> consistent-hash -> random by annotation, in place: each update
     equals a fresh plan, its operations leave what the full diff leaves, and stale flows agree."""
-    state, svcs = inc._small()
+    state, svcs = inc.small()
     snap = state.snapshot()
     live = plan(snap, inc.CONFIG)
     assert attach(live, snap)
-    programmed = {f: inc.as_programmed(live.rulesets[f]) for f in inc.FAMILIES}
+    programmed = {f: as_programmed(live.rulesets[f]) for f in inc.FAMILIES}
     for lb in (RR, CH, LoadBalancing.RANDOM):
         state.apply([upsert(replace(svcs[0], load_balancing=lb))])
         snap = state.snapshot()
@@ -182,7 +182,7 @@ def test_a_service_changing_its_choice_is_updated_in_place() -> None:
         fresh = plan(snap, inc.CONFIG)
         assert live.rulesets == fresh.rulesets
         assert deltas is not None, f"{lb}: planned afresh"
-        inc._check_conntrack(deltas, old_tables, fresh)
+        inc.check_conntrack(deltas, old_tables, fresh)
         programmed = {
-            f: inc._check_ops(deltas[f], programmed[f], fresh.rulesets[f]) for f in inc.FAMILIES
+            f: inc.check_ops(deltas[f], programmed[f], fresh.rulesets[f]) for f in inc.FAMILIES
         }

@@ -20,12 +20,12 @@ from nlproxy.explain.services import (
 from nlproxy.inspect.classify import Reachability
 from nlproxy.nft.ir import Family, IPAddress, Ruleset
 from tests.unit.builders import NODE, endpoint, eps_slice, port, service
-from tests.unit.test_explain import LB, _rulesets
+from tests.unit.explain_world import LB, planned_rulesets
 
 
 @pytest.fixture(scope="module")
 def rulesets() -> dict[Family, Ruleset]:
-    return _rulesets()
+    return planned_rulesets()
 
 
 def _reach(addr: IPAddress) -> Reachability:
