@@ -32,6 +32,7 @@ from nlproxy.netlink.codec import (
     NLMSGHDR,
     spans,
 )
+from nlproxy.nft import uapi
 from nlproxy.nft.elements import element_runs, interval_elements, zero_row
 from nlproxy.nft.ir import (
     Chain,
@@ -85,23 +86,23 @@ ELEM_MSG_BYTES = 60000
 
 
 class Msg(enum.IntEnum):
-    """NFT_MSG_* (linux/netfilter/nf_tables.h)."""
+    """The NFT_MSG_* types the encoder sends (numbers: ``uapi.py``)."""
 
-    NEWTABLE = 0
-    DELTABLE = 2
-    NEWCHAIN = 3
-    DELCHAIN = 5
-    NEWRULE = 6
-    DELRULE = 8
-    NEWSET = 9
-    DELSET = 11
-    NEWSETELEM = 12
-    DELSETELEM = 14
-    DESTROYTABLE = 26
-    DESTROYCHAIN = 27
-    DESTROYRULE = 28
-    DESTROYSET = 29
-    DESTROYSETELEM = 30
+    NEWTABLE = uapi.NFT_MSG_NEWTABLE
+    DELTABLE = uapi.NFT_MSG_DELTABLE
+    NEWCHAIN = uapi.NFT_MSG_NEWCHAIN
+    DELCHAIN = uapi.NFT_MSG_DELCHAIN
+    NEWRULE = uapi.NFT_MSG_NEWRULE
+    DELRULE = uapi.NFT_MSG_DELRULE
+    NEWSET = uapi.NFT_MSG_NEWSET
+    DELSET = uapi.NFT_MSG_DELSET
+    NEWSETELEM = uapi.NFT_MSG_NEWSETELEM
+    DELSETELEM = uapi.NFT_MSG_DELSETELEM
+    DESTROYTABLE = uapi.NFT_MSG_DESTROYTABLE
+    DESTROYCHAIN = uapi.NFT_MSG_DESTROYCHAIN
+    DESTROYRULE = uapi.NFT_MSG_DESTROYRULE
+    DESTROYSET = uapi.NFT_MSG_DESTROYSET
+    DESTROYSETELEM = uapi.NFT_MSG_DESTROYSETELEM
 
 
 _NEW_FLAGS = {Verb.ADD: NLM_F_CREATE, Verb.CREATE: NLM_F_CREATE | NLM_F_EXCL}

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import TypeAlias
 
+from nlproxy.netlink import protocols
+
 IPAddress: TypeAlias = IPv4Address | IPv6Address
 IPNetwork: TypeAlias = IPv4Network | IPv6Network
 Value: TypeAlias = int | IPv4Address | IPv6Address | IPv4Network | IPv6Network
@@ -291,13 +293,13 @@ Selector: TypeAlias = Field | Numgen | Jhash
 
 
 class L4Proto(enum.IntEnum):
-    """IPPROTO_* numbers for ``meta l4proto``."""
+    """IPPROTO_* numbers for ``meta l4proto`` (the numbers are ``netlink/protocols.py``'s)."""
 
-    TCP = 6
-    UDP = 17
-    SCTP = 132
-    ICMP = 1
-    ICMPV6 = 58
+    TCP = protocols.IPPROTO_TCP
+    UDP = protocols.IPPROTO_UDP
+    SCTP = protocols.IPPROTO_SCTP
+    ICMP = protocols.IPPROTO_ICMP
+    ICMPV6 = protocols.IPPROTO_ICMPV6
 
 
 class CtState(enum.IntFlag):
