@@ -54,7 +54,7 @@ class DaemonConfig:
     node_ip: str = ""
     """From ``bindAddress`` when it names one address (kube-proxy takes it as the node's IP)."""
     conntrack: ConntrackConfig = field(default_factory=ConntrackConfig)
-    """kube-proxy's ``conntrack`` section (``conntrack_sysctl.py``)."""
+    """kube-proxy's ``conntrack`` section (``conntrack/sysctl.py``)."""
     external_ip_cidrs: tuple[str, ...] = ()
     """The ranges ``spec.externalIPs`` may take (``--external-ip-cidrs``; empty: any), checked
     CIDRs."""

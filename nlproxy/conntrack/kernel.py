@@ -1,7 +1,7 @@
 """Conntrack cleanup after a commit: find and delete flows that point at backends that are gone.
 
 Sits after the kernel backend in the sync loop (DESIGN §6): :func:`stale_flow_filters` (pure, in
-``conntrack_plan.py``, re-exported here with the rest of the API) turns the frontends → backends
+``plan.py``, re-exported here with the rest of the API) turns the frontends → backends
 programmed before and after a commit into filters, and :class:`Conntrack` applies them over
 ctnetlink; ``nlproxy conntrack list|flush`` uses the same machinery. Runs only after a successful
 commit; never touches nftables, never execs ``conntrack``, and never holds the whole table in

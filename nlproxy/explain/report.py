@@ -6,8 +6,8 @@ programmed maps when a node has no API access; ``manifests.py``), the elements a
 chains programmed for it (read back from the kernel; ``rules.py``), its conntrack flows,
 the inspector's verdict per endpoint, its frontends' packet and byte counts when ``run
 --service-counters`` counts them, and, with a source address, a trace of a new connection
-through the programmed rules (``explain_trace.py``). It never changes rules, flows or routes,
-and never execs anything. Rendering is ``explain_render.py``'s.
+through the programmed rules (``trace.py``). It never changes rules, flows or routes,
+and never execs anything. Rendering is ``render.py``'s.
 """
 
 from __future__ import annotations
