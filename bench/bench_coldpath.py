@@ -5,8 +5,17 @@ Two views of the same work, each in fresh network namespaces it creates and dele
 * ``coldpath_cli``: ``nlproxy --netns NS run --once`` as a child process (wall, user, sys, RSS
   from ``wait4``), with JSON and with YAML manifests, first into an empty namespace (cold), then
   again with nothing changed (restart).
-* ``coldpath_stages``: the same steps in-process, timed stage by stage: load (manifests), state,
-  plan, read-back, diff, validate, encode, commit (per family, summed).
+  ``--rounds`` rounds, interleaved with ``iptables-legacy-restore`` loading the same cluster
+  (kube-proxy's iptables mode, ``gen.iptables_text``) into a fresh namespace: the ratio is what
+  issue 18's "no slower than iptables-legacy-restore" reads;
+* ``coldpath_stages``: the same steps in-process, timed stage by stage: read (the files'
+  bytes), decode (JSON / libyaml into Python objects), both timed apart on the same files, then
+  load (``load_manifests``: read + decode + parse; ``parse_s`` is load less the other two),
+  state, plan, read-back, diff, validate, encode, commit (per family, summed);
+* ``burst_stages`` (``--burst B``): one long-lived ``Syncer`` at the same size: B EndpointSlices
+  changed at once (state, plan, diff, commit; commit includes validate and encode, as
+  ``SyncResult`` reports it), then a verify tick that reads the tables back (read-back, then
+  the sync that compares them with the plan).
 
 Inputs come from ``gen.py`` (called, not copied). Prints JSON lines; never asserts on time.
 
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import sys
 import tempfile
 import time
@@ -25,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import gen
-from measure import BenchError, emit, log, netns, nlproxy_argv, run_measured
+import yaml
+from measure import BenchError, emit, in_ns, log, netns, nlproxy_argv, run_measured, sync_applied
 
 from nlproxy.cluster.manifests import load_manifests
 from nlproxy.cluster.state import ClusterState
@@ -47,16 +58,30 @@ def _config() -> ProxyConfig:
     )
 
 
-def cli_runs(c: gen.Cluster, manifests: dict[str, Path], out: Any) -> None:
-    """``run --once`` in a child process: cold, then restart unchanged, per manifest format."""
-    for fmt, path in manifests.items():
-        with netns("coldcli") as ns:
-            for phase in ("cold", "restart"):
-                log(f"cli {fmt} {phase}")
-                u = run_measured(nlproxy_argv(ns, path), timeout=900)
+def cli_runs(
+    c: gen.Cluster, manifests: dict[str, Path], out: Any, rounds: int, legacy: Path | None
+) -> None:
+    """``run --once`` in a child process: cold, then restart unchanged, per manifest format;
+    each round also loads ``legacy`` (iptables-restore text) with ``iptables-legacy-restore``."""
+    for n in range(rounds):
+        for fmt, path in manifests.items():
+            with netns("coldcli") as ns:
+                for phase in ("cold", "restart"):
+                    log(f"cli {fmt} {phase} round {n}")
+                    u = run_measured(nlproxy_argv(ns, path), timeout=900)
+                    if u.rc != 0:
+                        raise BenchError(f"run --once {fmt} {phase}: {u.stderr[-400:]}")
+                    ops = sync_applied(u.stderr).get("ops")
+                    figs = {**u.figures(), "round": n, "ops": ops}
+                    emit(out, _record("coldpath_cli", c, fmt, phase, figs))
+        if legacy is not None:
+            with netns("coldipt") as ns:
+                log(f"cli iptables-legacy-restore round {n}")
+                u = run_measured(in_ns(ns, "iptables-legacy-restore"), stdin=legacy, timeout=900)
                 if u.rc != 0:
-                    raise BenchError(f"run --once {fmt} {phase}: {u.stderr[-400:]}")
-                emit(out, _record("coldpath_cli", c, fmt, phase, u.figures()))
+                    raise BenchError(f"iptables-legacy-restore: {u.stderr[-400:]}")
+                figs = {**u.figures(), "round": n}
+                emit(out, _record("coldpath_cli", c, "iptables-legacy", "cold", figs))
 
 
 def staged_runs(c: gen.Cluster, manifests: Path, out: Any, fmt: str) -> None:
@@ -64,10 +89,37 @@ def staged_runs(c: gen.Cluster, manifests: Path, out: Any, fmt: str) -> None:
     with netns("coldstage") as ns:
         for phase in ("cold", "restart"):
             log(f"stages {fmt} {phase}")
-            emit(out, _record("coldpath_stages", c, fmt, phase, _stages(manifests, ns)))
+            emit(out, _record("coldpath_stages", c, fmt, phase, _stages(manifests, ns, fmt)))
 
 
-def _stages(manifests: Path, ns: str) -> dict[str, Any]:
+def _read_decode(manifests: Path, fmt: str) -> tuple[float, float]:
+    """Seconds to read the files' bytes, and to decode them into Python objects (the
+    product's loader does both and then parses; these are timed apart on the same files)."""
+    from nlproxy.cluster import manifests as product
+
+    # The loader's own decoding step (text → documents), when it still has one by that name.
+    decode = getattr(product, "_parse", None)
+    gc.disable()  # as load_manifests does
+    try:
+        t0 = time.perf_counter()
+        paths = [p for p in sorted(manifests.iterdir()) if p.suffix[1:] == fmt]
+        texts = [p.read_text(encoding="utf-8") for p in paths]
+        t1 = time.perf_counter()
+        for path, text in zip(paths, texts, strict=True):
+            if decode is not None:
+                decode(path, text)
+            elif fmt == "json":
+                json.loads(text)
+            else:
+                list(yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+        t2 = time.perf_counter()
+    finally:
+        gc.enable()
+    return t1 - t0, t2 - t1
+
+
+def _stages(manifests: Path, ns: str, fmt: str) -> dict[str, Any]:
+    read_s, decode_s = _read_decode(manifests, fmt)
     t: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -106,6 +158,9 @@ def _stages(manifests: Path, ns: str) -> dict[str, Any]:
     figures: dict[str, Any] = {k: round(v, 3) for k, v in t.items()}
     parts = ("validate_s", "encode_s", "commit_s")  # inside apply_s
     figures["total_s"] = round(sum(v for k, v in t.items() if k not in parts), 3)
+    figures["read_s"] = round(read_s, 3)
+    figures["decode_s"] = round(decode_s, 3)
+    figures["parse_s"] = round(max(0.0, t["load_s"] - read_s - decode_s), 3)
     figures["ops"] = ops_total
     return figures
 
@@ -123,12 +178,78 @@ def _record(
     }
 
 
+def burst_stages(c: gen.Cluster, count: int, out: Any) -> None:
+    """A burst of ``count`` changed slices through one long-lived ``Syncer``, then a verify
+    tick that reads the tables back; each stage timed (``bench_incremental``'s cluster)."""
+    from bench_incremental import CONFIG, _up, cluster, eps_slice, namespace
+
+    from nlproxy.sync.syncer import Syncer
+
+    state = cluster(c.services, c.endpoints, nodeport_every=0)
+    shape = {"services": c.services, "endpoints": c.endpoints}
+    with namespace() as ns:
+        syncer = Syncer(CONFIG, netns=ns)
+        try:
+            syncer.sync(state.snapshot())
+            log(f"burst stages: {count} slices")
+            count = min(count, c.services)
+            t0 = time.perf_counter()
+            changed = state.apply([_up(eps_slice(i, c.endpoints, skip=0)) for i in range(count)])
+            snapshot = state.snapshot()
+            t1 = time.perf_counter()
+            res = syncer.sync(snapshot, changed=changed)
+            t2 = time.perf_counter()
+            emit(
+                out,
+                {
+                    "bench": "burst_stages",
+                    "what": "burst",
+                    **shape,
+                    "updates": count,
+                    "path": "incremental" if res.incremental else "full",
+                    "state_s": round(t1 - t0, 3),
+                    "plan_s": round(res.plan_ms / 1000, 3),
+                    "diff_s": round(res.diff_ms / 1000, 3),
+                    "commit_s": round(res.commit_ms / 1000, 3),
+                    "commit_includes": "validate+encode",
+                    "total_s": round(t2 - t0, 3),
+                    "ops": res.total_ops,
+                },
+            )
+            log("burst stages: a read-back verify tick")
+            t0 = time.perf_counter()
+            syncer.verify()
+            t1 = time.perf_counter()
+            res = syncer.sync(snapshot)
+            t2 = time.perf_counter()
+            emit(
+                out,
+                {
+                    "bench": "burst_stages",
+                    "what": "verify",
+                    **shape,
+                    "readback_s": round(t1 - t0, 3),
+                    "plan_s": round(res.plan_ms / 1000, 3),
+                    "verify_s": round(res.diff_ms / 1000, 3),
+                    "total_s": round(t2 - t0, 3),
+                    "ops": res.total_ops,
+                },
+            )
+        finally:
+            syncer.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--services", type=int, default=10000)
     ap.add_argument("--endpoints", type=int, default=10)
     ap.add_argument("--formats", default="json,yaml", help="manifest formats, comma-separated")
     ap.add_argument("--skip-cli", action="store_true", help="only the in-process stages")
+    ap.add_argument("--rounds", type=int, default=1, help="child-process rounds (interleaved)")
+    ap.add_argument(
+        "--no-legacy", action="store_true", help="skip iptables-legacy-restore beside run --once"
+    )
+    ap.add_argument("--burst", type=int, default=0, metavar="B", help="burst stages (0: skip)")
     args = ap.parse_args(argv)
     c = gen.Cluster(services=args.services, endpoints=args.endpoints)
     formats = [f for f in args.formats.split(",") if f]
@@ -139,8 +260,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             gen.write_manifests(c, manifests[fmt], fmt)
         for fmt in formats:
             staged_runs(c, manifests[fmt], sys.stdout, fmt)
+        if args.burst:
+            burst_stages(c, args.burst, sys.stdout)
         if not args.skip_cli:
-            cli_runs(c, manifests, sys.stdout)
+            legacy = None
+            if not args.no_legacy:
+                legacy = Path(tmp) / "iptables.rules"
+                legacy.write_text(gen.iptables_text(c))
+            cli_runs(c, manifests, sys.stdout, args.rounds, legacy)
     return 0
 
 
