@@ -9,6 +9,9 @@ server holding S Services x E endpoints with the bodies a real server sends
   from spawn to the source's complete lists (``source.synced``), to the first commit
   (``sync.applied``) and to a healthy ``/healthz``, each kind's list time as the daemon logged
   it, and its RSS;
+- ``restart``: the daemon stopped (SIGTERM leaves the rules) and spawned again on the same API
+  server and namespace, nothing changed: the same figures as ``cold_start``; its first commit
+  should send 0 operations;
 - ``burst``: B EndpointSlice updates (each moving one endpoint of a different Service) replayed
   at once into the running daemon's watch: seconds until every changed Service was programmed
   (the ``services_changed`` of the ``sync.applied`` lines add up to B), with the number of syncs
@@ -167,7 +170,9 @@ class Daemon:
             self.proc.wait()
 
 
-def cold_start(daemon: Daemon, services: int, endpoints: int, timeout: float) -> None:
+def cold_start(
+    daemon: Daemon, services: int, endpoints: int, timeout: float, what: str = "cold_start"
+) -> None:
     deadline = time.monotonic() + timeout
     while not daemon.healthy():
         if daemon.proc.poll() is not None:
@@ -176,12 +181,18 @@ def cold_start(daemon: Daemon, services: int, endpoints: int, timeout: float) ->
             raise SystemExit(f"daemon not healthy after {timeout}s")
         time.sleep(0.02)
     healthy = time.time() - daemon.spawned
+    # /healthz may answer before the reader thread has the log lines that led to it.
+    with daemon.cond:
+        daemon.cond.wait_for(
+            lambda: {"source.synced", "sync.applied"} <= {e.get("event") for e in daemon.lines},
+            timeout=10,
+        )
     synced = daemon.events("source.synced")[0]
     applied = daemon.events("sync.applied")[0]
     listed = {e["kind"]: e["duration_ms"] for e in daemon.events("source.listed")}
     rss, hwm = rss_mb(daemon.proc.pid)
     emit(
-        what="cold_start",
+        what=what,
         services=services,
         endpoints=endpoints,
         to_lists_s=round(stamp(synced) - daemon.spawned, 3),
@@ -229,7 +240,9 @@ def burst(
     )
 
 
-def bench_daemon(services: int, endpoints: int, bursts: list[int], timeout: float) -> None:
+def bench_daemon(
+    services: int, endpoints: int, bursts: list[int], timeout: float, *, restart: bool = True
+) -> None:
     api = ApiServer(token=TOKEN)
     api.start()
     netns = f"nlpb-kcold-{os.getpid()}"
@@ -249,6 +262,10 @@ def bench_daemon(services: int, endpoints: int, bursts: list[int], timeout: floa
                 burst(api, daemon, (services, endpoints), count, first, timeout)
                 first += count
                 time.sleep(1)
+            if restart:
+                daemon.stop()
+                daemon = Daemon(netns, kubeconfig)
+                cold_start(daemon, services, endpoints, timeout, what="restart")
     finally:
         if daemon is not None:
             daemon.stop()
@@ -263,10 +280,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bursts", default="1000,5000", help="burst sizes, comma-separated")
     p.add_argument("--repeat", type=int, default=3, help="in-process lists per variant (best)")
     p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--no-list", action="store_true", help="skip the in-process list figures")
+    p.add_argument("--no-restart", action="store_true", help="skip the restart unchanged")
     args = p.parse_args(argv)
     bursts = [int(b) for b in args.bursts.split(",") if b]
-    bench_list(args.services, args.endpoints, args.repeat)
-    bench_daemon(args.services, args.endpoints, bursts, args.timeout)
+    if not args.no_list:
+        bench_list(args.services, args.endpoints, args.repeat)
+    bench_daemon(args.services, args.endpoints, bursts, args.timeout, restart=not args.no_restart)
     return 0
 
 

@@ -1,5 +1,6 @@
 """``bench_kube_cold.py`` at a small size: every figure it promises is printed, and the burst
-is counted as programmed only when every changed Service was."""
+is counted as programmed only when every changed Service was; a restart with nothing changed
+sends nothing."""
 
 from __future__ import annotations
 
@@ -32,3 +33,6 @@ def test_small_run_prints_every_figure() -> None:
     bursts = by_what["burst"]
     assert [b.get("error") for b in bursts] == [None, None]
     assert [b["updates"] for b in bursts] == [50, 120]  # at most one update per Service
+    [restart] = by_what["restart"]
+    assert restart["first_commit_ops"] == 0
+    assert 0 < restart["to_lists_s"] <= restart["to_first_commit_s"]  # type: ignore[operator]
