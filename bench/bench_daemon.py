@@ -13,8 +13,15 @@ process programming a fresh network namespace. Prints JSON lines:
   imports what the daemon imports, for reference), ``settled`` (after ``--settle``, before the
   changes), ``after_changes``, and with ``--verify-after S`` (the daemon's sync period)
   ``after_verify``, once the first full read-back verify after the changes is done;
+- ``verify_change`` (with ``--drift-changes N``): N times, a chain added to the daemon's table
+  from outside (``nft`` in its namespace: drift), and as soon as the daemon logs
+  ``drift.detected`` (its read-back verify is due or running) one EndpointSlice change written
+  to the API server: seconds from that write to the ``sync.applied`` that programmed it
+  (issue 18: within the min sync period), whether the read-back sync was running at the write,
+  and how long that sync took;
 - ``idle_cpu`` (with ``--idle S``): the daemon's CPU time (user + system, all threads) over S
-  idle seconds at the end, per minute: what a quiet node pays (the periodic verify included).
+  idle seconds at the end, per minute: what a quiet node pays (the periodic verify included);
+  ``idle_rss``: its RSS sampled every ``--rss-every`` seconds over the same window (flat?).
 
     .venv/bin/python bench/bench_daemon.py --services 10000 --endpoints 10 --changes 20
 """
@@ -87,6 +94,7 @@ class Daemon:
         self.netns = netns
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=ROOT)
         self.syncs: list[dict[str, Any]] = []
+        self.drifts: list[dict[str, Any]] = []
         self.cond = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -95,9 +103,9 @@ class Daemon:
         for line in self.proc.stderr:
             with contextlib.suppress(json.JSONDecodeError):
                 ev = json.loads(line)
-                if ev.get("event") == "sync.applied":
+                if ev.get("event") in ("sync.applied", "drift.detected"):
                     with self.cond:
-                        self.syncs.append(ev)
+                        (self.syncs if ev["event"] == "sync.applied" else self.drifts).append(ev)
                         self.cond.notify_all()
 
     def healthy(self) -> bool:
@@ -146,9 +154,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure_idle(pid: int, seconds: float) -> None:
+def measure_idle(pid: int, seconds: float, every: float) -> None:
     before = cpu_seconds(pid)
-    time.sleep(seconds)
+    samples = [round(rss_mb(pid)[0], 1)]
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(every, left))
+        samples.append(round(rss_mb(pid)[0], 1))
     used = cpu_seconds(pid) - before
     emit(
         what="idle_cpu",
@@ -156,6 +168,73 @@ def measure_idle(pid: int, seconds: float) -> None:
         cpu_s=round(used, 3),
         cpu_s_per_minute=round(used * 60 / seconds, 3),
     )
+    rss, hwm = rss_mb(pid)
+    emit(
+        what="idle_rss",
+        seconds=seconds,
+        every_s=every,
+        samples_mb=samples,
+        rss_mb=round(rss, 1),
+        peak_rss_mb=round(hwm, 1),
+    )
+
+
+MIN_SYNC_PERIOD = 0.1
+"""The daemon's default min sync period (``DaemonConfig.min_sync_period``); not overridden here."""
+
+
+def verify_changes(
+    api: ApiServer, daemon: Daemon, cluster: gen.Cluster, count: int, first: int
+) -> None:
+    """``count`` changes, each written the moment the daemon reports drift (see the module)."""
+    for n in range(count):
+        seen_syncs, seen_drifts = len(daemon.syncs), len(daemon.drifts)
+        subprocess.run(
+            ["ip", "netns", "exec", daemon.netns, "nft", "add", "chain", "ip", "nlproxy",
+             f"bench-drift-{n}"],
+            check=True,
+        )  # fmt: skip
+        with daemon.cond:
+            if not daemon.cond.wait_for(lambda d=seen_drifts: len(daemon.drifts) > d, timeout=10):
+                emit(what="verify_change", error=f"no drift.detected for change {n}")
+                return
+        i = (first + n * 104_729) % cluster.services
+        shorter = gen.Cluster(
+            services=cluster.services,
+            endpoints=cluster.endpoints,
+            overrides={i: tuple(cluster.endpoint_ips(i)[: cluster.endpoints - 1])},
+        )
+        written = time.time()
+        for doc in gen.slice_docs(shorter, i):
+            api.store.put("endpointslices", doc)
+        with daemon.cond:
+            daemon.cond.wait_for(
+                lambda s=seen_syncs: any(e.get("services_changed") for e in daemon.syncs[s:]),
+                timeout=60,
+            )
+            after = daemon.syncs[seen_syncs:]
+        programmed = next((e for e in after if e.get("services_changed")), None)
+        if programmed is None:
+            emit(what="verify_change", error=f"change {n} not programmed in 60 s")
+            return
+        verifies = [e for e in after if e.get("verify")]
+        read_back = verifies[0] if verifies else None
+        during = False
+        if read_back is not None:
+            end = stamp(read_back)
+            during = end - read_back["duration_ms"] / 1000 <= written <= end
+        emit(
+            what="verify_change",
+            services=cluster.services,
+            change=n,
+            seconds=round(stamp(programmed) - written, 3),
+            min_sync_period_s=MIN_SYNC_PERIOD,
+            during_read_back=during,
+            programmed_by_the_verify=bool(programmed.get("verify")),
+            read_back_s=round(read_back["duration_ms"] / 1000, 3) if read_back else None,
+            ops=programmed.get("ops"),
+        )
+        time.sleep(1)
 
 
 def run(
@@ -165,6 +244,9 @@ def run(
     settle: float,
     verify_after: float,
     idle: float = 0.0,
+    *,
+    drift_changes: int = 0,
+    rss_every: float = 10.0,
 ) -> None:
     imports_rss()
     cluster = gen.Cluster(services=services, endpoints=endpoints)
@@ -250,8 +332,11 @@ def run(
             emit_rss("after_changes", daemon.proc.pid)
             if verify_after:
                 wait_verify(daemon, verify_after, settle)
+            if drift_changes:
+                verify_changes(api, daemon, cluster, drift_changes, changes)
+                time.sleep(settle)
             if idle:
-                measure_idle(daemon.proc.pid, idle)
+                measure_idle(daemon.proc.pid, idle, rss_every)
     finally:
         if daemon is not None:
             daemon.stop()
@@ -291,8 +376,27 @@ def main(argv: list[str] | None = None) -> int:
         metavar="S",
         help="at the end, measure the daemon's CPU over S idle seconds (0: don't)",
     )
+    p.add_argument(
+        "--drift-changes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N changes written while a drift's read-back verify is due (0: none)",
+    )
+    p.add_argument(
+        "--rss-every", type=float, default=10.0, metavar="S", help="RSS sampling while idle"
+    )
     args = p.parse_args(argv)
-    run(args.services, args.endpoints, args.changes, args.settle, args.verify_after, args.idle)
+    run(
+        args.services,
+        args.endpoints,
+        args.changes,
+        args.settle,
+        args.verify_after,
+        args.idle,
+        drift_changes=args.drift_changes,
+        rss_every=args.rss_every,
+    )
     return 0
 
 
