@@ -245,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--endpoints", type=int, default=10)
     ap.add_argument("--formats", default="json,yaml", help="manifest formats, comma-separated")
     ap.add_argument("--skip-cli", action="store_true", help="only the in-process stages")
+    ap.add_argument("--skip-stages", action="store_true", help="only the child processes")
     ap.add_argument("--rounds", type=int, default=1, help="child-process rounds (interleaved)")
     ap.add_argument(
         "--no-legacy", action="store_true", help="skip iptables-legacy-restore beside run --once"
@@ -258,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for fmt in formats:
             manifests[fmt] = Path(tmp) / fmt
             gen.write_manifests(c, manifests[fmt], fmt)
-        for fmt in formats:
+        for fmt in formats if not args.skip_stages else ():
             staged_runs(c, manifests[fmt], sys.stdout, fmt)
         if args.burst:
             burst_stages(c, args.burst, sys.stdout)

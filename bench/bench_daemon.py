@@ -154,7 +154,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure_idle(pid: int, seconds: float, every: float) -> None:
+def measure_idle(pid: int, seconds: float, every: float, **shape: int) -> None:
     before = cpu_seconds(pid)
     samples = [round(rss_mb(pid)[0], 1)]
     end = time.monotonic() + seconds
@@ -164,6 +164,7 @@ def measure_idle(pid: int, seconds: float, every: float) -> None:
     used = cpu_seconds(pid) - before
     emit(
         what="idle_cpu",
+        **shape,
         seconds=seconds,
         cpu_s=round(used, 3),
         cpu_s_per_minute=round(used * 60 / seconds, 3),
@@ -171,6 +172,7 @@ def measure_idle(pid: int, seconds: float, every: float) -> None:
     rss, hwm = rss_mb(pid)
     emit(
         what="idle_rss",
+        **shape,
         seconds=seconds,
         every_s=every,
         samples_mb=samples,
@@ -226,6 +228,7 @@ def verify_changes(
         emit(
             what="verify_change",
             services=cluster.services,
+            endpoints=cluster.endpoints,
             change=n,
             seconds=round(stamp(programmed) - written, 3),
             min_sync_period_s=MIN_SYNC_PERIOD,
@@ -336,7 +339,8 @@ def run(
                 verify_changes(api, daemon, cluster, drift_changes, changes)
                 time.sleep(settle)
             if idle:
-                measure_idle(daemon.proc.pid, idle, rss_every)
+                shape = {"services": services, "endpoints": endpoints}
+                measure_idle(daemon.proc.pid, idle, rss_every, **shape)
     finally:
         if daemon is not None:
             daemon.stop()

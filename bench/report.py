@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import plot
+import targets as issue18
 
 Rec = dict[str, Any]
 
@@ -208,19 +209,36 @@ def _others(records: Sequence[Rec], most: int = 12) -> list[str]:
 
 
 def summary(records: Sequence[Rec], change_label: str, mode: str) -> str:
-    m = _one(records, bench="machine") or {}
-    lines = [
-        f"nlproxy benchmarks ({mode}) {m.get('date')}: {m.get('nproc')} CPUs, "
-        f"{m.get('mem_gib')} GiB, kernel {m.get('kernel')}, load {m.get('loadavg')}",
-        "",
-    ]
+    lines = [_machine_line(records, mode), ""]
     lines += [*_cold_table(records), "", *_change_table(records), ""]
     lines += [*_latency_table(records), "", "OTHER BENCHMARKS"]
     lines += _others(records)
-    lines += ["", "TARGETS (printed, never asserted)"]
+    lines += ["", "EARLIER TARGETS (printed, never asserted)"]
     for t in targets(records, change_label):
         mark = "met" if t["met"] else "MISSED"
         lines.append(f"  {mark:<7}{t['target']}: {t['value']} (goal {t['goal']})")
+    lines += ["", *issue18.stage_table(records), "", *issue18.table(issue18.evaluate(records))]
+    return "\n".join(lines) + "\n"
+
+
+def _machine_line(records: Sequence[Rec], mode: str) -> str:
+    m = _one(records, bench="machine") or {}
+    run = _one(records, bench="run") or {}
+    return (
+        f"nlproxy benchmarks ({mode}) {m.get('date')}: {m.get('nproc')} CPUs, "
+        f"{m.get('mem_gib')} GiB, kernel {m.get('kernel')}, load average (1/5/15 min) "
+        f"{m.get('loadavg_1_5_15', m.get('loadavg'))} at the start, "
+        f"{run.get('loadavg_end_1_5_15')} at the end, {run.get('seconds')} s"
+    )
+
+
+def targets_summary(records: Sequence[Rec]) -> str:
+    """``run.py --targets``: issue 18's per-stage profile and its TARGETS table."""
+    lines = [_machine_line(records, "targets"), ""]
+    lines += [*issue18.stage_table(records), ""]
+    failed = [r for r in records if r.get("bench") == "other" and r.get("error")]
+    lines += [f"  FAILED {r['script']}: {str(r['error'])[-200:]}" for r in failed]
+    lines += issue18.table(issue18.evaluate(records))
     return "\n".join(lines) + "\n"
 
 

@@ -5,8 +5,13 @@ benchmark (``dataplane.py``) and, when present, the other ``bench_*.py`` scripts
 JSON lines into ``bench/results/<mode>.jsonl``, prints a summary table with the targets as ratios
 (never asserted: machines are noisy) and draws ``bench/plots/<mode>-*.png``.
 
-    .venv/bin/python bench/run.py            # full run, ~18 minutes on 2 cores
+    .venv/bin/python bench/run.py            # full run (issue 18's targets included)
     .venv/bin/python bench/run.py --quick    # small points only, under ~3 minutes
+    .venv/bin/python bench/run.py --targets  # issue 18's targets only, at 10k x 10 (and 44k x 5)
+
+Issue 18's targets (``targets.py``) are printed as a TARGETS table, each with its goal, this
+run's figure, the ratio, met or missed by how much and the costliest stage, followed by the
+per-stage profile beside the figures before.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import control
 import dataplane
 import gen
 import report
+import targets
 from measure import PY, REPO, Sink, emit, log
 
 BENCH = REPO / "bench"
@@ -50,7 +56,8 @@ class Plan:
     dp_services: tuple[int, ...]
     dp_count: int
     dp_budget: float
-    others: dict[str, tuple[str, ...]]
+    others: tuple[tuple[str, tuple[str, ...]], ...]
+    """(script, its arguments), run in this order."""
 
 
 def _point(s: int, e: int, variants: Sequence[str]) -> control.Point:
@@ -60,7 +67,7 @@ def _point(s: int, e: int, variants: Sequence[str]) -> control.Point:
     )
 
 
-def full_plan() -> Plan:
+def full_plan(idle: int = 600) -> Plan:
     return Plan(
         points=(
             _point(1000, 10, ALL),
@@ -74,19 +81,45 @@ def full_plan() -> Plan:
         dp_services=(10, 1000, 10_000, 30_000),
         dp_count=3000,
         dp_budget=15,
-        others={
-            "bench_commit.py": ("--services", "10000", "--endpoints", "10"),
-            "bench_conntrack.py": ("--flows", "100000", "--rounds", "3"),
-            "bench_kube.py": ("--services", "10000", "--endpoints", "10", "--repeat", "1"),
-            "bench_incremental.py": ("--services", "10000", "--endpoints", "10"),
-            "bench_daemon.py": ("--services", "10000", "--endpoints", "10", "--changes", "20"),
-            "bench_kube_cold.py": ("--services", "10000", "--endpoints", "10"),
-            "bench_isolation.py": ("--services", "10000", "--endpoints", "10"),
-            "bench_verify.py": ("--services", "10000", "--endpoints", "10"),
-            "bench_metrics.py": ("--services", "10000", "--endpoints", "10"),
-            "bench_claims.py": ("--services", "10000", "--endpoints", "10"),
-            "bench_cli.py": ("--flows", "100000", "--services", "10000", "--endpoints", "10"),
-        },
+        others=(
+            ("bench_commit.py", ("--services", "10000", "--endpoints", "10")),
+            ("bench_conntrack.py", ("--flows", "100000", "--rounds", "3")),
+            ("bench_kube.py", ("--services", "10000", "--endpoints", "10", "--repeat", "1")),
+            ("bench_incremental.py", ("--services", "10000", "--endpoints", "10")),
+            ("bench_isolation.py", ("--services", "10000", "--endpoints", "10")),
+            ("bench_verify.py", ("--services", "10000", "--endpoints", "10")),
+            ("bench_metrics.py", ("--services", "10000", "--endpoints", "10")),
+            ("bench_claims.py", ("--services", "10000", "--endpoints", "10")),
+            *target_runs(idle),  # bench_daemon, bench_kube_cold and bench_cli among them
+        ),
+    )
+
+
+def target_runs(idle: int) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """What measures issue 18's targets (``targets.py``), at 10k x 10 and 44k x 5. The daemon's
+    idle window is ``idle`` seconds (RSS and CPU over it: the issue's hour is not affordable)."""
+    size = ("--services", "10000", "--endpoints", "10")
+    return (
+        ("bench_coldpath.py", (*size, "--rounds", "3", "--burst", "5000")),
+        ("bench_coldpath.py", ("--services", "44000", "--endpoints", "5", "--formats", "json",
+                               "--skip-stages", "--no-legacy")),
+        ("bench_kube_cold.py", (*size, "--bursts", "5000", "--no-list")),
+        ("bench_cli.py", ("--flows", "100000", *size, "--rounds", "5")),
+        ("bench_daemon.py", (*size, "--changes", "5", "--drift-changes", "3",
+                             "--idle", str(idle), "--rss-every", "10")),
+    )  # fmt: skip
+
+
+def targets_plan(idle: int) -> Plan:
+    return Plan(
+        points=(),
+        change_label="10kx10",
+        rounds=0,
+        timeout=300,
+        dp_services=(),
+        dp_count=0,
+        dp_budget=0,
+        others=target_runs(idle),
     )
 
 
@@ -99,19 +132,28 @@ def quick_plan() -> Plan:
         dp_services=(10, 1000),
         dp_count=1000,
         dp_budget=5,
-        others={
-            "bench_commit.py": ("--services", "1000", "--endpoints", "10"),
-            "bench_conntrack.py": ("--flows", "10000", "--rounds", "2"),
-            "bench_kube.py": ("--services", "1000", "--endpoints", "10", "--repeat", "1"),
-            "bench_incremental.py": ("--services", "1000", "--endpoints", "10", "--changes", "6"),
-            "bench_daemon.py": ("--services", "1000", "--endpoints", "10", "--changes", "5"),
-            "bench_kube_cold.py": ("--services", "1000", "--endpoints", "10", "--bursts", "1000"),
-            "bench_isolation.py": ("--services", "1000", "--endpoints", "10"),
-            "bench_verify.py": ("--services", "1000", "--endpoints", "10"),
-            "bench_metrics.py": ("--services", "1000", "--endpoints", "10"),
-            "bench_claims.py": ("--services", "1000", "--endpoints", "10"),
-            "bench_cli.py": ("--flows", "10000", "--services", "1000", "--endpoints", "10"),
-        },
+        others=(
+            ("bench_commit.py", ("--services", "1000", "--endpoints", "10")),
+            ("bench_conntrack.py", ("--flows", "10000", "--rounds", "2")),
+            ("bench_kube.py", ("--services", "1000", "--endpoints", "10", "--repeat", "1")),
+            (
+                "bench_incremental.py",
+                ("--services", "1000", "--endpoints", "10", "--changes", "6"),
+            ),
+            ("bench_daemon.py", ("--services", "1000", "--endpoints", "10", "--changes", "5")),
+            (
+                "bench_kube_cold.py",
+                ("--services", "1000", "--endpoints", "10", "--bursts", "1000"),
+            ),
+            ("bench_isolation.py", ("--services", "1000", "--endpoints", "10")),
+            ("bench_verify.py", ("--services", "1000", "--endpoints", "10")),
+            ("bench_metrics.py", ("--services", "1000", "--endpoints", "10")),
+            ("bench_claims.py", ("--services", "1000", "--endpoints", "10")),
+            (
+                "bench_cli.py",
+                ("--flows", "10000", "--services", "1000", "--endpoints", "10"),
+            ),
+        ),
     )
 
 
@@ -129,6 +171,7 @@ def machine() -> dict[str, Any]:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "loadavg": os.getloadavg()[0],
+        "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()],
         "nft": _version("nft", "--version"),
         "iptables": _version("iptables", "--version"),
     }
@@ -139,9 +182,9 @@ def _version(*argv: str) -> str:
     return proc.stdout.strip()
 
 
-def run_others(others: dict[str, tuple[str, ...]], out: Sink, timeout: float) -> None:
-    """The other engineers' benchmarks, when present: their JSON lines, tagged with the script."""
-    for script, args in others.items():
+def run_others(others: Sequence[tuple[str, tuple[str, ...]]], out: Sink, timeout: float) -> None:
+    """The other benchmarks, when present: their JSON lines, tagged with the script."""
+    for script, args in others:
         path = BENCH / script
         if not path.exists():
             emit(out, {"bench": "other", "script": script, "error": "not present"})
@@ -198,6 +241,18 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small points only (< ~3 minutes)")
     ap.add_argument(
+        "--targets",
+        action="store_true",
+        help="issue 18's targets only, at 10k x 10 and 44k x 5 (~20 minutes with --idle 600)",
+    )
+    ap.add_argument(
+        "--idle",
+        type=int,
+        default=600,
+        metavar="S",
+        help="the daemon's idle window for CPU and RSS, seconds (default 600)",
+    )
+    ap.add_argument(
         "--only", default="control,dataplane,others", help="comma-separated parts to run"
     )
     ap.add_argument("--points", help="control points to run (labels, e.g. 10kx10,44kx5)")
@@ -226,12 +281,37 @@ def measure_all(plan: Plan, parts: set[str], out: Sink, tmp: Path, mode: str) ->
             plan.dp_services, DP_VARIANTS, tmp, out, plan.dp_count, plan.dp_budget, plan.timeout
         )
     if "others" in parts:
-        run_others(plan.others, out, 900 if mode == "full" else 120)
-    emit(out, {"bench": "run", "mode": mode, "seconds": round(time.monotonic() - t0, 1)})
+        run_others(plan.others, out, 120 if mode == "quick" else 900 + plan_idle(plan))
+    emit(
+        out,
+        {
+            "bench": "run",
+            "mode": mode,
+            "seconds": round(time.monotonic() - t0, 1),
+            "loadavg_end_1_5_15": [round(x, 2) for x in os.getloadavg()],
+        },
+    )
+
+
+def plan_idle(plan: Plan) -> int:
+    """The longest ``--idle`` among the plan's scripts (their timeout must cover it)."""
+    idle = [int(a[a.index("--idle") + 1]) for _, a in plan.others if "--idle" in a]
+    return max(idle, default=0)
 
 
 _OUTCOME = ("error", "date", "skipped", "timed_out")
-_IDENTITY = ("services", "endpoints", "flows", "round", "changes", "family", "sample", "objects")
+_IDENTITY = (
+    "services",
+    "endpoints",
+    "flows",
+    "round",
+    "changes",
+    "change",
+    "updates",
+    "family",
+    "sample",
+    "objects",
+)
 
 
 def _identity(r: dict[str, Any]) -> tuple[Any, ...]:
@@ -253,9 +333,11 @@ def latest(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         key = _identity(r)
         by_key.pop(key, None)
         by_key[key] = r
-    return [r for r in by_key.values() if r.get("bench") not in ("target", "machine", "run")] + [
-        r for r in records[::-1] if r.get("bench") == "machine"
-    ][:1]
+    derived = ("target", "target18", "machine", "run")
+    kept = [r for r in by_key.values() if r.get("bench") not in derived]
+    for bench in ("machine", "run"):  # the last run's
+        kept += [r for r in records[::-1] if r.get("bench") == bench][:1]
+    return kept
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -263,8 +345,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("bench: needs root (network namespaces, nftables)", file=sys.stderr)
         return 2
-    mode = "quick" if args.quick else "full"
-    plan = quick_plan() if args.quick else full_plan()
+    mode = "quick" if args.quick else "targets" if args.targets else "full"
+    plan = {
+        "quick": quick_plan,
+        "targets": lambda: targets_plan(args.idle),
+        "full": lambda: full_plan(args.idle),
+    }[mode]()
     if args.points:
         wanted = set(args.points.split(","))
         plan = replace(plan, points=tuple(p for p in plan.points if p.label in wanted))
@@ -287,7 +373,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         with jsonl.open("a") as f:
             for t in report.targets(records, plan.change_label):
                 emit(f, t)
-    text = report.summary(records, plan.change_label, mode)
+            for t in targets.evaluate(records):
+                emit(f, t)
+    text = (
+        report.targets_summary(records)
+        if mode == "targets"
+        else report.summary(records, plan.change_label, mode)
+    )
     (args.results / f"{mode}.txt").write_text(text)
     print(text)
     report.plots(records, args.plots, mode)

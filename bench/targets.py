@@ -153,7 +153,8 @@ def restart_ops(records: Sequence[Rec]) -> Measured | None:
 
 
 def verify_change(records: Sequence[Rec]) -> Measured | None:
-    runs = [r for r in _find(records, bench="daemon", what="verify_change") if "seconds" in r]
+    runs = _find(records, bench="daemon", what="verify_change", services=S, endpoints=E)
+    runs = [r for r in runs if "seconds" in r]
     if not runs:
         return None
     during = [r for r in runs if r.get("during_read_back")]
@@ -173,7 +174,7 @@ def verify_change(records: Sequence[Rec]) -> Measured | None:
 
 
 def burst(records: Sequence[Rec]) -> Measured | None:
-    r = _last(records, bench="kube_cold", what="burst", updates=5000)
+    r = _last(records, bench="kube_cold", what="burst", updates=5000, services=S)
     if r is None or "converged_s" not in r:
         return None
     after = round(r["converged_s"] - r["replay_s"], 3)
@@ -188,7 +189,7 @@ def burst(records: Sequence[Rec]) -> Measured | None:
 
 
 def idle_cpu(records: Sequence[Rec]) -> Measured | None:
-    r = _last(records, bench="daemon", what="idle_cpu")
+    r = _last(records, bench="daemon", what="idle_cpu", services=S, endpoints=E)
     if r is None:
         return None
     return Measured(
@@ -201,13 +202,15 @@ def idle_cpu(records: Sequence[Rec]) -> Measured | None:
 
 
 def rss_first(records: Sequence[Rec]) -> Measured | None:
-    r = _last(records, bench="daemon", what="first_sync")
+    r = _last(records, bench="daemon", what="first_sync", services=S, endpoints=E)
     if r is None or "rss_mb" not in r:
         return None
     return Measured(value=r["rss_mb"], unit="MiB", goal=150.0, note="VmRSS at /healthz 200")
 
 
 def rss_peak(records: Sequence[Rec]) -> Measured | None:
+    if _last(records, bench="daemon", what="first_sync", services=S, endpoints=E) is None:
+        return None  # the daemon's other records carry no size: only a run at 10k x 10 counts
     peaks = [
         r["peak_rss_mb"]
         for r in _find(records, bench="daemon")
@@ -219,7 +222,7 @@ def rss_peak(records: Sequence[Rec]) -> Measured | None:
 
 
 def rss_flat(records: Sequence[Rec]) -> Measured | None:
-    r = _last(records, bench="daemon", what="idle_rss")
+    r = _last(records, bench="daemon", what="idle_rss", services=S, endpoints=E)
     if r is None or not r.get("samples_mb"):
         return None
     samples = r["samples_mb"]
@@ -233,8 +236,8 @@ def rss_flat(records: Sequence[Rec]) -> Measured | None:
     )
 
 
-def _cli(records: Sequence[Rec], command: str) -> Rec | None:
-    return _last(records, bench="cli-summary", command=command)
+def _cli(records: Sequence[Rec], command: str, **size: int) -> Rec | None:
+    return _last(records, bench="cli-summary", command=command, **size)
 
 
 def version(records: Sequence[Rec]) -> Measured | None:
@@ -245,7 +248,7 @@ def version(records: Sequence[Rec]) -> Measured | None:
 
 
 def conntrack_list(records: Sequence[Rec]) -> Measured | None:
-    r = _cli(records, "conntrack list")
+    r = _cli(records, "conntrack list", flows=100_000)
     if r is None:
         return None
     return Measured(
@@ -258,7 +261,7 @@ def conntrack_list(records: Sequence[Rec]) -> Measured | None:
 
 
 def rules(records: Sequence[Rec]) -> Measured | None:
-    r = _cli(records, "rules")
+    r = _cli(records, "rules", services=S, endpoints=E)
     if r is None:
         return None
     return Measured(
