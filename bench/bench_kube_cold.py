@@ -178,7 +178,9 @@ def cold_start(
         if daemon.proc.poll() is not None:
             raise SystemExit(f"daemon exited {daemon.proc.returncode}")
         if time.monotonic() > deadline:
-            raise SystemExit(f"daemon not healthy after {timeout}s")
+            with daemon.cond:
+                last = [f"{e.get('event')} {e.get('kind', '')}".strip() for e in daemon.lines[-8:]]
+            raise SystemExit(f"daemon not healthy after {timeout}s; its last events: {last}")
         time.sleep(0.02)
     healthy = time.time() - daemon.spawned
     # /healthz may answer before the reader thread has the log lines that led to it.

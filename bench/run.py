@@ -103,7 +103,7 @@ def target_runs(idle: int) -> tuple[tuple[str, tuple[str, ...]], ...]:
         ("bench_coldpath.py", (*size, "--rounds", "3", "--burst", "5000")),
         ("bench_coldpath.py", ("--services", "44000", "--endpoints", "5", "--formats", "json",
                                "--skip-stages", "--no-legacy")),
-        ("bench_kube_cold.py", (*size, "--bursts", "5000", "--no-list")),
+        ("bench_kube_cold.py", (*size, "--bursts", "5000", "--no-list", "--timeout", "300")),
         ("bench_cli.py", ("--flows", "100000", *size, "--rounds", "5")),
         ("bench_daemon.py", (*size, "--changes", "5", "--drift-changes", "3",
                              "--idle", str(idle), "--rss-every", "10")),
@@ -257,6 +257,7 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--points", help="control points to run (labels, e.g. 10kx10,44kx5)")
     ap.add_argument("--variants", help="control-plane variants to run (default: each point's)")
+    ap.add_argument("--scripts", help="other scripts to run (names, e.g. bench_kube_cold.py)")
     ap.add_argument(
         "--append",
         action="store_true",
@@ -265,6 +266,9 @@ def _args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--report-only", action="store_true", help="measure nothing: redo summary and plots"
+    )
+    ap.add_argument(
+        "--markdown", action="store_true", help="also print issue 18's tables as Markdown"
     )
     ap.add_argument("--results", type=Path, default=BENCH / "results")
     ap.add_argument("--plots", type=Path, default=BENCH / "plots")
@@ -354,6 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.points:
         wanted = set(args.points.split(","))
         plan = replace(plan, points=tuple(p for p in plan.points if p.label in wanted))
+    if args.scripts:
+        wanted = set(args.scripts.split(","))
+        plan = replace(plan, others=tuple(o for o in plan.others if o[0] in wanted))
     if args.variants:
         keep = set(args.variants.split(","))
         points = tuple(
@@ -382,6 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     (args.results / f"{mode}.txt").write_text(text)
     print(text)
+    if args.markdown:
+        print(targets.markdown(records))
     report.plots(records, args.plots, mode)
     return 0
 

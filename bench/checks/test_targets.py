@@ -100,3 +100,16 @@ def test_the_stage_table_shows_this_run_beside_before() -> None:
     assert "cold run --once JSON 10kx10" in text
     assert "before: 6.3 s: load+parse 4.0" in text
     assert "burst 5,000 slices 10kx10                 not measured" in text
+
+
+def test_a_change_that_waited_for_the_verify_names_that_wait() -> None:
+    shape = {"services": 10_000, "endpoints": 10}
+    recs = [
+        {"bench": "daemon", "what": "verify_change", **shape, "change": n, "seconds": s,
+         "min_sync_period_s": 0.1, "during_read_back": True, "verify_done_after_write_s": w}
+        for n, (s, w) in enumerate([(0.08, 0.02), (3.0, 2.9)])
+    ]  # fmt: skip
+    [row] = [r for r in targets.evaluate(recs) if r["id"] == "verify-change"]
+    assert (row["value"], row["met"]) == (3.0, False)  # the worst of the changes counts
+    assert row["costliest_stage"] == "waiting for the read-back verify to finish 2.9 s"
+    assert "2 landed while the read-back ran" in row["note"]
