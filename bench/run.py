@@ -5,9 +5,9 @@ benchmark (``dataplane.py``) and, when present, the other ``bench_*.py`` scripts
 JSON lines into ``bench/results/<mode>.jsonl``, prints a summary table with the targets as ratios
 (never asserted: machines are noisy) and draws ``bench/plots/<mode>-*.png``.
 
-    .venv/bin/python bench/run.py            # full run (issue 18's targets included)
+    .venv/bin/python bench/run.py            # full run, issue 18's targets included: ~40 min
     .venv/bin/python bench/run.py --quick    # small points only, under ~3 minutes
-    .venv/bin/python bench/run.py --targets  # issue 18's targets only, at 10k x 10 (and 44k x 5)
+    .venv/bin/python bench/run.py --targets  # issue 18's targets only (10k x 10, 44k x 5): ~22 min
 
 Issue 18's targets (``targets.py``) are printed as a TARGETS table, each with its goal, this
 run's figure, the ratio, met or missed by how much and the costliest stage, followed by the

@@ -377,10 +377,10 @@ def table(rows: Sequence[Rec]) -> list[str]:
         if r.get("reference"):
             vs = f"; {r['reference']} {_fmt(r['reference_value'])}, vs tool x{r['vs_reference']}"
         cost = f"; costliest stage: {r['costliest_stage']}" if r.get("costliest_stage") else ""
+        of = f", of goal x{r['of_goal']}" if r["of_goal"] is not None else ""
         lines.append(
-            f"  {mark:<13} {r['target']}: {_fmt(r['value'])} {r['unit']} (goal {r['goal']}, "
-            f"of goal x{r['of_goal']}){vs}; {r['status']}{cost}"
-            + (f" [{r['note']}]" if r.get("note") else "")
+            f"  {mark:<13} {r['target']}: {_fmt(r['value'])} {r['unit']} (goal {r['goal']}"
+            f"{of}){vs}; {r['status']}{cost}" + (f" [{r['note']}]" if r.get("note") else "")
         )
     return lines
 
@@ -457,7 +457,8 @@ def markdown(records: Sequence[Rec]) -> str:
         verdict = "met" if r["met"] else f"**{r['status']}**"
         out.append(
             f"| {r['target']} | {r['goal']} | {_fmt(r['value'])} {r['unit']} | "
-            f"x{r['of_goal']} | {ref} | {verdict} | {r.get('costliest_stage', '')} |"
+            f"{'x' + str(r['of_goal']) if r['of_goal'] is not None else '-'} | {ref} | "
+            f"{verdict} | {r.get('costliest_stage', '')} |"
         )
     names = [name for name, _ in STAGES]
     out += ["", "| 10k x 10, seconds | " + " | ".join(names) + " | total | before |"]
