@@ -259,16 +259,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         for fmt in formats:
             manifests[fmt] = Path(tmp) / fmt
             gen.write_manifests(c, manifests[fmt], fmt)
-        for fmt in formats if not args.skip_stages else ():
-            staged_runs(c, manifests[fmt], sys.stdout, fmt)
-        if args.burst:
-            burst_stages(c, args.burst, sys.stdout)
+        # The child processes first: a child forked from this process once it holds a planned
+        # cluster inherits that peak in its ru_maxrss (the kernel keeps the pre-exec high-water
+        # mark), which would hide the child's own.
         if not args.skip_cli:
             legacy = None
             if not args.no_legacy:
                 legacy = Path(tmp) / "iptables.rules"
                 legacy.write_text(gen.iptables_text(c))
             cli_runs(c, manifests, sys.stdout, args.rounds, legacy)
+        for fmt in formats if not args.skip_stages else ():
+            staged_runs(c, manifests[fmt], sys.stdout, fmt)
+        if args.burst:
+            burst_stages(c, args.burst, sys.stdout)
     return 0
 
 
