@@ -320,12 +320,7 @@ def node_argv(tb: Testbed, *args: str) -> list[str]:
     return [
         *common,
         "run",
-        "--node-name",
-        tb.node.name,
-        "--cluster-cidr",
-        tb.cluster_cidr(),
-        "--service-cidr",
-        tb.service_cidr(),
+        *tb.run_args(),
         *args[1:],
     ]
 

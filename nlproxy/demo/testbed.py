@@ -436,6 +436,17 @@ class Testbed:
         """``--service-cidr`` for this topology (both families when dual stack)."""
         return f"{SERVICE_CIDR_V4},{SERVICE_CIDR_V6}" if self.ipv6 else str(SERVICE_CIDR_V4)
 
+    def run_args(self) -> list[str]:
+        """The ``nlproxy run`` flags that make it node1's proxy in this topology."""
+        return [
+            "--node-name",
+            self.node.name,
+            "--cluster-cidr",
+            self.cluster_cidr(),
+            "--service-cidr",
+            self.service_cidr(),
+        ]
+
     def node_manifest(self) -> dict[str, Any]:
         """The v1 Node object of node1 (the node nlproxy runs on), as a manifest."""
         n = self.node

@@ -95,12 +95,7 @@ def run_once(tb: Testbed, directory: Path, *extra: str) -> int:
             "run",
             "--manifests",
             str(directory),
-            "--node-name",
-            tb.node.name,
-            "--cluster-cidr",
-            tb.cluster_cidr(),
-            "--service-cidr",
-            tb.service_cidr(),
+            *tb.run_args(),
             "--once",
             *extra,
         ]
