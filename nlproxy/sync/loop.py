@@ -10,6 +10,7 @@ at once. The blocking part of a sync (planning and netlink I/O) runs in a worker
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
@@ -238,10 +239,14 @@ class SyncLoop:
         # change services the state did not report, so then the Syncer finds them itself.
         changed = None if self.snapshot_filter is not None else set(pending)
 
+        read_ms: list[float] = []
+
         def work() -> SyncResult:
             if verify:
                 if read_back or self.quiet is None or not self.quiet():
+                    started = time.perf_counter()
                     self.syncer.verify()
+                    read_ms.append((time.perf_counter() - started) * 1000)
                     self.metrics.verifies.labels(read_back="true").inc()
                 else:  # every transaction was seen, and none touched our tables
                     self.metrics.verifies.labels(read_back="false").inc()
@@ -263,7 +268,7 @@ class SyncLoop:
             self._read_back = True
             self.log.error("sync.failed", error=str(exc))  # noqa: TRY400 - the message names the object; no traceback
             return False, verify
-        self._record(result, pending, verify=verify)
+        self._record(result, pending, verify=verify, readback_ms=read_ms[0] if read_ms else None)
         if not result.incremental:
             # The plan and programmed state of a large cluster are millions of long-lived
             # objects; without this every full GC pass walks them all (seconds at 10k
@@ -284,6 +289,7 @@ class SyncLoop:
         pending: set[ServiceKey],
         *,
         verify: bool,
+        readback_ms: float | None = None,
     ) -> None:
         now = trio.current_time()
         seconds = (result.plan_ms + result.apply_ms) / 1000
@@ -312,9 +318,13 @@ class SyncLoop:
                 ops=result.total_ops,
                 duration_ms=round(seconds * 1000, 3),
                 plan_ms=round(result.plan_ms, 3),
+                diff_ms=round(result.diff_ms, 3),
+                commit_ms=round(result.commit_ms, 3),
+                incremental=result.incremental,
                 services_changed=len(pending),
                 verify=verify,
                 conntrack_deleted=result.conntrack_deleted,
+                **({} if readback_ms is None else {"readback_ms": round(readback_ms, 3)}),
             )
         if self.on_synced is not None:
             self.on_synced(result, pending if exact else None)

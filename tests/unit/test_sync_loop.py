@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from ipaddress import ip_network
 
 import pytest
+import structlog.testing
 import trio
 import trio.testing
 from prometheus_client import CollectorRegistry
@@ -225,3 +226,21 @@ async def test_the_gc_paused_for_a_cold_start_runs_again_after_the_first_sync(
             nursery.cancel_scope.cancel()
     finally:
         gc.enable()
+
+
+async def test_the_sync_line_splits_the_time_and_names_a_read_back(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``sync.applied`` says where a sync's time went, and how long a read-back verify took."""
+    with structlog.testing.capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            h = await started(nursery)
+            h.loop.request_verify(Drift(pid=4242, comm="nft", objects=1))
+            await trio.sleep(MIN * 2)
+            nursery.cancel_scope.cancel()
+    first, verified = [e for e in logs if e["event"] == "sync.applied"]
+    for line in (first, verified):
+        assert {"plan_ms", "diff_ms", "commit_ms", "incremental", "duration_ms"} <= line.keys()
+    assert "readback_ms" not in first
+    assert verified["verify"] is True
+    assert verified["readback_ms"] >= 0
