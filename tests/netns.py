@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -81,3 +82,10 @@ def namespaces(*prefixes: str) -> Iterator[list[str]]:
     finally:
         for name in made:
             delete(name)
+
+
+def default_sigint() -> None:
+    """A ``preexec_fn`` for a child a test interrupts with SIGINT: the default handler, as a
+    terminal's Ctrl-C finds it. A run started in the background ignores SIGINT, its children
+    inherit the ignore, and Python then never raises KeyboardInterrupt in them."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

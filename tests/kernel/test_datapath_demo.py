@@ -13,8 +13,10 @@ import pytest
 import yaml
 
 from nlproxy.cli import main
-from nlproxy.demo.run import find_examples, read_spec, without_endpoint
+from nlproxy.demo.ns import sweep_stale
+from nlproxy.demo.run import NAMESPACE_TAG, find_examples, read_spec, without_endpoint
 from nlproxy.netlink.netns import NETNS_RUN_DIR
+from tests import netns
 
 ROOT = Path(__file__).parents[2]
 
@@ -63,6 +65,13 @@ def test_demo_runs_and_cleans_up(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_demo_interrupted_deletes_everything() -> None:
+    try:
+        _interrupt_demo_and_check()
+    finally:  # what a demo that failed to clean up left (it is dead by now)
+        sweep_stale(NAMESPACE_TAG)
+
+
+def _interrupt_demo_and_check() -> None:
     with subprocess.Popen(
         [
             sys.executable,
@@ -76,9 +85,7 @@ def test_demo_interrupted_deletes_everything() -> None:
         stderr=subprocess.DEVNULL,
         text=True,
         cwd=ROOT,
-        # Ctrl-C as a terminal delivers it, also when this run itself ignores SIGINT (started
-        # in the background): a child inherits the ignore, and Python then never raises it.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=netns.default_sigint,
     ) as proc:
         try:
             assert proc.stdout is not None

@@ -16,6 +16,7 @@ from nlproxy.demo import ns as testbed_ns
 from nlproxy.demo.echo import Result, UdpSession, request, tcp_request, udp_request
 from nlproxy.demo.testbed import Testbed
 from nlproxy.netlink.netns import NETNS_RUN_DIR
+from tests import netns
 from tests.kernel import topo
 
 testbed = topo.testbed
@@ -172,14 +173,19 @@ _CHILD = textwrap.dedent(
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_interrupted_process_cleans_up(sig: signal.Signals) -> None:
+    try:
+        _interrupt_and_check(sig)
+    finally:  # what a child that failed to clean up left (it is dead by now)
+        testbed_ns.sweep_stale("tks")
+
+
+def _interrupt_and_check(sig: signal.Signals) -> None:
     with subprocess.Popen(
         [sys.executable, "-c", _CHILD],
         stdout=subprocess.PIPE,
         text=True,
         cwd=Path(__file__).parents[2],
-        # Ctrl-C as a terminal delivers it, also when this run itself ignores SIGINT (started
-        # in the background): a child inherits the ignore, and Python then never raises it.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=netns.default_sigint,
     ) as proc:
         try:
             assert proc.stdout is not None
