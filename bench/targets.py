@@ -105,36 +105,34 @@ def _once(records: Sequence[Rec], fmt: str, phase: str, s: int, e: int) -> Measu
     )
 
 
-def api_cold(records: Sequence[Rec]) -> Measured | None:
-    r = _last(records, bench="kube_cold", what="cold_start", services=S, endpoints=E)
+def _api_start(
+    records: Sequence[Rec], what: str, rest: str, note: tuple[str, str]
+) -> Measured | None:
+    """The daemon on the API, spawn -> first commit: the lists, then ``rest``."""
+    r = _last(records, bench="kube_cold", what=what, services=S, endpoints=E)
     if r is None or "to_first_commit_s" not in r:
         return None
     lists = r["to_lists_s"]
-    profile = {"list/read+decode+parse (source.synced)": lists}
-    profile["state+plan+diff+encode+commit"] = round(r["to_first_commit_s"] - lists, 3)
     return Measured(
         value=r["to_first_commit_s"],
         unit="s",
         goal=1.0,
-        profile=profile,
-        note=f"lists per kind (ms) {r.get('list_ms')}",
+        profile={
+            "list/read+decode+parse (source.synced)": lists,
+            rest: round(r["to_first_commit_s"] - lists, 3),
+        },
+        note=f"{note[0]} {r.get(note[1])}",
+    )
+
+
+def api_cold(records: Sequence[Rec]) -> Measured | None:
+    return _api_start(
+        records, "cold_start", "state+plan+diff+encode+commit", ("lists per kind (ms)", "list_ms")
     )
 
 
 def api_restart(records: Sequence[Rec]) -> Measured | None:
-    r = _last(records, bench="kube_cold", what="restart", services=S, endpoints=E)
-    if r is None or "to_first_commit_s" not in r:
-        return None
-    lists = r["to_lists_s"]
-    profile = {"list/read+decode+parse (source.synced)": lists}
-    profile["state+plan+read-back+diff"] = round(r["to_first_commit_s"] - lists, 3)
-    return Measured(
-        value=r["to_first_commit_s"],
-        unit="s",
-        goal=1.0,
-        profile=profile,
-        note=f"ops {r.get('first_commit_ops')}",
-    )
+    return _api_start(records, "restart", "state+plan+read-back+diff", ("ops", "first_commit_ops"))
 
 
 def _restart_ops(runs: Sequence[Rec], key: str) -> list[int]:
