@@ -3,21 +3,13 @@ same namespace, and every summary the targets need is printed."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parent.parent
+from checks.script import run_script
 
 
 def test_small_run_prints_every_figure() -> None:
-    out = subprocess.run(
-        [sys.executable, str(BENCH / "bench_cli.py"), "--flows", "300", "--services", "20",
-         "--endpoints", "2", "--rounds", "1"],
-        capture_output=True, text=True, check=True, timeout=300,
-    ).stdout  # fmt: skip
-    rows = [json.loads(line) for line in out.splitlines() if line.startswith('{"bench"')]
+    rows = run_script(
+        "bench_cli.py", "--flows", "300", "--services", "20", "--endpoints", "2", "--rounds", "1"
+    )
     assert [(r["bench"], r["command"]) for r in rows if r["bench"] == "cli-summary"] == [
         ("cli-summary", "version"),
         ("cli-summary", "conntrack list"),

@@ -4,22 +4,14 @@ start, the restart, a burst and a verify tick, and ``run --once`` runs beside
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parent.parent
+from checks.script import run_script
 
 
 def test_small_run_prints_every_stage_and_the_reference() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / "bench_coldpath.py"), "--services", "40", "--endpoints",
-         "2", "--burst", "10", "--rounds", "1"],
-        capture_output=True, text=True, check=False, timeout=300,
+    rows = run_script(
+        "bench_coldpath.py", "--services", "40", "--endpoints", "2", "--burst", "10",
+        "--rounds", "1",
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"bench"')]
     stages = {(r["format"], r["phase"]): r for r in rows if r["bench"] == "coldpath_stages"}
     assert set(stages) == {(f, p) for f in ("json", "yaml") for p in ("cold", "restart")}
     for r in stages.values():

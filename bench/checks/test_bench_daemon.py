@@ -4,23 +4,14 @@ every RSS sample."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parent.parent
+from checks.script import run_script
 
 
 def test_small_run_prints_verify_change_and_idle_figures() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / "bench_daemon.py"), "--services", "60", "--endpoints", "3",
-         "--changes", "1", "--settle", "0.5", "--drift-changes", "2", "--idle", "2",
-         "--rss-every", "0.5"],
-        capture_output=True, text=True, check=False, timeout=300,
+    rows = run_script(
+        "bench_daemon.py", "--services", "60", "--endpoints", "3", "--changes", "1",
+        "--settle", "0.5", "--drift-changes", "2", "--idle", "2", "--rss-every", "0.5",
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"bench"')]
     changes = [r for r in rows if r["what"] == "verify_change"]
     assert [r.get("error") for r in changes] == [None, None]
     assert all(r["seconds"] > 0 and r["ops"] > 0 for r in changes)  # the change's own sync

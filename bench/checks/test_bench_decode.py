@@ -3,21 +3,14 @@ on both sides and its figures printed."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parent.parent
+from checks.script import BENCH, run_script
 
 
 def test_small_run_prints_every_path() -> None:
-    out = subprocess.run(
-        [sys.executable, str(BENCH / "bench_decode.py"), "--base", str(BENCH.parent),
-         "--rounds", "1", "--elements", "500", "--flows", "300"],
-        capture_output=True, text=True, check=True, timeout=120,
-    ).stdout  # fmt: skip
-    rows = [json.loads(line) for line in out.splitlines()]
+    rows = run_script(
+        "bench_decode.py", "--base", str(BENCH.parent), "--rounds", "1", "--elements", "500",
+        "--flows", "300", timeout=120,
+    )  # fmt: skip
     assert [r["path"] for r in rows] == [
         "parse_elements",
         "split",

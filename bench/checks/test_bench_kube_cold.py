@@ -4,23 +4,14 @@ sends nothing."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parent.parent
+from checks.script import run_script
 
 
 def test_small_run_prints_every_figure() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / "bench_kube_cold.py"), "--services", "120",
-         "--endpoints", "3", "--bursts", "50,200", "--repeat", "1", "--timeout", "60"],
-        capture_output=True, text=True, check=False, timeout=300,
+    lines = run_script(
+        "bench_kube_cold.py", "--services", "120", "--endpoints", "3", "--bursts", "50,200",
+        "--repeat", "1", "--timeout", "60",
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]  # a failure shows why
-    out = proc.stdout
-    lines = [json.loads(line) for line in out.splitlines() if line.startswith('{"bench"')]
     by_what: dict[str, list[dict[str, object]]] = {}
     for line in lines:
         by_what.setdefault(str(line["what"]), []).append(line)
