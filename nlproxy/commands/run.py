@@ -11,7 +11,6 @@ runtime failure with nothing half-applied. Without ``--once`` it runs the daemon
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 from dataclasses import fields, replace
@@ -249,15 +248,12 @@ def _check_bindable(flag: str, addr: str, netns_name: str | None) -> None:
 
 def run_once(s: Settings) -> int:
     """Reconcile once from ``--manifests`` and return the exit status."""
+    from nlproxy.proxy.planner import gc_paused
+
     # Collecting cycles among the plan's objects only costs time in a one-shot sync (about
     # 0.5 s of 4 s at 10k services x 10 endpoints); collection resumes when it is done.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         return _run_once(s)
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _run_once(s: Settings) -> int:
