@@ -29,7 +29,7 @@ fi
 work=$(mktemp -d /tmp/nlproxy-unit.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 # The whole tree but the venvs and build output: unit tests read the files we ship.
-tar --exclude=./.git --exclude=./.venv --exclude=./.venv-user --exclude=./build --exclude=./.vagrant \
+tar --exclude=./.git --exclude=./.venv --exclude=./build --exclude=./.vagrant \
   --exclude=__pycache__ --exclude=.mypy_cache --exclude=.ruff_cache --exclude=.pytest_cache -cf - . |
   tar -xf - -C "$work"
 chmod -R a+rX "$work"
