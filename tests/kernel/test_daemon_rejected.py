@@ -36,6 +36,11 @@ def refused(body: str) -> float:
     raise AssertionError("nlproxy_refused_service_frontends missing from /metrics")
 
 
+def answered_by_lb(ns: str) -> set[str]:
+    """Which pods answered LB_IP:8080 from ``ns`` (a failed request answers nobody)."""
+    return {o.pod for o in topo.ask("tcp", ns, LB_IP, 8080, n=2) if o.pod}
+
+
 def test_a_refused_frontend_is_named_counted_and_given_when_fixed(
     testbed: Testbed, tmp_path: Path
 ) -> None:
@@ -55,5 +60,8 @@ def test_a_refused_frontend_is_named_counted_and_given_when_fixed(
         wait_until(
             lambda: refused(proc.get(proc.metrics, "/metrics")[1]) == 0, 2.0, "edge-b accepted"
         )
+        # The gauge follows the cluster state, read just before the sync that programs the fix
+        # commits: traffic may need that sync's few milliseconds more.
         ns, gw = testbed.client.netns, str(testbed.node.gateway_v4)
+        wait_until(lambda: answered_by_lb(ns) == {"pod-c"}, 6.0, "edge-b programmed")
         assert topo.answers(topo.ask("tcp", ns, LB_IP, 8080, n=4)) == {"pod-c": {gw}}
