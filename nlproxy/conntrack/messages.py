@@ -17,7 +17,7 @@ import operator
 import socket
 import string
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address
 from typing import Any, TypeAlias
@@ -140,10 +140,6 @@ PROTO_NAMES = {num: name for name, num in PROTO_NUMBERS.items()}
 LINE_PROTO_NAMES = protocols.NAMES
 """How ``conntrack -L`` names protocols."""
 PORT_PROTOS = protocols.WITH_PORTS
-_ICMP_ATTRS = {
-    IPPROTO_ICMP: (CTA_PROTO_ICMP_TYPE, CTA_PROTO_ICMP_CODE, CTA_PROTO_ICMP_ID),
-    IPPROTO_ICMPV6: (CTA_PROTO_ICMPV6_TYPE, CTA_PROTO_ICMPV6_CODE, CTA_PROTO_ICMPV6_ID),
-}
 # The kernel's tuple filter compares ports only for these protocols (ctnetlink_filter_match_tuple);
 # for others a port filter is ignored there and must be checked here.
 KERNEL_PORT_FILTER_PROTOS = frozenset({IPPROTO_TCP, IPPROTO_UDP})
@@ -152,6 +148,188 @@ _BE16 = struct.Struct("!H")
 _BE32 = struct.Struct("!I")
 _U32 = struct.Struct("=I")
 _nla, _nest = attr, nest  # the names the unit tests build messages with
+
+
+# ---------------------------------------------------------------------------------------------
+# The attribute tree, declared once
+#
+# What nlproxy reads and writes of a ctnetlink message, nested as the kernel nests it
+# (ctnetlink_fill_info, ctnetlink_parse_tuple, ctnetlink_parse_filter). The encoder, the decoder
+# and the walk that learns line layouts all read this one table.
+
+
+@dataclass(frozen=True, slots=True)
+class Leaf:
+    """An attribute holding one value: the field it fills, how the value is packed, and when
+    it is the one written.
+
+    ``code``: ``B``, ``H`` or ``I`` (big-endian, as ctnetlink sends numbers), ``=I`` (host
+    order: the filter flags) or ``addr`` (4 or 16 bytes; the length gives the family).
+    ``when``: (field, value) choosing this attribute, among those that hold the same field,
+    when writing: IPv4 or IPv6 addresses by ``family``, ICMP or ICMPv6 keys by ``proto``.
+    ``shown``: whether ``conntrack -L`` prints it (the line layouts read only those).
+    """
+
+    field: str
+    code: str
+    when: tuple[str, int] | None = None
+    shown: bool = True
+
+
+@dataclass(frozen=True, slots=True, eq=False)  # hashed by identity: the steps are cached
+class Nest:
+    """A nested attribute: its children by attribute type, in the order they are written.
+
+    ``group``: the name under which its values are kept apart (a flow's ``orig`` and ``reply``
+    tuples, the filter's flags); empty when they belong with the parent's.
+    """
+
+    children: Mapping[int, Leaf | Nest]
+    group: str = ""
+
+
+_TUPLE_IP = Nest(
+    {
+        CTA_IP_V4_SRC: Leaf("src", "addr", ("family", 4)),
+        CTA_IP_V4_DST: Leaf("dst", "addr", ("family", 4)),
+        CTA_IP_V6_SRC: Leaf("src", "addr", ("family", 6)),
+        CTA_IP_V6_DST: Leaf("dst", "addr", ("family", 6)),
+    }
+)
+_TUPLE_PROTO = Nest(
+    {
+        CTA_PROTO_NUM: Leaf("proto", "B"),
+        CTA_PROTO_SRC_PORT: Leaf("sport", "H"),
+        CTA_PROTO_DST_PORT: Leaf("dport", "H"),
+        CTA_PROTO_ICMP_TYPE: Leaf("type", "B", ("proto", IPPROTO_ICMP)),
+        CTA_PROTO_ICMP_CODE: Leaf("code", "B", ("proto", IPPROTO_ICMP)),
+        CTA_PROTO_ICMP_ID: Leaf("id", "H", ("proto", IPPROTO_ICMP)),
+        CTA_PROTO_ICMPV6_TYPE: Leaf("type", "B", ("proto", IPPROTO_ICMPV6)),
+        CTA_PROTO_ICMPV6_CODE: Leaf("code", "B", ("proto", IPPROTO_ICMPV6)),
+        CTA_PROTO_ICMPV6_ID: Leaf("id", "H", ("proto", IPPROTO_ICMPV6)),
+    }
+)
+
+
+def _tuple(group: str) -> Nest:
+    return Nest({CTA_TUPLE_IP: _TUPLE_IP, CTA_TUPLE_PROTO: _TUPLE_PROTO}, group)
+
+
+TUPLE_ORIG = _tuple("orig")
+TUPLE_REPLY = _tuple("reply")
+CT_MESSAGE = Nest(
+    {
+        CTA_TUPLE_ORIG: TUPLE_ORIG,
+        CTA_TUPLE_REPLY: TUPLE_REPLY,
+        CTA_ZONE: Leaf("zone", "H"),
+        CTA_TIMEOUT: Leaf("timeout", "I"),
+        CTA_STATUS: Leaf("status", "I"),
+        CTA_STATUS_MASK: Leaf("status_mask", "I", shown=False),
+        CTA_MARK: Leaf("mark", "I"),
+        CTA_ID: Leaf("id", "I", shown=False),
+        CTA_FILTER: Nest(
+            {
+                CTA_FILTER_ORIG_FLAGS: Leaf("orig_flags", "=I", shown=False),
+                CTA_FILTER_REPLY_FLAGS: Leaf("reply_flags", "=I", shown=False),
+            },
+            "filter",
+        ),
+        CTA_PROTOINFO: Nest(
+            {
+                CTA_PROTOINFO_TCP: Nest({CTA_PROTOINFO_TCP_STATE: Leaf("tcp_state", "B")}),
+                CTA_PROTOINFO_SCTP: Nest({CTA_PROTOINFO_SCTP_STATE: Leaf("sctp_state", "B")}),
+            }
+        ),
+        CTA_USE: Leaf("use", "I"),
+    }
+)
+"""A conntrack message's attributes (IPCTNL_MSG_CT_NEW/GET/DELETE), in the order written."""
+
+Values: TypeAlias = dict[str, Any]
+"""An attribute tree's values by field; a group's (``orig``…) are a dict of their own."""
+
+_ADDRESS = {4: IPv4Address, 16: IPv6Address}
+_READ: dict[str, Callable[[bytes, int, int], Any]] = {
+    "B": lambda buf, s, _e: buf[s],
+    "H": lambda buf, s, _e: _BE16.unpack_from(buf, s)[0],
+    "I": lambda buf, s, _e: _BE32.unpack_from(buf, s)[0],
+    "=I": lambda buf, s, _e: _U32.unpack_from(buf, s)[0],
+    # the classes straight away, not ip_address(): it tries one, then the other
+    "addr": lambda buf, s, e: (IPv4Address if e - s == 4 else IPv6Address)(buf[s:e]),
+}
+_WRITE: dict[str, Callable[[int, Any], bytes]] = {
+    "B": u8_attr,
+    "H": be16_attr,
+    "I": be32_attr,
+    "=I": u32_attr,
+    "addr": lambda atype, a: attr(atype, a.packed),
+}
+
+
+def read_attrs(buf: bytes, off: int, end: int, tree: Nest, out: Values) -> None:
+    """Fill ``out`` with the values of the attributes ``tree`` declares, from
+    ``buf[off:end]``; others are skipped. A repeated group replaces the first, as does a
+    repeated value."""
+    steps = _read_steps(tree)
+    for atype, start, stop in spans(buf, off, end):
+        step = steps.get(atype)
+        if step is None:
+            continue
+        field, read, inner = step
+        if read is not None:
+            out[field] = read(buf, start, stop)
+        elif field:
+            group: Values = {}
+            out[field] = group
+            read_attrs(buf, start, stop, inner, group)  # type: ignore[arg-type]
+        else:
+            read_attrs(buf, start, stop, inner, out)  # type: ignore[arg-type]
+
+
+def write_attrs(tree: Nest, values: Values) -> bytes:
+    """The attributes of ``tree`` that ``values`` gives (None: left out), in the tree's order;
+    a nest only when something is written in it."""
+    out = []
+    for atype, field, when, write, inner in _write_steps(tree):
+        if write is not None:
+            value = values.get(field)
+            if value is None or (when is not None and values.get(when[0]) != when[1]):
+                continue
+            out.append(write(atype, value))
+        else:
+            sub = values.get(field) if field else values
+            body = write_attrs(inner, sub) if sub else b""  # type: ignore[arg-type]
+            if body:
+                out.append(nest(atype, body))
+    return b"".join(out)
+
+
+_ReadStep: TypeAlias = tuple[str, Callable[[bytes, int, int], Any] | None, "Nest | None"]
+_WriteStep: TypeAlias = tuple[
+    int, str, tuple[str, int] | None, Callable[[int, Any], bytes] | None, "Nest | None"
+]
+
+
+@functools.cache
+def _read_steps(tree: Nest) -> dict[int, _ReadStep]:
+    """``tree`` for the decoder: per attribute type, the field, its reader or the nest below."""
+    return {
+        atype: (spec.field, _READ[spec.code], None)
+        if isinstance(spec, Leaf)
+        else (spec.group, None, spec)
+        for atype, spec in tree.children.items()
+    }
+
+
+@functools.cache
+def _write_steps(tree: Nest) -> tuple[_WriteStep, ...]:
+    """``tree`` for the encoder, in order: type, field, condition, writer or the nest below."""
+    return tuple(
+        (atype, spec.field, spec.when, _WRITE[spec.code], None)
+        if isinstance(spec, Leaf)
+        else (atype, spec.group, None, None, spec)
+        for atype, spec in tree.children.items()
+    )
 
 
 def _family_af(version: int) -> int:
@@ -387,48 +565,28 @@ def _message(msg_type: int, flags: int, seq: int, family: int, attrs: bytes) -> 
     return nfnl_message(nfnl_type(NFNL_SUBSYS_CTNETLINK, msg_type), flags, seq, family, attrs)
 
 
-def _ip_attrs(src: IPAddress | None, dst: IPAddress | None) -> bytes:
-    out = b""
-    if src is not None:
-        out += attr(CTA_IP_V4_SRC if src.version == 4 else CTA_IP_V6_SRC, src.packed)
-    if dst is not None:
-        out += attr(CTA_IP_V4_DST if dst.version == 4 else CTA_IP_V6_DST, dst.packed)
-    return out
-
-
-def _proto_attrs(proto: int | None, sport: int | None, dport: int | None) -> bytes:
-    out = b"" if proto is None else u8_attr(CTA_PROTO_NUM, proto)
-    if sport is not None:
-        out += be16_attr(CTA_PROTO_SRC_PORT, sport)
-    if dport is not None:
-        out += be16_attr(CTA_PROTO_DST_PORT, dport)
-    return out
+def _tuple_values(t: FlowTuple) -> Values:
+    values: Values = {"family": t.src.version, "proto": t.proto, "src": t.src, "dst": t.dst}
+    if t.icmp is not None and t.proto in (IPPROTO_ICMP, IPPROTO_ICMPV6):
+        values["type"], values["code"], values["id"] = t.icmp
+    else:
+        values["sport"], values["dport"] = t.sport, t.dport
+    return values
 
 
 def _tuple_attr(atype: int, t: FlowTuple) -> bytes:
-    attrs = _ICMP_ATTRS.get(t.proto)
-    if attrs is not None and t.icmp is not None:
-        kind, code, ident = t.icmp
-        proto = u8_attr(CTA_PROTO_NUM, t.proto)
-        proto += u8_attr(attrs[0], kind) + u8_attr(attrs[1], code)
-        proto += be16_attr(attrs[2], ident)
-    else:
-        proto = _proto_attrs(t.proto, t.sport, t.dport)
-    return nest(
-        atype,
-        nest(CTA_TUPLE_IP, _ip_attrs(t.src, t.dst)),
-        nest(CTA_TUPLE_PROTO, proto),
-    )
+    """One tuple of ``t``, as attribute ``atype`` (CTA_TUPLE_ORIG or CTA_TUPLE_REPLY)."""
+    group = "orig" if atype == CTA_TUPLE_ORIG else "reply"
+    return write_attrs(CT_MESSAGE, {group: _tuple_values(t)})
 
 
 def _filter_side(
-    atype: int,
     proto: int | None,
     src: IPAddress | None,
     dst: IPAddress | None,
     sport: int | None,
     dport: int | None,
-) -> tuple[bytes, int]:
+) -> tuple[Values | None, int]:
     """One tuple of a CTA_FILTER request and its CTA_FILTER_F_* flags."""
     flags = (CTA_FILTER_F_CTA_IP_SRC if src is not None else 0) | (
         CTA_FILTER_F_CTA_IP_DST if dst is not None else 0
@@ -443,13 +601,11 @@ def _filter_side(
         flags |= CTA_FILTER_F_CTA_PROTO_SRC_PORT if sport is not None else 0
         flags |= CTA_FILTER_F_CTA_PROTO_DST_PORT if dport is not None else 0
     if not flags:
-        return b"", 0
-    children = []
-    if src is not None or dst is not None:
-        children.append(nest(CTA_TUPLE_IP, _ip_attrs(src, dst)))
-    if proto is not None:
-        children.append(nest(CTA_TUPLE_PROTO, _proto_attrs(proto, sport, dport)))
-    return nest(atype, *children), flags
+        return None, 0
+    addr = src if src is not None else dst
+    family = None if addr is None else addr.version
+    values = {"family": family, "proto": proto, "src": src, "dst": dst}
+    return values | {"sport": sport, "dport": dport}, flags
 
 
 def encode_dump(flt: FlowFilter, family: int, seq: int) -> bytes:
@@ -459,32 +615,24 @@ def encode_dump(flt: FlowFilter, family: int, seq: int) -> bytes:
     :meth:`FlowFilter.matches`. Needs Linux >= 5.8 for tuple filters (CTA_FILTER).
     """
     proto = flt.proto_num
-    orig, orig_flags = _filter_side(CTA_TUPLE_ORIG, proto, None, flt.orig_dst, None, flt.orig_dport)
-    reply, reply_flags = _filter_side(
-        CTA_TUPLE_REPLY, proto, flt.reply_src, None, flt.reply_sport, None
-    )
-    attrs = orig + reply
+    orig, orig_flags = _filter_side(proto, None, flt.orig_dst, None, flt.orig_dport)
+    reply, reply_flags = _filter_side(proto, flt.reply_src, None, flt.reply_sport, None)
+    values: Values = {"orig": orig, "reply": reply}
     if flt.dnat is not None:
         # Status filters need Linux >= 5.15 (CTA_STATUS_MASK).
-        attrs += be32_attr(CTA_STATUS, IPS_DST_NAT if flt.dnat else 0)
-        attrs += be32_attr(CTA_STATUS_MASK, IPS_DST_NAT)
+        values["status"] = IPS_DST_NAT if flt.dnat else 0
+        values["status_mask"] = IPS_DST_NAT
     if orig_flags or reply_flags:
-        attrs += nest(
-            CTA_FILTER,
-            u32_attr(CTA_FILTER_ORIG_FLAGS, orig_flags),
-            u32_attr(CTA_FILTER_REPLY_FLAGS, reply_flags),
-        )
+        values["filter"] = {"orig_flags": orig_flags, "reply_flags": reply_flags}
+    attrs = write_attrs(CT_MESSAGE, values)
     return _message(IPCTNL_MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, _family_af(family), attrs)
 
 
 def encode_delete(flow: Flow, seq: int) -> bytes:
     """Delete exactly ``flow``: by its original tuple, zone and id (a newer flow that reuses
     the tuple has another id and is left alone)."""
-    attrs = _tuple_attr(CTA_TUPLE_ORIG, flow.orig)
-    if flow.zone:
-        attrs += be16_attr(CTA_ZONE, flow.zone)
-    if flow.id is not None:
-        attrs += be32_attr(CTA_ID, flow.id)
+    values = {"orig": _tuple_values(flow.orig), "zone": flow.zone or None, "id": flow.id}
+    attrs = write_attrs(CT_MESSAGE, values)
     return _message(
         IPCTNL_MSG_CT_DELETE, NLM_F_REQUEST | NLM_F_ACK, seq, _family_af(flow.family), attrs
     )
@@ -494,15 +642,14 @@ def encode_new(flow: Flow, seq: int, *, ack: bool = False) -> bytes:
     """Create ``flow`` (needs ``timeout``); tests and benchmarks use it to fill the table fast."""
     if flow.timeout is None:
         raise ValueError(f"{flow}: a new flow needs a timeout")
-    attrs = (
-        _tuple_attr(CTA_TUPLE_ORIG, flow.orig)
-        + _tuple_attr(CTA_TUPLE_REPLY, flow.reply)
-        + be32_attr(CTA_TIMEOUT, flow.timeout)
-    )
-    if flow.status:
-        attrs += be32_attr(CTA_STATUS, flow.status)
-    if flow.mark:
-        attrs += be32_attr(CTA_MARK, flow.mark)
+    values = {
+        "orig": _tuple_values(flow.orig),
+        "reply": _tuple_values(flow.reply),
+        "timeout": flow.timeout,
+        "status": flow.status or None,
+        "mark": flow.mark or None,
+    }
+    attrs = write_attrs(CT_MESSAGE, values)
     flags = NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL | (NLM_F_ACK if ack else 0)
     return _message(IPCTNL_MSG_CT_NEW, flags, seq, _family_af(flow.family), attrs)
 
@@ -511,100 +658,43 @@ def encode_new(flow: Flow, seq: int, *, ack: bool = False) -> bytes:
 # Decoding
 
 
-def _decode_tuple(buf: bytes, off: int, end: int) -> FlowTuple:
-    src = dst = None
-    proto = sport = dport = 0
-    kind = code = ident = -1
-    for atype, start, stop in spans(buf, off, end):
-        if atype == CTA_TUPLE_IP:
-            for itype, s, e in spans(buf, start, stop):
-                # the classes straight away, not ip_address(): it tries one, then the other
-                raw = buf[s:e]
-                if itype in (CTA_IP_V4_SRC, CTA_IP_V6_SRC):
-                    src = IPv4Address(raw) if e - s == 4 else IPv6Address(raw)
-                elif itype in (CTA_IP_V4_DST, CTA_IP_V6_DST):
-                    dst = IPv4Address(raw) if e - s == 4 else IPv6Address(raw)
-        elif atype == CTA_TUPLE_PROTO:
-            for ptype, s, _e in spans(buf, start, stop):
-                if ptype == CTA_PROTO_NUM:
-                    proto = buf[s]
-                elif ptype == CTA_PROTO_SRC_PORT:
-                    sport = _BE16.unpack_from(buf, s)[0]
-                elif ptype == CTA_PROTO_DST_PORT:
-                    dport = _BE16.unpack_from(buf, s)[0]
-                elif ptype in (CTA_PROTO_ICMP_ID, CTA_PROTO_ICMPV6_ID):
-                    ident = _BE16.unpack_from(buf, s)[0]
-                elif ptype in (CTA_PROTO_ICMP_TYPE, CTA_PROTO_ICMPV6_TYPE):
-                    kind = buf[s]
-                elif ptype in (CTA_PROTO_ICMP_CODE, CTA_PROTO_ICMPV6_CODE):
-                    code = buf[s]
+def _flow_tuple(values: Values | None) -> FlowTuple | None:
+    if values is None:
+        return None
+    src, dst = values.get("src"), values.get("dst")
     if src is None or dst is None:
         raise ValueError("conntrack tuple without addresses")
-    if ident < 0:
+    proto, sport, dport = values.get("proto", 0), values.get("sport", 0), values.get("dport", 0)
+    ident = values.get("id")
+    if ident is None:
         return FlowTuple(src, dst, proto, sport, dport)
-    return FlowTuple(src, dst, proto, sport, dport, (kind, code, ident))
-
-
-def _protoinfo(buf: bytes, off: int, end: int) -> tuple[str, int] | None:
-    """(``tcp_state`` or ``sctp_state``, the state number) from CTA_PROTOINFO."""
-    for atype, start, stop in spans(buf, off, end):
-        if atype == CTA_PROTOINFO_TCP:
-            for ttype, s, _e in spans(buf, start, stop):
-                if ttype == CTA_PROTOINFO_TCP_STATE:
-                    return "tcp_state", buf[s]
-        elif atype == CTA_PROTOINFO_SCTP:
-            for ttype, s, _e in spans(buf, start, stop):
-                if ttype == CTA_PROTOINFO_SCTP_STATE:
-                    return "sctp_state", buf[s]
-    return None
+    return FlowTuple(
+        src, dst, proto, sport, dport, (values.get("type", -1), values.get("code", -1), ident)
+    )
 
 
 def decode_flow(payload: bytes) -> Flow:
     """A flow from the payload of an IPCTNL_MSG_CT_NEW message (a dump reply or an event).
 
     Raises:
-        ValueError: the message lacks a tuple.
+        ValueError: the message lacks a tuple, or a tuple its addresses.
     """
-    orig = reply = None
-    ident = timeout = use = tcp_state = sctp_state = None
-    zone = mark = status = 0
-    # in the order the kernel writes them (ctnetlink_fill_info): fewer tests per attribute
-    for atype, start, stop in spans(payload, NFGENMSG.size):
-        if atype == CTA_TUPLE_ORIG:
-            orig = _decode_tuple(payload, start, stop)
-        elif atype == CTA_TUPLE_REPLY:
-            reply = _decode_tuple(payload, start, stop)
-        elif atype == CTA_STATUS:
-            status = _BE32.unpack_from(payload, start)[0]
-        elif atype == CTA_TIMEOUT:
-            timeout = _BE32.unpack_from(payload, start)[0]
-        elif atype == CTA_PROTOINFO:
-            info = _protoinfo(payload, start, stop)
-            if info is not None and info[0] == "tcp_state":
-                tcp_state = info[1]
-            elif info is not None:
-                sctp_state = info[1]
-        elif atype == CTA_MARK:
-            mark = _BE32.unpack_from(payload, start)[0]
-        elif atype == CTA_ID:
-            ident = _BE32.unpack_from(payload, start)[0]
-        elif atype == CTA_USE:
-            use = _BE32.unpack_from(payload, start)[0]
-        elif atype == CTA_ZONE:
-            zone = _BE16.unpack_from(payload, start)[0]
+    v: Values = {}
+    read_attrs(payload, NFGENMSG.size, len(payload), CT_MESSAGE, v)
+    orig, reply = _flow_tuple(v.get("orig")), _flow_tuple(v.get("reply"))
     if orig is None or reply is None:
         raise ValueError("conntrack message without both tuples")
     return Flow(
         orig=orig,
         reply=reply,
-        id=ident,
-        zone=zone,
-        mark=mark,
-        status=status,
-        timeout=timeout,
-        tcp_state=tcp_state,
-        sctp_state=sctp_state,
-        use=use,
+        id=v.get("id"),
+        zone=v.get("zone", 0),
+        mark=v.get("mark", 0),
+        status=v.get("status", 0),
+        timeout=v.get("timeout"),
+        tcp_state=v.get("tcp_state"),
+        sctp_state=v.get("sctp_state"),
+        use=v.get("use"),
     )
 
 
@@ -621,24 +711,6 @@ def decode_flow(payload: bytes) -> Flow:
 # one ``iter_unpack``. A message with a layout not seen before, or one the walk cannot vouch
 # for, goes through :func:`decode_flow` and :func:`conntrack_line`.
 
-_TUPLE_CODES = {
-    CTA_PROTO_NUM: ("proto", "B"),
-    CTA_PROTO_SRC_PORT: ("sport", "H"),
-    CTA_PROTO_DST_PORT: ("dport", "H"),
-    CTA_PROTO_ICMP_ID: ("id", "H"),
-    CTA_PROTO_ICMPV6_ID: ("id", "H"),
-    CTA_PROTO_ICMP_TYPE: ("type", "B"),
-    CTA_PROTO_ICMPV6_TYPE: ("type", "B"),
-    CTA_PROTO_ICMP_CODE: ("code", "B"),
-    CTA_PROTO_ICMPV6_CODE: ("code", "B"),
-}
-_TOP_CODES = {
-    CTA_ZONE: ("zone", "H"),
-    CTA_MARK: ("mark", "I"),
-    CTA_STATUS: ("status", "I"),
-    CTA_TIMEOUT: ("timeout", "I"),
-    CTA_USE: ("use", "I"),
-}
 _MAX_LAYOUTS = 64
 """Layouts remembered per formatter; past that, unseen ones are decoded in full."""
 
@@ -658,45 +730,43 @@ def _children(buf: bytes, off: int, end: int, headers: list[int]) -> Iterator[tu
 
 
 def _walk(payload: bytes) -> tuple[list[int], dict[str, tuple[int, str]]]:
-    """Where :func:`decode_flow` reads each value a line shows: (offset, struct code) by field,
-    and the offsets of the attribute headers it looks at on the way."""
+    """Where :func:`decode_flow` reads each value a line shows: (offset, struct code) by field
+    (a tuple's prefixed ``o``/``r``: ``osrc``), and the offsets of the attribute headers it
+    looks at on the way."""
     headers: list[int] = []
     where: dict[str, tuple[int, str]] = {}
-    for atype, start, stop in _children(payload, NFGENMSG.size, len(payload), headers):
-        if atype in (CTA_TUPLE_ORIG, CTA_TUPLE_REPLY):
-            side = "o" if atype == CTA_TUPLE_ORIG else "r"
-            for k in [k for k in where if k[0] == side]:  # a repeated tuple replaces the first
-                del where[k]
-            for ttype, s, e in _children(payload, start, stop, headers):
-                if ttype == CTA_TUPLE_IP:
-                    for itype, s2, e2 in _children(payload, s, e, headers):
-                        if e2 - s2 not in (4, 16):
-                            raise _Unlearnable
-                        if itype in (CTA_IP_V4_SRC, CTA_IP_V6_SRC):
-                            where[side + "src"] = (s2, f"{e2 - s2}s")
-                        elif itype in (CTA_IP_V4_DST, CTA_IP_V6_DST):
-                            where[side + "dst"] = (s2, f"{e2 - s2}s")
-                elif ttype == CTA_TUPLE_PROTO:
-                    for ptype, s2, _e2 in _children(payload, s, e, headers):
-                        if ptype in _TUPLE_CODES:
-                            name, code = _TUPLE_CODES[ptype]
-                            where[side + name] = (s2, code)
-        elif atype in _TOP_CODES:
-            name, code = _TOP_CODES[atype]
-            where[name] = (start, code)
-        elif atype == CTA_PROTOINFO:
-            for ptype, s, e in _children(payload, start, stop, headers):
-                if ptype in (CTA_PROTOINFO_TCP, CTA_PROTOINFO_SCTP):
-                    name = "tcp_state" if ptype == CTA_PROTOINFO_TCP else "sctp_state"
-                    found = False
-                    for stype, s2, _e2 in _children(payload, s, e, headers):
-                        if stype == CTA_PROTOINFO_TCP_STATE:  # == CTA_PROTOINFO_SCTP_STATE
-                            where[name] = (s2, "B")
-                            found = True
-                            break
-                    if found:
-                        break
+    _locate(payload, NFGENMSG.size, len(payload), CT_MESSAGE, "", headers, where)
     return headers, where
+
+
+def _locate(
+    buf: bytes,
+    off: int,
+    end: int,
+    tree: Nest,
+    prefix: str,
+    headers: list[int],
+    where: dict[str, tuple[int, str]],
+) -> None:
+    children = tree.children
+    for atype, start, stop in _children(buf, off, end, headers):
+        spec = children.get(atype)
+        if spec is None:
+            continue
+        if isinstance(spec, Nest):
+            inner = prefix
+            if spec.group:
+                inner = spec.group[0]  # orig -> o, reply -> r
+                for k in [k for k in where if k[0] == inner]:  # a repeated tuple replaces the first
+                    del where[k]
+            _locate(buf, start, stop, spec, inner, headers, where)
+        elif spec.shown:
+            code = spec.code
+            if code == "addr":
+                if stop - start not in _ADDRESS:
+                    raise _Unlearnable
+                code = f"{stop - start}s"
+            where[prefix + spec.field] = (start, code)
 
 
 class _Layout:
