@@ -90,6 +90,11 @@ def one_run(elements: int, flows: int) -> dict[str, float]:
     from nlproxy.conntrack import kernel, messages
     from nlproxy.nft import readsets
 
+    try:  # a checkout with the line layouts beside the codec
+        from nlproxy.conntrack.lines import LineFormatter
+    except ImportError:  # an older one: they were in the codec's module
+        LineFormatter = messages.LineFormatter
+
     elems = element_messages(elements)
     datagrams, payloads = flow_datagrams(messages, flows)
 
@@ -107,12 +112,12 @@ def one_run(elements: int, flows: int) -> dict[str, float]:
             messages.decode_flow(p)
 
     def lines() -> None:
-        fmt = messages.LineFormatter()
+        fmt = LineFormatter()
         for p in payloads:
             fmt.line(p)
 
     def datagram_lines() -> None:
-        fmt = messages.LineFormatter()
+        fmt = LineFormatter()
         fmt.line(payloads[0])
         n = sum(len(fmt.datagram(d) or ()) for d in datagrams)
         assert n == flows

@@ -1,7 +1,9 @@
 """Stage ⑤, an effect of a sync: conntrack flows that lost their endpoint.
 
 - ``plan``: which flows are stale, from the programmed frontends before and after (pure).
-- ``messages``: nlproxy's own ctnetlink codec (dump, filter, delete).
+- ``messages``: nlproxy's own ctnetlink codec (dump, filter, delete), its attribute tree declared
+  once (``CT_MESSAGE``).
+- ``lines``: ``conntrack -L`` lines straight from the bytes, by layouts learnt from that tree.
 - ``kernel``: the ctnetlink socket: list and delete flows.
 - ``sysctl``: kube-proxy's conntrack sysctls, set at daemon start.
 - ``query``: ``nlproxy conntrack list|flush``: select flows (filters, a Service, stale ones),

@@ -26,11 +26,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 
+from nlproxy.conntrack.lines import LineFormatter
 from nlproxy.conntrack.messages import (
     Flow,
     FlowFilter,
     FlowTuple,
-    LineFormatter,
     decode_flow,
     encode_delete,
     encode_dump,

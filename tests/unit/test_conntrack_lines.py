@@ -8,6 +8,7 @@ from ipaddress import ip_address
 
 import pytest
 
+from nlproxy.conntrack.lines import LineFormatter
 from nlproxy.conntrack.messages import (
     _BE16,
     _BE32,
@@ -25,7 +26,6 @@ from nlproxy.conntrack.messages import (
     IPS_SEEN_REPLY,
     Flow,
     FlowTuple,
-    LineFormatter,
     _nest,
     _nla,
     _tuple_attr,

@@ -7,6 +7,7 @@ from ipaddress import ip_address
 
 import pytest
 
+from nlproxy.conntrack import lines
 from nlproxy.conntrack import messages as m
 from nlproxy.conntrack.messages import CT_MESSAGE, Flow, FlowTuple, Leaf, Nest
 
@@ -56,7 +57,7 @@ def test_what_the_table_writes_it_reads_back(flow: Flow) -> None:
 @pytest.mark.parametrize("flow", _flows(), ids=str)
 def test_the_walk_finds_each_shown_value_where_the_decoder_reads_it(flow: Flow) -> None:
     payload = bytes(4) + m.write_attrs(CT_MESSAGE, _values(flow))
-    _headers, where = m._walk(payload)
+    _headers, where = lines._walk(payload)
     decoded: m.Values = {}
     m.read_attrs(payload, 4, len(payload), CT_MESSAGE, decoded)
     expected = {}
