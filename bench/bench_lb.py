@@ -39,7 +39,7 @@ from nlproxy.cluster.model import EndpointSlice, LoadBalancing
 from nlproxy.nft.ir import Element, Family, Operation, Rule, Ruleset
 from nlproxy.nft.jhash import nft_jhash
 from nlproxy.nft.reconcile import diff
-from nlproxy.proxy.maglev import lookup_table, table_size
+from nlproxy.proxy.hashring import lookup_table, table_size
 from nlproxy.proxy.planner import plan
 from nlproxy.sync.syncer import Syncer, SyncResult, as_programmed
 

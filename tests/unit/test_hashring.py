@@ -14,7 +14,7 @@ from nlproxy.nft.jhash import hash_of, jhash, nft_jhash
 from nlproxy.nft.reconcile import diff
 from nlproxy.nft.render import render_ruleset
 from nlproxy.proxy import naming as n
-from nlproxy.proxy.maglev import MAX_TABLE, _is_prime, default_seed, lookup_table, table_size
+from nlproxy.proxy.hashring import MAX_TABLE, _is_prime, default_seed, lookup_table, table_size
 from nlproxy.proxy.planner import plan
 from nlproxy.proxy.tracer import trace
 from nlproxy.sync.syncer import as_programmed
