@@ -1,5 +1,6 @@
 """bench_lb.py on a small cluster: it runs, and the facts its figures rest on hold (a
-consistent-hash endpoint change is element updates; Maglev's excess is within its bound)."""
+consistent-hash endpoint change is element updates; one endpoint more or less moves at most
+2/(N+1) of the clients)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ def test_small_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert set(cost) == {"random", "round-robin", "consistent-hash"}
     ch = cost["consistent-hash"]
     assert ch["per_service"]["sets"] == 1
-    assert ch["per_service"]["elements"] >= 1601
+    assert ch["per_service"]["elements"] >= 4096
     for change in ("replaced", "removed"):
         assert ch[change]["incremental"]
         assert set(ch[change]["kinds"]) <= {"add element", "delete element"}
     (worst,) = [r for r in rows if r["part"] == "disruption-worst"]
-    assert worst["worst_excess_pct"] <= 2.0
+    assert worst["worst_moved_vs_bound"] <= 1.0

@@ -191,7 +191,7 @@ def test_explain_names_the_algorithm_and_the_clients_pod(
         report = json.loads(capsys.readouterr().out)
         algorithms = {fe["load_balancing"] for fe in report["frontends"]}
         assert len(algorithms) == 1
-        assert algorithms.pop().startswith("consistent-hash (jhash ip saddr mod 1601 seed 0x")
+        assert algorithms.pop().startswith("consistent-hash (jhash ip saddr mod 4096 seed 0x")
         traced = {t["frontend"]: t["endpoints"] for t in report["trace"]["results"]}
         assert traced[f"{VIP}:80/TCP"] == [by_pod[reached[src]]], traced
     apply(testbed, tmp_path, _web(testbed, PODS, {LB: "round-robin"}))
