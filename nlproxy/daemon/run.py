@@ -131,6 +131,8 @@ class Daemon:
     def _synced(self, result: SyncResult, changed: set[ServiceKey] | None) -> None:
         """After each successful sync: object counts, health checks, reachability."""
         self.metrics.rejected_services.set(len(result.excluded))
+        for reason, count in self.syncer.balancing.counts.items():
+            self.metrics.lb_defaulted.labels(reason=reason).set(count)
         if result.plan is None:
             return
         self._ports = result.plan.ports  # updated in place by later syncs: copied at a scrape

@@ -41,6 +41,7 @@ from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.layout import Programmed, delta_frontends, udp_only
 from nlproxy.proxy.planner import Plan, gc_paused, plan
+from nlproxy.sync.balancing import BalancingGuard
 from nlproxy.sync.isolation import Isolation, owners
 
 FAMILIES = (Family.IP, Family.IP6)
@@ -122,6 +123,7 @@ class Syncer:
         self._in_step = False
         self.conntrack_deleted_total = 0
         self.isolation = Isolation(self.log)
+        self.balancing = BalancingGuard(config.load_balancing, self.log)
         # The family and operations of the last rejected batch.
         self._failed: tuple[Family, list[Operation]] | None = None
         self._conntrack: dict[Family, tuple[int, float]] = {}
@@ -162,13 +164,16 @@ class Syncer:
                 results, accumulated); None: found by comparing objects by identity. Only
                 used on the incremental path.
 
-        Services the kernel rejects are left out and named in the result's ``excluded``.
+        Services the kernel rejects are left out and named in the result's ``excluded``;
+        Services past the load-balancing budget are planned with random choice
+        (:attr:`balancing`).
 
         Raises:
             KernelError: the kernel rejected the transaction and no service could be blamed
                 (nothing of that family's batch was applied).
         """
         with gc_paused():  # a collection would walk the whole cached plan
+            snapshot, changed = self.balancing.apply(snapshot, changed)
             return self._sync_isolating(snapshot, changed)
 
     def _sync_isolating(

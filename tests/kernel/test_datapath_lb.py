@@ -267,3 +267,70 @@ def test_consistent_hash_over_ipv6_is_as_traced(testbed6: Testbed, tmp_path: Pat
         traced[src] = by_ip[endpoint.rsplit(":", 1)[0].strip("[]")]
     assert len(set(seen.values())) > 1, seen
     assert seen == traced
+
+
+# -- what nlproxy does not take: typos and tables past the budget ------------------------------
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        pytest.param({LB: "roundrobin"}, id="unknown-algorithm"),
+        pytest.param(
+            {LB: "consistent-hash", "nlproxy.io/consistent-hash-key": "source-ip"},
+            id="unknown-hash-key",
+        ),
+    ],
+)
+def test_a_typo_in_an_annotation_keeps_the_service_up(
+    testbed: Testbed,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    annotations: dict[str, str],
+) -> None:
+    """The API server never validates annotations: the ClusterIP and node port still answer,
+    with the default for the misspelt value (the client address alone for a bad hash key),
+    and the run names the field."""
+    _add_clients(testbed)
+    apply(testbed, tmp_path, _web(testbed, ALL_PODS, annotations))
+    assert "service.annotation_ignored" in capsys.readouterr().err
+    seen = _pods(testbed.pod("pod-a").netns, VIP, 80, "tcp", 8)
+    assert set(seen) <= set(ALL_PODS)
+    _pods(testbed.client.netns, str(testbed.node.ipv4), NODE_PORTS["tcp"], "tcp", 2)
+    if LB in annotations and annotations[LB] == "consistent-hash":
+        assert _choices(testbed, VIP, 80) == _traced(testbed, VIP, 80)
+
+
+def _many_ports(tb: Testbed, count: int, annotations: dict[str, str]) -> list[dict[str, Any]]:
+    """``web`` with ``count`` TCP ports (80, 81, …), all to the pods' 8080."""
+    ports = [
+        {"name": f"p{i}", "port": 80 + i, "targetPort": 8080, "protocol": "TCP"}
+        for i in range(count)
+    ]
+    svc = topo.service("web", VIP, ports)
+    svc["metadata"]["annotations"] = annotations
+    eps = [topo.endpoint(str(tb.pod(p).ipv4), tb.pod(p).node) for p in ALL_PODS]
+    slice_ports = [{"name": f"p{i}", "port": 8080, "protocol": "TCP"} for i in range(count)]
+    return [svc, topo.endpoint_slice("web", eps, slice_ports)]
+
+
+def test_a_service_past_the_element_budget_falls_back_to_random(
+    testbed: Testbed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """17 consistent-hash ports would be 17 tables of 4096 slots, past the budget of 65536
+    elements per Service: the Service is programmed with random choice, named in a warning,
+    and answers on every port; within the budget (16 ports) it gets its tables."""
+    apply(testbed, tmp_path, _many_ports(testbed, 17, {LB: "consistent-hash"}))
+    err = capsys.readouterr().err
+    assert "service.over_budget" in err
+    assert "default/web" in err
+    rules = topo.nft_ruleset(testbed)
+    assert "jhash" not in rules
+    assert "lb-cluster-" not in rules
+    ns = testbed.pod("pod-a").netns
+    for port in (80, 88, 96):
+        assert set(_pods(ns, VIP, port, "tcp", 3)) <= set(ALL_PODS)
+    apply(testbed, tmp_path, _many_ports(testbed, 16, {LB: "consistent-hash"}))
+    assert "service.over_budget" not in capsys.readouterr().err
+    assert topo.nft_ruleset(testbed).count("jhash") == 16
+    assert set(_pods(ns, VIP, 95, "tcp", 3)) <= set(ALL_PODS)
