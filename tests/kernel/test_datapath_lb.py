@@ -299,6 +299,12 @@ def test_a_typo_in_an_annotation_keeps_the_service_up(
     _pods(testbed.client.netns, str(testbed.node.ipv4), NODE_PORTS["tcp"], "tcp", 2)
     if LB in annotations and annotations[LB] == "consistent-hash":
         assert _choices(testbed, VIP, 80) == _traced(testbed, VIP, 80)
+    argv = ["--netns", testbed.node.netns, "explain", "default/web", "--manifests", str(tmp_path)]
+    main(argv)
+    out = capsys.readouterr().out
+    (field,) = [k for k in annotations if annotations[k] not in ("consistent-hash",)]
+    assert f"PROBLEM: Service default/web: metadata.annotations[{field}]" in out, out
+    assert "the default is kept" in out
 
 
 def _many_ports(tb: Testbed, count: int, annotations: dict[str, str]) -> list[dict[str, Any]]:
@@ -330,6 +336,14 @@ def test_a_service_past_the_element_budget_falls_back_to_random(
     ns = testbed.pod("pod-a").netns
     for port in (80, 88, 96):
         assert set(_pods(ns, VIP, port, "tcp", 3)) <= set(ALL_PODS)
+    argv = ["--netns", testbed.node.netns, "explain", "default/web", "--manifests", str(tmp_path)]
+    main(argv)
+    out = capsys.readouterr().out
+    assert (
+        "load balancing  consistent-hash asked; random: 69632 elements past the service budget"
+        in out
+    ), out
+    assert "load balancing: random" in out
     apply(testbed, tmp_path, _many_ports(testbed, 16, {LB: "consistent-hash"}))
     assert "service.over_budget" not in capsys.readouterr().err
     assert topo.nft_ruleset(testbed).count("jhash") == 16
