@@ -9,6 +9,15 @@ Three parts, JSON lines each:
   goes: the operations of each sync (by kind, from the planner's diff), whether it was
   incremental and its commit time (one batch).
 - ``budget``: the elements 10,000 services would hold if every one opted in, per N.
+- ``wait``: how long an unrelated Service's change waits behind one big opted-in Service on a
+  node with 200 other Services: the syncs that create the big Service and change one of its
+  endpoints, then the sync of another Service's change (a change that arrives while the big
+  sync runs waits for it, then its own: ``worst_wait_s``). Cases: the attack of issue 26
+  (20 ports x 1000 endpoints, consistent hashing: past the budget, so random), the largest
+  Services within the budget (4 ports x 128 endpoints; one port of 500: 16384 elements; one of
+  600 is a 65536-slot table, past it), and
+  20 ports x 200 endpoints with the budget and with it lifted (side by side: what the budget
+  saves).
 - ``disruption``: for each N from 1 to 64, the share of table slots (what a uniform hash
   moves) and of 4000 simulated clients (hashed as the kernel does) that change endpoint between
   N and N+1 endpoints (three random draws each), as a ratio to the bound 2/(N+1), and the
@@ -35,10 +44,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_incremental import CONFIG, _up, cluster, eps_slice, namespace
-from nlproxy.cluster.model import EndpointSlice, LoadBalancing
+from nlproxy.cluster.model import (
+    Endpoint,
+    EndpointPort,
+    EndpointSlice,
+    IPFamily,
+    LoadBalancing,
+    Protocol,
+    Service,
+    ServiceKey,
+    ServicePort,
+    ServicePortRef,
+    ServiceType,
+)
 from nlproxy.nft.ir import Element, Family, Operation, Rule, Ruleset
 from nlproxy.nft.jhash import nft_jhash
 from nlproxy.nft.reconcile import diff
+from nlproxy.proxy import budget as lb_budget
 from nlproxy.proxy.hashring import lookup_table, table_size
 from nlproxy.proxy.planner import plan
 from nlproxy.sync.syncer import Syncer, SyncResult, as_programmed
@@ -136,6 +158,115 @@ def budget(endpoints: int) -> dict[str, object]:
     }
 
 
+def _big(ports: int, endpoints: int, moved: int | None = None) -> tuple[Service, EndpointSlice]:
+    """``lb/big``: ``ports`` TCP ports, consistent hashing, ``endpoints`` endpoints (the one at
+    index ``moved`` at a new address)."""
+    key = ServiceKey(namespace="lb", name="big")
+    sps = tuple(
+        ServicePort(
+            ref=ServicePortRef(
+                namespace="lb", name="big", port_name=f"p{j}", protocol=Protocol.TCP
+            ),
+            port=80 + j,
+            target_port=8080,
+        )
+        for j in range(ports)
+    )
+    svc = Service(
+        key=key,
+        type=ServiceType.CLUSTER_IP,
+        cluster_ips=(IPv4Address("10.111.255.254"),),
+        ports=sps,
+        load_balancing=LoadBalancing.CONSISTENT_HASH,
+        created="2026-01-01T00:00:00Z",
+    )
+    base = IPv4Address("10.200.0.1")
+    eps = tuple(
+        Endpoint(
+            ip=base + (j if j != moved else 60000),
+            ready=True,
+            serving=True,
+            terminating=False,
+            node_name="node-1",
+        )
+        for j in range(endpoints)
+    )
+    sl = EndpointSlice(
+        namespace="lb",
+        name="big-abcde",
+        service=key,
+        family=IPFamily.IPV4,
+        ports=tuple(
+            EndpointPort(name=f"p{j}", port=8080, protocol=Protocol.TCP) for j in range(ports)
+        ),
+        endpoints=eps,
+    )
+    return svc, sl
+
+
+def _timed(syncer: Syncer, state: object) -> tuple[float, SyncResult]:
+    t = time.perf_counter()
+    result = syncer.sync(state.snapshot())  # type: ignore[attr-defined]
+    return time.perf_counter() - t, result
+
+
+def wait(case: str, ports: int, endpoints: int, *, budget: bool = True) -> dict[str, object]:
+    saved = lb_budget.SERVICE_BUDGET, lb_budget.NODE_BUDGET
+    if not budget:
+        lb_budget.SERVICE_BUDGET = lb_budget.NODE_BUDGET = 1 << 40
+    try:
+        state = cluster(200, 10, nodeport_every=0)
+        with namespace() as ns:
+            syncer = Syncer(CONFIG, netns=ns)
+            try:
+                syncer.sync(state.snapshot())
+                state.apply([_up(x) for x in _big(ports, endpoints)])
+                create_s, created = _timed(syncer, state)
+                fallbacks = dict(syncer.balancing.fallbacks)
+                state.apply([_up(_big(ports, endpoints, moved=endpoints // 2)[1])])
+                change_s, changed = _timed(syncer, state)
+                state.apply([_up(replaced(10))])  # service 0: one endpoint at a new address
+                other_s, _ = _timed(syncer, state)
+            finally:
+                syncer.close()
+    finally:
+        lb_budget.SERVICE_BUDGET, lb_budget.NODE_BUDGET = saved
+    big_key = ServiceKey(namespace="lb", name="big")
+    elements = 0
+    if created.plan is not None:
+        elements = sum(
+            len(els)
+            for name, els in created.plan.rulesets[Family.IP].elements.items()
+            if name.startswith("lb-")
+        )
+    return {
+        "bench": "lb",
+        "part": "wait",
+        "case": case,
+        "budget": budget,
+        "ports": ports,
+        "endpoints": endpoints,
+        "fell_back": big_key in fallbacks,
+        "lb_elements": elements,
+        "create_s": round(create_s, 3),
+        "create_ops": created.total_ops,
+        "change_s": round(change_s, 3),
+        "change_ops": changed.total_ops,
+        "other_change_s": round(other_s, 3),
+        "worst_wait_s": round(max(create_s, change_s) + other_s, 3),
+    }
+
+
+WAIT_CASES = (
+    ("attack 20x1000", 20, 1000, True),
+    ("4x128 (at the Service budget)", 4, 128, True),
+    ("1x500 (one 16384 table)", 1, 500, True),
+    ("1x600 (one 65536 table, past it)", 1, 600, True),
+    ("20x200", 20, 200, True),
+    ("20x200", 20, 200, False),
+)
+
+
 def _eps(count: int, rng: random.Random) -> list[tuple[IPv4Address, int]]:
     return sorted({(IPv4Address(rng.getrandbits(32)), 8080) for _ in range(count)})
 
@@ -182,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--services", type=int, default=200)
     parser.add_argument("--endpoints", type=int, nargs="+", default=[2, 10, 100])
     parser.add_argument("--skip-kernel", action="store_true", help="only the pure parts")
+    parser.add_argument("--skip-wait", action="store_true", help="no wait part")
     args = parser.parse_args(argv)
     for n in args.endpoints:
         if not args.skip_kernel:
@@ -193,6 +325,12 @@ def main(argv: list[str] | None = None) -> int:
                 row["kernel_vs_random"] = None if ratio is None else round(ratio, 1)
                 print(json.dumps(row), flush=True)
         print(json.dumps(budget(n)), flush=True)
+    if not (args.skip_kernel or args.skip_wait):
+        waits = [wait(case, p, e, budget=b) for case, p, e, b in WAIT_CASES]
+        lifted = waits[-1]["worst_wait_s"]
+        for row in waits:
+            row["wait_vs_budget_lifted"] = round(float(row["worst_wait_s"]) / float(lifted), 3)  # type: ignore[arg-type]
+            print(json.dumps(row), flush=True)
     rows = disruption()
     for row in rows:
         print(json.dumps(row), flush=True)

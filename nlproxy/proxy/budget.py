@@ -33,10 +33,10 @@ from nlproxy.cluster.model import (
 )
 from nlproxy.proxy.hashring import table_size
 
-SERVICE_BUDGET = 65536
-"""Most elements of one Service's round-robin or consistent-hash maps (both families): one
-port with a 65536-slot table, or 16 ports of 4096."""
-NODE_BUDGET = 262144
+SERVICE_BUDGET = 16384
+"""Most elements of one Service's round-robin or consistent-hash maps (both families): four
+consistent-hash ports of up to 128 endpoints (4096 slots each), or one of up to 512."""
+NODE_BUDGET = 131072
 """Most elements of every opted-in Service's maps together on one node."""
 
 

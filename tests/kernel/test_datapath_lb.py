@@ -323,10 +323,10 @@ def _many_ports(tb: Testbed, count: int, annotations: dict[str, str]) -> list[di
 def test_a_service_past_the_element_budget_falls_back_to_random(
     testbed: Testbed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """17 consistent-hash ports would be 17 tables of 4096 slots, past the budget of 65536
+    """5 consistent-hash ports would be 5 tables of 4096 slots, past the budget of 16384
     elements per Service: the Service is programmed with random choice, named in a warning,
-    and answers on every port; within the budget (16 ports) it gets its tables."""
-    apply(testbed, tmp_path, _many_ports(testbed, 17, {LB: "consistent-hash"}))
+    and answers on every port; within the budget (4 ports) it gets its tables."""
+    apply(testbed, tmp_path, _many_ports(testbed, 5, {LB: "consistent-hash"}))
     err = capsys.readouterr().err
     assert "service.over_budget" in err
     assert "default/web" in err
@@ -334,17 +334,17 @@ def test_a_service_past_the_element_budget_falls_back_to_random(
     assert "jhash" not in rules
     assert "lb-cluster-" not in rules
     ns = testbed.pod("pod-a").netns
-    for port in (80, 88, 96):
+    for port in (80, 82, 84):
         assert set(_pods(ns, VIP, port, "tcp", 3)) <= set(ALL_PODS)
     argv = ["--netns", testbed.node.netns, "explain", "default/web", "--manifests", str(tmp_path)]
     main(argv)
     out = capsys.readouterr().out
     assert (
-        "load balancing  consistent-hash asked; random: 69632 elements past the service budget"
+        "load balancing  consistent-hash asked; random: 20480 elements past the service budget"
         in out
     ), out
     assert "load balancing: random" in out
-    apply(testbed, tmp_path, _many_ports(testbed, 16, {LB: "consistent-hash"}))
+    apply(testbed, tmp_path, _many_ports(testbed, 4, {LB: "consistent-hash"}))
     assert "service.over_budget" not in capsys.readouterr().err
-    assert topo.nft_ruleset(testbed).count("jhash") == 16
-    assert set(_pods(ns, VIP, 95, "tcp", 3)) <= set(ALL_PODS)
+    assert topo.nft_ruleset(testbed).count("jhash") == 4
+    assert set(_pods(ns, VIP, 83, "tcp", 3)) <= set(ALL_PODS)

@@ -87,13 +87,13 @@ def test_the_attack_falls_back_to_random_and_others_keep_theirs() -> None:
 
 
 def test_the_node_budget_keeps_the_older_services() -> None:
-    """Services of 16 tables each (65536 elements): four fit the node; the fifth, the youngest,
+    """Services of 4 tables each (16384 elements): eight fit the node; the ninth, the youngest,
     falls back, whatever its name; when an older one goes, it gets its tables back."""
-    assert NODE_BUDGET == 4 * SERVICE_BUDGET
+    assert NODE_BUDGET == 8 * SERVICE_BUDGET
     pairs = [
-        _svc(f"s{i}", 16, 3, load_balancing=CH, created=f"2026-01-0{9 - i}T00:00:00Z")
-        for i in range(1, 6)
-    ]  # s5 is the oldest, s1 the youngest
+        _svc(f"s{i}", 4, 3, load_balancing=CH, created=f"2026-01-{30 - i}T00:00:00Z")
+        for i in range(1, 10)
+    ]  # s9 is the oldest, s1 the youngest
     guard = _guard()
     with structlog.testing.capture_logs() as logs:
         guard.apply(_snap(*pairs), None)
@@ -109,9 +109,9 @@ def test_the_node_budget_keeps_the_older_services() -> None:
 
 def test_admit_orders_by_age_then_name() -> None:
     """Without a timestamp, after those with one; equal timestamps by namespace/name."""
-    svcs = [_svc(f"s{i}", 1, 1, created="2026-01-01T00:00:00Z")[0] for i in range(1, 5)]
+    svcs = [_svc(f"s{i}", 1, 1, created="2026-01-01T00:00:00Z")[0] for i in range(1, 9)]
     svcs.insert(0, _svc("s0", 1, 1)[0])
-    demands = {s.key: (CH, SERVICE_BUDGET) for s in svcs}
+    demands = {s.key: (CH, NODE_BUDGET // 8) for s in svcs}  # eight fit
     assert set(admit({s.key: s for s in svcs}, demands)) == {svcs[0].key}
     svcs[0] = replace(svcs[0], created="2026-01-01T00:00:00Z")
     assert set(admit({s.key: s for s in svcs}, demands)) == {svcs[-1].key}
@@ -122,11 +122,11 @@ def test_incremental_plan_follows_a_fallback_like_a_fresh_one() -> None:
     only the changed keys) and a fresh plan agree, and the other Service is untouched."""
     guard = _guard()
     config = tr.config()
-    ok, other = _svc("s1", 16, 128, load_balancing=CH), _svc("s2", 1, 3, load_balancing=RR)
+    ok, other = _svc("s1", 4, 128, load_balancing=CH), _svc("s2", 1, 3, load_balancing=RR)
     snap, _ = guard.apply(_snap(ok, other), None)
     prev = plan(snap, config)
     attach(prev, snap)
-    grown = _svc("s1", 16, 129, load_balancing=CH)  # 16 x 16384: past the budget
+    grown = _svc("s1", 4, 129, load_balancing=CH)  # 4 x 16384: past the budget
     snap2, changed = guard.apply(_snap(grown, other), {grown[0].key})
     updated, deltas = plan_update(prev, snap2, config, changed)
     assert deltas is not None, "in place"
