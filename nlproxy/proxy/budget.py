@@ -14,6 +14,9 @@ so that cost is bounded twice:
   (``creationTimestamp``, then namespace/name), so a new Service cannot push out an older one.
 
 A Service past either keeps working, with random choice; the Syncer warns once and counts it.
+And the daemon builds at most :data:`SYNC_QUOTA` elements of tables per sync: a burst of
+opted-in Services is spread over consecutive syncs (a new one starts on random choice, a
+changed one keeps its old tables a moment), so a change of any other Service joins the next.
 The count is an upper bound made from the objects alone (every endpoint of the port's slices,
 ready or not; a Local map counted whenever a policy is Local), so it does not depend on the
 node and is the same for ``explain``. Pure: no I/O, clock or logging.
@@ -38,6 +41,9 @@ SERVICE_BUDGET = 16384
 consistent-hash ports of up to 128 endpoints (4096 slots each), or one of up to 512."""
 NODE_BUDGET = 131072
 """Most elements of every opted-in Service's maps together on one node."""
+SYNC_QUOTA = SERVICE_BUDGET
+"""Most elements of tables the daemon's one sync builds or rebuilds: more (a burst of new
+opted-in Services, or the first sync) is left for the following syncs, oldest first."""
 
 
 @dataclass(frozen=True, slots=True)

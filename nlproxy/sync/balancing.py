@@ -12,7 +12,7 @@ objects, so a sync costs a pass over the Services, not over their endpoints. No 
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Callable, Mapping, Set
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -45,6 +45,12 @@ class BalancingGuard:
         ] = {}
         self._substitutes: dict[ServiceKey, tuple[Service, Service]] = {}
         self._warned: dict[ServiceKey, tuple[Service, tuple[str, ...]]] = {}
+        self.quota: int | None = None
+        """Most elements of tables one sync may (re)build; None: no limit (``run --once``)."""
+        self.deferred: set[ServiceKey] = set()
+        """Services whose tables wait for the next sync (the loop syncs again at once)."""
+        self._was_deferred: set[ServiceKey] = set()
+        self._handed: dict[ServiceKey, tuple[Service, tuple[EndpointSlice, ...]]] = {}
 
     @property
     def counts(self) -> dict[str, int]:
@@ -58,8 +64,14 @@ class BalancingGuard:
     def apply(
         self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None
     ) -> tuple[ClusterSnapshot, Set[ServiceKey] | None]:
-        """``snapshot`` with the Services past the budget on random choice, and ``changed``
-        with every Service whose status changed (None stays None: everything is compared)."""
+        """``snapshot`` as it is to be planned now, and ``changed`` to match (None stays None:
+        everything is compared).
+
+        Services past the budget are on random choice; with a :attr:`quota`, opted-in Services
+        whose tables would be (re)built past it wait for a later sync, named in
+        :attr:`deferred`: one already programmed with its tables keeps the objects it was
+        planned from, a new one starts on random choice.
+        """
         self._annotations(snapshot)
         demands = self._demand_all(snapshot)
         fallbacks = admit(snapshot.services, {k: v[2:] for k, v in demands.items()})
@@ -74,14 +86,16 @@ class BalancingGuard:
             elif key in snapshot.services:
                 self.log.info("service.within_budget", service=str(key))
         self.fallbacks = fallbacks
-        if changed is not None and flipped:
-            changed = set(changed) | flipped
-        if not fallbacks:
+        keep_old, on_random = self._defer(snapshot, demands, fallbacks)
+        if changed is not None:
+            changed = (set(changed) | flipped | self._was_deferred) - keep_old.keys()
+        self._was_deferred = self.deferred
+        if not (on_random or keep_old):
             self._substitutes.clear()
             return snapshot, changed
-        services = dict(snapshot.services)
+        services, slices = dict(snapshot.services), dict(snapshot.slices)
         subs: dict[ServiceKey, tuple[Service, Service]] = {}
-        for key in fallbacks:
+        for key in on_random:
             svc = services[key]
             old = self._substitutes.get(key)
             sub = old[1] if old is not None and old[0] is svc else None
@@ -89,8 +103,51 @@ class BalancingGuard:
                 sub = replace(svc, load_balancing=LoadBalancing.RANDOM)
             services[key] = sub
             subs[key] = (svc, sub)
+        for key, (svc, old_slices) in keep_old.items():
+            services[key] = svc
+            slices[key] = old_slices
         self._substitutes = subs
-        return replace(snapshot, services=services), changed
+        return replace(snapshot, services=services, slices=slices), changed
+
+    def _defer(
+        self,
+        snapshot: ClusterSnapshot,
+        demands: Mapping[ServiceKey, tuple[Service, tuple[EndpointSlice, ...], LoadBalancing, int]],
+        fallbacks: Mapping[ServiceKey, Fallback],
+    ) -> tuple[dict[ServiceKey, tuple[Service, tuple[EndpointSlice, ...]]], set[ServiceKey]]:
+        """Hand the planner at most :attr:`quota` elements of tables to (re)build, oldest
+        Services first; returns the deferred ones to plan as before (their old objects) and the
+        Services to plan with random choice (past the budget, or deferred and new)."""
+        handed = {k: v for k, v in self._handed.items() if k in demands and k not in fallbacks}
+        keep_old: dict[ServiceKey, tuple[Service, tuple[EndpointSlice, ...]]] = {}
+        on_random = set(fallbacks)
+        deferred: set[ServiceKey] = set()
+        used = 0
+        for key in sorted((k for k in demands if k not in fallbacks), key=self._age(snapshot)):
+            svc, slices, _, elements = demands[key]
+            last = handed.get(key)
+            if last is not None and last[0] is svc and _same(last[1], slices):
+                continue  # planned from these objects already: nothing to build
+            if self.quota is None or used == 0 or used + elements <= self.quota:
+                used += elements
+                handed[key] = (svc, slices)
+                continue
+            deferred.add(key)
+            if last is not None:
+                keep_old[key] = last
+            else:
+                on_random.add(key)
+        self._handed = handed
+        self.deferred = deferred
+        return keep_old, on_random
+
+    @staticmethod
+    def _age(snapshot: ClusterSnapshot) -> Callable[[ServiceKey], tuple[bool, str, ServiceKey]]:
+        def age(key: ServiceKey) -> tuple[bool, str, ServiceKey]:
+            created = snapshot.services[key].created
+            return (not created, created, key)
+
+        return age
 
     def _demand_all(
         self, snapshot: ClusterSnapshot
@@ -103,12 +160,7 @@ class BalancingGuard:
                 continue
             slices = tuple(snapshot.slices.get(key, ()))
             hit = cache.get(key)
-            if (
-                hit is not None
-                and hit[0] is svc
-                and len(hit[1]) == len(slices)
-                and all(a is b for a, b in zip(hit[1], slices, strict=True))
-            ):
+            if hit is not None and hit[0] is svc and _same(hit[1], slices):
                 out[key] = hit
             else:
                 out[key] = (svc, slices, asked, demand(svc, slices, asked))
@@ -127,3 +179,7 @@ class BalancingGuard:
                     self.log.warning("service.annotation_ignored", service=str(key), error=text)
             warned[key] = (svc, svc.annotation_warnings)
         self._warned = warned
+
+
+def _same(a: tuple[EndpointSlice, ...], b: tuple[EndpointSlice, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))

@@ -67,6 +67,9 @@ class SyncResult:
     incremental: bool = False
     excluded: dict[ServiceKey, str] = field(default_factory=dict)
     """Services left out because the kernel rejected them, with the kernel's error."""
+    deferred: set[ServiceKey] = field(default_factory=set)
+    """Services whose round-robin or consistent-hash tables wait for the next sync (past the
+    quota of ``Syncer.balancing``): sync again soon."""
     conntrack: dict[Family, tuple[int, float]] = field(default_factory=dict)
     """Per family whose flows were cleaned up: (flows deleted, seconds it took)."""
 
@@ -174,7 +177,9 @@ class Syncer:
         """
         with gc_paused():  # a collection would walk the whole cached plan
             snapshot, changed = self.balancing.apply(snapshot, changed)
-            return self._sync_isolating(snapshot, changed)
+            result = self._sync_isolating(snapshot, changed)
+            result.deferred = set(self.balancing.deferred)
+            return result
 
     def _sync_isolating(
         self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None

@@ -150,3 +150,46 @@ def test_unknown_annotation_warned_once_and_counted() -> None:
     guard.apply(snapshot([replace(svc, annotation_warnings=())]), None)
     assert guard.counts["unknown annotation"] == 0
     assert ServiceKey(namespace="ns", name="web")
+
+
+def test_a_burst_is_built_a_quota_per_sync_and_the_plan_stays_right() -> None:
+    """Three new consistent-hash Services of 16384 elements each, with a quota of 16384: one
+    gets its tables per sync, oldest first; the others start on random choice. A change of a
+    built one past the quota keeps its old objects until its turn. Each in-place update equals
+    a fresh plan of what was handed over."""
+    guard = _guard()
+    guard.quota = SERVICE_BUDGET
+    config = tr.config()
+    pairs = [
+        _svc(f"s{i}", 4, 3, load_balancing=CH, created=f"2026-01-0{4 - i}T00:00:00Z")
+        for i in range(1, 4)
+    ]  # s3 is the oldest
+    keys = [svc.key for svc, _ in pairs]
+
+    def tables(snap: ClusterSnapshot) -> set[str]:
+        return {str(k) for k, s in snap.services.items() if s.load_balancing is CH}
+
+    snap, _ = guard.apply(_snap(*pairs), None)
+    assert (tables(snap), guard.deferred) == ({"ns/s3"}, {keys[0], keys[1]})
+    prev = plan(snap, config)
+    attach(prev, snap)
+    for want in ({"ns/s3", "ns/s2"}, {"ns/s3", "ns/s2", "ns/s1"}):
+        snap, changed = guard.apply(_snap(*pairs), set())
+        assert tables(snap) == want
+        prev, deltas = plan_update(prev, snap, config, changed)
+        assert deltas is not None
+        assert prev.rulesets == plan(snap, config).rulesets
+    assert guard.deferred == set()
+    # s2 and s3 change in one go: s3 (older) is rebuilt, s2 keeps its old objects a sync.
+    grown = [pairs[0], _svc("s2", 4, 4, load_balancing=CH, created="2026-01-02T00:00:00Z"),
+             _svc("s3", 4, 4, load_balancing=CH, created="2026-01-01T00:00:00Z")]  # fmt: skip
+    snap, changed = guard.apply(_snap(*grown), {keys[1], keys[2]})
+    assert (changed, guard.deferred) == ({keys[2]}, {keys[1]})
+    assert snap.slices[keys[1]] == (pairs[1][1],)
+    prev, _ = plan_update(prev, snap, config, changed)
+    assert prev.rulesets == plan(snap, config).rulesets
+    snap, changed = guard.apply(_snap(*grown), set())
+    assert (changed, guard.deferred) == ({keys[1]}, set())
+    assert snap.slices[keys[1]] == (grown[1][1],)
+    prev, _ = plan_update(prev, snap, config, changed)
+    assert prev.rulesets == plan(snap, config).rulesets
