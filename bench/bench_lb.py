@@ -18,6 +18,9 @@ Three parts, JSON lines each:
   600 is a 65536-slot table, past it), and
   20 ports x 200 endpoints with the budget and with it lifted (side by side: what the budget
   saves).
+- ``burst``: eight Services at the budget created at once, synced as the daemon does (with
+  the per-sync quota, and without it), another Service changing in every sync: the longest
+  sync (what that change may wait) and the time until every table is built.
 - ``disruption``: for each N from 1 to 64, the share of table slots (what a uniform hash
   moves) and of 4000 simulated clients (hashed as the kernel does) that change endpoint between
   N and N+1 endpoints (three random draws each), as a ratio to the bound 2/(N+1), and the
@@ -177,15 +180,15 @@ def budget(endpoints: int) -> dict[str, object]:
     }
 
 
-def _big(ports: int, endpoints: int, moved: int | None = None) -> tuple[Service, EndpointSlice]:
+def _big(
+    ports: int, endpoints: int, moved: int | None = None, name: str = "big", index: int = 0
+) -> tuple[Service, EndpointSlice]:
     """``lb/big``: ``ports`` TCP ports, consistent hashing, ``endpoints`` endpoints (the one at
     index ``moved`` at a new address)."""
-    key = ServiceKey(namespace="lb", name="big")
+    key = ServiceKey(namespace="lb", name=name)
     sps = tuple(
         ServicePort(
-            ref=ServicePortRef(
-                namespace="lb", name="big", port_name=f"p{j}", protocol=Protocol.TCP
-            ),
+            ref=ServicePortRef(namespace="lb", name=name, port_name=f"p{j}", protocol=Protocol.TCP),
             port=80 + j,
             target_port=8080,
         )
@@ -194,12 +197,12 @@ def _big(ports: int, endpoints: int, moved: int | None = None) -> tuple[Service,
     svc = Service(
         key=key,
         type=ServiceType.CLUSTER_IP,
-        cluster_ips=(IPv4Address("10.111.255.254"),),
+        cluster_ips=(IPv4Address("10.111.255.254") - index,),
         ports=sps,
         load_balancing=LoadBalancing.CONSISTENT_HASH,
         created="2026-01-01T00:00:00Z",
     )
-    base = IPv4Address("10.200.0.1")
+    base = IPv4Address("10.200.0.1") + 65536 * index
     eps = tuple(
         Endpoint(
             ip=base + (j if j != moved else 60000),
@@ -212,7 +215,7 @@ def _big(ports: int, endpoints: int, moved: int | None = None) -> tuple[Service,
     )
     sl = EndpointSlice(
         namespace="lb",
-        name="big-abcde",
+        name=f"{name}-abcde",
         service=key,
         family=IPFamily.IPV4,
         ports=tuple(
@@ -268,6 +271,42 @@ def wait(case: str, ports: int, endpoints: int, *, budget: bool = True) -> dict[
         "change_ops": changed.total_ops,
         "other_change_s": round(other_s, 3),
         "worst_wait_s": round(max(create_s, change_s) + other_s, 3),
+    }
+
+
+def burst(count: int, *, quota: bool) -> dict[str, object]:
+    """``count`` Services at the budget (4 ports x 128 endpoints) created at once, synced as
+    the daemon does (again while tables are deferred), with one change of another Service
+    in every sync: the longest sync is what that change may wait."""
+    state = cluster(200, 10, nodeport_every=0)
+    syncs = []
+    with namespace() as ns:
+        syncer = Syncer(CONFIG, netns=ns)
+        syncer.balancing.quota = lb_budget.SYNC_QUOTA if quota else None
+        try:
+            syncer.sync(state.snapshot())
+            for i in range(count):
+                state.apply([_up(x) for x in _big(4, 128, name=f"big{i}", index=i + 1)])
+            t0 = time.perf_counter()
+            while True:
+                state.apply([_up(eps_slice(0, 10, skip=len(syncs) % 10))])
+                took, result = _timed(syncer, state)
+                syncs.append(took)
+                if not result.deferred:
+                    break
+            total = time.perf_counter() - t0
+            fallbacks = len(syncer.balancing.fallbacks)
+        finally:
+            syncer.close()
+    return {
+        "bench": "lb",
+        "part": "burst",
+        "services": count,
+        "quota": quota,
+        "syncs": len(syncs),
+        "node_budget_fallbacks": fallbacks,
+        "longest_sync_s": round(max(syncs), 3),
+        "all_built_s": round(total, 3),
     }
 
 
@@ -345,6 +384,13 @@ def main(argv: list[str] | None = None) -> int:
         lifted = waits[-1]["worst_wait_s"]
         for row in waits:
             row["wait_vs_budget_lifted"] = round(float(row["worst_wait_s"]) / float(lifted), 3)  # type: ignore[arg-type]
+            print(json.dumps(row), flush=True)
+        bursts = [burst(8, quota=q) for q in (True, False)]
+        for row in bursts:
+            row["longest_vs_no_quota"] = round(
+                float(row["longest_sync_s"]) / float(bursts[1]["longest_sync_s"]),  # type: ignore[arg-type]
+                3,
+            )
             print(json.dumps(row), flush=True)
     rows = disruption()
     for row in rows:

@@ -35,3 +35,10 @@ def test_wait_part_falls_back_past_the_budget() -> None:
     assert (within["fell_back"], within["lb_elements"]) == (False, 4096)
     lifted = bench_lb.wait("five", 5, 3, budget=False)
     assert (lifted["fell_back"], lifted["lb_elements"]) == (False, 5 * 4096)
+
+
+def test_burst_part_spreads_tables_over_syncs() -> None:
+    """Two Services at the budget: with the quota, one sync each; without, one sync."""
+    spread = bench_lb.burst(2, quota=True)
+    assert (spread["syncs"], spread["node_budget_fallbacks"]) == (2, 0)
+    assert bench_lb.burst(2, quota=False)["syncs"] == 1
