@@ -348,3 +348,24 @@ def test_a_service_past_the_element_budget_falls_back_to_random(
     assert "service.over_budget" not in capsys.readouterr().err
     assert topo.nft_ruleset(testbed).count("jhash") == 4
     assert set(_pods(ns, VIP, 83, "tcp", 3)) <= set(ALL_PODS)
+
+
+def test_consistent_hash_moves_only_the_clients_of_the_endpoint_that_came_or_went(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    """2 -> 3 -> 4 pods and back to 3, with real connections from 24 client addresses: each
+    step moves only clients to the added pod or off the removed one (whatever the endpoint
+    count, powers of two included); the others stay where they were."""
+    _add_clients(testbed)
+    steps = [["pod-b", "pod-c"], ["pod-a", "pod-b", "pod-c"], ALL_PODS, ["pod-a", "pod-b", "pod-r"]]
+    before: dict[str, str] = {}
+    for prev, pods in zip([[], *steps], steps, strict=False):
+        apply(testbed, tmp_path, _web(testbed, pods, {LB: "consistent-hash"}))
+        now = _choices(testbed, VIP, 80)
+        assert set(now.values()) <= set(pods)
+        if prev:
+            moved = {c for c in CLIENTS if now[c] != before[c]}
+            came, went = set(pods) - set(prev), set(prev) - set(pods)
+            assert all(now[c] in came or before[c] in went for c in moved), (before, now)
+            assert len(moved) < len(CLIENTS), "some clients stay"
+        before = now
