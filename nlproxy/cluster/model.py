@@ -33,8 +33,8 @@ class LoadBalancing(enum.StrEnum):
     """How a Service port chooses an endpoint for a new connection (``nlproxy.io/load-balancing``).
 
     ``random`` is kube-proxy's choice; ``round-robin`` cycles through the endpoints in order;
-    ``consistent-hash`` maps a hash of the client through a Maglev lookup table, the same on
-    every node.
+    ``consistent-hash`` maps a hash of the client through a lookup table filled from a hash
+    ring, the same on every node.
     """
 
     RANDOM = "random"
