@@ -12,7 +12,7 @@ objects, so a sync costs a pass over the Services, not over their endpoints. No 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 UNKNOWN_ANNOTATION = "unknown annotation"
 REASONS = (UNKNOWN_ANNOTATION, "service budget", "node budget")
+LOGGED = 10
+"""Services one sync logs by name as past the budget or back within it."""
 """The ``reason`` label values of the gauge."""
 
 
@@ -43,7 +45,10 @@ class BalancingGuard:
         self._demands: dict[
             ServiceKey, tuple[Service, tuple[EndpointSlice, ...], LoadBalancing, int]
         ] = {}
-        self._substitutes: dict[ServiceKey, tuple[Service, Service]] = {}
+        self._substitutes: dict[ServiceKey, Service] = {}
+        """Services planned with random choice (past the budget, or deferred and new) → the
+        object handed to the planner instead; ``_originals`` holds what it replaces."""
+        self._originals: dict[ServiceKey, Service] = {}
         self._warned: dict[ServiceKey, tuple[Service, tuple[str, ...]]] = {}
         self.quota: int | None = None
         """Most elements of tables one sync may (re)build; None: no limit (``run --once``)."""
@@ -51,6 +56,7 @@ class BalancingGuard:
         """Services whose tables wait for the next sync (the loop syncs again at once)."""
         self._was_deferred: set[ServiceKey] = set()
         self._handed: dict[ServiceKey, tuple[Service, tuple[EndpointSlice, ...]]] = {}
+        self._primed = False
 
     @property
     def counts(self) -> dict[str, int]:
@@ -72,74 +78,131 @@ class BalancingGuard:
         :attr:`deferred`: one already programmed with its tables keeps the objects it was
         planned from, a new one starts on random choice.
         """
-        self._annotations(snapshot)
-        demands = self._demand_all(snapshot)
-        fallbacks = admit(snapshot.services, {k: v[2:] for k, v in demands.items()})
-        flipped = set(fallbacks.keys() ^ self.fallbacks.keys())
-        flipped |= {
-            k for k in fallbacks.keys() & self.fallbacks.keys() if fallbacks[k] != self.fallbacks[k]
-        }
-        for key in sorted(flipped):
+        # Only the Services ``changed`` names (and those deferred) can differ from the last
+        # call: at 10k Services a pass over all of them is most of an incremental sync.
+        keys = None if changed is None or not self._primed else set(changed) | self.deferred
+        self._primed = True
+        self._annotations(snapshot, keys)
+        flipped: set[ServiceKey] = set()
+        fallbacks = self.fallbacks
+        updated = self._update_demands(snapshot, keys)
+        demands = self._demands
+        if updated:
+            fallbacks = admit(snapshot.services, {k: v[2:] for k, v in demands.items()})
+            flipped = set(fallbacks.keys() ^ self.fallbacks.keys())
+            flipped |= {
+                k
+                for k in fallbacks.keys() & self.fallbacks.keys()
+                if fallbacks[k] != self.fallbacks[k]
+            }
+            self._report(snapshot, fallbacks, flipped)
+        refallen = fallbacks is not self.fallbacks
+        self.fallbacks = fallbacks
+        candidates = None if keys is None else (keys | flipped) & demands.keys()
+        keep_old, deferred_new = self._defer(snapshot, fallbacks, candidates, refallen=refallen)
+        if changed is not None:
+            changed = (set(changed) | flipped | self._was_deferred) - keep_old.keys()
+        self._was_deferred = self.deferred
+        # Substitutes change only for the Services ``keys`` names, unless the fallbacks did.
+        # (Set operations over 10k ServiceKeys cost milliseconds: their hash is Python code.)
+        subs, originals = self._substitutes, self._originals
+        todo: Iterable[ServiceKey] = (
+            keys
+            if keys is not None and not refallen
+            else (subs.keys() | fallbacks.keys() | deferred_new)
+        )
+        for key in todo:
+            svc = snapshot.services.get(key)
+            if svc is None or not (key in fallbacks or key in deferred_new):
+                subs.pop(key, None)
+                originals.pop(key, None)
+            elif originals.get(key) is not svc:
+                originals[key] = svc
+                subs[key] = replace(svc, load_balancing=LoadBalancing.RANDOM)
+        if not (subs or keep_old):
+            return snapshot, changed
+        services = dict(snapshot.services)
+        services.update(subs)  # dict into dict: the stored hashes, no __hash__ calls
+        if not keep_old:
+            return replace(snapshot, services=services), changed
+        slices = dict(snapshot.slices)
+        for key, (svc, old_slices) in keep_old.items():
+            services[key] = svc
+            slices[key] = old_slices
+        return replace(snapshot, services=services, slices=slices), changed
+
+    def _report(
+        self,
+        snapshot: ClusterSnapshot,
+        fallbacks: Mapping[ServiceKey, Fallback],
+        flipped: set[ServiceKey],
+    ) -> None:
+        """Log each Service that went past the budget or came back within it; past
+        :data:`LOGGED`, one line with the count (a node default of consistent hashing over
+        thousands of Services would otherwise log thousands of lines)."""
+        ordered = sorted(flipped)
+        for key in ordered[:LOGGED]:
             fb = fallbacks.get(key)
             if fb is not None:
                 self.log.warning("service.over_budget", service=str(key), error=str(fb))
             elif key in snapshot.services:
                 self.log.info("service.within_budget", service=str(key))
-        self.fallbacks = fallbacks
-        keep_old, on_random = self._defer(snapshot, demands, fallbacks)
-        if changed is not None:
-            changed = (set(changed) | flipped | self._was_deferred) - keep_old.keys()
-        self._was_deferred = self.deferred
-        if not (on_random or keep_old):
-            self._substitutes.clear()
-            return snapshot, changed
-        services, slices = dict(snapshot.services), dict(snapshot.slices)
-        subs: dict[ServiceKey, tuple[Service, Service]] = {}
-        for key in on_random:
-            svc = services[key]
-            old = self._substitutes.get(key)
-            sub = old[1] if old is not None and old[0] is svc else None
-            if sub is None:
-                sub = replace(svc, load_balancing=LoadBalancing.RANDOM)
-            services[key] = sub
-            subs[key] = (svc, sub)
-        for key, (svc, old_slices) in keep_old.items():
-            services[key] = svc
-            slices[key] = old_slices
-        self._substitutes = subs
-        return replace(snapshot, services=services, slices=slices), changed
+        if len(ordered) > LOGGED:
+            over = sum(1 for k in ordered[LOGGED:] if k in fallbacks)
+            self.log.warning(
+                "service.over_budget",
+                services=len(ordered) - LOGGED,
+                over=over,
+                error=f"{len(ordered) - LOGGED} more Services changed budget status, {over} of "
+                "them past it (see explain and nlproxy_load_balancing_defaulted_services)",
+            )
 
     def _defer(
         self,
         snapshot: ClusterSnapshot,
-        demands: Mapping[ServiceKey, tuple[Service, tuple[EndpointSlice, ...], LoadBalancing, int]],
         fallbacks: Mapping[ServiceKey, Fallback],
+        candidates: set[ServiceKey] | None,
+        *,
+        refallen: bool,
     ) -> tuple[dict[ServiceKey, tuple[Service, tuple[EndpointSlice, ...]]], set[ServiceKey]]:
         """Hand the planner at most :attr:`quota` elements of tables to (re)build, oldest
-        Services first; returns the deferred ones to plan as before (their old objects) and the
-        Services to plan with random choice (past the budget, or deferred and new)."""
-        handed = {k: v for k, v in self._handed.items() if k in demands and k not in fallbacks}
+        Services first, of the ``candidates`` (None: every opted-in Service); returns the
+        deferred ones to plan as before (their old objects) and the deferred new ones (to plan
+        with random choice meanwhile)."""
+        demands, handed = self._demands, self._handed
+        prune = (
+            list(handed) if candidates is None else [*candidates, *(fallbacks if refallen else ())]
+        )
+        for key in prune:
+            if key not in demands or key in fallbacks:
+                handed.pop(key, None)
         keep_old: dict[ServiceKey, tuple[Service, tuple[EndpointSlice, ...]]] = {}
-        on_random = set(fallbacks)
         deferred: set[ServiceKey] = set()
-        used = 0
-        for key in sorted((k for k in demands if k not in fallbacks), key=self._age(snapshot)):
-            svc, slices, _, elements = demands[key]
+        deferred_new: set[ServiceKey] = set()
+        pool = demands.keys() if candidates is None else candidates
+        dirty = []
+        for key in pool:
+            if key in fallbacks:
+                continue
+            svc, slices, _, _ = demands[key]
             last = handed.get(key)
-            if last is not None and last[0] is svc and _same(last[1], slices):
-                continue  # planned from these objects already: nothing to build
+            if last is None or last[0] is not svc or not _same(last[1], slices):
+                dirty.append(key)  # not planned from these objects yet: tables to build
+        used = 0
+        for key in sorted(dirty, key=self._age(snapshot)):
+            svc, slices, _, elements = demands[key]
             if self.quota is None or used == 0 or used + elements <= self.quota:
                 used += elements
                 handed[key] = (svc, slices)
                 continue
             deferred.add(key)
+            last = handed.get(key)
             if last is not None:
                 keep_old[key] = last
             else:
-                on_random.add(key)
-        self._handed = handed
+                deferred_new.add(key)
         self.deferred = deferred
-        return keep_old, on_random
+        return keep_old, deferred_new
 
     @staticmethod
     def _age(snapshot: ClusterSnapshot) -> Callable[[ServiceKey], tuple[bool, str, ServiceKey]]:
@@ -149,36 +212,67 @@ class BalancingGuard:
 
         return age
 
-    def _demand_all(
-        self, snapshot: ClusterSnapshot
-    ) -> dict[ServiceKey, tuple[Service, tuple[EndpointSlice, ...], LoadBalancing, int]]:
-        out = {}
-        cache = self._demands
-        for key, svc in snapshot.services.items():
-            asked = choice(svc, self.default)
-            if asked is LoadBalancing.RANDOM:
-                continue
-            slices = tuple(snapshot.slices.get(key, ()))
-            hit = cache.get(key)
-            if hit is not None and hit[0] is svc and _same(hit[1], slices):
-                out[key] = hit
-            else:
-                out[key] = (svc, slices, asked, demand(svc, slices, asked))
-        self._demands = out
-        return out
+    def _update_demands(self, snapshot: ClusterSnapshot, keys: set[ServiceKey] | None) -> bool:
+        """Bring the opted-in Services' demands up to date for ``keys`` (None: every Service);
+        whether any changed."""
+        old = self._demands
+        if keys is None:
+            new = {}
+            default = self.default
+            for key, svc in snapshot.services.items():
+                if svc.load_balancing is None and default is LoadBalancing.RANDOM:
+                    continue  # the common case, kept cheap: 10k Services are a pass per sync
+                entry = self._entry(snapshot, key, svc, old.get(key))
+                if entry is not None:
+                    new[key] = entry
+            self._demands = new
+            return new.keys() != old.keys() or any(new[k] is not old[k] for k in new)
+        changed = False
+        for key in keys:
+            cur = snapshot.services.get(key)
+            entry = None if cur is None else self._entry(snapshot, key, cur, old.get(key))
+            if entry is None:
+                changed |= old.pop(key, None) is not None
+            elif entry is not old.get(key):
+                old[key] = entry
+                changed = True
+        return changed
 
-    def _annotations(self, snapshot: ClusterSnapshot) -> None:
+    def _entry(
+        self,
+        snapshot: ClusterSnapshot,
+        key: ServiceKey,
+        svc: Service,
+        hit: tuple[Service, tuple[EndpointSlice, ...], LoadBalancing, int] | None,
+    ) -> tuple[Service, tuple[EndpointSlice, ...], LoadBalancing, int] | None:
+        """``svc``'s demand (``hit`` when its objects are the same), None when it opts out."""
+        asked = choice(svc, self.default)
+        if asked is LoadBalancing.RANDOM:
+            return None
+        slices = tuple(snapshot.slices.get(key, ()))
+        if hit is not None and hit[0] is svc and hit[2] is asked and _same(hit[1], slices):
+            return hit
+        return (svc, slices, asked, demand(svc, slices, asked))
+
+    def _annotations(self, snapshot: ClusterSnapshot, keys: set[ServiceKey] | None) -> None:
         """Warn once per Service and set of problems; forget Services that lost them."""
-        warned = {}
-        for key, svc in snapshot.services.items():
-            if not svc.annotation_warnings:
+        warned = self._warned
+        items: list[tuple[ServiceKey, Service | None]]
+        if keys is None:
+            items = [(k, s) for k, s in snapshot.services.items() if s.annotation_warnings]
+            for key in warned.keys() - {k for k, _ in items}:
+                del warned[key]
+        else:
+            items = [(k, snapshot.services.get(k)) for k in keys]
+        for key, svc in items:
+            if svc is None or not svc.annotation_warnings:
+                warned.pop(key, None)
                 continue
-            old = self._warned.get(key)
+            old = warned.get(key)
             if old is None or old[1] != svc.annotation_warnings:
                 for text in svc.annotation_warnings:
                     self.log.warning("service.annotation_ignored", service=str(key), error=text)
             warned[key] = (svc, svc.annotation_warnings)
-        self._warned = warned
 
 
 def _same(a: tuple[EndpointSlice, ...], b: tuple[EndpointSlice, ...]) -> bool:

@@ -101,9 +101,9 @@ def test_the_node_budget_keeps_the_older_services() -> None:
     assert guard.fallbacks[pairs[0][0].key].reason == "node budget"
     assert [e["event"] for e in logs] == ["service.over_budget"]
     with structlog.testing.capture_logs() as logs:
-        _, changed = guard.apply(_snap(*pairs[:2], *pairs[3:]), set())
+        _, changed = guard.apply(_snap(*pairs[:2], *pairs[3:]), {pairs[2][0].key})  # s3 goes
     assert guard.fallbacks == {}
-    assert changed == {pairs[0][0].key}
+    assert changed == {pairs[0][0].key, pairs[2][0].key}
     assert [(e["event"], e["service"]) for e in logs] == [("service.within_budget", "ns/s1")]
 
 
@@ -193,3 +193,31 @@ def test_a_burst_is_built_a_quota_per_sync_and_the_plan_stays_right() -> None:
     assert snap.slices[keys[1]] == (grown[1][1],)
     prev, _ = plan_update(prev, snap, config, changed)
     assert prev.rulesets == plan(snap, config).rulesets
+
+
+def test_a_node_default_past_the_budget_logs_a_few_lines_and_updates_like_a_full_pass() -> None:
+    """``--load-balancing consistent-hash`` over 50 Services: 32 tables fit the node, 18 fall
+    back, logged as ten names and one count. A later change, handled from the changed keys
+    only, gives what a full pass of a fresh guard gives."""
+    pairs = [_svc(f"s{i}", 1, 2, created=f"2026-01-01T00:00:{i:02d}Z") for i in range(50)]
+    guard = BalancingGuard(CH, structlog.get_logger("test"))
+    with structlog.testing.capture_logs() as logs:
+        snap, _ = guard.apply(_snap(*pairs), None)
+    assert len(guard.fallbacks) == 18
+    assert len(logs) == 11
+    assert logs[-1]["services"] == 8
+    assert logs[-1]["over"] == 8
+
+    def choices(s: ClusterSnapshot) -> dict[ServiceKey, object]:
+        return {k: v.load_balancing for k, v in s.services.items()}
+
+    assert choices(snap) == {
+        p[0].key: (LoadBalancing.RANDOM if i >= 32 else None) for i, p in enumerate(pairs)
+    }
+    # s5 goes: s32, the oldest of those left out, gets its table.
+    rest = pairs[:5] + pairs[6:]
+    incremental, changed = guard.apply(_snap(*rest), {pairs[5][0].key})
+    full, _ = BalancingGuard(CH, structlog.get_logger("test")).apply(_snap(*rest), None)
+    assert choices(incremental) == choices(full)
+    assert changed == {pairs[5][0].key, pairs[32][0].key}
+    assert incremental.services[pairs[33][0].key] is snap.services[pairs[33][0].key]
