@@ -33,8 +33,8 @@ class LoadBalancing(enum.StrEnum):
     """How a Service port chooses an endpoint for a new connection (``nlproxy.io/load-balancing``).
 
     ``random`` is kube-proxy's choice; ``round-robin`` cycles through the endpoints in order;
-    ``consistent-hash`` maps a hash of the client through a Maglev lookup table, the same on
-    every node.
+    ``consistent-hash`` maps a hash of the client through a lookup table filled from a hash
+    ring, the same on every node.
     """
 
     RANDOM = "random"
@@ -107,6 +107,8 @@ class Service:
         load_balancing: the ``nlproxy.io/load-balancing`` annotation; None: the node's default.
         hash_source_port: consistent hashing of the client address and port
             (``nlproxy.io/consistent-hash-key: client-ip-port``), not the address alone.
+        annotation_warnings: nlproxy annotations whose value was not understood and so kept
+            the default, each as ``field: what is wrong``.
         uid: ``metadata.uid``; the default hash seed derives from it (the same on every node).
     """
 
@@ -128,6 +130,7 @@ class Service:
     Services claiming one frontend keeps it."""
     load_balancing: LoadBalancing | None = None
     hash_source_port: bool = False
+    annotation_warnings: tuple[str, ...] = ()
     uid: str = ""
 
 

@@ -210,17 +210,32 @@ def _timestamp(value: object) -> str:
 
 
 def _load_balancing(r: FieldReader, annotations: Mapping[str, str]) -> dict[str, Any]:
-    """nlproxy's own annotations: the endpoint choice and, for consistent hashing, its key. A
-    value it does not know leaves the Service out, named, like any other bad field."""
-    choices = tuple(LoadBalancing)
-    field = f"metadata.annotations[{LOAD_BALANCING_ANNOTATION}]"
-    lb = r.choice(annotations.get(LOAD_BALANCING_ANNOTATION), field, choices, "")
-    field = f"metadata.annotations[{HASH_KEY_ANNOTATION}]"
-    key = r.choice(annotations.get(HASH_KEY_ANNOTATION), field, _HASH_KEYS, "client-ip")
+    """nlproxy's own annotations: the endpoint choice and, for consistent hashing, its key. The
+    API server never validates annotations, so a value nlproxy does not know (a typo such as
+    ``roundrobin``) keeps the default and is noted in ``annotation_warnings``, as kube-proxy
+    treats an unknown ``ipvs.scheduler``: the Service stays up."""
+    warnings: list[str] = []
+    lb = _annotation(r, annotations, LOAD_BALANCING_ANNOTATION, tuple(LoadBalancing), warnings)
+    key = _annotation(r, annotations, HASH_KEY_ANNOTATION, _HASH_KEYS, warnings)
     return {
         "load_balancing": LoadBalancing(lb) if lb else None,
         "hash_source_port": key == "client-ip-port",
+        "annotation_warnings": tuple(warnings),
     }
+
+
+def _annotation(
+    r: FieldReader, annotations: Mapping[str, str], name: str, choices: tuple[str, ...],
+    warnings: list[str],
+) -> str:  # fmt: skip
+    field = f"metadata.annotations[{name}]"
+    text = r.string(annotations.get(name), field) or ""
+    if text and text not in choices:
+        warnings.append(
+            f"{field}: {describe(text)} is not one of {', '.join(choices)}; the default is kept"
+        )
+        return ""
+    return text
 
 
 def _local(r: FieldReader, spec: Mapping[str, Any], policy: str) -> bool:

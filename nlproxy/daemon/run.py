@@ -33,6 +33,7 @@ from nlproxy.inspect.rtnl import interface_addresses
 from nlproxy.inspect.watch import ADDRESS_GROUPS, RouteWatcher
 from nlproxy.log import get_logger
 from nlproxy.nft.monitor import NftMonitor
+from nlproxy.proxy.budget import SYNC_QUOTA
 from nlproxy.proxy.naming import TABLE
 from nlproxy.proxy.planner import PortPlan
 from nlproxy.serve.health import HealthState, configz, healthz
@@ -96,6 +97,9 @@ class Daemon:
             owner=settings.owned_table,
             flush_tcp=settings.conntrack_flush_tcp,
         )
+        # Big round-robin/consistent-hash tables are built a Service's budget per sync, so no
+        # other change waits behind a burst of them (``sync/balancing.py``).
+        self.syncer.balancing.quota = SYNC_QUOTA
         self.reachability = ReachabilityMonitor(
             self.registry, netns=self.netns, on_change=self._unreachable_changed
         )
@@ -131,6 +135,8 @@ class Daemon:
     def _synced(self, result: SyncResult, changed: set[ServiceKey] | None) -> None:
         """After each successful sync: object counts, health checks, reachability."""
         self.metrics.rejected_services.set(len(result.excluded))
+        for reason, count in self.syncer.balancing.counts.items():
+            self.metrics.lb_defaulted.labels(reason=reason).set(count)
         if result.plan is None:
             return
         self._ports = result.plan.ports  # updated in place by later syncs: copied at a scrape

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 
 from nlproxy.cluster.manifests import ManifestLoad
 from nlproxy.cluster.model import (
+    ClusterSnapshot,
     Endpoint,
     EndpointSlice,
     Invalid,
+    LoadBalancing,
     Service,
     ServiceKey,
     ServiceType,
@@ -26,6 +28,7 @@ from nlproxy.cluster.model import (
 from nlproxy.cluster.state import ClusterState
 from nlproxy.explain.rules import FrontendReport
 from nlproxy.nft.ir import Family, IPAddress
+from nlproxy.proxy.budget import Fallback, admit, choice, demand
 from nlproxy.proxy.layout import Frontend
 
 SKIPPED = "skipped: headless, ExternalName or another proxy's Service; nlproxy does not proxy it"
@@ -89,14 +92,47 @@ def service_facts(load: ManifestLoad, key: ServiceKey) -> ServiceFacts:
     state = ClusterState("")
     state.apply(load.changes)
     problems += [m for m in state.refused if m.startswith(f"Service {key}: ")]
+    fallback = None
+    if svc is not None:
+        problems += [f"Service {key}: {w}" for w in svc.annotation_warnings]
+        fallback = _fallback(state.snapshot(), key)
+        if fallback is not None:
+            problems.append(f"Service {key}: {fallback}")
     return ServiceFacts(
         status=status,
-        fields=_fields(svc) if svc is not None else (),
+        fields=(*_fields(svc), ("load balancing", _balancing(svc, fallback)))
+        if svc is not None
+        else (),
         problems=tuple(problems),
         slices=tuple(sorted(slices, key=lambda s: s.name)),
         frontends=tuple(service_frontends(svc)) if svc is not None else (),
         service=svc,
     )
+
+
+def _fallback(snap: ClusterSnapshot, key: ServiceKey) -> Fallback | None:
+    """Whether ``key`` is past the element budget among the manifests' Services (as the daemon
+    decides it; a ``--load-balancing`` default is not known here, so only annotations count)."""
+    demands = {}
+    for k, svc in snap.services.items():
+        asked = choice(svc, LoadBalancing.RANDOM)
+        if asked is not LoadBalancing.RANDOM:
+            demands[k] = (asked, demand(svc, snap.slices.get(k, ()), asked))
+    return admit(snap.services, demands).get(key) if key in demands else None
+
+
+def _balancing(svc: Service, fallback: Fallback | None) -> str:
+    """The endpoint choice the Service asks for (``nlproxy.io/load-balancing``), and what it
+    gets when that is not in effect."""
+    asked = str(svc.load_balancing) if svc.load_balancing else "the node's default"
+    if svc.load_balancing and svc.load_balancing is not LoadBalancing.RANDOM:
+        if svc.affinity_timeout is not None:
+            return f"{asked} asked; ClientIP affinity wins"
+        if fallback is not None:
+            return f"{asked} asked; random: {fallback.elements} elements past the {fallback.reason}"
+    if svc.annotation_warnings:
+        return f"{asked} (an annotation value was not understood, see PROBLEM)"
+    return asked
 
 
 def _service_change(

@@ -5,7 +5,8 @@
 - ``naming``: the name of every nftables object nlproxy creates.
 - ``skeleton``: the static chains and sets, and the shared dispatch chains.
 - ``planner``: cluster snapshot → the desired rulesets and a per-port summary.
-- ``affinity``, ``balance``, ``maglev``: ClientIP affinity, round-robin and consistent hashing.
+- ``affinity``, ``balance``, ``hashring``: ClientIP affinity, round-robin and consistent hashing.
+- ``budget``: which round-robin/consistent-hash Services fit the element budget (else random).
 - ``fragments``, ``changes``, ``incremental``: each service's part of a plan, replayed or
   updated in place for the services that changed.
 - ``tracer``: where a new connection goes through a planned ruleset.

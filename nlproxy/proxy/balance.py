@@ -44,7 +44,7 @@ from nlproxy.nft.ir import (
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.endpoints import Backend, Categorized, externally_accessible
 from nlproxy.proxy.fragments import Recorder
-from nlproxy.proxy.maglev import default_seed, lookup_table, table_size
+from nlproxy.proxy.hashring import default_seed, lookup_table, table_size
 from nlproxy.proxy.skeleton import FIB_SADDR_LOCAL, FamilySpec
 
 

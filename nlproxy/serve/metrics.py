@@ -227,6 +227,15 @@ class Metrics:
             "Services left out because the kernel refused their objects (see the log)",
             registry=registry,
         )
+        self.lb_defaulted = Gauge(
+            "nlproxy_load_balancing_defaulted_services",
+            "Services whose nlproxy.io/load-balancing choice is not in effect: an annotation "
+            "value nlproxy does not know (the default is kept), or round-robin/consistent-hash "
+            "tables past the per-Service or per-node element budget (random choice instead); "
+            "see the log and explain",
+            ["reason"],
+            registry=registry,
+        )
         self.invalid_objects = Gauge(
             "nlproxy_invalid_objects",
             "Objects left out because they failed validation",

@@ -2,5 +2,7 @@
 
 - ``syncer``: one sync: plan, diff against what is programmed, commit, then the effects (conntrack).
 - ``isolation``: a Service the kernel refuses is left out and retried when it changes.
+- ``balancing``: the load-balancing budget applied to each snapshot (random past it), the
+  per-sync quota of tables, and the warnings for annotation values not understood.
 - ``loop``: the rate-limited loop (min sync period, periodic verify, retries) the daemon runs.
 """

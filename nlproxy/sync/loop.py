@@ -269,6 +269,10 @@ class SyncLoop:
             self.log.error("sync.failed", error=str(exc))  # noqa: TRY400 - the message names the object; no traceback
             return False, verify
         self._record(result, pending, verify=verify, readback_ms=read_ms[0] if read_ms else None)
+        if result.deferred:  # tables left for the next sync, which other changes may join
+            self._pending |= result.deferred
+            self._dirty = True
+            self._wake.set()
         if not result.incremental:
             # The plan and programmed state of a large cluster are millions of long-lived
             # objects; without this every full GC pass walks them all (seconds at 10k

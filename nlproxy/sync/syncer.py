@@ -41,6 +41,7 @@ from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.layout import Programmed, delta_frontends, udp_only
 from nlproxy.proxy.planner import Plan, gc_paused, plan
+from nlproxy.sync.balancing import BalancingGuard
 from nlproxy.sync.isolation import Isolation, owners
 
 FAMILIES = (Family.IP, Family.IP6)
@@ -66,6 +67,9 @@ class SyncResult:
     incremental: bool = False
     excluded: dict[ServiceKey, str] = field(default_factory=dict)
     """Services left out because the kernel rejected them, with the kernel's error."""
+    deferred: set[ServiceKey] = field(default_factory=set)
+    """Services whose round-robin or consistent-hash tables wait for the next sync (past the
+    quota of ``Syncer.balancing``): sync again soon."""
     conntrack: dict[Family, tuple[int, float]] = field(default_factory=dict)
     """Per family whose flows were cleaned up: (flows deleted, seconds it took)."""
 
@@ -122,6 +126,7 @@ class Syncer:
         self._in_step = False
         self.conntrack_deleted_total = 0
         self.isolation = Isolation(self.log)
+        self.balancing = BalancingGuard(config.load_balancing, self.log)
         # The family and operations of the last rejected batch.
         self._failed: tuple[Family, list[Operation]] | None = None
         self._conntrack: dict[Family, tuple[int, float]] = {}
@@ -162,14 +167,19 @@ class Syncer:
                 results, accumulated); None: found by comparing objects by identity. Only
                 used on the incremental path.
 
-        Services the kernel rejects are left out and named in the result's ``excluded``.
+        Services the kernel rejects are left out and named in the result's ``excluded``;
+        Services past the load-balancing budget are planned with random choice
+        (:attr:`balancing`).
 
         Raises:
             KernelError: the kernel rejected the transaction and no service could be blamed
                 (nothing of that family's batch was applied).
         """
         with gc_paused():  # a collection would walk the whole cached plan
-            return self._sync_isolating(snapshot, changed)
+            snapshot, changed = self.balancing.apply(snapshot, changed)
+            result = self._sync_isolating(snapshot, changed)
+            result.deferred = set(self.balancing.deferred)
+            return result
 
     def _sync_isolating(
         self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None

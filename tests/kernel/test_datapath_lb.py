@@ -191,7 +191,7 @@ def test_explain_names_the_algorithm_and_the_clients_pod(
         report = json.loads(capsys.readouterr().out)
         algorithms = {fe["load_balancing"] for fe in report["frontends"]}
         assert len(algorithms) == 1
-        assert algorithms.pop().startswith("consistent-hash (jhash ip saddr mod 1601 seed 0x")
+        assert algorithms.pop().startswith("consistent-hash (jhash ip saddr mod 4096 seed 0x")
         traced = {t["frontend"]: t["endpoints"] for t in report["trace"]["results"]}
         assert traced[f"{VIP}:80/TCP"] == [by_pod[reached[src]]], traced
     apply(testbed, tmp_path, _web(testbed, PODS, {LB: "round-robin"}))
@@ -267,3 +267,105 @@ def test_consistent_hash_over_ipv6_is_as_traced(testbed6: Testbed, tmp_path: Pat
         traced[src] = by_ip[endpoint.rsplit(":", 1)[0].strip("[]")]
     assert len(set(seen.values())) > 1, seen
     assert seen == traced
+
+
+# -- what nlproxy does not take: typos and tables past the budget ------------------------------
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        pytest.param({LB: "roundrobin"}, id="unknown-algorithm"),
+        pytest.param(
+            {LB: "consistent-hash", "nlproxy.io/consistent-hash-key": "source-ip"},
+            id="unknown-hash-key",
+        ),
+    ],
+)
+def test_a_typo_in_an_annotation_keeps_the_service_up(
+    testbed: Testbed,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    annotations: dict[str, str],
+) -> None:
+    """The API server never validates annotations: the ClusterIP and node port still answer,
+    with the default for the misspelt value (the client address alone for a bad hash key),
+    and the run names the field."""
+    _add_clients(testbed)
+    apply(testbed, tmp_path, _web(testbed, ALL_PODS, annotations))
+    assert "service.annotation_ignored" in capsys.readouterr().err
+    seen = _pods(testbed.pod("pod-a").netns, VIP, 80, "tcp", 8)
+    assert set(seen) <= set(ALL_PODS)
+    _pods(testbed.client.netns, str(testbed.node.ipv4), NODE_PORTS["tcp"], "tcp", 2)
+    if LB in annotations and annotations[LB] == "consistent-hash":
+        assert _choices(testbed, VIP, 80) == _traced(testbed, VIP, 80)
+    argv = ["--netns", testbed.node.netns, "explain", "default/web", "--manifests", str(tmp_path)]
+    main(argv)
+    out = capsys.readouterr().out
+    (field,) = [k for k in annotations if annotations[k] not in ("consistent-hash",)]
+    assert f"PROBLEM: Service default/web: metadata.annotations[{field}]" in out, out
+    assert "the default is kept" in out
+
+
+def _many_ports(tb: Testbed, count: int, annotations: dict[str, str]) -> list[dict[str, Any]]:
+    """``web`` with ``count`` TCP ports (80, 81, …), all to the pods' 8080."""
+    ports = [
+        {"name": f"p{i}", "port": 80 + i, "targetPort": 8080, "protocol": "TCP"}
+        for i in range(count)
+    ]
+    svc = topo.service("web", VIP, ports)
+    svc["metadata"]["annotations"] = annotations
+    eps = [topo.endpoint(str(tb.pod(p).ipv4), tb.pod(p).node) for p in ALL_PODS]
+    slice_ports = [{"name": f"p{i}", "port": 8080, "protocol": "TCP"} for i in range(count)]
+    return [svc, topo.endpoint_slice("web", eps, slice_ports)]
+
+
+def test_a_service_past_the_element_budget_falls_back_to_random(
+    testbed: Testbed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """5 consistent-hash ports would be 5 tables of 4096 slots, past the budget of 16384
+    elements per Service: the Service is programmed with random choice, named in a warning,
+    and answers on every port; within the budget (4 ports) it gets its tables."""
+    apply(testbed, tmp_path, _many_ports(testbed, 5, {LB: "consistent-hash"}))
+    err = capsys.readouterr().err
+    assert "service.over_budget" in err
+    assert "default/web" in err
+    rules = topo.nft_ruleset(testbed)
+    assert "jhash" not in rules
+    assert "lb-cluster-" not in rules
+    ns = testbed.pod("pod-a").netns
+    for port in (80, 82, 84):
+        assert set(_pods(ns, VIP, port, "tcp", 3)) <= set(ALL_PODS)
+    argv = ["--netns", testbed.node.netns, "explain", "default/web", "--manifests", str(tmp_path)]
+    main(argv)
+    out = capsys.readouterr().out
+    assert (
+        "load balancing  consistent-hash asked; random: 20480 elements past the service budget"
+        in out
+    ), out
+    assert "load balancing: random" in out
+    apply(testbed, tmp_path, _many_ports(testbed, 4, {LB: "consistent-hash"}))
+    assert "service.over_budget" not in capsys.readouterr().err
+    assert topo.nft_ruleset(testbed).count("jhash") == 4
+    assert set(_pods(ns, VIP, 83, "tcp", 3)) <= set(ALL_PODS)
+
+
+def test_consistent_hash_moves_only_the_clients_of_the_endpoint_that_came_or_went(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    """2 -> 3 -> 4 pods and back to 3, with real connections from 24 client addresses: each
+    step moves only clients to the added pod or off the removed one (whatever the endpoint
+    count, powers of two included); the others stay where they were."""
+    _add_clients(testbed)
+    steps = [["pod-b", "pod-c"], ["pod-a", "pod-b", "pod-c"], ALL_PODS, ["pod-a", "pod-b", "pod-r"]]
+    before: dict[str, str] = {}
+    for prev, pods in zip([[], *steps], steps, strict=False):
+        apply(testbed, tmp_path, _web(testbed, pods, {LB: "consistent-hash"}))
+        now = _choices(testbed, VIP, 80)
+        assert set(now.values()) <= set(pods)
+        if prev:
+            moved = {c for c in CLIENTS if now[c] != before[c]}
+            came, went = set(pods) - set(prev), set(prev) - set(pods)
+            assert all(now[c] in came or before[c] in went for c in moved), (before, now)
+            assert len(moved) < len(CLIENTS), "some clients stay"
+        before = now

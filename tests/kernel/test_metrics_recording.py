@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from nlproxy.demo.echo import Result, udp_request
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.daemon import Daemon, daemon, publish, wait_until
+from tests.kernel.daemon import Daemon, answered_by, daemon, nft, publish, wait_until
 
 testbed = topo.testbed
 
@@ -67,3 +67,40 @@ def test_partial_syncs_conntrack_and_no_local_endpoints(testbed: Testbed, tmp_pa
         assert sample(proc, took, ip_family="IPv6") == 0
         after = sample(proc, "kubeproxy_sync_partial_proxy_rules_duration_seconds_count", **v4)
         assert after > partial
+
+
+def _lb(tb: Testbed, lb: str, ports: int) -> list[dict[str, Any]]:
+    """``v`` with ``ports`` TCP ports on pod-a and pod-b, ``nlproxy.io/load-balancing: lb``."""
+    svc = topo.service(
+        "v",
+        VIP_U,
+        [
+            {"name": f"p{i}", "port": 80 + i, "targetPort": 8080, "protocol": "TCP"}
+            for i in range(ports)
+        ],
+    )
+    svc["metadata"]["annotations"] = {"nlproxy.io/load-balancing": lb}
+    eps = [topo.endpoint(str(tb.pod(p).ipv4), tb.node.name) for p in ("pod-a", "pod-b")]
+    slice_ports = [{"name": f"p{i}", "port": 8080, "protocol": "TCP"} for i in range(ports)]
+    return [tb.node_manifest(), svc, topo.endpoint_slice("v", eps, slice_ports)]
+
+
+def test_load_balancing_defaults_are_counted_by_reason(testbed: Testbed, tmp_path: Path) -> None:
+    """A misspelt annotation, then a Service past the element budget (five consistent-hash
+    ports), then one within it: the gauge follows, and the Service answers throughout."""
+    name = "nlproxy_load_balancing_defaulted_services"
+    d = publish(tmp_path / "m", _lb(testbed, "roundrobin", 1))
+    with daemon(testbed, d) as proc:
+        assert sample(proc, name, reason="unknown annotation") == 1
+        assert sample(proc, name, reason="service budget") == 0
+        publish(d, _lb(testbed, "consistent-hash", 5))
+        wait_until(
+            lambda: sample(proc, name, reason="service budget") == 1, 30, "the budget counted"
+        )
+        assert sample(proc, name, reason="unknown annotation") == 0
+        answered = answered_by(testbed, VIP_U, 4)
+        assert answered, "the Service answers past the budget"
+        assert answered <= {"pod-a", "pod-b"}
+        publish(d, _lb(testbed, "consistent-hash", 4))
+        wait_until(lambda: sample(proc, name, reason="service budget") == 0, 30, "within it")
+        assert "jhash" in nft(testbed, "list", "ruleset")

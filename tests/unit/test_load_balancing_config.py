@@ -11,7 +11,6 @@ from nlproxy.cli import main
 from nlproxy.cluster.model import LoadBalancing
 from nlproxy.cluster.parse import parse_service
 from nlproxy.config import load_kube_proxy_config
-from nlproxy.errors import InvalidObject
 from tests.configs import KUBEADM_CONFIGMAP
 from tests.objects import example_service as service
 
@@ -45,26 +44,32 @@ def test_annotation_chooses_the_algorithm(
 
 
 @pytest.mark.parametrize(
-    ("annotations", "message"),
+    ("annotations", "algorithm", "message"),
     [
         pytest.param(
-            {LB: "rr"},
-            f'metadata.annotations[{LB}]: "rr" is not one of random, round-robin, consistent-hash',
+            {LB: "roundrobin"},
+            None,
+            f'metadata.annotations[{LB}]: "roundrobin" is not one of random, round-robin, '
+            "consistent-hash; the default is kept",
             id="unknown-algorithm",
         ),
         pytest.param(
-            {LB: "consistent-hash", KEY: "port"},
-            f'metadata.annotations[{KEY}]: "port" is not one of client-ip, client-ip-port',
+            {LB: "consistent-hash", KEY: "source-ip"},
+            LoadBalancing.CONSISTENT_HASH,
+            f'metadata.annotations[{KEY}]: "source-ip" is not one of client-ip, client-ip-port; '
+            "the default is kept",
             id="unknown-hash-key",
         ),
     ],
 )
-def test_bad_annotation_names_the_service_and_field(
-    annotations: dict[str, str], message: str
+def test_unknown_annotation_value_keeps_the_default_and_says_so(
+    annotations: dict[str, str], algorithm: LoadBalancing | None, message: str
 ) -> None:
-    with pytest.raises(InvalidObject) as err:
-        parse_service(service(**{"metadata.annotations": annotations}))
-    assert str(err.value) == f"Service default/web: {message}"
+    """The API server never validates annotations: a typo must not take the Service down."""
+    svc = parse_service(service(**{"metadata.annotations": annotations}))
+    assert svc is not None
+    assert (svc.load_balancing, svc.hash_source_port) == (algorithm, False)
+    assert svc.annotation_warnings == (message,)
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,8 @@ class RecordingSyncer:
     config: ProxyConfig = CONFIG
     failed_family: None = None
     fail_next: int = 0
+    defer: list[set[ServiceKey]] = field(default_factory=list)
+    """What each of the next syncs reports as deferred (past the load-balancing quota)."""
     calls: list[Call] = field(default_factory=list)
     _verified: bool = False
 
@@ -64,7 +66,10 @@ class RecordingSyncer:
         if self.fail_next:
             self.fail_next -= 1
             raise KernelError("chain services", "refused", errno=22)
-        return SyncResult(incremental=changed is not None)
+        result = SyncResult(incremental=changed is not None)
+        if self.defer:
+            result.deferred = self.defer.pop(0)
+        return result
 
 
 @dataclass
@@ -244,3 +249,25 @@ async def test_the_sync_line_splits_the_time_and_names_a_read_back(
     assert "readback_ms" not in first
     assert verified["verify"] is True
     assert verified["readback_ms"] >= 0
+
+
+async def test_deferred_tables_get_the_next_sync_with_other_changes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A sync that left tables for later is followed by another after the min period, with no
+    new event: the deferred Services are in its changed set, beside changes that came since."""
+    async with trio.open_nursery() as nursery:
+        h = await started(nursery)
+        h.syncer.defer = [{key("big1"), key("big2")}, {key("big2")}]
+        await h.send.send([svc("a")])
+        await trio.sleep(1.5 * MIN)
+        await h.send.send([svc("b")])  # arrives while the deferred work waits its turn
+        await trio.sleep(10 * MIN)
+        nursery.cancel_scope.cancel()
+    later = h.syncer.calls[1:]
+    assert [c.changed for c in later] == [
+        {key("a")},
+        {key("big1"), key("big2"), key("b")},
+        {key("big2")},
+    ]
+    assert [c.at - h.start for c in later] == pytest.approx([MIN, 2 * MIN, 3 * MIN])
