@@ -31,6 +31,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster)")
     parser.add_argument("--config", type=Path, metavar="FILE", help="KubeProxyConfiguration YAML")
     parser.add_argument(
+        "--master",
+        "--api-server",
+        dest="master",
+        metavar="URL",
+        help="the API server's own address (https://HOST:PORT), overriding the kubeconfig's or "
+        "the in-cluster one; credentials stay theirs (default: $NLPROXY_API_SERVER). A node "
+        "without proxy rules can only reach it this way or through a kubeconfig naming it "
+        "(docs/api-server.md)",
+    )
+    parser.add_argument(
         "--node-name",
         "--hostname-override",
         dest="node_name",
@@ -221,6 +231,15 @@ def check_start(s: Settings) -> Settings:
         raise ConfigError(
             "--kubeconfig", "none given, and not running in a pod (no KUBERNETES_SERVICE_HOST)"
         )
+    if s.manifests is None and not cfg.kubeconfig and not cfg.api_server:
+        print(
+            f"nlproxy: warning: reaching the API server at {_in_cluster_server()} "
+            "(KUBERNETES_SERVICE_HOST): when that is the kubernetes Service's ClusterIP, a node "
+            "without proxy rules (new, or rebooted after a cleanup) never syncs; set "
+            "NLPROXY_API_SERVER or --master to the API server's own address "
+            "(docs/api-server.md)",
+            file=sys.stderr,
+        )
     if not s.once:
         for flag, addr in (
             ("--healthz-bind-address", cfg.healthz_bind_address),
@@ -233,6 +252,13 @@ def check_start(s: Settings) -> Settings:
 
 def _in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def _in_cluster_server() -> str:
+    """The API server the in-cluster configuration names (``KUBERNETES_SERVICE_HOST``/``PORT``)."""
+    host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
+    port = os.environ.get("KUBERNETES_SERVICE_PORT", "")
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
 
 
 def _check_bindable(flag: str, addr: str, netns_name: str | None) -> None:
