@@ -25,9 +25,11 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 import kubernetes
 import trio
+import yaml
 
 from nlproxy.cluster.kube_http import (
     Forbidden,
@@ -81,11 +83,14 @@ def kinds(node_name: str) -> tuple[KindSpec, ...]:
 
 
 def api_client_from_config(
-    kubeconfig: str | None, *, context: str | None = None
+    kubeconfig: str | None, *, context: str | None = None, server: str | None = None
 ) -> kubernetes.client.ApiClient:
     """An ``ApiClient`` from a kubeconfig file, or in-cluster when ``kubeconfig`` is None.
 
     Token files, exec plugins and their refresh come from the ``kubernetes`` package.
+    ``server`` (``https://host:port``) replaces the address the kubeconfig or the in-cluster
+    environment names, keeping their credentials: in a pod, ``KUBERNETES_SERVICE_HOST`` is the
+    ``kubernetes`` Service's ClusterIP, which only a service proxy's rules make reachable.
 
     Raises:
         ConfigError: the kubeconfig cannot be loaded, or none was given outside a pod.
@@ -93,7 +98,9 @@ def api_client_from_config(
     cfg = kubernetes.client.Configuration()
     loaders: Any = kubernetes.config  # untyped package: its loaders are called through Any
     try:
-        if kubeconfig is not None:
+        if kubeconfig is not None and server is not None:
+            _kubeconfig_loader(kubeconfig, context, server).load_and_set(cfg)
+        elif kubeconfig is not None:
             loaders.load_kube_config(
                 config_file=kubeconfig,
                 context=context,
@@ -101,14 +108,54 @@ def api_client_from_config(
                 persist_config=False,
             )
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            loaders.load_incluster_config(client_configuration=cfg)
+            _in_cluster_loader(server).load_and_set(cfg)
         else:
             raise ConfigError("kubeconfig", "none given, and not running in a pod")
     except kubernetes.config.ConfigException as exc:
         raise ConfigError(f"kubeconfig {kubeconfig or '(in-cluster)'}", str(exc)) from exc
-    except OSError as exc:
-        raise ConfigError(f"kubeconfig {kubeconfig}", exc.strerror or str(exc)) from exc
+    except (OSError, yaml.YAMLError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"kubeconfig {kubeconfig}", why) from exc
     return kubernetes.client.ApiClient(configuration=cfg)
+
+
+# The loaders' token-refresh hooks copy their own host into the configuration before every
+# request (from any thread): the server is replaced in what they load, never in the
+# configuration afterwards.
+
+
+def _kubeconfig_loader(path: str, context: str | None, server: str) -> Any:
+    """A kubeconfig loader whose current cluster's ``server`` is ``server``; relative file
+    names resolve beside ``path``, as ``load_kube_config`` resolves them."""
+    with open(path, encoding="utf-8") as f:
+        doc = yaml.safe_load(f)
+    if isinstance(doc, dict):
+        name = context or doc.get("current-context")
+        contexts = {c.get("name"): c.get("context") for c in doc.get("contexts") or ()}
+        ctx = contexts.get(name)
+        for entry in doc.get("clusters") or ():
+            if isinstance(ctx, dict) and entry.get("name") == ctx.get("cluster"):
+                entry.setdefault("cluster", {})["server"] = server
+    loader: Any = kubernetes.config.kube_config.KubeConfigLoader
+    return loader(
+        doc, active_context=context, config_base_path=os.path.dirname(os.path.abspath(path))
+    )
+
+
+def _in_cluster_loader(server: str | None) -> Any:
+    """The in-cluster loader (the pod's service account token and CA), reaching ``server``
+    instead of ``KUBERNETES_SERVICE_HOST``/``PORT`` when given."""
+    incluster: Any = kubernetes.config.incluster_config
+    environ = dict(os.environ)
+    if server is not None:
+        url = urlsplit(server)
+        environ["KUBERNETES_SERVICE_HOST"] = url.hostname or ""
+        environ["KUBERNETES_SERVICE_PORT"] = str(url.port or 443)
+    return incluster.InClusterConfigLoader(
+        token_filename=incluster.SERVICE_TOKEN_FILENAME,
+        cert_filename=incluster.SERVICE_CERT_FILENAME,
+        environ=environ,
+    )
 
 
 class KubeSource:
