@@ -23,6 +23,7 @@ import copy
 import json
 import select
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -196,8 +197,16 @@ class ApiServer:
             ERROR event (both happen in practice).
     """
 
-    def __init__(self, *, token: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        host: str = "127.0.0.1",
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.store = Store()
+        self.host = host
+        self.tls = tls
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.token = token
         self.disabled: set[str] = set()
@@ -219,7 +228,7 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     def forbid(self, plural: str, *verbs: str) -> None:
         """Refuse ``verbs`` (default: list and watch) on ``plural`` from now on."""
@@ -235,8 +244,12 @@ class ApiServer:
     def start(self) -> None:
         self.started_at = time.monotonic()
         handler = type("Handler", (_Handler,), {"api": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
         self._httpd.daemon_threads = True
+        if self.tls is not None:  # the handshake is made in the connection's thread
+            self._httpd.socket = self.tls.wrap_socket(
+                self._httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
@@ -314,6 +327,8 @@ class _Handler(BaseHTTPRequestHandler):
     api: ApiServer
 
     def setup(self) -> None:
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.do_handshake()  # OSError (a failed handshake) ends this connection
         super().setup()
         self.api.track(self.connection, True)
 
@@ -335,7 +350,9 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         self.api.requests.append((url.path, query))
-        if self.api.token and self.headers.get("Authorization") != f"Bearer {self.api.token}":
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        # The scheme is case-insensitive (RFC 9110); the in-cluster loader sends "bearer".
+        if self.api.token and (scheme.lower() != "bearer" or token != self.api.token):
             self._json(401, status(401, "Unauthorized", "Unauthorized"))
             return
         if url.path in ("/readyz", "/livez", "/healthz"):
@@ -451,6 +468,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _client_gone(self) -> bool:
         try:
             readable, _, _ = select.select([self.connection], [], [], 0)
+            if readable and isinstance(self.connection, ssl.SSLSocket):
+                return True  # no peeking through TLS: a watching client sends nothing but a close
             return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
         except OSError:
             return True
