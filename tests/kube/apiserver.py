@@ -7,7 +7,9 @@ field selectors, watches streaming JSON lines over chunked transfer encoding, BO
 drive it as a cluster would change and fail: add/modify/delete objects (one global, increasing
 resourceVersion), replay a burst of updates, compact history, send bookmarks, drop connections,
 refuse a verb on a kind with the real server's 403, serve a kind or not (404), stop and restart
-on the same port (``/readyz`` 500 for a while after a start, like a server filling its caches).
+on the same port (``/readyz`` 500 for a while after a start, like a server filling its caches;
+403 to everything for a while, like its authorizer before its RBAC caches are filled), and
+speak HTTPS at another address (``tls``, with ``tests/kube/tls.py``).
 With ``tests/kube/realistic.py`` it holds objects with the bodies a real server sends (10k
 Services and 10k EndpointSlices for the benchmarks).
 
@@ -191,6 +193,10 @@ class ApiServer:
         forbidden: plural -> verbs (``list``, ``watch``) answered 403, as kube-apiserver's RBAC
             authorizer answers a role without them (see ``forbid``).
         unready_for: seconds after each ``start()`` during which ``/readyz`` answers 500.
+        forbidden_for: seconds after each ``start()`` during which every list and watch is
+            answered 403, as kube-apiserver's authorizer answers identities without
+            cluster-admin rights until its RBAC caches are filled (about 0.4-1.5 s).
+        refused: how many requests were answered 403.
         bookmark_interval: seconds between periodic bookmarks on watches that allow them.
         after_page: called with the plural after each list page is sent (changes mid-list).
         gone_as_http: answer a watch from a compacted version with HTTP 410 instead of an
@@ -212,6 +218,8 @@ class ApiServer:
         self.disabled: set[str] = set()
         self.forbidden: dict[str, set[str]] = {}
         self.unready_for = 0.0
+        self.forbidden_for = 0.0
+        self.refused = 0
         self.started_at = 0.0
         self.user = "system:serviceaccount:kube-system:nlproxy"
         self.bookmark_interval = 60.0
@@ -363,7 +371,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, status(404, "NotFound", "the server could not find the resource"))
             return
         verb = "watch" if query.get("watch") in ("1", "true") else "list"
-        if verb in self.api.forbidden.get(res.plural, ()):
+        warming = time.monotonic() - self.api.started_at < self.api.forbidden_for
+        if warming or verb in self.api.forbidden.get(res.plural, ()):
+            self.api.refused += 1
             self._json(403, self._forbidden(res, verb))
             return
         try:
