@@ -3,6 +3,7 @@
 Sources: ``--manifests DIR`` or the Kubernetes API (``--kubeconfig``, or in-cluster). Settings
 come from defaults, then ``--config`` (kube-proxy's KubeProxyConfiguration), then flags.
 
+``--init-only`` sets the conntrack sysctls and exits 0 (one it may not set is a warning).
 ``--once`` reconciles once from a manifests directory and exits: 0 applied; 3 applied but some
 objects were invalid and left out (each named on stderr); 2 usage or configuration error; 1
 runtime failure with nothing half-applied. Without ``--once`` it runs the daemon.
@@ -141,6 +142,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ct.add_argument("--conntrack-tcp-be-liberal", action="store_true", default=None)
     ct.add_argument("--conntrack-udp-timeout", metavar="DURATION")
     ct.add_argument("--conntrack-udp-timeout-stream", metavar="DURATION")
+    parser.add_argument(
+        "--init-only",
+        action="store_true",
+        help="set the conntrack sysctls (the table size only ever raised) and exit, as "
+        "kube-proxy's --init-only: the step that needs a writable /proc/sys, for a privileged "
+        "init container or systemd's ExecStartPre=+; the daemon then runs with two capabilities",
+    )
     parser.add_argument("--once", action="store_true", help="reconcile once and exit")
     parser.add_argument(
         "--force",
@@ -164,6 +172,9 @@ def run(args: argparse.Namespace) -> int:
     s = settings(args)
     for warning in s.daemon.warnings:
         print(f"nlproxy: warning: {warning}", file=sys.stderr)
+    if args.init_only:
+        _set_conntrack(s.daemon, s.netns)
+        return 0
     if s.once and s.manifests is None:
         raise ConfigError("run --once", "needs --manifests DIR")
     s = check_start(s)
@@ -182,7 +193,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _set_conntrack(cfg: DaemonConfig, netns_name: str | None) -> None:
-    """kube-proxy's conntrack sysctls, at daemon start as kube-proxy does."""
+    """kube-proxy's conntrack sysctls, at daemon start as kube-proxy does, and with
+    ``--init-only``. One not set is a warning, not a failure: an init container that failed
+    would keep the node without a proxy, which costs more than a default table size."""
     from nlproxy.conntrack.sysctl import apply
     from nlproxy.log import get_logger
 

@@ -47,8 +47,9 @@ def daemonset_pod(
     configmaps: Mapping[str, Mapping[str, str]],
     service_account: Mapping[str, str],
     service_env: Mapping[str, str],
+    container: str = "nlproxy",
 ) -> PodSpec:
-    """The shipped DaemonSet's container on ``node_name``.
+    """The shipped DaemonSet's ``container`` (or init container) on ``node_name``.
 
     Args:
         configmaps: the ConfigMaps that exist, by name, with their data (one a DaemonSet
@@ -59,9 +60,11 @@ def daemonset_pod(
     """
     ds = shipped(DAEMONSET, "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
+    [spec] = [
+        c for c in (*pod["containers"], *pod.get("initContainers", ())) if c["name"] == container
+    ]
     env = dict(service_env)
-    for var in container.get("env", ()):
+    for var in spec.get("env", ()):
         source = var.get("valueFrom")
         if source is None:
             env[var["name"]] = var["value"]
@@ -77,12 +80,12 @@ def daemonset_pod(
                 assert ref.get("optional"), f"{var['name']}: a required key is missing"
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts: dict[str, dict[str, str]] = {SERVICE_ACCOUNT_DIR: dict(service_account)}
-    for mount in container.get("volumeMounts", ()):
+    for mount in spec.get("volumeMounts", ()):
         ref = volumes[mount["name"]]["configMap"]
         data = configmaps.get(ref["name"])
         assert data is not None or ref.get("optional"), f"ConfigMap {ref['name']} is required"
         mounts[mount["mountPath"]] = dict(data or {})
-    command = [*container["command"], *container.get("args", ())]
+    command = [*spec["command"], *spec.get("args", ())]
     assert command[0] == "nlproxy"
     return PodSpec([sys.executable, "-m", "nlproxy", *command[1:]], env, mounts)
 
