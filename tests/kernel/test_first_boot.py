@@ -13,6 +13,7 @@ the node reaches the API server through the ClusterIP.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import socket
 import threading
@@ -72,9 +73,9 @@ def kubeadm_kubeconfig(server: str) -> str:
 @pytest.fixture
 def control_plane(
     make_netns: Callable[[str], str], tmp_path: Path
-) -> Iterator[tuple[str, ApiServer, Pki]]:
-    """(node namespace, API server, its PKI): the node has a veth to the control plane's
-    namespace and a default route there, and not one nftables rule."""
+) -> Iterator[tuple[str, str, ApiServer, Pki]]:
+    """(node namespace, control plane's, API server, its PKI): the node has a veth to the
+    control plane's namespace and a default route there, and not one nftables rule."""
     node_ns, cp_ns = make_netns("boot"), make_netns("bootcp")
     sh("ip", "link", "add", "eth0", "type", "veth", "peer", "name", "cp0", ns=node_ns)
     sh("ip", "link", "set", "cp0", "netns", cp_ns, ns=node_ns)
@@ -102,7 +103,7 @@ def control_plane(
                 ({"name": "https", "port": api.port},),
             ),
         )
-        yield node_ns, api, pki
+        yield node_ns, cp_ns, api, pki
     finally:
         api.stop()
 
@@ -124,6 +125,24 @@ def readyz_through(ns: str, host: str, port: int, pki: Pki) -> int | None:
         return None
     finally:
         sock.close()
+
+
+def metrics_ports() -> list[dict[str, Any]]:
+    ds = pod.shipped(pod.DAEMONSET, "DaemonSet")
+    (proxy,) = ds["spec"]["template"]["spec"]["containers"]
+    return list(proxy["ports"])
+
+
+def http_get_from(ns: str, host: str, port: int, path: str) -> tuple[int, str]:
+    with netns.entered(ns):
+        conn = http.client.HTTPConnection(host, port, timeout=5)
+        conn.connect()
+    try:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        return r.status, r.read().decode()
+    finally:
+        conn.close()
 
 
 class Logs:
@@ -152,9 +171,9 @@ class Logs:
 
 @pytest.mark.parametrize("cluster", ["kubeadm", "api-server-key"])
 def test_a_node_without_rules_reaches_its_first_sync(
-    control_plane: tuple[str, ApiServer, Pki], tmp_path: Path, cluster: str
+    control_plane: tuple[str, str, ApiServer, Pki], tmp_path: Path, cluster: str
 ) -> None:
-    node_ns, api, pki = control_plane
+    node_ns, cp_ns, api, pki = control_plane
     real = f"https://{API_IP}:{api.port}"
     assert sh("nft", "list", "ruleset", ns=node_ns).strip() == ""  # no proxy rules at all
     assert readyz_through(node_ns, API_IP, api.port, pki) == 200
@@ -197,6 +216,11 @@ def test_a_node_without_rules_reaches_its_first_sync(
         assert real in starting["source"] or cluster == "kubeadm"
         paths = {p for p, _ in api.requests}
         assert "/api/v1/services" in paths
+        # Prometheus, elsewhere, scrapes the node's address at the DaemonSet's metrics port.
+        [port] = [p["containerPort"] for p in metrics_ports() if p["name"] == "metrics"]
+        code, text = http_get_from(cp_ns, NODE_IP, port, "/metrics")
+        assert code == 200
+        assert "kubeproxy_sync_proxy_rules_last_timestamp_seconds" in text
     finally:
         proc.kill()
         proc.wait(timeout=10)
