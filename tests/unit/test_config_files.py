@@ -118,3 +118,23 @@ def test_kubeadms_kubeconfig_path_falls_back_to_in_cluster_when_absent(
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
     with pytest.raises(ConfigError, match="not running in a pod"):
         check_start(s)
+
+
+def test_in_cluster_without_an_api_server_address_is_warned_about(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dataclasses import replace
+
+    from nlproxy.commands.run import check_start
+    from nlproxy.config import DaemonConfig, Settings
+    from nlproxy.proxy.config import ProxyConfig
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    s = Settings(daemon=DaemonConfig(node_name="n1"), proxy=ProxyConfig(node_name="n1"), once=True)
+    check_start(s)
+    err = capsys.readouterr().err
+    assert "reaching the API server at https://10.96.0.1:443 (KUBERNETES_SERVICE_HOST)" in err
+    assert "NLPROXY_API_SERVER" in err
+    check_start(replace(s, daemon=replace(s.daemon, api_server="https://192.0.2.10:6443")))
+    assert capsys.readouterr().err == ""
