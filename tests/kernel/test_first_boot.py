@@ -213,7 +213,10 @@ def test_a_node_without_rules_reaches_its_first_sync(
         # The rules it programmed carry the node to the API server through the ClusterIP.
         assert readyz_through(node_ns, CLUSTER_IP, 443, pki) == 200
         [starting] = logs.events("daemon.starting")
-        assert real in starting["source"] or cluster == "kubeadm"
+        if cluster == "kubeadm":
+            assert starting["source"] == "kubeconfig /var/lib/kube-proxy/kubeconfig.conf"
+        else:
+            assert starting["source"] == f"in-cluster, API server {real}"
         paths = {p for p, _ in api.requests}
         assert "/api/v1/services" in paths
         # Prometheus, elsewhere, scrapes the node's address at the DaemonSet's metrics port.
