@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from ipaddress import IPv4Network, IPv6Network, ip_address, ip_network
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -42,6 +43,10 @@ class DaemonConfig:
 
     node_name: str = ""
     kubeconfig: str | None = None
+    api_server: str | None = None
+    """The API server's own URL (``https://host:port``), overriding the one of the kubeconfig or
+    of the in-cluster configuration (kube-proxy's ``--master``); the credentials stay theirs.
+    From ``--master``, else ``$NLPROXY_API_SERVER`` (docs/api-server.md)."""
     cluster_cidr: str = ""
     nodeport_addresses: str = "primary"
     masquerade_bit: int = 14
@@ -104,6 +109,31 @@ def bind_address(value: object, default_port: int, name: str) -> str | None:
         except ValueError as exc:
             raise ConfigError(name, f"{head!r} is not an IP address") from exc
     return value
+
+
+API_SERVER_ENV = "NLPROXY_API_SERVER"
+"""The environment variable naming the API server (the DaemonSet sets it from its ConfigMap)."""
+
+
+def api_server_url(value: str, name: str) -> str:
+    """``https://host:port`` from a URL or a bare ``host[:port]`` (port 443 when absent), as
+    kube-proxy's ``--master`` takes it; plain ``http://`` is kept (a test or local server).
+
+    Raises:
+        ConfigError: not a URL with a host, or a port outside 1..65535 (names ``name``).
+    """
+    text = value.strip()
+    url = urlsplit(text if "://" in text else f"https://{text}")
+    try:
+        port = url.port
+    except ValueError as exc:
+        raise ConfigError(name, f"{value!r}: {exc}") from exc
+    if url.scheme not in ("https", "http") or not url.hostname or url.path not in ("", "/"):
+        raise ConfigError(name, f"{value!r} is not https://HOST[:PORT]")
+    if port == 0:
+        raise ConfigError(name, f"{value!r}: port 0 is not in 1..65535")
+    host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
+    return f"{url.scheme}://{host}:{port or (443 if url.scheme == 'https' else 80)}"
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
@@ -352,6 +382,7 @@ class Flags:
     config: Path | None = None
     manifests: Path | None = None
     kubeconfig: str | None = None
+    master: str | None = None
     netns: str | None = None
     node_name: str | None = None
     bind_address: str | None = None
@@ -474,6 +505,10 @@ def daemon_config(flags: Flags) -> DaemonConfig:
         cfg = replace(cfg, sync_period=parse_duration(flags.sync_period, "--sync-period"))
     if not cfg.node_name:
         cfg = replace(cfg, node_name=os.environ.get("NLPROXY_NODE_NAME") or socket.gethostname())
+    if flags.master:
+        cfg = replace(cfg, api_server=api_server_url(flags.master, "--master"))
+    elif os.environ.get(API_SERVER_ENV):  # empty: unset (an optional ConfigMap key left empty)
+        cfg = replace(cfg, api_server=api_server_url(os.environ[API_SERVER_ENV], API_SERVER_ENV))
     if not 0 <= cfg.masquerade_bit <= 31:
         raise ConfigError("--masquerade-bit", f"{cfg.masquerade_bit} is not in 0..31")
     return cfg

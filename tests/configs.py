@@ -18,7 +18,6 @@ KUBEADM_CONFIGMAP = KUBEADM.read_text()
 def shipped_config(tmp_path: Path) -> Path:
     """The KubeProxyConfiguration inside the shipped ConfigMap, as the DaemonSet mounts it."""
     cm = yaml.safe_load(SHIPPED.read_text())
-    (key,) = cm["data"]
-    path = tmp_path / key
-    path.write_text(cm["data"][key])
+    path = tmp_path / "config.conf"
+    path.write_text(cm["data"]["config.conf"])
     return path

@@ -10,7 +10,9 @@ server back, after a per-kind jittered backoff when the server answered with an 
 
 Required kinds (Services, EndpointSlices, this Node, as kube-proxy, which waits for its Node
 informer before it syncs) hold up the first sync until they are listed; a permission refused on
-one of them is reported (``on_unavailable``, for ``/healthz``) and retried. An optional kind
+one of them is reported (``on_unavailable``, for ``/healthz``) and retried. A refusal of a kind
+read before is reported only once it outlasts a grace period (``REFUSAL_GRACE``): a restarting
+API server refuses everyone for a moment. An optional kind
 (ServiceCIDRs) that this identity may not read, or the cluster does not serve, is sent as absent
 and retried in the background, so the rest is programmed at once.
 
@@ -25,9 +27,11 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 import kubernetes
 import trio
+import yaml
 
 from nlproxy.cluster.kube_http import (
     Forbidden,
@@ -64,6 +68,10 @@ NOT_OURS = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/hea
 # that closes every watch at once cannot make us spin.
 _HEALTHY_WATCH_SECONDS = 5.0
 _DENIED = {401: "unauthorized", 403: "forbidden"}
+REFUSAL_GRACE = 10.0
+"""Seconds a required kind that was read before may be refused before it is reported: for up
+to about 1.5 s after it starts, kube-apiserver's authorizer answers 403 to every identity
+without cluster-admin rights, and every node would fail ``/healthz`` at once."""
 
 
 def kinds(node_name: str) -> tuple[KindSpec, ...]:
@@ -81,11 +89,14 @@ def kinds(node_name: str) -> tuple[KindSpec, ...]:
 
 
 def api_client_from_config(
-    kubeconfig: str | None, *, context: str | None = None
+    kubeconfig: str | None, *, context: str | None = None, server: str | None = None
 ) -> kubernetes.client.ApiClient:
     """An ``ApiClient`` from a kubeconfig file, or in-cluster when ``kubeconfig`` is None.
 
     Token files, exec plugins and their refresh come from the ``kubernetes`` package.
+    ``server`` (``https://host:port``) replaces the address the kubeconfig or the in-cluster
+    environment names, keeping their credentials: in a pod, ``KUBERNETES_SERVICE_HOST`` is the
+    ``kubernetes`` Service's ClusterIP, which only a service proxy's rules make reachable.
 
     Raises:
         ConfigError: the kubeconfig cannot be loaded, or none was given outside a pod.
@@ -93,7 +104,9 @@ def api_client_from_config(
     cfg = kubernetes.client.Configuration()
     loaders: Any = kubernetes.config  # untyped package: its loaders are called through Any
     try:
-        if kubeconfig is not None:
+        if kubeconfig is not None and server is not None:
+            _kubeconfig_loader(kubeconfig, context, server).load_and_set(cfg)
+        elif kubeconfig is not None:
             loaders.load_kube_config(
                 config_file=kubeconfig,
                 context=context,
@@ -101,14 +114,54 @@ def api_client_from_config(
                 persist_config=False,
             )
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            loaders.load_incluster_config(client_configuration=cfg)
+            _in_cluster_loader(server).load_and_set(cfg)
         else:
             raise ConfigError("kubeconfig", "none given, and not running in a pod")
     except kubernetes.config.ConfigException as exc:
         raise ConfigError(f"kubeconfig {kubeconfig or '(in-cluster)'}", str(exc)) from exc
-    except OSError as exc:
-        raise ConfigError(f"kubeconfig {kubeconfig}", exc.strerror or str(exc)) from exc
+    except (OSError, yaml.YAMLError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"kubeconfig {kubeconfig}", why) from exc
     return kubernetes.client.ApiClient(configuration=cfg)
+
+
+# The loaders' token-refresh hooks copy their own host into the configuration before every
+# request (from any thread): the server is replaced in what they load, never in the
+# configuration afterwards.
+
+
+def _kubeconfig_loader(path: str, context: str | None, server: str) -> Any:
+    """A kubeconfig loader whose current cluster's ``server`` is ``server``; relative file
+    names resolve beside ``path``, as ``load_kube_config`` resolves them."""
+    with open(path, encoding="utf-8") as f:
+        doc = yaml.safe_load(f)
+    if isinstance(doc, dict):
+        name = context or doc.get("current-context")
+        contexts = {c.get("name"): c.get("context") for c in doc.get("contexts") or ()}
+        ctx = contexts.get(name)
+        for entry in doc.get("clusters") or ():
+            if isinstance(ctx, dict) and entry.get("name") == ctx.get("cluster"):
+                entry.setdefault("cluster", {})["server"] = server
+    loader: Any = kubernetes.config.kube_config.KubeConfigLoader
+    return loader(
+        doc, active_context=context, config_base_path=os.path.dirname(os.path.abspath(path))
+    )
+
+
+def _in_cluster_loader(server: str | None) -> Any:
+    """The in-cluster loader (the pod's service account token and CA), reaching ``server``
+    instead of ``KUBERNETES_SERVICE_HOST``/``PORT`` when given."""
+    incluster: Any = kubernetes.config.incluster_config
+    environ = dict(os.environ)
+    if server is not None:
+        url = urlsplit(server)
+        environ["KUBERNETES_SERVICE_HOST"] = url.hostname or ""
+        environ["KUBERNETES_SERVICE_PORT"] = str(url.port or 443)
+    return incluster.InClusterConfigLoader(
+        token_filename=incluster.SERVICE_TOKEN_FILENAME,
+        cert_filename=incluster.SERVICE_CERT_FILENAME,
+        environ=environ,
+    )
 
 
 class KubeSource:
@@ -125,6 +178,8 @@ class KubeSource:
             what the drop rule for unallocated ClusterIPs uses without ServiceCIDR objects.
         on_unavailable: called with every kind that may not be read right now (empty when all
             can), each time that set changes: for the metrics and ``/healthz``.
+        refusal_grace: how long a required kind read before may be refused before it is
+            reported (``_in_grace``).
     """
 
     def __init__(
@@ -140,6 +195,7 @@ class KubeSource:
         probe_max: float = 1.0,
         service_cidrs: Sequence[IPNetwork] = (),
         on_unavailable: Callable[[Mapping[str, Unavailable]], None] | None = None,
+        refusal_grace: float = REFUSAL_GRACE,
     ) -> None:
         self._http = Http(api_client)
         self.node_name = node_name
@@ -152,6 +208,9 @@ class KubeSource:
         self._on_unavailable = on_unavailable
         self._service_cidrs = tuple(service_cidrs)
         self._log = get_logger("kube-source")
+        self._refusal_grace = refusal_grace
+        self._was_read: set[str] = set()
+        self._refused_since: dict[str, float] = {}
 
     async def run(
         self,
@@ -260,7 +319,7 @@ class KubeSource:
                 # not serve only appears with an upgrade: asked about every watch timeout.
                 self._refused(spec, exc)
                 absent = isinstance(exc, NotServed) and spec.optional
-                await trio.sleep(self.watch_timeout if absent else backoff.next())
+                await trio.sleep(self.watch_timeout if absent else self._retry_in(spec, backoff))
             except Unreachable as exc:
                 await self.link.wait_until_back(spec.kind, exc)
             except KubeApiError as exc:
@@ -283,6 +342,8 @@ class KubeSource:
         verb = exc.verb if isinstance(exc, Forbidden) else "list"
         reason = "not-served" if isinstance(exc, NotServed) else _DENIED.get(exc.status, "denied")
         problem = Unavailable(spec.kind, verb, reason, not spec.optional, exc.reason)
+        if self._in_grace(spec, problem):
+            return
         if self.unavailable.get(spec.kind) == problem:
             self._log.debug("source.kind_unavailable", kind=spec.kind, verb=verb, reason=reason)
             return
@@ -317,6 +378,11 @@ class KubeSource:
 
     def _readable(self, spec: KindSpec, verb: str) -> None:
         """``verb`` on ``spec`` succeeded: a refusal of it (any, after a watch) is over."""
+        self._was_read.add(spec.kind)
+        since = self._refused_since.pop(spec.kind, None)
+        if since is not None and spec.kind not in self.unavailable:
+            refused_ms = round((trio.current_time() - since) * 1000, 1)
+            self._log.info("source.kind_readable_again", kind=spec.kind, refused_ms=refused_ms)
         problem = self.unavailable.get(spec.kind)
         if problem is not None and verb in (problem.verb, "watch"):
             del self.unavailable[spec.kind]
@@ -326,6 +392,41 @@ class KubeSource:
     def _report(self) -> None:
         if self._on_unavailable is not None:
             self._on_unavailable(dict(self.unavailable))
+
+    def _in_grace(self, spec: KindSpec, problem: Unavailable) -> bool:
+        """Whether a refusal of ``spec`` is not reported yet: a required kind this source has
+        read before, refused for less than ``refusal_grace`` (a restarting API server's
+        authorizer; the rules and the state stay as they were meanwhile). A kind never read,
+        or refused for longer, is reported at once; the kind's retries come at the end of the
+        grace at the latest (``_retry_in``)."""
+        if spec.optional or spec.kind not in self._was_read or spec.kind in self.unavailable:
+            return False
+        now = trio.current_time()
+        first = spec.kind not in self._refused_since
+        since = self._refused_since.setdefault(spec.kind, now)
+        if now - since >= self._refusal_grace:
+            return False
+        if not first:
+            return True
+        self._log.info(
+            "source.kind_refused",
+            kind=spec.kind,
+            verb=problem.verb,
+            reason=problem.reason,
+            error=problem.detail,
+            reported_in=round(self._refusal_grace - (now - since), 3),
+        )
+        return True
+
+    def _retry_in(self, spec: KindSpec, backoff: Backoff) -> float:
+        """The next retry of a refused ``spec``: its backoff, but no later than just after its
+        grace ends, so a refusal that lasts is reported on time."""
+        delay = backoff.next()
+        since = self._refused_since.get(spec.kind)
+        if since is not None and spec.kind not in self.unavailable:
+            left = self._refusal_grace - (trio.current_time() - since)
+            delay = min(delay, max(left, 0.0) + 0.05)
+        return delay
 
     def _without(self, kind: str) -> str:
         """What nlproxy does without ``kind`` (an optional one), for the log line."""

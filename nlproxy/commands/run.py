@@ -3,6 +3,7 @@
 Sources: ``--manifests DIR`` or the Kubernetes API (``--kubeconfig``, or in-cluster). Settings
 come from defaults, then ``--config`` (kube-proxy's KubeProxyConfiguration), then flags.
 
+``--init-only`` sets the conntrack sysctls and exits 0 (one it may not set is a warning).
 ``--once`` reconciles once from a manifests directory and exits: 0 applied; 3 applied but some
 objects were invalid and left out (each named on stderr); 2 usage or configuration error; 1
 runtime failure with nothing half-applied. Without ``--once`` it runs the daemon.
@@ -30,6 +31,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src.add_argument("--manifests", type=Path, metavar="DIR", help="read objects from DIR")
     src.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster)")
     parser.add_argument("--config", type=Path, metavar="FILE", help="KubeProxyConfiguration YAML")
+    parser.add_argument(
+        "--master",
+        "--api-server",
+        dest="master",
+        metavar="URL",
+        help="the API server's own address (https://HOST:PORT), overriding the kubeconfig's or "
+        "the in-cluster one; credentials stay theirs (default: $NLPROXY_API_SERVER). A node "
+        "without proxy rules can only reach it this way or through a kubeconfig naming it "
+        "(docs/api-server.md)",
+    )
     parser.add_argument(
         "--node-name",
         "--hostname-override",
@@ -131,6 +142,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ct.add_argument("--conntrack-tcp-be-liberal", action="store_true", default=None)
     ct.add_argument("--conntrack-udp-timeout", metavar="DURATION")
     ct.add_argument("--conntrack-udp-timeout-stream", metavar="DURATION")
+    parser.add_argument(
+        "--init-only",
+        action="store_true",
+        help="set the conntrack sysctls (the table size only ever raised) and exit, as "
+        "kube-proxy's --init-only: the step that needs a writable /proc/sys, for a privileged "
+        "init container or systemd's ExecStartPre=+; the daemon then runs with two capabilities",
+    )
     parser.add_argument("--once", action="store_true", help="reconcile once and exit")
     parser.add_argument(
         "--force",
@@ -154,6 +172,9 @@ def run(args: argparse.Namespace) -> int:
     s = settings(args)
     for warning in s.daemon.warnings:
         print(f"nlproxy: warning: {warning}", file=sys.stderr)
+    if args.init_only:
+        _set_conntrack(s.daemon, s.netns)
+        return 0
     if s.once and s.manifests is None:
         raise ConfigError("run --once", "needs --manifests DIR")
     s = check_start(s)
@@ -172,7 +193,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _set_conntrack(cfg: DaemonConfig, netns_name: str | None) -> None:
-    """kube-proxy's conntrack sysctls, at daemon start as kube-proxy does."""
+    """kube-proxy's conntrack sysctls, at daemon start as kube-proxy does, and with
+    ``--init-only``. One not set is a warning, not a failure: an init container that failed
+    would keep the node without a proxy, which costs more than a default table size."""
     from nlproxy.conntrack.sysctl import apply
     from nlproxy.log import get_logger
 
@@ -221,6 +244,15 @@ def check_start(s: Settings) -> Settings:
         raise ConfigError(
             "--kubeconfig", "none given, and not running in a pod (no KUBERNETES_SERVICE_HOST)"
         )
+    if s.manifests is None and not cfg.kubeconfig and not cfg.api_server:
+        print(
+            f"nlproxy: warning: reaching the API server at {_in_cluster_server()} "
+            "(KUBERNETES_SERVICE_HOST): when that is the kubernetes Service's ClusterIP, a node "
+            "without proxy rules (new, or rebooted after a cleanup) never syncs; set "
+            "NLPROXY_API_SERVER or --master to the API server's own address "
+            "(docs/api-server.md)",
+            file=sys.stderr,
+        )
     if not s.once:
         for flag, addr in (
             ("--healthz-bind-address", cfg.healthz_bind_address),
@@ -233,6 +265,13 @@ def check_start(s: Settings) -> Settings:
 
 def _in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def _in_cluster_server() -> str:
+    """The API server the in-cluster configuration names (``KUBERNETES_SERVICE_HOST``/``PORT``)."""
+    host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
+    port = os.environ.get("KUBERNETES_SERVICE_PORT", "")
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
 
 
 def _check_bindable(flag: str, addr: str, netns_name: str | None) -> None:

@@ -4,8 +4,10 @@ A node switched from kube-proxy keeps what kube-proxy set only until the next re
 proxy sets it again, so nlproxy does, with kube-proxy's defaults and meaning: an unset field
 takes the default, 0 leaves the kernel's value alone. Written to ``/proc/sys`` in the node's
 network namespace (no exec). Where the process may not (a systemd user with two capabilities,
-a read-only ``/proc/sys``), one warning says exactly what to set; ``deploy/sysctl/`` holds the
-``sysctl.d`` file with kube-proxy's defaults.
+a read-only ``/proc/sys``), one warning says exactly what to set; ``run --init-only`` sets them
+with the privileges the daemon does not keep (the DaemonSet's privileged init container, the
+systemd unit's ``ExecStartPre=+``). ``deploy/sysctl/``'s ``sysctl.d`` file holds the timeouts
+only: a fixed table size there would lower a larger one at every boot.
 """
 
 from __future__ import annotations
@@ -69,7 +71,10 @@ class Outcome:
     def advice(self) -> str:
         """The one line telling an operator what to set where the process could not."""
         lines = [f"net.netfilter.{name}={value}" for name, (value, _) in self.refused.items()]
-        return "set these sysctls (sysctl.d, as deploy/sysctl/ ships them): " + ", ".join(lines)
+        return (
+            "set these sysctls (`nlproxy run --init-only` as root does, once per boot; the "
+            "DaemonSet's init container and the systemd unit run it): " + ", ".join(lines)
+        )
 
 
 def apply(config: ConntrackConfig, netns_name: str | None) -> Outcome:

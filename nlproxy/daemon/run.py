@@ -162,7 +162,7 @@ class Daemon:
             return source
         from nlproxy.cluster.kube import KubeSource, api_client_from_config
 
-        client = api_client_from_config(self.cfg.kubeconfig)
+        client = api_client_from_config(self.cfg.kubeconfig, server=self.cfg.api_server)
         return KubeSource(
             client,
             node_name=self.cfg.node_name,
@@ -306,6 +306,8 @@ class Daemon:
             source = f"manifests {self.settings.manifests}"
         else:
             source = f"kubeconfig {self.cfg.kubeconfig}" if self.cfg.kubeconfig else "in-cluster"
+            if self.cfg.api_server:
+                source += f", API server {self.cfg.api_server}"
         self.log.info(
             "daemon.starting",
             version=__version__,

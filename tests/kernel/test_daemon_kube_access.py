@@ -95,11 +95,12 @@ def test_forbidden_endpoint_slices_are_said_once_then_granted(
         d.wait_ready(timeout=40)
         assert answered_by(testbed, VIP_A, 4) == {"pod-a"}
         assert d.events("source.kind_available")
-        # Refused later (the watch, after a reconnect): not ready, with the reason; the rules
-        # stay and traffic flows; ready again once granted.
+        # Refused later (the watch, after a reconnect): not ready once the refusal outlasts
+        # the grace (REFUSAL_GRACE, 10 s), with the reason; the rules stay and traffic flows;
+        # ready again once granted.
         api.forbid("endpointslices", "watch")
         api.drop_connections()
-        wait_until(lambda: d.get(d.healthz, "/healthz")[0] == 503, 20.0, "not ready")
+        wait_until(lambda: d.get(d.healthz, "/healthz")[0] == 503, 40.0, "not ready")
         assert "EndpointSlice: watch forbidden" in d.get(d.healthz, "/healthz")[1]
         assert answered_by(testbed, VIP_A, 2) == {"pod-a"}
         api.allow("endpointslices")

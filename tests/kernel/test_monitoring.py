@@ -19,6 +19,7 @@ from prometheus_client.metrics_core import Metric
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.daemon import running_daemon_families
+from tests.monitoring import alert_job, down_rule, one, promtool
 
 testbed = topo.testbed
 
@@ -158,3 +159,66 @@ def test_every_metric_used_is_exported(testbed: Testbed, tmp_path: Path) -> None
     for where, names in used.items():
         assert names, where
         assert not names - have, f"{where} uses metrics no daemon exports: {names - have}"
+
+
+def test_promtool_accepts_the_plain_scrape_job(tmp_path: Path) -> None:
+    doc = yaml.safe_load((MONITORING / "prometheus-scrape.yaml").read_text())
+    (job,) = doc["scrape_configs"]
+    # Debian's promtool is built without Kubernetes discovery: the rest of the job (relabeling,
+    # paths, intervals) is checked with a static target in its place.
+    checked = {**job, "static_configs": [{"targets": ["192.0.2.1:10249"]}]}
+    del checked["kubernetes_sd_configs"]
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump({"scrape_configs": [checked]}))
+    out = subprocess.run(
+        [promtool(), "check", "config", str(path)], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_nlproxy_down_fires_when_a_target_stops_answering(tmp_path: Path) -> None:
+    rules = one(MONITORING / "nlproxy-alerts.yaml", "PrometheusRule")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rules["spec"]["groups"]}))
+    job = alert_job()
+    up = f'up{{job="{job}",instance="192.0.2.1:10249",node="node-a"}}'
+    other = f'up{{job="{job}",instance="192.0.2.2:10249",node="node-b"}}'
+    tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": up, "values": "1 1 0x10"},  # stops answering at 2m
+                    {"series": other, "values": "1x12"},
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "4m", "alertname": "NlproxyDown", "exp_alerts": []},  # pending
+                    {
+                        "eval_time": "8m",
+                        "alertname": "NlproxyDown",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "severity": "critical",
+                                    "job": job,
+                                    "instance": "192.0.2.1:10249",
+                                    "node": "node-a",
+                                },
+                                "exp_annotations": {
+                                    k: v.replace("{{ $labels.instance }}", "192.0.2.1:10249")
+                                    for k, v in down_rule(rules)["annotations"].items()
+                                },
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "tests.yaml"
+    path.write_text(yaml.safe_dump(tests))
+    out = subprocess.run(
+        [promtool(), "test", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stdout + out.stderr

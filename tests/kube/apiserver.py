@@ -7,7 +7,9 @@ field selectors, watches streaming JSON lines over chunked transfer encoding, BO
 drive it as a cluster would change and fail: add/modify/delete objects (one global, increasing
 resourceVersion), replay a burst of updates, compact history, send bookmarks, drop connections,
 refuse a verb on a kind with the real server's 403, serve a kind or not (404), stop and restart
-on the same port (``/readyz`` 500 for a while after a start, like a server filling its caches).
+on the same port (``/readyz`` 500 for a while after a start, like a server filling its caches;
+403 to everything for a while, like its authorizer before its RBAC caches are filled), and
+speak HTTPS at another address (``tls``, with ``tests/kube/tls.py``).
 With ``tests/kube/realistic.py`` it holds objects with the bodies a real server sends (10k
 Services and 10k EndpointSlices for the benchmarks).
 
@@ -23,6 +25,7 @@ import copy
 import json
 import select
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -190,19 +193,33 @@ class ApiServer:
         forbidden: plural -> verbs (``list``, ``watch``) answered 403, as kube-apiserver's RBAC
             authorizer answers a role without them (see ``forbid``).
         unready_for: seconds after each ``start()`` during which ``/readyz`` answers 500.
+        forbidden_for: seconds after each ``start()`` during which every list and watch is
+            answered 403, as kube-apiserver's authorizer answers identities without
+            cluster-admin rights until its RBAC caches are filled (about 0.4-1.5 s).
+        refused: how many requests were answered 403.
         bookmark_interval: seconds between periodic bookmarks on watches that allow them.
         after_page: called with the plural after each list page is sent (changes mid-list).
         gone_as_http: answer a watch from a compacted version with HTTP 410 instead of an
             ERROR event (both happen in practice).
     """
 
-    def __init__(self, *, token: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        token: str | None = None,
+        host: str = "127.0.0.1",
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.store = Store()
+        self.host = host
+        self.tls = tls
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.token = token
         self.disabled: set[str] = set()
         self.forbidden: dict[str, set[str]] = {}
         self.unready_for = 0.0
+        self.forbidden_for = 0.0
+        self.refused = 0
         self.started_at = 0.0
         self.user = "system:serviceaccount:kube-system:nlproxy"
         self.bookmark_interval = 60.0
@@ -219,7 +236,7 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     def forbid(self, plural: str, *verbs: str) -> None:
         """Refuse ``verbs`` (default: list and watch) on ``plural`` from now on."""
@@ -235,8 +252,12 @@ class ApiServer:
     def start(self) -> None:
         self.started_at = time.monotonic()
         handler = type("Handler", (_Handler,), {"api": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
+        self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
         self._httpd.daemon_threads = True
+        if self.tls is not None:  # the handshake is made in the connection's thread
+            self._httpd.socket = self.tls.wrap_socket(
+                self._httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
@@ -314,6 +335,8 @@ class _Handler(BaseHTTPRequestHandler):
     api: ApiServer
 
     def setup(self) -> None:
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.do_handshake()  # OSError (a failed handshake) ends this connection
         super().setup()
         self.api.track(self.connection, True)
 
@@ -335,7 +358,9 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         self.api.requests.append((url.path, query))
-        if self.api.token and self.headers.get("Authorization") != f"Bearer {self.api.token}":
+        scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+        # The scheme is case-insensitive (RFC 9110); the in-cluster loader sends "bearer".
+        if self.api.token and (scheme.lower() != "bearer" or token != self.api.token):
             self._json(401, status(401, "Unauthorized", "Unauthorized"))
             return
         if url.path in ("/readyz", "/livez", "/healthz"):
@@ -346,7 +371,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, status(404, "NotFound", "the server could not find the resource"))
             return
         verb = "watch" if query.get("watch") in ("1", "true") else "list"
-        if verb in self.api.forbidden.get(res.plural, ()):
+        warming = time.monotonic() - self.api.started_at < self.api.forbidden_for
+        if warming or verb in self.api.forbidden.get(res.plural, ()):
+            self.api.refused += 1
             self._json(403, self._forbidden(res, verb))
             return
         try:
@@ -451,6 +478,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _client_gone(self) -> bool:
         try:
             readable, _, _ = select.select([self.connection], [], [], 0)
+            if readable and isinstance(self.connection, ssl.SSLSocket):
+                return True  # no peeking through TLS: a watching client sends nothing but a close
             return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
         except OSError:
             return True

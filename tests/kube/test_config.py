@@ -21,6 +21,18 @@ def test_kubeconfig_context_and_token(apiserver: ApiServer, tmp_path: Path) -> N
         assert kubernetes.client.CoreV1Api(client).list_node().items == []
 
 
+def test_server_overrides_the_kubeconfig_and_keeps_its_credentials(
+    apiserver: ApiServer, tmp_path: Path
+) -> None:
+    # The kubeconfig names an address nothing answers on (a ClusterIP without rules); the
+    # override names the server's own, and the kubeconfig's token is still sent.
+    path = write_kubeconfig(tmp_path / "kubeconfig", apiserver)
+    path.write_text(path.read_text().replace(apiserver.url, "http://192.0.2.1:443"))
+    with api_client_from_config(str(path), server=apiserver.url) as client:
+        assert client.configuration.host == apiserver.url
+        assert kubernetes.client.CoreV1Api(client).list_node().items == []
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

@@ -73,7 +73,7 @@ def test_the_license_is_apache_2_and_the_package_says_so() -> None:
     assert project["license-files"] == ["LICENSE"]
 
 
-def test_the_daemonset_reads_the_shipped_configmap_and_can_mount_kubeadms() -> None:
+def test_the_daemonset_reads_the_shipped_configmap_and_can_mount_kubeadms(tmp_path: Path) -> None:
     docs = {
         d["kind"]: d
         for d in yaml.safe_load_all((ROOT / "deploy/kubernetes/daemonset.yaml").read_text())
@@ -88,6 +88,15 @@ def test_the_daemonset_reads_the_shipped_configmap_and_can_mount_kubeadms() -> N
     assert key in yaml.safe_load(SHIPPED.read_text())["data"]
     kubeadm = volumes[mounts["/var/lib/kube-proxy"]]["configMap"]
     assert kubeadm == {"name": "kube-proxy", "optional": True}
+    # The API server's own address: kubeadm's kubeconfig.conf, where that volume shows it ...
+    shipped = load_kube_proxy_config(shipped_config(tmp_path))
+    assert shipped.kubeconfig == "/var/lib/kube-proxy/kubeconfig.conf"
+    assert shipped.kubeconfig_from_file  # absent: in-cluster, with a warning
+    # ... or the ConfigMap's api-server key, through the environment, optional.
+    [api] = [e for e in container["env"] if e["name"] == "NLPROXY_API_SERVER"]
+    ref = api["valueFrom"]["configMapKeyRef"]
+    assert (ref["name"], ref["optional"]) == ("nlproxy", True)
+    assert ref["key"] in yaml.safe_load(SHIPPED.read_text())["data"]
 
 
 def test_kubeadms_kubeconfig_path_falls_back_to_in_cluster_when_absent(
@@ -109,3 +118,23 @@ def test_kubeadms_kubeconfig_path_falls_back_to_in_cluster_when_absent(
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST")
     with pytest.raises(ConfigError, match="not running in a pod"):
         check_start(s)
+
+
+def test_in_cluster_without_an_api_server_address_is_warned_about(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dataclasses import replace
+
+    from nlproxy.commands.run import check_start
+    from nlproxy.config import DaemonConfig, Settings
+    from nlproxy.proxy.config import ProxyConfig
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    s = Settings(daemon=DaemonConfig(node_name="n1"), proxy=ProxyConfig(node_name="n1"), once=True)
+    check_start(s)
+    err = capsys.readouterr().err
+    assert "reaching the API server at https://10.96.0.1:443 (KUBERNETES_SERVICE_HOST)" in err
+    assert "NLPROXY_API_SERVER" in err
+    check_start(replace(s, daemon=replace(s.daemon, api_server="https://192.0.2.10:6443")))
+    assert capsys.readouterr().err == ""

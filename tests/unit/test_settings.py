@@ -53,6 +53,30 @@ def test_node_name_defaults_to_the_environment_then_the_hostname(
     assert build_settings(Flags()).daemon.node_name == "from-hostname"
 
 
+@pytest.mark.parametrize(
+    ("given", "url"),
+    [
+        pytest.param("10.0.0.5", "https://10.0.0.5:443", id="host"),
+        pytest.param("cp.example:6443", "https://cp.example:6443", id="host-port"),
+        pytest.param("https://[fd00::5]:6443", "https://[fd00::5]:6443", id="ipv6-url"),
+    ],
+)
+def test_api_server_from_the_flag_else_the_environment(
+    monkeypatch: pytest.MonkeyPatch, given: str, url: str
+) -> None:
+    monkeypatch.delenv("NLPROXY_API_SERVER", raising=False)
+    assert build_settings(Flags(node_name="n")).daemon.api_server is None
+    monkeypatch.setenv("NLPROXY_API_SERVER", "")  # an optional ConfigMap key left empty
+    assert build_settings(Flags(node_name="n")).daemon.api_server is None
+    monkeypatch.setenv("NLPROXY_API_SERVER", given)
+    assert build_settings(Flags(node_name="n")).daemon.api_server == url
+    flag = build_settings(Flags(node_name="n", master="https://other:6443"))
+    assert flag.daemon.api_server == "https://other:6443"
+    monkeypatch.setenv("NLPROXY_API_SERVER", "https://")
+    with pytest.raises(ConfigError, match="NLPROXY_API_SERVER"):
+        build_settings(Flags(node_name="n"))
+
+
 def test_the_file_overrides_the_defaults(config_file: Path) -> None:
     s = build_settings(Flags(config=config_file))
     assert (s.daemon.node_name, s.proxy.node_name) == ("node-from-file", "node-from-file")
@@ -111,6 +135,8 @@ def test_every_flag_field_is_a_run_option() -> None:
         pytest.param(Flags(conntrack_min=-1), "--conntrack-min", id="conntrack-min"),
         pytest.param(Flags(consistent_hash_seed=-1), "--consistent-hash-seed", id="hash-seed"),
         pytest.param(Flags(proxy_mode="iptables"), "--proxy-mode", id="proxy-mode"),
+        pytest.param(Flags(master="ftp://cp:6443"), "--master", id="master-scheme"),
+        pytest.param(Flags(master="cp:70000"), "--master", id="master-port"),
     ],
 )
 def test_a_bad_flag_is_named(flags: Flags, named: str) -> None:
