@@ -5,6 +5,7 @@ Ctrl-C and a closed pipe end quietly. The real ``nlproxy`` console script, as a 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -141,14 +142,37 @@ def test_ctrl_c_and_a_closed_pipe_end_quietly(testbed: Testbed, tmp_path: Path) 
          "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", ""],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    time.sleep(2)
+    first = stderr_until(daemon, lambda line: "sync.applied" in line)
     daemon.send_signal(signal.SIGINT)
-    _, err = daemon.communicate(timeout=30)
+    _, rest = daemon.communicate(timeout=30)
+    err = first + rest
     assert daemon.returncode in (0, 130), err
     assert "Traceback" not in err
     assert "KeyboardInterrupt" not in err
     for line in err.splitlines():
         assert yaml.safe_load(line), line  # every line is a JSON log event
+
+
+def stderr_until(
+    proc: subprocess.Popen[str], found: Callable[[str], bool], bound: float = 120
+) -> str:
+    """What ``proc`` wrote to stderr up to and including the first line ``found`` accepts;
+    waits for it as long as a loaded machine may need (``bound`` seconds), read from the raw
+    descriptor so that the rest is left to ``communicate``."""
+    assert proc.stderr is not None
+    fd, buf = proc.stderr.fileno(), b""
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.5)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            buf += chunk
+            text = buf.decode(errors="replace")
+            lines = text.split("\n")
+            if any(found(line) for line in lines[:-1]):
+                return text
+    raise AssertionError(f"no such line within {bound:.0f} s; stderr: {buf!r}")
 
 
 UNREACHABLE_KUBECONFIG = """\
@@ -184,9 +208,10 @@ def test_json_logs_are_one_object_per_line_with_a_start_up_line(
          "--healthz-bind-address", "127.0.0.1:0", "--metrics-bind-address", ""],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    time.sleep(3)
+    first = stderr_until(daemon, lambda line: '"logger": "urllib3' in line)
     daemon.send_signal(signal.SIGTERM)
-    _, err = daemon.communicate(timeout=30)
+    _, rest = daemon.communicate(timeout=30)
+    err = first + rest
     events = [json.loads(line) for line in err.splitlines()]  # every line parses
     start = events[0]
     assert start["event"] == "daemon.starting"
