@@ -19,6 +19,7 @@ touched.
 from __future__ import annotations
 
 import errno
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -73,6 +74,7 @@ IPTABLES_TABLES = ("nat", "filter", "mangle")
 
 _KUBE_PROXY_CHAINS = frozenset(
     {
+        # iptables mode
         "KUBE-SERVICES",
         "KUBE-EXTERNAL-SERVICES",
         "KUBE-NODEPORTS",
@@ -81,14 +83,25 @@ _KUBE_PROXY_CHAINS = frozenset(
         "KUBE-FORWARD",
         "KUBE-PROXY-FIREWALL",
         "KUBE-PROXY-CANARY",
+        # IPVS mode (its KUBE-SERVICES, KUBE-POSTROUTING, KUBE-MARK-MASQ, KUBE-FORWARD and
+        # KUBE-PROXY-FIREWALL are the names above)
+        "KUBE-NODE-PORT",
+        "KUBE-LOAD-BALANCER",
+        "KUBE-SOURCE-RANGES-FIREWALL",
+        "KUBE-IPVS-FILTER",
+        "KUBE-IPVS-OUT-FILTER",
     }
 )
-_KUBE_PROXY_PREFIXES = ("KUBE-SVC-", "KUBE-SEP-", "KUBE-FW-", "KUBE-XLB-", "KUBE-EXT-", "KUBE-SVL-")
+_KUBE_PROXY_HASHED = re.compile(r"KUBE-(?:SVC|SEP|FW|XLB|EXT|SVL)-[A-Z2-7]{16}\Z")
+"""A per-service or per-endpoint chain: a role and the first 16 characters of a base32
+(RFC 4648: ``A-Z2-7``) SHA-256, exactly as kube-proxy's iptables mode names them. A prefix alone
+would take a user's ``KUBE-FW-USER``."""
 
 
 def is_kube_proxy_chain(name: str) -> bool:
-    """One of the chains kube-proxy's iptables mode makes (not one of the kubelet's)."""
-    return name in _KUBE_PROXY_CHAINS or name.startswith(_KUBE_PROXY_PREFIXES)
+    """One of the chains kube-proxy's iptables or IPVS mode makes (not the kubelet's, and not
+    a user's chain that merely starts like one)."""
+    return name in _KUBE_PROXY_CHAINS or _KUBE_PROXY_HASHED.match(name) is not None
 
 
 class ForeignProxyError(NlproxyError):

@@ -205,15 +205,20 @@ def test_iptables_nft_chains_are_found_and_only_kube_proxys_removed(
     filter tables. Cleanup removes them and the rules that jump to them, nothing else: the
     kubelet's chains and a CNI's rules in the same tables stay."""
     pod_a = str(testbed.pod("pod-a").ipv4)
-    for chain in ("KUBE-SERVICES", "KUBE-SVC-AAAA", "KUBE-SEP-BBBB", "KUBE-POSTROUTING"):
+    for chain in (
+        "KUBE-SERVICES",
+        "KUBE-SVC-NPX46M4PTMTKRN6Y",
+        "KUBE-SEP-TCOU7JCQXEZGVUNU",
+        "KUBE-POSTROUTING",
+    ):
         iptables(testbed, "-t", "nat", "-N", chain)
     for rule in (
         "-A PREROUTING -m comment --comment portals -j KUBE-SERVICES",
         "-A OUTPUT -j KUBE-SERVICES",
         "-A POSTROUTING -j KUBE-POSTROUTING",
-        f"-A KUBE-SERVICES -d {VIP_A} -p tcp --dport 80 -j KUBE-SVC-AAAA",
-        "-A KUBE-SVC-AAAA -j KUBE-SEP-BBBB",
-        f"-A KUBE-SEP-BBBB -p tcp -j DNAT --to-destination {pod_a}:8080",
+        f"-A KUBE-SERVICES -d {VIP_A} -p tcp --dport 80 -j KUBE-SVC-NPX46M4PTMTKRN6Y",
+        "-A KUBE-SVC-NPX46M4PTMTKRN6Y -j KUBE-SEP-TCOU7JCQXEZGVUNU",
+        f"-A KUBE-SEP-TCOU7JCQXEZGVUNU -p tcp -j DNAT --to-destination {pod_a}:8080",
         # Not kube-proxy's: the kubelet's chains and a CNI's SNAT rule.
         "-N KUBE-KUBELET-CANARY",
         "-A POSTROUTING -s 10.244.0.0/16 ! -d 10.244.0.0/16 -j MASQUERADE",
@@ -221,6 +226,9 @@ def test_iptables_nft_chains_are_found_and_only_kube_proxys_removed(
         iptables(testbed, "-t", "nat", *rule.split())
     iptables(testbed, "-t", "filter", "-N", "KUBE-FIREWALL")
     iptables(testbed, "-t", "filter", "-A", "INPUT", "-j", "KUBE-FIREWALL")
+    # A user's chain that only starts like kube-proxy's per-service firewall chains.
+    iptables(testbed, "-t", "filter", "-N", "KUBE-FW-USER")
+    iptables(testbed, "-t", "filter", "-A", "INPUT", "-j", "KUBE-FW-USER")
     assert new_connections(testbed) == {"pod-a"}
 
     d = publish(tmp_path / "m", objects(testbed, "pod-b"))
@@ -240,8 +248,14 @@ def test_iptables_nft_chains_are_found_and_only_kube_proxys_removed(
         ["ip", "netns", "exec", testbed.node.netns, "iptables-nft-save"],
         capture_output=True, text=True, check=True, timeout=30,
     ).stdout  # fmt: skip
-    for gone in ("KUBE-SERVICES", "KUBE-SVC-AAAA", "KUBE-SEP-BBBB", "KUBE-POSTROUTING"):
+    for gone in (
+        "KUBE-SERVICES",
+        "KUBE-SVC-NPX46M4PTMTKRN6Y",
+        "KUBE-SEP-TCOU7JCQXEZGVUNU",
+        "KUBE-POSTROUTING",
+    ):
         assert gone not in saved
     assert ":KUBE-KUBELET-CANARY" in saved
     assert "-A INPUT -j KUBE-FIREWALL" in saved
+    assert "-A INPUT -j KUBE-FW-USER" in saved
     assert "-A POSTROUTING -s 10.244.0.0/16 ! -d 10.244.0.0/16 -j MASQUERADE" in saved
