@@ -8,8 +8,11 @@ same ClusterIP in another table wins over nlproxy's for new connections.
 Found over nfnetlink (no ``nft`` or ``iptables`` is run):
 
 * kube-proxy's nftables mode: the tables ``ip kube-proxy`` and ``ip6 kube-proxy``;
-* kube-proxy's iptables mode on the iptables-nft backend: its chains (``KUBE-SERVICES``,
-  ``KUBE-NODEPORTS``, ``KUBE-SVC-…``) in the ``nat``, ``filter`` and ``mangle`` tables.
+* kube-proxy's iptables and IPVS modes on the iptables-nft backend: their chains
+  (``KUBE-SERVICES``, ``KUBE-NODEPORTS``, ``KUBE-SVC-…``, ``KUBE-IPVS-FILTER``, …) in the
+  ``nat``, ``filter`` and ``mangle`` tables, by exact name;
+* IPVS mode's ipsets, ``kube-ipvs0`` device and virtual servers (``ipvs.py``; :func:`find`
+  gathers every mode).
 
 iptables-legacy rules live outside nftables and are not seen here. Chains the kubelet owns
 (``KUBE-FIREWALL``, ``KUBE-KUBELET-CANARY``, ``KUBE-IPTABLES-HINT``) are neither reported nor
@@ -21,9 +24,10 @@ from __future__ import annotations
 import errno
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nlproxy.errors import NlproxyError
+from nlproxy.inspect import ipvs
 from nlproxy.netlink.codec import (
     NFNL_MSG_BATCH_BEGIN,
     NFNL_MSG_BATCH_END,
@@ -50,6 +54,9 @@ from nlproxy.nft.uapi import (
     NFT_MSG_GETCHAIN,
     NFT_MSG_GETRULE,
     NFT_MSG_GETTABLE,
+    NFT_MSG_NEWCHAIN,
+    NFT_MSG_NEWRULE,
+    NFT_MSG_NEWTABLE,
     NFTA_CHAIN_NAME,
     NFTA_CHAIN_TABLE,
     NFTA_DATA_VERDICT,
@@ -128,6 +135,74 @@ class ForeignTable:
         if self.mode == "nftables":
             return f"table {self} (kube-proxy, nftables mode)"
         return f"{len(self.chains)} KUBE-* chains in table {self} (kube-proxy, iptables-nft)"
+
+
+_NEW = frozenset(
+    nfnl_type(NFNL_SUBSYS_NFTABLES, m)
+    for m in (NFT_MSG_NEWTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE)
+)
+_NAMES = {name.encode() + b"\0" for name in IPTABLES_TABLES}
+_OWN_TABLE = NFTABLES_TABLE.encode() + b"\0"
+
+
+def is_foreign_change(mtype: int, payload: bytes) -> bool:
+    """Whether one nftables notification shows kube-proxy writing again: a table, chain or
+    rule added to ``ip``/``ip6 kube-proxy``, or a chain of kube-proxy's (or a rule in one)
+    added to the iptables-nft tables. Cheap on everything else (set elements, the bulk of
+    every sync, are refused by their type alone).
+    """
+    if mtype not in _NEW or not payload or payload[0] not in FAMILIES:
+        return False
+    attrs = nfnl_attributes(payload)
+    table = attrs.get(NFTA_TABLE_NAME)  # NFTA_CHAIN_TABLE and NFTA_RULE_TABLE are 1 too
+    if table == _OWN_TABLE:
+        return True
+    if table not in _NAMES:
+        return False
+    if mtype & 0xFF == NFT_MSG_NEWCHAIN:
+        name = attrs.get(NFTA_CHAIN_NAME)
+    else:
+        name = attrs.get(NFTA_RULE_CHAIN) if mtype & 0xFF == NFT_MSG_NEWRULE else None
+    return name is not None and is_kube_proxy_chain(text(name))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Leftovers:
+    """Every kube-proxy mode's leftovers nlproxy can see: nftables tables and iptables-nft
+    chains (this module), and IPVS mode's ipsets, device and virtual servers (``ipvs.py``)."""
+
+    tables: tuple[ForeignTable, ...] = ()
+    ipvs: ipvs.IpvsLeftovers = field(default_factory=ipvs.IpvsLeftovers)
+
+    def __bool__(self) -> bool:
+        return bool(self.tables or self.ipvs)
+
+    def items(self) -> list[tuple[str, str, str, int]]:
+        """(name, mode, description, chains) per table, then per kind of IPVS leftover."""
+        tables = [(str(ft), ft.mode, ft.describe, len(ft.chains)) for ft in self.tables]
+        return tables + [(name, "ipvs", line, 0) for name, line in self.ipvs.named()]
+
+    def describe(self) -> list[str]:
+        """One line per table, then one per kind of IPVS leftover."""
+        return [line for _, _, line, _ in self.items()]
+
+
+def find(netns: str | None = None) -> Leftovers:
+    """Everything of kube-proxy's in ``netns``, every mode."""
+    return Leftovers(tables=tuple(detect(netns)), ipvs=ipvs.detect(netns))
+
+
+def remove_all(found: Leftovers, netns: str | None = None) -> None:
+    """Remove what :func:`find` found: the rules first (they reference the ipsets and jump
+    to the chains), then IPVS mode's virtual servers, ipsets and device.
+
+    Raises:
+        ForeignProxyError, ipvs.IpvsCleanupError: the kernel refused (naming what).
+    """
+    if found.tables:
+        remove(found.tables, netns)
+    if found.ipvs:
+        ipvs.remove(found.ipvs, netns)
 
 
 def detect(netns: str | None = None) -> list[ForeignTable]:

@@ -191,6 +191,47 @@ def test_replace_kube_proxy_removes_its_rules_after_the_first_sync(
         assert not proc.events("foreign_proxy.detected")
 
 
+def test_replace_kube_proxy_acts_on_the_notification_not_the_period(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    """kube-proxy back on the node (``kubeadm upgrade apply`` restores it) is noticed from the
+    nftables notifications the daemon already receives: removed long before the next periodic
+    look (30 s at the default sync period), in either mode."""
+    d = publish(tmp_path / "m", objects(testbed, "pod-b"))
+    with daemon(testbed, d, "--replace-kube-proxy") as proc:
+        wait_until(lambda: proc.events("foreign_proxy.check_failed") or _looked(proc), 30, "a look")
+        kube_proxy_table(testbed, "pod-a")
+        took = wait_until(
+            lambda: "kube-proxy" not in tables(testbed), 15, "the table's removal on its notice"
+        )
+        print(f"nftables-mode table removed after {took:.3f} s")
+        # One transaction, as kube-proxy's iptables-restore writes (a chain made alone is
+        # gone before a second command could add a rule to it).
+        subprocess.run(
+            ["ip", "netns", "exec", testbed.node.netns, "iptables-nft-restore", "--noflush"],
+            input="*nat\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -j KUBE-SERVICES\nCOMMIT\n",
+            text=True, check=True, timeout=30,
+        )  # fmt: skip
+        took = wait_until(lambda: "KUBE-SERVICES" not in iptables_save(testbed), 15, "the chain")
+        print(f"iptables-nft chain removed after {took:.3f} s")
+        assert new_connections(testbed) == {"pod-b"}
+        assert not proc.events("foreign_proxy.check_failed")
+
+
+def _looked(proc: Daemon) -> bool:
+    """The daemon has made its first look for foreign rules (nothing found, nothing logged:
+    the gauge is set by then)."""
+    _, body = proc.get(proc.metrics, "/metrics")
+    return "nlproxy_foreign_proxy_tables" in body
+
+
+def iptables_save(tb: Testbed) -> str:
+    return subprocess.run(
+        ["ip", "netns", "exec", tb.node.netns, "iptables-nft-save"],
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout  # fmt: skip
+
+
 def iptables(tb: Testbed, *args: str) -> None:
     subprocess.run(
         ["ip", "netns", "exec", tb.node.netns, "iptables-nft", *args],

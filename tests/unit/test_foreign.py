@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
-from nlproxy.inspect.foreign import ForeignTable, is_kube_proxy_chain
+from nlproxy.inspect.foreign import ForeignTable, is_foreign_change, is_kube_proxy_chain
 
 
 @pytest.mark.parametrize(
@@ -38,3 +40,40 @@ def test_descriptions_name_the_table_and_mode() -> None:
     shared = ForeignTable(family="ip", table="nat", mode="iptables-nft", chains=("KUBE-SERVICES",))
     assert own.describe == "table ip6 kube-proxy (kube-proxy, nftables mode)"
     assert shared.describe == "1 KUBE-* chains in table ip nat (kube-proxy, iptables-nft)"
+
+
+def notification(msg: int, family: int, table: str, **names: str) -> tuple[int, bytes]:
+    """An nftables notification as the kernel sends it: nfgenmsg, then the table's name
+    (attribute 1 in table, chain and rule messages) and a chain name (3 for NEWCHAIN's
+    NFTA_CHAIN_NAME, 2 for NEWRULE's NFTA_RULE_CHAIN)."""
+    attrs = nla(1, table.encode() + b"\0")
+    if "chain" in names:
+        attrs += nla(3 if msg == 3 else 2, names["chain"].encode() + b"\0")
+    return (10 << 8) | msg, struct.pack("!BBH", family, 0, 0) + attrs
+
+
+def nla(kind: int, value: bytes) -> bytes:
+    return struct.pack("=HH", 4 + len(value), kind) + value + bytes(-len(value) % 4)
+
+
+@pytest.mark.parametrize(
+    ("message", "foreign"),
+    [
+        pytest.param(notification(0, 2, "kube-proxy"), True, id="new-kube-proxy-table"),
+        pytest.param(notification(6, 10, "kube-proxy", chain="services"), True, id="rule-ip6"),
+        pytest.param(notification(3, 2, "nat", chain="KUBE-SERVICES"), True, id="iptables-chain"),
+        pytest.param(
+            notification(6, 2, "filter", chain="KUBE-IPVS-FILTER"), True, id="ipvs-filter-rule"
+        ),
+        pytest.param(notification(3, 2, "nat", chain="KUBE-FW-USER"), False, id="user-chain"),
+        pytest.param(notification(6, 2, "nat", chain="CNI-HOSTPORT"), False, id="cni-rule"),
+        pytest.param(notification(0, 2, "nlproxy"), False, id="own-table"),
+        pytest.param(notification(2, 2, "kube-proxy"), False, id="table-deleted"),
+        pytest.param(notification(12, 2, "kube-proxy"), False, id="set-element"),
+        pytest.param(notification(0, 1, "kube-proxy"), False, id="inet-family"),
+    ],
+)
+def test_kube_proxy_writing_again_is_told_from_one_notification(
+    message: tuple[int, bytes], foreign: bool
+) -> None:
+    assert is_foreign_change(*message) is foreign
