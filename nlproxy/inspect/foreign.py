@@ -137,21 +137,30 @@ class ForeignTable:
         return f"{len(self.chains)} KUBE-* chains in table {self} (kube-proxy, iptables-nft)"
 
 
-_NEW = frozenset(
+_WATCHED = frozenset(
     nfnl_type(NFNL_SUBSYS_NFTABLES, m)
-    for m in (NFT_MSG_NEWTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE)
+    for m in (
+        NFT_MSG_NEWTABLE,
+        NFT_MSG_DELTABLE,
+        NFT_MSG_NEWCHAIN,
+        NFT_MSG_DELCHAIN,
+        NFT_MSG_NEWRULE,
+        NFT_MSG_DELRULE,
+    )
 )
 _NAMES = {name.encode() + b"\0" for name in IPTABLES_TABLES}
 _OWN_TABLE = NFTABLES_TABLE.encode() + b"\0"
 
 
 def is_foreign_change(mtype: int, payload: bytes) -> bool:
-    """Whether one nftables notification shows kube-proxy writing again: a table, chain or
-    rule added to ``ip``/``ip6 kube-proxy``, or a chain of kube-proxy's (or a rule in one)
-    added to the iptables-nft tables. Cheap on everything else (set elements, the bulk of
-    every sync, are refused by their type alone).
+    """Whether one nftables notification changes what :func:`detect` finds: a table, chain or
+    rule added to or deleted from ``ip``/``ip6 kube-proxy``, or a chain of kube-proxy's (or a
+    rule in one) added to or deleted from the iptables-nft tables. kube-proxy writing again is
+    acted on at once, and a removal (``cleanup --kube-proxy``) clears the gauge ``status``
+    reads at once. Cheap on everything else (set elements, the bulk of every sync, are refused
+    by their type alone).
     """
-    if mtype not in _NEW or not payload or payload[0] not in FAMILIES:
+    if mtype not in _WATCHED or not payload or payload[0] not in FAMILIES:
         return False
     attrs = nfnl_attributes(payload)
     table = attrs.get(NFTA_TABLE_NAME)  # NFTA_CHAIN_TABLE and NFTA_RULE_TABLE are 1 too
@@ -159,10 +168,12 @@ def is_foreign_change(mtype: int, payload: bytes) -> bool:
         return True
     if table not in _NAMES:
         return False
-    if mtype & 0xFF == NFT_MSG_NEWCHAIN:
+    if mtype & 0xFF in (NFT_MSG_NEWCHAIN, NFT_MSG_DELCHAIN):
         name = attrs.get(NFTA_CHAIN_NAME)
+    elif mtype & 0xFF in (NFT_MSG_NEWRULE, NFT_MSG_DELRULE):
+        name = attrs.get(NFTA_RULE_CHAIN)
     else:
-        name = attrs.get(NFTA_RULE_CHAIN) if mtype & 0xFF == NFT_MSG_NEWRULE else None
+        name = None
     return name is not None and is_kube_proxy_chain(text(name))
 
 

@@ -218,6 +218,19 @@ def test_replace_kube_proxy_acts_on_the_notification_not_the_period(
         assert not proc.events("foreign_proxy.check_failed")
 
 
+def test_status_stops_listing_removed_tables_at_once(testbed: Testbed, tmp_path: Path) -> None:
+    """The guide says to check ``nlproxy status`` right after ``cleanup --kube-proxy``: the
+    gauge it reads clears on the removal's notification, not at the next look (30 s)."""
+    kube_proxy_table(testbed, "pod-a")
+    d = publish(tmp_path / "m", objects(testbed, "pod-b"))
+    with daemon(testbed, d) as proc:
+        wait_until(lambda: foreign_gauge(proc), 30, "the gauge")
+        cleaned = cli(testbed, "cleanup", "--kube-proxy")
+        assert cleaned.returncode == 0, cleaned.stderr
+        took = wait_until(lambda: foreign_gauge(proc) == {}, 10, "the gauge to clear")
+        print(f"gauge cleared {took:.3f} s after cleanup returned")
+
+
 def _looked(proc: Daemon) -> bool:
     """The daemon has made its first look for foreign rules (nothing found, nothing logged:
     the gauge is set by then)."""

@@ -48,7 +48,7 @@ def notification(msg: int, family: int, table: str, **names: str) -> tuple[int, 
     NFTA_CHAIN_NAME, 2 for NEWRULE's NFTA_RULE_CHAIN)."""
     attrs = nla(1, table.encode() + b"\0")
     if "chain" in names:
-        attrs += nla(3 if msg == 3 else 2, names["chain"].encode() + b"\0")
+        attrs += nla(3 if msg in (3, 5) else 2, names["chain"].encode() + b"\0")
     return (10 << 8) | msg, struct.pack("!BBH", family, 0, 0) + attrs
 
 
@@ -68,7 +68,9 @@ def nla(kind: int, value: bytes) -> bytes:
         pytest.param(notification(3, 2, "nat", chain="KUBE-FW-USER"), False, id="user-chain"),
         pytest.param(notification(6, 2, "nat", chain="CNI-HOSTPORT"), False, id="cni-rule"),
         pytest.param(notification(0, 2, "nlproxy"), False, id="own-table"),
-        pytest.param(notification(2, 2, "kube-proxy"), False, id="table-deleted"),
+        pytest.param(notification(2, 2, "kube-proxy"), True, id="table-deleted"),
+        pytest.param(notification(5, 2, "nat", chain="KUBE-SERVICES"), True, id="chain-deleted"),
+        pytest.param(notification(2, 2, "nat"), False, id="nat-table-deleted"),
         pytest.param(notification(12, 2, "kube-proxy"), False, id="set-element"),
         pytest.param(notification(0, 1, "kube-proxy"), False, id="inet-family"),
     ],
