@@ -107,7 +107,10 @@ def api_client_from_config(
     except kubernetes.config.ConfigException as exc:
         raise ConfigError(f"kubeconfig {kubeconfig or '(in-cluster)'}", str(exc)) from exc
     except OSError as exc:
-        raise ConfigError(f"kubeconfig {kubeconfig}", exc.strerror or str(exc)) from exc
+        # A file the kubeconfig names (a tokenFile, a certificate-authority) is named itself:
+        # "kubeconfig X: No such file or directory" read as if X were missing.
+        named = f"{exc.filename}: " if exc.filename and exc.filename != kubeconfig else ""
+        raise ConfigError(f"kubeconfig {kubeconfig}", named + (exc.strerror or str(exc))) from exc
     return kubernetes.client.ApiClient(configuration=cfg)
 
 
