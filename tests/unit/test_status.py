@@ -297,3 +297,13 @@ def test_one_sync_of_the_daemon_counts_as_one() -> None:
     assert st.sync.partial.count == 1
     assert st.sync.mean_seconds == pytest.approx(0.004)
     assert st.sync.failures == 0
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf", "1e308", "soon"])
+def test_a_bad_timeout_is_a_usage_error(timeout: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from nlproxy.cli import main
+
+    assert main(["status", "--timeout", timeout]) == 2
+    err = capsys.readouterr().err
+    assert "--timeout" in err
+    assert "internal error" not in err
