@@ -244,6 +244,17 @@ def detect(netns: str | None = None) -> list[ForeignTable]:
     return sorted(found, key=lambda t: (t.family, t.table))
 
 
+def names(netns: str | None = None) -> tuple[list[tuple[str, str]], list[str]]:
+    """Every (family, table) in ``netns``'s nftables, and every chain name of the iptables-nft
+    tables: what ``preflight`` looks for other proxies in."""
+    with NetfilterSocket(netns, bufsize=4 << 20) as sock:
+        tables = [(FAMILIES.get(fam, str(fam)), name) for fam, name in _tables(sock)]
+        chains = sorted(
+            {c for fam, t, c in _chains(sock) if fam in FAMILIES and t in IPTABLES_TABLES}
+        )
+    return tables, chains
+
+
 def remove(found: Sequence[ForeignTable], netns: str | None = None) -> int:
     """Remove what :func:`detect` found, in one atomic batch: kube-proxy's own tables, and in
     shared tables the rules that jump to kube-proxy's chains, then those chains.
