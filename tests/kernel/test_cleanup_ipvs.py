@@ -83,6 +83,8 @@ def ipvs_node(make_netns: Callable[[str], str]) -> str:
 
 def test_ipvs_leftovers_removed_exactly_and_idempotently(ipvs_node: str) -> None:
     ns = ipvs_node
+    inspected = cli(ns, "inspect")
+    assert "another proxy's rules: 4 KUBE-* ipsets (kube-proxy, IPVS)" in inspected.stderr
     first = cli(ns, "cleanup", "--kube-proxy")
     assert first.returncode == 0, first.stderr
     assert "removed: 4 KUBE-* ipsets (kube-proxy, IPVS)" in first.stdout
