@@ -31,6 +31,7 @@ from nlproxy.inspect import ipvs
 from nlproxy.netlink.codec import (
     NFNL_MSG_BATCH_BEGIN,
     NFNL_MSG_BATCH_END,
+    NLA_TYPE_MASK,
     NLM_F_ACK,
     NLM_F_DUMP,
     NLM_F_REQUEST,
@@ -44,6 +45,9 @@ from nlproxy.netlink.codec import (
     nfnl_type,
     str_attr,
     text,
+)
+from nlproxy.netlink.codec import (
+    NLATTR as _NLATTR,
 )
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.uapi import (
@@ -162,6 +166,12 @@ def is_foreign_change(mtype: int, payload: bytes) -> bool:
     """
     if mtype not in _WATCHED or not payload or payload[0] not in FAMILIES:
         return False
+    # The kernel puts the table's name first: most messages (nlproxy's own rules) are
+    # refused on it without parsing the rest.
+    if len(payload) >= 8 and _NLATTR.unpack_from(payload, 4)[1] & NLA_TYPE_MASK == 1:
+        first = payload[8 : 4 + _NLATTR.unpack_from(payload, 4)[0]]
+        if first != _OWN_TABLE and first not in _NAMES:
+            return False
     attrs = nfnl_attributes(payload)
     table = attrs.get(NFTA_TABLE_NAME)  # NFTA_CHAIN_TABLE and NFTA_RULE_TABLE are 1 too
     if table == _OWN_TABLE:
