@@ -318,8 +318,10 @@ def _dump(sock: NetfilterSocket, request: bytes, seq: int) -> list[Message]:
     try:
         return list(sock.dump(request, seq))
     except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.EPROTONOSUPPORT, errno.EOPNOTSUPP):
-            return []  # no ipset support, no IPVS: nothing of that kind here
+        # nfnetlink answers EINVAL for a subsystem the kernel lacks (no ip_set, module or
+        # built in): no ipset support, so no ipset of kube-proxy's either.
+        if exc.errno in (errno.ENOENT, errno.EINVAL, errno.EPROTONOSUPPORT, errno.EOPNOTSUPP):
+            return []
         raise
 
 
