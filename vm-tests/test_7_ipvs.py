@@ -6,6 +6,8 @@ throughout; a virtual server and an ipset of the node's own stay."""
 
 from __future__ import annotations
 
+import shlex
+
 import cluster
 from conftest import Vms, pods_answering, wait_for
 
@@ -45,7 +47,7 @@ TEARDOWN = f"ipvsadm -D -t {USER_VS}; ipset destroy user-allow"
 
 def test_ipvs_leftovers_removed_exactly_once(vms: Vms) -> None:
     node = NODE1.name
-    vms.run(node, f"sudo bash -c {SETUP!r}")
+    vms.run(node, f"sudo bash -c {shlex.quote(SETUP)}")
     try:
         out = vms.out(node, "sudo nlproxy preflight --api-server https://127.0.0.1:6443 --json")
         assert "3 IPVS virtual servers (kube-proxy, IPVS)" in out
@@ -73,4 +75,4 @@ def test_ipvs_leftovers_removed_exactly_once(vms: Vms) -> None:
             lambda: pods_answering(vms, "client", "tcp", NODE1.ip, 30080, 40) == WEB_PODS,
         )
     finally:
-        vms.run(node, f"sudo bash -c {TEARDOWN!r}", check=False)
+        vms.run(node, f"sudo bash -c {shlex.quote(TEARDOWN)}", check=False)
