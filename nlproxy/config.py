@@ -187,14 +187,30 @@ HONOURED = {
     "conntrack",
 }
 # Values kubeadm writes that mean "kube-proxy's default": not worth a warning.
-DEFAULTS = {("bindAddress", "0.0.0.0"), ("bindAddress", "::")}
+DEFAULTS = {
+    ("bindAddress", "0.0.0.0"),
+    ("bindAddress", "::"),
+    ("logging.format", "text"),
+    ("logging.flushFrequency", "5s"),
+    ("logging.options.json.infoBufferSize", "0"),
+    ("logging.options.text.infoBufferSize", "0"),
+}
 # Fields that only describe kube-proxy's process or other modes: accepted silently when empty.
 IPVS_SCHEDULERS = {"rr": "round-robin", "sh": "consistent-hash", "mh": "consistent-hash"}
 """kube-proxy's IPVS schedulers nlproxy has an equivalent for: round-robin, and source hashing
 (``sh``) or Maglev hashing (``mh``) as consistent hashing of the client. Any other is named in a
 warning and random choice is used."""
 
-IGNORED_QUIETLY = {"apiVersion", "kind", "featureGates", "logging"}
+IGNORED_QUIETLY = {"apiVersion", "kind"}
+IPVS_MODE_WARNING = (
+    "mode 'ipvs': nlproxy programs nftables in IPVS's place (ipvs.scheduler and ipvs "
+    "sync periods carry over); remove IPVS mode's leftovers with 'nlproxy cleanup --kube-proxy'"
+)
+HINTS = {
+    "logging": "nlproxy's --log-level (or -v) and --log-format set its logging",
+    "featureGates": "nlproxy has no feature gates",
+}
+"""Why a set field of these sections does nothing, said in its warning."""
 
 
 def _empty(v: object) -> bool:
@@ -224,7 +240,8 @@ def _with(cfg: DaemonConfig, attr: str, value: object) -> DaemonConfig:
 
 def _merge_periods(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
     mode = _get(doc, "mode") or "nftables"
-    section = "iptables" if mode == "iptables" else "nftables"
+    # IPVS mode takes its periods from the ipvs section and its mark from the iptables one.
+    section = mode if mode in ("iptables", "ipvs") else "nftables"
     for key, attr in (("syncPeriod", "sync_period"), ("minSyncPeriod", "min_sync_period")):
         for path in (f"{section}.{key}", key):
             value = _get(doc, path)
@@ -232,13 +249,14 @@ def _merge_periods(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
             if seconds > 0:  # kubeadm writes 0s for "default"
                 cfg = _with(cfg, attr, seconds)
                 break
-    bit = _get(doc, f"{section}.masqueradeBit")
+    marks = "iptables" if section == "ipvs" else section
+    bit = _get(doc, f"{marks}.masqueradeBit")
     if bit is not None:
         if not isinstance(bit, int) or not 0 <= bit <= 31:
             raise ConfigError(
                 "KubeProxyConfiguration",
                 f"{bit!r} is not in 0..31",
-                field=f"{section}.masqueradeBit",
+                field=f"{marks}.masqueradeBit",
             )
         cfg = replace(cfg, masquerade_bit=bit)
     return cfg
@@ -299,7 +317,7 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
             f"config {path}", f"expected kind KubeProxyConfiguration, apiVersion {API_VERSIONS[0]}"
         )
     mode = _get(doc, "mode")
-    if mode not in (None, "", "nftables"):
+    if mode not in (None, "", "nftables", "ipvs"):
         raise ConfigError(
             "KubeProxyConfiguration",
             f"{mode!r}: nlproxy programs nftables; set mode: nftables (or leave it empty)",
@@ -350,10 +368,11 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
         cfg = replace(cfg, nodeport_addresses=",".join(npa))
     cfg = _merge_periods(doc, cfg)
     cfg = replace(cfg, conntrack=_conntrack(doc.get("conntrack")))
+    honoured = HONOURED | ({"ipvs.syncPeriod", "ipvs.minSyncPeriod"} if mode == "ipvs" else set())
     unused = sorted(
-        p for p in _leaves(doc) if p not in HONOURED and p.split(".")[0] not in IGNORED_QUIETLY
+        p for p in _leaves(doc) if p not in honoured and p.split(".")[0] not in IGNORED_QUIETLY
     )
-    warnings = [f"{p} is not used by nlproxy" for p in unused]
+    warnings = [_unused(p) for p in unused]
     scheduler = _get(doc, "ipvs.scheduler")
     if scheduler:
         if not isinstance(scheduler, str):
@@ -367,7 +386,14 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
                 f"ipvs.scheduler {scheduler!r} has no nlproxy equivalent (rr, sh and mh do): "
                 "endpoints are chosen at random"
             )
+    if mode == "ipvs":
+        warnings.insert(0, IPVS_MODE_WARNING)
     return replace(cfg, warnings=tuple(warnings))
+
+
+def _unused(path: str) -> str:
+    hint = HINTS.get(path.split(".")[0])
+    return f"{path} is not used by nlproxy" + (f" ({hint})" if hint else "")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -491,9 +517,13 @@ def daemon_config(flags: Flags) -> DaemonConfig:
     if flags.external_ip_cidrs:
         nets = _networks(flags.external_ip_cidrs, "--external-ip-cidrs")
         cfg = replace(cfg, external_ip_cidrs=tuple(str(n) for n in nets))
-    if flags.proxy_mode not in (None, "", "nftables"):
+    if flags.proxy_mode not in (None, "", "nftables", "ipvs"):
         raise ConfigError(
             "--proxy-mode", f"{flags.proxy_mode!r}: nlproxy programs nftables (use 'nftables')"
+        )
+    if flags.proxy_mode == "ipvs" and IPVS_MODE_WARNING not in cfg.warnings:
+        cfg = replace(
+            cfg, warnings=(*cfg.warnings, IPVS_MODE_WARNING.replace("mode", "--proxy-mode", 1))
         )
     if flags.bind_address and flags.bind_address not in ("0.0.0.0", "::"):
         cfg = replace(cfg, node_ip=str(_addresses(flags.bind_address, "--bind-address")[0]))

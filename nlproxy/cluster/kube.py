@@ -120,7 +120,13 @@ def api_client_from_config(
     except kubernetes.config.ConfigException as exc:
         raise ConfigError(f"kubeconfig {kubeconfig or '(in-cluster)'}", str(exc)) from exc
     except (OSError, yaml.YAMLError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        # A file the kubeconfig names (a tokenFile, a certificate-authority) is named itself:
+        # "kubeconfig X: No such file or directory" read as if X were missing.
+        if isinstance(exc, OSError):
+            named = f"{exc.filename}: " if exc.filename and exc.filename != kubeconfig else ""
+            why = named + (exc.strerror or str(exc))
+        else:
+            why = str(exc)
         raise ConfigError(f"kubeconfig {kubeconfig}", why) from exc
     return kubernetes.client.ApiClient(configuration=cfg)
 

@@ -1,8 +1,9 @@
 """``nlproxy cleanup``: remove nlproxy's tables (``ip nlproxy``, ``ip6 nlproxy``); idempotent.
 
-Touches no other table. ``--kube-proxy`` instead removes kube-proxy's rules (its nftables
-tables, and its chains in the iptables-nft tables: ``foreign.py``), as kube-proxy's own
-``--cleanup`` would, over netlink; nlproxy's tables are left alone then.
+Touches no other table. ``--kube-proxy`` instead removes what every kube-proxy mode leaves
+(its nftables tables; its chains in the iptables-nft tables; IPVS mode's ipsets, ``kube-ipvs0``
+device and virtual servers: ``foreign.py``, ``ipvs.py``), as kube-proxy's own ``--cleanup``
+would, over netlink and by exact name; nlproxy's tables are left alone then.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kube-proxy",
         action="store_true",
         help="remove kube-proxy's rules instead (ip/ip6 kube-proxy tables; its KUBE-* chains in "
-        "the iptables-nft nat, filter and mangle tables), leaving nlproxy's and the kubelet's",
+        "the iptables-nft nat, filter and mangle tables; IPVS mode's ipsets, kube-ipvs0 device "
+        "and virtual servers), leaving nlproxy's and the kubelet's",
     )
 
 
@@ -48,13 +50,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _kube_proxy(args: argparse.Namespace) -> int:
-    from nlproxy.inspect.foreign import detect, remove
+    from nlproxy.inspect.foreign import find, remove_all
 
-    found = detect(args.netns)
+    found = find(args.netns)
     if not found:
         print("no kube-proxy rules found")
         return 0
-    remove(found, args.netns)
-    for ft in found:
-        print(f"removed: {ft.describe}")
+    remove_all(found, args.netns)
+    for line in found.describe():
+        print(f"removed: {line}")
     return 0

@@ -27,6 +27,19 @@ from nlproxy.serve.status_render import render_text, to_json
 NAME = "status"
 HELP = "ask the running daemon: up, ready, last sync, pending changes, problems (exit 1 if not ok)"
 EXIT_NOT_OK = 1
+MAX_TIMEOUT = 3600.0
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds: -1, nan and inf reached the socket layer and
+    ended as internal errors."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= MAX_TIMEOUT:  # also false for nan
+        raise argparse.ArgumentTypeError(f"{text!r} is not in (0, {MAX_TIMEOUT:.0f}] seconds")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"alone means port {HEALTHZ_PORT}; a wildcard address is dialled on loopback)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=5.0, metavar="SECONDS", help="per request (default 5)"
+        "--timeout",
+        type=_seconds,
+        default=5.0,
+        metavar="SECONDS",
+        help=f"per request (default 5, at most {MAX_TIMEOUT:.0f})",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.epilog = (

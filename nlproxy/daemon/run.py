@@ -27,7 +27,7 @@ from nlproxy.config import Settings, external_networks
 from nlproxy.daemon import systemd
 from nlproxy.daemon.memory import pause_gc, tune_allocator
 from nlproxy.errors import NlproxyError
-from nlproxy.inspect.foreign import ForeignTable, detect, remove
+from nlproxy.inspect.foreign import Leftovers, find, is_foreign_change, remove_all
 from nlproxy.inspect.reachability import ReachabilityMonitor, without_unreachable
 from nlproxy.inspect.rtnl import interface_addresses
 from nlproxy.inspect.watch import ADDRESS_GROUPS, RouteWatcher
@@ -104,6 +104,7 @@ class Daemon:
             self.registry, netns=self.netns, on_change=self._unreachable_changed
         )
         self.monitor: NftMonitor | None = None
+        self._foreign_seen = trio.Event()
         self.loop = SyncLoop(
             ClusterState(cfg.node_name, external_ip_cidrs=external_networks(cfg)),
             self.syncer,
@@ -216,50 +217,62 @@ class Daemon:
         return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
 
     async def _watch_foreign(self) -> None:
-        """Another proxy's rules on the node (``foreign.py``): a warning when they appear, a
-        gauge, and with ``--replace-kube-proxy`` their removal (after the first sync, so the
-        node is never without rules). Asked every sync period, at most every 30 s: a dump of
-        the table names, and of chains only when iptables-nft tables exist.
+        """Another proxy's rules on the node (``foreign.py``, ``ipvs.py``): a warning when they
+        appear, a gauge, and with ``--replace-kube-proxy`` their removal (after the first sync,
+        so the node is never without rules). Asked as soon as an nftables notification shows
+        kube-proxy writing (:meth:`_foreign_notified`), and every sync period, at most every
+        30 s, for what notifications cannot show (IPVS, lost notifications).
 
         Cancellation: safe at any point (the thread only reads, or sends one atomic batch).
         """
         known: set[str] = set()
         interval = min(self.cfg.sync_period, FOREIGN_CHECK_SECONDS)
         while True:
+            self._foreign_seen = trio.Event()
             try:
                 found = await trio.to_thread.run_sync(self._foreign_once)
             except (NlproxyError, OSError) as exc:
                 self.log.warning("foreign_proxy.check_failed", error=str(exc))
             else:
-                now = {str(ft) for ft in found}
-                for ft in found:
-                    if str(ft) not in known:
-                        self.log.warning(
-                            "foreign_proxy.detected",
-                            table=str(ft),
-                            mode=ft.mode,
-                            chains=len(ft.chains),
-                            error=f"{ft.describe}: its rules can win over nlproxy's for new "
-                            "connections; stop that proxy, then run 'nlproxy cleanup "
-                            "--kube-proxy' (docs/migrating.md)",
-                        )
-                for gone in sorted(known - now):
-                    self.log.info("foreign_proxy.gone", table=gone)
-                known = now
-                self.metrics.foreign_proxy_tables.clear()
-                for ft in found:
-                    self.metrics.foreign_proxy_tables.labels(
-                        family=ft.family, table=ft.table, mode=ft.mode
-                    ).set(1)
-            await trio.sleep(interval)
+                known = self._foreign_report(found, known)
+            with trio.move_on_after(interval):
+                await self._foreign_seen.wait()
 
-    def _foreign_once(self) -> list[ForeignTable]:
-        found = detect(self.netns)
+    def _foreign_notified(self, mtype: int, payload: bytes) -> None:
+        """A monitor listener: wakes :meth:`_watch_foreign` when kube-proxy writes again."""
+        if is_foreign_change(mtype, payload):
+            self._foreign_seen.set()
+
+    def _foreign_report(self, found: Leftovers, known: set[str]) -> set[str]:
+        """Log what appeared and went since the last look, set the gauge; what is known now."""
+        now = {name: (mode, line, chains) for name, mode, line, chains in found.items()}
+        for name, (mode, line, chains) in now.items():
+            if name not in known:
+                self.log.warning(
+                    "foreign_proxy.detected",
+                    table=name,
+                    mode=mode,
+                    chains=chains,
+                    error=f"{line}: its rules can win over nlproxy's for new "
+                    "connections; stop that proxy, then run 'nlproxy cleanup "
+                    "--kube-proxy' (docs/migrating.md)",
+                )
+        for gone in sorted(known - now.keys()):
+            self.log.info("foreign_proxy.gone", table=gone)
+        self.metrics.foreign_proxy_tables.clear()
+        for ft in found.tables:
+            self.metrics.foreign_proxy_tables.labels(
+                family=ft.family, table=ft.table, mode=ft.mode
+            ).set(1)
+        return set(now)
+
+    def _foreign_once(self) -> Leftovers:
+        found = find(self.netns)
         if found and self.settings.replace_kube_proxy:
-            remove(found, self.netns)
-            for ft in found:
-                self.log.info("foreign_proxy.removed", table=str(ft), what=ft.describe)
-            found = detect(self.netns)
+            remove_all(found, self.netns)
+            for name, _, line, _ in found.items():
+                self.log.info("foreign_proxy.removed", table=name, what=line)
+            found = find(self.netns)
         return found
 
     async def _watch_addresses(
@@ -342,6 +355,7 @@ class Daemon:
                 # Own notifications of the first sync are parsed and dropped; if they overflow
                 # the socket, the loss is read back once.
                 self.monitor = NftMonitor(TABLE, netns_name=self.netns)
+                self.monitor.listeners.append(self._foreign_notified)
                 await nursery.start(self.monitor.run, self.loop.request_verify)
                 # The initial lists, the state and the first plan build the objects the daemon
                 # keeps for good; the cyclic GC would walk them over and over while they grow

@@ -33,7 +33,7 @@ from nlproxy.explain.rules import (
 )
 from nlproxy.explain.trace import TraceRow, nodeport_addresses, trace_frontends
 from nlproxy.inspect.classify import Reachability, classify
-from nlproxy.inspect.foreign import detect
+from nlproxy.inspect.foreign import find
 from nlproxy.inspect.rtnl import interface_addresses
 from nlproxy.nft.counters import read_counters
 from nlproxy.nft.ir import Family, IPAddress, Ruleset, Set
@@ -303,13 +303,14 @@ def _problems(
 
 
 def foreign_problems(netns: str | None) -> list[str]:
-    """Another proxy's rules on the node: at the same hooks and priority as nlproxy's, the
-    older table's DNAT wins for new connections, whatever ``explain`` finds in nlproxy's."""
+    """Another proxy's rules on the node, every kube-proxy mode: at the same hooks and priority
+    as nlproxy's, the older table's DNAT wins for new connections, and IPVS takes connections
+    to its virtual servers before nftables sees them, whatever ``explain`` finds in nlproxy's."""
     return [
-        f"another proxy's rules: {ft.describe}: new connections to the addresses it also "
+        f"another proxy's rules: {describe}: new connections to the addresses it also "
         "handles may follow its rules, not nlproxy's ('nlproxy cleanup --kube-proxy' removes "
         "them; docs/migrating.md)"
-        for ft in detect(netns)
+        for describe in find(netns).describe()
     ]
 
 

@@ -241,16 +241,33 @@ def _with_endpoints(
     front = (fe.proto, fe.address, fe.port)
     allowed = _allowed(rs, fe)
     endpoints = targets[shape.backends].get(front, ())
+    local = targets[shape.local].get(front, ())
     if fe.dispatch is not None and not endpoints:
         endpoints = dnat_targets(rs, fe.dispatch)
+    if fe.dispatch is not None and not local:
+        local = _affinity_local_targets(rs, fe.dispatch)
     return dataclasses.replace(
         fe,
         algorithm="" if fe.dispatch is None else _algorithm(rs, fe.dispatch),
         endpoints=endpoints,
-        local_endpoints=targets[shape.local].get(front, ()),
+        local_endpoints=local,
         allowed=allowed,
         kind="load-balancer" if allowed is not None and fe.kind == "external" else fe.kind,
     )
+
+
+def _affinity_local_targets(rs: Ruleset, dispatch: str) -> tuple[Target, ...]:
+    """The local endpoints of a ClientIP-affinity port's Local-policy external chain: those
+    of its ``local-…`` chain (same hash and text as ``external-…``), which outside clients
+    reach; none for any other chain. Without this an ``externalTrafficPolicy: Local`` port
+    with affinity showed "no backends" while its local pods served traffic."""
+    if not dispatch.startswith("external-"):
+        return ()
+    local = "local-" + dispatch.removeprefix("external-")
+    referenced = {
+        e.chain for rule in rs.rules.get(dispatch, []) for e in rule.exprs if isinstance(e, Verdict)
+    }
+    return dnat_targets(rs, local) if local in referenced else ()
 
 
 def service_rules(rulesets: Iterable[Ruleset], frontends: Iterable[FrontendReport]) -> ServiceRules:

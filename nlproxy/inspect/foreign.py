@@ -8,8 +8,11 @@ same ClusterIP in another table wins over nlproxy's for new connections.
 Found over nfnetlink (no ``nft`` or ``iptables`` is run):
 
 * kube-proxy's nftables mode: the tables ``ip kube-proxy`` and ``ip6 kube-proxy``;
-* kube-proxy's iptables mode on the iptables-nft backend: its chains (``KUBE-SERVICES``,
-  ``KUBE-NODEPORTS``, ``KUBE-SVC-…``) in the ``nat``, ``filter`` and ``mangle`` tables.
+* kube-proxy's iptables and IPVS modes on the iptables-nft backend: their chains
+  (``KUBE-SERVICES``, ``KUBE-NODEPORTS``, ``KUBE-SVC-…``, ``KUBE-IPVS-FILTER``, …) in the
+  ``nat``, ``filter`` and ``mangle`` tables, by exact name;
+* IPVS mode's ipsets, ``kube-ipvs0`` device and virtual servers (``ipvs.py``; :func:`find`
+  gathers every mode).
 
 iptables-legacy rules live outside nftables and are not seen here. Chains the kubelet owns
 (``KUBE-FIREWALL``, ``KUBE-KUBELET-CANARY``, ``KUBE-IPTABLES-HINT``) are neither reported nor
@@ -19,13 +22,16 @@ touched.
 from __future__ import annotations
 
 import errno
+import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nlproxy.errors import NlproxyError
+from nlproxy.inspect import ipvs
 from nlproxy.netlink.codec import (
     NFNL_MSG_BATCH_BEGIN,
     NFNL_MSG_BATCH_END,
+    NLA_TYPE_MASK,
     NLM_F_ACK,
     NLM_F_DUMP,
     NLM_F_REQUEST,
@@ -40,6 +46,9 @@ from nlproxy.netlink.codec import (
     str_attr,
     text,
 )
+from nlproxy.netlink.codec import (
+    NLATTR as _NLATTR,
+)
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.uapi import (
     NFNL_SUBSYS_NFTABLES,
@@ -49,6 +58,9 @@ from nlproxy.nft.uapi import (
     NFT_MSG_GETCHAIN,
     NFT_MSG_GETRULE,
     NFT_MSG_GETTABLE,
+    NFT_MSG_NEWCHAIN,
+    NFT_MSG_NEWRULE,
+    NFT_MSG_NEWTABLE,
     NFTA_CHAIN_NAME,
     NFTA_CHAIN_TABLE,
     NFTA_DATA_VERDICT,
@@ -73,6 +85,7 @@ IPTABLES_TABLES = ("nat", "filter", "mangle")
 
 _KUBE_PROXY_CHAINS = frozenset(
     {
+        # iptables mode
         "KUBE-SERVICES",
         "KUBE-EXTERNAL-SERVICES",
         "KUBE-NODEPORTS",
@@ -81,14 +94,25 @@ _KUBE_PROXY_CHAINS = frozenset(
         "KUBE-FORWARD",
         "KUBE-PROXY-FIREWALL",
         "KUBE-PROXY-CANARY",
+        # IPVS mode (its KUBE-SERVICES, KUBE-POSTROUTING, KUBE-MARK-MASQ, KUBE-FORWARD and
+        # KUBE-PROXY-FIREWALL are the names above)
+        "KUBE-NODE-PORT",
+        "KUBE-LOAD-BALANCER",
+        "KUBE-SOURCE-RANGES-FIREWALL",
+        "KUBE-IPVS-FILTER",
+        "KUBE-IPVS-OUT-FILTER",
     }
 )
-_KUBE_PROXY_PREFIXES = ("KUBE-SVC-", "KUBE-SEP-", "KUBE-FW-", "KUBE-XLB-", "KUBE-EXT-", "KUBE-SVL-")
+_KUBE_PROXY_HASHED = re.compile(r"KUBE-(?:SVC|SEP|FW|XLB|EXT|SVL)-[A-Z2-7]{16}\Z")
+"""A per-service or per-endpoint chain: a role and the first 16 characters of a base32
+(RFC 4648: ``A-Z2-7``) SHA-256, exactly as kube-proxy's iptables mode names them. A prefix alone
+would take a user's ``KUBE-FW-USER``."""
 
 
 def is_kube_proxy_chain(name: str) -> bool:
-    """One of the chains kube-proxy's iptables mode makes (not one of the kubelet's)."""
-    return name in _KUBE_PROXY_CHAINS or name.startswith(_KUBE_PROXY_PREFIXES)
+    """One of the chains kube-proxy's iptables or IPVS mode makes (not the kubelet's, and not
+    a user's chain that merely starts like one)."""
+    return name in _KUBE_PROXY_CHAINS or _KUBE_PROXY_HASHED.match(name) is not None
 
 
 class ForeignProxyError(NlproxyError):
@@ -117,6 +141,91 @@ class ForeignTable:
         return f"{len(self.chains)} KUBE-* chains in table {self} (kube-proxy, iptables-nft)"
 
 
+_WATCHED = frozenset(
+    nfnl_type(NFNL_SUBSYS_NFTABLES, m)
+    for m in (
+        NFT_MSG_NEWTABLE,
+        NFT_MSG_DELTABLE,
+        NFT_MSG_NEWCHAIN,
+        NFT_MSG_DELCHAIN,
+        NFT_MSG_NEWRULE,
+        NFT_MSG_DELRULE,
+    )
+)
+_NAMES = {name.encode() + b"\0" for name in IPTABLES_TABLES}
+_OWN_TABLE = NFTABLES_TABLE.encode() + b"\0"
+
+
+def is_foreign_change(mtype: int, payload: bytes) -> bool:
+    """Whether one nftables notification changes what :func:`detect` finds: a table, chain or
+    rule added to or deleted from ``ip``/``ip6 kube-proxy``, or a chain of kube-proxy's (or a
+    rule in one) added to or deleted from the iptables-nft tables. kube-proxy writing again is
+    acted on at once, and a removal (``cleanup --kube-proxy``) clears the gauge ``status``
+    reads at once. Cheap on everything else (set elements, the bulk of every sync, are refused
+    by their type alone).
+    """
+    if mtype not in _WATCHED or not payload or payload[0] not in FAMILIES:
+        return False
+    # The kernel puts the table's name first: most messages (nlproxy's own rules) are
+    # refused on it without parsing the rest.
+    if len(payload) >= 8 and _NLATTR.unpack_from(payload, 4)[1] & NLA_TYPE_MASK == 1:
+        first = payload[8 : 4 + _NLATTR.unpack_from(payload, 4)[0]]
+        if first != _OWN_TABLE and first not in _NAMES:
+            return False
+    attrs = nfnl_attributes(payload)
+    table = attrs.get(NFTA_TABLE_NAME)  # NFTA_CHAIN_TABLE and NFTA_RULE_TABLE are 1 too
+    if table == _OWN_TABLE:
+        return True
+    if table not in _NAMES:
+        return False
+    if mtype & 0xFF in (NFT_MSG_NEWCHAIN, NFT_MSG_DELCHAIN):
+        name = attrs.get(NFTA_CHAIN_NAME)
+    elif mtype & 0xFF in (NFT_MSG_NEWRULE, NFT_MSG_DELRULE):
+        name = attrs.get(NFTA_RULE_CHAIN)
+    else:
+        name = None
+    return name is not None and is_kube_proxy_chain(text(name))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Leftovers:
+    """Every kube-proxy mode's leftovers nlproxy can see: nftables tables and iptables-nft
+    chains (this module), and IPVS mode's ipsets, device and virtual servers (``ipvs.py``)."""
+
+    tables: tuple[ForeignTable, ...] = ()
+    ipvs: ipvs.IpvsLeftovers = field(default_factory=ipvs.IpvsLeftovers)
+
+    def __bool__(self) -> bool:
+        return bool(self.tables or self.ipvs)
+
+    def items(self) -> list[tuple[str, str, str, int]]:
+        """(name, mode, description, chains) per table, then per kind of IPVS leftover."""
+        tables = [(str(ft), ft.mode, ft.describe, len(ft.chains)) for ft in self.tables]
+        return tables + [(name, "ipvs", line, 0) for name, line in self.ipvs.named()]
+
+    def describe(self) -> list[str]:
+        """One line per table, then one per kind of IPVS leftover."""
+        return [line for _, _, line, _ in self.items()]
+
+
+def find(netns: str | None = None) -> Leftovers:
+    """Everything of kube-proxy's in ``netns``, every mode."""
+    return Leftovers(tables=tuple(detect(netns)), ipvs=ipvs.detect(netns))
+
+
+def remove_all(found: Leftovers, netns: str | None = None) -> None:
+    """Remove what :func:`find` found: the rules first (they reference the ipsets and jump
+    to the chains), then IPVS mode's virtual servers, ipsets and device.
+
+    Raises:
+        ForeignProxyError, ipvs.IpvsCleanupError: the kernel refused (naming what).
+    """
+    if found.tables:
+        remove(found.tables, netns)
+    if found.ipvs:
+        ipvs.remove(found.ipvs, netns)
+
+
 def detect(netns: str | None = None) -> list[ForeignTable]:
     """Another proxy's rules in ``netns``'s nftables, sorted by family and table."""
     with NetfilterSocket(netns, bufsize=4 << 20) as sock:
@@ -143,6 +252,17 @@ def detect(netns: str | None = None) -> list[ForeignTable]:
                     )
                 )
     return sorted(found, key=lambda t: (t.family, t.table))
+
+
+def names(netns: str | None = None) -> tuple[list[tuple[str, str]], list[str]]:
+    """Every (family, table) in ``netns``'s nftables, and every chain name of the iptables-nft
+    tables: what ``preflight`` looks for other proxies in."""
+    with NetfilterSocket(netns, bufsize=4 << 20) as sock:
+        tables = [(FAMILIES.get(fam, str(fam)), name) for fam, name in _tables(sock)]
+        chains = sorted(
+            {c for fam, t, c in _chains(sock) if fam in FAMILIES and t in IPTABLES_TABLES}
+        )
+    return tables, chains
 
 
 def remove(found: Sequence[ForeignTable], netns: str | None = None) -> int:

@@ -16,6 +16,8 @@ from nlproxy.netlink import netns
 from nlproxy.netlink.codec import NLMSG_DONE, NLMSG_ERROR, Message, parse_messages
 
 NETLINK_NETFILTER = 12
+NETLINK_GENERIC = 16
+"""Generic netlink (the IPVS family): the same framing; ``protocol=`` opens one instead."""
 SOL_NETLINK = 270
 NETLINK_EXT_ACK = 11
 NETLINK_CAP_ACK = 10
@@ -27,13 +29,20 @@ NETLINK_ADD_MEMBERSHIP = 1
 class NetfilterSocket:
     """A NETLINK_NETFILTER socket opened in network namespace ``netns`` (None: the current one).
 
+    ``protocol=NETLINK_GENERIC`` opens a generic netlink socket with the same behaviour.
     Buffers are forced large (root or CAP_NET_ADMIN): the kernel answers a large batch with one
     message per failed (or acknowledged) operation, and must not drop them.
     """
 
-    def __init__(self, netns_name: str | None = None, *, bufsize: int = 64 << 20) -> None:
+    def __init__(
+        self,
+        netns_name: str | None = None,
+        *,
+        bufsize: int = 64 << 20,
+        protocol: int = NETLINK_NETFILTER,
+    ) -> None:
         with netns.entered(netns_name):
-            self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
+            self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, protocol)
         self.netns = netns_name
         for opt, fallback in (
             (SO_SNDBUFFORCE, socket.SO_SNDBUF),

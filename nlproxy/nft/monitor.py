@@ -94,6 +94,9 @@ class NftMonitor:
     def __init__(self, table_name: str, *, netns_name: str | None = None) -> None:
         self.detector = DriftDetector(table_name)
         self.netns = netns_name
+        self.listeners: list[Callable[[int, bytes], None]] = []
+        """Called with (nlmsg_type, payload) of every notification, in the monitor's task:
+        others' tables are noticed from the same subscription (another proxy's, ``daemon``)."""
         self._sock = NetfilterSocket(netns_name, bufsize=8 << 20)
         self._sock.subscribe(NFNLGRP_NFTABLES)
         self.sock = self._sock.sock
@@ -132,6 +135,8 @@ class NftMonitor:
                         on_drift(Drift(pid=0, comm="(notifications lost)", objects=0))
                         continue
                     for msg in parse_messages(buf):
+                        for listener in self.listeners:
+                            listener(msg.type, msg.payload)
                         drift = self.detector.feed(msg.type, msg.payload)
                         if drift is not None:
                             on_drift(drift)

@@ -165,12 +165,18 @@ class Durations:
 
 
 def _durations(samples: Samples, names: Iterable[str]) -> Durations | None:
-    """Summed over labels (``ip_family``); None when the histogram is not exported."""
+    """The count and mean of the ``ip_family`` series with the most observations; None when
+    the histogram is not exported. nlproxy records each sync under every family (one sync
+    programs both tables), so summing the families would count one sync as two."""
     names = tuple(names)
-    count = _sum(samples, [f"{n}_count" for n in names])
-    total = _sum(samples, [f"{n}_sum" for n in names])
-    if count is None:
+    counts = _find(samples, [f"{n}_count" for n in names])
+    if counts is None:
         return None
+    if not counts:
+        return Durations(count=0, mean_seconds=None)
+    labels, count = max(counts, key=lambda lv: lv[1])
+    totals = _find(samples, [f"{n}_sum" for n in names]) or []
+    total = next((v for lb, v in totals if lb == labels), None)
     mean = total / count if count and total is not None else None
     return Durations(count=int(count), mean_seconds=mean)
 
@@ -343,7 +349,7 @@ def from_samples(
             mean_seconds=None if every is None else every.mean_seconds,
             full=_durations(samples, FULL_SYNC_DURATION),
             partial=_durations(samples, PARTIAL_SYNC_DURATION),
-            failures=_int(_sum(samples, SYNC_FAILURES)),
+            failures=_int(_max(samples, SYNC_FAILURES)),  # per family, as the durations
             pending_services=_int(_sum(samples, PENDING_SERVICES)),
             pending_endpoints=_int(_sum(samples, PENDING_ENDPOINTS)),
         ),

@@ -191,6 +191,60 @@ def test_replace_kube_proxy_removes_its_rules_after_the_first_sync(
         assert not proc.events("foreign_proxy.detected")
 
 
+def test_replace_kube_proxy_acts_on_the_notification_not_the_period(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    """kube-proxy back on the node (``kubeadm upgrade apply`` restores it) is noticed from the
+    nftables notifications the daemon already receives: removed long before the next periodic
+    look (30 s at the default sync period), in either mode."""
+    d = publish(tmp_path / "m", objects(testbed, "pod-b"))
+    with daemon(testbed, d, "--replace-kube-proxy") as proc:
+        wait_until(lambda: proc.events("foreign_proxy.check_failed") or _looked(proc), 30, "a look")
+        kube_proxy_table(testbed, "pod-a")
+        took = wait_until(
+            lambda: "kube-proxy" not in tables(testbed), 15, "the table's removal on its notice"
+        )
+        print(f"nftables-mode table removed after {took:.3f} s")
+        # One transaction, as kube-proxy's iptables-restore writes (a chain made alone is
+        # gone before a second command could add a rule to it).
+        subprocess.run(
+            ["ip", "netns", "exec", testbed.node.netns, "iptables-nft-restore", "--noflush"],
+            input="*nat\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -j KUBE-SERVICES\nCOMMIT\n",
+            text=True, check=True, timeout=30,
+        )  # fmt: skip
+        took = wait_until(lambda: "KUBE-SERVICES" not in iptables_save(testbed), 15, "the chain")
+        print(f"iptables-nft chain removed after {took:.3f} s")
+        assert new_connections(testbed) == {"pod-b"}
+        assert not proc.events("foreign_proxy.check_failed")
+
+
+def test_status_stops_listing_removed_tables_at_once(testbed: Testbed, tmp_path: Path) -> None:
+    """The guide says to check ``nlproxy status`` right after ``cleanup --kube-proxy``: the
+    gauge it reads clears on the removal's notification, not at the next look (30 s)."""
+    kube_proxy_table(testbed, "pod-a")
+    d = publish(tmp_path / "m", objects(testbed, "pod-b"))
+    with daemon(testbed, d) as proc:
+        wait_until(lambda: foreign_gauge(proc), 30, "the gauge")
+        cleaned = cli(testbed, "cleanup", "--kube-proxy")
+        assert cleaned.returncode == 0, cleaned.stderr
+        took = wait_until(lambda: foreign_gauge(proc) == {}, 10, "the gauge to clear")
+        print(f"gauge cleared {took:.3f} s after cleanup returned")
+
+
+def _looked(proc: Daemon) -> bool:
+    """The daemon has made its first look for foreign rules (nothing found, nothing logged:
+    the gauge is set by then)."""
+    _, body = proc.get(proc.metrics, "/metrics")
+    return "nlproxy_foreign_proxy_tables" in body
+
+
+def iptables_save(tb: Testbed) -> str:
+    return subprocess.run(
+        ["ip", "netns", "exec", tb.node.netns, "iptables-nft-save"],
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout  # fmt: skip
+
+
 def iptables(tb: Testbed, *args: str) -> None:
     subprocess.run(
         ["ip", "netns", "exec", tb.node.netns, "iptables-nft", *args],
@@ -205,15 +259,20 @@ def test_iptables_nft_chains_are_found_and_only_kube_proxys_removed(
     filter tables. Cleanup removes them and the rules that jump to them, nothing else: the
     kubelet's chains and a CNI's rules in the same tables stay."""
     pod_a = str(testbed.pod("pod-a").ipv4)
-    for chain in ("KUBE-SERVICES", "KUBE-SVC-AAAA", "KUBE-SEP-BBBB", "KUBE-POSTROUTING"):
+    for chain in (
+        "KUBE-SERVICES",
+        "KUBE-SVC-NPX46M4PTMTKRN6Y",
+        "KUBE-SEP-TCOU7JCQXEZGVUNU",
+        "KUBE-POSTROUTING",
+    ):
         iptables(testbed, "-t", "nat", "-N", chain)
     for rule in (
         "-A PREROUTING -m comment --comment portals -j KUBE-SERVICES",
         "-A OUTPUT -j KUBE-SERVICES",
         "-A POSTROUTING -j KUBE-POSTROUTING",
-        f"-A KUBE-SERVICES -d {VIP_A} -p tcp --dport 80 -j KUBE-SVC-AAAA",
-        "-A KUBE-SVC-AAAA -j KUBE-SEP-BBBB",
-        f"-A KUBE-SEP-BBBB -p tcp -j DNAT --to-destination {pod_a}:8080",
+        f"-A KUBE-SERVICES -d {VIP_A} -p tcp --dport 80 -j KUBE-SVC-NPX46M4PTMTKRN6Y",
+        "-A KUBE-SVC-NPX46M4PTMTKRN6Y -j KUBE-SEP-TCOU7JCQXEZGVUNU",
+        f"-A KUBE-SEP-TCOU7JCQXEZGVUNU -p tcp -j DNAT --to-destination {pod_a}:8080",
         # Not kube-proxy's: the kubelet's chains and a CNI's SNAT rule.
         "-N KUBE-KUBELET-CANARY",
         "-A POSTROUTING -s 10.244.0.0/16 ! -d 10.244.0.0/16 -j MASQUERADE",
@@ -221,6 +280,9 @@ def test_iptables_nft_chains_are_found_and_only_kube_proxys_removed(
         iptables(testbed, "-t", "nat", *rule.split())
     iptables(testbed, "-t", "filter", "-N", "KUBE-FIREWALL")
     iptables(testbed, "-t", "filter", "-A", "INPUT", "-j", "KUBE-FIREWALL")
+    # A user's chain that only starts like kube-proxy's per-service firewall chains.
+    iptables(testbed, "-t", "filter", "-N", "KUBE-FW-USER")
+    iptables(testbed, "-t", "filter", "-A", "INPUT", "-j", "KUBE-FW-USER")
     assert new_connections(testbed) == {"pod-a"}
 
     d = publish(tmp_path / "m", objects(testbed, "pod-b"))
@@ -240,8 +302,14 @@ def test_iptables_nft_chains_are_found_and_only_kube_proxys_removed(
         ["ip", "netns", "exec", testbed.node.netns, "iptables-nft-save"],
         capture_output=True, text=True, check=True, timeout=30,
     ).stdout  # fmt: skip
-    for gone in ("KUBE-SERVICES", "KUBE-SVC-AAAA", "KUBE-SEP-BBBB", "KUBE-POSTROUTING"):
+    for gone in (
+        "KUBE-SERVICES",
+        "KUBE-SVC-NPX46M4PTMTKRN6Y",
+        "KUBE-SEP-TCOU7JCQXEZGVUNU",
+        "KUBE-POSTROUTING",
+    ):
         assert gone not in saved
     assert ":KUBE-KUBELET-CANARY" in saved
     assert "-A INPUT -j KUBE-FIREWALL" in saved
+    assert "-A INPUT -j KUBE-FW-USER" in saved
     assert "-A POSTROUTING -s 10.244.0.0/16 ! -d 10.244.0.0/16 -j MASQUERADE" in saved

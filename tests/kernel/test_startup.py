@@ -64,8 +64,10 @@ def test_mistakes_before_the_first_sync_are_one_line(
     make_netns: Callable[[str], str], tmp_path: Path
 ) -> None:
     ns = make_netns("stc")
-    bad_mode = tmp_path / "ipvs.conf"
-    bad_mode.write_text(KUBEADM_CONFIGMAP.replace('mode: "nftables"', "mode: ipvs"))
+    bad_mode = (
+        tmp_path / "kernelspace.conf"
+    )  # ipvs is accepted (with a warning) since IPVS's deprecation
+    bad_mode.write_text(KUBEADM_CONFIGMAP.replace('mode: "nftables"', "mode: kernelspace"))
     unreadable = tmp_path / "kubeconfig"
     unreadable.mkdir()
     with netns.entered(ns):  # taken where the daemon would listen
@@ -258,3 +260,25 @@ def test_health_and_metrics_listen_before_the_first_sync(
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=30)
+
+
+def test_an_ipvs_configuration_programs_nftables_with_a_warning(
+    make_netns: Callable[[str], str], tmp_path: Path
+) -> None:
+    """An IPVS cluster's ConfigMap starts nlproxy: nftables in IPVS's place, one warning."""
+    ns = make_netns("stipvs")
+    conf = tmp_path / "ipvs.conf"
+    conf.write_text(KUBEADM_CONFIGMAP.replace('mode: "nftables"', "mode: ipvs"))
+    manifests = tmp_path / "m"
+    manifests.mkdir()
+    proc = nlproxy(
+        "--netns", ns, "run", "--config", str(conf), "--manifests", str(manifests), "--once",
+        "--node-name", "n1",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "mode 'ipvs': nlproxy programs nftables in IPVS's place" in proc.stderr
+    listed = subprocess.run(
+        ["ip", "netns", "exec", ns, "nft", "list", "tables"],
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout  # fmt: skip
+    assert "table ip nlproxy" in listed

@@ -51,6 +51,40 @@ def test_bad_kubeconfig_is_a_config_error(
     assert str(info.value).startswith(message.format(path=path))
 
 
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {{server: "https://127.0.0.1:6443", {ca}}}
+users:
+- name: u
+  user: {{{user}}}
+contexts:
+- name: x
+  context: {{cluster: c, user: u}}
+current-context: x
+"""
+
+
+@pytest.mark.parametrize(
+    ("ca", "user", "missing"),
+    [
+        pytest.param("insecure-skip-tls-verify: true", "tokenFile: {d}/token", "token", id="token"),
+        pytest.param("certificate-authority: {d}/ca.crt", "token: abc", "ca.crt", id="ca"),
+    ],
+)
+def test_a_missing_file_the_kubeconfig_names_is_named(
+    tmp_path: Path, ca: str, user: str, missing: str
+) -> None:
+    """Not "kubeconfig X: No such file or directory", which reads as if X were missing."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(KUBECONFIG.format(ca=ca.format(d=tmp_path), user=user.format(d=tmp_path)))
+    with pytest.raises(ConfigError) as info:
+        api_client_from_config(str(path))
+    assert str(info.value).startswith(f"kubeconfig {path}: ")
+    assert str(tmp_path / missing) in str(info.value)
+
+
 def test_no_kubeconfig_outside_a_pod(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     with pytest.raises(ConfigError, match="not running in a pod"):

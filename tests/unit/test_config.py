@@ -111,3 +111,57 @@ def test_wrong_kind_is_refused(tmp_path: Path) -> None:
 )
 def test_go_durations(text: str, seconds: float) -> None:
     assert parse_duration(text, "x") == pytest.approx(seconds)
+
+
+KUBEADM_LOGGING = """logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: "0"
+    text:
+      infoBufferSize: "0"
+  verbosity: 0
+"""
+
+
+def test_kubeadms_logging_defaults_are_quiet(tmp_path: Path) -> None:
+    cfg = load_kube_proxy_config(write(tmp_path, KUBEADM_CONFIGMAP + KUBEADM_LOGGING))
+    assert cfg.warnings == ()
+
+
+def test_logging_and_feature_gates_are_named_not_ignored(tmp_path: Path) -> None:
+    """A team that sets kube-proxy's verbosity, log format or a feature gate is told that
+    nlproxy does not read them, and what does."""
+    logging = KUBEADM_LOGGING.replace("verbosity: 0", "verbosity: 4").replace(
+        "flushFrequency: 0", "flushFrequency: 0\n  format: json"
+    )
+    gates = "featureGates:\n  KubeProxyDrainingTerminatingNodes: true\n  AllAlpha: false\n"
+    cfg = load_kube_proxy_config(write(tmp_path, KUBEADM_CONFIGMAP + logging + gates))
+    hint = "nlproxy's --log-level (or -v) and --log-format set its logging"
+    assert cfg.warnings == (
+        "featureGates.KubeProxyDrainingTerminatingNodes is not used by nlproxy "
+        "(nlproxy has no feature gates)",
+        f"logging.format is not used by nlproxy ({hint})",
+        f"logging.verbosity is not used by nlproxy ({hint})",
+    )
+
+
+def test_ipvs_mode_is_accepted_with_a_warning(tmp_path: Path) -> None:
+    """An IPVS cluster's ConfigMap: nftables in IPVS's place, its scheduler and periods kept."""
+    text = KUBEADM_CONFIGMAP.replace('mode: "nftables"', "mode: ipvs")
+    text = text.replace('  scheduler: ""', "  scheduler: sh").replace(
+        "  strictARP: false\n  syncPeriod: 0s", "  strictARP: false\n  syncPeriod: 45s"
+    )
+    cfg = load_kube_proxy_config(write(tmp_path, text))
+    assert cfg.warnings[0].startswith("mode 'ipvs': nlproxy programs nftables in IPVS's place")
+    assert "nlproxy cleanup --kube-proxy" in cfg.warnings[0]
+    assert len(cfg.warnings) == 1
+    assert cfg.sync_period == 45.0
+    assert cfg.load_balancing == "consistent-hash"
+
+
+def test_ipvs_periods_do_not_apply_in_nftables_mode(tmp_path: Path) -> None:
+    text = KUBEADM_CONFIGMAP.replace("  strictARP: false\n  syncPeriod: 0s", "  syncPeriod: 45s")
+    cfg = load_kube_proxy_config(write(tmp_path, text))
+    assert cfg.sync_period == DaemonConfig().sync_period
+    assert cfg.warnings == ("ipvs.syncPeriod is not used by nlproxy",)

@@ -176,3 +176,33 @@ def test_join_names_kinds_and_adds_what_is_not_programmed(rulesets: dict[Family,
     assert {fe.ref.partition(":")[0] for fe in only} == {"ns/web"}
     rows = build_rows([joined[("ns/new:p80/TCP", "192.0.2.9:80/TCP")]], rulesets, {}, manifests)
     assert render_table(rows).splitlines()[1].endswith("(no backends: not programmed)")
+
+
+def test_local_policy_with_affinity_lists_its_local_backends() -> None:
+    """externalTrafficPolicy: Local plus ClientIP affinity: outside traffic goes to the local
+    pod through the port's own ``local-…`` chain, which services/explain must read (they said
+    "no backends" while traffic flowed)."""
+    from ipaddress import ip_network
+
+    from nlproxy.proxy.config import ProxyConfig
+    from nlproxy.proxy.planner import plan
+    from tests.unit.builders import node, snapshot
+
+    svc = service(
+        "ns", "sticky", "172.30.0.20", [port("ns", "sticky", node_port=30090)],
+        load_balancer_ips=["5.5.5.7"], external_policy_local=True, affinity_timeout=600,
+    )  # fmt: skip
+    sl = eps_slice("ns", "sticky", [endpoint("10.0.1.7", NODE), endpoint("10.0.2.7")])
+    config = ProxyConfig(
+        node_name=NODE,
+        cluster_cidrs=(ip_network("10.0.0.0/8"),),
+        service_cidrs=(ip_network("172.30.0.0/16"),),
+    )
+    rs = plan(snapshot([svc], [sl], node=node(["192.168.0.2"])), config).rulesets
+    for manifests in (None, manifests_index([svc, sl])):
+        rows = _rows(rs, manifests=manifests)
+        for label in ("5.5.5.7:80/TCP", "nodeport:30090/TCP"):
+            row = rows[f"ns/sticky:p80/TCP {label}"]
+            assert (row.external_policy, row.affinity) == ("Local", "ClientIP")
+            assert [str(b.address) for b in row.backends if b.programmed] == ["10.0.1.7"]
+            assert "no backends" not in render_table([row])

@@ -142,3 +142,8 @@ def test_every_flag_field_is_a_run_option() -> None:
 def test_a_bad_flag_is_named(flags: Flags, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         build_settings(flags)
+
+
+def test_proxy_mode_ipvs_is_accepted_with_a_warning() -> None:
+    s = build_settings(Flags(proxy_mode="ipvs"))
+    assert [w for w in s.daemon.warnings if w.startswith("--proxy-mode 'ipvs'")]

@@ -111,7 +111,8 @@ def test_kube_proxy_136_labels_are_summed_per_fact() -> None:
     st = from_samples(parse_metrics(METRICS_136), M, H, code=200, body={"lastUpdated": "x"})
     assert st.ok
     assert st.sync.last == datetime.fromtimestamp(1.70000001e9, UTC)  # the newest family
-    assert (st.sync.count, st.sync.failures) == (4, 2)
+    # Every sync is recorded under each family: the busiest family's count, not the sum.
+    assert (st.sync.count, st.sync.failures) == (3, 2)
     assert st.sync.mean_seconds == pytest.approx(0.01)
     assert st.sync.full is not None
     assert st.sync.partial is not None
@@ -155,7 +156,7 @@ def test_text_lists_problems() -> None:
     assert "drift repairs          3 (iptables-nft: 1, nft: 2)" in text
     assert "pending changes        1 service, 4 endpoint events" in text
     assert (
-        "sync duration          mean 10.0 ms over 4 syncs (full mean 20.0 ms over 1 syncs; "
+        "sync duration          mean 10.0 ms over 3 syncs (full mean 20.0 ms over 1 syncs; "
         "partial mean 5.0 ms over 2 syncs)"
     ) in text
     assert "  default/web:http/TCP  10.244.1.9:8080  link down" in text
@@ -276,3 +277,33 @@ def test_metrics_port_that_is_not_nlproxy(
 def test_what_a_503_means(body: dict[str, object], why: str) -> None:
     st = from_samples(parse_metrics(METRICS_OLD), M, H, code=503, body=body)
     assert st.problem == f"not ready: --healthz-address answered 503 ({why})"
+
+
+def test_one_sync_of_the_daemon_counts_as_one() -> None:
+    """What nlproxy's own metrics say after one sync (both families recorded): one sync."""
+    from prometheus_client import CollectorRegistry
+
+    from nlproxy.serve.metrics import Metrics
+
+    m = Metrics(CollectorRegistry())
+    for family in ("IPv4", "IPv6"):  # as SyncLoop._record does for one sync
+        m.sync_duration.labels(ip_family=family).observe(0.004)
+        m.partial_sync_duration.labels(ip_family=family).observe(0.004)
+        m.last_sync.labels(ip_family=family).set(1.7e9)
+    samples = parse_metrics(m.exposition().decode())
+    st = from_samples(samples, M, H, code=200, body={"lastUpdated": "x"})
+    assert st.sync.count == 1
+    assert st.sync.partial is not None
+    assert st.sync.partial.count == 1
+    assert st.sync.mean_seconds == pytest.approx(0.004)
+    assert st.sync.failures == 0
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf", "1e308", "soon"])
+def test_a_bad_timeout_is_a_usage_error(timeout: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from nlproxy.cli import main
+
+    assert main(["status", "--timeout", timeout]) == 2
+    err = capsys.readouterr().err
+    assert "--timeout" in err
+    assert "internal error" not in err

@@ -23,7 +23,7 @@ packages=(
   systemd-sysv udev dbus kmod linux-image-amd64 initramfs-tools grub-pc-bin
   openssh-server sudo rsync iproute2 iputils-ping procps netbase ca-certificates less
   python3 python3-venv python3-dev gcc libc6-dev pkg-config libnftnl-dev libmnl-dev
-  nftables conntrack curl
+  nftables conntrack curl iptables ipset ipvsadm
 )
 
 for tool in debootstrap mkfs.ext4 sfdisk qemu-img ssh-keygen tar; do
