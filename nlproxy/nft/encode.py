@@ -40,6 +40,7 @@ from nlproxy.nft.ir import (
     Element,
     Map,
     Operation,
+    PackedRun,
     Policy,
     Rule,
     Set,
@@ -50,6 +51,7 @@ from nlproxy.nft.ir import (
     Verdict,
 )
 from nlproxy.nft.lower import RuleLowering, register
+from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.uapi import (
     NFNL_SUBSYS_NFTABLES,
     NFT_TABLE_F_OWNER,
@@ -124,6 +126,7 @@ class _Span:
     what: str = ""
     msg_off: int = -1  # single messages: offset in the batch
     expr_of: Sequence[int] = ()  # rules: the IR expression behind each netlink expression
+    packed: PackedRun | None = None  # a packed run: names the element an error points at
 
 
 class Batch:
@@ -176,12 +179,17 @@ class Batch:
         per set (see :func:`element_runs`) so they share bulk messages."""
         i = 0
         while i < len(ops):
-            if not isinstance(ops[i].obj, Element):
+            obj = ops[i].obj
+            if isinstance(obj, PackedRun):
+                self._packed(ops[i].verb, obj, i)
+                i += 1
+                continue
+            if not isinstance(obj, Element):
                 self._object(i, ops[i])
                 i += 1
                 continue
             j = i
-            while j < len(ops) and isinstance(ops[j].obj, Element):
+            while j < len(ops) and ops[j].obj.__class__ is Element:
                 j += 1
             for verb, indices in element_runs(ops, i, j):
                 self._elements(verb, [ops[k].obj for k in indices], indices)  # type: ignore[misc]
@@ -209,8 +217,16 @@ class Batch:
         if offset is not None:
             for i in reversed(members):
                 if span.offsets[i] <= offset:
-                    return span.ops[i], span.what
+                    return span.ops[i], self._what(span, i)
         return (span.ops[members[0]] if members else span.ops[0]), span.what
+
+    def _what(self, span: _Span, i: int) -> str:
+        """The element of a packed run an error points at (decoded), else the span's text."""
+        run = span.packed
+        if run is None:
+            return span.what
+        key = PackedElements(self.sets[run.set]).decode_key(run.keys[i])
+        return "element " + " . ".join(map(str, key))
 
     # -- objects ----------------------------------------------------------------------------
 
@@ -441,6 +457,32 @@ class Batch:
         what = "" if not set_id else "anonymous map of the rule"
         self._span(count, ops, what, offsets=offsets, msg_index=msg_index)
 
+    def _packed(self, verb: Verb, run: PackedRun, index: int) -> None:
+        """A packed run: its keys and data are joined into the buffers the C side reads, as
+        :meth:`_elements` packs them from values (the same messages, byte for byte)."""
+        if not run.keys:
+            return
+        s = self.sets[run.set]
+        e = ffi.new("struct nls_elems *")
+        msg = {Verb.DELETE: Msg.DELSETELEM, Verb.DESTROY: Msg.DESTROYSETELEM}.get(
+            verb, Msg.NEWSETELEM
+        )
+        self._fill_header(e, msg, _NEW_FLAGS.get(verb, 0), s.name, 0)
+        count = len(run.keys)
+        keys = b"".join(run.keys)
+        e.count, e.key_len = count, len(keys) // count
+        e.keys = self._hold(ffi.from_buffer("uint8_t[]", keys))
+        if msg is Msg.NEWSETELEM and isinstance(s, Map):
+            assert run.data is not None, "an add to a packed map carries data"
+            data = b"".join(run.data)
+            e.data, e.data_len = self._hold(ffi.from_buffer("uint8_t[]", data)), len(data) // count
+        offsets = ffi.new("uint32_t[]", count)
+        msg_index = ffi.new("uint32_t[]", count)
+        e.offsets, e.msg_index = offsets, msg_index
+        n = lib.nls_put_elems(self._buf, self._seq, e)
+        _check(n, f"elements of set {s.name}")
+        self._span(n, _Repeat(index, count), offsets=offsets, msg_index=msg_index, packed=run)
+
     def _hold(self, cdata: Any) -> Any:
         self._keep.append(cdata)
         return cdata
@@ -481,6 +523,26 @@ class Batch:
                 for el in els
             ]
             e.comments = self._hold(ffi.new("char *[]", ptrs))
+
+
+class _Repeat(Sequence[int]):
+    """One operation index ``n`` times: the operation behind every element of a packed run (a
+    list of them would be an entry per element)."""
+
+    __slots__ = ("_n", "_op")
+
+    def __init__(self, op: int, n: int) -> None:
+        self._op, self._n = op, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self._op] * len(range(*i.indices(self._n)))
+        if not -self._n <= i < self._n:
+            raise IndexError(i)
+        return self._op
 
 
 def _expr_at(buf: Any, msg_off: int, offset: int) -> int | None:

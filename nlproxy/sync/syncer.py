@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence, Set
+from copy import copy
 from dataclasses import dataclass, field
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey
@@ -81,7 +82,7 @@ def as_programmed(rs: Ruleset) -> Ruleset:
         chains=dict(rs.chains),
         rules={c: [stamp(r) for r in rules] for c, rules in rs.rules.items()},
         sets=dict(rs.sets),
-        elements={s: dict(els) for s, els in rs.elements.items()},
+        elements={s: copy(els) for s, els in rs.elements.items()},  # packed stays packed
     )
 
 

@@ -1,0 +1,158 @@
+"""Packed element maps change the representation, never the ruleset: over the tracer's worlds,
+the plan with its backends maps held as the kernel's bytes renders, diffs and encodes byte for
+byte as the same plan with every element an IR ``Element`` (the representation the encoder,
+the diff and the read-back used before), and every packed element passes the full validation.
+"""
+
+from __future__ import annotations
+
+import struct
+from copy import copy
+from ipaddress import IPv4Address, IPv6Address
+
+import pytest
+
+from nlproxy.cluster.model import LoadBalancing
+from nlproxy.nft.encode import Batch
+from nlproxy.nft.ir import (
+    DataType,
+    Element,
+    Family,
+    L4Proto,
+    Map,
+    Operation,
+    PackedRun,
+    Ruleset,
+    Verb,
+)
+from nlproxy.nft.packed import PackedElements
+from nlproxy.nft.reconcile import advance, diff
+from nlproxy.nft.render import render_ruleset
+from nlproxy.nft.uapi import NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM
+from nlproxy.nft.validate import check_packed_elements, validate
+from nlproxy.proxy import naming as n
+from nlproxy.proxy.planner import plan
+from nlproxy.proxy.skeleton import PACKED
+from nlproxy.sync.syncer import as_programmed
+from tests.world import config, world
+
+NLA_F_NESTED = 0x8000
+
+CONFIGS = [
+    pytest.param({}, id="default"),
+    pytest.param({"nodeport_addresses": ("192.168.1.0/24",)}, id="nodeport-cidr"),
+    pytest.param({"cluster_cidrs": ()}, id="no-cluster-cidrs"),
+    pytest.param({"service_cidrs": ()}, id="no-service-cidrs"),
+    pytest.param({"load_balancing": LoadBalancing.ROUND_ROBIN}, id="round-robin"),
+    pytest.param({"service_counters": True}, id="counters"),
+]
+
+
+def unpacked(rs: Ruleset) -> Ruleset:
+    """``rs`` with every packed map as a dict of IR elements."""
+    return Ruleset(
+        table=rs.table,
+        chains=dict(rs.chains),
+        rules={c: list(r) for c, r in rs.rules.items()},
+        sets=dict(rs.sets),
+        elements={s: {el.key: el for el in els.values()} for s, els in rs.elements.items()},
+    )
+
+
+def encoded(rs: Ruleset, ops: list[Operation]) -> list[bytes]:
+    """The batch's element messages, each as sent but with attribute padding zeroed (the
+    encoder leaves it as the buffer had it; the kernel ignores it)."""
+    batch = Batch(rs.table, rs.sets, 1)
+    batch.add(ops)
+    data = bytes(batch.finish())
+    out, off = [], 0
+    while off < len(data):
+        length, kind = struct.unpack_from("=IH", data, off)
+        if kind & 0xFF in (NFT_MSG_NEWSETELEM, NFT_MSG_DELSETELEM):
+            # nlmsghdr without its sequence number, nfgenmsg, the attributes
+            msg = data[off : off + 8] + data[off + 12 : off + 20]
+            out.append(msg + _attrs(data[off + 20 : off + length]))
+        off += (length + 3) & ~3
+    return out
+
+
+def _attrs(data: bytes) -> bytes:
+    out, off = bytearray(), 0
+    while off + 4 <= len(data):
+        length, kind = struct.unpack_from("=HH", data, off)
+        body = data[off + 4 : off + length]
+        body = _attrs(body) if kind & NLA_F_NESTED else body
+        out += struct.pack("=HH", length, kind) + body + bytes(-len(body) % 4)
+        off += (length + 3) & ~3
+    return bytes(out)
+
+
+@pytest.mark.parametrize("overrides", CONFIGS)
+def test_packed_plan_is_the_element_plan_byte_for_byte(overrides: dict[str, object]) -> None:
+    planned = plan(world(), config(**overrides)).rulesets
+    packed_seen = 0
+    for rs in planned.values():
+        assert all(isinstance(rs.elements[name], PackedElements) for name in PACKED)
+        packed_seen += sum(len(rs.elements[name]) for name in PACKED)
+        plain = unpacked(rs)
+        assert render_ruleset(rs) == render_ruleset(plain)
+        ops, plain_ops = diff(rs, None), diff(plain, None)
+        assert any(isinstance(op.obj, PackedRun) for op in ops) == any(
+            rs.elements[name] for name in PACKED
+        )
+        assert not any(isinstance(op.obj, PackedRun) for op in plain_ops)
+        validate(rs.table, ops)
+        assert encoded(rs, ops) == encoded(plain, plain_ops) != []
+        for op in ops:
+            if isinstance(op.obj, PackedRun):
+                check_packed_elements(rs.table, op.obj, op.verb, rs)
+        # What an unchanged restart compares: the cached copy, and a read-back (elements).
+        assert diff(rs, as_programmed(rs)) == []
+        assert diff(rs, as_programmed(plain)) == []
+    # the world's endpoints are in the packed maps (with round robin, in per-service maps)
+    assert packed_seen > 10 or "load_balancing" in overrides
+
+
+def test_packed_diff_and_advance_follow_a_change() -> None:
+    """An endpoint changed: one delete and one add run, the same bytes as the element diff's,
+    and the programmed copy advanced by them equals the new plan."""
+    before = plan(world(), config()).rulesets[Family.IP]
+    after = plan(world(), config()).rulesets[Family.IP]
+    backends = after.elements[n.BACKENDS]
+    key = next(iter(backends))
+    backends[key] = Element(set=n.BACKENDS, key=key, value=(IPv4Address("10.9.9.9"), 99))
+    programmed = as_programmed(before)
+    ops = diff(after, programmed)
+    assert [(op.verb, type(op.obj)) for op in ops] == [
+        (Verb.DELETE, PackedRun),
+        (Verb.ADD, PackedRun),
+    ]
+    plain = diff(unpacked(after), as_programmed(unpacked(before)))
+    assert encoded(after, ops) == encoded(
+        after, [op for op in plain if getattr(op.obj, "set", "") == n.BACKENDS]
+    )
+    advance(programmed, ops)
+    assert programmed.elements[n.BACKENDS] == after.elements[n.BACKENDS]
+    assert diff(after, programmed) == []
+
+
+def test_packed_elements_read_as_a_mapping() -> None:
+    s = Map(
+        name="m",
+        key=(DataType.IPV6_ADDR, DataType.INET_PROTO, DataType.INET_SERVICE, DataType.INTEGER),
+        data=(DataType.IPV6_ADDR, DataType.INET_SERVICE),
+    )
+    els = PackedElements(s)
+    key = (IPv6Address("fd00::1"), L4Proto.UDP, 53, 2)
+    els[key] = Element(set="m", key=key, value=(IPv6Address("fd00:10::5"), 5353))
+    assert key in els
+    assert list(els) == [key]
+    assert els[key].value == (IPv6Address("fd00:10::5"), 5353)
+    assert (IPv4Address("10.0.0.1"), 17, 53, 2) not in els  # another family's key: absent
+    assert els.get(("x",)) is None
+    assert copy(els) == els
+    assert copy(els) is not els
+    with pytest.raises(ValueError, match="no comment"):
+        els[key] = Element(set="m", key=key, value=(IPv6Address("fd00::2"), 1), comment="c")
+    del els[key]
+    assert not els
