@@ -193,6 +193,11 @@ def _packed_ops(
     return deletes, adds if adding else []
 
 
+def count_ops(ops: list[Operation]) -> int:
+    """How many kernel operations ``ops`` stand for: a packed run counts each of its elements."""
+    return len(ops) + sum(len(op.obj.keys) - 1 for op in ops if isinstance(op.obj, PackedRun))
+
+
 def _chain_ops(
     chain: Chain,
     rules: list[Rule],

@@ -36,7 +36,7 @@ from nlproxy.log import get_logger
 from nlproxy.nft.backend import NftBackend
 from nlproxy.nft.ir import Family, Operation, Ruleset, Table, Verb
 from nlproxy.nft.readback import read_ruleset
-from nlproxy.nft.reconcile import Delta, advance, diff, ops_for_delta, stamp
+from nlproxy.nft.reconcile import Delta, advance, count_ops, diff, ops_for_delta, stamp
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
@@ -377,7 +377,7 @@ class Syncer:
                     raise
                 result.commit_ms += (time.perf_counter() - t) * 1000
             committed(family, ops)
-            result.ops[family] = len(ops) - claim
+            result.ops[family] = count_ops(ops) - claim
 
     def _clean_stale(
         self, olds: Sequence[Ruleset], news: Sequence[Ruleset], snapshot: ClusterSnapshot

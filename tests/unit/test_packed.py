@@ -26,7 +26,7 @@ from nlproxy.nft.ir import (
     Verb,
 )
 from nlproxy.nft.packed import PackedElements
-from nlproxy.nft.reconcile import advance, diff
+from nlproxy.nft.reconcile import advance, count_ops, diff
 from nlproxy.nft.render import render_ruleset
 from nlproxy.nft.uapi import NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM
 from nlproxy.nft.validate import check_packed_elements, validate
@@ -156,3 +156,11 @@ def test_packed_elements_read_as_a_mapping() -> None:
         els[key] = Element(set="m", key=key, value=(IPv6Address("fd00::2"), 1), comment="c")
     del els[key]
     assert not els
+
+
+def test_operations_count_every_packed_element() -> None:
+    """What ``sync.applied`` reports as ``ops``: a packed run counts as its elements."""
+    rs = plan(world(), config()).rulesets[Family.IP]
+    ops, plain = diff(rs, None), diff(unpacked(rs), None)
+    assert len(ops) < len(plain)
+    assert count_ops(ops) == count_ops(plain) == len(plain)
