@@ -21,7 +21,17 @@ import struct
 from collections.abc import Iterator, MutableMapping, Sequence
 from ipaddress import IPv4Address, IPv6Address
 
-from nlproxy.nft.ir import DataType, Element, Map, PackedRun, SetFlag, SetLike, Value, Verb
+from nlproxy.nft.ir import (
+    DataType,
+    Element,
+    Map,
+    PackedRun,
+    Set,
+    SetFlag,
+    SetLike,
+    Value,
+    Verb,
+)
 from nlproxy.nft.values import Packer, key_decoder
 
 _NOT_A_KEY = (TypeError, ValueError, OverflowError, struct.error)
@@ -32,8 +42,10 @@ _KINDS: dict[DataType, type] = {DataType.IPV4_ADDR: IPv4Address, DataType.IPV6_A
 
 def packable(s: SetLike) -> bool:
     """Whether ``s``'s elements can be held packed: a plain set or a data map (not a verdict
-    map) without intervals, timeouts or dynamic updates."""
+    map) without intervals, timeouts, counters or dynamic updates."""
     if s.flags & (SetFlag.INTERVAL | SetFlag.EVAL | SetFlag.TIMEOUT) or s.timeout is not None:
+        return False
+    if isinstance(s, Set) and s.counter:  # each element holds a counter of its own
         return False
     return not (isinstance(s, Map) and s.is_vmap)
 
@@ -57,6 +69,14 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
         self._data = Packer(s.data) if isinstance(s, Map) else None
         self._decode_key = key_decoder(s.key)
         self._decode_data = key_decoder(s.data) if isinstance(s, Map) else None
+
+    @property
+    def key_size(self) -> int:
+        return self._key.size
+
+    @property
+    def data_size(self) -> int:
+        return 0 if self._data is None else self._data.size
 
     # -- packing ----------------------------------------------------------------------------
 

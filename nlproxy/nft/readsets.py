@@ -26,6 +26,7 @@ from nlproxy.nft.dump import (
     request,
 )
 from nlproxy.nft.ir import DataType, Element, Family, Map, Set, SetFlag, SetLike, Value, Verdict
+from nlproxy.nft.packed import PackedElements, packable
 from nlproxy.nft.uapi import (
     NFT_MSG_GETSETELEM,
     NFT_SET_ELEM_INTERVAL_END,
@@ -184,6 +185,44 @@ def read_elements(
     key = key_decoder(rs.key, addrs)
     data = key_decoder(rs.data, addrs) if rs.data and rs.data != (DataType.VERDICT,) else None
     return [_element(rs, e, key(e.key), data) for e in raw]
+
+
+def read_set_elements(
+    s: NetfilterSocket, family: Family, table: str, rs: RawSet, addrs: Addresses | None = None
+) -> list[Element] | PackedElements:
+    """:func:`read_elements`, but the elements of a named set that can be held packed come
+    back as the kernel's bytes (``packed.py``), not decoded, when none of them carries what a
+    packed set cannot hold (a comment, a timeout, flags: another writer's elements).
+
+    Raises:
+        Interrupted: the ruleset changed during the dump.
+        UndecodableError: an element the IR cannot express.
+    """
+    if rs.anonymous or not packable(rs.ir):
+        return read_elements(s, family, table, rs, addrs)
+    seq = s.next_seq()
+    raw: list[_RawElem] = []
+    layouts: Layouts = {}
+    for msg in messages(s, elements_request(family, table, rs.name, seq), seq):
+        raw.extend(_parse_elements(msg.payload, layouts))
+    store = PackedElements(rs.ir)
+    key_len, data_len = store.key_size, store.data_size
+    plain = all(
+        e.key_end is None
+        and not e.flags
+        and not e.timeout_ms
+        and not e.comment
+        and e.verdict is None
+        and len(e.key) == key_len
+        and (len(e.data) if e.data is not None else 0) == data_len
+        for e in raw
+    )
+    if not plain:
+        key = key_decoder(rs.key, addrs)
+        data = key_decoder(rs.data, addrs) if rs.data else None
+        return [_element(rs, e, key(e.key), data) for e in raw]
+    store.raw.update((e.key, e.data or b"") for e in raw)
+    return store
 
 
 _BE32 = struct.Struct(">I")

@@ -305,9 +305,9 @@ class FamilyPlanner:
     def finish(self) -> None:
         """Add what is collected across services: the hairpin pairs (endpoint . endpoint)."""
         hairpin = self.rs.elements[n.HAIRPIN]
-        for ip in self.hairpin.values():
-            key = (ip, ip)  # one tuple for the dict key and the element: 100k of them at scale
-            hairpin[key] = Element(set=n.HAIRPIN, key=key)
+        assert isinstance(hairpin, PackedElements), "the hairpin set is held packed"
+        pack = hairpin.pack_key
+        hairpin.raw.update(dict.fromkeys([pack((ip, ip)) for ip in self.hairpin.values()], b""))
 
     def element(
         self,
