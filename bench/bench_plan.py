@@ -5,7 +5,8 @@ snapshot (not timed here: ``bench_coldpath.py`` does), then, in a child process 
 round (so trees compare side by side in one run on the same machine load):
 
 * ``plan``: the planner, and the objects alive after it (``gc.get_objects()``, against the count
-  before planning: what the plan costs the collector);
+  before planning: what the plan costs the collector; gc does not track bytes, so the packed
+  elements' key and data bytes are counted apart), and the RSS then;
 * ``diff_cold``: the diff against nothing (the cold start's operations);
 * ``validate`` and ``encode``: what ``NftBackend.apply`` does before sending (no kernel);
 * ``remember``: the programmed copy the syncer keeps after a commit (``as_programmed``);
@@ -73,6 +74,14 @@ def _child(manifests: Path) -> dict[str, Any]:
     before = len(gc.get_objects())
     planned = stage("plan", lambda: plan(snapshot, config))
     out["objects_after_plan"] = len(gc.get_objects()) - before
+    # gc does not track bytes: count the packed keys and data (trees that have them) apart
+    out["packed_bytes_objects"] = sum(
+        2 * len(els.raw)
+        for rs in planned.rulesets.values()
+        for els in rs.elements.values()
+        if hasattr(els, "raw")
+    )
+    out["rss_after_plan_mb"] = _rss_mb()
     ops = stage("diff_cold", lambda: {f: diff(planned.rulesets[f], None) for f in FAMILIES})
     out["ops"] = sum(map(_count, ops.values()))
 
@@ -104,6 +113,11 @@ def _child(manifests: Path) -> dict[str, Any]:
     parts = ("plan", "diff_cold", "validate", "encode", "remember", "free")
     out["cold_total_cpu_s"] = round(sum(out[f"{p}_cpu_s"] for p in parts), 3)
     return out
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm", encoding="ascii") as f:
+        return round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
 
 
 def _count(ops: list[Any]) -> int:

@@ -98,11 +98,11 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
     def pack_rows(self, rows: Sequence[Sequence[Value]]) -> list[bytes]:
         """The packed data of each row of values (a map's; the planner's hot path)."""
         assert self._data is not None, "only a map's elements have data"
-        pack, convs = self._data.struct.pack, self._data.convs
-        if len(convs) == 2:  # address . port, the backends maps' data
-            c0, c1 = convs
-            return [pack(c0(a), c1(b)) for a, b in rows]
-        return [pack(*[c(v) for c, v in zip(convs, row, strict=True)]) for row in rows]
+        return _pack_each(self._data, rows)
+
+    def pack_keys(self, rows: Sequence[Sequence[Value]]) -> list[bytes]:
+        """The packed key of each row of values (the planner's hot path)."""
+        return _pack_each(self._key, rows)
 
     def element(self, key: bytes, data: bytes) -> Element:
         """The IR element behind one packed pair (decoded now)."""
@@ -169,6 +169,14 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
 
     def __repr__(self) -> str:
         return f"PackedElements({self.set.name!r}, {len(self.raw)} elements)"
+
+
+def _pack_each(packer: Packer, rows: Sequence[Sequence[Value]]) -> list[bytes]:
+    pack, convs = packer.struct.pack, packer.convs
+    if len(convs) == 2:  # address . port (backends data), address . address (hairpin)
+        c0, c1 = convs
+        return [pack(c0(a), c1(b)) for a, b in rows]
+    return [pack(*[c(v) for c, v in zip(convs, row, strict=True)]) for row in rows]
 
 
 _INDEX = Packer((DataType.INTEGER,))

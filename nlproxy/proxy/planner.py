@@ -306,8 +306,8 @@ class FamilyPlanner:
         """Add what is collected across services: the hairpin pairs (endpoint . endpoint)."""
         hairpin = self.rs.elements[n.HAIRPIN]
         assert isinstance(hairpin, PackedElements), "the hairpin set is held packed"
-        pack = hairpin.pack_key
-        hairpin.raw.update(dict.fromkeys([pack((ip, ip)) for ip in self.hairpin.values()], b""))
+        pairs = hairpin.pack_keys([(ip, ip) for ip in self.hairpin.values()])
+        hairpin.raw.update(dict.fromkeys(pairs, b""))
 
     def element(
         self,
