@@ -392,6 +392,10 @@ def advance(programmed: Ruleset, ops: list[Operation]) -> None:
                 if verb is Verb.DELETE:
                     programmed.elements.get(obj.set, {}).pop(obj.key, None)
                 else:
+                    els = programmed.elements.get(obj.set)
+                    if isinstance(els, PackedElements) and (obj.comment or obj.timeout):
+                        # read back packed, now given an element bytes cannot hold: unpack
+                        programmed.elements[obj.set] = dict(els.items())
                     programmed.add_element(obj)
             case PackedRun():
                 _advance_packed(programmed, verb, obj)

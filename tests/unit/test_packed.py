@@ -165,3 +165,17 @@ def test_operations_count_every_packed_element() -> None:
     ops, plain = diff(rs, None), diff(unpacked(rs), None)
     assert len(ops) < len(plain)
     assert count_ops(ops) == count_ops(plain) == len(plain)
+
+
+def test_advance_unpacks_a_set_given_an_element_bytes_cannot_hold() -> None:
+    """A set read back packed (its elements were plain) that is then given an element with a
+    comment becomes a plain set rather than refusing it."""
+    rs = plan(world(), config()).rulesets[Family.IP]
+    programmed = as_programmed(rs)
+    key = next(iter(rs.elements[n.CLUSTER_IPS]))
+    el = Element(set=n.CLUSTER_IPS, key=key, comment="another writer's")
+    advance(programmed, [Operation(Verb.ADD, el)])
+    els = programmed.elements[n.CLUSTER_IPS]
+    assert not isinstance(els, PackedElements)
+    assert els[key] == el
+    assert len(els) == len(rs.elements[n.CLUSTER_IPS])
