@@ -153,18 +153,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     size = {"services": c.services, "endpoints": c.endpoints}
     with tempfile.TemporaryDirectory(prefix="nlp-plan-") as tmp:
         gen.write_manifests(c, Path(tmp), "json")
-        records: dict[Path, list[dict[str, Any]]] = {t: [] for t in trees}
+        records: list[list[dict[str, Any]]] = [[] for _ in trees]
         for n in range(args.rounds):
-            for tree in trees:
+            for i, tree in enumerate(trees):
                 rec = {"bench": "plan_stages", **size, "tree": str(tree), "round": n}
                 rec |= _run_tree(tree, Path(tmp))
                 rec["loadavg"] = [round(x, 2) for x in os.getloadavg()]
-                records[tree].append(rec)
+                records[i].append(rec)
                 print(json.dumps(rec), flush=True)
     if len(trees) > 1:
-        base = records[trees[0]]
-        for tree in trees[1:]:
-            for a, b in zip(base, records[tree], strict=True):
+        base = records[0]
+        for tree, mine in zip(trees[1:], records[1:], strict=True):
+            for a, b in zip(base, mine, strict=True):
                 ratio = {
                     k: round(a[k] / max(b[k], 1e-3), 2)
                     for k in a
