@@ -51,7 +51,6 @@ from nlproxy.nft.ir import (
     Verdict,
 )
 from nlproxy.nft.lower import RuleLowering, register
-from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.uapi import (
     NFNL_SUBSYS_NFTABLES,
     NFT_TABLE_F_OWNER,
@@ -212,21 +211,31 @@ class Batch:
                 return span.ops[0], f"exprs[{span.expr_of[n]}]"
         if span.offsets is None or not span.ops:
             return (span.ops[0] if span.ops else None), span.what
+        i = self._member(span, seq, offset)
+        return span.ops[i], span.what
+
+    def refused_element(self, seq: int, offset: int | None) -> tuple[PackedRun, int] | None:
+        """When message ``seq`` carries a packed run: the run and the position in it of the
+        element the error's ``offset`` points at (the first of the message without one)."""
+        firsts = [s.first_seq for s in self._spans]
+        k = bisect.bisect_right(firsts, seq) - 1
+        if k < 0 or seq >= self._spans[k].first_seq + self._spans[k].count:
+            return None
+        span = self._spans[k]
+        if span.packed is None or not span.ops:
+            return None
+        return span.packed, self._member(span, seq, offset)
+
+    @staticmethod
+    def _member(span: _Span, seq: int, offset: int | None) -> int:
+        """The element of an element span that message ``seq``'s error ``offset`` points at."""
         msg = seq - span.first_seq
         members = [i for i in range(len(span.ops)) if span.msg_index[i] == msg]
         if offset is not None:
             for i in reversed(members):
                 if span.offsets[i] <= offset:
-                    return span.ops[i], self._what(span, i)
-        return (span.ops[members[0]] if members else span.ops[0]), span.what
-
-    def _what(self, span: _Span, i: int) -> str:
-        """The element of a packed run an error points at (decoded), else the span's text."""
-        run = span.packed
-        if run is None:
-            return span.what
-        key = PackedElements(self.sets[run.set]).decode_key(run.keys[i])
-        return "element " + " . ".join(map(str, key))
+                    return i
+        return members[0] if members else 0
 
     # -- objects ----------------------------------------------------------------------------
 

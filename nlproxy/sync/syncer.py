@@ -198,7 +198,7 @@ class Syncer:
         if failed is None or planned is None or not 0 <= exc.index < len(failed[1]):
             return []
         family, ops = failed
-        return owners(planned, family, ops[exc.index].obj)
+        return owners(planned, family, ops[exc.index].obj, exc.element)
 
     def _check(self, snapshot: ClusterSnapshot) -> bool:
         """Whether the kernel would accept the plan of ``snapshot`` (nothing is applied)."""

@@ -31,8 +31,10 @@ from nlproxy.nft.render import render_ruleset
 from nlproxy.nft.uapi import NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM
 from nlproxy.nft.validate import check_packed_elements, validate
 from nlproxy.proxy import naming as n
+from nlproxy.proxy.fragments import Fill
 from nlproxy.proxy.planner import plan
 from nlproxy.proxy.skeleton import BACKENDS_MAPS, PACKED
+from nlproxy.sync.isolation import owners
 from nlproxy.sync.syncer import as_programmed
 from tests.world import config, world
 
@@ -179,3 +181,14 @@ def test_advance_unpacks_a_set_given_an_element_bytes_cannot_hold() -> None:
     assert not isinstance(els, PackedElements)
     assert els[key] == el
     assert len(els) == len(rs.elements[n.CLUSTER_IPS])
+
+
+def test_the_service_behind_a_refused_packed_element_is_found() -> None:
+    planned = plan(world(), config())
+    frags = planned.fragments[Family.IP]
+    key, fill = next(
+        (k, op) for k, f in frags.items() for op in f.ops if isinstance(op, Fill) and op.keys
+    )
+    run = PackedRun(set=fill.set, keys=[b"\0" * len(fill.keys[0]), fill.keys[-1]])
+    assert owners(planned, Family.IP, run, fill.keys[-1]) == [key]
+    assert owners(planned, Family.IP, run) == []
