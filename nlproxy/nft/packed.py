@@ -104,6 +104,14 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
         """The packed key of each row of values (the planner's hot path)."""
         return _pack_each(self._key, rows)
 
+    def select(self, part: int, value: Value) -> PackedElements:
+        """The elements whose key part ``part`` is ``value``, compared as bytes."""
+        types = self.set.key
+        at = sum((dt.length + 3) & ~3 for dt in types[:part]) if len(types) > 1 else 0
+        want = Packer((types[part],)).pack((value,))
+        end = at + len(want)
+        return PackedElements(self.set, {k: d for k, d in self.raw.items() if k[at:end] == want})
+
     def element(self, key: bytes, data: bytes) -> Element:
         """The IR element behind one packed pair (decoded now)."""
         value = None if self._decode_data is None else self._decode_data(data)

@@ -39,6 +39,7 @@ from nlproxy.nft.ir import (
     Value,
     Verdict,
 )
+from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.reconcile import Delta
 from nlproxy.nft.values import key_order
 from nlproxy.proxy import naming as n
@@ -355,7 +356,10 @@ def udp_only(rs: Ruleset) -> Ruleset:
         proto = shape.width - 2  # the l4proto's place in the key
         for name in (shape.dispatch, shape.backends):
             els = rs.elements.get(name, {})
-            out.elements[name] = {k: el for k, el in els.items() if k[proto] == _UDP}
+            if isinstance(els, PackedElements):  # a backends map: compared as bytes
+                out.elements[name] = els.select(proto, _UDP)
+            else:
+                out.elements[name] = {k: el for k, el in els.items() if k[proto] == _UDP}
     for name, s in rs.sets.items():
         if name.startswith(_BALANCED) and s.comment.endswith("/UDP"):
             out.sets[name], out.elements[name] = s, dict(rs.elements.get(name, {}))

@@ -32,6 +32,7 @@ from nlproxy.nft.uapi import NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM
 from nlproxy.nft.validate import check_packed_elements, validate
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.fragments import Fill
+from nlproxy.proxy.layout import udp_only
 from nlproxy.proxy.planner import plan
 from nlproxy.proxy.skeleton import BACKENDS_MAPS, PACKED
 from nlproxy.sync.isolation import owners
@@ -192,3 +193,18 @@ def test_the_service_behind_a_refused_packed_element_is_found() -> None:
     run = PackedRun(set=fill.set, keys=[b"\0" * len(fill.keys[0]), fill.keys[-1]])
     assert owners(planned, Family.IP, run, fill.keys[-1]) == [key]
     assert owners(planned, Family.IP, run) == []
+
+
+def test_udp_only_selects_packed_elements_by_their_protocol_bytes() -> None:
+    """The cold sync's conntrack cleanup reads only UDP frontends: a packed backends map is
+    filtered as bytes, to exactly the elements a filter on decoded keys keeps."""
+    rs = plan(world(), config()).rulesets[Family.IP]
+    udp = udp_only(rs)
+    names = [name for name in BACKENDS_MAPS if name in udp.elements]
+    assert names
+    for name in names:
+        got = udp.elements[name]
+        want = {k: el for k, el in rs.elements[name].items() if L4Proto.UDP in k}
+        assert isinstance(got, PackedElements)
+        assert dict(got.items()) == want
+    assert any(udp.elements[name] for name in names)
