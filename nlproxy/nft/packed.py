@@ -120,6 +120,10 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
     def decode_key(self, key: bytes) -> tuple[Value, ...]:
         return self._decode_key(key)
 
+    def decode_data(self, data: bytes) -> tuple[Value, ...] | None:
+        """A map's data as values (None in a set)."""
+        return None if self._decode_data is None else self._decode_data(data)
+
     def copy(self) -> PackedElements:
         return PackedElements(self.set, dict(self.raw))
 

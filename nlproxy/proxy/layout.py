@@ -22,12 +22,13 @@ Where a frontend and its endpoints are:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
 from nlproxy.errors import NlproxyError
 from nlproxy.nft.ir import (
+    DataType,
     Dnat,
     DnatMap,
     Element,
@@ -305,6 +306,42 @@ def port_backends(rs: Ruleset) -> dict[str, set[Backend]]:
     return out
 
 
+def _indexed(els: PackedElements, width: int) -> bool:
+    """Whether a packed map's keys are a frontend (``width`` parts) and a 4-byte index."""
+    key = els.set.key
+    return len(key) == width + 1 and key[-1] is DataType.INTEGER
+
+
+def _packed_backends(
+    els: PackedElements,
+    width: int,
+    backends: dict[Frontend, set[Backend]],
+    front: Callable[[Element, FrontKey], Frontend],
+) -> None:
+    """The backends of a packed map by frontend: each frontend's key prefix and each target's
+    bytes are decoded once, not each element.
+
+    Raises:
+        UnexpectedElement: an element of another shape.
+    """
+    fronts: dict[bytes, set[Backend]] = {}
+    found: dict[bytes, Backend] = {}
+    for k, d in els.raw.items():
+        bucket = fronts.get(k[:-4])  # the index is the last 4 bytes
+        if bucket is None:
+            fk = front_key(els.decode_key(k), width)
+            if fk is None:
+                raise UnexpectedElement(els.element(k, d), "key is not a frontend . index")
+            bucket = fronts[k[:-4]] = backends[front(els.element(k, d), fk)]
+        b = found.get(d)
+        if b is None:
+            t = target(els.decode_data(d))
+            if t is None:
+                raise UnexpectedElement(els.element(k, d), "data is not addr . port")
+            b = found[d] = Backend(*t)
+        bucket.add(b)
+
+
 def programmed_frontends(rulesets: Iterable[Ruleset]) -> Programmed:
     """Every frontend programmed in ``rulesets`` (``ip nlproxy``, ``ip6 nlproxy``) with every
     backend it DNATs to.
@@ -336,6 +373,10 @@ def programmed_frontends(rulesets: Iterable[Ruleset]) -> Programmed:
                 if el.comment:
                     services[fe] = own[fe] = el.comment
         for shape in SHAPES:
+            els = rs.elements.get(shape.backends, {})
+            if isinstance(els, PackedElements) and _indexed(els, shape.width):
+                _packed_backends(els, shape.width, backends, front)
+                continue
             for fk, el in keyed(rs, shape.backends, shape.width, strict=True):
                 backends[front(el, fk)].add(Backend(*_strict_target(el)))
         by_port = port_backends(rs)

@@ -32,7 +32,7 @@ from nlproxy.nft.uapi import NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM
 from nlproxy.nft.validate import check_packed_elements, validate
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.fragments import Fill
-from nlproxy.proxy.layout import udp_only
+from nlproxy.proxy.layout import programmed_frontends, udp_only
 from nlproxy.proxy.planner import plan
 from nlproxy.proxy.skeleton import BACKENDS_MAPS, PACKED
 from nlproxy.sync.isolation import owners
@@ -208,3 +208,17 @@ def test_udp_only_selects_packed_elements_by_their_protocol_bytes() -> None:
         assert isinstance(got, PackedElements)
         assert dict(got.items()) == want
     assert any(udp.elements[name] for name in names)
+
+
+@pytest.mark.parametrize("overrides", CONFIGS)
+def test_frontends_read_backwards_from_packed_maps_as_from_elements(
+    overrides: dict[str, object],
+) -> None:
+    """What conntrack cleanup and the inspector read from a ruleset (``layout.py``, the one
+    reader backwards) is the same whether its backends maps are packed or IR elements."""
+    rulesets = plan(world(), config(**overrides)).rulesets.values()
+    packed = programmed_frontends(rulesets)
+    plain = programmed_frontends([unpacked(rs) for rs in rulesets])
+    assert dict(packed.backends) == dict(plain.backends)
+    assert dict(packed.services) == dict(plain.services)
+    assert any(packed.backends.values())
