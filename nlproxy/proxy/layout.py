@@ -214,13 +214,20 @@ def targets(
             groups.setdefault(fk, []).append(el)
     else:  # a few frontends of a large map: compare key prefixes before decoding them
         heads = {_head(fk): fk for fk in wanted if (fk[1] is None) == (width == 2)}
-        for key, el in rs.elements.get(name, {}).items():
-            if (front := heads.get(key[:width])) is not None:
-                groups.setdefault(front, []).append(el)
+        els = rs.elements.get(name, {})
+        if isinstance(els, PackedElements) and _indexed(els, width):  # as bytes
+            packed = {els.pack_key((*h, 0))[:-4]: fk for h, fk in heads.items()}
+            for k, d in els.raw.items():
+                if (front := packed.get(k[:-4])) is not None:
+                    groups.setdefault(front, []).append(els.element(k, d))
+        else:
+            for key, el in els.items():
+                if (front := heads.get(key[:width])) is not None:
+                    groups.setdefault(front, []).append(el)
     out: dict[FrontKey, tuple[Target, ...]] = {}
-    for fk, els in groups.items():
+    for fk, group in groups.items():
         found: list[Target] = []
-        for el in sorted(els, key=lambda el: key_order(el.key)):
+        for el in sorted(group, key=lambda el: key_order(el.key)):
             t = _strict_target(el) if strict else target(el.value)
             if t is not None:
                 found.append(t)

@@ -32,7 +32,7 @@ from nlproxy.nft.uapi import NFT_MSG_DELSETELEM, NFT_MSG_NEWSETELEM
 from nlproxy.nft.validate import check_packed_elements, validate
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.fragments import Fill
-from nlproxy.proxy.layout import programmed_frontends, udp_only
+from nlproxy.proxy.layout import programmed_frontends, targets, udp_only
 from nlproxy.proxy.planner import plan
 from nlproxy.proxy.skeleton import BACKENDS_MAPS, PACKED
 from nlproxy.sync.isolation import owners
@@ -222,3 +222,11 @@ def test_frontends_read_backwards_from_packed_maps_as_from_elements(
     assert dict(packed.backends) == dict(plain.backends)
     assert dict(packed.services) == dict(plain.services)
     assert any(packed.backends.values())
+
+
+def test_a_few_frontends_targets_from_a_packed_map_as_from_elements() -> None:
+    rs = plan(world(), config()).rulesets[Family.IP]
+    everything = targets(unpacked(rs), n.BACKENDS, 3)
+    wanted = set(list(everything)[:3])
+    assert targets(rs, n.BACKENDS, 3, wanted) == {fk: everything[fk] for fk in wanted}
+    assert targets(rs, n.BACKENDS, 3) == everything
