@@ -145,7 +145,7 @@ def _stages(manifests: Path, ns: str, fmt: str) -> dict[str, Any]:
             lap("readback_s")
             ops = diff(planned.rulesets[family], current)
             lap("diff_s")
-            ops_total += len(ops)
+            ops_total += sum(len(op.obj.keys) if hasattr(op.obj, "keys") else 1 for op in ops)
             if ops:
                 with NftBackend(Table(family=family, name=TABLE_NAME), netns=ns) as backend:
                     res = backend.apply(ops)

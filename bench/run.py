@@ -88,6 +88,7 @@ def full_plan(idle: int = 600) -> Plan:
             ("bench_incremental.py", ("--services", "10000", "--endpoints", "10")),
             ("bench_isolation.py", ("--services", "10000", "--endpoints", "10")),
             ("bench_verify.py", ("--services", "10000", "--endpoints", "10")),
+            ("bench_plan.py", ("--services", "10000", "--endpoints", "10", "--rounds", "2")),
             ("bench_metrics.py", ("--services", "10000", "--endpoints", "10")),
             ("bench_claims.py", ("--services", "10000", "--endpoints", "10")),
             *target_runs(idle),  # bench_daemon, bench_kube_cold and bench_cli among them

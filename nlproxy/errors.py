@@ -47,9 +47,14 @@ class KernelError(NlproxyError):
     Attributes:
         errno: the kernel's error number.
         index: position of the failing operation in the transaction, or -1.
+        element: when that operation is a packed run of elements, the packed key of the one
+            refused (None otherwise).
     """
 
-    def __init__(self, ref: str, reason: str, *, errno: int, index: int = -1) -> None:
+    def __init__(
+        self, ref: str, reason: str, *, errno: int, index: int = -1, element: bytes | None = None
+    ) -> None:
         self.errno = errno
         self.index = index
+        self.element = element
         super().__init__(ref, reason)

@@ -77,6 +77,7 @@ from nlproxy.nft.ir import (
     Table,
     Verb,
 )
+from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.uapi import (
     NFNL_SUBSYS_NFTABLES,
     NFT_MSG_GETCHAIN,
@@ -286,10 +287,17 @@ class NftBackend:
         if index is None:
             ref = f"batch for table {self.table.family} {self.table.name}"
             return KernelError(ref, reason, errno=errno)
-        ref = validation.describe(ops[index].obj, batch.sets)
+        obj, element = ops[index].obj, None
+        refused = batch.refused_element(seq, offset)
+        if refused is not None:  # named as the element it is, as an IR element would be
+            run, i = refused
+            element = run.keys[i]
+            data = run.data[i] if run.data is not None else b""
+            obj = PackedElements(batch.sets[run.set]).element(element, data)
+        ref = validation.describe(obj, batch.sets)
         if what:
             ref = f"{ref}: {what}"
-        return KernelError(ref, reason, errno=errno, index=index)
+        return KernelError(ref, reason, errno=errno, index=index, element=element)
 
     def _remember(self, ops: Sequence[Operation], view: Ruleset) -> None:
         """Keep the view of chains and sets in step with what the kernel now has."""

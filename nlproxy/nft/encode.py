@@ -40,6 +40,7 @@ from nlproxy.nft.ir import (
     Element,
     Map,
     Operation,
+    PackedRun,
     Policy,
     Rule,
     Set,
@@ -124,6 +125,7 @@ class _Span:
     what: str = ""
     msg_off: int = -1  # single messages: offset in the batch
     expr_of: Sequence[int] = ()  # rules: the IR expression behind each netlink expression
+    packed: PackedRun | None = None  # a packed run: names the element an error points at
 
 
 class Batch:
@@ -176,12 +178,17 @@ class Batch:
         per set (see :func:`element_runs`) so they share bulk messages."""
         i = 0
         while i < len(ops):
-            if not isinstance(ops[i].obj, Element):
+            obj = ops[i].obj
+            if isinstance(obj, PackedRun):
+                self._packed(ops[i].verb, obj, i)
+                i += 1
+                continue
+            if not isinstance(obj, Element):
                 self._object(i, ops[i])
                 i += 1
                 continue
             j = i
-            while j < len(ops) and isinstance(ops[j].obj, Element):
+            while j < len(ops) and ops[j].obj.__class__ is Element:
                 j += 1
             for verb, indices in element_runs(ops, i, j):
                 self._elements(verb, [ops[k].obj for k in indices], indices)  # type: ignore[misc]
@@ -204,13 +211,31 @@ class Batch:
                 return span.ops[0], f"exprs[{span.expr_of[n]}]"
         if span.offsets is None or not span.ops:
             return (span.ops[0] if span.ops else None), span.what
+        i = self._member(span, seq, offset)
+        return span.ops[i], span.what
+
+    def refused_element(self, seq: int, offset: int | None) -> tuple[PackedRun, int] | None:
+        """When message ``seq`` carries a packed run: the run and the position in it of the
+        element the error's ``offset`` points at (the first of the message without one)."""
+        firsts = [s.first_seq for s in self._spans]
+        k = bisect.bisect_right(firsts, seq) - 1
+        if k < 0 or seq >= self._spans[k].first_seq + self._spans[k].count:
+            return None
+        span = self._spans[k]
+        if span.packed is None or not span.ops:
+            return None
+        return span.packed, self._member(span, seq, offset)
+
+    @staticmethod
+    def _member(span: _Span, seq: int, offset: int | None) -> int:
+        """The element of an element span that message ``seq``'s error ``offset`` points at."""
         msg = seq - span.first_seq
         members = [i for i in range(len(span.ops)) if span.msg_index[i] == msg]
         if offset is not None:
             for i in reversed(members):
                 if span.offsets[i] <= offset:
-                    return span.ops[i], span.what
-        return (span.ops[members[0]] if members else span.ops[0]), span.what
+                    return i
+        return members[0] if members else 0
 
     # -- objects ----------------------------------------------------------------------------
 
@@ -441,6 +466,32 @@ class Batch:
         what = "" if not set_id else "anonymous map of the rule"
         self._span(count, ops, what, offsets=offsets, msg_index=msg_index)
 
+    def _packed(self, verb: Verb, run: PackedRun, index: int) -> None:
+        """A packed run: its keys and data are joined into the buffers the C side reads, as
+        :meth:`_elements` packs them from values (the same messages, byte for byte)."""
+        if not run.keys:
+            return
+        s = self.sets[run.set]
+        e = ffi.new("struct nls_elems *")
+        msg = {Verb.DELETE: Msg.DELSETELEM, Verb.DESTROY: Msg.DESTROYSETELEM}.get(
+            verb, Msg.NEWSETELEM
+        )
+        self._fill_header(e, msg, _NEW_FLAGS.get(verb, 0), s.name, 0)
+        count = len(run.keys)
+        keys = b"".join(run.keys)
+        e.count, e.key_len = count, len(keys) // count
+        e.keys = self._hold(ffi.from_buffer("uint8_t[]", keys))
+        if msg is Msg.NEWSETELEM and isinstance(s, Map):
+            assert run.data is not None, "an add to a packed map carries data"
+            data = b"".join(run.data)
+            e.data, e.data_len = self._hold(ffi.from_buffer("uint8_t[]", data)), len(data) // count
+        offsets = ffi.new("uint32_t[]", count)
+        msg_index = ffi.new("uint32_t[]", count)
+        e.offsets, e.msg_index = offsets, msg_index
+        n = lib.nls_put_elems(self._buf, self._seq, e)
+        _check(n, f"elements of set {s.name}")
+        self._span(n, _Repeat(index, count), offsets=offsets, msg_index=msg_index, packed=run)
+
     def _hold(self, cdata: Any) -> Any:
         self._keep.append(cdata)
         return cdata
@@ -481,6 +532,26 @@ class Batch:
                 for el in els
             ]
             e.comments = self._hold(ffi.new("char *[]", ptrs))
+
+
+class _Repeat(Sequence[int]):
+    """One operation index ``n`` times: the operation behind every element of a packed run (a
+    list of them would be an entry per element)."""
+
+    __slots__ = ("_n", "_op")
+
+    def __init__(self, op: int, n: int) -> None:
+        self._op, self._n = op, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self._op] * len(range(*i.indices(self._n)))
+        if not -self._n <= i < self._n:
+            raise IndexError(i)
+        return self._op
 
 
 def _expr_at(buf: Any, msg_off: int, offset: int) -> int | None:

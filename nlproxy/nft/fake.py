@@ -19,7 +19,19 @@ import errno
 from collections.abc import Iterable, Sequence
 
 from nlproxy.errors import KernelError
-from nlproxy.nft.ir import Chain, Element, Map, Operation, Rule, Ruleset, Set, Table, Verb
+from nlproxy.nft.ir import (
+    Chain,
+    Element,
+    Map,
+    Operation,
+    PackedRun,
+    Rule,
+    Ruleset,
+    Set,
+    Table,
+    Verb,
+)
+from nlproxy.nft.packed import unpack_run
 
 
 def references(rs: Ruleset) -> tuple[set[str], set[str]]:
@@ -107,6 +119,11 @@ def _step(cur: Ruleset | None, index: int, op: Operation) -> Ruleset:
             if obj.chain not in cur.chains:
                 raise _refuse(index, op, errno.ENOENT, f"rule in unknown chain {obj.chain}")
             cur.add_rule(obj)
+        case _, PackedRun():
+            if obj.set not in cur.sets:
+                raise _refuse(index, op, errno.ENOENT, f"elements in unknown set {obj.set}")
+            for el in unpack_run(obj, cur.sets[obj.set], op.verb):  # as the kernel: one by one
+                cur = _step(cur, index, Operation(op.verb, el))
         case _:
             raise _refuse(index, op, errno.EOPNOTSUPP, "not supported by the fake")
     chains, sets = references(cur)

@@ -14,6 +14,7 @@ concatenation to consecutive 32-bit registers, and so on.
 from __future__ import annotations
 
 import enum
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import TypeAlias
@@ -490,7 +491,24 @@ class Element:
     comment: str = ""
 
 
-NftObject: TypeAlias = Table | Chain | Rule | Set | Map | Element
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PackedRun:
+    """A run of element operations on one set, packed: what the reconciler emits for a
+    ``PackedElements`` (``packed.py``) and the encoder sends as it is (one buffer per run).
+
+    ``data`` is the packed data of each key for an add to a map, None otherwise.
+    """
+
+    set: str
+    keys: Sequence[bytes]
+    data: Sequence[bytes] | None = None
+
+
+ElementMap: TypeAlias = MutableMapping[tuple[Value, ...], Element]
+"""One set's elements by key: a dict, or ``packed.PackedElements`` (the same mapping, held as
+the kernel's bytes)."""
+
+NftObject: TypeAlias = Table | Chain | Rule | Set | Map | Element | PackedRun
 
 # ---------------------------------------------------------------------------------------------
 # Transactions
@@ -531,7 +549,7 @@ class Ruleset:
     chains: dict[str, Chain] = field(default_factory=dict)
     rules: dict[str, list[Rule]] = field(default_factory=dict)
     sets: dict[str, SetLike] = field(default_factory=dict)
-    elements: dict[str, dict[tuple[Value, ...], Element]] = field(default_factory=dict)
+    elements: dict[str, ElementMap] = field(default_factory=dict)
 
     def add_chain(self, chain: Chain) -> None:
         self.chains[chain.name] = chain

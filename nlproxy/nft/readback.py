@@ -37,7 +37,8 @@ from nlproxy.nft.dump import (
     request,
 )
 from nlproxy.nft.ir import Chain, ChainType, Family, Hook, Policy, Rule, Ruleset, Set, Table
-from nlproxy.nft.readsets import RawSet, parse_set, read_elements
+from nlproxy.nft.packed import PackedElements
+from nlproxy.nft.readsets import RawSet, parse_set, read_set_elements
 from nlproxy.nft.uapi import (
     NFT_MSG_GETCHAIN,
     NFT_MSG_GETRULE,
@@ -108,7 +109,12 @@ def _read_once(s: NetfilterSocket, family: Family, name: str) -> Ruleset | None:
     infos: dict[str, SetInfo] = {}
     addrs: Addresses = {}
     for raw in list(dump(s, NFT_MSG_GETSET, family, name, _parse_set)):
-        elements = read_elements(s, family, name, raw, addrs)
+        elements = read_set_elements(s, family, name, raw, addrs)
+        if isinstance(elements, PackedElements):  # a named set's plain elements, as bytes
+            infos[raw.name] = raw.info([])
+            rs.add_set(raw.ir)
+            rs.elements[raw.name] = elements
+            continue
         infos[raw.name] = raw.info(elements)
         if not raw.anonymous:
             rs.add_set(raw.ir)

@@ -26,6 +26,7 @@ from nlproxy.nft.dump import (
     request,
 )
 from nlproxy.nft.ir import DataType, Element, Family, Map, Set, SetFlag, SetLike, Value, Verdict
+from nlproxy.nft.packed import PackedElements, packable
 from nlproxy.nft.uapi import (
     NFT_MSG_GETSETELEM,
     NFT_SET_ELEM_INTERVAL_END,
@@ -184,6 +185,92 @@ def read_elements(
     key = key_decoder(rs.key, addrs)
     data = key_decoder(rs.data, addrs) if rs.data and rs.data != (DataType.VERDICT,) else None
     return [_element(rs, e, key(e.key), data) for e in raw]
+
+
+def read_set_elements(
+    s: NetfilterSocket, family: Family, table: str, rs: RawSet, addrs: Addresses | None = None
+) -> list[Element] | PackedElements:
+    """:func:`read_elements`, but the elements of a named set that can be held packed come
+    back as the kernel's bytes (``packed.py``), not decoded, when none of them carries what a
+    packed set cannot hold (a comment, a timeout, flags: another writer's elements).
+
+    Raises:
+        Interrupted: the ruleset changed during the dump.
+        UndecodableError: an element the IR cannot express.
+    """
+    if rs.anonymous or not packable(rs.ir):
+        return read_elements(s, family, table, rs, addrs)
+    seq = s.next_seq()
+    payloads = [m.payload for m in messages(s, elements_request(family, table, rs.name, seq), seq)]
+    store = PackedElements(rs.ir)
+    key_len, data_len = store.key_size, store.data_size
+    records = [_plain_records(p, key_len, data_len) for p in payloads]
+    # An empty set stays a plain one: its elements to come may carry comments.
+    if all(r is not None for r in records) and any(r and r[0] for r in records):
+        for r in records:
+            assert r is not None  # checked above
+            store.raw.update(zip(*r, strict=True))
+        return store
+    raw: list[_RawElem] = []
+    layouts: Layouts = {}
+    for payload in payloads:
+        raw.extend(_parse_elements(payload, layouts))
+    plain = all(
+        e.key_end is None
+        and not e.flags
+        and not e.timeout_ms
+        and not e.comment
+        and e.verdict is None
+        and len(e.key) == key_len
+        and (len(e.data) if e.data is not None else 0) == data_len
+        for e in raw
+    )
+    if not plain or not raw:
+        key = key_decoder(rs.key, addrs)
+        data = key_decoder(rs.data, addrs) if rs.data else None
+        return [_element(rs, e, key(e.key), data) for e in raw]
+    store.raw.update((e.key, e.data or b"") for e in raw)
+    return store
+
+
+def _plain_records(
+    payload: bytes, key_len: int, data_len: int
+) -> tuple[list[bytes], list[bytes]] | None:
+    """The keys and data of one NEWSETELEM message whose elements are all plain (a key, and
+    data of a map, nothing else), sliced straight from the message; None when any element is
+    laid out otherwise (then :func:`_parse_elements` reads them).
+
+    Plain elements of one set are records of one length, headers identical: each header byte
+    is checked for all records at once (a strided slice), then each key and datum is one slice.
+    """
+    top = span_map(payload, NFGENMSG.size)
+    if NFTA_SET_ELEM_LIST_ELEMENTS not in top:
+        return [], []
+    start, stop = top[NFTA_SET_ELEM_LIST_ELEMENTS]
+    kp, dp = pad4(key_len), pad4(data_len)
+    head = struct.pack("=HHHH", 8 + key_len, NFTA_SET_ELEM_KEY, 4 + key_len, NFTA_DATA_VALUE)
+    data_at = 12 + kp
+    if data_len:
+        head_data = struct.pack(
+            "=HHHH", 8 + data_len, NFTA_SET_ELEM_DATA, 4 + data_len, NFTA_DATA_VALUE
+        )
+        size = data_at + 8 + dp
+    else:
+        head_data, size = b"", data_at
+    count, rest = divmod(stop - start, size)
+    if rest or not count:
+        return None if rest else ([], [])
+    record = struct.pack("=HH", size, NFTA_LIST_ELEM) + head
+    template = (record + bytes(kp) + head_data + bytes(dp)) if data_len else record + bytes(kp)
+    values = {*range(12, 12 + key_len), *range(data_at + 8, data_at + 8 + data_len)}
+    for j in range(size):
+        if j not in values and payload[start + j : stop : size] != template[j : j + 1] * count:
+            return None
+    keys = [payload[o : o + key_len] for o in range(start + 12, stop, size)]
+    if not data_len:
+        return keys, [b""] * count
+    at = start + data_at + 8
+    return keys, [payload[o : o + data_len] for o in range(at, stop, size)]
 
 
 _BE32 = struct.Struct(">I")

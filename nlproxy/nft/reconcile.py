@@ -28,14 +28,17 @@ from __future__ import annotations
 
 import hashlib
 import re
+import struct
 from dataclasses import dataclass, field, replace
 from typing import TypeAlias
 
 from nlproxy.nft.ir import (
     Chain,
     Element,
+    ElementMap,
     Lookup,
     Operation,
+    PackedRun,
     Rule,
     Ruleset,
     SetFlag,
@@ -45,6 +48,7 @@ from nlproxy.nft.ir import (
     Value,
     Verb,
 )
+from nlproxy.nft.packed import PackedElements, unpack_run
 
 _FP_RE = re.compile(r"(?:^| )fp=([0-9a-f]{12})$")
 
@@ -131,13 +135,19 @@ def _referenced_sets(rules: list[Rule]) -> set[str]:
 
 
 def _element_ops(
-    name: str, want: dict[tuple[Value, ...], Element], have: dict[tuple[Value, ...], Element]
+    name: str, want: ElementMap, have: ElementMap
 ) -> tuple[list[Operation], list[Operation]]:
     """(deletes, adds) that make the elements of one set equal; adds in ``want``'s order.
 
     Each key is hashed once when little differs (a restart compares 200k elements whose keys
     hash in Python): the set operations on the key views reuse the dicts' stored hashes.
+    Packed elements are compared as bytes and come out as one :class:`PackedRun` per verb.
     """
+    if isinstance(want, PackedElements):
+        packed = _packed_ops(name, want, have)
+        if packed is not None:
+            return packed
+        want = {el.key: el for el in want.values()}
     if not have:
         return [], [Operation(Verb.ADD, el) for el in want.values()]
     deletes: list[Operation] = []
@@ -154,6 +164,38 @@ def _element_ops(
         return deletes, []
     adding = added | changed
     return deletes, [Operation(Verb.ADD, el) for key, el in want.items() if key in adding]
+
+
+def _packed_ops(
+    name: str, want: PackedElements, have: ElementMap
+) -> tuple[list[Operation], list[Operation]] | None:
+    """:func:`_element_ops` for packed elements: no object per element, one run per verb.
+
+    None when ``have`` holds an element a packed set cannot (a comment, a timeout: another
+    writer's); the caller then compares elements.
+    """
+    w = want.raw
+    if isinstance(have, PackedElements):
+        h = have.raw
+    else:
+        try:
+            h = {want.pack_key(el.key): want.pack_data(el) for el in have.values()}
+        except (TypeError, ValueError, OverflowError, AttributeError, struct.error):
+            return None
+    if h == w:  # an unchanged restart: one comparison in C
+        return [], []
+    if not h:
+        return [], [Operation(Verb.ADD, PackedRun(set=name, keys=list(w), data=list(w.values())))]
+    gone = [k for k, d in h.items() if w.get(k) != d]
+    adding = [k for k, d in w.items() if h.get(k) != d]
+    deletes = [Operation(Verb.DELETE, PackedRun(set=name, keys=gone))] if gone else []
+    adds = [Operation(Verb.ADD, PackedRun(set=name, keys=adding, data=[w[k] for k in adding]))]
+    return deletes, adds if adding else []
+
+
+def count_ops(ops: list[Operation]) -> int:
+    """How many kernel operations ``ops`` stand for: a packed run counts each of its elements."""
+    return len(ops) + sum(len(op.obj.keys) - 1 for op in ops if isinstance(op.obj, PackedRun))
 
 
 def _chain_ops(
@@ -228,8 +270,8 @@ def diff(desired: Ruleset, current: Ruleset | None) -> list[Operation]:
     for name, s in desired.sets.items():
         if s.flags & SetFlag.EVAL:
             continue
-        want_el: dict[tuple[Value, ...], Element] = desired.elements.get(name, {})
-        have_el: dict[tuple[Value, ...], Element] = (
+        want_el: ElementMap = desired.elements.get(name, {})
+        have_el: ElementMap = (
             {} if name in recreated or name not in have_sets else have.elements.get(name, {})
         )
         d, a = _element_ops(name, want_el, have_el)
@@ -350,7 +392,13 @@ def advance(programmed: Ruleset, ops: list[Operation]) -> None:
                 if verb is Verb.DELETE:
                     programmed.elements.get(obj.set, {}).pop(obj.key, None)
                 else:
+                    els = programmed.elements.get(obj.set)
+                    if isinstance(els, PackedElements) and (obj.comment or obj.timeout):
+                        # read back packed, now given an element bytes cannot hold: unpack
+                        programmed.elements[obj.set] = dict(els.items())
                     programmed.add_element(obj)
+            case PackedRun():
+                _advance_packed(programmed, verb, obj)
             case Rule():
                 programmed.add_rule(obj)
             case Chain():
@@ -363,6 +411,25 @@ def advance(programmed: Ruleset, ops: list[Operation]) -> None:
                     programmed.elements.pop(obj.name, None)
                 else:
                     programmed.add_set(obj)
+
+
+def _advance_packed(programmed: Ruleset, verb: Verb, run: PackedRun) -> None:
+    els = programmed.elements.get(run.set)
+    if els is None:
+        return
+    if not isinstance(els, PackedElements):  # the cache was read back unpacked
+        s = programmed.sets[run.set]
+        for el in unpack_run(run, s, verb):
+            if verb is Verb.DELETE:
+                els.pop(el.key, None)
+            else:
+                els[el.key] = el
+    elif verb is Verb.DELETE:
+        for k in run.keys:
+            els.raw.pop(k, None)
+    else:
+        assert run.data is not None, "an add to a packed map carries data"
+        els.raw.update(zip(run.keys, run.data, strict=True))
 
 
 def _advance_chain(programmed: Ruleset, verb: Verb, chain: Chain) -> None:

@@ -439,7 +439,7 @@ class _Elements:
 
 def render_set(
     s: SetLike,
-    elements: dict[tuple[Value, ...], Element],
+    elements: Mapping[tuple[Value, ...], Element],
     counts: Counts | None = None,
     seen: dict[int, tuple[Value, str]] | None = None,
 ) -> list[str]:
@@ -468,7 +468,7 @@ def render_set(
     return lines
 
 
-def _sorted_elements(elements: dict[tuple[Value, ...], Element]) -> list[Element]:
+def _sorted_elements(elements: Mapping[tuple[Value, ...], Element]) -> list[Element]:
     """The elements in the order of ``sorted(elements, key=key_order)``, faster, with each
     element's index last in its sort key (no ties, no key looked up again).
 

@@ -39,6 +39,7 @@ from nlproxy.nft.ir import (
     Numgen,
     Op,
     Operation,
+    PackedRun,
     Reject,
     Rule,
     Ruleset,
@@ -54,7 +55,9 @@ from nlproxy.nft.ir import (
     VerdictKind,
     VMap,
 )
+from nlproxy.nft.packed import packable, unpack_run
 from nlproxy.nft.uapi import BITMASK_FIELDS
+from nlproxy.nft.values import Packer
 
 NFT_NAME_MAXLEN = 256
 """Kernel limit on table, chain and set names, including the terminating NUL."""
@@ -79,6 +82,7 @@ _VERBS: dict[type, frozenset[Verb]] = {
     Map: frozenset({Verb.ADD, Verb.CREATE, Verb.FLUSH, Verb.DELETE, Verb.DESTROY}),
     Rule: frozenset({Verb.ADD, Verb.CREATE, Verb.INSERT, Verb.REPLACE, Verb.DELETE, Verb.DESTROY}),
     Element: frozenset({Verb.ADD, Verb.CREATE, Verb.DELETE, Verb.DESTROY}),
+    PackedRun: frozenset({Verb.ADD, Verb.CREATE, Verb.DELETE, Verb.DESTROY}),
 }
 
 
@@ -107,6 +111,10 @@ def describe(obj: NftObject, sets: Mapping[str, SetLike] | None = None) -> str:
             key = " . ".join(format_value(v, dt) for v, dt in zip(obj.key, types, strict=False))
             kind = "map" if isinstance(s, Map) else "set"
             return f"element {key} in {kind} {obj.set}"
+        case PackedRun():
+            s = (sets or {}).get(obj.set)
+            kind = "map" if isinstance(s, Map) else "set"
+            return f"{len(obj.keys)} elements of {kind} {obj.set}"
 
 
 def format_value(v: Value, dt: DataType | None = None) -> str:
@@ -319,6 +327,44 @@ def _check_op(table: Table, op: Operation, scope: _Scope) -> None:
             _check_rule(table, op, obj, scope)
         case Element():
             _check_element(obj, scope, removing=op.verb in (Verb.DELETE, Verb.DESTROY))
+        case PackedRun():
+            _check_packed(obj, scope, adding=op.verb in _ELEMENT_VERBS)
+
+
+def _check_packed(run: PackedRun, scope: _Scope, *, adding: bool) -> None:
+    """A packed run is checked for its shape only: every key (and datum) is as long as its
+    set's, so the kernel reads each as the set's types. The values inside are valid by
+    construction, as every byte pattern of a fixed-size address, port, protocol or integer
+    is one; :func:`check_packed_elements` unpacks a run and checks each element in full (tests
+    cross-check the planner's runs with it)."""
+    s = scope.sets.get(run.set)
+    if s is None:
+        raise _fail(run, f"set {run.set} is neither in the transaction nor in the table")
+    if not packable(s):
+        raise _fail(run, "its elements cannot be sent packed (intervals, timeouts or verdicts)")
+    if run.keys and set(map(len, run.keys)) != {pad4_len(s.key)}:
+        raise _fail(run, f"every key is {pad4_len(s.key)} bytes long", "keys", sets=scope.sets)
+    if not adding or not isinstance(s, Map):
+        return
+    if run.data is None or len(run.data) != len(run.keys):
+        raise _fail(run, "every key has its data", "data", sets=scope.sets)
+    if run.data and set(map(len, run.data)) != {pad4_len(s.data)}:
+        raise _fail(run, f"every datum is {pad4_len(s.data)} bytes long", "data", sets=scope.sets)
+
+
+def check_packed_elements(table: Table, run: PackedRun, verb: Verb, known: Ruleset) -> None:
+    """Check every element of ``run`` in full, as :func:`validate` checks an
+    :class:`Element` (decodes each: a test-time cross-check, not for the hot path)."""
+    s = known.sets[run.set]
+    ops = [Operation(verb, el) for el in unpack_run(run, s, verb)]
+    scope = _Scope(known)
+    for op in ops:
+        _check_op(table, op, scope)
+
+
+def pad4_len(types: Sequence[DataType]) -> int:
+    """Bytes of a packed key or datum of ``types`` (parts of a concatenation padded to 4)."""
+    return Packer(types).size
 
 
 def _check_chain(chain: Chain) -> None:

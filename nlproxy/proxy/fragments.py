@@ -17,6 +17,7 @@ from typing import NamedTuple, assert_never
 
 from nlproxy.cluster.model import EndpointSlice, IPAddress, Service
 from nlproxy.nft.ir import Chain, Element, Expr, Map, Rule, Ruleset, Set
+from nlproxy.nft.packed import PackedElements
 
 
 class Ensure(NamedTuple):
@@ -26,7 +27,16 @@ class Ensure(NamedTuple):
     rules: tuple[tuple[Expr, ...], ...]
 
 
-Op = Chain | Rule | Set | Map | Element | Ensure
+class Fill(NamedTuple):
+    """Elements a service wrote into a packed map (``nft/packed.py``): the kernel's key and
+    data bytes, in order. One entry for a frontend's endpoints, not one per element."""
+
+    set: str
+    keys: tuple[bytes, ...]
+    data: tuple[bytes, ...]
+
+
+Op = Chain | Rule | Set | Map | Element | Ensure | Fill
 
 
 @dataclass(slots=True)
@@ -84,6 +94,8 @@ class Recorder:
             match op:
                 case Element():
                     rs.elements[op.set][op.key] = op
+                case Fill():
+                    packed(rs, op.set).raw.update(zip(op.keys, op.data, strict=True))
                 case Ensure():
                     ensure_chain(rs, op.name, op.rules)
                 case Chain():
@@ -95,6 +107,13 @@ class Recorder:
                 case _:
                     assert_never(op)
         self.ops.extend(ops)
+
+
+def packed(rs: Ruleset, name: str) -> PackedElements:
+    """The packed elements of map ``name`` (one the planner holds packed)."""
+    els = rs.elements[name]
+    assert isinstance(els, PackedElements), f"map {name} is held packed"
+    return els
 
 
 def ensure_chain(rs: Ruleset, name: str, rules: tuple[tuple[Expr, ...], ...]) -> None:

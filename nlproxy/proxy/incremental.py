@@ -31,7 +31,7 @@ from nlproxy.nft.reconcile import ChainState, Delta, ElementId
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.changes import changed_since
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.proxy.fragments import Ensure, Fragment, ensure_chain
+from nlproxy.proxy.fragments import Ensure, Fill, Fragment, ensure_chain, packed
 from nlproxy.proxy.planner import (
     FamilyPlanner,
     Plan,
@@ -127,6 +127,8 @@ def _count(rs: Ruleset, frags: Collection[Fragment]) -> LiveCounts | None:
                 claimed += 1
                 if op.set in _STATIC_SETS:  # type: ignore[union-attr]
                     return None
+            elif t is Fill:
+                claimed += len(op.keys)  # type: ignore[union-attr]
             elif t is Ensure:
                 ensures[op.name] = ensures.get(op.name, 0) + 1  # type: ignore[union-attr]
             elif t is not Rule:  # a chain, set or map of the service's own
@@ -146,8 +148,15 @@ def _count(rs: Ruleset, frags: Collection[Fragment]) -> LiveCounts | None:
     return counts
 
 
-def _element_ids(frag: Fragment) -> set[ElementId]:
-    return {(op.set, op.key) for op in frag.ops if isinstance(op, Element)}
+def _element_ids(frag: Fragment) -> set[tuple[str, object]]:
+    """Where the fragment's elements live: (set, key tuple), or (set, packed key)."""
+    ids: set[tuple[str, object]] = set()
+    for op in frag.ops:
+        if isinstance(op, Element):
+            ids.add((op.set, op.key))
+        elif isinstance(op, Fill):
+            ids.update((op.set, k) for k in op.keys)
+    return ids
 
 
 def plan_update(
@@ -272,6 +281,8 @@ def _safe(
             match op:
                 case Element():
                     gone.add((op.set, op.key))
+                case Fill():
+                    gone.update((op.set, k) for k in op.keys)
                 case Rule() | Ensure():
                     continue
                 case _:
@@ -311,6 +322,14 @@ def _safe_one(
                 if op.set in _STATIC_SETS or (op.set not in rs.elements and op.set not in own_sets):
                     return False
                 ident, exists = (op.set, op.key), op.key in rs.elements.get(op.set, ())
+            case Fill():
+                raw = packed(rs, op.set).raw
+                for k in op.keys:
+                    if claims.setdefault((op.set, k), key) != key or (
+                        k in raw and (op.set, k) not in gone
+                    ):
+                        return False
+                continue
             case Chain():
                 ident, exists = (Chain, op.name), op.name in rs.chains
                 if ("shared", op.name) in claims:
@@ -365,6 +384,13 @@ class _Touched:
                     ident: ElementId = (op.set, op.key)
                     if ident not in elements:
                         elements[ident] = rs.elements.get(op.set, {}).get(op.key)
+                case Fill():  # decoded: the delta names elements as the reconciler does
+                    store = packed(rs, op.set)
+                    for k in op.keys:
+                        ident = (op.set, store.decode_key(k))
+                        if ident not in elements:
+                            d = store.raw.get(k)
+                            elements[ident] = None if d is None else store.element(k, d)
                 case Ensure() | Chain():
                     if op.name not in self.chains:
                         self.chains[op.name] = _chain_state(rs, op.name)
@@ -410,6 +436,10 @@ def _undo(rs: Ruleset, live: LiveCounts, frag: Fragment) -> None:
         match op:
             case Element():  # its own map (balance.py) may be gone already
                 rs.elements.get(op.set, {}).pop(op.key, None)
+            case Fill():
+                raw = packed(rs, op.set).raw
+                for k in op.keys:
+                    raw.pop(k, None)
             case Ensure():
                 left = live.ensures[op.name] - 1
                 if left:
@@ -433,6 +463,8 @@ def _apply(rs: Ruleset, live: LiveCounts, frag: Fragment) -> None:
         match op:
             case Element():
                 rs.elements[op.set][op.key] = op
+            case Fill():
+                packed(rs, op.set).raw.update(zip(op.keys, op.data, strict=True))
             case Ensure():
                 live.ensures[op.name] = live.ensures.get(op.name, 0) + 1
                 ensure_chain(rs, op.name, op.rules)

@@ -22,12 +22,13 @@ Where a frontend and its endpoints are:
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
 from nlproxy.errors import NlproxyError
 from nlproxy.nft.ir import (
+    DataType,
     Dnat,
     DnatMap,
     Element,
@@ -39,6 +40,7 @@ from nlproxy.nft.ir import (
     Value,
     Verdict,
 )
+from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.reconcile import Delta
 from nlproxy.nft.values import key_order
 from nlproxy.proxy import naming as n
@@ -212,13 +214,20 @@ def targets(
             groups.setdefault(fk, []).append(el)
     else:  # a few frontends of a large map: compare key prefixes before decoding them
         heads = {_head(fk): fk for fk in wanted if (fk[1] is None) == (width == 2)}
-        for key, el in rs.elements.get(name, {}).items():
-            if (front := heads.get(key[:width])) is not None:
-                groups.setdefault(front, []).append(el)
+        els = rs.elements.get(name, {})
+        if isinstance(els, PackedElements) and _indexed(els, width):  # as bytes
+            packed = {els.pack_key((*h, 0))[:-4]: fk for h, fk in heads.items()}
+            for k, d in els.raw.items():
+                if (front := packed.get(k[:-4])) is not None:
+                    groups.setdefault(front, []).append(els.element(k, d))
+        else:
+            for key, el in els.items():
+                if (front := heads.get(key[:width])) is not None:
+                    groups.setdefault(front, []).append(el)
     out: dict[FrontKey, tuple[Target, ...]] = {}
-    for fk, els in groups.items():
+    for fk, group in groups.items():
         found: list[Target] = []
-        for el in sorted(els, key=lambda el: key_order(el.key)):
+        for el in sorted(group, key=lambda el: key_order(el.key)):
             t = _strict_target(el) if strict else target(el.value)
             if t is not None:
                 found.append(t)
@@ -304,6 +313,42 @@ def port_backends(rs: Ruleset) -> dict[str, set[Backend]]:
     return out
 
 
+def _indexed(els: PackedElements, width: int) -> bool:
+    """Whether a packed map's keys are a frontend (``width`` parts) and a 4-byte index."""
+    key = els.set.key
+    return len(key) == width + 1 and key[-1] is DataType.INTEGER
+
+
+def _packed_backends(
+    els: PackedElements,
+    width: int,
+    backends: dict[Frontend, set[Backend]],
+    front: Callable[[Element, FrontKey], Frontend],
+) -> None:
+    """The backends of a packed map by frontend: each frontend's key prefix and each target's
+    bytes are decoded once, not each element.
+
+    Raises:
+        UnexpectedElement: an element of another shape.
+    """
+    fronts: dict[bytes, set[Backend]] = {}
+    found: dict[bytes, Backend] = {}
+    for k, d in els.raw.items():
+        bucket = fronts.get(k[:-4])  # the index is the last 4 bytes
+        if bucket is None:
+            fk = front_key(els.decode_key(k), width)
+            if fk is None:
+                raise UnexpectedElement(els.element(k, d), "key is not a frontend . index")
+            bucket = fronts[k[:-4]] = backends[front(els.element(k, d), fk)]
+        b = found.get(d)
+        if b is None:
+            t = target(els.decode_data(d))
+            if t is None:
+                raise UnexpectedElement(els.element(k, d), "data is not addr . port")
+            b = found[d] = Backend(*t)
+        bucket.add(b)
+
+
 def programmed_frontends(rulesets: Iterable[Ruleset]) -> Programmed:
     """Every frontend programmed in ``rulesets`` (``ip nlproxy``, ``ip6 nlproxy``) with every
     backend it DNATs to.
@@ -335,6 +380,10 @@ def programmed_frontends(rulesets: Iterable[Ruleset]) -> Programmed:
                 if el.comment:
                     services[fe] = own[fe] = el.comment
         for shape in SHAPES:
+            els = rs.elements.get(shape.backends, {})
+            if isinstance(els, PackedElements) and _indexed(els, shape.width):
+                _packed_backends(els, shape.width, backends, front)
+                continue
             for fk, el in keyed(rs, shape.backends, shape.width, strict=True):
                 backends[front(el, fk)].add(Backend(*_strict_target(el)))
         by_port = port_backends(rs)
@@ -355,7 +404,10 @@ def udp_only(rs: Ruleset) -> Ruleset:
         proto = shape.width - 2  # the l4proto's place in the key
         for name in (shape.dispatch, shape.backends):
             els = rs.elements.get(name, {})
-            out.elements[name] = {k: el for k, el in els.items() if k[proto] == _UDP}
+            if isinstance(els, PackedElements):  # a backends map: compared as bytes
+                out.elements[name] = els.select(proto, _UDP)
+            else:
+                out.elements[name] = {k: el for k, el in els.items() if k[proto] == _UDP}
     for name, s in rs.sets.items():
         if name.startswith(_BALANCED) and s.comment.endswith("/UDP"):
             out.sets[name], out.elements[name] = s, dict(rs.elements.get(name, {}))

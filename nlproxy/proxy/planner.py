@@ -35,12 +35,13 @@ from nlproxy.cluster.model import (
     ServicePortRef,
 )
 from nlproxy.nft.ir import DROP, Element, Family, L4Proto, Ruleset, Verdict, goto
+from nlproxy.nft.packed import PackedElements, indices
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.affinity import add_affinity_chains
 from nlproxy.proxy.balance import add_balanced_chains
 from nlproxy.proxy.config import PRIMARY, ProxyConfig
 from nlproxy.proxy.endpoints import Backend, Categorized, categorize, externally_accessible, resolve
-from nlproxy.proxy.fragments import Fragment, Recorder
+from nlproxy.proxy.fragments import Fill, Fragment, Recorder
 from nlproxy.proxy.skeleton import IPV4, IPV6, Dispatch, FamilySpec, skeleton
 
 _L4 = {Protocol.TCP: L4Proto.TCP, Protocol.UDP: L4Proto.UDP, Protocol.SCTP: L4Proto.SCTP}
@@ -304,9 +305,9 @@ class FamilyPlanner:
     def finish(self) -> None:
         """Add what is collected across services: the hairpin pairs (endpoint . endpoint)."""
         hairpin = self.rs.elements[n.HAIRPIN]
-        for ip in self.hairpin.values():
-            key = (ip, ip)  # one tuple for the dict key and the element: 100k of them at scale
-            hairpin[key] = Element(set=n.HAIRPIN, key=key)
+        assert isinstance(hairpin, PackedElements), "the hairpin set is held packed"
+        pairs = hairpin.pack_keys([(ip, ip) for ip in self.hairpin.values()])
+        hairpin.raw.update(dict.fromkeys(pairs, b""))
 
     def element(
         self,
@@ -437,12 +438,20 @@ class FamilyPlanner:
     def fill(
         self, set_name: str, prefix: tuple[IPAddress | int, ...], eps: tuple[Backend, ...]
     ) -> None:
-        """Index ``eps`` 0..N-1 under ``prefix`` in a backends map (what ``numgen mod N`` picks)."""
-        elements, ops = self.rs.elements[set_name], self.sink.ops
-        for i, b in enumerate(eps):
-            key = (*prefix, i)
-            el = elements[key] = Element(set=set_name, key=key, value=b)  # b is the pair itself
-            ops.append(el)
+        """Index ``eps`` 0..N-1 under ``prefix`` in a backends map (what ``numgen mod N`` picks).
+
+        Written as the kernel's bytes (the map is a :class:`PackedElements`): the key is the
+        frontend's packed parts and the packed index, the data the packed address and port.
+        """
+        if not eps:
+            return
+        store = self.rs.elements[set_name]
+        assert isinstance(store, PackedElements), "the backends maps are held packed"
+        head = store.pack_key((*prefix, 0))[:-4]  # the index is the key's last 4 bytes
+        keys = tuple([head + i for i in indices(len(eps))])
+        data = tuple(store.pack_rows(eps))
+        store.raw.update(zip(keys, data, strict=True))
+        self.sink.ops.append(Fill(set_name, keys, data))
 
 
 class _Targets:

@@ -49,12 +49,18 @@ from nlproxy.nft.ir import (
     VMap,
     jump,
 )
+from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.uapi import LOOPBACK_IFINDEX
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.fragments import Recorder
 
 A4, A6 = DataType.IPV4_ADDR, DataType.IPV6_ADDR
 PROTO, SERVICE, INDEX = DataType.INET_PROTO, DataType.INET_SERVICE, DataType.INTEGER
+BACKENDS_MAPS = (n.BACKENDS, n.BACKENDS_LOCAL, n.NODEPORT_BACKENDS, n.NODEPORT_BACKENDS_LOCAL)
+"""The maps of one element per endpoint and frontend."""
+PACKED = (*BACKENDS_MAPS, n.HAIRPIN, n.CLUSTER_IPS, n.NODEPORT_IPS)
+"""The sets held as the kernel's bytes (``nft/packed.py``): those whose elements carry no
+comment (read-back returns such sets packed too, so an unchanged restart compares bytes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +166,9 @@ def skeleton(
         rs.add_chain(Chain(name=name))
     for s in _sets(f, nodeport_match_all):
         rs.add_set(s)
+    for name in PACKED:  # 100k elements and more at scale: held as the kernel's bytes
+        if name in rs.sets:
+            rs.elements[name] = PackedElements(rs.sets[name])
     for src, dst, new_only in _JUMPS:
         rs.add_rule(Rule(chain=src, exprs=(CT_NEW, jump(dst)) if new_only else (jump(dst),)))
     dpl = (f.daddr, *L4_DPORT)

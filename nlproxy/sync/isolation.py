@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING
 
 from nlproxy.cluster.model import ClusterSnapshot, EndpointSlice, Service, ServiceKey
 from nlproxy.errors import KernelError
-from nlproxy.nft.ir import Family, NftObject, Rule
+from nlproxy.nft.ir import Family, NftObject, PackedRun, Rule
+from nlproxy.proxy.fragments import Fill
 from nlproxy.proxy.planner import Plan
 
 if TYPE_CHECKING:
@@ -102,14 +103,22 @@ def changed_since(snapshot: ClusterSnapshot, good: ClusterSnapshot | None) -> li
     return out
 
 
-def owners(plan: Plan, family: Family, obj: NftObject) -> list[ServiceKey]:
+def owners(
+    plan: Plan, family: Family, obj: NftObject, element: bytes | None = None
+) -> list[ServiceKey]:
     """The services whose fragment of ``plan`` (in ``family``) adds ``obj``.
 
     Rules are matched by chain and expressions: what is sent carries a fingerprint comment the
-    planned rule does not have.
+    planned rule does not have. For a packed run, ``element`` is the packed key of the element
+    the kernel refused (without it, no service is named).
     """
     match: Callable[[object], bool]
-    if isinstance(obj, Rule):
+    if isinstance(obj, PackedRun):
+        name = obj.set
+
+        def match(op: object) -> bool:
+            return isinstance(op, Fill) and op.set == name and element in op.keys
+    elif isinstance(obj, Rule):
         chain, exprs = obj.chain, obj.exprs
 
         def match(op: object) -> bool:

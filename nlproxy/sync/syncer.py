@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence, Set
+from copy import copy
 from dataclasses import dataclass, field
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey
@@ -35,7 +36,7 @@ from nlproxy.log import get_logger
 from nlproxy.nft.backend import NftBackend
 from nlproxy.nft.ir import Family, Operation, Ruleset, Table, Verb
 from nlproxy.nft.readback import read_ruleset
-from nlproxy.nft.reconcile import Delta, advance, diff, ops_for_delta, stamp
+from nlproxy.nft.reconcile import Delta, advance, count_ops, diff, ops_for_delta, stamp
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
@@ -85,7 +86,7 @@ def as_programmed(rs: Ruleset) -> Ruleset:
         chains=dict(rs.chains),
         rules={c: [stamp(r) for r in rules] for c, rules in rs.rules.items()},
         sets=dict(rs.sets),
-        elements={s: dict(els) for s, els in rs.elements.items()},
+        elements={s: copy(els) for s, els in rs.elements.items()},  # packed stays packed
     )
 
 
@@ -207,7 +208,7 @@ class Syncer:
         if failed is None or planned is None or not 0 <= exc.index < len(failed[1]):
             return []
         family, ops = failed
-        return owners(planned, family, ops[exc.index].obj)
+        return owners(planned, family, ops[exc.index].obj, exc.element)
 
     def _check(self, snapshot: ClusterSnapshot) -> bool:
         """Whether the kernel would accept the plan of ``snapshot`` (nothing is applied)."""
@@ -386,7 +387,7 @@ class Syncer:
                     raise
                 result.commit_ms += (time.perf_counter() - t) * 1000
             committed(family, ops)
-            result.ops[family] = len(ops) - claim
+            result.ops[family] = count_ops(ops) - claim
 
     def _clean_stale(
         self, olds: Sequence[Ruleset], news: Sequence[Ruleset], snapshot: ClusterSnapshot

@@ -1,0 +1,211 @@
+"""Elements held as the kernel holds them: packed key bytes → packed data bytes.
+
+Sits beside the IR. The big maps of a whole-cluster plan (100k backends elements and more) cost
+Python several objects per element as :class:`~nlproxy.nft.ir.Element` values: a key tuple, the
+element, the operation, the programmed copy. A :class:`PackedElements` keeps one set's elements
+as the bytes the kernel is sent and sends back (``values.py``'s packing), so the planner writes
+them once, the diff compares them as bytes (two equal maps compare in one C loop), the
+programmed copy is a dict copy and the encoder joins them into its one buffer per run.
+
+It is also a ``MutableMapping`` of key tuples to elements, as a plain ``Ruleset.elements`` entry
+is: whatever reads elements for display or tracing (render, explain, the tracer, the layout
+read backwards) gets :class:`~nlproxy.nft.ir.Element` values, decoded one at a time when asked.
+
+Only plain elements are packed: no comment, timeout or interval (:func:`packable` says which
+sets qualify). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, MutableMapping, Sequence
+from ipaddress import IPv4Address, IPv6Address
+
+from nlproxy.nft.ir import (
+    DataType,
+    Element,
+    Map,
+    PackedRun,
+    Set,
+    SetFlag,
+    SetLike,
+    Value,
+    Verb,
+)
+from nlproxy.nft.values import Packer, key_decoder
+
+_NOT_A_KEY = (TypeError, ValueError, OverflowError, struct.error)
+"""What packing raises for values out of their type's range."""
+_KINDS: dict[DataType, type] = {DataType.IPV4_ADDR: IPv4Address, DataType.IPV6_ADDR: IPv6Address}
+"""The Python type of a key part, by data type (int for the others)."""
+
+
+def packable(s: SetLike) -> bool:
+    """Whether ``s``'s elements can be held packed: a plain set or a data map (not a verdict
+    map) without intervals, timeouts, counters or dynamic updates."""
+    if s.flags & (SetFlag.INTERVAL | SetFlag.EVAL | SetFlag.TIMEOUT) or s.timeout is not None:
+        return False
+    if isinstance(s, Set) and s.counter:  # each element holds a counter of its own
+        return False
+    return not (isinstance(s, Map) and s.is_vmap)
+
+
+class PackedElements(MutableMapping[tuple[Value, ...], Element]):
+    """The elements of set ``s``: ``raw`` maps packed keys to packed data (``b""`` in a set).
+
+    Args:
+        s: the set or map (see :func:`packable`).
+        raw: packed elements to hold (not copied).
+    """
+
+    __slots__ = ("_data", "_decode_data", "_decode_key", "_key", "_kinds", "raw", "set")
+
+    def __init__(self, s: SetLike, raw: dict[bytes, bytes] | None = None) -> None:
+        assert packable(s), f"set {s.name} cannot be held packed"
+        self.set = s
+        self.raw: dict[bytes, bytes] = {} if raw is None else raw
+        self._key = Packer(s.key)
+        self._kinds = tuple(_KINDS.get(dt, int) for dt in s.key)
+        self._data = Packer(s.data) if isinstance(s, Map) else None
+        self._decode_key = key_decoder(s.key)
+        self._decode_data = key_decoder(s.data) if isinstance(s, Map) else None
+
+    @property
+    def key_size(self) -> int:
+        return self._key.size
+
+    @property
+    def data_size(self) -> int:
+        return 0 if self._data is None else self._data.size
+
+    # -- packing ----------------------------------------------------------------------------
+
+    def pack_key(self, key: Sequence[Value]) -> bytes:
+        return self._key.pack(key)
+
+    def pack_data(self, el: Element) -> bytes:
+        """The packed data of ``el`` (ValueError for what a packed element cannot hold)."""
+        if el.comment or el.timeout is not None:
+            raise ValueError(f"set {self.set.name}: a packed element has no comment or timeout")
+        if self._data is None:
+            if el.value is not None:
+                raise ValueError(f"set {self.set.name}: an element of a set has no data")
+            return b""
+        if not isinstance(el.value, tuple):
+            raise TypeError(f"map {self.set.name}: element data must be a tuple of values")
+        return self._data.pack(el.value)
+
+    def pack_rows(self, rows: Sequence[Sequence[Value]]) -> list[bytes]:
+        """The packed data of each row of values (a map's; the planner's hot path)."""
+        assert self._data is not None, "only a map's elements have data"
+        return _pack_each(self._data, rows)
+
+    def pack_keys(self, rows: Sequence[Sequence[Value]]) -> list[bytes]:
+        """The packed key of each row of values (the planner's hot path)."""
+        return _pack_each(self._key, rows)
+
+    def select(self, part: int, value: Value) -> PackedElements:
+        """The elements whose key part ``part`` is ``value``, compared as bytes."""
+        types = self.set.key
+        at = sum((dt.length + 3) & ~3 for dt in types[:part]) if len(types) > 1 else 0
+        want = Packer((types[part],)).pack((value,))
+        end = at + len(want)
+        return PackedElements(self.set, {k: d for k, d in self.raw.items() if k[at:end] == want})
+
+    def element(self, key: bytes, data: bytes) -> Element:
+        """The IR element behind one packed pair (decoded now)."""
+        value = None if self._decode_data is None else self._decode_data(data)
+        return Element(set=self.set.name, key=self._decode_key(key), value=value)
+
+    def decode_key(self, key: bytes) -> tuple[Value, ...]:
+        return self._decode_key(key)
+
+    def decode_data(self, data: bytes) -> tuple[Value, ...] | None:
+        """A map's data as values (None in a set)."""
+        return None if self._decode_data is None else self._decode_data(data)
+
+    def copy(self) -> PackedElements:
+        return PackedElements(self.set, dict(self.raw))
+
+    def __copy__(self) -> PackedElements:
+        return self.copy()
+
+    def __deepcopy__(self, memo: object) -> PackedElements:
+        return self.copy()  # bytes and a frozen set: nothing deeper to copy
+
+    # -- the mapping of key tuples to elements ----------------------------------------------
+
+    def _lookup(self, key: object) -> bytes | None:
+        """``key`` packed, or None when it is not a key of this set (a dict of key tuples
+        would just not hold it)."""
+        if not isinstance(key, tuple) or len(key) != len(self._kinds):
+            return None
+        if not all(isinstance(v, k) for v, k in zip(key, self._kinds, strict=True)):
+            return None
+        try:
+            return self._key.pack(key)
+        except _NOT_A_KEY:  # out of range for its type
+            return None
+
+    def __getitem__(self, key: tuple[Value, ...]) -> Element:
+        packed = self._lookup(key)
+        if packed is None or packed not in self.raw:
+            raise KeyError(key)
+        return self.element(packed, self.raw[packed])
+
+    def __setitem__(self, key: tuple[Value, ...], el: Element) -> None:
+        self.raw[self._key.pack(key)] = self.pack_data(el)
+
+    def __delitem__(self, key: tuple[Value, ...]) -> None:
+        del self.raw[self._key.pack(key)]
+
+    def __iter__(self) -> Iterator[tuple[Value, ...]]:
+        return map(self._decode_key, self.raw)
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def __contains__(self, key: object) -> bool:
+        packed = self._lookup(key)
+        return packed is not None and packed in self.raw
+
+    def clear(self) -> None:
+        self.raw.clear()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PackedElements):
+            return self.raw == other.raw
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PackedElements({self.set.name!r}, {len(self.raw)} elements)"
+
+
+def _pack_each(packer: Packer, rows: Sequence[Sequence[Value]]) -> list[bytes]:
+    pack, convs = packer.struct.pack, packer.convs
+    if len(convs) == 2:  # address . port (backends data), address . address (hairpin)
+        c0, c1 = convs
+        return [pack(c0(a), c1(b)) for a, b in rows]
+    return [pack(*[c(v) for c, v in zip(convs, row, strict=True)]) for row in rows]
+
+
+_INDEX = Packer((DataType.INTEGER,))
+_INDICES = tuple(_INDEX.pack((i,)) for i in range(1024))
+
+
+def indices(count: int) -> Sequence[bytes]:
+    """The packed ``integer`` values 0 .. ``count`` - 1 (what ends a backends key)."""
+    if count <= len(_INDICES):
+        return _INDICES[:count]
+    return [*_INDICES, *(_INDEX.pack((i,)) for i in range(len(_INDICES), count))]
+
+
+def unpack_run(run: PackedRun, s: SetLike, verb: Verb = Verb.ADD) -> list[Element]:
+    """The run as IR elements (for checks and error messages; decodes every element)."""
+    store = PackedElements(s)
+    data = run.data if run.data is not None else [b""] * len(run.keys)
+    if verb not in (Verb.ADD, Verb.CREATE) or not isinstance(s, Map):
+        return [Element(set=s.name, key=store.decode_key(k)) for k in run.keys]
+    return [store.element(k, d) for k, d in zip(run.keys, data, strict=True)]
