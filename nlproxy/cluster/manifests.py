@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nlproxy.cluster import typed
 from nlproxy.cluster.decode import FileError, documents
 from nlproxy.cluster.model import Invalid, ObjectRef, Replace, Skip, Upsert
 from nlproxy.cluster.parse import KINDS, object_ref, to_change
@@ -125,10 +126,21 @@ def _load(
                 _duplicate(ref, where, obj, kind, first_seen, by_kind[kind], errors)
                 continue
             first_seen[ref] = where
-            warnings += (f"{where}: {ref}: unknown field {f}" for f in unknown_fields(obj, kind))
-            by_kind[kind].append(to_change(obj, kind))
+            by_kind[kind].append(_change(obj, kind, where, ref, warnings))
     changes = tuple(Replace(kind=kind, changes=tuple(by_kind[kind])) for kind in KINDS)
     return ManifestLoad(changes=changes, errors=tuple(errors), warnings=tuple(warnings), good=good)
+
+
+def _change(
+    obj: dict[str, Any], kind: str, where: str, ref: ObjectRef, warnings: list[str]
+) -> Upsert | Skip | Invalid:
+    """The change for one object: typed when it is plainly valid and has no unknown field,
+    else the parser's, which names the object's unknown fields and what is wrong."""
+    fast = typed.from_document(obj, kind) if kind in typed.FAST_KINDS else None
+    if fast is not None:
+        return fast
+    warnings += (f"{where}: {ref}: unknown field {f}" for f in unknown_fields(obj, kind))
+    return to_change(obj, kind)
 
 
 def _duplicate(
