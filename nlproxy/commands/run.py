@@ -16,6 +16,7 @@ import sys
 from dataclasses import fields, replace
 from pathlib import Path
 
+from nlproxy.commands import _fastexit
 from nlproxy.config import DaemonConfig, Flags, Settings, build_settings, external_networks
 from nlproxy.errors import ConfigError
 
@@ -303,4 +304,5 @@ def _run_once(s: Settings) -> int:
     )
     for problem in problems:
         print(f"nlproxy: left out: {problem}", file=sys.stderr)
-    return EXIT_INVALID_OBJECTS if problems else 0
+    # Ends here, with the cluster and the plan still referenced: nothing is freed one by one.
+    return _fastexit.end(EXIT_INVALID_OBJECTS if problems else 0)
