@@ -272,6 +272,10 @@ def _run_once(s: Settings) -> int:
         print(f"nlproxy: warning: {warning}", file=sys.stderr)
     state = ClusterState(cfg.node_name, external_ip_cidrs=external_networks(cfg))
     state.apply(loaded.changes)
+    # The decoded documents (kept by the loader for a daemon's reload) are not needed once the
+    # state holds the model: let them go before the plan is built, not after.
+    load_errors = loaded.errors
+    del loaded
     if pcfg.nodeport_cidrs(4) or pcfg.nodeport_cidrs(6):
         from nlproxy.inspect.rtnl import interface_addresses
 
@@ -281,7 +285,7 @@ def _run_once(s: Settings) -> int:
     for gap in nodeport_gaps(state.snapshot(), pcfg).values():
         print(f"nlproxy: warning: {gap}", file=sys.stderr)
     problems: list[object] = [
-        *loaded.errors,
+        *load_errors,
         *state.invalid.values(),
         *state.orphans().values(),
         *state.refused,
