@@ -3,13 +3,15 @@
 Two views of the same work, each in fresh network namespaces it creates and deletes:
 
 * ``coldpath_cli``: ``nlproxy --netns NS run --once`` as a child process (wall, user, sys, RSS
-  from ``wait4``), with JSON and with YAML manifests, first into an empty namespace (cold), then
-  again with nothing changed (restart).
+  from ``wait4``, and the load average when it started), with a JSON ``List`` and with
+  block-style YAML manifests (``gen.write_manifests``; ``yaml-flow`` is the JSON-in-YAML form),
+  first into an empty namespace (cold), then again with nothing changed (restart); with
+  ``--base CHECKOUT``, the same from another checkout too, before/after in one run.
   ``--rounds`` rounds, interleaved with ``iptables-legacy-restore`` loading the same cluster
   (kube-proxy's iptables mode, ``gen.iptables_text``) into a fresh namespace: the ratio is what
   issue 18's "no slower than iptables-legacy-restore" reads;
 * ``coldpath_stages``: the same steps in-process, timed stage by stage: read (the files'
-  bytes), decode (JSON / libyaml into Python objects), both timed apart on the same files, then
+  bytes), decode (the loader's text -> documents step), both timed apart on the same files, then
   load (``load_manifests``: read + decode + parse; ``parse_s`` is load less the other two),
   state, plan, read-back, diff, validate, encode, commit (per family, summed);
 * ``burst_stages`` (``--burst B``): one long-lived ``Syncer`` at the same size: B EndpointSlices
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
+import os
 import sys
 import tempfile
 import time
@@ -35,10 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import gen
-import yaml
 from measure import BenchError, emit, in_ns, log, netns, nlproxy_argv, run_measured, sync_applied
 
-from nlproxy.cluster.manifests import load_manifests
+from nlproxy.cluster.manifests import SUFFIXES, load_manifests
 from nlproxy.cluster.state import ClusterState
 from nlproxy.nft.backend import NftBackend
 from nlproxy.nft.ir import Table
@@ -58,29 +59,52 @@ def _config() -> ProxyConfig:
     )
 
 
+def _from(base: Path | None, argv: list[str]) -> list[str]:
+    """``argv`` (``python -m nlproxy ...``) run from the checkout ``base`` instead of this one."""
+    if base is None:
+        return argv
+    start = f"import sys, runpy; sys.path.insert(0, {str(base)!r}); "
+    start += "runpy.run_module('nlproxy', run_name='__main__', alter_sys=True)"
+    return [argv[0], "-c", start, *argv[3:]]
+
+
 def cli_runs(
-    c: gen.Cluster, manifests: dict[str, Path], out: Any, rounds: int, legacy: Path | None
+    c: gen.Cluster,
+    manifests: dict[str, Path],
+    out: Any,
+    rounds: int,
+    legacy: Path | None,
+    base: Path | None = None,
 ) -> None:
-    """``run --once`` in a child process: cold, then restart unchanged, per manifest format;
-    each round also loads ``legacy`` (iptables-restore text) with ``iptables-legacy-restore``."""
+    """``run --once`` in a child process: cold, then restart unchanged, per manifest format
+    (and the same from the checkout ``base``, when given, for before/after in one run); each
+    round also loads ``legacy`` (iptables-restore text) with ``iptables-legacy-restore``. Each
+    record carries the load average at its start."""
+    checkouts: list[tuple[str, Path | None]] = [("this", None)]
+    if base is not None:
+        checkouts.insert(0, ("base", base))
     for n in range(rounds):
-        for fmt, path in manifests.items():
+        for (which, tree), (fmt, path) in ((t, m) for t in checkouts for m in manifests.items()):
             with netns("coldcli") as ns:
                 for phase in ("cold", "restart"):
-                    log(f"cli {fmt} {phase} round {n}")
-                    u = run_measured(nlproxy_argv(ns, path), timeout=900)
+                    log(f"cli {which} {fmt} {phase} round {n}")
+                    load = os.getloadavg()[0]
+                    u = run_measured(_from(tree, nlproxy_argv(ns, path)), timeout=900)
                     if u.rc != 0:
                         raise BenchError(f"run --once {fmt} {phase}: {u.stderr[-400:]}")
                     ops = sync_applied(u.stderr).get("ops")
-                    figs = {**u.figures(), "round": n, "ops": ops}
+                    figs = {**u.figures(), "round": n, "ops": ops, "load1": load}
+                    if base is not None:
+                        figs["checkout"] = which
                     emit(out, _record("coldpath_cli", c, fmt, phase, figs))
         if legacy is not None:
             with netns("coldipt") as ns:
                 log(f"cli iptables-legacy-restore round {n}")
+                load = os.getloadavg()[0]
                 u = run_measured(in_ns(ns, "iptables-legacy-restore"), stdin=legacy, timeout=900)
                 if u.rc != 0:
                     raise BenchError(f"iptables-legacy-restore: {u.stderr[-400:]}")
-                figs = {**u.figures(), "round": n}
+                figs = {**u.figures(), "round": n, "load1": load}
                 emit(out, _record("coldpath_cli", c, "iptables-legacy", "cold", figs))
 
 
@@ -95,23 +119,16 @@ def staged_runs(c: gen.Cluster, manifests: Path, out: Any, fmt: str) -> None:
 def _read_decode(manifests: Path, fmt: str) -> tuple[float, float]:
     """Seconds to read the files' bytes, and to decode them into Python objects (the
     product's loader does both and then parses; these are timed apart on the same files)."""
-    from nlproxy.cluster import manifests as product
+    from nlproxy.cluster import decode
 
-    # The loader's own decoding step (text → documents), when it still has one by that name.
-    decode = getattr(product, "_parse", None)
     gc.disable()  # as load_manifests does
     try:
         t0 = time.perf_counter()
-        paths = [p for p in sorted(manifests.iterdir()) if p.suffix[1:] == fmt]
+        paths = [p for p in sorted(manifests.iterdir()) if p.suffix in SUFFIXES]
         texts = [p.read_text(encoding="utf-8") for p in paths]
         t1 = time.perf_counter()
         for path, text in zip(paths, texts, strict=True):
-            if decode is not None:
-                decode(path, text)
-            elif fmt == "json":
-                json.loads(text)
-            else:
-                list(yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+            decode._parse(path, text)  # the loader's own text -> documents step
         t2 = time.perf_counter()
     finally:
         gc.enable()
@@ -251,6 +268,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-legacy", action="store_true", help="skip iptables-legacy-restore beside run --once"
     )
     ap.add_argument("--burst", type=int, default=0, metavar="B", help="burst stages (0: skip)")
+    ap.add_argument(
+        "--base", type=Path, help="another checkout whose run --once runs beside this one's"
+    )
     args = ap.parse_args(argv)
     c = gen.Cluster(services=args.services, endpoints=args.endpoints)
     formats = [f for f in args.formats.split(",") if f]
@@ -267,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.no_legacy:
                 legacy = Path(tmp) / "iptables.rules"
                 legacy.write_text(gen.iptables_text(c))
-            cli_runs(c, manifests, sys.stdout, args.rounds, legacy)
+            cli_runs(c, manifests, sys.stdout, args.rounds, legacy, args.base)
         for fmt in formats if not args.skip_stages else ():
             staged_runs(c, manifests[fmt], sys.stdout, fmt)
         if args.burst:

@@ -21,6 +21,7 @@ import argparse
 import base64
 import hashlib
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
@@ -138,8 +139,11 @@ def node_doc() -> dict[str, Any]:
 def write_manifests(c: Cluster, out: Path, fmt: str = "yaml") -> list[Path]:
     """Write ``services``, ``endpointslices`` and ``node`` files into ``out``.
 
-    ``fmt`` is ``yaml`` (multi-document; JSON-style flow documents, which are valid YAML) or
-    ``json`` (one array per file). Returns the paths written.
+    ``fmt`` is ``yaml`` (multi-document block-style YAML as ``kubectl get -o yaml`` writes each
+    object: keys sorted, lists at their key's indentation), ``yaml-flow`` (one JSON-style flow
+    document per object between ``---`` lines, as JSON-emitting tools write YAML) or ``json``
+    (one ``kind: List`` per file, as ``kubectl get -o json`` writes it). Returns the paths
+    written.
     """
     out.mkdir(parents=True, exist_ok=True)
     groups = {
@@ -149,23 +153,72 @@ def write_manifests(c: Cluster, out: Path, fmt: str = "yaml") -> list[Path]:
     }
     paths = []
     for stem, docs in groups.items():
-        path = out / f"{stem}.{fmt}"
+        path = out / f"{stem}.{'json' if fmt == 'json' else 'yaml'}"
         with path.open("w") as f:
             if fmt == "json":
-                json.dump(docs, f, separators=(",", ":"))
+                json.dump(_json_list(docs), f, indent=4)
+            elif fmt == "yaml-flow":
+                _write_flow_docs(f, docs)
+            elif fmt == "yaml":
+                _write_block_docs(f, docs)
             else:
-                _write_yaml_docs(f, docs)
+                raise ValueError(f"unknown manifest format {fmt!r}")
         paths.append(path)
     return paths
 
 
-def _write_yaml_docs(f: TextIO, docs: Sequence[dict[str, Any]]) -> None:
+def _json_list(docs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "items": docs, "kind": "List", "metadata": {"resourceVersion": ""}}
+
+
+def _write_flow_docs(f: TextIO, docs: Sequence[dict[str, Any]]) -> None:
     # One flow-style (JSON) document per object: valid YAML that any loader reads, written
     # without PyYAML's emitter, which would dominate the generator's time at 100k objects.
     for doc in docs:
         f.write("---\n")
         f.write(json.dumps(doc, separators=(", ", ": ")))
         f.write("\n")
+
+
+def _write_block_docs(f: TextIO, docs: Sequence[dict[str, Any]]) -> None:
+    # Block style as kubectl writes it; by hand, as PyYAML's emitter would dominate the
+    # generator's time at 100k objects (bench/checks reads the output back with PyYAML).
+    for doc in docs:
+        f.write("---\n")
+        f.writelines(_block(doc, ""))
+
+
+_PLAIN = re.compile(r"[A-Za-z][\w./-]*|\d{1,3}(\.\d{1,3}){3}(/\d{1,2})?")
+_NOT_STRINGS = frozenset(("y", "n", "yes", "no", "on", "off", "true", "false", "null"))
+
+
+def _scalar(value: object) -> str:
+    if isinstance(value, str):
+        plain = _PLAIN.fullmatch(value) and value.lower() not in _NOT_STRINGS
+        return value if plain else json.dumps(value)
+    return json.dumps(value)
+
+
+def _block(value: dict[str, Any], indent: str) -> Iterator[str]:
+    """The lines of a mapping in block style, each starting with ``indent``."""
+    for key in sorted(value):
+        item = value[key]
+        if isinstance(item, dict) and item:
+            yield f"{indent}{key}:\n"
+            yield from _block(item, indent + "  ")
+        elif isinstance(item, list) and item:
+            yield f"{indent}{key}:\n"
+            for entry in item:
+                if isinstance(entry, dict) and entry:
+                    lines = list(_block(entry, indent + "  "))
+                    yield f"{indent}- {lines[0][len(indent) + 2 :]}"
+                    yield from lines[1:]
+                else:
+                    yield f"{indent}- {_scalar(entry)}\n"
+        elif isinstance(item, dict | list):
+            yield f"{indent}{key}: {'{}' if isinstance(item, dict) else '[]'}\n"
+        else:
+            yield f"{indent}{key}: {_scalar(item)}\n"
 
 
 def edit_one_endpoint(c: Cluster, i: int) -> Cluster:
@@ -391,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--services", type=int, default=1000)
     ap.add_argument("--endpoints", type=int, default=10)
     ap.add_argument("--nodes", type=int, default=3)
-    ap.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    ap.add_argument("--format", choices=("yaml", "yaml-flow", "json"), default="yaml")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     c = Cluster(services=args.services, endpoints=args.endpoints, nodes=args.nodes)

@@ -97,13 +97,17 @@ def full_plan(idle: int = 600) -> Plan:
 
 
 def target_runs(idle: int) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """What measures issue 18's targets (``targets.py``), at 10k x 10 and 44k x 5. The daemon's
+    """What measures issue 18's targets (``targets.py``), at 10k x 10 and 44k x 5, and the input
+    side (``bench_input``; 44k x 5 and 50k x 1 beside ``iptables-legacy-restore``). The daemon's
     idle window is ``idle`` seconds (RSS and CPU over it: the issue's hour is not affordable)."""
     size = ("--services", "10000", "--endpoints", "10")
     return (
         ("bench_coldpath.py", (*size, "--rounds", "3", "--burst", "5000")),
+        ("bench_input.py", (*size, "--rounds", "3")),
         ("bench_coldpath.py", ("--services", "44000", "--endpoints", "5", "--formats", "json",
-                               "--skip-stages", "--no-legacy")),
+                               "--skip-stages")),
+        ("bench_coldpath.py", ("--services", "50000", "--endpoints", "1", "--formats", "json",
+                               "--skip-stages")),
         ("bench_kube_cold.py", (*size, "--bursts", "5000", "--no-list", "--timeout", "300")),
         ("bench_cli.py", ("--flows", "100000", *size, "--rounds", "5")),
         ("bench_daemon.py", (*size, "--changes", "5", "--drift-changes", "3",

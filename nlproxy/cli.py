@@ -254,9 +254,11 @@ def _quiet_stdout() -> None:
 def entry() -> None:
     """Console-script entry point. Errors writing to stderr are dropped (``SafeStream``): a log
     line that cannot be written must not end the daemon or fail a sync that was applied."""
+    from nlproxy.commands import _fastexit
     from nlproxy.log import SafeStream
 
     sys.stderr = SafeStream(sys.stderr)
+    _fastexit.allow()
     try:
         status = main()
     except KeyboardInterrupt:  # Ctrl-C while parsing or configuring

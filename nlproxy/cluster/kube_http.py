@@ -2,7 +2,9 @@
 
 Sits under ``kube.py`` (the trio source): it runs only in worker threads, uses the ``kubernetes``
 package's ``ApiClient`` for configuration, authentication (token refresh, exec plugins) and HTTP,
-and hands every raw object to ``parse.to_change`` — the client's generated models are never built.
+and decodes every page and event straight from its bytes (``typed.change``: typed structs, the
+parser for what they do not plainly fit) — neither the client's generated models nor a dict per
+object are built.
 It must not touch the trio event loop except through ``trio.from_thread.run`` in ``WatchStream``,
 and must not decide anything about retries or relists: it reports what happened and ``kube.py``
 decides.
@@ -13,17 +15,18 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import kubernetes
+import msgspec
 import trio
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from nlproxy.cluster import typed
 from nlproxy.cluster.model import Change, Delete, Invalid, Skip, Upsert
-from nlproxy.cluster.parse import object_ref, to_change
+from nlproxy.cluster.parse import object_ref
 from nlproxy.errors import NlproxyError
 
 CONNECT_TIMEOUT = 10.0
@@ -176,7 +179,13 @@ class Http:
             raise Unreachable(f"API server {path}", f"request failed: {exc}") from exc
         return int(raw.status)
 
-    def read_json(self, spec: KindSpec, raw: urllib3.BaseHTTPResponse) -> Any:
+    def read_page(self, spec: KindSpec, raw: urllib3.BaseHTTPResponse) -> _Page:
+        """A list page's items (each still raw JSON) and list metadata.
+
+        Raises:
+            Unreachable: the body could not be read.
+            KubeApiError: the body is not a list.
+        """
         try:
             data = raw.read()
         except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -184,9 +193,27 @@ class Http:
         finally:
             raw.release_conn()
         try:
-            return json.loads(data)
-        except ValueError as exc:
+            return _PAGE.decode(data)
+        except msgspec.ValidationError as exc:
+            raise KubeApiError(f"{spec.kind} {spec.path}", f"malformed list: {exc}") from exc
+        except msgspec.DecodeError as exc:
             raise KubeApiError(f"{spec.kind} {spec.path}", f"not JSON: {exc}") from exc
+
+
+class _ListMeta(msgspec.Struct):
+    resourceVersion: str = ""
+    # ``continue`` is a keyword: renamed.
+    continue_: str = msgspec.field(default="", name="continue")
+
+
+class _Page(msgspec.Struct):
+    """One list page: the objects are kept as raw JSON for ``typed.change``."""
+
+    metadata: _ListMeta
+    items: list[msgspec.Raw] | None = None
+
+
+_PAGE = msgspec.json.Decoder(_Page)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,26 +249,16 @@ def _list_pages(http: Http, spec: KindSpec, page_size: int) -> Listing:
         if cont:
             params.append(("continue", cont))
         try:
-            body = http.read_json(spec, http.get(spec, params, LIST_READ_TIMEOUT))
+            page = http.read_page(spec, http.get(spec, params, LIST_READ_TIMEOUT))
         except Gone:
             if not cont:  # a fresh list has no version to be too old: this is an error
                 raise KubeApiError(f"{spec.kind} {spec.path}", "410 Gone on a fresh list") from None
             raise
         pages += 1
-        try:
-            items, meta = body["items"] or [], body["metadata"]
-        except (KeyError, TypeError) as exc:
-            raise KubeApiError(f"{spec.kind} {spec.path}", f"malformed list: {exc}") from exc
-        changes.extend(to_change(item, spec.kind) for item in items)
-        cont = meta.get("continue") or ""
+        changes.extend(typed.change(item, spec.kind) for item in page.items or ())
+        cont = page.metadata.continue_
         if not cont:
-            return Listing(tuple(changes), str(meta.get("resourceVersion", "")), pages)
-
-
-def _rv_of(obj: Mapping[str, Any]) -> str | None:
-    meta = obj.get("metadata")
-    rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
-    return rv if isinstance(rv, str) and rv else None
+            return Listing(tuple(changes), page.metadata.resourceVersion, pages)
 
 
 class WatchStream:
@@ -332,8 +349,8 @@ class WatchStream:
             if not line.strip():
                 continue
             try:
-                change, error = self._event(json.loads(line))
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                change, error = self._event(_EVENT.decode(line))
+            except (msgspec.DecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
                 error = KubeApiError(f"{self.spec.kind} {self.spec.path}", f"bad event: {exc}")
                 change = None
             if change is not None:
@@ -346,24 +363,40 @@ class WatchStream:
         if error is not None:
             raise error
 
-    def _event(self, event: Mapping[str, Any]) -> tuple[Change | None, KubeApiError | None]:
-        kind, obj = event["type"], event["object"]
+    def _event(self, event: _Event) -> tuple[Change | None, KubeApiError | None]:
+        kind, raw = event.type, event.object
         change: Change | None = None
         if kind == "ERROR":
+            obj = msgspec.json.decode(raw)
             code = int(obj.get("code") or 0)
             message = str(obj.get("message", ""))
             body = json.dumps({"message": message}).encode()
             return None, _status_error(self.spec, code, body, "watch")
         if kind in ("ADDED", "MODIFIED"):
-            change = to_change(obj, self.spec.kind)
+            change = typed.change(raw, self.spec.kind)
         elif kind == "DELETED":
-            change = Delete(ref=object_ref(obj, self.spec.kind))
+            change = Delete(ref=object_ref(msgspec.json.decode(raw), self.spec.kind))
         elif kind != "BOOKMARK":
             raise ValueError(f"unknown watch event type {kind!r}")
-        rv = _rv_of(obj)
-        if rv is not None:
+        rv = _VERSION.decode(raw).metadata.resourceVersion
+        if rv:
             self.resource_version = rv
         return change, None
+
+
+class _Event(msgspec.Struct):
+    """One watch event; the object stays raw JSON for ``typed.change``."""
+
+    type: str
+    object: msgspec.Raw
+
+
+class _Versioned(msgspec.Struct):
+    metadata: _ListMeta = msgspec.field(default_factory=_ListMeta)
+
+
+_EVENT = msgspec.json.Decoder(_Event)
+_VERSION = msgspec.json.Decoder(_Versioned)
 
 
 def deliver_to(

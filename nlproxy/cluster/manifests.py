@@ -12,24 +12,19 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from nlproxy.cluster import typed
+from nlproxy.cluster.decode import FileError, documents
 from nlproxy.cluster.model import Invalid, ObjectRef, Replace, Skip, Upsert
 from nlproxy.cluster.parse import KINDS, object_ref, to_change
 from nlproxy.cluster.schema import unknown_fields
 from nlproxy.errors import ConfigError
 
 SUFFIXES = frozenset({".yaml", ".yml", ".json"})
-MAX_FILE_BYTES = 256 << 20
-"""A manifest file larger than this is refused unread (100k Services x 10 endpoints as YAML is
-about 130 MiB)."""
-
 # The API group each kind must come from: a ``kind: Service`` of another group (Knative's
 # serving.knative.dev) is someone else's object. A missing apiVersion is taken as the right one.
 _GROUPS = {
@@ -58,32 +53,6 @@ class ManifestLoad:
     would: the objects load without them, as the API server would keep them."""
     good: dict[str, list[tuple[str, dict[str, Any], str]]] = field(default_factory=dict)
     """Each file's objects as last read successfully (pass it back as ``last_good``)."""
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML as the Kubernetes tools read it: timestamps stay strings (they go through JSON)."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-# libyaml's parser with the same resolvers and constructors, about 10x faster. Its error texts
-# differ from the pure-Python parser's, so a file it rejects is parsed again by ``_Loader`` to
-# report the error as always.
-_FastLoader: type[Any] = _Loader
-if getattr(yaml, "__with_libyaml__", False):
-
-    class _CLoader(yaml.CSafeLoader):
-        """``_Loader`` on libyaml."""
-
-    _CLoader.yaml_implicit_resolvers = _Loader.yaml_implicit_resolvers
-    _FastLoader = _CLoader
-
-
-class _FileError(Exception):
-    """A file that cannot be used as a whole; the message names the file (and line)."""
 
 
 def load_manifests(
@@ -143,7 +112,7 @@ def _load(
         notes: list[str] = []
         try:
             objects = list(_objects(path, notes))
-        except _FileError as exc:
+        except FileError as exc:
             kept = last_good.get(path.name)
             errors.append(f"{exc}; its last good objects are kept" if kept else str(exc))
             if not kept:
@@ -157,10 +126,21 @@ def _load(
                 _duplicate(ref, where, obj, kind, first_seen, by_kind[kind], errors)
                 continue
             first_seen[ref] = where
-            warnings += (f"{where}: {ref}: unknown field {f}" for f in unknown_fields(obj, kind))
-            by_kind[kind].append(to_change(obj, kind))
+            by_kind[kind].append(_change(obj, kind, where, ref, warnings))
     changes = tuple(Replace(kind=kind, changes=tuple(by_kind[kind])) for kind in KINDS)
     return ManifestLoad(changes=changes, errors=tuple(errors), warnings=tuple(warnings), good=good)
+
+
+def _change(
+    obj: dict[str, Any], kind: str, where: str, ref: ObjectRef, warnings: list[str]
+) -> Upsert | Skip | Invalid:
+    """The change for one object: typed when it is plainly valid and has no unknown field,
+    else the parser's, which names the object's unknown fields and what is wrong."""
+    fast = typed.from_document(obj, kind) if kind in typed.FAST_KINDS else None
+    if fast is not None:
+        return fast
+    warnings += (f"{where}: {ref}: unknown field {f}" for f in unknown_fields(obj, kind))
+    return to_change(obj, kind)
 
 
 def _duplicate(
@@ -192,9 +172,9 @@ def _objects(path: Path, notes: list[str]) -> Iterator[tuple[str, dict[str, Any]
     the objects whose kind looks like a misspelling of one (``kind: Servcie``).
 
     Raises:
-        _FileError: the file cannot be read or parsed, or holds something that is not an object.
+        FileError: the file cannot be read or parsed, or holds something that is not an object.
     """
-    for index, doc in enumerate(_documents(path), start=1):
+    for index, doc in enumerate(documents(path), start=1):
         where = f"{path.name} document {index}" if index > 1 else path.name
         if doc is None:
             continue
@@ -209,14 +189,14 @@ def _flatten(
     if not isinstance(item, dict):
         shown = json.dumps(item, default=str)
         shown = shown if len(shown) <= 40 else shown[:37] + "..."
-        raise _FileError(f"{where}: expected a Kubernetes object, got {shown}")
+        raise FileError(f"{where}: expected a Kubernetes object, got {shown}")
     kind = item.get("kind", list_kind)
     if not isinstance(kind, str) or not kind:
-        raise _FileError(f"{where}: an object without a kind")
+        raise FileError(f"{where}: an object without a kind")
     if kind == "List" or (kind.endswith("List") and kind[:-4] in KINDS):
         members = item.get("items")
         if not isinstance(members, list | None):
-            raise _FileError(f"{where}: {kind}: items: expected a list")
+            raise FileError(f"{where}: {kind}: items: expected a list")
         for member in members or []:
             yield from _flatten(where, member, kind[:-4] or None, notes)
     elif kind in KINDS:
@@ -260,95 +240,3 @@ def _right_group(api_version: object, kind: str) -> bool:
         return True
     group = api_version.rpartition("/")[0]
     return group == _GROUPS[kind]
-
-
-def _documents(path: Path) -> list[Any]:
-    """The parsed documents of one file, all or nothing (a half-read file would make the
-    ``Replace`` delete the objects after the error)."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise _FileError(
-                f"{path.name}: {size} bytes, more than a manifest may hold ({MAX_FILE_BYTES})"
-            )
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise _FileError(f"{path.name}: cannot read: {reason}") from exc
-    try:
-        return _parse(path, text)
-    except (ValueError, RecursionError, MemoryError) as exc:
-        # Beyond what a parser takes: an integer of more than 4300 digits, nesting deeper than
-        # the interpreter's stack. The file is refused; the daemon and every other file go on.
-        what = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:120]
-        raise _FileError(f"{path.name}: cannot be read: {what}") from None
-
-
-def _parse(path: Path, text: str) -> list[Any]:
-    if path.suffix == ".json":
-        try:
-            return [json.loads(text)]
-        except json.JSONDecodeError as exc:
-            raise _FileError(f"{path.name}:{exc.lineno}: not valid JSON: {exc.msg}") from exc
-    docs = _json_documents(text)
-    if docs is not None:
-        return docs
-    try:
-        return list(yaml.load_all(text, Loader=_FastLoader))
-    except yaml.YAMLError:
-        pass  # reported below, outside this handler, so the errors do not chain
-    return _yaml_error(path, text)
-
-
-_DOC_START = re.compile(r"^---(?: |$)", re.MULTILINE)
-# What YAML reads differently from JSON, or not at all: escapes, tabs, characters YAML cannot
-# hold (its reader's list), and (by the hook below) floats and NaN/Infinity.
-_NOT_PLAIN_JSON = re.compile(r"[\\\t\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x84\x86-\x9f\ufffe\uffff]")
-
-
-class _NotPlain(Exception):
-    """A JSON value whose YAML reading could differ."""
-
-
-def _not_plain(text: str) -> Any:
-    raise _NotPlain(text)
-
-
-def _json_documents(text: str) -> list[Any] | None:
-    """The documents of a YAML file whose every document is one JSON value (as tools that
-    emit JSON-in-YAML write them), read with the JSON parser, about 5x faster than libyaml's
-    loader; None when any document is not such plain JSON, and the YAML parser reads the file.
-
-    Plain: no backslash escapes, tabs, floats or control characters, for which a YAML reading
-    could differ; everything else JSON can say (quoted strings and keys, integers, true, false,
-    null, arrays, objects) YAML reads the same.
-    """
-    if _NOT_PLAIN_JSON.search(text):
-        return None
-    chunks = _DOC_START.split(text)
-    docs: list[Any] = []
-    for i, chunk in enumerate(chunks):
-        if not chunk.strip():
-            if i > 0:
-                docs.append(None)  # an explicit empty document
-            continue
-        try:
-            docs.append(json.loads(chunk, parse_float=_not_plain, parse_constant=_not_plain))
-        except (ValueError, _NotPlain):
-            return None
-    return docs
-
-
-def _yaml_error(path: Path, text: str) -> list[Any]:
-    """Parse ``text`` with the pure-Python loader: its result if it accepts it (libyaml
-    rejected it), else its error, raised as a ``_FileError`` naming the file and line."""
-    try:
-        return list(yaml.load_all(text, Loader=_Loader))
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise _FileError(
-            f"{path.name}{line}: not valid YAML: {exc.problem or exc.context}"
-        ) from exc
-    except yaml.YAMLError as exc:
-        raise _FileError(f"{path.name}: not valid YAML: {exc}") from exc

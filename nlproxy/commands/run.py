@@ -17,6 +17,7 @@ import sys
 from dataclasses import fields, replace
 from pathlib import Path
 
+from nlproxy.commands import _fastexit
 from nlproxy.config import DaemonConfig, Flags, Settings, build_settings, external_networks
 from nlproxy.errors import ConfigError
 
@@ -310,6 +311,10 @@ def _run_once(s: Settings) -> int:
         print(f"nlproxy: warning: {warning}", file=sys.stderr)
     state = ClusterState(cfg.node_name, external_ip_cidrs=external_networks(cfg))
     state.apply(loaded.changes)
+    # The decoded documents (kept by the loader for a daemon's reload) are not needed once the
+    # state holds the model: let them go before the plan is built, not after.
+    load_errors = loaded.errors
+    del loaded
     if pcfg.nodeport_cidrs(4) or pcfg.nodeport_cidrs(6):
         from nlproxy.inspect.rtnl import interface_addresses
 
@@ -319,7 +324,7 @@ def _run_once(s: Settings) -> int:
     for gap in nodeport_gaps(state.snapshot(), pcfg).values():
         print(f"nlproxy: warning: {gap}", file=sys.stderr)
     problems: list[object] = [
-        *loaded.errors,
+        *load_errors,
         *state.invalid.values(),
         *state.orphans().values(),
         *state.refused,
@@ -342,4 +347,5 @@ def _run_once(s: Settings) -> int:
     )
     for problem in problems:
         print(f"nlproxy: left out: {problem}", file=sys.stderr)
-    return EXIT_INVALID_OBJECTS if problems else 0
+    # Ends here, with the cluster and the plan still referenced: nothing is freed one by one.
+    return _fastexit.end(EXIT_INVALID_OBJECTS if problems else 0)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from nlproxy.cluster import manifests
+from nlproxy.cluster import decode, manifests
 from nlproxy.cluster.fields import FieldReader, quick_ipv4
 from nlproxy.cluster.model import IPFamily, ObjectRef
 from nlproxy.cluster.parse import _endpoint, _quick_endpoint
@@ -90,12 +90,12 @@ def _reader() -> FieldReader:
 
 
 def test_yaml_uses_libyaml_with_the_same_resolvers() -> None:
-    assert manifests._FastLoader is not manifests._Loader, "PyYAML without libyaml"
+    assert decode._FastLoader is not decode._Loader, "PyYAML without libyaml"
     text = "a: 2024-01-01T00:00:00Z\nb: 1\nc: yes\nd: 1.5\ne: ~\n"
     import yaml
 
-    fast = yaml.load(text, Loader=manifests._FastLoader)
-    slow = yaml.load(text, Loader=manifests._Loader)
+    fast = yaml.load(text, Loader=decode._FastLoader)
+    slow = yaml.load(text, Loader=decode._Loader)
     assert fast == slow == {"a": "2024-01-01T00:00:00Z", "b": 1, "c": True, "d": 1.5, "e": None}
 
 
@@ -131,9 +131,9 @@ NOT_PLAIN = [
 def test_json_documents_read_as_yaml_reads_them(text: str) -> None:
     import yaml
 
-    assert manifests._json_documents(text) == list(yaml.load_all(text, Loader=manifests._Loader))
+    assert decode._json_documents(text) == list(yaml.load_all(text, Loader=decode._Loader))
 
 
 @pytest.mark.parametrize("text", NOT_PLAIN)
 def test_json_documents_step_aside(text: str) -> None:
-    assert manifests._json_documents(text) is None
+    assert decode._json_documents(text) is None

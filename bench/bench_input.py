@@ -1,0 +1,186 @@
+"""The input side alone: manifests and API pages to the typed model, decode and parse apart.
+
+What ``run --once`` and the API source spend before the cluster state, at S Services x E
+endpoints, in-process and without the kernel, for what users feed: a JSON ``List`` (as
+``kubectl get -o json`` writes it), block-style YAML (as ``kubectl get -o yaml`` writes each
+object) and the API server's list pages (realistic bodies: ``managedFields``,
+``last-applied-configuration``; ``tests/kube/realistic.py``). Two paths, rounds interleaved:
+
+* ``parser``: the field-by-field parser for every object (``typed.FAST_KINDS`` emptied) and
+  libyaml for YAML (the compiled decoder switched off) — the path before typed decoding;
+* ``typed``: the product as it is (typed structs, the compiled YAML decoder).
+
+Per input and path: ``read_s`` (the files' text), ``decode_s`` (text -> documents,
+``decode._parse``; for API pages the page's decode), ``parse_s`` (the rest of
+``load_manifests``, or the pages' objects to changes), ``total_s``; CPU seconds (process
+time), medians of the rounds, the ratio typed / parser, and the load average. Both paths must
+give the same changes (checked every round). Never asserts on time.
+
+    .venv/bin/python bench/bench_input.py --services 10000 --endpoints 10 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import gen
+from measure import emit, log
+
+from nlproxy.cluster import decode, kube_http, parse, typed
+from nlproxy.cluster.manifests import SUFFIXES, load_manifests
+from tests.kube import realistic
+
+
+@contextlib.contextmanager
+def _path(which: str) -> Iterator[None]:
+    """The ``parser`` path (typed decoding and the compiled YAML decoder off) or ``typed``."""
+    if which == "typed":
+        yield
+        return
+    kinds, compiled = typed.FAST_KINDS, decode._compiled
+    typed.FAST_KINDS = frozenset()
+    decode._compiled = lambda: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        typed.FAST_KINDS, decode._compiled = kinds, compiled
+
+
+def _cpu(fn: Callable[[], Any]) -> tuple[float, Any]:
+    gc.disable()  # as the loader and the sync do
+    try:
+        t0 = time.process_time()
+        out = fn()
+        return time.process_time() - t0, out
+    finally:
+        gc.enable()
+
+
+def manifests_stages(directory: Path) -> tuple[dict[str, float], Any]:
+    paths = [p for p in sorted(directory.iterdir()) if p.suffix in SUFFIXES]
+    read_s, texts = _cpu(lambda: [p.read_text(encoding="utf-8") for p in paths])
+    decode_s, _docs = _cpu(lambda: [decode._parse(p, t) for p, t in zip(paths, texts, strict=True)])
+    del _docs
+    load_s, loaded = _cpu(lambda: load_manifests(directory))
+    figs = {
+        "read_s": read_s,
+        "decode_s": decode_s,
+        "parse_s": max(0.0, load_s - read_s - decode_s),
+        "total_s": load_s,
+    }
+    return figs, loaded.changes
+
+
+def pages_stages(pages: list[tuple[str, bytes]]) -> tuple[dict[str, float], Any]:
+    """The API source's list pages: decode (the page's JSON) and parse (objects to changes),
+    as ``kube_http`` does for each path: raw items and ``typed.change``, or dicts and the
+    parser."""
+    fast = bool(typed.FAST_KINDS)
+
+    def decode_all() -> list[Any]:
+        if fast:
+            return [kube_http._PAGE.decode(body).items for _kind, body in pages]
+        return [json.loads(body)["items"] for _kind, body in pages]
+
+    decode_s, items = _cpu(decode_all)
+
+    def parse_all() -> list[Any]:
+        out = []
+        for (kind, _body), page in zip(pages, items, strict=True):
+            if fast:
+                out += [typed.change(raw, kind) for raw in page]
+            else:
+                out += [parse.to_change(obj, kind) for obj in page]
+        return out
+
+    parse_s, changes = _cpu(parse_all)
+    figs = {"read_s": 0.0, "decode_s": decode_s, "parse_s": parse_s}
+    figs["total_s"] = decode_s + parse_s
+    return figs, changes
+
+
+def api_pages(c: gen.Cluster, page_size: int = 500) -> list[tuple[str, bytes]]:
+    """The cluster's Services and EndpointSlices as the API server's list pages."""
+    services = [realistic.dress_service(gen.service_doc(c, i)) for i in range(c.services)]
+    slices = [realistic.dress_slice(d) for i in range(c.services) for d in gen.slice_docs(c, i)]
+    pages = []
+    for kind, objs in (("Service", services), ("EndpointSlice", slices)):
+        for k in range(0, len(objs), page_size):
+            body: dict[str, Any] = {"kind": f"{kind}List", "metadata": {"resourceVersion": "9"}}
+            body["items"] = objs[k : k + page_size]
+            pages.append((kind, json.dumps(body, separators=(",", ":")).encode()))
+    return pages
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--services", type=int, default=10000)
+    ap.add_argument("--endpoints", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--inputs", default="json,yaml,api", help="comma-separated")
+    args = ap.parse_args(argv)
+    c = gen.Cluster(services=args.services, endpoints=args.endpoints)
+    inputs = [i for i in args.inputs.split(",") if i]
+    with tempfile.TemporaryDirectory(prefix="nlp-input-") as tmp:
+        runs: dict[str, Callable[[], tuple[dict[str, float], Any]]] = {}
+        for name in inputs:
+            if name == "api":
+                pages = api_pages(c)
+                mib = sum(len(b) for _k, b in pages) / 2**20
+                runs[name] = lambda pages=pages: pages_stages(pages)  # type: ignore[misc]
+            else:
+                directory = Path(tmp) / name
+                gen.write_manifests(c, directory, name)
+                mib = sum(p.stat().st_size for p in directory.iterdir()) / 2**20
+                runs[name] = lambda d=directory: manifests_stages(d)  # type: ignore[misc]
+            log(f"input {name}: {mib:.1f} MiB")
+        for name, run in runs.items():
+            figures: dict[str, list[dict[str, float]]] = {"parser": [], "typed": []}
+            for n in range(args.rounds):
+                results = {}
+                for which in ("parser", "typed"):
+                    log(f"{name} {which} round {n}")
+                    with _path(which):
+                        figs, changes = run()
+                    figures[which].append(figs)
+                    results[which] = changes
+                    del changes
+                if results["parser"] != results["typed"]:
+                    print(f"bench_input: {name}: the two paths disagree", file=sys.stderr)
+                    return 1
+                del results
+            medians = {
+                w: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+                for w, rs in figures.items()
+            }
+            for which, figs in medians.items():
+                emit(
+                    sys.stdout,
+                    {
+                        "bench": "input",
+                        "input": name,
+                        "path": which,
+                        "services": c.services,
+                        "endpoints": c.endpoints,
+                        "rounds": args.rounds,
+                        **{k: round(v, 3) for k, v in figs.items()},
+                        "ratio_total": round(figs["total_s"] / medians["parser"]["total_s"], 3),
+                        "load1": round(os.getloadavg()[0], 2),
+                    },
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,521 @@
+"""Typed decoding: Services and EndpointSlices straight from bytes into the model, at C speed.
+
+The fast twin of ``cluster/parse.py`` (which stays the only code that names what is wrong). A
+compiled decoder (msgspec) reads each object into small structs holding only the fields the
+model needs, skipping everything else (``managedFields``, ``last-applied-configuration``) without
+building it; the common shapes then become model values with few Python calls. Whatever is not
+plainly valid here — a wrong type, an odd value, a field this module does not handle, and, for
+hand-written manifests, an unknown field — is handed back (``None``), and the caller runs the
+field-by-field parser, which gives the same model for a valid object and names the field of an
+invalid one. So this module never makes an ``Invalid``: it only skips work for good objects.
+
+Nodes and ServiceCIDRs (one, and a handful, per cluster) always take the parser's path.
+Pure: no I/O, logging or state.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from nlproxy.cluster import parse, schema
+from nlproxy.cluster.fields import FieldReader, quick_ipv4
+from nlproxy.cluster.model import (
+    Endpoint,
+    EndpointPort,
+    EndpointSlice,
+    Invalid,
+    IPAddress,
+    IPFamily,
+    IPNetwork,
+    ObjectRef,
+    Protocol,
+    Service,
+    ServiceKey,
+    ServicePort,
+    ServicePortRef,
+    ServiceType,
+    Skip,
+    Upsert,
+)
+from nlproxy.errors import InvalidObject
+
+FAST_KINDS = frozenset({"Service", "EndpointSlice"})
+
+_Fields = list[tuple[str, Any, Any]]
+
+
+def _struct(name: str, fields: _Fields, known: schema.Schema, *, strict: bool) -> type[Any]:
+    """A struct of ``fields``; ``strict`` (manifests) also declares every other field the
+    schema knows (decoded, unused) and refuses the rest, so an unknown field goes to the
+    parser's path, which names it."""
+    if strict:
+        have = {f[0] for f in fields}
+        fields = fields + [(k, object, None) for k in known if k not in have]
+    return msgspec.defstruct(
+        name, fields, kw_only=True, forbid_unknown_fields=strict, omit_defaults=True
+    )
+
+
+class _Family:
+    """The struct types of one decoding mode (lenient for the API, strict for manifests)."""
+
+    def __init__(self, *, strict: bool) -> None:
+        s = strict
+        str_map = dict[str, str]
+        opt_str = str | None
+        meta = _struct(
+            "Meta",
+            [
+                ("name", opt_str, None),
+                ("namespace", opt_str, None),
+                ("labels", str_map | None, None),
+                ("annotations", str_map | None, None),
+                ("resourceVersion", opt_str, None),
+                ("creationTimestamp", opt_str, None),
+                ("uid", opt_str, None),
+            ],
+            schema.METADATA,
+            strict=s,
+        )
+        port = _struct(
+            "ServicePort",
+            [
+                ("name", opt_str, None),
+                ("protocol", opt_str, None),
+                ("port", int | None, None),
+                ("targetPort", int | str | None, None),
+                ("nodePort", int | None, None),
+            ],
+            schema.SERVICE_PORT,
+            strict=s,
+        )
+        spec_schema = schema.SERVICE["spec"]
+        assert spec_schema is not None
+        spec = _struct(
+            "ServiceSpec",
+            [
+                ("type", opt_str, None),
+                ("clusterIP", opt_str, None),
+                ("clusterIPs", list[str] | None, None),
+                ("ipFamilies", list[str] | None, None),
+                ("ports", list[port] | None, None),  # type: ignore[valid-type]
+                ("externalIPs", list[str] | None, None),
+                ("externalTrafficPolicy", opt_str, None),
+                ("internalTrafficPolicy", opt_str, None),
+                ("healthCheckNodePort", int | None, None),
+                ("loadBalancerSourceRanges", list[str] | None, None),
+                ("sessionAffinity", opt_str, None),
+                ("sessionAffinityConfig", object, None),
+                ("trafficDistribution", opt_str, None),
+            ],
+            spec_schema,
+            strict=s,
+        )
+        top = [("apiVersion", object, None), ("kind", object, None), ("metadata", meta, None)]
+        self.service = _struct(
+            "Service",
+            [*top, ("spec", spec | None, None), ("status", object, None)],
+            schema.SERVICE,
+            strict=s,
+        )
+        conditions = _struct(
+            "Conditions",
+            [(k, bool | None, None) for k in ("ready", "serving", "terminating")],
+            _mapping(schema.ENDPOINT["conditions"]),
+            strict=s,
+        )
+        endpoint = _struct(
+            "Endpoint",
+            [
+                ("addresses", list[str], msgspec.NODEFAULT),
+                ("conditions", conditions | None, None),
+                ("nodeName", opt_str, None),
+                ("zone", opt_str, None),
+                ("hints", object, None),
+            ],
+            schema.ENDPOINT,
+            strict=s,
+        )
+        slice_port = _struct(
+            "EndpointPort",
+            [("name", opt_str, None), ("protocol", opt_str, None), ("port", int | None, None)],
+            _mapping(schema.ENDPOINT_SLICE["ports"]),
+            strict=s,
+        )
+        self.slice = _struct(
+            "EndpointSlice",
+            [
+                *top,
+                ("addressType", opt_str, None),
+                ("ports", list[slice_port] | None, None),  # type: ignore[valid-type]
+                ("endpoints", list[endpoint] | None, None),  # type: ignore[valid-type]
+            ],
+            schema.ENDPOINT_SLICE,
+            strict=s,
+        )
+        self.json = {
+            "Service": msgspec.json.Decoder(self.service),
+            "EndpointSlice": msgspec.json.Decoder(self.slice),
+        }
+        self.types = {"Service": self.service, "EndpointSlice": self.slice}
+
+
+def _mapping(value: schema.Schema | None) -> schema.Schema:
+    assert value is not None
+    return value
+
+
+_LENIENT = _Family(strict=False)
+_STRICT = _Family(strict=True)
+
+
+def change(raw: bytes | memoryview, kind: str) -> Upsert | Skip | Invalid:
+    """The change for one object's JSON (an API list item or watch object): typed when it is
+    plainly valid, else the parser's (which names what is wrong)."""
+    fast = from_json(raw, kind) if kind in FAST_KINDS else None
+    if fast is not None:
+        return fast
+    try:
+        doc = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        doc = exc
+    if not isinstance(doc, dict):
+        ref = ObjectRef(kind=kind, namespace="", name=parse.UNNAMED)
+        return Invalid(ref=ref, error=str(InvalidObject(str(ref), "not a JSON object")))
+    return parse.to_change(doc, kind)
+
+
+def from_json(raw: bytes | memoryview, kind: str) -> Upsert | Skip | None:
+    """The change for one object's JSON (an API list item or watch object), or None when the
+    parser must read it: the struct does not fit, or the object is not plainly valid."""
+    try:
+        obj = _LENIENT.json[kind].decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError, KeyError):
+        return None
+    return _change(obj, kind)
+
+
+def from_document(doc: Mapping[str, Any], kind: str) -> Upsert | Skip | None:
+    """The change for one manifest object (a decoded document), or None when the parser must
+    read it: as ``from_json``, and also when the object has a field the kind does not know
+    (the parser's path names it, as ``kubectl --validate=strict`` would)."""
+    try:
+        obj = msgspec.convert(doc, _STRICT.types[kind])
+    except (msgspec.ValidationError, KeyError):
+        return None
+    return _change(obj, kind)
+
+
+def _change(obj: Any, kind: str) -> Upsert | Skip | None:
+    try:
+        if kind == "Service":
+            return _service(obj)
+        return _slice(obj)
+    except InvalidObject:
+        return None
+
+
+class _NotPlain(Exception):
+    """Not plainly valid: the parser reads the object."""
+
+
+def _names(obj: Any, kind: str) -> tuple[ObjectRef, Any]:
+    """``(ref, metadata)`` when the name and namespace are valid (else ``_NotPlain``)."""
+    meta = obj.metadata
+    if meta is None or not meta.name:
+        raise _NotPlain
+    name, namespace = meta.name, meta.namespace
+    pattern, longest, _what = parse._NAMES[kind]
+    if len(name) > longest or not pattern.fullmatch(name):
+        raise _NotPlain
+    if namespace and not parse._DNS_LABEL.fullmatch(namespace):
+        raise _NotPlain
+    ref = ObjectRef(kind=kind, namespace=parse._shared(namespace) or "default", name=name)
+    return ref, meta
+
+
+def _service(obj: Any) -> Upsert | Skip | None:
+    try:
+        return _service_or_raise(obj)
+    except _NotPlain:
+        return None
+
+
+def _service_or_raise(obj: Any) -> Upsert | Skip:
+    ref, meta = _names(obj, "Service")
+    labels = meta.labels or {}
+    if parse._SKIP_LABELS & labels.keys():
+        return Skip(ref=ref)
+    spec = obj.spec
+    if spec is None:
+        raise _NotPlain
+    kind = spec.type or "ClusterIP"
+    if kind == "ExternalName":
+        return Skip(ref=ref)
+    if kind not in parse._SERVICE_TYPES:
+        raise _NotPlain
+    r = FieldReader(ref)
+    cluster_ips = _cluster_ips(spec) or parse._cluster_ips(
+        r,
+        {"clusterIP": spec.clusterIP, "clusterIPs": spec.clusterIPs, "ipFamilies": spec.ipFamilies},
+    )
+    if cluster_ips is None:
+        return Skip(ref=ref)
+    svc_type = ServiceType(kind)
+    external_ips = tuple(_ip(v) for v in spec.externalIPs or ())
+    ext_local = _choice(spec.externalTrafficPolicy, parse._POLICIES, "Cluster") == "Local" and (
+        svc_type in (ServiceType.NODE_PORT, ServiceType.LOAD_BALANCER) or bool(external_ips)
+    )
+    health = _port(spec.healthCheckNodePort, zero_ok=True)
+    annotations = meta.annotations or {}
+    key = ServiceKey(namespace=ref.namespace, name=ref.name)
+    # The rarer sections through the parser's own readers.
+    lb_ips: tuple[IPAddress, ...] = ()
+    if not _empty_status(obj.status):
+        lb_ips = parse._load_balancer_ips(r, {"status": obj.status})
+    ranges: tuple[IPNetwork, ...] = ()
+    if spec.loadBalancerSourceRanges or parse.SOURCE_RANGES_ANNOTATION in annotations:
+        ranges = parse._source_ranges(
+            r, {"loadBalancerSourceRanges": spec.loadBalancerSourceRanges}, annotations
+        )
+    affinity = None
+    if spec.sessionAffinity not in _NO_AFFINITY:
+        affinity = parse._affinity_timeout(
+            r,
+            {
+                "sessionAffinity": spec.sessionAffinity,
+                "sessionAffinityConfig": spec.sessionAffinityConfig,
+            },
+        )
+    balancing: dict[str, Any] = _DEFAULT_BALANCING
+    if parse.LOAD_BALANCING_ANNOTATION in annotations or parse.HASH_KEY_ANNOTATION in annotations:
+        balancing = parse._load_balancing(r, annotations)
+    return Upsert(
+        ref=ref,
+        obj=Service(
+            key=key,
+            type=svc_type,
+            cluster_ips=cluster_ips,
+            ports=_service_ports(key, spec.ports),
+            external_ips=external_ips,
+            load_balancer_ips=lb_ips,
+            load_balancer_source_ranges=ranges,
+            external_policy_local=ext_local,
+            internal_policy_local=_choice(spec.internalTrafficPolicy, parse._POLICIES, "Cluster")
+            == "Local",
+            affinity_timeout=affinity,
+            health_check_node_port=health
+            if ext_local and svc_type is ServiceType.LOAD_BALANCER
+            else None,
+            traffic_distribution=spec.trafficDistribution or None,
+            resource_version=meta.resourceVersion or "",
+            created=meta.creationTimestamp or "",
+            **balancing,
+            uid=meta.uid or "",
+        ),
+    )
+
+
+_NO_AFFINITY = (None, "", "None")
+_DEFAULT_BALANCING: dict[str, Any] = {"load_balancing": None, "hash_source_port": False}
+
+
+def _cluster_ips(spec: Any) -> tuple[IPAddress, ...] | None:
+    """The common case of ``parse._cluster_ips``: one IPv4 ClusterIP, given alike in both
+    fields (or only in one), family unset or IPv4; None for anything else."""
+    many, single, families = spec.clusterIPs, spec.clusterIP, spec.ipFamilies
+    text = many[0] if many is not None and len(many) == 1 else None if many else single
+    if text is None or (single and single != text) or families not in (None, [], ["IPv4"]):
+        return None
+    ip = quick_ipv4(text)
+    return None if ip is None else (ip,)
+
+
+def _empty_status(status: object) -> bool:
+    if status is None:
+        return True
+    if type(status) is not dict:
+        return False
+    lb = status.get("loadBalancer")
+    return lb is None or (type(lb) is dict and lb.get("ingress") in (None, []))
+
+
+def _service_ports(key: ServiceKey, raw_ports: list[Any] | None) -> tuple[ServicePort, ...]:
+    if not raw_ports:
+        raise _NotPlain
+    names: set[str] = set()
+    numbers: set[tuple[int, Protocol]] = set()
+    ports: list[ServicePort] = []
+    for entry in raw_ports:
+        if len(raw_ports) > 1 and not entry.name:
+            raise _NotPlain
+        name, protocol = _port_name(entry, names)
+        port = _port(entry.port)
+        if port is None or (port, protocol) in numbers:
+            raise _NotPlain
+        numbers.add((port, protocol))
+        ref = ServicePortRef(
+            namespace=key.namespace, name=key.name, port_name=name, protocol=protocol
+        )
+        ports.append(
+            ServicePort(
+                ref=ref,
+                port=port,
+                target_port=_target_port(entry.targetPort, port),
+                node_port=_port(entry.nodePort, zero_ok=True),
+            )
+        )
+    return tuple(ports)
+
+
+def _port_name(entry: Any, seen: set[str]) -> tuple[str, Protocol]:
+    name = parse._shared(entry.name) or ""
+    if (name and not parse._DNS_LABEL.fullmatch(name)) or name in seen:
+        raise _NotPlain
+    seen.add(name)
+    return name, Protocol(_choice(entry.protocol, parse._PROTOCOLS, "TCP"))
+
+
+def _target_port(value: int | str | None, port: int) -> int | str:
+    if isinstance(value, str):
+        if not value:
+            return port
+        if not parse._IANA_SVC_NAME.fullmatch(value):
+            raise _NotPlain
+        return value
+    number = _port(value, zero_ok=True)
+    return port if number is None else number
+
+
+def _port(value: int | None, *, zero_ok: bool = False) -> int | None:
+    if value is None or (zero_ok and value == 0):
+        return None
+    if not 1 <= value <= 65535:
+        raise _NotPlain
+    return value
+
+
+def _choice(value: str | None, choices: tuple[str, ...], default: str) -> str:
+    if not value:
+        return default
+    if value not in choices:
+        raise _NotPlain
+    return value
+
+
+def _ip(text: str) -> IPAddress:
+    """``FieldReader.ip`` without the message: the address, or ``_NotPlain``."""
+    quick = quick_ipv4(text)
+    if quick is not None:
+        return quick
+    try:
+        ip = ipaddress.ip_address(text)
+    except ValueError:
+        raise _NotPlain from None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
+        raise _NotPlain
+    return ip
+
+
+def _slice(obj: Any) -> Upsert | Skip | None:
+    try:
+        return _slice_or_raise(obj)
+    except _NotPlain:
+        return None
+
+
+def _slice_or_raise(obj: Any) -> Upsert | Skip:
+    ref, meta = _names(obj, "EndpointSlice")
+    address_type = obj.addressType
+    if address_type not in parse._ADDRESS_TYPES:
+        raise _NotPlain
+    labels = meta.labels or {}
+    service_name = labels.get(parse.SERVICE_NAME_LABEL, "")
+    if address_type == "FQDN" or not service_name or parse._SKIP_LABELS & labels.keys():
+        return Skip(ref=ref)
+    family = IPFamily(address_type)
+    annotations = meta.annotations or {}
+    return Upsert(
+        ref=ref,
+        obj=EndpointSlice(
+            namespace=ref.namespace,
+            name=ref.name,
+            service=ServiceKey(namespace=ref.namespace, name=service_name),
+            family=family,
+            ports=_slice_ports(obj.ports),
+            endpoints=_endpoints(obj.endpoints, family),
+            last_change_trigger_time=parse._trigger_time(
+                annotations.get(parse.TRIGGER_TIME_ANNOTATION)
+            ),
+            resource_version=meta.resourceVersion or "",
+        ),
+    )
+
+
+def _slice_ports(raw: list[Any] | None) -> tuple[EndpointPort, ...]:
+    ports: list[EndpointPort] = []
+    names: set[str] = set()
+    for entry in raw or ():
+        name, protocol = _port_name(entry, names)
+        port = _port(entry.port)
+        if port is not None:
+            ports.append(EndpointPort(name=name, port=port, protocol=protocol))
+    return tuple(ports)
+
+
+def _endpoints(raw: list[Any] | None, family: IPFamily) -> tuple[Endpoint, ...]:
+    out: list[Endpoint] = []
+    address = _ipv4 if family is IPFamily.IPV4 else _ipv6
+    names: dict[str | None, str | None] = {None: None}  # parse._shared, once per name
+    for entry in raw or ():
+        addresses = entry.addresses
+        if not addresses or entry.hints is not None:
+            raise _NotPlain  # hints: the parser's
+        first = address(addresses[0])
+        for other in addresses[1:]:
+            address(other)
+        cond = entry.conditions
+        if cond is None:
+            ready = serving = True
+            terminating = False
+        else:
+            ready = cond.ready is not False
+            serving = cond.serving is not False
+            terminating = cond.terminating is True
+        node, zone = entry.nodeName, entry.zone
+        if node not in names:
+            names[node] = parse._shared(node)
+        if zone not in names:
+            names[zone] = parse._shared(zone)
+        out.append(
+            Endpoint(
+                ip=first,
+                ready=ready,
+                serving=serving,
+                terminating=terminating,
+                node_name=names[node],
+                zone=names[zone],
+            )
+        )
+    return tuple(out)
+
+
+def _ipv4(text: str) -> ipaddress.IPv4Address:
+    """``quick_ipv4``, or ``_NotPlain``."""
+    try:
+        packed = socket.inet_pton(socket.AF_INET, text)
+    except (OSError, ValueError):
+        raise _NotPlain from None
+    return ipaddress.IPv4Address(int.from_bytes(packed))
+
+
+def _ipv6(text: str) -> ipaddress.IPv6Address:
+    ip = _ip(text)
+    if not isinstance(ip, ipaddress.IPv6Address):
+        raise _NotPlain
+    return ip

@@ -1,0 +1,40 @@
+"""Ending a one-shot command at once: its output flushed, the process exits without freeing
+its heap (at 10k Services x 10 endpoints, tearing down the cluster state and the plan object by
+object took a sixth of ``run --once``).
+
+Only the console entry point (``cli.entry``) allows it; ``cli.main`` called in-process (the
+tests) returns as usual. The kernel releases what the process holds (sockets, the namespace
+lock) as at any exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from contextvars import ContextVar
+
+_ALLOWED: ContextVar[bool] = ContextVar("fast_exit_allowed", default=False)
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE, as ``cli.EXIT_BROKEN_PIPE``."""
+
+
+def allow() -> None:
+    """Let ``end`` exit the process (``cli.entry`` only)."""
+    _ALLOWED.set(True)
+
+
+def end(status: int) -> int:
+    """``status``, or, where allowed, exit with it now: stdout and stderr flushed first (a
+    closed stdout pipe exits 141, as the interpreter's own ending would be reported)."""
+    if not _ALLOWED.get():
+        return status
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        status = EXIT_BROKEN_PIPE
+    except (OSError, ValueError):
+        pass  # stdout closed: nothing more to write
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
+    os._exit(status)

@@ -1,0 +1,128 @@
+"""The compiled YAML path reads every file as PyYAML's YAML 1.1 loader does, or steps aside.
+
+Differential: manifests and tricky scalars go through ``decode`` (JSON-in-YAML, then the
+compiled decoder when nothing in the file could read differently, then libyaml) and through
+today's pure-Python loader; the documents must be equal, types included (``True`` is not
+``1``, ``1.0`` is not ``1``).
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nlproxy.cluster import decode
+from tests import objects
+from tests.kube import realistic
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+import gen  # noqa: E402
+
+# Scalars whose YAML 1.1 and 1.2 readings differ, or that only PyYAML handles, and some that
+# read alike (IPs, quantities, quoted forms).
+TRICKY = [
+    "yes", "Yes", "YES", "no", "No", "NO", "on", "On", "ON", "off", "Off", "OFF", "y", "n",
+    "true", "True", "FALSE", "null", "Null", "~", "", "0777", "010", "08", "0o17", "0x1F",
+    "0b101", "1_000", "1e3", "1E3", "1.0e+3", "1.5e3", "1.5", ".5", "1.", "-1", "+1", "0",
+    "1:20", "190:20:30", ".inf", "-.Inf", ".nan", "2001-12-14", "2001-12-14t21:59:43.10-05:00",
+    "2026-01-01T00:00:00Z", "10.96.0.1", "10.96.0.0/12", "fd00::1", "2001:db8::1", "1Gi",
+    "100m", "'08'", '"yes"', "'on'", '"1e3"', "123456789012345678901234567890",
+    "9223372036854775808", "-9223372036854775809", "=",
+]  # fmt: skip
+
+
+def _typed(value: Any) -> Any:
+    """``value`` with every scalar's type beside it, so that ``True != 1`` and ``1.0 != 1``."""
+    if isinstance(value, dict):
+        return {_typed(k): _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    return (type(value).__name__, value if value == value else "nan")
+
+
+def _both(text: str) -> tuple[Any, Any]:
+    """(``decode``'s documents, the pure-Python loader's), or the errors' types."""
+    try:
+        ours = _typed(decode._parse(Path("x.yaml"), text))
+    except decode.FileError:
+        ours = "FileError"
+    try:
+        today = _typed(list(yaml.load_all(text, Loader=decode._Loader)))
+    except yaml.YAMLError:
+        today = "FileError"
+    return ours, today
+
+
+def _shapes(scalar: str) -> list[str]:
+    return [
+        f"k: {scalar}\n",
+        f"- {scalar}\n- x\n",
+        f"a: [{scalar}, x]\nb: {{k: {scalar}}}\n",
+        f"{scalar}: v\n" if scalar else "k: v\n",
+        f"---\nspec:\n  ports:\n  - port: {scalar}\n    name: x\n",
+    ]
+
+
+@pytest.mark.parametrize("scalar", TRICKY)
+def test_tricky_scalars_read_as_today(scalar: str) -> None:
+    for text in _shapes(scalar):
+        ours, today = _both(text)
+        assert ours == today, text
+
+
+def _dumped() -> list[str]:
+    """Block-style YAML of real-looking objects: PyYAML's emitter (as tools write it) and the
+    benchmark generator's kubectl style."""
+    svc = realistic.dress_service(objects.example_service())
+    sl = realistic.dress_slice(objects.example_endpoint_slice())
+    texts = [
+        yaml.safe_dump_all([svc, sl, objects.example_node(), objects.example_service_cidr()]),
+        yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [copy.deepcopy(svc)]}),
+    ]
+    lines: list[str] = []
+    for doc in [gen.service_doc(gen.Cluster(services=3, endpoints=2), 1), svc, sl]:
+        lines += ["---\n", *gen._block(doc, "")]
+    texts.append("".join(lines))
+    return texts
+
+
+def _files() -> list[Path]:
+    found = [
+        *(REPO / "examples").rglob("*.yaml"),
+        *(REPO / "deploy").rglob("*.yaml"),
+        *(REPO / "tests" / "data").rglob("*.yaml"),
+    ]
+    return sorted(found)
+
+
+def test_real_manifests_read_as_today() -> None:
+    files = _files()
+    assert len(files) > 30
+    compiled = 0
+    for text in [*(p.read_text() for p in files), *_dumped()]:
+        ours, today = _both(text)
+        assert ours == today, text[:200]
+        compiled += decode.compiled_documents(text) is not None
+    assert compiled > 10  # the compiled path is taken, not only the fallbacks
+
+
+def test_kubectl_style_yaml_takes_the_compiled_path() -> None:
+    text = _dumped()[-1]
+    assert decode._json_documents(text) is None
+    assert decode.compiled_documents(text) is not None
+
+
+@pytest.mark.parametrize("scalar", ["yes", "0777", "1e3", "1:20", "&a x", "*a", "!!str 1"])
+def test_what_reads_differently_takes_pyyaml(scalar: str) -> None:
+    assert decode.compiled_documents(f"k: {scalar}\n") is None
+
+
+def test_errors_still_name_file_and_line(tmp_path: Path) -> None:
+    with pytest.raises(decode.FileError, match=r"^x\.yaml:4: not valid YAML: expected ','"):
+        decode._parse(Path("x.yaml"), "a: 1\nb:\n  - [1, 2\n")
