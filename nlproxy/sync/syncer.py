@@ -20,6 +20,7 @@ service cannot stall the others; the result names every service left out.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 
@@ -33,14 +34,23 @@ from nlproxy.conntrack.kernel import (
 from nlproxy.errors import KernelError
 from nlproxy.log import get_logger
 from nlproxy.nft.backend import NftBackend
+from nlproxy.nft.dump import Interrupted, generation
 from nlproxy.nft.ir import Family, Operation, Ruleset, Table, Verb
-from nlproxy.nft.readback import read_ruleset
+from nlproxy.nft.readback import read_comments, read_ruleset
 from nlproxy.nft.reconcile import Delta, advance, diff, ops_for_delta, stamp
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.layout import Programmed, delta_frontends, udp_only
 from nlproxy.proxy.planner import Plan, gc_paused, plan
+from nlproxy.sync.fingerprint import (
+    RECORD_CHAIN,
+    Fingerprint,
+    Record,
+    record_ops,
+    take_record,
+    trusted,
+)
 from nlproxy.sync.isolation import Isolation, owners
 
 FAMILIES = (Family.IP, Family.IP6)
@@ -68,6 +78,9 @@ class SyncResult:
     """Services left out because the kernel rejected them, with the kernel's error."""
     conntrack: dict[Family, tuple[int, float]] = field(default_factory=dict)
     """Per family whose flows were cleaned up: (flows deleted, seconds it took)."""
+    restarted: bool = False
+    """The tables' records showed they already held this plan: nothing was read back or
+    diffed (``fingerprint.py``); a full verify is due."""
 
     @property
     def total_ops(self) -> int:
@@ -94,6 +107,8 @@ class Syncer:
         owner: create the tables with NFT_TABLE_F_OWNER (+ PERSIST); see ``nft/backend.py``.
         flush_tcp: also delete TCP flows of removed endpoints (UDP/SCTP always are).
         incremental: update the last plan in place when it can (False: always the full path).
+        record: keep a record of each commit's inputs in the tables, and trust a matching one
+            at start-up instead of reading the tables back (``fingerprint.py``).
     """
 
     def __init__(
@@ -104,6 +119,7 @@ class Syncer:
         owner: bool = False,
         flush_tcp: bool = False,
         incremental: bool = True,
+        record: bool = True,
     ) -> None:
         self.config = config
         self.incremental = incremental
@@ -125,6 +141,14 @@ class Syncer:
         # The family and operations of the last rejected batch.
         self._failed: tuple[Family, list[Operation]] | None = None
         self._conntrack: dict[Family, tuple[int, float]] = {}
+        self._fingerprint = Fingerprint(config) if record and not owner else None
+        self._digest: str | None = None  # of the snapshot being synced
+        self._recorded: str | None = None  # the digest the tables' records carry, if current
+        self._expected_gen = 0  # the generation the next batch of this sync will get
+        self._with_record: set[Family] = set()
+        self.own_generations: deque[int] = deque(maxlen=64)
+        """The kernel generation ids of this process's recent commits (those known exactly:
+        nobody else committed between the GETGEN before and the one after)."""
 
     @property
     def failed_family(self) -> Family | None:
@@ -141,8 +165,13 @@ class Syncer:
 
     def verify(self) -> None:
         """Forget the cache: the next sync compares against what the kernel really holds."""
+        records: dict[Family, Record | None] = {}
+        gen = self._generation()
         for family in FAMILIES:
-            self._programmed[family] = read_ruleset(family, n.TABLE, netns=self.netns)
+            rs = read_ruleset(family, n.TABLE, netns=self.netns)
+            records[family] = take_record(rs)  # the plan has no record chain: not a drift
+            self._programmed[family] = rs
+        self._recorded = _current_digest(records, gen, self._generation())
         # The backends validate against their own view of chains and sets; after drift or a
         # failed commit that view is as stale as ours, so they re-read it too.
         for backend in self._backends.values():
@@ -213,15 +242,22 @@ class Syncer:
     def _apply(self, family: Family, ops: list[Operation]) -> None:
         """Commit ``ops`` to ``family``'s table; remember them if the kernel rejects them."""
         self._failed = None
+        before = self._generation()
         try:
             self._backend(family).apply(ops)
         except KernelError:
             self._failed = (family, ops)
             raise
+        self._note_generation(before)
 
     def _sync(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None) -> SyncResult:
+        fp = self._fingerprint
+        self._digest = None if fp is None else fp.digest(snapshot)
+        restarted = False
         if not self._seeded:
-            self.verify()
+            restarted = self._records_match()
+            if not restarted:
+                self.verify()
         result = SyncResult()
         self._conntrack = result.conntrack
         t0 = time.perf_counter()
@@ -243,7 +279,9 @@ class Syncer:
         self._last_plan = result.plan = planned
         t1 = time.perf_counter()
         result.plan_ms = (t1 - t0) * 1000
-        if deltas is not None:
+        if restarted:
+            self._adopt(planned, result)
+        elif deltas is not None:
             result.conntrack_deleted = self._sync_delta(planned, deltas, snapshot, result)
         else:
             result.conntrack_deleted = self._sync_full(planned, snapshot, result)
@@ -362,9 +400,10 @@ class Syncer:
         Raises:
             KernelError: the kernel rejected a family's batch (``self._failed`` names it).
         """
+        self._with_record.clear()
         for family in FAMILIES:
             t = time.perf_counter()
-            ops, claim = ops_of(family)
+            ops, claim = self._recording(family, *ops_of(family))
             result.diff_ms += (time.perf_counter() - t) * 1000
             if ops:
                 t = time.perf_counter()
@@ -377,6 +416,87 @@ class Syncer:
                 result.commit_ms += (time.perf_counter() - t) * 1000
             committed(family, ops)
             result.ops[family] = len(ops) - claim
+        self._complete_records()
+
+    # -- restart by fingerprint (fingerprint.py) ----------------------------------------------
+
+    def unchanged_since_last_run(self, snapshot: ClusterSnapshot) -> bool:
+        """Whether the tables' records show they hold the plan of ``snapshot`` and nobody
+        committed since: then there is nothing to do (``run --once`` skips even planning)."""
+        fp = self._fingerprint
+        if fp is None:
+            return False
+        self._digest = fp.digest(snapshot)
+        return self._records_match()
+
+    def _records_match(self) -> bool:
+        """The restart check: both records carry this sync's digest and the kernel's last two
+        generations (one GETGEN and a one-chain rule dump per family)."""
+        digest = self._digest
+        if digest is None:
+            return False
+        try:
+            gen = self._generation()
+            sock = self._backend(FAMILIES[0]).sock
+            records: dict[Family, Record | None] = {}
+            for family in FAMILIES:
+                comments = read_comments(family, n.TABLE, RECORD_CHAIN, sock=sock)
+                records[family] = Record.parse(comments[0]) if comments else None
+            if self._generation() != gen:
+                return False
+        except Interrupted:
+            return False
+        if not trusted(records, digest, gen, FAMILIES):
+            return False
+        self._recorded = digest
+        return True
+
+    def _adopt(self, planned: Plan, result: SyncResult) -> None:
+        """A restart the records vouch for: the plan is what is programmed (no diff)."""
+        for family in FAMILIES:
+            self._programmed[family] = as_programmed(planned.rulesets[family])
+            result.ops[family] = 0
+        self._seeded = True
+        result.restarted = True
+        self.log.info("sync.restart_trusted", digest=self._digest)
+
+    def _generation(self) -> int:
+        return generation(self._backend(FAMILIES[0]).sock)
+
+    def _note_generation(self, before: int) -> None:
+        """Remember the generation of the commit just made, when nobody else's came between
+        (``before`` was read just ahead of it): a verify's read-back and the drift monitor
+        tell this process's commits from others' by it."""
+        after = self._generation()
+        if after == (before + 1) & 0xFFFFFFFF:
+            self.own_generations.append(after)
+
+    def _recording(
+        self, family: Family, ops: list[Operation], claim: int
+    ) -> tuple[list[Operation], int]:
+        """``ops`` followed by the family's new record, when one is due (any commit, or new
+        inputs); the record's operations are not counted (as ``claim``'s are not)."""
+        digest = self._digest
+        if digest is None or (not ops and digest == self._recorded):
+            return ops, claim
+        if not self._with_record:
+            self._expected_gen = self._generation() + 1
+        self._with_record.add(family)
+        extra = record_ops(Record(digest, self._expected_gen))
+        self._expected_gen += 1
+        self._recorded = None  # until every family's record is written
+        return [*ops, *extra], claim + len(extra)
+
+    def _complete_records(self) -> None:
+        """Records were written to some families only: the others' get a batch of their own,
+        so the two records always carry consecutive generations of one sync."""
+        if not self._with_record:
+            return
+        for family in FAMILIES:
+            if family not in self._with_record:
+                ops, _ = self._recording(family, [], 0)
+                self._apply(family, ops)
+        self._recorded = self._digest
 
     def _clean_stale(
         self, olds: Sequence[Ruleset], news: Sequence[Ruleset], snapshot: ClusterSnapshot
@@ -419,3 +539,12 @@ class Syncer:
         for backend in self._backends.values():
             backend.close()
         self._backends.clear()
+
+
+def _current_digest(records: dict[Family, Record | None], before: int, after: int) -> str | None:
+    """The digest the records read back carry when they are current (written by the last
+    commits in the namespace, seen at one generation), else None: the next sync writes them."""
+    some = next((r for r in records.values() if r is not None), None)
+    if some is None or before != after or not trusted(records, some.digest, after, FAMILIES):
+        return None
+    return some.digest
