@@ -146,6 +146,7 @@ class Syncer:
         self._recorded: str | None = None  # the digest the tables' records carry, if current
         self._expected_gen = 0  # the generation the next batch of this sync will get
         self._with_record: set[Family] = set()
+        self._version = 0  # odd while a sync may change the plan or the cache
         self.own_generations: deque[int] = deque(maxlen=64)
         """The kernel generation ids of this process's recent commits (those known exactly:
         nobody else committed between the GETGEN before and the one after)."""
@@ -198,7 +199,11 @@ class Syncer:
                 (nothing of that family's batch was applied).
         """
         with gc_paused():  # a collection would walk the whole cached plan
-            return self._sync_isolating(snapshot, changed)
+            self._version += 1
+            try:
+                return self._sync_isolating(snapshot, changed)
+            finally:
+                self._version += 1
 
     def _sync_isolating(
         self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None
@@ -417,6 +422,59 @@ class Syncer:
             committed(family, ops)
             result.ops[family] = len(ops) - claim
         self._complete_records()
+
+    # -- verify off the sync loop -------------------------------------------------------------
+    # The loop reads the tables back in a worker thread while syncs go on, one family at a
+    # time, and compares each with the plan there; the version (moved by every sync) tells
+    # whether a sync ran meanwhile, which makes the comparison void.
+
+    @property
+    def version(self) -> int:
+        """Moves at the start and the end of every sync; odd while one runs."""
+        return self._version
+
+    def read_back(self, family: Family) -> Ruleset | None:
+        """``family``'s table as the kernel holds it (without its record). Blocking; only reads,
+        so it may run in a thread while a sync runs in another."""
+        rs = read_ruleset(family, n.TABLE, netns=self.netns)
+        take_record(rs)
+        return rs
+
+    def differs(self, family: Family, have: Ruleset | None, version: int) -> bool | None:
+        """Whether ``have`` (a read-back of ``family``) differs from the last plan; None when a
+        sync ran since ``version`` (the plan may have changed under the comparison)."""
+        planned = self._last_plan
+        if version % 2 or self._version != version:
+            return None
+        try:
+            ops = [] if planned is None else diff(planned.rulesets[family], have)
+        except Exception:  # a sync may change the plan's dicts while they are read
+            if self._version == version:
+                raise
+            return None
+        return None if self._version != version else bool(ops)
+
+    def take_read_back(self, tables: dict[Family, Ruleset | None], version: int) -> bool:
+        """Make ``tables`` (read back at ``version``, found to differ) the cache, so the next
+        sync repairs what differs; False when a sync ran since (read back again)."""
+        if self._version != version:
+            return False
+        self._programmed.update(tables)
+        for backend in self._backends.values():
+            backend.forget()
+        self._seeded = True
+        self._in_step = False
+        self._recorded = None
+        self.isolation.retry_all()
+        return True
+
+    def own_commits(self, after: int, upto: int) -> bool:
+        """Whether every generation in ``(after, upto]`` is one of this process's commits."""
+        span = (upto - after) & 0xFFFFFFFF
+        if span > len(self.own_generations):
+            return False
+        own = set(self.own_generations)
+        return all(((after + i) & 0xFFFFFFFF) in own for i in range(1, span + 1))
 
     # -- restart by fingerprint (fingerprint.py) ----------------------------------------------
 
