@@ -19,11 +19,22 @@ process programming a fresh network namespace. Prints JSON lines:
   to the API server: seconds from that write to the ``sync.applied`` that programmed it
   (issue 18: within the min sync period), whether the verify was still to finish at the write,
   and how long after the write it finished;
+- ``restart`` (with ``--restart``): the daemon stopped (SIGTERM) and started again with nothing
+  changed: seconds to a healthy ``/healthz``, the new process's CPU seconds by then, the first
+  sync's ops and whether the tables' restart records vouched for them (nothing read back);
+- ``burst`` (with ``--burst N``): N EndpointSlice changes (one endpoint fewer, each of another
+  Service) written to the API server as fast as it takes them, then the seconds from the last
+  write to the last ``sync.applied`` that programmed any of them (nothing pending after it for
+  ``--settle`` seconds), with the syncs it took and the writing's own duration;
 - ``idle_cpu`` (with ``--idle S``): the daemon's CPU time (user + system, all threads) over S
   idle seconds at the end, per minute: what a quiet node pays (the periodic verify included);
   ``idle_rss``: its RSS sampled every ``--rss-every`` seconds over the same window (flat?).
 
     .venv/bin/python bench/bench_daemon.py --services 10000 --endpoints 10 --changes 20
+
+With ``--baseline DIR`` the daemon is run from that source tree instead (another nlproxy, e.g.
+``git archive main`` with its shim built): run the script once each way for a side-by-side.
+Every line carries the 1-minute load average.
 """
 
 from __future__ import annotations
@@ -60,8 +71,15 @@ def free_port() -> int:
         return port
 
 
+TREE = ROOT
+"""The source tree whose ``nlproxy`` the daemon runs (``--baseline``)."""
+
+
 def emit(**fields: Any) -> None:
-    print(json.dumps({"bench": "daemon", **fields}), flush=True)
+    load = round(os.getloadavg()[0], 2)
+    print(
+        json.dumps({"bench": "daemon", "tree": str(TREE), **fields, "loadavg_1m": load}), flush=True
+    )
 
 
 def rss_mb(pid: int) -> tuple[float, float]:
@@ -92,9 +110,11 @@ class Daemon:
         ]  # fmt: skip
         self.healthz = healthz
         self.netns = netns
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=TREE)
         self.syncs: list[dict[str, Any]] = []
         self.drifts: list[dict[str, Any]] = []
+        self.verifies: list[dict[str, Any]] = []  # verify.read_back: a read-back's end
+        self.events: list[dict[str, Any]] = []
         self.cond = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -103,10 +123,16 @@ class Daemon:
         for line in self.proc.stderr:
             with contextlib.suppress(json.JSONDecodeError):
                 ev = json.loads(line)
-                if ev.get("event") in ("sync.applied", "drift.detected"):
-                    with self.cond:
-                        (self.syncs if ev["event"] == "sync.applied" else self.drifts).append(ev)
-                        self.cond.notify_all()
+                kinds = {
+                    "sync.applied": self.syncs,
+                    "drift.detected": self.drifts,
+                    "verify.read_back": self.verifies,
+                }
+                with self.cond:
+                    self.events.append(ev)
+                    if ev.get("event") in kinds:
+                        kinds[ev["event"]].append(ev)
+                    self.cond.notify_all()
 
     def healthy(self) -> bool:
         return healthz_ok(self.netns, self.healthz)
@@ -221,10 +247,14 @@ def verify_changes(
             return
         verifies = [e for e in after if e.get("verify")]
         verify = verifies[0] if verifies else None
-        # The verify's sync.applied comes after its read-back and compare (its duration_ms
-        # covers plan and compare only); written after drift.detected and before that line,
-        # the change was written while the verify was due or running.
-        verify_end = stamp(verify) - written if verify is not None else None
+        # Before the verify moved off the loop, its sync.applied came after its read-back and
+        # compare; since, its verify.read_back line marks the end. Written after drift.detected
+        # and before that line, the change was written while the verify was due or running.
+        time.sleep(1)
+        with daemon.cond:
+            ends = [e for e in daemon.verifies if stamp(e) > written - 10]
+        end = ends[0] if ends else verify
+        verify_end = stamp(end) - written if end is not None else None
         emit(
             what="verify_change",
             services=cluster.services,
@@ -241,6 +271,76 @@ def verify_changes(
         time.sleep(1)
 
 
+def restart(daemon: Daemon, kubeconfig: Path, **shape: int) -> Daemon:
+    """Stop ``daemon``, start another on the same namespace with nothing changed; returns it."""
+    daemon.stop()
+    start = time.monotonic()
+    again = Daemon(daemon.netns, kubeconfig, daemon.healthz, free_port(), [])
+    while not again.healthy():
+        if again.proc.poll() is not None:
+            raise SystemExit(f"daemon exited {again.proc.returncode}")
+        time.sleep(0.05)
+    took = time.monotonic() - start
+    cpu = cpu_seconds(again.proc.pid)
+    first = again.next_sync(0, timeout=5)
+    with again.cond:
+        trusted = any(e.get("event") == "sync.restart_trusted" for e in again.events)
+    emit(
+        what="restart",
+        **shape,
+        seconds=round(took, 3),
+        cpu_s=round(cpu, 3),
+        ops=first.get("ops") if first else None,
+        records_trusted=trusted,
+    )
+    return again
+
+
+def burst(api: ApiServer, daemon: Daemon, cluster: gen.Cluster, count: int, quiet: float) -> None:
+    """``count`` slice changes as fast as the API server takes them (see the module)."""
+    seen = len(daemon.syncs)
+    began = time.time()
+    for n in range(count):
+        i = (n * 7919 + 13) % cluster.services
+        shorter = gen.Cluster(
+            services=cluster.services,
+            endpoints=cluster.endpoints,
+            overrides={i: tuple(cluster.endpoint_ips(i)[: cluster.endpoints - 1])},
+        )
+        for doc in gen.slice_docs(shorter, i):
+            api.store.put("endpointslices", doc)
+    last = time.time()
+    # Converged: a sync after the last write, then none that changed anything for ``quiet`` s.
+    while True:
+        with daemon.cond:
+            n_syncs = len(daemon.syncs)
+            changed = [e for e in daemon.syncs[seen:] if e.get("services_changed")]
+        if changed and stamp(changed[-1]) >= last:
+            time.sleep(quiet)
+            with daemon.cond:
+                if len(daemon.syncs) == n_syncs:
+                    break
+            continue
+        if time.time() - last > 120:
+            emit(what="burst", error="not converged in 120 s")
+            return
+        time.sleep(0.1)
+    with daemon.cond:
+        changed = [e for e in daemon.syncs[seen:] if e.get("services_changed")]
+    emit(
+        what="burst",
+        services=cluster.services,
+        endpoints=cluster.endpoints,
+        changes=count,
+        write_s=round(last - began, 3),
+        last_write_to_converged_s=round(stamp(changed[-1]) - last, 3),
+        syncs=len(changed),
+        services_changed=sum(e["services_changed"] for e in changed),
+        ops=sum(e.get("ops", 0) for e in changed),
+        full_syncs=sum(1 for e in changed if not e.get("incremental")),
+    )
+
+
 def run(
     services: int,
     endpoints: int,
@@ -251,6 +351,8 @@ def run(
     *,
     drift_changes: int = 0,
     rss_every: float = 10.0,
+    restarts: int = 0,
+    burst_changes: int = 0,
 ) -> None:
     imports_rss()
     cluster = gen.Cluster(services=services, endpoints=endpoints)
@@ -339,6 +441,11 @@ def run(
             if drift_changes:
                 verify_changes(api, daemon, cluster, drift_changes, changes)
                 time.sleep(settle)
+            if burst_changes:
+                burst(api, daemon, cluster, burst_changes, settle)
+            for _ in range(restarts):
+                time.sleep(settle)
+                daemon = restart(daemon, kubeconfig, services=services, endpoints=endpoints)
             if idle:
                 shape = {"services": services, "endpoints": endpoints}
                 measure_idle(daemon.proc.pid, idle, rss_every, **shape)
@@ -391,7 +498,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--rss-every", type=float, default=10.0, metavar="S", help="RSS sampling while idle"
     )
+    p.add_argument("--restart", type=int, default=0, metavar="N", help="N unchanged restarts")
+    p.add_argument("--burst", type=int, default=0, metavar="N", help="N slice changes at once")
+    p.add_argument("--baseline", type=Path, metavar="DIR", help="run another nlproxy's tree")
     args = p.parse_args(argv)
+    if args.baseline is not None:
+        global TREE
+        TREE = args.baseline.resolve()
     run(
         args.services,
         args.endpoints,
@@ -401,6 +514,8 @@ def main(argv: list[str] | None = None) -> int:
         args.idle,
         drift_changes=args.drift_changes,
         rss_every=args.rss_every,
+        restarts=args.restart,
+        burst_changes=args.burst,
     )
     return 0
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Set
 from dataclasses import dataclass
 
 from nlproxy import __version__
@@ -105,12 +106,29 @@ class Fingerprint:
         self._per: dict[ServiceKey, tuple[Service | None, tuple[EndpointSlice, ...], int]] = {}
         self._sum = 0
 
-    def digest(self, snapshot: ClusterSnapshot) -> str:
+    def digest(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None = None) -> str:
         """The digest of ``snapshot``: services whose objects are the ones hashed last time
-        (by identity) are not hashed again."""
+        (by identity) are not hashed again.
+
+        Args:
+            snapshot: what the planner is given.
+            changed: the only services that may differ from the snapshot of the last call
+                (``ClusterState.apply``'s report, as the incremental planner takes it); None:
+                any, every service is looked at.
+        """
         services, slices = snapshot.services, snapshot.slices
         per, total = self._per, self._sum
         empty: tuple[EndpointSlice, ...] = ()
+        if changed is not None and per:
+            for key in changed:
+                svc, group = services.get(key), slices.get(key, empty)
+                old = per.get(key)
+                if svc is None and not group:
+                    if old is not None:
+                        total -= per.pop(key)[2]
+                elif old is None or old[0] is not svc or old[1] is not group:
+                    total += self._rehash(key, svc, group, old)
+            return self._finish(snapshot, total)
         for key, svc in services.items():
             group = slices.get(key, empty)
             old = per.get(key)
@@ -126,6 +144,10 @@ class Fingerprint:
         if len(per) > alive:  # services deleted with their slices
             for key in [k for k in per if k not in services and k not in slices]:
                 total -= per.pop(key)[2]
+        return self._finish(snapshot, total)
+
+    def _finish(self, snapshot: ClusterSnapshot, total: int) -> str:
+        per = self._per
         self._sum = total % _MOD
         common = repr((snapshot.node, snapshot.service_cidrs, snapshot.local_addresses))
         text = f"{self._base}{common}\n{len(per)} {self._sum:064x}"

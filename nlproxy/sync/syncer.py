@@ -257,7 +257,7 @@ class Syncer:
 
     def _sync(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None) -> SyncResult:
         fp = self._fingerprint
-        self._digest = None if fp is None else fp.digest(snapshot)
+        self._digest = None if fp is None else fp.digest(snapshot, changed)
         restarted = False
         if not self._seeded:
             restarted = self._records_match()

@@ -105,3 +105,14 @@ def test_a_record_reads_back_from_its_rule_and_leaves_the_table() -> None:
     assert RECORD_CHAIN not in rs.chains
     assert RECORD_CHAIN not in rs.rules
     assert take_record(rs) is None
+
+
+def test_given_the_changed_services_it_looks_at_no_other() -> None:
+    fp = Fingerprint(CONFIG, "1")
+    fp.digest(world(4))
+    bigger = world(6, last_ep="10.1.0.10")  # s3 changed, s4 and s5 are new
+    assert fp.digest(bigger, {k for k in bigger.services if k.name >= "s3"}) == digest(bigger)
+    smaller = world(2)  # s1 changed, s2..s5 deleted
+    assert fp.digest(smaller, {k for k in bigger.services if k.name >= "s1"}) == digest(smaller)
+    # A change left out of ``changed`` is not seen: the caller's report is trusted.
+    assert fp.digest(world(2, last_ep="10.1.0.11"), set()) == digest(smaller)
