@@ -11,7 +11,8 @@ Anything else (no record, another digest, another generation) is the ordinary re
 The digest covers nlproxy's version, the planner's configuration and the snapshot the planner
 sees (every Service with its EndpointSlices, the Node, the ServiceCIDRs, the node's interface
 addresses), each object by its ``repr`` (model values are frozen dataclasses whose ``repr``
-shows every field). Services are hashed one by one and summed (modulo 2**256), so a sync
+shows every field) less its ``resourceVersion``, which ``ClusterState`` does not count as a
+change either. Services are hashed one by one and summed (modulo 2**256), so a sync
 rehashes only the services whose objects changed (by identity, as ``ClusterState`` keeps
 unchanged objects): the cost follows the change, not the cluster. The sum is an integrity
 check against stale state, not against an adversary who chooses thousands of Services to make
@@ -36,6 +37,9 @@ RECORD_CHAIN = "restart-record"
 """The chain (never jumped to) whose one rule's comment holds the record."""
 
 _MOD = 1 << 256
+# A new resourceVersion alone is not a change (``ClusterState`` does not report it), so it is no
+# part of the digest either: the objects it left alone keep their old one until they change.
+_RESOURCE_VERSION = re.compile(r"resource_version=(?:'[^']*'|\"[^\"]*\")")
 _RECORD_RE = re.compile(r"nlproxy (\S+) digest ([0-9a-f]{64}) generation (\d+)")
 
 
@@ -161,6 +165,6 @@ class Fingerprint:
         old: tuple[Service | None, tuple[EndpointSlice, ...], int] | None,
     ) -> int:
         """Hash ``key``'s objects anew; returns how much the sum moves."""
-        h = _h(repr((key, svc, group)))
+        h = _h(_RESOURCE_VERSION.sub("", repr((key, svc, group))))
         self._per[key] = (svc, group, h)
         return h - (old[2] if old is not None else 0)

@@ -505,6 +505,13 @@ class Syncer:
         except Interrupted:
             return False
         if not trusted(records, digest, gen, FAMILIES):
+            # Why the tables are read back: a first start, other inputs, or another writer.
+            self.log.info(
+                "sync.restart_read_back",
+                digest_matches=all(r is not None and r.digest == digest for r in records.values()),
+                recorded_generations=[r.generation if r else None for r in records.values()],
+                generation=gen,
+            )
             return False
         self._recorded = digest
         return True

@@ -116,3 +116,14 @@ def test_given_the_changed_services_it_looks_at_no_other() -> None:
     assert fp.digest(smaller, {k for k in bigger.services if k.name >= "s1"}) == digest(smaller)
     # A change left out of ``changed`` is not seen: the caller's report is trusted.
     assert fp.digest(world(2, last_ep="10.1.0.11"), set()) == digest(smaller)
+
+
+def test_a_new_resource_version_alone_is_no_change() -> None:
+    """As ``ClusterState`` does not report it, the digest does not see it: a daemon that was
+    told nothing changed and one restarted on the new objects agree."""
+    snap = world(3)
+    key = next(iter(snap.services))
+    bumped = replace(
+        snap, services={**snap.services, key: replace(snap.services[key], resource_version="99")}
+    )
+    assert digest(bumped) == digest(snap)
