@@ -6,6 +6,9 @@ process programming a fresh network namespace. Prints JSON lines:
 
 - ``first_sync``: seconds from start to the first healthy ``/healthz`` (initial chunked lists of
   every kind, parse, plan, commit), and the daemon's RSS (current and peak) afterwards;
+- ``cold_start_notifications``: after ``--settle``, how often the drift monitor lost
+  notifications during the cold start, whether they were all the daemon's own commits, and
+  how many read-backs followed;
 - ``event_to_commit``: for single endpoint changes (an EndpointSlice modified in the API server),
   the time from the change to the daemon's ``sync.applied`` log line for it (the daemon's own
   timestamp), p50/p99/max over the changes, with the sync's op count;
@@ -400,6 +403,18 @@ def run(
             # classifies every endpoint, 100k at 10k x 10, in a worker thread).
             time.sleep(settle)
             emit_rss("settled", daemon.proc.pid)
+            with daemon.cond:
+                lost = [e for e in daemon.events if e.get("event") == "drift.notifications_lost"]
+                verify_syncs = sum(1 for e in daemon.syncs if e.get("verify"))
+            # The cold start's own notifications overflow the monitor's socket: read back again
+            # (a verify sync, or a verify.read_back line) only if they were not all its own.
+            emit(
+                what="cold_start_notifications",
+                services=services,
+                lost_reports=len(lost),
+                lost_all_own=[e.get("own") for e in lost],
+                read_backs=len(daemon.verifies) + verify_syncs,
+            )
             lat: list[float] = []
             order: list[float] = []
             ops = []
