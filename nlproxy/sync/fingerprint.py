@@ -40,25 +40,31 @@ _MOD = 1 << 256
 # A new resourceVersion alone is not a change (``ClusterState`` does not report it), so it is no
 # part of the digest either: the objects it left alone keep their old one until they change.
 _RESOURCE_VERSION = re.compile(r"resource_version=(?:'[^']*'|\"[^\"]*\")")
-_RECORD_RE = re.compile(r"nlproxy (\S+) digest ([0-9a-f]{64}) generation (\d+)")
+_RECORD_RE = re.compile(
+    r"nlproxy (\S+) digest ([0-9a-f]{64}) generation (\d+)(?: files ([0-9a-f]{64}))?"
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Record:
     """What one table's record says: the digest of the inputs of the commit that wrote it, and
-    the kernel generation id that commit was expected to get."""
+    the kernel generation id that commit was expected to get; ``files``, written by ``run
+    --once`` after a run that had nothing to warn about, the digest of its manifest files and
+    settings (:func:`files_digest`), which a later run can check before parsing anything."""
 
     digest: str
     generation: int
+    files: str | None = None
 
     def comment(self) -> str:
-        return f"nlproxy {__version__} digest {self.digest} generation {self.generation}"
+        text = f"nlproxy {__version__} digest {self.digest} generation {self.generation}"
+        return text if self.files is None else f"{text} files {self.files}"
 
     @classmethod
     def parse(cls, comment: str) -> Record | None:
         """The record in a rule comment, or None when it is not one."""
         m = _RECORD_RE.search(comment)
-        return cls(m.group(2), int(m.group(3))) if m else None
+        return cls(m.group(2), int(m.group(3)), m.group(4)) if m else None
 
 
 def record_ops(record: Record) -> list[Operation]:
@@ -80,21 +86,40 @@ def take_record(rs: Ruleset | None) -> Record | None:
 
 
 def trusted(
-    records: dict[Family, Record | None], digest: str, current: int, families: tuple[Family, ...]
+    records: dict[Family, Record | None],
+    digest: str | None,
+    current: int,
+    families: tuple[Family, ...],
+    files: str | None = None,
 ) -> bool:
-    """Whether the tables are known to hold what the inputs of ``digest`` plan.
+    """Whether the tables are known to hold what the inputs of ``digest`` (or of the manifest
+    files of ``files``) plan.
 
-    Every family's table has a record of ``digest``; the records' generations follow each
-    other in ``families`` order (one sync's batches, nobody in between); the last one is the
-    kernel's ``current`` generation (nobody since).
+    Every family's table has a record of ``digest`` (or ``files``); the records' generations
+    follow each other in ``families`` order (one sync's batches, nobody in between); the last
+    one is the kernel's ``current`` generation (nobody since).
     """
     expected = current - len(families) + 1
     for family in families:
         rec = records.get(family)
-        if rec is None or rec.digest != digest or rec.generation != expected:
+        if rec is None or rec.generation != expected:
+            return False
+        if not (rec.digest == digest or (files is not None and rec.files == files)):
             return False
         expected += 1
     return True
+
+
+def files_digest(contents: list[tuple[str, bytes | None]], settings: str) -> str:
+    """The digest of a manifests directory's entries (name, bytes; None for what is not a
+    regular file), of ``settings`` (the ``repr`` of everything else ``run --once`` reads) and
+    of nlproxy's version."""
+    h = hashlib.blake2b(f"nlproxy {__version__}\n{settings}\n".encode(), digest_size=32)
+    for name, data in sorted(contents, key=lambda c: c[0]):
+        h.update(f"{name}\0{-1 if data is None else len(data)}\0".encode())
+        if data is not None:
+            h.update(data)
+    return h.hexdigest()
 
 
 def _h(text: str) -> int:

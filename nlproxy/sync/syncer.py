@@ -143,9 +143,13 @@ class Syncer:
         self._conntrack: dict[Family, tuple[int, float]] = {}
         self._fingerprint = Fingerprint(config) if record and not owner else None
         self._digest: str | None = None  # of the snapshot being synced
-        self._recorded: str | None = None  # the digest the tables' records carry, if current
+        # What the tables' records carry, if current: (digest, files digest).
+        self._recorded: tuple[str, str | None] | None = None
         self._expected_gen = 0  # the generation the next batch of this sync will get
         self._with_record: set[Family] = set()
+        self.files_digest: str | None = None
+        """``run --once``'s digest of its manifest files and settings, recorded beside the
+        snapshot's when set (``fingerprint.files_digest``)."""
         self._version = 0  # odd while a sync may change the plan or the cache
         self.own_generations: deque[int] = deque(maxlen=64)
         """The kernel generation ids of this process's recent commits (those known exactly:
@@ -172,7 +176,7 @@ class Syncer:
             rs = read_ruleset(family, n.TABLE, netns=self.netns)
             records[family] = take_record(rs)  # the plan has no record chain: not a drift
             self._programmed[family] = rs
-        self._recorded = _current_digest(records, gen, self._generation())
+        self._recorded = _current_record(records, gen, self._generation())
         # The backends validate against their own view of chains and sets; after drift or a
         # failed commit that view is as stale as ours, so they re-read it too.
         for backend in self._backends.values():
@@ -487,11 +491,30 @@ class Syncer:
         self._digest = fp.digest(snapshot)
         return self._records_match()
 
-    def _records_match(self) -> bool:
-        """The restart check: both records carry this sync's digest and the kernel's last two
-        generations (one GETGEN and a one-chain rule dump per family)."""
+    def files_unchanged(self, files: str) -> bool:
+        """Whether the tables' records show they hold what ``run --once`` programmed from the
+        same manifest files and settings (``fingerprint.files_digest``), after a run that had
+        nothing to warn about, and nobody committed since: nothing to parse or plan."""
+        self._digest = None
+        return self._fingerprint is not None and self._records_match(files)
+
+    def rewrite_records(self) -> None:
+        """Write both records again now (a batch each), e.g. without ``files_digest`` once
+        a run turned out to have something to report."""
+        if self._digest is None:
+            return
+        self._with_record.clear()
+        self._recorded = None
+        for family in FAMILIES:
+            ops, _ = self._recording(family, [], 0)
+            self._apply(family, ops)
+        self._recorded = self._record_key()
+
+    def _records_match(self, files: str | None = None) -> bool:
+        """The restart check: both records carry this sync's digest (or ``files``) and the
+        kernel's last two generations (one GETGEN and a one-chain rule dump per family)."""
         digest = self._digest
-        if digest is None:
+        if digest is None and files is None:
             return False
         try:
             gen = self._generation()
@@ -504,7 +527,7 @@ class Syncer:
                 return False
         except Interrupted:
             return False
-        if not trusted(records, digest, gen, FAMILIES):
+        if not trusted(records, digest, gen, FAMILIES, files):
             # Why the tables are read back: a first start, other inputs, or another writer.
             self.log.info(
                 "sync.restart_read_back",
@@ -513,7 +536,8 @@ class Syncer:
                 generation=gen,
             )
             return False
-        self._recorded = digest
+        last = records[FAMILIES[-1]]
+        self._recorded = None if last is None else (last.digest, last.files)
         return True
 
     def _adopt(self, planned: Plan, result: SyncResult) -> None:
@@ -542,12 +566,12 @@ class Syncer:
         """``ops`` followed by the family's new record, when one is due (any commit, or new
         inputs); the record's operations are not counted (as ``claim``'s are not)."""
         digest = self._digest
-        if digest is None or (not ops and digest == self._recorded):
+        if digest is None or (not ops and self._record_key() == self._recorded):
             return ops, claim
         if not self._with_record:
             self._expected_gen = self._generation() + 1
         self._with_record.add(family)
-        extra = record_ops(Record(digest, self._expected_gen))
+        extra = record_ops(Record(digest, self._expected_gen, self.files_digest))
         self._expected_gen += 1
         self._recorded = None  # until every family's record is written
         return [*ops, *extra], claim + len(extra)
@@ -561,7 +585,10 @@ class Syncer:
             if family not in self._with_record:
                 ops, _ = self._recording(family, [], 0)
                 self._apply(family, ops)
-        self._recorded = self._digest
+        self._recorded = self._record_key()
+
+    def _record_key(self) -> tuple[str, str | None] | None:
+        return None if self._digest is None else (self._digest, self.files_digest)
 
     def _clean_stale(
         self, olds: Sequence[Ruleset], news: Sequence[Ruleset], snapshot: ClusterSnapshot
@@ -606,10 +633,14 @@ class Syncer:
         self._backends.clear()
 
 
-def _current_digest(records: dict[Family, Record | None], before: int, after: int) -> str | None:
-    """The digest the records read back carry when they are current (written by the last
-    commits in the namespace, seen at one generation), else None: the next sync writes them."""
+def _current_record(
+    records: dict[Family, Record | None], before: int, after: int
+) -> tuple[str, str | None] | None:
+    """What the records read back carry when they are current (written by the last commits in
+    the namespace, seen at one generation), else None: the next sync writes them."""
     some = next((r for r in records.values() if r is not None), None)
     if some is None or before != after or not trusted(records, some.digest, after, FAMILIES):
         return None
-    return some.digest
+    if any(r is None or r.files != some.files for r in records.values()):
+        return None
+    return some.digest, some.files
