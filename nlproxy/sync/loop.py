@@ -50,6 +50,10 @@ RESTART_VERIFY_DELAY = 10.0
 """Seconds after a restart the tables' records vouched for before their first full verify (at
 most the sync period): the start-up's own work comes first."""
 
+RACES_BEFORE_WAITING = 3
+"""Read-backs in a row that syncs overlapped before the next sync reads back itself: a steady
+stream of changes must not put a drift's repair off for ever."""
+
 RELEASE_INTERVAL = 10.0
 """Seconds between handing free heap memory back (about a millisecond each time): what the
 inspector's passes and bursts of changes freed goes back; full syncs release at once."""
@@ -282,6 +286,7 @@ class SyncLoop:
 
         Cancellation: a read-back in its thread is abandoned (it only reads).
         """
+        races = 0
         while True:
             await self._want_read_back.wait()
             self._want_read_back = trio.Event()
@@ -293,7 +298,15 @@ class SyncLoop:
                 self.log.warning("verify.failed", error=str(exc))
                 done = False
                 await trio.sleep(self.retry_interval)
-            if not done:
+            else:
+                races = 0 if done else races + 1
+            if races >= RACES_BEFORE_WAITING:
+                races = 0
+                self._read_back_due = False
+                self._read_back = True  # the next sync reads back before planning, itself
+                self._verify = True
+                self._wake.set()
+            elif not done:
                 self._want_read_back.set()
 
     async def _verify_once(self) -> bool:

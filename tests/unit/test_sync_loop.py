@@ -25,7 +25,7 @@ from nlproxy.nft.monitor import Drift
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.serve.health import HealthState
 from nlproxy.serve.metrics import Metrics
-from nlproxy.sync.loop import RESTART_VERIFY_DELAY, SyncLoop
+from nlproxy.sync.loop import RACES_BEFORE_WAITING, RESTART_VERIFY_DELAY, SyncLoop
 from nlproxy.sync.syncer import SyncResult
 from tests.unit.builders import NODE, service, upsert
 
@@ -388,3 +388,23 @@ async def test_the_sync_line_splits_the_time_and_the_verify_line_the_read_back(
     assert verify["drift"] is True
     assert verify["readback_ms"] >= 0
     assert verify["compare_ms"] >= 0
+
+
+async def test_a_stream_of_changes_cannot_put_a_drift_repair_off_for_ever(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every read-back is overlapped by a sync; after ``RACES_BEFORE_WAITING`` of them in a
+    row a sync reads back itself, and repairs."""
+    monkeypatch.setitem(COSTS, "read_back", 4.0)
+    async with trio.open_nursery() as nursery:
+        h = await started(nursery)
+        await trio.sleep(10 * MIN)
+        h.syncer.tamper()
+        h.loop.request_verify(Drift(pid=4242, comm="nft", objects=1))
+        for n in range(30):
+            await h.send.send([svc(f"s{n}")])
+            await trio.sleep(MIN)
+        nursery.cancel_scope.cancel()
+    repairs = [c for c in h.syncer.calls if c.verified]
+    assert len(repairs) == 1
+    assert len(h.syncer.read_backs) == RACES_BEFORE_WAITING + 1  # the last by the sync itself
