@@ -220,6 +220,7 @@ def verify_changes(
     """``count`` changes, each written the moment the daemon reports drift (see the module)."""
     for n in range(count):
         seen_syncs, seen_drifts = len(daemon.syncs), len(daemon.drifts)
+        seen_verifies = len(daemon.verifies)
         subprocess.run(
             ["ip", "netns", "exec", daemon.netns, "nft", "add", "chain", "ip", "nlproxy",
              f"bench-drift-{n}"],
@@ -253,9 +254,16 @@ def verify_changes(
         # Before the verify moved off the loop, its sync.applied came after its read-back and
         # compare; since, its verify.read_back line marks the end. Written after drift.detected
         # and before that line, the change was written while the verify was due or running.
-        time.sleep(1)
         with daemon.cond:
-            ends = [e for e in daemon.verifies if stamp(e) > written - 10]
+            daemon.cond.wait_for(
+                lambda v=seen_verifies, s=seen_syncs: (
+                    len(daemon.verifies) > v or any(e.get("verify") for e in daemon.syncs[s:])
+                ),
+                timeout=120,
+            )
+            ends = daemon.verifies[seen_verifies:]
+            verifies = [e for e in daemon.syncs[seen_syncs:] if e.get("verify")]
+        verify = verifies[0] if verifies else None
         end = ends[0] if ends else verify
         verify_end = stamp(end) - written if end is not None else None
         emit(
