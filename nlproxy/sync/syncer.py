@@ -151,6 +151,7 @@ class Syncer:
         """``run --once``'s digest of its manifest files and settings, recorded beside the
         snapshot's when set (``fingerprint.files_digest``)."""
         self._version = 0  # odd while a sync may change the plan or the cache
+        self._digest_all = False  # the next digest must look at every service
         self.own_generations: deque[int] = deque(maxlen=64)
         """The kernel generation ids of this process's recent commits (those known exactly:
         nobody else committed between the GETGEN before and the one after)."""
@@ -184,6 +185,7 @@ class Syncer:
         self._seeded = True
         self._in_step = False
         self.isolation.retry_all()
+        self._digest_all = True
 
     def sync(
         self, snapshot: ClusterSnapshot, *, changed: Set[ServiceKey] | None = None
@@ -261,7 +263,12 @@ class Syncer:
 
     def _sync(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None) -> SyncResult:
         fp = self._fingerprint
-        self._digest = None if fp is None else fp.digest(snapshot, changed)
+        if fp is not None:
+            # Services left out (or let back in by retry_all) differ from the input without
+            # being among its changes: then every service is looked at.
+            exact = not self.isolation.excluded and not self._digest_all
+            self._digest = fp.digest(snapshot, changed if exact else None)
+            self._digest_all = False
         restarted = False
         if not self._seeded:
             restarted = self._records_match()
@@ -470,6 +477,7 @@ class Syncer:
         self._in_step = False
         self._recorded = None
         self.isolation.retry_all()
+        self._digest_all = True
         return True
 
     def own_commits(self, after: int, upto: int) -> bool:
