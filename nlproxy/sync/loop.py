@@ -294,7 +294,7 @@ class SyncLoop:
                 await self._syncing.wait()
             try:
                 done = await self._verify_once()
-            except NlproxyError as exc:
+            except (NlproxyError, OSError) as exc:  # tried again after the retry interval
                 self.log.warning("verify.failed", error=str(exc))
                 done = False
                 await trio.sleep(self.retry_interval)
