@@ -346,6 +346,13 @@ def burst(api: ApiServer, daemon: Daemon, cluster: gen.Cluster, count: int) -> N
         services_changed=sum(e["services_changed"] for e in changed),
         ops=sum(e.get("ops", 0) for e in changed),
         full_syncs=sum(1 for e in changed if not e.get("incremental")),
+        # Where the syncs' time went (ms, summed): plan, diff, commit (validate, encode, the
+        # kernel), and all of it with the effects.
+        **{
+            f"{k}_sum": round(sum(e.get(k, 0.0) for e in changed), 1)
+            for k in ("plan_ms", "diff_ms", "commit_ms", "duration_ms")
+        },
+        per_sync=[(e["services_changed"], round(e.get("duration_ms", 0.0))) for e in changed],
     )
 
 
