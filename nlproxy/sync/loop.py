@@ -37,7 +37,7 @@ from nlproxy.cluster.state import ClusterState
 from nlproxy.daemon.memory import release
 from nlproxy.errors import NlproxyError
 from nlproxy.log import get_logger
-from nlproxy.nft.ir import Family, Ruleset
+from nlproxy.nft.ir import Family, Operation, Ruleset
 from nlproxy.nft.monitor import Drift
 from nlproxy.proxy.planner import nodeport_gaps
 from nlproxy.serve.health import HealthState, node_eligible
@@ -123,7 +123,11 @@ class SyncLoop:
         self._want_read_back = trio.Event()  # the verifier task's: read back and compare
         self._read_back_due = False
         self._lost: list[tuple[int, int]] = []  # generations of lost notifications
-        self._adopt: tuple[dict[Family, Ruleset | None], int] | None = None
+        # A read-back that differed: the tables, their repair operations, the Syncer's version.
+        self._adopt: (
+            tuple[dict[Family, Ruleset | None], dict[Family, list[Operation]], int] | None
+        ) = None
+        self._retry_left_out = False  # a verify completed: services left out are tried again
         self._syncing: trio.Event | None = None  # set when the sync in progress ends
         self._nursery: trio.Nursery | None = None
         self._refused: set[str] = set()
@@ -313,21 +317,23 @@ class SyncLoop:
         """One read-back and comparison; False when a sync overlapped it (do it again)."""
         version = self.syncer.version
         tables: dict[Family, Ruleset | None] = {}
-        drifted = False
+        repairs: dict[Family, list[Operation]] = {}
         read_s = compare_s = 0.0
         for family in FAMILIES:
             t = time.perf_counter()
             rs = await self._run(self.syncer.read_back, family)
             read_s += time.perf_counter() - t
             t = time.perf_counter()
-            differs = await self._run(self.syncer.differs, family, rs, version)
+            ops = await self._run(self.syncer.repair_ops, family, rs, version)
             compare_s += time.perf_counter() - t
-            if differs is None:
+            if ops is None:
                 self.log.info("verify.raced", stage="compare")
                 return False
             tables[family] = rs
-            drifted = drifted or bool(differs)
+            repairs[family] = ops
+        drifted = any(repairs.values())
         self._read_back_due = False
+        self._retry_left_out = True
         self.metrics.verifies.labels(read_back="true").inc()
         self.log.info(
             "verify.read_back",
@@ -336,7 +342,7 @@ class SyncLoop:
             compare_ms=round(compare_s * 1000, 3),
         )
         if drifted:
-            self._adopt = (tables, version)
+            self._adopt = (tables, repairs, version)
             self._verify = True
             self._wake.set()
         return True
@@ -374,7 +380,8 @@ class SyncLoop:
 
         read_ms: list[float] = []
         adopt, self._adopt = self._adopt, None
-        raced: list[bool] = []
+        retry, self._retry_left_out = self._retry_left_out, False
+        repaired: list[int | None] = []
 
         def work() -> SyncResult:
             if read_back:  # after a failure: the cache may be wrong, read back before planning
@@ -382,8 +389,10 @@ class SyncLoop:
                 self.syncer.verify()
                 read_ms.append((time.perf_counter() - started) * 1000)
                 self.metrics.verifies.labels(read_back="true").inc()
-            elif adopt is not None and not self.syncer.take_read_back(*adopt):
-                raced.append(True)  # a sync ran after that read-back: it is stale
+            elif adopt is not None:  # None: a sync ran after that read-back, it is stale
+                repaired.append(self.syncer.repair(*adopt, snapshot))
+            elif retry:
+                self.syncer.retry_left_out()
             return self.syncer.sync(snapshot, changed=changed)
 
         if verify and not read_back and adopt is None:
@@ -408,9 +417,11 @@ class SyncLoop:
             self._read_back = True
             self.log.error("sync.failed", error=str(exc))  # noqa: TRY400 - the message names the object; no traceback
             return False, verify
-        if raced:
+        if repaired and repaired[0] is None:
             self.log.info("verify.raced", stage="repair")
             self._start_read_back()
+        elif repaired:
+            self.log.info("drift.repaired", ops=repaired[0])
         if result.restarted and self._nursery is not None:
             self._nursery.start_soon(
                 self._read_back_after, min(RESTART_VERIFY_DELAY, self.sync_period)

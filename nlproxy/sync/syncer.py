@@ -451,9 +451,12 @@ class Syncer:
         take_record(rs)
         return rs
 
-    def differs(self, family: Family, have: Ruleset | None, version: int) -> bool | None:
-        """Whether ``have`` (a read-back of ``family``) differs from the last plan; None when a
-        sync ran since ``version`` (the plan may have changed under the comparison)."""
+    def repair_ops(
+        self, family: Family, have: Ruleset | None, version: int
+    ) -> list[Operation] | None:
+        """What makes ``have`` (a read-back of ``family``) equal to the last plan: empty when
+        nothing differs; None when a sync ran since ``version`` (the plan may have changed
+        under the comparison)."""
         planned = self._last_plan
         if version % 2 or self._version != version:
             return None
@@ -463,22 +466,56 @@ class Syncer:
             if self._version == version:
                 raise
             return None
-        return None if self._version != version else bool(ops)
+        return None if self._version != version else ops
 
-    def take_read_back(self, tables: dict[Family, Ruleset | None], version: int) -> bool:
-        """Make ``tables`` (read back at ``version``, found to differ) the cache, so the next
-        sync repairs what differs; False when a sync ran since (read back again)."""
-        if self._version != version:
-            return False
-        self._programmed.update(tables)
-        for backend in self._backends.values():
-            backend.forget()
-        self._seeded = True
-        self._in_step = False
-        self._recorded = None
-        self.isolation.retry_all()
-        self._digest_all = True
-        return True
+    def repair(
+        self,
+        tables: dict[Family, Ruleset | None],
+        repairs: dict[Family, list[Operation]],
+        version: int,
+        snapshot: ClusterSnapshot,
+    ) -> int | None:
+        """Commit ``repairs`` (``repair_ops`` of the tables read back at ``version``), so the
+        kernel holds the last plan again; flows the drift's endpoints had are cleaned up as a
+        full sync would. Returns the operations sent, or None when a sync ran since (read back
+        again). The next sync goes on from the plan, in place.
+
+        Raises:
+            KernelError: the kernel refused a repair (someone changed the table again): the
+                caller reads back before its next sync.
+        """
+        if self._version != version or self._last_plan is None:
+            return None
+        self._version += 1  # a repair changes the cache as a sync does
+        self._conntrack = {}
+        try:
+            for backend in self._backends.values():
+                backend.forget()  # their view of chains and sets is as stale as the cache
+            self._in_step = False
+            sent = 0
+            for family in FAMILIES:  # a family without repairs was read back equal to it
+                ops = repairs.get(family)
+                if ops:
+                    self._apply(family, ops)
+                    sent += len(ops)
+                    self._recorded = None  # the next sync writes the records again
+                self._programmed[family] = as_programmed(self._last_plan.rulesets[family])
+            olds = [rs for f, rs in tables.items() if rs is not None and repairs.get(f)]
+            news = [rs for f in repairs if repairs[f] and (rs := self._programmed.get(f))]
+            self.conntrack_deleted_total += self._clean_stale(olds, news, snapshot)
+            self._in_step = True
+            self.retry_left_out()
+            return sent
+        finally:
+            self._version += 1
+
+    def retry_left_out(self) -> None:
+        """After a full verify: services the kernel refused are tried again (what it refused
+        may have been a conflict that is gone now); the next sync compares everything."""
+        if self.isolation.excluded:
+            self.isolation.retry_all()
+            self._in_step = False
+            self._digest_all = True
 
     def own_commits(self, after: int, upto: int) -> bool:
         """Whether every generation in ``(after, upto]`` is one of this process's commits."""

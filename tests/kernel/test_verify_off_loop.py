@@ -25,34 +25,32 @@ def test_a_read_back_finds_drift_is_void_after_a_sync_and_repairs(
     try:
         syncer.sync(state.snapshot())
         version = syncer.version
-        assert syncer.differs(Family.IP, syncer.read_back(Family.IP), version) is False
+        assert syncer.repair_ops(Family.IP, syncer.read_back(Family.IP), version) == []
         assert syncer.own_generations  # the commits just made
 
         gen_before = syncer.own_generations[-1]
-        sh(
-            "nft", "delete", "element", "ip", "nlproxy", "cluster-ips", "{ 172.30.0.1 }", ns=ns
-        )  # another writer
+        sh("nft", "delete", "element", "ip", "nlproxy", "cluster-ips", "{ 172.30.0.1 }", ns=ns)
         stale = syncer.read_back(Family.IP)
-        assert not syncer.own_commits(gen_before, gen_before + 1)
-        assert syncer.differs(Family.IP, stale, version) is True
+        assert not syncer.own_commits(gen_before, gen_before + 1)  # another process's
+        assert syncer.repair_ops(Family.IP, stale, version)
 
         # One of nlproxy's syncs runs after the read-back began: the comparison is void, and
-        # a read-back handed over from before it is refused.
+        # a repair computed before it is refused.
         changed = state.apply([upsert(eps_slice("a", "web", [endpoint("10.0.0.2")]))])
         syncer.sync(state.snapshot(), changed=changed)
-        assert syncer.differs(Family.IP, stale, version) is None
-        assert not syncer.take_read_back({Family.IP: stale}, version)
+        assert syncer.repair_ops(Family.IP, stale, version) is None
+        assert syncer.repair({Family.IP: stale}, {Family.IP: []}, version, state.snapshot()) is None
 
         # Read back again: the drift is still there (the in-place sync did not touch it).
         version = syncer.version
         tables = {f: syncer.read_back(f) for f in (Family.IP, Family.IP6)}
-        assert syncer.differs(Family.IP, tables[Family.IP], version) is True
-        assert syncer.take_read_back(tables, version)
-        result = syncer.sync(state.snapshot(), changed=set())
-        assert not result.incremental
-        assert result.ops[Family.IP] == 1  # the element put back
+        repairs = {f: syncer.repair_ops(f, rs, version) or [] for f, rs in tables.items()}
+        assert syncer.repair(tables, repairs, version, state.snapshot()) == 1  # the element
+        after = syncer.sync(state.snapshot(), changed=set())
+        assert after.incremental  # the repair left the cache equal to the plan
+        assert after.total_ops == 0
         version = syncer.version
-        assert syncer.differs(Family.IP, syncer.read_back(Family.IP), version) is False
+        assert syncer.repair_ops(Family.IP, syncer.read_back(Family.IP), version) == []
     finally:
         syncer.close()
     assert "172.30.0.1" in sh("nft", "list", "set", "ip", "nlproxy", "cluster-ips", ns=ns)

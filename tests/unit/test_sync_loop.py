@@ -94,28 +94,40 @@ class RecordingSyncer:
             self.read_backs.append(trio.current_time())
         return self.kernel
 
-    def differs(self, family: Family, have: int, version: int) -> bool | None:
-        return None if version != self.version else have != self.planned
-
-    def take_read_back(self, tables: dict[Family, int], version: int) -> bool:
+    def repair_ops(self, family: Family, have: int, version: int) -> list[str] | None:
         if version != self.version:
-            return False
+            return None
+        return ["repair"] if have != self.planned else []
+
+    def repair(
+        self,
+        tables: dict[Family, int],
+        repairs: dict[Family, list[str]],
+        version: int,
+        snapshot: ClusterSnapshot,
+    ) -> int | None:
+        if version != self.version:
+            return None
         self.taken.append(trio.current_time())
-        self._verified = True
-        return True
+        self._verified = True  # the next sync call is the one after a repair
+        self.kernel = self.planned
+        return sum(len(ops) for ops in repairs.values())
+
+    def retry_left_out(self) -> None:
+        pass
 
     def own_commits(self, after: int, upto: int) -> bool:
         return self.own
 
 
-COSTS = {"read_back": 0.0, "differs": 0.0}
+COSTS = {"read_back": 0.0, "repair_ops": 0.0}
 
 
 async def runner(fn: Callable[..., object], *args: object) -> object:
     """The verifier's blocking calls, taking ``COSTS`` seconds of mock time each: a read-back
     sees the kernel when it begins, a comparison the plan when it ends."""
     cost = COSTS.get(getattr(fn, "__name__", ""), 0.0)
-    if getattr(fn, "__name__", "") == "differs":
+    if getattr(fn, "__name__", "") == "repair_ops":
         await trio.sleep(cost)
         return fn(*args)
     out = fn(*args)
@@ -269,7 +281,7 @@ async def test_a_change_during_a_read_back_is_synced_within_the_min_period(
     """The verify reads back for 4 s; the change does not wait for it, and the comparison the
     change's commit overlapped is done again rather than taken for a drift."""
     monkeypatch.setitem(COSTS, "read_back", 4.0)
-    monkeypatch.setitem(COSTS, "differs", 1.0)
+    monkeypatch.setitem(COSTS, "repair_ops", 1.0)
     with structlog.testing.capture_logs() as logs:
         async with trio.open_nursery() as nursery:
             h = await started(nursery)
