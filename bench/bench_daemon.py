@@ -6,6 +6,9 @@ process programming a fresh network namespace. Prints JSON lines:
 
 - ``first_sync``: seconds from start to the first healthy ``/healthz`` (initial chunked lists of
   every kind, parse, plan, commit), and the daemon's RSS (current and peak) afterwards;
+- ``cold_start_notifications``: after ``--settle``, how often the drift monitor lost
+  notifications during the cold start, whether they were all the daemon's own commits, and
+  how many read-backs followed;
 - ``event_to_commit``: for single endpoint changes (an EndpointSlice modified in the API server),
   the time from the change to the daemon's ``sync.applied`` log line for it (the daemon's own
   timestamp), p50/p99/max over the changes, with the sync's op count;
@@ -19,11 +22,22 @@ process programming a fresh network namespace. Prints JSON lines:
   to the API server: seconds from that write to the ``sync.applied`` that programmed it
   (issue 18: within the min sync period), whether the verify was still to finish at the write,
   and how long after the write it finished;
+- ``restart`` (with ``--restart``): the daemon stopped (SIGTERM) and started again with nothing
+  changed: seconds to a healthy ``/healthz``, the new process's CPU seconds by then, the first
+  sync's ops and whether the tables' restart records vouched for them (nothing read back);
+- ``burst`` (with ``--burst N``): N EndpointSlice changes (one endpoint fewer, each of another
+  Service) written to the API server as fast as it takes them, then the seconds from the last
+  write to the ``sync.applied`` by which every one of them was programmed, with the syncs it
+  took and the writing's own duration;
 - ``idle_cpu`` (with ``--idle S``): the daemon's CPU time (user + system, all threads) over S
   idle seconds at the end, per minute: what a quiet node pays (the periodic verify included);
   ``idle_rss``: its RSS sampled every ``--rss-every`` seconds over the same window (flat?).
 
     .venv/bin/python bench/bench_daemon.py --services 10000 --endpoints 10 --changes 20
+
+With ``--baseline DIR`` the daemon is run from that source tree instead (another nlproxy, e.g.
+``git archive main`` with its shim built): run the script once each way for a side-by-side.
+Every line carries the 1-minute load average.
 """
 
 from __future__ import annotations
@@ -60,8 +74,15 @@ def free_port() -> int:
         return port
 
 
+TREE = ROOT
+"""The source tree whose ``nlproxy`` the daemon runs (``--baseline``)."""
+
+
 def emit(**fields: Any) -> None:
-    print(json.dumps({"bench": "daemon", **fields}), flush=True)
+    load = round(os.getloadavg()[0], 2)
+    print(
+        json.dumps({"bench": "daemon", "tree": str(TREE), **fields, "loadavg_1m": load}), flush=True
+    )
 
 
 def rss_mb(pid: int) -> tuple[float, float]:
@@ -92,9 +113,11 @@ class Daemon:
         ]  # fmt: skip
         self.healthz = healthz
         self.netns = netns
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=TREE)
         self.syncs: list[dict[str, Any]] = []
         self.drifts: list[dict[str, Any]] = []
+        self.verifies: list[dict[str, Any]] = []  # verify.read_back: a read-back's end
+        self.events: list[dict[str, Any]] = []
         self.cond = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -103,10 +126,16 @@ class Daemon:
         for line in self.proc.stderr:
             with contextlib.suppress(json.JSONDecodeError):
                 ev = json.loads(line)
-                if ev.get("event") in ("sync.applied", "drift.detected"):
-                    with self.cond:
-                        (self.syncs if ev["event"] == "sync.applied" else self.drifts).append(ev)
-                        self.cond.notify_all()
+                kinds = {
+                    "sync.applied": self.syncs,
+                    "drift.detected": self.drifts,
+                    "verify.read_back": self.verifies,
+                }
+                with self.cond:
+                    self.events.append(ev)
+                    if ev.get("event") in kinds:
+                        kinds[ev["event"]].append(ev)
+                    self.cond.notify_all()
 
     def healthy(self) -> bool:
         return healthz_ok(self.netns, self.healthz)
@@ -191,6 +220,7 @@ def verify_changes(
     """``count`` changes, each written the moment the daemon reports drift (see the module)."""
     for n in range(count):
         seen_syncs, seen_drifts = len(daemon.syncs), len(daemon.drifts)
+        seen_verifies = len(daemon.verifies)
         subprocess.run(
             ["ip", "netns", "exec", daemon.netns, "nft", "add", "chain", "ip", "nlproxy",
              f"bench-drift-{n}"],
@@ -221,10 +251,21 @@ def verify_changes(
             return
         verifies = [e for e in after if e.get("verify")]
         verify = verifies[0] if verifies else None
-        # The verify's sync.applied comes after its read-back and compare (its duration_ms
-        # covers plan and compare only); written after drift.detected and before that line,
-        # the change was written while the verify was due or running.
-        verify_end = stamp(verify) - written if verify is not None else None
+        # Before the verify moved off the loop, its sync.applied came after its read-back and
+        # compare; since, its verify.read_back line marks the end. Written after drift.detected
+        # and before that line, the change was written while the verify was due or running.
+        with daemon.cond:
+            daemon.cond.wait_for(
+                lambda v=seen_verifies, s=seen_syncs: (
+                    len(daemon.verifies) > v or any(e.get("verify") for e in daemon.syncs[s:])
+                ),
+                timeout=120,
+            )
+            ends = daemon.verifies[seen_verifies:]
+            verifies = [e for e in daemon.syncs[seen_syncs:] if e.get("verify")]
+        verify = verifies[0] if verifies else None
+        end = ends[0] if ends else verify
+        verify_end = stamp(end) - written if end is not None else None
         emit(
             what="verify_change",
             services=cluster.services,
@@ -241,6 +282,80 @@ def verify_changes(
         time.sleep(1)
 
 
+def restart(daemon: Daemon, kubeconfig: Path, **shape: int) -> Daemon:
+    """Stop ``daemon``, start another on the same namespace with nothing changed; returns it."""
+    daemon.stop()
+    start = time.monotonic()
+    again = Daemon(daemon.netns, kubeconfig, daemon.healthz, free_port(), [])
+    while not again.healthy():
+        if again.proc.poll() is not None:
+            raise SystemExit(f"daemon exited {again.proc.returncode}")
+        time.sleep(0.05)
+    took = time.monotonic() - start
+    cpu = cpu_seconds(again.proc.pid)
+    first = again.next_sync(0, timeout=5)
+    with again.cond:
+        trusted = any(e.get("event") == "sync.restart_trusted" for e in again.events)
+    emit(
+        what="restart",
+        **shape,
+        seconds=round(took, 3),
+        cpu_s=round(cpu, 3),
+        ops=first.get("ops") if first else None,
+        records_trusted=trusted,
+    )
+    return again
+
+
+def burst(api: ApiServer, daemon: Daemon, cluster: gen.Cluster, count: int) -> None:
+    """``count`` slice changes as fast as the API server takes them (see the module)."""
+    seen = len(daemon.syncs)
+    began = time.time()
+    for n in range(count):
+        i = (n * 7919 + 13) % cluster.services
+        # Without its first endpoint: unlike the other changes here (which keep the first
+        # ones), so every write changes its service even where an earlier one touched it.
+        shorter = gen.Cluster(
+            services=cluster.services,
+            endpoints=cluster.endpoints,
+            overrides={i: tuple(cluster.endpoint_ips(i)[1:])},
+        )
+        for doc in gen.slice_docs(shorter, i):
+            api.store.put("endpointslices", doc)
+    last = time.time()
+    # Converged: every changed service programmed (each sync counts the services it changed;
+    # every write changed a service of its own).
+    deadline = last + 300
+    with daemon.cond:
+        while not daemon.cond.wait_for(
+            lambda: sum(e.get("services_changed", 0) for e in daemon.syncs[seen:]) >= count,
+            timeout=1,
+        ):
+            if time.time() > deadline:
+                emit(what="burst", error="not converged in 300 s")
+                return
+        changed = [e for e in daemon.syncs[seen:] if e.get("services_changed")]
+    emit(
+        what="burst",
+        services=cluster.services,
+        endpoints=cluster.endpoints,
+        changes=count,
+        write_s=round(last - began, 3),
+        last_write_to_converged_s=round(stamp(changed[-1]) - last, 3),
+        syncs=len(changed),
+        services_changed=sum(e["services_changed"] for e in changed),
+        ops=sum(e.get("ops", 0) for e in changed),
+        full_syncs=sum(1 for e in changed if not e.get("incremental")),
+        # Where the syncs' time went (ms, summed): plan, diff, commit (validate, encode, the
+        # kernel), and all of it with the effects.
+        **{
+            f"{k}_sum": round(sum(e.get(k, 0.0) for e in changed), 1)
+            for k in ("plan_ms", "diff_ms", "commit_ms", "duration_ms")
+        },
+        per_sync=[(e["services_changed"], round(e.get("duration_ms", 0.0))) for e in changed],
+    )
+
+
 def run(
     services: int,
     endpoints: int,
@@ -251,6 +366,8 @@ def run(
     *,
     drift_changes: int = 0,
     rss_every: float = 10.0,
+    restarts: int = 0,
+    burst_changes: int = 0,
 ) -> None:
     imports_rss()
     cluster = gen.Cluster(services=services, endpoints=endpoints)
@@ -298,6 +415,18 @@ def run(
             # classifies every endpoint, 100k at 10k x 10, in a worker thread).
             time.sleep(settle)
             emit_rss("settled", daemon.proc.pid)
+            with daemon.cond:
+                lost = [e for e in daemon.events if e.get("event") == "drift.notifications_lost"]
+                verify_syncs = sum(1 for e in daemon.syncs if e.get("verify"))
+            # The cold start's own notifications overflow the monitor's socket: read back again
+            # (a verify sync, or a verify.read_back line) only if they were not all its own.
+            emit(
+                what="cold_start_notifications",
+                services=services,
+                lost_reports=len(lost),
+                lost_all_own=[e.get("own") for e in lost],
+                read_backs=len(daemon.verifies) + verify_syncs,
+            )
             lat: list[float] = []
             order: list[float] = []
             ops = []
@@ -339,6 +468,11 @@ def run(
             if drift_changes:
                 verify_changes(api, daemon, cluster, drift_changes, changes)
                 time.sleep(settle)
+            if burst_changes:
+                burst(api, daemon, cluster, burst_changes)
+            for _ in range(restarts):
+                time.sleep(settle)
+                daemon = restart(daemon, kubeconfig, services=services, endpoints=endpoints)
             if idle:
                 shape = {"services": services, "endpoints": endpoints}
                 measure_idle(daemon.proc.pid, idle, rss_every, **shape)
@@ -391,7 +525,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--rss-every", type=float, default=10.0, metavar="S", help="RSS sampling while idle"
     )
+    p.add_argument("--restart", type=int, default=0, metavar="N", help="N unchanged restarts")
+    p.add_argument("--burst", type=int, default=0, metavar="N", help="N slice changes at once")
+    p.add_argument("--baseline", type=Path, metavar="DIR", help="run another nlproxy's tree")
     args = p.parse_args(argv)
+    if args.baseline is not None:
+        global TREE
+        TREE = args.baseline.resolve()
     run(
         args.services,
         args.endpoints,
@@ -401,6 +541,8 @@ def main(argv: list[str] | None = None) -> int:
         args.idle,
         drift_changes=args.drift_changes,
         rss_every=args.rss_every,
+        restarts=args.restart,
+        burst_changes=args.burst,
     )
     return 0
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import trio
 
+from nlproxy.errors import NlproxyError
 from nlproxy.netlink.codec import be32, nfnl_attributes, parse_messages, text
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.dump import generation
@@ -42,11 +43,18 @@ NFTA_SET_ELEM_LIST_TABLE are 1 too)."""
 
 @dataclass(frozen=True, slots=True)
 class Drift:
-    """Another process changed nlproxy's table: who, and how many objects it touched."""
+    """Another process changed nlproxy's table: who, and how many objects it touched.
+
+    ``pid`` 0 reports lost notifications; ``lost`` then gives the generations whose
+    transactions may be among them, ``(after, upto]`` (None: unknown). When every one of them
+    is nlproxy's own commit (a large sync's notifications overflow the socket), nothing else
+    can have written: the caller need not read the tables back.
+    """
 
     pid: int
     comm: str
     objects: int
+    lost: tuple[int, int] | None = None
 
 
 def is_own_thread(pid: int) -> bool:
@@ -115,6 +123,17 @@ class NftMonitor:
         seen = self.detector.generation
         return seen is not None and generation(self._gen_sock) == seen
 
+    def _lost_span(self) -> tuple[int, int] | None:
+        """The generations lost notifications may belong to: after the last one processed, up
+        to the kernel's current one (one GETGEN). Later notifications arrive as usual."""
+        seen = self.detector.generation
+        if seen is None:
+            return None
+        try:
+            return seen, generation(self._gen_sock)
+        except (NlproxyError, OSError):
+            return None
+
     async def run(
         self,
         on_drift: Callable[[Drift], None],
@@ -132,7 +151,7 @@ class NftMonitor:
                 for buf in self._sock.queued():
                     if buf is None:  # ENOBUFS: notifications were lost
                         self.detector.touched = 0
-                        on_drift(Drift(pid=0, comm="(notifications lost)", objects=0))
+                        on_drift(Drift(0, "(notifications lost)", 0, self._lost_span()))
                         continue
                     for msg in parse_messages(buf):
                         for listener in self.listeners:

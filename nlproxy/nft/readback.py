@@ -19,7 +19,7 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from nlproxy.netlink.codec import NFGENMSG, NLM_F_ACK, NLMSGHDR, spans
+from nlproxy.netlink.codec import NFGENMSG, NLM_F_ACK, NLM_F_DUMP, NLMSGHDR, spans
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.decode import RawExpr, SetInfo, UndecodableError, UndecodedRule, decode_rule
 from nlproxy.nft.dump import (
@@ -54,7 +54,7 @@ from nlproxy.nft.uapi import (
 from nlproxy.nft.udata import udata_comment
 from nlproxy.nft.values import Addresses
 
-__all__ = ["ReadbackError", "UndecodedRule", "read_ruleset"]
+__all__ = ["ReadbackError", "UndecodedRule", "read_comments", "read_ruleset"]
 
 _RETRIES = 5
 
@@ -326,3 +326,46 @@ def _parse_rule(nlh: Any, family: Family, infos: dict[str, SetInfo]) -> tuple[st
                 chain=chain, exprs=(), comment=comment, handle=handle, raw=raw, reason=str(exc)
             )
         return table, Rule(chain=chain, exprs=tuple(exprs), comment=comment, handle=handle)
+
+
+# ---------------------------------------------------------------------------------------------
+# One chain's rule comments
+
+
+def read_comments(
+    family: Family, name: str, chain: str, *, sock: NetfilterSocket
+) -> list[str] | None:
+    """The comments of the rules of chain ``chain`` in table ``family name``, in order: one
+    rule dump filtered by the kernel to that chain (cheap whatever the table's size).
+
+    Returns:
+        None when the table does not exist; empty when the chain does not (or has no rules).
+
+    Raises:
+        Interrupted: the ruleset changed during the dump.
+        ReadbackError: the kernel refused the dump.
+    """
+    _, lib = nftnl()
+    seq = sock.next_seq()
+
+    def build(nlh: Any) -> None:
+        r = lib.nftnl_rule_alloc()
+        lib.nftnl_rule_set_str(r, lib.NFTNL_RULE_TABLE, name.encode())
+        lib.nftnl_rule_set_str(r, lib.NFTNL_RULE_CHAIN, chain.encode())
+        lib.nftnl_rule_nlmsg_build_payload(nlh, r)
+        lib.nftnl_rule_free(r)
+
+    req = request(NFT_MSG_GETRULE, family, NLM_F_DUMP, seq, build)
+    out: list[str] = []
+    try:
+        for msg in messages(sock, req, seq):
+            with parsed("rule", nlh_of(msg)) as r:
+                if get_str(lib.nftnl_rule_get_str, r, lib.NFTNL_RULE_CHAIN) != chain:
+                    continue
+                udata = get_bytes(lib.nftnl_rule_get_data, r, lib.NFTNL_RULE_USERDATA)
+                out.append(udata_comment(udata))
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return None
+        raise ReadbackError(f"chain {family} {name} {chain}", exc.strerror or str(exc)) from exc
+    return out

@@ -3,16 +3,25 @@
 Like kube-proxy's bounded-frequency runner: a change is synced as soon as ``min_interval`` has
 passed since the last sync (changes arriving meanwhile are coalesced into one sync), a failed sync
 is retried after ``retry_interval``, and every ``sync_period`` the programmed state is read back
-from the kernel and compared with the plan (full verify). A drift report triggers a verify+sync
-at once. The blocking part of a sync (planning and netlink I/O) runs in a worker thread.
+from the kernel and compared with the plan (full verify). The blocking part of a sync (planning
+and netlink I/O) runs in a worker thread.
+
+A verify never holds a sync up: a task of its own reads the tables back and compares them with
+the plan in worker threads, one family at a time, while syncs go on. The Syncer's version moves
+with every sync, so a comparison a sync overlapped is void and done again, never taken for a
+drift. Only a read-back that differs is handed to the next sync, which repairs the difference.
+A drift report starts such a verify at once; lost notifications do only when the generations
+they may belong to are not all nlproxy's own commits (a large cold start overflows the
+monitor's socket with its own). After a failed sync the next one reads back first, itself.
 """
 
 from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from typing import TypeVar, cast
 
 import trio
 
@@ -28,12 +37,22 @@ from nlproxy.cluster.state import ClusterState
 from nlproxy.daemon.memory import release
 from nlproxy.errors import NlproxyError
 from nlproxy.log import get_logger
-from nlproxy.nft.ir import Family
+from nlproxy.nft.ir import Family, Operation, Ruleset
 from nlproxy.nft.monitor import Drift
 from nlproxy.proxy.planner import nodeport_gaps
 from nlproxy.serve.health import HealthState, node_eligible
 from nlproxy.serve.metrics import IP_FAMILIES, Metrics, NoLocalEndpoints
-from nlproxy.sync.syncer import Syncer, SyncResult
+from nlproxy.sync.syncer import FAMILIES, Syncer, SyncResult
+
+T = TypeVar("T")
+
+RESTART_VERIFY_DELAY = 10.0
+"""Seconds after a restart the tables' records vouched for before their first full verify (at
+most the sync period): the start-up's own work comes first."""
+
+RACES_BEFORE_WAITING = 3
+"""Read-backs in a row that syncs overlapped before the next sync reads back itself: a steady
+stream of changes must not put a drift's repair off for ever."""
 
 RELEASE_INTERVAL = 10.0
 """Seconds between handing free heap memory back (about a millisecond each time): what the
@@ -51,7 +70,9 @@ class SyncLoop:
     the tables back. A drift report or a failed sync always reads them back.
 
     ``in_thread=False`` runs each sync on the event loop itself (a Syncer that does no I/O, as in
-    the loop's own tests, where a worker thread would race trio's mock clock).
+    the loop's own tests, where a worker thread would race trio's mock clock); ``runner`` then
+    runs the verifier's blocking calls (read-back, comparison) instead of a worker thread, so
+    such tests can give them a duration on the mock clock.
     """
 
     def __init__(
@@ -69,7 +90,9 @@ class SyncLoop:
         release_memory: bool = False,
         quiet: Callable[[], bool] | None = None,
         in_thread: bool = True,
+        runner: Callable[..., Awaitable[object]] | None = None,
     ) -> None:
+        self._runner = runner
         self._manage_memory = release_memory
         self._in_thread = in_thread
         self.resume_gc = False
@@ -96,7 +119,17 @@ class SyncLoop:
         self._pending_events = {"Service": 0, "EndpointSlice": 0}
         self._dirty = True
         self._verify = False
-        self._read_back = False  # this verify must read the tables back (drift, failure)
+        self._read_back = False  # the next sync reads the tables back first (after a failure)
+        self._want_read_back = trio.Event()  # the verifier task's: read back and compare
+        self._read_back_due = False
+        self._lost: list[tuple[int, int]] = []  # generations of lost notifications
+        # A read-back that differed: the tables, their repair operations, the Syncer's version.
+        self._adopt: (
+            tuple[dict[Family, Ruleset | None], dict[Family, list[Operation]], int] | None
+        ) = None
+        self._retry_left_out = False  # a verify completed: services left out are tried again
+        self._syncing: trio.Event | None = None  # set when the sync in progress ends
+        self._nursery: trio.Nursery | None = None
         self._refused: set[str] = set()
         self._reported: set[str] = set()
         self._orphans: dict[ObjectRef, str] = {}
@@ -111,20 +144,39 @@ class SyncLoop:
 
     def request_verify(self, drift: Drift | None = None) -> None:
         """Read back the kernel and repair it at the next opportunity (drift, or a timer)."""
+        if drift is not None and drift.pid == 0 and drift.lost is not None:
+            # The monitor's socket overflowed: the generations are checked against nlproxy's
+            # own commits once no sync is in progress (the last one's is then known).
+            self._lost.append(drift.lost)
+            self._wake.set()
+            return
         if drift is not None and drift.pid == 0:
-            # The monitor's socket overflowed (a large sync's own notifications, usually the
-            # first): nobody is known to have written; the read-back finds out.
-            self.log.info("drift.notifications_lost")
+            self.log.info("drift.notifications_lost", own=False)
             self.metrics.drift_repairs.labels(writer=drift.comm or "unknown").inc()
-            self._read_back = True
         elif drift is not None:
             self.log.warning(
                 "drift.detected", writer_pid=drift.pid, writer=drift.comm, objects=drift.objects
             )
             self.metrics.drift_repairs.labels(writer=drift.comm or "unknown").inc()
-            self._read_back = True
-        self._verify = True
-        self._wake.set()
+        if drift is None:  # a full verify now, as at the timer
+            self._verify = True
+            self._wake.set()
+        else:  # the verifier reads back; only a difference it finds makes a sync
+            self._start_read_back()
+
+    def _check_lost(self) -> None:
+        """Lost notifications whose generations were not all nlproxy's commits: read back."""
+        lost, self._lost = self._lost, []
+        for after, upto in lost:
+            own = self.syncer.own_commits(after, upto)
+            self.log.info("drift.notifications_lost", own=own, generations=[after + 1, upto])
+            if not own:
+                self.metrics.drift_repairs.labels(writer="(notifications lost)").inc()
+                self._start_read_back()
+
+    def _start_read_back(self) -> None:
+        self._read_back_due = True
+        self._want_read_back.set()
 
     def request_sync(self) -> None:
         """Sync again although no object changed (e.g. an endpoint became unreachable)."""
@@ -177,7 +229,9 @@ class SyncLoop:
         the loop stops waiting for it.
         """
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self._receive, recv)
+            nursery.start_soon(self._verifier)
             if self._manage_memory:
                 nursery.start_soon(self._release_periodically)
             started = False
@@ -187,13 +241,20 @@ class SyncLoop:
                 with trio.move_on_at(next_verify):
                     await self._wake.wait()
                 self._wake = trio.Event()
+                if self._lost:
+                    self._check_lost()
                 now = trio.current_time()
                 if now >= next_verify:
                     self._verify = True
                 if not (self._dirty or self._verify):
                     continue
                 await trio.sleep_until(last + self.min_interval)
-                ok, verified = await self._sync_once()
+                self._syncing = trio.Event()
+                try:
+                    ok, verified = await self._sync_once()
+                finally:
+                    self._syncing.set()
+                    self._syncing = None
                 if self.resume_gc:  # whether or not the first sync worked: pausing was for it
                     self.resume_gc = False
                     gc.enable()
@@ -207,6 +268,84 @@ class SyncLoop:
                     started = True
                     self.synced_once.set()
                     task_status.started()
+
+    def _quiet_now(self) -> bool:
+        """``quiet()``: one GETGEN, answered at once (called on the loop)."""
+        return self.quiet is not None and self.quiet()
+
+    async def _read_back_after(self, delay: float) -> None:
+        await trio.sleep(delay)
+        self._start_read_back()
+
+    async def _run(self, fn: Callable[..., T], *args: object) -> T:
+        """``fn(*args)`` off the loop: in a worker thread, or through ``runner``."""
+        if self._runner is not None:
+            return cast("T", await self._runner(fn, *args))
+        if self._in_thread:
+            return await trio.to_thread.run_sync(fn, *args, abandon_on_cancel=True)
+        return fn(*args)
+
+    async def _verifier(self) -> None:
+        """Read back and compare whenever asked, off the loop (see the module docstring).
+
+        Cancellation: a read-back in its thread is abandoned (it only reads).
+        """
+        races = 0
+        while True:
+            await self._want_read_back.wait()
+            self._want_read_back = trio.Event()
+            while self._syncing is not None:  # its commit would void the comparison
+                await self._syncing.wait()
+            try:
+                done = await self._verify_once()
+            except (NlproxyError, OSError) as exc:  # tried again after the retry interval
+                self.log.warning("verify.failed", error=str(exc))
+                done = False
+                await trio.sleep(self.retry_interval)
+            else:
+                races = 0 if done else races + 1
+            if races >= RACES_BEFORE_WAITING:
+                races = 0
+                self._read_back_due = False
+                self._read_back = True  # the next sync reads back before planning, itself
+                self._verify = True
+                self._wake.set()
+            elif not done:
+                self._want_read_back.set()
+
+    async def _verify_once(self) -> bool:
+        """One read-back and comparison; False when a sync overlapped it (do it again)."""
+        version = self.syncer.version
+        tables: dict[Family, Ruleset | None] = {}
+        repairs: dict[Family, list[Operation]] = {}
+        read_s = compare_s = 0.0
+        for family in FAMILIES:
+            t = time.perf_counter()
+            rs = await self._run(self.syncer.read_back, family)
+            read_s += time.perf_counter() - t
+            t = time.perf_counter()
+            ops = await self._run(self.syncer.repair_ops, family, rs, version)
+            compare_s += time.perf_counter() - t
+            if ops is None:
+                self.log.info("verify.raced", stage="compare")
+                return False
+            tables[family] = rs
+            repairs[family] = ops
+        drifted = any(repairs.values())
+        self._read_back_due = False
+        self._retry_left_out = True
+        self.metrics.verifies.labels(read_back="true").inc()
+        self.log.info(
+            "verify.read_back",
+            drift=drifted,
+            readback_ms=round(read_s * 1000, 3),
+            compare_ms=round(compare_s * 1000, 3),
+        )
+        if drifted:
+            self._adopt = (tables, repairs, version)
+            self._verify = True
+            self._wake.set()
+        return True
 
     async def _wake_after(self, delay: float) -> None:
         await trio.sleep(delay)
@@ -240,17 +379,27 @@ class SyncLoop:
         changed = None if self.snapshot_filter is not None else set(pending)
 
         read_ms: list[float] = []
+        adopt, self._adopt = self._adopt, None
+        retry, self._retry_left_out = self._retry_left_out, False
+        repaired: list[int | None] = []
 
         def work() -> SyncResult:
-            if verify:
-                if read_back or self.quiet is None or not self.quiet():
-                    started = time.perf_counter()
-                    self.syncer.verify()
-                    read_ms.append((time.perf_counter() - started) * 1000)
-                    self.metrics.verifies.labels(read_back="true").inc()
-                else:  # every transaction was seen, and none touched our tables
-                    self.metrics.verifies.labels(read_back="false").inc()
+            if read_back:  # after a failure: the cache may be wrong, read back before planning
+                started = time.perf_counter()
+                self.syncer.verify()
+                read_ms.append((time.perf_counter() - started) * 1000)
+                self.metrics.verifies.labels(read_back="true").inc()
+            elif adopt is not None:  # None: a sync ran after that read-back, it is stale
+                repaired.append(self.syncer.repair(*adopt, snapshot))
+            elif retry:
+                self.syncer.retry_left_out()
             return self.syncer.sync(snapshot, changed=changed)
+
+        if verify and not read_back and adopt is None:
+            if self._quiet_now():  # every transaction was seen, and none touched our tables
+                self.metrics.verifies.labels(read_back="false").inc()
+            elif not self._read_back_due:
+                self._start_read_back()
 
         try:
             if self._in_thread:
@@ -268,6 +417,15 @@ class SyncLoop:
             self._read_back = True
             self.log.error("sync.failed", error=str(exc))  # noqa: TRY400 - the message names the object; no traceback
             return False, verify
+        if repaired and repaired[0] is None:
+            self.log.info("verify.raced", stage="repair")
+            self._start_read_back()
+        elif repaired:
+            self.log.info("drift.repaired", ops=repaired[0])
+        if result.restarted and self._nursery is not None:
+            self._nursery.start_soon(
+                self._read_back_after, min(RESTART_VERIFY_DELAY, self.sync_period)
+            )
         self._record(result, pending, verify=verify, readback_ms=read_ms[0] if read_ms else None)
         if result.deferred:  # tables left for the next sync, which other changes may join
             self._pending |= result.deferred

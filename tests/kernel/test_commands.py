@@ -15,6 +15,7 @@ import pytest
 from nlproxy.cli import main
 from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.nft.readback import read_ruleset
+from nlproxy.sync.fingerprint import take_record
 from tests.kernel import topo
 
 NODE = "node-x"
@@ -94,8 +95,10 @@ def run_once(netns: str, directory: Path, capture: pytest.CaptureFixture[str] | 
 
 
 def table(netns: str, family: Family) -> Ruleset:
+    """The table without its restart record (whose generation differs between namespaces)."""
     rs = read_ruleset(family, "nlproxy", netns=netns)
     assert rs is not None
+    assert take_record(rs) is not None
     return rs
 
 
@@ -205,3 +208,94 @@ def test_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     )
     assert "--cluster-cidr" in capsys.readouterr().err
     assert main(["--netns", "nlp-no-such-ns", "rules"]) == 2
+
+
+def applied(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    lines = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
+    return [x for x in lines if x.get("event") == "sync.applied"]
+
+
+def test_an_unchanged_restart_trusts_the_record_and_sends_nothing(
+    make_netns: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ns = make_netns("record")
+    d = tmp_path / "m"
+    topo.write_manifests(d, world(random.Random(3), 12))
+    assert run_once(ns, d) == 0
+    [first] = applied(capsys)
+    assert first["ops"] > 0
+    assert not first["unchanged"]
+    before = {f: table(ns, f) for f in (Family.IP, Family.IP6)}
+    assert run_once(ns, d) == 0
+    [again] = applied(capsys)
+    assert again["unchanged"]  # the records vouched for the tables: nothing planned or read
+    assert again["ops"] == 0
+    assert again["plan_ms"] == 0
+    for family in (Family.IP, Family.IP6):
+        same(table(ns, family), before[family])
+
+
+def test_another_writer_between_runs_is_detected_and_repaired(
+    make_netns: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ns, fresh = make_netns("rec-drift"), make_netns("rec-fresh")
+    d = tmp_path / "m"
+    topo.write_manifests(d, world(random.Random(4), 12))
+    assert run_once(ns, d) == 0
+    assert run_once(fresh, d) == 0
+    nft(ns, "delete", "element", "ip", "nlproxy", "cluster-ips", "{ 10.96.1.1 }")
+    capsys.readouterr()
+    assert run_once(ns, d) == 0
+    [repair] = applied(capsys)
+    assert not repair["unchanged"]
+    assert repair["ops"] == 1  # read back, and the element put back
+    for family in (Family.IP, Family.IP6):
+        same(table(ns, family), table(fresh, family))
+    # A write to another table only moves the generation: read back, nothing to repair.
+    nft(ns, "add", "table", "ip", "someone-else")
+    assert run_once(ns, d) == 0
+    [other] = applied(capsys)
+    assert (other["unchanged"], other["ops"]) == (False, 0)
+    assert run_once(ns, d) == 0
+    [trusted] = applied(capsys)  # the read-back wrote a fresh record
+    assert (trusted["unchanged"], trusted["ops"]) == (True, 0)
+
+
+def test_changed_manifests_are_not_taken_for_the_recorded_ones(
+    make_netns: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ns = make_netns("rec-change")
+    d = tmp_path / "m"
+    objs = world(random.Random(5), 8)
+    topo.write_manifests(d, objs)
+    assert run_once(ns, d) == 0
+    eps = [topo.endpoint("10.244.1.77", NODE)]
+    objs[-1] = topo.endpoint_slice("s7", eps, [{"name": "tcp", "port": 8080}])
+    topo.write_manifests(d, objs)
+    capsys.readouterr()
+    assert run_once(ns, d) == 0
+    [changed] = applied(capsys)
+    assert not changed["unchanged"]
+    assert changed["ops"] > 0
+    assert "10.244.1.77" in nft(ns, "list", "map", "ip", "nlproxy", "backends")
+
+
+def test_a_run_with_something_to_report_reports_it_again_when_restarted(
+    make_netns: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only a run with nothing to warn about lets the next one skip parsing: left-out objects
+    are named on every run."""
+    ns = make_netns("rec-bad")
+    d = tmp_path / "m"
+    objs = world(random.Random(6), 4)
+    objs.append(topo.service("bad", "10.96.1.200", [{"name": "tcp", "port": 70000}]))
+    topo.write_manifests(d, objs)
+    assert run_once(ns, d) == 3
+    first = capsys.readouterr().err
+    assert "bad" in first
+    assert "left out" in first
+    for _ in range(2):
+        assert run_once(ns, d) == 3
+        again = capsys.readouterr().err
+        assert "left out" in again
+        assert "bad" in again

@@ -143,10 +143,12 @@ def test_restart_loses_no_probe_and_sends_no_operations(testbed: Testbed, tmp_pa
             with daemon(testbed, d) as second:
                 time.sleep(0.3)
                 applied = second.events("sync.applied")
+                trusted = second.events("sync.restart_trusted")
         assert probe.failures == []
         assert probe.ok > 5
         assert applied
         assert applied[0]["ops"] == 0
+        assert trusted  # the tables' records vouched for them: nothing was read back
     finally:
         first.kill()
 

@@ -17,6 +17,7 @@ from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.reconcile import diff
 from nlproxy.proxy.naming import TABLE as TABLE_NAME
 from nlproxy.proxy.planner import plan
+from nlproxy.sync.fingerprint import take_record
 from nlproxy.sync.syncer import Syncer
 from tests.netns import sh
 from tests.unit.builders import endpoint, eps_slice, port, service, upsert
@@ -60,6 +61,9 @@ def test_incremental_syncs_end_where_a_fresh_sync_starts(
         want = read_ruleset(family, TABLE_NAME, netns=fresh_ns)
         assert got is not None
         assert want is not None
+        # The restart records carry the same digest, and each namespace's own generation.
+        assert take_record(got) is not None
+        assert take_record(want) is not None
         assert got.chains == want.chains
         assert got.rules == want.rules
         assert got.sets == want.sets
@@ -122,6 +126,7 @@ def test_changed_affinity_timeout_is_applied_in_place(make_netns: Callable[[str]
     assert result.incremental
     got = read_ruleset(Family.IP, TABLE_NAME, netns=ns)
     assert got is not None
+    assert take_record(got) is not None
     timeouts = {s.timeout for name, s in got.sets.items() if name.startswith("affinity-")}
     assert timeouts == {60}
     assert diff(plan(state.snapshot(), CONFIG).rulesets[Family.IP], got) == []

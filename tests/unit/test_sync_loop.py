@@ -1,11 +1,12 @@
 """The sync loop's schedule on trio's mock clock: the min sync period, coalescing, retries after a
 failure, the verify timer and drift reports. The Syncer is a recorder (no kernel); each sync runs
-on the event loop so the clock only moves when the loop waits."""
+on the event loop so the clock only moves when the loop waits, and the verifier's read-backs and
+comparisons take the (mock) time the test gives them."""
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from ipaddress import ip_network
 
@@ -19,11 +20,12 @@ from nlproxy.cluster.model import Change, ClusterSnapshot, ServiceKey
 from nlproxy.cluster.state import ClusterState
 from nlproxy.daemon.memory import pause_gc
 from nlproxy.errors import KernelError
+from nlproxy.nft.ir import Family
 from nlproxy.nft.monitor import Drift
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.serve.health import HealthState
 from nlproxy.serve.metrics import Metrics
-from nlproxy.sync.loop import SyncLoop
+from nlproxy.sync.loop import RACES_BEFORE_WAITING, RESTART_VERIFY_DELAY, SyncLoop
 from nlproxy.sync.syncer import SyncResult
 from tests.unit.builders import NODE, service, upsert
 
@@ -46,30 +48,96 @@ class Call:
 
 @dataclass
 class RecordingSyncer:
-    """What the loop needs of a Syncer; records when and with what it was asked."""
+    """What the loop needs of a Syncer; records when and with what it was asked.
+
+    Its kernel holds the number of the last plan committed; ``tamper()`` is another writer. A
+    read-back returns what the kernel held when it began; a comparison looks at the plan when it
+    ends, as the real ones may.
+    """
 
     config: ProxyConfig = CONFIG
     failed_family: None = None
     fail_next: int = 0
     defer: list[set[ServiceKey]] = field(default_factory=list)
     """What each of the next syncs reports as deferred (past the load-balancing quota)."""
+    restarted: bool = False  # the first sync is a restart the records vouched for
+    own: bool = True  # what own_commits() answers
     calls: list[Call] = field(default_factory=list)
+    read_backs: list[float] = field(default_factory=list)
+    taken: list[float] = field(default_factory=list)
+    version: int = 0
+    planned: int = 0
+    kernel: int = 0
     _verified: bool = False
 
     def verify(self) -> None:
         self._verified = True
+        self.read_backs.append(trio.current_time())
 
     def sync(self, snapshot: ClusterSnapshot, *, changed: set[ServiceKey] | None) -> SyncResult:
+        self.version += 2  # the loop never sees one in progress: it runs on the loop
         call = Call(trio.current_time(), changed, self._verified)
         self._verified = False
         self.calls.append(call)
         if self.fail_next:
             self.fail_next -= 1
             raise KernelError("chain services", "refused", errno=22)
-        result = SyncResult(incremental=changed is not None)
+        self.planned += 1
+        self.kernel = self.planned
+        result = SyncResult(
+            incremental=changed is not None, restarted=self.restarted and len(self.calls) == 1
+        )
         if self.defer:
             result.deferred = self.defer.pop(0)
         return result
+
+    def tamper(self) -> None:
+        self.kernel = -1
+
+    def read_back(self, family: Family) -> int:
+        if family is Family.IP:
+            self.read_backs.append(trio.current_time())
+        return self.kernel
+
+    def repair_ops(self, family: Family, have: int, version: int) -> list[str] | None:
+        if version != self.version:
+            return None
+        return ["repair"] if have != self.planned else []
+
+    def repair(
+        self,
+        tables: dict[Family, int],
+        repairs: dict[Family, list[str]],
+        version: int,
+        snapshot: ClusterSnapshot,
+    ) -> int | None:
+        if version != self.version:
+            return None
+        self.taken.append(trio.current_time())
+        self._verified = True  # the next sync call is the one after a repair
+        self.kernel = self.planned
+        return sum(len(ops) for ops in repairs.values())
+
+    def retry_left_out(self) -> None:
+        pass
+
+    def own_commits(self, after: int, upto: int) -> bool:
+        return self.own
+
+
+COSTS = {"read_back": 0.0, "repair_ops": 0.0}
+
+
+async def runner(fn: Callable[..., object], *args: object) -> object:
+    """The verifier's blocking calls, taking ``COSTS`` seconds of mock time each: a read-back
+    sees the kernel when it begins, a comparison the plan when it ends."""
+    cost = COSTS.get(getattr(fn, "__name__", ""), 0.0)
+    if getattr(fn, "__name__", "") == "repair_ops":
+        await trio.sleep(cost)
+        return fn(*args)
+    out = fn(*args)
+    await trio.sleep(cost)
+    return out
 
 
 @dataclass
@@ -90,8 +158,14 @@ def key(name: str) -> ServiceKey:
     return ServiceKey(namespace="ns", name=name)
 
 
-async def started(nursery: trio.Nursery, *, quiet: bool | None = None) -> Harness:
-    syncer = RecordingSyncer()
+async def started(
+    nursery: trio.Nursery,
+    *,
+    quiet: bool | None = None,
+    syncer: RecordingSyncer | None = None,
+    run: Callable[..., Awaitable[object]] = runner,
+) -> Harness:
+    syncer = syncer or RecordingSyncer()
     metrics = Metrics(CollectorRegistry())
     loop = SyncLoop(
         ClusterState(NODE),
@@ -103,6 +177,7 @@ async def started(nursery: trio.Nursery, *, quiet: bool | None = None) -> Harnes
         retry_interval=RETRY,
         quiet=None if quiet is None else (lambda: quiet),
         in_thread=False,
+        runner=run,
     )
     send, recv = trio.open_memory_channel[Sequence[Change]](100)
     await send.send([svc("first")])  # as a source's initial list: the first sync runs at once
@@ -179,7 +254,9 @@ async def test_the_verify_timer_reads_back_once_a_period_unless_quiet(
     change, *timed = h.syncer.calls[1:]
     assert (round(change.at - h.start), change.verified) == (30, False)
     assert [round(c.at - h.start) for c in timed] == [60, 120, 180]
-    assert all(c.verified for c in timed)
+    assert [round(t - h.start) for t in h.syncer.read_backs] == [60, 120, 180]
+    assert not any(c.verified for c in timed)  # the kernel held the plan: nothing to repair
+    assert h.syncer.taken == []
     assert verifies(h.metrics, "true") == 3
 
 
@@ -189,15 +266,89 @@ async def test_a_quiet_verify_skips_the_read_back_but_a_drift_report_does_not(
     async with trio.open_nursery() as nursery:
         h = await started(nursery, quiet=True)
         await trio.sleep(PERIOD + 1)
+        h.syncer.tamper()
+        reported = trio.current_time()
         h.loop.request_verify(Drift(pid=4242, comm="nft", objects=1))
         await trio.sleep(MIN)
         nursery.cancel_scope.cancel()
-    timed, drift = h.syncer.calls[1:]
+    timed, repair = h.syncer.calls[1:]
     assert not timed.verified
     assert verifies(h.metrics, "false") == 1
-    assert drift.verified
-    assert drift.at == pytest.approx(timed.at + MIN)  # at once, within the min sync period
+    assert h.syncer.read_backs == [reported]
+    assert repair.verified  # it started from the read-back, which differed
+    assert repair.at == pytest.approx(timed.at + MIN)  # at once, within the min sync period
     assert verifies(h.metrics, "true") == 1
+
+
+async def test_a_change_during_a_read_back_is_synced_within_the_min_period(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The verify reads back for 4 s; the change does not wait for it, and the comparison the
+    change's commit overlapped is done again rather than taken for a drift."""
+    monkeypatch.setitem(COSTS, "read_back", 4.0)
+    monkeypatch.setitem(COSTS, "repair_ops", 1.0)
+    with structlog.testing.capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            h = await started(nursery)
+            await trio.sleep(10 * MIN)
+            began = trio.current_time()
+            h.loop.request_verify(Drift(pid=4242, comm="nft", objects=1))
+            await trio.sleep(1.0)
+            sent = trio.current_time()
+            await h.send.send([svc("a")])
+            await trio.sleep(30.0)
+            nursery.cancel_scope.cancel()
+    change, *rest = h.syncer.calls[1:]
+    assert change.changed == {key("a")}
+    assert change.at == pytest.approx(sent)  # no sync for MIN before: at once
+    assert rest == []  # no repair: the kernel held the plan
+    assert h.syncer.taken == []
+    events = [e["event"] for e in logs if e["event"].startswith("verify.")]
+    assert events == ["verify.raced", "verify.read_back"]
+    assert [round(t - began) for t in h.syncer.read_backs] == [0, 5]  # again after 4 + 1 s
+
+
+async def test_a_drift_found_while_a_sync_ran_is_read_back_again_before_any_repair(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(COSTS, "read_back", 4.0)
+    async with trio.open_nursery() as nursery:
+        h = await started(nursery)
+        await trio.sleep(10 * MIN)
+        h.syncer.tamper()  # another writer ...
+        h.loop.request_verify(Drift(pid=4242, comm="nft", objects=1))
+        await trio.sleep(1.0)
+        await h.send.send([svc("a")])  # ... whose change our next commit overwrites
+        await trio.sleep(30.0)
+        nursery.cancel_scope.cancel()
+    assert len(h.syncer.calls) == 2  # the change; no repair of what it already put right
+    assert len(h.syncer.read_backs) == 2
+
+
+async def test_lost_notifications_of_own_commits_read_nothing_back(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        h = await started(nursery)
+        h.loop.request_verify(Drift(0, "(notifications lost)", 0, lost=(10, 12)))
+        await trio.sleep(MIN)
+        assert h.syncer.read_backs == []
+        h.syncer.own = False  # someone else's commit may be among them
+        h.loop.request_verify(Drift(0, "(notifications lost)", 0, lost=(12, 14)))
+        await trio.sleep(MIN)
+        nursery.cancel_scope.cancel()
+    assert len(h.syncer.read_backs) == 1
+    assert len(h.syncer.calls) == 1  # and no sync: the read-back found nothing to repair
+
+
+async def test_a_restart_the_records_vouched_for_is_verified_later(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        h = await started(nursery, syncer=RecordingSyncer(restarted=True))
+        await trio.sleep(PERIOD / 2)
+        nursery.cancel_scope.cancel()
+    assert [round(t - h.start) for t in h.syncer.read_backs] == [RESTART_VERIFY_DELAY]
 
 
 @pytest.mark.parametrize("first_fails", [False, True])
@@ -233,22 +384,27 @@ async def test_the_gc_paused_for_a_cold_start_runs_again_after_the_first_sync(
         gc.enable()
 
 
-async def test_the_sync_line_splits_the_time_and_names_a_read_back(
+async def test_the_sync_line_splits_the_time_and_the_verify_line_the_read_back(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """``sync.applied`` says where a sync's time went, and how long a read-back verify took."""
+    """``sync.applied`` says where a sync's time went; ``verify.read_back`` how long the
+    read-back and the comparison took, and whether they found a drift."""
     with structlog.testing.capture_logs() as logs:
         async with trio.open_nursery() as nursery:
             h = await started(nursery)
+            h.syncer.tamper()
             h.loop.request_verify(Drift(pid=4242, comm="nft", objects=1))
             await trio.sleep(MIN * 2)
             nursery.cancel_scope.cancel()
-    first, verified = [e for e in logs if e["event"] == "sync.applied"]
-    for line in (first, verified):
+    first, repair = [e for e in logs if e["event"] == "sync.applied"]
+    for line in (first, repair):
         assert {"plan_ms", "diff_ms", "commit_ms", "incremental", "duration_ms"} <= line.keys()
-    assert "readback_ms" not in first
-    assert verified["verify"] is True
-    assert verified["readback_ms"] >= 0
+        assert "readback_ms" not in line
+    assert repair["verify"] is True
+    [verify] = [e for e in logs if e["event"] == "verify.read_back"]
+    assert verify["drift"] is True
+    assert verify["readback_ms"] >= 0
+    assert verify["compare_ms"] >= 0
 
 
 async def test_deferred_tables_get_the_next_sync_with_other_changes(
@@ -271,3 +427,23 @@ async def test_deferred_tables_get_the_next_sync_with_other_changes(
         {key("big2")},
     ]
     assert [c.at - h.start for c in later] == pytest.approx([MIN, 2 * MIN, 3 * MIN])
+
+
+async def test_a_stream_of_changes_cannot_put_a_drift_repair_off_for_ever(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every read-back is overlapped by a sync; after ``RACES_BEFORE_WAITING`` of them in a
+    row a sync reads back itself, and repairs."""
+    monkeypatch.setitem(COSTS, "read_back", 4.0)
+    async with trio.open_nursery() as nursery:
+        h = await started(nursery)
+        await trio.sleep(10 * MIN)
+        h.syncer.tamper()
+        h.loop.request_verify(Drift(pid=4242, comm="nft", objects=1))
+        for n in range(30):
+            await h.send.send([svc(f"s{n}")])
+            await trio.sleep(MIN)
+        nursery.cancel_scope.cancel()
+    repairs = [c for c in h.syncer.calls if c.verified]
+    assert len(repairs) == 1
+    assert len(h.syncer.read_backs) == RACES_BEFORE_WAITING + 1  # the last by the sync itself
