@@ -1,6 +1,7 @@
 """One nlproxy per network namespace: a second daemon, or a ``run --once`` beside a daemon, is
 refused with the first's pid (exit 2); ``--force`` lets a one-off run through; the lock dies
-with its holder; other namespaces are not affected."""
+with its holder; other namespaces are not affected; an unprivileged process can neither take
+the lock nor make a refused start hang."""
 
 from __future__ import annotations
 
@@ -48,6 +49,54 @@ def test_a_second_proxy_is_refused_with_the_first_ones_pid(
         first.proc.wait(timeout=10)
     with daemon(testbed, d):
         assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+
+
+SQUAT = """
+import socket, sys, time
+held = []
+for name in (b"\\0nlproxy/proxy-lock", b"\\0nlproxy/proxy-lock/1.0", b"\\0nlproxy/proxy-lockx"):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(name)
+    s.listen(0)
+    held.append(s)
+    for _ in range(3):  # a full backlog: a blocking connect() to it would never return
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.setblocking(False)
+        try:
+            c.connect(name)
+        except BlockingIOError:
+            pass
+        held.append(c)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_an_unprivileged_squatter_cannot_keep_nlproxy_out(testbed: Testbed, tmp_path: Path) -> None:
+    d = publish(tmp_path / "m", objects(testbed, ["pod-a"]))
+    tmp_path.chmod(0o755)
+    squat = [
+        *("ip", "netns", "exec", testbed.node.netns),
+        *("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"),
+        *(sys.executable, "-c", SQUAT),
+    ]
+    with subprocess.Popen(squat, stdout=subprocess.PIPE, text=True) as squatter:
+        try:
+            assert squatter.stdout is not None
+            assert squatter.stdout.readline() == "ready\n"
+            args = ("--manifests", str(d), "--node-name", testbed.node.name)
+            once = _nlproxy(testbed, *args, "--once")
+            assert once.returncode == 0, once.stderr
+            assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+            with daemon(testbed, d) as first:
+                # Refused starts leave nothing behind that makes the next one block: each of
+                # many exits 2 (the run's 60 s timeout would fail a hang) naming the holder.
+                for _ in range(6):
+                    again = _nlproxy(testbed, *args, "--once")
+                    assert again.returncode == 2, again.stderr
+                    assert f"nlproxy (pid {first.proc.pid}) already programs it" in again.stderr
+        finally:
+            squatter.kill()
 
 
 def test_the_lock_is_per_namespace(make_netns: Callable[[str], str]) -> None:
