@@ -1,6 +1,6 @@
 """Manifest text to documents: the YAML and JSON readers of the manifests source.
 
-``documents`` reads one file and returns its parsed documents, all or nothing, or raises
+``documents`` decodes one file's bytes and returns its parsed documents, all or nothing, or raises
 ``FileError`` naming the file (and line). It knows no Kubernetes kinds and no model; what the
 documents mean is ``cluster/manifests.py``'s and ``cluster/parse.py``'s.
 """
@@ -46,19 +46,14 @@ class FileError(Exception):
     """A file that cannot be used as a whole; the message names the file (and line)."""
 
 
-def documents(path: Path) -> list[Any]:
-    """The parsed documents of one file, all or nothing (a half-read file would make the
-    ``Replace`` delete the objects after the error)."""
+def documents(path: Path, data: bytes) -> list[Any]:
+    """The parsed documents of one file's ``data``, all or nothing (a half-read file would make
+    the ``Replace`` delete the objects after the error); ``path`` names it (and its suffix says
+    JSON or YAML). Reading it is ``readdir.py``'s."""
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise FileError(
-                f"{path.name}: {size} bytes, more than a manifest may hold ({MAX_FILE_BYTES})"
-            )
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise FileError(f"{path.name}: cannot read: {reason}") from exc
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileError(f"{path.name}: cannot read: not UTF-8 text") from exc
     try:
         return _parse(path, text)
     except (ValueError, RecursionError, MemoryError) as exc:

@@ -9,22 +9,30 @@ reads files only; validation is ``cluster/parse.py``'s, and it must not touch th
 
 from __future__ import annotations
 
-import dataclasses
 import gc
+import hashlib
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nlproxy.cluster import typed
-from nlproxy.cluster.decode import FileError, documents
+from nlproxy.cluster.decode import MAX_FILE_BYTES, FileError, documents
 from nlproxy.cluster.model import Invalid, ObjectRef, Replace, Skip, Upsert
 from nlproxy.cluster.parse import KINDS, object_ref, to_change
+from nlproxy.cluster.readdir import Directory, FileRead, Unsettled
 from nlproxy.cluster.schema import unknown_fields
 from nlproxy.errors import ConfigError
 
 SUFFIXES = frozenset({".yaml", ".yml", ".json"})
+MAX_LOAD_BYTES = 2 * MAX_FILE_BYTES
+"""The most one load reads, all files together; a file past it keeps its last good objects
+(named)."""
+EMPTY_GRACE = 2.0
+"""Seconds a file that held objects must stay empty before its objects are deleted: a rewrite
+that truncates, then writes (``>`` in a shell, many editors) is not an outage."""
 # The API group each kind must come from: a ``kind: Service`` of another group (Knative's
 # serving.knative.dev) is someone else's object. A missing apiVersion is taken as the right one.
 _GROUPS = {
@@ -51,76 +59,100 @@ class ManifestLoad:
     warnings: tuple[str, ...] = ()
     """Unknown fields (``spec.ports[0].targtPort``), named as ``kubectl --validate=strict``
     would: the objects load without them, as the API server would keep them."""
-    good: dict[str, list[tuple[str, dict[str, Any], str]]] = field(default_factory=dict)
+    good: dict[str, GoodFile] = field(default_factory=dict)
     """Each file's objects as last read successfully (pass it back as ``last_good``)."""
+    unsettled: tuple[str, ...] = ()
+    """Files that changed while read, or were found freshly emptied: read them again soon (their
+    last good objects stand meanwhile)."""
+
+
+Objects = list[tuple[str, dict[str, Any], str]]
+"""A file's objects: ``(where, object, kind)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class GoodFile:
+    """A file as last read successfully: its content's digest, its objects, and what was noted
+    while parsing them (near-miss kinds), so a file read again unchanged is not parsed again."""
+
+    digest: bytes
+    objects: Objects
+    notes: tuple[str, ...] = ()
 
 
 def load_manifests(
     directory: Path,
-    last_good: dict[str, list[tuple[str, dict[str, Any], str]]] | None = None,
+    last_good: dict[str, GoodFile] | None = None,
+    *,
+    now: float | None = None,
 ) -> ManifestLoad:
     """Load every manifest file in ``directory`` (not recursive; dotfiles are skipped, which
     also skips the ``..data`` links of a mounted ConfigMap). Files are read in name order and the
     result is deterministic; the first definition of an object wins over later duplicates.
 
+    Files are opened beneath the directory, regular files only (``readdir.py``): a link out of
+    it is named and not read. At most :data:`MAX_LOAD_BYTES` are read in one load.
+
     Args:
         last_good: the ``good`` of the previous load (the daemon passes it): a file that cannot
             be read or parsed now (an editor's typo, a half-written file) keeps the objects it
-            had, so a mistake in one file is never an outage of its Services.
+            had, so a mistake in one file is never an outage of its Services; a file read again
+            unchanged is not parsed again. A file that changes while it is read, or that has
+            been empty for less than :data:`EMPTY_GRACE` seconds (truncated, to be written
+            again), keeps them too and is listed in ``unsettled``.
+        now: the time (seconds since the epoch) to measure that grace from; the clock's.
 
     Raises:
         ConfigError: the directory cannot be listed.
     """
     try:
-        paths = sorted(
-            p
-            for p in directory.iterdir()
-            if p.suffix in SUFFIXES and not p.name.startswith(".") and p.is_file()
-        )
-        inside = directory.resolve()
+        with Directory(directory) as opened:
+            names = [n for n in opened.names() if Path(n).suffix in SUFFIXES and n[0] != "."]
+            # Parsing allocates millions of objects and creates no cycles: a collection would
+            # only walk them again and again (a third of the load time at 100k endpoints).
+            enabled = gc.isenabled()
+            gc.disable()
+            try:
+                return _load(opened, names, last_good or {}, time.time() if now is None else now)
+            finally:
+                if enabled:
+                    gc.enable()
     except OSError as exc:
         raise ConfigError(f"manifests {directory}", exc.strerror or str(exc)) from exc
-    outside = [p for p in paths if p.is_symlink() and not p.resolve().is_relative_to(inside)]
-    # Parsing allocates millions of objects and creates no cycles: a collection would only walk
-    # them again and again (a third of the load time at 100k endpoints).
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        load = _load([p for p in paths if p not in outside], last_good or {})
-    finally:
-        if enabled:
-            gc.enable()
-    # A link out of the directory is not followed: the daemon reads as root, and whoever may
-    # write the directory must not make it read any file of the node (a ConfigMap volume's
-    # links stay inside).
-    refused = tuple(
-        f"{p.name}: a symbolic link to {p.resolve()}, outside {directory}; not read"
-        for p in outside
-    )
-    return dataclasses.replace(load, errors=(*refused, *load.errors)) if refused else load
 
 
 def _load(
-    paths: list[Path], last_good: dict[str, list[tuple[str, dict[str, Any], str]]]
+    directory: Directory, names: list[str], last_good: dict[str, GoodFile], now: float
 ) -> ManifestLoad:
     by_kind: dict[str, list[Upsert | Skip | Invalid]] = {kind: [] for kind in KINDS}
     first_seen: dict[ObjectRef, str] = {}
     errors: list[str] = []
     warnings: list[str] = []
-    good: dict[str, list[tuple[str, dict[str, Any], str]]] = {}
-    for path in paths:
+    unsettled: list[str] = []
+    good: dict[str, GoodFile] = {}
+    budget = MAX_LOAD_BYTES
+    for name in names:
         notes: list[str] = []
+        kept = last_good.get(name)
         try:
-            objects = list(_objects(path, notes))
+            read = directory.read(name, min(budget, MAX_FILE_BYTES))
+            if read is None:
+                continue  # a directory
+            budget -= len(read.data)
+            current = _current(name, read, kept, now, notes)
+        except Unsettled:
+            unsettled.append(name)
+            if kept is None:
+                continue
+            current = kept
         except FileError as exc:
-            kept = last_good.get(path.name)
             errors.append(f"{exc}; its last good objects are kept" if kept else str(exc))
             if not kept:
                 continue
-            objects = kept
-        good[path.name] = objects
+            current = kept
+        good[name] = current
         errors += notes
-        for where, obj, kind in objects:
+        for where, obj, kind in current.objects:
             ref = object_ref(obj, kind)
             if ref in first_seen:
                 _duplicate(ref, where, obj, kind, first_seen, by_kind[kind], errors)
@@ -128,7 +160,34 @@ def _load(
             first_seen[ref] = where
             by_kind[kind].append(_change(obj, kind, where, ref, warnings))
     changes = tuple(Replace(kind=kind, changes=tuple(by_kind[kind])) for kind in KINDS)
-    return ManifestLoad(changes=changes, errors=tuple(errors), warnings=tuple(warnings), good=good)
+    return ManifestLoad(
+        changes=changes,
+        errors=tuple(errors),
+        warnings=tuple(warnings),
+        good=good,
+        unsettled=tuple(unsettled),
+    )
+
+
+def _current(
+    name: str, read: FileRead, kept: GoodFile | None, now: float, notes: list[str]
+) -> GoodFile:
+    """What a file read now holds.
+
+    Raises:
+        Unsettled: emptied less than EMPTY_GRACE ago, after holding objects.
+        FileError: it does not parse.
+    """
+    if not read.data and kept and kept.objects and now - read.changed < EMPTY_GRACE:
+        raise Unsettled(name)  # a rewrite truncates first: deleted if it stays empty
+    digest = hashlib.blake2b(read.data, digest_size=16).digest()
+    if kept is not None and kept.digest == digest:
+        notes += kept.notes
+        return kept
+    mine: list[str] = []
+    objects = list(_objects(Path(name), read.data, mine))
+    notes += mine
+    return GoodFile(digest, objects, tuple(mine))
 
 
 def _change(
@@ -167,14 +226,16 @@ def _duplicate(
         errors.append(f"{where}: {ref}: defined again (first in {first_seen[ref]})")
 
 
-def _objects(path: Path, notes: list[str]) -> Iterator[tuple[str, dict[str, Any], str]]:
+def _objects(
+    path: Path, data: bytes, notes: list[str]
+) -> Iterator[tuple[str, dict[str, Any], str]]:
     """``(where, object, kind)`` for each object of a known kind in one file; ``notes`` gets
     the objects whose kind looks like a misspelling of one (``kind: Servcie``).
 
     Raises:
         FileError: the file cannot be read or parsed, or holds something that is not an object.
     """
-    for index, doc in enumerate(documents(path), start=1):
+    for index, doc in enumerate(documents(path, data), start=1):
         where = f"{path.name} document {index}" if index > 1 else path.name
         if doc is None:
             continue

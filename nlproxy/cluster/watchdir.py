@@ -3,21 +3,22 @@
 Each reload sends the whole directory as one ``Replace`` per kind (``load_manifests``), so added,
 changed and removed files all take effect the same way, and the cluster state works out which
 services changed. Events are coalesced for ``settle`` seconds, so an editor's write-rename-chmod
-sequence causes one reload.
+sequence causes one reload. Loads run in a worker thread; a file caught changing, or freshly
+emptied, is read again once it settles (``load_manifests``'s ``unsettled``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import struct
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import trio
 
-from nlproxy.cluster.manifests import load_manifests
+from nlproxy.cluster.manifests import EMPTY_GRACE, GoodFile, load_manifests
 from nlproxy.cluster.model import Change
 from nlproxy.log import get_logger
 
@@ -72,7 +73,8 @@ class ManifestSource:
         self.log = get_logger("source")
         self.errors: tuple[str, ...] = ()
         """File-level problems of the last load (the sync loop reports and counts them)."""
-        self._good: dict[str, Any] = {}
+        self._good: dict[str, GoodFile] = {}
+        self._unsettled: tuple[str, ...] = ()
         self._warned: set[str] = set()
         self._fd = -1
         self._wd_dir = self._wd_parent = -1
@@ -107,14 +109,24 @@ class ManifestSource:
             return True
         return (st.st_dev, st.st_ino) != self._identity
 
-    def _load(self) -> Sequence[Change]:
+    async def _load(self) -> Sequence[Change]:
+        """The directory's contents, read in a worker thread: a large file (or a slow file
+        system) never keeps the event loop from answering ``/livez`` or repairing the table.
+
+        Cancellation: the thread's reading is abandoned (it only reads).
+        """
         # A file that does not parse now keeps the objects it had (see load_manifests).
-        loaded = load_manifests(self.directory, self._good)
+        loaded = await trio.to_thread.run_sync(
+            load_manifests, self.directory, self._good, abandon_on_cancel=True
+        )
         self._good = loaded.good
+        self._unsettled = loaded.unsettled
         self.errors = tuple(loaded.errors)
         for warning in sorted(set(loaded.warnings) - self._warned):  # each once
             self.log.warning("manifest.unknown_field", warning=warning)
         self._warned = set(loaded.warnings)
+        if loaded.unsettled:
+            self.log.debug("source.unsettled", files=list(loaded.unsettled))
         return list(loaded.changes)
 
     async def run(
@@ -129,19 +141,31 @@ class ManifestSource:
         """
         self._open()
         try:
-            await send.send(self._load())
+            await send.send(await self._load())
             task_status.started()
             while True:
-                await trio.lowlevel.wait_readable(self._fd)
+                # A file that changed while read, or was just emptied, is read again once it
+                # settles even if nothing else happens.
+                with trio.move_on_after(self._recheck()) as waited:
+                    await trio.lowlevel.wait_readable(self._fd)
+                if waited.cancelled_caught:
+                    await send.send(await self._load())
+                    continue
                 if not await self._quiet():
                     continue  # only the parent's other entries changed
                 if self._moved():
                     await self._follow()
                     await self._quiet()  # let what is published there settle first
                 self.log.debug("source.reload", directory=str(self.directory))
-                await send.send(self._load())
+                await send.send(await self._load())
         finally:
             os.close(self._fd)
+
+    def _recheck(self) -> float:
+        """Seconds until the unsettled files are read again (inf: none)."""
+        if not self._unsettled:
+            return math.inf
+        return max(self.settle, EMPTY_GRACE / 4)
 
     async def _follow(self) -> None:
         """Watch whatever the path names now, waiting for it while it is gone.
