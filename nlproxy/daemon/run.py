@@ -38,7 +38,7 @@ from nlproxy.proxy.naming import TABLE
 from nlproxy.proxy.planner import PortPlan
 from nlproxy.serve.health import HealthState, configz, healthz
 from nlproxy.serve.healthcheck import HealthCheckServers, health_checks
-from nlproxy.serve.http import Response, serve
+from nlproxy.serve.http import ConnectionBudget, Response, serve
 from nlproxy.serve.metrics import Metrics, ServiceCounters
 from nlproxy.sync.loop import SyncLoop
 from nlproxy.sync.syncer import Syncer, SyncResult
@@ -118,6 +118,7 @@ class Daemon:
             quiet=self._quiet,
         )
         self.healthchecks: HealthCheckServers | None = None
+        self.connections = ConnectionBudget()  # one for every HTTP server
         self._service_cidrs = pcfg.service_cidrs
         self.log = get_logger("daemon")
 
@@ -347,7 +348,11 @@ class Daemon:
                 ):
                     if addr is not None:  # None: turned off (an empty address)
                         await nursery.start(
-                            functools.partial(serve, netns_name=self.netns), addr, handler
+                            functools.partial(
+                                serve, netns_name=self.netns, budget=self.connections
+                            ),
+                            addr,
+                            handler,
                         )
                 # Subscribed before the first read-back and commit: a change another process
                 # makes to the tables at any time after start-up is seen (the quiet verify
@@ -365,7 +370,9 @@ class Daemon:
                 await nursery.start(source.run, send)
                 if self.syncer.config.nodeport_cidrs(4) or self.syncer.config.nodeport_cidrs(6):
                     await nursery.start(self._watch_addresses)
-                self.healthchecks = HealthCheckServers(nursery, netns_name=self.netns)
+                self.healthchecks = HealthCheckServers(
+                    nursery, netns_name=self.netns, budget=self.connections
+                )
                 await nursery.start(self.reachability.run)
                 await nursery.start(self.loop.run, recv)
                 nursery.start_soon(self._watch_foreign)

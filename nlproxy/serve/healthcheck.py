@@ -17,7 +17,7 @@ from nlproxy.cluster.model import ServiceKey, ServicePortRef
 from nlproxy.log import get_logger
 from nlproxy.proxy.planner import PortPlan
 from nlproxy.serve.health import service_health
-from nlproxy.serve.http import Response, serve
+from nlproxy.serve.http import ConnectionBudget, Response, serve
 
 BIND_RETRY_SECONDS = 10.0
 """How often a health-check port that could not be bound is tried again."""
@@ -47,12 +47,19 @@ def health_checks(ports: Mapping[ServicePortRef, PortPlan]) -> dict[int, HealthC
 
 class HealthCheckServers:
     """Runs one HTTP server per health-check node port, on ``host`` in ``netns_name`` (where
-    the rules are: load balancers probe the node's address)."""
+    the rules are: load balancers probe the node's address), all within ``budget`` (the
+    daemon's one connection budget)."""
 
     def __init__(
-        self, nursery: trio.Nursery, *, host: str = "0.0.0.0", netns_name: str | None = None
+        self,
+        nursery: trio.Nursery,
+        *,
+        host: str = "0.0.0.0",
+        netns_name: str | None = None,
+        budget: ConnectionBudget | None = None,
     ) -> None:
         self.nursery = nursery
+        self.budget = budget if budget is not None else ConnectionBudget()
         self.host = host
         self.netns = netns_name
         self.checks: dict[int, HealthCheck] = {}
@@ -87,7 +94,9 @@ class HealthCheckServers:
             failed = False
             while True:
                 try:
-                    await serve(f"{self.host}:{port}", handler, netns_name=self.netns)
+                    await serve(
+                        f"{self.host}:{port}", handler, netns_name=self.netns, budget=self.budget
+                    )
                 except OSError as exc:
                     # Another listener has the port (nlproxy's own /healthz or /metrics, or
                     # another program): this Service's check is unanswered, nothing else is

@@ -11,6 +11,7 @@ that fails answers 500 and is logged; it never takes the server (and the daemon'
 from __future__ import annotations
 
 import contextlib
+import resource
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,9 +26,11 @@ READ_TIMEOUT = 5.0
 """Seconds a client has to send its request headers (a slow client is dropped after it)."""
 WRITE_TIMEOUT = 5.0
 """Seconds a client has to take the answer."""
-MAX_CONNECTIONS = 128
-"""Connections one server handles at once; more are closed at once (each holds a descriptor,
-and the daemon's netlink sockets must always find one)."""
+MIN_CONNECTIONS = 16
+MAX_CONNECTIONS = 4096
+"""Bounds of the connections all servers handle at once (:class:`ConnectionBudget`); more are
+closed at once (each holds a descriptor, and the daemon's netlink sockets must always find
+one)."""
 MAX_PER_CLIENT = 16
 """Connections one client address may hold at once: one pod cannot take every slot, so the
 kubelet's and the load balancers' probes still get answers."""
@@ -101,27 +104,61 @@ async def _answer(handler: Handler, path: str) -> Response:
         return Response(500, b"internal error\n", content_type="text/plain")
 
 
-class _Limits:
-    """Connections held, in all and per client address (see MAX_CONNECTIONS, MAX_PER_CLIENT)."""
+class ConnectionBudget:
+    """Connections every server of the daemon holds at once (``/healthz``, ``/metrics`` and
+    each health-check node port together), and per client address.
 
-    def __init__(self) -> None:
-        self.total = 0
-        self.per_client: dict[str, int] = {}
+    The total is a quarter of the descriptor limit (RLIMIT_NOFILE, read at each connection),
+    between :data:`MIN_CONNECTIONS` and :data:`MAX_CONNECTIONS`: the other three quarters stay
+    for the listeners, the netlink sockets and the files the daemon needs. A client holds at
+    most :data:`MAX_PER_CLIENT`. When all are taken, a client holding fewer connections than
+    the greediest one takes that one's oldest: a probe that opens one connection is answered
+    however many addresses hold idle ones.
+    """
 
-    def take(self, client: str) -> bool:
-        held = self.per_client.get(client, 0)
-        if self.total >= MAX_CONNECTIONS or held >= MAX_PER_CLIENT:
+    def __init__(self, total: int | None = None) -> None:
+        self._total = total
+        self.held = 0
+        self.per_client: dict[str, list[trio.CancelScope]] = {}
+
+    @property
+    def total(self) -> int:
+        if self._total is not None:
+            return self._total
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY:
+            return MAX_CONNECTIONS
+        return max(MIN_CONNECTIONS, min(MAX_CONNECTIONS, soft // 4))
+
+    def take(self, client: str, scope: trio.CancelScope) -> bool:
+        """Whether ``client`` may hold one more connection (cancelled by ``scope``)."""
+        mine = self.per_client.setdefault(client, [])
+        if len(mine) >= MAX_PER_CLIENT:
+            if not mine:
+                del self.per_client[client]
             return False
-        self.total += 1
-        self.per_client[client] = held + 1
+        if self.held >= self.total:
+            greedy, greediest = max(self.per_client.items(), key=lambda item: len(item[1]))
+            if len(greediest) <= len(mine) + 1:
+                if not mine:
+                    del self.per_client[client]
+                return False
+            greediest.pop(0).cancel()  # its descriptor goes as its handler unwinds
+            self.held -= 1
+            if not greediest:
+                del self.per_client[greedy]
+        mine.append(scope)
+        self.held += 1
         return True
 
-    def give(self, client: str) -> None:
-        self.total -= 1
-        held = self.per_client[client] - 1
-        if held:
-            self.per_client[client] = held
-        else:
+    def give(self, client: str, scope: trio.CancelScope) -> None:
+        """The connection of ``client`` under ``scope`` is closed (a no-op if it was taken)."""
+        mine = self.per_client.get(client)
+        if mine is None or scope not in mine:
+            return
+        mine.remove(scope)
+        self.held -= 1
+        if not mine:
             del self.per_client[client]
 
 
@@ -162,10 +199,12 @@ async def serve(
     handler: Handler,
     *,
     netns_name: str | None = None,
+    budget: ConnectionBudget | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``handler`` on ``addr`` (in ``netns_name``) until cancelled;
-    ``task_status.started(port)`` once bound.
+    ``task_status.started(port)`` once bound. ``budget``: shared with the daemon's other
+    servers (one of its own by default).
 
     Cancellation: stops accepting and closes open connections.
     """
@@ -175,17 +214,19 @@ async def serve(
     bound = sock.getsockname()[1]
     get_logger("http").debug("http.listening", addr=f"{host}:{bound}")
 
-    limits = _Limits()
+    limits = budget if budget is not None else ConnectionBudget()
 
     async def on_conn(stream: trio.SocketStream) -> None:
         client = _peer(stream)
-        if not limits.take(client):
+        scope = trio.CancelScope()
+        if not limits.take(client, scope):
             await trio.aclose_forcefully(stream)  # over the limits: the descriptor goes at once
             return
         try:
-            await _handle(stream, handler)
+            with scope:
+                await _handle(stream, handler)
         finally:
-            limits.give(client)
+            limits.give(client, scope)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(trio.serve_listeners, on_conn, listeners)

@@ -406,7 +406,7 @@ class SyncLoop:
                 result = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
             else:
                 result = work()
-        except NlproxyError as exc:
+        except (NlproxyError, OSError) as exc:  # EMFILE, ENOMEM...: tried again, never fatal
             self.metrics.sync_failures.inc()
             failed = self.syncer.failed_family
             for family, label in IP_FAMILIES.items():

@@ -1,7 +1,7 @@
 """Slow clients cannot exhaust the daemon: 400 connections that never finish their request,
 all from one pod-like address, leave /healthz answering, syncs going on, and the daemon's
-descriptors bounded (each server holds at most 128 connections, 16 per client address, and
-drops a request not sent within 5 s)."""
+descriptors bounded (the servers hold at most 16 connections per client address, and drop a
+request not sent within 5 s)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from nlproxy.demo.testbed import Testbed
 from nlproxy.netlink import netns
-from nlproxy.serve.http import MAX_CONNECTIONS
+from nlproxy.serve.http import MAX_PER_CLIENT
 from tests.kernel import topo
 from tests.kernel.daemon import (
     VIP_A,
@@ -46,7 +46,7 @@ def test_slow_clients_do_not_exhaust_the_daemon(testbed: Testbed, tmp_path: Path
                 held.append(s)
             assert http_get(testbed.node.netns, proc.healthz, "/healthz", timeout=5)[0] == 200
             fds = len(os.listdir(f"/proc/{proc.proc.pid}/fd"))
-            assert fds < MAX_CONNECTIONS + 64, f"{fds} descriptors open in the daemon"
+            assert fds < MAX_PER_CLIENT + 64, f"{fds} descriptors open in the daemon"
             publish(d, objects(testbed, ["pod-b"]))  # syncs go on
             wait_until(lambda: answered_by(testbed, VIP_A, 3) == {"pod-b"}, 5.0, "change synced")
         finally:

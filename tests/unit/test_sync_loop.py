@@ -5,6 +5,7 @@ comparisons take the (mock) time the test gives them."""
 
 from __future__ import annotations
 
+import errno
 import gc
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,9 @@ class RecordingSyncer:
     """What each of the next syncs reports as deferred (past the load-balancing quota)."""
     restarted: bool = False  # the first sync is a restart the records vouched for
     own: bool = True  # what own_commits() answers
+    failure: Exception = field(
+        default_factory=lambda: KernelError("chain services", "refused", errno=22)
+    )
     calls: list[Call] = field(default_factory=list)
     read_backs: list[float] = field(default_factory=list)
     taken: list[float] = field(default_factory=list)
@@ -81,7 +85,7 @@ class RecordingSyncer:
         self.calls.append(call)
         if self.fail_next:
             self.fail_next -= 1
-            raise KernelError("chain services", "refused", errno=22)
+            raise self.failure
         self.planned += 1
         self.kernel = self.planned
         result = SyncResult(
@@ -240,6 +244,22 @@ async def test_a_failed_sync_is_retried_after_the_retry_interval_and_reads_back(
     assert all(c.changed == {key("a")} for c in retries)
     assert [c.verified for c in retries] == [False, True, True]
     assert h.metrics.registry.get_sample_value("nlproxy_sync_failures_total") == 2
+
+
+async def test_running_out_of_descriptors_is_a_failed_sync_tried_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """EMFILE opening a netlink socket (an OSError, not an nlproxy error) does not end the
+    loop (and the daemon, with its table perhaps deleted): retried, read back, then synced."""
+    async with trio.open_nursery() as nursery:
+        h = await started(nursery)
+        h.syncer.fail_next = 1
+        h.syncer.failure = OSError(errno.EMFILE, "Too many open files")
+        await h.send.send([svc("a")])
+        await trio.sleep(3 * RETRY)
+        nursery.cancel_scope.cancel()
+    assert [c.verified for c in h.syncer.calls[1:]] == [False, True]
+    assert h.metrics.registry.get_sample_value("nlproxy_sync_failures_total") == 1
 
 
 async def test_the_verify_timer_reads_back_once_a_period_unless_quiet(
