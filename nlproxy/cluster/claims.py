@@ -7,6 +7,9 @@ The API server keeps ClusterIPs and NodePorts unique, but manifests (and a hand-
 not, and ``externalIPs`` are any user's to write (CVE-2020-8554). A frontend written twice into the
 kernel's maps goes to whichever Service was written last, silently. So:
 
+* a ClusterIP that is unspecified, loopback, link-local, multicast or the broadcast address
+  leaves its Service out whole, named (the API server allocates ClusterIPs only from the service
+  ranges; a manifest's ``127.0.0.1`` would take the node's own listeners);
 * two Services with one ClusterIP, or one NodePort (and protocol): the older keeps it, the
   younger is left out whole, named;
 * an external IP (``spec.externalIPs``, a load-balancer ingress IP) that is another Service's
@@ -18,9 +21,11 @@ kernel's maps goes to whichever Service was written last, silently. So:
   breaks the node's own listener, ``169.254.169.254`` would take the cloud's metadata service);
 * with ``--external-ip-cidrs``, an ``externalIPs`` entry outside those ranges is refused.
 
-Older means an earlier ``metadata.creationTimestamp``; without one (manifests), after those that
-have one; ties by namespace and name. The state is kept incrementally: a change re-decides only
-the Services that share a claim with the changed ones.
+Older means an earlier ``metadata.creationTimestamp``, compared as instants (``...T01:00:00+01:00``
+and ``...T00:00:00Z`` are equal); without one (manifests), or with one that is not an RFC 3339
+timestamp (``"0"``), after those that have one; equal ages by namespace, then name. The state is
+kept incrementally: a change re-decides only the Services that share a claim with the changed
+ones.
 """
 
 from __future__ import annotations
@@ -28,9 +33,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from ipaddress import IPv4Address
 
 from nlproxy.cluster.model import IPAddress, IPNetwork, Service, ServiceKey
+from nlproxy.errors import shorten
 
 _Key = tuple[object, ...]
 """("cluster", ip), ("nodeport", protocol, port), ("external", ip, protocol, port), and
@@ -49,8 +56,8 @@ class Refusal:
 
     def messages(self, key: ServiceKey) -> tuple[str, ...]:
         if self.whole is not None:
-            return (f"Service {key}: {self.whole}; left out",)
-        return tuple(f"Service {key}: {why}; {ip} left out" for ip, why in self.addresses)
+            return (shorten(f"Service {key}: {self.whole}; left out"),)
+        return tuple(shorten(f"Service {key}: {why}; {ip} left out") for ip, why in self.addresses)
 
 
 def special(ip: IPAddress) -> str | None:
@@ -68,8 +75,30 @@ def special(ip: IPAddress) -> str | None:
     return None
 
 
-def _order(svc: Service) -> tuple[int, str, str, str]:
-    return (0 if svc.created else 1, svc.created, svc.key.namespace, svc.key.name)
+_Order = tuple[int, int, str, str]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _order(svc: Service) -> _Order:
+    """Age first (the instant, whatever offset it is written with), then namespace and name;
+    a missing or unreadable timestamp (``"0"``) sorts after every real one."""
+    when = _instant(svc.created)
+    return (0 if when is not None else 1, when or 0, svc.key.namespace, svc.key.name)
+
+
+def _instant(created: str) -> int | None:
+    """An RFC 3339 timestamp as microseconds since the epoch (no offset: UTC); None if it is
+    not one."""
+    if "T" not in created.upper():
+        return None
+    try:
+        when = datetime.fromisoformat(created)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - _EPOCH) // _MICROSECOND
 
 
 def _claims(svc: Service) -> frozenset[_Key]:
@@ -91,7 +120,7 @@ class Claims:
         self.external_ip_cidrs = tuple(external_ip_cidrs)
         self._claims: dict[ServiceKey, frozenset[_Key]] = {}
         self._by: dict[_Key, set[ServiceKey]] = {}
-        self._order: dict[ServiceKey, tuple[int, str, str, str]] = {}
+        self._order: dict[ServiceKey, _Order] = {}
         self._oldest: dict[_Key, ServiceKey] = {}
         """The oldest holder of each shared claim, once asked; dropped when its holders or
         their ages change. Without it, H Services sharing one address cost H x H comparisons
@@ -186,6 +215,11 @@ class Claims:
 
     def _decide(self, svc: Service) -> Refusal | None:
         key = svc.key
+        for i, ip in enumerate(svc.cluster_ips):
+            what = special(ip)
+            if what is not None:
+                field = "spec.clusterIP" if len(svc.cluster_ips) == 1 else f"spec.clusterIPs[{i}]"
+                return Refusal(whole=f"{field}: {ip} is {what}", addresses=())
         for ip in svc.cluster_ips:
             winner = self._older(key, ("cluster", ip))
             if winner is not None:

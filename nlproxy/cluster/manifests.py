@@ -24,7 +24,7 @@ from nlproxy.cluster.model import Invalid, ObjectRef, Replace, Skip, Upsert
 from nlproxy.cluster.parse import KINDS, object_ref, to_change
 from nlproxy.cluster.readdir import Directory, FileRead, Unsettled
 from nlproxy.cluster.schema import unknown_fields
-from nlproxy.errors import ConfigError
+from nlproxy.errors import ConfigError, shorten
 
 SUFFIXES = frozenset({".yaml", ".yml", ".json"})
 MAX_LOAD_BYTES = 2 * MAX_FILE_BYTES
@@ -162,8 +162,8 @@ def _load(
     changes = tuple(Replace(kind=kind, changes=tuple(by_kind[kind])) for kind in KINDS)
     return ManifestLoad(
         changes=changes,
-        errors=tuple(errors),
-        warnings=tuple(warnings),
+        errors=tuple(shorten(e) for e in errors),
+        warnings=tuple(shorten(w) for w in warnings),
         good=good,
         unsettled=tuple(unsettled),
     )

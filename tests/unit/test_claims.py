@@ -120,6 +120,52 @@ def test_special_addresses_are_refused(ip: str, what: str) -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("ips", "field", "what"),
+    [
+        (["127.0.0.1"], "spec.clusterIP", "a loopback address"),
+        (["0.0.0.0"], "spec.clusterIP", "an unspecified address"),
+        (["169.254.169.254"], "spec.clusterIP", "a link-local address"),
+        (["224.0.0.251"], "spec.clusterIP", "a multicast address"),
+        (["255.255.255.255"], "spec.clusterIP", "the broadcast address"),
+        (["10.96.0.3", "::1"], "spec.clusterIPs[1]", "a loopback address"),
+        (["10.96.0.3", "fe80::1"], "spec.clusterIPs[1]", "a link-local address"),
+    ],
+)
+def test_special_cluster_ips_leave_the_service_out(ips: list[str], field: str, what: str) -> None:
+    """As for external IPs: a ClusterIP of 127.0.0.1 would take the node's own listeners."""
+    svc = service("a", "web", ips)
+    state = ClusterState("n1")
+    state.apply([up(svc), up(service("a", "ok", "10.96.0.4"))])
+    assert set(state.snapshot().services) == {ServiceKey(namespace="a", name="ok")}
+    assert state.refused == [f"Service a/web: {field}: {ips[-1]} is {what}; left out"]
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "holder"),
+    [
+        # Not a timestamp: after every real one (it sorted first as text).
+        ("0", "2024-05-01T10:00:00Z", "b/copy"),
+        ("yesterday", "2024-05-01T10:00:00Z", "b/copy"),
+        # The same instant written two ways: equal ages, the namespace decides.
+        ("2024-05-01T11:00:00+01:00", "2024-05-01T10:00:00Z", "a/web"),
+        ("2024-05-01T10:00:00.000000Z", "2024-05-01T10:00:00Z", "a/web"),
+        # An earlier instant wins, whatever its text sorts as.
+        ("2024-05-01T10:30:00+01:00", "2024-05-01T10:00:00Z", "a/web"),
+        ("2024-05-01T10:00:00Z", "2024-05-01T09:30:00-01:00", "a/web"),
+    ],
+)
+def test_ages_are_instants_and_odd_timestamps_count_as_none(
+    first: str, second: str, holder: str
+) -> None:
+    a = service("a", "web", "10.96.0.10", created=first)
+    b = service("b", "copy", "10.96.0.10", created=second)
+    state = ClusterState("n1")
+    state.apply([up(a), up(b)])
+    (kept,) = state.snapshot().services
+    assert str(kept) == holder
+
+
 def test_external_ip_cidrs_restrict_external_ips_only() -> None:
     ext = service("a", "ext", "10.96.0.1", external_ips=["203.0.113.9", "198.51.100.7"])
     lb = service("a", "lb", "10.96.0.2", load_balancer_ips=["198.51.100.8"])
