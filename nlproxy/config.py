@@ -11,6 +11,7 @@ naming the field (exit status 2). Flags given on the command line override the f
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -21,8 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
+from nlproxy.cluster.decode import FileError, documents
 from nlproxy.cluster.model import IPAddress, IPNetwork, LoadBalancing
 from nlproxy.conntrack.sysctl import ConntrackConfig
 from nlproxy.errors import ConfigError
@@ -150,9 +150,38 @@ def parse_duration(text: object, name: str) -> float:
             break
         total += float(m.group(1)) * _UNIT[m.group(2)]
         pos = m.end()
-    if pos != len(text):
+    if pos != len(text) or not math.isfinite(total):
         raise ConfigError("KubeProxyConfiguration", f"{text!r} is not a duration", field=name)
     return total
+
+
+MAX_MIN_SYNC_PERIOD = 60.0
+"""The longest ``minSyncPeriod``: every change waits up to it (kube-proxy's default is 1 s)."""
+MAX_SYNC_PERIOD = 86400.0
+"""The longest ``syncPeriod`` (the full read-back's interval): a day."""
+
+
+def _period(seconds: float, attr: str, name: str) -> float:
+    """A sync period within its bounds (``name``: the flag or field it came from).
+
+    Raises:
+        ConfigError: ``minSyncPeriod`` over a minute (every change would wait for it), or
+            ``syncPeriod`` over a day.
+    """
+    if attr == "min_sync_period" and seconds > MAX_MIN_SYNC_PERIOD:
+        raise ConfigError(name, f"{seconds:g}s is more than 1m; every change would wait for it")
+    if seconds > MAX_SYNC_PERIOD:
+        raise ConfigError(name, f"{seconds:g}s is more than 24h")
+    return seconds
+
+
+def _check_periods(cfg: DaemonConfig) -> None:
+    """kube-proxy's rule: ``minSyncPeriod`` no longer than ``syncPeriod``."""
+    if cfg.min_sync_period > cfg.sync_period:
+        raise ConfigError(
+            "minSyncPeriod",
+            f"{cfg.min_sync_period:g}s is longer than syncPeriod ({cfg.sync_period:g}s)",
+        )
 
 
 def _get(doc: Mapping[str, Any], path: str) -> Any:
@@ -247,7 +276,7 @@ def _merge_periods(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
             value = _get(doc, path)
             seconds = parse_duration(value, path) if value else 0.0
             if seconds > 0:  # kubeadm writes 0s for "default"
-                cfg = _with(cfg, attr, seconds)
+                cfg = _with(cfg, attr, _period(seconds, attr, path))
                 break
     marks = "iptables" if section == "ipvs" else section
     bit = _get(doc, f"{marks}.masqueradeBit")
@@ -299,6 +328,73 @@ def _conntrack(section: object) -> ConntrackConfig:
     return replace(default, **values)
 
 
+MAX_CONFIG_BYTES = 1 << 20
+"""A configuration file larger than this is refused (kube-proxy's is a few kilobytes)."""
+MAX_CONFIG_VALUES = 100_000
+"""Values a configuration file may hold once its YAML aliases are expanded: nine aliases of
+nine make a billion, which walking (for the unused fields) or printing would never finish."""
+
+
+def _read_config(path: Path) -> Any:
+    """The one document of a configuration file, read and decoded as manifests are
+    (``cluster/decode.py``): a file too large, not UTF-8, not valid YAML (or JSON), with an
+    integer of thousands of digits, nested too deeply, or an alias bomb is a ConfigError.
+
+    Raises:
+        ConfigError: any of those, naming the file.
+    """
+    where = f"config {path}"
+    try:
+        with path.open("rb") as f:  # the operator's path: links followed, a pipe read
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_CONFIG_BYTES:
+                raise ConfigError(where, f"{size} bytes; at most {MAX_CONFIG_BYTES}")
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(where, exc.strerror or str(exc)) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(where, f"more than {MAX_CONFIG_BYTES} bytes")
+    try:
+        docs = documents(path, data)
+    except FileError as exc:
+        reason = " ".join(str(exc).split())  # one line, whatever the parser's text
+        raise ConfigError(where, reason.removeprefix(f"{path.name}: ")) from None
+    if len(docs) > 1:
+        raise ConfigError(where, f"holds {len(docs)} YAML documents; expected one")
+    doc = docs[0] if docs else None
+    if _values(doc, MAX_CONFIG_VALUES) > MAX_CONFIG_VALUES:
+        raise ConfigError(
+            where, f"more than {MAX_CONFIG_VALUES} values once its YAML aliases are expanded"
+        )
+    return doc
+
+
+def _values(doc: object, most: int) -> int:
+    """How many values ``doc`` holds with aliases expanded, counting shared ones once per use
+    but each container walked once (so a bomb is measured without being expanded); stops
+    counting past ``most``."""
+    sizes: dict[int, int] = {}
+
+    def size(node: object) -> int:
+        if not isinstance(node, dict | list):
+            return 1
+        known = sizes.get(id(node))
+        if known is None:
+            items = node.values() if isinstance(node, dict) else node
+            known = 1
+            for item in items:
+                known += size(item)
+                if known > most:
+                    break
+            sizes[id(node)] = known
+        return known
+
+    try:
+        return size(doc)
+    except RecursionError:  # a YAML document cannot nest this deep (the parser refuses it)
+        return most + 1
+
+
 def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> DaemonConfig:
     """Read a KubeProxyConfiguration YAML file on top of ``base`` (defaults).
 
@@ -306,10 +402,7 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
         ConfigError: unreadable file, wrong kind/apiVersion, or an invalid value (names the field).
     """
     cfg = base or DaemonConfig()
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"config {path}", str(exc)) from exc
+    doc = _read_config(path)
     if not isinstance(doc, Mapping):
         raise ConfigError(f"config {path}", "is not a YAML mapping")
     if doc.get("kind") != "KubeProxyConfiguration" or doc.get("apiVersion") not in API_VERSIONS:
@@ -527,12 +620,13 @@ def daemon_config(flags: Flags) -> DaemonConfig:
         )
     if flags.bind_address and flags.bind_address not in ("0.0.0.0", "::"):
         cfg = replace(cfg, node_ip=str(_addresses(flags.bind_address, "--bind-address")[0]))
-    if flags.min_sync_period:
-        cfg = replace(
-            cfg, min_sync_period=parse_duration(flags.min_sync_period, "--min-sync-period")
-        )
-    if flags.sync_period:
-        cfg = replace(cfg, sync_period=parse_duration(flags.sync_period, "--sync-period"))
+    for flag, attr, text in (
+        ("--min-sync-period", "min_sync_period", flags.min_sync_period),
+        ("--sync-period", "sync_period", flags.sync_period),
+    ):
+        if text:
+            cfg = _with(cfg, attr, _period(parse_duration(text, flag), attr, flag))
+    _check_periods(cfg)
     if not cfg.node_name:
         cfg = replace(cfg, node_name=os.environ.get("NLPROXY_NODE_NAME") or socket.gethostname())
     if flags.master:
