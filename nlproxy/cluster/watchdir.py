@@ -20,6 +20,7 @@ import trio
 
 from nlproxy.cluster.manifests import EMPTY_GRACE, GoodFile, load_manifests
 from nlproxy.cluster.model import Change
+from nlproxy.errors import ConfigError
 from nlproxy.log import get_logger
 
 IN_MODIFY = 0x2
@@ -109,9 +110,26 @@ class ManifestSource:
             return True
         return (st.st_dev, st.st_ino) != self._identity
 
+    async def _reload(self, send: trio.MemorySendChannel[Sequence[Change]]) -> None:
+        """Send the directory's contents again; if it cannot be listed now (EMFILE, or gone
+        between two looks), the objects stay as they are and it is tried again soon.
+
+        Cancellation: safe at any point.
+        """
+        try:
+            changes = await self._load()
+        except ConfigError as exc:
+            self.log.warning("source.reload_failed", directory=str(self.directory), error=str(exc))
+            self._unsettled = (str(self.directory),)
+            return
+        await send.send(changes)
+
     async def _load(self) -> Sequence[Change]:
         """The directory's contents, read in a worker thread: a large file (or a slow file
         system) never keeps the event loop from answering ``/livez`` or repairing the table.
+
+        Raises:
+            ConfigError: the directory cannot be listed.
 
         Cancellation: the thread's reading is abandoned (it only reads).
         """
@@ -149,7 +167,7 @@ class ManifestSource:
                 with trio.move_on_after(self._recheck()) as waited:
                     await trio.lowlevel.wait_readable(self._fd)
                 if waited.cancelled_caught:
-                    await send.send(await self._load())
+                    await self._reload(send)
                     continue
                 if not await self._quiet():
                     continue  # only the parent's other entries changed
@@ -157,7 +175,7 @@ class ManifestSource:
                     await self._follow()
                     await self._quiet()  # let what is published there settle first
                 self.log.debug("source.reload", directory=str(self.directory))
-                await send.send(await self._load())
+                await self._reload(send)
         finally:
             os.close(self._fd)
 

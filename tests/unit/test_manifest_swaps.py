@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import resource
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -136,4 +137,27 @@ async def test_truncate_then_write_loses_nothing_and_an_emptied_file_deletes_aft
             while _names(await recv.receive()) != {"db"}:
                 pass
             assert trio.current_time() - start >= EMPTY_GRACE * 0.9
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_reload_that_meets_emfile_is_tried_again_not_fatal(tmp_path: Path) -> None:
+    """Out of descriptors, the directory cannot be opened: the objects stay, the source task
+    lives on, and the reload is made once descriptors are back."""
+    (tmp_path / "web.yaml").write_text(_service("web"))
+    source = ManifestSource(tmp_path, settle=0.05, max_wait=0.2)
+    send, recv = trio.open_memory_channel[Sequence[Change]](100)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(source.run, send)
+            assert _names(await recv.receive()) == {"web"}
+            (tmp_path / "db.yaml").write_text(_service("db", 5432))
+            try:
+                resource.setrlimit(
+                    resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) - 1, hard)
+                )
+                await trio.sleep(1)  # the reload fails meanwhile
+            finally:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            assert _names(await recv.receive()) == {"web", "db"}
             nursery.cancel_scope.cancel()
