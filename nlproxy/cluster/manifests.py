@@ -178,8 +178,10 @@ def _current(
         Unsettled: emptied less than EMPTY_GRACE ago, after holding objects.
         FileError: it does not parse.
     """
-    if not read.data and kept and kept.objects and now - read.changed < EMPTY_GRACE:
-        raise Unsettled(name)  # a rewrite truncates first: deleted if it stays empty
+    # A rewrite truncates first: deleted if it stays empty. (A clock set back by more than the
+    # grace does not keep an emptied file's objects for ever.)
+    if not read.data and kept and kept.objects and abs(now - read.changed) < EMPTY_GRACE:
+        raise Unsettled(name)
     digest = hashlib.blake2b(read.data, digest_size=16).digest()
     if kept is not None and kept.digest == digest:
         notes += kept.notes

@@ -47,7 +47,8 @@ class Unsettled(Exception):
 class FileRead:
     data: bytes
     changed: float
-    """When the file last changed (the later of its mtime and ctime), seconds since the epoch."""
+    """When the file last changed, seconds since the epoch: its ctime, which the kernel sets
+    (an mtime can be set to any time by whoever writes the file)."""
 
 
 class Directory:
@@ -121,7 +122,7 @@ class Directory:
             os.close(fd)
         if len(data) != size or _version(before) != _version(after):
             raise Unsettled(name)
-        return FileRead(data, max(after.st_mtime, after.st_ctime))
+        return FileRead(data, after.st_ctime)
 
     def _open(self, name: str) -> int:
         flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
