@@ -91,6 +91,7 @@ def full_plan(idle: int = 600) -> Plan:
             ("bench_plan.py", ("--services", "10000", "--endpoints", "10", "--rounds", "2")),
             ("bench_metrics.py", ("--services", "10000", "--endpoints", "10")),
             ("bench_claims.py", ("--services", "10000", "--endpoints", "10")),
+            ("bench_reload.py", ("--services", "2000", "--endpoints", "10")),
             *target_runs(idle),  # bench_daemon, bench_kube_cold and bench_cli among them
         ),
     )
@@ -154,6 +155,7 @@ def quick_plan() -> Plan:
             ("bench_verify.py", ("--services", "1000", "--endpoints", "10")),
             ("bench_metrics.py", ("--services", "1000", "--endpoints", "10")),
             ("bench_claims.py", ("--services", "1000", "--endpoints", "10")),
+            ("bench_reload.py", ("--services", "500", "--endpoints", "10", "--rewrites", "4")),
             (
                 "bench_cli.py",
                 ("--flows", "10000", "--services", "1000", "--endpoints", "10"),
