@@ -46,10 +46,21 @@ class FileError(Exception):
     """A file that cannot be used as a whole; the message names the file (and line)."""
 
 
-def documents(path: Path, data: bytes) -> list[Any]:
+def documents(path: Path, data: bytes | None = None) -> list[Any]:
     """The parsed documents of one file's ``data``, all or nothing (a half-read file would make
     the ``Replace`` delete the objects after the error); ``path`` names it (and its suffix says
-    JSON or YAML). Reading it is ``readdir.py``'s."""
+    JSON or YAML). The daemon's reading is ``readdir.py``'s (beneath the directory, regular
+    files only); without ``data``, ``path`` is read here (tests, tools)."""
+    try:
+        if data is None:
+            size = path.stat().st_size
+            if size > MAX_FILE_BYTES:
+                raise FileError(
+                    f"{path.name}: {size} bytes, more than a manifest may hold ({MAX_FILE_BYTES})"
+                )
+            data = path.read_bytes()
+    except OSError as exc:
+        raise FileError(f"{path.name}: cannot read: {exc.strerror}") from exc
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
