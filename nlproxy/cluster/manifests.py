@@ -85,13 +85,14 @@ def load_manifests(
     last_good: dict[str, GoodFile] | None = None,
     *,
     now: float | None = None,
+    budget: int = MAX_LOAD_BYTES,
 ) -> ManifestLoad:
     """Load every manifest file in ``directory`` (not recursive; dotfiles are skipped, which
     also skips the ``..data`` links of a mounted ConfigMap). Files are read in name order and the
     result is deterministic; the first definition of an object wins over later duplicates.
 
     Files are opened beneath the directory, regular files only (``readdir.py``): a link out of
-    it is named and not read. At most :data:`MAX_LOAD_BYTES` are read in one load.
+    it is named and not read. At most ``budget`` bytes are read in one load.
 
     Args:
         last_good: the ``good`` of the previous load (the daemon passes it): a file that cannot
@@ -101,6 +102,7 @@ def load_manifests(
             been empty for less than :data:`EMPTY_GRACE` seconds (truncated, to be written
             again), keeps them too and is listed in ``unsettled``.
         now: the time (seconds since the epoch) to measure that grace from; the clock's.
+        budget: the most bytes read in all (a file past it keeps its last good objects).
 
     Raises:
         ConfigError: the directory cannot be listed.
@@ -113,7 +115,8 @@ def load_manifests(
             enabled = gc.isenabled()
             gc.disable()
             try:
-                return _load(opened, names, last_good or {}, time.time() if now is None else now)
+                when = time.time() if now is None else now
+                return _load(opened, names, last_good or {}, when, budget)
             finally:
                 if enabled:
                     gc.enable()
@@ -122,7 +125,11 @@ def load_manifests(
 
 
 def _load(
-    directory: Directory, names: list[str], last_good: dict[str, GoodFile], now: float
+    directory: Directory,
+    names: list[str],
+    last_good: dict[str, GoodFile],
+    now: float,
+    budget: int,
 ) -> ManifestLoad:
     by_kind: dict[str, list[Upsert | Skip | Invalid]] = {kind: [] for kind in KINDS}
     first_seen: dict[ObjectRef, str] = {}
@@ -130,7 +137,6 @@ def _load(
     warnings: list[str] = []
     unsettled: list[str] = []
     good: dict[str, GoodFile] = {}
-    budget = MAX_LOAD_BYTES
     for name in names:
         notes: list[str] = []
         kept = last_good.get(name)

@@ -161,3 +161,17 @@ async def test_a_reload_that_meets_emfile_is_tried_again_not_fatal(tmp_path: Pat
                 resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
             assert _names(await recv.receive()) == {"web", "db"}
             nursery.cancel_scope.cancel()
+
+
+def test_files_past_the_reloads_budget_keep_their_last_good_objects(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(_service("web"))
+    (tmp_path / "b.yaml").write_text(_service("db", 5432))
+    first = load_manifests(tmp_path)
+    budget = len(_service("web")) + 10
+    (tmp_path / "b.yaml").write_text(_service("db", 5433))
+    again = load_manifests(tmp_path, first.good, budget=budget)
+    assert _services(again) == {"web", "db"}
+    assert again.errors == (
+        f"b.yaml: not read: {len(_service('db', 5433))} bytes, more than is left of one "
+        "reload's budget (10); its last good objects are kept",
+    )
