@@ -11,7 +11,8 @@ out; everything else goes on.
 - Sources (``source``: what the daemon is given):
   the Kubernetes API — ``kube`` (list + watch, relist on ``410 Gone``), ``kube_http`` (the
   requests, decoded from raw JSON), ``kube_link`` (retry delays, reachability, unreadable kinds);
-  a directory of manifests — ``manifests`` (load YAML/JSON files), ``watchdir`` (reload on
-  inotify).
+  a directory of manifests — ``manifests`` (load YAML/JSON files), ``readdir`` (open them
+  beneath the directory, regular files only), ``decode`` (their text to documents),
+  ``watchdir`` (reload on inotify, in a worker thread).
 - ``state``: the current valid objects and which Services changed since the last sync.
 """
