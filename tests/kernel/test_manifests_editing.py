@@ -94,6 +94,28 @@ def test_a_file_written_in_pieces_is_read_whole(testbed: Testbed, tmp_path: Path
     assert probes.lost == 0, f"{probes.lost} of {probes.sent} probes lost"
 
 
+def test_truncate_then_write_loses_no_probe(testbed: Testbed, tmp_path: Path) -> None:
+    """A rewrite that truncates, then writes a moment later (after a reload saw the file
+    empty): the Services stay programmed throughout; a file left empty deletes them."""
+    d = tmp_path / "m"
+    d.mkdir()
+    f = d / "objects.yaml"
+    text = yaml.safe_dump_all(objects(testbed, ["pod-a"]), sort_keys=False)
+    f.write_text(text)
+    with daemon(testbed, d) as proc, Prober(testbed) as probes:
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+        for _ in range(3):
+            f.write_text("")
+            time.sleep(0.5)  # a reload has read it empty meanwhile
+            f.write_text(text)
+            time.sleep(0.5)
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+        assert probes.lost == 0, f"{probes.lost} of {probes.sent} probes lost"
+        f.write_text("")  # emptied for good: its Services go once it has stayed empty
+        wait_until(lambda: not answered_by(testbed, VIP_A, 1), 30.0, "the Services deleted")
+        assert proc.proc.poll() is None
+
+
 def test_a_misspelt_kind_is_named(
     testbed: Testbed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
