@@ -4,6 +4,9 @@ whole, and a misspelt kind is named. Real packets keep flowing throughout."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import threading
 import time
 from pathlib import Path
@@ -14,9 +17,11 @@ import yaml
 
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.daemon import VIP_A, answered_by, daemon, objects, wait_until
+from tests.kernel.daemon import VIP_A, answered_by, daemon, nft, objects, wait_until
 
 testbed = topo.testbed
+IN_OPEN = 0x20
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def _invalid(proc: Any) -> float:
@@ -114,6 +119,46 @@ def test_truncate_then_write_loses_no_probe(testbed: Testbed, tmp_path: Path) ->
         f.write_text("")  # emptied for good: its Services go once it has stayed empty
         wait_until(lambda: not answered_by(testbed, VIP_A, 1), 30.0, "the Services deleted")
         assert proc.proc.poll() is None
+
+
+def test_a_fifo_swapped_in_during_a_reload_hangs_nothing(testbed: Testbed, tmp_path: Path) -> None:
+    """The FIFO takes b.yaml's name after the reload listed the directory (when a.yaml, read
+    first, is opened): the daemon neither blocks opening it nor stops answering ``/livez`` or
+    repairing its table; the file is named, and its Services keep their last good objects."""
+    d = tmp_path / "m"
+    d.mkdir()
+    body = "".join(f"  key{i}: value {i}\n" for i in range(100_000))
+    (d / "a.yaml").write_text(
+        f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: big}}\ndata:\n{body}"
+    )
+    (d / "b.yaml").write_text(yaml.safe_dump_all(objects(testbed, ["pod-a"]), sort_keys=False))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with daemon(testbed, d) as proc:
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+        fd = _libc.inotify_init1(os.O_CLOEXEC)
+        assert fd >= 0
+        try:
+            assert _libc.inotify_add_watch(fd, os.fsencode(d / "a.yaml"), IN_OPEN) >= 0
+            (d / "c.yaml").write_text("")  # a reload
+            os.read(fd, 4096)  # a.yaml opened: the names are listed
+            fifo.rename(d / "b.yaml")
+        finally:
+            os.close(fd)
+        wait_until(lambda: _livez(proc), 30.0, "/livez answered")
+        nft(testbed, "delete", "table", "ip", "nlproxy")
+        wait_until(lambda: answered_by(testbed, VIP_A, 1) == {"pod-a"}, 30.0, "the table repaired")
+        wait_until(lambda: _invalid(proc) == 1, 30.0, "the FIFO named")
+        assert _livez(proc)
+    with contextlib.suppress(OSError):  # frees a daemon blocked in open(), if it was
+        os.close(os.open(d / "b.yaml", os.O_WRONLY | os.O_NONBLOCK))
+
+
+def _livez(proc: Any) -> bool:
+    try:
+        return bool(proc.get(proc.healthz, "/livez")[0] == 200)
+    except OSError:
+        return False
 
 
 def test_a_misspelt_kind_is_named(
