@@ -160,14 +160,23 @@ def publish(directory: Path, objs: list[dict[str, Any]]) -> Path:
     return directory
 
 
+LOADED_MACHINE_BOUND = 90.0
+"""The least any wait gives a condition before failing: the test machines are shared, and at
+load 10 what takes 1 s alone can take many. Tests never assert how long something took."""
+
+
 def wait_until(check: Any, timeout: float, what: str) -> float:
-    """Poll ``check()`` until true; return the seconds it took."""
+    """Poll ``check()`` until true; return the seconds it took.
+
+    ``timeout`` is how long it takes on a quiet machine at most; the wait goes on until
+    ``LOADED_MACHINE_BOUND`` if that is longer, so only a condition that never comes fails."""
+    bound = max(timeout, LOADED_MACHINE_BOUND)
     start = time.monotonic()
-    while time.monotonic() - start < timeout:
+    while time.monotonic() - start < bound:
         if check():
             return time.monotonic() - start
         time.sleep(0.02)
-    raise AssertionError(f"{what}: not within {timeout}s")
+    raise AssertionError(f"{what}: not within {bound:.0f} s")
 
 
 def answered_by(tb: Testbed, vip: str, n: int = 12) -> set[str]:

@@ -41,13 +41,13 @@ from tests.kernel.daemon import (
 testbed = topo.testbed
 
 
-def test_manifest_changes_take_effect_within_a_second(testbed: Testbed, tmp_path: Path) -> None:
+def test_manifest_changes_take_effect(testbed: Testbed, tmp_path: Path) -> None:
+    """How soon is bench_daemon's to measure; here, that each change takes effect."""
     d = publish(tmp_path / "m", objects(testbed, ["pod-a", "pod-b"]))
     with daemon(testbed, d):
         assert answered_by(testbed, VIP_A) == {"pod-a", "pod-b"}
         publish(d, objects(testbed, ["pod-b"]))
-        took = wait_until(lambda: answered_by(testbed, VIP_A, 6) == {"pod-b"}, 1.0, "removal")
-        assert took < 1.0
+        wait_until(lambda: answered_by(testbed, VIP_A, 6) == {"pod-b"}, 1.0, "removal")
         (d / "99-extra.yaml").write_text("")  # an unrelated file: no harm
         publish(d, objects(testbed, ["pod-a", "pod-b"])[:3])  # service b removed
         wait_until(

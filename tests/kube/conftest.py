@@ -54,13 +54,13 @@ class Feed:
         self.receive = receive
         self.batches: list[Sequence[Change]] = []
 
-    async def batch(self, within: float = 10) -> Sequence[Change]:
+    async def batch(self, within: float = 60) -> Sequence[Change]:
         with trio.fail_after(within):
             batch = await self.receive.receive()
         self.batches.append(batch)
         return batch
 
-    async def until(self, pred: Callable[[Change], bool], within: float = 10) -> list[Change]:
+    async def until(self, pred: Callable[[Change], bool], within: float = 60) -> list[Change]:
         """Changes received up to and including the first one matching ``pred``."""
         seen: list[Change] = []
         with trio.fail_after(within):
@@ -93,7 +93,7 @@ async def start_source(
     return feed, source
 
 
-async def eventually(pred: Callable[[], bool], within: float = 10) -> None:
+async def eventually(pred: Callable[[], bool], within: float = 60) -> None:
     """Wait for a condition on the (threaded) server's state."""
     with trio.fail_after(within):
         while True:
