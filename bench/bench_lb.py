@@ -65,6 +65,7 @@ from nlproxy.cluster.model import (
 from nlproxy.log import configure
 from nlproxy.nft.ir import Element, Family, Operation, Rule, Ruleset
 from nlproxy.nft.jhash import nft_jhash
+from nlproxy.nft.packed import PackedRun
 from nlproxy.nft.reconcile import diff
 from nlproxy.proxy import budget as lb_budget
 from nlproxy.proxy.hashring import lookup_table, table_size
@@ -154,10 +155,13 @@ def replaced(endpoints: int) -> EndpointSlice:
 def _change(result: SyncResult, ops: list[Operation]) -> dict[str, object]:
     """One sync's operations by kind (the planner's diff of the same change) and its commit;
     a sync is one batch per family, and only ``ip`` changes here."""
-    kinds = Counter(
-        f"{op.verb} {'element' if isinstance(op.obj, Element) else type(op.obj).__name__.lower()}"
-        for op in ops
-    )
+    kinds: Counter[str] = Counter()
+    for op in ops:
+        if isinstance(op.obj, PackedRun):  # elements held as the kernel's bytes, one per key
+            kinds[f"{op.verb} element"] += len(op.obj.keys)
+        else:
+            kind = "element" if isinstance(op.obj, Element) else type(op.obj).__name__.lower()
+            kinds[f"{op.verb} {kind}"] += 1
     return {
         "incremental": result.incremental,
         "ops": result.total_ops,
