@@ -1,0 +1,8 @@
+"""The operator commands' logic, one module per command, read only but for ``conntrack flush``.
+
+Each gathers what the kernel (and a running daemon, or a manifests directory) says and returns
+values or text; none parses a command line (``commands/`` does) and the daemon imports none.
+
+- ``conntrack``: ``nlproxy conntrack list|flush``: select flows (filters, a Service, stale ones),
+  print or delete them.
+"""
