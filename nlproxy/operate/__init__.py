@@ -5,4 +5,5 @@ values or text; none parses a command line (``commands/`` does) and the daemon i
 
 - ``conntrack``: ``nlproxy conntrack list|flush``: select flows (filters, a Service, stale ones),
   print or delete them.
+- ``inspect``: ``nlproxy inspect``'s rows: programmed endpoints joined with their verdicts.
 """
