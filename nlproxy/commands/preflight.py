@@ -1,6 +1,6 @@
 """``nlproxy preflight``: on a kube-proxy node, before switching, everything that would bite.
 
-Thin wiring over :mod:`nlproxy.explain.preflight`: gathers the node's facts (kube-proxy's
+Thin wiring over :mod:`nlproxy.operate.preflight`: gathers the node's facts (kube-proxy's
 leftovers of every mode, the API server nlproxy would use, the conntrack sysctls, the
 KubeProxyConfiguration, nftables, other proxies' tables) and prints one screen, or ``--json``.
 Exit status 0 when nothing would break traffic, 1 when something would (a ``FAIL`` line says
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the command's modules load only when it runs
     from nlproxy.config import DaemonConfig
-    from nlproxy.explain.preflight import Finding
     from nlproxy.nft.ir import IPNetwork
+    from nlproxy.operate.preflight import Finding
 
 NAME = "preflight"
 HELP = "before switching a kube-proxy node: what would break or change (exit 1 if it would break)"
@@ -48,8 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from nlproxy.config import DaemonConfig, _networks
     from nlproxy.conntrack.sysctl import ConntrackConfig
-    from nlproxy.explain import preflight as pf
     from nlproxy.inspect.foreign import find, names
+    from nlproxy.operate import preflight as pf
 
     cidrs = tuple(_networks(args.service_cidr, "--service-cidr")) or (pf.KUBEADM_SERVICE_CIDR,)
     findings: list[pf.Finding] = []
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 def _api_server(
     args: argparse.Namespace, cfg: DaemonConfig | None, cidrs: Sequence[IPNetwork]
 ) -> Finding:
-    from nlproxy.explain import preflight as pf
+    from nlproxy.operate import preflight as pf
 
     host = os.environ.get("KUBERNETES_SERVICE_HOST")
     kubeconfig = args.kubeconfig or (cfg.kubeconfig if cfg is not None else None)

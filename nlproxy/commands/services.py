@@ -1,6 +1,6 @@
 """``nlproxy services``: one table of every service port's frontends and backends on this node.
 
-Thin wiring over :mod:`nlproxy.explain.services`: reads what is programmed (tables ``ip``/``ip6
+Thin wiring over :mod:`nlproxy.operate.services`: reads what is programmed (tables ``ip``/``ip6
 nlproxy``, read back from the kernel and decoded by ``explain.rules.kernel_frontends`` through
 ``proxy/layout.py``, the one copy of the ruleset read backwards), classifies each backend with
 the inspector, and with ``--manifests DIR`` takes backend conditions and traffic policies from
@@ -17,9 +17,12 @@ from pathlib import Path
 from nlproxy.cluster.manifests import load_manifests
 from nlproxy.cluster.model import Upsert
 from nlproxy.errors import ConfigError
-from nlproxy.explain.report import parse_service_key
-from nlproxy.explain.rules import FrontendReport, kernel_frontends
-from nlproxy.explain.services import (
+from nlproxy.inspect.classify import classify
+from nlproxy.nft.ir import Family
+from nlproxy.nft.readback import read_ruleset
+from nlproxy.operate.explain import parse_service_key
+from nlproxy.operate.rules import FrontendReport, kernel_frontends
+from nlproxy.operate.services import (
     Manifests,
     build_rows,
     join_frontends,
@@ -27,9 +30,6 @@ from nlproxy.explain.services import (
     render_table,
     row_json,
 )
-from nlproxy.inspect.classify import classify
-from nlproxy.nft.ir import Family
-from nlproxy.nft.readback import read_ruleset
 from nlproxy.proxy import naming as n
 
 NAME = "services"

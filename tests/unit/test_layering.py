@@ -58,7 +58,6 @@ IO_MODULES = (
     "io",
     "shutil",
     "tempfile",
-    "nlproxy.explain",
     "nlproxy.operate",
 )
 
@@ -80,7 +79,6 @@ STAGES = (
     "inspect",
     "serve",
     "daemon",
-    "explain",
     "operate",
 )
 
@@ -95,7 +93,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("nlproxy.serve",),  # ⑤ what the node exposes
     ("nlproxy.sync",),  # ④ one sync, the loop
     ("nlproxy.daemon",),  # wiring only
-    ("nlproxy.explain",),  # operator reports, read only
     ("nlproxy.operate",),  # the operator commands' logic, one module per command
     ("nlproxy.commands",),  # one thin module per subcommand
     ("nlproxy.cli",),
@@ -379,14 +376,14 @@ def test_a_file_read_is_caught(source: str) -> None:
             id="proxy-logs-through-cluster",
         ),
         pytest.param(
-            {"nlproxy.config": {"nlproxy.explain.x"}, "nlproxy.nft.x": {"nlproxy.config"}},
+            {"nlproxy.config": {"nlproxy.operate.x"}, "nlproxy.nft.x": {"nlproxy.config"}},
             "nft/ knows no Kubernetes",
             id="nft-reaches-services-through-config",
         ),
     ],
 )
 def test_each_rule_holds_through_other_modules(edges: dict[str, set[str]], breach: str) -> None:
-    edges = {**edges, "nlproxy.explain.x": {"nlproxy.proxy.z"}, "nlproxy.proxy.z": set()}
+    edges = {**edges, "nlproxy.operate.x": {"nlproxy.proxy.z"}, "nlproxy.proxy.z": set()}
     found = breaches(edges, RULES)
     assert any(breach in line for line in found), found
 
@@ -398,7 +395,9 @@ def test_each_rule_holds_through_other_modules(edges: dict[str, set[str]], breac
         pytest.param("nlproxy.proxy.x", "nlproxy.sync.loop", id="planner-imports-the-sync"),
         pytest.param("nlproxy.conntrack.x", "nlproxy.inspect.rtnl", id="sibling-effects"),
         pytest.param("nlproxy.cluster.x", "nlproxy.config", id="source-imports-config"),
-        pytest.param("nlproxy.serve.x", "nlproxy.explain.report", id="serve-imports-explain"),
+        pytest.param(
+            "nlproxy.serve.x", "nlproxy.operate.explain", id="serve-imports-an-operator-command"
+        ),
         pytest.param("nlproxy.daemon.x", "nlproxy.commands.run", id="daemon-imports-a-command"),
     ],
 )
@@ -429,10 +428,10 @@ def test_a_cycle_is_caught() -> None:
         ("nlproxy.proxy.x", "from nlproxy.netlink.nlsock import open_socket", "proxy/ does no I/O"),
         ("nlproxy.daemon.x", "import argparse", "nothing below commands/"),
         ("nlproxy.sync.x", "from nlproxy.cli import main", "nothing below commands/"),
-        ("nlproxy.explain.x", "from nlproxy.demo import testbed", "only the demo command"),
+        ("nlproxy.operate.x", "from nlproxy.demo import testbed", "only the demo command"),
         ("nlproxy.proxy.x", "import time", "proxy/ does no I/O"),
         ("nlproxy.proxy.x", "from nlproxy.log import get_logger", "proxy/ does no I/O"),
-        ("nlproxy.proxy.x", "from nlproxy.explain import report", "proxy/ does no I/O"),
+        ("nlproxy.proxy.x", "from nlproxy.operate import explain", "proxy/ does no I/O"),
         ("nlproxy.netlink.x", "from nlproxy.conntrack import messages", "netlink/ imports no"),
         ("nlproxy.sync.x", "from nlproxy.daemon.memory import release", "sync/ does not import"),
     ],

@@ -1,7 +1,7 @@
 """``nlproxy services``: every programmed frontend with its backends, their state and policies.
 
 Sits at the end of the flow with the other read-only reports. The frontends come from the
-kernel through the one read-back of the ruleset's shape (:func:`nlproxy.explain.rules.
+kernel through the one read-back of the ruleset's shape (:func:`nlproxy.operate.rules.
 kernel_frontends`), the reachability of each backend from the inspector
 (:func:`nlproxy.inspect.classify.classify`), and, when a manifests directory is given, the Services
 and
@@ -28,10 +28,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from nlproxy.cluster.model import EndpointSlice, Service
-from nlproxy.explain.manifests import service_frontends
-from nlproxy.explain.rules import FrontendReport, FrontKey
 from nlproxy.inspect.classify import Reachability
 from nlproxy.nft.ir import Family, IPAddress, Ruleset, Set, SetUpdate
+from nlproxy.operate.manifests import service_frontends
+from nlproxy.operate.rules import FrontendReport, FrontKey
 from nlproxy.proxy.layout import closure, proto_name
 
 Target = tuple[IPAddress, int]
