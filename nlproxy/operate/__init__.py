@@ -1,4 +1,5 @@
-"""The operator commands' logic, one module per command, read only but for ``conntrack flush``.
+"""The operator commands' logic, one module per command; read only but for ``conntrack flush``
+and ``run --once``.
 
 Each gathers what the kernel (and a running daemon, or a manifests directory) says and returns
 values or text; none parses a command line (``commands/`` does) and the daemon imports none.
@@ -15,4 +16,6 @@ values or text; none parses a command line (``commands/`` does) and the daemon i
 - ``conntrack``: ``nlproxy conntrack list|flush``: select flows (filters, a Service, stale ones),
   print or delete them.
 - ``preflight``: ``nlproxy preflight``: what would bite a kube-proxy node's switch to nlproxy.
+- ``once``: ``nlproxy run --once``: reconcile once from a manifests directory, name what was
+  left out.
 """
