@@ -92,8 +92,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("nlproxy.config",),  # one typed Settings over them all
     ("nlproxy.serve",),  # ⑤ what the node exposes
     ("nlproxy.sync",),  # ④ one sync, the loop
-    ("nlproxy.daemon",),  # wiring only
-    ("nlproxy.operate",),  # the operator commands' logic, one module per command
+    # wiring only;  the operator commands' logic, one module per command (neither imports the
+    # other: the daemon runs no command, a command starts no daemon)
+    ("nlproxy.daemon", "nlproxy.operate"),
     ("nlproxy.commands",),  # one thin module per subcommand
     ("nlproxy.cli",),
     ("nlproxy.__main__",),
@@ -396,6 +397,10 @@ def test_each_rule_holds_through_other_modules(edges: dict[str, set[str]], breac
             "nlproxy.serve.x", "nlproxy.operate.explain", id="serve-imports-an-operator-command"
         ),
         pytest.param("nlproxy.daemon.x", "nlproxy.commands.run", id="daemon-imports-a-command"),
+        pytest.param("nlproxy.daemon.x", "nlproxy.operate.status", id="daemon-imports-operate"),
+        pytest.param("nlproxy.operate.once", "nlproxy.daemon.run", id="operate-imports-daemon"),
+        pytest.param("nlproxy.sync.loop", "nlproxy.daemon.memory", id="sync-imports-daemon"),
+        pytest.param("nlproxy.inspect.x", "nlproxy.operate.explain", id="effect-imports-operate"),
     ],
 )
 def test_an_import_up_the_layers_is_caught(module: str, target: str) -> None:
