@@ -1,7 +1,7 @@
 """``nlproxy conntrack list|flush``: show or delete conntrack flows, selected by filters.
 
 Argument parsing only; the selection, printing and deletion are
-:mod:`nlproxy.conntrack.query`'s. ``flush`` refuses to run without a filter.
+:mod:`nlproxy.operate.conntrack`'s. ``flush`` refuses to run without a filter.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 import sys
 from ipaddress import ip_address
 
-from nlproxy.conntrack.query import FlowQuery, flush_flows, list_flows
+from nlproxy.operate.conntrack import FlowQuery, flush_flows, list_flows
 
 NAME = "conntrack"
 HELP = "list or delete conntrack flows (stale ones included)"

@@ -1,10 +1,10 @@
 """``nlproxy explain NS/NAME``: why does my Service not work? One report, read only.
 
-Thin wiring over :func:`nlproxy.explain.report.explain` and :mod:`nlproxy.explain.render`. Exit
-status
-0 when the Service is reachable through every frontend (from ``--from`` when given), 4 when a
-frontend is not programmed, rejects or drops, or an endpoint is unreachable, 2 for usage errors
-(a bad ``NS/NAME``, ``--from`` or ``--port``, an unknown Service).
+Thin wiring over :func:`nlproxy.operate.explain.explain` and
+:mod:`nlproxy.operate.explain_render`. Exit status 0 when the Service is reachable through every
+frontend (from ``--from`` when given), 4 when a frontend is not programmed, rejects or drops, or
+an endpoint is unreachable, 2 for usage errors (a bad ``NS/NAME``, ``--from`` or ``--port``, an
+unknown Service).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nlproxy.explain.render import render_text, report_to_json
-    from nlproxy.explain.report import explain
+    from nlproxy.operate.explain import explain
+    from nlproxy.operate.explain_render import render_text, report_to_json
 
     report = explain(
         args.service, netns=args.netns, port=args.port, src=args.src, manifests=args.manifests

@@ -1,6 +1,6 @@
 """``nlproxy inspect``: is every endpoint nlproxy DNATs to reachable from this node?
 
-Thin wiring over :func:`nlproxy.inspect.report.endpoint_report`. Exit status 0 when all are
+Thin wiring over :func:`nlproxy.operate.inspect.endpoint_report`. Exit status 0 when all are
 reachable, 4 when some are not, 2 for a bad or unknown ``--service``. Read only: it never changes
 the ruleset or routes.
 """
@@ -12,7 +12,7 @@ import json
 import sys
 
 from nlproxy.errors import ConfigError
-from nlproxy.inspect.report import endpoint_report, render_table
+from nlproxy.operate.inspect import endpoint_report, render_table
 
 NAME = "inspect"
 HELP = "check that every programmed endpoint is reachable from this node (exit 4 if not)"

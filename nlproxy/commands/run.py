@@ -18,13 +18,11 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 from nlproxy.commands import _fastexit
-from nlproxy.config import DaemonConfig, Flags, Settings, build_settings, external_networks
+from nlproxy.config import DaemonConfig, Flags, Settings, build_settings
 from nlproxy.errors import ConfigError
 
 NAME = "run"
 HELP = "program the rules for the cluster's Services (--once: reconcile once and exit)"
-
-EXIT_INVALID_OBJECTS = 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -187,7 +185,9 @@ def run(args: argparse.Namespace) -> int:
             from nlproxy.daemon.run import run_daemon
 
             return run_daemon(s, prepare=lambda: _set_conntrack(s.daemon, s.netns))
-        return run_once(s)
+        from nlproxy.operate.once import run_once
+
+        return run_once(s, end=_fastexit.end)
     finally:
         if lock is not None:
             lock.release()
@@ -284,101 +284,3 @@ def _check_bindable(flag: str, addr: str, netns_name: str | None) -> None:
         listening_socket(addr, netns_name).close()
     except OSError as exc:
         raise ConfigError(flag, f"{addr}: {exc.strerror}") from exc
-
-
-def run_once(s: Settings) -> int:
-    """Reconcile once from ``--manifests`` and return the exit status."""
-    from nlproxy.proxy.planner import gc_paused
-
-    # Collecting cycles among the plan's objects only costs time in a one-shot sync (about
-    # 0.5 s of 4 s at 10k services x 10 endpoints); collection resumes when it is done.
-    with gc_paused():
-        return _run_once(s)
-
-
-def _run_once(s: Settings) -> int:
-    from nlproxy.cluster.manifests import load_manifests
-    from nlproxy.cluster.state import ClusterState
-    from nlproxy.log import get_logger
-    from nlproxy.sync.syncer import FAMILIES, Syncer, SyncResult
-
-    log = get_logger("run")
-    cfg, pcfg = s.daemon, s.proxy
-    if s.manifests is None or not s.manifests.is_dir():
-        raise ConfigError("--manifests", f"{s.manifests} is not a directory")
-    local = None
-    if pcfg.nodeport_cidrs(4) or pcfg.nodeport_cidrs(6):
-        from nlproxy.inspect.rtnl import interface_addresses
-
-        local = interface_addresses(s.netns)
-    syncer = Syncer(pcfg, netns=s.netns, owner=s.owned_table, flush_tcp=s.conntrack_flush_tcp)
-    try:
-        files = _manifests_digest(s, s.manifests, local)
-        # The same files and settings as a run that had nothing to report, and nobody wrote
-        # since: nothing to parse, plan or send (docs/ruleset.md, restart by fingerprint).
-        if files is not None and syncer.files_unchanged(files):
-            log.info("sync.applied", ops=0, duration_ms=0.0, plan_ms=0.0, invalid=0, unchanged=True)
-            return 0
-        loaded = load_manifests(s.manifests)
-        for warning in loaded.warnings:
-            print(f"nlproxy: warning: {warning}", file=sys.stderr)
-        state = ClusterState(cfg.node_name, external_ip_cidrs=external_networks(cfg))
-        state.apply(loaded.changes)
-        # The decoded documents (kept by the loader for a daemon's reload) are not needed once
-        # the state holds the model: let them go before the plan is built, not after.
-        load_errors, warned = loaded.errors, bool(loaded.warnings)
-        del loaded
-        if local is not None:
-            state.set_local_addresses(local)
-        from nlproxy.proxy.planner import nodeport_gaps
-
-        gaps = nodeport_gaps(state.snapshot(), pcfg).values()
-        for gap in gaps:
-            print(f"nlproxy: warning: {gap}", file=sys.stderr)
-        problems: list[object] = [
-            *load_errors,
-            *state.invalid.values(),
-            *state.orphans().values(),
-            *state.refused,
-        ]
-        clean = not (warned or gaps or problems)
-        syncer.files_digest = files if clean else None
-        snapshot = state.snapshot()
-        # The tables' records vouch that they hold this input's plan: nothing to plan or send.
-        if syncer.unchanged_since_last_run(snapshot):
-            result = SyncResult(ops=dict.fromkeys(FAMILIES, 0), restarted=True)
-        else:
-            result = syncer.sync(snapshot)
-        if result.excluded and syncer.files_digest is not None:
-            syncer.files_digest = None  # the next run must parse to name them again
-            syncer.rewrite_records()
-    finally:
-        syncer.close()
-    problems += [
-        f"Service {key}: refused by the kernel: {why}" for key, why in result.excluded.items()
-    ]
-    log.info(
-        "sync.applied",
-        ops=result.total_ops,
-        duration_ms=round(result.plan_ms + result.apply_ms, 3),
-        plan_ms=round(result.plan_ms, 3),
-        conntrack_deleted=result.conntrack_deleted,
-        invalid=len(problems),
-        unchanged=result.restarted,
-    )
-    for problem in problems:
-        print(f"nlproxy: left out: {problem}", file=sys.stderr)
-    # Ends here, with the cluster and the plan still referenced: nothing is freed one by one.
-    return _fastexit.end(EXIT_INVALID_OBJECTS if problems else 0)
-
-
-def _manifests_digest(s: Settings, directory: Path, local: object) -> str | None:
-    """The digest of every entry of ``directory`` (a superset of what ``load_manifests``
-    reads), of the settings and of the interface addresses; None if an entry cannot be read."""
-    from nlproxy.sync.fingerprint import files_digest
-
-    try:
-        contents = [(p.name, p.read_bytes() if p.is_file() else None) for p in directory.iterdir()]
-    except OSError:
-        return None  # load_manifests names the file
-    return files_digest(contents, repr((s, local)))

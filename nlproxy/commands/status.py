@@ -1,11 +1,10 @@
 """``nlproxy status``: is the daemon on this node up and ready, and how is it doing?
 
-Thin wiring over :mod:`nlproxy.serve.status` (the client) and :mod:`nlproxy.serve.status_render`:
-asks the
-daemon's health port (``/healthz``) and metrics port (``/metrics``), prints one line per fact or
-``--json``. Exit status 0 when the daemon is up and ready and both ports answered, 1 otherwise
-(the last line says which port and why), 2 for a bad flag or a network namespace that does not
-exist. Read only.
+Thin wiring over :mod:`nlproxy.operate.status` (the client) and
+:mod:`nlproxy.operate.status_render`: asks the daemon's health port (``/healthz``) and metrics
+port (``/metrics``), prints one line per fact or ``--json``. Exit status 0 when the daemon is
+up and ready and both ports answered, 1 otherwise (the last line says which port and why), 2 for
+a bad flag or a network namespace that does not exist. Read only.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import argparse
 import json
 from datetime import UTC, datetime
 
-from nlproxy.serve.status import (
+from nlproxy.operate.status import (
     DEFAULT_HEALTHZ,
     DEFAULT_METRICS,
     HEALTHZ_PORT,
@@ -22,7 +21,7 @@ from nlproxy.serve.status import (
     parse_port,
     query,
 )
-from nlproxy.serve.status_render import render_text, to_json
+from nlproxy.operate.status_render import render_text, to_json
 
 NAME = "status"
 HELP = "ask the running daemon: up, ready, last sync, pending changes, problems (exit 1 if not ok)"

@@ -6,6 +6,6 @@
 - ``lines``: ``conntrack -L`` lines straight from the bytes, by layouts learnt from that tree.
 - ``kernel``: the ctnetlink socket: list and delete flows.
 - ``sysctl``: kube-proxy's conntrack sysctls, set at daemon start.
-- ``query``: ``nlproxy conntrack list|flush``: select flows (filters, a Service, stale ones),
-  print or delete them.
+
+``nlproxy conntrack list|flush`` uses this machinery from ``operate/conntrack.py``.
 """

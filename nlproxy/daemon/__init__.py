@@ -1,7 +1,8 @@
 """The daemon: wiring only.
 
 - ``run``: the nursery: source, sync loop, HTTP, monitors, in order.
-- ``memory``: malloc tuning for a long-lived process with a large plan.
+- ``memory``: malloc tuning for a long-lived process with a large plan; its ``release`` is
+  handed to the sync loop (sync/ does not import daemon/).
 - ``systemd``: sd_notify readiness and watchdog.
 - ``nslock``: one nlproxy per network namespace.
 """

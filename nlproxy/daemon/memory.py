@@ -1,15 +1,15 @@
 """How the process's C allocator hands memory back to the system.
 
 The daemon calls :func:`tune_allocator` once at start-up, before any worker thread exists, and
-its sync loop calls :func:`release` after full syncs and every few seconds. Python keeps small
-objects in its own arenas; everything larger (the tables of the plan's dictionaries with 100k
-elements, the lists of a sync's operations, netlink and HTTP buffers) comes from glibc's
-malloc, whose defaults suit short programs, not a daemon that builds and drops such blocks in
-worker threads: each thread gets an arena of its own, the dynamic mmap threshold rises after
-the first large block is freed (so later ones are carved from the heap), and free space in the
-middle of a heap is never returned. Measured on the daemon at 10k services x 10 endpoints
-(``bench/bench_daemon.py``), both together keep RSS about 30 MB lower after the first sync and
-about 55 MB lower once changes flow, with syncs no slower.
+hands :func:`release` to its sync loop, which calls it after full syncs and every few seconds.
+Python keeps small objects in its own arenas; everything larger (the tables of the plan's
+dictionaries with 100k elements, the lists of a sync's operations, netlink and HTTP buffers)
+comes from glibc's malloc, whose defaults suit short programs, not a daemon that builds and
+drops such blocks in worker threads: each thread gets an arena of its own, the dynamic mmap
+threshold rises after the first large block is freed (so later ones are carved from the heap),
+and free space in the middle of a heap is never returned. Measured on the daemon at 10k services
+x 10 endpoints (``bench/bench_daemon.py``), both together keep RSS about 30 MB lower after the
+first sync and about 55 MB lower once changes flow, with syncs no slower.
 
 It only changes allocator parameters and asks the allocator to return free pages; it must not
 allocate, free or inspect anyone's memory, and it does nothing where the C library is not glibc.

@@ -25,7 +25,7 @@ from nlproxy.cluster.source import Source
 from nlproxy.cluster.state import ClusterState
 from nlproxy.config import Settings, external_networks
 from nlproxy.daemon import systemd
-from nlproxy.daemon.memory import pause_gc, tune_allocator
+from nlproxy.daemon.memory import pause_gc, release, tune_allocator
 from nlproxy.errors import NlproxyError
 from nlproxy.inspect.foreign import Leftovers, find, is_foreign_change, remove_all
 from nlproxy.inspect.reachability import ReachabilityMonitor, without_unreachable
@@ -114,7 +114,7 @@ class Daemon:
             sync_period=cfg.sync_period,
             on_synced=self._synced,
             snapshot_filter=self._filter if settings.exclude_unreachable_endpoints else None,
-            release_memory=True,
+            release_memory=release,
             quiet=self._quiet,
         )
         self.healthchecks: HealthCheckServers | None = None

@@ -4,8 +4,10 @@
 - ``classify``: local, remote or unreachable, with the reason, for every endpoint.
 - ``watch``: rtnetlink notifications that may change a verdict.
 - ``reachability``: the daemon task keeping verdicts current and exported.
-- ``report``: ``nlproxy inspect``'s rows: programmed endpoints joined with their verdicts.
 - ``foreign``: another proxy's rules (kube-proxy's tables and chains), found and removed.
 - ``ipvs``: what kube-proxy's IPVS mode leaves outside nftables (ipsets, ``kube-ipvs0``, virtual
   servers), found and removed.
+
+``nlproxy inspect``'s rows (programmed endpoints joined with their verdicts) are
+``operate/inspect.py``'s.
 """

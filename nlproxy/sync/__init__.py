@@ -4,5 +4,6 @@
 - ``isolation``: a Service the kernel refuses is left out and retried when it changes.
 - ``balancing``: the load-balancing budget applied to each snapshot (random past it), the
   per-sync quota of tables, and the warnings for annotation values not understood.
-- ``loop``: the rate-limited loop (min sync period, periodic verify, retries) the daemon runs.
+- ``loop``: the rate-limited loop (min sync period, periodic verify, retries) the daemon runs;
+  what it needs of the daemon (the memory release) is handed to it.
 """

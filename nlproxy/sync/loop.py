@@ -34,7 +34,6 @@ from nlproxy.cluster.model import (
     ServiceKey,
 )
 from nlproxy.cluster.state import ClusterState
-from nlproxy.daemon.memory import release
 from nlproxy.errors import NlproxyError
 from nlproxy.log import get_logger
 from nlproxy.nft.ir import Family, Operation, Ruleset
@@ -62,8 +61,9 @@ inspector's passes and bursts of changes freed goes back; full syncs release at 
 class SyncLoop:
     """Runs syncs for ``state`` through ``syncer``; see the module docstring for the schedule.
 
-    With ``release_memory``, free heap memory is handed back to the system after full syncs
-    and every ``RELEASE_INTERVAL`` (``memory.py``; the daemon tunes malloc for it at start-up).
+    ``release_memory`` hands free heap memory back to the system; it is called after full
+    syncs and every ``RELEASE_INTERVAL`` (the daemon passes ``daemon/memory.py``'s ``release``
+    and tunes malloc for it at start-up).
 
     ``quiet`` answers whether nothing can have changed the tables unseen since the last sync
     (the drift monitor processed every transaction): the periodic verify then skips reading
@@ -87,13 +87,13 @@ class SyncLoop:
         retry_interval: float = 1.0,
         on_synced: Callable[[SyncResult, set[ServiceKey] | None], None] | None = None,
         snapshot_filter: Callable[[ClusterSnapshot], ClusterSnapshot] | None = None,
-        release_memory: bool = False,
+        release_memory: Callable[[], object] | None = None,
         quiet: Callable[[], bool] | None = None,
         in_thread: bool = True,
         runner: Callable[..., Awaitable[object]] | None = None,
     ) -> None:
         self._runner = runner
-        self._manage_memory = release_memory
+        self._release_memory = release_memory
         self._in_thread = in_thread
         self.resume_gc = False
         """Re-enable the cyclic GC after the first sync has run (the daemon pauses it for its
@@ -232,8 +232,8 @@ class SyncLoop:
             self._nursery = nursery
             nursery.start_soon(self._receive, recv)
             nursery.start_soon(self._verifier)
-            if self._manage_memory:
-                nursery.start_soon(self._release_periodically)
+            if self._release_memory is not None:
+                nursery.start_soon(self._release_periodically, self._release_memory)
             started = False
             last = -float("inf")
             next_verify = trio.current_time() + self.sync_period
@@ -436,11 +436,11 @@ class SyncLoop:
             # objects; without this every full GC pass walks them all (seconds at 10k
             # services, stalling event-to-commit). Incremental syncs allocate little.
             gc.freeze()
-            if self._manage_memory:
-                release()  # what planning and diffing the whole table freed
+            if self._release_memory is not None:
+                self._release_memory()  # what planning and diffing the whole table freed
         return True, verify
 
-    async def _release_periodically(self) -> None:
+    async def _release_periodically(self, release: Callable[[], object]) -> None:
         while True:
             await trio.sleep(RELEASE_INTERVAL)
             release()

@@ -11,7 +11,6 @@ import pytest
 
 from nlproxy.cli import main
 from nlproxy.errors import NlproxyError
-from nlproxy.inspect.report import programmed_endpoints
 from nlproxy.nft.ir import (
     DROP,
     DataType,
@@ -23,6 +22,7 @@ from nlproxy.nft.ir import (
     Verdict,
     goto,
 )
+from nlproxy.operate.inspect import programmed_endpoints
 from tests.kernel.inspect_bed import add_pod, ip, node_ns
 
 MakeNetns = Callable[[str], str]

@@ -10,8 +10,8 @@ import pytest
 from nlproxy.conntrack import messages as m
 from nlproxy.conntrack.kernel import Backend
 from nlproxy.conntrack.messages import Flow, FlowFilter, FlowTuple
-from nlproxy.conntrack.query import FlowQuery, _narrow, is_stale
 from nlproxy.errors import ConfigError
+from nlproxy.operate.conntrack import FlowQuery, _narrow, is_stale
 
 CLIENT, VIP, POD = ip_address("10.0.0.9"), ip_address("10.96.0.10"), ip_address("10.244.1.5")
 TCP, UDP = 6, 17

@@ -13,13 +13,13 @@ import yaml
 from nlproxy.cluster.manifests import load_manifests
 from nlproxy.cluster.model import ServiceKey
 from nlproxy.errors import ConfigError
-from nlproxy.explain.manifests import service_facts, service_frontends
-from nlproxy.explain.render import render_text, report_to_json, table
-from nlproxy.explain.report import EndpointRow, Report, parse_service_key
-from nlproxy.explain.rules import FrontendReport, element_frontend, kernel_frontends, service_rules
-from nlproxy.explain.trace import trace_frontends
 from nlproxy.inspect.classify import Reachability
 from nlproxy.nft.ir import Family, Ruleset
+from nlproxy.operate.explain import EndpointRow, Report, parse_service_key
+from nlproxy.operate.explain_render import render_text, report_to_json, table
+from nlproxy.operate.manifests import service_facts, service_frontends
+from nlproxy.operate.rules import FrontendReport, element_frontend, kernel_frontends, service_rules
+from nlproxy.operate.trace import trace_frontends
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.planner import plan
 from tests.unit.builders import NODE, endpoint, eps_slice, node, service, snapshot

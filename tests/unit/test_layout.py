@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from nlproxy.cluster.model import ClusterSnapshot, LoadBalancing
-from nlproxy.explain.rules import kernel_frontends
 from nlproxy.nft.ir import Element, Family, Ruleset, Table
+from nlproxy.operate.rules import kernel_frontends
 from nlproxy.proxy import layout
 from nlproxy.proxy.layout import (
     Backend,

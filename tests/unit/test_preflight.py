@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from nlproxy.explain import preflight as pf
-from nlproxy.explain.preflight import Level
 from nlproxy.inspect.foreign import ForeignTable, Leftovers
 from nlproxy.inspect.ipvs import IpvsLeftovers, VirtualServer
+from nlproxy.operate import preflight as pf
+from nlproxy.operate.preflight import Level
 from tests.configs import KUBEADM_CONFIGMAP
 
 CIDRS = (ip_network("10.96.0.0/12"),)

@@ -8,8 +8,10 @@ from ipaddress import ip_address
 
 import pytest
 
-from nlproxy.explain.rules import kernel_frontends
-from nlproxy.explain.services import (
+from nlproxy.inspect.classify import Reachability
+from nlproxy.nft.ir import Family, IPAddress, Ruleset
+from nlproxy.operate.rules import kernel_frontends
+from nlproxy.operate.services import (
     ServiceRow,
     build_rows,
     join_frontends,
@@ -17,8 +19,6 @@ from nlproxy.explain.services import (
     render_table,
     row_json,
 )
-from nlproxy.inspect.classify import Reachability
-from nlproxy.nft.ir import Family, IPAddress, Ruleset
 from tests.unit.builders import NODE, endpoint, eps_slice, port, service
 from tests.unit.explain_world import LB, planned_rulesets
 

@@ -14,8 +14,8 @@ import pytest
 from nlproxy.cli import main
 from nlproxy.errors import ConfigError
 from nlproxy.log import configure
-from nlproxy.serve.status import DaemonStatus, from_samples, parse_metrics, parse_port, query
-from nlproxy.serve.status_render import render_text, to_json
+from nlproxy.operate.status import DaemonStatus, from_samples, parse_metrics, parse_port, query
+from nlproxy.operate.status_render import render_text, to_json
 
 # What a daemon exports with kube-proxy 1.36's labels, and the foreign-table gauge.
 METRICS_136 = """\

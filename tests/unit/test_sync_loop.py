@@ -26,7 +26,12 @@ from nlproxy.nft.monitor import Drift
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.serve.health import HealthState
 from nlproxy.serve.metrics import Metrics
-from nlproxy.sync.loop import RACES_BEFORE_WAITING, RESTART_VERIFY_DELAY, SyncLoop
+from nlproxy.sync.loop import (
+    RACES_BEFORE_WAITING,
+    RELEASE_INTERVAL,
+    RESTART_VERIFY_DELAY,
+    SyncLoop,
+)
 from nlproxy.sync.syncer import SyncResult
 from tests.unit.builders import NODE, service, upsert
 
@@ -467,3 +472,36 @@ async def test_a_stream_of_changes_cannot_put_a_drift_repair_off_for_ever(
     repairs = [c for c in h.syncer.calls if c.verified]
     assert len(repairs) == 1
     assert len(h.syncer.read_backs) == RACES_BEFORE_WAITING + 1  # the last by the sync itself
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["incremental", "full"])
+async def test_the_memory_release_handed_in_runs_after_full_syncs_and_every_interval(
+    autojump_clock: trio.testing.MockClock, full: bool
+) -> None:
+    """The daemon hands the loop its ``release`` (sync/ does not import daemon/): after a full
+    sync (a snapshot filter makes every sync one), not after an incremental one, and every
+    ``RELEASE_INTERVAL``."""
+    releases: list[float] = []
+    syncer = RecordingSyncer()
+    loop = SyncLoop(
+        ClusterState(NODE),
+        syncer,  # type: ignore[arg-type]
+        health=HealthState(grace_seconds=120),
+        metrics=Metrics(CollectorRegistry()),
+        min_interval=MIN,
+        sync_period=PERIOD,
+        retry_interval=RETRY,
+        snapshot_filter=(lambda snapshot: snapshot) if full else None,
+        release_memory=lambda: releases.append(trio.current_time()),
+        in_thread=False,
+    )
+    send, recv = trio.open_memory_channel[Sequence[Change]](100)
+    await send.send([svc("first")])
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run, recv)
+        assert [c.changed for c in syncer.calls] == [None if full else {key("first")}]
+        await trio.sleep(RELEASE_INTERVAL * 2 + MIN)
+        nursery.cancel_scope.cancel()
+    periodic = [RELEASE_INTERVAL, RELEASE_INTERVAL * 2]
+    assert [round(t - start, 3) for t in releases] == ([0.0] if full else []) + periodic

@@ -26,8 +26,8 @@ from nlproxy.cluster.model import (
     Upsert,
 )
 from nlproxy.cluster.state import ClusterState
-from nlproxy.explain.rules import FrontendReport
 from nlproxy.nft.ir import Family, IPAddress
+from nlproxy.operate.rules import FrontendReport
 from nlproxy.proxy.budget import Fallback, admit, choice, demand
 from nlproxy.proxy.layout import Frontend
 

@@ -187,6 +187,6 @@ def endpoint_report(netns: str | None, service: str | None = None) -> Report:
             raise ConfigError(f"service {service}", "unknown: nothing is programmed for it")
     addrs = [addr for found in endpoints.values() for addr, _ in found]
     rows = build_rows(endpoints, classify(addrs, netns=netns))
-    from nlproxy.explain.report import foreign_problems
+    from nlproxy.operate.explain import foreign_problems
 
     return Report(endpoints=endpoints, rows=rows, warnings=foreign_problems(netns))

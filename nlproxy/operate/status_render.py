@@ -1,4 +1,4 @@
-"""``nlproxy status``'s output: the facts :mod:`nlproxy.serve.status` gathered, as lines or JSON.
+"""``nlproxy status``'s output: the facts :mod:`nlproxy.operate.status` gathered, as lines or JSON.
 
 Pure: no I/O, and the clock comes in as an argument. A fact the daemon does not export is shown
 as unknown (text) or null (JSON), never as zero.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from nlproxy.serve.status import DaemonStatus, Durations
+from nlproxy.operate.status import DaemonStatus, Durations
 
 UNREACHABLE_SHOWN = 20
 """Unreachable endpoints listed by name; all of them are counted."""

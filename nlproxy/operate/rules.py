@@ -4,7 +4,7 @@ Sits after read-back (:func:`nlproxy.nft.readback.read_ruleset`) and before the 
 programmed ``ip``/``ip6 nlproxy`` tables it recovers the frontends of one Service (the
 ``service-ips``, ``service-nodeports`` and ``no-endpoint-*`` elements carry ``ns/name:port/PROTO``
 comments), their endpoints (``backends*`` maps, keyed by frontend), the elements that belong to
-them and the shared chains those elements jump or go to, rendered nft-like with ``render.py``.
+them and the shared chains those elements jump or go to, rendered nft-like with ``nft/render``.
 The ruleset shape (docs/ruleset.md) is read through :mod:`nlproxy.proxy.layout`. Pure: no I/O,
 no logging; it never changes a ruleset. :func:`kernel_frontends` also lists every service's
 frontends at once, for ``nlproxy services``.

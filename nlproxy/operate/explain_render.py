@@ -1,4 +1,4 @@
-"""``nlproxy explain`` output: a :class:`~nlproxy.explain.report.Report` as headed text or one JSON
+"""``nlproxy explain`` output: a :class:`~nlproxy.operate.explain.Report` as headed text or one JSON
 object.
 
 The last step of ``explain``: sections in the order an operator asks the questions (what the
@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from nlproxy.conntrack.kernel import Flow
-from nlproxy.explain.manifests import ServiceFacts
-from nlproxy.explain.report import FLOWS_SHOWN, FlowGroup, Report
-from nlproxy.explain.rules import FrontendReport, ServiceRules
-from nlproxy.explain.trace import TraceRow
 from nlproxy.nft.ir import IPAddress
+from nlproxy.operate.explain import FLOWS_SHOWN, FlowGroup, Report
+from nlproxy.operate.manifests import ServiceFacts
+from nlproxy.operate.rules import FrontendReport, ServiceRules
+from nlproxy.operate.trace import TraceRow
 from nlproxy.proxy import naming as n
 
 INDENT = "  "

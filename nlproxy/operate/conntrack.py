@@ -7,8 +7,8 @@ Kubernetes API. A listing prints each flow as ``conntrack -L -o extended`` does 
 protocol, timeout, TCP/SCTP state, both tuples, ``[UNREPLIED]``/``[ASSURED]``, mark, zone, use
 count), or JSON with the same fields.
 
-Sits beside the sync's own conntrack effect (``kernel``, ``plan``) and uses the same machinery;
-it parses no command line (``commands/conntrack.py`` does).
+Uses the sync's own conntrack machinery (``conntrack/kernel``, ``conntrack/plan``); it parses
+no command line (``commands/conntrack.py`` does).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Read only, run on the node before the switch. Each check is a pure function from facts to
 findings (tested without a kernel); the ``read_*`` functions gather the facts from the node
-(netlink, ``/proc``; nothing is exec'd, nothing is changed):
+(netlink, ``/proc``; nothing is exec'd, nothing is changed), and :func:`preflight` runs them all:
 
 - ``leftovers``: every kube-proxy mode's rules (``inspect/foreign.py``, ``inspect/ipvs.py``),
   and iptables-legacy tables, which nftables cannot show;
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import errno
+import os
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from nlproxy.config import HONOURED, DaemonConfig, load_kube_proxy_config
+from nlproxy.config import HONOURED, DaemonConfig, _networks, load_kube_proxy_config
 from nlproxy.errors import ConfigError
 from nlproxy.inspect.foreign import Leftovers
 from nlproxy.netlink import netns
@@ -310,3 +311,81 @@ def read_config(path: Path) -> tuple[Mapping[str, Any], list[Finding], DaemonCon
 
     findings = translate(doc if isinstance(doc, Mapping) else {}, load)
     return doc if isinstance(doc, Mapping) else {}, findings, (loaded[0] if loaded else None)
+
+
+# -- every check on the node -----------------------------------------------------------------
+
+
+def preflight(
+    *,
+    config: str | None,
+    kubeconfig: str | None,
+    api_server: str | None,
+    service_cidr: str,
+    netns_name: str | None,
+) -> list[Finding]:
+    """Every check on this node (or in ``netns_name``), in the order they are shown.
+
+    Args:
+        config: the KubeProxyConfiguration file nlproxy would start with.
+        kubeconfig: the kubeconfig nlproxy would use (default: the config's
+            ``clientConnection.kubeconfig``, else in-cluster).
+        api_server: the API server address nlproxy would be given.
+        service_cidr: the cluster's service CIDRs, comma separated ("": kubeadm's default).
+        netns_name: the network namespace to look in.
+
+    Raises:
+        ConfigError: ``service_cidr`` is not a list of CIDRs.
+    """
+    from nlproxy.conntrack.sysctl import ConntrackConfig
+    from nlproxy.inspect.foreign import find, names
+
+    cidrs = tuple(_networks(service_cidr, "--service-cidr")) or (KUBEADM_SERVICE_CIDR,)
+    findings: list[Finding] = []
+    cfg: DaemonConfig | None = DaemonConfig()
+    if config:
+        _, translated, cfg = read_config(Path(config))
+        findings += translated
+    findings += leftovers(find(netns_name), read_legacy_tables(netns_name))
+    findings.append(_api_server(kubeconfig, api_server, netns_name, cfg, cidrs))
+    wanted = (cfg.conntrack if cfg is not None else ConntrackConfig()).wanted(os.cpu_count() or 1)
+    findings += conntrack(wanted, read_sysctls(wanted, netns_name))
+    findings += kernel(os.uname().release, _nft_error(netns_name))
+    tables, chains = names(netns_name)
+    findings += clash(tables, chains)
+    return findings
+
+
+def _api_server(
+    kubeconfig: str | None,
+    api_server_url: str | None,
+    netns_name: str | None,
+    cfg: DaemonConfig | None,
+    cidrs: Sequence[IPNetwork],
+) -> Finding:
+    host = os.environ.get("KUBERNETES_SERVICE_HOST")
+    server: str | None
+    kubeconfig = kubeconfig or (cfg.kubeconfig if cfg is not None else None)
+    if api_server_url:
+        server, source = api_server_url, "--api-server"
+    elif kubeconfig:
+        server, source = kubeconfig_server(kubeconfig), f"kubeconfig {kubeconfig}:"
+    elif host:
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        server, source = f"https://{host}:{port}", "in-cluster"
+    else:
+        server, source = None, ""
+    reach = try_connect(server, netns_name) if server else None
+    return api_server(server, source, cidrs, in_cluster_host=host, reachable=reach)
+
+
+def _nft_error(netns_name: str | None) -> str | None:
+    from nlproxy.netlink.nlsock import NetfilterSocket
+    from nlproxy.nft.dump import generation
+
+    try:
+        with NetfilterSocket(netns_name, bufsize=1 << 20) as sock:
+            generation(sock)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None

@@ -13,9 +13,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network
 
-from nlproxy.explain.rules import FrontendReport
 from nlproxy.nft.decode import key_order
 from nlproxy.nft.ir import Family, IPAddress, L4Proto, Ruleset
+from nlproxy.operate.rules import FrontendReport
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.tracer import TraceError, trace
 

@@ -1,13 +1,13 @@
 """``nlproxy services``: every programmed frontend with its backends, their state and policies.
 
 Sits at the end of the flow with the other read-only reports. The frontends come from the
-kernel through the one read-back of the ruleset's shape (:func:`nlproxy.explain.rules.
+kernel through the one read-back of the ruleset's shape (:func:`nlproxy.operate.rules.
 kernel_frontends`), the reachability of each backend from the inspector
-(:func:`nlproxy.inspect.classify.classify`), and, when a manifests directory is given, the Services
-and
-EndpointSlices it holds (through the manifests source's parsing): the kernel cannot tell a ready
-backend from a serving terminating one (both are just map elements) nor a Cluster internal
-policy from a Local one, the slices and Services can. Pure: no I/O, no logging.
+(:func:`nlproxy.inspect.classify.classify`), and, when a manifests directory is given, the
+Services and EndpointSlices it holds (through the manifests source's parsing): the kernel cannot
+tell a ready backend from a serving terminating one (both are just map elements) nor a Cluster
+internal policy from a Local one, the slices and Services can. :func:`services` reads them all;
+the rest is pure: no I/O, no logging.
 
 What the kernel alone tells:
 
@@ -26,12 +26,18 @@ import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from nlproxy.cluster.model import EndpointSlice, Service
-from nlproxy.explain.manifests import service_frontends
-from nlproxy.explain.rules import FrontendReport, FrontKey
-from nlproxy.inspect.classify import Reachability
+from nlproxy.cluster.manifests import load_manifests
+from nlproxy.cluster.model import EndpointSlice, Service, Upsert
+from nlproxy.errors import ConfigError
+from nlproxy.inspect.classify import Reachability, classify
 from nlproxy.nft.ir import Family, IPAddress, Ruleset, Set, SetUpdate
+from nlproxy.nft.readback import read_ruleset
+from nlproxy.operate.explain import parse_service_key
+from nlproxy.operate.manifests import service_frontends
+from nlproxy.operate.rules import FrontendReport, FrontKey, kernel_frontends
+from nlproxy.proxy import naming as n
 from nlproxy.proxy.layout import closure, proto_name
 
 Target = tuple[IPAddress, int]
@@ -97,6 +103,54 @@ class Manifests:
     """``ns/name`` → the Service."""
     slices: Mapping[str, tuple[EndpointSlice, ...]]
     """``ns/name`` → its EndpointSlices."""
+
+
+def services(service: str | None, *, netns: str | None, manifests: Path | None) -> list[ServiceRow]:
+    """Every programmed frontend (of ``service``, ``NS/NAME``, when given) as a row, in the
+    table's order: read back from the kernel's ``ip``/``ip6 nlproxy`` tables, each backend
+    classified from this node's routes, and with ``manifests`` the backend conditions and
+    traffic policies of the Services and EndpointSlices in that directory.
+
+    Raises:
+        ConfigError: a bad ``service``, one neither programmed nor in ``manifests``, or a
+            ``manifests`` that is not a directory.
+        NlproxyError: the kernel refused a read-back or an rtnetlink dump.
+    """
+    key = str(parse_service_key(service)) if service else None
+    rulesets = {
+        fam: rs
+        for fam in (Family.IP, Family.IP6)
+        if (rs := read_ruleset(fam, n.TABLE, netns=netns)) is not None
+    }
+    index = _manifests(manifests)
+    frontends: list[FrontendReport] = [
+        fe for rs in rulesets.values() for fe in kernel_frontends(rs, key)
+    ]
+    if index is not None:
+        frontends = join_frontends(frontends, index, key)
+    if key is not None and not frontends:
+        where = f"nor defined in {manifests}" if index else "(no --manifests given)"
+        raise ConfigError(f"service {key}", f"unknown: nothing is programmed for it {where}")
+    frontends.sort(key=_order)
+    reach = classify(
+        [a for fe in frontends for a, _ in (*fe.endpoints, *fe.local_endpoints)], netns=netns
+    )
+    return build_rows(frontends, rulesets, reach, index)
+
+
+def _manifests(directory: Path | None) -> Manifests | None:
+    if directory is None:
+        return None
+    if not directory.is_dir():
+        raise ConfigError("flag --manifests", f"{directory} is not a directory")
+    load = load_manifests(directory)
+    return manifests_index(c.obj for r in load.changes for c in r.changes if isinstance(c, Upsert))
+
+
+def _order(fe: FrontendReport) -> tuple[str, bool, int, int, int]:
+    kinds = ("cluster-ip", "external-ip", "load-balancer", "external", "node-port")
+    addr = 0 if fe.address is None else int(fe.address)
+    return (fe.ref, fe.family is Family.IP6, kinds.index(fe.kind), addr, fe.port)
 
 
 def manifests_index(objects: Iterable[object]) -> Manifests:

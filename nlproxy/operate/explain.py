@@ -7,7 +7,7 @@ chains programmed for it (read back from the kernel; ``rules.py``), its conntrac
 the inspector's verdict per endpoint, its frontends' packet and byte counts when ``run
 --service-counters`` counts them, and, with a source address, a trace of a new connection
 through the programmed rules (``trace.py``). It never changes rules, flows or routes,
-and never execs anything. Rendering is ``render.py``'s.
+and never execs anything. Rendering is ``explain_render.py``'s.
 """
 
 from __future__ import annotations
@@ -23,21 +23,21 @@ from nlproxy.cluster.manifests import load_manifests
 from nlproxy.cluster.model import ServiceKey
 from nlproxy.conntrack.kernel import Conntrack, Flow, FlowFilter
 from nlproxy.errors import ConfigError
-from nlproxy.explain.manifests import ServiceFacts, service_facts
-from nlproxy.explain.rules import (
-    FrontendReport,
-    FrontKey,
-    ServiceRules,
-    kernel_frontends,
-    service_rules,
-)
-from nlproxy.explain.trace import TraceRow, nodeport_addresses, trace_frontends
 from nlproxy.inspect.classify import Reachability, classify
 from nlproxy.inspect.foreign import find
 from nlproxy.inspect.rtnl import interface_addresses
 from nlproxy.nft.counters import read_counters
 from nlproxy.nft.ir import Family, IPAddress, Ruleset, Set
 from nlproxy.nft.readback import read_ruleset
+from nlproxy.operate.manifests import ServiceFacts, service_facts
+from nlproxy.operate.rules import (
+    FrontendReport,
+    FrontKey,
+    ServiceRules,
+    kernel_frontends,
+    service_rules,
+)
+from nlproxy.operate.trace import TraceRow, nodeport_addresses, trace_frontends
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.layout import proto_name
 from nlproxy.proxy.skeleton import counter_sets
