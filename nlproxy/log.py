@@ -6,18 +6,26 @@ Events are dotted verbs (``sync.applied``) with stable keys (``service``, ``ops`
 from __future__ import annotations
 
 import sys
+import threading
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     import structlog
 
 
+_WRITE = threading.Lock()
+"""One lock for every log line: structlog and the standard library's handler each lock only
+their own writes, and both write to stderr from several threads (the watch threads' urllib3)."""
+
+
 class _CurrentStderr:
     """Writes to whatever ``sys.stderr`` is at the time of writing, not when logging was set up
-    (an embedding program or a test harness may swap it)."""
+    (an embedding program or a test harness may swap it). Each caller writes a whole line in one
+    call, and the lock keeps lines from different threads apart."""
 
     def write(self, text: str) -> int:
-        return sys.stderr.write(text)
+        with _WRITE:
+            return sys.stderr.write(text)
 
     def flush(self) -> None:
         sys.stderr.flush()
@@ -89,7 +97,9 @@ def configure(*, level: str = "info", fmt: str = "auto") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
+        # WriteLogger writes the line and its newline in one call (PrintLogger's print() makes
+        # two, between which another thread's line could land).
+        logger_factory=structlog.WriteLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
     handler = logging.StreamHandler(_CurrentStderr())

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
+import threading
+import time
 import warnings
 
 import pytest
@@ -43,3 +46,46 @@ def test_json_lines_for_ours_the_standard_librarys_and_warnings(
 
 def _boom() -> None:
     raise ValueError("boom")
+
+
+class _SlowStream:
+    """A stream that yields to other threads inside every write, as a pipe under load may."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, text: str) -> int:
+        before = self.text
+        time.sleep(0.0001)
+        self.text = before + text if self.text == before else self.text + text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_lines_from_many_threads_are_never_mixed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nlproxy's events and the standard library's records (urllib3 logs from the watch
+    threads) are written from several threads at once: each line is still one JSON object."""
+    stream = _SlowStream()
+    monkeypatch.setattr(sys, "stderr", stream)
+    configure(level="info", fmt="json")
+    log, std = get_logger("t"), logging.getLogger("urllib3.connectionpool")
+
+    def ours(i: int) -> None:
+        for j in range(40):
+            log.info("sync.applied", worker=i, n=j)
+
+    def theirs(i: int) -> None:
+        for j in range(40):
+            std.warning("Retrying %d %d", i, j)
+
+    threads = [threading.Thread(target=f, args=(i,)) for i in range(4) for f in (ours, theirs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lines = stream.text.splitlines()
+    assert len(lines) == 8 * 40
+    for line in lines:
+        json.loads(line)
