@@ -1,10 +1,12 @@
 """The read-only commands side by side with the tools an operator would otherwise run.
 
-Three targets, each measured as a ratio in one run (rounds interleaved, so load on the machine
+Four targets, each measured as a ratio in one run (rounds interleaved, so load on the machine
 hits both sides alike), never asserted:
 
 - ``nlproxy version`` ≤ 0.1 s, next to a bare ``python -c pass`` (the interpreter's floor);
 - ``nlproxy conntrack list`` within 1.5x of ``conntrack -L`` on the same N flows;
+- ``nlproxy conntrack flush`` of one endpoint's flows of one service among N flows, process start
+  to exit, ≤ 0.2x ``conntrack -D`` given the same filter (each round refills what was deleted);
 - ``nlproxy rules`` no slower than ``nft list ruleset`` on the same table (S services x E
   endpoints, programmed by ``nlproxy run --once``).
 
@@ -13,7 +15,7 @@ user and sys come from ``wait4``. ``--nlproxy`` measures another build (another 
 ``.venv/bin/nlproxy``) against the same tools: that is how "before" figures are taken.
 
     .venv/bin/python bench/bench_cli.py [--flows 100000] [--services 10000] [--endpoints 10]
-        [--rounds 5] [--only version,conntrack,rules] [--nlproxy PATH]
+        [--rounds 5] [--only version,conntrack,flush,rules] [--nlproxy PATH]
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ import gen
 from measure import PY, REPO, Usage, in_ns, netns, nlproxy_argv, run_measured, sh
 
 NLPROXY = str(REPO / ".venv" / "bin" / "nlproxy")
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+"""The commands run as an installed package runs them: from bytecode. An environment that
+forbids writing it (``PYTHONDONTWRITEBYTECODE``) would have every run compile nlproxy's modules
+from source again, tens of milliseconds that no installed copy pays; a warm-up run of each
+variant writes the bytecode before anything is measured."""
 
 
 def emit(**fields: object) -> None:
@@ -45,9 +52,11 @@ def side_by_side(
 ) -> dict[str, list[Usage]]:
     """Each variant once per round, in turn; one JSON line per variant with its medians."""
     runs: dict[str, list[Usage]] = {v: [] for v in variants}
+    for argv in variants.values():  # warm-up: bytecode written, caches filled
+        run_measured(argv, timeout=300, env=ENV)
     for _ in range(rounds):
         for name, argv in variants.items():
-            u = run_measured(argv, timeout=300)
+            u = run_measured(argv, timeout=300, env=ENV)
             if u.rc != 0:
                 raise RuntimeError(f"{what}: {name} exited {u.rc}: {u.stderr.strip()[-300:]}")
             runs[name].append(u)
@@ -128,6 +137,76 @@ def bench_conntrack_list(nlproxy: str, flows: int, rounds: int) -> None:
     )
 
 
+def bench_conntrack_flush(nlproxy: str, flows: int, rounds: int, base: str | None = None) -> None:
+    """One endpoint's flows of one service (bench_conntrack's victims) deleted by the CLI and by
+    ``conntrack -D`` with the same filter, in turn; the table is refilled after each. With
+    ``base``, that executable's flush takes its turn too (a "before" in the same run)."""
+    svc, ep = 7, 207
+    victims = bench_conntrack.one_endpoint(flows, svc, ep)
+    dst, endpoint = bench_conntrack.vip(svc), bench_conntrack.endpoint(ep)
+    port = str(bench_conntrack.PORT)
+    flush = [
+        "conntrack", "flush", "--proto", "udp", "--dst", str(dst), "--dport", port,
+        "--endpoint", str(endpoint),
+    ]  # fmt: skip
+    variants = {
+        "nlproxy conntrack flush": [nlproxy, *flush],
+        **({"nlproxy conntrack flush (base)": [base, *flush]} if base else {}),
+        "conntrack -D": [
+            "conntrack", "-D", "-p", "udp", "-d", str(dst), "--dport", port,
+            "--reply-src", str(endpoint),
+        ],
+        "python -c pass": [PY, "-c", "pass"],
+    }  # fmt: skip
+    runs: dict[str, list[Usage]] = {v: [] for v in variants}
+    loads: list[float] = []
+    with netns("cli-flush") as ns:
+        created = bench_conntrack.fill(ns, (bench_conntrack.flow(i) for i in range(flows)))
+        for _ in range(rounds + 1):  # the first round warms up and is not counted
+            loads.append(os.getloadavg()[0])
+            for name, argv in variants.items():
+                u = run_measured(in_ns(ns, *argv), timeout=300, env=ENV)
+                if u.rc != 0:
+                    raise RuntimeError(f"flush: {name} exited {u.rc}: {u.stderr.strip()[-300:]}")
+                if len(loads) > 1:
+                    runs[name].append(u)
+                if name != "python -c pass":
+                    refilled = bench_conntrack.fill(ns, iter(victims))
+                    if refilled != len(victims):  # every victim was deleted, so all come back
+                        raise RuntimeError(f"flush: {name} left {len(victims) - refilled} flows")
+    for name, us in runs.items():
+        walls = [u.wall for u in us]
+        emit(
+            bench="cli",
+            command="conntrack flush",
+            variant=name,
+            flows=created,
+            deleted=len(victims),
+            rounds=rounds,
+            wall_s=round(statistics.median(walls), 4),
+            wall_min_s=round(min(walls), 4),
+            wall_max_s=round(max(walls), 4),
+            cpu_s=round(statistics.median(u.user + u.sys for u in us), 4),
+        )
+    summary(
+        "conntrack flush",
+        runs["nlproxy conntrack flush"],
+        runs["conntrack -D"],
+        "<= 0.2",
+        flows=created,
+        load1_min=round(min(loads), 2),
+        load1_max=round(max(loads), 2),
+    )
+    if base:
+        summary(
+            "conntrack flush, this / base",
+            runs["nlproxy conntrack flush"],
+            runs["nlproxy conntrack flush (base)"],
+            "< 1",
+            flows=created,
+        )
+
+
 def bench_rules(nlproxy: str, services: int, endpoints: int, rounds: int) -> None:
     cluster = gen.Cluster(services=services, endpoints=endpoints)
     with tempfile.TemporaryDirectory(prefix="nlpb-cli-") as tmp, netns("cli-rules") as ns:
@@ -164,8 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--services", type=int, default=10_000)
     ap.add_argument("--endpoints", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--only", default="version,conntrack,rules")
+    ap.add_argument("--only", default="version,conntrack,flush,rules")
     ap.add_argument("--nlproxy", default=NLPROXY, help="the nlproxy executable to measure")
+    ap.add_argument("--base", help="another nlproxy executable whose flush takes its turn too")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_cli: needs root (network namespaces, conntrack)", file=sys.stderr)
@@ -175,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench_version(args.nlproxy, max(args.rounds, 10))
     if "conntrack" in parts:
         bench_conntrack_list(args.nlproxy, args.flows, args.rounds)
+    if "flush" in parts:
+        bench_conntrack_flush(args.nlproxy, args.flows, args.rounds, args.base)
     if "rules" in parts:
         bench_rules(args.nlproxy, args.services, args.endpoints, args.rounds)
     return 0
