@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -45,6 +46,23 @@ variant writes the bytecode before anything is measured."""
 
 def emit(**fields: object) -> None:
     print(json.dumps(fields), flush=True)
+
+
+def installed(tree: Path, where: Path) -> str:
+    """An ``nlproxy`` executable for the source ``tree`` as a package install runs it: a venv
+    whose site-packages names the tree and this venv's libraries in a plain ``.pth``. The
+    development venv's editable install (``pip install -e``) loads an import finder at every
+    interpreter start, ~10 ms that no wheel or Debian package pays."""
+    paths = "import sys, sysconfig; print(sys._base_executable, sysconfig.get_paths()['purelib'])"
+    base, purelib = sh(PY, "-c", paths).split()
+    sh(base, "-m", "venv", "--without-pip", str(where))
+    py = where / "bin" / "python"
+    site = sh(str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip()
+    Path(site, "nlproxy-tree.pth").write_text(f"{tree}\n{purelib}\n")
+    exe = where / "bin" / "nlproxy"
+    exe.write_text(f"#!{py}\nimport sys\nfrom nlproxy.__main__ import entry\nsys.exit(entry())\n")
+    exe.chmod(0o755)
+    return str(exe)
 
 
 def side_by_side(
@@ -137,10 +155,14 @@ def bench_conntrack_list(nlproxy: str, flows: int, rounds: int) -> None:
     )
 
 
-def bench_conntrack_flush(nlproxy: str, flows: int, rounds: int, base: str | None = None) -> None:
+def bench_conntrack_flush(
+    nlproxy: str, flows: int, rounds: int, base: Path | None = None, *, as_installed: bool = True
+) -> None:
     """One endpoint's flows of one service (bench_conntrack's victims) deleted by the CLI and by
     ``conntrack -D`` with the same filter, in turn; the table is refilled after each. With
-    ``base``, that executable's flush takes its turn too (a "before" in the same run)."""
+    ``as_installed``, this tree as a package install runs it takes its turn too (see
+    :func:`installed`); with ``base`` (another checkout), that tree as installed (a "before" in
+    the same run)."""
     svc, ep = 7, 207
     victims = bench_conntrack.one_endpoint(flows, svc, ep)
     dst, endpoint = bench_conntrack.vip(svc), bench_conntrack.endpoint(ep)
@@ -149,9 +171,13 @@ def bench_conntrack_flush(nlproxy: str, flows: int, rounds: int, base: str | Non
         "conntrack", "flush", "--proto", "udp", "--dst", str(dst), "--dport", port,
         "--endpoint", str(endpoint),
     ]  # fmt: skip
+    tmp = Path(tempfile.mkdtemp(prefix="nlpb-cli-"))
+    this = installed(REPO, tmp / "this") if as_installed else None
+    before = installed(base, tmp / "base") if base else None
     variants = {
         "nlproxy conntrack flush": [nlproxy, *flush],
-        **({"nlproxy conntrack flush (base)": [base, *flush]} if base else {}),
+        **({"nlproxy conntrack flush (as installed)": [this, *flush]} if this else {}),
+        **({"nlproxy conntrack flush (base, as installed)": [before, *flush]} if before else {}),
         "conntrack -D": [
             "conntrack", "-D", "-p", "udp", "-d", str(dst), "--dport", port,
             "--reply-src", str(endpoint),
@@ -197,14 +223,23 @@ def bench_conntrack_flush(nlproxy: str, flows: int, rounds: int, base: str | Non
         load1_min=round(min(loads), 2),
         load1_max=round(max(loads), 2),
     )
-    if base:
+    if this:
         summary(
-            "conntrack flush, this / base",
-            runs["nlproxy conntrack flush"],
-            runs["nlproxy conntrack flush (base)"],
+            "conntrack flush, as installed",
+            runs["nlproxy conntrack flush (as installed)"],
+            runs["conntrack -D"],
+            "<= 0.2",
+            flows=created,
+        )
+    if this and before:
+        summary(
+            "conntrack flush, this / base, both as installed",
+            runs["nlproxy conntrack flush (as installed)"],
+            runs["nlproxy conntrack flush (base, as installed)"],
             "< 1",
             flows=created,
         )
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def bench_rules(nlproxy: str, services: int, endpoints: int, rounds: int) -> None:
@@ -245,7 +280,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", default="version,conntrack,flush,rules")
     ap.add_argument("--nlproxy", default=NLPROXY, help="the nlproxy executable to measure")
-    ap.add_argument("--base", help="another nlproxy executable whose flush takes its turn too")
+    ap.add_argument(
+        "--base", type=Path, help="another checkout (a source tree) whose flush takes its turn too"
+    )
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_cli: needs root (network namespaces, conntrack)", file=sys.stderr)
