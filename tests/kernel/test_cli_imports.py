@@ -1,7 +1,7 @@
 """The read-only commands load only what they use: ``nlproxy version`` no netlink, Kubernetes,
 metrics, trio, YAML or structlog code; ``rules``, ``conntrack list`` and ``cleanup`` none of the
-daemon's libraries (``conntrack`` and ``rules`` not even structlog); ``conntrack flush`` by
-address, port and protocol nothing but the conntrack codec and its socket. Each runs in a fresh
+daemon's libraries (and not even structlog: they never log); ``conntrack flush`` by address,
+port and protocol nothing but the conntrack codec and its socket. Each runs in a fresh
 interpreter, which then lists what it imported."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def test_read_only_commands_load_none_of_the_daemons_libraries(
         heavy=(),
     )  # fmt: skip
     assert status == 0
-    quiet = ("structlog",) if argv[0] in ("conntrack", "rules") else ()  # they never log
+    quiet = ("structlog",) if argv[0] in ("conntrack", "rules", "cleanup") else ()  # never log
     status, mods = loaded("--netns", ns, *argv, heavy=(*DAEMON_ONLY, *quiet))
     assert (status, mods) == (0, [])
 
@@ -76,7 +76,7 @@ FLUSH_BY_FILTERS_NEVER_LOADS = (
     *DAEMON_ONLY,
     "structlog",
     "json",
-    "nlproxy.log",  # no logging set up, and nothing that logs
+    "logging",  # no logging set up, and nothing that logs
     "nlproxy.conntrack.lines",  # the listing's line maker
     "nlproxy.proxy",  # the planner and the layout reader (read back for --service only)
     "nlproxy.nft",
