@@ -85,6 +85,7 @@ def full_plan(idle: int = 600) -> Plan:
             ("bench_commit.py", ("--services", "10000", "--endpoints", "10")),
             ("bench_conntrack.py", ("--flows", "100000", "--rounds", "3")),
             ("bench_kube.py", ("--services", "10000", "--endpoints", "10", "--repeat", "1")),
+            ("bench_kube_pages.py", ("--services", "10000", "--rounds", "3")),
             ("bench_incremental.py", ("--services", "10000", "--endpoints", "10")),
             ("bench_isolation.py", ("--services", "10000", "--endpoints", "10")),
             ("bench_verify.py", ("--services", "10000", "--endpoints", "10")),

@@ -177,10 +177,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     func = cast(Callable[[argparse.Namespace], int], args.func)
-    if getattr(sys.modules[func.__module__], "LOGS", True):  # a command that never logs says so
-        from nlproxy.log import configure
+    from nlproxy import log
 
-        configure(level=args.log_level, fmt=args.log_format)
+    # A command that does not log as it starts says so (LOGS = False): its logging is set up
+    # only if it makes a logger after all.
+    if getattr(sys.modules[func.__module__], "LOGS", True):
+        log.configure(level=args.log_level, fmt=args.log_format)
+    else:
+        log.defer(level=args.log_level, fmt=args.log_format)
     try:
         return func(args)
     except BaseException as exc:  # noqa: BLE001 - every ending is turned into one line here

@@ -69,6 +69,18 @@ class SafeStream:
         return getattr(self.stream, name)
 
 
+_deferred: dict[str, str] = {}
+"""The settings ``defer`` kept for the first logger. Process-wide, as logging's own set-up is."""
+
+
+def defer(*, level: str = "info", fmt: str = "auto") -> None:
+    """Configure logging as :func:`configure` would, but only when the first logger is made: a
+    command that never logs loads neither structlog nor the standard library's logging, and one
+    that logs after all still writes its lines as asked."""
+    _deferred.clear()
+    _deferred.update(level=level, fmt=fmt)
+
+
 def configure(*, level: str = "info", fmt: str = "auto") -> None:
     """Configure logging for the process; ``fmt`` is ``auto``, ``json`` or ``console``.
 
@@ -79,6 +91,8 @@ def configure(*, level: str = "info", fmt: str = "auto") -> None:
     import logging
 
     import structlog  # here, not at the top: ``nlproxy version`` loads neither
+
+    _deferred.clear()
 
     use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     renderer: structlog.typing.Processor = (
@@ -124,7 +138,10 @@ def configure(*, level: str = "info", fmt: str = "auto") -> None:
 
 
 def get_logger(component: str) -> structlog.typing.FilteringBoundLogger:
-    """A logger bound to ``component``."""
+    """A logger bound to ``component`` (logging set up first where it was deferred)."""
     import structlog
+
+    if _deferred:
+        configure(**_deferred)
 
     return structlog.get_logger().bind(component=component)  # type: ignore[no-any-return]

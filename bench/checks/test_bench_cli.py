@@ -13,14 +13,20 @@ def test_small_run_prints_every_figure() -> None:
     assert [(r["bench"], r["command"]) for r in rows if r["bench"] == "cli-summary"] == [
         ("cli-summary", "version"),
         ("cli-summary", "conntrack list"),
+        ("cli-summary", "conntrack flush"),
+        ("cli-summary", "conntrack flush, as installed"),
         ("cli-summary", "rules"),
     ]
+    assert [r["command"] for r in rows if r["bench"] == "cli-floor"] == ["conntrack flush"]
     variants = {r["variant"] for r in rows if r["bench"] == "cli"}
     assert variants == {
         "nlproxy version",
         "python -c pass",
         "nlproxy conntrack list",
         "conntrack -L",
+        "nlproxy conntrack flush",
+        "nlproxy conntrack flush (as installed)",
+        "conntrack -D",
         "nlproxy rules",
         "nft list ruleset",
     }

@@ -12,6 +12,8 @@ import argparse
 
 NAME = "cleanup"
 HELP = "remove nlproxy's nftables tables, or with --kube-proxy kube-proxy's rules (idempotent)"
+LOGS = False
+"""It reports by printing; logging is set up only if something on its path logs after all."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,13 +30,12 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "kube_proxy", False):
         return _kube_proxy(args)
     from nlproxy.nft.backend import NftBackend
-    from nlproxy.nft.ir import Operation, Table, Verb
+    from nlproxy.nft.ir import Family, Operation, Table, Verb
     from nlproxy.nft.readback import read_ruleset
     from nlproxy.proxy.naming import TABLE
-    from nlproxy.sync.syncer import FAMILIES
 
     removed = []
-    for family in FAMILIES:
+    for family in (Family.IP, Family.IP6):  # not the syncer's list: that loads the planner
         current = read_ruleset(family, TABLE, netns=args.netns)
         if current is None:
             continue

@@ -15,6 +15,8 @@ from pathlib import Path
 
 NAME = "explain"
 HELP = "explain one Service: objects, programmed rules, flows, endpoints, and a trace (--from)"
+LOGS = False
+"""It reports by printing; logging is set up only if something on its path logs after all."""
 EXIT_UNREACHABLE = 4
 
 

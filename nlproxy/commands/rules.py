@@ -32,9 +32,9 @@ def run(args: argparse.Namespace) -> int:
     from nlproxy.nft.readback import read_ruleset
     from nlproxy.nft.render import render_ruleset, ruleset_to_json
     from nlproxy.proxy.naming import TABLE
-    from nlproxy.sync.syncer import FAMILIES
 
-    families = [Family(args.family)] if args.family else list(FAMILIES)
+    # Both families named here: the syncer's own list would load the planner and logging.
+    families = [Family(args.family)] if args.family else [Family.IP, Family.IP6]
     found = [rs for f in families if (rs := read_ruleset(f, TABLE, netns=args.netns))]
     if args.json:
         print(json.dumps([ruleset_to_json(rs) for rs in found], indent=2, sort_keys=True))

@@ -25,6 +25,8 @@ from nlproxy.operate.status_render import render_text, to_json
 
 NAME = "status"
 HELP = "ask the running daemon: up, ready, last sync, pending changes, problems (exit 1 if not ok)"
+LOGS = False
+"""It reports by printing; logging is set up only if something on its path logs after all."""
 EXIT_NOT_OK = 1
 MAX_TIMEOUT = 3600.0
 

@@ -25,8 +25,9 @@ import errno as errno_mod
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from nlproxy.conntrack.lines import LineFormatter
+from nlproxy.conntrack import plan
 from nlproxy.conntrack.messages import (
     Flow,
     FlowFilter,
@@ -35,21 +36,19 @@ from nlproxy.conntrack.messages import (
     encode_delete,
     encode_dump,
 )
-from nlproxy.conntrack.plan import (
-    MAX_PASSES,
-    Backend,
-    Frontend,
-    Pass,
-    Programmed,
-    UnexpectedElement,
-    plan_passes,
-    programmed_frontends,
-    stale_flow_filters,
-)
+from nlproxy.conntrack.plan import MAX_PASSES, Pass, plan_passes, stale_flow_filters
 from nlproxy.errors import NlproxyError
-from nlproxy.log import get_logger
 from nlproxy.netlink.codec import NLMSG_DONE, NLMSG_ERROR, error_code, headers
 from nlproxy.netlink.nlsock import NetfilterSocket
+
+if TYPE_CHECKING:
+    from nlproxy.conntrack.plan import (
+        Backend,
+        Frontend,
+        Programmed,
+        UnexpectedElement,
+        programmed_frontends,
+    )
 
 __all__ = [
     "MAX_PASSES",
@@ -66,6 +65,16 @@ __all__ = [
     "programmed_frontends",
     "stale_flow_filters",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """The layout reader's names, loaded on first use (see ``plan.FROM_LAYOUT``)."""
+    if name in plan.FROM_LAYOUT:
+        value = getattr(plan, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 DELETE_BATCH = 1024
 """Flows deleted per netlink send."""
@@ -130,6 +139,8 @@ class Conntrack:
         passes = plan_passes(filters)
         count = sum(self.delete_flows(self._scan(p)) for p in passes)
         # The logger is made here, not in __init__: listing flows loads no logging at all.
+        from nlproxy.log import get_logger
+
         get_logger("conntrack").info(
             "conntrack.flushed",
             filters=len(filters),
@@ -169,6 +180,8 @@ class Conntrack:
         Raises:
             ConntrackError: the kernel refused the dump.
         """
+        from nlproxy.conntrack.lines import LineFormatter  # only listings print lines
+
         flt = flt or FlowFilter()
         p = Pass(flt, (flt,))
         fmt = LineFormatter()

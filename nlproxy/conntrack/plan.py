@@ -16,15 +16,18 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 from nlproxy.conntrack.messages import Flow, FlowFilter, IPAddress
-from nlproxy.proxy.layout import (
-    Backend,
-    Frontend,
-    Programmed,
-    UnexpectedElement,
-    programmed_frontends,
-)
+
+if TYPE_CHECKING:
+    from nlproxy.proxy.layout import (
+        Backend,
+        Frontend,
+        Programmed,
+        UnexpectedElement,
+        programmed_frontends,
+    )
 
 __all__ = [
     "MAX_PASSES",
@@ -37,6 +40,24 @@ __all__ = [
     "programmed_frontends",
     "stale_flow_filters",
 ]
+
+FROM_LAYOUT = frozenset(
+    {"Backend", "Frontend", "Programmed", "UnexpectedElement", "programmed_frontends"}
+)
+"""Re-exported from :mod:`nlproxy.proxy.layout`, loaded on first use: the layout reader pulls in
+the nftables IR, the cluster model and the naming module, a third of ``nlproxy conntrack flush``
+by filters, which uses none of them."""
+
+
+def __getattr__(name: str) -> object:
+    if name in FROM_LAYOUT:
+        from nlproxy.proxy import layout
+
+        value = getattr(layout, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 MAX_PASSES = 32
 """More kernel-filtered passes than this, and one looser pass per family is cheaper: a pass costs

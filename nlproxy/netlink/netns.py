@@ -7,21 +7,34 @@ calling thread; the block must not hand control to other code (trio checkpoints 
 
 from __future__ import annotations
 
-import ctypes
+import functools
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from nlproxy.errors import ConfigError
+
+if TYPE_CHECKING:
+    import ctypes
 
 CLONE_NEWNET = 0x40000000
 NETNS_RUN_DIR = "/var/run/netns"
 
-_libc = ctypes.CDLL(None, use_errno=True)
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """libc, loaded on the first switch: a command run without ``--netns`` never loads ctypes
+    (Python 3.11 has no ``os.setns``)."""
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _setns(fd: int, name: str) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
+    if _libc().setns(fd, CLONE_NEWNET) != 0:
+        import ctypes
+
         err = ctypes.get_errno()
         raise ConfigError(f"netns {name}", f"setns: {os.strerror(err)}")
 

@@ -13,23 +13,16 @@ no command line (``commands/conntrack.py`` does).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from nlproxy.conntrack.kernel import (
-    MAX_PASSES,
-    Backend,
-    Conntrack,
-    ConntrackError,
-    Flow,
-    Frontend,
-    Programmed,
-    programmed_frontends,
-)
+from nlproxy.conntrack.kernel import MAX_PASSES, Conntrack, ConntrackError, Flow
 from nlproxy.conntrack.messages import IPS_DST_NAT, FlowFilter, IPAddress, conntrack_line
 from nlproxy.errors import ConfigError
+
+if TYPE_CHECKING:  # the layout reader is loaded only where nlproxy's tables are read back
+    from nlproxy.proxy.layout import Backend, Frontend, Programmed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,6 +94,8 @@ def flush_flows(query: FlowQuery, netns: str | None, out: TextIO, *, as_json: bo
     counted = _Counted(selected(ct, query, netns))
     deleted = ct.delete_flows(counted)
     if as_json:
+        import json  # loaded only for --json
+
         print(json.dumps({"matched": counted.count, "deleted": deleted}), file=out)
     else:
         print(f"{counted.count} flows matched, {deleted} deleted", file=out)
@@ -140,6 +135,8 @@ def _print_list(flows: Iterable[Flow], out: TextIO, *, as_json: bool) -> None:
         else:
             print(conntrack_line(flow), file=out)
     if as_json:
+        import json  # loaded only for --json
+
         print(json.dumps({"matched": count, "flows": listed}), file=out)
     else:
         print(f"{count} flows matched", file=out)
@@ -212,6 +209,8 @@ def _narrow(base: FlowFilter, key: tuple[str, IPAddress, int]) -> FlowFilter | N
 def is_stale(flow: Flow, backends: frozenset[Backend]) -> bool:
     """A flow to a frontend is stale when its backend is gone, or when it was never DNAT'd
     (UDP sent while there were no backends) and there are backends now."""
+    from nlproxy.proxy.layout import Backend
+
     if flow.status & IPS_DST_NAT:
         return Backend(flow.reply.src, flow.reply.sport) not in backends
     return flow.proto == "udp" and bool(backends)
@@ -226,6 +225,7 @@ def load_programmed(netns: str | None) -> Programmed:
     # Imported here: proxy/naming loads the cluster model, a fifth of a plain listing's start.
     from nlproxy.nft.ir import Family
     from nlproxy.nft.readback import read_ruleset
+    from nlproxy.proxy.layout import programmed_frontends
     from nlproxy.proxy.naming import TABLE
 
     rulesets = [

@@ -1,6 +1,7 @@
 """The read-only commands load only what they use: ``nlproxy version`` no netlink, Kubernetes,
 metrics, trio, YAML or structlog code; ``rules``, ``conntrack list`` and ``cleanup`` none of the
-daemon's libraries (``conntrack`` and ``rules`` not even structlog). Each runs in a fresh
+daemon's libraries (and not even structlog: they never log); ``conntrack flush`` by address,
+port and protocol nothing but the conntrack codec and its socket. Each runs in a fresh
 interpreter, which then lists what it imported."""
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from nlproxy.conntrack.kernel import Conntrack
+from tests.kernel.test_conntrack_cli import fill, flow
 
 REPO = Path(__file__).resolve().parents[2]
 DAEMON_ONLY = ("kubernetes", "pyroute2", "prometheus_client", "trio", "yaml")
@@ -63,6 +67,36 @@ def test_read_only_commands_load_none_of_the_daemons_libraries(
         heavy=(),
     )  # fmt: skip
     assert status == 0
-    quiet = ("structlog",) if argv[0] in ("conntrack", "rules") else ()  # they never log
+    quiet = ("structlog",) if argv[0] in ("conntrack", "rules", "cleanup") else ()  # never log
     status, mods = loaded("--netns", ns, *argv, heavy=(*DAEMON_ONLY, *quiet))
     assert (status, mods) == (0, [])
+
+
+FLUSH_BY_FILTERS_NEVER_LOADS = (
+    *DAEMON_ONLY,
+    "structlog",
+    "json",
+    "logging",  # no logging set up, and nothing that logs
+    "nlproxy.conntrack.lines",  # the listing's line maker
+    "nlproxy.proxy",  # the planner and the layout reader (read back for --service only)
+    "nlproxy.nft",
+    "nlproxy.cluster",
+    "nlproxy.sync",
+    "nlproxy._nftshim",
+)
+
+
+def test_flush_by_filters_loads_no_planner_no_nftables_and_no_logging(
+    make_netns: Callable[[str], str],
+) -> None:
+    ns = make_netns("nlp-imp")
+    gone = [flow("udp", "10.1.0.1", p, "10.96.0.7", 53, "10.244.0.8", 5353) for p in (1, 2, 3)]
+    kept = flow("udp", "10.1.0.1", 2000, "10.96.0.7", 53, "10.244.0.9", 5353)
+    fill(ns, [*gone, kept])
+    status, mods = loaded(
+        "--netns", ns, "conntrack", "flush", "--proto", "udp", "--dst", "10.96.0.7",
+        "--dport", "53", "--endpoint", "10.244.0.8",
+        heavy=FLUSH_BY_FILTERS_NEVER_LOADS,
+    )  # fmt: skip
+    assert (status, mods) == (0, [])
+    assert [f.reply.src for f in Conntrack(ns).list()] == [kept.reply.src]

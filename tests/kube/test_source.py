@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import trio
 
-from nlproxy.cluster.kube import NOT_OURS, KubeSource
+from nlproxy.cluster.kube import NOT_OURS, KubeSource, kinds
+from nlproxy.cluster.kube_http import Http, list_kind
 from nlproxy.cluster.model import Change, Delete, Invalid, ObjectRef, Replace, Service, Upsert
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import (
@@ -355,3 +356,27 @@ async def test_lists_are_not_kept_once_sent(
     del replace
     await eventually(lambda: all(apiserver.watch_count(k) == 2 for k in _COLLECTIONS))
     assert _upserts_alive(ns) == 0
+
+
+@pytest.mark.parametrize("ahead", [False, True], ids=["one-by-one", "next-page-ahead"])
+def test_list_reads_every_page_and_restarts_on_an_expired_token(
+    apiserver: ApiServer, api_client: Any, ahead: bool
+) -> None:
+    populate(apiserver, services=12)
+    compactions = []
+
+    def compact_once(plural: str) -> None:  # after the first page, the history goes, once
+        if plural == "services" and not compactions:
+            compactions.append(apiserver.store.rv)
+            apiserver.store.put("services", service("late", cluster_ip="10.96.1.1"))
+            apiserver.store.compact()
+
+    apiserver.after_page = compact_once
+    spec = next(s for s in kinds(NODE) if s.kind == "Service")
+    listing = list_kind(Http(api_client), spec, 5, ahead=ahead)
+    assert sorted(c.ref.name for c in listing.changes) == sorted(
+        [*(f"svc-{i}" for i in range(12)), "late"]
+    )
+    assert listing.pages == 3  # the restarted list: 13 objects in pages of 5
+    pages = [q for p, q in apiserver.requests if p == "/api/v1/services"]
+    assert ["continue" in q for q in pages].count(False) == 2

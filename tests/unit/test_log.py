@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 
-from nlproxy.log import configure, get_logger
+from nlproxy.log import configure, defer, get_logger
 
 
 def test_json_lines_for_ours_the_standard_librarys_and_warnings(
@@ -89,3 +89,24 @@ def test_lines_from_many_threads_are_never_mixed(monkeypatch: pytest.MonkeyPatch
     assert len(lines) == 8 * 40
     for line in lines:
         json.loads(line)
+
+
+def test_deferred_logging_is_set_up_as_asked_by_the_first_logger(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import structlog
+
+    structlog.reset_defaults()
+    defer(level="warning", fmt="json")
+    assert not structlog.is_configured()
+    try:
+        log = get_logger("conntrack")
+        log.info("conntrack.flushed", deleted=1)  # below the level asked for
+        log.warning("conntrack.slow", passes=40)
+        lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    finally:
+        logging.captureWarnings(False)
+        logging.getLogger().handlers = []
+    assert [(r["event"], r["component"], r["level"]) for r in lines] == [
+        ("conntrack.slow", "conntrack", "warning")
+    ]
