@@ -40,6 +40,7 @@ from nlproxy.serve.health import HealthState, configz, healthz
 from nlproxy.serve.healthcheck import HealthCheckServers, health_checks
 from nlproxy.serve.http import ConnectionBudget, Response, serve
 from nlproxy.serve.metrics import Metrics, ServiceCounters
+from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.loop import SyncLoop
 from nlproxy.sync.syncer import Syncer, SyncResult
 
@@ -93,7 +94,7 @@ class Daemon:
         self.health = HealthState(grace_seconds=2 * cfg.sync_period, node_name=cfg.node_name)
         self.syncer = Syncer(
             pcfg,
-            netns=self.netns,
+            real_kernel(self.netns),
             owner=settings.owned_table,
             flush_tcp=settings.conntrack_flush_tcp,
         )

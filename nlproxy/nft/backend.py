@@ -46,6 +46,7 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nlproxy.errors import InvalidNftObject, KernelError
 from nlproxy.netlink.codec import (
@@ -68,6 +69,7 @@ from nlproxy.nft.ir import (
     Chain,
     DataType,
     Element,
+    Family,
     Map,
     Operation,
     Ruleset,
@@ -78,6 +80,7 @@ from nlproxy.nft.ir import (
     Verb,
 )
 from nlproxy.nft.packed import PackedElements
+from nlproxy.nft.tables import Tables
 from nlproxy.nft.uapi import (
     NFNL_SUBSYS_NFTABLES,
     NFT_MSG_GETCHAIN,
@@ -393,3 +396,7 @@ def _decode_set(a: dict[int, bytes]) -> SetLike | None:
     if data is None:
         return None
     return Map(name=name, key=key, data=data, flags=flags, timeout=timeout)
+
+
+if TYPE_CHECKING:  # the backend is what ``tables.Tables`` declares (mypy checks it)
+    _tables: Tables = NftBackend(Table(family=Family.IP, name="t"))
