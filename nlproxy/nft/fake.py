@@ -238,9 +238,13 @@ class FakeNftables:
         if rs is None:
             return None
         out = copy.deepcopy(rs)
-        for name, s in out.sets.items():  # as read-back shows them: plain elements packed
+        for name, s in out.sets.items():
+            # As read-back shows them: a named set's elements packed when there are some and
+            # none carries what packed elements cannot (a comment, a timeout).
             els = out.elements.get(name)
-            if packable(s) and name[:2] != "__" and isinstance(els, dict):
+            if not (packable(s) and isinstance(els, dict) and els):
+                continue
+            if all(not el.comment and el.timeout is None for el in els.values()):
                 packed = PackedElements(s)
                 for el in els.values():
                     packed[el.key] = el
