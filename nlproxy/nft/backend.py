@@ -295,8 +295,11 @@ class NftBackend:
         if refused is not None:  # named as the element it is, as an IR element would be
             run, i = refused
             element = run.keys[i]
-            data = run.data[i] if run.data is not None else b""
-            obj = PackedElements(batch.sets[run.set]).element(element, data)
+            store = PackedElements(batch.sets[run.set])
+            if run.data is None:  # a delete carries keys only, also from a map
+                obj = Element(set=run.set, key=store.decode_key(element))
+            else:
+                obj = store.element(element, run.data[i])
         ref = validation.describe(obj, batch.sets)
         if what:
             ref = f"{ref}: {what}"
