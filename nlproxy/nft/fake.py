@@ -21,7 +21,8 @@ from __future__ import annotations
 import copy
 import errno
 from collections.abc import Iterable, Sequence
-from ipaddress import IPv4Network, IPv6Network
+from dataclasses import replace
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_network
 from typing import TYPE_CHECKING, Any
 
 from nlproxy.errors import KernelError
@@ -184,6 +185,10 @@ class FakeTable:
         return self.ruleset
 
 
+def _as_ranges(key: tuple[Value, ...]) -> tuple[Value, ...]:
+    return tuple(ip_network(v) if isinstance(v, IPv4Address | IPv6Address) else v for v in key)
+
+
 def _bounds(v: Value) -> tuple[Any, Any]:
     if isinstance(v, IPv4Network | IPv6Network):
         return v.network_address, v.broadcast_address
@@ -216,6 +221,8 @@ class FakeNftables:
 
     Implements :class:`~nlproxy.nft.tables.ReadBack`; :meth:`open` gives a family's
     :class:`FakeTables`. ``batches`` lists every batch committed, with its family, in order.
+    The generation moves with each batch, as the kernel's does, but for one that only added
+    elements (or the table) already there.
     """
 
     def __init__(self, name: str) -> None:
@@ -242,6 +249,11 @@ class FakeNftables:
             # As read-back shows them: a named set's elements packed when there are some and
             # none carries what packed elements cannot (a comment, a timeout).
             els = out.elements.get(name)
+            if s.flags & SetFlag.INTERVAL and isinstance(els, dict):
+                # An interval set's address is read back as the range it is: a /32 or /128.
+                out.elements[name] = {
+                    (k := _as_ranges(el.key)): replace(el, key=k) for el in els.values()
+                }
             if not (packable(s) and isinstance(els, dict) and els):
                 continue
             if all(not el.comment and el.timeout is None for el in els.values()):
@@ -287,8 +299,15 @@ class FakeTables:
             return 0
         view = known or self.known()
         validation.validate(self.table, ops, view)
-        self._fake().commit(ops)
-        self.nft.gen += 1
+        fake = self._fake()
+        before = fake.ruleset
+        after = fake.commit(ops)
+        # Adding elements or a table that are there makes no transaction in the kernel: a
+        # batch of only those, that changed nothing, commits nothing and leaves the generation.
+        if after != before or not all(
+            op.verb is Verb.ADD and isinstance(op.obj, Element | PackedRun | Table) for op in ops
+        ):
+            self.nft.gen += 1
         self.nft.batches.append((self.table.family, list(ops)))
         self._known = None  # read again from the table, as the backend keeps it in step
         return len(ops)
