@@ -99,6 +99,7 @@ from nlproxy.nft.uapi import (
     NFTA_TABLE_NAME,
 )
 from nlproxy.nft.values import NFT_DATA_VERDICT, concat_len, type_ids
+from nlproxy.nft.view import steps
 
 _TYPES = {dt.type_id: dt for dt in DataType}
 _BATCH_END_LEN = 20  # nlmsghdr + nfgenmsg: BATCH_END, the last message of an encoded batch
@@ -307,27 +308,7 @@ class NftBackend:
 
     def _remember(self, ops: Sequence[Operation], view: Ruleset) -> None:
         """Keep the view of chains and sets in step with what the kernel now has."""
-        for op in ops:
-            if op.obj.__class__ is Element:  # most of a big transaction; nothing to remember
-                continue
-            obj, adds = op.obj, op.verb in (Verb.ADD, Verb.CREATE)
-            gone = op.verb in (Verb.DELETE, Verb.DESTROY)
-            if isinstance(obj, Chain):
-                if adds and obj.name not in view.chains:
-                    view.add_chain(obj)
-                elif gone:
-                    view.chains.pop(obj.name, None)
-                    view.rules.pop(obj.name, None)
-            elif isinstance(obj, Set | Map):
-                if adds and obj.name not in view.sets:
-                    view.sets[obj.name] = obj
-                elif gone:
-                    view.sets.pop(obj.name, None)
-            elif isinstance(obj, Table) and gone:
-                view.chains.clear()
-                view.rules.clear()
-                view.sets.clear()
-                view.elements.clear()
+        steps(view, ops, declarations=True)
 
     # -- reading declarations ---------------------------------------------------------------
 

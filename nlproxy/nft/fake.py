@@ -45,6 +45,7 @@ from nlproxy.nft.ir import (
 )
 from nlproxy.nft.packed import PackedElements, packable, unpack_run
 from nlproxy.nft.tables import ReadBack, Tables
+from nlproxy.nft.view import step
 
 
 def references(rs: Ruleset) -> tuple[set[str], set[str]]:
@@ -74,6 +75,7 @@ def _refuse(index: int, op: Operation, code: int, why: str) -> KernelError:
 
 
 def _step(cur: Ruleset | None, index: int, op: Operation) -> Ruleset:
+    """``cur`` after ``op``, when the kernel would take it (``view.step`` makes the change)."""
     obj = op.obj
     if isinstance(obj, Table):
         if op.verb in (Verb.DELETE, Verb.DESTROY):
@@ -81,41 +83,58 @@ def _step(cur: Ruleset | None, index: int, op: Operation) -> Ruleset:
         return cur or Ruleset(table=obj)
     if cur is None:
         raise _refuse(index, op, errno.ENOENT, f"{obj} before the table exists")
+    if isinstance(obj, PackedRun):
+        if op.verb not in (Verb.ADD, Verb.CREATE, Verb.DELETE, Verb.DESTROY):
+            raise _refuse(index, op, errno.EOPNOTSUPP, "not supported by the fake")
+        if obj.set not in cur.sets:
+            raise _refuse(index, op, errno.ENOENT, f"elements in unknown set {obj.set}")
+        for el in unpack_run(obj, cur.sets[obj.set], op.verb):  # as the kernel: one by one
+            cur = _step(cur, index, Operation(op.verb, el))
+        return cur
+    if _absent_ok(cur, index, op):
+        return cur  # destroying what is not there
+    step(cur, op)
+    chains, sets = references(cur)
+    if not chains <= set(cur.chains):
+        unknown = ", ".join(sorted(chains - set(cur.chains)))
+        raise _refuse(index, op, errno.ENOENT, f"refers to unknown chain {unknown}")
+    if not sets <= set(cur.sets):
+        unknown = ", ".join(sorted(sets - set(cur.sets)))
+        raise _refuse(index, op, errno.ENOENT, f"refers to unknown set {unknown}")
+    return cur
+
+
+def _absent_ok(cur: Ruleset, index: int, op: Operation) -> bool:
+    """Raise what the kernel answers ``op`` with when it refuses it; True when ``op`` is a
+    destroy of something absent (taken, and nothing happens)."""
+    obj = op.obj
     match op.verb, obj:
         case ((Verb.ADD | Verb.CREATE), Chain()):
             if op.verb is Verb.CREATE and obj.name in cur.chains:
                 raise _refuse(index, op, errno.EEXIST, f"chain {obj.name} exists")
-            cur.add_chain(obj)
         case Verb.FLUSH, Chain():
             if obj.name not in cur.chains:
                 raise _refuse(index, op, errno.ENOENT, f"no chain {obj.name}")
-            cur.rules[obj.name] = []
         case ((Verb.DELETE | Verb.DESTROY), Chain()):
             if obj.name not in cur.chains:
                 if op.verb is Verb.DESTROY:
-                    return cur
+                    return True
                 raise _refuse(index, op, errno.ENOENT, f"no chain {obj.name}")
             if obj.name in references(cur)[0]:
                 raise _refuse(index, op, errno.EBUSY, f"chain {obj.name} is referenced")
-            del cur.chains[obj.name]
-            del cur.rules[obj.name]
         case ((Verb.ADD | Verb.CREATE), Set() | Map()):
             if op.verb is Verb.CREATE and obj.name in cur.sets:
                 raise _refuse(index, op, errno.EEXIST, f"set {obj.name} exists")
-            cur.add_set(obj)
         case Verb.FLUSH, Set() | Map():
             if obj.name not in cur.sets:
                 raise _refuse(index, op, errno.ENOENT, f"no set {obj.name}")
-            cur.elements[obj.name] = {}
         case ((Verb.DELETE | Verb.DESTROY), Set() | Map()):
             if obj.name not in cur.sets:
                 if op.verb is Verb.DESTROY:
-                    return cur
+                    return True
                 raise _refuse(index, op, errno.ENOENT, f"no set {obj.name}")
             if obj.name in references(cur)[1]:
                 raise _refuse(index, op, errno.EBUSY, f"set {obj.name} is referenced")
-            del cur.sets[obj.name]
-            del cur.elements[obj.name]
         case ((Verb.ADD | Verb.CREATE), Element()):
             if obj.set not in cur.sets:
                 raise _refuse(index, op, errno.ENOENT, f"element in unknown set {obj.set}")
@@ -125,32 +144,17 @@ def _step(cur: Ruleset | None, index: int, op: Operation) -> Ruleset:
             if clash is not None:
                 why = f"element {obj.key} overlaps {clash} in {obj.set}"
                 raise _refuse(index, op, errno.EEXIST, why)
-            cur.add_element(obj)
         case ((Verb.DELETE | Verb.DESTROY), Element()):
             if obj.key not in cur.elements.get(obj.set, {}):
                 if op.verb is Verb.DESTROY:
-                    return cur
+                    return True
                 raise _refuse(index, op, errno.ENOENT, f"no element {obj.key} in {obj.set}")
-            del cur.elements[obj.set][obj.key]
         case Verb.ADD, Rule():
             if obj.chain not in cur.chains:
                 raise _refuse(index, op, errno.ENOENT, f"rule in unknown chain {obj.chain}")
-            cur.add_rule(obj)
-        case _, PackedRun():
-            if obj.set not in cur.sets:
-                raise _refuse(index, op, errno.ENOENT, f"elements in unknown set {obj.set}")
-            for el in unpack_run(obj, cur.sets[obj.set], op.verb):  # as the kernel: one by one
-                cur = _step(cur, index, Operation(op.verb, el))
         case _:
             raise _refuse(index, op, errno.EOPNOTSUPP, "not supported by the fake")
-    chains, sets = references(cur)
-    if not chains <= set(cur.chains):
-        unknown = ", ".join(sorted(chains - set(cur.chains)))
-        raise _refuse(index, op, errno.ENOENT, f"refers to unknown chain {unknown}")
-    if not sets <= set(cur.sets):
-        unknown = ", ".join(sorted(sets - set(cur.sets)))
-        raise _refuse(index, op, errno.ENOENT, f"refers to unknown set {unknown}")
-    return cur
+    return False
 
 
 def apply(rs: Ruleset | None, ops: Iterable[Operation]) -> Ruleset:
