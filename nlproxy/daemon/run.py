@@ -29,7 +29,7 @@ from nlproxy.daemon.memory import pause_gc, release, tune_allocator
 from nlproxy.errors import NlproxyError
 from nlproxy.inspect.foreign import Leftovers, find, is_foreign_change, remove_all
 from nlproxy.inspect.reachability import ReachabilityMonitor, without_unreachable
-from nlproxy.inspect.rtnl import interface_addresses
+from nlproxy.inspect.rtnl import RtnlNode
 from nlproxy.inspect.watch import ADDRESS_GROUPS, RouteWatcher
 from nlproxy.log import get_logger
 from nlproxy.nft.monitor import NftMonitor
@@ -101,8 +101,9 @@ class Daemon:
         # Big round-robin/consistent-hash tables are built a Service's budget per sync, so no
         # other change waits behind a burst of them (``sync/balancing.py``).
         self.syncer.balancing.quota = SYNC_QUOTA
+        self.node = RtnlNode(self.netns)
         self.reachability = ReachabilityMonitor(
-            self.registry, netns=self.netns, on_change=self._unreachable_changed
+            self.registry, netns=self.netns, node=self.node, on_change=self._unreachable_changed
         )
         self.monitor: NftMonitor | None = None
         self._foreign_seen = trio.Event()
@@ -289,7 +290,7 @@ class Daemon:
             started = False
             while True:
                 try:
-                    addrs = await trio.to_thread.run_sync(interface_addresses, self.netns)
+                    addrs = await trio.to_thread.run_sync(self.node.addresses)
                 except (NlproxyError, OSError) as exc:  # kept as they were; tried at the next event
                     self.log.warning("addresses.failed", error=str(exc))
                 else:
