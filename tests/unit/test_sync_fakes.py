@@ -8,21 +8,28 @@ fake the same batches.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from ipaddress import ip_address
 
 import pytest
+import trio
+import trio.testing
+from prometheus_client import CollectorRegistry
 
-from nlproxy.cluster.model import ClusterSnapshot, EndpointSlice, Service, ServiceKey
+from nlproxy.cluster.model import Change, ClusterSnapshot, EndpointSlice, Service, ServiceKey
 from nlproxy.conntrack.fake import FakeConntrack
 from nlproxy.conntrack.messages import Flow, FlowTuple
 from nlproxy.nft.fake import FakeNftables
 from nlproxy.nft.ir import Element, Family, L4Proto, Operation, Table, Verb
+from nlproxy.nft.monitor import Drift
 from nlproxy.nft.render import render_ruleset
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.tracer import trace
+from nlproxy.serve.health import HealthState
+from nlproxy.serve.metrics import Metrics
 from nlproxy.sync.fingerprint import take_record
 from nlproxy.sync.kernel import SyncKernel
+from nlproxy.sync.loop import SyncLoop
 from nlproxy.sync.syncer import Syncer
 from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot, upsert
 from tests.unit.incremental import CONFIG, NODE_ADDRS, state_with_node
@@ -221,3 +228,42 @@ def test_drift_found_off_the_loop_is_repaired() -> None:
     after = syncer.sync(snap, changed=set())
     assert after.incremental
     assert after.total_ops == 0
+
+
+async def here(fn: Callable[..., object], *args: object) -> object:
+    """The loop's verifier calls, run on the loop (the fakes do no I/O)."""
+    return fn(*args)
+
+
+async def test_the_loop_repairs_what_another_writer_changed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    nft = FakeNftables(n.TABLE)
+    synced = trio.Event()
+    loop = SyncLoop(
+        state_with_node(),
+        make(nft),
+        health=HealthState(grace_seconds=120),
+        metrics=Metrics(CollectorRegistry()),
+        min_interval=1.0,
+        sync_period=3600.0,
+        on_synced=lambda *_: synced.set(),
+        in_thread=False,
+        runner=here,
+    )
+    send, recv = trio.open_memory_channel[Sequence[Change]](10)
+    web = [upsert(service("a", "web1", "172.30.0.2"))]
+    web.append(upsert(eps_slice("a", "web1", [endpoint("10.1.0.2")])))
+    await send.send(web)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run, recv)
+        before = text(nft)
+        assert to(nft, "172.30.0.2", 80) == {"10.1.0.2:80"}
+        drop_web1(nft)
+        synced = trio.Event()
+        loop.request_verify(Drift(pid=4242, comm="nft", objects=1))
+        with trio.fail_after(600):
+            await synced.wait()
+        assert to(nft, "172.30.0.2", 80) == {"10.1.0.2:80"}
+        assert text(nft) == before
+        nursery.cancel_scope.cancel()
