@@ -19,10 +19,13 @@ from nlproxy.nft.tables import ReadBack, Tables
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SyncKernel:
-    """Args:
-    tables: opens one family's table (``Table`` carries the family and owner flags).
-    readback: reads the tables back.
-    flows: the conntrack table.
+    """The kernel one Syncer syncs.
+
+    Attributes:
+        tables: opens one family's table (the ``Table`` carries the family and owner flags);
+            called once per family, on first use.
+        readback: reads the tables back (verify, restart records, generations).
+        flows: the conntrack table (stale flows are deleted there).
     """
 
     tables: Callable[[Table], Tables]
@@ -31,7 +34,11 @@ class SyncKernel:
 
 
 def real(netns: str | None = None) -> SyncKernel:
-    """The kernel of network namespace ``netns`` (None: the current one)."""
+    """The kernel of network namespace ``netns`` (None: the current one).
+
+    Imports the netlink side here, not at the top: a unit test of the sync on the fakes loads
+    none of it.
+    """
     from nlproxy.conntrack.kernel import Conntrack
     from nlproxy.nft.backend import NftBackend
     from nlproxy.nft.readback import KernelReadBack
