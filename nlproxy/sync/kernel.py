@@ -36,8 +36,8 @@ class SyncKernel:
 def real(netns: str | None = None) -> SyncKernel:
     """The kernel of network namespace ``netns`` (None: the current one).
 
-    Imports the netlink side here, not at the top: a unit test of the sync on the fakes loads
-    none of it.
+    The nftables backend and read-back are imported here, where they are built: the Syncer and
+    the fakes need only the interfaces.
     """
     from nlproxy.conntrack.kernel import Conntrack
     from nlproxy.nft.backend import NftBackend
