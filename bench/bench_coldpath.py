@@ -48,6 +48,7 @@ from nlproxy.nft.reconcile import diff
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.naming import TABLE as TABLE_NAME
 from nlproxy.proxy.planner import plan
+from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.syncer import FAMILIES
 
 
@@ -205,7 +206,7 @@ def burst_stages(c: gen.Cluster, count: int, out: Any) -> None:
     state = cluster(c.services, c.endpoints, nodeport_every=0)
     shape = {"services": c.services, "endpoints": c.endpoints}
     with namespace() as ns:
-        syncer = Syncer(CONFIG, netns=ns)
+        syncer = Syncer(CONFIG, real_kernel(ns))
         try:
             syncer.sync(state.snapshot())
             log(f"burst stages: {count} slices")

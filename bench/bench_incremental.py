@@ -48,6 +48,7 @@ from nlproxy.cluster.model import (
 )
 from nlproxy.cluster.state import ClusterState
 from nlproxy.proxy.config import ProxyConfig
+from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.syncer import Syncer, SyncResult
 from tests import netns
 
@@ -151,7 +152,7 @@ def run_variant(variant: str, args: argparse.Namespace) -> list[dict[str, object
     state = cluster(args.services, args.endpoints, args.nodeport_every)
     rows = []
     with namespace() as ns:
-        syncer = Syncer(CONFIG, netns=ns, incremental=variant != "full")
+        syncer = Syncer(CONFIG, real_kernel(ns), incremental=variant != "full")
         try:
             t = time.perf_counter()
             cold = syncer.sync(state.snapshot())

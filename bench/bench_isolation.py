@@ -38,6 +38,7 @@ from nlproxy.cluster.model import (
     ServicePortRef,
     ServiceType,
 )
+from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.syncer import Syncer
 
 LB = IPv4Address("192.0.2.50")
@@ -79,7 +80,7 @@ def run(situation: str, how: str, base: ClusterSnapshot) -> dict[str, object]:
         nlproxy.sync.syncer.owners = lambda *_: []  # type: ignore[assignment]
     try:
         with namespace() as ns:
-            syncer = Syncer(CONFIG, netns=ns)
+            syncer = Syncer(CONFIG, real_kernel(ns))
             try:
                 if situation == "cold":
                     wall, info = timed(syncer, with_services(base, a, b))
@@ -96,7 +97,7 @@ def run(situation: str, how: str, base: ClusterSnapshot) -> dict[str, object]:
 def clean(situation: str, base: ClusterSnapshot) -> dict[str, object]:
     a = clashing(0, "10.0.0.0/8")
     with namespace() as ns:
-        syncer = Syncer(CONFIG, netns=ns)
+        syncer = Syncer(CONFIG, real_kernel(ns))
         try:
             if situation == "cold":
                 wall, info = timed(syncer, with_services(base, a))

@@ -70,6 +70,7 @@ from nlproxy.nft.reconcile import diff
 from nlproxy.proxy import budget as lb_budget
 from nlproxy.proxy.hashring import lookup_table, table_size
 from nlproxy.proxy.planner import plan
+from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.syncer import Syncer, SyncResult, as_programmed
 
 ALGORITHMS = (LoadBalancing.RANDOM, LoadBalancing.ROUND_ROBIN, LoadBalancing.CONSISTENT_HASH)
@@ -110,7 +111,7 @@ def _cost(services: int, endpoints: int, algorithm: LoadBalancing) -> dict[str, 
     snap = state.snapshot()
     base = _objects(plan(cluster(0, 0, nodeport_every=0).snapshot(), config).rulesets[Family.IP])
     with namespace() as ns:
-        syncer = Syncer(config, netns=ns)
+        syncer = Syncer(config, real_kernel(ns))
         try:
             t, s = time.perf_counter(), _sys()
             first = syncer.sync(snap)
@@ -240,7 +241,7 @@ def wait(case: str, ports: int, endpoints: int, *, budget: bool = True) -> dict[
     with _budget_lifted() if not budget else nullcontext():
         state = cluster(200, 10, nodeport_every=0)
         with namespace() as ns:
-            syncer = Syncer(CONFIG, netns=ns)
+            syncer = Syncer(CONFIG, real_kernel(ns))
             try:
                 syncer.sync(state.snapshot())
                 state.apply([_up(x) for x in _big(ports, endpoints)])
@@ -285,7 +286,7 @@ def burst(count: int, *, quota: bool) -> dict[str, object]:
     state = cluster(200, 10, nodeport_every=0)
     syncs = []
     with namespace() as ns:
-        syncer = Syncer(CONFIG, netns=ns)
+        syncer = Syncer(CONFIG, real_kernel(ns))
         syncer.balancing.quota = lb_budget.SYNC_QUOTA if quota else None
         try:
             syncer.sync(state.snapshot())

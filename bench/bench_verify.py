@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_incremental import CONFIG, cluster, namespace
 from nlproxy.nft.monitor import NftMonitor
 from nlproxy.proxy.naming import TABLE as TABLE_NAME
+from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.syncer import Syncer
 
 PERIOD = 60.0
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     snap = cluster(args.services, args.endpoints, nodeport_every=0).snapshot()
     with namespace() as ns:
-        syncer = Syncer(CONFIG, netns=ns)
+        syncer = Syncer(CONFIG, real_kernel(ns))
         try:
             syncer.sync(snap)
             monitor = NftMonitor(TABLE_NAME, netns_name=ns)  # after the first sync, as the daemon

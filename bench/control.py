@@ -154,6 +154,7 @@ def _inprocess_cold(
     from nlproxy.cluster.manifests import load_manifests
     from nlproxy.cluster.state import ClusterState
     from nlproxy.proxy.config import ProxyConfig
+    from nlproxy.sync.kernel import real as real_kernel
     from nlproxy.sync.syncer import Syncer
 
     config = ProxyConfig(
@@ -168,7 +169,7 @@ def _inprocess_cold(
     state.apply(loaded.changes)
     snapshot = state.snapshot()
     t2 = time.perf_counter()
-    syncer = Syncer(config, netns=ns)
+    syncer = Syncer(config, real_kernel(ns))
     try:
         first = syncer.sync(snapshot)
     except BaseException:

@@ -25,7 +25,7 @@ import errno as errno_mod
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from nlproxy.conntrack import plan
 from nlproxy.conntrack.messages import (
@@ -58,6 +58,7 @@ __all__ = [
     "Flow",
     "FlowFilter",
     "FlowTuple",
+    "Flows",
     "Frontend",
     "Programmed",
     "UnexpectedElement",
@@ -89,6 +90,23 @@ def _kernel_filter(flt: FlowFilter, family: int) -> FlowFilter:
     if family == 6:
         return replace(flt, orig_dst=None, reply_src=None, family=6)
     return replace(flt, family=family)
+
+
+class Flows(Protocol):
+    """What the sync needs of the conntrack table: its flows, and deleting some by filter.
+    Real: :class:`Conntrack`; fake: ``conntrack/fake.py``'s ``FakeConntrack``."""
+
+    def list(self, flt: FlowFilter | None = None) -> Iterator[Flow]:
+        """The flows ``flt`` selects (every flow without one)."""
+        ...
+
+    def delete(self, filters: Sequence[FlowFilter]) -> int:
+        """Delete the flows any of ``filters`` selects; how many were deleted.
+
+        Raises:
+            ConntrackError: the kernel refused, or a filter is empty (it would select all).
+        """
+        ...
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,3 +310,7 @@ def _delete_batch(sock: NetfilterSocket, flows: Sequence[Flow]) -> int:
                 flow = flows[msg.seq - first]
                 raise ConntrackError(f"flow {flow}", f"delete: {errno_mod.errorcode[msg.error]}")
     return deleted
+
+
+if TYPE_CHECKING:  # what ``Flows`` declares (mypy checks it)
+    _flows: Flows = Conntrack()

@@ -29,7 +29,7 @@ from nlproxy.daemon.memory import pause_gc, release, tune_allocator
 from nlproxy.errors import NlproxyError
 from nlproxy.inspect.foreign import Leftovers, find, is_foreign_change, remove_all
 from nlproxy.inspect.reachability import ReachabilityMonitor, without_unreachable
-from nlproxy.inspect.rtnl import interface_addresses
+from nlproxy.inspect.rtnl import RtnlNode
 from nlproxy.inspect.watch import ADDRESS_GROUPS, RouteWatcher
 from nlproxy.log import get_logger
 from nlproxy.nft.monitor import NftMonitor
@@ -40,6 +40,7 @@ from nlproxy.serve.health import HealthState, configz, healthz
 from nlproxy.serve.healthcheck import HealthCheckServers, health_checks
 from nlproxy.serve.http import ConnectionBudget, Response, serve
 from nlproxy.serve.metrics import Metrics, ServiceCounters
+from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.loop import SyncLoop
 from nlproxy.sync.syncer import Syncer, SyncResult
 
@@ -93,15 +94,16 @@ class Daemon:
         self.health = HealthState(grace_seconds=2 * cfg.sync_period, node_name=cfg.node_name)
         self.syncer = Syncer(
             pcfg,
-            netns=self.netns,
+            real_kernel(self.netns),
             owner=settings.owned_table,
             flush_tcp=settings.conntrack_flush_tcp,
         )
         # Big round-robin/consistent-hash tables are built a Service's budget per sync, so no
         # other change waits behind a burst of them (``sync/balancing.py``).
         self.syncer.balancing.quota = SYNC_QUOTA
+        self.node = RtnlNode(self.netns)
         self.reachability = ReachabilityMonitor(
-            self.registry, netns=self.netns, on_change=self._unreachable_changed
+            self.registry, netns=self.netns, node=self.node, on_change=self._unreachable_changed
         )
         self.monitor: NftMonitor | None = None
         self._foreign_seen = trio.Event()
@@ -288,7 +290,7 @@ class Daemon:
             started = False
             while True:
                 try:
-                    addrs = await trio.to_thread.run_sync(interface_addresses, self.netns)
+                    addrs = await trio.to_thread.run_sync(self.node.addresses)
                 except (NlproxyError, OSError) as exc:  # kept as they were; tried at the next event
                     self.log.warning("addresses.failed", error=str(exc))
                 else:

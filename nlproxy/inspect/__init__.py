@@ -1,6 +1,7 @@
 """Stage ⑤, the node as it is: can each endpoint be reached, whose rules are there.
 
-- ``rtnl``: links, routes, neighbours and addresses from rtnetlink, as small values.
+- ``rtnl``: links, routes, neighbours and addresses from rtnetlink, as small values
+  (``NodeRoutes``, ``RtnlNode``); ``fake``: a node in memory standing in for it.
 - ``classify``: local, remote or unreachable, with the reason, for every endpoint.
 - ``watch``: rtnetlink notifications that may change a verdict.
 - ``reachability``: the daemon task keeping verdicts current and exported.

@@ -21,9 +21,10 @@ from nlproxy.inspect.rtnl import (
     RTNH_F_LINKDOWN,
     Link,
     NextHop,
+    NodeRoutes,
     Route,
+    RtnlNode,
     Snapshot,
-    dump,
     nud_name,
 )
 from nlproxy.nft.ir import IPAddress
@@ -221,11 +222,12 @@ def classify_snapshot(
 
 
 def classify(
-    endpoints: Iterable[IPAddress], *, netns: str | None = None
+    endpoints: Iterable[IPAddress], *, netns: str | None = None, node: NodeRoutes | None = None
 ) -> dict[IPAddress, Reachability]:
     """Classify endpoints as local, remote or unreachable from this node (or ``netns``).
 
-    One dump each of links, routes and neighbours, for the address families present.
+    One dump each of links, routes and neighbours, for the address families present, from
+    ``node`` (default: rtnetlink in ``netns``).
 
     Raises:
         ConfigError: ``netns`` cannot be entered.
@@ -235,7 +237,7 @@ def classify(
     if not addrs:
         return {}
     families = {socket.AF_INET if a.version == 4 else socket.AF_INET6 for a in addrs}
-    return classify_snapshot(addrs, dump(netns, families))
+    return classify_snapshot(addrs, (node or RtnlNode(netns)).dump(families))
 
 
 def transitions(

@@ -25,6 +25,7 @@ from nlproxy.cluster.model import (
     ServicePortRef,
 )
 from nlproxy.inspect.classify import Reachability, classify, transitions
+from nlproxy.inspect.rtnl import NodeRoutes, RtnlNode
 from nlproxy.inspect.watch import RouteWatcher
 from nlproxy.log import get_logger
 from nlproxy.proxy.planner import PortPlan
@@ -72,9 +73,11 @@ class ReachabilityMonitor:
         registry: CollectorRegistry,
         *,
         netns: str | None = None,
+        node: NodeRoutes | None = None,
         on_change: Callable[[frozenset[IPAddress]], None] | None = None,
     ) -> None:
         self.netns = netns
+        self.node = node or RtnlNode(netns)
         self.on_change = on_change
         self.log = get_logger("inspector")
         self.gauge = Gauge(
@@ -195,7 +198,7 @@ class ReachabilityMonitor:
         known = self.verdicts
 
         def work() -> dict[IPAddress, Reachability]:
-            return _interned(classify(todo, netns=self.netns)) if todo else {}
+            return _interned(classify(todo, node=self.node)) if todo else {}
 
         fresh = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
         before = {ip: known[ip] for ip in (*fresh, *removed) if ip in known}

@@ -11,7 +11,7 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from ipaddress import ip_address, ip_network
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
@@ -196,3 +196,35 @@ def interface_addresses(netns_name: str | None) -> tuple[IPAddress, ...]:
     finally:
         ipr.close()
     return tuple(dict.fromkeys(addrs))
+
+
+class NodeRoutes(Protocol):
+    """What the sync's effects read of this node: links, routes and neighbours (the
+    inspector's classification), and its interface addresses (``nodePortAddresses``). Real:
+    :class:`RtnlNode`; fake: ``inspect/fake.py``'s ``FakeNode``."""
+
+    def dump(self, families: Iterable[int]) -> Snapshot:
+        """Links, and the routes and neighbours of ``families`` (AF_INET/AF_INET6)."""
+        ...
+
+    def addresses(self) -> tuple[IPAddress, ...]:
+        """Every address on the node's interfaces."""
+        ...
+
+
+class RtnlNode:
+    """The node as rtnetlink shows it in network namespace ``netns`` (None: this one); one
+    socket per call, so a call may run in any thread."""
+
+    def __init__(self, netns_name: str | None = None) -> None:
+        self.netns = netns_name
+
+    def dump(self, families: Iterable[int]) -> Snapshot:
+        return dump(self.netns, families)
+
+    def addresses(self) -> tuple[IPAddress, ...]:
+        return interface_addresses(self.netns)
+
+
+if TYPE_CHECKING:  # what ``NodeRoutes`` declares (mypy checks it)
+    _node: NodeRoutes = RtnlNode()

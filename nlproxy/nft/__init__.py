@@ -4,7 +4,10 @@ Knows no Kubernetes and no Services (the layering test holds it to that); one ta
 owned whole by nlproxy.
 
 - ``ir``: the nouns (``Table``, ``Chain``, ``Rule``, ``Set``, ``Map``, ``Element``), expression
-  trees and the verbs of a transaction.
+  trees and the verbs of a transaction; ``packed``: a set's elements held as the kernel's bytes.
+- ``tables``: what the sync needs of nftables, as two small interfaces (a table, a read-back).
+- ``view``: a ruleset brought forward by a committed batch, written once for the fake, the
+  programmed cache, the backend's view of declarations and validation.
 - ``values``, ``uapi``, ``udata``, ``jhash``: values in the kernel's byte layout, the kernel's
   expression numbers, libnftnl's userdata TLVs, the kernel's ``jhash``.
 - Planned → programmed: ``reconcile`` (the smallest transaction, pure), ``validate`` and
@@ -16,5 +19,6 @@ owned whole by nlproxy.
   ``readsets`` (sets, maps, elements), ``readback`` (one table into a ``Ruleset``), ``counters``.
 - ``render``: nft's own text (``nlproxy rules``, goldens) and JSON.
 - ``monitor``: notifications of other writers changing nlproxy's tables (drift).
-- ``fake``: an in-memory table for tests and tools: applies to a copy, commits on success.
+- ``fake``: in-memory tables for tests and tools: apply to a copy, commit on success, read back
+  as the kernel does; ``FakeNftables``/``FakeTables`` stand in for ``readback``/``backend``.
 """

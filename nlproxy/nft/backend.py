@@ -46,6 +46,7 @@ import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from nlproxy.errors import InvalidNftObject, KernelError
 from nlproxy.netlink.codec import (
@@ -68,6 +69,7 @@ from nlproxy.nft.ir import (
     Chain,
     DataType,
     Element,
+    Family,
     Map,
     Operation,
     Ruleset,
@@ -78,6 +80,7 @@ from nlproxy.nft.ir import (
     Verb,
 )
 from nlproxy.nft.packed import PackedElements
+from nlproxy.nft.tables import Tables
 from nlproxy.nft.uapi import (
     NFNL_SUBSYS_NFTABLES,
     NFT_MSG_GETCHAIN,
@@ -96,6 +99,7 @@ from nlproxy.nft.uapi import (
     NFTA_TABLE_NAME,
 )
 from nlproxy.nft.values import NFT_DATA_VERDICT, concat_len, type_ids
+from nlproxy.nft.view import steps
 
 _TYPES = {dt.type_id: dt for dt in DataType}
 _BATCH_END_LEN = 20  # nlmsghdr + nfgenmsg: BATCH_END, the last message of an encoded batch
@@ -292,8 +296,11 @@ class NftBackend:
         if refused is not None:  # named as the element it is, as an IR element would be
             run, i = refused
             element = run.keys[i]
-            data = run.data[i] if run.data is not None else b""
-            obj = PackedElements(batch.sets[run.set]).element(element, data)
+            store = PackedElements(batch.sets[run.set])
+            if run.data is None:  # a delete carries keys only, also from a map
+                obj = Element(set=run.set, key=store.decode_key(element))
+            else:
+                obj = store.element(element, run.data[i])
         ref = validation.describe(obj, batch.sets)
         if what:
             ref = f"{ref}: {what}"
@@ -301,27 +308,7 @@ class NftBackend:
 
     def _remember(self, ops: Sequence[Operation], view: Ruleset) -> None:
         """Keep the view of chains and sets in step with what the kernel now has."""
-        for op in ops:
-            if op.obj.__class__ is Element:  # most of a big transaction; nothing to remember
-                continue
-            obj, adds = op.obj, op.verb in (Verb.ADD, Verb.CREATE)
-            gone = op.verb in (Verb.DELETE, Verb.DESTROY)
-            if isinstance(obj, Chain):
-                if adds and obj.name not in view.chains:
-                    view.add_chain(obj)
-                elif gone:
-                    view.chains.pop(obj.name, None)
-                    view.rules.pop(obj.name, None)
-            elif isinstance(obj, Set | Map):
-                if adds and obj.name not in view.sets:
-                    view.sets[obj.name] = obj
-                elif gone:
-                    view.sets.pop(obj.name, None)
-            elif isinstance(obj, Table) and gone:
-                view.chains.clear()
-                view.rules.clear()
-                view.sets.clear()
-                view.elements.clear()
+        steps(view, ops, declarations=True)
 
     # -- reading declarations ---------------------------------------------------------------
 
@@ -393,3 +380,7 @@ def _decode_set(a: dict[int, bytes]) -> SetLike | None:
     if data is None:
         return None
     return Map(name=name, key=key, data=data, flags=flags, timeout=timeout)
+
+
+if TYPE_CHECKING:  # the backend is what ``tables.Tables`` declares (mypy checks it)
+    _tables: Tables = NftBackend(Table(family=Family.IP, name="t"))

@@ -10,6 +10,7 @@ name the offending element. It must not raise, and must never pass what the full
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from operator import attrgetter, itemgetter
 
@@ -44,7 +45,7 @@ def elements_ok(
     els: Sequence[Element],
     *,
     ranges: dict[DataType, int],
-    chains: set[str],
+    chains: AbstractSet[str],
     comment_max: int,
 ) -> bool:
     """Whether every element of ``els`` (all of set ``s``, being added) is certainly valid.

@@ -17,7 +17,7 @@ import errno
 import functools
 import sys
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nlproxy.netlink.codec import NFGENMSG, NLM_F_ACK, NLM_F_DUMP, NLMSGHDR, spans
 from nlproxy.netlink.nlsock import NetfilterSocket
@@ -39,6 +39,7 @@ from nlproxy.nft.dump import (
 from nlproxy.nft.ir import Chain, ChainType, Family, Hook, Policy, Rule, Ruleset, Set, Table
 from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.readsets import RawSet, parse_set, read_set_elements
+from nlproxy.nft.tables import ReadBack
 from nlproxy.nft.uapi import (
     NFT_MSG_GETCHAIN,
     NFT_MSG_GETRULE,
@@ -54,7 +55,7 @@ from nlproxy.nft.uapi import (
 from nlproxy.nft.udata import udata_comment
 from nlproxy.nft.values import Addresses
 
-__all__ = ["ReadbackError", "UndecodedRule", "read_comments", "read_ruleset"]
+__all__ = ["KernelReadBack", "ReadbackError", "UndecodedRule", "read_comments", "read_ruleset"]
 
 _RETRIES = 5
 
@@ -369,3 +370,41 @@ def read_comments(
             return None
         raise ReadbackError(f"chain {family} {name} {chain}", exc.strerror or str(exc)) from exc
     return out
+
+
+class KernelReadBack:
+    """The tables named ``name`` in network namespace ``netns``, read back (``tables.ReadBack``).
+
+    :meth:`dump` opens a socket of its own each time, so a verify may read back in a thread
+    while a sync commits in another; :meth:`comments` and :meth:`generation` share one socket,
+    opened on first use and used by the sync's thread only.
+    """
+
+    def __init__(self, name: str, netns: str | None = None) -> None:
+        self.name = name
+        self.netns = netns
+        self._sock: NetfilterSocket | None = None
+
+    @property
+    def sock(self) -> NetfilterSocket:
+        if self._sock is None:
+            self._sock = NetfilterSocket(self.netns)
+        return self._sock
+
+    def dump(self, family: Family) -> Ruleset | None:
+        return read_ruleset(family, self.name, netns=self.netns)
+
+    def comments(self, family: Family, chain: str) -> list[str] | None:
+        return read_comments(family, self.name, chain, sock=self.sock)
+
+    def generation(self) -> int:
+        return generation(self.sock)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
+if TYPE_CHECKING:  # what ``tables.ReadBack`` declares (mypy checks it)
+    _readback: ReadBack = KernelReadBack("t")

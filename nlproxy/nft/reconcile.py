@@ -44,11 +44,11 @@ from nlproxy.nft.ir import (
     SetFlag,
     SetLike,
     SetUpdate,
-    Table,
     Value,
     Verb,
 )
-from nlproxy.nft.packed import PackedElements, unpack_run
+from nlproxy.nft.packed import PackedElements
+from nlproxy.nft.view import steps
 
 _FP_RE = re.compile(r"(?:^| )fp=([0-9a-f]{12})$")
 
@@ -380,63 +380,10 @@ def _desired_set(delta: Delta, programmed: Ruleset, name: str) -> SetLike | None
 
 
 def advance(programmed: Ruleset, ops: list[Operation]) -> None:
-    """Update ``programmed`` in place to what read-back shows once ``ops`` are committed.
+    """Update ``programmed`` in place to what read-back shows once ``ops`` are committed
+    (``view.steps``).
 
     ``ops`` come from :func:`diff` or :func:`ops_for_delta` against ``programmed`` (so rules
     already carry their fingerprints); elements of dynamic sets are left as they are.
     """
-    for op in ops:
-        obj, verb = op.obj, op.verb
-        match obj:
-            case Element():
-                if verb is Verb.DELETE:
-                    programmed.elements.get(obj.set, {}).pop(obj.key, None)
-                else:
-                    els = programmed.elements.get(obj.set)
-                    if isinstance(els, PackedElements) and (obj.comment or obj.timeout):
-                        # read back packed, now given an element bytes cannot hold: unpack
-                        programmed.elements[obj.set] = dict(els.items())
-                    programmed.add_element(obj)
-            case PackedRun():
-                _advance_packed(programmed, verb, obj)
-            case Rule():
-                programmed.add_rule(obj)
-            case Chain():
-                _advance_chain(programmed, verb, obj)
-            case Table():
-                continue
-            case _:  # a set or map
-                if verb is Verb.DELETE:
-                    programmed.sets.pop(obj.name, None)
-                    programmed.elements.pop(obj.name, None)
-                else:
-                    programmed.add_set(obj)
-
-
-def _advance_packed(programmed: Ruleset, verb: Verb, run: PackedRun) -> None:
-    els = programmed.elements.get(run.set)
-    if els is None:
-        return
-    if not isinstance(els, PackedElements):  # the cache was read back unpacked
-        s = programmed.sets[run.set]
-        for el in unpack_run(run, s, verb):
-            if verb is Verb.DELETE:
-                els.pop(el.key, None)
-            else:
-                els[el.key] = el
-    elif verb is Verb.DELETE:
-        for k in run.keys:
-            els.raw.pop(k, None)
-    else:
-        assert run.data is not None, "an add to a packed map carries data"
-        els.raw.update(zip(run.keys, run.data, strict=True))
-
-
-def _advance_chain(programmed: Ruleset, verb: Verb, chain: Chain) -> None:
-    if verb is Verb.FLUSH:
-        programmed.rules[chain.name] = []
-    elif verb is Verb.DELETE:
-        programmed.chains.pop(chain.name, None)
-        programmed.rules.pop(chain.name, None)
-    else:
-        programmed.add_chain(chain)
+    steps(programmed, ops)

@@ -58,6 +58,7 @@ from nlproxy.nft.ir import (
 from nlproxy.nft.packed import packable, unpack_run
 from nlproxy.nft.uapi import BITMASK_FIELDS
 from nlproxy.nft.values import Packer
+from nlproxy.nft.view import step
 
 NFT_NAME_MAXLEN = 256
 """Kernel limit on table, chain and set names, including the terminating NUL."""
@@ -180,28 +181,20 @@ def _check_comment(
 
 
 class _Scope:
-    """Chains and sets visible to the transaction: ``known`` plus what it adds, minus deletes."""
+    """Chains and sets visible to the transaction: ``known`` plus what it adds, minus deletes
+    (a view of declarations, brought forward by ``view.step``)."""
 
-    def __init__(self, known: Ruleset | None) -> None:
-        self.chains: set[str] = set(known.chains) if known else set()
-        self.sets: dict[str, SetLike] = dict(known.sets) if known else {}
+    def __init__(self, known: Ruleset | None, table: Table | None = None) -> None:
+        t = known.table if known else table or Table(family=Family.IP, name="")
+        self.view = Ruleset(table=t)
+        if known:
+            self.view.chains.update(known.chains)
+            self.view.sets.update(known.sets)
+        self.chains = self.view.chains
+        self.sets: dict[str, SetLike] = self.view.sets
 
     def apply(self, op: Operation) -> None:
-        obj, adds = op.obj, op.verb in (Verb.ADD, Verb.CREATE)
-        gone = op.verb in (Verb.DELETE, Verb.DESTROY)
-        if isinstance(obj, Chain):
-            if adds:
-                self.chains.add(obj.name)
-            elif gone:
-                self.chains.discard(obj.name)
-        elif isinstance(obj, Set | Map):
-            if adds:
-                self.sets[obj.name] = obj
-            elif gone:
-                self.sets.pop(obj.name, None)
-        elif isinstance(obj, Table) and gone:
-            self.chains.clear()
-            self.sets.clear()
+        step(self.view, op, declarations=True)
 
 
 def validate(table: Table, ops: Sequence[Operation], known: Ruleset | None = None) -> None:
@@ -257,7 +250,7 @@ def _bulk_ok(run: Sequence[Operation], scope: _Scope) -> bool:
         return False
     els: list[Element] = [op.obj for op in run]  # type: ignore[misc]
     return elements_ok(
-        s, els, ranges=_RANGES, chains=scope.chains, comment_max=ELEMENT_COMMENT_MAXLEN
+        s, els, ranges=_RANGES, chains=scope.chains.keys(), comment_max=ELEMENT_COMMENT_MAXLEN
     )
 
 

@@ -45,6 +45,7 @@ def _run_once(s: Settings, end: Callable[[int], int]) -> int:
     from nlproxy.cluster.manifests import load_manifests
     from nlproxy.cluster.state import ClusterState
     from nlproxy.log import get_logger
+    from nlproxy.sync.kernel import real as real_kernel
     from nlproxy.sync.syncer import FAMILIES, Syncer, SyncResult
 
     log = get_logger("run")
@@ -56,7 +57,9 @@ def _run_once(s: Settings, end: Callable[[int], int]) -> int:
         from nlproxy.inspect.rtnl import interface_addresses
 
         local = interface_addresses(s.netns)
-    syncer = Syncer(pcfg, netns=s.netns, owner=s.owned_table, flush_tcp=s.conntrack_flush_tcp)
+    syncer = Syncer(
+        pcfg, real_kernel(s.netns), owner=s.owned_table, flush_tcp=s.conntrack_flush_tcp
+    )
     try:
         files = _manifests_digest(s, s.manifests, local)
         # The same files and settings as a run that had nothing to report, and nobody wrote

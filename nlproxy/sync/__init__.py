@@ -1,6 +1,8 @@
 """Stage ④, one sync and the loop that runs them.
 
 - ``syncer``: one sync: plan, diff against what is programmed, commit, then the effects (conntrack).
+- ``kernel``: what a Syncer is handed of the kernel (tables, read-back, flows): the real ones
+  of a namespace, or fakes, so the whole sync runs in a unit test.
 - ``isolation``: a Service the kernel refuses is left out and retried when it changes.
 - ``balancing``: the load-balancing budget applied to each snapshot (random past it), the
   per-sync quota of tables, and the warnings for annotation values not understood.

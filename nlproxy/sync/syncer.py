@@ -26,19 +26,14 @@ from copy import copy
 from dataclasses import dataclass, field
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey
-from nlproxy.conntrack.kernel import (
-    Conntrack,
-    FlowFilter,
-    programmed_frontends,
-    stale_flow_filters,
-)
+from nlproxy.conntrack.messages import FlowFilter
+from nlproxy.conntrack.plan import programmed_frontends, stale_flow_filters
 from nlproxy.errors import KernelError
 from nlproxy.log import get_logger
-from nlproxy.nft.backend import NftBackend
-from nlproxy.nft.dump import Interrupted, generation
+from nlproxy.nft.dump import Interrupted
 from nlproxy.nft.ir import Family, Operation, Ruleset, Table, Verb
-from nlproxy.nft.readback import read_comments, read_ruleset
 from nlproxy.nft.reconcile import Delta, advance, count_ops, diff, ops_for_delta, stamp
+from nlproxy.nft.tables import Tables
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
@@ -54,6 +49,7 @@ from nlproxy.sync.fingerprint import (
     trusted,
 )
 from nlproxy.sync.isolation import Isolation, owners
+from nlproxy.sync.kernel import SyncKernel
 
 FAMILIES = (Family.IP, Family.IP6)
 
@@ -108,7 +104,8 @@ class Syncer:
 
     Args:
         config: the planner's configuration.
-        netns: network namespace to program (None: the current one).
+        kernel: the tables, their read-back and the conntrack flows to sync (``kernel.py``:
+            the real ones of a namespace, or fakes).
         owner: create the tables with NFT_TABLE_F_OWNER (+ PERSIST); see ``nft/backend.py``.
         flush_tcp: also delete TCP flows of removed endpoints (UDP/SCTP always are).
         incremental: update the last plan in place when it can (False: always the full path).
@@ -119,8 +116,8 @@ class Syncer:
     def __init__(
         self,
         config: ProxyConfig,
+        kernel: SyncKernel,
         *,
-        netns: str | None = None,
         owner: bool = False,
         flush_tcp: bool = False,
         incremental: bool = True,
@@ -128,11 +125,11 @@ class Syncer:
     ) -> None:
         self.config = config
         self.incremental = incremental
-        self.netns = netns
+        self.kernel = kernel
         self.owner = owner
         self.flush_tcp = flush_tcp
         self.log = get_logger("sync")
-        self._backends: dict[Family, NftBackend] = {}
+        self._backends: dict[Family, Tables] = {}
         self._programmed: dict[Family, Ruleset | None] = {}
         self._seeded = False
         # Families whose table this process's socket owns (with --owned-table).
@@ -170,9 +167,9 @@ class Syncer:
     def _table(self, family: Family) -> Table:
         return Table(family=family, name=n.TABLE, owner=self.owner, persist=self.owner)
 
-    def _backend(self, family: Family) -> NftBackend:
+    def _backend(self, family: Family) -> Tables:
         if family not in self._backends:
-            self._backends[family] = NftBackend(self._table(family), netns=self.netns)
+            self._backends[family] = self.kernel.tables(self._table(family))
         return self._backends[family]
 
     def verify(self) -> None:
@@ -180,7 +177,7 @@ class Syncer:
         records: dict[Family, Record | None] = {}
         gen = self._generation()
         for family in FAMILIES:
-            rs = read_ruleset(family, n.TABLE, netns=self.netns)
+            rs = self.kernel.readback.dump(family)
             records[family] = take_record(rs)  # the plan has no record chain: not a drift
             self._programmed[family] = rs
         self._recorded = _current_record(records, gen, self._generation())
@@ -458,7 +455,7 @@ class Syncer:
     def read_back(self, family: Family) -> Ruleset | None:
         """``family``'s table as the kernel holds it (without its record). Blocking; only reads,
         so it may run in a thread while a sync runs in another."""
-        rs = read_ruleset(family, n.TABLE, netns=self.netns)
+        rs = self.kernel.readback.dump(family)
         take_record(rs)
         return rs
 
@@ -574,10 +571,9 @@ class Syncer:
             return False
         try:
             gen = self._generation()
-            sock = self._backend(FAMILIES[0]).sock
             records: dict[Family, Record | None] = {}
             for family in FAMILIES:
-                comments = read_comments(family, n.TABLE, RECORD_CHAIN, sock=sock)
+                comments = self.kernel.readback.comments(family, RECORD_CHAIN)
                 records[family] = Record.parse(comments[0]) if comments else None
             if self._generation() != gen:
                 return False
@@ -606,7 +602,7 @@ class Syncer:
         self.log.info("sync.restart_trusted", digest=self._digest)
 
     def _generation(self) -> int:
-        return generation(self._backend(FAMILIES[0]).sock)
+        return self.kernel.readback.generation()
 
     def _note_generation(self, before: int) -> None:
         """Remember the generation of the commit just made, when nobody else's came between
@@ -675,7 +671,7 @@ class Syncer:
         deleted = 0
         for family, mine in sorted(groups.items()):
             t = time.perf_counter()
-            count = Conntrack(self.netns).delete(mine)
+            count = self.kernel.flows.delete(mine)
             before, seconds = self._conntrack.get(family, (0, 0.0))
             self._conntrack[family] = (before + count, seconds + time.perf_counter() - t)
             deleted += count
@@ -687,6 +683,7 @@ class Syncer:
         for backend in self._backends.values():
             backend.close()
         self._backends.clear()
+        self.kernel.readback.close()
 
 
 def _current_record(

@@ -50,3 +50,15 @@ def test_a_refused_packed_element_reads_as_the_element(
     assert "element 10.96.0.1 . tcp . 80 . 17 in map backends" in str(packed)
     assert packed.element == store.pack_key(els[17].key)
     assert packed.errno == plain.errno
+
+
+def test_a_refused_packed_delete_reads_as_the_element(make_netns: Callable[[str], str]) -> None:
+    """A delete's run carries keys only, also from a map: the error still names the element."""
+    store = PackedElements(BACKENDS)
+    absent = Element(set="backends", key=(VIP, 6, 80, 3), value=(EP, 8083))
+    store[absent.key] = absent
+    refused = _refusal(
+        make_netns("pdel"), Operation(Verb.DELETE, PackedRun(set="backends", keys=list(store.raw)))
+    )
+    assert "element 10.96.0.1 . tcp . 80 . 3 in map backends" in str(refused)
+    assert refused.element == store.pack_key(absent.key)

@@ -24,6 +24,7 @@ from nlproxy.nft.ir import Family
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.naming import TABLE as TABLE_NAME
 from nlproxy.proxy.skeleton import counter_sets
+from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.syncer import Syncer
 from tests.kernel import topo
 from tests.kernel.topo import PORTS, SLICE_PORTS, answers, ask, nft_ruleset, run_once
@@ -180,7 +181,7 @@ def test_unchanged_resync_sends_nothing(make_netns: Callable[[str], str]) -> Non
         "default", "web", [endpoint("10.0.0.5")], [("http", 80, "TCP"), ("dns", 53, "UDP")]
     )
     snap = snapshot([svc], [eps], node=node())
-    syncer = Syncer(ProxyConfig(node_name=NODE, service_counters=True), netns=ns)
+    syncer = Syncer(ProxyConfig(node_name=NODE, service_counters=True), real_kernel(ns))
     try:
         first = syncer.sync(snap)
         assert first.total_ops > 0

@@ -18,6 +18,7 @@ from nlproxy.nft.reconcile import diff
 from nlproxy.proxy.naming import TABLE as TABLE_NAME
 from nlproxy.proxy.planner import plan
 from nlproxy.sync.fingerprint import take_record
+from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.syncer import Syncer
 from tests.netns import sh
 from tests.unit.builders import endpoint, eps_slice, port, service, upsert
@@ -33,7 +34,7 @@ def test_incremental_syncs_end_where_a_fresh_sync_starts(
     world, state = World(seed=7), state_with_node()
     for _ in range(15):  # something to start from
         state.apply(world.step())
-    syncer = Syncer(CONFIG, netns=live_ns)
+    syncer = Syncer(CONFIG, real_kernel(live_ns))
     try:
         first = syncer.sync(state.snapshot())
         assert not first.incremental
@@ -50,7 +51,7 @@ def test_incremental_syncs_end_where_a_fresh_sync_starts(
         assert again.total_ops == 0
     finally:
         syncer.close()
-    fresh = Syncer(CONFIG, netns=fresh_ns)
+    fresh = Syncer(CONFIG, real_kernel(fresh_ns))
     try:
         fresh.sync(state.snapshot())
     finally:
@@ -91,7 +92,7 @@ def test_incremental_sync_deletes_the_flows_of_a_removed_udp_endpoint(
     svc = service("a", "dns", "172.30.0.1", [port("a", "dns", "p80", 80, "UDP", node_port=30001)])
     two = [endpoint("10.0.0.1"), endpoint("10.0.0.2")]
     state.apply([upsert(svc), upsert(eps_slice("a", "dns", two, [("p80", 8080, "UDP")]))])
-    syncer = Syncer(CONFIG, netns=ns)
+    syncer = Syncer(CONFIG, real_kernel(ns))
     try:
         syncer.sync(state.snapshot())
         frontends = (("172.30.0.1", 80), ("192.168.0.2", 30001))  # ClusterIP, NodePort
@@ -116,7 +117,7 @@ def test_changed_affinity_timeout_is_applied_in_place(make_netns: Callable[[str]
     sticky = service("a", "web", "172.30.0.1", affinity_timeout=300)
     eps = [endpoint("10.0.0.1"), endpoint("10.0.0.2")]
     state.apply([upsert(sticky), upsert(eps_slice("a", "web", eps, [("p80", 8080, "TCP")]))])
-    syncer = Syncer(CONFIG, netns=ns)
+    syncer = Syncer(CONFIG, real_kernel(ns))
     try:
         syncer.sync(state.snapshot())
         changed = state.apply([upsert(replace(sticky, affinity_timeout=60))])

@@ -14,9 +14,10 @@ import pytest
 
 from nlproxy.cluster.model import ClusterSnapshot, EndpointSlice, Service, ServiceKey
 from nlproxy.nft.ir import Family, Ruleset
-from nlproxy.nft.readback import read_ruleset
+from nlproxy.nft.readback import KernelReadBack, read_ruleset
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.naming import TABLE as TABLE_NAME
+from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.syncer import Syncer
 from tests.netns import sh
 from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot
@@ -51,6 +52,13 @@ def key(name: str) -> ServiceKey:
     return ServiceKey(namespace="default", name=name)
 
 
+def netns_of(syncer: Syncer) -> str:
+    rb = syncer.kernel.readback
+    assert isinstance(rb, KernelReadBack)
+    assert rb.netns is not None
+    return rb.netns
+
+
 def table(ns: str) -> Ruleset:
     rs = read_ruleset(Family.IP, TABLE_NAME, netns=ns)
     assert rs is not None
@@ -68,7 +76,7 @@ def backends(rs: Ruleset) -> set[str]:
 
 @pytest.fixture
 def syncer(make_netns: Callable[[str], str]) -> Iterator[Syncer]:
-    s = Syncer(CONFIG, netns=make_netns("iso"))
+    s = Syncer(CONFIG, real_kernel(make_netns("iso")))
     try:
         yield s
     finally:
@@ -87,7 +95,7 @@ def test_a_rejected_service_is_left_out_and_the_rest_programmed(syncer: Syncer) 
     assert "firewall-allow" in reason
     assert "10.1.0.0/16" in reason
     assert "File exists" in reason
-    rs = table(syncer.netns or "")
+    rs = table(netns_of(syncer))
     assert allowed(rs) == {"10.0.0.0/8"}
     assert backends(rs) == {"10.1.0.1", "10.1.0.3"}  # lb-a and web, not lb-b
     # The next sync with the same objects neither retries nor sends anything.
@@ -101,7 +109,7 @@ def test_a_fixed_service_is_retried_and_programmed(syncer: Syncer) -> None:
     fixed = lb_service("lb-b", "172.30.0.11", ["172.16.0.0/16"], "10.1.0.2")
     result = syncer.sync(world(A, fixed, WEB), changed={key("lb-b")})
     assert result.excluded == {}
-    rs = table(syncer.netns or "")
+    rs = table(netns_of(syncer))
     assert allowed(rs) == {"10.0.0.0/8", "172.16.0.0/16"}
     assert "10.1.0.2" in backends(rs)
 
@@ -114,7 +122,7 @@ def test_a_service_rejected_after_a_change_keeps_what_was_programmed(syncer: Syn
     web2 = plain("web", "172.30.0.20", "10.1.0.4")
     result = syncer.sync(world(A, bad, web2), changed={key("lb-b"), key("web")})
     assert set(result.excluded) == {key("lb-b")}
-    rs = table(syncer.netns or "")
+    rs = table(netns_of(syncer))
     assert allowed(rs) == {"10.0.0.0/8", "172.16.0.0/16"}  # lb-b as last accepted
     assert backends(rs) == {"10.1.0.1", "10.1.0.2", "10.1.0.4"}  # web's change applied
 
@@ -135,7 +143,7 @@ def test_bisection_finds_the_culprit_when_the_error_names_no_service(
     others = [plain(f"s{i}", f"172.30.1.{i}", f"10.1.1.{i}") for i in range(1, 12)]
     result = syncer.sync(world(A, B, WEB, *others))
     assert set(result.excluded) == {key("lb-b")}
-    rs = table(syncer.netns or "")
+    rs = table(netns_of(syncer))
     assert allowed(rs) == {"10.0.0.0/8"}
     assert len(backends(rs)) == 13
 
@@ -144,7 +152,7 @@ def test_several_refused_services_are_each_left_out(syncer: Syncer) -> None:
     c = lb_service("lb-c", "172.30.0.12", ["10.1.2.0/24"], "10.1.0.4")
     result = syncer.sync(world(A, B, c, WEB))
     assert set(result.excluded) == {key("lb-b"), key("lb-c")}
-    rs = table(syncer.netns or "")
+    rs = table(netns_of(syncer))
     assert allowed(rs) == {"10.0.0.0/8"}
     assert backends(rs) == {"10.1.0.1", "10.1.0.3"}
 
@@ -155,7 +163,7 @@ def test_flows_of_endpoints_removed_in_a_committed_family_go_when_a_later_family
     # dns loses 10.1.0.6 in the same sync as a dual-stack service arrives whose IPv6 source
     # range the kernel refuses: the ip table commits, ip6 fails, the service is left out and the
     # ip table synced again. The flow through the removed endpoint must not survive that.
-    ns = syncer.netns or ""
+    ns = netns_of(syncer)
     dns = service("default", "dns", "172.30.0.53", [port("default", "dns", "p53", 53, "UDP")])
     two = [endpoint("10.1.0.5"), endpoint("10.1.0.6")]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from nlproxy.nft.ir import Family
+from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.syncer import Syncer
 from tests.netns import sh
 from tests.unit.builders import endpoint, eps_slice, service, upsert
@@ -21,7 +22,7 @@ def test_a_read_back_finds_drift_is_void_after_a_sync_and_repairs(
     state = state_with_node()
     web = service("a", "web", "172.30.0.1")
     state.apply([upsert(web), upsert(eps_slice("a", "web", [endpoint("10.0.0.1")]))])
-    syncer = Syncer(CONFIG, netns=ns)
+    syncer = Syncer(CONFIG, real_kernel(ns))
     try:
         syncer.sync(state.snapshot())
         version = syncer.version

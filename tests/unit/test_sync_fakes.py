@@ -1,0 +1,269 @@
+"""The whole sync on the fakes, as kube-proxy's proxier tests run on its fake nftables and
+conntrack: plan → diff → commit → conntrack cleanup, asserted with the packet tracer and the
+rendered table, no kernel and no root (``nft/fake.py``, ``conntrack/fake.py``).
+
+The fakes are kept honest by ``tests/kernel/test_nft_fake.py``, which sends the kernel and the
+fake the same batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from ipaddress import ip_address
+
+import pytest
+import trio
+import trio.testing
+from prometheus_client import CollectorRegistry
+
+from nlproxy.cluster.model import Change, ClusterSnapshot, EndpointSlice, Service, ServiceKey
+from nlproxy.conntrack.fake import FakeConntrack
+from nlproxy.conntrack.messages import Flow, FlowTuple
+from nlproxy.nft.fake import FakeNftables
+from nlproxy.nft.ir import Element, Family, L4Proto, Operation, Table, Verb
+from nlproxy.nft.monitor import Drift
+from nlproxy.nft.render import render_ruleset
+from nlproxy.proxy import naming as n
+from nlproxy.proxy.tracer import trace
+from nlproxy.serve.health import HealthState
+from nlproxy.serve.metrics import Metrics
+from nlproxy.sync.fingerprint import take_record
+from nlproxy.sync.kernel import SyncKernel
+from nlproxy.sync.loop import SyncLoop
+from nlproxy.sync.syncer import Syncer
+from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot, upsert
+from tests.unit.incremental import CONFIG, NODE_ADDRS, state_with_node
+
+CLIENT = ip_address("10.200.0.9")
+LOCAL = (*NODE_ADDRS,)
+
+
+def make(nft: FakeNftables, flows: FakeConntrack | None = None, **kw: bool) -> Syncer:
+    kernel = SyncKernel(tables=nft.open, readback=nft, flows=flows or FakeConntrack())
+    return Syncer(CONFIG, kernel, **kw)
+
+
+def to(nft: FakeNftables, vip: str, dport: int, proto: L4Proto = L4Proto.TCP) -> set[str]:
+    """Where a new connection from ``CLIENT`` to ``vip:dport`` goes in the fake's table."""
+    rs = nft.ruleset(Family.IP)
+    assert rs is not None
+    return set(trace(rs, CLIENT, proto, ip_address(vip), dport, local_addrs=LOCAL).endpoints)
+
+
+def text(nft: FakeNftables) -> str:
+    """The fake's IPv4 table as ``nlproxy rules`` prints it, without the restart record."""
+    rs = nft.dump(Family.IP)
+    take_record(rs)
+    assert rs is not None
+    return render_ruleset(rs)
+
+
+def udp_flow(vip: str, backend: str, dport: int = 53, sport: int = 40000) -> Flow:
+    orig = FlowTuple(
+        src=CLIENT, dst=ip_address(vip), proto=int(L4Proto.UDP), sport=sport, dport=dport
+    )
+    reply = FlowTuple(
+        src=ip_address(backend), dst=CLIENT, proto=int(L4Proto.UDP), sport=dport, dport=sport
+    )
+    return Flow(orig=orig, reply=reply)
+
+
+def dns(ns: str, name: str, cip: str) -> Service:
+    return service(ns, name, cip, ports=[port(ns, name, "dns", 53, "UDP")])
+
+
+def dns_slice(ns: str, name: str, ips: Sequence[str]) -> EndpointSlice:
+    return eps_slice(ns, name, [endpoint(ip) for ip in ips], ports=(("dns", 53, "UDP"),))
+
+
+def test_a_removed_udp_endpoint_flushes_exactly_its_flows() -> None:
+    nft, flows = FakeNftables(n.TABLE), FakeConntrack()
+    state = state_with_node()
+    state.apply(
+        [
+            upsert(dns("kube-system", "dns", "172.30.0.10")),
+            upsert(dns_slice("kube-system", "dns", ["10.1.0.1", "10.1.0.2"])),
+            upsert(dns("a", "other", "172.30.0.11")),  # the same pod serves another Service
+            upsert(dns_slice("a", "other", ["10.1.0.1"])),
+        ]
+    )
+    syncer = make(nft, flows)
+    syncer.sync(state.snapshot())
+    assert to(nft, "172.30.0.10", 53, L4Proto.UDP) == {"10.1.0.1:53", "10.1.0.2:53"}
+    stale = udp_flow("172.30.0.10", "10.1.0.1")
+    kept = [
+        udp_flow("172.30.0.10", "10.1.0.2"),
+        udp_flow("172.30.0.11", "10.1.0.1"),  # the other Service still has the endpoint
+        udp_flow("172.30.0.10", "10.1.0.1", dport=54),  # not the Service's port
+    ]
+    flows.flows = [stale, *kept]
+
+    changed = state.apply([upsert(dns_slice("kube-system", "dns", ["10.1.0.2"]))])
+    result = syncer.sync(state.snapshot(), changed=changed)
+
+    assert result.incremental
+    assert to(nft, "172.30.0.10", 53, L4Proto.UDP) == {"10.1.0.2:53"}
+    assert flows.deleted == [stale]
+    assert flows.flows == kept
+    assert result.conntrack_deleted == 1
+
+
+LB = "192.0.2.50"
+
+
+def lb(name: str, cip: str, ranges: Sequence[str], ep: str) -> tuple[Service, EndpointSlice]:
+    svc = service(
+        "default",
+        name,
+        cip,
+        ports=[port("default", name)],
+        load_balancer_ips=[LB],
+        load_balancer_source_ranges=list(ranges),
+    )
+    return svc, eps_slice("default", name, [endpoint(ep)])
+
+
+def world(*pairs: tuple[Service, EndpointSlice]) -> ClusterSnapshot:
+    return snapshot([s for s, _ in pairs], [sl for _, sl in pairs], node=node())
+
+
+def test_a_service_the_kernel_refuses_is_bisected_out_and_the_rest_programmed() -> None:
+    nft = FakeNftables(n.TABLE)
+    web = (
+        service("default", "web", "172.30.0.20"),
+        eps_slice("default", "web", [endpoint("10.1.0.3")]),
+    )
+    # Overlapping source ranges on one address and port: elements of the firewall's
+    # concatenated interval set the kernel refuses (each is valid alone).
+    a, b = (
+        lb("lb-a", "172.30.0.10", ["10.0.0.0/8"], "10.1.0.1"),
+        lb("lb-b", "172.30.0.11", ["10.1.0.0/16"], "10.1.0.2"),
+    )
+    syncer = make(nft)
+    result = syncer.sync(world(a, b, web))
+
+    assert set(result.excluded) == {ServiceKey(namespace="default", name="lb-b")}
+    assert "firewall-allow" in result.excluded[ServiceKey(namespace="default", name="lb-b")]
+    assert to(nft, "172.30.0.20", 80) == {"10.1.0.3:80"}
+    assert to(nft, "172.30.0.10", 80) == {"10.1.0.1:80"}
+    assert to(nft, "172.30.0.11", 80) == set()
+    table = text(nft)
+    assert "10.0.0.0/8" in table
+    assert "10.1.0.0/16" not in table
+    assert "default/lb-b" not in table
+
+
+def programmed_world() -> ClusterSnapshot:
+    pairs = [
+        (service("a", f"web{i}", f"172.30.0.{i + 1}"), eps_slice("a", f"web{i}", [endpoint(ip)]))
+        for i, ip in enumerate(["10.1.0.1", "10.1.0.2", "10.1.0.3"])
+    ]
+    return world(*pairs)
+
+
+@pytest.mark.parametrize("record", [True, False], ids=["by-record", "by-read-back"])
+def test_a_restart_sends_no_operations(record: bool) -> None:
+    nft = FakeNftables(n.TABLE)
+    first = make(nft, record=record)
+    first.sync(programmed_world())
+    batches, before = len(nft.batches), text(nft)
+    assert batches
+
+    again = make(nft, record=record).sync(programmed_world())
+
+    assert again.total_ops == 0
+    assert again.restarted is record  # the records vouch, or the read-back equals the plan
+    assert len(nft.batches) == batches
+    assert text(nft) == before
+
+
+def foreign(nft: FakeNftables, *ops: Operation) -> None:
+    """Another process changes the table."""
+    nft.open(Table(family=Family.IP, name=n.TABLE)).apply(list(ops))
+
+
+def drop_web1(nft: FakeNftables) -> Element:
+    rs = nft.ruleset(Family.IP)
+    assert rs is not None
+    el = next(e for e in rs.elements[n.SERVICE_IPS].values() if str(e.key[0]) == "172.30.0.2")
+    foreign(nft, Operation(Verb.DELETE, el))
+    return el
+
+
+def test_drift_is_repaired_by_the_next_full_sync() -> None:
+    nft = FakeNftables(n.TABLE)
+    syncer = make(nft)
+    syncer.sync(programmed_world())
+    before = text(nft)
+    drop_web1(nft)
+    assert to(nft, "172.30.0.2", 80) == set()
+
+    syncer.verify()
+    result = syncer.sync(programmed_world())
+
+    assert result.total_ops == 1  # the element, back
+    assert to(nft, "172.30.0.2", 80) == {"10.1.0.2:80"}
+    assert text(nft) == before
+
+
+def test_drift_found_off_the_loop_is_repaired() -> None:
+    nft = FakeNftables(n.TABLE)
+    syncer = make(nft)
+    snap = programmed_world()
+    syncer.sync(snap)
+    before = text(nft)
+    gen = nft.generation()
+    assert syncer.own_commits(gen - 2, gen)  # both families' batches were this syncer's
+    drop_web1(nft)
+    assert not syncer.own_commits(gen, nft.generation())
+
+    version = syncer.version
+    tables = {f: syncer.read_back(f) for f in (Family.IP, Family.IP6)}
+    repairs = {f: syncer.repair_ops(f, rs, version) or [] for f, rs in tables.items()}
+    assert [len(ops) for ops in repairs.values()] == [1, 0]
+
+    assert syncer.repair(tables, repairs, version, snap) == 1
+    assert to(nft, "172.30.0.2", 80) == {"10.1.0.2:80"}
+    assert text(nft) == before
+    after = syncer.sync(snap, changed=set())
+    assert after.incremental
+    assert after.total_ops == 0
+
+
+async def here(fn: Callable[..., object], *args: object) -> object:
+    """The loop's verifier calls, run on the loop (the fakes do no I/O)."""
+    return fn(*args)
+
+
+async def test_the_loop_repairs_what_another_writer_changed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    nft = FakeNftables(n.TABLE)
+    synced = trio.Event()
+    loop = SyncLoop(
+        state_with_node(),
+        make(nft),
+        health=HealthState(grace_seconds=120),
+        metrics=Metrics(CollectorRegistry()),
+        min_interval=1.0,
+        sync_period=3600.0,
+        on_synced=lambda *_: synced.set(),
+        in_thread=False,
+        runner=here,
+    )
+    send, recv = trio.open_memory_channel[Sequence[Change]](10)
+    web = [upsert(service("a", "web1", "172.30.0.2"))]
+    web.append(upsert(eps_slice("a", "web1", [endpoint("10.1.0.2")])))
+    await send.send(web)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run, recv)
+        before = text(nft)
+        assert to(nft, "172.30.0.2", 80) == {"10.1.0.2:80"}
+        drop_web1(nft)
+        synced = trio.Event()
+        loop.request_verify(Drift(pid=4242, comm="nft", objects=1))
+        with trio.fail_after(600):
+            await synced.wait()
+        assert to(nft, "172.30.0.2", 80) == {"10.1.0.2:80"}
+        assert text(nft) == before
+        nursery.cancel_scope.cancel()
