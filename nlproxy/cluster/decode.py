@@ -138,7 +138,7 @@ def _json_documents(text: str) -> list[Any] | None:
 # (1e3 is a string in 1.1), integers beyond 64 bits, tags, anchors and aliases (and their
 # bombs), merge keys, directives, document ends and the ``=`` value key.
 _NOT_1_2 = re.compile(
-    r"[\[{,]*(?:(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF|=)[\]},:]*"
+    r"[\[{,]*+(?:(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF|=)[\]},:]*"
     r"|[-+.]?[0-9].*[_:eEoObBxX].*|[-+]?0[0-9].*|.*[0-9]{19}.*|[!&*%].*|<<.*|\.\.\.)"
 )
 # Characters besides printable ASCII and line ends: tabs, and what PyYAML's reader refuses or
