@@ -24,6 +24,8 @@ ip addr add {CLUSTER_IP}/32 dev kube-ipvs0
 ipset create KUBE-CLUSTER-IP hash:ip,port
 ipset add KUBE-CLUSTER-IP {CLUSTER_IP},tcp:80
 ipset create KUBE-NODE-PORT-TCP bitmap:port range 0-65535
+ipset create KUBE-IPVS-IPS hash:ip
+ipset add KUBE-IPVS-IPS {CLUSTER_IP}
 ipset create user-allow hash:ip
 ipvsadm -A -t {CLUSTER_IP}:80 -s rr
 ipvsadm -a -t {CLUSTER_IP}:80 -r 10.244.9.9:8080 -m
@@ -39,7 +41,7 @@ iptables-nft -t nat -A KUBE-NODE-PORT -p tcp -m set --match-set KUBE-NODE-PORT-T
 iptables-nft -t filter -N KUBE-IPVS-FILTER
 iptables-nft -t filter -A INPUT -j KUBE-IPVS-FILTER
 iptables-nft -t filter -A KUBE-IPVS-FILTER -m set --match-set KUBE-CLUSTER-IP dst,dst -j RETURN
-iptables-nft -t filter -A KUBE-IPVS-FILTER -m conntrack --ctstate NEW -j REJECT
+iptables-nft -t filter -A KUBE-IPVS-FILTER -m conntrack --ctstate NEW -m set --match-set KUBE-IPVS-IPS dst -j REJECT
 """
 
 TEARDOWN = f"ipvsadm -D -t {USER_VS}; ipset destroy user-allow"
@@ -53,7 +55,7 @@ def test_ipvs_leftovers_removed_exactly_once(vms: Vms) -> None:
         assert "3 IPVS virtual servers (kube-proxy, IPVS)" in out
         cleaned = vms.run(node, "sudo nlproxy cleanup --kube-proxy").stdout
         assert "removed: 3 IPVS virtual servers (kube-proxy, IPVS)" in cleaned
-        assert "removed: 2 KUBE-* ipsets (kube-proxy, IPVS)" in cleaned
+        assert "removed: 3 KUBE-* ipsets (kube-proxy, IPVS)" in cleaned
         assert "removed: device kube-ipvs0 with 1 addresses (kube-proxy, IPVS)" in cleaned
         assert "removed: 2 KUBE-* chains in table ip nat (kube-proxy, iptables-nft)" in cleaned
         assert "removed: 1 KUBE-* chains in table ip filter (kube-proxy, iptables-nft)" in cleaned

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from contextvars import ContextVar
 
 _ALLOWED: ContextVar[bool] = ContextVar("fast_exit_allowed", default=False)
@@ -22,6 +23,17 @@ EXIT_BROKEN_PIPE = 141
 def allow() -> None:
     """Let ``end`` exit the process (``cli.entry`` only)."""
     _ALLOWED.set(True)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """A command line run inside another (the demo's steps) returns instead of ending the
+    process that runs it."""
+    token = _ALLOWED.set(False)
+    try:
+        yield
+    finally:
+        _ALLOWED.reset(token)
 
 
 def end(status: int) -> int:

@@ -38,8 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _nlproxy(argv: Sequence[str]) -> int:
     from nlproxy.cli import main  # the demo's steps are subcommands of the same command line
+    from nlproxy.commands import _fastexit
 
-    return main(list(argv))
+    with _fastexit.held():  # a step's `run --once` returns to the demo, not out of it
+        return main(list(argv))
 
 
 def run(args: argparse.Namespace) -> int:

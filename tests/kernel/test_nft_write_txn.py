@@ -344,12 +344,15 @@ def test_ipv6_table(make_netns: Callable[[str], str]) -> None:
 # -- validation before sending ----------------------------------------------------------------
 
 BAD = [
+    # error lines cut a long name: its start, "...", and its length
     pytest.param(add(Chain(name="x" * 256)),
-                 r"chain x+: chain name is 256 bytes, over the kernel's 255", id="long-chain-name"),
-    pytest.param(add(Set(name="s" * 300, key=(DataType.MARK,))), r"set s+: set name is 300",
-                 id="long-set-name"),
+                 r"chain x+\.\.\.\(256 characters\): chain name is 256 bytes, "
+                 r"over the kernel's 255", id="long-chain-name"),
+    pytest.param(add(Set(name="s" * 300, key=(DataType.MARK,))),
+                 r"set s+\.\.\.\(300 characters\): set name is 300", id="long-set-name"),
     pytest.param(add(Rule(chain="c1", exprs=(Counter(),), comment="c" * 300)),
-                 r"rule in chain c1 \(c+\): comment is 300 bytes", id="long-comment"),
+                 r"rule in chain c1 \(c+\.\.\.\(302 characters\): comment is 300 bytes",
+                 id="long-comment"),
     pytest.param(add(Element(set="service-ips", key=(V4("10.0.0.1"), 6, 80), value=jump("c1"),
                              comment="e" * 253)),
                  r"element .* comment is 253 bytes", id="long-element-comment"),
