@@ -41,7 +41,8 @@ iptables-nft -t nat -A KUBE-NODE-PORT -p tcp -m set --match-set KUBE-NODE-PORT-T
 iptables-nft -t filter -N KUBE-IPVS-FILTER
 iptables-nft -t filter -A INPUT -j KUBE-IPVS-FILTER
 iptables-nft -t filter -A KUBE-IPVS-FILTER -m set --match-set KUBE-CLUSTER-IP dst,dst -j RETURN
-iptables-nft -t filter -A KUBE-IPVS-FILTER -m conntrack --ctstate NEW -m set --match-set KUBE-IPVS-IPS dst -j REJECT
+iptables-nft -t filter -A KUBE-IPVS-FILTER -m conntrack --ctstate NEW \
+  -m set --match-set KUBE-IPVS-IPS dst -j REJECT
 """
 
 TEARDOWN = f"ipvsadm -D -t {USER_VS}; ipset destroy user-allow"
