@@ -85,11 +85,34 @@ def _parse(path: Path, text: str) -> list[Any]:
         docs = compiled_documents(text)
     if docs is not None:
         return docs
+    if _flow_depth(text) > MAX_FLOW_DEPTH:
+        # libyaml's composer recurses in C without a limit: 100k '[' overflow its stack (a
+        # segmentation fault with PyYAML 6.0.3), before Python's recursion limit can say so.
+        raise RecursionError(f"more than {MAX_FLOW_DEPTH} nested [ or {{")
     try:
         return list(yaml.load_all(text, Loader=_FastLoader))
     except yaml.YAMLError:
         pass  # reported below, outside this handler, so the errors do not chain
     return _yaml_error(path, text)
+
+
+MAX_FLOW_DEPTH = 1000
+"""Flow collections (``[``, ``{``) nested deeper than any Kubernetes object: refused before
+libyaml reads them."""
+_FLOW = re.compile(r"[\[\]{}]")
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest nesting of ``[``/``{`` in ``text``, quotes not told apart (so at most an
+    overestimate): the brackets alone are walked, and only on the slow path's input."""
+    depth = deepest = 0
+    for match in _FLOW.finditer(text):
+        if match.group() in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth = max(depth - 1, 0)
+    return deepest
 
 
 _DOC_START = re.compile(r"^---(?: |$)", re.MULTILINE)

@@ -126,3 +126,17 @@ def test_what_reads_differently_takes_pyyaml(scalar: str) -> None:
 def test_errors_still_name_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(decode.FileError, match=r"^x\.yaml:4: not valid YAML: expected ','"):
         decode._parse(Path("x.yaml"), "a: 1\nb:\n  - [1, 2\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "depth"),
+    [
+        ("a: b\n", 0),
+        ("a: [1, [2, {c: [3]}]]\n", 4),
+        ("a: [1]\nb: [[2]]\n", 2),
+        ("[" * 5000 + "]" * 5000, 5000),
+        ("a: [ [ [ x ] ] ]", 3),
+    ],
+)
+def test_flow_nesting_is_measured_before_libyaml_reads_it(text: str, depth: int) -> None:
+    assert decode._flow_depth(text) == depth
