@@ -14,6 +14,9 @@ def test_small_run_prints_both_paths_per_input() -> None:
         (i, p) for i in ("json", "yaml", "api") for p in ("parser", "typed")
     ]
     for r in rows:
+        # Each figure is timed on its own run: at this size a whole load (a few ms) can take
+        # less CPU than the decode timed before it, so only their signs are facts here.
         assert r["decode_s"] >= 0
-        assert r["total_s"] >= r["decode_s"]
+        assert r["parse_s"] >= 0
+        assert r["total_s"] > 0
         assert r["ratio_total"] >= 0
