@@ -111,10 +111,13 @@ def test_udp_to_service_spreads_over_endpoints(ns: str, servers: list[socket.soc
     with NftBackend(T, netns=ns) as backend:
         backend.apply(lean_shape())
         seen = [0, 0]
-        for _ in range(40):
+        for i in range(40):
             with nsmod.entered(ns):
                 client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             with client:
+                # Source ports of their own per phase (below the ephemeral range): a port used
+                # again would find its flow's conntrack entry, still bound to the old endpoint.
+                client.bind(("", 20000 + i))
                 client.settimeout(5.0)
                 client.sendto(b"hi", (str(VIP), PORT))
                 seen[serve_one(servers)] += 1
@@ -129,10 +132,11 @@ def test_udp_to_service_spreads_over_endpoints(ns: str, servers: list[socket.soc
             set="backends", key=(VIP, L4Proto.UDP, PORT, 1), value=(ENDPOINTS[0], TARGET)
         )
         backend.apply([Operation(Verb.DELETE, gone), Operation(Verb.ADD, keep)])
-        for _ in range(10):
+        for i in range(10):
             with nsmod.entered(ns):
                 client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             with client:
+                client.bind(("", 21000 + i))
                 client.settimeout(5.0)
                 client.sendto(b"hi", (str(VIP), PORT))
                 assert serve_one(servers) == 0
