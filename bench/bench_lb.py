@@ -46,6 +46,8 @@ from dataclasses import replace
 from ipaddress import IPv4Address
 from pathlib import Path
 
+import msgspec
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_incremental import CONFIG, _up, cluster, eps_slice, namespace
@@ -149,8 +151,10 @@ def replaced(endpoints: int) -> EndpointSlice:
     """Service 0's slice with its middle endpoint at a new address."""
     s = eps_slice(0, endpoints)
     eps = list(s.endpoints)
-    eps[endpoints // 2] = replace(eps[endpoints // 2], ip=IPv4Address("10.255.255.1"))
-    return replace(s, endpoints=tuple(eps))
+    eps[endpoints // 2] = msgspec.structs.replace(
+        eps[endpoints // 2], ip=IPv4Address("10.255.255.1")
+    )
+    return msgspec.structs.replace(s, endpoints=tuple(eps))
 
 
 def _change(result: SyncResult, ops: list[Operation]) -> dict[str, object]:

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prometheus_client import CollectorRegistry
@@ -42,12 +44,17 @@ def with_local_policy(snap: ClusterSnapshot, every: int) -> ClusterSnapshot:
     """Every ``every``-th service gets a Local internal policy and only remote endpoints."""
     chosen = {key for i, key in enumerate(sorted(snap.services)) if i % every == 0}
     services = {
-        key: replace(svc, internal_policy_local=True) if key in chosen else svc
+        key: msgspec.structs.replace(svc, internal_policy_local=True) if key in chosen else svc
         for key, svc in snap.services.items()
     }
     slices = {
         key: tuple(
-            replace(sl, endpoints=tuple(replace(ep, node_name="elsewhere") for ep in sl.endpoints))
+            msgspec.structs.replace(
+                sl,
+                endpoints=tuple(
+                    msgspec.structs.replace(ep, node_name="elsewhere") for ep in sl.endpoints
+                ),
+            )
             for sl in group
         )
         if key in chosen

@@ -30,11 +30,12 @@ ones.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from ipaddress import IPv4Address
+
+import msgspec
 
 from nlproxy.cluster.model import IPAddress, IPNetwork, Service, ServiceKey
 from nlproxy.errors import shorten
@@ -190,7 +191,7 @@ class Claims:
         if refusal.whole is not None:
             return None
         gone = {ip for ip, _ in refusal.addresses}
-        return dataclasses.replace(
+        return msgspec.structs.replace(
             svc,
             external_ips=tuple(ip for ip in svc.external_ips if ip not in gone),
             load_balancer_ips=tuple(ip for ip in svc.load_balancer_ips if ip not in gone),

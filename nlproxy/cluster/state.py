@@ -8,9 +8,10 @@ Nothing here knows nftables; it does no I/O and no logging.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
+
+import msgspec
 
 from nlproxy.cluster.claims import Claims
 from nlproxy.cluster.model import (
@@ -325,4 +326,4 @@ def _differs(old: Service | EndpointSlice | None, new: Service | EndpointSlice) 
     """Whether ``new`` changes what is proxied: a new ``resourceVersion`` alone does not."""
     if old is None:
         return True
-    return old != new and dataclasses.replace(old, resource_version=new.resource_version) != new
+    return old != new and msgspec.structs.replace(old, resource_version=new.resource_version) != new

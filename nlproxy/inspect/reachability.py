@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import replace
 
+import msgspec
 import trio
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -55,7 +56,8 @@ def without_unreachable(snapshot: ClusterSnapshot, bad: frozenset[IPAddress]) ->
             slices[key] = group
             continue
         slices[key] = tuple(
-            replace(s, endpoints=tuple(e for e in s.endpoints if e.ip not in bad)) for s in group
+            msgspec.structs.replace(s, endpoints=tuple(e for e in s.endpoints if e.ip not in bad))
+            for s in group
         )
     return replace(snapshot, slices=slices)
 

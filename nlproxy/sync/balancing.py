@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from nlproxy.cluster.model import (
     ClusterSnapshot,
     EndpointSlice,
@@ -118,7 +120,7 @@ class BalancingGuard:
                 originals.pop(key, None)
             elif originals.get(key) is not svc:
                 originals[key] = svc
-                subs[key] = replace(svc, load_balancing=LoadBalancing.RANDOM)
+                subs[key] = msgspec.structs.replace(svc, load_balancing=LoadBalancing.RANDOM)
         if not (subs or keep_old):
             return snapshot, changed
         services = dict(snapshot.services)

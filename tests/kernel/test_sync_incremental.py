@@ -10,7 +10,8 @@ UDP endpoint go, the others stay.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+
+import msgspec
 
 from nlproxy.nft.ir import Family
 from nlproxy.nft.readback import read_ruleset
@@ -120,7 +121,7 @@ def test_changed_affinity_timeout_is_applied_in_place(make_netns: Callable[[str]
     syncer = Syncer(CONFIG, real_kernel(ns))
     try:
         syncer.sync(state.snapshot())
-        changed = state.apply([upsert(replace(sticky, affinity_timeout=60))])
+        changed = state.apply([upsert(msgspec.structs.replace(sticky, affinity_timeout=60))])
         result = syncer.sync(state.snapshot(), changed=changed)
     finally:
         syncer.close()

@@ -4,9 +4,10 @@ slices changed at random, the node's state, and what a delta must do to the prog
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 from ipaddress import ip_network
 from typing import Any
+
+import msgspec
 
 from nlproxy.cluster.model import (
     Change,
@@ -105,7 +106,7 @@ class World:
         ports = [(f"p{p}", 8080 + p, proto) for p in range(3) for proto in ("TCP", "UDP")]
         sl = eps_slice(ns, name, eps, ports, slice_name=f"{name}-v{version}")
         if not eps and version == 6:  # the builder takes the family from the first endpoint
-            sl = replace(sl, family=IPFamily.IPV6)
+            sl = msgspec.structs.replace(sl, family=IPFamily.IPV6)
         return sl
 
     def step(self) -> list[Change]:

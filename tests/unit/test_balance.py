@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from ipaddress import ip_address
 
+import msgspec
 import pytest
 
 from nlproxy.cluster.model import LoadBalancing
@@ -175,7 +176,7 @@ def test_a_service_changing_its_choice_is_updated_in_place() -> None:
     assert attach(live, snap)
     programmed = {f: as_programmed(live.rulesets[f]) for f in inc.FAMILIES}
     for lb in (RR, CH, LoadBalancing.RANDOM):
-        state.apply([upsert(replace(svcs[0], load_balancing=lb))])
+        state.apply([upsert(msgspec.structs.replace(svcs[0], load_balancing=lb))])
         snap = state.snapshot()
         old_tables = [programmed[f] for f in inc.FAMILIES]
         live, deltas = plan_update(live, snap, inc.CONFIG)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from ipaddress import ip_address, ip_network
 
+import msgspec
 import pytest
 
 from nlproxy.cluster.model import ClusterSnapshot
@@ -81,7 +82,9 @@ def test_unchanged_objects_are_not_hashed_again(monkeypatch: pytest.MonkeyPatch)
         "nlproxy.sync.fingerprint._h", lambda text: hashed.append(text) or len(text)
     )
     key = next(iter(snap.services))
-    changed = replace(snap, services={**snap.services, key: replace(snap.services[key])})
+    changed = replace(
+        snap, services={**snap.services, key: msgspec.structs.replace(snap.services[key])}
+    )
     fp.digest(changed)
     assert len(hashed) == 1
 
@@ -124,6 +127,10 @@ def test_a_new_resource_version_alone_is_no_change() -> None:
     snap = world(3)
     key = next(iter(snap.services))
     bumped = replace(
-        snap, services={**snap.services, key: replace(snap.services[key], resource_version="99")}
+        snap,
+        services={
+            **snap.services,
+            key: msgspec.structs.replace(snap.services[key], resource_version="99"),
+        },
     )
     assert digest(bumped) == digest(snap)

@@ -3,8 +3,7 @@ past the budget a Service is planned with random choice, warned once and counted
 
 from __future__ import annotations
 
-from dataclasses import replace
-
+import msgspec
 import pytest
 import structlog
 import structlog.testing
@@ -113,7 +112,7 @@ def test_admit_orders_by_age_then_name() -> None:
     svcs.insert(0, _svc("s0", 1, 1)[0])
     demands = {s.key: (CH, NODE_BUDGET // 8) for s in svcs}  # eight fit
     assert set(admit({s.key: s for s in svcs}, demands)) == {svcs[0].key}
-    svcs[0] = replace(svcs[0], created="2026-01-01T00:00:00Z")
+    svcs[0] = msgspec.structs.replace(svcs[0], created="2026-01-01T00:00:00Z")
     assert set(admit({s.key: s for s in svcs}, demands)) == {svcs[-1].key}
 
 
@@ -147,7 +146,7 @@ def test_unknown_annotation_warned_once_and_counted() -> None:
         ("service.annotation_ignored", "metadata.annotations[x]: bad")
     ]
     assert guard.counts["unknown annotation"] == 1
-    guard.apply(snapshot([replace(svc, annotation_warnings=())]), None)
+    guard.apply(snapshot([msgspec.structs.replace(svc, annotation_warnings=())]), None)
     assert guard.counts["unknown annotation"] == 0
     assert ServiceKey(namespace="ns", name="web")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
+import msgspec
 import pytest
 
 from nlproxy.cluster.model import (
@@ -189,7 +190,7 @@ def test_changed_affinity_timeout_recreates_the_sets_and_rewrites_their_chains()
     live = plan(snap, CONFIG)
     assert attach(live, snap)
     before = as_programmed(live.rulesets[Family.IP])
-    changed = state.apply([upsert(replace(sticky, affinity_timeout=60))])
+    changed = state.apply([upsert(msgspec.structs.replace(sticky, affinity_timeout=60))])
     live, deltas = plan_update(live, state.snapshot(), CONFIG, changed)
     assert deltas is not None
     delta = deltas[Family.IP]
