@@ -7,7 +7,9 @@ The values are msgspec ``Struct``s (frozen, keyword-only), not dataclasses: one 
 frozen dataclass to build (100k endpoints: 0.01 s against 0.12 s), is smaller, and none of them is
 tracked by the cycle collector (``gc=False``: they hold no cycles). Equality, hashing, ordering
 (``ServiceKey``, ``ServicePortRef``), ``repr`` and ``str`` are as a dataclass's. A changed copy is
-``msgspec.structs.replace(obj, field=value)``. ``ClusterSnapshot``, one per sync, stays a dataclass.
+``msgspec.structs.replace(obj, field=value)``. They encode ``array_like`` (fields by position),
+which only the restart fingerprint does (``sync/fingerprint.py``). ``ClusterSnapshot``, one per
+sync, stays a dataclass.
 """
 
 from __future__ import annotations
@@ -55,7 +57,11 @@ class IPFamily(enum.StrEnum):
     IPV6 = "IPv6"
 
 
-class ServiceKey(msgspec.Struct, frozen=True, kw_only=True, order=True, gc=False):
+class _Value(msgspec.Struct, frozen=True, kw_only=True, gc=False, array_like=True):
+    """The base of the model's values (the Struct options are inherited)."""
+
+
+class ServiceKey(_Value, frozen=True, kw_only=True, order=True):
     """A Service's identity: ``namespace/name``."""
 
     namespace: str
@@ -65,7 +71,7 @@ class ServiceKey(msgspec.Struct, frozen=True, kw_only=True, order=True, gc=False
         return f"{self.namespace}/{self.name}"
 
 
-class ServicePortRef(msgspec.Struct, frozen=True, kw_only=True, order=True, gc=False):
+class ServicePortRef(_Value, frozen=True, kw_only=True, order=True):
     """One port of one Service; ``str()`` gives ``default/web:http/TCP`` (name may be empty)."""
 
     namespace: str
@@ -81,7 +87,7 @@ class ServicePortRef(msgspec.Struct, frozen=True, kw_only=True, order=True, gc=F
         return f"{self.namespace}/{self.name}:{self.port_name}/{self.protocol.value}"
 
 
-class ServicePort(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class ServicePort(_Value, frozen=True, kw_only=True):
     """One entry of ``spec.ports``.
 
     ``target_port`` is a number, or a name resolved per EndpointSlice (by the slice port's name,
@@ -94,7 +100,7 @@ class ServicePort(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     node_port: int | None = None
 
 
-class Service(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Service(_Value, frozen=True, kw_only=True):
     """A v1 Service that nlproxy proxies (headless/ExternalName/other proxies' ones never get here).
 
     Attributes:
@@ -138,7 +144,7 @@ class Service(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     uid: str = ""
 
 
-class EndpointPort(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class EndpointPort(_Value, frozen=True, kw_only=True):
     """One entry of an EndpointSlice's ``ports``; ``name`` matches a ServicePort's name."""
 
     name: str
@@ -146,7 +152,7 @@ class EndpointPort(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     protocol: Protocol
 
 
-class Endpoint(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Endpoint(_Value, frozen=True, kw_only=True):
     """One EndpointSlice endpoint, by its first address (as kube-proxy uses it).
 
     Conditions follow kube-proxy: ``ready`` unset means ready, ``serving`` unset means serving,
@@ -164,7 +170,7 @@ class Endpoint(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     hints_nodes: frozenset[str] | None = None
 
 
-class EndpointSlice(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class EndpointSlice(_Value, frozen=True, kw_only=True):
     """A discovery.k8s.io/v1 EndpointSlice of address type IPv4 or IPv6 (FQDN ones are skipped)."""
 
     namespace: str
@@ -177,7 +183,7 @@ class EndpointSlice(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     resource_version: str = ""
 
 
-class Node(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Node(_Value, frozen=True, kw_only=True):
     """This node: name, zone label, addresses (InternalIP first, then ExternalIP), pod CIDRs;
     ``deleting`` (``metadata.deletionTimestamp`` is set) and ``taint_keys`` (``spec.taints``)
     decide ``/healthz``'s ``nodeEligible``."""
@@ -191,7 +197,7 @@ class Node(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     taint_keys: tuple[str, ...] = ()
 
 
-class ServiceCIDR(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class ServiceCIDR(_Value, frozen=True, kw_only=True):
     """A networking.k8s.io/v1 ServiceCIDR: ranges ClusterIPs are allocated from."""
 
     name: str
@@ -201,7 +207,7 @@ class ServiceCIDR(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 ClusterObject: TypeAlias = Service | EndpointSlice | Node | ServiceCIDR
 
 
-class ObjectRef(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class ObjectRef(_Value, frozen=True, kw_only=True):
     """Identity of any watched object: ``kind`` is ``Service``, ``EndpointSlice``, ``Node`` or
     ``ServiceCIDR``; ``namespace`` is empty for cluster-scoped kinds. ``str()`` is
     ``Service default/web``, as in error messages."""
@@ -221,27 +227,27 @@ class ObjectRef(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 # Changes: what sources send to the cluster state.
 
 
-class Upsert(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Upsert(_Value, frozen=True, kw_only=True):
     """An object was added or modified (already parsed and valid)."""
 
     ref: ObjectRef
     obj: ClusterObject
 
 
-class Delete(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Delete(_Value, frozen=True, kw_only=True):
     """An object was deleted."""
 
     ref: ObjectRef
 
 
-class Skip(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Skip(_Value, frozen=True, kw_only=True):
     """An object that is deliberately not proxied (headless, ExternalName, another proxy's, FQDN
     slice): treated as absent, without an error."""
 
     ref: ObjectRef
 
 
-class Invalid(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Invalid(_Value, frozen=True, kw_only=True):
     """An object that failed validation. The state keeps its last good version, if any, so what
     is already programmed is not lost; ``error`` names the object and field."""
 
@@ -249,7 +255,7 @@ class Invalid(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     error: str
 
 
-class Replace(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+class Replace(_Value, frozen=True, kw_only=True):
     """The complete current set of objects of ``kind`` (an initial list or a relist): anything of
     that kind not in ``changes`` is deleted. ``changes`` holds Upsert, Skip and Invalid entries."""
 

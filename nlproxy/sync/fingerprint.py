@@ -10,10 +10,13 @@ Anything else (no record, another digest, another generation) is the ordinary re
 
 The digest covers nlproxy's version, the planner's configuration and the snapshot the planner
 sees (every Service with its EndpointSlices, the Node, the ServiceCIDRs, the node's interface
-addresses), each object by its ``repr`` (model values are frozen dataclasses whose ``repr``
-shows every field) less its ``resourceVersion``, which ``ClusterState`` does not count as a
-change either. Services are hashed one by one and summed (modulo 2**256), so a sync
-rehashes only the services whose objects changed (by identity, as ``ClusterState`` keeps
+addresses). Each Service's objects are encoded together by msgspec's MessagePack encoder, in C:
+every field of every model value, in field order (the model's Structs are ``array_like``), sets
+sorted so that the bytes do not depend on the process's string hashing, with
+``resource_version`` emptied first, as ``ClusterState`` does not count a new
+``resourceVersion`` as a change either; addresses, the one kind of value the encoder does not
+know, go through ``_encode_other``. Services are hashed one by one and summed (modulo 2**256),
+so a sync rehashes only the services whose objects changed (by identity, as ``ClusterState`` keeps
 unchanged objects): the cost follows the change, not the cluster. The sum is an integrity
 check against stale state, not against an adversary who chooses thousands of Services to make
 two clusters collide; a wrong match costs at most the time to the deferred verify.
@@ -27,6 +30,9 @@ import hashlib
 import re
 from collections.abc import Set
 from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+
+import msgspec
 
 from nlproxy import __version__
 from nlproxy.cluster.model import ClusterSnapshot, EndpointSlice, Service, ServiceKey
@@ -37,9 +43,6 @@ RECORD_CHAIN = "restart-record"
 """The chain (never jumped to) whose one rule's comment holds the record."""
 
 _MOD = 1 << 256
-# A new resourceVersion alone is not a change (``ClusterState`` does not report it), so it is no
-# part of the digest either: the objects it left alone keep their old one until they change.
-_RESOURCE_VERSION = re.compile(r"resource_version=(?:'[^']*'|\"[^\"]*\")")
 _RECORD_RE = re.compile(
     r"nlproxy (\S+) digest ([0-9a-f]{64}) generation (\d+)(?: files ([0-9a-f]{64}))?"
 )
@@ -122,8 +125,22 @@ def files_digest(contents: list[tuple[str, bytes | None]], settings: str) -> str
     return h.hexdigest()
 
 
-def _h(text: str) -> int:
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=32).digest(), "little")
+def _h(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=32).digest(), "little")
+
+
+def _encode_other(obj: object) -> object:
+    """The model's values that MessagePack has no type for: an IPv4 address as its number, an
+    IPv6 address or any network as its text (a string: no IPv4 number equals one)."""
+    if type(obj) is IPv4Address:
+        return int(obj)
+    if isinstance(obj, IPv6Address | IPv4Network | IPv6Network):
+        return str(obj)
+    raise NotImplementedError(f"no fingerprint encoding for {type(obj).__name__}")
+
+
+_ENCODER = msgspec.msgpack.Encoder(enc_hook=_encode_other, order="deterministic")
+_replace = msgspec.structs.replace
 
 
 class Fingerprint:
@@ -178,9 +195,10 @@ class Fingerprint:
     def _finish(self, snapshot: ClusterSnapshot, total: int) -> str:
         per = self._per
         self._sum = total % _MOD
-        common = repr((snapshot.node, snapshot.service_cidrs, snapshot.local_addresses))
-        text = f"{self._base}{common}\n{len(per)} {self._sum:064x}"
-        return hashlib.blake2b(text.encode(), digest_size=32).hexdigest()
+        h = hashlib.blake2b(self._base.encode(), digest_size=32)
+        h.update(_ENCODER.encode((snapshot.node, snapshot.service_cidrs, snapshot.local_addresses)))
+        h.update(f"\n{len(per)} {self._sum:064x}".encode())
+        return h.hexdigest()
 
     def _rehash(
         self,
@@ -190,6 +208,10 @@ class Fingerprint:
         old: tuple[Service | None, tuple[EndpointSlice, ...], int] | None,
     ) -> int:
         """Hash ``key``'s objects anew; returns how much the sum moves."""
-        h = _h(_RESOURCE_VERSION.sub("", repr((key, svc, group))))
+        # A new resourceVersion alone is no change (``ClusterState`` does not report it), so it
+        # is no part of the digest: the objects it left alone keep their old one until they change.
+        bare_svc = None if svc is None else _replace(svc, resource_version="")
+        bare = tuple([_replace(s, resource_version="") for s in group])
+        h = _h(_ENCODER.encode((key, bare_svc, bare)))
         self._per[key] = (svc, group, h)
         return h - (old[2] if old is not None else 0)

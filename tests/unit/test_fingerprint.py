@@ -3,8 +3,12 @@ and when the tables' records are trusted (``sync/fingerprint.py``)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from ipaddress import ip_address, ip_network
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -134,3 +138,30 @@ def test_a_new_resource_version_alone_is_no_change() -> None:
         },
     )
     assert digest(bumped) == digest(snap)
+
+
+_HINTED_DIGEST = """
+from tests.unit.builders import endpoint, eps_slice, service, snapshot
+from tests.unit.test_fingerprint import digest
+zones = [f"zone-{c}" for c in "abcdefgh"]
+ep = endpoint("10.1.0.1", hints_zones=frozenset(zones), hints_nodes=frozenset(zones))
+print(digest(snapshot([service("ns", "s", "172.30.0.1")], [eps_slice("ns", "s", [ep])])))
+"""
+
+
+def test_the_digest_does_not_depend_on_the_process_string_hashing() -> None:
+    """Hints are sets, whose order follows the process's (seeded) string hashes: a restarted
+    nlproxy must compute the digest its predecessor recorded."""
+    root = Path(__file__).resolve().parents[2]
+    out = {
+        subprocess.run(
+            [sys.executable, "-c", _HINTED_DIGEST],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in (1, 2, 3, 4)
+    }
+    assert len(out) == 1, out
