@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -469,9 +470,57 @@ def _slice_ports(raw: list[Any] | None) -> tuple[EndpointPort, ...]:
 
 
 def _endpoints(raw: list[Any] | None, family: IPFamily) -> tuple[Endpoint, ...]:
+    """The endpoints of a slice: the loop that 100k endpoints go through, kept flat."""
+    if family is not IPFamily.IPV4 or not _FAST_V4:
+        return _endpoints_any(raw, _ipv4 if family is IPFamily.IPV4 else _ipv6)
     out: list[Endpoint] = []
-    address = _ipv4 if family is IPFamily.IPV4 else _ipv6
+    append = out.append
     names: dict[str | None, str | None] = {None: None}  # parse._shared, once per name
+    try:
+        for entry in raw or ():
+            if entry.hints is not None:
+                raise _NotPlain  # hints: the parser's
+            addresses = entry.addresses
+            ip = _new(_V4)  # IPv4Address(number) without its Python-level checks: a third
+            _set_ip(ip, int.from_bytes(_pton(_AF_INET, addresses[0])))  # IndexError: none
+            for other in addresses[1:]:
+                _pton(_AF_INET, other)
+            cond = entry.conditions
+            node, zone = entry.nodeName, entry.zone
+            if node not in names:
+                names[node] = sys.intern(node) or None
+            if zone not in names:
+                names[zone] = sys.intern(zone) or None
+            if cond is None:
+                append(
+                    Endpoint(
+                        ip=ip,
+                        ready=True,
+                        serving=True,
+                        terminating=False,
+                        node_name=names[node],
+                        zone=names[zone],
+                    )
+                )
+            else:
+                append(
+                    Endpoint(
+                        ip=ip,
+                        ready=cond.ready is not False,
+                        serving=cond.serving is not False,
+                        terminating=cond.terminating is True,
+                        node_name=names[node],
+                        zone=names[zone],
+                    )
+                )
+    except (OSError, ValueError, IndexError):  # inet_pton's, or no address
+        raise _NotPlain from None
+    return tuple(out)
+
+
+def _endpoints_any(raw: list[Any] | None, address: Any) -> tuple[Endpoint, ...]:
+    out: list[Endpoint] = []
+    names: dict[str | None, str | None] = {None: None}
     for entry in raw or ():
         addresses = entry.addresses
         if not addresses or entry.hints is not None:
@@ -505,13 +554,38 @@ def _endpoints(raw: list[Any] | None, family: IPFamily) -> tuple[Endpoint, ...]:
     return tuple(out)
 
 
+_pton = socket.inet_pton
+_AF_INET = socket.AF_INET
+_V4 = ipaddress.IPv4Address
+_new = object.__new__
+_set_ip: Any = getattr(getattr(_V4, "_ip", None), "__set__", None)
+
+
+def _fast_v4_works() -> bool:
+    """Whether an address built from its number by setting ``_ip`` is the constructor's (the
+    layout of CPython's ``ipaddress``); if not, the endpoint loop takes the constructor."""
+    if _set_ip is None:
+        return False
+    try:
+        ip = _new(_V4)
+        _set_ip(ip, 0x0A000001)
+    except (TypeError, AttributeError):
+        return False
+    real = _V4("10.0.0.1")
+    return (
+        ip == real and hash(ip) == hash(real) and str(ip) == str(real) and ip.packed == real.packed
+    )
+
+
+_FAST_V4 = _fast_v4_works()
+
+
 def _ipv4(text: str) -> ipaddress.IPv4Address:
     """``quick_ipv4``, or ``_NotPlain``."""
-    try:
-        packed = socket.inet_pton(socket.AF_INET, text)
-    except (OSError, ValueError):
-        raise _NotPlain from None
-    return ipaddress.IPv4Address(int.from_bytes(packed))
+    ip = quick_ipv4(text)
+    if ip is None:
+        raise _NotPlain
+    return ip
 
 
 def _ipv6(text: str) -> ipaddress.IPv6Address:
