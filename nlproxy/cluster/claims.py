@@ -42,7 +42,9 @@ from nlproxy.errors import shorten
 
 _Key = tuple[object, ...]
 """("cluster", ip), ("nodeport", protocol, port), ("external", ip, protocol, port), and
-("extip", ip): any external claim of the address (to find them when its ClusterIP changes)."""
+("extip", ip): any external claim of the address (to find them when its ClusterIP changes).
+``ip`` is :func:`_ip_key`'s: an IPv4 address as its number (hashed in C; an ``IPv4Address``
+hashes in Python, on every lookup of every key holding it)."""
 
 BROADCAST = IPv4Address("255.255.255.255")
 
@@ -61,8 +63,18 @@ class Refusal:
         return tuple(shorten(f"Service {key}: {why}; {ip} left out") for ip, why in self.addresses)
 
 
+def _ip_key(ip: IPAddress) -> object:
+    """``ip`` as claim keys hold it: IPv4 as its number, IPv6 as itself (equal to no number)."""
+    return int(ip) if type(ip) is IPv4Address else ip
+
+
 def special(ip: IPAddress) -> str | None:
     """Why no Service may take ``ip`` as an external address, or None."""
+    if type(ip) is IPv4Address:  # the common case, without ipaddress's network lookups
+        n = int(ip)
+        top = n >> 24
+        if n and top != 127 and n >> 16 != 0xA9FE and not 224 <= top <= 239 and n != 0xFFFFFFFF:
+            return None
     if ip.is_unspecified:
         return "an unspecified address"
     if ip.is_loopback:
@@ -75,6 +87,9 @@ def special(ip: IPAddress) -> str | None:
         return "the broadcast address"
     return None
 
+
+_NONE: frozenset[ServiceKey] = frozenset()
+_NO_CLAIMS: frozenset[_Key] = frozenset()
 
 _Order = tuple[int, int, str, str]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -103,14 +118,15 @@ def _instant(created: str) -> int | None:
 
 
 def _claims(svc: Service) -> frozenset[_Key]:
-    out: set[_Key] = {("cluster", ip) for ip in svc.cluster_ips}
+    out: set[_Key] = {("cluster", _ip_key(ip)) for ip in svc.cluster_ips}
+    external = [_ip_key(ip) for ip in (*svc.external_ips, *svc.load_balancer_ips)]
     for p in svc.ports:
         proto = p.ref.protocol
         if p.node_port:
             out.add(("nodeport", proto, p.node_port))
-        for ip in (*svc.external_ips, *svc.load_balancer_ips):
+        for ip in external:
             out.add(("external", ip, proto, p.port))
-    out.update(("extip", ip) for ip in (*svc.external_ips, *svc.load_balancer_ips))
+    out.update(("extip", ip) for ip in external)
     return frozenset(out)
 
 
@@ -137,10 +153,22 @@ class Claims:
             The other Services whose refusal changed because of it (the caller re-plans them).
         """
         touched: set[_Key] = set()
+        by = self._by
         for key in keys:
             svc = services.get(key)
-            new = _claims(svc) if svc is not None else frozenset()
-            old = self._claims.get(key, frozenset())
+            new = _claims(svc) if svc is not None else _NO_CLAIMS
+            old = self._claims.get(key, _NO_CLAIMS)
+            if not old and svc is not None:  # a new Service (every one, on a cold start)
+                for claim in new:
+                    holders = by.get(claim)
+                    if holders is None:
+                        by[claim] = {key}
+                    else:
+                        holders.add(key)
+                touched |= new
+                self._claims[key] = new
+                self._order[key] = _order(svc)
+                continue
             if svc is not None:
                 order = _order(svc)
                 if self._order.get(key, order) != order:  # its age decides every claim anew
@@ -162,15 +190,15 @@ class Claims:
             else:
                 self._claims[key] = new
         affected = set(keys)
-        by = self._by
         oldest = self._oldest
         for claim in touched:
-            oldest.pop(claim, None)
+            if oldest:
+                oldest.pop(claim, None)
             sharing = by.get(claim)
             if sharing is not None and (len(sharing) > 1 or not sharing <= affected):
                 affected |= sharing  # others hold it: their refusal may change
             if claim[0] == "cluster":  # external claims of that address depend on it
-                affected |= by.get(("extip", claim[1]), set())
+                affected |= by.get(("extip", claim[1]), _NONE)
         changed: set[ServiceKey] = set()
         for key in affected:
             svc = services.get(key)
@@ -222,7 +250,7 @@ class Claims:
                 field = "spec.clusterIP" if len(svc.cluster_ips) == 1 else f"spec.clusterIPs[{i}]"
                 return Refusal(whole=f"{field}: {ip} is {what}", addresses=())
         for ip in svc.cluster_ips:
-            winner = self._older(key, ("cluster", ip))
+            winner = self._older(key, ("cluster", _ip_key(ip)))
             if winner is not None:
                 return Refusal(
                     whole=f"ClusterIP {ip} is also Service {winner}'s (older)", addresses=()
@@ -261,14 +289,15 @@ class Claims:
             and not any(ip in net for net in self.external_ip_cidrs if net.version == ip.version)
         ):
             return f"{field}: {ip} is outside --external-ip-cidrs"
-        owners = self._by.get(("cluster", ip))
+        ip_key = _ip_key(ip)
+        owners = self._by.get(("cluster", ip_key))
         if owners and (len(owners) > 1 or svc.key not in owners):
-            owner = self._oldest_holder(("cluster", ip), owners)
+            owner = self._oldest_holder(("cluster", ip_key), owners)
             if owner == svc.key:  # it holds that ClusterIP too (and is refused for it)
                 owner = min(owners - {svc.key}, key=self._order.__getitem__)
             return f"{field}: {ip} is the ClusterIP of Service {owner}"
         for p in svc.ports:
-            winner = self._older(svc.key, ("external", ip, p.ref.protocol, p.port))
+            winner = self._older(svc.key, ("external", ip_key, p.ref.protocol, p.port))
             if winner is not None:
                 port = f"{p.port}/{p.ref.protocol.value}"
                 return f"{field}: {ip} port {port} is also Service {winner}'s (older)"

@@ -208,20 +208,33 @@ class ClusterState:
     def _apply_one(
         self, change: Upsert | Delete | Skip | Invalid, changed: set[ServiceKey]
     ) -> bool:
-        if isinstance(change, Invalid):
+        # Dispatch on exact types, the common ones first: a cold list goes through here once
+        # per object.
+        if type(change) is Invalid:
             if change.ref.kind != "Node" or change.ref.name == self._node_name:
                 self._invalid[change.ref] = change.error
             return False
-        self._invalid.pop(change.ref, None)
-        if change.ref.kind == "Service":
-            key = ServiceKey(namespace=change.ref.namespace, name=change.ref.name)
-            if isinstance(change, Skip):
+        if self._invalid:
+            self._invalid.pop(change.ref, None)
+        if type(change) is Upsert:
+            obj = change.obj
+            if type(obj) is EndpointSlice:
+                self._store_slice(obj, changed)
+                return False
+            if type(obj) is Service:
+                if self._skipped:
+                    self._skipped.discard(obj.key)
+                self._store_service(obj, changed)
+                return False
+            return self._store(obj, changed)
+        ref = change.ref
+        if ref.kind == "Service":
+            key = ServiceKey(namespace=ref.namespace, name=ref.name)
+            if type(change) is Skip:
                 self._skipped.add(key)
             else:
                 self._skipped.discard(key)
-        if isinstance(change, Upsert):
-            return self._store(change.obj, changed)
-        return self._remove(change.ref, changed)
+        return self._remove(ref, changed)
 
     def _replace(self, replace: Replace, changed: set[ServiceKey]) -> bool:
         listed = {change.ref for change in replace.changes}
@@ -250,17 +263,22 @@ class ClusterState:
             return {ObjectRef(kind=kind, namespace="", name=name) for name in self._cidrs}
         return set()
 
+    def _store_service(self, obj: Service, changed: set[ServiceKey]) -> None:
+        key = obj.key
+        old = self._services.get(key)
+        self._services[key] = obj
+        self._services_touched.add(key)
+        self._services_dirty = True
+        self._snapshot = None
+        if _differs(old, obj):
+            changed.add(key)  # apply() settles its claims and puts it in the view
+        else:
+            self._settle(key)  # a new resourceVersion alone: the new object, as settled before
+
     def _store(self, obj: ClusterObject, changed: set[ServiceKey]) -> bool:
         match obj:
             case Service():
-                old_service = self._services.get(obj.key)
-                self._services[obj.key] = obj
-                self._services_touched.add(obj.key)
-                self._settle(obj.key)  # the refusal stands until apply() settles the claims
-                self._services_dirty = True
-                self._snapshot = None
-                if _differs(old_service, obj):
-                    changed.add(obj.key)
+                self._store_service(obj, changed)
                 return False
             case EndpointSlice():
                 self._store_slice(obj, changed)
@@ -282,8 +300,10 @@ class ClusterState:
         self._snapshot = None
         if old is not None and old.service != obj.service:
             self._unlink_slice(old, changed)
-        ids = self._slice_ids.get(obj.service, ())
-        if slice_id not in ids:
+        ids = self._slice_ids.get(obj.service)
+        if ids is None:
+            self._slice_ids[obj.service] = (slice_id,)
+        elif slice_id not in ids:
             self._slice_ids[obj.service] = tuple(sorted((*ids, slice_id)))
         self._dirty_groups.add(obj.service)
         if _differs(old, obj):
