@@ -10,6 +10,9 @@ kernel's maps goes to whichever Service was written last, silently. So:
 * a ClusterIP that is unspecified, loopback, link-local, multicast or the broadcast address
   leaves its Service out whole, named (the API server allocates ClusterIPs only from the service
   ranges; a manifest's ``127.0.0.1`` would take the node's own listeners);
+* so does a ClusterIP outside every service range known for its family (``--service-cidr`` and
+  the ServiceCIDR objects): a manifest's ``8.8.8.8`` would take that address from every pod. With
+  no range of its family known, a ClusterIP is taken as written;
 * two Services with one ClusterIP, or one NodePort (and protocol): the older keeps it, the
   younger is left out whole, named;
 * an external IP (``spec.externalIPs``, a load-balancer ingress IP) that is another Service's
@@ -133,8 +136,16 @@ def _claims(svc: Service) -> frozenset[_Key]:
 class Claims:
     """The frontends each Service claims, and what each is refused (kept incrementally)."""
 
-    def __init__(self, external_ip_cidrs: Iterable[IPNetwork] = ()) -> None:
+    def __init__(
+        self, external_ip_cidrs: Iterable[IPNetwork] = (), service_cidrs: Iterable[IPNetwork] = ()
+    ) -> None:
         self.external_ip_cidrs = tuple(external_ip_cidrs)
+        self._configured_ranges = tuple(service_cidrs)
+        self._ranges: tuple[IPNetwork, ...] = ()
+        self._v4_ranges: tuple[tuple[int, int], ...] = ()  # (network, netmask) as numbers
+        self._v6_ranges: tuple[IPNetwork, ...] = ()
+        self._ranges_text = {4: "", 6: ""}
+        self.set_service_ranges(())
         self._claims: dict[ServiceKey, frozenset[_Key]] = {}
         self._by: dict[_Key, set[ServiceKey]] = {}
         self._order: dict[ServiceKey, _Order] = {}
@@ -211,6 +222,36 @@ class Claims:
                 changed.add(key)
         return changed - set(keys)
 
+    def set_service_ranges(self, objects: Iterable[IPNetwork]) -> bool:
+        """Take the ranges of the ServiceCIDR objects (the configured ones are kept beside them).
+
+        Returns:
+            Whether the ranges changed: then every Service must be decided anew (``update``).
+        """
+        ranges = tuple(
+            sorted(
+                {*self._configured_ranges, *objects},
+                key=lambda n: (n.version, int(n.network_address), n.prefixlen),
+            )
+        )
+        if ranges == self._ranges:
+            return False
+        self._ranges = ranges
+        self._v4_ranges = tuple(
+            (int(n.network_address), int(n.netmask)) for n in ranges if n.version == 4
+        )
+        self._v6_ranges = tuple(n for n in ranges if n.version == 6)
+        for version in (4, 6):
+            self._ranges_text[version] = ", ".join(str(n) for n in ranges if n.version == version)
+        return True
+
+    def _outside_service_ranges(self, ip: IPAddress) -> bool:
+        """Whether ``ip`` lies outside every known service range of its family (none known: no)."""
+        if type(ip) is IPv4Address:
+            n = int(ip)
+            return bool(self._v4_ranges) and all(n & mask != net for net, mask in self._v4_ranges)
+        return bool(self._v6_ranges) and all(ip not in net for net in self._v6_ranges)
+
     def effective(self, svc: Service) -> Service | None:
         """``svc`` as the planner should see it: None when left out whole."""
         refusal = self.refused.get(svc.key)
@@ -246,6 +287,8 @@ class Claims:
         key = svc.key
         for i, ip in enumerate(svc.cluster_ips):
             what = special(ip)
+            if what is None and self._outside_service_ranges(ip):
+                what = f"outside the service ranges ({self._ranges_text[ip.version]})"
             if what is not None:
                 field = "spec.clusterIP" if len(svc.cluster_ips) == 1 else f"spec.clusterIPs[{i}]"
                 return Refusal(whole=f"{field}: {ip} is {what}", addresses=())

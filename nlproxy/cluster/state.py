@@ -51,14 +51,22 @@ class ClusterState:
     Args:
         node_name: the name of the Node nlproxy runs on.
         external_ip_cidrs: the ranges ``spec.externalIPs`` may take (empty: any).
+        service_cidrs: ``--service-cidr``: ranges ClusterIPs may take, besides those of the
+            ServiceCIDR objects (none of a family known: any).
     """
 
-    def __init__(self, node_name: str, *, external_ip_cidrs: Iterable[IPNetwork] = ()) -> None:
+    def __init__(
+        self,
+        node_name: str,
+        *,
+        external_ip_cidrs: Iterable[IPNetwork] = (),
+        service_cidrs: Iterable[IPNetwork] = (),
+    ) -> None:
         self._node_name = node_name
         self._services: dict[ServiceKey, Service] = {}
         # What the planner sees: the Services as settled by the claims.
         self._view: dict[ServiceKey, Service] = {}
-        self._claims = Claims(external_ip_cidrs)
+        self._claims = Claims(external_ip_cidrs, service_cidrs)
         self._services_touched: set[ServiceKey] = set()
         self._slices: dict[_SliceId, EndpointSlice] = {}
         # Sorted tuples, not sets: almost every service has one or two slices, and a set costs
@@ -145,9 +153,14 @@ class ClusterState:
         if everything:
             changed.update(self._services, self._slice_ids)
             self._snapshot = None
-        # Only Services whose object came or went can change a claim (a slice cannot).
+        # Only Services whose object came or went can change a claim (a slice cannot), unless
+        # the service ranges changed: then every ClusterIP is checked against them anew.
         touched = changed & self._services_touched
         self._services_touched = set()
+        if everything and self._claims.set_service_ranges(
+            net for cidr in self._cidrs.values() for net in cidr.cidrs
+        ):
+            touched |= self._services.keys()
         settled = self._claims.update(touched, self._services)
         changed |= settled
         for key in touched | settled:

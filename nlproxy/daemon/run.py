@@ -108,7 +108,11 @@ class Daemon:
         self.monitor: NftMonitor | None = None
         self._foreign_seen = trio.Event()
         self.loop = SyncLoop(
-            ClusterState(cfg.node_name, external_ip_cidrs=external_networks(cfg)),
+            ClusterState(
+                cfg.node_name,
+                external_ip_cidrs=external_networks(cfg),
+                service_cidrs=pcfg.service_cidrs,
+            ),
             self.syncer,
             health=self.health,
             metrics=self.metrics,

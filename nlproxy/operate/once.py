@@ -70,7 +70,11 @@ def _run_once(s: Settings, end: Callable[[int], int]) -> int:
         loaded = load_manifests(s.manifests)
         for warning in loaded.warnings:
             print(f"nlproxy: warning: {warning}", file=sys.stderr)
-        state = ClusterState(cfg.node_name, external_ip_cidrs=external_networks(cfg))
+        state = ClusterState(
+            cfg.node_name,
+            external_ip_cidrs=external_networks(cfg),
+            service_cidrs=pcfg.service_cidrs,
+        )
         state.apply(loaded.changes)
         # The decoded documents (kept by the loader for a daemon's reload) are not needed once
         # the state holds the model: let them go before the plan is built, not after.

@@ -299,3 +299,27 @@ def test_a_run_with_something_to_report_reports_it_again_when_restarted(
         again = capsys.readouterr().err
         assert "left out" in again
         assert "bad" in again
+
+
+def test_a_cluster_ip_outside_the_service_range_is_refused_and_the_others_kept(
+    make_netns: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A manifest's ClusterIP of 8.8.8.8 would take that address from every pod on the node:
+    outside ``--service-cidr`` it is named and left out, and the other Services are programmed."""
+    ns = make_netns("out-of-range")
+    d = tmp_path / "m"
+    objs = world(random.Random(3), 3)
+    objs.append(topo.service("rogue", "8.8.8.8", [{"name": "tcp", "port": 53}]))
+    topo.write_manifests(d, objs)
+    assert run_once(ns, d) == 3
+    err = capsys.readouterr().err
+    refused = [line for line in err.splitlines() if "8.8.8.8" in line]
+    assert len(refused) == 1, err
+    assert (
+        "Service default/rogue: spec.clusterIP: 8.8.8.8 is outside the service ranges"
+        in (refused[0])
+    )
+    listing = nft(ns, "list", "table", "ip", "nlproxy")
+    assert "8.8.8.8" not in listing
+    for i in range(3):
+        assert f"10.96.1.{i + 1}" in listing

@@ -13,7 +13,7 @@ from ipaddress import ip_network
 
 import pytest
 
-from nlproxy.cluster.model import Delete, ObjectRef, Service, ServiceKey, Upsert
+from nlproxy.cluster.model import Delete, ObjectRef, Service, ServiceCIDR, ServiceKey, Upsert
 from nlproxy.cluster.state import ClusterState
 from tests.unit.builders import port, service
 
@@ -232,3 +232,49 @@ def test_many_services_on_one_cluster_ip_the_oldest_holds_it_and_the_next_one_fo
     state.apply([up(service("ns", "s028", "10.96.0.10", created=ages[27]))])  # now the youngest
     assert holder() == "s056"
     assert any("10.96.0.10 is the ClusterIP of Service ns/s056" in r for r in state.refused)
+
+
+def _cidr(name: str, *nets: str) -> Upsert:
+    obj = ServiceCIDR(name=name, cidrs=tuple(ip_network(n) for n in nets))
+    return Upsert(ref=ObjectRef(kind="ServiceCIDR", namespace="", name=name), obj=obj)
+
+
+def test_a_cluster_ip_outside_the_configured_service_range_leaves_its_service_out() -> None:
+    """A manifest's ClusterIP of 8.8.8.8 would take that address from every pod on the node."""
+    rogue = service("a", "rogue", "8.8.8.8")
+    ok = service("a", "ok", "10.96.0.4")
+    state = ClusterState("n1", service_cidrs=[ip_network("10.96.0.0/12")])
+    state.apply([up(rogue), up(ok)])
+    assert set(state.snapshot().services) == {ok.key}
+    assert state.refused == [
+        "Service a/rogue: spec.clusterIP: 8.8.8.8 is outside the service ranges "
+        "(10.96.0.0/12); left out"
+    ]
+
+
+def test_service_cidr_objects_add_ranges_and_their_changes_decide_again() -> None:
+    new_range = service("a", "new", "10.200.0.5")
+    dual = service("a", "dual", ["10.96.0.5", "fd00:10:96::5"])
+    state = ClusterState("n1", service_cidrs=[ip_network("10.96.0.0/16")])
+    state.apply([up(new_range), up(dual)])
+    # No IPv6 range is known: the IPv6 ClusterIP is taken as written.
+    assert set(state.snapshot().services) == {dual.key}
+    state.apply([_cidr("extra", "10.200.0.0/16", "fd00:10:96::/112")])
+    assert set(state.snapshot().services) == {dual.key, new_range.key}
+    assert state.refused == []
+    state.apply([_cidr("extra", "10.200.0.0/16", "fd00:99::/112")])
+    assert set(state.snapshot().services) == {new_range.key}
+    assert state.refused == [
+        "Service a/dual: spec.clusterIPs[1]: fd00:10:96::5 is outside the service ranges "
+        "(fd00:99::/112); left out"
+    ]
+    state.apply([Delete(ref=ObjectRef(kind="ServiceCIDR", namespace="", name="extra"))])
+    assert set(state.snapshot().services) == {dual.key}
+
+
+def test_with_no_service_range_known_any_unicast_cluster_ip_is_taken() -> None:
+    svc = service("a", "anywhere", "8.8.8.8")
+    state = ClusterState("n1")
+    state.apply([up(svc)])
+    assert set(state.snapshot().services) == {svc.key}
+    assert state.refused == []
