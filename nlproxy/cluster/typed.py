@@ -9,8 +9,12 @@ hand-written manifests, an unknown field — is handed back (``None``), and the 
 field-by-field parser, which gives the same model for a valid object and names the field of an
 invalid one. So this module never makes an ``Invalid``: it only skips work for good objects.
 
-Nodes and ServiceCIDRs (one, and a handful, per cluster) always take the parser's path.
-Pure: no I/O, logging or state.
+Nodes and ServiceCIDRs (one, and a handful, per cluster) are read by the parser, but from the
+API their JSON is first decoded into structs of only the fields the parser reads (a Node's
+``status.images`` and ``managedFields`` are skipped in C, never built), which are handed to the
+parser as a small dict: the same model, and the same message for an invalid one. Anything the
+structs do not fit is parsed whole, as before. Manifests' Nodes and ServiceCIDRs are already
+documents and go to the parser as they are. Pure: no I/O, logging or state.
 """
 
 from __future__ import annotations
@@ -166,6 +170,35 @@ class _Family:
         self.types = {"Service": self.service, "EndpointSlice": self.slice}
 
 
+def _reduced(name: str, fields: dict[str, list[str]]) -> msgspec.json.Decoder[Any]:
+    """A lenient decoder of the sections ``fields`` names (section: its fields, each decoded as
+    any JSON value); absent fields stay out of ``msgspec.to_builtins``' dict."""
+    top: _Fields = [("apiVersion", object, msgspec.UNSET), ("kind", object, msgspec.UNSET)]
+    for section, names in fields.items():
+        struct = msgspec.defstruct(
+            f"{name}_{section}", [(f, object, msgspec.UNSET) for f in names], kw_only=True
+        )
+        top.append((section, struct | None, msgspec.UNSET))
+    return msgspec.json.Decoder(msgspec.defstruct(name, top, kw_only=True))
+
+
+_REDUCED = {
+    "Node": _reduced(
+        "Node",
+        {
+            "metadata": ["name", "namespace", "labels", "deletionTimestamp"],
+            "spec": ["podCIDR", "podCIDRs", "taints"],
+            "status": ["addresses"],
+        },
+    ),
+    "ServiceCIDR": _reduced(
+        "ServiceCIDR",
+        {"metadata": ["name", "namespace", "labels"], "spec": ["cidrs"]},
+    ),
+}
+"""The fields ``parse.parse_node`` and ``parse.parse_service_cidr`` (and ``object_ref``) read."""
+
+
 def _mapping(value: schema.Schema | None) -> schema.Schema:
     assert value is not None
     return value
@@ -181,6 +214,14 @@ def change(raw: bytes | memoryview, kind: str) -> Upsert | Skip | Invalid:
     fast = from_json(raw, kind) if kind in FAST_KINDS else None
     if fast is not None:
         return fast
+    reduced = _REDUCED.get(kind)
+    if reduced is not None:
+        try:
+            small = msgspec.to_builtins(reduced.decode(raw))
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            pass  # not the shape the parser reads: parsed whole, which names what is wrong
+        else:
+            return parse.to_change(small, kind)
     try:
         doc = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:

@@ -202,3 +202,51 @@ def test_not_json_is_an_invalid_object() -> None:
     change = typed.change(b"[1, 2]", "Service")
     assert isinstance(change, Invalid)
     assert change.error == "Service (unnamed): not a JSON object"
+
+
+_NODE_VARIANTS: list[dict[str, Any]] = [
+    {},
+    {"status.addresses[0].address": "10.0.0.300"},
+    {"status.addresses": "10.0.0.1"},
+    {"status": None},
+    {"status": "up"},
+    {"spec.podCIDRs": ["10.244.1.0/24", "10.244.1.0/23"]},
+    {"spec.podCIDR": "10.244.1.1/24", "spec.podCIDRs": None},
+    {"spec.taints": [{"key": "a", "effect": "NoSchedule"}, {"key": 7}]},
+    {"metadata.name": "Bad_Name"},
+    {"metadata.name": None},
+    {"metadata.deletionTimestamp": "2026-01-01T00:00:00Z"},
+    {"metadata.labels": {"topology.kubernetes.io/zone": 3}},
+    {"metadata": []},
+]
+_CIDR_VARIANTS: list[dict[str, Any]] = [
+    {},
+    {"spec.cidrs": ["10.96.0.0/16", "10.97.0.0/16"]},
+    {"spec.cidrs": ["10.96.0.1/16"]},
+    {"spec.cidrs": []},
+    {"spec": None},
+    {"spec": {"cidrs": "10.96.0.0/16"}},
+    {"metadata.name": ""},
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "fields"),
+    [("Node", f) for f in _NODE_VARIANTS] + [("ServiceCIDR", f) for f in _CIDR_VARIANTS],
+)
+def test_nodes_and_service_cidrs_from_the_api_read_as_the_parser_reads_them(
+    kind: str, fields: dict[str, Any]
+) -> None:
+    """Decoded into the few fields the parser reads (a Node's images and managedFields are
+    skipped), they give the parser's model and message, valid or not."""
+    base = objects.example_node() if kind == "Node" else objects.example_service_cidr()
+    obj = objects.with_fields(base, **fields)
+    obj["status"] = obj.get("status", {}) if kind == "ServiceCIDR" else obj.get("status")
+    if kind == "Node" and isinstance(obj.get("status"), dict):
+        obj["status"]["images"] = [
+            {"names": [f"registry/image-{i}"], "sizeBytes": i} for i in range(50)
+        ]
+    obj.setdefault("metadata", {})
+    if isinstance(obj["metadata"], dict):
+        obj["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]
+    assert typed.change(json.dumps(obj).encode(), kind) == to_change(obj, kind)
