@@ -308,7 +308,7 @@ def _service_or_raise(obj: Any) -> Upsert | Skip:
     )
     if cluster_ips is None:
         return Skip(ref=ref)
-    svc_type = ServiceType(kind)
+    svc_type = _SERVICE_TYPE[kind]
     external_ips = tuple(_ip(v) for v in spec.externalIPs or ())
     ext_local = _choice(spec.externalTrafficPolicy, parse._POLICIES, "Cluster") == "Local" and (
         svc_type in (ServiceType.NODE_PORT, ServiceType.LOAD_BALANCER) or bool(external_ips)
@@ -364,6 +364,9 @@ def _service_or_raise(obj: Any) -> Upsert | Skip:
 
 
 _NO_AFFINITY = (None, "", "None")
+# Enum members by value: a lookup, not the enum's Python-level __call__.
+_SERVICE_TYPE = {t.value: t for t in ServiceType}
+_PROTOCOL = {p.value: p for p in Protocol}
 _DEFAULT_BALANCING: dict[str, Any] = {"load_balancing": None, "hash_source_port": False}
 
 
@@ -420,7 +423,10 @@ def _port_name(entry: Any, seen: set[str]) -> tuple[str, Protocol]:
     if (name and not parse._DNS_LABEL.fullmatch(name)) or name in seen:
         raise _NotPlain
     seen.add(name)
-    return name, Protocol(_choice(entry.protocol, parse._PROTOCOLS, "TCP"))
+    protocol = _PROTOCOL.get(entry.protocol or "TCP")
+    if protocol is None:
+        raise _NotPlain
+    return name, protocol
 
 
 def _target_port(value: int | str | None, port: int) -> int | str:
@@ -480,7 +486,7 @@ def _slice_or_raise(obj: Any) -> Upsert | Skip:
     service_name = labels.get(parse.SERVICE_NAME_LABEL, "")
     if address_type == "FQDN" or not service_name or parse._SKIP_LABELS & labels.keys():
         return Skip(ref=ref)
-    family = IPFamily(address_type)
+    family = IPFamily.IPV4 if address_type == "IPv4" else IPFamily.IPV6
     annotations = meta.annotations or {}
     return Upsert(
         ref=ref,
