@@ -12,9 +12,12 @@ object) and the API server's list pages (realistic bodies: ``managedFields``,
 
 Per input and path: ``read_s`` (the files' text), ``decode_s`` (text -> documents,
 ``decode._parse``; for API pages the page's decode), ``parse_s`` (the rest of
-``load_manifests``, or the pages' objects to changes), ``total_s``; CPU seconds (process
-time), medians of the rounds, the ratio typed / parser, and the load average. Both paths must
-give the same changes (checked every round). Never asserts on time.
+``load_manifests``, or the pages' objects to changes), ``total_s``; then, apart from the total,
+what the model costs before the planner: ``state_s`` (a fresh ``ClusterState`` applies the
+changes and takes its snapshot) and ``digest_s`` (the restart fingerprint of that snapshot,
+``sync/fingerprint.py``); CPU seconds (process time), medians of the rounds, the ratio
+typed / parser, and the load average. Both paths must give the same changes (checked every
+round). Never asserts on time.
 
     .venv/bin/python bench/bench_input.py --services 10000 --endpoints 10 --rounds 3
 """
@@ -39,6 +42,9 @@ from measure import emit, log
 
 from nlproxy.cluster import decode, kube_http, parse, typed
 from nlproxy.cluster.manifests import SUFFIXES, load_manifests
+from nlproxy.cluster.state import ClusterState
+from nlproxy.proxy.config import ProxyConfig
+from nlproxy.sync.fingerprint import Fingerprint
 from tests.kube import realistic
 
 
@@ -67,6 +73,20 @@ def _cpu(fn: Callable[[], Any]) -> tuple[float, Any]:
         gc.enable()
 
 
+def _model_stages(changes: Any) -> dict[str, float]:
+    """``state_s`` and ``digest_s`` for the changes one path made."""
+    state = ClusterState(gen.NODE_NAME, service_cidrs=(gen.SERVICE_CIDR,))
+
+    def apply() -> Any:
+        state.apply(changes)
+        return state.snapshot()
+
+    state_s, snapshot = _cpu(apply)
+    config = ProxyConfig(node_name=gen.NODE_NAME, service_cidrs=(gen.SERVICE_CIDR,))
+    digest_s, _ = _cpu(lambda: Fingerprint(config).digest(snapshot))
+    return {"state_s": state_s, "digest_s": digest_s}
+
+
 def manifests_stages(directory: Path) -> tuple[dict[str, float], Any]:
     paths = [p for p in sorted(directory.iterdir()) if p.suffix in SUFFIXES]
     read_s, texts = _cpu(lambda: [p.read_text(encoding="utf-8") for p in paths])
@@ -79,6 +99,7 @@ def manifests_stages(directory: Path) -> tuple[dict[str, float], Any]:
         "parse_s": max(0.0, load_s - read_s - decode_s),
         "total_s": load_s,
     }
+    figs.update(_model_stages(loaded.changes))
     return figs, loaded.changes
 
 
@@ -107,6 +128,7 @@ def pages_stages(pages: list[tuple[str, bytes]]) -> tuple[dict[str, float], Any]
     parse_s, changes = _cpu(parse_all)
     figs = {"read_s": 0.0, "decode_s": decode_s, "parse_s": parse_s}
     figs["total_s"] = decode_s + parse_s
+    figs.update(_model_stages(changes))
     return figs, changes
 
 
