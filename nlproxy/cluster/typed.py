@@ -301,9 +301,8 @@ def _service_or_raise(obj: Any) -> Upsert | Skip:
         return Skip(ref=ref)
     if kind not in parse._SERVICE_TYPES:
         raise _NotPlain
-    r = FieldReader(ref)
     cluster_ips = _cluster_ips(spec) or parse._cluster_ips(
-        r,
+        FieldReader(ref),
         {"clusterIP": spec.clusterIP, "clusterIPs": spec.clusterIPs, "ipFamilies": spec.ipFamilies},
     )
     if cluster_ips is None:
@@ -319,16 +318,18 @@ def _service_or_raise(obj: Any) -> Upsert | Skip:
     # The rarer sections through the parser's own readers.
     lb_ips: tuple[IPAddress, ...] = ()
     if not _empty_status(obj.status):
-        lb_ips = parse._load_balancer_ips(r, {"status": obj.status})
+        lb_ips = parse._load_balancer_ips(FieldReader(ref), {"status": obj.status})
     ranges: tuple[IPNetwork, ...] = ()
     if spec.loadBalancerSourceRanges or parse.SOURCE_RANGES_ANNOTATION in annotations:
         ranges = parse._source_ranges(
-            r, {"loadBalancerSourceRanges": spec.loadBalancerSourceRanges}, annotations
+            FieldReader(ref),
+            {"loadBalancerSourceRanges": spec.loadBalancerSourceRanges},
+            annotations,
         )
     affinity = None
     if spec.sessionAffinity not in _NO_AFFINITY:
         affinity = parse._affinity_timeout(
-            r,
+            FieldReader(ref),
             {
                 "sessionAffinity": spec.sessionAffinity,
                 "sessionAffinityConfig": spec.sessionAffinityConfig,
@@ -336,7 +337,7 @@ def _service_or_raise(obj: Any) -> Upsert | Skip:
         )
     balancing: dict[str, Any] = _DEFAULT_BALANCING
     if parse.LOAD_BALANCING_ANNOTATION in annotations or parse.HASH_KEY_ANNOTATION in annotations:
-        balancing = parse._load_balancing(r, annotations)
+        balancing = parse._load_balancing(FieldReader(ref), annotations)
     return Upsert(
         ref=ref,
         obj=Service(
