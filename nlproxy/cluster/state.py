@@ -279,6 +279,8 @@ class ClusterState:
     def _store_service(self, obj: Service, changed: set[ServiceKey]) -> None:
         key = obj.key
         old = self._services.get(key)
+        if old is not None and old == obj:
+            return  # a relist's copy: the snapshot keeps the object it has (caches go by identity)
         self._services[key] = obj
         self._services_touched.add(key)
         self._services_dirty = True
@@ -309,6 +311,8 @@ class ClusterState:
     def _store_slice(self, obj: EndpointSlice, changed: set[ServiceKey]) -> None:
         slice_id = (obj.namespace, obj.name)
         old = self._slices.get(slice_id)
+        if old is not None and old == obj:
+            return  # a relist's copy, as for Services
         self._slices[slice_id] = obj
         self._snapshot = None
         if old is not None and old.service != obj.service:
@@ -356,7 +360,8 @@ class ClusterState:
 
 
 def _differs(old: Service | EndpointSlice | None, new: Service | EndpointSlice) -> bool:
-    """Whether ``new`` changes what is proxied: a new ``resourceVersion`` alone does not."""
+    """Whether ``new`` (not equal to ``old``) changes what is proxied: a new
+    ``resourceVersion`` alone does not."""
     if old is None:
         return True
-    return old != new and msgspec.structs.replace(old, resource_version=new.resource_version) != new
+    return msgspec.structs.replace(old, resource_version=new.resource_version) != new

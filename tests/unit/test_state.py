@@ -16,7 +16,7 @@ from nlproxy.cluster.model import (
     Skip,
     Upsert,
 )
-from nlproxy.cluster.parse import to_change
+from nlproxy.cluster.parse import KINDS, to_change
 from nlproxy.cluster.state import ClusterState
 from tests.objects import DROP
 from tests.objects import example_endpoint_slice as endpoint_slice
@@ -298,3 +298,26 @@ def test_orphans(changes: list[Change], orphans: set[ObjectRef]) -> None:
     if orphans:
         assert found[ORPHAN] == "EndpointSlice default/wbe-1: Service default/wbe not found"
         assert state.orphans([ORPHAN, ref("EndpointSlice", "web-1")]) == found
+
+
+def test_a_relist_of_equal_objects_keeps_the_snapshot_and_its_objects() -> None:
+    """A relist (after an API server restart, or a manifests reload) brings new copies of the
+    same objects: nothing changed, the snapshot is the same one and holds the same objects,
+    so what is cached by identity (the restart fingerprint, per-service plans) stays valid."""
+    state = ClusterState("n1")
+    listed = [up(svc("web")), up(eps("web-1")), up(svc("db")), up(eps("db-1", "db"))]
+    state.apply(
+        [Replace(kind=k, changes=tuple(c for c in listed if c.ref.kind == k)) for k in KINDS]
+    )
+    before = state.snapshot()
+    copies = [up(svc("web")), up(eps("web-1")), up(svc("db")), up(eps("db-1", "db"))]
+    again = [Replace(kind=k, changes=tuple(c for c in copies if c.ref.kind == k)) for k in KINDS]
+    assert state.apply(again) == set()
+    after = state.snapshot()
+    assert after is before
+    assert after.services[WEB] is listed[0].obj
+    assert after.slices[WEB][0] is listed[1].obj
+    # A new resourceVersion alone is still no change, but the new object is kept.
+    bumped = up(svc("web", **{"metadata.resourceVersion": "77"}))
+    assert state.apply([bumped]) == set()
+    assert state.snapshot().services[WEB] is bumped.obj
