@@ -202,6 +202,11 @@ def indices(count: int) -> Sequence[bytes]:
     return [*_INDICES, *(_INDEX.pack((i,)) for i in range(len(_INDICES), count))]
 
 
+def index_bytes(i: int) -> bytes:
+    """The packed ``integer`` value ``i`` (what ends a backends key)."""
+    return _INDICES[i] if i < len(_INDICES) else _INDEX.pack((i,))
+
+
 def unpack_run(run: PackedRun, s: SetLike, verb: Verb = Verb.ADD) -> list[Element]:
     """The run as IR elements (for checks and error messages; decodes every element)."""
     store = PackedElements(s)

@@ -40,6 +40,7 @@ from nlproxy.proxy.planner import (
     merge_parts,
     plan,
     plan_context,
+    prior_slots,
 )
 from nlproxy.proxy.skeleton import IPV4, IPV6, FamilySpec
 
@@ -219,7 +220,8 @@ def _update(
     for family, spec in _SPECS.items():
         if family not in live.scratch:
             live.scratch[family] = _Scratch(spec, snapshot, config)
-        new[family] = _replan(live.scratch[family].reset(), snapshot, keys)
+        scratch = live.scratch[family].reset()
+        new[family] = _replan(scratch, prev.fragments[family], snapshot, keys)
         if not _safe(prev.rulesets[family], counts[family], prev.fragments[family], new[family]):
             return None
     old_refs = {ref for key in keys for ref in _refs(prev, key)}
@@ -256,14 +258,22 @@ def _keys(
 
 
 def _replan(
-    scratch: FamilyPlanner, snapshot: ClusterSnapshot, keys: list[ServiceKey]
+    scratch: FamilyPlanner,
+    old: Mapping[ServiceKey, Fragment],
+    snapshot: ClusterSnapshot,
+    keys: list[ServiceKey],
 ) -> list[tuple[ServiceKey, Fragment | None]]:
-    """New fragments of the changed services (None: removed), planned into a scratch table."""
+    """New fragments of the changed services (None: removed), planned into a scratch table;
+    endpoints keep the backends slots the old fragments gave them (``slots.py``)."""
     out: list[tuple[ServiceKey, Fragment | None]] = []
     for key in keys:
         svc = snapshot.services.get(key)
-        frag = None if svc is None else scratch.add_service(svc, snapshot.slices.get(key, ()))
+        frag = None
+        if svc is not None:
+            scratch.prior = prior_slots(old.get(key))
+            frag = scratch.add_service(svc, snapshot.slices.get(key, ()))
         out.append((key, frag))
+    scratch.prior = {}
     return out
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import gc
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from ipaddress import collapse_addresses, ip_network
@@ -43,6 +43,7 @@ from nlproxy.proxy.config import PRIMARY, ProxyConfig
 from nlproxy.proxy.endpoints import Backend, Categorized, categorize, externally_accessible, resolve
 from nlproxy.proxy.fragments import Fill, Fragment, Recorder
 from nlproxy.proxy.skeleton import IPV4, IPV6, Dispatch, FamilySpec, skeleton
+from nlproxy.proxy.slots import keep_slots, read_slots, slot_token
 
 _L4 = {Protocol.TCP: L4Proto.TCP, Protocol.UDP: L4Proto.UDP, Protocol.SCTP: L4Proto.SCTP}
 
@@ -104,7 +105,13 @@ class Plan:
     live: object = field(default=None, repr=False, compare=False)
 
 
-def plan(snapshot: ClusterSnapshot, config: ProxyConfig, *, previous: Plan | None = None) -> Plan:
+def plan(
+    snapshot: ClusterSnapshot,
+    config: ProxyConfig,
+    *,
+    previous: Plan | None = None,
+    slots: Mapping[Family, Ruleset | None] | None = None,
+) -> Plan:
     """Plan the ``ip nlproxy`` and ``ip6 nlproxy`` tables for ``snapshot`` on this node.
 
     Args:
@@ -112,13 +119,16 @@ def plan(snapshot: ClusterSnapshot, config: ProxyConfig, *, previous: Plan | Non
         config: node name, ranges and options.
         previous: the last plan. Services whose Service and slice objects are the same objects
             as then are replayed from it rather than planned again (the result is identical;
-            only faster). Ignored when the config, node or ServiceCIDRs changed.
+            only faster). Ignored when the config, node or ServiceCIDRs changed. A changed
+            service's endpoints keep their backends slots (``slots.py``).
+        slots: what is programmed (a read-back), for the backends slots of the services
+            ``previous`` does not have: a restarted process keeps the kernel's slots.
 
     Returns:
         The rulesets and, per service port, its frontends and chosen endpoints.
     """
     with gc_paused():
-        return _plan(snapshot, config, previous)
+        return _plan(snapshot, config, previous, slots or {})
 
 
 @contextmanager
@@ -143,14 +153,21 @@ def plan_context(snapshot: ClusterSnapshot, config: ProxyConfig) -> object:
     return (config, snapshot.node, snapshot.service_cidrs, snapshot.local_addresses)
 
 
-def _plan(snapshot: ClusterSnapshot, config: ProxyConfig, previous: Plan | None) -> Plan:
+def _plan(
+    snapshot: ClusterSnapshot,
+    config: ProxyConfig,
+    previous: Plan | None,
+    slots: Mapping[Family, Ruleset | None],
+) -> Plan:
     context = plan_context(snapshot, config)
     reuse = previous is not None and previous.context == context
     parts: dict[ServicePortRef, list[PortPart]] = {}
     rulesets, fragments = {}, {}
     for spec in (IPV4, IPV6):
         fp = FamilyPlanner(spec, snapshot, config)
-        old = previous.fragments.get(spec.family, {}) if previous and reuse else {}
+        fp.programmed = slots.get(spec.family)
+        earlier = previous.fragments.get(spec.family, {}) if previous else {}
+        old = earlier if reuse else {}
         new: dict[ServiceKey, Fragment] = {}
         for key in sorted(snapshot.services):
             svc, slices = snapshot.services[key], snapshot.slices.get(key, ())
@@ -158,6 +175,7 @@ def _plan(snapshot: ClusterSnapshot, config: ProxyConfig, previous: Plan | None)
             if frag is not None and frag.reusable_for(svc, slices):
                 fp.replay(frag)
             else:
+                fp.prior = prior_slots(earlier.get(key))
                 frag = fp.add_service(svc, slices)
             for piece in frag.pieces:
                 assert isinstance(piece, PortPart), "fragments hold port parts"
@@ -177,6 +195,28 @@ class PortPart:
     frontends: list[Frontend]
     cat: Categorized
     hc: int | None
+
+
+def prior_slots(frag: Fragment | None) -> dict[tuple[str, bytes], tuple[bytes, ...]]:
+    """The backends slots ``frag`` filled: (map, frontend's key head) → packed endpoints."""
+    if frag is None:
+        return {}
+    return {(op.set, op.keys[0][:-4]): op.data for op in frag.ops if type(op) is Fill}
+
+
+def plan_slot_token(p: Plan) -> str:
+    """:func:`~nlproxy.proxy.slots.slot_token` of ``p``: "" when every frontend's backends
+    are in sorted order (as a cold plan of the same snapshot fills them)."""
+    shuffled = {}
+    for family, frags in p.fragments.items():
+        for frag in frags.values():
+            if not frag.shuffled:
+                continue
+            for op in frag.ops:
+                if type(op) is Fill and op.shuffled:
+                    head = op.keys[0][:-4]
+                    shuffled[(str(family), op.set, head)] = op.data
+    return slot_token(shuffled)
 
 
 def merge_parts(ref: ServicePortRef, parts: list[PortPart]) -> PortPlan:
@@ -293,6 +333,11 @@ class FamilyPlanner:
         self._hairpin: list[IPAddress] = []
         self.dispatch = Dispatch(self.sink, f, pods=bool(pods))
         self.pods = bool(pods)
+        self.prior: dict[tuple[str, bytes], tuple[bytes, ...]] = {}
+        """The service being planned's backends slots as they were (``slots.py``)."""
+        self.programmed: Ruleset | None = None
+        """What the kernel holds: slots of frontends ``prior`` does not have are kept too."""
+        self._frag: Fragment | None = None
         # int keys: cheaper to hash than ipaddress objects; ordered, so deterministic.
         self.hairpin: dict[int, IPAddress] = {}
         for net in pods:
@@ -323,6 +368,7 @@ class FamilyPlanner:
         frag = Fragment(service=svc, slices=slices, ops=[], pieces=[], hairpin=[])
         self.sink.ops = frag.ops
         self._hairpin = frag.hairpin
+        self._frag = frag
         cip = next((ip for ip in svc.cluster_ips if ip.version == self.f.version), None)
         if cip is None:
             return frag
@@ -450,8 +496,18 @@ class FamilyPlanner:
         head = store.pack_key((*prefix, 0))[:-4]  # the index is the key's last 4 bytes
         keys = tuple([head + i for i in indices(len(eps))])
         data = tuple(store.pack_rows(eps))
+        prior = self.prior.get((set_name, head))
+        if prior is None and self.programmed is not None:
+            prior = read_slots(self.programmed.elements.get(set_name), head, store)
+        shuffled = False
+        if prior and prior != data:
+            slots = keep_slots(prior, data)
+            shuffled = slots != data
+            data = slots
         store.raw.update(zip(keys, data, strict=True))
-        self.sink.ops.append(Fill(set_name, keys, data))
+        self.sink.ops.append(Fill(set_name, keys, data, shuffled))
+        if shuffled and self._frag is not None:
+            self._frag.shuffled = True
 
 
 class _Targets:
