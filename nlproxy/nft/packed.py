@@ -147,6 +147,10 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
         except _NOT_A_KEY:  # out of range for its type
             return None
 
+    def key_of(self, key: object) -> bytes | None:
+        """``key`` packed, or None when it is not a key of this set (another family's)."""
+        return self._lookup(key)
+
     def __getitem__(self, key: tuple[Value, ...]) -> Element:
         packed = self._lookup(key)
         if packed is None or packed not in self.raw:
