@@ -163,13 +163,14 @@ def _plan(
     reuse = previous is not None and previous.context == context
     parts: dict[ServicePortRef, list[PortPart]] = {}
     rulesets, fragments = {}, {}
+    keys = sorted(snapshot.services)  # once for both families
     for spec in (IPV4, IPV6):
         fp = FamilyPlanner(spec, snapshot, config)
         fp.programmed = slots.get(spec.family)
         earlier = previous.fragments.get(spec.family, {}) if previous else {}
         old = earlier if reuse else {}
         new: dict[ServiceKey, Fragment] = {}
-        for key in sorted(snapshot.services):
+        for key in keys:
             svc, slices = snapshot.services[key], snapshot.slices.get(key, ())
             frag = old.get(key)
             if frag is not None and frag.reusable_for(svc, slices):
@@ -221,6 +222,18 @@ def plan_slot_token(p: Plan) -> str:
 
 def merge_parts(ref: ServicePortRef, parts: list[PortPart]) -> PortPlan:
     """The summary of one service port from its parts, ``ip`` family first."""
+    if len(parts) == 1:  # a single-stack Service: nothing to merge
+        (p,) = parts
+        cat = p.cat
+        return PortPlan(
+            ref=ref,
+            frontends=tuple(p.frontends),
+            cluster_endpoints=cat.cluster,
+            local_endpoints=cat.local,
+            has_endpoints=cat.has_any,
+            health_check_node_port=p.hc,
+            local_ready=() if cat.local_terminating else cat.local,
+        )
     return PortPlan(
         ref=ref,
         frontends=tuple(f for p in parts for f in p.frontends),
@@ -338,8 +351,8 @@ class FamilyPlanner:
         self.programmed: Ruleset | None = None
         """What the kernel holds: slots of frontends ``prior`` does not have are kept too."""
         self._frag: Fragment | None = None
-        # int keys: cheaper to hash than ipaddress objects; ordered, so deterministic.
-        self.hairpin: dict[int, IPAddress] = {}
+        # Each service's endpoint addresses (its fragment's list), joined once in finish().
+        self.hairpin: list[list[IPAddress]] = []
         for net in pods:
             self.element(n.CLUSTER_CIDRS, (net,))
         for net in services:
@@ -351,7 +364,10 @@ class FamilyPlanner:
         """Add what is collected across services: the hairpin pairs (endpoint . endpoint)."""
         hairpin = self.rs.elements[n.HAIRPIN]
         assert isinstance(hairpin, PackedElements), "the hairpin set is held packed"
-        pairs = hairpin.pack_keys([(ip, ip) for ip in self.hairpin.values()])
+        # Keyed by the address as an int (ipaddress objects hash in Python); first listing
+        # first, so deterministic.
+        unique = {ip._ip: ip for ips in self.hairpin for ip in ips}  # type: ignore[union-attr]
+        pairs = hairpin.pack_keys([(ip, ip) for ip in unique.values()])
         hairpin.raw.update(dict.fromkeys(pairs, b""))
 
     def element(
@@ -368,6 +384,7 @@ class FamilyPlanner:
         frag = Fragment(service=svc, slices=slices, ops=[], pieces=[], hairpin=[])
         self.sink.ops = frag.ops
         self._hairpin = frag.hairpin
+        self.hairpin.append(frag.hairpin)
         self._frag = frag
         cip = next((ip for ip in svc.cluster_ips if ip.version == self.f.version), None)
         if cip is None:
@@ -386,8 +403,7 @@ class FamilyPlanner:
         """Re-apply an unchanged service's fragment from the previous plan."""
         self.sink.ops = []
         self.sink.replay(frag.ops)
-        for ip in frag.hairpin:
-            self.hairpin[int(ip)] = ip
+        self.hairpin.append(frag.hairpin)
 
     def _port(
         self,
@@ -441,9 +457,9 @@ class FamilyPlanner:
                 self.element(n.NO_ENDPOINT_NODEPORTS, (proto, sp.node_port), no_ep, comment)
         if self.counters:
             self._counters(fronts, proto)
-        for b in (*cat.cluster, *cat.local):
-            self.hairpin[int(b.ip)] = b.ip
-            self._hairpin.append(b.ip)
+        self._hairpin += [b.ip for b in cat.cluster]
+        if cat.local:
+            self._hairpin += [b.ip for b in cat.local]
         return fronts
 
     def _counters(self, fronts: list[Frontend], proto: int) -> None:
