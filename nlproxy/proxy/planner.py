@@ -351,6 +351,7 @@ class FamilyPlanner:
         self.programmed: Ruleset | None = None
         """What the kernel holds: slots of frontends ``prior`` does not have are kept too."""
         self._frag: Fragment | None = None
+        self._gotos: dict[str, Verdict] = {}
         # Each service's endpoint addresses (its fragment's list), joined once in finish().
         self.hairpin: list[list[IPAddress]] = []
         for net in pods:
@@ -431,9 +432,11 @@ class FamilyPlanner:
             )
         targets = _Targets(self, svc, sp, cat, fixed)
         fronts = [self._front(sp, FrontendKind.CLUSTER_IP, cip, port)]
-        self.element(n.CLUSTER_IPS, (cip,))
+        self._cluster_ip(cip)
         if has_int:
-            self.element(n.SERVICE_IPS, (cip, proto, port), goto(targets.internal(cip)), comment)
+            self.element(
+                n.SERVICE_IPS, (cip, proto, port), self.goto(targets.internal(cip)), comment
+            )
         else:
             self.element(n.NO_ENDPOINT_SERVICES, (cip, proto, port), no_ep, comment)
         addrs = [(FrontendKind.EXTERNAL_IP, a) for a in ext]
@@ -442,7 +445,7 @@ class FamilyPlanner:
             fronts.append(self._front(sp, kind, addr, port))
             if cat.has_any:
                 self.element(
-                    n.SERVICE_IPS, (addr, proto, port), goto(targets.external(addr)), comment
+                    n.SERVICE_IPS, (addr, proto, port), self.goto(targets.external(addr)), comment
                 )
             if not has_ext:
                 self.element(n.NO_ENDPOINT_SERVICES, (addr, proto, port), no_ep, comment)
@@ -451,7 +454,7 @@ class FamilyPlanner:
         if sp.node_port:
             fronts.append(self._front(sp, FrontendKind.NODE_PORT, None, sp.node_port))
             if cat.has_any:
-                verdict = goto(targets.nodeport(sp.node_port))
+                verdict = self.goto(targets.nodeport(sp.node_port))
                 self.element(n.SERVICE_NODEPORTS, (proto, sp.node_port), verdict, comment)
             if not has_ext:
                 self.element(n.NO_ENDPOINT_NODEPORTS, (proto, sp.node_port), no_ep, comment)
@@ -461,6 +464,21 @@ class FamilyPlanner:
         if cat.local:
             self._hairpin += [b.ip for b in cat.local]
         return fronts
+
+    def goto(self, chain: str) -> Verdict:
+        """``goto chain``: one (frozen) verdict per chain, shared by the ports that use it."""
+        verdict = self._gotos.get(chain)
+        if verdict is None:
+            verdict = self._gotos[chain] = goto(chain)
+        return verdict
+
+    def _cluster_ip(self, cip: IPAddress) -> None:
+        """``cip`` in ``cluster-ips``, written as the kernel's bytes (the set is packed)."""
+        store = self.rs.elements[n.CLUSTER_IPS]
+        assert isinstance(store, PackedElements), "the cluster-ips set is held packed"
+        key = store.pack_key((cip,))
+        store.raw[key] = b""
+        self.sink.ops.append(Fill(n.CLUSTER_IPS, (key,), (b"",)))
 
     def _counters(self, fronts: list[Frontend], proto: int) -> None:
         """One counting element per frontend, keyed like its dispatch element. It depends on
