@@ -163,20 +163,21 @@ def _plan(
     reuse = previous is not None and previous.context == context
     parts: dict[ServicePortRef, list[PortPart]] = {}
     rulesets, fragments = {}, {}
-    keys = sorted(snapshot.services)  # once for both families
+    # Sorted and looked up once for both families (a ServiceKey hashes in Python).
+    services, all_slices = snapshot.services, snapshot.slices
+    inputs = [(key, services[key], all_slices.get(key, ())) for key in sorted(services)]
     for spec in (IPV4, IPV6):
         fp = FamilyPlanner(spec, snapshot, config)
         fp.programmed = slots.get(spec.family)
         earlier = previous.fragments.get(spec.family, {}) if previous else {}
         old = earlier if reuse else {}
         new: dict[ServiceKey, Fragment] = {}
-        for key in keys:
-            svc, slices = snapshot.services[key], snapshot.slices.get(key, ())
-            frag = old.get(key)
+        for key, svc, slices in inputs:
+            frag = old.get(key) if old else None
             if frag is not None and frag.reusable_for(svc, slices):
                 fp.replay(frag)
             else:
-                fp.prior = prior_slots(earlier.get(key))
+                fp.prior = prior_slots(earlier.get(key)) if earlier else {}
                 frag = fp.add_service(svc, slices)
             for piece in frag.pieces:
                 assert isinstance(piece, PortPart), "fragments hold port parts"
