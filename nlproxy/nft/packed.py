@@ -147,6 +147,10 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
         except _NOT_A_KEY:  # out of range for its type
             return None
 
+    def key_of(self, key: object) -> bytes | None:
+        """``key`` packed, or None when it is not a key of this set (another family's)."""
+        return self._lookup(key)
+
     def __getitem__(self, key: tuple[Value, ...]) -> Element:
         packed = self._lookup(key)
         if packed is None or packed not in self.raw:
@@ -200,6 +204,11 @@ def indices(count: int) -> Sequence[bytes]:
     if count <= len(_INDICES):
         return _INDICES[:count]
     return [*_INDICES, *(_INDEX.pack((i,)) for i in range(len(_INDICES), count))]
+
+
+def index_bytes(i: int) -> bytes:
+    """The packed ``integer`` value ``i`` (what ends a backends key)."""
+    return _INDICES[i] if i < len(_INDICES) else _INDEX.pack((i,))
 
 
 def unpack_run(run: PackedRun, s: SetLike, verb: Verb = Verb.ADD) -> list[Element]:

@@ -17,6 +17,7 @@ from nlproxy.cluster.model import (
     EndpointSlice,
     IPAddress,
     IPFamily,
+    Protocol,
     Service,
     ServicePort,
 )
@@ -74,6 +75,8 @@ def resolve(
     # and this runs once per endpoint.
     seen: dict[tuple[int, int], Candidate] = {}
     name, proto = port.ref.port_name, port.ref.protocol
+    if len(slices) == 1:
+        return _resolve_one(slices[0], name, proto, family)
     for sl in sorted(slices, key=lambda s: s.name) if len(slices) > 1 else slices:
         if sl.family is not family:
             continue
@@ -85,6 +88,25 @@ def resolve(
             if key not in seen:
                 seen[key] = (Backend(ep.ip, number), ep)
     return tuple(seen[k] for k in sorted(seen))
+
+
+def _resolve_one(
+    sl: EndpointSlice, name: str, proto: Protocol, family: IPFamily
+) -> tuple[Candidate, ...]:
+    """``resolve`` of a single slice (the common case): one port number, so the address alone
+    keys an endpoint; the first listing of an address wins, as across slices."""
+    if sl.family is not family:
+        return ()
+    number = next((p.port for p in sl.ports if p.name == name and p.protocol is proto), None)
+    if number is None:
+        return ()
+    # ``_ip`` is ``int(ip)`` without a Python-level call (as nft/values.py packs addresses).
+    first = {ep.ip._ip: ep for ep in reversed(sl.endpoints)}  # type: ignore[union-attr]
+    out = []
+    for ip in sorted(first):
+        ep = first[ip]
+        out.append((Backend(ep.ip, number), ep))
+    return tuple(out)
 
 
 def externally_accessible(svc: Service, port: ServicePort) -> bool:

@@ -34,6 +34,8 @@ class Fill(NamedTuple):
     set: str
     keys: tuple[bytes, ...]
     data: tuple[bytes, ...]
+    shuffled: bool = False
+    """The data are not in sorted order (``slots.py`` kept the endpoints' earlier slots)."""
 
 
 Op = Chain | Rule | Set | Map | Element | Ensure | Fill
@@ -51,6 +53,8 @@ class Fragment:
     ops: list[Op]
     pieces: list[object]
     hairpin: list[IPAddress]
+    shuffled: bool = False
+    """Some :class:`Fill` of it is shuffled (``slots.py``)."""
 
     def reusable_for(self, service: Service, slices: Sequence[EndpointSlice]) -> bool:
         """True when the inputs are the very same (frozen) objects as when it was planned."""

@@ -40,6 +40,7 @@ from nlproxy.proxy.planner import (
     merge_parts,
     plan,
     plan_context,
+    prior_slots,
 )
 from nlproxy.proxy.skeleton import IPV4, IPV6, FamilySpec
 
@@ -219,7 +220,8 @@ def _update(
     for family, spec in _SPECS.items():
         if family not in live.scratch:
             live.scratch[family] = _Scratch(spec, snapshot, config)
-        new[family] = _replan(live.scratch[family].reset(), snapshot, keys)
+        scratch = live.scratch[family].reset()
+        new[family] = _replan(scratch, prev.fragments[family], snapshot, keys)
         if not _safe(prev.rulesets[family], counts[family], prev.fragments[family], new[family]):
             return None
     old_refs = {ref for key in keys for ref in _refs(prev, key)}
@@ -256,14 +258,22 @@ def _keys(
 
 
 def _replan(
-    scratch: FamilyPlanner, snapshot: ClusterSnapshot, keys: list[ServiceKey]
+    scratch: FamilyPlanner,
+    old: Mapping[ServiceKey, Fragment],
+    snapshot: ClusterSnapshot,
+    keys: list[ServiceKey],
 ) -> list[tuple[ServiceKey, Fragment | None]]:
-    """New fragments of the changed services (None: removed), planned into a scratch table."""
+    """New fragments of the changed services (None: removed), planned into a scratch table;
+    endpoints keep the backends slots the old fragments gave them (``slots.py``)."""
     out: list[tuple[ServiceKey, Fragment | None]] = []
     for key in keys:
         svc = snapshot.services.get(key)
-        frag = None if svc is None else scratch.add_service(svc, snapshot.slices.get(key, ()))
+        frag = None
+        if svc is not None:
+            scratch.prior = prior_slots(old.get(key))
+            frag = scratch.add_service(svc, snapshot.slices.get(key, ()))
         out.append((key, frag))
+    scratch.prior = {}
     return out
 
 
@@ -373,6 +383,8 @@ class _Touched:
     def __init__(self, rs: Ruleset) -> None:
         self.rs = rs
         self.elements: dict[ElementId, Element | None] = {}
+        self.packed: dict[tuple[str, bytes], bytes | None] = {}
+        """Elements of packed maps by packed key: compared as bytes, decoded when they differ."""
         self.chains: dict[str, ChainState | None] = {}
         self.sets: dict[str, NftSet | Map | None] = {}
 
@@ -384,13 +396,8 @@ class _Touched:
                     ident: ElementId = (op.set, op.key)
                     if ident not in elements:
                         elements[ident] = rs.elements.get(op.set, {}).get(op.key)
-                case Fill():  # decoded: the delta names elements as the reconciler does
-                    store = packed(rs, op.set)
-                    for k in op.keys:
-                        ident = (op.set, store.decode_key(k))
-                        if ident not in elements:
-                            d = store.raw.get(k)
-                            elements[ident] = None if d is None else store.element(k, d)
+                case Fill():
+                    self._note_packed(op.set, op.keys)
                 case Ensure() | Chain():
                     if op.name not in self.chains:
                         self.chains[op.name] = _chain_state(rs, op.name)
@@ -399,14 +406,28 @@ class _Touched:
                 case _:
                     if op.name not in self.sets:
                         self.sets[op.name] = rs.sets.get(op.name)
-        pairs = rs.elements[n.HAIRPIN]
-        for ip in frag.hairpin:
-            ident = (n.HAIRPIN, (ip, ip))
-            if ident not in elements:
-                elements[ident] = pairs.get((ip, ip))
+        if frag.hairpin:
+            pairs = packed(rs, n.HAIRPIN)
+            self._note_packed(n.HAIRPIN, pairs.pack_keys([(ip, ip) for ip in frag.hairpin]))
+
+    def _note_packed(self, name: str, keys: Iterable[bytes]) -> None:
+        raw, seen = packed(self.rs, name).raw, self.packed
+        for k in keys:
+            ident = (name, k)
+            if ident not in seen:
+                seen[ident] = raw.get(k)
 
     def delta(self) -> Delta:
         rs, out = self.rs, Delta()
+        # Decoded only where they differ: the delta names elements as the reconciler does.
+        for (name, k), b in self.packed.items():
+            store = packed(rs, name)
+            a = store.raw.get(k)
+            if a != b:
+                out.elements[(name, store.decode_key(k))] = (
+                    None if b is None else store.element(k, b),
+                    None if a is None else store.element(k, a),
+                )
         for ident, before in self.elements.items():
             after = rs.elements.get(ident[0], {}).get(ident[1])
             if before is not after and before != after:
@@ -485,15 +506,18 @@ def _drop_chain(rs: Ruleset, name: str) -> None:
 def _hairpin(rs: Ruleset, live: LiveCounts, ips: list[IPAddress], step: int) -> None:
     """Count endpoint addresses in or out; a pair exists while some service lists the address
     (the pair counts the first listing, ``hairpin_extra`` the others)."""
-    pairs, extra = rs.elements[n.HAIRPIN], live.hairpin_extra
-    for ip in ips:
-        k, key = int(ip), (ip, ip)
+    if not ips:
+        return
+    store, extra = packed(rs, n.HAIRPIN), live.hairpin_extra
+    pairs = store.raw
+    for ip, key in zip(ips, store.pack_keys([(ip, ip) for ip in ips]), strict=True):
+        k = int(ip)
         more = extra.get(k, 0)
         if step > 0:
             if key in pairs:
                 extra[k] = more + 1
             else:
-                pairs[key] = Element(set=n.HAIRPIN, key=key)
+                pairs[key] = b""
         elif more > 1:
             extra[k] = more - 1
         elif more:

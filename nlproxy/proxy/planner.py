@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import gc
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from ipaddress import collapse_addresses, ip_network
@@ -43,6 +43,7 @@ from nlproxy.proxy.config import PRIMARY, ProxyConfig
 from nlproxy.proxy.endpoints import Backend, Categorized, categorize, externally_accessible, resolve
 from nlproxy.proxy.fragments import Fill, Fragment, Recorder
 from nlproxy.proxy.skeleton import IPV4, IPV6, Dispatch, FamilySpec, skeleton
+from nlproxy.proxy.slots import keep_slots, read_slots, slot_token
 
 _L4 = {Protocol.TCP: L4Proto.TCP, Protocol.UDP: L4Proto.UDP, Protocol.SCTP: L4Proto.SCTP}
 
@@ -104,7 +105,13 @@ class Plan:
     live: object = field(default=None, repr=False, compare=False)
 
 
-def plan(snapshot: ClusterSnapshot, config: ProxyConfig, *, previous: Plan | None = None) -> Plan:
+def plan(
+    snapshot: ClusterSnapshot,
+    config: ProxyConfig,
+    *,
+    previous: Plan | None = None,
+    slots: Mapping[Family, Ruleset | None] | None = None,
+) -> Plan:
     """Plan the ``ip nlproxy`` and ``ip6 nlproxy`` tables for ``snapshot`` on this node.
 
     Args:
@@ -112,13 +119,16 @@ def plan(snapshot: ClusterSnapshot, config: ProxyConfig, *, previous: Plan | Non
         config: node name, ranges and options.
         previous: the last plan. Services whose Service and slice objects are the same objects
             as then are replayed from it rather than planned again (the result is identical;
-            only faster). Ignored when the config, node or ServiceCIDRs changed.
+            only faster). Ignored when the config, node or ServiceCIDRs changed. A changed
+            service's endpoints keep their backends slots (``slots.py``).
+        slots: what is programmed (a read-back), for the backends slots of the services
+            ``previous`` does not have: a restarted process keeps the kernel's slots.
 
     Returns:
         The rulesets and, per service port, its frontends and chosen endpoints.
     """
     with gc_paused():
-        return _plan(snapshot, config, previous)
+        return _plan(snapshot, config, previous, slots or {})
 
 
 @contextmanager
@@ -143,21 +153,31 @@ def plan_context(snapshot: ClusterSnapshot, config: ProxyConfig) -> object:
     return (config, snapshot.node, snapshot.service_cidrs, snapshot.local_addresses)
 
 
-def _plan(snapshot: ClusterSnapshot, config: ProxyConfig, previous: Plan | None) -> Plan:
+def _plan(
+    snapshot: ClusterSnapshot,
+    config: ProxyConfig,
+    previous: Plan | None,
+    slots: Mapping[Family, Ruleset | None],
+) -> Plan:
     context = plan_context(snapshot, config)
     reuse = previous is not None and previous.context == context
     parts: dict[ServicePortRef, list[PortPart]] = {}
     rulesets, fragments = {}, {}
+    # Sorted and looked up once for both families (a ServiceKey hashes in Python).
+    services, all_slices = snapshot.services, snapshot.slices
+    inputs = [(key, services[key], all_slices.get(key, ())) for key in sorted(services)]
     for spec in (IPV4, IPV6):
         fp = FamilyPlanner(spec, snapshot, config)
-        old = previous.fragments.get(spec.family, {}) if previous and reuse else {}
+        fp.programmed = slots.get(spec.family)
+        earlier = previous.fragments.get(spec.family, {}) if previous else {}
+        old = earlier if reuse else {}
         new: dict[ServiceKey, Fragment] = {}
-        for key in sorted(snapshot.services):
-            svc, slices = snapshot.services[key], snapshot.slices.get(key, ())
-            frag = old.get(key)
+        for key, svc, slices in inputs:
+            frag = old.get(key) if old else None
             if frag is not None and frag.reusable_for(svc, slices):
                 fp.replay(frag)
             else:
+                fp.prior = prior_slots(earlier.get(key)) if earlier else {}
                 frag = fp.add_service(svc, slices)
             for piece in frag.pieces:
                 assert isinstance(piece, PortPart), "fragments hold port parts"
@@ -179,8 +199,42 @@ class PortPart:
     hc: int | None
 
 
+def prior_slots(frag: Fragment | None) -> dict[tuple[str, bytes], tuple[bytes, ...]]:
+    """The backends slots ``frag`` filled: (map, frontend's key head) → packed endpoints."""
+    if frag is None:
+        return {}
+    return {(op.set, op.keys[0][:-4]): op.data for op in frag.ops if type(op) is Fill}
+
+
+def plan_slot_token(p: Plan) -> str:
+    """:func:`~nlproxy.proxy.slots.slot_token` of ``p``: "" when every frontend's backends
+    are in sorted order (as a cold plan of the same snapshot fills them)."""
+    shuffled = {}
+    for family, frags in p.fragments.items():
+        for frag in frags.values():
+            if not frag.shuffled:
+                continue
+            for op in frag.ops:
+                if type(op) is Fill and op.shuffled:
+                    head = op.keys[0][:-4]
+                    shuffled[(str(family), op.set, head)] = op.data
+    return slot_token(shuffled)
+
+
 def merge_parts(ref: ServicePortRef, parts: list[PortPart]) -> PortPlan:
     """The summary of one service port from its parts, ``ip`` family first."""
+    if len(parts) == 1:  # a single-stack Service: nothing to merge
+        (p,) = parts
+        cat = p.cat
+        return PortPlan(
+            ref=ref,
+            frontends=tuple(p.frontends),
+            cluster_endpoints=cat.cluster,
+            local_endpoints=cat.local,
+            has_endpoints=cat.has_any,
+            health_check_node_port=p.hc,
+            local_ready=() if cat.local_terminating else cat.local,
+        )
     return PortPlan(
         ref=ref,
         frontends=tuple(f for p in parts for f in p.frontends),
@@ -293,8 +347,14 @@ class FamilyPlanner:
         self._hairpin: list[IPAddress] = []
         self.dispatch = Dispatch(self.sink, f, pods=bool(pods))
         self.pods = bool(pods)
-        # int keys: cheaper to hash than ipaddress objects; ordered, so deterministic.
-        self.hairpin: dict[int, IPAddress] = {}
+        self.prior: dict[tuple[str, bytes], tuple[bytes, ...]] = {}
+        """The service being planned's backends slots as they were (``slots.py``)."""
+        self.programmed: Ruleset | None = None
+        """What the kernel holds: slots of frontends ``prior`` does not have are kept too."""
+        self._frag: Fragment | None = None
+        self._gotos: dict[str, Verdict] = {}
+        # Each service's endpoint addresses (its fragment's list), joined once in finish().
+        self.hairpin: list[list[IPAddress]] = []
         for net in pods:
             self.element(n.CLUSTER_CIDRS, (net,))
         for net in services:
@@ -306,7 +366,10 @@ class FamilyPlanner:
         """Add what is collected across services: the hairpin pairs (endpoint . endpoint)."""
         hairpin = self.rs.elements[n.HAIRPIN]
         assert isinstance(hairpin, PackedElements), "the hairpin set is held packed"
-        pairs = hairpin.pack_keys([(ip, ip) for ip in self.hairpin.values()])
+        # Keyed by the address as an int (ipaddress objects hash in Python); first listing
+        # first, so deterministic.
+        unique = {ip._ip: ip for ips in self.hairpin for ip in ips}  # type: ignore[union-attr]
+        pairs = hairpin.pack_keys([(ip, ip) for ip in unique.values()])
         hairpin.raw.update(dict.fromkeys(pairs, b""))
 
     def element(
@@ -323,6 +386,8 @@ class FamilyPlanner:
         frag = Fragment(service=svc, slices=slices, ops=[], pieces=[], hairpin=[])
         self.sink.ops = frag.ops
         self._hairpin = frag.hairpin
+        self.hairpin.append(frag.hairpin)
+        self._frag = frag
         cip = next((ip for ip in svc.cluster_ips if ip.version == self.f.version), None)
         if cip is None:
             return frag
@@ -340,8 +405,7 @@ class FamilyPlanner:
         """Re-apply an unchanged service's fragment from the previous plan."""
         self.sink.ops = []
         self.sink.replay(frag.ops)
-        for ip in frag.hairpin:
-            self.hairpin[int(ip)] = ip
+        self.hairpin.append(frag.hairpin)
 
     def _port(
         self,
@@ -369,9 +433,11 @@ class FamilyPlanner:
             )
         targets = _Targets(self, svc, sp, cat, fixed)
         fronts = [self._front(sp, FrontendKind.CLUSTER_IP, cip, port)]
-        self.element(n.CLUSTER_IPS, (cip,))
+        self._cluster_ip(cip)
         if has_int:
-            self.element(n.SERVICE_IPS, (cip, proto, port), goto(targets.internal(cip)), comment)
+            self.element(
+                n.SERVICE_IPS, (cip, proto, port), self.goto(targets.internal(cip)), comment
+            )
         else:
             self.element(n.NO_ENDPOINT_SERVICES, (cip, proto, port), no_ep, comment)
         addrs = [(FrontendKind.EXTERNAL_IP, a) for a in ext]
@@ -380,7 +446,7 @@ class FamilyPlanner:
             fronts.append(self._front(sp, kind, addr, port))
             if cat.has_any:
                 self.element(
-                    n.SERVICE_IPS, (addr, proto, port), goto(targets.external(addr)), comment
+                    n.SERVICE_IPS, (addr, proto, port), self.goto(targets.external(addr)), comment
                 )
             if not has_ext:
                 self.element(n.NO_ENDPOINT_SERVICES, (addr, proto, port), no_ep, comment)
@@ -389,16 +455,31 @@ class FamilyPlanner:
         if sp.node_port:
             fronts.append(self._front(sp, FrontendKind.NODE_PORT, None, sp.node_port))
             if cat.has_any:
-                verdict = goto(targets.nodeport(sp.node_port))
+                verdict = self.goto(targets.nodeport(sp.node_port))
                 self.element(n.SERVICE_NODEPORTS, (proto, sp.node_port), verdict, comment)
             if not has_ext:
                 self.element(n.NO_ENDPOINT_NODEPORTS, (proto, sp.node_port), no_ep, comment)
         if self.counters:
             self._counters(fronts, proto)
-        for b in (*cat.cluster, *cat.local):
-            self.hairpin[int(b.ip)] = b.ip
-            self._hairpin.append(b.ip)
+        self._hairpin += [b.ip for b in cat.cluster]
+        if cat.local:
+            self._hairpin += [b.ip for b in cat.local]
         return fronts
+
+    def goto(self, chain: str) -> Verdict:
+        """``goto chain``: one (frozen) verdict per chain, shared by the ports that use it."""
+        verdict = self._gotos.get(chain)
+        if verdict is None:
+            verdict = self._gotos[chain] = goto(chain)
+        return verdict
+
+    def _cluster_ip(self, cip: IPAddress) -> None:
+        """``cip`` in ``cluster-ips``, written as the kernel's bytes (the set is packed)."""
+        store = self.rs.elements[n.CLUSTER_IPS]
+        assert isinstance(store, PackedElements), "the cluster-ips set is held packed"
+        key = store.pack_key((cip,))
+        store.raw[key] = b""
+        self.sink.ops.append(Fill(n.CLUSTER_IPS, (key,), (b"",)))
 
     def _counters(self, fronts: list[Frontend], proto: int) -> None:
         """One counting element per frontend, keyed like its dispatch element. It depends on
@@ -450,8 +531,18 @@ class FamilyPlanner:
         head = store.pack_key((*prefix, 0))[:-4]  # the index is the key's last 4 bytes
         keys = tuple([head + i for i in indices(len(eps))])
         data = tuple(store.pack_rows(eps))
+        prior = self.prior.get((set_name, head))
+        if prior is None and self.programmed is not None:
+            prior = read_slots(self.programmed.elements.get(set_name), head, store)
+        shuffled = False
+        if prior and prior != data:
+            slots = keep_slots(prior, data)
+            shuffled = slots != data
+            data = slots
         store.raw.update(zip(keys, data, strict=True))
-        self.sink.ops.append(Fill(set_name, keys, data))
+        self.sink.ops.append(Fill(set_name, keys, data, shuffled))
+        if shuffled and self._frag is not None:
+            self._frag.shuffled = True
 
 
 class _Targets:

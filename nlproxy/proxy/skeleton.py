@@ -285,9 +285,18 @@ class Dispatch:
         self._pods = pods
         self._saddr = f.saddr
         self._addr_key: tuple[Selector, ...] = (f.daddr, *L4_DPORT)
+        # Rules by chain name: one service port after another asks for the same few chains,
+        # and their rules (frozen) are built once, not once per service port.
+        self._rules: dict[str, tuple[tuple[Expr, ...], ...]] = {}
 
-    def _chain(self, name: str, *rules: tuple[Expr, ...]) -> str:
+    def _make(self, name: str, *rules: tuple[Expr, ...]) -> str:
+        self._rules[name] = rules
         return self._sink.ensure(name, rules)
+
+    def _known(self, name: str) -> str | None:
+        """``name``, ensured again with the rules it was built with, if it was built."""
+        rules = self._rules.get(name)
+        return None if rules is None else self._sink.ensure(name, rules)
 
     def _dnat(self, count: int, backends: str) -> tuple[Expr, ...]:
         return (DnatMap((*self._addr_key, Numgen(count)), backends),)
@@ -315,36 +324,55 @@ class Dispatch:
         )
 
     def cluster_ip(self, count: int) -> str:
-        return self._chain(
-            n.cluster_ip_chain(count), *self._masq_non_pods(), self._dnat(count, n.BACKENDS)
-        )
+        name = n.cluster_ip_chain(count)
+        if (known := self._known(name)) is not None:
+            return known
+        return self._make(name, *self._masq_non_pods(), self._dnat(count, n.BACKENDS))
 
     def external(self, count: int) -> str:
-        return self._chain(
-            n.external_chain(count),
+        name = n.external_chain(count)
+        if (known := self._known(name)) is not None:
+            return known
+        return self._make(
+            name,
             (jump(n.MARK_FOR_MASQUERADE),),
             self._dnat(count, n.BACKENDS),
         )
 
     def external_local(self, count: int) -> str:
+        name = n.external_local_chain(count)
+        if (known := self._known(name)) is not None:
+            return known
         final = (self._dnat(count, n.BACKENDS_LOCAL),) if count else ()
         short = self._shortcuts(self._addr_key, n.EXTERNAL_SHORTCUTS)
-        return self._chain(n.external_local_chain(count), *short, *final)
+        return self._make(name, *short, *final)
 
     def dnat(self, count: int) -> str:
-        return self._chain(n.dnat_chain(count), self._dnat(count, n.BACKENDS))
+        name = n.dnat_chain(count)
+        if (known := self._known(name)) is not None:
+            return known
+        return self._make(name, self._dnat(count, n.BACKENDS))
 
     def nodeport(self, count: int) -> str:
-        return self._chain(
-            n.nodeport_chain(count),
+        name = n.nodeport_chain(count)
+        if (known := self._known(name)) is not None:
+            return known
+        return self._make(
+            name,
             (jump(n.MARK_FOR_MASQUERADE),),
             self._np_dnat(count, n.NODEPORT_BACKENDS),
         )
 
     def nodeport_local(self, count: int) -> str:
+        name = n.nodeport_local_chain(count)
+        if (known := self._known(name)) is not None:
+            return known
         final = (self._np_dnat(count, n.NODEPORT_BACKENDS_LOCAL),) if count else ()
         short = self._shortcuts(L4_DPORT, n.NODEPORT_SHORTCUTS)
-        return self._chain(n.nodeport_local_chain(count), *short, *final)
+        return self._make(name, *short, *final)
 
     def nodeport_dnat(self, count: int) -> str:
-        return self._chain(n.nodeport_dnat_chain(count), self._np_dnat(count, n.NODEPORT_BACKENDS))
+        name = n.nodeport_dnat_chain(count)
+        if (known := self._known(name)) is not None:
+            return known
+        return self._make(name, self._np_dnat(count, n.NODEPORT_BACKENDS))

@@ -38,7 +38,8 @@ from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.layout import Programmed, delta_frontends, udp_only
-from nlproxy.proxy.planner import Plan, gc_paused, plan
+from nlproxy.proxy.planner import Plan, gc_paused, plan, plan_slot_token
+from nlproxy.proxy.slots import with_slots
 from nlproxy.sync.balancing import BalancingGuard
 from nlproxy.sync.fingerprint import (
     RECORD_CHAIN,
@@ -295,12 +296,18 @@ class Syncer:
                 # behind a failed commit: compare everything.
                 deltas = None
         else:
-            # The previous plan lets the planner replay the fragments of unchanged services.
-            planned = plan(snapshot, self.config, previous=last)
+            # The previous plan lets the planner replay the fragments of unchanged services;
+            # without one, the endpoints keep the backends slots the kernel holds.
+            slots = None if last is not None else self._programmed
+            planned = plan(snapshot, self.config, previous=last, slots=slots)
             if self.incremental:
                 attach(planned, snapshot)
         # Set before committing: an in-place update consumed the previous plan.
         self._last_plan = result.plan = planned
+        if self._digest is not None:
+            # Slots kept across changes are no function of the inputs: a cold plan of the
+            # same inputs would fill them otherwise, so its restart must not trust the record.
+            self._digest = with_slots(self._digest, plan_slot_token(planned))
         t1 = time.perf_counter()
         result.plan_ms = (t1 - t0) * 1000
         if restarted:

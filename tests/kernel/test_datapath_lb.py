@@ -6,6 +6,7 @@ everything through node1.
 
 from __future__ import annotations
 
+import itertools
 import json
 from ipaddress import IPv4Address, IPv6Address
 from pathlib import Path
@@ -369,3 +370,57 @@ def test_consistent_hash_moves_only_the_clients_of_the_endpoint_that_came_or_wen
             assert all(now[c] in came or before[c] in went for c in moved), (before, now)
             assert len(moved) < len(CLIENTS), "some clients stay"
         before = now
+
+
+# -- random choice: endpoints keep their slots ------------------------------------------------
+
+
+def _slots(tb: Testbed) -> list[str]:
+    """The pods in the ClusterIP's TCP backends slots, by index, as the node's kernel holds them."""
+    rs = read_ruleset(Family.IP, TABLE_NAME, netns=tb.node.netns)
+    assert rs is not None
+    by_ip = {tb.pod(p).ipv4: p for p in ALL_PODS}
+    held = rs.elements.get("backends", {})
+    slots = {
+        key[3]: by_ip[el.value[0]]
+        for key, el in held.items()
+        if key[:3] == (IPv4Address(VIP), 6, 80) and isinstance(el.value, tuple)
+    }
+    assert sorted(slots) == list(range(len(slots))), f"slots not dense: {slots}"
+    return [slots[i] for i in range(len(slots))]
+
+
+def test_random_choice_keeps_slots_and_reaches_only_live_endpoints(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    """The daemon's incremental syncs keep each remaining endpoint in its backends slot (the
+    last one moves into a freed slot), so a change costs a few elements; across removals and
+    additions every slot holds a live endpoint once, and new connections reach every live pod
+    and no other. A restarted daemon reads the slots back and rewrites nothing."""
+    from tests.kernel.daemon import daemon, publish, wait_until
+
+    ns = testbed.client.netns
+    steps = [ALL_PODS, ALL_PODS[1:], ["pod-b", "pod-r"], ["pod-a", "pod-b", "pod-r"], ALL_PODS]
+    manifests = publish(tmp_path / "m", [testbed.node_manifest(), *_web(testbed, steps[0], {})])
+    seen_orders = []
+    with daemon(testbed, manifests) as d:
+        for live in steps:
+            publish(manifests, [testbed.node_manifest(), *_web(testbed, live, {})])
+            wait_until(lambda live=live: sorted(_slots(testbed)) == sorted(live), 10, str(live))
+            seen_orders.append(_slots(testbed))
+            assert set(_pods(ns, VIP, 80, "tcp", 40)) == set(live), live
+        assert any(e.get("incremental") for e in d.events("sync.applied")), "synced in place"
+        assert d.stop() == 0
+    for before, after in itertools.pairwise(seen_orders):
+        for i, pod in enumerate(before[: len(after)]):
+            assert pod not in after or after[i] == pod, f"{pod} left its slot: {before} {after}"
+    # pod-a went from slot 0 and came back: the slots are no longer in sorted order.
+    assert seen_orders[-1] != seen_orders[0], seen_orders
+    with daemon(testbed, manifests) as d:
+        wait_until(lambda: d.events("sync.applied"), 10, "the restarted daemon's first sync")
+        assert d.events("sync.applied")[0]["ops"] == 0
+        assert _slots(testbed) == seen_orders[-1]
+        assert set(_pods(ns, VIP, 80, "tcp", 40)) == set(ALL_PODS)
+        publish(manifests, [testbed.node_manifest(), *_web(testbed, ALL_PODS[:2], {})])
+        wait_until(lambda: sorted(_slots(testbed)) == ALL_PODS[:2], 10, "pod-c and pod-r go")
+        assert set(_pods(ns, VIP, 80, "tcp", 40)) == set(ALL_PODS[:2])

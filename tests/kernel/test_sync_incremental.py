@@ -23,7 +23,7 @@ from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.syncer import Syncer
 from tests.netns import sh
 from tests.unit.builders import endpoint, eps_slice, port, service, upsert
-from tests.unit.incremental import CONFIG, World, state_with_node
+from tests.unit.incremental import CONFIG, World, sorted_slots, state_with_node
 
 STEPS = 40
 
@@ -45,6 +45,13 @@ def test_incremental_syncs_end_where_a_fresh_sync_starts(
             result = syncer.sync(state.snapshot(), changed=changed if i % 2 else None)
             paths.append(result.incremental)
         assert all(paths)
+        # And one change that surely leaves slots out of sorted order: the first of four goes.
+        eps = [endpoint(f"10.99.0.{i}") for i in range(1, 5)]
+        kept = service("z", "slots", "172.30.9.9", [port("z", "slots", node_port=31999)])
+        for now in (eps, eps[1:]):
+            sl = eps_slice("z", "slots", now, [("p80", 8080, "TCP")])
+            changed = state.apply([upsert(kept), upsert(sl)])
+            assert syncer.sync(state.snapshot(), changed=changed).incremental
         # After a verify the cache comes from the kernel: the full path, and nothing to do.
         syncer.verify()
         again = syncer.sync(state.snapshot())
@@ -58,19 +65,43 @@ def test_incremental_syncs_end_where_a_fresh_sync_starts(
     finally:
         fresh.close()
     planned = plan(state.snapshot(), CONFIG)
+    tables = {}
     for family in (Family.IP, Family.IP6):
         got = read_ruleset(family, TABLE_NAME, netns=live_ns)
         want = read_ruleset(family, TABLE_NAME, netns=fresh_ns)
         assert got is not None
         assert want is not None
-        # The restart records carry the same digest, and each namespace's own generation.
+        tables[family] = got
+        # The restart records carry each namespace's own generation.
         assert take_record(got) is not None
         assert take_record(want) is not None
         assert got.chains == want.chains
         assert got.rules == want.rules
         assert got.sets == want.sets
-        assert got.elements == want.elements
-        assert diff(planned.rulesets[family], got) == []
+        # Endpoints kept their backends slots across changes: the same elements but for
+        # the order of each frontend's slots.
+        assert sorted_slots(got).elements == want.elements
+        assert diff(planned.rulesets[family], want) == []
+    # A restarted process reads the tables back (its records name slots a cold plan would
+    # not fill so) and keeps the kernel's slots: nothing to do. Its next change lands right.
+    again = Syncer(CONFIG, real_kernel(live_ns))
+    try:
+        assert again.sync(state.snapshot()).total_ops == 0
+        for family in (Family.IP, Family.IP6):
+            after = read_ruleset(family, TABLE_NAME, netns=live_ns)
+            assert after is not None
+            assert after.elements == tables[family].elements  # (the record is rewritten)
+        sl = eps_slice("z", "slots", eps[2:], [("p80", 8080, "TCP")])
+        changed = state.apply([upsert(sl)])
+        assert again.sync(state.snapshot(), changed=changed).incremental
+        assert again.sync(state.snapshot()).total_ops == 0
+    finally:
+        again.close()
+    planned = plan(state.snapshot(), CONFIG)
+    for family in (Family.IP, Family.IP6):
+        after = read_ruleset(family, TABLE_NAME, netns=live_ns)
+        assert after is not None
+        assert sorted_slots(after).elements == planned.rulesets[family].elements
 
 
 def _flows(ns: str) -> str:

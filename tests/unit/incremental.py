@@ -11,6 +11,7 @@ import msgspec
 
 from nlproxy.cluster.model import (
     Change,
+    ClusterSnapshot,
     Delete,
     Endpoint,
     EndpointSlice,
@@ -24,9 +25,11 @@ from nlproxy.cluster.state import ClusterState
 from nlproxy.conntrack.kernel import programmed_frontends, stale_flow_filters
 from nlproxy.nft.fake import apply
 from nlproxy.nft.ir import Family, Ruleset
+from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.reconcile import Delta, advance, diff, ops_for_delta
+from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.proxy.planner import Plan
+from nlproxy.proxy.planner import Plan, plan
 from nlproxy.sync.syncer import as_programmed, delta_frontends
 from tests.unit.builders import NODE, OTHER_NODE, endpoint, eps_slice, node, port, service, upsert
 
@@ -194,3 +197,35 @@ def small() -> tuple[ClusterState, list[Service]]:
     ]
     state.apply([upsert(o) for o in (*svcs, *slices)])
     return state, svcs
+
+
+SLOT_MAPS = (n.BACKENDS, n.BACKENDS_LOCAL, n.NODEPORT_BACKENDS, n.NODEPORT_BACKENDS_LOCAL)
+
+
+def sorted_slots(rs: Ruleset) -> Ruleset:
+    """``rs`` with every frontend's backends slots in sorted order (a cold plan's order)."""
+    elements = dict(rs.elements)
+    for name in SLOT_MAPS:
+        store = elements.get(name)
+        if not store:  # read back empty: not held packed
+            continue
+        assert isinstance(store, PackedElements)
+        by_head: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        for key, data in store.raw.items():
+            by_head.setdefault(key[:-4], []).append((key, data))
+        raw = {}
+        for pairs in by_head.values():
+            keys = sorted(k for k, _ in pairs)
+            raw.update(zip(keys, sorted(d for _, d in pairs), strict=True))
+        elements[name] = PackedElements(store.set, raw)
+    return replace(rs, elements=elements)
+
+
+def fresh_like(live: Plan, snap: ClusterSnapshot, config: ProxyConfig) -> Plan:
+    """A cold plan of ``snap`` that keeps ``live``'s backends slots (as a restarted process
+    seeded from the kernel's read-back does), after checking that ``live`` differs from the
+    plain cold plan in nothing but the order of slots (each endpoint in exactly one)."""
+    cold = plan(snap, config)
+    for f in FAMILIES:
+        assert sorted_slots(live.rulesets[f]) == cold.rulesets[f]
+    return plan(snap, config, slots={f: as_programmed(live.rulesets[f]) for f in FAMILIES})

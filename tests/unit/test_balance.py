@@ -123,7 +123,7 @@ def test_random_changes_keep_the_live_plan_equal_to_a_fresh_one(
         snap = state.snapshot()
         old_tables = [programmed[f] for f in inc.FAMILIES]
         live, deltas = plan_update(live, snap, config)
-        fresh = plan(snap, config)
+        fresh = inc.fresh_like(live, snap, config)
         assert live.rulesets == fresh.rulesets
         assert deltas is not None
         inc.check_conntrack(deltas, old_tables, fresh)
@@ -180,7 +180,7 @@ def test_a_service_changing_its_choice_is_updated_in_place() -> None:
         snap = state.snapshot()
         old_tables = [programmed[f] for f in inc.FAMILIES]
         live, deltas = plan_update(live, snap, inc.CONFIG)
-        fresh = plan(snap, inc.CONFIG)
+        fresh = inc.fresh_like(live, snap, inc.CONFIG)
         assert live.rulesets == fresh.rulesets
         assert deltas is not None, f"{lb}: planned afresh"
         inc.check_conntrack(deltas, old_tables, fresh)

@@ -35,6 +35,7 @@ from tests.unit.incremental import (
     World,
     check_conntrack,
     check_ops,
+    fresh_like,
     planned,
     small,
     state_with_node,
@@ -58,7 +59,7 @@ def test_random_changes_keep_the_live_plan_equal_to_a_fresh_one(seed: int) -> No
         old_tables = [programmed[f] for f in FAMILIES]
         given = changed if world.rng.random() < 0.5 else None
         live, deltas = plan_update(live, snap, CONFIG, given)
-        fresh = plan(snap, CONFIG)
+        fresh = fresh_like(live, snap, CONFIG)
         assert live.rulesets == fresh.rulesets
         assert live.ports == fresh.ports
         if deltas is None:
