@@ -7,6 +7,10 @@ naming the field (exit status 2). Flags given on the command line override the f
 
 ``commands/run.py`` turns its parsed arguments into :class:`Flags` and calls
 :func:`build_settings`; the daemon receives the :class:`Settings` and never sees argparse.
+
+The file is read and mapped in ``kubeproxy.py``; the values both the file and the flags give
+(:class:`DaemonConfig`, addresses, durations) are read in ``values.py``. Their public names are
+imported from here.
 """
 
 from __future__ import annotations
@@ -30,12 +34,12 @@ from nlproxy.config.values import (
     HEALTHZ_PORT,
     METRICS_PORT,
     DaemonConfig,
-    _period,
-    _with,
     api_server_url,
     bind_address,
+    bounded_period,
     external_networks,
     parse_duration,
+    with_field,
 )
 from nlproxy.conntrack.sysctl import ConntrackConfig
 from nlproxy.errors import ConfigError
@@ -180,7 +184,7 @@ def daemon_config(flags: Flags) -> DaemonConfig:
          flags.metrics_bind_address),
     ):  # fmt: skip
         if value is not None:
-            cfg = _with(cfg, attr, bind_address(value, port, flag))
+            cfg = with_field(cfg, attr, bind_address(value, port, flag))
     cfg = replace(cfg, conntrack=_conntrack_flags(flags, cfg.conntrack))
     if flags.external_ip_cidrs:
         nets = _networks(flags.external_ip_cidrs, "--external-ip-cidrs")
@@ -200,7 +204,7 @@ def daemon_config(flags: Flags) -> DaemonConfig:
         ("--sync-period", "sync_period", flags.sync_period),
     ):
         if text:
-            cfg = _with(cfg, attr, _period(parse_duration(text, flag), attr, flag))
+            cfg = with_field(cfg, attr, bounded_period(parse_duration(text, flag), attr, flag))
     _check_periods(cfg)
     if not cfg.node_name:
         cfg = replace(cfg, node_name=os.environ.get("NLPROXY_NODE_NAME") or socket.gethostname())

@@ -16,10 +16,10 @@ from nlproxy.config.values import (
     HEALTHZ_PORT,
     METRICS_PORT,
     DaemonConfig,
-    _period,
-    _with,
     bind_address,
+    bounded_period,
     parse_duration,
+    with_field,
 )
 from nlproxy.conntrack.sysctl import ConntrackConfig
 from nlproxy.errors import ConfigError
@@ -113,7 +113,7 @@ def _merge_periods(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
             value = _get(doc, path)
             seconds = parse_duration(value, path) if value else 0.0
             if seconds > 0:  # kubeadm writes 0s for "default"
-                cfg = _with(cfg, attr, _period(seconds, attr, path))
+                cfg = with_field(cfg, attr, bounded_period(seconds, attr, path))
                 break
     marks = "iptables" if section == "ipvs" else section
     bit = _get(doc, f"{marks}.masqueradeBit")
@@ -266,7 +266,7 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
     ):
         if doc.get(path_):  # empty in a file means kube-proxy's default (kubeadm writes "")
             field_ = f"KubeProxyConfiguration {path_}"
-            cfg = _with(cfg, attr, bind_address(doc[path_], port, field_))
+            cfg = with_field(cfg, attr, bind_address(doc[path_], port, field_))
     bind = _get(doc, "bindAddress")
     if bind and bind not in ("0.0.0.0", "::"):
         try:
@@ -288,7 +288,7 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
                 raise ConfigError(
                     "KubeProxyConfiguration", f"{value!r} is not a string", field=path_
                 )
-            cfg = _with(cfg, attr, value)
+            cfg = with_field(cfg, attr, value)
     npa = _get(doc, "nodePortAddresses")
     if npa:
         if not isinstance(npa, list) or not all(isinstance(a, str) for a in npa):

@@ -145,7 +145,7 @@ MAX_SYNC_PERIOD = 86400.0
 """The longest ``syncPeriod`` (the full read-back's interval): a day."""
 
 
-def _period(seconds: float, attr: str, name: str) -> float:
+def bounded_period(seconds: float, attr: str, name: str) -> float:
     """A sync period within its bounds (``name``: the flag or field it came from).
 
     Raises:
@@ -159,7 +159,7 @@ def _period(seconds: float, attr: str, name: str) -> float:
     return seconds
 
 
-def _with(cfg: DaemonConfig, attr: str, value: object) -> DaemonConfig:
+def with_field(cfg: DaemonConfig, attr: str, value: object) -> DaemonConfig:
     """``cfg`` with one field replaced by name (values were checked by the caller)."""
     changes: dict[str, Any] = {attr: value}
     return replace(cfg, **changes)
