@@ -12,9 +12,10 @@ import contextlib
 import errno
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any, NoReturn, cast
 
 import nlproxy.commands
@@ -166,8 +167,11 @@ def _parser_for(argv: Sequence[str] | None) -> argparse.ArgumentParser:
     return build_parser(only=mod)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run nlproxy with ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
+def main(
+    argv: Sequence[str] | None = None, *, command_starts: Callable[[], None] | None = None
+) -> int:
+    """Run nlproxy with ``argv`` (default ``sys.argv[1:]``) and return the exit status;
+    ``command_starts`` is called once the command's modules are loaded, as it starts."""
     parser = _parser_for(argv)
     try:
         args = parser.parse_args(argv)
@@ -186,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         log.defer(level=args.log_level, fmt=args.log_format)
     try:
+        if command_starts is not None:
+            command_starts()
         return func(args)
     except BaseException as exc:  # noqa: BLE001 - every ending is turned into one line here
         return _ending(exc, args)
@@ -255,16 +261,32 @@ def _quiet_stdout() -> None:
         os.close(devnull)
 
 
-def entry() -> None:
+def entry(quiet: Callable[[int, FrameType | None], None] | None = None) -> None:
     """Console-script entry point. Errors writing to stderr are dropped (``SafeStream``): a log
-    line that cannot be written must not end the daemon or fail a sync that was applied."""
+    line that cannot be written must not end the daemon or fail a sync that was applied.
+
+    ``quiet`` is the SIGINT handler ``__main__`` set while the modules load (it ends the
+    process at once with 130), or None when SIGINT was left alone (ignored by the parent):
+    Ctrl-C raises KeyboardInterrupt while the command runs, and ends the process quietly again
+    once it has returned, its output flushed (no traceback from the interpreter's teardown).
+    """
     from nlproxy.commands import _fastexit
     from nlproxy.log import SafeStream
 
     sys.stderr = SafeStream(sys.stderr)
     _fastexit.allow()
     try:
-        status = main()
-    except KeyboardInterrupt:  # Ctrl-C while parsing or configuring
+        status = main(command_starts=_interruptible if quiet is not None else None)
+    except KeyboardInterrupt:  # Ctrl-C while the command ended
         status = EXIT_INTERRUPTED
+    if quiet is not None:
+        signal.signal(signal.SIGINT, quiet)
+        status = _fastexit.flushed(status)
+        if status == EXIT_BROKEN_PIPE:
+            _quiet_stdout()  # or the interpreter's last flush reports it again
     sys.exit(status)
+
+
+def _interruptible() -> None:
+    """Ctrl-C raises KeyboardInterrupt again (the command's own handling, trio's included)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
