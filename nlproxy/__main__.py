@@ -22,16 +22,29 @@ def _interrupted(signum: int, frame: FrameType | None) -> None:
     os._exit(EXIT_INTERRUPTED)
 
 
+def _quiet() -> None:
+    """Ctrl-C ends the process at once, with 130."""
+    _signal.signal(_signal.SIGINT, _interrupted)
+
+
+def _interruptible() -> None:
+    """Ctrl-C raises KeyboardInterrupt (the command's own handling, trio's included)."""
+    _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+
+
 _HELD = _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
 if _HELD:
-    _signal.signal(_signal.SIGINT, _interrupted)
+    _quiet()
 
 
 def entry() -> None:
     """The console script's entry point."""
     from nlproxy.cli import entry as run
 
-    run(quiet=_interrupted if _HELD else None)
+    if _HELD:
+        run(command_starts=_interruptible, command_ended=_quiet)
+    else:
+        run()
 
 
 if __name__ == "__main__":

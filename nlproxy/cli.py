@@ -12,10 +12,9 @@ import contextlib
 import errno
 import importlib
 import os
-import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from types import FrameType, ModuleType
+from types import ModuleType
 from typing import Any, NoReturn, cast
 
 import nlproxy.commands
@@ -261,14 +260,19 @@ def _quiet_stdout() -> None:
         os.close(devnull)
 
 
-def entry(quiet: Callable[[int, FrameType | None], None] | None = None) -> None:
+def entry(
+    *,
+    command_starts: Callable[[], None] | None = None,
+    command_ended: Callable[[], None] | None = None,
+) -> None:
     """Console-script entry point. Errors writing to stderr are dropped (``SafeStream``): a log
     line that cannot be written must not end the daemon or fail a sync that was applied.
 
-    ``quiet`` is the SIGINT handler ``__main__`` set while the modules load (it ends the
-    process at once with 130), or None when SIGINT was left alone (ignored by the parent):
-    Ctrl-C raises KeyboardInterrupt while the command runs, and ends the process quietly again
-    once it has returned, its output flushed (no traceback from the interpreter's teardown).
+    ``__main__`` makes Ctrl-C end the process at once while the modules load, and passes what
+    changes that: ``command_starts`` (Ctrl-C raises KeyboardInterrupt while the command runs,
+    see :func:`main`) and ``command_ended`` (it ends the process quietly again once the
+    command has returned and its output is flushed: no traceback from the interpreter's
+    teardown).
     """
     from nlproxy.commands import _fastexit
     from nlproxy.log import SafeStream
@@ -276,17 +280,12 @@ def entry(quiet: Callable[[int, FrameType | None], None] | None = None) -> None:
     sys.stderr = SafeStream(sys.stderr)
     _fastexit.allow()
     try:
-        status = main(command_starts=_interruptible if quiet is not None else None)
+        status = main(command_starts=command_starts)
     except KeyboardInterrupt:  # Ctrl-C while the command ended
         status = EXIT_INTERRUPTED
-    if quiet is not None:
-        signal.signal(signal.SIGINT, quiet)
+    if command_ended is not None:
+        command_ended()
         status = _fastexit.flushed(status)
         if status == EXIT_BROKEN_PIPE:
             _quiet_stdout()  # or the interpreter's last flush reports it again
     sys.exit(status)
-
-
-def _interruptible() -> None:
-    """Ctrl-C raises KeyboardInterrupt again (the command's own handling, trio's included)."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
