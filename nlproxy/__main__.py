@@ -8,17 +8,17 @@ KeyboardInterrupt just before the command itself runs, and ``cli.entry`` takes i
 once the command has returned. A process started with SIGINT ignored keeps ignoring it.
 """
 
-# ``_signal``: the C module behind ``signal``, loaded with the interpreter (``signal`` builds its
-# enums on import, a millisecond in which Ctrl-C would still end in a traceback).
+# Only modules the interpreter has loaded before this runs, so that the handler is set at once:
+# ``_signal`` is the C module behind ``signal`` (which builds its enums on import, a millisecond
+# in which Ctrl-C would still end in a traceback), and nothing imports ``types`` for a hint.
 import _signal  # type: ignore[import-not-found]  # no stub: typeshed covers signal only
 import os
-from types import FrameType
 
 EXIT_INTERRUPTED = 130
 """128 + SIGINT, as ``cli.EXIT_INTERRUPTED``."""
 
 
-def _interrupted(signum: int, frame: FrameType | None) -> None:
+def _interrupted(signum: int, frame: object) -> None:
     os._exit(EXIT_INTERRUPTED)
 
 
