@@ -102,3 +102,20 @@ def test_interrupt_at_any_import_or_at_the_end_exits_130_silently(argv: tuple[st
         if (p.returncode, p.stderr) != (130, own if n == 0 else "")
     }
     assert wrong == {}
+
+
+def test_the_entry_module_sets_its_handler_before_importing_anything() -> None:
+    """What the console script imports first loads nothing an installed interpreter has not
+    loaded already (``os``, through ``site``): no import stands between the start and the
+    handler (the development venv's import finder loads more, so this runs without ``site``)."""
+    probe = (
+        f"import _signal, os, sys; sys.path.insert(0, {str(ROOT)!r}); before = set(sys.modules)\n"
+        "import nlproxy.__main__\n"
+        "print(sorted(set(sys.modules) - before), "
+        "_signal.getsignal(_signal.SIGINT) is _signal.default_int_handler)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.stdout.split("]")[0] == "['nlproxy', 'nlproxy.__main__'", done.stderr
+    assert done.stdout.strip().endswith("False"), done.stdout
