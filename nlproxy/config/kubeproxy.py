@@ -27,6 +27,73 @@ from nlproxy.errors import ConfigError
 API_VERSIONS = ("kubeproxy.config.k8s.io/v1alpha1", "kubeproxy.config.k8s.io/v1alpha2")
 
 
+MAX_CONFIG_BYTES = 1 << 20
+"""A configuration file larger than this is refused (kube-proxy's is a few kilobytes)."""
+MAX_CONFIG_VALUES = 100_000
+"""Values a configuration file may hold once its YAML aliases are expanded: nine aliases of
+nine make a billion, which walking (for the unused fields) or printing would never finish."""
+
+
+def _read_config(path: Path) -> Any:
+    """The one document of a configuration file, read and decoded as manifests are
+    (``cluster/decode.py``): a file too large, not UTF-8, not valid YAML (or JSON), with an
+    integer of thousands of digits, nested too deeply, or an alias bomb is a ConfigError.
+
+    Raises:
+        ConfigError: any of those, naming the file.
+    """
+    where = f"config {path}"
+    try:
+        with path.open("rb") as f:  # the operator's path: links followed, a pipe read
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_CONFIG_BYTES:
+                raise ConfigError(where, f"{size} bytes; at most {MAX_CONFIG_BYTES}")
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(where, exc.strerror or str(exc)) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(where, f"more than {MAX_CONFIG_BYTES} bytes")
+    try:
+        docs = documents(path, data)
+    except FileError as exc:
+        reason = " ".join(str(exc).split())  # one line, whatever the parser's text
+        raise ConfigError(where, reason.removeprefix(f"{path.name}: ")) from None
+    if len(docs) > 1:
+        raise ConfigError(where, f"holds {len(docs)} YAML documents; expected one")
+    doc = docs[0] if docs else None
+    if _values(doc, MAX_CONFIG_VALUES) > MAX_CONFIG_VALUES:
+        raise ConfigError(
+            where, f"more than {MAX_CONFIG_VALUES} values once its YAML aliases are expanded"
+        )
+    return doc
+
+
+def _values(doc: object, most: int) -> int:
+    """How many values ``doc`` holds with aliases expanded, counting shared ones once per use
+    but each container walked once (so a bomb is measured without being expanded); stops
+    counting past ``most``."""
+    sizes: dict[int, int] = {}
+
+    def size(node: object) -> int:
+        if not isinstance(node, dict | list):
+            return 1
+        known = sizes.get(id(node))
+        if known is None:
+            items = node.values() if isinstance(node, dict) else node
+            known = 1
+            for item in items:
+                known += size(item)
+                if known > most:
+                    break
+            sizes[id(node)] = known
+        return known
+
+    try:
+        return size(doc)
+    except RecursionError:  # a YAML document cannot nest this deep (the parser refuses it)
+        return most + 1
+
+
 def _get(doc: Mapping[str, Any], path: str) -> Any:
     cur: Any = doc
     for part in path.split("."):
@@ -163,73 +230,6 @@ def _conntrack(section: object) -> ConntrackConfig:
             )  # fmt: skip
         values["tcp_be_liberal"] = liberal
     return replace(default, **values)
-
-
-MAX_CONFIG_BYTES = 1 << 20
-"""A configuration file larger than this is refused (kube-proxy's is a few kilobytes)."""
-MAX_CONFIG_VALUES = 100_000
-"""Values a configuration file may hold once its YAML aliases are expanded: nine aliases of
-nine make a billion, which walking (for the unused fields) or printing would never finish."""
-
-
-def _read_config(path: Path) -> Any:
-    """The one document of a configuration file, read and decoded as manifests are
-    (``cluster/decode.py``): a file too large, not UTF-8, not valid YAML (or JSON), with an
-    integer of thousands of digits, nested too deeply, or an alias bomb is a ConfigError.
-
-    Raises:
-        ConfigError: any of those, naming the file.
-    """
-    where = f"config {path}"
-    try:
-        with path.open("rb") as f:  # the operator's path: links followed, a pipe read
-            size = os.fstat(f.fileno()).st_size
-            if size > MAX_CONFIG_BYTES:
-                raise ConfigError(where, f"{size} bytes; at most {MAX_CONFIG_BYTES}")
-            data = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(where, exc.strerror or str(exc)) from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(where, f"more than {MAX_CONFIG_BYTES} bytes")
-    try:
-        docs = documents(path, data)
-    except FileError as exc:
-        reason = " ".join(str(exc).split())  # one line, whatever the parser's text
-        raise ConfigError(where, reason.removeprefix(f"{path.name}: ")) from None
-    if len(docs) > 1:
-        raise ConfigError(where, f"holds {len(docs)} YAML documents; expected one")
-    doc = docs[0] if docs else None
-    if _values(doc, MAX_CONFIG_VALUES) > MAX_CONFIG_VALUES:
-        raise ConfigError(
-            where, f"more than {MAX_CONFIG_VALUES} values once its YAML aliases are expanded"
-        )
-    return doc
-
-
-def _values(doc: object, most: int) -> int:
-    """How many values ``doc`` holds with aliases expanded, counting shared ones once per use
-    but each container walked once (so a bomb is measured without being expanded); stops
-    counting past ``most``."""
-    sizes: dict[int, int] = {}
-
-    def size(node: object) -> int:
-        if not isinstance(node, dict | list):
-            return 1
-        known = sizes.get(id(node))
-        if known is None:
-            items = node.values() if isinstance(node, dict) else node
-            known = 1
-            for item in items:
-                known += size(item)
-                if known > most:
-                    break
-            sizes[id(node)] = known
-        return known
-
-    try:
-        return size(doc)
-    except RecursionError:  # a YAML document cannot nest this deep (the parser refuses it)
-        return most + 1
 
 
 def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> DaemonConfig:
