@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 import nlproxy.commands
 from nlproxy import __version__
@@ -93,10 +93,49 @@ def _commands() -> list[ModuleType]:
     return sorted((_command(name) for name in _names()), key=lambda m: str(m.NAME))
 
 
+def _columns() -> int:
+    """The terminal's width as ``shutil.get_terminal_size`` finds it for argparse's help
+    (``$COLUMNS``, else stdout's terminal, else 80), without importing ``shutil``: it loads the
+    bz2 and lzma libraries, milliseconds of every command's start."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help formatter, its width found by :func:`_columns`."""
+
+    def __init__(
+        self,
+        prog: str,
+        indent_increment: int = 2,
+        max_help_position: int = 24,
+        width: int | None = None,
+    ) -> None:
+        width = _columns() - 2 if width is None else width
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose help formatter is :class:`_Formatter` unless told otherwise;
+    the commands' subparsers are made of the same class (argparse's default)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser(only: ModuleType | None = None) -> argparse.ArgumentParser:
     """The whole command line; with ``only``, that one command's arguments and every other
     command as a bare name (what parsing that command shows is the same either way)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="nlproxy",
         description="Kubernetes service proxy that programs nftables over netlink.",
     )
@@ -111,7 +150,7 @@ def build_parser(only: ModuleType | None = None) -> argparse.ArgumentParser:
             if name == only.NAME:
                 _add_command(sub, only)
             else:
-                sub.add_parser(name)
+                sub.add_parser(name, add_help=False)  # a name alone: never parsed
     return parser
 
 
@@ -122,52 +161,43 @@ def _add_command(sub: Any, mod: ModuleType) -> None:
     p.set_defaults(func=mod.run)
 
 
-class _Unsure(Exception):
-    """The probe cannot tell the command without showing something: parse the whole way."""
+_VALUED = frozenset({"--netns", "--log-level", "-v", "--v", "--log-format"})
+"""The global flags that take a value (``_global_flags``)."""
 
 
-class _Probe(argparse.ArgumentParser):
-    """The top-level flags and the commands' bare names: finds which command ``argv`` runs
-    without importing every command. Anything it would print or refuse raises ``_Unsure``."""
-
-    def error(self, message: str) -> NoReturn:
-        raise _Unsure(message)
-
-    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        raise _Unsure(message)
-
-    def print_help(self, file: object = None) -> None:
-        raise _Unsure
-
-    def _print_message(self, message: str, file: object = None) -> None:
-        raise _Unsure
+def _probe(argv: Sequence[str]) -> str | None:
+    """The word naming the command ``argv`` runs, read past the global flags as the parser
+    reads them; None where only the parser can tell (help, ``--version``, an abbreviated or
+    unknown flag, a missing value, no command at all). Saves building a second parser for
+    every command line: each parser asks gettext for its titles' translations."""
+    words = iter(argv)
+    for word in words:
+        if not word.startswith("-") or word == "-":
+            return word
+        name, eq, _ = word.partition("=")
+        if name not in _VALUED or (not eq and next(words, None) is None):
+            return None
+    return None
 
 
 def _parser_for(argv: Sequence[str] | None) -> argparse.ArgumentParser:
     """The parser for ``argv``: when the probe names one command, a parser importing that
     command alone (``nlproxy version`` loads no netlink, Kubernetes or metrics code); for help,
     ``--version``, a typo or no command at all, the whole one."""
-    probe = _Probe(prog="nlproxy", add_help=True)
-    probe.add_argument("--version", action="version", version="")
-    _global_flags(probe, top=True)
-    sub = probe.add_subparsers(dest="command")
-    names = _names()
-    for name in names:
-        sub.add_parser(name, add_help=False)
-    try:
-        args, _ = probe.parse_known_args(argv)
-    except _Unsure:
+    command = _probe(sys.argv[1:] if argv is None else argv)
+    if command is None or command not in _names():
         return build_parser()
-    if args.command not in names:
-        return build_parser()
-    mod = _command(args.command)
-    if args.command != mod.NAME:
+    mod = _command(command)
+    if command != mod.NAME:
         return build_parser()
     return build_parser(only=mod)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run nlproxy with ``argv`` (default ``sys.argv[1:]``) and return the exit status."""
+def main(
+    argv: Sequence[str] | None = None, *, command_starts: Callable[[], None] | None = None
+) -> int:
+    """Run nlproxy with ``argv`` (default ``sys.argv[1:]``) and return the exit status;
+    ``command_starts`` is called once the command's modules are loaded, as it starts."""
     parser = _parser_for(argv)
     try:
         args = parser.parse_args(argv)
@@ -186,6 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         log.defer(level=args.log_level, fmt=args.log_format)
     try:
+        if command_starts is not None:
+            command_starts()
         return func(args)
     except BaseException as exc:  # noqa: BLE001 - every ending is turned into one line here
         return _ending(exc, args)
@@ -255,16 +287,32 @@ def _quiet_stdout() -> None:
         os.close(devnull)
 
 
-def entry() -> None:
+def entry(
+    *,
+    command_starts: Callable[[], None] | None = None,
+    command_ended: Callable[[], None] | None = None,
+) -> None:
     """Console-script entry point. Errors writing to stderr are dropped (``SafeStream``): a log
-    line that cannot be written must not end the daemon or fail a sync that was applied."""
+    line that cannot be written must not end the daemon or fail a sync that was applied.
+
+    ``__main__`` makes Ctrl-C end the process at once while the modules load, and passes what
+    changes that: ``command_starts`` (Ctrl-C raises KeyboardInterrupt while the command runs,
+    see :func:`main`) and ``command_ended`` (it ends the process quietly again once the
+    command has returned and its output is flushed: no traceback from the interpreter's
+    teardown).
+    """
     from nlproxy.commands import _fastexit
     from nlproxy.log import SafeStream
 
     sys.stderr = SafeStream(sys.stderr)
     _fastexit.allow()
     try:
-        status = main()
-    except KeyboardInterrupt:  # Ctrl-C while parsing or configuring
+        status = main(command_starts=command_starts)
+    except KeyboardInterrupt:  # Ctrl-C while the command ended
         status = EXIT_INTERRUPTED
+    if command_ended is not None:
+        command_ended()
+        status = _fastexit.flushed(status)
+        if status == EXIT_BROKEN_PIPE:
+            _quiet_stdout()  # or the interpreter's last flush reports it again
     sys.exit(status)

@@ -41,6 +41,11 @@ def end(status: int) -> int:
     closed stdout pipe exits 141, as the interpreter's own ending would be reported)."""
     if not _ALLOWED.get():
         return status
+    os._exit(flushed(status))
+
+
+def flushed(status: int) -> int:
+    """``status`` once stdout and stderr are flushed; 141 if stdout's pipe was closed."""
     try:
         sys.stdout.flush()
     except BrokenPipeError:
@@ -49,4 +54,4 @@ def end(status: int) -> int:
         pass  # stdout closed: nothing more to write
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.flush()
-    os._exit(status)
+    return status

@@ -28,6 +28,10 @@ class FakeConntrack:
         self.deleted: list[Flow] = []
         self.deletes: list[list[FlowFilter]] = []
 
+    @property
+    def pending(self) -> Sequence[FlowFilter]:
+        return ()  # memory never runs out of file descriptors
+
     def list(self, flt: FlowFilter | None = None) -> Iterator[Flow]:
         flt = flt or FlowFilter()
         return iter([f for f in self.flows if flt.matches(f)])

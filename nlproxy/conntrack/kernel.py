@@ -80,9 +80,36 @@ def __getattr__(name: str) -> object:
 DELETE_BATCH = 1024
 """Flows deleted per netlink send."""
 
+TRANSIENT = frozenset(
+    {
+        errno_mod.EMFILE,
+        errno_mod.ENFILE,
+        errno_mod.ENOBUFS,
+        errno_mod.ENOMEM,
+        errno_mod.EAGAIN,
+        errno_mod.EINTR,
+        errno_mod.ETIMEDOUT,
+    }
+)
+"""Errors of a cleanup that a later try may not meet: out of file descriptors, buffers or
+memory, or no answer in time. Its filters are kept and tried again; any other error (the
+kernel refusing a filter or a flow) drops them, or every later cleanup would fail the same."""
+
 
 class ConntrackError(NlproxyError):
     """The kernel refused a conntrack request; ``ref`` names the flow or filter."""
+
+
+def _transient(exc: BaseException) -> bool:
+    """``exc`` or what caused it ran out of a resource (:data:`TRANSIENT`) or of time."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, TimeoutError) or (
+            isinstance(seen, OSError) and seen.errno in TRANSIENT
+        ):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def _kernel_filter(flt: FlowFilter, family: int) -> FlowFilter:
@@ -100,11 +127,19 @@ class Flows(Protocol):
         """The flows ``flt`` selects (every flow without one)."""
         ...
 
+    @property
+    def pending(self) -> Sequence[FlowFilter]:
+        """Filters a :meth:`delete` could not finish for want of a resource (``EMFILE``...):
+        the next call runs them first, ``delete(())`` only them."""
+        ...
+
     def delete(self, filters: Sequence[FlowFilter]) -> int:
-        """Delete the flows any of ``filters`` selects; how many were deleted.
+        """Delete the flows any of ``filters`` (and of :attr:`pending`) selects; how many
+        were deleted.
 
         Raises:
-            ConntrackError: the kernel refused, or a filter is empty (it would select all).
+            ConntrackError: the kernel refused, a resource ran out (the filters not done are
+                kept in :attr:`pending`), or a filter is empty (it would select all).
         """
         ...
 
@@ -131,6 +166,13 @@ class Conntrack:
         self.netns = netns
         self.deleted_total = 0
         self._on_deleted = on_deleted
+        self._pending: builtins.list[FlowFilter] = []
+
+    @property
+    def pending(self) -> Sequence[FlowFilter]:
+        """Filters a :meth:`delete` could not finish (see :data:`TRANSIENT`), tried first by
+        the next call; ``delete(())`` tries only them."""
+        return tuple(self._pending)
 
     def list(self, flt: FlowFilter | None = None) -> Iterator[Flow]:
         """Yield the flows ``flt`` selects (all flows without one), IPv4 then IPv6.
@@ -142,26 +184,47 @@ class Conntrack:
         yield from self._scan(Pass(flt, (flt,)))
 
     def delete(self, filters: Sequence[FlowFilter]) -> int:
-        """Delete the flows any of ``filters`` selects; return how many were deleted.
+        """Delete the flows any of ``filters`` selects, and those of the filters an earlier
+        call left :attr:`pending`; return how many were deleted.
 
         An empty filter (which would select every flow) is refused: use :meth:`delete_flows`
-        with :meth:`list` to clear everything on purpose.
+        with :meth:`list` to clear everything on purpose. When a resource runs out (a commit
+        that hit the fd limit, see :data:`TRANSIENT`), the filters whose passes did not finish
+        stay :attr:`pending` for the next call rather than being lost: the caller's retry, or
+        its next cleanup, deletes their flows.
 
         Raises:
-            ConntrackError: the kernel refused a dump or a delete, or a filter is empty.
+            ConntrackError: the kernel refused a dump or a delete, a resource ran out, or a
+                filter is empty.
         """
         for f in filters:
             if f.is_empty:
                 raise ConntrackError(str(f), "refusing to delete every flow")
         started = time.perf_counter()
-        passes = plan_passes(filters)
-        count = sum(self.delete_flows(self._scan(p)) for p in passes)
+        todo = builtins.list(dict.fromkeys([*self._pending, *filters]))
+        passes = plan_passes(todo)
+        count = 0
+        done: set[FlowFilter] = set()
+        try:
+            for p in passes:
+                count += self.delete_flows(self._scan(p))
+                done.update(p.members)
+        except (OSError, NlproxyError) as exc:  # NlproxyError: also entering the namespace
+            self._pending = [f for f in todo if f not in done] if _transient(exc) else []
+            if not self._pending:
+                raise
+            reason = exc.reason if isinstance(exc, NlproxyError) else exc.strerror or str(exc)
+            raise ConntrackError(
+                "conntrack cleanup",
+                f"{reason}; {len(self._pending)} filters kept for the next cleanup",
+            ) from exc
+        self._pending = []
         # The logger is made here, not in __init__: listing flows loads no logging at all.
         from nlproxy.log import get_logger
 
         get_logger("conntrack").info(
             "conntrack.flushed",
-            filters=len(filters),
+            filters=len(todo),
             passes=len(passes),
             deleted=count,
             duration_ms=round((time.perf_counter() - started) * 1000, 2),
@@ -308,7 +371,10 @@ def _delete_batch(sock: NetfilterSocket, flows: Sequence[Flow]) -> int:
                 deleted += 1
             elif msg.error != errno_mod.ENOENT:
                 flow = flows[msg.seq - first]
-                raise ConntrackError(f"flow {flow}", f"delete: {errno_mod.errorcode[msg.error]}")
+                name = errno_mod.errorcode.get(msg.error, str(msg.error))
+                raise ConntrackError(f"flow {flow}", f"delete: {name}") from OSError(
+                    msg.error, name
+                )
     return deleted
 
 

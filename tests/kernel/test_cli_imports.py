@@ -78,6 +78,7 @@ FLUSH_BY_FILTERS_NEVER_LOADS = (
     "json",
     "logging",  # no logging set up, and nothing that logs
     "nlproxy.conntrack.lines",  # the listing's line maker
+    "shutil",  # argparse's help width (it loads the bz2 and lzma libraries)
     "nlproxy.proxy",  # the planner and the layout reader (read back for --service only)
     "nlproxy.nft",
     "nlproxy.cluster",

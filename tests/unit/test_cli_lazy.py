@@ -34,6 +34,13 @@ ARGVS = [
     pytest.param(["--log-level", "loud", "version"], id="bad-choice"),
     pytest.param(["--netns"], id="missing-value"),
     pytest.param(["rules", "--json", "--family"], id="command-missing-value"),
+    pytest.param(["--log-level=debug", "version"], id="flag-with-equals"),
+    pytest.param(["--netns=version", "rules", "-h"], id="netns-with-equals-named-like-a-command"),
+    pytest.param(["-v5", "version"], id="short-flag-with-its-value"),
+    pytest.param(["--netns", "-x", "version"], id="value-like-a-flag"),
+    pytest.param(["--", "version"], id="double-dash"),
+    pytest.param(["-", "version"], id="single-dash"),
+    pytest.param(["--log-format", "json", "-v", "4", "conntrack", "list", "-h"], id="flags"),
 ]
 
 
@@ -66,6 +73,7 @@ def test_one_command_parses_as_all_commands_do(
         pytest.param(["version"], "version", id="version"),
         pytest.param(["--netns", "rules", "version"], "version", id="netns-named-like-a-command"),
         pytest.param(["conntrack", "list", "rules"], "conntrack", id="command-word-after"),
+        pytest.param(["--v=4", "--netns=x", "version"], "version", id="flags-with-equals"),
     ],
 )
 def test_parsing_a_command_loads_that_command_alone(argv: list[str], command: str) -> None:

@@ -1,0 +1,294 @@
+"""The one configuration of ``nlproxy run``: defaults, then kube-proxy's
+``KubeProxyConfiguration`` file, then flags, merged here into a typed :class:`Settings`.
+
+An existing kube-proxy ConfigMap works unchanged: fields that apply to nlproxy are honoured,
+fields that do not are named once in a warning, and an invalid value is a :class:`ConfigError`
+naming the field (exit status 2). Flags given on the command line override the file.
+
+``commands/run.py`` turns its parsed arguments into :class:`Flags` and calls
+:func:`build_settings`; the daemon receives the :class:`Settings` and never sees argparse.
+
+The file is read and mapped in ``kubeproxy.py``; the values both the file and the flags give
+(:class:`DaemonConfig`, addresses, durations) are read in ``values.py``. Their public names are
+imported from here.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, replace
+from ipaddress import ip_address, ip_network
+from pathlib import Path
+from typing import Any
+
+from nlproxy.cluster.model import IPAddress, IPNetwork, LoadBalancing
+from nlproxy.config.kubeproxy import (
+    HONOURED,
+    IPVS_MODE_WARNING,
+    MAX_CONFIG_BYTES,
+    load_kube_proxy_config,
+)
+from nlproxy.config.values import (
+    API_SERVER_ENV,
+    HEALTHZ_PORT,
+    METRICS_PORT,
+    DaemonConfig,
+    api_server_url,
+    bind_address,
+    bounded_period,
+    external_networks,
+    parse_duration,
+    with_field,
+)
+from nlproxy.conntrack.sysctl import ConntrackConfig
+from nlproxy.errors import ConfigError
+from nlproxy.proxy.config import PRIMARY, ProxyConfig
+
+__all__ = [
+    "HONOURED",
+    "MAX_CONFIG_BYTES",
+    "DaemonConfig",
+    "Flags",
+    "Settings",
+    "bind_address",
+    "build_settings",
+    "external_networks",
+    "load_kube_proxy_config",
+    "parse_duration",
+]
+
+
+def _check_periods(cfg: DaemonConfig) -> None:
+    """kube-proxy's rule: ``minSyncPeriod`` no longer than ``syncPeriod``."""
+    if cfg.min_sync_period > cfg.sync_period:
+        raise ConfigError(
+            "minSyncPeriod",
+            f"{cfg.min_sync_period:g}s is longer than syncPeriod ({cfg.sync_period:g}s)",
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Flags:
+    """The command line of ``nlproxy run`` as given, before any checking: None (or False for
+    a switch) means "not given", so the file's value or the default stands.
+
+    Durations, addresses and CIDRs are the text the user typed; :func:`build_settings` reads
+    them and names the flag when one is wrong.
+    """
+
+    config: Path | None = None
+    manifests: Path | None = None
+    kubeconfig: str | None = None
+    master: str | None = None
+    netns: str | None = None
+    node_name: str | None = None
+    bind_address: str | None = None
+    proxy_mode: str | None = None
+    node_ip: str = ""
+    cluster_cidr: str | None = None
+    service_cidr: str = ""
+    nodeport_addresses: str | None = None
+    masquerade_bit: int | None = None
+    min_sync_period: str | None = None
+    sync_period: str | None = None
+    healthz_bind_address: str | None = None
+    metrics_bind_address: str | None = None
+    external_ip_cidrs: str | None = None
+    load_balancing: str | None = None
+    consistent_hash_seed: int | None = None
+    service_counters: bool = False
+    conntrack_flush_tcp: bool = False
+    owned_table: bool = False
+    replace_kube_proxy: bool = False
+    exclude_unreachable_endpoints: bool = False
+    conntrack_max_per_core: int | None = None
+    conntrack_min: int | None = None
+    conntrack_tcp_timeout_established: str | None = None
+    conntrack_tcp_timeout_close_wait: str | None = None
+    conntrack_tcp_be_liberal: bool | None = None
+    conntrack_udp_timeout: str | None = None
+    conntrack_udp_timeout_stream: str | None = None
+    once: bool = False
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Everything ``nlproxy run`` runs with, checked: what the daemon and ``--once`` read.
+
+    Attributes:
+        daemon: the daemon's settings (what ``/configz`` shows).
+        proxy: the planner's.
+        manifests: the manifests directory, or None for the Kubernetes API.
+        netns: the named network namespace to work in (None: the current one).
+        once: reconcile once and exit.
+        force: with ``once``, program the namespace even while another nlproxy does.
+        owned_table: create the tables owned and persistent.
+        conntrack_flush_tcp: also delete TCP flows of removed endpoints.
+        exclude_unreachable_endpoints: leave unroutable endpoints out of load balancing.
+        replace_kube_proxy: remove kube-proxy's rules whenever they are found.
+    """
+
+    daemon: DaemonConfig
+    proxy: ProxyConfig
+    manifests: Path | None = None
+    netns: str | None = None
+    once: bool = False
+    force: bool = False
+    owned_table: bool = False
+    conntrack_flush_tcp: bool = False
+    exclude_unreachable_endpoints: bool = False
+    replace_kube_proxy: bool = False
+
+
+def build_settings(flags: Flags) -> Settings:
+    """Defaults, then ``flags.config`` (a KubeProxyConfiguration), then the other flags.
+
+    Raises:
+        ConfigError: an unreadable file or an invalid value, naming the flag or field.
+    """
+    cfg = daemon_config(flags)
+    return Settings(
+        daemon=cfg,
+        proxy=proxy_config(flags, cfg),
+        manifests=flags.manifests,
+        netns=flags.netns,
+        once=flags.once,
+        force=flags.force,
+        owned_table=flags.owned_table,
+        conntrack_flush_tcp=flags.conntrack_flush_tcp,
+        exclude_unreachable_endpoints=flags.exclude_unreachable_endpoints,
+        replace_kube_proxy=flags.replace_kube_proxy,
+    )
+
+
+def daemon_config(flags: Flags) -> DaemonConfig:
+    """Defaults, then ``--config``, then flags: the daemon's part of :func:`build_settings`."""
+    cfg = load_kube_proxy_config(flags.config) if flags.config else DaemonConfig()
+    given: dict[str, Any] = {
+        "node_name": flags.node_name,
+        "kubeconfig": flags.kubeconfig,
+        "cluster_cidr": flags.cluster_cidr,
+        "nodeport_addresses": flags.nodeport_addresses,
+        "masquerade_bit": flags.masquerade_bit,
+        "load_balancing": flags.load_balancing,
+    }
+    cfg = replace(cfg, **{k: v for k, v in given.items() if v is not None})
+    if flags.kubeconfig is not None:
+        cfg = replace(cfg, kubeconfig_from_file=False)
+    for flag, attr, port, value in (
+        ("--healthz-bind-address", "healthz_bind_address", HEALTHZ_PORT,
+         flags.healthz_bind_address),
+        ("--metrics-bind-address", "metrics_bind_address", METRICS_PORT,
+         flags.metrics_bind_address),
+    ):  # fmt: skip
+        if value is not None:
+            cfg = with_field(cfg, attr, bind_address(value, port, flag))
+    cfg = replace(cfg, conntrack=_conntrack_flags(flags, cfg.conntrack))
+    if flags.external_ip_cidrs:
+        nets = _networks(flags.external_ip_cidrs, "--external-ip-cidrs")
+        cfg = replace(cfg, external_ip_cidrs=tuple(str(n) for n in nets))
+    if flags.proxy_mode not in (None, "", "nftables", "ipvs"):
+        raise ConfigError(
+            "--proxy-mode", f"{flags.proxy_mode!r}: nlproxy programs nftables (use 'nftables')"
+        )
+    if flags.proxy_mode == "ipvs" and IPVS_MODE_WARNING not in cfg.warnings:
+        cfg = replace(
+            cfg, warnings=(*cfg.warnings, IPVS_MODE_WARNING.replace("mode", "--proxy-mode", 1))
+        )
+    if flags.bind_address and flags.bind_address not in ("0.0.0.0", "::"):
+        cfg = replace(cfg, node_ip=str(_addresses(flags.bind_address, "--bind-address")[0]))
+    for flag, attr, text in (
+        ("--min-sync-period", "min_sync_period", flags.min_sync_period),
+        ("--sync-period", "sync_period", flags.sync_period),
+    ):
+        if text:
+            cfg = with_field(cfg, attr, bounded_period(parse_duration(text, flag), attr, flag))
+    _check_periods(cfg)
+    if not cfg.node_name:
+        cfg = replace(cfg, node_name=os.environ.get("NLPROXY_NODE_NAME") or socket.gethostname())
+    if flags.master:
+        cfg = replace(cfg, api_server=api_server_url(flags.master, "--master"))
+    elif os.environ.get(API_SERVER_ENV):  # empty: unset (an optional ConfigMap key left empty)
+        cfg = replace(cfg, api_server=api_server_url(os.environ[API_SERVER_ENV], API_SERVER_ENV))
+    if not 0 <= cfg.masquerade_bit <= 31:
+        raise ConfigError("--masquerade-bit", f"{cfg.masquerade_bit} is not in 0..31")
+    return cfg
+
+
+def _conntrack_flags(flags: Flags, ct: ConntrackConfig) -> ConntrackConfig:
+    changes: dict[str, Any] = {}
+    for name, attr, count in (
+        ("--conntrack-max-per-core", "max_per_core", flags.conntrack_max_per_core),
+        ("--conntrack-min", "min", flags.conntrack_min),
+    ):
+        if count is not None:
+            if count < 0:
+                raise ConfigError(name, f"{count} is below 0")
+            changes[attr] = count
+    for name, attr, text in (
+        ("--conntrack-tcp-timeout-established", "tcp_established_timeout",
+         flags.conntrack_tcp_timeout_established),
+        ("--conntrack-tcp-timeout-close-wait", "tcp_close_wait_timeout",
+         flags.conntrack_tcp_timeout_close_wait),
+        ("--conntrack-udp-timeout", "udp_timeout", flags.conntrack_udp_timeout),
+        ("--conntrack-udp-timeout-stream", "udp_stream_timeout",
+         flags.conntrack_udp_timeout_stream),
+    ):  # fmt: skip
+        if text is not None:
+            changes[attr] = int(parse_duration(text, name))
+    if flags.conntrack_tcp_be_liberal:
+        changes["tcp_be_liberal"] = True
+    return replace(ct, **changes)
+
+
+def proxy_config(flags: Flags, cfg: DaemonConfig) -> ProxyConfig:
+    """The planner's part of :func:`build_settings`, from the merged ``cfg`` and the flags
+    only the planner reads."""
+    seed = flags.consistent_hash_seed
+    if seed is not None and not 0 <= seed <= 0xFFFFFFFF:
+        raise ConfigError("--consistent-hash-seed", f"{seed} is not in 0..4294967295")
+    return ProxyConfig(
+        node_name=cfg.node_name,
+        cluster_cidrs=_networks(cfg.cluster_cidr, "--cluster-cidr"),
+        service_cidrs=_networks(flags.service_cidr, "--service-cidr"),
+        nodeport_addresses=_nodeport_addresses(cfg.nodeport_addresses),
+        masquerade_bit=cfg.masquerade_bit,
+        node_ips=_addresses(flags.node_ip or cfg.node_ip, "--node-ip"),
+        service_counters=flags.service_counters,
+        load_balancing=LoadBalancing(cfg.load_balancing),
+        hash_seed=seed,
+    )
+
+
+def _split(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _networks(text: str, flag: str) -> tuple[IPNetwork, ...]:
+    out: list[IPNetwork] = []
+    for part in _split(text):
+        try:
+            out.append(ip_network(part))
+        except ValueError as exc:
+            raise ConfigError(flag, f"{part!r} is not a CIDR: {exc}") from exc
+    return tuple(out)
+
+
+def _addresses(text: str, flag: str) -> tuple[IPAddress, ...]:
+    out: list[IPAddress] = []
+    for part in _split(text):
+        try:
+            out.append(ip_address(part))
+        except ValueError as exc:
+            raise ConfigError(flag, f"{part!r} is not an IP address") from exc
+    return tuple(out)
+
+
+def _nodeport_addresses(text: str) -> tuple[str, ...]:
+    parts = tuple(_split(text))
+    for part in parts:
+        if part != PRIMARY:
+            _networks(part, "--nodeport-addresses")
+    return parts or (PRIMARY,)

@@ -1,0 +1,326 @@
+"""kube-proxy's ``KubeProxyConfiguration`` file (``--config``), read within its limits and
+mapped onto a :class:`DaemonConfig`: fields nlproxy honours are taken, the others named once
+in a warning, an invalid value is a :class:`ConfigError` naming the field."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import replace
+from ipaddress import ip_address
+from pathlib import Path
+from typing import Any
+
+from nlproxy.cluster.decode import FileError, documents
+from nlproxy.config.values import (
+    HEALTHZ_PORT,
+    METRICS_PORT,
+    DaemonConfig,
+    bind_address,
+    bounded_period,
+    parse_duration,
+    with_field,
+)
+from nlproxy.conntrack.sysctl import ConntrackConfig
+from nlproxy.errors import ConfigError
+
+API_VERSIONS = ("kubeproxy.config.k8s.io/v1alpha1", "kubeproxy.config.k8s.io/v1alpha2")
+
+
+MAX_CONFIG_BYTES = 1 << 20
+"""A configuration file larger than this is refused (kube-proxy's is a few kilobytes)."""
+MAX_CONFIG_VALUES = 100_000
+"""Values a configuration file may hold once its YAML aliases are expanded: nine aliases of
+nine make a billion, which walking (for the unused fields) or printing would never finish."""
+
+
+def _read_config(path: Path) -> Any:
+    """The one document of a configuration file, read and decoded as manifests are
+    (``cluster/decode.py``): a file too large, not UTF-8, not valid YAML (or JSON), with an
+    integer of thousands of digits, nested too deeply, or an alias bomb is a ConfigError.
+
+    Raises:
+        ConfigError: any of those, naming the file.
+    """
+    where = f"config {path}"
+    try:
+        with path.open("rb") as f:  # the operator's path: links followed, a pipe read
+            size = os.fstat(f.fileno()).st_size
+            if size > MAX_CONFIG_BYTES:
+                raise ConfigError(where, f"{size} bytes; at most {MAX_CONFIG_BYTES}")
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(where, exc.strerror or str(exc)) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(where, f"more than {MAX_CONFIG_BYTES} bytes")
+    try:
+        docs = documents(path, data)
+    except FileError as exc:
+        reason = " ".join(str(exc).split())  # one line, whatever the parser's text
+        raise ConfigError(where, reason.removeprefix(f"{path.name}: ")) from None
+    if len(docs) > 1:
+        raise ConfigError(where, f"holds {len(docs)} YAML documents; expected one")
+    doc = docs[0] if docs else None
+    if _values(doc, MAX_CONFIG_VALUES) > MAX_CONFIG_VALUES:
+        raise ConfigError(
+            where, f"more than {MAX_CONFIG_VALUES} values once its YAML aliases are expanded"
+        )
+    return doc
+
+
+def _values(doc: object, most: int) -> int:
+    """How many values ``doc`` holds with aliases expanded, counting shared ones once per use
+    but each container walked once (so a bomb is measured without being expanded); stops
+    counting past ``most``."""
+    sizes: dict[int, int] = {}
+
+    def size(node: object) -> int:
+        if not isinstance(node, dict | list):
+            return 1
+        known = sizes.get(id(node))
+        if known is None:
+            items = node.values() if isinstance(node, dict) else node
+            known = 1
+            for item in items:
+                known += size(item)
+                if known > most:
+                    break
+            sizes[id(node)] = known
+        return known
+
+    try:
+        return size(doc)
+    except RecursionError:  # a YAML document cannot nest this deep (the parser refuses it)
+        return most + 1
+
+
+def _get(doc: Mapping[str, Any], path: str) -> Any:
+    cur: Any = doc
+    for part in path.split("."):
+        if not isinstance(cur, Mapping) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+# Fields nlproxy honours, by path in the file.
+HONOURED = {
+    "hostnameOverride",
+    "clusterCIDR",
+    "clientConnection.kubeconfig",
+    "healthzBindAddress",
+    "metricsBindAddress",
+    "nodePortAddresses",
+    "ipvs.scheduler",
+    "nftables.masqueradeBit",
+    "nftables.syncPeriod",
+    "nftables.minSyncPeriod",
+    "iptables.masqueradeBit",
+    "iptables.syncPeriod",
+    "iptables.minSyncPeriod",
+    "syncPeriod",
+    "minSyncPeriod",
+    "mode",
+    "detectLocalMode",
+    "bindAddress",
+    "conntrack",
+}
+# Values kubeadm writes that mean "kube-proxy's default": not worth a warning.
+DEFAULTS = {
+    ("bindAddress", "0.0.0.0"),
+    ("bindAddress", "::"),
+    ("logging.format", "text"),
+    ("logging.flushFrequency", "5s"),
+    ("logging.options.json.infoBufferSize", "0"),
+    ("logging.options.text.infoBufferSize", "0"),
+}
+# Fields that only describe kube-proxy's process or other modes: accepted silently when empty.
+IPVS_SCHEDULERS = {"rr": "round-robin", "sh": "consistent-hash", "mh": "consistent-hash"}
+"""kube-proxy's IPVS schedulers nlproxy has an equivalent for: round-robin, and source hashing
+(``sh``) or Maglev hashing (``mh``) as consistent hashing of the client. Any other is named in a
+warning and random choice is used."""
+
+IGNORED_QUIETLY = {"apiVersion", "kind"}
+IPVS_MODE_WARNING = (
+    "mode 'ipvs': nlproxy programs nftables in IPVS's place (ipvs.scheduler and ipvs "
+    "sync periods carry over); remove IPVS mode's leftovers with 'nlproxy cleanup --kube-proxy'"
+)
+HINTS = {
+    "logging": "nlproxy's --log-level (or -v) and --log-format set its logging",
+    "featureGates": "nlproxy has no feature gates",
+}
+"""Why a set field of these sections does nothing, said in its warning."""
+
+
+def _empty(v: object) -> bool:
+    """A value kubeadm and kube-proxy write for "unset" (lists and maps included)."""
+    if isinstance(v, list | dict):
+        return not v
+    return v in (None, "", 0, False, "0s")
+
+
+def _leaves(doc: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The paths of every set field; a list or a map of values is one field."""
+    out: list[str] = []
+    for k, v in doc.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v and path not in HONOURED:
+            out += _leaves(v, path + ".")
+        elif not _empty(v) and not (isinstance(v, str) and (path, v) in DEFAULTS):
+            out.append(path)
+    return out
+
+
+def _merge_periods(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
+    mode = _get(doc, "mode") or "nftables"
+    # IPVS mode takes its periods from the ipvs section and its mark from the iptables one.
+    section = mode if mode in ("iptables", "ipvs") else "nftables"
+    for key, attr in (("syncPeriod", "sync_period"), ("minSyncPeriod", "min_sync_period")):
+        for path in (f"{section}.{key}", key):
+            value = _get(doc, path)
+            seconds = parse_duration(value, path) if value else 0.0
+            if seconds > 0:  # kubeadm writes 0s for "default"
+                cfg = with_field(cfg, attr, bounded_period(seconds, attr, path))
+                break
+    marks = "iptables" if section == "ipvs" else section
+    bit = _get(doc, f"{marks}.masqueradeBit")
+    if bit is not None:
+        if not isinstance(bit, int) or not 0 <= bit <= 31:
+            raise ConfigError(
+                "KubeProxyConfiguration",
+                f"{bit!r} is not in 0..31",
+                field=f"{marks}.masqueradeBit",
+            )
+        cfg = replace(cfg, masquerade_bit=bit)
+    return cfg
+
+
+def _conntrack(section: object) -> ConntrackConfig:
+    """kube-proxy's ``conntrack`` section: null takes kube-proxy's default, 0 leaves the
+    kernel's value alone."""
+    default = ConntrackConfig()
+    if section is None:
+        return default
+    if not isinstance(section, Mapping):
+        raise ConfigError("KubeProxyConfiguration", "must be a mapping", field="conntrack")
+    values: dict[str, Any] = {}
+    for key, attr in (("maxPerCore", "max_per_core"), ("min", "min")):
+        value = section.get(key)
+        if value is not None:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(
+                    "KubeProxyConfiguration", f"{value!r} is not a count", field=f"conntrack.{key}"
+                )
+            values[attr] = value
+    for key, attr in (
+        ("tcpEstablishedTimeout", "tcp_established_timeout"),
+        ("tcpCloseWaitTimeout", "tcp_close_wait_timeout"),
+        ("udpTimeout", "udp_timeout"),
+        ("udpStreamTimeout", "udp_stream_timeout"),
+    ):
+        value = section.get(key)
+        if value is not None:
+            values[attr] = int(parse_duration(value, f"conntrack.{key}"))
+    liberal = section.get("tcpBeLiberal")
+    if liberal is not None:
+        if not isinstance(liberal, bool):
+            raise ConfigError(
+                "KubeProxyConfiguration", f"{liberal!r} is not true or false",
+                field="conntrack.tcpBeLiberal",
+            )  # fmt: skip
+        values["tcp_be_liberal"] = liberal
+    return replace(default, **values)
+
+
+def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> DaemonConfig:
+    """Read a KubeProxyConfiguration YAML file on top of ``base`` (defaults).
+
+    Raises:
+        ConfigError: unreadable file, wrong kind/apiVersion, or an invalid value (names the field).
+    """
+    cfg = base or DaemonConfig()
+    doc = _read_config(path)
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"config {path}", "is not a YAML mapping")
+    if doc.get("kind") != "KubeProxyConfiguration" or doc.get("apiVersion") not in API_VERSIONS:
+        raise ConfigError(
+            f"config {path}", f"expected kind KubeProxyConfiguration, apiVersion {API_VERSIONS[0]}"
+        )
+    mode = _get(doc, "mode")
+    if mode not in (None, "", "nftables", "ipvs"):
+        raise ConfigError(
+            "KubeProxyConfiguration",
+            f"{mode!r}: nlproxy programs nftables; set mode: nftables (or leave it empty)",
+            field="mode",
+        )
+    detect = _get(doc, "detectLocalMode")
+    if detect not in (None, "", "ClusterCIDR"):
+        raise ConfigError(
+            "KubeProxyConfiguration",
+            f"{detect!r} is not supported (only ClusterCIDR)",
+            field="detectLocalMode",
+        )
+    for path_, attr, port in (
+        ("healthzBindAddress", "healthz_bind_address", HEALTHZ_PORT),
+        ("metricsBindAddress", "metrics_bind_address", METRICS_PORT),
+    ):
+        if doc.get(path_):  # empty in a file means kube-proxy's default (kubeadm writes "")
+            field_ = f"KubeProxyConfiguration {path_}"
+            cfg = with_field(cfg, attr, bind_address(doc[path_], port, field_))
+    bind = _get(doc, "bindAddress")
+    if bind and bind not in ("0.0.0.0", "::"):
+        try:
+            cfg = replace(cfg, node_ip=str(ip_address(bind)))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(
+                "KubeProxyConfiguration", f"{bind!r} is not an IP address", field="bindAddress"
+            ) from exc
+    if _get(doc, "clientConnection.kubeconfig"):
+        cfg = replace(cfg, kubeconfig_from_file=True)
+    for path_, attr in (
+        ("hostnameOverride", "node_name"),
+        ("clientConnection.kubeconfig", "kubeconfig"),
+        ("clusterCIDR", "cluster_cidr"),
+    ):
+        value = _get(doc, path_)
+        if value:
+            if not isinstance(value, str):
+                raise ConfigError(
+                    "KubeProxyConfiguration", f"{value!r} is not a string", field=path_
+                )
+            cfg = with_field(cfg, attr, value)
+    npa = _get(doc, "nodePortAddresses")
+    if npa:
+        if not isinstance(npa, list) or not all(isinstance(a, str) for a in npa):
+            raise ConfigError(
+                "KubeProxyConfiguration", "must be a list of strings", field="nodePortAddresses"
+            )
+        cfg = replace(cfg, nodeport_addresses=",".join(npa))
+    cfg = _merge_periods(doc, cfg)
+    cfg = replace(cfg, conntrack=_conntrack(doc.get("conntrack")))
+    honoured = HONOURED | ({"ipvs.syncPeriod", "ipvs.minSyncPeriod"} if mode == "ipvs" else set())
+    unused = sorted(
+        p for p in _leaves(doc) if p not in honoured and p.split(".")[0] not in IGNORED_QUIETLY
+    )
+    warnings = [_unused(p) for p in unused]
+    scheduler = _get(doc, "ipvs.scheduler")
+    if scheduler:
+        if not isinstance(scheduler, str):
+            raise ConfigError(
+                "KubeProxyConfiguration", f"{scheduler!r} is not a string", field="ipvs.scheduler"
+            )
+        if scheduler in IPVS_SCHEDULERS:
+            cfg = replace(cfg, load_balancing=IPVS_SCHEDULERS[scheduler])
+        else:
+            warnings.append(
+                f"ipvs.scheduler {scheduler!r} has no nlproxy equivalent (rr, sh and mh do): "
+                "endpoints are chosen at random"
+            )
+    if mode == "ipvs":
+        warnings.insert(0, IPVS_MODE_WARNING)
+    return replace(cfg, warnings=tuple(warnings))
+
+
+def _unused(path: str) -> str:
+    hint = HINTS.get(path.split(".")[0])
+    return f"{path} is not used by nlproxy" + (f" ({hint})" if hint else "")
