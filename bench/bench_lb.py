@@ -255,7 +255,7 @@ def wait(case: str, ports: int, endpoints: int, *, budget: bool = True) -> dict[
                 moved = _big(ports, endpoints, moved=endpoints // 2)[1]
                 state.apply([_up(moved)])
                 change_s, changed = _timed(syncer, state)
-                state.apply([_up(replace(moved, endpoints=moved.endpoints[1:]))])
+                state.apply([_up(msgspec.structs.replace(moved, endpoints=moved.endpoints[1:]))])
                 remove_s, removed = _timed(syncer, state)
                 state.apply([_up(replaced(10))])  # service 0: one endpoint at a new address
                 other_s, _ = _timed(syncer, state)

@@ -4,6 +4,7 @@ slices changed at random, the node's state, and what a delta must do to the prog
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from ipaddress import ip_network
 from typing import Any
 
