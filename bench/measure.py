@@ -76,6 +76,12 @@ def run_measured(
     an installed nlproxy runs from bytecode, and with the variable set every run of a checkout
     without ``__pycache__`` compiled nlproxy's modules again (0.25 s of a 0.34 s ``conntrack
     flush``). The first run of a tree writes it; a benchmark's warm-up round should be that run.
+
+    Peak RSS is the child's own high-water mark (``VmHWM``), sampled every few milliseconds
+    while it runs: ``wait4``'s ``ru_maxrss`` starts from the high-water mark of the process it
+    was exec'd from (Linux keeps the old image's mark across ``exec``), so every child of a
+    benchmark that had grown to 200 MiB reported at least 200 MiB. Only a child too quick to be
+    sampled falls back to ``ru_maxrss``.
     """
     env = {k: v for k, v in (os.environ if env is None else env).items() if k != NO_BYTECODE}
     fin = stdin.open("rb") if stdin else subprocess.DEVNULL
@@ -92,7 +98,8 @@ def run_measured(
         assert proc.stderr is not None
         err_chunks: list[bytes] = []
         deadline = None if timeout is None else t0 + timeout
-        timed_out = _drain(proc, err_chunks, deadline)
+        hwm = [0]
+        timed_out = _drain(proc, err_chunks, deadline, hwm)
         _, status, ru = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -103,33 +110,54 @@ def run_measured(
         wall=wall,
         user=ru.ru_utime,
         sys=ru.ru_stime,
-        rss_mib=ru.ru_maxrss / 1024,
+        rss_mib=(hwm[0] or ru.ru_maxrss) / 1024,
         rc=proc.returncode,
         stderr=b"".join(err_chunks).decode(errors="replace"),
         timed_out=timed_out,
     )
 
 
-def _drain(proc: subprocess.Popen[bytes], chunks: list[bytes], deadline: float | None) -> bool:
-    """Read stderr until EOF (the child exited) or the deadline (then kill its group)."""
+def _drain(
+    proc: subprocess.Popen[bytes], chunks: list[bytes], deadline: float | None, hwm: list[int]
+) -> bool:
+    """Read stderr until EOF (the child exited) or the deadline (then kill its group); keep
+    the child's largest ``VmHWM`` (KiB) in ``hwm[0]``."""
     import selectors
 
     assert proc.stderr is not None
     fd = proc.stderr.fileno()
+    status = f"/proc/{proc.pid}/status"
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
         while True:
+            hwm[0] = max(hwm[0], _vm_hwm(status))
             left = None if deadline is None else deadline - time.perf_counter()
             if left is not None and left <= 0:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.stderr.close()
                 return True
-            if sel.select(left):
+            if sel.select(HWM_PERIOD if left is None else min(left, HWM_PERIOD)):
                 data = os.read(fd, 65536)
                 if not data:
                     proc.stderr.close()
                     return False
                 chunks.append(data)
+
+
+HWM_PERIOD = 0.005
+"""Seconds between samples of a measured child's ``VmHWM``."""
+
+
+def _vm_hwm(status: str) -> int:
+    """The ``VmHWM`` (KiB) in a ``/proc/PID/status``; 0 once the process has exited."""
+    try:
+        with open(status, "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def in_ns(ns: str, *argv: str) -> list[str]:

@@ -231,3 +231,18 @@ def test_a_remeasured_figure_replaces_only_the_same_measurement() -> None:
     assert [r.get("wall") for r in got if r["bench"] == "cold_sync"] == [166.0, 18.8]
     assert [r["what"] for r in got if r["bench"] == "daemon"] == ["first_sync", "event_to_commit"]
     assert [r for r in got if r["bench"] == "machine"] == [machines[1]]
+
+
+def test_run_measured_peak_rss_is_the_childs_not_the_parents() -> None:
+    """A child exec'd from a large process reports its own peak, not the parent's (Linux keeps
+    the old image's high-water mark in ``ru_maxrss`` across ``exec``)."""
+    held = bytearray(300 << 20)
+    for i in range(0, len(held), 4096):
+        held[i] = 1
+    grow = (
+        "import time; b = bytearray(80 << 20); b[::4096] = b'x' * len(b[::4096]); time.sleep(0.3)"
+    )
+    u = run_measured([dataplane.PY, "-c", grow])
+    assert u.rc == 0, u.stderr
+    assert 80 < u.rss_mib < 200
+    del held
