@@ -174,7 +174,7 @@ def _json_documents(text: str) -> list[Any] | None:
 # quoted ``"turn it on"`` merely takes the slower path.
 _NOT_1_2 = re.compile(
     r"yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF|=|[!&*%].*|<<.*"
-    r"|[-+]?0[0-9].*|[-+]\..*|.*[0-9]{19}.*"
+    r"|[-+]?0[0-9][0-9_.]*|[-+]\..*|.*[0-9]{19}.*"
     r"|[-+]?\.?[0-9][0-9.]*[_:eEoObBxX](?:[0-9a-fA-F_:.xXoO]|(?<=[eE])[-+])*"
 )
 _TOKENS = re.compile(r"""[ \n\r\[\]{},]+|(?<=["']):""")

@@ -36,7 +36,8 @@ TRICKY = [
     "100m", "'08'", '"yes"', "'on'", '"1e3"', "123456789012345678901234567890",
     "9223372036854775808", "-9223372036854775809", "=", "-.5", "+.5", "-.5e3", "1.e3", "-0",
     "+0", "-0.0", "...", "0x1F-g", "1e3-x", "5de", "7d4b9c8f5e",
-    "6b6e1c7a-2e2f-4d1a-9a3b-0242ac120002", "2001-12-14 21:59:43", "'a:'",
+    "6b6e1c7a-2e2f-4d1a-9a3b-0242ac120002", "07e7f4f0-d4da-8218-a47b-ae9f4696a860",
+    "0777-x", "08.5", "2001-12-14 21:59:43", "'a:'",
 ]  # fmt: skip
 
 
@@ -166,6 +167,7 @@ def test_kubectl_uids_and_timestamps_take_the_compiled_path() -> None:
         "apiVersion: v1\nkind: Service\nmetadata:\n"
         '  creationTimestamp: "2026-01-01T00:00:00Z"\n  name: web\n  namespace: default\n'
         '  resourceVersion: "81723"\n  uid: 6b6e1c7a-2e2f-4d1a-9a3b-0242ac120002\n'
+        "  ownerReferences:\n  - uid: 02874b57-599e-c4d6-5933-8faa9d720108\n"
         "spec:\n  clusterIP: 10.96.0.10\n  ports:\n  - port: 80\n    protocol: TCP\n"
     )
     assert decode.compiled_documents(text) is not None
