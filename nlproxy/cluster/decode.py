@@ -233,6 +233,7 @@ def _reads_as_1_1(text: str) -> bool:
         return False
     else:
         raw = text.encode("utf-8")  # other characters than ASCII's are token characters
+    lines: set[tuple[int, int]] = set()
     for table, needles in ((_WORDS, _WORD_NEEDLES), (_NUMBERS, _NUMBER_NEEDLES)):
         classes = b" " + raw.translate(table) + b" "  # offsets one past the text's
         for needle in needles:
@@ -243,10 +244,10 @@ def _reads_as_1_1(text: str) -> bool:
                 start = raw.rfind(b"\n", 0, max(at - 1, 0)) + 1
                 end = raw.find(b"\n", at + len(needle) - 2)
                 end = len(raw) if end < 0 else end
-                if not _plain_tokens(raw[start:end].decode("utf-8")):
-                    return False
+                lines.add((start, end))
                 at = classes.find(needle, end + 1)
-    return True
+    # The lines found, split and matched at once.
+    return not lines or _plain_tokens(b"\n".join(raw[s:e] for s, e in lines).decode("utf-8"))
 
 
 def _plain_tokens(text: str) -> bool:

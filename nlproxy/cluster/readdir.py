@@ -156,13 +156,14 @@ def _version(st: os.stat_result) -> tuple[int, int, int, int]:
 
 
 def _read_all(fd: int, most: int) -> bytes:
-    """Up to ``most`` bytes, until end of file."""
+    """Up to ``most`` bytes, until end of file: in one read, as a regular file gives it, into
+    one buffer (no copy to join them)."""
     chunks: list[bytes] = []
     left = most
     while left > 0:
-        chunk = os.read(fd, min(left, 1 << 20))
+        chunk = os.read(fd, left)
         if not chunk:
             break
         chunks.append(chunk)
         left -= len(chunk)
-    return b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
