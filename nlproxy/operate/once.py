@@ -128,9 +128,10 @@ def _run_once(s: Settings, end: Callable[[int], int]) -> int:
 
 
 def _manifests_digest(s: Settings, read: DirectoryRead, local: object) -> str | None:
-    """The digest of the manifest files as read (each file's bytes; None for a directory), of
-    the settings and of the interface addresses; None if a file could not be read (a link out
-    of the directory, not a regular file, past the budget, changing): the loader names it."""
+    """The digest of the manifest files as read (each file's BLAKE2b, computed as it was read;
+    None for a directory), of the settings and of the interface addresses; None if a file could
+    not be read (a link out of the directory, not a regular file, past the budget, changing):
+    the loader names it."""
     from nlproxy.cluster.readdir import FileRead
     from nlproxy.sync.fingerprint import files_digest
 
@@ -138,5 +139,5 @@ def _manifests_digest(s: Settings, read: DirectoryRead, local: object) -> str | 
     for name, outcome in read.files.items():
         if outcome is not None and not isinstance(outcome, FileRead):
             return None
-        contents.append((name, None if outcome is None else outcome.data))
+        contents.append((name, None if outcome is None else outcome.digest))
     return files_digest(contents, repr((s, local)))
