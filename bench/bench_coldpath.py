@@ -4,7 +4,8 @@ Two views of the same work, each in fresh network namespaces it creates and dele
 
 * ``coldpath_cli``: ``nlproxy --netns NS run --once`` as a child process (wall, user, sys, RSS
   from ``wait4``, and the load average when it started), with a JSON ``List`` and with
-  block-style YAML manifests (``gen.write_manifests``; ``yaml-flow`` is the JSON-in-YAML form),
+  block-style YAML manifests (``gen.write_manifests``; ``yaml-flow`` is the JSON-in-YAML form,
+  ``yaml-kubectl`` the block style with the UIDs and timestamps kubectl writes),
   first into an empty namespace (cold), then again with nothing changed (restart); with
   ``--base CHECKOUT``, the same from another checkout too, before/after in one run.
   ``--rounds`` rounds, interleaved with ``iptables-legacy-restore`` loading the same cluster
@@ -32,6 +33,7 @@ import os
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -257,6 +259,29 @@ def burst_stages(c: gen.Cluster, count: int, out: Any) -> None:
             syncer.close()
 
 
+def write_kubectl_yaml(c: gen.Cluster, out: Path) -> None:
+    """``gen``'s block-style YAML with what ``kubectl get -o yaml`` also writes for every
+    object: a quoted ``creationTimestamp`` and a plain ``uid`` (most UIDs start with a digit),
+    the ``yaml-kubectl`` format."""
+    out.mkdir(parents=True, exist_ok=True)
+    groups = {
+        "node": [gen.node_doc()],
+        "services": [gen.service_doc(c, i) for i in range(c.services)],
+        "endpointslices": [d for i in range(c.services) for d in gen.slice_docs(c, i)],
+    }
+    n = 0
+    for stem, docs in groups.items():
+        with (out / f"{stem}.yaml").open("w") as f:
+            for doc in docs:
+                n += 1
+                uid = uuid.UUID(int=(n * 0x9E3779B97F4A7C15_F39CC0605CEDC834) % (1 << 128))
+                doc["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+                doc["metadata"]["uid"] = "UID"
+                f.write("---\n")
+                lines = gen._block(doc, "")
+                f.writelines(line.replace("uid: UID", f"uid: {uid}") for line in lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--services", type=int, default=10000)
@@ -279,7 +304,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         manifests = {}
         for fmt in formats:
             manifests[fmt] = Path(tmp) / fmt
-            gen.write_manifests(c, manifests[fmt], fmt)
+            if fmt == "yaml-kubectl":
+                write_kubectl_yaml(c, manifests[fmt])
+            else:
+                gen.write_manifests(c, manifests[fmt], fmt)
         # The child processes first: a child forked from this process once it holds a planned
         # cluster inherits that peak in its ru_maxrss (the kernel keeps the pre-exec high-water
         # mark), which would hide the child's own.

@@ -31,3 +31,14 @@ def test_small_run_prints_every_stage_and_the_reference() -> None:
     }  # fmt: skip
     assert cli["json", "restart"]["ops"] == cli["yaml", "restart"]["ops"] == 0
     assert cli["json", "cold"]["ops"] == stages["json", "cold"]["ops"]
+
+
+def test_kubectl_style_yaml_runs_cold_and_restarts_unchanged() -> None:
+    rows = run_script(
+        "bench_coldpath.py", "--services", "40", "--endpoints", "2", "--rounds", "1",
+        "--formats", "yaml-kubectl", "--skip-stages", "--no-legacy",
+    )  # fmt: skip
+    cli = {(r["format"], r["phase"]): r for r in rows if r["bench"] == "coldpath_cli"}
+    assert set(cli) == {("yaml-kubectl", "cold"), ("yaml-kubectl", "restart")}
+    assert cli["yaml-kubectl", "cold"]["ops"] > 0
+    assert cli["yaml-kubectl", "restart"]["ops"] == 0

@@ -8,6 +8,7 @@ documents mean is ``cluster/manifests.py``'s and ``cluster/parse.py``'s.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 from pathlib import Path
@@ -138,15 +139,20 @@ def _json_documents(text: str) -> list[Any] | None:
     could differ; everything else JSON can say (quoted strings and keys, integers, true, false,
     null, arrays, objects) YAML reads the same.
     """
-    if _NOT_PLAIN_JSON.search(text):
-        return None
-    chunks = _DOC_START.split(text)
     docs: list[Any] = []
-    for i, chunk in enumerate(chunks):
+    start = 0
+    # Document by document, so that block-style YAML is told apart at its first document,
+    # without a look at the rest.
+    for i, mark in enumerate(itertools.chain(_DOC_START.finditer(text), [None])):
+        chunk = text[start : len(text) if mark is None else mark.start()]
+        if mark is not None:
+            start = mark.end()
         if not chunk.strip():
             if i > 0:
                 docs.append(None)  # an explicit empty document
             continue
+        if _NOT_PLAIN_JSON.search(chunk):
+            return None
         try:
             docs.append(json.loads(chunk, parse_float=_not_plain, parse_constant=_not_plain))
         except (ValueError, _NotPlain):
@@ -154,32 +160,112 @@ def _json_documents(text: str) -> list[Any] | None:
     return docs
 
 
-# A word (whitespace-separated, so also inside quoted text: such a file merely takes the slower
-# path) that a YAML 1.2 decoder could read differently from PyYAML's YAML 1.1, as the Kubernetes
-# tools read it, or that only PyYAML's path handles: 1.1 booleans (yes/no/on/off), octal and
-# leading zeros, 0b/0o/0x, sexagesimal 1:20 (and so unquoted timestamps), underscores, exponents
-# (1e3 is a string in 1.1), integers beyond 64 bits, tags, anchors and aliases (and their
-# bombs), merge keys, directives, document ends and the ``=`` value key.
+# A token that a YAML 1.2 decoder could read differently from PyYAML's YAML 1.1, as the
+# Kubernetes tools read it, or that only PyYAML's path handles. Tokens: the text split at
+# whitespace and flow indicators (and at the ':' after a quoted key, as in {"a":yes}), ':' at
+# either end stripped; a plain scalar that resolves to anything but a string is one such token
+# (or a few, conservatively, when it also holds flow indicators). Flagged: 1.1 booleans
+# (yes/no/on/off); numbers with a leading zero (octal), a sign before the point (-.5 is a
+# string in 1.1), 19 digits or more (beyond 64 bits), or with 0b/0o/0x, an exponent (1e3 is a
+# string in 1.1), underscores or sexagesimal colons (and so unquoted timestamps), as far as
+# the token is shaped like a number (a UID such as 6b6e1c7a-2e2f-... is not); tags, anchors
+# and aliases (and their bombs), directives, merge keys and the ``=`` value key. A document
+# end ``...`` counts at the start of a line (``_DOC_END``). Quoted text is split alike: a
+# quoted ``"turn it on"`` merely takes the slower path.
 _NOT_1_2 = re.compile(
-    r"[\[{,]*+(?:(?:yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF|=)[\]},:]*"
-    r"|[-+.]?[0-9].*[_:eEoObBxX].*|[-+]?0[0-9].*|.*[0-9]{19}.*|[!&*%].*|<<.*|\.\.\.)"
+    r"yes|Yes|YES|no|No|NO|on|On|ON|off|Off|OFF|=|[!&*%].*|<<.*"
+    r"|[-+]?0[0-9][0-9_.]*|[-+]\..*|.*[0-9]{19}.*"
+    r"|[-+]?\.?[0-9][0-9.]*[_:eEoObBxX](?:[0-9a-fA-F_:.xXoO]|(?<=[eE])[-+])*"
 )
+_TOKENS = re.compile(r"""[ \n\r\[\]{},]+|(?<=["']):""")
+_DOC_END = re.compile(r"^\.\.\.(?:\s|$)", re.MULTILINE)
 # Characters besides printable ASCII and line ends: tabs, and what PyYAML's reader refuses or
 # reads as a line break (YAML 1.2 does not).
-_ASCII_TEXT = bytes(range(0x20, 0x7F)) + b"\n\r"
 _NOT_TEXT = re.compile(r"[\t\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\ufffe\uffff]")
 
 
+def _classes(*groups: tuple[bytes, bytes], rest: bytes) -> bytes:
+    """A ``bytes.translate`` table: each group's characters to its class, the others to
+    ``rest``."""
+    table = bytearray(rest * 256)
+    for chars, to in groups:
+        for c in chars:
+            table[c] = to[0]
+    return bytes(table)
+
+
+# The pre-filter: two translations of the text in which every flagged token shows as one of a
+# few fixed byte strings, found in C (a regular expression of literals, ``bytes.find``); only
+# the lines where one shows are split into tokens and matched against ``_NOT_1_2``. Any other
+# line holds no flagged token.
+# _WORDS: separators (and ':' and quotes, so that every token start and end is a space) to
+# ' ', the letters of yes/no/on/off to 'b' (so they show as " bb " or " bbb "), the characters
+# that start tags, anchors, aliases, directives, merge and value keys, and '0', to '!' (" !"
+# is a token starting with one; a leading zero), signs to '-' and the other digits and '.' to
+# '1' (" -1", " -!": a signed number).
+_LETTERS = bytes(range(ord("a"), ord("z") + 1)) + bytes(range(ord("A"), ord("Z") + 1))
+_WORDS = _classes(
+    (bytes(range(0x20)) + bytes(range(0x7F, 0x80)), b"\x00"),  # what _NOT_TEXT has of ASCII
+    (_LETTERS, b"q"),
+    (b"yesnofYESNOF", b"b"),
+    (b" \n\r[]{},:\"'", b" "),
+    (b"!&*%<=0", b"!"),
+    (b"-+", b"-"),
+    (b"123456789.", b"1"),
+    rest=b"q",
+)
+_WORD_HITS = re.compile(rb" (?:bbb? |!|-[1!])")  # one pass (five finds cost twice as much)
+# _NUMBERS: digits and '.' to '1', the characters of 0b/0o/0x, exponents, underscores and
+# colons to 'x': "1x" is in every number-shaped flagged token, 19 '1's in every long one.
+_NUMBERS = _classes((b"0123456789.", b"1"), (b"_:eEoObBxX", b"x"), rest=b" ")
+_NUMBER_NEEDLES = (b"1x", b"1" * 19)
+
+
 def _reads_as_1_1(text: str) -> bool:
-    """Whether a YAML 1.2 decoder reads ``text`` as PyYAML does (no word of ``_NOT_1_2``,
-    no character of ``_NOT_TEXT``)."""
-    if text.isascii():
-        if text.encode("ascii").translate(None, _ASCII_TEXT):
-            return False
-    elif _NOT_TEXT.search(text):
+    """Whether a YAML 1.2 decoder reads ``text`` as PyYAML does (no token of ``_NOT_1_2``,
+    no document end, no character of ``_NOT_TEXT``)."""
+    if "..." in text and _DOC_END.search(text):
         return False
+    if not text.isascii() and _NOT_TEXT.search(text):
+        return False
+    raw = text.encode("utf-8")  # other characters than ASCII's are token characters
+    words = raw.translate(_WORDS)
+    if 0 in words:
+        return False  # a character of _NOT_TEXT
+    # The first and the last line (their tokens have no separator before or after them), and
+    # the lines where the pre-filter sees something.
+    lines = {(0, _end(raw, 0)), (raw.rfind(b"\n") + 1, len(raw))}
+    hit = _WORD_HITS.search(words)
+    while hit is not None:
+        hit = _WORD_HITS.search(words, _line(raw, hit.start(), hit.end(), lines))
+    numbers = raw.translate(_NUMBERS)
+    for needle in _NUMBER_NEEDLES:
+        at = numbers.find(needle)
+        while at >= 0:
+            at = numbers.find(needle, _line(raw, at, at + len(needle), lines))
+    # The lines found, split and matched at once.
+    return _plain_tokens(b"\n".join(raw[s:e] for s, e in lines).decode("utf-8"))
+
+
+def _end(raw: bytes, at: int) -> int:
+    """Where the line holding ``raw[at]`` ends."""
+    end = raw.find(b"\n", at)
+    return len(raw) if end < 0 else end
+
+
+def _line(raw: bytes, start: int, end: int, lines: set[tuple[int, int]]) -> int:
+    """Add to ``lines`` the span of the lines that hold ``raw[start:end]`` (a pre-filter's
+    hit; a token never spans two lines) and return where it ends, where the next hit can
+    start (a line end is a separator)."""
+    last = _end(raw, end - 1)
+    lines.add((raw.rfind(b"\n", 0, start) + 1, last))
+    return last
+
+
+def _plain_tokens(text: str) -> bool:
+    """Whether no token of ``text`` is one of ``_NOT_1_2``."""
     match = _NOT_1_2.fullmatch
-    return not any(match(word) for word in set(text.split()))
+    return not any(match(token.strip(":")) for token in set(_TOKENS.split(text)))
 
 
 @functools.cache

@@ -10,10 +10,9 @@ reads files only; validation is ``cluster/parse.py``'s, and it must not touch th
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,12 +79,57 @@ class GoodFile:
     notes: tuple[str, ...] = ()
 
 
+Outcome = FileRead | FileError | Unsettled | None
+"""What reading one file gave: its content, why it was not read, or None for a directory."""
+
+
+@dataclass(frozen=True, slots=True)
+class DirectoryRead:
+    """Every manifest file of a directory, read once (``read_manifests``), for a digest of the
+    same bytes the loader is then given (``load_manifests(read=...)``)."""
+
+    files: dict[str, Outcome]
+    """File name to what reading it gave, in name order."""
+
+
+def read_manifests(directory: Path, budget: int = MAX_LOAD_BYTES) -> DirectoryRead:
+    """Read the files ``load_manifests`` would read, as it reads them (beneath the directory,
+    regular files only, ``budget`` bytes at most).
+
+    Raises:
+        ConfigError: the directory cannot be listed.
+    """
+    try:
+        with Directory(directory) as opened:
+            return DirectoryRead(dict(_reads(opened, _names(opened), budget)))
+    except OSError as exc:
+        raise ConfigError(f"manifests {directory}", exc.strerror or str(exc)) from exc
+
+
+def _names(opened: Directory) -> list[str]:
+    return [n for n in opened.names() if Path(n).suffix in SUFFIXES and n[0] != "."]
+
+
+def _reads(directory: Directory, names: list[str], budget: int) -> Iterator[tuple[str, Outcome]]:
+    """Each file's outcome, in name order, the budget shared as a load shares it."""
+    for name in names:
+        try:
+            read = directory.read(name, min(budget, MAX_FILE_BYTES))
+        except (FileError, Unsettled) as exc:
+            yield name, exc
+            continue
+        if read is not None:
+            budget -= len(read.data)
+        yield name, read
+
+
 def load_manifests(
     directory: Path,
     last_good: dict[str, GoodFile] | None = None,
     *,
     now: float | None = None,
     budget: int = MAX_LOAD_BYTES,
+    read: DirectoryRead | None = None,
 ) -> ManifestLoad:
     """Load every manifest file in ``directory`` (not recursive; dotfiles are skipped, which
     also skips the ``..data`` links of a mounted ConfigMap). Files are read in name order and the
@@ -103,33 +147,34 @@ def load_manifests(
             again), keeps them too and is listed in ``unsettled``.
         now: the time (seconds since the epoch) to measure that grace from; the clock's.
         budget: the most bytes read in all (a file past it keeps its last good objects).
+        read: the directory as ``read_manifests`` read it (``run --once`` hashes those bytes
+            first); not read again.
 
     Raises:
         ConfigError: the directory cannot be listed.
     """
+    # Parsing allocates millions of objects and creates no cycles: a collection would only
+    # walk them again and again (a third of the load time at 100k endpoints).
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        with Directory(directory) as opened:
-            names = [n for n in opened.names() if Path(n).suffix in SUFFIXES and n[0] != "."]
-            # Parsing allocates millions of objects and creates no cycles: a collection would
-            # only walk them again and again (a third of the load time at 100k endpoints).
-            enabled = gc.isenabled()
-            gc.disable()
-            try:
-                when = time.time() if now is None else now
-                return _load(opened, names, last_good or {}, when, budget)
-            finally:
-                if enabled:
-                    gc.enable()
-    except OSError as exc:
-        raise ConfigError(f"manifests {directory}", exc.strerror or str(exc)) from exc
+        when = time.time() if now is None else now
+        if read is not None:
+            return _load(read.files.items(), last_good or {}, when)
+        try:
+            with Directory(directory) as opened:
+                return _load(_reads(opened, _names(opened), budget), last_good or {}, when)
+        except OSError as exc:
+            raise ConfigError(f"manifests {directory}", exc.strerror or str(exc)) from exc
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _load(
-    directory: Directory,
-    names: list[str],
+    reads: Iterable[tuple[str, Outcome]],
     last_good: dict[str, GoodFile],
     now: float,
-    budget: int,
 ) -> ManifestLoad:
     by_kind: dict[str, list[Upsert | Skip | Invalid]] = {kind: [] for kind in KINDS}
     first_seen: dict[ObjectRef, str] = {}
@@ -137,14 +182,14 @@ def _load(
     warnings: list[str] = []
     unsettled: list[str] = []
     good: dict[str, GoodFile] = {}
-    for name in names:
+    for name, read in reads:
         notes: list[str] = []
         kept = last_good.get(name)
         try:
-            read = directory.read(name, min(budget, MAX_FILE_BYTES))
             if read is None:
                 continue  # a directory
-            budget -= len(read.data)
+            if isinstance(read, FileError | Unsettled):
+                raise read
             current = _current(name, read, kept, now, notes)
         except Unsettled:
             unsettled.append(name)
@@ -159,12 +204,16 @@ def _load(
         good[name] = current
         errors += notes
         for where, obj, kind in current.objects:
-            ref = object_ref(obj, kind)
+            # The typed change, when the object is plainly valid, names it as object_ref would.
+            fast = typed.from_document(obj, kind) if kind in typed.FAST_KINDS else None
+            ref = object_ref(obj, kind) if fast is None else fast.ref
             if ref in first_seen:
                 _duplicate(ref, where, obj, kind, first_seen, by_kind[kind], errors)
                 continue
             first_seen[ref] = where
-            by_kind[kind].append(_change(obj, kind, where, ref, warnings))
+            by_kind[kind].append(
+                fast if fast is not None else _parsed(obj, kind, where, ref, warnings)
+            )
     changes = tuple(Replace(kind=kind, changes=tuple(by_kind[kind])) for kind in KINDS)
     return ManifestLoad(
         changes=changes,
@@ -188,24 +237,20 @@ def _current(
     # grace does not keep an emptied file's objects for ever.)
     if not read.data and kept and kept.objects and abs(now - read.changed) < EMPTY_GRACE:
         raise Unsettled(name)
-    digest = hashlib.blake2b(read.data, digest_size=16).digest()
-    if kept is not None and kept.digest == digest:
+    if kept is not None and kept.digest == read.digest:
         notes += kept.notes
         return kept
     mine: list[str] = []
-    objects = list(_objects(Path(name), read.data, mine))
+    objects = _objects(Path(name), read.data, mine)
     notes += mine
-    return GoodFile(digest, objects, tuple(mine))
+    return GoodFile(read.digest, objects, tuple(mine))
 
 
-def _change(
+def _parsed(
     obj: dict[str, Any], kind: str, where: str, ref: ObjectRef, warnings: list[str]
 ) -> Upsert | Skip | Invalid:
-    """The change for one object: typed when it is plainly valid and has no unknown field,
-    else the parser's, which names the object's unknown fields and what is wrong."""
-    fast = typed.from_document(obj, kind) if kind in typed.FAST_KINDS else None
-    if fast is not None:
-        return fast
+    """The parser's change for an object the typed path did not take (it has an unknown field
+    or is not plainly valid): it names the unknown fields and what is wrong."""
     warnings += (f"{where}: {ref}: unknown field {f}" for f in unknown_fields(obj, kind))
     return to_change(obj, kind)
 
@@ -234,27 +279,27 @@ def _duplicate(
         errors.append(f"{where}: {ref}: defined again (first in {first_seen[ref]})")
 
 
-def _objects(
-    path: Path, data: bytes, notes: list[str]
-) -> Iterator[tuple[str, dict[str, Any], str]]:
+def _objects(path: Path, data: bytes, notes: list[str]) -> Objects:
     """``(where, object, kind)`` for each object of a known kind in one file; ``notes`` gets
     the objects whose kind looks like a misspelling of one (``kind: Servcie``).
 
     Raises:
         FileError: the file cannot be read or parsed, or holds something that is not an object.
     """
+    found: Objects = []
     for index, doc in enumerate(documents(path, data), start=1):
         where = f"{path.name} document {index}" if index > 1 else path.name
         if doc is None:
             continue
-        items = doc if isinstance(doc, list) else [doc]
-        for item in items:
-            yield from _flatten(where, item, None, notes)
+        for item in doc if isinstance(doc, list) else [doc]:
+            _flatten(where, item, None, notes, found)
+    return found
 
 
 def _flatten(
-    where: str, item: object, list_kind: str | None, notes: list[str]
-) -> Iterator[tuple[str, dict[str, Any], str]]:
+    where: str, item: object, list_kind: str | None, notes: list[str], found: Objects
+) -> None:
+    """Append ``item``'s objects of a known kind to ``found`` (a list's, each of its items)."""
     if not isinstance(item, dict):
         shown = json.dumps(item, default=str)
         shown = shown if len(shown) <= 40 else shown[:37] + "..."
@@ -262,15 +307,22 @@ def _flatten(
     kind = item.get("kind", list_kind)
     if not isinstance(kind, str) or not kind:
         raise FileError(f"{where}: an object without a kind")
-    if kind == "List" or (kind.endswith("List") and kind[:-4] in KINDS):
+    if kind in KINDS:
+        if _right_group(item.get("apiVersion"), kind):
+            found.append((where, item, kind))
+    elif kind == "List" or (kind.endswith("List") and kind[:-4] in KINDS):
         members = item.get("items")
         if not isinstance(members, list | None):
             raise FileError(f"{where}: {kind}: items: expected a list")
+        member_kind = kind[:-4] or None
         for member in members or []:
-            yield from _flatten(where, member, kind[:-4] or None, notes)
-    elif kind in KINDS:
-        if _right_group(item.get("apiVersion"), kind):
-            yield where, item, kind
+            # The common case inline: an object of a known kind that says so.
+            k = member.get("kind", member_kind) if type(member) is dict else None
+            if type(k) is str and k in KINDS:
+                if _right_group(member.get("apiVersion"), k):
+                    found.append((where, member, k))
+            else:
+                _flatten(where, member, member_kind, notes, found)
     elif (near := _near_kind(kind)) is not None and _right_group(item.get("apiVersion"), near):
         # Someone else's kinds (Deployment, Pod, ...) are ignored; a near-miss of ours is a
         # typo to name, as kubectl --validate=strict would.

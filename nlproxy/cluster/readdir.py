@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import hashlib
 import os
 import stat
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ class FileRead:
     changed: float
     """When the file last changed, seconds since the epoch: its ctime, which the kernel sets
     (an mtime can be set to any time by whoever writes the file)."""
+    digest: bytes
+    """``data``'s BLAKE2b-128, computed once: a reload tells an unchanged file by it, and
+    ``run --once``'s files digest is of them."""
 
 
 class Directory:
@@ -122,7 +126,7 @@ class Directory:
             os.close(fd)
         if len(data) != size or _version(before) != _version(after):
             raise Unsettled(name)
-        return FileRead(data, after.st_ctime)
+        return FileRead(data, after.st_ctime, hashlib.blake2b(data, digest_size=16).digest())
 
     def _open(self, name: str) -> int:
         flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
@@ -152,13 +156,14 @@ def _version(st: os.stat_result) -> tuple[int, int, int, int]:
 
 
 def _read_all(fd: int, most: int) -> bytes:
-    """Up to ``most`` bytes, until end of file."""
+    """Up to ``most`` bytes, until end of file: in one read, as a regular file gives it, into
+    one buffer (no copy to join them)."""
     chunks: list[bytes] = []
     left = most
     while left > 0:
-        chunk = os.read(fd, min(left, 1 << 20))
+        chunk = os.read(fd, left)
         if not chunk:
             break
         chunks.append(chunk)
         left -= len(chunk)
-    return b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)

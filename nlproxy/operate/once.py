@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nlproxy.config import Settings, external_networks
 from nlproxy.errors import ConfigError
+
+if TYPE_CHECKING:
+    from nlproxy.cluster.manifests import DirectoryRead
 
 EXIT_INVALID_OBJECTS = 3
 
@@ -42,7 +45,7 @@ def run_once(s: Settings, *, end: Callable[[int], int] = lambda status: status) 
 
 
 def _run_once(s: Settings, end: Callable[[int], int]) -> int:
-    from nlproxy.cluster.manifests import load_manifests
+    from nlproxy.cluster.manifests import load_manifests, read_manifests
     from nlproxy.cluster.state import ClusterState
     from nlproxy.log import get_logger
     from nlproxy.sync.kernel import real as real_kernel
@@ -61,13 +64,17 @@ def _run_once(s: Settings, end: Callable[[int], int]) -> int:
         pcfg, real_kernel(s.netns), owner=s.owned_table, flush_tcp=s.conntrack_flush_tcp
     )
     try:
-        files = _manifests_digest(s, s.manifests, local)
+        # Each file is read once, as the loader reads it (beneath the directory, regular files
+        # only, within the budget): the digest is of the bytes the loader is given.
+        read = read_manifests(s.manifests)
+        files = _manifests_digest(s, read, local)
         # The same files and settings as a run that had nothing to report, and nobody wrote
         # since: nothing to parse, plan or send (docs/ruleset.md, restart by fingerprint).
         if files is not None and syncer.files_unchanged(files):
             log.info("sync.applied", ops=0, duration_ms=0.0, plan_ms=0.0, invalid=0, unchanged=True)
             return 0
-        loaded = load_manifests(s.manifests)
+        loaded = load_manifests(s.manifests, read=read)
+        del read
         for warning in loaded.warnings:
             print(f"nlproxy: warning: {warning}", file=sys.stderr)
         state = ClusterState(
@@ -124,13 +131,17 @@ def _run_once(s: Settings, end: Callable[[int], int]) -> int:
     return end(EXIT_INVALID_OBJECTS if problems else 0)
 
 
-def _manifests_digest(s: Settings, directory: Path, local: object) -> str | None:
-    """The digest of every entry of ``directory`` (a superset of what ``load_manifests``
-    reads), of the settings and of the interface addresses; None if an entry cannot be read."""
+def _manifests_digest(s: Settings, read: DirectoryRead, local: object) -> str | None:
+    """The digest of the manifest files as read (each file's BLAKE2b, computed as it was read;
+    None for a directory), of the settings and of the interface addresses; None if a file could
+    not be read (a link out of the directory, not a regular file, past the budget, changing):
+    the loader names it."""
+    from nlproxy.cluster.readdir import FileRead
     from nlproxy.sync.fingerprint import files_digest
 
-    try:
-        contents = [(p.name, p.read_bytes() if p.is_file() else None) for p in directory.iterdir()]
-    except OSError:
-        return None  # load_manifests names the file
+    contents: list[tuple[str, bytes | None]] = []
+    for name, outcome in read.files.items():
+        if outcome is not None and not isinstance(outcome, FileRead):
+            return None
+        contents.append((name, None if outcome is None else outcome.digest))
     return files_digest(contents, repr((s, local)))

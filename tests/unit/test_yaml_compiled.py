@@ -9,6 +9,7 @@ today's pure-Python loader; the documents must be equal, types included (``True`
 from __future__ import annotations
 
 import copy
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,10 @@ TRICKY = [
     "1:20", "190:20:30", ".inf", "-.Inf", ".nan", "2001-12-14", "2001-12-14t21:59:43.10-05:00",
     "2026-01-01T00:00:00Z", "10.96.0.1", "10.96.0.0/12", "fd00::1", "2001:db8::1", "1Gi",
     "100m", "'08'", '"yes"', "'on'", '"1e3"', "123456789012345678901234567890",
-    "9223372036854775808", "-9223372036854775809", "=",
+    "9223372036854775808", "-9223372036854775809", "=", "-.5", "+.5", "-.5e3", "1.e3", "-0",
+    "+0", "-0.0", "...", "0x1F-g", "1e3-x", "5de", "7d4b9c8f5e",
+    "6b6e1c7a-2e2f-4d1a-9a3b-0242ac120002", "07e7f4f0-d4da-8218-a47b-ae9f4696a860",
+    "0777-x", "08.5", "2001-12-14 21:59:43", "'a:'",
 ]  # fmt: skip
 
 
@@ -66,6 +70,10 @@ def _shapes(scalar: str) -> list[str]:
         f"a: [{scalar}, x]\nb: {{k: {scalar}}}\n",
         f"{scalar}: v\n" if scalar else "k: v\n",
         f"---\nspec:\n  ports:\n  - port: {scalar}\n    name: x\n",
+        # Flow indicators and a quoted key's ':' right against the scalar.
+        f"c: [x,{scalar}]\n",
+        f'd: {{"k":{scalar}}}\n',
+        f"e: {{k: x,j: {scalar}}}\n",
     ]
 
 
@@ -140,3 +148,27 @@ def test_errors_still_name_file_and_line(tmp_path: Path) -> None:
 )
 def test_flow_nesting_is_measured_before_libyaml_reads_it(text: str, depth: int) -> None:
     assert decode._flow_depth(text) == depth
+
+
+def test_the_pre_filter_misses_no_flagged_token() -> None:
+    """``_reads_as_1_1`` splits and matches only the lines where its pre-filter sees something:
+    over texts of tricky scalars in every position, its answer is the whole text's split."""
+    rng = random.Random(24)
+    pieces = [*TRICKY, "x", "node-1", "10.128.0.16", "k8s", "-", "- ", ": ", ":", ",", "[", "]"]
+    pieces += ["{", "}", '"', "'", " ", " ", "\n", "\n  ", "a1", "1a", "v1beta1", "0", "9"]
+    for _ in range(4000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
+        whole = not decode._DOC_END.search(text) and decode._plain_tokens(text)
+        assert decode._reads_as_1_1(text) == whole, repr(text)
+
+
+def test_kubectl_uids_and_timestamps_take_the_compiled_path() -> None:
+    text = (
+        "apiVersion: v1\nkind: Service\nmetadata:\n"
+        '  creationTimestamp: "2026-01-01T00:00:00Z"\n  name: web\n  namespace: default\n'
+        '  resourceVersion: "81723"\n  uid: 6b6e1c7a-2e2f-4d1a-9a3b-0242ac120002\n'
+        "  ownerReferences:\n  - uid: 02874b57-599e-c4d6-5933-8faa9d720108\n"
+        "spec:\n  clusterIP: 10.96.0.10\n  ports:\n  - port: 80\n    protocol: TCP\n"
+    )
+    assert decode.compiled_documents(text) is not None
+    assert _both(text)[0] == _both(text)[1]
