@@ -8,17 +8,36 @@ meanwhile, which makes the comparison void.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from nlproxy.cluster.model import ClusterSnapshot
 from nlproxy.nft.ir import Family, Operation, Ruleset
 from nlproxy.nft.reconcile import count_ops, diff
 from nlproxy.nft.tables import Tables
+from nlproxy.proxy.layout import Programmed, programmed_frontends
 from nlproxy.proxy.planner import Plan
 from nlproxy.sync.fingerprint import take_record
 from nlproxy.sync.isolation import Isolation
 from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.result import FAMILIES, as_programmed
+
+
+@dataclass(frozen=True, slots=True)
+class Repair:
+    """A drift's repair, prepared off the loop (``Verifying.prepare_repair``)."""
+
+    tables: dict[Family, Ruleset | None]
+    """The tables as read back."""
+    ops: dict[Family, list[Operation]]
+    """What makes each family's table equal to the plan again (empty: nothing)."""
+    version: int
+    """The Syncer's version at the read-back: the repair is void once a sync ran."""
+    programmed: dict[Family, Ruleset]
+    """The plan as read-back will show it once repaired, per family (the cache's next value)."""
+    frontends: tuple[Programmed, Programmed] | None
+    """The frontends of the repaired families' tables as read back and as planned (their
+    stale flows are deleted); None: no family is repaired."""
 
 
 class Verifying:
@@ -39,7 +58,7 @@ class Verifying:
     _conntrack: dict[Family, tuple[int, float]]
 
     _apply: Callable[[Family, list[Operation]], None]
-    _clean_stale: Callable[[Sequence[Ruleset], Sequence[Ruleset], ClusterSnapshot], int]
+    _clean_conntrack: Callable[[Programmed, Programmed, ClusterSnapshot], int]
 
     @property
     def version(self) -> int:
@@ -70,17 +89,47 @@ class Verifying:
             return None
         return None if self._version != version else ops
 
+    def prepare_repair(
+        self,
+        tables: dict[Family, Ruleset | None],
+        repairs: dict[Family, list[Operation]],
+        version: int,
+    ) -> Repair | None:
+        """What a repair of ``tables`` (read back at ``version``) needs besides its operations,
+        computed now so that the sync that commits it does not: the plan as programmed, and
+        the frontends whose flows it cleans up (both a pass over whole tables). Only reads, so
+        it runs off the loop as ``repair_ops`` does; None when a sync ran since ``version``."""
+        planned = self._last_plan
+        if version % 2 or self._version != version or planned is None:
+            return None
+        try:
+            programmed = {f: as_programmed(planned.rulesets[f]) for f in FAMILIES}
+            olds = [rs for f, rs in tables.items() if rs is not None and repairs.get(f)]
+            news = [programmed[f] for f in FAMILIES if repairs.get(f)]
+            fronts = (programmed_frontends(olds), programmed_frontends(news))
+        except Exception:  # a sync may change the plan's dicts while they are read
+            if self._version == version:
+                raise
+            return None
+        if self._version != version:
+            return None
+        return Repair(tables, repairs, version, programmed, fronts if olds or news else None)
+
     def repair(
         self,
         tables: dict[Family, Ruleset | None],
         repairs: dict[Family, list[Operation]],
         version: int,
         snapshot: ClusterSnapshot,
+        prepared: Repair | None = None,
     ) -> int | None:
         """Commit ``repairs`` (``repair_ops`` of the tables read back at ``version``), so the
         kernel holds the last plan again; flows the drift's endpoints had are cleaned up as a
         full sync would. Returns the operations sent, or None when a sync ran since (read back
         again). The next sync goes on from the plan, in place.
+
+        ``prepared`` (``prepare_repair`` of the same read-back) saves the passes over whole
+        tables; without it they are made here.
 
         Raises:
             KernelError: the kernel refused a repair (someone changed the table again): the
@@ -88,6 +137,9 @@ class Verifying:
         """
         if self._version != version or self._last_plan is None:
             return None
+        if prepared is None or prepared.version != version:
+            prepared = self.prepare_repair(tables, repairs, version)
+            assert prepared is not None, "the version was checked above"
         self._version += 1  # a repair changes the cache as a sync does
         self._conntrack = {}
         try:
@@ -101,10 +153,10 @@ class Verifying:
                     self._apply(family, ops)
                     sent += count_ops(ops)
                     self._recorded = None  # the next sync writes the records again
-                self._programmed[family] = as_programmed(self._last_plan.rulesets[family])
-            olds = [rs for f, rs in tables.items() if rs is not None and repairs.get(f)]
-            news = [rs for f in repairs if repairs[f] and (rs := self._programmed.get(f))]
-            self.conntrack_deleted_total += self._clean_stale(olds, news, snapshot)
+                self._programmed[family] = prepared.programmed[family]
+            if prepared.frontends is not None:
+                old, new = prepared.frontends
+                self.conntrack_deleted_total += self._clean_conntrack(old, new, snapshot)
             self._in_step = True
             self.retry_left_out()
             return sent

@@ -206,7 +206,8 @@ def test_drift_is_repaired_by_the_next_full_sync() -> None:
     assert text(nft) == before
 
 
-def test_drift_found_off_the_loop_is_repaired() -> None:
+@pytest.mark.parametrize("prepared", [False, True], ids=["in-the-sync", "prepared"])
+def test_drift_found_off_the_loop_is_repaired(prepared: bool) -> None:
     nft = FakeNftables(n.TABLE)
     syncer = make(nft)
     snap = programmed_world()
@@ -222,7 +223,9 @@ def test_drift_found_off_the_loop_is_repaired() -> None:
     repairs = {f: syncer.repair_ops(f, rs, version) or [] for f, rs in tables.items()}
     assert [len(ops) for ops in repairs.values()] == [1, 0]
 
-    assert syncer.repair(tables, repairs, version, snap) == 1
+    ready = syncer.prepare_repair(tables, repairs, version) if prepared else None
+    assert ready is not None or not prepared
+    assert syncer.repair(tables, repairs, version, snap, ready) == 1
     assert to(nft, "172.30.0.2", 80) == {"10.1.0.2:80"}
     assert text(nft) == before
     after = syncer.sync(snap, changed=set())

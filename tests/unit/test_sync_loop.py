@@ -33,6 +33,7 @@ from nlproxy.sync.loop import (
     SyncLoop,
 )
 from nlproxy.sync.syncer import SyncResult
+from nlproxy.sync.verify import Repair
 from tests.unit.builders import NODE, service, upsert
 
 MIN = 1.0
@@ -74,6 +75,7 @@ class RecordingSyncer:
     calls: list[Call] = field(default_factory=list)
     read_backs: list[float] = field(default_factory=list)
     taken: list[float] = field(default_factory=list)
+    prepared: list[float] = field(default_factory=list)  # when repairs were prepared
     version: int = 0
     planned: int = 0
     kernel: int = 0
@@ -113,13 +115,24 @@ class RecordingSyncer:
             return None
         return ["repair"] if have != self.planned else []
 
+    def prepare_repair(
+        self, tables: dict[Family, int], repairs: dict[Family, list[str]], version: int
+    ) -> Repair | None:
+        if version != self.version:
+            return None
+        self.prepared.append(trio.current_time())
+        return Repair(tables, repairs, version, {}, None)  # type: ignore[arg-type]
+
     def repair(
         self,
         tables: dict[Family, int],
         repairs: dict[Family, list[str]],
         version: int,
         snapshot: ClusterSnapshot,
+        prepared: Repair | None = None,
     ) -> int | None:
+        assert prepared is not None, "the loop prepares it"
+        assert prepared.version == version
         if version != self.version:
             return None
         self.taken.append(trio.current_time())
@@ -134,14 +147,14 @@ class RecordingSyncer:
         return self.own
 
 
-COSTS = {"read_back": 0.0, "repair_ops": 0.0}
+COSTS = {"read_back": 0.0, "repair_ops": 0.0, "prepare_repair": 0.0}
 
 
 async def runner(fn: Callable[..., object], *args: object) -> object:
     """The verifier's blocking calls, taking ``COSTS`` seconds of mock time each: a read-back
     sees the kernel when it begins, a comparison the plan when it ends."""
     cost = COSTS.get(getattr(fn, "__name__", ""), 0.0)
-    if getattr(fn, "__name__", "") == "repair_ops":
+    if getattr(fn, "__name__", "") in ("repair_ops", "prepare_repair"):
         await trio.sleep(cost)
         return fn(*args)
     out = fn(*args)
@@ -331,6 +344,38 @@ async def test_a_change_during_a_read_back_is_synced_within_the_min_period(
     events = [e["event"] for e in logs if e["event"].startswith("verify.")]
     assert events == ["verify.raced", "verify.read_back"]
     assert [round(t - began) for t in h.syncer.read_backs] == [0, 5]  # again after 4 + 1 s
+
+
+async def test_a_repair_is_prepared_off_the_loop_and_a_change_meanwhile_voids_it(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Preparing a drift's repair takes 2 s (passes over whole tables): a change written
+    meanwhile is synced at once, and the repair prepared before it is read back again."""
+    monkeypatch.setitem(COSTS, "read_back", 1.0)
+    monkeypatch.setitem(COSTS, "prepare_repair", 2.0)
+    with structlog.testing.capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            h = await started(nursery)
+            await trio.sleep(10 * MIN)
+            h.syncer.tamper()
+            began = trio.current_time()
+            h.loop.request_verify(Drift(pid=4242, comm="nft", objects=1))
+            await trio.sleep(2.5)  # read back (1 s a family), compared, preparing (2 s)
+            sent = trio.current_time()
+            await h.send.send([svc("a")])
+            await trio.sleep(MIN)
+            h.syncer.tamper()  # the fake's commit put its kernel right: drift again
+            await trio.sleep(30.0)
+            nursery.cancel_scope.cancel()
+    change, repair = h.syncer.calls[1:]
+    assert change.changed == {key("a")}
+    assert change.at == pytest.approx(sent)  # not held up by the preparation
+    assert [round(t - began) for t in h.syncer.read_backs] == [0, 4]
+    assert [round(t - began) for t in h.syncer.prepared] == [8]  # the second one only
+    assert repair.verified
+    assert [round(t - began) for t in h.syncer.taken] == [8]
+    stages = [e.get("stage") for e in logs if e["event"] == "verify.raced"]
+    assert stages == ["prepare"]
 
 
 async def test_a_drift_found_while_a_sync_ran_is_read_back_again_before_any_repair(
