@@ -99,8 +99,8 @@ class SyncLoop:
         self._release_memory = release_memory
         self._in_thread = in_thread
         self.resume_gc = False
-        """Re-enable the cyclic GC after the first sync has run (the daemon pauses it for its
-        cold start: ``daemon/memory.py``'s ``pause_gc``)."""
+        """Re-enable the cyclic GC after the first sync that planned has run (the daemon pauses
+        it for its cold start: ``daemon/memory.py``'s ``pause_gc``)."""
         self.quiet = quiet
         self.source_errors: Callable[[], Sequence[str]] | None = None
         """The source's own problems (files that do not parse): reported and counted with the
@@ -129,6 +129,7 @@ class SyncLoop:
         self._adopt: Repair | None = None  # a read-back that differed, its repair prepared
         self._retry_left_out = False  # a verify completed: services left out are tried again
         self._syncing: trio.Event | None = None  # set when the sync in progress ends
+        self._planned = False  # a sync planned (or failed): the start-up's objects exist
         self._nursery: trio.Nursery | None = None
         self._refused: set[str] = set()
         self._reported: set[str] = set()
@@ -255,7 +256,7 @@ class SyncLoop:
                 finally:
                     self._syncing.set()
                     self._syncing = None
-                if self.resume_gc:  # whether or not the first sync worked: pausing was for it
+                if self.resume_gc and self._planned:  # pausing was for the first plan
                     self.resume_gc = False
                     gc.enable()
                 last = trio.current_time()
@@ -415,6 +416,7 @@ class SyncLoop:
             else:
                 result = work()
         except (NlproxyError, OSError) as exc:  # EMFILE, ENOMEM...: tried again, never fatal
+            self._planned = True  # whether or not the first sync worked (for resume_gc)
             self.metrics.sync_failures.inc()
             failed = self.syncer.failed_family
             for family, label in IP_FAMILIES.items():
@@ -434,6 +436,11 @@ class SyncLoop:
             self._nursery.start_soon(
                 self._read_back_after, min(RESTART_VERIFY_DELAY, self.sync_period)
             )
+        if result.restarted and result.plan is None:  # not planned yet: the next sync plans
+            self._dirty = True
+            self._wake.set()
+        else:
+            self._planned = True
         self._record(result, pending, verify=verify, readback_ms=read_ms[0] if read_ms else None)
         if result.deferred:  # tables left for the next sync, which other changes may join
             self._pending |= result.deferred

@@ -12,7 +12,9 @@ from structlog.typing import FilteringBoundLogger
 from nlproxy.cluster.model import ClusterSnapshot
 from nlproxy.nft.dump import Interrupted
 from nlproxy.nft.ir import Family, Operation, Ruleset
-from nlproxy.proxy.planner import Plan
+from nlproxy.proxy.config import ProxyConfig
+from nlproxy.proxy.incremental import attach
+from nlproxy.proxy.planner import Plan, plan
 from nlproxy.sync.fingerprint import RECORD_CHAIN, Fingerprint, Record, record_ops, trusted
 from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.result import FAMILIES, SyncResult, as_programmed
@@ -33,6 +35,11 @@ class RestartRecords:
     _with_record: set[Family]
     _programmed: dict[Family, Ruleset | None]
     _seeded: bool
+    _unplanned: ClusterSnapshot | None
+    _last_plan: Plan | None
+    _in_step: bool
+    config: ProxyConfig
+    incremental: bool
 
     _apply: Callable[[Family, list[Operation]], None]
 
@@ -101,6 +108,26 @@ class RestartRecords:
         self._seeded = True
         result.restarted = True
         self.log.info("sync.restart_trusted", digest=self._digest)
+
+    def _trust(self, snapshot: ClusterSnapshot) -> SyncResult:
+        """A restart the records vouch for, not planned yet (``plan_after_restart``): the
+        tables hold the plan of ``snapshot``, which the next sync plans."""
+        result = SyncResult(restarted=True, ops=dict.fromkeys(FAMILIES, 0))
+        self._unplanned = snapshot
+        self._seeded = True
+        self.log.info("sync.restart_trusted", digest=self._digest, planned=False)
+        return result
+
+    def _plan_trusted(self, snapshot: ClusterSnapshot) -> None:
+        """Plan what a trusted restart left unplanned (``_trust``): that plan is what is
+        programmed, and the cache is in step with it."""
+        self._unplanned = None
+        planned = plan(snapshot, self.config)
+        if self.incremental:
+            attach(planned, snapshot)
+        self._last_plan = planned
+        self._adopt(planned, SyncResult())
+        self._in_step = True
 
     def _generation(self) -> int:
         return self.kernel.readback.generation()

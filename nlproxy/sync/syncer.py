@@ -59,6 +59,10 @@ class Syncer(Verifying, RestartRecords):
         incremental: update the last plan in place when it can (False: always the full path).
         record: keep a record of each commit's inputs in the tables, and trust a matching one
             at start-up instead of reading the tables back (``fingerprint.py``).
+        plan_after_restart: a restart the records vouch for ends its first sync before
+            planning (the tables hold that plan already; the result has no plan): the next
+            sync plans it, then applies what changed since. The daemon's first sync after a
+            restart is then its lists, a digest and the records.
     """
 
     def __init__(
@@ -70,6 +74,7 @@ class Syncer(Verifying, RestartRecords):
         flush_tcp: bool = False,
         incremental: bool = True,
         record: bool = True,
+        plan_after_restart: bool = False,
     ) -> None:
         self.config = config
         self.incremental = incremental
@@ -103,6 +108,8 @@ class Syncer(Verifying, RestartRecords):
         snapshot's when set (``fingerprint.files_digest``)."""
         self._version = 0  # odd while a sync may change the plan or the cache
         self._digest_all = False  # the next digest must look at every service
+        self.plan_after_restart = plan_after_restart
+        self._unplanned: ClusterSnapshot | None = None  # trusted as programmed, not planned
         self.own_generations: deque[int] = deque(maxlen=64)
         """The kernel generation ids of this process's recent commits (those known exactly:
         nobody else committed between the GETGEN before and the one after)."""
@@ -135,6 +142,7 @@ class Syncer(Verifying, RestartRecords):
             backend.forget()
         self._seeded = True
         self._in_step = False
+        self._unplanned = None  # the next sync plans afresh and compares with the read-back
         self.isolation.retry_all()
         self._digest_all = True
 
@@ -230,10 +238,15 @@ class Syncer(Verifying, RestartRecords):
             restarted = self._records_match()
             if not restarted:
                 self.verify()
+            elif self.plan_after_restart:
+                return self._trust(snapshot)
         result = SyncResult()
         self._conntrack = result.conntrack
         t0 = time.perf_counter()
         deltas: dict[Family, Delta] | None = None
+        finishing = self._unplanned is not None  # a trusted restart's plan, made now
+        if self._unplanned is not None:
+            self._plan_trusted(self._unplanned)
         last, in_step, self._in_step = self._last_plan, self._in_step, False
         if last is not None and self.incremental and last.live is not None:
             planned, deltas = plan_update(last, snapshot, self.config, changed)
@@ -255,6 +268,7 @@ class Syncer(Verifying, RestartRecords):
             self._adopt(planned, result)
         elif deltas is not None:
             result.conntrack_deleted = self._sync_delta(planned, deltas, snapshot, result)
+            result.incremental = not finishing  # for the caller, a full plan was made
         else:
             result.conntrack_deleted = self._sync_full(planned, snapshot, result)
         self._in_step = True

@@ -53,6 +53,7 @@ class Verifying:
     _backends: dict[Family, Tables]
     _programmed: dict[Family, Ruleset | None]
     _in_step: bool
+    _seeded: bool
     _digest_all: bool
     _recorded: tuple[str, str | None] | None
     _conntrack: dict[Family, tuple[int, float]]
@@ -80,6 +81,8 @@ class Verifying:
         under the comparison)."""
         planned = self._last_plan
         if version % 2 or self._version != version:
+            return None
+        if planned is None and self._seeded:  # a trusted restart, planned by the next sync
             return None
         try:
             ops = [] if planned is None else diff(planned.rulesets[family], have)

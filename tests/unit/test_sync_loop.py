@@ -421,6 +421,26 @@ async def test_a_restart_the_records_vouched_for_is_verified_later(
     assert [round(t - h.start) for t in h.syncer.read_backs] == [RESTART_VERIFY_DELAY]
 
 
+async def test_a_restart_trusted_before_planning_is_planned_by_the_next_sync_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The first sync of a restart the records vouch for has no plan (``plan_after_restart``):
+    a sync follows within the min period to make it, and the GC paused for the start-up's
+    objects stays paused until that sync has planned them."""
+    syncer = RecordingSyncer(restarted=True)
+    async with trio.open_nursery() as nursery:
+        h = await started(nursery, syncer=syncer)
+        h.loop.resume_gc = True  # as the daemon's pause_gc() leaves it; nothing is paused here
+        await trio.sleep(MIN / 2)
+        assert h.loop.resume_gc  # the plan is still to be made
+        await trio.sleep(PERIOD / 4)
+        nursery.cancel_scope.cancel()
+    first, plans = syncer.calls[0], syncer.calls[1:]
+    assert [round(c.at - first.at, 3) for c in plans] == [MIN]
+    assert plans[0].changed == set()
+    assert not h.loop.resume_gc
+
+
 @pytest.mark.parametrize("first_fails", [False, True])
 async def test_the_gc_paused_for_a_cold_start_runs_again_after_the_first_sync(
     autojump_clock: trio.testing.MockClock, first_fails: bool
