@@ -21,7 +21,8 @@ server holding S Services x E endpoints with the bodies a real server sends
 - ``relist`` (``--relist``): the API server stopped, its history compacted (every watch gets
   410 Gone) and started again on the same port: per kind, seconds from the server answering
   again to the daemon's end of that kind's relist (``source.listed``), the list's own duration,
-  and to the first commit after every relist; the daemon's CPU seconds over it.
+  and to the commit of a slice changed while the server was down (``committed_after_ready_s``);
+  the daemon's CPU seconds over it.
 
 With ``--baseline DIR`` the daemons run from that source tree (its ``.venv``), for a side-by-side.
 
@@ -274,13 +275,18 @@ def burst(
     )
 
 
-def relist(api: ApiServer, daemon: Daemon, services: int, timeout: float) -> None:
-    """The API server restarted with its history compacted: every kind relists (410 Gone)."""
+def relist(
+    api: ApiServer, daemon: Daemon, shape: tuple[int, int], first: int, timeout: float
+) -> None:
+    """The API server restarted with its history compacted: every kind relists (410 Gone).
+    One slice changed while it was down: the relist carries it, so its sync is the commit."""
+    services, endpoints = shape
     with daemon.cond:
         seen = len(daemon.lines)
     cpu = cpu_seconds(daemon.proc.pid)
     api.stop()
     time.sleep(1)
+    scale.burst(api, services, endpoints, 1, first)
     with api.store.cond:  # the cluster's other writes moved the revision on meanwhile
         api.store.rv += 1
         api.store.compact()
@@ -293,7 +299,11 @@ def relist(api: ApiServer, daemon: Daemon, services: int, timeout: float) -> Non
             lines = daemon.lines[seen:]
             listed = {e["kind"]: e for e in lines if e.get("event") == "source.listed"}
             last = max((daemon.lines.index(e) for e in listed.values()), default=len(daemon.lines))
-            applied = [e for e in daemon.lines[last:] if e.get("event") == "sync.applied"]
+            applied = [
+                e
+                for e in daemon.lines[last:]
+                if e.get("event") == "sync.applied" and e.get("services_changed")
+            ]
             if (set(listed) >= wanted and applied) or time.monotonic() > deadline:
                 break
             daemon.cond.wait(timeout=1)
@@ -342,7 +352,8 @@ def bench_daemon(
                 first += count
                 time.sleep(1)
             for _ in range(relists):
-                relist(api, daemon, services, timeout)
+                relist(api, daemon, (services, endpoints), first, timeout)
+                first += 1
                 time.sleep(3)
             if restart:
                 daemon.stop()
