@@ -10,6 +10,7 @@ import gc
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from ipaddress import ip_network
+from typing import Any
 
 import pytest
 import structlog.testing
@@ -180,6 +181,21 @@ def key(name: str) -> ServiceKey:
     return ServiceKey(namespace="ns", name=name)
 
 
+def loop_for(syncer: RecordingSyncer, metrics: Metrics | None = None, **kw: Any) -> SyncLoop:
+    """A loop on the mock clock's terms (syncs on the loop itself) around ``syncer``."""
+    return SyncLoop(
+        ClusterState(NODE),
+        syncer,  # type: ignore[arg-type]
+        health=HealthState(grace_seconds=120),
+        metrics=metrics or Metrics(CollectorRegistry()),
+        min_interval=MIN,
+        sync_period=PERIOD,
+        retry_interval=RETRY,
+        in_thread=False,
+        **kw,
+    )
+
+
 async def started(
     nursery: trio.Nursery,
     *,
@@ -189,18 +205,7 @@ async def started(
 ) -> Harness:
     syncer = syncer or RecordingSyncer()
     metrics = Metrics(CollectorRegistry())
-    loop = SyncLoop(
-        ClusterState(NODE),
-        syncer,  # type: ignore[arg-type]
-        health=HealthState(grace_seconds=120),
-        metrics=metrics,
-        min_interval=MIN,
-        sync_period=PERIOD,
-        retry_interval=RETRY,
-        quiet=None if quiet is None else (lambda: quiet),
-        in_thread=False,
-        runner=run,
-    )
+    loop = loop_for(syncer, metrics, quiet=None if quiet is None else (lambda: quiet), runner=run)
     send, recv = trio.open_memory_channel[Sequence[Change]](100)
     await send.send([svc("first")])  # as a source's initial list: the first sync runs at once
     start = trio.current_time()
@@ -446,16 +451,7 @@ async def test_the_gc_paused_for_a_cold_start_runs_again_after_the_first_sync(
     autojump_clock: trio.testing.MockClock, first_fails: bool
 ) -> None:
     syncer = RecordingSyncer(fail_next=int(first_fails))
-    loop = SyncLoop(
-        ClusterState(NODE),
-        syncer,  # type: ignore[arg-type]
-        health=HealthState(grace_seconds=120),
-        metrics=Metrics(CollectorRegistry()),
-        min_interval=MIN,
-        sync_period=PERIOD,
-        retry_interval=RETRY,
-        in_thread=False,
-    )
+    loop = loop_for(syncer)
     send, recv = trio.open_memory_channel[Sequence[Change]](100)
     assert gc.isenabled()
     loop.resume_gc = pause_gc()
@@ -548,17 +544,10 @@ async def test_the_memory_release_handed_in_runs_after_full_syncs_and_every_inte
     ``RELEASE_INTERVAL``."""
     releases: list[float] = []
     syncer = RecordingSyncer()
-    loop = SyncLoop(
-        ClusterState(NODE),
-        syncer,  # type: ignore[arg-type]
-        health=HealthState(grace_seconds=120),
-        metrics=Metrics(CollectorRegistry()),
-        min_interval=MIN,
-        sync_period=PERIOD,
-        retry_interval=RETRY,
+    loop = loop_for(
+        syncer,
         snapshot_filter=(lambda snapshot: snapshot) if full else None,
         release_memory=lambda: releases.append(trio.current_time()),
-        in_thread=False,
     )
     send, recv = trio.open_memory_channel[Sequence[Change]](100)
     await send.send([svc("first")])
