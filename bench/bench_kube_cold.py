@@ -17,7 +17,7 @@ server holding S Services x E endpoints with the bodies a real server sends
   at once into the running daemon's watch: seconds until every changed Service was programmed
   (the ``services_changed`` of the ``sync.applied`` lines add up to B), from the first write
   (``converged_s``) and from the last (``last_write_to_converged_s``), with the syncs and ops it
-  took and their plan/diff/commit milliseconds summed;
+  took, their plan/diff/commit milliseconds summed, and the daemon's CPU seconds until then;
 - ``relist`` (``--relist``): the API server stopped, its history compacted (every watch gets
   410 Gone) and started again on the same port: per kind, seconds from the server answering
   again to the daemon's end of that kind's relist (``source.listed``), the list's own duration,
@@ -242,6 +242,7 @@ def burst(
 ) -> None:
     services, endpoints = shape
     seen = len(daemon.events("sync.applied"))
+    cpu = cpu_seconds(daemon.proc.pid)
     started = time.time()
     scale.burst(api, services, endpoints, count, first)
     last = time.time()
@@ -264,6 +265,7 @@ def burst(
         replay_s=round(replayed, 3),
         converged_s=round(stamp(syncs[-1]) - started, 3),
         last_write_to_converged_s=round(stamp(syncs[-1]) - last, 3),
+        cpu_s=round(cpu_seconds(daemon.proc.pid) - cpu, 3),
         syncs=len(syncs),
         ops=sum(e.get("ops", 0) for e in syncs),
         full_syncs=sum(1 for e in syncs if not e.get("incremental")),
