@@ -171,7 +171,7 @@ class RestartRecords:
         return None if self._digest is None else (self._digest, self.files_digest)
 
 
-def _current_record(
+def current_record(
     records: dict[Family, Record | None], before: int, after: int
 ) -> tuple[str, str | None] | None:
     """What the records read back carry when they are current (written by the last commits in

@@ -15,6 +15,11 @@ cleanup from the touched frontends only: its cost follows the change, not the ta
 When the kernel rejects a batch that passed validation, the service behind it is left out
 (``isolation.py``: planned as last accepted, or absent) and the sync runs again, so one bad
 service cannot stall the others; the result names every service left out.
+
+Two parts live in modules of their own, as mixins of :class:`Syncer`: the verify off the sync
+loop (``verify.py``: read-back, comparison, a drift's repair prepared off the loop) and the
+restart by fingerprint (``restart.py``: each commit's record in the tables, and the start-up
+check that trusts it). ``result.py`` holds what a sync returns.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from nlproxy.sync.balancing import BalancingGuard
 from nlproxy.sync.fingerprint import Fingerprint, Record, take_record
 from nlproxy.sync.isolation import Isolation, owners
 from nlproxy.sync.kernel import SyncKernel
-from nlproxy.sync.restart import RestartRecords, _current_record
+from nlproxy.sync.restart import RestartRecords, current_record
 from nlproxy.sync.result import FAMILIES, SyncResult, as_programmed
 from nlproxy.sync.verify import Verifying
 
@@ -135,7 +140,7 @@ class Syncer(Verifying, RestartRecords):
             rs = self.kernel.readback.dump(family)
             records[family] = take_record(rs)  # the plan has no record chain: not a drift
             self._programmed[family] = rs
-        self._recorded = _current_record(records, gen, self._generation())
+        self._recorded = current_record(records, gen, self._generation())
         # The backends validate against their own view of chains and sets; after drift or a
         # failed commit that view is as stale as ours, so they re-read it too.
         for backend in self._backends.values():
