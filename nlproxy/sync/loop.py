@@ -10,8 +10,8 @@ A verify never holds a sync up: a task of its own reads the tables back and comp
 the plan in worker threads, one family at a time, while syncs go on. The Syncer's version moves
 with every sync, so a comparison a sync overlapped is void and done again, never taken for a
 drift. Only a read-back that differs is handed to the next sync, which repairs the difference;
-what the repair needs from whole tables (the plan as programmed, the frontends whose flows it
-cleans up) is prepared there too, so that sync holds no change up for long.
+what the repair needs from whole tables (the frontends whose flows it cleans up) is prepared
+there too, so that sync holds no change up for long.
 A drift report starts such a verify at once; lost notifications do only when the generations
 they may belong to are not all nlproxy's own commits (a large cold start overflows the
 monitor's socket with its own). After a failed sync the next one reads back first, itself.

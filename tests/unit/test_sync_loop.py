@@ -122,7 +122,7 @@ class RecordingSyncer:
         if version != self.version:
             return None
         self.prepared.append(trio.current_time())
-        return Repair(tables, repairs, version, {}, None)  # type: ignore[arg-type]
+        return Repair(tables, repairs, version, None)  # type: ignore[arg-type]
 
     def repair(
         self,
