@@ -37,6 +37,7 @@ process programming a fresh network namespace. Prints JSON lines:
 
 With ``--baseline DIR`` the daemon is run from that source tree instead (another nlproxy, e.g.
 ``git archive main`` with its shim built): run the script once each way for a side-by-side.
+``--log FILE`` keeps the daemons' log lines (the stages behind each figure).
 Every line carries the 1-minute load average.
 """
 
@@ -76,6 +77,9 @@ def free_port() -> int:
 
 TREE = ROOT
 """The source tree whose ``nlproxy`` the daemon runs (``--baseline``)."""
+
+LOG: Any = None
+"""Where the daemons' log lines are copied (``--log``), if anywhere."""
 
 
 def emit(**fields: Any) -> None:
@@ -124,6 +128,8 @@ class Daemon:
     def _read(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
+            if LOG is not None:
+                LOG.write(line)
             with contextlib.suppress(json.JSONDecodeError):
                 ev = json.loads(line)
                 kinds = {
@@ -528,7 +534,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--restart", type=int, default=0, metavar="N", help="N unchanged restarts")
     p.add_argument("--burst", type=int, default=0, metavar="N", help="N slice changes at once")
     p.add_argument("--baseline", type=Path, metavar="DIR", help="run another nlproxy's tree")
+    p.add_argument("--log", type=Path, metavar="FILE", help="copy the daemons' log lines there")
     args = p.parse_args(argv)
+    if args.log is not None:
+        global LOG
+        LOG = args.log.open("w", buffering=1)
     if args.baseline is not None:
         global TREE
         TREE = args.baseline.resolve()

@@ -11,11 +11,20 @@ server holding S Services x E endpoints with the bodies a real server sends
   it, and its RSS;
 - ``restart``: the daemon stopped (SIGTERM leaves the rules) and spawned again on the same API
   server and namespace, nothing changed: the same figures as ``cold_start``; its first commit
-  should send 0 operations;
+  should send 0 operations (``after_lists_s``: from the lists' end to the first commit, the
+  target's stage), and whether the tables' restart records vouched for them (no read-back);
 - ``burst``: B EndpointSlice updates (each moving one endpoint of a different Service) replayed
   at once into the running daemon's watch: seconds until every changed Service was programmed
-  (the ``services_changed`` of the ``sync.applied`` lines add up to B), with the number of syncs
-  and ops it took.
+  (the ``services_changed`` of the ``sync.applied`` lines add up to B), from the first write
+  (``converged_s``) and from the last (``last_write_to_converged_s``), with the syncs and ops it
+  took, their plan/diff/commit milliseconds summed, and the daemon's CPU seconds until then;
+- ``relist`` (``--relist``): the API server stopped, its history compacted (every watch gets
+  410 Gone) and started again on the same port: per kind, seconds from the server answering
+  again to the daemon's end of that kind's relist (``source.listed``), the list's own duration,
+  and to the commit of a slice changed while the server was down (``committed_after_ready_s``);
+  the daemon's CPU seconds over it.
+
+With ``--baseline DIR`` the daemons run from that source tree (its ``.venv``), for a side-by-side.
 
     .venv/bin/python bench/bench_kube_cold.py [--services 10000] [--endpoints 10]
         [--bursts 1000,5000]
@@ -39,7 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_daemon import free_port, rss_mb, stamp  # noqa: E402
+from bench.bench_daemon import cpu_seconds, free_port, rss_mb, stamp  # noqa: E402
 from bench.measure import healthz_ok  # noqa: E402
 from nlproxy.cluster.kube import api_client_from_config, kinds  # noqa: E402
 from nlproxy.cluster.kube_http import Http, list_kind  # noqa: E402
@@ -50,9 +59,21 @@ from tests.objects import endpoint, endpoint_slice, service  # noqa: E402
 
 PAGE = 500
 
+TREE = ROOT
+"""The source tree whose ``nlproxy`` the daemons run (``--baseline``)."""
+
+
+def python() -> str:
+    venv = TREE / ".venv" / "bin" / "python"
+    return str(venv) if TREE != ROOT and venv.exists() else sys.executable
+
 
 def emit(**fields: Any) -> None:
-    print(json.dumps({"bench": "kube_cold", **fields}), flush=True)
+    load = round(os.getloadavg()[0], 2)
+    print(
+        json.dumps({"bench": "kube_cold", "tree": str(TREE), **fields, "loadavg_1m": load}),
+        flush=True,
+    )
 
 
 def minimal(server: ApiServer, services: int, endpoints: int) -> None:
@@ -133,14 +154,14 @@ class Daemon:
         self.healthz, self.metrics = free_port(), free_port()
         self.netns = netns
         cmd = [
-            sys.executable, "-m", "nlproxy", "--netns", netns, "--log-format", "json",
+            python(), "-m", "nlproxy", "--netns", netns, "--log-format", "json",
             "run", "--kubeconfig", str(kubeconfig), "--node-name", scale.NODE,
             "--cluster-cidr", str(scale.CLUSTER_CIDR),
             "--healthz-bind-address", f"127.0.0.1:{self.healthz}",
             "--metrics-bind-address", f"127.0.0.1:{self.metrics}",
         ]  # fmt: skip
         self.spawned = time.time()
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=TREE)
         self.lines: list[dict[str, Any]] = []
         self.cond = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
@@ -199,9 +220,13 @@ def cold_start(
         endpoints=endpoints,
         to_lists_s=round(stamp(synced) - daemon.spawned, 3),
         to_first_commit_s=round(stamp(applied) - daemon.spawned, 3),
+        after_lists_s=round(stamp(applied) - stamp(synced), 3),
         to_healthy_s=round(healthy, 3),
+        cpu_s=round(cpu_seconds(daemon.proc.pid), 3),
         list_ms=listed,
         first_commit_ops=applied.get("ops"),
+        first_commit_ms={k: applied.get(k) for k in ("plan_ms", "diff_ms", "commit_ms")},
+        records_trusted=bool(daemon.events("sync.restart_trusted")),
         rss_mb=round(rss, 1),
         peak_rss_mb=round(hwm, 1),
     )
@@ -217,9 +242,11 @@ def burst(
 ) -> None:
     services, endpoints = shape
     seen = len(daemon.events("sync.applied"))
+    cpu = cpu_seconds(daemon.proc.pid)
     started = time.time()
     scale.burst(api, services, endpoints, count, first)
-    replayed = time.time() - started
+    last = time.time()
+    replayed = last - started
     deadline = time.monotonic() + timeout
     with daemon.cond:
         while True:
@@ -237,13 +264,75 @@ def burst(
         updates=count,
         replay_s=round(replayed, 3),
         converged_s=round(stamp(syncs[-1]) - started, 3),
+        last_write_to_converged_s=round(stamp(syncs[-1]) - last, 3),
+        cpu_s=round(cpu_seconds(daemon.proc.pid) - cpu, 3),
         syncs=len(syncs),
         ops=sum(e.get("ops", 0) for e in syncs),
+        full_syncs=sum(1 for e in syncs if not e.get("incremental")),
+        **{
+            f"{k}_sum": round(sum(e.get(k, 0.0) for e in syncs), 1)
+            for k in ("plan_ms", "diff_ms", "commit_ms", "duration_ms")
+        },
+        per_sync=[(e.get("services_changed"), round(e.get("duration_ms", 0.0))) for e in syncs],
+    )
+
+
+def relist(
+    api: ApiServer, daemon: Daemon, shape: tuple[int, int], first: int, timeout: float
+) -> None:
+    """The API server restarted with its history compacted: every kind relists (410 Gone).
+    One slice changed while it was down: the relist carries it, so its sync is the commit."""
+    services, endpoints = shape
+    with daemon.cond:
+        seen = len(daemon.lines)
+    cpu = cpu_seconds(daemon.proc.pid)
+    api.stop()
+    time.sleep(1)
+    scale.burst(api, services, endpoints, 1, first)
+    with api.store.cond:  # the cluster's other writes moved the revision on meanwhile
+        api.store.rv += 1
+        api.store.compact()
+    api.start()
+    ready = time.time()
+    wanted = {"Service", "EndpointSlice", "Node", "ServiceCIDR"}
+    deadline = time.monotonic() + timeout
+    with daemon.cond:
+        while True:
+            lines = daemon.lines[seen:]
+            listed = {e["kind"]: e for e in lines if e.get("event") == "source.listed"}
+            last = max((daemon.lines.index(e) for e in listed.values()), default=len(daemon.lines))
+            applied = [
+                e
+                for e in daemon.lines[last:]
+                if e.get("event") == "sync.applied" and e.get("services_changed")
+            ]
+            if (set(listed) >= wanted and applied) or time.monotonic() > deadline:
+                break
+            daemon.cond.wait(timeout=1)
+    if not set(listed) >= wanted or not applied:
+        emit(
+            what="relist", error=f"relisted {sorted(listed)} in {timeout}s, applied={bool(applied)}"
+        )
+        return
+    emit(
+        what="relist",
+        services=services,
+        listed_after_ready_s={k: round(stamp(e) - ready, 3) for k, e in sorted(listed.items())},
+        list_ms={k: e.get("duration_ms") for k, e in sorted(listed.items())},
+        committed_after_ready_s=round(stamp(applied[0]) - ready, 3),
+        ops=applied[0].get("ops"),
+        cpu_s=round(cpu_seconds(daemon.proc.pid) - cpu, 3),
     )
 
 
 def bench_daemon(
-    services: int, endpoints: int, bursts: list[int], timeout: float, *, restart: bool = True
+    services: int,
+    endpoints: int,
+    bursts: list[int],
+    timeout: float,
+    *,
+    restart: bool = True,
+    relists: int = 0,
 ) -> None:
     api = ApiServer(token=TOKEN)
     api.start()
@@ -264,6 +353,10 @@ def bench_daemon(
                 burst(api, daemon, (services, endpoints), count, first, timeout)
                 first += count
                 time.sleep(1)
+            for _ in range(relists):
+                relist(api, daemon, (services, endpoints), first, timeout)
+                first += 1
+                time.sleep(3)
             if restart:
                 daemon.stop()
                 daemon = Daemon(netns, kubeconfig)
@@ -284,11 +377,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--no-list", action="store_true", help="skip the in-process list figures")
     p.add_argument("--no-restart", action="store_true", help="skip the restart unchanged")
+    p.add_argument("--relist", type=int, default=0, metavar="N", help="N API server restarts")
+    p.add_argument("--baseline", type=Path, metavar="DIR", help="run another nlproxy's tree")
     args = p.parse_args(argv)
+    if args.baseline is not None:
+        global TREE
+        TREE = args.baseline.resolve()
     bursts = [int(b) for b in args.bursts.split(",") if b]
     if not args.no_list:
         bench_list(args.services, args.endpoints, args.repeat)
-    bench_daemon(args.services, args.endpoints, bursts, args.timeout, restart=not args.no_restart)
+    bench_daemon(
+        args.services,
+        args.endpoints,
+        bursts,
+        args.timeout,
+        restart=not args.no_restart,
+        relists=args.relist,
+    )
     return 0
 
 

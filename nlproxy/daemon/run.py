@@ -97,6 +97,7 @@ class Daemon:
             real_kernel(self.netns),
             owner=settings.owned_table,
             flush_tcp=settings.conntrack_flush_tcp,
+            plan_after_restart=True,  # healthy once the records vouch for the tables
         )
         # Big round-robin/consistent-hash tables are built a Service's budget per sync, so no
         # other change waits behind a burst of them (``sync/balancing.py``).

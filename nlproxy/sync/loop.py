@@ -9,7 +9,9 @@ and netlink I/O) runs in a worker thread.
 A verify never holds a sync up: a task of its own reads the tables back and compares them with
 the plan in worker threads, one family at a time, while syncs go on. The Syncer's version moves
 with every sync, so a comparison a sync overlapped is void and done again, never taken for a
-drift. Only a read-back that differs is handed to the next sync, which repairs the difference.
+drift. Only a read-back that differs is handed to the next sync, which repairs the difference;
+what the repair needs from whole tables (the frontends whose flows it cleans up) is prepared
+there too, so that sync holds no change up for long.
 A drift report starts such a verify at once; lost notifications do only when the generations
 they may belong to are not all nlproxy's own commits (a large cold start overflows the
 monitor's socket with its own). After a failed sync the next one reads back first, itself.
@@ -42,6 +44,7 @@ from nlproxy.proxy.planner import nodeport_gaps
 from nlproxy.serve.health import HealthState, node_eligible
 from nlproxy.serve.metrics import IP_FAMILIES, Metrics, NoLocalEndpoints
 from nlproxy.sync.syncer import FAMILIES, Syncer, SyncResult
+from nlproxy.sync.verify import Repair
 
 T = TypeVar("T")
 
@@ -96,8 +99,8 @@ class SyncLoop:
         self._release_memory = release_memory
         self._in_thread = in_thread
         self.resume_gc = False
-        """Re-enable the cyclic GC after the first sync has run (the daemon pauses it for its
-        cold start: ``daemon/memory.py``'s ``pause_gc``)."""
+        """Re-enable the cyclic GC after the first sync that planned has run (the daemon pauses
+        it for its cold start: ``daemon/memory.py``'s ``pause_gc``)."""
         self.quiet = quiet
         self.source_errors: Callable[[], Sequence[str]] | None = None
         """The source's own problems (files that do not parse): reported and counted with the
@@ -123,12 +126,10 @@ class SyncLoop:
         self._want_read_back = trio.Event()  # the verifier task's: read back and compare
         self._read_back_due = False
         self._lost: list[tuple[int, int]] = []  # generations of lost notifications
-        # A read-back that differed: the tables, their repair operations, the Syncer's version.
-        self._adopt: (
-            tuple[dict[Family, Ruleset | None], dict[Family, list[Operation]], int] | None
-        ) = None
+        self._adopt: Repair | None = None  # a read-back that differed, its repair prepared
         self._retry_left_out = False  # a verify completed: services left out are tried again
         self._syncing: trio.Event | None = None  # set when the sync in progress ends
+        self._planned = False  # a sync planned (or failed): the start-up's objects exist
         self._nursery: trio.Nursery | None = None
         self._refused: set[str] = set()
         self._reported: set[str] = set()
@@ -255,7 +256,7 @@ class SyncLoop:
                 finally:
                     self._syncing.set()
                     self._syncing = None
-                if self.resume_gc:  # whether or not the first sync worked: pausing was for it
+                if self.resume_gc and self._planned:  # pausing was for the first plan
                     self.resume_gc = False
                     gc.enable()
                 last = trio.current_time()
@@ -342,7 +343,13 @@ class SyncLoop:
             compare_ms=round(compare_s * 1000, 3),
         )
         if drifted:
-            self._adopt = (tables, repairs, version)
+            # The repair's passes over whole tables are made here, off the loop: the sync that
+            # commits it then holds no change up for long.
+            prepared = await self._run(self.syncer.prepare_repair, tables, repairs, version)
+            if prepared is None:
+                self.log.info("verify.raced", stage="prepare")
+                return False
+            self._adopt = prepared
             self._verify = True
             self._wake.set()
         return True
@@ -390,7 +397,9 @@ class SyncLoop:
                 read_ms.append((time.perf_counter() - started) * 1000)
                 self.metrics.verifies.labels(read_back="true").inc()
             elif adopt is not None:  # None: a sync ran after that read-back, it is stale
-                repaired.append(self.syncer.repair(*adopt, snapshot))
+                repaired.append(
+                    self.syncer.repair(adopt.tables, adopt.ops, adopt.version, snapshot, adopt)
+                )
             elif retry:
                 self.syncer.retry_left_out()
             return self.syncer.sync(snapshot, changed=changed)
@@ -407,6 +416,7 @@ class SyncLoop:
             else:
                 result = work()
         except (NlproxyError, OSError) as exc:  # EMFILE, ENOMEM...: tried again, never fatal
+            self._planned = True  # whether or not the first sync worked (for resume_gc)
             self.metrics.sync_failures.inc()
             failed = self.syncer.failed_family
             for family, label in IP_FAMILIES.items():
@@ -426,6 +436,11 @@ class SyncLoop:
             self._nursery.start_soon(
                 self._read_back_after, min(RESTART_VERIFY_DELAY, self.sync_period)
             )
+        if result.restarted and result.plan is None:  # not planned yet: the next sync plans
+            self._dirty = True
+            self._wake.set()
+        else:
+            self._planned = True
         self._record(result, pending, verify=verify, readback_ms=read_ms[0] if read_ms else None)
         if result.deferred:  # tables left for the next sync, which other changes may join
             self._pending |= result.deferred

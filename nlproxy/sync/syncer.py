@@ -15,6 +15,11 @@ cleanup from the touched frontends only: its cost follows the change, not the ta
 When the kernel rejects a batch that passed validation, the service behind it is left out
 (``isolation.py``: planned as last accepted, or absent) and the sync runs again, so one bad
 service cannot stall the others; the result names every service left out.
+
+Two parts live in modules of their own, as mixins of :class:`Syncer`: the verify off the sync
+loop (``verify.py``: read-back, comparison, a drift's repair prepared off the loop) and the
+restart by fingerprint (``restart.py``: each commit's record in the tables, and the start-up
+check that trusts it). ``result.py`` holds what a sync returns.
 """
 
 from __future__ import annotations
@@ -22,17 +27,14 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence, Set
-from copy import copy
-from dataclasses import dataclass, field
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey
 from nlproxy.conntrack.messages import FlowFilter
 from nlproxy.conntrack.plan import programmed_frontends, stale_flow_filters
 from nlproxy.errors import KernelError
 from nlproxy.log import get_logger
-from nlproxy.nft.dump import Interrupted
 from nlproxy.nft.ir import Family, Operation, Ruleset, Table, Verb
-from nlproxy.nft.reconcile import Delta, advance, count_ops, diff, ops_for_delta, stamp
+from nlproxy.nft.reconcile import Delta, advance, count_ops, diff, ops_for_delta
 from nlproxy.nft.tables import Tables
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
@@ -41,66 +43,17 @@ from nlproxy.proxy.layout import Programmed, delta_frontends, udp_only
 from nlproxy.proxy.planner import Plan, gc_paused, plan, plan_slot_token
 from nlproxy.proxy.slots import with_slots
 from nlproxy.sync.balancing import BalancingGuard
-from nlproxy.sync.fingerprint import (
-    RECORD_CHAIN,
-    Fingerprint,
-    Record,
-    record_ops,
-    take_record,
-    trusted,
-)
+from nlproxy.sync.fingerprint import Fingerprint, Record, take_record
 from nlproxy.sync.isolation import Isolation, owners
 from nlproxy.sync.kernel import SyncKernel
+from nlproxy.sync.restart import RestartRecords, current_record
+from nlproxy.sync.result import FAMILIES, SyncResult, as_programmed
+from nlproxy.sync.verify import Verifying
 
-FAMILIES = (Family.IP, Family.IP6)
-
-
-@dataclass(slots=True, kw_only=True)
-class SyncResult:
-    """What one sync did: operations sent per family, timings, conntrack flows deleted.
-
-    ``plan_ms`` is planning, ``diff_ms`` comparing (diff or delta → operations), ``commit_ms``
-    the kernel batches, ``apply_ms`` everything after planning (those, caching, conntrack);
-    ``incremental`` tells which path ran. The plan is the Syncer's live one: read it before the
-    next sync, which updates it.
-    """
-
-    ops: dict[Family, int] = field(default_factory=dict)
-    plan_ms: float = 0.0
-    diff_ms: float = 0.0
-    commit_ms: float = 0.0
-    apply_ms: float = 0.0
-    conntrack_deleted: int = 0
-    plan: Plan | None = None
-    incremental: bool = False
-    excluded: dict[ServiceKey, str] = field(default_factory=dict)
-    """Services left out because the kernel rejected them, with the kernel's error."""
-    deferred: set[ServiceKey] = field(default_factory=set)
-    """Services whose round-robin or consistent-hash tables wait for the next sync (past the
-    quota of ``Syncer.balancing``): sync again soon."""
-    conntrack: dict[Family, tuple[int, float]] = field(default_factory=dict)
-    """Per family whose flows were cleaned up: (flows deleted, seconds it took)."""
-    restarted: bool = False
-    """The tables' records showed they already held this plan: nothing was read back or
-    diffed (``fingerprint.py``); a full verify is due."""
-
-    @property
-    def total_ops(self) -> int:
-        return sum(self.ops.values())
+__all__ = ["FAMILIES", "SyncResult", "Syncer", "as_programmed"]
 
 
-def as_programmed(rs: Ruleset) -> Ruleset:
-    """``rs`` as read-back would show it once applied (rule comments carry fingerprints)."""
-    return Ruleset(
-        table=rs.table,
-        chains=dict(rs.chains),
-        rules={c: [stamp(r) for r in rules] for c, rules in rs.rules.items()},
-        sets=dict(rs.sets),
-        elements={s: copy(els) for s, els in rs.elements.items()},  # packed stays packed
-    )
-
-
-class Syncer:
+class Syncer(Verifying, RestartRecords):
     """Keeps the ``ip``/``ip6`` nlproxy tables equal to the plan for a snapshot.
 
     Args:
@@ -112,6 +65,10 @@ class Syncer:
         incremental: update the last plan in place when it can (False: always the full path).
         record: keep a record of each commit's inputs in the tables, and trust a matching one
             at start-up instead of reading the tables back (``fingerprint.py``).
+        plan_after_restart: a restart the records vouch for ends its first sync before
+            planning (the tables hold that plan already; the result has no plan): the next
+            sync plans it, then applies what changed since. The daemon's first sync after a
+            restart is then its lists, a digest and the records.
     """
 
     def __init__(
@@ -123,6 +80,7 @@ class Syncer:
         flush_tcp: bool = False,
         incremental: bool = True,
         record: bool = True,
+        plan_after_restart: bool = False,
     ) -> None:
         self.config = config
         self.incremental = incremental
@@ -156,6 +114,8 @@ class Syncer:
         snapshot's when set (``fingerprint.files_digest``)."""
         self._version = 0  # odd while a sync may change the plan or the cache
         self._digest_all = False  # the next digest must look at every service
+        self.plan_after_restart = plan_after_restart
+        self._unplanned: ClusterSnapshot | None = None  # trusted as programmed, not planned
         self.own_generations: deque[int] = deque(maxlen=64)
         """The kernel generation ids of this process's recent commits (those known exactly:
         nobody else committed between the GETGEN before and the one after)."""
@@ -181,13 +141,14 @@ class Syncer:
             rs = self.kernel.readback.dump(family)
             records[family] = take_record(rs)  # the plan has no record chain: not a drift
             self._programmed[family] = rs
-        self._recorded = _current_record(records, gen, self._generation())
+        self._recorded = current_record(records, gen, self._generation())
         # The backends validate against their own view of chains and sets; after drift or a
         # failed commit that view is as stale as ours, so they re-read it too.
         for backend in self._backends.values():
             backend.forget()
         self._seeded = True
         self._in_step = False
+        self._unplanned = None  # the next sync plans afresh and compares with the read-back
         self.isolation.retry_all()
         self._digest_all = True
 
@@ -283,10 +244,15 @@ class Syncer:
             restarted = self._records_match()
             if not restarted:
                 self.verify()
+            elif self.plan_after_restart:
+                return self._trust(snapshot)
         result = SyncResult()
         self._conntrack = result.conntrack
         t0 = time.perf_counter()
         deltas: dict[Family, Delta] | None = None
+        finishing = self._unplanned is not None  # a trusted restart's plan, made now
+        if self._unplanned is not None:
+            self._plan_trusted(self._unplanned)
         last, in_step, self._in_step = self._last_plan, self._in_step, False
         if last is not None and self.incremental and last.live is not None:
             planned, deltas = plan_update(last, snapshot, self.config, changed)
@@ -314,6 +280,7 @@ class Syncer:
             self._adopt(planned, result)
         elif deltas is not None:
             result.conntrack_deleted = self._sync_delta(planned, deltas, snapshot, result)
+            result.incremental = not finishing  # for the caller, a full plan was made
         else:
             result.conntrack_deleted = self._sync_full(planned, snapshot, result)
         self._in_step = True
@@ -449,206 +416,6 @@ class Syncer:
             result.ops[family] = count_ops(ops) - claim
         self._complete_records()
 
-    # -- verify off the sync loop -------------------------------------------------------------
-    # The loop reads the tables back in a worker thread while syncs go on, one family at a
-    # time, and compares each with the plan there; the version (moved by every sync) tells
-    # whether a sync ran meanwhile, which makes the comparison void.
-
-    @property
-    def version(self) -> int:
-        """Moves at the start and the end of every sync; odd while one runs."""
-        return self._version
-
-    def read_back(self, family: Family) -> Ruleset | None:
-        """``family``'s table as the kernel holds it (without its record). Blocking; only reads,
-        so it may run in a thread while a sync runs in another."""
-        rs = self.kernel.readback.dump(family)
-        take_record(rs)
-        return rs
-
-    def repair_ops(
-        self, family: Family, have: Ruleset | None, version: int
-    ) -> list[Operation] | None:
-        """What makes ``have`` (a read-back of ``family``) equal to the last plan: empty when
-        nothing differs; None when a sync ran since ``version`` (the plan may have changed
-        under the comparison)."""
-        planned = self._last_plan
-        if version % 2 or self._version != version:
-            return None
-        try:
-            ops = [] if planned is None else diff(planned.rulesets[family], have)
-        except Exception:  # a sync may change the plan's dicts while they are read
-            if self._version == version:
-                raise
-            return None
-        return None if self._version != version else ops
-
-    def repair(
-        self,
-        tables: dict[Family, Ruleset | None],
-        repairs: dict[Family, list[Operation]],
-        version: int,
-        snapshot: ClusterSnapshot,
-    ) -> int | None:
-        """Commit ``repairs`` (``repair_ops`` of the tables read back at ``version``), so the
-        kernel holds the last plan again; flows the drift's endpoints had are cleaned up as a
-        full sync would. Returns the operations sent, or None when a sync ran since (read back
-        again). The next sync goes on from the plan, in place.
-
-        Raises:
-            KernelError: the kernel refused a repair (someone changed the table again): the
-                caller reads back before its next sync.
-        """
-        if self._version != version or self._last_plan is None:
-            return None
-        self._version += 1  # a repair changes the cache as a sync does
-        self._conntrack = {}
-        try:
-            for backend in self._backends.values():
-                backend.forget()  # their view of chains and sets is as stale as the cache
-            self._in_step = False
-            sent = 0
-            for family in FAMILIES:  # a family without repairs was read back equal to it
-                ops = repairs.get(family)
-                if ops:
-                    self._apply(family, ops)
-                    sent += count_ops(ops)
-                    self._recorded = None  # the next sync writes the records again
-                self._programmed[family] = as_programmed(self._last_plan.rulesets[family])
-            olds = [rs for f, rs in tables.items() if rs is not None and repairs.get(f)]
-            news = [rs for f in repairs if repairs[f] and (rs := self._programmed.get(f))]
-            self.conntrack_deleted_total += self._clean_stale(olds, news, snapshot)
-            self._in_step = True
-            self.retry_left_out()
-            return sent
-        finally:
-            self._version += 1
-
-    def retry_left_out(self) -> None:
-        """After a full verify: services the kernel refused are tried again (what it refused
-        may have been a conflict that is gone now); the next sync compares everything."""
-        if self.isolation.excluded:
-            self.isolation.retry_all()
-            self._in_step = False
-            self._digest_all = True
-
-    def own_commits(self, after: int, upto: int) -> bool:
-        """Whether every generation in ``(after, upto]`` is one of this process's commits."""
-        span = (upto - after) & 0xFFFFFFFF
-        if span > len(self.own_generations):
-            return False
-        own = set(self.own_generations)
-        return all(((after + i) & 0xFFFFFFFF) in own for i in range(1, span + 1))
-
-    # -- restart by fingerprint (fingerprint.py) ----------------------------------------------
-
-    def unchanged_since_last_run(self, snapshot: ClusterSnapshot) -> bool:
-        """Whether the tables' records show they hold the plan of ``snapshot`` and nobody
-        committed since: then there is nothing to do (``run --once`` skips even planning)."""
-        fp = self._fingerprint
-        if fp is None:
-            return False
-        self._digest = fp.digest(snapshot)
-        return self._records_match()
-
-    def files_unchanged(self, files: str) -> bool:
-        """Whether the tables' records show they hold what ``run --once`` programmed from the
-        same manifest files and settings (``fingerprint.files_digest``), after a run that had
-        nothing to warn about, and nobody committed since: nothing to parse or plan."""
-        self._digest = None
-        return self._fingerprint is not None and self._records_match(files)
-
-    def rewrite_records(self) -> None:
-        """Write both records again now (a batch each), e.g. without ``files_digest`` once
-        a run turned out to have something to report."""
-        if self._digest is None:
-            return
-        self._with_record.clear()
-        self._recorded = None
-        for family in FAMILIES:
-            ops, _ = self._recording(family, [], 0)
-            self._apply(family, ops)
-        self._recorded = self._record_key()
-
-    def _records_match(self, files: str | None = None) -> bool:
-        """The restart check: both records carry this sync's digest (or ``files``) and the
-        kernel's last two generations (one GETGEN and a one-chain rule dump per family)."""
-        digest = self._digest
-        if digest is None and files is None:
-            return False
-        try:
-            gen = self._generation()
-            records: dict[Family, Record | None] = {}
-            for family in FAMILIES:
-                comments = self.kernel.readback.comments(family, RECORD_CHAIN)
-                records[family] = Record.parse(comments[0]) if comments else None
-            if self._generation() != gen:
-                return False
-        except Interrupted:
-            return False
-        if not trusted(records, digest, gen, FAMILIES, files):
-            # Why the tables are read back: a first start, other inputs, or another writer.
-            self.log.info(
-                "sync.restart_read_back",
-                digest_matches=all(r is not None and r.digest == digest for r in records.values()),
-                recorded_generations=[r.generation if r else None for r in records.values()],
-                generation=gen,
-            )
-            return False
-        last = records[FAMILIES[-1]]
-        self._recorded = None if last is None else (last.digest, last.files)
-        return True
-
-    def _adopt(self, planned: Plan, result: SyncResult) -> None:
-        """A restart the records vouch for: the plan is what is programmed (no diff)."""
-        for family in FAMILIES:
-            self._programmed[family] = as_programmed(planned.rulesets[family])
-            result.ops[family] = 0
-        self._seeded = True
-        result.restarted = True
-        self.log.info("sync.restart_trusted", digest=self._digest)
-
-    def _generation(self) -> int:
-        return self.kernel.readback.generation()
-
-    def _note_generation(self, before: int) -> None:
-        """Remember the generation of the commit just made, when nobody else's came between
-        (``before`` was read just ahead of it): a verify's read-back and the drift monitor
-        tell this process's commits from others' by it."""
-        after = self._generation()
-        if after == (before + 1) & 0xFFFFFFFF:
-            self.own_generations.append(after)
-
-    def _recording(
-        self, family: Family, ops: list[Operation], claim: int
-    ) -> tuple[list[Operation], int]:
-        """``ops`` followed by the family's new record, when one is due (any commit, or new
-        inputs); the record's operations are not counted (as ``claim``'s are not)."""
-        digest = self._digest
-        if digest is None or (not ops and self._record_key() == self._recorded):
-            return ops, claim
-        if not self._with_record:
-            self._expected_gen = self._generation() + 1
-        self._with_record.add(family)
-        extra = record_ops(Record(digest, self._expected_gen, self.files_digest))
-        self._expected_gen += 1
-        self._recorded = None  # until every family's record is written
-        return [*ops, *extra], claim + len(extra)
-
-    def _complete_records(self) -> None:
-        """Records were written to some families only: the others' get a batch of their own,
-        so the two records always carry consecutive generations of one sync."""
-        if not self._with_record:
-            return
-        for family in FAMILIES:
-            if family not in self._with_record:
-                ops, _ = self._recording(family, [], 0)
-                self._apply(family, ops)
-        self._recorded = self._record_key()
-
-    def _record_key(self) -> tuple[str, str | None] | None:
-        return None if self._digest is None else (self._digest, self.files_digest)
-
     def _clean_stale(
         self, olds: Sequence[Ruleset], news: Sequence[Ruleset], snapshot: ClusterSnapshot
     ) -> int:
@@ -691,16 +458,3 @@ class Syncer:
             backend.close()
         self._backends.clear()
         self.kernel.readback.close()
-
-
-def _current_record(
-    records: dict[Family, Record | None], before: int, after: int
-) -> tuple[str, str | None] | None:
-    """What the records read back carry when they are current (written by the last commits in
-    the namespace, seen at one generation), else None: the next sync writes them."""
-    some = next((r for r in records.values() if r is not None), None)
-    if some is None or before != after or not trusted(records, some.digest, after, FAMILIES):
-        return None
-    if any(r is None or r.files != some.files for r in records.values()):
-        return None
-    return some.digest, some.files

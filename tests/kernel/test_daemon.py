@@ -144,11 +144,18 @@ def test_restart_loses_no_probe_and_sends_no_operations(testbed: Testbed, tmp_pa
                 time.sleep(0.3)
                 applied = second.events("sync.applied")
                 trusted = second.events("sync.restart_trusted")
+                # The restart's first sync planned nothing (the records vouched for the
+                # tables); the plan made after it takes the next change in place.
+                publish(d, objects(testbed, ["pod-b"]))
+                wait_until(
+                    lambda: answered_by(testbed, VIP_A, 4) == {"pod-b"}, 60.0, "after the restart"
+                )
         assert probe.failures == []
         assert probe.ok > 5
         assert applied
         assert applied[0]["ops"] == 0
         assert trusted  # the tables' records vouched for them: nothing was read back
+        assert trusted[0]["planned"] is False
     finally:
         first.kill()
 

@@ -33,20 +33,28 @@ def test_a_read_back_finds_drift_is_void_after_a_sync_and_repairs(
         sh("nft", "delete", "element", "ip", "nlproxy", "cluster-ips", "{ 172.30.0.1 }", ns=ns)
         stale = syncer.read_back(Family.IP)
         assert not syncer.own_commits(gen_before, gen_before + 1)  # another process's
-        assert syncer.repair_ops(Family.IP, stale, version)
+        stale_ops = syncer.repair_ops(Family.IP, stale, version)
+        assert stale_ops
+        early = syncer.prepare_repair({Family.IP: stale}, {Family.IP: stale_ops}, version)
+        assert early is not None
 
         # One of nlproxy's syncs runs after the read-back began: the comparison is void, and
-        # a repair computed before it is refused.
+        # a repair computed or prepared before it is refused.
         changed = state.apply([upsert(eps_slice("a", "web", [endpoint("10.0.0.2")]))])
         syncer.sync(state.snapshot(), changed=changed)
         assert syncer.repair_ops(Family.IP, stale, version) is None
+        assert syncer.prepare_repair({Family.IP: stale}, {Family.IP: stale_ops}, version) is None
         assert syncer.repair({Family.IP: stale}, {Family.IP: []}, version, state.snapshot()) is None
+        snap = state.snapshot()
+        assert syncer.repair(early.tables, early.ops, version, snap, early) is None
 
         # Read back again: the drift is still there (the in-place sync did not touch it).
         version = syncer.version
         tables = {f: syncer.read_back(f) for f in (Family.IP, Family.IP6)}
         repairs = {f: syncer.repair_ops(f, rs, version) or [] for f, rs in tables.items()}
-        assert syncer.repair(tables, repairs, version, state.snapshot()) == 1  # the element
+        prepared = syncer.prepare_repair(tables, repairs, version)
+        assert prepared is not None
+        assert syncer.repair(tables, repairs, version, state.snapshot(), prepared) == 1
         after = syncer.sync(state.snapshot(), changed=set())
         assert after.incremental  # the repair left the cache equal to the plan
         assert after.total_ops == 0

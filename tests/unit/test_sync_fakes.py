@@ -177,6 +177,45 @@ def test_a_restart_sends_no_operations(record: bool) -> None:
     assert text(nft) == before
 
 
+def test_a_trusted_restart_plans_in_the_next_sync_which_sends_only_the_change() -> None:
+    """``plan_after_restart``: the first sync trusts the records and plans nothing; the next
+    plans what they vouched for and sends only what changed since, as a syncer that never
+    stopped would (the same table)."""
+    state = state_with_node()
+    pairs = [
+        (service("a", f"web{i}", f"172.30.0.{i + 1}"), eps_slice("a", f"web{i}", [endpoint(ip)]))
+        for i, ip in enumerate(["10.1.0.1", "10.1.0.2", "10.1.0.3"])
+    ]
+    state.apply([upsert(o) for pair in pairs for o in pair])
+    nft, steady_nft = FakeNftables(n.TABLE), FakeNftables(n.TABLE)
+    make(nft).sync(state.snapshot())
+    steady = make(steady_nft)
+    steady.sync(state.snapshot())
+    batches = len(nft.batches)
+
+    again = make(nft, plan_after_restart=True)
+    first = again.sync(state.snapshot())
+    assert first.restarted
+    assert first.plan is None
+    assert first.total_ops == 0
+    assert len(nft.batches) == batches
+    version = again.version
+    assert again.repair_ops(Family.IP, again.read_back(Family.IP), version) is None  # no plan yet
+
+    changed = state.apply([upsert(eps_slice("a", "web1", [endpoint("10.1.0.9")]))])
+    second = again.sync(state.snapshot(), changed=changed)
+    steady_result = steady.sync(state.snapshot(), changed=changed)
+    assert second.plan is not None
+    assert not second.incremental  # a full plan was made
+    assert second.total_ops == steady_result.total_ops
+    assert 0 < second.total_ops < 10
+    assert to(nft, "172.30.0.2", 80) == {"10.1.0.9:80"}
+    assert text(nft) == text(steady_nft)
+    third = again.sync(state.snapshot(), changed=set())
+    assert third.incremental
+    assert third.total_ops == 0
+
+
 def foreign(nft: FakeNftables, *ops: Operation) -> None:
     """Another process changes the table."""
     nft.open(Table(family=Family.IP, name=n.TABLE)).apply(list(ops))
@@ -206,7 +245,8 @@ def test_drift_is_repaired_by_the_next_full_sync() -> None:
     assert text(nft) == before
 
 
-def test_drift_found_off_the_loop_is_repaired() -> None:
+@pytest.mark.parametrize("prepared", [False, True], ids=["in-the-sync", "prepared"])
+def test_drift_found_off_the_loop_is_repaired(prepared: bool) -> None:
     nft = FakeNftables(n.TABLE)
     syncer = make(nft)
     snap = programmed_world()
@@ -222,7 +262,9 @@ def test_drift_found_off_the_loop_is_repaired() -> None:
     repairs = {f: syncer.repair_ops(f, rs, version) or [] for f, rs in tables.items()}
     assert [len(ops) for ops in repairs.values()] == [1, 0]
 
-    assert syncer.repair(tables, repairs, version, snap) == 1
+    ready = syncer.prepare_repair(tables, repairs, version) if prepared else None
+    assert ready is not None or not prepared
+    assert syncer.repair(tables, repairs, version, snap, ready) == 1
     assert to(nft, "172.30.0.2", 80) == {"10.1.0.2:80"}
     assert text(nft) == before
     after = syncer.sync(snap, changed=set())

@@ -10,6 +10,7 @@ import gc
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from ipaddress import ip_network
+from typing import Any
 
 import pytest
 import structlog.testing
@@ -33,6 +34,7 @@ from nlproxy.sync.loop import (
     SyncLoop,
 )
 from nlproxy.sync.syncer import SyncResult
+from nlproxy.sync.verify import Repair
 from tests.unit.builders import NODE, service, upsert
 
 MIN = 1.0
@@ -74,6 +76,7 @@ class RecordingSyncer:
     calls: list[Call] = field(default_factory=list)
     read_backs: list[float] = field(default_factory=list)
     taken: list[float] = field(default_factory=list)
+    prepared: list[float] = field(default_factory=list)  # when repairs were prepared
     version: int = 0
     planned: int = 0
     kernel: int = 0
@@ -113,13 +116,24 @@ class RecordingSyncer:
             return None
         return ["repair"] if have != self.planned else []
 
+    def prepare_repair(
+        self, tables: dict[Family, int], repairs: dict[Family, list[str]], version: int
+    ) -> Repair | None:
+        if version != self.version:
+            return None
+        self.prepared.append(trio.current_time())
+        return Repair(tables, repairs, version, None)  # type: ignore[arg-type]
+
     def repair(
         self,
         tables: dict[Family, int],
         repairs: dict[Family, list[str]],
         version: int,
         snapshot: ClusterSnapshot,
+        prepared: Repair | None = None,
     ) -> int | None:
+        assert prepared is not None, "the loop prepares it"
+        assert prepared.version == version
         if version != self.version:
             return None
         self.taken.append(trio.current_time())
@@ -134,14 +148,14 @@ class RecordingSyncer:
         return self.own
 
 
-COSTS = {"read_back": 0.0, "repair_ops": 0.0}
+COSTS = {"read_back": 0.0, "repair_ops": 0.0, "prepare_repair": 0.0}
 
 
 async def runner(fn: Callable[..., object], *args: object) -> object:
     """The verifier's blocking calls, taking ``COSTS`` seconds of mock time each: a read-back
     sees the kernel when it begins, a comparison the plan when it ends."""
     cost = COSTS.get(getattr(fn, "__name__", ""), 0.0)
-    if getattr(fn, "__name__", "") == "repair_ops":
+    if getattr(fn, "__name__", "") in ("repair_ops", "prepare_repair"):
         await trio.sleep(cost)
         return fn(*args)
     out = fn(*args)
@@ -167,6 +181,21 @@ def key(name: str) -> ServiceKey:
     return ServiceKey(namespace="ns", name=name)
 
 
+def loop_for(syncer: RecordingSyncer, metrics: Metrics | None = None, **kw: Any) -> SyncLoop:
+    """A loop on the mock clock's terms (syncs on the loop itself) around ``syncer``."""
+    return SyncLoop(
+        ClusterState(NODE),
+        syncer,  # type: ignore[arg-type]
+        health=HealthState(grace_seconds=120),
+        metrics=metrics or Metrics(CollectorRegistry()),
+        min_interval=MIN,
+        sync_period=PERIOD,
+        retry_interval=RETRY,
+        in_thread=False,
+        **kw,
+    )
+
+
 async def started(
     nursery: trio.Nursery,
     *,
@@ -176,18 +205,7 @@ async def started(
 ) -> Harness:
     syncer = syncer or RecordingSyncer()
     metrics = Metrics(CollectorRegistry())
-    loop = SyncLoop(
-        ClusterState(NODE),
-        syncer,  # type: ignore[arg-type]
-        health=HealthState(grace_seconds=120),
-        metrics=metrics,
-        min_interval=MIN,
-        sync_period=PERIOD,
-        retry_interval=RETRY,
-        quiet=None if quiet is None else (lambda: quiet),
-        in_thread=False,
-        runner=run,
-    )
+    loop = loop_for(syncer, metrics, quiet=None if quiet is None else (lambda: quiet), runner=run)
     send, recv = trio.open_memory_channel[Sequence[Change]](100)
     await send.send([svc("first")])  # as a source's initial list: the first sync runs at once
     start = trio.current_time()
@@ -333,6 +351,38 @@ async def test_a_change_during_a_read_back_is_synced_within_the_min_period(
     assert [round(t - began) for t in h.syncer.read_backs] == [0, 5]  # again after 4 + 1 s
 
 
+async def test_a_repair_is_prepared_off_the_loop_and_a_change_meanwhile_voids_it(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Preparing a drift's repair takes 2 s (passes over whole tables): a change written
+    meanwhile is synced at once, and the repair prepared before it is read back again."""
+    monkeypatch.setitem(COSTS, "read_back", 1.0)
+    monkeypatch.setitem(COSTS, "prepare_repair", 2.0)
+    with structlog.testing.capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            h = await started(nursery)
+            await trio.sleep(10 * MIN)
+            h.syncer.tamper()
+            began = trio.current_time()
+            h.loop.request_verify(Drift(pid=4242, comm="nft", objects=1))
+            await trio.sleep(2.5)  # read back (1 s a family), compared, preparing (2 s)
+            sent = trio.current_time()
+            await h.send.send([svc("a")])
+            await trio.sleep(MIN)
+            h.syncer.tamper()  # the fake's commit put its kernel right: drift again
+            await trio.sleep(30.0)
+            nursery.cancel_scope.cancel()
+    change, repair = h.syncer.calls[1:]
+    assert change.changed == {key("a")}
+    assert change.at == pytest.approx(sent)  # not held up by the preparation
+    assert [round(t - began) for t in h.syncer.read_backs] == [0, 4]
+    assert [round(t - began) for t in h.syncer.prepared] == [8]  # the second one only
+    assert repair.verified
+    assert [round(t - began) for t in h.syncer.taken] == [8]
+    stages = [e.get("stage") for e in logs if e["event"] == "verify.raced"]
+    assert stages == ["prepare"]
+
+
 async def test_a_drift_found_while_a_sync_ran_is_read_back_again_before_any_repair(
     autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -376,21 +426,32 @@ async def test_a_restart_the_records_vouched_for_is_verified_later(
     assert [round(t - h.start) for t in h.syncer.read_backs] == [RESTART_VERIFY_DELAY]
 
 
+async def test_a_restart_trusted_before_planning_is_planned_by_the_next_sync_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The first sync of a restart the records vouch for has no plan (``plan_after_restart``):
+    a sync follows within the min period to make it, and the GC paused for the start-up's
+    objects stays paused until that sync has planned them."""
+    syncer = RecordingSyncer(restarted=True)
+    async with trio.open_nursery() as nursery:
+        h = await started(nursery, syncer=syncer)
+        h.loop.resume_gc = True  # as the daemon's pause_gc() leaves it; nothing is paused here
+        await trio.sleep(MIN / 2)
+        assert h.loop.resume_gc  # the plan is still to be made
+        await trio.sleep(PERIOD / 4)
+        nursery.cancel_scope.cancel()
+    first, plans = syncer.calls[0], syncer.calls[1:]
+    assert [round(c.at - first.at, 3) for c in plans] == [MIN]
+    assert plans[0].changed == set()
+    assert not h.loop.resume_gc
+
+
 @pytest.mark.parametrize("first_fails", [False, True])
 async def test_the_gc_paused_for_a_cold_start_runs_again_after_the_first_sync(
     autojump_clock: trio.testing.MockClock, first_fails: bool
 ) -> None:
     syncer = RecordingSyncer(fail_next=int(first_fails))
-    loop = SyncLoop(
-        ClusterState(NODE),
-        syncer,  # type: ignore[arg-type]
-        health=HealthState(grace_seconds=120),
-        metrics=Metrics(CollectorRegistry()),
-        min_interval=MIN,
-        sync_period=PERIOD,
-        retry_interval=RETRY,
-        in_thread=False,
-    )
+    loop = loop_for(syncer)
     send, recv = trio.open_memory_channel[Sequence[Change]](100)
     assert gc.isenabled()
     loop.resume_gc = pause_gc()
@@ -483,17 +544,10 @@ async def test_the_memory_release_handed_in_runs_after_full_syncs_and_every_inte
     ``RELEASE_INTERVAL``."""
     releases: list[float] = []
     syncer = RecordingSyncer()
-    loop = SyncLoop(
-        ClusterState(NODE),
-        syncer,  # type: ignore[arg-type]
-        health=HealthState(grace_seconds=120),
-        metrics=Metrics(CollectorRegistry()),
-        min_interval=MIN,
-        sync_period=PERIOD,
-        retry_interval=RETRY,
+    loop = loop_for(
+        syncer,
         snapshot_filter=(lambda snapshot: snapshot) if full else None,
         release_memory=lambda: releases.append(trio.current_time()),
-        in_thread=False,
     )
     send, recv = trio.open_memory_channel[Sequence[Change]](100)
     await send.send([svc("first")])
