@@ -27,10 +27,18 @@ class FakeConntrack:
         self.flows: list[Flow] = list(flows)
         self.deleted: list[Flow] = []
         self.deletes: list[list[FlowFilter]] = []
+        self.fail_next = False
+        """Set: the next :meth:`delete` runs out of file descriptors before any pass, keeping
+        every filter pending, as the kernel side does."""
+        self._pending: list[FlowFilter] = []
 
     @property
     def pending(self) -> Sequence[FlowFilter]:
-        return ()  # memory never runs out of file descriptors
+        return tuple(self._pending)
+
+    def take_pending(self) -> tuple[FlowFilter, ...]:
+        taken, self._pending = tuple(self._pending), []
+        return taken
 
     def list(self, flt: FlowFilter | None = None) -> Iterator[Flow]:
         flt = flt or FlowFilter()
@@ -40,6 +48,15 @@ class FakeConntrack:
         for f in filters:
             if f.is_empty:
                 raise ConntrackError(str(f), "refusing to delete every flow")
+        filters = list(dict.fromkeys([*self._pending, *filters]))
+        if self.fail_next:
+            self.fail_next = False
+            self._pending = filters
+            raise ConntrackError(
+                "conntrack cleanup",
+                f"Too many open files; {len(filters)} filters kept for the next cleanup",
+            )
+        self._pending = []
         self.deletes.append(list(filters))
         # Grouped into passes as the kernel side does: a flow selected by any pass goes.
         matchers = [p.matcher() for p in plan_passes(filters)]

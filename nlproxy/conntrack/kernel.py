@@ -133,6 +133,11 @@ class Flows(Protocol):
         the next call runs them first, ``delete(())`` only them."""
         ...
 
+    def take_pending(self) -> tuple[FlowFilter, ...]:
+        """:attr:`pending`, which is emptied: the caller decides which are still worth
+        running (an endpoint back meanwhile has new flows that must stay)."""
+        ...
+
     def delete(self, filters: Sequence[FlowFilter]) -> int:
         """Delete the flows any of ``filters`` (and of :attr:`pending`) selects; how many
         were deleted.
@@ -173,6 +178,11 @@ class Conntrack:
         """Filters a :meth:`delete` could not finish (see :data:`TRANSIENT`), tried first by
         the next call; ``delete(())`` tries only them."""
         return tuple(self._pending)
+
+    def take_pending(self) -> tuple[FlowFilter, ...]:
+        """:attr:`pending`, which is emptied (see :class:`Flows`)."""
+        taken, self._pending = tuple(self._pending), []
+        return taken
 
     def list(self, flt: FlowFilter | None = None) -> Iterator[Flow]:
         """Yield the flows ``flt`` selects (all flows without one), IPv4 then IPv6.

@@ -39,6 +39,7 @@ __all__ = [
     "plan_passes",
     "programmed_frontends",
     "stale_flow_filters",
+    "still_stale",
 ]
 
 FROM_LAYOUT = frozenset(
@@ -104,6 +105,33 @@ def stale_flow_filters(
             for dst in _destinations(fe, node_addrs, None):
                 out.add(FlowFilter(proto="udp", orig_dst=dst, orig_dport=fe.port, dnat=False))
     return sorted(out, key=_filter_sort_key)
+
+
+def still_stale(
+    filters: Sequence[FlowFilter],
+    now: Mapping[Frontend, frozenset[Backend]],
+    *,
+    node_addrs: Sequence[IPAddress],
+) -> list[FlowFilter]:
+    """The ``filters`` (of :func:`stale_flow_filters`, left undone earlier) whose backend
+    does not serve their frontend in ``now``: one that came back since has new flows that
+    must stay. Filters of flows that were not DNAT'd are kept as they are.
+
+    Pure.
+    """
+    served: set[tuple[str, IPAddress, int, IPAddress, int]] = set()
+    for fe, backends in now.items():
+        for be in backends:
+            for dst in _destinations(fe, node_addrs, be.addr.version):
+                served.add((fe.proto, dst, fe.port, be.addr, be.port))
+    out = []
+    for f in filters:
+        if f.reply_src is not None and f.orig_dst is not None:
+            key = (f.proto, f.orig_dst, f.orig_dport, f.reply_src, f.reply_sport)
+            if key in served:
+                continue
+        out.append(f)
+    return out
 
 
 def _destinations(

@@ -29,8 +29,9 @@ from collections import deque
 from collections.abc import Callable, Sequence, Set
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey
+from nlproxy.conntrack.kernel import ConntrackError
 from nlproxy.conntrack.messages import FlowFilter
-from nlproxy.conntrack.plan import programmed_frontends, stale_flow_filters
+from nlproxy.conntrack.plan import programmed_frontends, stale_flow_filters, still_stale
 from nlproxy.errors import KernelError
 from nlproxy.log import get_logger
 from nlproxy.nft.ir import Family, Operation, Ruleset, Table, Verb
@@ -177,9 +178,25 @@ class Syncer(Verifying, RestartRecords):
             try:
                 result = self._sync_isolating(snapshot, changed)
                 result.deferred = set(self.balancing.deferred)
+                if self.kernel.flows.pending:
+                    result.conntrack_deleted += self._finish_cleanup(snapshot)
                 return result
             finally:
                 self._version += 1
+
+    def _finish_cleanup(self, snapshot: ClusterSnapshot) -> int:
+        """Run what an earlier cleanup left undone for want of a resource (``EMFILE``...),
+        less the flows of backends that serve their frontend again by now."""
+        now = programmed_frontends([rs for rs in self._programmed.values() if rs is not None])
+        filters = still_stale(
+            self.kernel.flows.take_pending(), now, node_addrs=self._node_addrs(snapshot)
+        )
+        if not filters:
+            return 0
+        deleted = self.kernel.flows.delete(filters)
+        self.conntrack_deleted_total += deleted
+        self.log.info("conntrack.flushed", flows=deleted, filters=len(filters), retried=True)
+        return deleted
 
     def _sync_isolating(
         self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None
@@ -443,14 +460,22 @@ class Syncer(Verifying, RestartRecords):
         for f in filters:
             groups.setdefault(Family.IP6 if f.family == 6 else Family.IP, []).append(f)
         deleted = 0
+        failed: ConntrackError | None = None
         for family, mine in sorted(groups.items()):
             t = time.perf_counter()
-            count = self.kernel.flows.delete(mine)
+            try:
+                count = self.kernel.flows.delete(mine)
+            except ConntrackError as exc:
+                # The other family's filters still run; what ran out is kept pending.
+                failed = failed or exc
+                continue
             before, seconds = self._conntrack.get(family, (0, 0.0))
             self._conntrack[family] = (before + count, seconds + time.perf_counter() - t)
             deleted += count
         if deleted:
             self.log.info("conntrack.flushed", flows=deleted, filters=len(filters))
+        if failed is not None:
+            raise failed
         return deleted
 
     def close(self) -> None:

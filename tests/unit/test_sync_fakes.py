@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from nlproxy.cluster.model import Change, ClusterSnapshot, EndpointSlice, Service, ServiceKey
 from nlproxy.conntrack.fake import FakeConntrack
+from nlproxy.conntrack.kernel import ConntrackError
 from nlproxy.conntrack.messages import Flow, FlowTuple
 from nlproxy.nft.fake import FakeNftables
 from nlproxy.nft.ir import Element, Family, L4Proto, Operation, Table, Verb
@@ -106,6 +107,43 @@ def test_a_removed_udp_endpoint_flushes_exactly_its_flows() -> None:
     assert flows.deleted == [stale]
     assert flows.flows == kept
     assert result.conntrack_deleted == 1
+
+
+@pytest.mark.parametrize("comes_back", [False, True])
+def test_a_cleanup_that_ran_out_of_descriptors_is_finished_by_the_next_sync(
+    comes_back: bool,
+) -> None:
+    """The flows of a removed UDP endpoint go at the next sync when the cleanup after the
+    commit ran out of file descriptors, unless the endpoint serves the Service again by then
+    (its new flows stay)."""
+    nft, flows = FakeNftables(n.TABLE), FakeConntrack()
+    state = state_with_node()
+    state.apply(
+        [
+            upsert(dns("kube-system", "dns", "172.30.0.10")),
+            upsert(dns_slice("kube-system", "dns", ["10.1.0.1", "10.1.0.2"])),
+        ]
+    )
+    syncer = make(nft, flows)
+    syncer.sync(state.snapshot())
+    stale, kept = udp_flow("172.30.0.10", "10.1.0.1"), udp_flow("172.30.0.10", "10.1.0.2")
+    flows.flows = [stale, kept]
+
+    flows.fail_next = True
+    changed = state.apply([upsert(dns_slice("kube-system", "dns", ["10.1.0.2"]))])
+    with pytest.raises(ConntrackError, match="kept for the next cleanup"):
+        syncer.sync(state.snapshot(), changed=changed)
+    assert to(nft, "172.30.0.10", 53, L4Proto.UDP) == {"10.1.0.2:53"}  # committed
+    assert flows.flows == [stale, kept]
+    assert flows.pending
+
+    ips = ["10.1.0.1", "10.1.0.2"] if comes_back else ["10.1.0.2"]
+    changed = state.apply([upsert(dns_slice("kube-system", "dns", ips))])
+    result = syncer.sync(state.snapshot(), changed=changed)
+
+    assert not flows.pending
+    assert flows.flows == ([stale, kept] if comes_back else [kept])
+    assert result.conntrack_deleted == (0 if comes_back else 1)
 
 
 LB = "192.0.2.50"
