@@ -106,6 +106,9 @@ def _run_once(s: Settings, end: Callable[[int], int]) -> int:
         # The tables' records vouch that they hold this input's plan: nothing to plan or send.
         if syncer.unchanged_since_last_run(snapshot):
             result = SyncResult(ops=dict.fromkeys(FAMILIES, 0), restarted=True)
+            if syncer.files_digest not in (None, syncer.recorded_files):
+                # Other files (or settings) that plan the same: the next run trusts these.
+                syncer.rewrite_records()
         else:
             result = syncer.sync(snapshot)
         if result.excluded and syncer.files_digest is not None:

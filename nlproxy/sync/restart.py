@@ -59,6 +59,11 @@ class RestartRecords:
         self._digest = None
         return self._fingerprint is not None and self._records_match(files)
 
+    @property
+    def recorded_files(self) -> str | None:
+        """The files digest of the records a restart check found matching (None: none)."""
+        return None if self._recorded is None else self._recorded[1]
+
     def rewrite_records(self) -> None:
         """Write both records again now (a batch each), e.g. without ``files_digest`` once
         a run turned out to have something to report."""

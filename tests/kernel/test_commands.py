@@ -280,6 +280,34 @@ def test_changed_manifests_are_not_taken_for_the_recorded_ones(
     assert "10.244.1.77" in nft(ns, "list", "map", "ip", "nlproxy", "backends")
 
 
+def record_comment(ns: str) -> str:
+    return nft(ns, "list", "chain", "ip", "nlproxy", "restart-record")
+
+
+def test_other_files_of_the_same_cluster_are_recorded_for_the_next_run(
+    make_netns: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Files rewritten with the same objects (another format, a comment) plan the same: the run
+    sends nothing and records their digest, so the next run need not parse them."""
+    ns = make_netns("rec-files")
+    d = tmp_path / "m"
+    topo.write_manifests(d, world(random.Random(7), 6))
+    assert run_once(ns, d) == 0
+    first = record_comment(ns)
+    for path in sorted(d.iterdir()):
+        path.write_bytes(b"# rewritten\n" + path.read_bytes())
+    capsys.readouterr()
+    assert run_once(ns, d) == 0
+    [same_plan] = applied(capsys)
+    assert (same_plan["unchanged"], same_plan["ops"]) == (True, 0)
+    second = record_comment(ns)
+    assert second != first  # the new files' digest
+    assert run_once(ns, d) == 0
+    [again] = applied(capsys)
+    assert (again["unchanged"], again["ops"]) == (True, 0)
+    assert record_comment(ns) == second
+
+
 def test_a_run_with_something_to_report_reports_it_again_when_restarted(
     make_netns: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
