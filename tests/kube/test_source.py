@@ -116,8 +116,12 @@ async def test_bookmark_advances_resource_version(
     for i in range(5):  # changes this source does not see: only a bookmark tells it the RV
         apiserver.store.put("nodes", node("node-b", ip=f"192.0.2.{10 + i}"))
     marks_before = apiserver.bookmarks_sent
-    apiserver.send_bookmarks()
-    await eventually(lambda: apiserver.bookmarks_sent == marks_before + 4)
+    # Sent again until each of the four watches has had one: on a loaded machine a watch may
+    # still be starting when the first is sent (the resourceVersion does not move meanwhile).
+    with trio.fail_after(60):
+        while apiserver.bookmarks_sent < marks_before + 4:
+            apiserver.send_bookmarks()
+            await trio.sleep(0.2)
     bookmark_rv = str(apiserver.store.rv)
     apiserver.store.compact()  # a resume from the pre-bookmark RV would now get 410 Gone
     apiserver.drop_connections()
