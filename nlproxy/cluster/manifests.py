@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from nlproxy.cluster import typed
-from nlproxy.cluster.decode import MAX_FILE_BYTES, FileError, documents
+from nlproxy.cluster.decode import MAX_FILE_BYTES, FileError, Refused, batches, documents
 from nlproxy.cluster.model import Invalid, ObjectRef, Replace, Skip, Upsert
 from nlproxy.cluster.parse import KINDS, object_ref, to_change
 from nlproxy.cluster.readdir import Directory, FileRead, Unsettled
@@ -312,13 +312,31 @@ def _document_objects(path: Path, data: bytes, notes: list[str]) -> Objects:
         FileError: as ``_objects``.
     """
     found: Objects = []
-    for index, doc in enumerate(documents(path, data), start=1):
-        where = f"{path.name} document {index}" if index > 1 else path.name
-        if doc is None:
-            continue
-        for item in doc if isinstance(doc, list) else [doc]:
-            _flatten(where, item, None, notes, found)
+    noted = len(notes)
+    try:
+        index = 0
+        # Batch by batch (YAML for the compiled decoder): each batch's documents are converted
+        # and dropped before the next is decoded, so they are never all held at once.
+        for batch in batches(path, data):
+            for doc in batch:
+                index += 1
+                _document(path, index, doc, notes, found)
+            del batch
+    except Refused:
+        found.clear()
+        del notes[noted:]
+        for index, doc in enumerate(documents(path, data), start=1):
+            _document(path, index, doc, notes, found)
     return found
+
+
+def _document(path: Path, index: int, doc: object, notes: list[str], found: Objects) -> None:
+    """Append the objects of a file's ``index``-th document."""
+    where = f"{path.name} document {index}" if index > 1 else path.name
+    if doc is None:
+        return
+    for item in doc if isinstance(doc, list) else [doc]:
+        _flatten(where, item, None, notes, found)
 
 
 class _Head(msgspec.Struct):
