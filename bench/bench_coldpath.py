@@ -15,6 +15,9 @@ Two views of the same work, each in fresh network namespaces it creates and dele
   bytes), decode (the loader's text -> documents step), both timed apart on the same files, then
   load (``load_manifests``: read + decode + parse; ``parse_s`` is load less the other two),
   state, plan, read-back, diff, validate, encode, commit (per family, summed);
+* ``coldpath_load`` (``--load-rounds N``): ``load_manifests`` alone, as ``run --once`` calls it
+  (``read_manifests``, then the load), in a child process per round, checkout and format:
+  the read and load CPU seconds measured in the child, and its peak RSS;
 * ``burst_stages`` (``--burst B``): one long-lived ``Syncer`` at the same size: B EndpointSlices
   changed at once (state, plan, diff, commit; commit includes validate and encode, as
   ``SyncResult`` reports it), then a verify tick that reads the tables back (read-back, then
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import sys
 import tempfile
@@ -109,6 +113,49 @@ def cli_runs(
                     raise BenchError(f"iptables-legacy-restore: {u.stderr[-400:]}")
                 figs = {**u.figures(), "round": n, "load1": load}
                 emit(out, _record("coldpath_cli", c, "iptables-legacy", "cold", figs))
+
+
+# ``load_manifests`` alone in a fresh interpreter, as ``run --once`` calls it (the files read
+# once, then loaded, GC off): CPU seconds of each, reported on stderr as one JSON line.
+_LOAD = """
+import gc, json, sys, time
+from pathlib import Path
+from nlproxy.cluster.manifests import load_manifests, read_manifests
+directory = Path(sys.argv[1])
+gc.disable()
+t0 = time.process_time()
+read = read_manifests(directory)
+t1 = time.process_time()
+loaded = load_manifests(directory, read=read)
+t2 = time.process_time()
+objects = sum(len(r.changes) for r in loaded.changes)
+print(json.dumps({"read_s": t1 - t0, "load_s": t2 - t1, "objects": objects}), file=sys.stderr)
+"""
+
+
+_HERE = Path(__file__).resolve().parents[1]
+
+
+def load_runs(
+    c: gen.Cluster, manifests: dict[str, Path], out: Any, rounds: int, base: Path | None
+) -> None:
+    """``load_manifests`` in a child process per round, checkout and format, interleaved: the
+    read and load CPU seconds in the child and the child's peak RSS (``coldpath_load``)."""
+    checkouts: list[tuple[str, Path | None]] = [("this", None)]
+    if base is not None:
+        checkouts.insert(0, ("base", base))
+    for n in range(rounds):
+        for (which, tree), (fmt, path) in ((t, m) for t in checkouts for m in manifests.items()):
+            log(f"load {which} {fmt} round {n}")
+            start = f"import sys; sys.path.insert(0, {str(tree or _HERE)!r}); "
+            load = os.getloadavg()[0]
+            u = run_measured([sys.executable, "-c", start + _LOAD, str(path)], timeout=900)
+            if u.rc != 0:
+                raise BenchError(f"load {which} {fmt}: {u.stderr[-400:]}")
+            child = json.loads(u.stderr.splitlines()[-1])
+            figs = {**u.figures(), **{k: round(v, 4) for k, v in child.items()}}
+            figs.update(round=n, load1=load, checkout=which)
+            emit(out, _record("coldpath_load", c, fmt, "cold", figs))
 
 
 def staged_runs(c: gen.Cluster, manifests: Path, out: Any, fmt: str) -> None:
@@ -295,6 +342,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--burst", type=int, default=0, metavar="B", help="burst stages (0: skip)")
     ap.add_argument(
+        "--load-rounds",
+        type=int,
+        default=0,
+        metavar="N",
+        help="load_manifests alone in a child, N rounds per checkout and format (0: skip)",
+    )
+    ap.add_argument(
         "--base", type=Path, help="another checkout whose run --once runs beside this one's"
     )
     args = ap.parse_args(argv)
@@ -317,6 +371,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 legacy = Path(tmp) / "iptables.rules"
                 legacy.write_text(gen.iptables_text(c))
             cli_runs(c, manifests, sys.stdout, args.rounds, legacy, args.base)
+        if args.load_rounds:
+            load_runs(c, manifests, sys.stdout, args.load_rounds, args.base)
         for fmt in formats if not args.skip_stages else ():
             staged_runs(c, manifests[fmt], sys.stdout, fmt)
         if args.burst:

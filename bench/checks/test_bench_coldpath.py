@@ -4,6 +4,8 @@ start, the restart, a burst and a verify tick, and ``run --once`` runs beside
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from checks.script import run_script
 
 
@@ -42,3 +44,19 @@ def test_kubectl_style_yaml_runs_cold_and_restarts_unchanged() -> None:
     assert set(cli) == {("yaml-kubectl", "cold"), ("yaml-kubectl", "restart")}
     assert cli["yaml-kubectl", "cold"]["ops"] > 0
     assert cli["yaml-kubectl", "restart"]["ops"] == 0
+
+
+def test_load_alone_runs_beside_another_checkout() -> None:
+    """``--load-rounds``: ``load_manifests`` in a child per checkout and format, the same
+    objects from both (here the checkout is its own base)."""
+    base = str(Path(__file__).resolve().parents[2])
+    rows = run_script(
+        "bench_coldpath.py", "--services", "40", "--endpoints", "2", "--skip-cli",
+        "--skip-stages", "--load-rounds", "1", "--base", base,
+    )  # fmt: skip
+    load = {(r["checkout"], r["format"]): r for r in rows if r["bench"] == "coldpath_load"}
+    assert set(load) == {(c, f) for c in ("base", "this") for f in ("json", "yaml")}
+    for r in load.values():
+        assert r["objects"] == 40 + 40 + 1  # Services, slices, the Node
+        assert r["load_s"] > 0
+        assert r["rss_mib"] > 0

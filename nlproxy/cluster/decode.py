@@ -11,6 +11,7 @@ import functools
 import itertools
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +63,7 @@ def documents(path: Path, data: bytes | None = None) -> list[Any]:
             data = path.read_bytes()
     except OSError as exc:
         raise FileError(f"{path.name}: cannot read: {exc.strerror}") from exc
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise FileError(f"{path.name}: cannot read: not UTF-8 text") from exc
+    text = _text(path, data)
     try:
         return _parse(path, text)
     except (ValueError, RecursionError, MemoryError) as exc:
@@ -73,6 +71,86 @@ def documents(path: Path, data: bytes | None = None) -> list[Any]:
         # the interpreter's stack. The file is refused; the daemon and every other file go on.
         what = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:120]
         raise FileError(f"{path.name}: cannot be read: {what}") from None
+
+
+BATCH_BYTES = 1 << 20
+"""About how much YAML text ``batches`` gives the compiled decoder at once."""
+BATCH_DOCUMENTS = 1000
+"""The most documents ``batches`` gives it at once."""
+MAX_DOCUMENTS = 10_000_000
+"""The most documents the compiled decoder reads in one call (the most it can be set to; its
+default, 100,000, is less than a file of 100k Services holds). Only a file of that many
+documents, nearly all empty, could hold more within :data:`MAX_FILE_BYTES`: PyYAML reads it."""
+
+
+class Refused(Exception):
+    """The compiled decoder refused a batch of the file: read the file whole (``documents``),
+    which names what is wrong, or reads what the compiled decoder does not."""
+
+
+def batches(
+    path: Path, data: bytes, *, size: int = BATCH_BYTES, most: int = BATCH_DOCUMENTS
+) -> Iterator[list[Any]]:
+    """``documents(path, data)`` in batches, in order, for a YAML file the compiled decoder
+    reads: about ``size`` bytes of text (``most`` documents at most) at a time, split where a
+    document starts (a ``---`` line: one within a scalar would end it), so that a caller that
+    converts each batch's documents and drops them never holds them all. Any other file is one
+    batch, ``documents``'.
+
+    Raises:
+        FileError: as ``documents``.
+        Refused: a batch after the first was refused (the caller starts again with
+            ``documents``; a first batch refused is read so at once).
+    """
+    text = _text(path, data)
+    if not _batched(path, text, data):
+        yield documents(path, data)
+        return
+    compiled = _compiled()
+    start = 0
+    marks = _DOC_START.finditer(text)
+    # The first batch runs past the first document start: what precedes it is a document of
+    # its own only when it holds more than comments, which only the whole stream tells.
+    next(marks, None)
+    while start < len(text):
+        end = len(text)
+        for count, mark in enumerate(marks, start=1):
+            at = mark.start()
+            if at > start and (at - start >= size or count >= most):
+                end = at
+                break
+        try:
+            docs = list(compiled.safe_load_all(text[start:end], max_documents=MAX_DOCUMENTS))
+        except (ValueError, RecursionError, OverflowError, MemoryError):
+            if start:
+                raise Refused(path.name) from None
+            yield documents(path, data)
+            return
+        start = end
+        yield docs
+        del docs  # the caller has converted them: not held while the next batch is decoded
+
+
+def _batched(path: Path, text: str, raw: bytes) -> bool:
+    """Whether ``batches`` reads the file in batches: YAML that does not start as JSON (which
+    ``documents`` reads with the JSON parser) and that the compiled decoder may read
+    (installed, and nothing in it could read differently from YAML 1.1); ``raw`` is its
+    UTF-8."""
+    if path.suffix == ".json" or _compiled() is None:
+        return False
+    try:
+        if _json_documents(text, first=True):
+            return False
+    except (ValueError, RecursionError, MemoryError):
+        return False  # ``documents`` names it
+    return _reads_as_1_1(text, raw)
+
+
+def _text(path: Path, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileError(f"{path.name}: cannot read: not UTF-8 text") from exc
 
 
 def _parse(path: Path, text: str) -> list[Any]:
@@ -130,14 +208,15 @@ def _not_plain(text: str) -> Any:
     raise _NotPlain(text)
 
 
-def _json_documents(text: str) -> list[Any] | None:
+def _json_documents(text: str, *, first: bool = False) -> list[Any] | None:
     """The documents of a YAML file whose every document is one JSON value (as tools that
     emit JSON-in-YAML write them), read with the JSON parser, about 5x faster than libyaml's
     loader; None when any document is not such plain JSON, and the YAML parser reads the file.
 
     Plain: no backslash escapes, tabs, floats or control characters, for which a YAML reading
     could differ; everything else JSON can say (quoted strings and keys, integers, true, false,
-    null, arrays, objects) YAML reads the same.
+    null, arrays, objects) YAML reads the same. With ``first``, only the first document is
+    read (whether the file starts so).
     """
     docs: list[Any] = []
     start = 0
@@ -157,6 +236,8 @@ def _json_documents(text: str) -> list[Any] | None:
             docs.append(json.loads(chunk, parse_float=_not_plain, parse_constant=_not_plain))
         except (ValueError, _NotPlain):
             return None
+        if first:
+            return docs  # only whether it starts so
     return docs
 
 
@@ -221,14 +302,15 @@ _NUMBERS = _classes((b"0123456789.", b"1"), (b"_:eEoObBxX", b"x"), rest=b" ")
 _NUMBER_NEEDLES = (b"1x", b"1" * 19)
 
 
-def _reads_as_1_1(text: str) -> bool:
+def _reads_as_1_1(text: str, raw: bytes | None = None) -> bool:
     """Whether a YAML 1.2 decoder reads ``text`` as PyYAML does (no token of ``_NOT_1_2``,
-    no document end, no character of ``_NOT_TEXT``)."""
+    no document end, no character of ``_NOT_TEXT``); ``raw``: its UTF-8, when at hand."""
     if "..." in text and _DOC_END.search(text):
         return False
     if not text.isascii() and _NOT_TEXT.search(text):
         return False
-    raw = text.encode("utf-8")  # other characters than ASCII's are token characters
+    if raw is None:
+        raw = text.encode("utf-8")  # other characters than ASCII's are token characters
     words = raw.translate(_WORDS)
     if 0 in words:
         return False  # a character of _NOT_TEXT
@@ -238,6 +320,7 @@ def _reads_as_1_1(text: str) -> bool:
     hit = _WORD_HITS.search(words)
     while hit is not None:
         hit = _WORD_HITS.search(words, _line(raw, hit.start(), hit.end(), lines))
+    del words, hit  # one translation at a time: a file's size less at the peak
     numbers = raw.translate(_NUMBERS)
     for needle in _NUMBER_NEEDLES:
         at = numbers.find(needle)
@@ -288,7 +371,7 @@ def compiled_documents(text: str) -> list[Any] | None:
     if compiled is None or not _reads_as_1_1(text):
         return None
     try:
-        return list(compiled.safe_load_all(text))
+        return list(compiled.safe_load_all(text, max_documents=MAX_DOCUMENTS))
     except (ValueError, RecursionError, OverflowError):
         return None
 

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from nlproxy.cluster import typed
-from nlproxy.cluster.decode import MAX_FILE_BYTES, FileError, documents
+from nlproxy.cluster.decode import MAX_FILE_BYTES, FileError, Refused, batches, documents
 from nlproxy.cluster.model import Invalid, ObjectRef, Replace, Skip, Upsert
 from nlproxy.cluster.parse import KINDS, object_ref, to_change
 from nlproxy.cluster.readdir import Directory, FileRead, Unsettled
@@ -65,14 +68,17 @@ class ManifestLoad:
     last good objects stand meanwhile)."""
 
 
-Objects = list[tuple[str, dict[str, Any], str]]
-"""A file's objects: ``(where, object, kind)``."""
+Entry = tuple[str, Upsert | Skip | Invalid, tuple[str, ...]]
+"""One object of a file, parsed: ``(where, change, warnings)`` (its unknown fields, named)."""
+Objects = list[Entry]
+"""A file's objects, parsed as they were read (the decoded documents are not kept)."""
 
 
 @dataclass(frozen=True, slots=True)
 class GoodFile:
-    """A file as last read successfully: its content's digest, its objects, and what was noted
-    while parsing them (near-miss kinds), so a file read again unchanged is not parsed again."""
+    """A file as last read successfully: its content's digest, its objects (as changes), and
+    what was noted while parsing them (near-miss kinds), so a file read again unchanged is not
+    parsed again."""
 
     digest: bytes
     objects: Objects
@@ -203,17 +209,14 @@ def _load(
             current = kept
         good[name] = current
         errors += notes
-        for where, obj, kind in current.objects:
-            # The typed change, when the object is plainly valid, names it as object_ref would.
-            fast = typed.from_document(obj, kind) if kind in typed.FAST_KINDS else None
-            ref = object_ref(obj, kind) if fast is None else fast.ref
+        for where, change, unknown in current.objects:
+            ref = change.ref
             if ref in first_seen:
-                _duplicate(ref, where, obj, kind, first_seen, by_kind[kind], errors)
+                _duplicate(ref, where, change, first_seen, by_kind[ref.kind], errors)
                 continue
             first_seen[ref] = where
-            by_kind[kind].append(
-                fast if fast is not None else _parsed(obj, kind, where, ref, warnings)
-            )
+            by_kind[ref.kind].append(change)
+            warnings += unknown
     changes = tuple(Replace(kind=kind, changes=tuple(by_kind[kind])) for kind in KINDS)
     return ManifestLoad(
         changes=changes,
@@ -246,20 +249,27 @@ def _current(
     return GoodFile(read.digest, objects, tuple(mine))
 
 
-def _parsed(
-    obj: dict[str, Any], kind: str, where: str, ref: ObjectRef, warnings: list[str]
-) -> Upsert | Skip | Invalid:
-    """The parser's change for an object the typed path did not take (it has an unknown field
-    or is not plainly valid): it names the unknown fields and what is wrong."""
-    warnings += (f"{where}: {ref}: unknown field {f}" for f in unknown_fields(obj, kind))
-    return to_change(obj, kind)
+def _entry(where: str, obj: dict[str, Any], kind: str) -> Entry:
+    """One decoded object's entry: the typed change when it is plainly valid, else the
+    parser's, which names the unknown fields and what is wrong."""
+    fast = typed.from_document(obj, kind) if kind in typed.FAST_KINDS else None
+    if fast is not None:
+        return where, fast, ()
+    return _parsed(where, obj, kind)
+
+
+def _parsed(where: str, obj: dict[str, Any], kind: str) -> Entry:
+    """The parser's entry for an object the typed path did not take (it has an unknown field
+    or is not plainly valid)."""
+    ref = object_ref(obj, kind)
+    unknown = tuple(f"{where}: {ref}: unknown field {f}" for f in unknown_fields(obj, kind))
+    return where, to_change(obj, kind), unknown
 
 
 def _duplicate(
     ref: ObjectRef,
     where: str,
-    obj: dict[str, Any],
-    kind: str,
+    later: Upsert | Skip | Invalid,
     first_seen: dict[ObjectRef, str],
     changes: list[Upsert | Skip | Invalid],
     errors: list[str],
@@ -267,7 +277,6 @@ def _duplicate(
     """A second definition of ``ref``: named; the first wins unless it is invalid and this one
     is not (an invalid first copy must not shadow a good one)."""
     index = next(i for i, c in enumerate(changes) if c.ref == ref)
-    later = to_change(obj, kind)
     if isinstance(changes[index], Invalid) and not isinstance(later, Invalid):
         errors.append(
             f"{where}: {ref}: defined again (first in {first_seen[ref]}, which is invalid); "
@@ -280,20 +289,140 @@ def _duplicate(
 
 
 def _objects(path: Path, data: bytes, notes: list[str]) -> Objects:
-    """``(where, object, kind)`` for each object of a known kind in one file; ``notes`` gets
-    the objects whose kind looks like a misspelling of one (``kind: Servcie``).
+    """``(where, change, warnings)`` for each object of a known kind in one file; ``notes``
+    gets the objects whose kind looks like a misspelling of one (``kind: Servcie``).
 
     Raises:
         FileError: the file cannot be read or parsed, or holds something that is not an object.
     """
+    if path.suffix == ".json":
+        fast = _json_objects(path.name, data)
+        if fast is not None:
+            found, mine = fast
+            notes += mine
+            return found
+    return _document_objects(path, data, notes)
+
+
+def _document_objects(path: Path, data: bytes, notes: list[str]) -> Objects:
+    """``_objects`` by way of the file's decoded documents (YAML, and JSON that the bytes'
+    path does not read).
+
+    Raises:
+        FileError: as ``_objects``.
+    """
     found: Objects = []
-    for index, doc in enumerate(documents(path, data), start=1):
-        where = f"{path.name} document {index}" if index > 1 else path.name
-        if doc is None:
-            continue
-        for item in doc if isinstance(doc, list) else [doc]:
-            _flatten(where, item, None, notes, found)
+    noted = len(notes)
+    try:
+        index = 0
+        # Batch by batch (YAML for the compiled decoder): each batch's documents are converted
+        # and dropped before the next is decoded, so they are never all held at once.
+        for batch in batches(path, data):
+            for doc in batch:
+                index += 1
+                _document(path, index, doc, notes, found)
+            del batch
+    except Refused:
+        found.clear()
+        del notes[noted:]
+        for index, doc in enumerate(documents(path, data), start=1):
+            _document(path, index, doc, notes, found)
     return found
+
+
+def _document(path: Path, index: int, doc: object, notes: list[str], found: Objects) -> None:
+    """Append the objects of a file's ``index``-th document."""
+    where = f"{path.name} document {index}" if index > 1 else path.name
+    if doc is None:
+        return
+    for item in doc if isinstance(doc, list) else [doc]:
+        _flatten(where, item, None, notes, found)
+
+
+class _Head(msgspec.Struct):
+    """What ``_flatten`` reads of an object before it knows its kind (the rest is skipped)."""
+
+    kind: object = msgspec.UNSET
+    apiVersion: object = None
+    items: list[msgspec.Raw] | None = None
+
+
+_HEAD = msgspec.json.Decoder(_Head)
+_ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
+_STARTS_ARRAY = re.compile(rb"[ \t\r\n]*\[")
+
+
+class _Fallback(Exception):
+    """The whole file is read the documents' way (which names what is wrong with it)."""
+
+
+def _json_objects(where: str, data: bytes) -> tuple[Objects, list[str]] | None:
+    """A JSON file's objects read from its bytes (``_objects``'s result and notes), the known
+    kinds' objects decoded straight into the typed structs: no dict is built for them, nor for
+    the other kinds' objects. As ``documents`` and ``_flatten`` read the file, but whatever is
+    not the common shape (an item that is not an object, a kind that is not a string, a
+    near-miss kind) is decoded alone and goes to ``_flatten``, which reads it as before; None
+    when the file is not valid JSON, UTF-8, or beyond what the decoder takes: it is read as
+    before, which names what is wrong."""
+    if not data.isascii():
+        try:
+            data.decode("utf-8")  # msgspec does not check strings it skips
+        except UnicodeDecodeError:
+            return None
+    found: Objects = []
+    notes: list[str] = []
+    try:
+        if _STARTS_ARRAY.match(data):
+            for item in _ARRAY.decode(data):
+                _raw_object(where, item, None, notes, found)
+        else:
+            _raw_object(where, data, None, notes, found, top=True)
+    except (msgspec.DecodeError, _Fallback, ValueError, RecursionError, MemoryError):
+        return None
+    return found, notes
+
+
+def _raw_object(
+    where: str,
+    raw: bytes | msgspec.Raw,
+    list_kind: str | None,
+    notes: list[str],
+    found: Objects,
+    *,
+    top: bool = False,
+) -> None:
+    """``_flatten`` of one JSON value, from its bytes.
+
+    Raises:
+        _Fallback: a top-level value that is not an object.
+        msgspec.DecodeError: not valid JSON.
+    """
+    try:
+        head = _HEAD.decode(raw)
+    except msgspec.ValidationError:
+        if top:
+            raise _Fallback from None  # null, a scalar: as documents() reads it
+        _flatten(where, json.loads(bytes(raw).decode()), list_kind, notes, found)
+        return
+    kind = list_kind if head.kind is msgspec.UNSET else head.kind
+    if type(kind) is not str or not kind:
+        _flatten(where, json.loads(bytes(raw).decode()), list_kind, notes, found)
+    elif kind in KINDS:
+        if _right_group(head.apiVersion, kind):
+            found.append(_raw_entry(where, raw, kind))
+    elif kind == "List" or (kind.endswith("List") and kind[:-4] in KINDS):
+        for member in head.items or ():
+            _raw_object(where, member, kind[:-4] or None, notes, found)
+    elif _near_kind(kind) is not None:
+        _flatten(where, json.loads(bytes(raw).decode()), list_kind, notes, found)
+
+
+def _raw_entry(where: str, raw: bytes | msgspec.Raw, kind: str) -> Entry:
+    """``_entry`` of one object's JSON: the typed change, or the parser's of its document."""
+    fast = typed.from_manifest_json(raw, kind) if kind in typed.FAST_KINDS else None
+    if fast is not None:
+        return where, fast, ()
+    return _parsed(where, json.loads(bytes(raw).decode()), kind)
 
 
 def _flatten(
@@ -309,7 +438,7 @@ def _flatten(
         raise FileError(f"{where}: an object without a kind")
     if kind in KINDS:
         if _right_group(item.get("apiVersion"), kind):
-            found.append((where, item, kind))
+            found.append(_entry(where, item, kind))
     elif kind == "List" or (kind.endswith("List") and kind[:-4] in KINDS):
         members = item.get("items")
         if not isinstance(members, list | None):
@@ -320,7 +449,7 @@ def _flatten(
             k = member.get("kind", member_kind) if type(member) is dict else None
             if type(k) is str and k in KINDS:
                 if _right_group(member.get("apiVersion"), k):
-                    found.append((where, member, k))
+                    found.append(_entry(where, member, k))
             else:
                 _flatten(where, member, member_kind, notes, found)
     elif (near := _near_kind(kind)) is not None and _right_group(item.get("apiVersion"), near):

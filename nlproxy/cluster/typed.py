@@ -253,6 +253,16 @@ def from_document(doc: Mapping[str, Any], kind: str) -> Upsert | Skip | None:
     return _change(obj, kind)
 
 
+def from_manifest_json(raw: bytes | memoryview | msgspec.Raw, kind: str) -> Upsert | Skip | None:
+    """The change for one manifest object's JSON, straight from its bytes (no document is
+    built), or None when the parser must read it: as ``from_document`` of its document."""
+    try:
+        obj = _STRICT.json[kind].decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError, KeyError):
+        return None
+    return _change(obj, kind)
+
+
 def _change(obj: Any, kind: str) -> Upsert | Skip | None:
     try:
         if kind == "Service":

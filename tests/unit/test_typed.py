@@ -135,6 +135,8 @@ def _check(kind: str, obj: dict[str, Any]) -> tuple[bool, Upsert | Skip | Invali
     want = to_change(obj, kind)
     doc = typed.from_document(obj, kind)
     assert doc is None or doc == want, (obj, doc, want)
+    # A manifest's JSON straight from its bytes: as its document, taken or refused alike.
+    assert typed.from_manifest_json(json.dumps(obj).encode(), kind) == doc, obj
     assert typed.change(json.dumps(obj).encode(), kind) == want, obj
     return doc is not None, want
 

@@ -172,3 +172,76 @@ def test_kubectl_uids_and_timestamps_take_the_compiled_path() -> None:
     )
     assert decode.compiled_documents(text) is not None
     assert _both(text)[0] == _both(text)[1]
+
+
+def _batched(text: str, size: int, most: int) -> Any:
+    """``decode.batches``' documents of ``text``, concatenated, or the error's message; a
+    later batch refused, the whole file's, as the loader reads it then."""
+    path = Path("x.yaml")
+    try:
+        docs = [d for b in decode.batches(path, text.encode(), size=size, most=most) for d in b]
+    except decode.Refused:
+        return _whole(text)
+    except decode.FileError as exc:
+        return f"FileError: {exc}"
+    return _typed(docs)
+
+
+def _whole(text: str) -> Any:
+    try:
+        return _typed(decode.documents(Path("x.yaml"), text.encode()))
+    except decode.FileError as exc:
+        return f"FileError: {exc}"
+
+
+def test_batches_read_as_the_whole_file() -> None:
+    """Split at every document start, every few, or not at all: the documents of the whole
+    file, in order (empty documents, comments before the first ``---`` and documents without
+    one included), for real manifests and tricky scalars."""
+    texts = [*(p.read_text() for p in _files()), *_dumped()]
+    texts += ["".join(f"---\n{shape}" for shape in _shapes(s)) for s in TRICKY]
+    texts += [
+        "# only a comment\n---\na: 1\n---\n---\n# c\n---\nb: 2\n",
+        "a: 1\n---\nb: 2\n--- \n- c\n---\n",
+        "--- {a: 1}\n--- [1]\n--- x\n---\n",
+        "k: |\n  ---\n  text\n---\nj: 1\n",
+    ]
+    batched = 0
+    for text in texts:
+        whole = _whole(text)
+        for size, most in [(1, 1), (1, 2), (64, 3), (1 << 20, 1000)]:
+            assert _batched(text, size, most) == whole, (size, most, text[:300])
+        if not isinstance(whole, str):
+            pieces = decode.batches(Path("x.yaml"), text.encode(), size=1, most=1)
+            batched += len(list(pieces)) > 1
+    assert batched > 50  # split files, not only single batches
+
+
+def test_a_later_batch_refused_is_read_whole() -> None:
+    text = "a: 1\n---\nb: 2\n---\nc: [1, 2\n"
+    pieces = decode.batches(Path("x.yaml"), text.encode(), size=1, most=1)
+    assert next(pieces) == [{"a": 1}, {"b": 2}]  # the first batch runs past the first ---
+    with pytest.raises(decode.Refused):
+        list(pieces)
+
+
+def test_a_file_with_a_later_bad_document_names_its_line(tmp_path: Path) -> None:
+    """Through the loader: the error names the line in the file, not in a batch."""
+    from nlproxy.cluster.manifests import load_manifests
+
+    docs = "".join(f"---\nkind: Pod\nmetadata:\n  name: p{i}\n" for i in range(3000))
+    (tmp_path / "x.yaml").write_text(docs + "---\nkind: Service\nspec: [1, 2\n")
+    (error,) = load_manifests(tmp_path).errors
+    assert error.startswith("x.yaml:12004: not valid YAML"), error  # the stream's end
+
+
+def test_more_documents_than_the_compiled_default_take_the_compiled_path() -> None:
+    """fast-yaml refuses more than 100,000 documents by default, which sent such a file to
+    PyYAML, five times slower: the limit is raised to its most, and batches stay far below."""
+    text = "---\nk: v\n" * 100_001
+    docs = decode.compiled_documents(text)
+    assert docs is not None
+    assert len(docs) == 100_001
+    pieces = list(decode.batches(Path("x.yaml"), text.encode()))
+    assert len(pieces) == 101
+    assert sum(len(p) for p in pieces) == 100_001
