@@ -83,8 +83,8 @@ def _run_once(s: Settings, end: Callable[[int], int]) -> int:
             service_cidrs=pcfg.service_cidrs,
         )
         state.apply(loaded.changes)
-        # The decoded documents (kept by the loader for a daemon's reload) are not needed once
-        # the state holds the model: let them go before the plan is built, not after.
+        # The loader's per-file changes (kept for a daemon's reload) are not needed once the
+        # state holds the model: let them go before the plan is built, not after.
         load_errors, warned = loaded.errors, bool(loaded.warnings)
         del loaded
         if local is not None:
