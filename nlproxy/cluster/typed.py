@@ -550,27 +550,22 @@ def _endpoints(raw: list[Any] | None, family: IPFamily) -> tuple[Endpoint, ...]:
             if zone not in names:
                 names[zone] = sys.intern(zone) or None
             if cond is None:
-                append(
-                    Endpoint(
-                        ip=ip,
-                        ready=True,
-                        serving=True,
-                        terminating=False,
-                        node_name=names[node],
-                        zone=names[zone],
-                    )
-                )
+                ready = serving = True
+                terminating = False
             else:
-                append(
-                    Endpoint(
-                        ip=ip,
-                        ready=cond.ready is not False,
-                        serving=cond.serving is not False,
-                        terminating=cond.terminating is True,
-                        node_name=names[node],
-                        zone=names[zone],
-                    )
+                ready = cond.ready is not False
+                serving = cond.serving is not False
+                terminating = cond.terminating is True
+            append(
+                Endpoint(
+                    ip=ip,
+                    ready=ready,
+                    serving=serving,
+                    terminating=terminating,
+                    node_name=names[node],
+                    zone=names[zone],
                 )
+            )
     except (OSError, ValueError, IndexError):  # inet_pton's, or no address
         raise _NotPlain from None
     return tuple(out)
