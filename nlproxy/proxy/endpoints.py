@@ -9,8 +9,9 @@ deduplicates by IP:port, and splits the result into the cluster and local sets a
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import NamedTuple, TypeAlias
+
+import msgspec
 
 from nlproxy.cluster.model import (
     Endpoint,
@@ -43,8 +44,7 @@ Candidate: TypeAlias = tuple[Backend, Endpoint]
 """A backend with the endpoint it came from, whose conditions and hints decide its use."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Categorized:
+class Categorized(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The endpoint sets of one service port on this node.
 
     Attributes:

@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from ipaddress import collapse_addresses, ip_network
 
+import msgspec
+
 from nlproxy.cluster.model import (
     ClusterSnapshot,
     EndpointSlice,
@@ -55,8 +57,10 @@ class FrontendKind(enum.StrEnum):
     NODE_PORT = "node-port"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Frontend:
+# The per-port summary values are msgspec Structs, as the model's are: a plan builds several per
+# service port (10k ports: tens of thousands), a frozen dataclass costs several times a Struct to
+# build, and with gc=False (they hold no cycles) the collector never walks them.
+class Frontend(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """An address (None for a node port: any NodePort address) and port a service port answers."""
 
     family: Family
@@ -66,8 +70,7 @@ class Frontend:
     port: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PortPlan:
+class PortPlan(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What the rest of nlproxy needs to know about one service port, all families together.
 
     Attributes:
@@ -189,8 +192,7 @@ def _plan(
     return Plan(rulesets=rulesets, ports=ports, fragments=fragments, context=context)
 
 
-@dataclass(slots=True)
-class PortPart:
+class PortPart(msgspec.Struct, kw_only=True, gc=False):
     """One family's share of a service port's summary (kept in its service's fragment)."""
 
     ref: ServicePortRef
