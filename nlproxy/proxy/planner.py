@@ -396,8 +396,8 @@ class FamilyPlanner:
         ext = [ip for ip in svc.external_ips if ip.version == self.f.version]
         lbs = [ip for ip in svc.load_balancer_ips if ip.version == self.f.version]
         for sp in svc.ports:
-            backends = resolve(sp, slices, self.f.ip_family)
-            cat = categorize(backends, svc, sp, self.node_name, self.zone)
+            backends, eps = resolve(sp, slices, self.f.ip_family)
+            cat = categorize(backends, eps, svc, sp, self.node_name, self.zone)
             fronts = self._port(svc, sp, cip, ext, lbs, cat)
             hc = svc.health_check_node_port if svc.external_policy_local else None
             frag.pieces.append(PortPart(ref=sp.ref, frontends=fronts, cat=cat, hc=hc))
