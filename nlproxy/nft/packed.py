@@ -18,7 +18,7 @@ sets qualify). Pure: no I/O.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from ipaddress import IPv4Address, IPv6Address
 
 from nlproxy.nft.ir import (
@@ -32,7 +32,7 @@ from nlproxy.nft.ir import (
     Value,
     Verb,
 )
-from nlproxy.nft.values import Packer, key_decoder
+from nlproxy.nft.values import Packer, _ipv4_int, key_decoder
 
 _NOT_A_KEY = (TypeError, ValueError, OverflowError, struct.error)
 """What packing raises for values out of their type's range."""
@@ -103,6 +103,15 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
     def pack_keys(self, rows: Sequence[Sequence[Value]]) -> list[bytes]:
         """The packed key of each row of values (the planner's hot path)."""
         return _pack_each(self._key, rows)
+
+    def pack_pairs(self, addresses: Iterable[int]) -> list[bytes]:
+        """The keys ``a . a`` of a set keyed by two addresses of one family (the hairpin
+        set's), each address given as its int (the planner's hot path: no converter call)."""
+        pack, key = self._key.struct.pack, self.set.key
+        if key == (DataType.IPV4_ADDR, DataType.IPV4_ADDR):
+            return [pack(a, a) for a in addresses]
+        assert key == (DataType.IPV6_ADDR, DataType.IPV6_ADDR), f"{self.set.name}: not a pair"
+        return [pack(b, b) for b in (a.to_bytes(16, "big") for a in addresses)]
 
     def select(self, part: int, value: Value) -> PackedElements:
         """The elements whose key part ``part`` is ``value``, compared as bytes."""
@@ -191,6 +200,14 @@ def _pack_each(packer: Packer, rows: Sequence[Sequence[Value]]) -> list[bytes]:
     pack, convs = packer.struct.pack, packer.convs
     if len(convs) == 2:  # address . port (backends data), address . address (hairpin)
         c0, c1 = convs
+        if c0 is _ipv4_int and c1 is int:
+            # IPv4 address . port: the address's int and the port as they are, no converter
+            # call per value; anything else (a network, an int, a port to convert) fails
+            # here and is packed below, as it always was.
+            try:
+                return [pack(a._ip, b) for a, b in rows]  # type: ignore[union-attr]
+            except (AttributeError, struct.error):
+                pass
         return [pack(c0(a), c1(b)) for a, b in rows]
     return [pack(*[c(v) for c, v in zip(convs, row, strict=True)]) for row in rows]
 

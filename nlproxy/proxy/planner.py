@@ -368,11 +368,10 @@ class FamilyPlanner:
         """Add what is collected across services: the hairpin pairs (endpoint . endpoint)."""
         hairpin = self.rs.elements[n.HAIRPIN]
         assert isinstance(hairpin, PackedElements), "the hairpin set is held packed"
-        # Keyed by the address as an int (ipaddress objects hash in Python); first listing
+        # Each address once, as its int (ipaddress objects hash in Python); first listing
         # first, so deterministic.
-        unique = {ip._ip: ip for ips in self.hairpin for ip in ips}  # type: ignore[union-attr]
-        pairs = hairpin.pack_keys([(ip, ip) for ip in unique.values()])
-        hairpin.raw.update(dict.fromkeys(pairs, b""))
+        unique = dict.fromkeys([ip._ip for ips in self.hairpin for ip in ips])  # type: ignore[union-attr]
+        hairpin.raw.update(dict.fromkeys(hairpin.pack_pairs(unique), b""))
 
     def element(
         self,
