@@ -58,7 +58,7 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
         raw: packed elements to hold (not copied).
     """
 
-    __slots__ = ("_data", "_decode_data", "_decode_key", "_key", "_kinds", "raw", "set")
+    __slots__ = ("_data", "_decode_data", "_decode_key", "_head", "_key", "_kinds", "raw", "set")
 
     def __init__(self, s: SetLike, raw: dict[bytes, bytes] | None = None) -> None:
         assert packable(s), f"set {s.name} cannot be held packed"
@@ -69,6 +69,7 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
         self._data = Packer(s.data) if isinstance(s, Map) else None
         self._decode_key = key_decoder(s.key)
         self._decode_data = key_decoder(s.data) if isinstance(s, Map) else None
+        self._head: Packer | None = None
 
     @property
     def key_size(self) -> int:
@@ -81,7 +82,7 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
     # -- packing ----------------------------------------------------------------------------
 
     def pack_key(self, key: Sequence[Value]) -> bytes:
-        return self._key.pack(key)
+        return _pack_one(self._key, key)
 
     def pack_data(self, el: Element) -> bytes:
         """The packed data of ``el`` (ValueError for what a packed element cannot hold)."""
@@ -94,6 +95,17 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
         if not isinstance(el.value, tuple):
             raise TypeError(f"map {self.set.name}: element data must be a tuple of values")
         return self._data.pack(el.value)
+
+    def pack_head(self, head: Sequence[Value]) -> bytes:
+        """The first bytes of the keys whose leading parts are ``head`` (a backends map's
+        frontend, before the index): what ``pack_key`` gives for ``(*head, last)``, less the
+        last part's 4 bytes."""
+        packer = self._head
+        if packer is None or len(packer.convs) != len(head):
+            types = self.set.key[: len(head)]
+            assert len(types) < len(self.set.key), f"set {self.set.name}: a head is a key's start"
+            packer = self._head = Packer(types, concat=True)
+        return _pack_one(packer, head)
 
     def pack_rows(self, rows: Sequence[Sequence[Value]]) -> list[bytes]:
         """The packed data of each row of values (a map's; the planner's hot path)."""
@@ -210,6 +222,17 @@ def _pack_each(packer: Packer, rows: Sequence[Sequence[Value]]) -> list[bytes]:
                 pass
         return [pack(c0(a), c1(b)) for a, b in rows]
     return [pack(*[c(v) for c, v in zip(convs, row, strict=True)]) for row in rows]
+
+
+def _pack_one(packer: Packer, values: Sequence[Value]) -> bytes:
+    convs = packer.convs
+    if convs[0] is _ipv4_int and all(c is int for c in convs[1:]):
+        # An IPv4 address's int and the integers as they are, as in _pack_each.
+        try:
+            return packer.struct.pack(values[0]._ip, *values[1:])  # type: ignore[union-attr]
+        except (AttributeError, struct.error):
+            pass
+    return packer.pack(values)
 
 
 _INDEX = Packer((DataType.INTEGER,))

@@ -47,6 +47,9 @@ from nlproxy.proxy.fragments import Fill, Fragment, Recorder
 from nlproxy.proxy.skeleton import IPV4, IPV6, Dispatch, FamilySpec, skeleton
 from nlproxy.proxy.slots import keep_slots, read_slots, slot_token
 
+_new = tuple.__new__
+"""``_new(Fill, (…))``: a NamedTuple without its Python ``__new__`` frame (the hot path)."""
+
 _L4 = {Protocol.TCP: L4Proto.TCP, Protocol.UDP: L4Proto.UDP, Protocol.SCTP: L4Proto.SCTP}
 
 
@@ -480,7 +483,7 @@ class FamilyPlanner:
         assert isinstance(store, PackedElements), "the cluster-ips set is held packed"
         key = store.pack_key((cip,))
         store.raw[key] = b""
-        self.sink.ops.append(Fill(n.CLUSTER_IPS, (key,), (b"",)))
+        self.sink.ops.append(_new(Fill, (n.CLUSTER_IPS, (key,), (b"",), False)))
 
     def _counters(self, fronts: list[Frontend], proto: int) -> None:
         """One counting element per frontend, keyed like its dispatch element. It depends on
@@ -529,7 +532,7 @@ class FamilyPlanner:
             return
         store = self.rs.elements[set_name]
         assert isinstance(store, PackedElements), "the backends maps are held packed"
-        head = store.pack_key((*prefix, 0))[:-4]  # the index is the key's last 4 bytes
+        head = store.pack_head(prefix)  # the key less the index
         keys = tuple([head + i for i in indices(len(eps))])
         data = tuple(store.pack_rows(eps))
         prior = self.prior.get((set_name, head))
@@ -541,7 +544,7 @@ class FamilyPlanner:
             shuffled = slots != data
             data = slots
         store.raw.update(zip(keys, data, strict=True))
-        self.sink.ops.append(Fill(set_name, keys, data, shuffled))
+        self.sink.ops.append(_new(Fill, (set_name, keys, data, shuffled)))
         if shuffled and self._frag is not None:
             self._frag.shuffled = True
 

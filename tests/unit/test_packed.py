@@ -256,3 +256,19 @@ def test_fast_packing_is_the_converters_packing() -> None:
         pairs = PackedElements(Set(name="s", key=(dt, dt)))  # type: ignore[arg-type]
         got = pairs.pack_pairs([ip._ip for ip in ips])  # type: ignore[attr-defined]
         assert got == pairs.pack_keys([(ip, ip) for ip in ips])
+
+
+def test_a_key_head_is_the_key_less_its_last_part() -> None:
+    """``pack_head`` (the planner's backends key before the index) is ``pack_key``'s start,
+    for each backends map of each family, an int address included."""
+    for family in (Family.IP, Family.IP6):
+        rs = plan(world(), config()).rulesets[family]
+        for name in BACKENDS_MAPS:
+            store = rs.elements[name]
+            assert isinstance(store, PackedElements)
+            for key in list(store)[:3]:
+                head = key[:-1]
+                assert store.pack_head(head) == store.pack_key(key)[:-4], (name, key)
+                if isinstance(head[0], IPv4Address):
+                    as_int = (int(head[0]), *head[1:])
+                    assert store.pack_head(as_int) == store.pack_key(key)[:-4]
