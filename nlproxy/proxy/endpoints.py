@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import compress
+from operator import lt
 from typing import NamedTuple
 
 import msgspec
@@ -104,8 +105,12 @@ def _resolve_one(
     if number is None:
         return [], []
     # ``_ip`` is ``int(ip)`` without a Python-level call (as nft/values.py packs addresses).
-    first = {ep.ip._ip: ep for ep in reversed(sl.endpoints)}  # type: ignore[union-attr]
-    eps = [first[ip] for ip in sorted(first)]
+    ips = [ep.ip._ip for ep in sl.endpoints]  # type: ignore[union-attr]
+    if all(map(lt, ips, ips[1:])):  # listed in order, each once (as a controller writes them)
+        eps = list(sl.endpoints)
+    else:
+        first = {ep.ip._ip: ep for ep in reversed(sl.endpoints)}  # type: ignore[union-attr]
+        eps = [first[ip] for ip in sorted(first)]
     return [_new(Backend, (ep.ip, number)) for ep in eps], eps
 
 

@@ -87,9 +87,13 @@ class Recorder:
         self.ops.append(el)
 
     def ensure(self, name: str, rules: tuple[tuple[Expr, ...], ...]) -> str:
-        self.ops.append(Ensure(name, rules))
-        ensure_chain(self.rs, name, rules)
-        return name
+        return self.ensure_op(Ensure(name, rules))
+
+    def ensure_op(self, op: Ensure) -> str:
+        """``ensure``, given the (immutable, shareable) operation."""
+        self.ops.append(op)
+        ensure_chain(self.rs, op.name, op.rules)
+        return op.name
 
     def replay(self, ops: list[Op]) -> None:
         """Apply a logged fragment again (and log it, so the new plan keeps it)."""
