@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import enum
 import gc
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from ipaddress import collapse_addresses, ip_network
+from operator import attrgetter, itemgetter
 
 import msgspec
 
@@ -49,6 +51,11 @@ from nlproxy.proxy.slots import keep_slots, read_slots, slot_token
 
 _new = tuple.__new__
 """``_new(Fill, (…))``: a NamedTuple without its Python ``__new__`` frame (the hot path)."""
+
+_ip_of = itemgetter(0)
+"""A Backend's address, in C."""
+_int_of = attrgetter("_ip")
+"""An address's int (``int(ip)`` without a Python-level call, as nft/values.py packs it)."""
 
 _L4 = {Protocol.TCP: L4Proto.TCP, Protocol.UDP: L4Proto.UDP, Protocol.SCTP: L4Proto.SCTP}
 
@@ -373,7 +380,7 @@ class FamilyPlanner:
         assert isinstance(hairpin, PackedElements), "the hairpin set is held packed"
         # Each address once, as its int (ipaddress objects hash in Python); first listing
         # first, so deterministic.
-        unique = dict.fromkeys([ip._ip for ips in self.hairpin for ip in ips])  # type: ignore[union-attr]
+        unique = dict.fromkeys(map(_int_of, itertools.chain.from_iterable(self.hairpin)))
         hairpin.raw.update(dict.fromkeys(hairpin.pack_pairs(unique), b""))
 
     def element(
@@ -427,7 +434,7 @@ class FamilyPlanner:
         has_int = bool(cat.local) if svc.internal_policy_local else cat.has_any
         has_ext = bool(cat.local) if ext_local else cat.has_any
         # No endpoints at all: reject. Endpoints, but none for this policy: drop.
-        no_ep: Verdict = goto(n.REJECT_CHAIN) if not cat.has_any else DROP
+        no_ep: Verdict = self.goto(n.REJECT_CHAIN) if not cat.has_any else DROP
         fixed = None
         if svc.affinity_timeout is not None:  # affinity wins over the algorithm, as upstream's
             fixed = add_affinity_chains(self.sink, self.f, svc, sp, cip, cat, pods=self.pods)
@@ -444,8 +451,9 @@ class FamilyPlanner:
             )
         else:
             self.element(n.NO_ENDPOINT_SERVICES, (cip, proto, port), no_ep, comment)
-        addrs = [(FrontendKind.EXTERNAL_IP, a) for a in ext]
-        addrs += [(FrontendKind.LOAD_BALANCER, a) for a in lbs]
+        addrs = [(FrontendKind.EXTERNAL_IP, a) for a in ext] if ext else []
+        if lbs:
+            addrs += [(FrontendKind.LOAD_BALANCER, a) for a in lbs]
         for kind, addr in addrs:
             fronts.append(self._front(sp, kind, addr, port))
             if cat.has_any:
@@ -465,9 +473,9 @@ class FamilyPlanner:
                 self.element(n.NO_ENDPOINT_NODEPORTS, (proto, sp.node_port), no_ep, comment)
         if self.counters:
             self._counters(fronts, proto)
-        self._hairpin += [b.ip for b in cat.cluster]
+        self._hairpin.extend(map(_ip_of, cat.cluster))
         if cat.local:
-            self._hairpin += [b.ip for b in cat.local]
+            self._hairpin.extend(map(_ip_of, cat.local))
         return fronts
 
     def goto(self, chain: str) -> Verdict:
@@ -556,6 +564,8 @@ class _Targets:
     go into ``backends*`` elements keyed by the frontend; with affinity they are the service
     port's own chains (``fixed``: internal chain, external chain or None).
     """
+
+    __slots__ = ("_cat", "_fixed", "_fp", "_internal_eps", "_local_ext", "_port", "_proto")
 
     def __init__(
         self,
