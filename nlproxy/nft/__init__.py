@@ -22,3 +22,8 @@ owned whole by nlproxy.
 - ``fake``: in-memory tables for tests and tools: apply to a copy, commit on success, read back
   as the kernel does; ``FakeNftables``/``FakeTables`` stand in for ``readback``/``backend``.
 """
+
+# Modules here import msgspec, whose C initialisation imports ``datetime`` itself and loses a
+# Ctrl-C that arrives during that import (the command then runs on). Imported first, in Python,
+# an interrupt at any import still ends the command with 130 (tests/unit/test_interrupt.py).
+import datetime  # noqa: F401

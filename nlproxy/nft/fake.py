@@ -21,9 +21,10 @@ from __future__ import annotations
 import copy
 import errno
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_network
 from typing import TYPE_CHECKING, Any
+
+from msgspec.structs import replace
 
 from nlproxy.errors import KernelError
 from nlproxy.nft import validate as validation

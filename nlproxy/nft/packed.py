@@ -18,7 +18,7 @@ sets qualify). Pure: no I/O.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from ipaddress import IPv4Address, IPv6Address
 
 from nlproxy.nft.ir import (
@@ -32,7 +32,7 @@ from nlproxy.nft.ir import (
     Value,
     Verb,
 )
-from nlproxy.nft.values import Packer, key_decoder
+from nlproxy.nft.values import Packer, _ipv4_int, key_decoder
 
 _NOT_A_KEY = (TypeError, ValueError, OverflowError, struct.error)
 """What packing raises for values out of their type's range."""
@@ -58,7 +58,7 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
         raw: packed elements to hold (not copied).
     """
 
-    __slots__ = ("_data", "_decode_data", "_decode_key", "_key", "_kinds", "raw", "set")
+    __slots__ = ("_data", "_decode_data", "_decode_key", "_head", "_key", "_kinds", "raw", "set")
 
     def __init__(self, s: SetLike, raw: dict[bytes, bytes] | None = None) -> None:
         assert packable(s), f"set {s.name} cannot be held packed"
@@ -69,6 +69,7 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
         self._data = Packer(s.data) if isinstance(s, Map) else None
         self._decode_key = key_decoder(s.key)
         self._decode_data = key_decoder(s.data) if isinstance(s, Map) else None
+        self._head: Packer | None = None
 
     @property
     def key_size(self) -> int:
@@ -81,7 +82,7 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
     # -- packing ----------------------------------------------------------------------------
 
     def pack_key(self, key: Sequence[Value]) -> bytes:
-        return self._key.pack(key)
+        return _pack_one(self._key, key)
 
     def pack_data(self, el: Element) -> bytes:
         """The packed data of ``el`` (ValueError for what a packed element cannot hold)."""
@@ -95,6 +96,17 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
             raise TypeError(f"map {self.set.name}: element data must be a tuple of values")
         return self._data.pack(el.value)
 
+    def pack_head(self, head: Sequence[Value]) -> bytes:
+        """The first bytes of the keys whose leading parts are ``head`` (a backends map's
+        frontend, before the index): what ``pack_key`` gives for ``(*head, last)``, less the
+        last part's 4 bytes."""
+        packer = self._head
+        if packer is None or len(packer.convs) != len(head):
+            types = self.set.key[: len(head)]
+            assert len(types) < len(self.set.key), f"set {self.set.name}: a head is a key's start"
+            packer = self._head = Packer(types, concat=True)
+        return _pack_one(packer, head)
+
     def pack_rows(self, rows: Sequence[Sequence[Value]]) -> list[bytes]:
         """The packed data of each row of values (a map's; the planner's hot path)."""
         assert self._data is not None, "only a map's elements have data"
@@ -103,6 +115,15 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
     def pack_keys(self, rows: Sequence[Sequence[Value]]) -> list[bytes]:
         """The packed key of each row of values (the planner's hot path)."""
         return _pack_each(self._key, rows)
+
+    def pack_pairs(self, addresses: Iterable[int]) -> list[bytes]:
+        """The keys ``a . a`` of a set keyed by two addresses of one family (the hairpin
+        set's), each address given as its int (the planner's hot path: no converter call)."""
+        pack, key = self._key.struct.pack, self.set.key
+        if key == (DataType.IPV4_ADDR, DataType.IPV4_ADDR):
+            return [pack(a, a) for a in addresses]
+        assert key == (DataType.IPV6_ADDR, DataType.IPV6_ADDR), f"{self.set.name}: not a pair"
+        return [pack(b, b) for b in (a.to_bytes(16, "big") for a in addresses)]
 
     def select(self, part: int, value: Value) -> PackedElements:
         """The elements whose key part ``part`` is ``value``, compared as bytes."""
@@ -191,8 +212,27 @@ def _pack_each(packer: Packer, rows: Sequence[Sequence[Value]]) -> list[bytes]:
     pack, convs = packer.struct.pack, packer.convs
     if len(convs) == 2:  # address . port (backends data), address . address (hairpin)
         c0, c1 = convs
+        if c0 is _ipv4_int and c1 is int:
+            # IPv4 address . port: the address's int and the port as they are, no converter
+            # call per value; anything else (a network, an int, a port to convert) fails
+            # here and is packed below, as it always was.
+            try:
+                return [pack(a._ip, b) for a, b in rows]  # type: ignore[union-attr]
+            except (AttributeError, struct.error):
+                pass
         return [pack(c0(a), c1(b)) for a, b in rows]
     return [pack(*[c(v) for c, v in zip(convs, row, strict=True)]) for row in rows]
+
+
+def _pack_one(packer: Packer, values: Sequence[Value]) -> bytes:
+    convs = packer.convs
+    if convs[0] is _ipv4_int and all(c is int for c in convs[1:]):
+        # An IPv4 address's int and the integers as they are, as in _pack_each.
+        try:
+            return packer.struct.pack(values[0]._ip, *values[1:])  # type: ignore[union-attr]
+        except (AttributeError, struct.error):
+            pass
+    return packer.pack(values)
 
 
 _INDEX = Packer((DataType.INTEGER,))

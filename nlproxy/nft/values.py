@@ -136,11 +136,12 @@ class Packer:
     """Packs value tuples of one key or data layout into bytes, as the kernel expects them.
 
     Big-endian struct codes, with host-order marks byte-swapped first; parts of a concatenation
-    padded to 4 bytes, a single part not padded.
+    padded to 4 bytes, a single part not padded (``concat`` says otherwise: the leading parts
+    of a longer concatenation are padded however many they are).
     """
 
-    def __init__(self, types: Sequence[DataType]) -> None:
-        pad = len(types) > 1
+    def __init__(self, types: Sequence[DataType], *, concat: bool | None = None) -> None:
+        pad = len(types) > 1 if concat is None else concat
         fmt = ">" + "".join(_PART[dt][0] + (_PART[dt][1] if pad else "") for dt in types)
         self.struct = struct.Struct(fmt)
         self.convs = [_PART[dt][2] for dt in types]

@@ -12,3 +12,8 @@
 - ``tracer``: where a new connection goes through a planned ruleset.
 - ``layout``: the shape read backwards: programmed maps → frontends → backends.
 """
+
+# Modules here import msgspec, whose C initialisation imports ``datetime`` itself and loses a
+# Ctrl-C that arrives during that import (the command then runs on). Imported first, in Python,
+# an interrupt at any import still ends the command with 130 (tests/unit/test_interrupt.py).
+import datetime  # noqa: F401

@@ -9,8 +9,11 @@ deduplicates by IP:port, and splits the result into the cluster and local sets a
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple, TypeAlias
+from itertools import compress
+from operator import lt
+from typing import NamedTuple
+
+import msgspec
 
 from nlproxy.cluster.model import (
     Endpoint,
@@ -39,12 +42,12 @@ class Backend(NamedTuple):
         return f"[{self.ip}]:{self.port}" if self.ip.version == 6 else f"{self.ip}:{self.port}"
 
 
-Candidate: TypeAlias = tuple[Backend, Endpoint]
-"""A backend with the endpoint it came from, whose conditions and hints decide its use."""
+_new = tuple.__new__
+"""``_new(Backend, (ip, port))``: a Backend without the NamedTuple's Python ``__new__`` frame
+(100k and more per plan)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Categorized:
+class Categorized(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The endpoint sets of one service port on this node.
 
     Attributes:
@@ -64,49 +67,51 @@ class Categorized:
 
 def resolve(
     port: ServicePort, slices: Sequence[EndpointSlice], family: IPFamily
-) -> tuple[Candidate, ...]:
-    """Backends of ``port`` from the slices of one family with their endpoints, sorted by
-    (ip, port), deduplicated.
+) -> tuple[list[Backend], list[Endpoint]]:
+    """Backends of ``port`` from the slices of one family, sorted by (ip, port), deduplicated,
+    and beside them (same order) the endpoints they came from, whose conditions and hints
+    decide their use.
 
     A slice serves the port when it has a port of the same name and protocol. When two slices
     list the same IP:port, the one whose name sorts first wins (kube-proxy keeps the first).
     """
-    # Keyed by the address as an int: ipaddress objects hash and compare in Python, ints in C,
-    # and this runs once per endpoint.
-    seen: dict[tuple[int, int], Candidate] = {}
     name, proto = port.ref.port_name, port.ref.protocol
     if len(slices) == 1:
         return _resolve_one(slices[0], name, proto, family)
-    for sl in sorted(slices, key=lambda s: s.name) if len(slices) > 1 else slices:
+    # Keyed by the address as an int: ipaddress objects hash and compare in Python, ints in C,
+    # and this runs once per endpoint.
+    seen: dict[tuple[int, int], Endpoint] = {}
+    for sl in sorted(slices, key=lambda s: s.name):
         if sl.family is not family:
             continue
         number = next((p.port for p in sl.ports if p.name == name and p.protocol is proto), None)
         if number is None:
             continue
         for ep in sl.endpoints:
-            key = (int(ep.ip), number)
-            if key not in seen:
-                seen[key] = (Backend(ep.ip, number), ep)
-    return tuple(seen[k] for k in sorted(seen))
+            seen.setdefault((int(ep.ip), number), ep)
+    keys = sorted(seen)
+    eps = [seen[k] for k in keys]
+    return [_new(Backend, (ep.ip, k[1])) for k, ep in zip(keys, eps, strict=True)], eps
 
 
 def _resolve_one(
     sl: EndpointSlice, name: str, proto: Protocol, family: IPFamily
-) -> tuple[Candidate, ...]:
+) -> tuple[list[Backend], list[Endpoint]]:
     """``resolve`` of a single slice (the common case): one port number, so the address alone
     keys an endpoint; the first listing of an address wins, as across slices."""
     if sl.family is not family:
-        return ()
+        return [], []
     number = next((p.port for p in sl.ports if p.name == name and p.protocol is proto), None)
     if number is None:
-        return ()
+        return [], []
     # ``_ip`` is ``int(ip)`` without a Python-level call (as nft/values.py packs addresses).
-    first = {ep.ip._ip: ep for ep in reversed(sl.endpoints)}  # type: ignore[union-attr]
-    out = []
-    for ip in sorted(first):
-        ep = first[ip]
-        out.append((Backend(ep.ip, number), ep))
-    return tuple(out)
+    ips = [ep.ip._ip for ep in sl.endpoints]  # type: ignore[union-attr]
+    if all(map(lt, ips, ips[1:])):  # listed in order, each once (as a controller writes them)
+        eps = list(sl.endpoints)
+    else:
+        first = {ep.ip._ip: ep for ep in reversed(sl.endpoints)}  # type: ignore[union-attr]
+        eps = [first[ip] for ip in sorted(first)]
+    return [_new(Backend, (ep.ip, number)) for ep in eps], eps
 
 
 def externally_accessible(svc: Service, port: ServicePort) -> bool:
@@ -114,10 +119,15 @@ def externally_accessible(svc: Service, port: ServicePort) -> bool:
 
 
 def categorize(
-    backends: tuple[Candidate, ...], svc: Service, port: ServicePort, node: str, zone: str | None
+    backends: list[Backend],
+    eps: list[Endpoint],
+    svc: Service,
+    port: ServicePort,
+    node: str,
+    zone: str | None,
 ) -> Categorized:
-    """Split backends (``resolve``'s) into the cluster and local sets (kube-proxy's
-    ``CategorizeEndpoints``).
+    """Split backends (``resolve``'s, with their endpoints) into the cluster and local sets
+    (kube-proxy's ``CategorizeEndpoints``).
 
     Ready endpoints are used; when a set has none, its serving-and-terminating ones are (decided
     separately for the cluster and the local set). Topology hints narrow the cluster set.
@@ -129,13 +139,13 @@ def categorize(
     cluster: tuple[Backend, ...] = ()
     has_any = False
     if uses_cluster:
-        cluster = _cluster_set(backends, node, zone)
+        cluster = _cluster_set(backends, eps, node, zone)
         has_any = bool(cluster)
     local: tuple[Backend, ...] = ()
     fallback = False
     if uses_local:
-        has_any = has_any or any(_usable(ep) for _, ep in backends)
-        mine = [(b, ep) for b, ep in backends if ep.node_name == node]
+        has_any = has_any or any(map(_usable, eps))
+        mine = [(b, ep) for b, ep in zip(backends, eps, strict=True) if ep.node_name == node]
         local = tuple(b for b, ep in mine if ep.ready)
         if not local:
             local = tuple(b for b, ep in mine if _serving_terminating(ep))
@@ -152,23 +162,25 @@ def _serving_terminating(ep: Endpoint) -> bool:
 
 
 def _cluster_set(
-    backends: tuple[Candidate, ...], node: str, zone: str | None
+    backends: list[Backend], eps: list[Endpoint], node: str, zone: str | None
 ) -> tuple[Backend, ...]:
-    mode = topology_mode(backends, node, zone)
+    mode = topology_mode(eps, node, zone)
+    pairs = zip(backends, eps, strict=True)
     if mode == "node":
-        chosen = tuple(b for b, ep in backends if ep.ready and node in (ep.hints_nodes or ()))
+        chosen = tuple(b for b, ep in pairs if ep.ready and node in (ep.hints_nodes or ()))
     elif mode == "zone":
-        chosen = tuple(b for b, ep in backends if ep.ready and zone in (ep.hints_zones or ()))
+        chosen = tuple(b for b, ep in pairs if ep.ready and zone in (ep.hints_zones or ()))
     else:
-        chosen = tuple(b for b, ep in backends if ep.ready)
+        ready = [ep.ready for ep in eps]
+        chosen = tuple(backends) if all(ready) else tuple(compress(backends, ready))
     if chosen:
         return chosen
     # No ready endpoint anywhere (topology is only used when it leaves one): fall back to the
     # serving, terminating ones so connections drain instead of failing.
-    return tuple(b for b, ep in backends if _serving_terminating(ep))
+    return tuple(b for b, ep in zip(backends, eps, strict=True) if _serving_terminating(ep))
 
 
-def topology_mode(backends: Iterable[Candidate], node: str, zone: str | None) -> str:
+def topology_mode(eps: Iterable[Endpoint], node: str, zone: str | None) -> str:
     """``node``, ``zone`` or ``""``: which hints narrow the cluster set.
 
     Hints count only when every ready endpoint has them, and only when some ready endpoint is
@@ -176,7 +188,7 @@ def topology_mode(backends: Iterable[Candidate], node: str, zone: str | None) ->
     """
     all_nodes = all_zones = True
     for_node = for_zone = False
-    for _, ep in backends:
+    for ep in eps:
         if not ep.ready:
             continue
         if ep.hints_zones:
@@ -187,6 +199,8 @@ def topology_mode(backends: Iterable[Candidate], node: str, zone: str | None) ->
             for_node = for_node or node in ep.hints_nodes
         else:
             all_nodes = False
+        if not (all_nodes or all_zones):  # a ready endpoint without hints: none apply
+            return ""
     if all_nodes and for_node:
         return "node"
     if all_zones and for_zone:

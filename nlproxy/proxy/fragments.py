@@ -12,8 +12,9 @@ Pure: no I/O, clock or logging.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import NamedTuple, assert_never
+
+import msgspec
 
 from nlproxy.cluster.model import EndpointSlice, IPAddress, Service
 from nlproxy.nft.ir import Chain, Element, Expr, Map, Rule, Ruleset, Set
@@ -41,11 +42,12 @@ class Fill(NamedTuple):
 Op = Chain | Rule | Set | Map | Element | Ensure | Fill
 
 
-@dataclass(slots=True)
-class Fragment:
+class Fragment(msgspec.Struct, kw_only=True):
     """One service's contribution to one family's table (and the summary's pieces of it).
 
-    ``pieces`` is opaque here: the planner's per-port summary parts.
+    ``pieces`` is opaque here: the planner's per-port summary parts. A msgspec Struct, not a
+    dataclass: a plan builds one per service and family (10k Services: 20k), and a Struct's
+    ``__init__`` is C (it holds lists, so the collector still tracks it).
     """
 
     service: Service
@@ -87,9 +89,13 @@ class Recorder:
         self.ops.append(el)
 
     def ensure(self, name: str, rules: tuple[tuple[Expr, ...], ...]) -> str:
-        self.ops.append(Ensure(name, rules))
-        ensure_chain(self.rs, name, rules)
-        return name
+        return self.ensure_op(Ensure(name, rules))
+
+    def ensure_op(self, op: Ensure) -> str:
+        """``ensure``, given the (immutable, shareable) operation."""
+        self.ops.append(op)
+        ensure_chain(self.rs, op.name, op.rules)
+        return op.name
 
     def replay(self, ops: list[Op]) -> None:
         """Apply a logged fragment again (and log it, so the new plan keeps it)."""

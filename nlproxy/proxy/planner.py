@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import enum
 import gc
+import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from ipaddress import collapse_addresses, ip_network
+from operator import attrgetter, itemgetter
+
+import msgspec
 
 from nlproxy.cluster.model import (
     ClusterSnapshot,
@@ -45,6 +49,14 @@ from nlproxy.proxy.fragments import Fill, Fragment, Recorder
 from nlproxy.proxy.skeleton import IPV4, IPV6, Dispatch, FamilySpec, skeleton
 from nlproxy.proxy.slots import keep_slots, read_slots, slot_token
 
+_new = tuple.__new__
+"""``_new(Fill, (…))``: a NamedTuple without its Python ``__new__`` frame (the hot path)."""
+
+_ip_of = itemgetter(0)
+"""A Backend's address, in C."""
+_int_of = attrgetter("_ip")
+"""An address's int (``int(ip)`` without a Python-level call, as nft/values.py packs it)."""
+
 _L4 = {Protocol.TCP: L4Proto.TCP, Protocol.UDP: L4Proto.UDP, Protocol.SCTP: L4Proto.SCTP}
 
 
@@ -55,8 +67,10 @@ class FrontendKind(enum.StrEnum):
     NODE_PORT = "node-port"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Frontend:
+# The per-port summary values are msgspec Structs, as the model's are: a plan builds several per
+# service port (10k ports: tens of thousands), a frozen dataclass costs several times a Struct to
+# build, and with gc=False (they hold no cycles) the collector never walks them.
+class Frontend(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """An address (None for a node port: any NodePort address) and port a service port answers."""
 
     family: Family
@@ -66,8 +80,7 @@ class Frontend:
     port: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PortPlan:
+class PortPlan(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What the rest of nlproxy needs to know about one service port, all families together.
 
     Attributes:
@@ -189,8 +202,7 @@ def _plan(
     return Plan(rulesets=rulesets, ports=ports, fragments=fragments, context=context)
 
 
-@dataclass(slots=True)
-class PortPart:
+class PortPart(msgspec.Struct, kw_only=True, gc=False):
     """One family's share of a service port's summary (kept in its service's fragment)."""
 
     ref: ServicePortRef
@@ -366,11 +378,10 @@ class FamilyPlanner:
         """Add what is collected across services: the hairpin pairs (endpoint . endpoint)."""
         hairpin = self.rs.elements[n.HAIRPIN]
         assert isinstance(hairpin, PackedElements), "the hairpin set is held packed"
-        # Keyed by the address as an int (ipaddress objects hash in Python); first listing
+        # Each address once, as its int (ipaddress objects hash in Python); first listing
         # first, so deterministic.
-        unique = {ip._ip: ip for ips in self.hairpin for ip in ips}  # type: ignore[union-attr]
-        pairs = hairpin.pack_keys([(ip, ip) for ip in unique.values()])
-        hairpin.raw.update(dict.fromkeys(pairs, b""))
+        unique = dict.fromkeys(map(_int_of, itertools.chain.from_iterable(self.hairpin)))
+        hairpin.raw.update(dict.fromkeys(hairpin.pack_pairs(unique), b""))
 
     def element(
         self,
@@ -394,8 +405,8 @@ class FamilyPlanner:
         ext = [ip for ip in svc.external_ips if ip.version == self.f.version]
         lbs = [ip for ip in svc.load_balancer_ips if ip.version == self.f.version]
         for sp in svc.ports:
-            backends = resolve(sp, slices, self.f.ip_family)
-            cat = categorize(backends, svc, sp, self.node_name, self.zone)
+            backends, eps = resolve(sp, slices, self.f.ip_family)
+            cat = categorize(backends, eps, svc, sp, self.node_name, self.zone)
             fronts = self._port(svc, sp, cip, ext, lbs, cat)
             hc = svc.health_check_node_port if svc.external_policy_local else None
             frag.pieces.append(PortPart(ref=sp.ref, frontends=fronts, cat=cat, hc=hc))
@@ -423,7 +434,7 @@ class FamilyPlanner:
         has_int = bool(cat.local) if svc.internal_policy_local else cat.has_any
         has_ext = bool(cat.local) if ext_local else cat.has_any
         # No endpoints at all: reject. Endpoints, but none for this policy: drop.
-        no_ep: Verdict = goto(n.REJECT_CHAIN) if not cat.has_any else DROP
+        no_ep: Verdict = self.goto(n.REJECT_CHAIN) if not cat.has_any else DROP
         fixed = None
         if svc.affinity_timeout is not None:  # affinity wins over the algorithm, as upstream's
             fixed = add_affinity_chains(self.sink, self.f, svc, sp, cip, cat, pods=self.pods)
@@ -440,8 +451,9 @@ class FamilyPlanner:
             )
         else:
             self.element(n.NO_ENDPOINT_SERVICES, (cip, proto, port), no_ep, comment)
-        addrs = [(FrontendKind.EXTERNAL_IP, a) for a in ext]
-        addrs += [(FrontendKind.LOAD_BALANCER, a) for a in lbs]
+        addrs = [(FrontendKind.EXTERNAL_IP, a) for a in ext] if ext else []
+        if lbs:
+            addrs += [(FrontendKind.LOAD_BALANCER, a) for a in lbs]
         for kind, addr in addrs:
             fronts.append(self._front(sp, kind, addr, port))
             if cat.has_any:
@@ -461,9 +473,9 @@ class FamilyPlanner:
                 self.element(n.NO_ENDPOINT_NODEPORTS, (proto, sp.node_port), no_ep, comment)
         if self.counters:
             self._counters(fronts, proto)
-        self._hairpin += [b.ip for b in cat.cluster]
+        self._hairpin.extend(map(_ip_of, cat.cluster))
         if cat.local:
-            self._hairpin += [b.ip for b in cat.local]
+            self._hairpin.extend(map(_ip_of, cat.local))
         return fronts
 
     def goto(self, chain: str) -> Verdict:
@@ -479,7 +491,7 @@ class FamilyPlanner:
         assert isinstance(store, PackedElements), "the cluster-ips set is held packed"
         key = store.pack_key((cip,))
         store.raw[key] = b""
-        self.sink.ops.append(Fill(n.CLUSTER_IPS, (key,), (b"",)))
+        self.sink.ops.append(_new(Fill, (n.CLUSTER_IPS, (key,), (b"",), False)))
 
     def _counters(self, fronts: list[Frontend], proto: int) -> None:
         """One counting element per frontend, keyed like its dispatch element. It depends on
@@ -528,7 +540,7 @@ class FamilyPlanner:
             return
         store = self.rs.elements[set_name]
         assert isinstance(store, PackedElements), "the backends maps are held packed"
-        head = store.pack_key((*prefix, 0))[:-4]  # the index is the key's last 4 bytes
+        head = store.pack_head(prefix)  # the key less the index
         keys = tuple([head + i for i in indices(len(eps))])
         data = tuple(store.pack_rows(eps))
         prior = self.prior.get((set_name, head))
@@ -540,7 +552,7 @@ class FamilyPlanner:
             shuffled = slots != data
             data = slots
         store.raw.update(zip(keys, data, strict=True))
-        self.sink.ops.append(Fill(set_name, keys, data, shuffled))
+        self.sink.ops.append(_new(Fill, (set_name, keys, data, shuffled)))
         if shuffled and self._frag is not None:
             self._frag.shuffled = True
 
@@ -552,6 +564,8 @@ class _Targets:
     go into ``backends*`` elements keyed by the frontend; with affinity they are the service
     port's own chains (``fixed``: internal chain, external chain or None).
     """
+
+    __slots__ = ("_cat", "_fixed", "_fp", "_internal_eps", "_local_ext", "_port", "_proto")
 
     def __init__(
         self,

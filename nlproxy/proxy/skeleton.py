@@ -52,7 +52,7 @@ from nlproxy.nft.ir import (
 from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.uapi import LOOPBACK_IFINDEX
 from nlproxy.proxy import naming as n
-from nlproxy.proxy.fragments import Recorder
+from nlproxy.proxy.fragments import Ensure, Recorder
 
 A4, A6 = DataType.IPV4_ADDR, DataType.IPV6_ADDR
 PROTO, SERVICE, INDEX = DataType.INET_PROTO, DataType.INET_SERVICE, DataType.INTEGER
@@ -285,18 +285,19 @@ class Dispatch:
         self._pods = pods
         self._saddr = f.saddr
         self._addr_key: tuple[Selector, ...] = (f.daddr, *L4_DPORT)
-        # Rules by chain name: one service port after another asks for the same few chains,
-        # and their rules (frozen) are built once, not once per service port.
-        self._rules: dict[str, tuple[tuple[Expr, ...], ...]] = {}
+        # Chains by name: one service port after another asks for the same few chains, and
+        # their rules (frozen) and the operation logging them are built once, not once per
+        # service port.
+        self._ensures: dict[str, Ensure] = {}
 
     def _make(self, name: str, *rules: tuple[Expr, ...]) -> str:
-        self._rules[name] = rules
-        return self._sink.ensure(name, rules)
+        op = self._ensures[name] = Ensure(name, rules)
+        return self._sink.ensure_op(op)
 
     def _known(self, name: str) -> str | None:
         """``name``, ensured again with the rules it was built with, if it was built."""
-        rules = self._rules.get(name)
-        return None if rules is None else self._sink.ensure(name, rules)
+        op = self._ensures.get(name)
+        return None if op is None else self._sink.ensure_op(op)
 
     def _dnat(self, count: int, backends: str) -> tuple[Expr, ...]:
         return (DnatMap((*self._addr_key, Numgen(count)), backends),)

@@ -23,6 +23,7 @@ from nlproxy.nft.ir import (
     Operation,
     PackedRun,
     Ruleset,
+    Set,
     Verb,
 )
 from nlproxy.nft.packed import PackedElements
@@ -230,3 +231,44 @@ def test_a_few_frontends_targets_from_a_packed_map_as_from_elements() -> None:
     wanted = set(list(everything)[:3])
     assert targets(rs, n.BACKENDS, 3, wanted) == {fk: everything[fk] for fk in wanted}
     assert targets(rs, n.BACKENDS, 3) == everything
+
+
+def test_fast_packing_is_the_converters_packing() -> None:
+    """The planner's shortcuts (an IPv4 address's int as is, address pairs from ints) give
+    the bytes the converters give, and what they cannot take is still converted."""
+    data = Map(
+        name="m",
+        key=(DataType.IPV4_ADDR,),
+        data=(DataType.IPV4_ADDR, DataType.INET_SERVICE),
+    )
+    store = PackedElements(data)
+    converted = store._data
+    assert converted is not None
+    rows: list[tuple[object, object]] = [(IPv4Address("10.0.0.1"), 80), (IPv4Address("1.2.3.4"), 1)]
+    want = [converted.pack(r) for r in rows]  # type: ignore[arg-type]
+    assert store.pack_rows(rows) == want  # type: ignore[arg-type]
+    odd = [(IPv4Address("10.0.0.1"), 80), (167772161, "80")]  # an int address, a str port
+    assert store.pack_rows(odd) == [converted.pack(r) for r in odd]  # type: ignore[arg-type]
+    for dt, ips in (
+        (DataType.IPV4_ADDR, [IPv4Address("10.0.0.1"), IPv4Address("255.1.2.3")]),
+        (DataType.IPV6_ADDR, [IPv6Address("fd00::1"), IPv6Address("ffff::2")]),
+    ):
+        pairs = PackedElements(Set(name="s", key=(dt, dt)))  # type: ignore[arg-type]
+        got = pairs.pack_pairs([ip._ip for ip in ips])  # type: ignore[attr-defined]
+        assert got == pairs.pack_keys([(ip, ip) for ip in ips])
+
+
+def test_a_key_head_is_the_key_less_its_last_part() -> None:
+    """``pack_head`` (the planner's backends key before the index) is ``pack_key``'s start,
+    for each backends map of each family, an int address included."""
+    for family in (Family.IP, Family.IP6):
+        rs = plan(world(), config()).rulesets[family]
+        for name in BACKENDS_MAPS:
+            store = rs.elements[name]
+            assert isinstance(store, PackedElements)
+            for key in list(store)[:3]:
+                head = key[:-1]
+                assert store.pack_head(head) == store.pack_key(key)[:-4], (name, key)
+                if isinstance(head[0], IPv4Address):
+                    as_int = (int(head[0]), *head[1:])
+                    assert store.pack_head(as_int) == store.pack_key(key)[:-4]

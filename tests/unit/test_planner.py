@@ -6,7 +6,7 @@ from ipaddress import ip_address, ip_network
 
 import pytest
 
-from nlproxy.cluster.model import ClusterSnapshot, EndpointSlice, Protocol, Service
+from nlproxy.cluster.model import ClusterSnapshot, EndpointSlice, IPFamily, Protocol, Service
 from nlproxy.errors import ConfigError, InvalidNftObject
 from nlproxy.nft.ir import (
     DnatMap,
@@ -21,6 +21,7 @@ from nlproxy.nft.ir import (
 )
 from nlproxy.proxy import naming
 from nlproxy.proxy.config import ProxyConfig
+from nlproxy.proxy.endpoints import resolve
 from nlproxy.proxy.planner import FrontendKind, plan
 from tests.unit.builders import NODE, endpoint, eps_slice, node, port, service, snapshot
 
@@ -323,3 +324,22 @@ def test_replaying_unchanged_services_gives_the_fresh_plan() -> None:
     redone = plan(snap2, other, previous=first)
     assert redone.rulesets[Family.IP].elements[naming.SERVICE_IPS][key] is not old_el
     assert _dump(redone.rulesets[Family.IP]) == _dump(plan(snap2, other).rulesets[Family.IP])
+
+
+def test_a_slices_endpoints_are_sorted_and_the_first_listing_of_an_address_wins() -> None:
+    """Whatever order a slice lists its endpoints in, the backends are in address order, and
+    an address listed twice is the first listing (here: the not-ready one, so it is left out)."""
+    svc = service("default", "web", "172.30.0.10")
+    listings = {
+        "sorted": ["10.1.0.1", "10.1.0.2", "10.1.0.3"],
+        "unsorted": ["10.1.0.3", "10.1.0.1", "10.1.0.2"],
+    }
+    for order, ips in listings.items():
+        sl = eps_slice("default", "web", [endpoint(ip) for ip in ips])
+        backends, _ = resolve(svc.ports[0], [sl], IPFamily.IPV4)
+        assert [str(b.ip) for b in backends] == sorted(ips), order
+    twice = [endpoint("10.1.0.2", ready=False), endpoint("10.1.0.1"), endpoint("10.1.0.2")]
+    sl = eps_slice("default", "web", twice)
+    backends, eps = resolve(svc.ports[0], [sl], IPFamily.IPV4)
+    assert [str(b.ip) for b in backends] == ["10.1.0.1", "10.1.0.2"]
+    assert [ep.ready for ep in eps] == [True, False]
