@@ -104,7 +104,8 @@ def target_runs(idle: int) -> tuple[tuple[str, tuple[str, ...]], ...]:
     idle window is ``idle`` seconds (RSS and CPU over it: the issue's hour is not affordable)."""
     size = ("--services", "10000", "--endpoints", "10")
     return (
-        ("bench_coldpath.py", (*size, "--rounds", "3", "--burst", "5000")),
+        ("bench_coldpath.py", (*size, "--rounds", "3", "--burst", "5000",
+                               "--formats", "json,yaml,yaml-kubectl")),
         ("bench_input.py", (*size, "--rounds", "3")),
         ("bench_coldpath.py", ("--services", "44000", "--endpoints", "5", "--formats", "json",
                                "--skip-stages")),
