@@ -225,8 +225,7 @@ def _pack_each(packer: Packer, rows: Sequence[Sequence[Value]]) -> list[bytes]:
 
 
 def _pack_one(packer: Packer, values: Sequence[Value]) -> bytes:
-    convs = packer.convs
-    if convs[0] is _ipv4_int and all(c is int for c in convs[1:]):
+    if packer.v4_ints:
         # An IPv4 address's int and the integers as they are, as in _pack_each.
         try:
             return packer.struct.pack(values[0]._ip, *values[1:])  # type: ignore[union-attr]
