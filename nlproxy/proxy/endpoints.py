@@ -101,8 +101,11 @@ def _resolve_one(
     keys an endpoint; the first listing of an address wins, as across slices."""
     if sl.family is not family:
         return [], []
-    number = next((p.port for p in sl.ports if p.name == name and p.protocol is proto), None)
-    if number is None:
+    for p in sl.ports:  # (a loop, not next() of a generator: one frame less per port)
+        if p.name == name and p.protocol is proto:
+            number = p.port
+            break
+    else:
         return [], []
     # ``_ip`` is ``int(ip)`` without a Python-level call (as nft/values.py packs addresses).
     ips = [ep.ip._ip for ep in sl.endpoints]  # type: ignore[union-attr]

@@ -453,11 +453,20 @@ class FamilyPlanner:
                 self.sink, self.f, svc, sp, cat, lb, pods=self.pods, seed=self.hash_seed
             )
         targets = _Targets(self, svc, sp, cat, fixed)
-        fronts = [self._front(sp, FrontendKind.CLUSTER_IP, cip, port)]
+        fronts = [
+            Frontend(
+                family=self.f.family,
+                protocol=ref.protocol,
+                kind=FrontendKind.CLUSTER_IP,
+                address=cip,
+                port=port,
+            )
+        ]
         self._cluster_ip(cip)
         if has_int:
-            self.element(
-                n.SERVICE_IPS, (cip, proto, port), self.goto(targets.internal(cip)), comment
+            verdict = self.goto(targets.internal(cip))
+            self.sink.add_element(  # (every port has one: not through self.element)
+                Element(set=n.SERVICE_IPS, key=(cip, proto, port), value=verdict, comment=comment)
             )
         else:
             self.element(n.NO_ENDPOINT_SERVICES, (cip, proto, port), no_ep, comment)
