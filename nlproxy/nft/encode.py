@@ -527,10 +527,14 @@ class Batch:
                 ffi.new("uint64_t[]", [(el.timeout or 0) * 1000 for el in els])
             )
         if any(el.comment for el in els):
-            ptrs = [
-                self._hold(ffi.new("char[]", el.comment.encode())) if el.comment else ffi.NULL
-                for el in els
-            ]
+            # One buffer of NUL-terminated comments and a pointer into it per element (a
+            # dispatch map has one per service port: one allocation, not one each).
+            texts = [el.comment.encode() for el in els]
+            blob = self._hold(ffi.new("char[]", b"\0".join(texts) + b"\0"))
+            ptrs, at = [], 0
+            for text in texts:
+                ptrs.append(blob + at if text else ffi.NULL)
+                at += len(text) + 1
             e.comments = self._hold(ffi.new("char *[]", ptrs))
 
 

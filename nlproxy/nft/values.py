@@ -146,6 +146,11 @@ class Packer:
         self.struct = struct.Struct(fmt)
         self.convs = [_PART[dt][2] for dt in types]
         self.size = self.struct.size
+        self.v4_ints = bool(types) and all(
+            c is (_ipv4_int if i == 0 else int) for i, c in enumerate(self.convs)
+        )
+        """An IPv4 address then integers: packed from the address's int and the integers as
+        they are, without a converter call per value (``packed.py``'s hot paths)."""
 
     def pack(self, values: Sequence[Value]) -> bytes:
         return self.struct.pack(*[c(v) for c, v in zip(self.convs, values, strict=True)])

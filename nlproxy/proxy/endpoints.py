@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import compress
-from operator import lt
+from operator import attrgetter, lt
 from typing import NamedTuple
 
 import msgspec
@@ -101,8 +101,11 @@ def _resolve_one(
     keys an endpoint; the first listing of an address wins, as across slices."""
     if sl.family is not family:
         return [], []
-    number = next((p.port for p in sl.ports if p.name == name and p.protocol is proto), None)
-    if number is None:
+    for p in sl.ports:  # (a loop, not next() of a generator: one frame less per port)
+        if p.name == name and p.protocol is proto:
+            number = p.port
+            break
+    else:
         return [], []
     # ``_ip`` is ``int(ip)`` without a Python-level call (as nft/values.py packs addresses).
     ips = [ep.ip._ip for ep in sl.endpoints]  # type: ignore[union-attr]
@@ -153,6 +156,9 @@ def categorize(
     return Categorized(cluster=cluster, local=local, has_any=has_any, local_terminating=fallback)
 
 
+_ready = attrgetter("ready")
+
+
 def _usable(ep: Endpoint) -> bool:
     return ep.ready or _serving_terminating(ep)
 
@@ -170,9 +176,10 @@ def _cluster_set(
         chosen = tuple(b for b, ep in pairs if ep.ready and node in (ep.hints_nodes or ()))
     elif mode == "zone":
         chosen = tuple(b for b, ep in pairs if ep.ready and zone in (ep.hints_zones or ()))
+    elif all(map(_ready, eps)):  # in C: no list of flags when every endpoint is ready
+        chosen = tuple(backends)
     else:
-        ready = [ep.ready for ep in eps]
-        chosen = tuple(backends) if all(ready) else tuple(compress(backends, ready))
+        chosen = tuple(compress(backends, map(_ready, eps)))
     if chosen:
         return chosen
     # No ready endpoint anywhere (topology is only used when it leaves one): fall back to the

@@ -190,7 +190,8 @@ def _plan(
             if frag is not None and frag.reusable_for(svc, slices):
                 fp.replay(frag)
             else:
-                fp.prior = prior_slots(earlier.get(key)) if earlier else {}
+                if earlier:  # (else it stays the empty one FamilyPlanner starts with)
+                    fp.prior = prior_slots(earlier.get(key))
                 frag = fp.add_service(svc, slices)
             for piece in frag.pieces:
                 assert isinstance(piece, PortPart), "fragments hold port parts"
@@ -378,10 +379,11 @@ class FamilyPlanner:
         """Add what is collected across services: the hairpin pairs (endpoint . endpoint)."""
         hairpin = self.rs.elements[n.HAIRPIN]
         assert isinstance(hairpin, PackedElements), "the hairpin set is held packed"
-        # Each address once, as its int (ipaddress objects hash in Python); first listing
-        # first, so deterministic.
-        unique = dict.fromkeys(map(_int_of, itertools.chain.from_iterable(self.hairpin)))
-        hairpin.raw.update(dict.fromkeys(hairpin.pack_pairs(unique), b""))
+        # Each address once, first listing first, so deterministic: packed from its int
+        # (ipaddress objects hash in Python), then deduplicated as the packed pair (one dict,
+        # not a dict of ints and then one of pairs).
+        addresses = map(_int_of, itertools.chain.from_iterable(self.hairpin))
+        hairpin.raw.update(dict.fromkeys(hairpin.pack_pairs(addresses), b""))
 
     def element(
         self,
@@ -395,15 +397,23 @@ class FamilyPlanner:
     def add_service(self, svc: Service, slices: Sequence[EndpointSlice]) -> Fragment:
         """Plan one service; returns what it added (empty when it has no address here)."""
         frag = Fragment(service=svc, slices=slices, ops=[], pieces=[], hairpin=[])
+        version = self.f.version
+        for cip in svc.cluster_ips:  # the first of this family (a loop: no generator frame)
+            if cip.version == version:
+                break
+        else:
+            return frag  # nothing to log: no ops, no pieces, no hairpin address
         self.sink.ops = frag.ops
         self._hairpin = frag.hairpin
         self.hairpin.append(frag.hairpin)
         self._frag = frag
-        cip = next((ip for ip in svc.cluster_ips if ip.version == self.f.version), None)
-        if cip is None:
-            return frag
-        ext = [ip for ip in svc.external_ips if ip.version == self.f.version]
-        lbs = [ip for ip in svc.load_balancer_ips if ip.version == self.f.version]
+        # (Most services have neither: no list comprehension frame then.)
+        ext = [ip for ip in svc.external_ips if ip.version == version] if svc.external_ips else []
+        lbs = (
+            [ip for ip in svc.load_balancer_ips if ip.version == version]
+            if svc.load_balancer_ips
+            else []
+        )
         for sp in svc.ports:
             backends, eps = resolve(sp, slices, self.f.ip_family)
             cat = categorize(backends, eps, svc, sp, self.node_name, self.zone)
@@ -443,11 +453,20 @@ class FamilyPlanner:
                 self.sink, self.f, svc, sp, cat, lb, pods=self.pods, seed=self.hash_seed
             )
         targets = _Targets(self, svc, sp, cat, fixed)
-        fronts = [self._front(sp, FrontendKind.CLUSTER_IP, cip, port)]
+        fronts = [
+            Frontend(
+                family=self.f.family,
+                protocol=ref.protocol,
+                kind=FrontendKind.CLUSTER_IP,
+                address=cip,
+                port=port,
+            )
+        ]
         self._cluster_ip(cip)
         if has_int:
-            self.element(
-                n.SERVICE_IPS, (cip, proto, port), self.goto(targets.internal(cip)), comment
+            verdict = self.goto(targets.internal(cip))
+            self.sink.add_element(  # (every port has one: not through self.element)
+                Element(set=n.SERVICE_IPS, key=(cip, proto, port), value=verdict, comment=comment)
             )
         else:
             self.element(n.NO_ENDPOINT_SERVICES, (cip, proto, port), no_ep, comment)

@@ -289,6 +289,9 @@ class Dispatch:
         # their rules (frozen) and the operation logging them are built once, not once per
         # service port.
         self._ensures: dict[str, Ensure] = {}
+        # cluster_ip's, by endpoint count: asked once per service port, so looked up without
+        # naming the chain first.
+        self._cluster_ips: dict[int, Ensure] = {}
 
     def _make(self, name: str, *rules: tuple[Expr, ...]) -> str:
         op = self._ensures[name] = Ensure(name, rules)
@@ -325,10 +328,14 @@ class Dispatch:
         )
 
     def cluster_ip(self, count: int) -> str:
+        op = self._cluster_ips.get(count)
+        if op is not None:
+            return self._sink.ensure_op(op)
         name = n.cluster_ip_chain(count)
-        if (known := self._known(name)) is not None:
-            return known
-        return self._make(name, *self._masq_non_pods(), self._dnat(count, n.BACKENDS))
+        if self._known(name) is None:
+            self._make(name, *self._masq_non_pods(), self._dnat(count, n.BACKENDS))
+        self._cluster_ips[count] = self._ensures[name]
+        return name
 
     def external(self, count: int) -> str:
         name = n.external_chain(count)
