@@ -549,13 +549,7 @@ def _endpoints(raw: list[Any] | None, family: IPFamily) -> tuple[Endpoint, ...]:
                 names[node] = sys.intern(node) or None
             if zone not in names:
                 names[zone] = sys.intern(zone) or None
-            if cond is None:
-                ready = serving = True
-                terminating = False
-            else:
-                ready = cond.ready is not False
-                serving = cond.serving is not False
-                terminating = cond.terminating is True
+            ready, serving, terminating = _PLAIN if cond is None else _conditions(cond)
             append(
                 Endpoint(
                     ip=ip,
@@ -571,6 +565,16 @@ def _endpoints(raw: list[Any] | None, family: IPFamily) -> tuple[Endpoint, ...]:
     return tuple(out)
 
 
+_PLAIN = (True, True, False)
+"""(ready, serving, terminating) of an endpoint without conditions, as kube-proxy reads it."""
+
+
+def _conditions(cond: Any) -> tuple[bool, bool, bool]:
+    """(ready, serving, terminating) of an endpoint's conditions: unset ready or serving
+    counts as true, unset terminating as false."""
+    return cond.ready is not False, cond.serving is not False, cond.terminating is True
+
+
 def _endpoints_any(raw: list[Any] | None, address: Any) -> tuple[Endpoint, ...]:
     out: list[Endpoint] = []
     names: dict[str | None, str | None] = {None: None}
@@ -582,13 +586,7 @@ def _endpoints_any(raw: list[Any] | None, address: Any) -> tuple[Endpoint, ...]:
         for other in addresses[1:]:
             address(other)
         cond = entry.conditions
-        if cond is None:
-            ready = serving = True
-            terminating = False
-        else:
-            ready = cond.ready is not False
-            serving = cond.serving is not False
-            terminating = cond.terminating is True
+        ready, serving, terminating = _PLAIN if cond is None else _conditions(cond)
         node, zone = entry.nodeName, entry.zone
         if node not in names:
             names[node] = parse._shared(node)
