@@ -25,7 +25,7 @@ from nlproxy.cluster.model import (
     ServiceKey,
     ServicePortRef,
 )
-from nlproxy.inspect.classify import Reachability, classify, transitions
+from nlproxy.inspect.classify import Reachability, address_order, classify, transitions
 from nlproxy.inspect.rtnl import NodeRoutes, RtnlNode
 from nlproxy.inspect.watch import RouteWatcher
 from nlproxy.log import get_logger
@@ -200,15 +200,17 @@ class ReachabilityMonitor:
         known = self.verdicts
 
         def work() -> dict[IPAddress, Reachability]:
-            return _interned(classify(todo, node=self.node)) if todo else {}
+            return classify(todo, node=self.node) if todo else {}
 
         fresh = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
         before = {ip: known[ip] for ip in (*fresh, *removed) if ip in known}
         for ip in removed:
             known.pop(ip, None)
         known.update(fresh)
-        after = {ip: known[ip] for ip in fresh}
-        self._log_transitions(transitions(before, after))
+        if before:
+            self._log_transitions(transitions(before, {ip: known[ip] for ip in fresh}))
+        elif fresh:
+            self._log_first(fresh)
         bad = (
             frozenset(ip for ip, v in known.items() if not v.reachable)
             if full or fresh or (removed)
@@ -220,11 +222,25 @@ class ReachabilityMonitor:
             if self.on_change is not None:
                 self.on_change(bad)
 
+    def _log_first(self, fresh: Mapping[IPAddress, Reachability]) -> None:
+        """What :meth:`_log_transitions` logs when none of ``fresh`` had a verdict before (a
+        start: every endpoint is new), without a transition per endpoint: the unreachable ones
+        (usually few) in address order, and the summary counts the rest by kind."""
+        bad = sorted((ip for ip, v in fresh.items() if not v.reachable), key=address_order)
+        kinds: dict[str, int] = {}
+        for v in fresh.values():
+            kinds[v.kind] = kinds.get(v.kind, 0) + 1
+        self._log_transitions([(ip, None, fresh[ip]) for ip in bad], len(fresh), kinds)
+
     def _log_transitions(
-        self, changes: list[tuple[IPAddress, Reachability | None, Reachability | None]]
+        self,
+        changes: list[tuple[IPAddress, Reachability | None, Reachability | None]],
+        total: int | None = None,
+        kinds: dict[str, int] | None = None,
     ) -> None:
         """One line per transition to or from unreachable; new and vanished endpoints that are
-        fine, and any flood beyond ``LOG_LIMIT`` lines, go into one summary line."""
+        fine, and any flood beyond ``LOG_LIMIT`` lines, go into one summary line. ``total`` and
+        ``kinds``, when given, count transitions that ``changes`` leaves out (the fine ones)."""
         interesting = [
             c
             for c in changes
@@ -240,14 +256,16 @@ class ReachabilityMonitor:
                 reachable=new.reachable if new else None,
                 reason=new.reason if new else "no longer an endpoint",
             )
-        if len(changes) > min(len(interesting), LOG_LIMIT):
-            kinds: dict[str, int] = {}
-            for _, _, new in changes:
-                key = new.kind if new else "gone"
-                kinds[key] = kinds.get(key, 0) + 1
+        total = len(changes) if total is None else total
+        if total > min(len(interesting), LOG_LIMIT):
+            if kinds is None:
+                kinds = {}
+                for _, _, new in changes:
+                    key = new.kind if new else "gone"
+                    kinds[key] = kinds.get(key, 0) + 1
             self.log.info(
                 "endpoint.reachability_summary",
-                transitions=len(changes),
+                transitions=total,
                 logged=min(len(interesting), LOG_LIMIT),
                 now=kinds,
             )
@@ -280,9 +298,3 @@ def _endpoints(
         if ips:
             out.setdefault(plan.ref.service, {})[str(plan.ref)] = ips
     return out
-
-
-def _interned(verdicts: dict[IPAddress, Reachability]) -> dict[IPAddress, Reachability]:
-    """The same verdicts, sharing one object per distinct verdict."""
-    pool: dict[Reachability, Reachability] = {}
-    return {ip: pool.setdefault(v, v) for ip, v in verdicts.items()}

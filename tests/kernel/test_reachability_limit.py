@@ -8,9 +8,11 @@ Real classification in namespaces with no routes at all (every endpoint: no rout
 from __future__ import annotations
 
 from collections.abc import Callable
+from ipaddress import ip_address
 from typing import Any
 
 import pytest
+import structlog
 import trio
 from prometheus_client import CollectorRegistry
 
@@ -83,3 +85,37 @@ async def test_a_failed_pass_is_logged_and_retried_not_fatal(
             await trio.run_process(["ip", "netns", "add", ns])
             await until(lambda: len(monitor.unreachable) == 3)  # ...and the retry catches up
             nursery.cancel_scope.cancel()
+
+
+async def test_the_first_pass_logs_the_unreachable_and_counts_the_rest(
+    make_netns: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At start every endpoint is new: the lines name only unreachable ones (address order,
+    at most ``LOG_LIMIT``), the summary counts every endpoint by kind, and equal verdicts are
+    one object (a node's 100k endpoints share a handful)."""
+    ns = make_netns("reachfirst")
+    monkeypatch.setattr(reachability, "LOG_LIMIT", 2)
+    local = [f"10.1.0.{i}" for i in range(1, 5)]
+    # One local route covers them all (as one route to another node covers its pods).
+    await trio.run_process(["ip", "-n", ns, "link", "set", "lo", "up"])
+    await trio.run_process(["ip", "-n", ns, "route", "add", "local", "10.1.0.0/24", "dev", "lo"])
+    svc = service("default", "s", "172.30.0.1")
+    unreachable = ["10.9.0.3", "10.9.0.1", "10.9.0.2"]
+    eps = eps_slice("default", "s", [endpoint(ip) for ip in [*local, *unreachable]])
+    monitor = ReachabilityMonitor(CollectorRegistry(), netns=ns)
+    monitor.plan_changed(plan(snapshot([svc], [eps], node=node()), CONFIG).ports, None)
+    with structlog.testing.capture_logs() as logs:
+        await monitor._evaluate(full=True)
+    lines = [e for e in logs if e["event"] == "endpoint.reachability"]
+    assert [e["endpoint"] for e in lines] == ["10.9.0.1", "10.9.0.2"]
+    assert all(e["now"] == "unreachable" and e["was"] is None for e in lines)
+    (summary,) = [e for e in logs if e["event"] == "endpoint.reachability_summary"]
+    assert summary["transitions"] == 7
+    assert summary["logged"] == 2
+    assert summary["now"] == {"local": 4, "unreachable": 3}
+    verdicts = monitor.verdicts
+    assert len({id(verdicts[ip_address(ip)]) for ip in local}) == 1
+    # A later pass compares with what is known: nothing changed, nothing is logged.
+    with structlog.testing.capture_logs() as logs:
+        await monitor._evaluate(full=True)
+    assert not [e for e in logs if e["event"].startswith("endpoint.reachability")]
