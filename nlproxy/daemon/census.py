@@ -23,9 +23,7 @@ import json
 import os
 import re
 import sys
-import tempfile
 import threading
-import tracemalloc
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -43,6 +41,8 @@ def start() -> bool:
     """Begin tracing allocations when censuses are on; True if they are."""
     if prefix() is None:
         return False
+    import tracemalloc  # here: its imports (pickle among them) cost a daemon without censuses
+
     frames = int(os.environ.get(FRAMES_ENV) or 1)
     if frames > 0 and not tracemalloc.is_tracing():
         tracemalloc.start(frames)
@@ -61,6 +61,8 @@ def write(name: str, limit: int = 40) -> Path | None:
 
 def take(limit: int = 40) -> dict[str, Any]:
     """The census (see the module docstring), the ``limit`` largest entries of each table."""
+    import tracemalloc
+
     out: dict[str, Any] = {"status_kb": _status(), "threads": threading.active_count()}
     out["pymalloc"] = _pymalloc()
     if tracemalloc.is_tracing():
@@ -103,6 +105,8 @@ def _pymalloc() -> dict[str, int]:
     """The totals of Python's small-object allocator, as ``sys._debugmallocstats`` prints them
     (to the C library's stderr only, so read through a file put in its place for the call);
     empty while ``tracemalloc`` traces (it prints nothing then)."""
+    import tempfile
+
     with tempfile.TemporaryFile() as tmp:
         sys.stderr.flush()
         saved = os.dup(2)
