@@ -29,6 +29,13 @@ process programming a fresh network namespace. Prints JSON lines:
   Service) written to the API server as fast as it takes them, then the seconds from the last
   write to the ``sync.applied`` by which every one of them was programmed, with the syncs it
   took and the writing's own duration;
+- ``rss_peak``: the daemon's RSS sampled every 50 ms from its start to ``settled``: the highest
+  sample, when (seconds from the first sample), and the daemon's last log lines before it (at
+  10k x 10 the peak is the inspector's first pass, after the first sync);
+- ``census`` (with ``--census PREFIX``): the daemon's heap censuses after its first sync and at
+  ``settled`` (``nlproxy/daemon/census.py``: RSS, pymalloc's totals, traced MB by file);
+  ``NLPROXY_CENSUS_FRAMES=0`` in the environment keeps tracing off (then the RSS is the real one
+  and pymalloc's totals are given, but nothing by file);
 - ``idle_cpu`` (with ``--idle S``): the daemon's CPU time (user + system, all threads) over S
   idle seconds at the end, per minute: what a quiet node pays (the periodic verify included);
   ``idle_rss``: its RSS sampled every ``--rss-every`` seconds over the same window (flat?).
