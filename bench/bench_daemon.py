@@ -29,6 +29,13 @@ process programming a fresh network namespace. Prints JSON lines:
   Service) written to the API server as fast as it takes them, then the seconds from the last
   write to the ``sync.applied`` by which every one of them was programmed, with the syncs it
   took and the writing's own duration;
+- ``rss_peak``: the daemon's RSS sampled every 50 ms from its start to ``settled``: the highest
+  sample, when (seconds from the first sample), and the daemon's last log lines before it (at
+  10k x 10 the peak is the inspector's first pass, after the first sync);
+- ``census`` (with ``--census PREFIX``): the daemon's heap censuses after its first sync and at
+  ``settled`` (``nlproxy/daemon/census.py``: RSS, pymalloc's totals, traced MB by file);
+  ``NLPROXY_CENSUS_FRAMES=0`` in the environment keeps tracing off (then the RSS is the real one
+  and pymalloc's totals are given, but nothing by file);
 - ``idle_cpu`` (with ``--idle S``): the daemon's CPU time (user + system, all threads) over S
   idle seconds at the end, per minute: what a quiet node pays (the periodic verify included);
   ``idle_rss``: its RSS sampled every ``--rss-every`` seconds over the same window (flat?).
@@ -81,6 +88,12 @@ TREE = ROOT
 LOG: Any = None
 """Where the daemons' log lines are copied (``--log``), if anywhere."""
 
+CENSUS: Path | None = None
+"""File prefix for the daemon's heap censuses (``--census``; ``nlproxy/daemon/census.py``)."""
+
+RSS_TRACE_EVERY = 0.05
+"""Seconds between the samples of the daemon's RSS that place its peak (``peak``)."""
+
 
 def emit(**fields: Any) -> None:
     load = round(os.getloadavg()[0], 2)
@@ -117,13 +130,38 @@ class Daemon:
         ]  # fmt: skip
         self.healthz = healthz
         self.netns = netns
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=TREE)
+        env = dict(os.environ)
+        if CENSUS is not None:
+            env["NLPROXY_CENSUS"] = str(CENSUS)
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=TREE, env=env)
+        self.rss: list[tuple[float, float]] = []  # (time, VmRSS MiB), every RSS_TRACE_EVERY s
         self.syncs: list[dict[str, Any]] = []
         self.drifts: list[dict[str, Any]] = []
         self.verifies: list[dict[str, Any]] = []  # verify.read_back: a read-back's end
         self.events: list[dict[str, Any]] = []
         self.cond = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._trace_rss, daemon=True).start()
+
+    def _trace_rss(self) -> None:
+        while self.proc.poll() is None:
+            with contextlib.suppress(OSError, KeyError):
+                self.rss.append((time.time(), rss_mb(self.proc.pid)[0]))
+            time.sleep(RSS_TRACE_EVERY)
+
+    def peak(self, since: float = 0.0) -> dict[str, Any]:
+        """When RSS was highest (sampled) after ``since``, and the daemon's last log lines then."""
+        samples = [s for s in self.rss if s[0] >= since]
+        if not samples:
+            return {}
+        at, mb = max(samples, key=lambda s: s[1])
+        with self.cond:
+            before = [e for e in self.events if "timestamp" in e and stamp(e) <= at][-3:]
+        return {
+            "sampled_peak_mb": round(mb, 1),
+            "at_s": round(at - (samples[0][0] if since == 0.0 else since), 2),
+            "last_events": [f"{e.get('event')} {e.get('kind', '')}".strip() for e in before],
+        }
 
     def _read(self) -> None:
         assert self.proc.stderr is not None
@@ -158,6 +196,32 @@ class Daemon:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def census(daemon: Daemon, name: str) -> None:
+    """Have the daemon write a heap census (SIGUSR1) and print its summary."""
+    with daemon.cond:
+        seen = sum(1 for e in daemon.events if e.get("event") == "daemon.census")
+    daemon.proc.send_signal(signal.SIGUSR1)
+    with daemon.cond:
+        daemon.cond.wait_for(
+            lambda: sum(1 for e in daemon.events if e.get("event") == "daemon.census") > seen,
+            timeout=120,
+        )
+    for stage in ("first_sync", name):
+        path = Path(f"{CENSUS}.{stage}.json")
+        if path.exists():
+            data = json.loads(path.read_text())
+            emit(
+                what="census",
+                stage=stage,
+                path=str(path),
+                status_kb=data["status_kb"],
+                traced_mb=data.get("traced_mb"),
+                pymalloc=data["pymalloc"],
+                gc_objects=data["gc_objects"],
+                top_files=data.get("by_file", [])[:12],
+            )
 
 
 def emit_rss(stage: str, pid: int) -> None:
@@ -421,6 +485,9 @@ def run(
             # classifies every endpoint, 100k at 10k x 10, in a worker thread).
             time.sleep(settle)
             emit_rss("settled", daemon.proc.pid)
+            emit(what="rss_peak", stage="settled", **daemon.peak())
+            if CENSUS is not None:
+                census(daemon, "1")
             with daemon.cond:
                 lost = [e for e in daemon.events if e.get("event") == "drift.notifications_lost"]
                 verify_syncs = sum(1 for e in daemon.syncs if e.get("verify"))
@@ -535,7 +602,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--burst", type=int, default=0, metavar="N", help="N slice changes at once")
     p.add_argument("--baseline", type=Path, metavar="DIR", help="run another nlproxy's tree")
     p.add_argument("--log", type=Path, metavar="FILE", help="copy the daemons' log lines there")
+    p.add_argument(
+        "--census",
+        type=Path,
+        metavar="PREFIX",
+        help="trace the daemon's allocations and have it write heap censuses to PREFIX.*.json "
+        "(after its first sync, and after --settle); its RSS is then not the untraced RSS",
+    )
     args = p.parse_args(argv)
+    if args.census is not None:
+        global CENSUS
+        CENSUS = args.census.resolve()
     if args.log is not None:
         global LOG
         LOG = args.log.open("w", buffering=1)

@@ -62,6 +62,9 @@ PAGE = 500
 TREE = ROOT
 """The source tree whose ``nlproxy`` the daemons run (``--baseline``)."""
 
+LOG: Any = None
+"""Where the daemons' log lines are copied (``--log``), if anywhere."""
+
 
 def python() -> str:
     venv = TREE / ".venv" / "bin" / "python"
@@ -169,6 +172,8 @@ class Daemon:
     def _read(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
+            if LOG is not None:
+                LOG.write(line)
             with contextlib.suppress(json.JSONDecodeError):
                 ev = json.loads(line)
                 with self.cond:
@@ -379,7 +384,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-restart", action="store_true", help="skip the restart unchanged")
     p.add_argument("--relist", type=int, default=0, metavar="N", help="N API server restarts")
     p.add_argument("--baseline", type=Path, metavar="DIR", help="run another nlproxy's tree")
+    p.add_argument("--log", type=Path, metavar="FILE", help="copy the daemons' log lines there")
     args = p.parse_args(argv)
+    if args.log is not None:
+        global LOG
+        LOG = args.log.open("w", buffering=1)
     if args.baseline is not None:
         global TREE
         TREE = args.baseline.resolve()

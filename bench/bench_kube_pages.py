@@ -1,5 +1,7 @@
 """A list of S Services and their EndpointSlices, in pages of 500, with and without the next
-page requested while the current one is decoded (``list_kind(..., ahead=...)``), side by side.
+page requested while the current one is decoded (``list_kind(..., ahead=...)``), side by side,
+and the floor: a bare client that fetches the same pages through the same HTTP client and reads
+only their continue tokens (``bare``: the server's work, HTTP, no decoding of the objects).
 
 The in-repo API server (``tests/kube``, realistic bodies) runs in a child process, as a real
 API server would be another process: in this one it would share the interpreter lock with the
@@ -21,11 +23,18 @@ import tempfile
 import time
 from pathlib import Path
 
+import msgspec
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from nlproxy.cluster.kube import api_client_from_config, kinds  # noqa: E402
-from nlproxy.cluster.kube_http import Http, list_kind  # noqa: E402
+from nlproxy.cluster.kube_http import (  # noqa: E402
+    LIST_READ_TIMEOUT,
+    Http,
+    KindSpec,
+    list_kind,
+)
 from tests.kube import scale  # noqa: E402
 
 PAGE = 500
@@ -43,6 +52,36 @@ print(write_kubeconfig(Path(sys.argv[2]), api), flush=True)
 sys.stdin.read()
 api.stop()
 """
+
+
+class _Meta(msgspec.Struct):
+    continue_: str = msgspec.field(default="", name="continue")
+
+
+class _Envelope(msgspec.Struct):
+    metadata: _Meta
+
+
+_ENVELOPE = msgspec.json.Decoder(_Envelope)
+
+
+def bare_list(http: Http, spec: KindSpec, page_size: int) -> int:
+    """Fetch every page of ``spec`` as ``list_kind`` does, decoding only the continue token
+    (msgspec skips the items without building anything); the pages' bytes."""
+    cont, total = "", 0
+    while True:
+        params = [*spec.params(), ("limit", str(page_size))]
+        if cont:
+            params.append(("continue", cont))
+        raw = http.get(spec, params, LIST_READ_TIMEOUT)
+        try:
+            data = raw.read()
+        finally:
+            raw.release_conn()
+        total += len(data)
+        cont = _ENVELOPE.decode(data).metadata.continue_
+        if not cont:
+            return total
 
 
 def emit(**fields: object) -> None:
@@ -70,8 +109,13 @@ def main() -> None:
             loads = []
             for spec in kinds(scale.NODE)[:2]:
                 runs: dict[bool, list[float]] = {False: [], True: []}
+                bare: list[float] = []
                 for r in range(args.rounds + 1):  # the first round warms up
                     loads.append(os.getloadavg()[0])
+                    started = time.perf_counter()
+                    size = bare_list(http, spec, PAGE)
+                    if r:
+                        bare.append(time.perf_counter() - started)
                     for ahead in (False, True):
                         started = time.perf_counter()
                         listing = list_kind(http, spec, PAGE, ahead=ahead)
@@ -81,6 +125,15 @@ def main() -> None:
                         del listing
                         if r:
                             runs[ahead].append(took)
+                emit(
+                    kind=spec.kind,
+                    bare=True,
+                    objects=args.services,
+                    mbytes=round(size / 1e6, 1),
+                    seconds=round(statistics.median(bare), 3),
+                    min_s=round(min(bare), 3),
+                    max_s=round(max(bare), 3),
+                )
                 for ahead, times in runs.items():
                     emit(
                         kind=spec.kind,
@@ -93,6 +146,12 @@ def main() -> None:
                     )
                 emit(
                     kind=spec.kind,
+                    one_by_one_over_bare=round(
+                        statistics.median(runs[False]) / statistics.median(bare), 2
+                    ),
+                    ahead_over_bare=round(
+                        statistics.median(runs[True]) / statistics.median(bare), 2
+                    ),
                     ahead_over_one_by_one=round(
                         statistics.median(runs[True]) / statistics.median(runs[False]), 2
                     ),

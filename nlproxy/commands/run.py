@@ -21,6 +21,9 @@ from nlproxy.commands import _fastexit
 from nlproxy.config import DaemonConfig, Flags, Settings, build_settings
 from nlproxy.errors import ConfigError
 
+ONCE_MMAP_THRESHOLD = 1 << 20
+"""``run --once``'s malloc mmap and trim threshold (see ``daemon/memory.py``)."""
+
 NAME = "run"
 HELP = "program the rules for the cluster's Services (--once: reconcile once and exit)"
 
@@ -185,8 +188,15 @@ def run(args: argparse.Namespace) -> int:
             from nlproxy.daemon.run import run_daemon
 
             return run_daemon(s, prepare=lambda: _set_conntrack(s.daemon, s.netns))
+        from nlproxy.daemon.memory import AllocatorSettings, tune_allocator
         from nlproxy.operate.once import run_once
 
+        # Blocks of 1 MiB and more (the files read whole, the loader's and the planner's big
+        # tables, the encoded batch) mapped on their own go back to the system when freed,
+        # instead of glibc raising its threshold and leaving them as holes in the heap. At
+        # 10k x 10 JSON the peak RSS is 5.5 MiB lower (4 MiB as the daemon's threshold: 4.3),
+        # no slower.
+        tune_allocator(AllocatorSettings(threshold=ONCE_MMAP_THRESHOLD))
         return run_once(s, end=_fastexit.end)
     finally:
         if lock is not None:

@@ -24,7 +24,7 @@ from nlproxy.cluster.model import Change, ClusterSnapshot, IPAddress, ServiceKey
 from nlproxy.cluster.source import Source
 from nlproxy.cluster.state import ClusterState
 from nlproxy.config import Settings, external_networks
-from nlproxy.daemon import systemd
+from nlproxy.daemon import census, systemd
 from nlproxy.daemon.memory import pause_gc, release, tune_allocator
 from nlproxy.errors import NlproxyError
 from nlproxy.inspect.foreign import Leftovers, find, is_foreign_change, remove_all
@@ -57,6 +57,7 @@ def run_daemon(settings: Settings, prepare: Callable[[], None] | None = None) ->
     # malloc suited to a long-lived process whose plan is large (memory.py); before any thread
     # exists, since a thread that already has an arena keeps it.
     tune_allocator()
+    census.start()  # off unless NLPROXY_CENSUS is set (a heap census for the benchmarks)
     _raise_descriptor_limit()
     daemon = Daemon(settings)
     daemon.log_start()
@@ -311,12 +312,26 @@ class Daemon:
             await trio.sleep(interval)
 
     async def _signals(self, cancel: trio.CancelScope) -> None:
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        # SIGUSR1 writes a heap census when censuses are on (census.py); it is not listened
+        # for otherwise, so it keeps its default action then.
+        extra = (signal.SIGUSR1,) if census.prefix() is not None else ()
+        taken = 0
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, *extra) as signals:
             async for signum in signals:
+                if signum == signal.SIGUSR1:
+                    taken += 1
+                    await self._census(str(taken))
+                    continue
                 self.log.info("daemon.stopping", signal=signal.Signals(signum).name)
                 systemd.notify("STOPPING=1")
                 cancel.cancel()
                 return
+
+    async def _census(self, name: str) -> None:
+        """Write a heap census (``census.py``) in a worker thread, when censuses are on."""
+        if census.prefix() is not None:
+            path = await trio.to_thread.run_sync(census.write, name)
+            self.log.info("daemon.census", path=str(path))
 
     def log_start(self) -> None:
         """One line a platform team can read the node's set-up from."""
@@ -382,6 +397,7 @@ class Daemon:
                 )
                 await nursery.start(self.reachability.run)
                 await nursery.start(self.loop.run, recv)
+                await self._census("first_sync")
                 nursery.start_soon(self._watch_foreign)
                 systemd.notify("READY=1")
                 self.log.info("daemon.ready", node=self.cfg.node_name)

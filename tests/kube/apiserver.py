@@ -113,6 +113,26 @@ class Store:
     bookmark_gen: int = 0
     expire_gen: int = 0
     end_status: Obj = field(default_factory=dict)
+    encoded: dict[int, tuple[Obj, bytes]] = field(default_factory=dict)
+    """A stored object's JSON as a list item, by its id (with the object, so an id reused by
+    a later object never matches): kube-apiserver keeps each object's serialization with it
+    in its watch cache too, so a list is assembled, not encoded object by object."""
+
+    def item_json(self, obj: Obj) -> bytes:
+        """``obj`` as an item of a list: without ``kind`` and ``apiVersion``, as the API
+        server writes the items of a typed list. Stored objects are never changed in place
+        (``put`` stores a copy), so the encoding is made once per version of an object."""
+        cached = self.encoded.get(id(obj))
+        if cached is not None and cached[0] is obj:
+            return cached[1]
+        bare = {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
+        data = json.dumps(bare).encode()
+        self.encoded[id(obj)] = (obj, data)
+        return data
+
+    def _forget(self, obj: Obj | None) -> None:
+        if obj is not None:
+            self.encoded.pop(id(obj), None)
 
     def put(self, plural: str, obj: Mapping[str, Any]) -> Obj:
         """Add or replace an object; returns the stored copy with its new resourceVersion."""
@@ -121,6 +141,7 @@ class Store:
             new = copy.deepcopy(dict(obj))
             new["kind"], new["apiVersion"] = res.kind, res.api_version
             old = self.objects[plural].get(_key(new))
+            self._forget(old)
             self.rv += 1
             meta = new.setdefault("metadata", {})
             meta["resourceVersion"] = str(self.rv)
@@ -142,6 +163,7 @@ class Store:
     def delete(self, plural: str, namespace: str, name: str) -> None:
         with self.cond:
             old = self.objects[plural].pop((namespace, name))
+            self._forget(old)
             self.rv += 1
             gone = copy.deepcopy(old)
             gone["metadata"]["resourceVersion"] = str(self.rv)
@@ -416,7 +438,9 @@ class _Handler(BaseHTTPRequestHandler):
         return body
 
     def _json(self, code: int, body: Obj) -> None:
-        data = json.dumps(body).encode()
+        self._send(code, json.dumps(body).encode())
+
+    def _send(self, code: int, data: bytes) -> None:
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -455,10 +479,11 @@ class _Handler(BaseHTTPRequestHandler):
             meta["continue"] = _continue_token(snap_id, offset + limit, rv)
             if not (query.get("labelSelector") or query.get("fieldSelector")):
                 meta["remainingItemCount"] = len(items) - offset - limit  # unknown otherwise
-        bare = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in page]
-        body = {"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta}
-        body["items"] = bare
-        self._json(200, body)
+        head = {"kind": f"{res.kind}List", "apiVersion": res.api_version, "metadata": meta}
+        # json.dumps of the whole body would give the same bytes; a page is assembled from
+        # each object's encoding made once (``Store.item_json``).
+        listed = b", ".join(store.item_json(o) for o in page)
+        self._send(200, b'%s, "items": [%s]}' % (json.dumps(head).encode()[:-1], listed))
         if self.api.after_page is not None:
             self.api.after_page(res.plural)
 

@@ -137,3 +137,36 @@ def test_requests_need_the_token(apiserver: ApiServer) -> None:
         config.api_key = {"BearerToken": TOKEN}
         config.api_key_prefix = {"BearerToken": "Bearer"}
         assert kubernetes.client.CoreV1Api(client).list_node().items == []
+
+
+def test_list_pages_are_the_objects_as_stored_now(apiserver: ApiServer) -> None:
+    """A page assembled from each object's cached encoding is the whole body's encoding, and
+    follows every change of an object (replaced, deleted)."""
+    import urllib.request
+
+    fill(apiserver, 3)
+    apiserver.store.put("services", service("svc-01", cluster_ip="10.96.1.1", labels={"a": "b"}))
+    apiserver.store.delete("services", "default", "svc-02")
+
+    def page() -> bytes:
+        req = urllib.request.Request(
+            f"{apiserver.url}/api/v1/services?limit=10",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            data: bytes = resp.read()
+            return data
+
+    for _ in range(2):  # encoded, then from the cache
+        body = page()
+        objs = sorted(apiserver.store.objects["services"].items())
+        items = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for _, o in objs]
+        whole = {
+            "kind": "ServiceList",
+            "apiVersion": "v1",
+            "metadata": {"resourceVersion": str(apiserver.store.rv)},
+            "items": items,
+        }
+        assert body == json.dumps(whole).encode()
+    assert [i["metadata"]["name"] for i in json.loads(body)["items"]] == ["svc-00", "svc-01"]
+    assert json.loads(body)["items"][1]["metadata"]["labels"] == {"a": "b"}

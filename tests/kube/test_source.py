@@ -384,3 +384,37 @@ def test_list_reads_every_page_and_restarts_on_an_expired_token(
     assert listing.pages == 3  # the restarted list: 13 objects in pages of 5
     pages = [q for p, q in apiserver.requests if p == "/api/v1/services"]
     assert ["continue" in q for q in pages].count(False) == 2
+
+
+async def test_a_relist_pauses_the_cyclic_gc_while_it_lists(
+    apiserver: ApiServer, api_client: Any, nursery: trio.Nursery
+) -> None:
+    """Every page of a relist is decoded with the cyclic GC paused (its objects are not
+    garbage); it runs again once the list is done, and stays off where it was off."""
+    populate(apiserver, services=6)
+    during: list[bool] = []
+    apiserver.after_page = lambda plural: during.append(gc.isenabled())
+    assert gc.isenabled()
+    feed, _ = await start_source(nursery, api_client, page_size=2)
+    assert during
+    assert not any(during)  # the initial lists
+    assert gc.isenabled()
+    await eventually(lambda: apiserver.watch_count("services") == 1)
+    during.clear()
+    apiserver.store.put("services", service("svc-9", cluster_ip="10.96.0.99"))
+    apiserver.expire_watches()  # 410 Gone: the services are listed again
+    await feed.until(lambda c: isinstance(c, Replace) and c.kind == "Service")
+    assert during
+    assert not any(during)
+    assert gc.isenabled()
+    await eventually(lambda: apiserver.watch_count("services") == 2)
+    gc.disable()  # a daemon's cold start pauses it itself: not turned on behind its back
+    try:
+        during.clear()
+        apiserver.store.put("services", service("svc-8", cluster_ip="10.96.0.98"))
+        apiserver.expire_watches()
+        await feed.until(lambda c: isinstance(c, Replace) and c.kind == "Service")
+        assert during
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
