@@ -142,7 +142,7 @@ def categorize(
     cluster: tuple[Backend, ...] = ()
     has_any = False
     if uses_cluster:
-        cluster = _cluster_set(backends, eps, node, zone)
+        cluster = cluster_set(backends, eps, node, zone)
         has_any = bool(cluster)
     local: tuple[Backend, ...] = ()
     fallback = False
@@ -167,9 +167,11 @@ def _serving_terminating(ep: Endpoint) -> bool:
     return ep.serving and ep.terminating
 
 
-def _cluster_set(
-    backends: list[Backend], eps: list[Endpoint], node: str, zone: str | None
+def cluster_set(
+    backends: Sequence[Backend], eps: Sequence[Endpoint], node: str, zone: str | None
 ) -> tuple[Backend, ...]:
+    """The endpoints Cluster policy traffic goes to: the ready ones (narrowed by topology
+    hints that apply), else the serving-terminating ones."""
     mode = topology_mode(eps, node, zone)
     pairs = zip(backends, eps, strict=True)
     if mode == "node":

@@ -23,11 +23,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from ipaddress import collapse_addresses, ip_network
 from operator import attrgetter, itemgetter
+from typing import Any
 
 import msgspec
 
 from nlproxy.cluster.model import (
     ClusterSnapshot,
+    Endpoint,
     EndpointSlice,
     IPAddress,
     IPNetwork,
@@ -44,7 +46,14 @@ from nlproxy.proxy import naming as n
 from nlproxy.proxy.affinity import add_affinity_chains
 from nlproxy.proxy.balance import add_balanced_chains
 from nlproxy.proxy.config import PRIMARY, ProxyConfig
-from nlproxy.proxy.endpoints import Backend, Categorized, categorize, externally_accessible, resolve
+from nlproxy.proxy.endpoints import (
+    Backend,
+    Categorized,
+    categorize,
+    cluster_set,
+    externally_accessible,
+    resolve,
+)
 from nlproxy.proxy.fragments import Fill, Fragment, Recorder
 from nlproxy.proxy.skeleton import IPV4, IPV6, Dispatch, FamilySpec, skeleton
 from nlproxy.proxy.slots import keep_slots, read_slots, slot_token
@@ -56,6 +65,11 @@ _ip_of = itemgetter(0)
 """A Backend's address, in C."""
 _int_of = attrgetter("_ip")
 """An address's int (``int(ip)`` without a Python-level call, as nft/values.py packs it)."""
+
+_NONE: list[Any] = []
+"""The ops, pieces and hairpin list of a fragment of a service without an address of its
+table's family (many: each single-stack Service's other family). Shared, so never written to:
+``FamilyPlanner.finish`` checks that it is still empty."""
 
 _L4 = {Protocol.TCP: L4Proto.TCP, Protocol.UDP: L4Proto.UDP, Protocol.SCTP: L4Proto.SCTP}
 
@@ -174,7 +188,10 @@ def _plan(
 ) -> Plan:
     context = plan_context(snapshot, config)
     reuse = previous is not None and previous.context == context
-    parts: dict[ServicePortRef, list[PortPart]] = {}
+    # Each port's part, by first family; a port with parts in both families (dual-stack) also
+    # has them all, in family order, in ``both`` (most ports have one: no list for them).
+    parts: dict[ServicePortRef, PortPart] = {}
+    both: dict[ServicePortRef, list[PortPart]] = {}
     rulesets, fragments = {}, {}
     # Sorted and looked up once for both families (a ServiceKey hashes in Python).
     services, all_slices = snapshot.services, snapshot.slices
@@ -195,11 +212,16 @@ def _plan(
                 frag = fp.add_service(svc, slices)
             for piece in frag.pieces:
                 assert isinstance(piece, PortPart), "fragments hold port parts"
-                parts.setdefault(piece.ref, []).append(piece)
+                first = parts.setdefault(piece.ref, piece)
+                if first is not piece:
+                    both.setdefault(piece.ref, [first]).append(piece)
             new[key] = frag
         fp.finish()
         rulesets[spec.family], fragments[spec.family] = fp.rs, new
-    ports = {ref: merge_parts(ref, p) for ref, p in parts.items()}
+    ports = {
+        ref: merge_parts(ref, both[ref]) if both and ref in both else _one_part(ref, p)
+        for ref, p in parts.items()
+    }
     return Plan(rulesets=rulesets, ports=ports, fragments=fragments, context=context)
 
 
@@ -237,17 +259,7 @@ def plan_slot_token(p: Plan) -> str:
 def merge_parts(ref: ServicePortRef, parts: list[PortPart]) -> PortPlan:
     """The summary of one service port from its parts, ``ip`` family first."""
     if len(parts) == 1:  # a single-stack Service: nothing to merge
-        (p,) = parts
-        cat = p.cat
-        return PortPlan(
-            ref=ref,
-            frontends=tuple(p.frontends),
-            cluster_endpoints=cat.cluster,
-            local_endpoints=cat.local,
-            has_endpoints=cat.has_any,
-            health_check_node_port=p.hc,
-            local_ready=() if cat.local_terminating else cat.local,
-        )
+        return _one_part(ref, parts[0])
     return PortPlan(
         ref=ref,
         frontends=tuple(f for p in parts for f in p.frontends),
@@ -256,6 +268,20 @@ def merge_parts(ref: ServicePortRef, parts: list[PortPart]) -> PortPlan:
         has_endpoints=any(p.cat.has_any for p in parts),
         health_check_node_port=parts[0].hc,
         local_ready=tuple(b for p in parts if not p.cat.local_terminating for b in p.cat.local),
+    )
+
+
+def _one_part(ref: ServicePortRef, p: PortPart) -> PortPlan:
+    """The summary of a service port with one part (a single-stack Service's)."""
+    cat = p.cat
+    return PortPlan(
+        ref=ref,
+        frontends=tuple(p.frontends),
+        cluster_endpoints=cat.cluster,
+        local_endpoints=cat.local,
+        has_endpoints=cat.has_any,
+        health_check_node_port=p.hc,
+        local_ready=() if cat.local_terminating else cat.local,
     )
 
 
@@ -336,6 +362,10 @@ def _collapse(nets: Iterable[IPNetwork], version: int) -> list[IPNetwork]:
 class FamilyPlanner:
     """Plans one family's table; ``add_service`` is called once per service, in key order."""
 
+    plain = True
+    """Plan the common ports the short way (``_plain_port``); False: every port through
+    ``_port`` (what the short way is compared with)."""
+
     def __init__(self, f: FamilySpec, snapshot: ClusterSnapshot, config: ProxyConfig) -> None:
         self.f = f
         node = snapshot.node
@@ -377,6 +407,7 @@ class FamilyPlanner:
 
     def finish(self) -> None:
         """Add what is collected across services: the hairpin pairs (endpoint . endpoint)."""
+        assert not _NONE, "the shared empty fragment lists were written to"
         hairpin = self.rs.elements[n.HAIRPIN]
         assert isinstance(hairpin, PackedElements), "the hairpin set is held packed"
         # Each address once, first listing first, so deterministic: packed from its int
@@ -396,13 +427,15 @@ class FamilyPlanner:
 
     def add_service(self, svc: Service, slices: Sequence[EndpointSlice]) -> Fragment:
         """Plan one service; returns what it added (empty when it has no address here)."""
-        frag = Fragment(service=svc, slices=slices, ops=[], pieces=[], hairpin=[])
         version = self.f.version
         for cip in svc.cluster_ips:  # the first of this family (a loop: no generator frame)
             if cip.version == version:
                 break
         else:
-            return frag  # nothing to log: no ops, no pieces, no hairpin address
+            # Nothing to log: no ops, no pieces, no hairpin address (the other family of every
+            # single-stack Service: its lists are the shared empty ones, nothing is written).
+            return Fragment(service=svc, slices=slices, ops=_NONE, pieces=_NONE, hairpin=_NONE)
+        frag = Fragment(service=svc, slices=slices, ops=[], pieces=[], hairpin=[])
         self.sink.ops = frag.ops
         self._hairpin = frag.hairpin
         self.hairpin.append(frag.hairpin)
@@ -414,8 +447,22 @@ class FamilyPlanner:
             if svc.load_balancer_ips
             else []
         )
+        # A port of a ClusterIP-only, random-choice, Cluster-policy Service (most ports) takes
+        # the short way: the same operations as _port's, without what it does not use.
+        plain = (
+            self.plain
+            and not self.counters
+            and not ext
+            and not lbs
+            and svc.affinity_timeout is None
+            and not svc.internal_policy_local
+            and (svc.load_balancing or self.lb) is LoadBalancing.RANDOM
+        )
         for sp in svc.ports:
             backends, eps = resolve(sp, slices, self.f.ip_family)
+            if plain and not sp.node_port:
+                frag.pieces.append(self._plain_port(svc, sp, cip, backends, eps))
+                continue
             cat = categorize(backends, eps, svc, sp, self.node_name, self.zone)
             fronts = self._port(svc, sp, cip, ext, lbs, cat)
             hc = svc.health_check_node_port if svc.external_policy_local else None
@@ -496,6 +543,42 @@ class FamilyPlanner:
         if cat.local:
             self._hairpin.extend(map(_ip_of, cat.local))
         return fronts
+
+    def _plain_port(
+        self,
+        svc: Service,
+        sp: ServicePort,
+        cip: IPAddress,
+        backends: Sequence[Backend],
+        eps: Sequence[Endpoint],
+    ) -> PortPart:
+        """``categorize`` and ``_port`` of a port that has only its ClusterIP as frontend,
+        random choice and the Cluster policy for it: the same operations in the same order
+        (tests/unit/test_planner_plain.py plans both ways and compares)."""
+        ref, port = sp.ref, sp.port
+        key = (cip, _L4[ref.protocol], port)
+        # categorize: the cluster set only (no policy here uses the local one)
+        cluster = cluster_set(backends, eps, self.node_name, self.zone)
+        cat = Categorized(cluster=cluster, local=(), has_any=bool(cluster))
+        self._cluster_ip(cip)
+        if cluster:
+            self.fill(n.BACKENDS, key, cluster)
+            verdict = self.goto(self.dispatch.cluster_ip(len(cluster)))
+            el = Element(set=n.SERVICE_IPS, key=key, value=verdict, comment=str(ref))
+        else:  # no endpoints at all: reject
+            verdict = self.goto(n.REJECT_CHAIN)
+            el = Element(set=n.NO_ENDPOINT_SERVICES, key=key, value=verdict, comment=str(ref))
+        self.sink.add_element(el)
+        self._hairpin.extend(map(_ip_of, cluster))
+        front = Frontend(
+            family=self.f.family,
+            protocol=ref.protocol,
+            kind=FrontendKind.CLUSTER_IP,
+            address=cip,
+            port=port,
+        )
+        hc = svc.health_check_node_port if svc.external_policy_local else None
+        return PortPart(ref=ref, frontends=[front], cat=cat, hc=hc)
 
     def goto(self, chain: str) -> Verdict:
         """``goto chain``: one (frozen) verdict per chain, shared by the ports that use it."""
