@@ -229,7 +229,8 @@ class PortPart(msgspec.Struct, kw_only=True, gc=False):
     """One family's share of a service port's summary (kept in its service's fragment)."""
 
     ref: ServicePortRef
-    frontends: list[Frontend]
+    frontends: tuple[Frontend, ...]
+    """(A tuple: the port's summary holds the same one.)"""
     cat: Categorized
     hc: int | None
 
@@ -466,7 +467,7 @@ class FamilyPlanner:
             cat = categorize(backends, eps, svc, sp, self.node_name, self.zone)
             fronts = self._port(svc, sp, cip, ext, lbs, cat)
             hc = svc.health_check_node_port if svc.external_policy_local else None
-            frag.pieces.append(PortPart(ref=sp.ref, frontends=fronts, cat=cat, hc=hc))
+            frag.pieces.append(PortPart(ref=sp.ref, frontends=tuple(fronts), cat=cat, hc=hc))
         return frag
 
     def replay(self, frag: Fragment) -> None:
@@ -578,7 +579,7 @@ class FamilyPlanner:
             port=port,
         )
         hc = svc.health_check_node_port if svc.external_policy_local else None
-        return PortPart(ref=ref, frontends=[front], cat=cat, hc=hc)
+        return PortPart(ref=ref, frontends=(front,), cat=cat, hc=hc)
 
     def goto(self, chain: str) -> Verdict:
         """``goto chain``: one (frozen) verdict per chain, shared by the ports that use it."""
