@@ -108,6 +108,8 @@ def _resolve_one(
             break
     else:
         return (), ()
+    if len(sl.endpoints) == 1:  # (many Services have one endpoint: no lists to order it)
+        return (_new(Backend, (sl.endpoints[0].ip, number)),), sl.endpoints
     # ``_ip`` is ``int(ip)`` without a Python-level call (as nft/values.py packs addresses).
     ips = [ep.ip._ip for ep in sl.endpoints]  # type: ignore[union-attr]
     eps: Sequence[Endpoint]

@@ -41,7 +41,7 @@ from nlproxy.cluster.model import (
     ServicePortRef,
 )
 from nlproxy.nft.ir import DROP, Element, Family, L4Proto, Ruleset, Verdict, goto
-from nlproxy.nft.packed import PackedElements, indices
+from nlproxy.nft.packed import PackedElements, index_bytes, indices
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.affinity import add_affinity_chains
 from nlproxy.proxy.balance import add_balanced_chains
@@ -61,6 +61,7 @@ from nlproxy.proxy.slots import keep_slots, read_slots, slot_token
 _new = tuple.__new__
 """``_new(Fill, (…))``: a NamedTuple without its Python ``__new__`` frame (the hot path)."""
 
+_first = itemgetter(0)
 _ip_of = itemgetter(0)
 """A Backend's address, in C."""
 _int_of = attrgetter("_ip")
@@ -70,6 +71,10 @@ _NONE: list[Any] = []
 """The ops, pieces and hairpin list of a fragment of a service without an address of its
 table's family (many: each single-stack Service's other family). Shared, so never written to:
 ``FamilyPlanner.finish`` checks that it is still empty."""
+
+_IN_SET = (b"",)
+"""The data of one element of a set (no data), in a :class:`Fill`."""
+_INDEX0 = index_bytes(0)
 
 _L4 = {Protocol.TCP: L4Proto.TCP, Protocol.UDP: L4Proto.UDP, Protocol.SCTP: L4Proto.SCTP}
 
@@ -193,9 +198,13 @@ def _plan(
     parts: dict[ServicePortRef, PortPart] = {}
     both: dict[ServicePortRef, list[PortPart]] = {}
     rulesets, fragments = {}, {}
-    # Sorted and looked up once for both families (a ServiceKey hashes in Python).
-    services, all_slices = snapshot.services, snapshot.slices
-    inputs = [(key, services[key], all_slices.get(key, ())) for key in sorted(services)]
+    # Sorted and looked up once for both families (the Services sorted with their keys: no
+    # look-up of each again).
+    all_slices = snapshot.slices
+    inputs = [
+        (key, svc, all_slices.get(key, ()))
+        for key, svc in sorted(snapshot.services.items(), key=_first)
+    ]
     for spec in (IPV4, IPV6):
         fp = FamilyPlanner(spec, snapshot, config)
         fp.programmed = slots.get(spec.family)
@@ -388,6 +397,10 @@ class FamilyPlanner:
         self.lb = config.load_balancing
         self.hash_seed = config.hash_seed
         self.sink = Recorder(self.rs)
+        cluster_ips = self.rs.elements[n.CLUSTER_IPS]
+        assert isinstance(cluster_ips, PackedElements), "the cluster-ips set is held packed"
+        self._cluster_ips = cluster_ips
+        """(The skeleton's set: emptied, never replaced, when a planner is reused.)"""
         self._hairpin: list[IPAddress] = []
         self.dispatch = Dispatch(self.sink, f, pods=bool(pods))
         self.pods = bool(pods)
@@ -561,7 +574,11 @@ class FamilyPlanner:
         # categorize: the cluster set only (no policy here uses the local one)
         cluster = cluster_set(backends, eps, self.node_name, self.zone)
         cat = Categorized(cluster=cluster, local=(), has_any=bool(cluster))
-        self._cluster_ip(cip)
+        # _cluster_ip, inline
+        cips = self._cluster_ips
+        packed_ip = cips.pack_key((cip,))
+        cips.raw[packed_ip] = b""
+        self.sink.ops.append(_new(Fill, (n.CLUSTER_IPS, (packed_ip,), _IN_SET, False)))
         if cluster:
             self.fill(n.BACKENDS, key, cluster)
             verdict = self.goto(self.dispatch.cluster_ip(len(cluster)))
@@ -590,11 +607,10 @@ class FamilyPlanner:
 
     def _cluster_ip(self, cip: IPAddress) -> None:
         """``cip`` in ``cluster-ips``, written as the kernel's bytes (the set is packed)."""
-        store = self.rs.elements[n.CLUSTER_IPS]
-        assert isinstance(store, PackedElements), "the cluster-ips set is held packed"
+        store = self._cluster_ips
         key = store.pack_key((cip,))
         store.raw[key] = b""
-        self.sink.ops.append(_new(Fill, (n.CLUSTER_IPS, (key,), (b"",), False)))
+        self.sink.ops.append(_new(Fill, (n.CLUSTER_IPS, (key,), _IN_SET, False)))
 
     def _counters(self, fronts: list[Frontend], proto: int) -> None:
         """One counting element per frontend, keyed like its dispatch element. It depends on
@@ -644,9 +660,12 @@ class FamilyPlanner:
         store = self.rs.elements[set_name]
         assert isinstance(store, PackedElements), "the backends maps are held packed"
         head = store.pack_head(prefix)  # the key less the index
-        keys = tuple([head + i for i in indices(len(eps))])
+        if len(eps) == 1:  # (no list and index slice for the one endpoint)
+            keys: tuple[bytes, ...] = (head + _INDEX0,)
+        else:
+            keys = tuple([head + i for i in indices(len(eps))])
         data = tuple(store.pack_rows(eps))
-        prior = self.prior.get((set_name, head))
+        prior = self.prior.get((set_name, head)) if self.prior else None
         if prior is None and self.programmed is not None:
             prior = read_slots(self.programmed.elements.get(set_name), head, store)
         shuffled = False
