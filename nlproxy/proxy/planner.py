@@ -89,6 +89,11 @@ class FrontendKind(enum.StrEnum):
 # The per-port summary values are msgspec Structs, as the model's are: a plan builds several per
 # service port (10k ports: tens of thousands), a frozen dataclass costs several times a Struct to
 # build, and with gc=False (they hold no cycles) the collector never walks them.
+_CLUSTER_IP = FrontendKind.CLUSTER_IP
+_RANDOM = LoadBalancing.RANDOM
+"""(Module constants: an enum member read through its class costs a Python call.)"""
+
+
 class Frontend(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """An address (None for a node port: any NodePort address) and port a service port answers."""
 
@@ -200,7 +205,7 @@ def _plan(
     rulesets, fragments = {}, {}
     # Sorted and looked up once for both families (the Services sorted with their keys: no
     # look-up of each again).
-    all_slices = snapshot.slices
+    all_slices = dict(snapshot.slices)  # (a dict's get is a C call, a mapping proxy's is not)
     inputs = [
         (key, svc, all_slices.get(key, ()))
         for key, svc in sorted(snapshot.services.items(), key=_first)
@@ -470,7 +475,7 @@ class FamilyPlanner:
             and not lbs
             and svc.affinity_timeout is None
             and not svc.internal_policy_local
-            and (svc.load_balancing or self.lb) is LoadBalancing.RANDOM
+            and (svc.load_balancing or self.lb) is _RANDOM
         )
         for sp in svc.ports:
             backends, eps = resolve(sp, slices, self.f.ip_family)
@@ -571,6 +576,8 @@ class FamilyPlanner:
         (tests/unit/test_planner_plain.py plans both ways and compares)."""
         ref, port = sp.ref, sp.port
         key = (cip, _L4[ref.protocol], port)
+        # str(ref) without its frames (a StrEnum formats as its value, in C)
+        comment = f"{ref.namespace}/{ref.name}:{ref.port_name}/{ref.protocol}"
         # categorize: the cluster set only (no policy here uses the local one)
         cluster = cluster_set(backends, eps, self.node_name, self.zone)
         cat = Categorized(cluster=cluster, local=(), has_any=bool(cluster))
@@ -582,16 +589,16 @@ class FamilyPlanner:
         if cluster:
             self.fill(n.BACKENDS, key, cluster)
             verdict = self.goto(self.dispatch.cluster_ip(len(cluster)))
-            el = Element(set=n.SERVICE_IPS, key=key, value=verdict, comment=str(ref))
+            el = Element(set=n.SERVICE_IPS, key=key, value=verdict, comment=comment)
         else:  # no endpoints at all: reject
             verdict = self.goto(n.REJECT_CHAIN)
-            el = Element(set=n.NO_ENDPOINT_SERVICES, key=key, value=verdict, comment=str(ref))
+            el = Element(set=n.NO_ENDPOINT_SERVICES, key=key, value=verdict, comment=comment)
         self.sink.add_element(el)
         self._hairpin.extend(map(_ip_of, cluster))
         front = Frontend(
             family=self.f.family,
             protocol=ref.protocol,
-            kind=FrontendKind.CLUSTER_IP,
+            kind=_CLUSTER_IP,
             address=cip,
             port=port,
         )
