@@ -579,7 +579,10 @@ class FamilyPlanner:
         # str(ref) without its frames (a StrEnum formats as its value, in C)
         comment = f"{ref.namespace}/{ref.name}:{ref.port_name}/{ref.protocol}"
         # categorize: the cluster set only (no policy here uses the local one)
-        cluster = cluster_set(backends, eps, self.node_name, self.zone)
+        if len(eps) == 1 and eps[0].ready and not (eps[0].hints_zones or eps[0].hints_nodes):
+            cluster = tuple(backends)  # (what cluster_set gives one ready, unhinted endpoint)
+        else:
+            cluster = cluster_set(backends, eps, self.node_name, self.zone)
         cat = Categorized(cluster=cluster, local=(), has_any=bool(cluster))
         # _cluster_ip, inline
         cips = self._cluster_ips

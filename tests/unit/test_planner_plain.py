@@ -45,6 +45,8 @@ def _edges() -> ClusterSnapshot:
         ),
         s("a", "localext", "172.30.1.10", external_policy_local=True, health_check_node_port=31000),
         s("a", "unsorted", "172.30.1.11"),
+        s("a", "onehinted", "172.30.1.12"),
+        s("a", "onezoned", "172.30.1.13"),
     ]
     slices = [
         sl("a", "unready", [e("10.1.0.1", ready=False, serving=False)]),
@@ -75,6 +77,8 @@ def _edges() -> ClusterSnapshot:
         sl("a", "mixed", [e("10.1.0.13")], [("p80", 80, "TCP"), ("np", 81, "TCP")]),
         sl("a", "localext", [e("10.1.0.14", NODE), e("10.1.0.15")]),
         sl("a", "unsorted", [e("10.1.0.17"), e("10.1.0.16"), e("10.1.0.17")]),
+        sl("a", "onehinted", [e("10.1.0.18", hints_nodes=["elsewhere"])]),
+        sl("a", "onezoned", [e("10.1.0.19", hints_zones=["zone-b"])]),
     ]
     return snapshot(svcs, slices, node=node())
 
