@@ -35,7 +35,10 @@ struct nls_buf *nls_buf_new(size_t cap)
 		return NULL;
 	if (cap < 4096)
 		cap = 4096;
-	b->data = malloc(cap);
+	/* Zeroed (and so is every byte the buffer grows by): attribute padding that the netlink
+	 * helpers skip then holds zeros, not what the memory held before, so a batch is a function
+	 * of its operations alone, byte for byte. */
+	b->data = calloc(1, cap);
 	if (!b->data) {
 		free(b);
 		return NULL;
@@ -54,6 +57,7 @@ void nls_buf_free(struct nls_buf *b)
 
 void nls_buf_reset(struct nls_buf *b)
 {
+	memset(b->data, 0, b->len); /* (zeroed as it was new: see nls_buf_new) */
 	b->len = 0;
 }
 
@@ -69,6 +73,7 @@ static int nls_reserve(struct nls_buf *b, size_t extra)
 	data = realloc(b->data, cap);
 	if (!data)
 		return -ENOMEM;
+	memset(data + b->cap, 0, cap - b->cap); /* zeroed, as the first bytes (nls_buf_new) */
 	b->data = data;
 	b->cap = cap;
 	return 0;

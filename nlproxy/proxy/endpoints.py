@@ -67,13 +67,14 @@ class Categorized(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 def resolve(
     port: ServicePort, slices: Sequence[EndpointSlice], family: IPFamily
-) -> tuple[list[Backend], list[Endpoint]]:
+) -> tuple[tuple[Backend, ...], Sequence[Endpoint]]:
     """Backends of ``port`` from the slices of one family, sorted by (ip, port), deduplicated,
     and beside them (same order) the endpoints they came from, whose conditions and hints
     decide their use.
 
     A slice serves the port when it has a port of the same name and protocol. When two slices
     list the same IP:port, the one whose name sorts first wins (kube-proxy keeps the first).
+    The backends are a tuple: when every endpoint is ready, the port's cluster set is it.
     """
     name, proto = port.ref.port_name, port.ref.protocol
     if len(slices) == 1:
@@ -91,30 +92,33 @@ def resolve(
             seen.setdefault((int(ep.ip), number), ep)
     keys = sorted(seen)
     eps = [seen[k] for k in keys]
-    return [_new(Backend, (ep.ip, k[1])) for k, ep in zip(keys, eps, strict=True)], eps
+    return tuple([_new(Backend, (ep.ip, k[1])) for k, ep in zip(keys, eps, strict=True)]), eps
 
 
 def _resolve_one(
     sl: EndpointSlice, name: str, proto: Protocol, family: IPFamily
-) -> tuple[list[Backend], list[Endpoint]]:
+) -> tuple[tuple[Backend, ...], Sequence[Endpoint]]:
     """``resolve`` of a single slice (the common case): one port number, so the address alone
     keys an endpoint; the first listing of an address wins, as across slices."""
     if sl.family is not family:
-        return [], []
+        return (), ()
     for p in sl.ports:  # (a loop, not next() of a generator: one frame less per port)
         if p.name == name and p.protocol is proto:
             number = p.port
             break
     else:
-        return [], []
+        return (), ()
+    if len(sl.endpoints) == 1:  # (many Services have one endpoint: no lists to order it)
+        return (_new(Backend, (sl.endpoints[0].ip, number)),), sl.endpoints
     # ``_ip`` is ``int(ip)`` without a Python-level call (as nft/values.py packs addresses).
     ips = [ep.ip._ip for ep in sl.endpoints]  # type: ignore[union-attr]
+    eps: Sequence[Endpoint]
     if all(map(lt, ips, ips[1:])):  # listed in order, each once (as a controller writes them)
-        eps = list(sl.endpoints)
+        eps = sl.endpoints
     else:
         first = {ep.ip._ip: ep for ep in reversed(sl.endpoints)}  # type: ignore[union-attr]
         eps = [first[ip] for ip in sorted(first)]
-    return [_new(Backend, (ep.ip, number)) for ep in eps], eps
+    return tuple([_new(Backend, (ep.ip, number)) for ep in eps]), eps
 
 
 def externally_accessible(svc: Service, port: ServicePort) -> bool:
@@ -122,8 +126,8 @@ def externally_accessible(svc: Service, port: ServicePort) -> bool:
 
 
 def categorize(
-    backends: list[Backend],
-    eps: list[Endpoint],
+    backends: Sequence[Backend],
+    eps: Sequence[Endpoint],
     svc: Service,
     port: ServicePort,
     node: str,
@@ -142,7 +146,7 @@ def categorize(
     cluster: tuple[Backend, ...] = ()
     has_any = False
     if uses_cluster:
-        cluster = _cluster_set(backends, eps, node, zone)
+        cluster = cluster_set(backends, eps, node, zone)
         has_any = bool(cluster)
     local: tuple[Backend, ...] = ()
     fallback = False
@@ -167,9 +171,11 @@ def _serving_terminating(ep: Endpoint) -> bool:
     return ep.serving and ep.terminating
 
 
-def _cluster_set(
-    backends: list[Backend], eps: list[Endpoint], node: str, zone: str | None
+def cluster_set(
+    backends: Sequence[Backend], eps: Sequence[Endpoint], node: str, zone: str | None
 ) -> tuple[Backend, ...]:
+    """The endpoints Cluster policy traffic goes to: the ready ones (narrowed by topology
+    hints that apply), else the serving-terminating ones."""
     mode = topology_mode(eps, node, zone)
     pairs = zip(backends, eps, strict=True)
     if mode == "node":

@@ -23,11 +23,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from ipaddress import collapse_addresses, ip_network
 from operator import attrgetter, itemgetter
+from typing import Any
 
 import msgspec
 
 from nlproxy.cluster.model import (
     ClusterSnapshot,
+    Endpoint,
     EndpointSlice,
     IPAddress,
     IPNetwork,
@@ -39,12 +41,19 @@ from nlproxy.cluster.model import (
     ServicePortRef,
 )
 from nlproxy.nft.ir import DROP, Element, Family, L4Proto, Ruleset, Verdict, goto
-from nlproxy.nft.packed import PackedElements, indices
+from nlproxy.nft.packed import PackedElements, index_bytes, indices
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.affinity import add_affinity_chains
 from nlproxy.proxy.balance import add_balanced_chains
 from nlproxy.proxy.config import PRIMARY, ProxyConfig
-from nlproxy.proxy.endpoints import Backend, Categorized, categorize, externally_accessible, resolve
+from nlproxy.proxy.endpoints import (
+    Backend,
+    Categorized,
+    categorize,
+    cluster_set,
+    externally_accessible,
+    resolve,
+)
 from nlproxy.proxy.fragments import Fill, Fragment, Recorder
 from nlproxy.proxy.skeleton import IPV4, IPV6, Dispatch, FamilySpec, skeleton
 from nlproxy.proxy.slots import keep_slots, read_slots, slot_token
@@ -52,10 +61,20 @@ from nlproxy.proxy.slots import keep_slots, read_slots, slot_token
 _new = tuple.__new__
 """``_new(Fill, (…))``: a NamedTuple without its Python ``__new__`` frame (the hot path)."""
 
+_first = itemgetter(0)
 _ip_of = itemgetter(0)
 """A Backend's address, in C."""
 _int_of = attrgetter("_ip")
 """An address's int (``int(ip)`` without a Python-level call, as nft/values.py packs it)."""
+
+_NONE: list[Any] = []
+"""The ops, pieces and hairpin list of a fragment of a service without an address of its
+table's family (many: each single-stack Service's other family). Shared, so never written to:
+``FamilyPlanner.finish`` checks that it is still empty."""
+
+_IN_SET = (b"",)
+"""The data of one element of a set (no data), in a :class:`Fill`."""
+_INDEX0 = index_bytes(0)
 
 _L4 = {Protocol.TCP: L4Proto.TCP, Protocol.UDP: L4Proto.UDP, Protocol.SCTP: L4Proto.SCTP}
 
@@ -70,6 +89,11 @@ class FrontendKind(enum.StrEnum):
 # The per-port summary values are msgspec Structs, as the model's are: a plan builds several per
 # service port (10k ports: tens of thousands), a frozen dataclass costs several times a Struct to
 # build, and with gc=False (they hold no cycles) the collector never walks them.
+_CLUSTER_IP = FrontendKind.CLUSTER_IP
+_RANDOM = LoadBalancing.RANDOM
+"""(Module constants: an enum member read through its class costs a Python call.)"""
+
+
 class Frontend(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """An address (None for a node port: any NodePort address) and port a service port answers."""
 
@@ -174,11 +198,18 @@ def _plan(
 ) -> Plan:
     context = plan_context(snapshot, config)
     reuse = previous is not None and previous.context == context
-    parts: dict[ServicePortRef, list[PortPart]] = {}
+    # Each port's part, by first family; a port with parts in both families (dual-stack) also
+    # has them all, in family order, in ``both`` (most ports have one: no list for them).
+    parts: dict[ServicePortRef, PortPart] = {}
+    both: dict[ServicePortRef, list[PortPart]] = {}
     rulesets, fragments = {}, {}
-    # Sorted and looked up once for both families (a ServiceKey hashes in Python).
-    services, all_slices = snapshot.services, snapshot.slices
-    inputs = [(key, services[key], all_slices.get(key, ())) for key in sorted(services)]
+    # Sorted and looked up once for both families (the Services sorted with their keys: no
+    # look-up of each again).
+    all_slices = dict(snapshot.slices)  # (a dict's get is a C call, a mapping proxy's is not)
+    inputs = [
+        (key, svc, all_slices.get(key, ()))
+        for key, svc in sorted(snapshot.services.items(), key=_first)
+    ]
     for spec in (IPV4, IPV6):
         fp = FamilyPlanner(spec, snapshot, config)
         fp.programmed = slots.get(spec.family)
@@ -195,11 +226,16 @@ def _plan(
                 frag = fp.add_service(svc, slices)
             for piece in frag.pieces:
                 assert isinstance(piece, PortPart), "fragments hold port parts"
-                parts.setdefault(piece.ref, []).append(piece)
+                first = parts.setdefault(piece.ref, piece)
+                if first is not piece:
+                    both.setdefault(piece.ref, [first]).append(piece)
             new[key] = frag
         fp.finish()
         rulesets[spec.family], fragments[spec.family] = fp.rs, new
-    ports = {ref: merge_parts(ref, p) for ref, p in parts.items()}
+    ports = {
+        ref: merge_parts(ref, both[ref]) if both and ref in both else _one_part(ref, p)
+        for ref, p in parts.items()
+    }
     return Plan(rulesets=rulesets, ports=ports, fragments=fragments, context=context)
 
 
@@ -207,7 +243,8 @@ class PortPart(msgspec.Struct, kw_only=True, gc=False):
     """One family's share of a service port's summary (kept in its service's fragment)."""
 
     ref: ServicePortRef
-    frontends: list[Frontend]
+    frontends: tuple[Frontend, ...]
+    """(A tuple: the port's summary holds the same one.)"""
     cat: Categorized
     hc: int | None
 
@@ -237,17 +274,7 @@ def plan_slot_token(p: Plan) -> str:
 def merge_parts(ref: ServicePortRef, parts: list[PortPart]) -> PortPlan:
     """The summary of one service port from its parts, ``ip`` family first."""
     if len(parts) == 1:  # a single-stack Service: nothing to merge
-        (p,) = parts
-        cat = p.cat
-        return PortPlan(
-            ref=ref,
-            frontends=tuple(p.frontends),
-            cluster_endpoints=cat.cluster,
-            local_endpoints=cat.local,
-            has_endpoints=cat.has_any,
-            health_check_node_port=p.hc,
-            local_ready=() if cat.local_terminating else cat.local,
-        )
+        return _one_part(ref, parts[0])
     return PortPlan(
         ref=ref,
         frontends=tuple(f for p in parts for f in p.frontends),
@@ -256,6 +283,20 @@ def merge_parts(ref: ServicePortRef, parts: list[PortPart]) -> PortPlan:
         has_endpoints=any(p.cat.has_any for p in parts),
         health_check_node_port=parts[0].hc,
         local_ready=tuple(b for p in parts if not p.cat.local_terminating for b in p.cat.local),
+    )
+
+
+def _one_part(ref: ServicePortRef, p: PortPart) -> PortPlan:
+    """The summary of a service port with one part (a single-stack Service's)."""
+    cat = p.cat
+    return PortPlan(
+        ref=ref,
+        frontends=tuple(p.frontends),
+        cluster_endpoints=cat.cluster,
+        local_endpoints=cat.local,
+        has_endpoints=cat.has_any,
+        health_check_node_port=p.hc,
+        local_ready=() if cat.local_terminating else cat.local,
     )
 
 
@@ -336,6 +377,10 @@ def _collapse(nets: Iterable[IPNetwork], version: int) -> list[IPNetwork]:
 class FamilyPlanner:
     """Plans one family's table; ``add_service`` is called once per service, in key order."""
 
+    plain = True
+    """Plan the common ports the short way (``_plain_port``); False: every port through
+    ``_port`` (what the short way is compared with)."""
+
     def __init__(self, f: FamilySpec, snapshot: ClusterSnapshot, config: ProxyConfig) -> None:
         self.f = f
         node = snapshot.node
@@ -357,6 +402,10 @@ class FamilyPlanner:
         self.lb = config.load_balancing
         self.hash_seed = config.hash_seed
         self.sink = Recorder(self.rs)
+        cluster_ips = self.rs.elements[n.CLUSTER_IPS]
+        assert isinstance(cluster_ips, PackedElements), "the cluster-ips set is held packed"
+        self._cluster_ips = cluster_ips
+        """(The skeleton's set: emptied, never replaced, when a planner is reused.)"""
         self._hairpin: list[IPAddress] = []
         self.dispatch = Dispatch(self.sink, f, pods=bool(pods))
         self.pods = bool(pods)
@@ -377,6 +426,7 @@ class FamilyPlanner:
 
     def finish(self) -> None:
         """Add what is collected across services: the hairpin pairs (endpoint . endpoint)."""
+        assert not _NONE, "the shared empty fragment lists were written to"
         hairpin = self.rs.elements[n.HAIRPIN]
         assert isinstance(hairpin, PackedElements), "the hairpin set is held packed"
         # Each address once, first listing first, so deterministic: packed from its int
@@ -396,13 +446,15 @@ class FamilyPlanner:
 
     def add_service(self, svc: Service, slices: Sequence[EndpointSlice]) -> Fragment:
         """Plan one service; returns what it added (empty when it has no address here)."""
-        frag = Fragment(service=svc, slices=slices, ops=[], pieces=[], hairpin=[])
         version = self.f.version
         for cip in svc.cluster_ips:  # the first of this family (a loop: no generator frame)
             if cip.version == version:
                 break
         else:
-            return frag  # nothing to log: no ops, no pieces, no hairpin address
+            # Nothing to log: no ops, no pieces, no hairpin address (the other family of every
+            # single-stack Service: its lists are the shared empty ones, nothing is written).
+            return Fragment(service=svc, slices=slices, ops=_NONE, pieces=_NONE, hairpin=_NONE)
+        frag = Fragment(service=svc, slices=slices, ops=[], pieces=[], hairpin=[])
         self.sink.ops = frag.ops
         self._hairpin = frag.hairpin
         self.hairpin.append(frag.hairpin)
@@ -414,12 +466,26 @@ class FamilyPlanner:
             if svc.load_balancer_ips
             else []
         )
+        # A port of a ClusterIP-only, random-choice, Cluster-policy Service (most ports) takes
+        # the short way: the same operations as _port's, without what it does not use.
+        plain = (
+            self.plain
+            and not self.counters
+            and not ext
+            and not lbs
+            and svc.affinity_timeout is None
+            and not svc.internal_policy_local
+            and (svc.load_balancing or self.lb) is _RANDOM
+        )
         for sp in svc.ports:
             backends, eps = resolve(sp, slices, self.f.ip_family)
+            if plain and not sp.node_port:
+                frag.pieces.append(self._plain_port(svc, sp, cip, backends, eps))
+                continue
             cat = categorize(backends, eps, svc, sp, self.node_name, self.zone)
             fronts = self._port(svc, sp, cip, ext, lbs, cat)
             hc = svc.health_check_node_port if svc.external_policy_local else None
-            frag.pieces.append(PortPart(ref=sp.ref, frontends=fronts, cat=cat, hc=hc))
+            frag.pieces.append(PortPart(ref=sp.ref, frontends=tuple(fronts), cat=cat, hc=hc))
         return frag
 
     def replay(self, frag: Fragment) -> None:
@@ -497,6 +563,51 @@ class FamilyPlanner:
             self._hairpin.extend(map(_ip_of, cat.local))
         return fronts
 
+    def _plain_port(
+        self,
+        svc: Service,
+        sp: ServicePort,
+        cip: IPAddress,
+        backends: Sequence[Backend],
+        eps: Sequence[Endpoint],
+    ) -> PortPart:
+        """``categorize`` and ``_port`` of a port that has only its ClusterIP as frontend,
+        random choice and the Cluster policy for it: the same operations in the same order
+        (tests/unit/test_planner_plain.py plans both ways and compares)."""
+        ref, port = sp.ref, sp.port
+        key = (cip, _L4[ref.protocol], port)
+        # str(ref) without its frames (a StrEnum formats as its value, in C)
+        comment = f"{ref.namespace}/{ref.name}:{ref.port_name}/{ref.protocol}"
+        # categorize: the cluster set only (no policy here uses the local one)
+        if len(eps) == 1 and eps[0].ready and not (eps[0].hints_zones or eps[0].hints_nodes):
+            cluster = tuple(backends)  # (what cluster_set gives one ready, unhinted endpoint)
+        else:
+            cluster = cluster_set(backends, eps, self.node_name, self.zone)
+        cat = Categorized(cluster=cluster, local=(), has_any=bool(cluster))
+        # _cluster_ip, inline
+        cips = self._cluster_ips
+        packed_ip = cips.pack_key((cip,))
+        cips.raw[packed_ip] = b""
+        self.sink.ops.append(_new(Fill, (n.CLUSTER_IPS, (packed_ip,), _IN_SET, False)))
+        if cluster:
+            self.fill(n.BACKENDS, key, cluster)
+            verdict = self.goto(self.dispatch.cluster_ip(len(cluster)))
+            el = Element(set=n.SERVICE_IPS, key=key, value=verdict, comment=comment)
+        else:  # no endpoints at all: reject
+            verdict = self.goto(n.REJECT_CHAIN)
+            el = Element(set=n.NO_ENDPOINT_SERVICES, key=key, value=verdict, comment=comment)
+        self.sink.add_element(el)
+        self._hairpin.extend(map(_ip_of, cluster))
+        front = Frontend(
+            family=self.f.family,
+            protocol=ref.protocol,
+            kind=_CLUSTER_IP,
+            address=cip,
+            port=port,
+        )
+        hc = svc.health_check_node_port if svc.external_policy_local else None
+        return PortPart(ref=ref, frontends=(front,), cat=cat, hc=hc)
+
     def goto(self, chain: str) -> Verdict:
         """``goto chain``: one (frozen) verdict per chain, shared by the ports that use it."""
         verdict = self._gotos.get(chain)
@@ -506,11 +617,10 @@ class FamilyPlanner:
 
     def _cluster_ip(self, cip: IPAddress) -> None:
         """``cip`` in ``cluster-ips``, written as the kernel's bytes (the set is packed)."""
-        store = self.rs.elements[n.CLUSTER_IPS]
-        assert isinstance(store, PackedElements), "the cluster-ips set is held packed"
+        store = self._cluster_ips
         key = store.pack_key((cip,))
         store.raw[key] = b""
-        self.sink.ops.append(_new(Fill, (n.CLUSTER_IPS, (key,), (b"",), False)))
+        self.sink.ops.append(_new(Fill, (n.CLUSTER_IPS, (key,), _IN_SET, False)))
 
     def _counters(self, fronts: list[Frontend], proto: int) -> None:
         """One counting element per frontend, keyed like its dispatch element. It depends on
@@ -560,9 +670,12 @@ class FamilyPlanner:
         store = self.rs.elements[set_name]
         assert isinstance(store, PackedElements), "the backends maps are held packed"
         head = store.pack_head(prefix)  # the key less the index
-        keys = tuple([head + i for i in indices(len(eps))])
+        if len(eps) == 1:  # (no list and index slice for the one endpoint)
+            keys: tuple[bytes, ...] = (head + _INDEX0,)
+        else:
+            keys = tuple([head + i for i in indices(len(eps))])
         data = tuple(store.pack_rows(eps))
-        prior = self.prior.get((set_name, head))
+        prior = self.prior.get((set_name, head)) if self.prior else None
         if prior is None and self.programmed is not None:
             prior = read_slots(self.programmed.elements.get(set_name), head, store)
         shuffled = False
