@@ -374,8 +374,8 @@ def _json_objects(where: str, data: bytes) -> tuple[Objects, list[str]] | None:
     try:
         if _STARTS_ARRAY.match(data):
             for item in _ARRAY.decode(data):
-                _raw_object(where, item, None, notes, found)
-        else:
+                _raw_member(where, item, None, notes, found)
+        elif not _raw_typed(where, data, found):
             _raw_object(where, data, None, notes, found, top=True)
     except (msgspec.DecodeError, _Fallback, ValueError, RecursionError, MemoryError):
         return None
@@ -412,9 +412,35 @@ def _raw_object(
             found.append(_raw_entry(where, raw, kind))
     elif kind == "List" or (kind.endswith("List") and kind[:-4] in KINDS):
         for member in head.items or ():
-            _raw_object(where, member, kind[:-4] or None, notes, found)
+            _raw_member(where, member, kind[:-4] or None, notes, found)
     elif _near_kind(kind) is not None:
         _flatten(where, json.loads(bytes(raw).decode()), list_kind, notes, found)
+
+
+def _raw_member(
+    where: str, raw: msgspec.Raw, list_kind: str | None, notes: list[str], found: Objects
+) -> None:
+    """``_raw_object`` of a list's member: the common case (a Service or EndpointSlice that
+    says so) in one decode."""
+    if not _raw_typed(where, raw, found):
+        _raw_object(where, raw, list_kind, notes, found)
+
+
+def _raw_typed(where: str, raw: bytes | msgspec.Raw, found: Objects) -> bool:
+    """Read ``raw`` when it is a Service or EndpointSlice with only fields its kind knows, in
+    one decode into the typed structs (``typed.decode_manifest_item``); False when it is
+    anything else (``_raw_object`` reads it)."""
+    item = typed.decode_manifest_item(raw) if typed.FAST_KINDS else None
+    if item is None:
+        return False
+    kind, obj = item
+    if _right_group(obj.apiVersion, kind):
+        fast = typed.manifest_change(obj, kind)
+        if fast is None:  # not plainly valid: the parser names what is wrong
+            found.append(_parsed(where, json.loads(bytes(raw).decode()), kind))
+        else:
+            found.append((where, fast, ()))
+    return True
 
 
 def _raw_entry(where: str, raw: bytes | msgspec.Raw, kind: str) -> Entry:
