@@ -212,6 +212,43 @@ def test_incremental_equals_a_fresh_state(seed: int) -> None:
         assert state.refused == fresh.refused
 
 
+def _plain_or_not(rng: random.Random, i: int) -> Service:
+    """Mostly plain Services (one ClusterIP, no NodePort, no external address: the claims'
+    fast path) among ones that share or watch their addresses."""
+    if rng.random() < 0.3:
+        return _random_service(rng, i)
+    return service(
+        "ns",
+        f"s{i}",
+        f"10.96.0.{rng.randint(1, 12)}",
+        [port("ns", f"s{i}", "p", 80)],
+        created=rng.choice(["", OLD, NEW]),
+    )
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_batches_of_mostly_plain_services_equal_a_fresh_state(seed: int) -> None:
+    rng = random.Random(seed)
+    state = ClusterState("n1")
+    current: dict[ServiceKey, Service] = {}
+    for _ in range(15):
+        batch = []
+        for _ in range(rng.randint(1, 6)):
+            i = rng.randint(0, 15)
+            if rng.random() < 0.2 and current:
+                victim = rng.choice(sorted(current, key=str))
+                batch.append(gone(current.pop(victim)))
+            else:
+                svc = _plain_or_not(rng, i)
+                current[svc.key] = svc
+                batch.append(up(svc))
+        state.apply(batch)
+        fresh = ClusterState("n1")
+        fresh.apply([up(s) for s in current.values()])
+        assert dict(state.snapshot().services) == dict(fresh.snapshot().services)
+        assert state.refused == fresh.refused
+
+
 def test_many_services_on_one_cluster_ip_the_oldest_holds_it_and_the_next_one_follows() -> None:
     """A crowd on one address (a copied manifest, or a user's loop): each change still picks the
     oldest holder, also after the holder goes and after an age changes."""
