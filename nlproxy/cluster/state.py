@@ -271,12 +271,14 @@ class ClusterState:
         return self._remove(ref, changed)
 
     def _replace(self, replace: Replace, changed: set[ServiceKey]) -> bool:
-        listed = {change.ref for change in replace.changes}
         everything = False
-        for ref in self._refs_of(replace.kind) - listed:
-            everything |= self._remove(ref, changed)
-        for ref in [r for r in self._invalid if r.kind == replace.kind and r not in listed]:
-            del self._invalid[ref]
+        present = self._refs_of(replace.kind)
+        if present or self._invalid:  # on a cold start, nothing to compare the list with
+            listed = {change.ref for change in replace.changes}
+            for ref in present - listed:
+                everything |= self._remove(ref, changed)
+            for ref in [r for r in self._invalid if r.kind == replace.kind and r not in listed]:
+                del self._invalid[ref]
         if replace.kind == "Service":
             self._skipped.clear()  # the listed Skips add theirs back
         for change in replace.changes:
