@@ -22,7 +22,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -278,26 +278,33 @@ def from_manifest_json(raw: bytes | memoryview | msgspec.Raw, kind: str) -> Upse
     return _change(obj, kind)
 
 
-def decode_manifest_item(raw: bytes | msgspec.Raw) -> tuple[str, Any] | None:
-    """A manifest object's JSON decoded in one call when it is a Service or an EndpointSlice
-    that says so (``kind``) and has only fields its kind knows: ``(kind, struct)``, the struct
-    for ``manifest_change``; None for anything else (another kind, no kind, an unknown field,
-    a wrong type), which the caller reads the general way.
-
-    Raises:
-        msgspec.DecodeError: not valid JSON.
-    """
+def _manifest_service(obj: Any) -> Upsert | Skip | None:
     try:
-        obj = _STRICT.either.decode(raw)
-    except msgspec.ValidationError:
+        return _service_or_raise(obj)
+    except (_NotPlain, InvalidObject):
         return None
-    return _STRICT.kind_of[type(obj)], obj
 
 
-def manifest_change(obj: Any, kind: str) -> Upsert | Skip | None:
-    """The change for a struct of ``decode_manifest_item``, or None when the parser must read
-    the object (it is not plainly valid)."""
-    return _change(obj, kind)
+def _manifest_slice(obj: Any) -> Upsert | Skip | None:
+    try:
+        return _slice_or_raise(obj)
+    except (_NotPlain, InvalidObject):
+        return None
+
+
+MANIFEST_ITEM = _STRICT.either
+"""Decodes a manifest object's JSON in one call when it is a Service or an EndpointSlice that
+says so (``kind``) and has only fields its kind knows, into a struct that ``MANIFEST_READERS``
+reads; anything else (another kind, no kind, an unknown field, a wrong type) raises
+``msgspec.ValidationError``, and the caller reads it the general way."""
+MANIFEST_READERS: dict[type[Any], tuple[str, str, Callable[[Any], Upsert | Skip | None]]] = {
+    t: (kind, group, _manifest_service if kind == "Service" else _manifest_slice)
+    for t, kind in _STRICT.kind_of.items()
+    for group in ["" if kind == "Service" else "discovery.k8s.io"]
+}
+"""A ``MANIFEST_ITEM`` struct's type to its kind, the API group the kind must come from, and
+its reader: the change, or None when the parser must read the object (it is not plainly
+valid)."""
 
 
 def _change(obj: Any, kind: str) -> Upsert | Skip | None:
