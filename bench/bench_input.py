@@ -180,11 +180,28 @@ def _write_input(c: gen.Cluster, directory: Path, name: str) -> None:
 
 def _one(directory: Path) -> int:
     """The typed path's stages of ``directory`` with the ``nlproxy`` on sys.path (a child of
-    ``--base``): one JSON line, with this process's peak RSS."""
+    ``--base``): one JSON line, with this process's peak RSS and where ``nlproxy`` is from."""
+    import nlproxy
+
+    figs: dict[str, Any]
     figs, _changes = manifests_stages(directory)
     figs["maxrss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    figs["tree"] = str(Path(nlproxy.__file__).resolve().parent.parent)
     print(json.dumps(figs))
     return 0
+
+
+def _child(tree: Path, directory: Path) -> list[str]:
+    """The command of ``_one`` with ``tree``'s ``nlproxy`` (and its ``tests``): first on the
+    path, and this checkout already on it (at its end), so that ``measure`` does not put this
+    checkout's first."""
+    start = (
+        "import runpy, sys; "
+        f"sys.path[:0] = [{str(tree)!r}, {str(REPO / 'bench')!r}]; sys.path.append({str(REPO)!r}); "
+        f"sys.argv = [{__file__!r}, '--one', {str(directory)!r}]; "
+        f"runpy.run_path({__file__!r}, run_name='__main__')"
+    )
+    return [sys.executable, "-c", start]
 
 
 def side_by_side(c: gen.Cluster, inputs: list[str], base: Path, rounds: int) -> int:
@@ -204,11 +221,13 @@ def side_by_side(c: gen.Cluster, inputs: list[str], base: Path, rounds: int) -> 
                     log(f"{name} {which} round {n}")
                     loads.append(os.getloadavg()[0])
                     out = subprocess.run(
-                        [sys.executable, __file__, "--one", str(directory)],
-                        env={**os.environ, "PYTHONPATH": str(tree)},
+                        _child(tree, directory),
                         cwd=tree, check=True, capture_output=True, text=True,
                     )  # fmt: skip
-                    runs[which].append(json.loads(out.stdout.splitlines()[-1]))
+                    figs = json.loads(out.stdout.splitlines()[-1])
+                    if figs.pop("tree") != str(tree):
+                        raise SystemExit(f"bench_input: the {which} run did not use {tree}")
+                    runs[which].append(figs)
             for which in trees:
                 figs = {k: statistics.median(r[k] for r in runs[which]) for k in runs[which][0]}
                 record: dict[str, Any] = {
