@@ -211,7 +211,8 @@ class Claims:
                         alone = False
                 claims_of[key] = new
                 order_of[key] = _order(svc)
-                if alone and key not in refused and self._plain(svc) and not self._watched(new):
+                mine = alone and key not in refused and self._plain_alone(svc)
+                if mine and not self._watched(new):
                     # Its claims are its alone and it is refused nothing: decided, and no
                     # other Service's refusal depends on them (a later one taking one of
                     # them puts both in ``touched``).
@@ -340,6 +341,21 @@ class Claims:
             return False
         by = self._by
         return any(c[0] == "cluster" and ("extip", c[1]) in by for c in claims)
+
+    def _plain_alone(self, svc: Service) -> bool:
+        """``_plain`` of a Service that holds each of its claims alone (its ClusterIP and
+        NodePorts are then its own whatever their number): one ordinary IPv4 ClusterIP in
+        the service ranges, no external address."""
+        if svc.external_ips or svc.load_balancer_ips:
+            return False
+        ips = svc.cluster_ips
+        if len(ips) != 1 or type(ips[0]) is not IPv4Address:
+            return False
+        n = _number(ips[0])
+        if not _plain_v4(n):
+            return False
+        ranges = self._v4_ranges
+        return not ranges or any(n & mask == net for net, mask in ranges)
 
     def _plain(self, svc: Service) -> bool:
         """Whether ``_decide`` would refuse ``svc`` nothing, known cheaply: the common Service

@@ -308,7 +308,7 @@ class ClusterState:
         self._services_touched.add(key)
         self._services_dirty = True
         self._snapshot = None
-        if _differs(old, obj):
+        if old is None or _differs(old, obj):
             changed.add(key)  # apply() settles its claims and puts it in the view
         else:
             self._settle(key)  # a new resourceVersion alone: the new object, as settled before
@@ -346,7 +346,7 @@ class ClusterState:
         elif slice_id not in ids:
             self._slice_ids[obj.service] = tuple(sorted((*ids, slice_id)))
         self._dirty_groups.add(obj.service)
-        if _differs(old, obj):
+        if old is None or _differs(old, obj):
             changed.add(obj.service)
 
     def _unlink_slice(self, old: EndpointSlice, changed: set[ServiceKey]) -> None:

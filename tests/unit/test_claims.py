@@ -8,6 +8,7 @@ a fresh state with the final objects starts.
 
 from __future__ import annotations
 
+import ipaddress
 import random
 from ipaddress import ip_network
 
@@ -213,15 +214,16 @@ def test_incremental_equals_a_fresh_state(seed: int) -> None:
 
 
 def _plain_or_not(rng: random.Random, i: int) -> Service:
-    """Mostly plain Services (one ClusterIP, no NodePort, no external address: the claims'
-    fast path) among ones that share or watch their addresses."""
+    """Mostly plain Services (one ClusterIP, no external address: the claims' fast path when
+    their ClusterIP and NodePort are theirs alone) among ones that share or watch their
+    addresses, or whose ClusterIP is refused."""
     if rng.random() < 0.3:
         return _random_service(rng, i)
     return service(
         "ns",
         f"s{i}",
-        f"10.96.0.{rng.randint(1, 12)}",
-        [port("ns", f"s{i}", "p", 80)],
+        rng.choice([f"10.96.0.{rng.randint(1, 12)}", "10.96.0.1", "127.0.0.5", "10.97.0.1"]),
+        [port("ns", f"s{i}", "p", 80, node_port=rng.choice([None, None, 30001, 30003]))],
         created=rng.choice(["", OLD, NEW]),
     )
 
@@ -229,7 +231,8 @@ def _plain_or_not(rng: random.Random, i: int) -> Service:
 @pytest.mark.parametrize("seed", range(30))
 def test_batches_of_mostly_plain_services_equal_a_fresh_state(seed: int) -> None:
     rng = random.Random(seed)
-    state = ClusterState("n1")
+    ranges = (ipaddress.ip_network("10.96.0.0/16"),) if seed % 2 else ()
+    state = ClusterState("n1", service_cidrs=ranges)
     current: dict[ServiceKey, Service] = {}
     for _ in range(15):
         batch = []
@@ -243,7 +246,7 @@ def test_batches_of_mostly_plain_services_equal_a_fresh_state(seed: int) -> None
                 current[svc.key] = svc
                 batch.append(up(svc))
         state.apply(batch)
-        fresh = ClusterState("n1")
+        fresh = ClusterState("n1", service_cidrs=ranges)
         fresh.apply([up(s) for s in current.values()])
         assert dict(state.snapshot().services) == dict(fresh.snapshot().services)
         assert state.refused == fresh.refused
