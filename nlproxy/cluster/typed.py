@@ -610,14 +610,6 @@ def _port(value: int | None, *, zero_ok: bool = False) -> int | None:
     return value
 
 
-def _choice(value: str | None, choices: tuple[str, ...], default: str) -> str:
-    if not value:
-        return default
-    if value not in choices:
-        raise _NotPlain
-    return value
-
-
 def _ip(text: str) -> IPAddress:
     """``FieldReader.ip`` without the message: the address, or ``_NotPlain``."""
     quick = _v4(text)
@@ -719,13 +711,7 @@ def _endpoints(raw: list[Any] | None, family: IPFamily) -> tuple[Endpoint, ...]:
             zone = get(entry.zone, _MISSING)
             if zone is _MISSING:
                 zone = names[entry.zone] = sys.intern(entry.zone) or None
-            if cond is None:
-                ready = serving = True
-                terminating = False
-            else:  # unset ready or serving counts as true, unset terminating as false
-                ready = cond.ready is not False
-                serving = cond.serving is not False
-                terminating = cond.terminating is True
+            ready, serving, terminating = _PLAIN if cond is None else _conditions(cond)
             append(
                 Endpoint(
                     ip=ip,
