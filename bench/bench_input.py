@@ -10,6 +10,13 @@ object) and the API server's list pages (realistic bodies: ``managedFields``,
   libyaml for YAML (the compiled decoder switched off) — the path before typed decoding;
 * ``typed``: the product as it is (typed structs, the compiled YAML decoder).
 
+With ``--base CHECKOUT`` the typed path of each checkout is measured instead, side by side:
+each round runs the stages in a fresh interpreter per checkout (the order alternating), with
+that checkout's ``nlproxy`` and the same files; figures are medians per checkout, the ratio
+this / base of the medians and the median of each round's ratio, the child's peak RSS and the
+load average. Inputs there: ``json``, ``yaml`` and ``yaml-kubectl`` (``bench_coldpath``'s block
+YAML with kubectl's UIDs and timestamps).
+
 Per input and path: ``read_s`` (the files' text), ``decode_s`` (text -> documents,
 ``decode._parse``; for API pages the page's decode; none for JSON files on the typed path,
 which are decoded from their bytes into the typed structs inside the load), ``parse_s`` (the
@@ -21,6 +28,8 @@ typed / parser, and the load average. Both paths must give the same changes (che
 round). Never asserts on time.
 
     .venv/bin/python bench/bench_input.py --services 10000 --endpoints 10 --rounds 3
+    .venv/bin/python bench/bench_input.py --services 50000 --endpoints 1 --inputs json \
+        --base ../base-checkout --rounds 5
 """
 
 from __future__ import annotations
@@ -30,7 +39,9 @@ import contextlib
 import gc
 import json
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -155,15 +166,114 @@ def api_pages(c: gen.Cluster, page_size: int = 500) -> list[tuple[str, bytes]]:
     return pages
 
 
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _write_input(c: gen.Cluster, directory: Path, name: str) -> None:
+    if name == "yaml-kubectl":
+        import bench_coldpath  # its kernel imports only for this input
+
+        bench_coldpath.write_kubectl_yaml(c, directory)
+    else:
+        gen.write_manifests(c, directory, name)
+
+
+def _one(directory: Path) -> int:
+    """The typed path's stages of ``directory`` with the ``nlproxy`` on sys.path (a child of
+    ``--base``): one JSON line, with this process's peak RSS and where ``nlproxy`` is from."""
+    import nlproxy
+
+    figs: dict[str, Any]
+    figs, _changes = manifests_stages(directory)
+    figs["maxrss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    figs["tree"] = str(Path(nlproxy.__file__).resolve().parent.parent)
+    print(json.dumps(figs))
+    return 0
+
+
+def _child(tree: Path, directory: Path) -> list[str]:
+    """The command of ``_one`` with ``tree``'s ``nlproxy`` (and its ``tests``): first on the
+    path, and this checkout already on it (at its end), so that ``measure`` does not put this
+    checkout's first."""
+    start = (
+        "import runpy, sys; "
+        f"sys.path[:0] = [{str(tree)!r}, {str(REPO / 'bench')!r}]; sys.path.append({str(REPO)!r}); "
+        f"sys.argv = [{__file__!r}, '--one', {str(directory)!r}]; "
+        f"runpy.run_path({__file__!r}, run_name='__main__')"
+    )
+    return [sys.executable, "-c", start]
+
+
+def side_by_side(c: gen.Cluster, inputs: list[str], base: Path, rounds: int) -> int:
+    """Each input's typed-path stages from ``base`` and from this checkout, rounds paired."""
+    trees = {"base": base.resolve(), "this": REPO}
+    with tempfile.TemporaryDirectory(prefix="nlp-input-") as tmp:
+        for name in inputs:
+            directory = Path(tmp) / name
+            _write_input(c, directory, name)
+            mib = sum(p.stat().st_size for p in directory.iterdir()) / 2**20
+            log(f"input {name}: {mib:.1f} MiB")
+            runs: dict[str, list[dict[str, float]]] = {t: [] for t in trees}
+            loads = []
+            for n in range(rounds):
+                # paired rounds, the order alternating: a load that comes and goes hits both
+                for which, tree in sorted(trees.items(), reverse=n % 2 == 1):
+                    log(f"{name} {which} round {n}")
+                    loads.append(os.getloadavg()[0])
+                    out = subprocess.run(
+                        _child(tree, directory),
+                        cwd=tree, check=True, capture_output=True, text=True,
+                    )  # fmt: skip
+                    figs = json.loads(out.stdout.splitlines()[-1])
+                    if figs.pop("tree") != str(tree):
+                        raise SystemExit(f"bench_input: the {which} run did not use {tree}")
+                    runs[which].append(figs)
+            for which in trees:
+                figs = {k: statistics.median(r[k] for r in runs[which]) for k in runs[which][0]}
+                record: dict[str, Any] = {
+                    "bench": "input",
+                    "input": name,
+                    "checkout": which,
+                    "services": c.services,
+                    "endpoints": c.endpoints,
+                    "rounds": rounds,
+                    **{k: round(v, 3) for k, v in figs.items()},
+                }
+                if which == "this":
+                    for k in ("total_s", "state_s", "digest_s"):
+                        record[f"ratio_{k}"] = round(
+                            figs[k] / statistics.median(r[k] for r in runs["base"]), 3
+                        )
+                        record[f"ratio_{k}_paired"] = round(
+                            statistics.median(
+                                t[k] / b[k] for t, b in zip(runs["this"], runs["base"], strict=True)
+                            ),
+                            3,
+                        )
+                record["load1"] = round(statistics.median(loads), 2)
+                emit(sys.stdout, record)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--services", type=int, default=10000)
     ap.add_argument("--endpoints", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--inputs", default="json,yaml,api", help="comma-separated")
+    ap.add_argument(
+        "--base", type=Path, help="another checkout: its typed path beside this one's, paired"
+    )
+    ap.add_argument("--one", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.one is not None:
+        return _one(args.one)
     c = gen.Cluster(services=args.services, endpoints=args.endpoints)
     inputs = [i for i in args.inputs.split(",") if i]
+    if args.base is not None:
+        if "api" in inputs:
+            ap.error("--base measures manifest inputs (json, yaml, yaml-kubectl)")
+        return side_by_side(c, inputs, args.base, args.rounds)
     with tempfile.TemporaryDirectory(prefix="nlp-input-") as tmp:
         runs: dict[str, Callable[[], tuple[dict[str, float], Any]]] = {}
         for name in inputs:
@@ -173,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs[name] = lambda pages=pages: pages_stages(pages)  # type: ignore[misc]
             else:
                 directory = Path(tmp) / name
-                gen.write_manifests(c, directory, name)
+                _write_input(c, directory, name)
                 mib = sum(p.stat().st_size for p in directory.iterdir()) / 2**20
                 runs[name] = lambda d=directory: manifests_stages(d)  # type: ignore[misc]
             log(f"input {name}: {mib:.1f} MiB")

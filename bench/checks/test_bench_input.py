@@ -3,7 +3,7 @@ apart, and both paths gave the same changes (the script exits 1 otherwise)."""
 
 from __future__ import annotations
 
-from checks.script import run_script
+from checks.script import BENCH, run_script
 
 
 def test_small_run_prints_both_paths_per_input() -> None:
@@ -20,3 +20,23 @@ def test_small_run_prints_both_paths_per_input() -> None:
         assert r["parse_s"] >= 0
         assert r["total_s"] > 0
         assert r["ratio_total"] >= 0
+
+
+def test_side_by_side_prints_each_checkout_and_the_ratios() -> None:
+    """``--base`` (this checkout against itself): the typed path's stages per checkout, with
+    the ratios this / base and the child's peak RSS."""
+    rows = run_script(
+        "bench_input.py",
+        *("--services", "30", "--endpoints", "3", "--rounds", "2"),
+        *("--inputs", "json,yaml-kubectl", "--base", str(BENCH.parent)),
+        timeout=120,
+    )
+    assert [(r["input"], r["checkout"]) for r in rows] == [
+        (i, c) for i in ("json", "yaml-kubectl") for c in ("base", "this")
+    ]
+    for r in rows:
+        assert r["total_s"] > 0
+        assert r["maxrss_mib"] > 0
+        if r["checkout"] == "this":
+            assert r["ratio_total_s"] > 0
+            assert r["ratio_state_s_paired"] > 0

@@ -33,7 +33,8 @@ ones.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from ipaddress import IPv4Address
@@ -66,18 +67,29 @@ class Refusal:
         return tuple(shorten(f"Service {key}: {why}; {ip} left out") for ip, why in self.addresses)
 
 
+def _number_reader() -> Callable[[IPv4Address], int]:
+    """How to read an IPv4 address's number: its ``_ip`` slot when it holds ``int()``'s value
+    (CPython's ``ipaddress``; a C-level read, not ``__int__``'s Python frame), else ``int``."""
+    read = operator.attrgetter("_ip")
+    try:
+        works = read(IPv4Address("10.1.2.3")) == int(IPv4Address("10.1.2.3"))
+    except AttributeError:
+        works = False
+    return read if works else int
+
+
+_number = _number_reader()
+
+
 def _ip_key(ip: IPAddress) -> object:
     """``ip`` as claim keys hold it: IPv4 as its number, IPv6 as itself (equal to no number)."""
-    return int(ip) if type(ip) is IPv4Address else ip
+    return _number(ip) if type(ip) is IPv4Address else ip
 
 
 def special(ip: IPAddress) -> str | None:
     """Why no Service may take ``ip`` as an external address, or None."""
-    if type(ip) is IPv4Address:  # the common case, without ipaddress's network lookups
-        n = int(ip)
-        top = n >> 24
-        if n and top != 127 and n >> 16 != 0xA9FE and not 224 <= top <= 239 and n != 0xFFFFFFFF:
-            return None
+    if type(ip) is IPv4Address and _plain_v4(_number(ip)):
+        return None
     if ip.is_unspecified:
         return "an unspecified address"
     if ip.is_loopback:
@@ -89,6 +101,15 @@ def special(ip: IPAddress) -> str | None:
     if ip == BROADCAST:
         return "the broadcast address"
     return None
+
+
+def _plain_v4(n: int) -> bool:
+    """Whether the IPv4 address numbered ``n`` is none of ``special``'s (the common case,
+    without ipaddress's network lookups)."""
+    top = n >> 24
+    return (
+        bool(n) and top != 127 and n >> 16 != 0xA9FE and not 224 <= top <= 239 and n != 0xFFFFFFFF
+    )
 
 
 _NONE: frozenset[ServiceKey] = frozenset()
@@ -121,6 +142,10 @@ def _instant(created: str) -> int | None:
 
 
 def _claims(svc: Service) -> frozenset[_Key]:
+    if not svc.external_ips and not svc.load_balancer_ips:  # the common case
+        cluster: list[_Key] = [("cluster", _ip_key(ip)) for ip in svc.cluster_ips]
+        cluster += [("nodeport", p.ref.protocol, p.node_port) for p in svc.ports if p.node_port]
+        return frozenset(cluster)
     out: set[_Key] = {("cluster", _ip_key(ip)) for ip in svc.cluster_ips}
     external = [_ip_key(ip) for ip in (*svc.external_ips, *svc.load_balancer_ips)]
     for p in svc.ports:
@@ -154,6 +179,8 @@ class Claims:
         their ages change. Without it, H Services sharing one address cost H x H comparisons
         per change (4,000 Services with one ClusterIP took 15 s to apply)."""
         self.refused: dict[ServiceKey, Refusal] = {}
+        self._extips = 0
+        """How many ("extip", ip) claims ``_by`` holds (none: no ClusterIP needs a look)."""
 
     def update(
         self, keys: Iterable[ServiceKey], services: Mapping[ServiceKey, Service]
@@ -164,21 +191,34 @@ class Claims:
             The other Services whose refusal changed because of it (the caller re-plans them).
         """
         touched: set[_Key] = set()
+        settled: set[ServiceKey] = set()
         by = self._by
+        claims_of, order_of, refused = self._claims, self._order, self.refused
         for key in keys:
             svc = services.get(key)
             new = _claims(svc) if svc is not None else _NO_CLAIMS
-            old = self._claims.get(key, _NO_CLAIMS)
+            old = claims_of.get(key, _NO_CLAIMS)
             if not old and svc is not None:  # a new Service (every one, on a cold start)
+                alone = True
                 for claim in new:
                     holders = by.get(claim)
                     if holders is None:
                         by[claim] = {key}
+                        if claim[0] == "extip":
+                            self._extips += 1
                     else:
                         holders.add(key)
-                touched |= new
-                self._claims[key] = new
-                self._order[key] = _order(svc)
+                        alone = False
+                claims_of[key] = new
+                order_of[key] = _order(svc)
+                mine = alone and key not in refused and self._plain_alone(svc)
+                if mine and not self._watched(new):
+                    # Its claims are its alone and it is refused nothing: decided, and no
+                    # other Service's refusal depends on them (a later one taking one of
+                    # them puts both in ``touched``).
+                    settled.add(key)
+                else:
+                    touched |= new
                 continue
             if svc is not None:
                 order = _order(svc)
@@ -192,35 +232,46 @@ class Claims:
                 holders.discard(key)
                 if not holders:
                     del self._by[claim]
+                    if claim[0] == "extip":
+                        self._extips -= 1
             for claim in new - old:
-                self._by.setdefault(claim, set()).add(key)
+                holders = self._by.get(claim)
+                if holders is None:
+                    self._by[claim] = {key}
+                    if claim[0] == "extip":
+                        self._extips += 1
+                else:
+                    holders.add(key)
             touched |= old ^ new
             if svc is None:
                 self._claims.pop(key, None)
                 self._order.pop(key, None)
             else:
                 self._claims[key] = new
-        affected = set(keys)
+        given = set(keys)
+        affected = given - settled
         oldest = self._oldest
+        extips = self._extips
         for claim in touched:
             if oldest:
                 oldest.pop(claim, None)
             sharing = by.get(claim)
             if sharing is not None and (len(sharing) > 1 or not sharing <= affected):
                 affected |= sharing  # others hold it: their refusal may change
-            if claim[0] == "cluster":  # external claims of that address depend on it
+            if extips and claim[0] == "cluster":  # external claims of that address depend on it
                 affected |= by.get(("extip", claim[1]), _NONE)
         changed: set[ServiceKey] = set()
+        plain = self._plain
         for key in affected:
             svc = services.get(key)
-            refusal = self._decide(svc) if svc is not None else None
-            if refusal != self.refused.get(key):
+            refusal = None if svc is None or plain(svc) else self._decide(svc)
+            if refusal != refused.get(key):
                 if refusal is None:
-                    self.refused.pop(key, None)
+                    refused.pop(key, None)
                 else:
-                    self.refused[key] = refusal
+                    refused[key] = refusal
                 changed.add(key)
-        return changed - set(keys)
+        return changed - given
 
     def set_service_ranges(self, objects: Iterable[IPNetwork]) -> bool:
         """Take the ranges of the ServiceCIDR objects (the configured ones are kept beside them).
@@ -248,7 +299,7 @@ class Claims:
     def _outside_service_ranges(self, ip: IPAddress) -> bool:
         """Whether ``ip`` lies outside every known service range of its family (none known: no)."""
         if type(ip) is IPv4Address:
-            n = int(ip)
+            n = _number(ip)
             return bool(self._v4_ranges) and all(n & mask != net for net, mask in self._v4_ranges)
         return bool(self._v6_ranges) and all(ip not in net for net in self._v6_ranges)
 
@@ -282,6 +333,49 @@ class Claims:
             return None
         oldest = self._oldest_holder(claim, holders)
         return None if oldest == key else oldest
+
+    def _watched(self, claims: frozenset[_Key]) -> bool:
+        """Whether another Service's external address depends on one of ``claims`` (a
+        ClusterIP that is also someone's external IP)."""
+        if not self._extips:
+            return False
+        by = self._by
+        return any(c[0] == "cluster" and ("extip", c[1]) in by for c in claims)
+
+    def _plain_alone(self, svc: Service) -> bool:
+        """``_plain`` of a Service that holds each of its claims alone (its ClusterIP and
+        NodePorts are then its own whatever their number): one ordinary IPv4 ClusterIP in
+        the service ranges, no external address."""
+        if svc.external_ips or svc.load_balancer_ips:
+            return False
+        ips = svc.cluster_ips
+        if len(ips) != 1 or type(ips[0]) is not IPv4Address:
+            return False
+        n = _number(ips[0])
+        if not _plain_v4(n):
+            return False
+        ranges = self._v4_ranges
+        return not ranges or any(n & mask == net for net, mask in ranges)
+
+    def _plain(self, svc: Service) -> bool:
+        """Whether ``_decide`` would refuse ``svc`` nothing, known cheaply: the common Service
+        (one IPv4 ClusterIP, an ordinary address in the service ranges, held by it alone; no
+        NodePort, no external address). False: ask ``_decide``."""
+        if svc.external_ips or svc.load_balancer_ips or len(svc.cluster_ips) != 1:
+            return False
+        ip = svc.cluster_ips[0]
+        if type(ip) is not IPv4Address:
+            return False
+        n = _number(ip)
+        if not _plain_v4(n):
+            return False
+        ranges = self._v4_ranges
+        if ranges and all(n & mask != net for net, mask in ranges):
+            return False
+        holders = self._by.get(("cluster", n))
+        if holders is not None and len(holders) > 1:
+            return False
+        return not any(p.node_port for p in svc.ports)
 
     def _decide(self, svc: Service) -> Refusal | None:
         key = svc.key

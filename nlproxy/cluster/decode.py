@@ -108,14 +108,13 @@ def batches(
         return
     compiled = _compiled()
     start = 0
-    marks = _DOC_START.finditer(text)
+    marks = _doc_starts(text)
     # The first batch runs past the first document start: what precedes it is a document of
     # its own only when it holds more than comments, which only the whole stream tells.
     next(marks, None)
     while start < len(text):
         end = len(text)
-        for count, mark in enumerate(marks, start=1):
-            at = mark.start()
+        for count, at in enumerate(marks, start=1):
             if at > start and (at - start >= size or count >= most):
                 end = at
                 break
@@ -129,6 +128,21 @@ def batches(
         start = end
         yield docs
         del docs  # the caller has converted them: not held while the next batch is decoded
+
+
+def _doc_starts(text: str) -> Iterator[int]:
+    """Where each ``---`` line of ``text`` starts, as ``_DOC_START.finditer`` finds them, by
+    ``str.find`` (a regular expression steps through the text character by character: 0.07 s
+    against 0.01 for 15 MB)."""
+    n = len(text)
+    if text.startswith("---") and (n == 3 or text[3] in " \n"):
+        yield 0
+    at = text.find("\n---")
+    while at >= 0:
+        after = at + 4
+        if after == n or text[after] in " \n":
+            yield at + 1
+        at = text.find("\n---", after)
 
 
 def _batched(path: Path, text: str, raw: bytes) -> bool:

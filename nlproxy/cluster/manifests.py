@@ -373,10 +373,9 @@ def _json_objects(where: str, data: bytes) -> tuple[Objects, list[str]] | None:
     notes: list[str] = []
     try:
         if _STARTS_ARRAY.match(data):
-            for item in _ARRAY.decode(data):
-                _raw_object(where, item, None, notes, found)
+            _raw_members(where, _ARRAY.decode(data), None, notes, found)
         else:
-            _raw_object(where, data, None, notes, found, top=True)
+            _raw_members(where, [data], None, notes, found, top=True)
     except (msgspec.DecodeError, _Fallback, ValueError, RecursionError, MemoryError):
         return None
     return found, notes
@@ -411,10 +410,43 @@ def _raw_object(
         if _right_group(head.apiVersion, kind):
             found.append(_raw_entry(where, raw, kind))
     elif kind == "List" or (kind.endswith("List") and kind[:-4] in KINDS):
-        for member in head.items or ():
-            _raw_object(where, member, kind[:-4] or None, notes, found)
+        _raw_members(where, head.items or [], kind[:-4] or None, notes, found)
     elif _near_kind(kind) is not None:
         _flatten(where, json.loads(bytes(raw).decode()), list_kind, notes, found)
+
+
+def _raw_members(
+    where: str,
+    members: list[msgspec.Raw] | list[bytes],
+    list_kind: str | None,
+    notes: list[str],
+    found: Objects,
+    *,
+    top: bool = False,
+) -> None:
+    """``_raw_object`` of each of a list's members (or of a file's one object, ``top``): the
+    common case, a Service or EndpointSlice that says its kind and has only fields its kind
+    knows, in one decode into the typed structs (``typed.MANIFEST_ITEM``) and one call to
+    read it; anything else as ``_raw_object`` reads it."""
+    decode = typed.MANIFEST_ITEM.decode if typed.FAST_KINDS else None
+    readers = typed.MANIFEST_READERS
+    for member in members:
+        if decode is not None:
+            try:
+                obj = decode(member)
+            except msgspec.ValidationError:
+                pass
+            else:
+                kind, group, read = readers[type(obj)]
+                api = obj.apiVersion  # _right_group's test, inline
+                if type(api) is not str or not api or api.rpartition("/")[0] == group:
+                    change = read(obj)
+                    if change is None:  # not plainly valid: the parser names what is wrong
+                        found.append(_parsed(where, json.loads(bytes(member).decode()), kind))
+                    else:
+                        found.append((where, change, ()))
+                continue
+        _raw_object(where, member, list_kind, notes, found, top=top)
 
 
 def _raw_entry(where: str, raw: bytes | msgspec.Raw, kind: str) -> Entry:

@@ -163,9 +163,27 @@ class ClusterState:
             touched |= self._services.keys()
         settled = self._claims.update(touched, self._services)
         changed |= settled
-        for key in touched | settled:
-            self._settle(key)
+        self._settle_all(touched | settled)
         return changed
+
+    def _settle_all(self, keys: set[ServiceKey]) -> None:
+        """``_settle`` of each of ``keys``; the common case (nothing refused) inline."""
+        if self._claims.refused:
+            for key in keys:
+                self._settle(key)
+            return
+        services, view = self._services, self._view
+        dirty = False
+        for key in keys:
+            svc = services.get(key)
+            if svc is None:
+                dirty |= view.pop(key, None) is not None
+            elif view.get(key) is not svc:
+                view[key] = svc
+                dirty = True
+        if dirty:
+            self._services_dirty = True
+            self._snapshot = None
 
     def _settle(self, key: ServiceKey) -> None:
         """Put ``key``'s Service into the planner's view as the claims have it."""
@@ -197,12 +215,15 @@ class ClusterState:
         """The valid objects now, for the planner; the same object until something changes."""
         if self._snapshot is not None:
             return self._snapshot
+        slices, groups = self._slices, self._groups
         for key in self._dirty_groups:
             ids = self._slice_ids.get(key)
-            if ids:
-                self._groups[key] = tuple(self._slices[i] for i in ids)
+            if not ids:
+                groups.pop(key, None)
+            elif len(ids) == 1:
+                groups[key] = (slices[ids[0]],)
             else:
-                self._groups.pop(key, None)
+                groups[key] = tuple([slices[i] for i in ids])
         self._dirty_groups.clear()
         if self._services_dirty:
             self._services_view = MappingProxyType(dict(self._view))
@@ -250,12 +271,14 @@ class ClusterState:
         return self._remove(ref, changed)
 
     def _replace(self, replace: Replace, changed: set[ServiceKey]) -> bool:
-        listed = {change.ref for change in replace.changes}
         everything = False
-        for ref in self._refs_of(replace.kind) - listed:
-            everything |= self._remove(ref, changed)
-        for ref in [r for r in self._invalid if r.kind == replace.kind and r not in listed]:
-            del self._invalid[ref]
+        present = self._refs_of(replace.kind)
+        if present or self._invalid:  # on a cold start, nothing to compare the list with
+            listed = {change.ref for change in replace.changes}
+            for ref in present - listed:
+                everything |= self._remove(ref, changed)
+            for ref in [r for r in self._invalid if r.kind == replace.kind and r not in listed]:
+                del self._invalid[ref]
         if replace.kind == "Service":
             self._skipped.clear()  # the listed Skips add theirs back
         for change in replace.changes:
@@ -285,7 +308,7 @@ class ClusterState:
         self._services_touched.add(key)
         self._services_dirty = True
         self._snapshot = None
-        if _differs(old, obj):
+        if old is None or _differs(old, obj):
             changed.add(key)  # apply() settles its claims and puts it in the view
         else:
             self._settle(key)  # a new resourceVersion alone: the new object, as settled before
@@ -323,7 +346,7 @@ class ClusterState:
         elif slice_id not in ids:
             self._slice_ids[obj.service] = tuple(sorted((*ids, slice_id)))
         self._dirty_groups.add(obj.service)
-        if _differs(old, obj):
+        if old is None or _differs(old, obj):
             changed.add(obj.service)
 
     def _unlink_slice(self, old: EndpointSlice, changed: set[ServiceKey]) -> None:

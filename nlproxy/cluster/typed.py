@@ -22,13 +22,13 @@ from __future__ import annotations
 import ipaddress
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
 
 from nlproxy.cluster import parse, schema
-from nlproxy.cluster.fields import FieldReader, quick_ipv4
+from nlproxy.cluster.fields import FieldReader
 from nlproxy.cluster.model import (
     Endpoint,
     EndpointPort,
@@ -54,15 +54,28 @@ FAST_KINDS = frozenset({"Service", "EndpointSlice"})
 _Fields = list[tuple[str, Any, Any]]
 
 
-def _struct(name: str, fields: _Fields, known: schema.Schema, *, strict: bool) -> type[Any]:
+def _struct(
+    name: str, fields: _Fields, known: schema.Schema, *, strict: bool, tag: str | None = None
+) -> type[Any]:
     """A struct of ``fields``; ``strict`` (manifests) also declares every other field the
     schema knows (decoded, unused) and refuses the rest, so an unknown field goes to the
-    parser's path, which names it."""
+    parser's path, which names it. With ``tag`` the struct is tagged by its ``kind`` (which is
+    then no field of its own), for a union of kinds decoded in one call."""
     if strict:
         have = {f[0] for f in fields}
         fields = fields + [(k, object, None) for k in known if k not in have]
+    if tag is None:
+        return msgspec.defstruct(
+            name, fields, kw_only=True, forbid_unknown_fields=strict, omit_defaults=True
+        )
     return msgspec.defstruct(
-        name, fields, kw_only=True, forbid_unknown_fields=strict, omit_defaults=True
+        name,
+        [f for f in fields if f[0] != "kind"],
+        kw_only=True,
+        forbid_unknown_fields=strict,
+        omit_defaults=True,
+        tag_field="kind",
+        tag=tag,
     )
 
 
@@ -122,12 +135,8 @@ class _Family:
             strict=s,
         )
         top = [("apiVersion", object, None), ("kind", object, None), ("metadata", meta, None)]
-        self.service = _struct(
-            "Service",
-            [*top, ("spec", spec | None, None), ("status", object, None)],
-            schema.SERVICE,
-            strict=s,
-        )
+        service_fields = [*top, ("spec", spec | None, None), ("status", object, None)]
+        self.service = _struct("Service", service_fields, schema.SERVICE, strict=s)
         conditions = _struct(
             "Conditions",
             [(k, bool | None, None) for k in ("ready", "serving", "terminating")],
@@ -152,22 +161,28 @@ class _Family:
             _mapping(schema.ENDPOINT_SLICE["ports"]),
             strict=s,
         )
-        self.slice = _struct(
-            "EndpointSlice",
-            [
-                *top,
-                ("addressType", opt_str, None),
-                ("ports", list[slice_port] | None, None),  # type: ignore[valid-type]
-                ("endpoints", list[endpoint] | None, None),  # type: ignore[valid-type]
-            ],
-            schema.ENDPOINT_SLICE,
-            strict=s,
-        )
+        slice_fields = [
+            *top,
+            ("addressType", opt_str, None),
+            ("ports", list[slice_port] | None, None),  # type: ignore[valid-type]
+            ("endpoints", list[endpoint] | None, None),  # type: ignore[valid-type]
+        ]
+        self.slice = _struct("EndpointSlice", slice_fields, schema.ENDPOINT_SLICE, strict=s)
         self.json = {
             "Service": msgspec.json.Decoder(self.service),
             "EndpointSlice": msgspec.json.Decoder(self.slice),
         }
         self.types = {"Service": self.service, "EndpointSlice": self.slice}
+        # The same structs tagged by kind: an object of either kind in one decode.
+        tagged_service = _struct("Service", service_fields, schema.SERVICE, strict=s, tag="Service")
+        tagged_slice = _struct(
+            "EndpointSlice", slice_fields, schema.ENDPOINT_SLICE, strict=s, tag="EndpointSlice"
+        )
+        self.kind_of: dict[type[Any], str] = {
+            tagged_service: "Service",
+            tagged_slice: "EndpointSlice",
+        }
+        self.either = msgspec.json.Decoder(tagged_service | tagged_slice)
 
 
 def _reduced(name: str, fields: dict[str, list[str]]) -> msgspec.json.Decoder[Any]:
@@ -263,6 +278,35 @@ def from_manifest_json(raw: bytes | memoryview | msgspec.Raw, kind: str) -> Upse
     return _change(obj, kind)
 
 
+def _manifest_service(obj: Any) -> Upsert | Skip | None:
+    try:
+        return _service_or_raise(obj)
+    except (_NotPlain, InvalidObject):
+        return None
+
+
+def _manifest_slice(obj: Any) -> Upsert | Skip | None:
+    try:
+        return _slice_or_raise(obj)
+    except (_NotPlain, InvalidObject):
+        return None
+
+
+MANIFEST_ITEM = _STRICT.either
+"""Decodes a manifest object's JSON in one call when it is a Service or an EndpointSlice that
+says so (``kind``) and has only fields its kind knows, into a struct that ``MANIFEST_READERS``
+reads; anything else (another kind, no kind, an unknown field, a wrong type) raises
+``msgspec.ValidationError``, and the caller reads it the general way."""
+MANIFEST_READERS: dict[type[Any], tuple[str, str, Callable[[Any], Upsert | Skip | None]]] = {
+    t: (kind, group, _manifest_service if kind == "Service" else _manifest_slice)
+    for t, kind in _STRICT.kind_of.items()
+    for group in ["" if kind == "Service" else "discovery.k8s.io"]
+}
+"""A ``MANIFEST_ITEM`` struct's type to its kind, the API group the kind must come from, and
+its reader: the change, or None when the parser must read the object (it is not plainly
+valid)."""
+
+
 def _change(obj: Any, kind: str) -> Upsert | Skip | None:
     try:
         if kind == "Service":
@@ -276,19 +320,66 @@ class _NotPlain(Exception):
     """Not plainly valid: the parser reads the object."""
 
 
+_MEMO_LIMIT = 4096
+"""The most distinct strings each memo below holds (cleared when full): namespaces, port
+names and target port names repeat across objects, so each is checked and interned once."""
+_NAMESPACES: dict[str | None, str] = {}
+_PORT_NAMES: dict[str | None, str] = {}
+_TARGET_NAMES: set[str] = set()
+
+
+def _memo_reset() -> None:
+    _NAMESPACES.clear()
+    _NAMESPACES.update({None: "default", "": "default"})
+    _PORT_NAMES.clear()
+    _PORT_NAMES.update({None: "", "": ""})
+    _TARGET_NAMES.clear()
+
+
+_memo_reset()
+
+
+def _namespace(namespace: str | None) -> str:
+    """A valid namespace, shared ("default" when unset); ``_NotPlain`` if it is not one."""
+    shared = _NAMESPACES.get(namespace)
+    if shared is not None:
+        return shared
+    if type(namespace) is not str or not parse._DNS_LABEL.fullmatch(namespace):
+        raise _NotPlain
+    if len(_NAMESPACES) >= _MEMO_LIMIT:
+        _memo_reset()
+    shared = _NAMESPACES[namespace] = sys.intern(namespace)
+    return shared
+
+
+def _port_name_of(name: str | None) -> str:
+    """A valid port name (a DNS label, or empty), shared; ``_NotPlain`` if it is not one."""
+    shared = _PORT_NAMES.get(name)
+    if shared is not None:
+        return shared
+    if type(name) is not str or not parse._DNS_LABEL.fullmatch(name):
+        raise _NotPlain
+    if len(_PORT_NAMES) >= _MEMO_LIMIT:
+        _memo_reset()
+    shared = _PORT_NAMES[name] = sys.intern(name)
+    return shared
+
+
+_SERVICE_NAME = parse._NAMES["Service"]
+_SLICE_NAME = parse._NAMES["EndpointSlice"]
+
+
 def _names(obj: Any, kind: str) -> tuple[ObjectRef, Any]:
     """``(ref, metadata)`` when the name and namespace are valid (else ``_NotPlain``)."""
     meta = obj.metadata
-    if meta is None or not meta.name:
+    if meta is None:
         raise _NotPlain
-    name, namespace = meta.name, meta.namespace
-    pattern, longest, _what = parse._NAMES[kind]
-    if len(name) > longest or not pattern.fullmatch(name):
+    name = meta.name
+    pattern, longest, _what = _SERVICE_NAME if kind == "Service" else _SLICE_NAME
+    if not name or len(name) > longest or not pattern.fullmatch(name):
         raise _NotPlain
-    if namespace and not parse._DNS_LABEL.fullmatch(namespace):
-        raise _NotPlain
-    ref = ObjectRef(kind=kind, namespace=parse._shared(namespace) or "default", name=name)
-    return ref, meta
+    namespace = _NAMESPACES.get(meta.namespace) or _namespace(meta.namespace)
+    return ObjectRef(kind=kind, namespace=namespace, name=name), meta
 
 
 def _service(obj: Any) -> Upsert | Skip | None:
@@ -300,8 +391,8 @@ def _service(obj: Any) -> Upsert | Skip | None:
 
 def _service_or_raise(obj: Any) -> Upsert | Skip:
     ref, meta = _names(obj, "Service")
-    labels = meta.labels or {}
-    if parse._SKIP_LABELS & labels.keys():
+    labels = meta.labels
+    if labels and not _SKIP_LABELS.isdisjoint(labels):
         return Skip(ref=ref)
     spec = obj.spec
     if spec is None:
@@ -309,7 +400,8 @@ def _service_or_raise(obj: Any) -> Upsert | Skip:
     kind = spec.type or "ClusterIP"
     if kind == "ExternalName":
         return Skip(ref=ref)
-    if kind not in parse._SERVICE_TYPES:
+    svc_type = _SERVICE_TYPE.get(kind)
+    if svc_type is None:
         raise _NotPlain
     cluster_ips = _cluster_ips(spec) or parse._cluster_ips(
         FieldReader(ref),
@@ -317,24 +409,30 @@ def _service_or_raise(obj: Any) -> Upsert | Skip:
     )
     if cluster_ips is None:
         return Skip(ref=ref)
-    svc_type = _SERVICE_TYPE[kind]
-    external_ips = tuple(_ip(v) for v in spec.externalIPs or ())
-    ext_local = _choice(spec.externalTrafficPolicy, parse._POLICIES, "Cluster") == "Local" and (
-        svc_type in (ServiceType.NODE_PORT, ServiceType.LOAD_BALANCER) or bool(external_ips)
-    )
-    health = _port(spec.healthCheckNodePort, zero_ok=True)
-    annotations = meta.annotations or {}
-    key = ServiceKey(namespace=ref.namespace, name=ref.name)
+    external_ips = tuple([_ip(v) for v in spec.externalIPs]) if spec.externalIPs else ()
+    etp, itp = spec.externalTrafficPolicy, spec.internalTrafficPolicy
+    if (etp and etp not in parse._POLICIES) or (itp and itp not in parse._POLICIES):
+        raise _NotPlain
+    ext_local = etp == "Local" and (svc_type is not ServiceType.CLUSTER_IP or bool(external_ips))
+    health = spec.healthCheckNodePort
+    if health is not None and health != 0 and not 1 <= health <= 65535:
+        raise _NotPlain
+    annotations = meta.annotations
+    namespace, name = ref.namespace, ref.name
+    key = ServiceKey(namespace=namespace, name=name)
     # The rarer sections through the parser's own readers.
     lb_ips: tuple[IPAddress, ...] = ()
-    if not _empty_status(obj.status):
-        lb_ips = parse._load_balancer_ips(FieldReader(ref), {"status": obj.status})
+    status = obj.status
+    if status is not None and not _empty_status(status):
+        lb_ips = parse._load_balancer_ips(FieldReader(ref), {"status": status})
     ranges: tuple[IPNetwork, ...] = ()
-    if spec.loadBalancerSourceRanges or parse.SOURCE_RANGES_ANNOTATION in annotations:
+    if spec.loadBalancerSourceRanges or (
+        annotations and parse.SOURCE_RANGES_ANNOTATION in annotations
+    ):
         ranges = parse._source_ranges(
             FieldReader(ref),
             {"loadBalancerSourceRanges": spec.loadBalancerSourceRanges},
-            annotations,
+            annotations or {},
         )
     affinity = None
     if spec.sessionAffinity not in _NO_AFFINITY:
@@ -346,38 +444,64 @@ def _service_or_raise(obj: Any) -> Upsert | Skip:
             },
         )
     balancing: dict[str, Any] = _DEFAULT_BALANCING
-    if parse.LOAD_BALANCING_ANNOTATION in annotations or parse.HASH_KEY_ANNOTATION in annotations:
+    if annotations and (
+        parse.LOAD_BALANCING_ANNOTATION in annotations or parse.HASH_KEY_ANNOTATION in annotations
+    ):
         balancing = parse._load_balancing(FieldReader(ref), annotations)
-    return Upsert(
-        ref=ref,
-        obj=Service(
+    ports = _service_ports(namespace, name, spec.ports)
+    traffic = spec.trafficDistribution or None
+    if (
+        external_ips
+        or lb_ips
+        or ranges
+        or ext_local
+        or itp == "Local"
+        or affinity is not None
+        or traffic is not None
+        or balancing is not _DEFAULT_BALANCING
+    ):
+        svc = Service(
             key=key,
             type=svc_type,
             cluster_ips=cluster_ips,
-            ports=_service_ports(key, spec.ports),
+            ports=ports,
             external_ips=external_ips,
             load_balancer_ips=lb_ips,
             load_balancer_source_ranges=ranges,
             external_policy_local=ext_local,
-            internal_policy_local=_choice(spec.internalTrafficPolicy, parse._POLICIES, "Cluster")
-            == "Local",
+            internal_policy_local=itp == "Local",
             affinity_timeout=affinity,
             health_check_node_port=health
-            if ext_local and svc_type is ServiceType.LOAD_BALANCER
+            if ext_local and health and svc_type is ServiceType.LOAD_BALANCER
             else None,
-            traffic_distribution=spec.trafficDistribution or None,
+            traffic_distribution=traffic,
             resource_version=meta.resourceVersion or "",
             created=meta.creationTimestamp or "",
             **balancing,
             uid=meta.uid or "",
-        ),
-    )
+        )
+    else:  # the common case: the other fields keep their defaults (each keyword costs)
+        svc = Service(
+            key=key,
+            type=svc_type,
+            cluster_ips=cluster_ips,
+            ports=ports,
+            resource_version=meta.resourceVersion or "",
+            created=meta.creationTimestamp or "",
+            uid=meta.uid or "",
+        )
+    return Upsert(ref=ref, obj=svc)
 
 
+_SKIP_LABELS = parse._SKIP_LABELS
 _NO_AFFINITY = (None, "", "None")
 # Enum members by value: a lookup, not the enum's Python-level __call__.
 _SERVICE_TYPE = {t.value: t for t in ServiceType}
-_PROTOCOL = {p.value: p for p in Protocol}
+_PROTOCOL_OR_TCP: dict[str | None, Protocol] = {
+    None: Protocol.TCP,
+    "": Protocol.TCP,
+    **{p.value: p for p in Protocol},
+}
 _DEFAULT_BALANCING: dict[str, Any] = {"load_balancing": None, "hash_source_port": False}
 
 
@@ -388,7 +512,7 @@ def _cluster_ips(spec: Any) -> tuple[IPAddress, ...] | None:
     text = many[0] if many is not None and len(many) == 1 else None if many else single
     if text is None or (single and single != text) or families not in (None, [], ["IPv4"]):
         return None
-    ip = quick_ipv4(text)
+    ip = _v4(text)
     return None if ip is None else (ip,)
 
 
@@ -401,40 +525,63 @@ def _empty_status(status: object) -> bool:
     return lb is None or (type(lb) is dict and lb.get("ingress") in (None, []))
 
 
-def _service_ports(key: ServiceKey, raw_ports: list[Any] | None) -> tuple[ServicePort, ...]:
+def _service_ports(
+    namespace: str, service: str, raw_ports: list[Any] | None
+) -> tuple[ServicePort, ...]:
     if not raw_ports:
         raise _NotPlain
+    several = len(raw_ports) > 1
     names: set[str] = set()
     numbers: set[tuple[int, Protocol]] = set()
     ports: list[ServicePort] = []
     for entry in raw_ports:
-        if len(raw_ports) > 1 and not entry.name:
+        name = _PORT_NAMES.get(entry.name)
+        if name is None:
+            name = _port_name_of(entry.name)
+        protocol = _PROTOCOL_OR_TCP.get(entry.protocol)
+        port = entry.port
+        if (
+            (several and (not name or name in names))
+            or protocol is None
+            or port is None
+            or not 1 <= port <= 65535
+            or (port, protocol) in numbers
+        ):
             raise _NotPlain
-        name, protocol = _port_name(entry, names)
-        port = _port(entry.port)
-        if port is None or (port, protocol) in numbers:
-            raise _NotPlain
-        numbers.add((port, protocol))
-        ref = ServicePortRef(
-            namespace=key.namespace, name=key.name, port_name=name, protocol=protocol
-        )
+        if several:
+            names.add(name)
+            numbers.add((port, protocol))
+        target = entry.targetPort
+        if type(target) is int and 1 <= target <= 65535:
+            pass
+        elif not target:  # unset, 0 or "": the port
+            target = port
+        else:
+            target = _target_port(target, port)
+        node_port = entry.nodePort
+        if node_port is not None and (node_port == 0 or not 1 <= node_port <= 65535):
+            node_port = _port(node_port, zero_ok=True)
         ports.append(
             ServicePort(
-                ref=ref,
+                ref=ServicePortRef(
+                    namespace=namespace, name=service, port_name=name, protocol=protocol
+                ),
                 port=port,
-                target_port=_target_port(entry.targetPort, port),
-                node_port=_port(entry.nodePort, zero_ok=True),
+                target_port=target,
+                node_port=node_port,
             )
         )
     return tuple(ports)
 
 
 def _port_name(entry: Any, seen: set[str]) -> tuple[str, Protocol]:
-    name = parse._shared(entry.name) or ""
-    if (name and not parse._DNS_LABEL.fullmatch(name)) or name in seen:
+    name = _PORT_NAMES.get(entry.name)
+    if name is None:
+        name = _port_name_of(entry.name)
+    if name in seen:
         raise _NotPlain
     seen.add(name)
-    protocol = _PROTOCOL.get(entry.protocol or "TCP")
+    protocol = _PROTOCOL_OR_TCP.get(entry.protocol)
     if protocol is None:
         raise _NotPlain
     return name, protocol
@@ -444,8 +591,12 @@ def _target_port(value: int | str | None, port: int) -> int | str:
     if isinstance(value, str):
         if not value:
             return port
-        if not parse._IANA_SVC_NAME.fullmatch(value):
-            raise _NotPlain
+        if value not in _TARGET_NAMES:
+            if not parse._IANA_SVC_NAME.fullmatch(value):
+                raise _NotPlain
+            if len(_TARGET_NAMES) >= _MEMO_LIMIT:
+                _memo_reset()
+            _TARGET_NAMES.add(value)
         return value
     number = _port(value, zero_ok=True)
     return port if number is None else number
@@ -459,17 +610,9 @@ def _port(value: int | None, *, zero_ok: bool = False) -> int | None:
     return value
 
 
-def _choice(value: str | None, choices: tuple[str, ...], default: str) -> str:
-    if not value:
-        return default
-    if value not in choices:
-        raise _NotPlain
-    return value
-
-
 def _ip(text: str) -> IPAddress:
     """``FieldReader.ip`` without the message: the address, or ``_NotPlain``."""
-    quick = quick_ipv4(text)
+    quick = _v4(text)
     if quick is not None:
         return quick
     try:
@@ -493,27 +636,40 @@ def _slice_or_raise(obj: Any) -> Upsert | Skip:
     address_type = obj.addressType
     if address_type not in parse._ADDRESS_TYPES:
         raise _NotPlain
-    labels = meta.labels or {}
-    service_name = labels.get(parse.SERVICE_NAME_LABEL, "")
-    if address_type == "FQDN" or not service_name or parse._SKIP_LABELS & labels.keys():
+    labels = meta.labels
+    service_name = labels.get(parse.SERVICE_NAME_LABEL) if labels else None
+    if address_type == "FQDN" or not service_name or not _SKIP_LABELS.isdisjoint(labels):
         return Skip(ref=ref)
     family = IPFamily.IPV4 if address_type == "IPv4" else IPFamily.IPV6
-    annotations = meta.annotations or {}
-    return Upsert(
-        ref=ref,
-        obj=EndpointSlice(
-            namespace=ref.namespace,
+    annotations = meta.annotations
+    trigger = annotations.get(parse.TRIGGER_TIME_ANNOTATION) if annotations else None
+    namespace = ref.namespace
+    ports = _slice_ports(obj.ports)
+    endpoints = _endpoints(obj.endpoints, family)
+    service = ServiceKey(namespace=namespace, name=service_name)
+    when = parse._trigger_time(trigger) if trigger else None
+    if when is None:  # each keyword costs: the default left out
+        eps = EndpointSlice(
+            namespace=namespace,
             name=ref.name,
-            service=ServiceKey(namespace=ref.namespace, name=service_name),
+            service=service,
             family=family,
-            ports=_slice_ports(obj.ports),
-            endpoints=_endpoints(obj.endpoints, family),
-            last_change_trigger_time=parse._trigger_time(
-                annotations.get(parse.TRIGGER_TIME_ANNOTATION)
-            ),
+            ports=ports,
+            endpoints=endpoints,
             resource_version=meta.resourceVersion or "",
-        ),
-    )
+        )
+    else:
+        eps = EndpointSlice(
+            namespace=namespace,
+            name=ref.name,
+            service=service,
+            family=family,
+            ports=ports,
+            endpoints=endpoints,
+            last_change_trigger_time=when,
+            resource_version=meta.resourceVersion or "",
+        )
+    return Upsert(ref=ref, obj=eps)
 
 
 def _slice_ports(raw: list[Any] | None) -> tuple[EndpointPort, ...]:
@@ -531,24 +687,30 @@ def _endpoints(raw: list[Any] | None, family: IPFamily) -> tuple[Endpoint, ...]:
     """The endpoints of a slice: the loop that 100k endpoints go through, kept flat."""
     if family is not IPFamily.IPV4 or not _FAST_V4:
         return _endpoints_any(raw, _ipv4 if family is IPFamily.IPV4 else _ipv6)
+    if not raw:
+        return ()
     out: list[Endpoint] = []
     append = out.append
     names: dict[str | None, str | None] = {None: None}  # parse._shared, once per name
+    get = names.get
+    new, set_ip, pton, from_bytes, af_inet, v4 = _new, _set_ip, _pton, int.from_bytes, _AF_INET, _V4
     try:
-        for entry in raw or ():
+        for entry in raw:
             if entry.hints is not None:
                 raise _NotPlain  # hints: the parser's
             addresses = entry.addresses
-            ip = _new(_V4)  # IPv4Address(number) without its Python-level checks: a third
-            _set_ip(ip, int.from_bytes(_pton(_AF_INET, addresses[0])))  # IndexError: none
-            for other in addresses[1:]:
-                _pton(_AF_INET, other)
+            ip = new(v4)  # IPv4Address(number) without its Python-level checks: a third
+            set_ip(ip, from_bytes(pton(af_inet, addresses[0])))  # IndexError: none
+            if len(addresses) > 1:
+                for other in addresses[1:]:
+                    pton(af_inet, other)
             cond = entry.conditions
-            node, zone = entry.nodeName, entry.zone
-            if node not in names:
-                names[node] = sys.intern(node) or None
-            if zone not in names:
-                names[zone] = sys.intern(zone) or None
+            node = get(entry.nodeName, _MISSING)
+            if node is _MISSING:
+                node = names[entry.nodeName] = sys.intern(entry.nodeName) or None
+            zone = get(entry.zone, _MISSING)
+            if zone is _MISSING:
+                zone = names[entry.zone] = sys.intern(entry.zone) or None
             ready, serving, terminating = _PLAIN if cond is None else _conditions(cond)
             append(
                 Endpoint(
@@ -556,8 +718,8 @@ def _endpoints(raw: list[Any] | None, family: IPFamily) -> tuple[Endpoint, ...]:
                     ready=ready,
                     serving=serving,
                     terminating=terminating,
-                    node_name=names[node],
-                    zone=names[zone],
+                    node_name=node,
+                    zone=zone,
                 )
             )
     except (OSError, ValueError, IndexError):  # inet_pton's, or no address
@@ -565,6 +727,7 @@ def _endpoints(raw: list[Any] | None, family: IPFamily) -> tuple[Endpoint, ...]:
     return tuple(out)
 
 
+_MISSING: Any = object()
 _PLAIN = (True, True, False)
 """(ready, serving, terminating) of an endpoint without conditions, as kube-proxy reads it."""
 
@@ -631,9 +794,22 @@ def _fast_v4_works() -> bool:
 _FAST_V4 = _fast_v4_works()
 
 
+def _v4(text: str) -> ipaddress.IPv4Address | None:
+    """``quick_ipv4``, building the address from its number as the endpoint loop does."""
+    try:
+        number = int.from_bytes(_pton(_AF_INET, text))
+    except (OSError, ValueError):
+        return None
+    if not _FAST_V4:
+        return _V4(number)
+    ip = _new(_V4)
+    _set_ip(ip, number)
+    return ip
+
+
 def _ipv4(text: str) -> ipaddress.IPv4Address:
     """``quick_ipv4``, or ``_NotPlain``."""
-    ip = quick_ipv4(text)
+    ip = _v4(text)
     if ip is None:
         raise _NotPlain
     return ip

@@ -8,6 +8,7 @@ a fresh state with the final objects starts.
 
 from __future__ import annotations
 
+import ipaddress
 import random
 from ipaddress import ip_network
 
@@ -207,6 +208,45 @@ def test_incremental_equals_a_fresh_state(seed: int) -> None:
             current[svc.key] = svc
             state.apply([up(svc)])
         fresh = ClusterState("n1")
+        fresh.apply([up(s) for s in current.values()])
+        assert dict(state.snapshot().services) == dict(fresh.snapshot().services)
+        assert state.refused == fresh.refused
+
+
+def _plain_or_not(rng: random.Random, i: int) -> Service:
+    """Mostly plain Services (one ClusterIP, no external address: the claims' fast path when
+    their ClusterIP and NodePort are theirs alone) among ones that share or watch their
+    addresses, or whose ClusterIP is refused."""
+    if rng.random() < 0.3:
+        return _random_service(rng, i)
+    return service(
+        "ns",
+        f"s{i}",
+        rng.choice([f"10.96.0.{rng.randint(1, 12)}", "10.96.0.1", "127.0.0.5", "10.97.0.1"]),
+        [port("ns", f"s{i}", "p", 80, node_port=rng.choice([None, None, 30001, 30003]))],
+        created=rng.choice(["", OLD, NEW]),
+    )
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_batches_of_mostly_plain_services_equal_a_fresh_state(seed: int) -> None:
+    rng = random.Random(seed)
+    ranges = (ipaddress.ip_network("10.96.0.0/16"),) if seed % 2 else ()
+    state = ClusterState("n1", service_cidrs=ranges)
+    current: dict[ServiceKey, Service] = {}
+    for _ in range(15):
+        batch = []
+        for _ in range(rng.randint(1, 6)):
+            i = rng.randint(0, 15)
+            if rng.random() < 0.2 and current:
+                victim = rng.choice(sorted(current, key=str))
+                batch.append(gone(current.pop(victim)))
+            else:
+                svc = _plain_or_not(rng, i)
+                current[svc.key] = svc
+                batch.append(up(svc))
+        state.apply(batch)
+        fresh = ClusterState("n1", service_cidrs=ranges)
         fresh.apply([up(s) for s in current.values()])
         assert dict(state.snapshot().services) == dict(fresh.snapshot().services)
         assert state.refused == fresh.refused

@@ -13,6 +13,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from nlproxy.cluster import typed
@@ -138,6 +139,16 @@ def _check(kind: str, obj: dict[str, Any]) -> tuple[bool, Upsert | Skip | Invali
     # A manifest's JSON straight from its bytes: as its document, taken or refused alike.
     assert typed.from_manifest_json(json.dumps(obj).encode(), kind) == doc, obj
     assert typed.change(json.dumps(obj).encode(), kind) == want, obj
+    # A list member that says its kind: decoded in one call into the tagged structs.
+    try:
+        item = typed.MANIFEST_ITEM.decode(json.dumps({**obj, "kind": kind}).encode())
+    except msgspec.ValidationError:
+        tagged = None
+    else:
+        read_kind, _group, read = typed.MANIFEST_READERS[type(item)]
+        assert read_kind == kind
+        tagged = read(item)
+    assert tagged == doc, obj
     return doc is not None, want
 
 
@@ -150,6 +161,29 @@ def test_generated_objects_read_as_the_parser_reads_them() -> None:
     # Both sides are exercised: many objects take the typed path, many are refused by it.
     assert answered > 1000
     assert invalid > 1000
+
+
+def test_the_memos_check_each_string_once_and_stay_bounded() -> None:
+    """Namespaces, port names and target port names are checked once per distinct string; a
+    memo that fills up starts again, and an invalid string is never taken from it."""
+    svc = objects.example_service()
+    bad = objects.with_fields(svc, **{"metadata.namespace": "Bad_NS"})
+    for i in range(typed._MEMO_LIMIT + 10):
+        obj = objects.with_fields(
+            svc,
+            **{
+                "metadata.namespace": f"ns-{i}",
+                "spec.ports": [{"name": f"p-{i}", "port": 80, "targetPort": f"t{i}"}],
+            },
+        )
+        assert typed.from_document(obj, "Service") == to_change(obj, "Service")
+        assert len(typed._NAMESPACES) <= typed._MEMO_LIMIT
+        assert len(typed._PORT_NAMES) <= typed._MEMO_LIMIT
+        assert len(typed._TARGET_NAMES) <= typed._MEMO_LIMIT
+        if i % 1000 == 0:
+            assert typed.from_document(bad, "Service") is None
+    assert typed.from_document(bad, "Service") is None
+    assert isinstance(to_change(bad, "Service"), Invalid)
 
 
 def test_unknown_fields_leave_manifests_to_the_parser() -> None:

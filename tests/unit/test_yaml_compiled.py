@@ -245,3 +245,32 @@ def test_more_documents_than_the_compiled_default_take_the_compiled_path() -> No
     pieces = list(decode.batches(Path("x.yaml"), text.encode()))
     assert len(pieces) == 101
     assert sum(len(p) for p in pieces) == 100_001
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "---",
+        "--- ",
+        "---\n",
+        "----\n",
+        "---x\n--- a\n",
+        "a: 1\n---\nb: 2\n---",
+        "a: 1\n--- \n ---\n---\t\n---\r\n--- # c\n",
+        "\n---\n\n---",
+        "x\n-- -\n---",
+    ],
+)
+def test_document_starts_are_the_pattern_s(text: str) -> None:
+    """``batches`` finds ``---`` lines by ``str.find``: where ``_DOC_START`` finds them."""
+    assert list(decode._doc_starts(text)) == [m.start() for m in decode._DOC_START.finditer(text)]
+
+
+def test_document_starts_of_real_manifests_are_the_pattern_s() -> None:
+    paths = [*(REPO / "examples").rglob("*.yaml"), *(REPO / "deploy").rglob("*.yaml")]
+    assert paths
+    for path in paths:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        want = [m.start() for m in decode._DOC_START.finditer(text)]
+        assert list(decode._doc_starts(text)) == want, path
