@@ -159,7 +159,8 @@ def load_runs(
 
 
 def staged_runs(c: gen.Cluster, manifests: Path, out: Any, fmt: str) -> None:
-    """The steps of ``run --once`` in-process, cold then restart, each stage timed."""
+    """The steps of ``run --once`` in-process, cold then restart, each stage timed (with the
+    cyclic GC paused throughout, as ``run --once`` pauses it)."""
     with netns("coldstage") as ns:
         for phase in ("cold", "restart"):
             log(f"stages {fmt} {phase}")
@@ -215,14 +216,14 @@ def _stages(manifests: Path, ns: str, fmt: str) -> dict[str, Any]:
         t[name] = t.get(name, 0.0) + now - clock
         clock = now
 
-    loaded = load_manifests(manifests)
-    lap("load_s")
-    state = ClusterState(gen.NODE_NAME)
-    state.apply(loaded.changes)
-    snapshot = state.snapshot()
-    lap("state_s")
-    gc.disable()  # as Syncer.sync does
+    gc.disable()  # as run --once does, from the load to the end
     try:
+        loaded = load_manifests(manifests)
+        lap("load_s")
+        state = ClusterState(gen.NODE_NAME)
+        state.apply(loaded.changes)
+        snapshot = state.snapshot()
+        lap("state_s")
         planned = plan(snapshot, _config())
         lap("plan_s")
         ops_total = 0
