@@ -21,17 +21,24 @@ fragments become the new plan's.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Set
+import operator
+from collections import deque
+from collections.abc import Collection, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
+from itertools import chain as concat
+from itertools import compress, repeat
+from operator import attrgetter
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey, ServicePortRef
-from nlproxy.nft.ir import Chain, Element, Family, Map, Rule, Ruleset
+from nlproxy.nft.ir import Chain, Element, Family, L4Proto, Map, Rule, Ruleset, Value
 from nlproxy.nft.ir import Set as NftSet
-from nlproxy.nft.reconcile import ChainState, Delta, ElementId
+from nlproxy.nft.packed import PackedElements
+from nlproxy.nft.reconcile import ChainState, Delta, ElementId, PackedChanges
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.changes import changed_since
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.fragments import Ensure, Fill, Fragment, ensure_chain, packed
+from nlproxy.proxy.layout import SHAPES, delta_frontends
 from nlproxy.proxy.planner import (
     FamilyPlanner,
     Plan,
@@ -47,6 +54,9 @@ from nlproxy.proxy.skeleton import IPV4, IPV6, FamilySpec
 _SPECS = {IPV4.family: IPV4, IPV6.family: IPV6}
 _STATIC_SETS = frozenset({n.CLUSTER_CIDRS, n.SERVICE_CIDRS, n.NODEPORT_IPS, n.HAIRPIN})
 """Sets filled from the config or from every service together, never by one service."""
+_ip_int = attrgetter("_ip")
+"""An address's int, without a Python-level call (as the planner packs hairpin pairs)."""
+_TCP = int(L4Proto.TCP)
 
 
 @dataclass(slots=True)
@@ -55,8 +65,8 @@ class LiveCounts:
 
     ensures: dict[str, int] = field(default_factory=dict)
     """Shared chain name → number of ``Ensure`` operations naming it."""
-    hairpin_extra: dict[int, int] = field(default_factory=dict)
-    """Endpoint address (as an int) → how many more times than once fragments list it.
+    hairpin_extra: dict[bytes, int] = field(default_factory=dict)
+    """Hairpin pair (packed ``a . a``) → how many more times than once fragments list ``a``.
 
     A hairpin pair exists exactly while some fragment lists its address, so the pair itself
     stands for the first listing; only the repeats (an endpoint of two ports or services) are
@@ -118,7 +128,7 @@ def attach(p: Plan, snapshot: ClusterSnapshot) -> bool:
 def _count(rs: Ruleset, frags: Collection[Fragment]) -> LiveCounts | None:
     counts = LiveCounts()
     ensures = counts.ensures
-    listed: dict[int, int] = {}  # endpoint address → times listed
+    listed: dict[bytes, int] = {}  # hairpin pair → times its address is listed
     owned: set[tuple[type, str]] = set()
     claimed = 0
     for frag in frags:
@@ -136,8 +146,9 @@ def _count(rs: Ruleset, frags: Collection[Fragment]) -> LiveCounts | None:
                 if (t, op.name) in owned:  # type: ignore[union-attr]
                     return None
                 owned.add((t, op.name))  # type: ignore[union-attr]
-        for ip in frag.hairpin:
-            listed[int(ip)] = listed.get(int(ip), 0) + 1
+        if frag.hairpin:
+            for pair in _pairs(rs, frag.hairpin):
+                listed[pair] = listed.get(pair, 0) + 1
     written = sum(len(els) for name, els in rs.elements.items() if name not in _STATIC_SETS)
     if claimed != written:
         # Some key is written twice: fine within one service (a ClusterIP per port), not by
@@ -291,15 +302,32 @@ def _safe(
             match op:
                 case Element():
                     gone.add((op.set, op.key))
-                case Fill():
-                    gone.update((op.set, k) for k in op.keys)
-                case Rule() | Ensure():
+                case Rule() | Ensure() | Fill():
                     continue
                 case _:
                     gone.add((type(op), op.name))
     claims: dict[object, ServiceKey] = {}
     for key, frag in new:
         if frag is not None and not _safe_one(rs, live, gone, claims, key, frag):
+            return False
+    olds = [f for f in (old.get(k) for k, _ in new) if f is not None]
+    return _safe_fills(rs, _fills(olds), _fills([f for _, f in new if f is not None], owned=True))
+
+
+def _safe_fills(rs: Ruleset, olds: _Fills, news: _Fills) -> bool:
+    """Whether no packed key is written by two of the new fragments, nor is already in its
+    map unless an old fragment of the update wrote it: per map, in a few set operations."""
+    for name, (keys, _, owners) in news.items():
+        store = rs.elements.get(name)
+        if not isinstance(store, PackedElements) or name in _STATIC_SETS:
+            return False
+        mine = dict(zip(keys, owners, strict=True))
+        if len(mine) != len(keys):  # a key written twice: fine by one service, not by two
+            first: dict[bytes, int] = {}
+            if any(first.setdefault(k, o) != o for k, o in zip(keys, owners, strict=True)):
+                return False
+        taken = store.raw.keys() & mine.keys()
+        if taken and not taken <= set(olds.get(name, ((), (), ()))[0]):
             return False
     return True
 
@@ -333,13 +361,7 @@ def _safe_one(
                     return False
                 ident, exists = (op.set, op.key), op.key in rs.elements.get(op.set, ())
             case Fill():
-                raw = packed(rs, op.set).raw
-                for k in op.keys:
-                    if claims.setdefault((op.set, k), key) != key or (
-                        k in raw and (op.set, k) not in gone
-                    ):
-                        return False
-                continue
+                continue  # all fragments' keys at once: _safe_fills
             case Chain():
                 ident, exists = (Chain, op.name), op.name in rs.chains
                 if ("shared", op.name) in claims:
@@ -353,22 +375,66 @@ def _safe_one(
     return True
 
 
+_Fills = dict[str, tuple[list[bytes], list[bytes], list[int]]]
+"""Per packed map, the keys, data and writer (index of its fragment) of many ``Fill`` s."""
+
+
+def _fills(frags: Sequence[Fragment], *, owned: bool = False) -> _Fills:
+    """The ``Fill`` operations of ``frags`` gathered per map, in order (writers only when
+    ``owned``): one pass over the operations, the keys copied at C speed."""
+    out: _Fills = {}
+    for i, frag in enumerate(frags):
+        for op in frag.ops:
+            if type(op) is Fill:
+                entry = out.get(op.set)
+                if entry is None:
+                    entry = out[op.set] = ([], [], [])
+                entry[0].extend(op.keys)
+                entry[1].extend(op.data)
+                if owned:
+                    entry[2].extend(repeat(i, len(op.keys)))
+    return out
+
+
+def _pairs(rs: Ruleset, ips: Iterable[IPAddress]) -> list[bytes]:
+    """The hairpin pairs ``a . a`` of the addresses ``ips``, packed (no Python call each)."""
+    return packed(rs, n.HAIRPIN).pack_pairs(map(_ip_int, ips))
+
+
 def _swap(
     rs: Ruleset,
     live: LiveCounts,
     frags: dict[ServiceKey, Fragment],
     new: list[tuple[ServiceKey, Fragment | None]],
 ) -> Delta:
-    """Undo the old fragments, apply the new ones, and return what differs."""
+    """Undo the old fragments, apply the new ones, and return what differs.
+
+    The packed maps' elements (most of what a service writes) are handled per map for all
+    fragments together, with dictionary operations that run at C speed: a burst of thousands
+    of services costs a few passes over their keys, not a Python loop per service and key.
+    """
     olds = [f for f in (frags.get(k) for k, _ in new) if f is not None]
     news = [f for _, f in new if f is not None]
+    old_fills, new_fills = _fills(olds), _fills(news)
+    old_pairs = _pairs(rs, concat.from_iterable(f.hairpin for f in olds))
+    new_pairs = _pairs(rs, concat.from_iterable(f.hairpin for f in news))
     touched = _Touched(rs)
     for frag in (*olds, *news):
         touched.note(frag)
+    for name in old_fills.keys() | new_fills.keys():
+        noted = concat(old_fills.get(name, ((),))[0], new_fills.get(name, ((),))[0])
+        touched.note_packed(name, noted)
+    touched.note_packed(n.HAIRPIN, concat(old_pairs, new_pairs))
+    for name, (keys, _, _) in old_fills.items():
+        _pop_all(packed(rs, name).raw, keys)
+    _unpair(packed(rs, n.HAIRPIN).raw, live.hairpin_extra, old_pairs)
     for frag in olds:
         _undo(rs, live, frag)
     for frag in news:
         _apply(rs, live, frag)
+    for name, (keys, data, _) in new_fills.items():
+        packed(rs, name).raw.update(zip(keys, data, strict=True))
+    _pair(packed(rs, n.HAIRPIN).raw, live.hairpin_extra, new_pairs)
     for key, replacement in new:
         if replacement is None:
             frags.pop(key, None)
@@ -377,18 +443,24 @@ def _swap(
     return touched.delta()
 
 
+def _pop_all(raw: dict[bytes, bytes], keys: Iterable[bytes]) -> None:
+    """Remove every key of ``keys`` present in ``raw`` (C speed: no Python frame per key)."""
+    deque(map(raw.pop, keys, repeat(None)), maxlen=0)
+
+
 class _Touched:
     """The objects some fragment of an update names, with their values before it."""
 
     def __init__(self, rs: Ruleset) -> None:
         self.rs = rs
         self.elements: dict[ElementId, Element | None] = {}
-        self.packed: dict[tuple[str, bytes], bytes | None] = {}
-        """Elements of packed maps by packed key: compared as bytes, decoded when they differ."""
+        self.packed: dict[str, dict[bytes, bytes | None]] = {}
+        """Elements of packed maps by packed key: compared as bytes, never decoded."""
         self.chains: dict[str, ChainState | None] = {}
         self.sets: dict[str, NftSet | Map | None] = {}
 
     def note(self, frag: Fragment) -> None:
+        """Note the fragment's objects but its ``Fill`` s and hairpin pairs (``note_packed``)."""
         rs, elements = self.rs, self.elements
         for op in frag.ops:
             match op:
@@ -396,38 +468,34 @@ class _Touched:
                     ident: ElementId = (op.set, op.key)
                     if ident not in elements:
                         elements[ident] = rs.elements.get(op.set, {}).get(op.key)
-                case Fill():
-                    self._note_packed(op.set, op.keys)
+                case Fill() | Rule():
+                    continue
                 case Ensure() | Chain():
                     if op.name not in self.chains:
                         self.chains[op.name] = _chain_state(rs, op.name)
-                case Rule():
-                    continue
                 case _:
                     if op.name not in self.sets:
                         self.sets[op.name] = rs.sets.get(op.name)
-        if frag.hairpin:
-            pairs = packed(rs, n.HAIRPIN)
-            self._note_packed(n.HAIRPIN, pairs.pack_keys([(ip, ip) for ip in frag.hairpin]))
 
-    def _note_packed(self, name: str, keys: Iterable[bytes]) -> None:
-        raw, seen = packed(self.rs, name).raw, self.packed
-        for k in keys:
-            ident = (name, k)
-            if ident not in seen:
-                seen[ident] = raw.get(k)
+    def note_packed(self, name: str, keys: Iterable[bytes]) -> None:
+        """Note the packed elements ``keys`` of map ``name`` (once per map and update)."""
+        assert name not in self.packed, "each packed map is noted once"
+        found = dict.fromkeys(keys)
+        store = self.rs.elements.get(name)
+        if isinstance(store, PackedElements) and found:
+            found = dict(zip(found, map(store.raw.get, found), strict=True))
+        self.packed[name] = found
 
     def delta(self) -> Delta:
         rs, out = self.rs, Delta()
-        # Decoded only where they differ: the delta names elements as the reconciler does.
-        for (name, k), b in self.packed.items():
-            store = packed(rs, name)
-            a = store.raw.get(k)
-            if a != b:
-                out.elements[(name, store.decode_key(k))] = (
-                    None if b is None else store.element(k, b),
-                    None if a is None else store.element(k, a),
-                )
+        for name, had in self.packed.items():
+            store = rs.elements.get(name)
+            if not isinstance(store, PackedElements) or not had:
+                continue
+            get = store.raw.get
+            differ = list(compress(had, map(operator.ne, had.values(), map(get, had))))
+            if differ:
+                out.packed[name] = {k: (had[k], get(k)) for k in differ}
         for ident, before in self.elements.items():
             after = rs.elements.get(ident[0], {}).get(ident[1])
             if before is not after and before != after:
@@ -452,15 +520,14 @@ def _chain_state(rs: Ruleset, name: str) -> ChainState | None:
 
 
 def _undo(rs: Ruleset, live: LiveCounts, frag: Fragment) -> None:
-    """Take one service's fragment out of the ruleset (it is the only writer of its objects)."""
+    """Take one service's fragment out of the ruleset (it is the only writer of its objects),
+    but its ``Fill`` s and hairpin pairs (``_swap`` takes those out for all fragments)."""
     for op in frag.ops:
         match op:
             case Element():  # its own map (balance.py) may be gone already
                 rs.elements.get(op.set, {}).pop(op.key, None)
-            case Fill():
-                raw = packed(rs, op.set).raw
-                for k in op.keys:
-                    raw.pop(k, None)
+            case Fill() | Rule():
+                continue  # a Rule goes with its chain
             case Ensure():
                 left = live.ensures[op.name] - 1
                 if left:
@@ -470,22 +537,20 @@ def _undo(rs: Ruleset, live: LiveCounts, frag: Fragment) -> None:
                     _drop_chain(rs, op.name)
             case Chain():
                 _drop_chain(rs, op.name)
-            case Rule():
-                continue  # gone with its chain
             case _:
                 rs.sets.pop(op.name, None)
                 rs.elements.pop(op.name, None)
-    _hairpin(rs, live, frag.hairpin, -1)
 
 
 def _apply(rs: Ruleset, live: LiveCounts, frag: Fragment) -> None:
-    """Put one service's fragment into the ruleset, as a fresh plan's replay would."""
+    """Put one service's fragment into the ruleset, as a fresh plan's replay would, but its
+    ``Fill`` s and hairpin pairs (``_swap`` puts those in for all fragments)."""
     for op in frag.ops:
         match op:
             case Element():
                 rs.elements[op.set][op.key] = op
             case Fill():
-                packed(rs, op.set).raw.update(zip(op.keys, op.data, strict=True))
+                continue
             case Ensure():
                 live.ensures[op.name] = live.ensures.get(op.name, 0) + 1
                 ensure_chain(rs, op.name, op.rules)
@@ -495,7 +560,6 @@ def _apply(rs: Ruleset, live: LiveCounts, frag: Fragment) -> None:
                 rs.add_rule(op)
             case _:
                 rs.add_set(op)
-    _hairpin(rs, live, frag.hairpin, 1)
 
 
 def _drop_chain(rs: Ruleset, name: str) -> None:
@@ -503,27 +567,33 @@ def _drop_chain(rs: Ruleset, name: str) -> None:
     rs.rules.pop(name, None)
 
 
-def _hairpin(rs: Ruleset, live: LiveCounts, ips: list[IPAddress], step: int) -> None:
-    """Count endpoint addresses in or out; a pair exists while some service lists the address
-    (the pair counts the first listing, ``hairpin_extra`` the others)."""
-    if not ips:
+def _unpair(pairs: dict[bytes, bytes], extra: dict[bytes, int], keys: list[bytes]) -> None:
+    """Count the hairpin listings ``keys`` out: a pair goes with its address's last listing
+    (the pair counts the first, ``extra`` the others)."""
+    if not extra:  # every address listed once: each pair goes
+        _pop_all(pairs, keys)
         return
-    store, extra = packed(rs, n.HAIRPIN), live.hairpin_extra
-    pairs = store.raw
-    for ip, key in zip(ips, store.pack_keys([(ip, ip) for ip in ips]), strict=True):
-        k = int(ip)
-        more = extra.get(k, 0)
-        if step > 0:
-            if key in pairs:
-                extra[k] = more + 1
-            else:
-                pairs[key] = b""
-        elif more > 1:
-            extra[k] = more - 1
+    for key in keys:
+        more = extra.get(key, 0)
+        if more > 1:
+            extra[key] = more - 1
         elif more:
-            del extra[k]
+            del extra[key]
         else:
             pairs.pop(key, None)
+
+
+def _pair(pairs: dict[bytes, bytes], extra: dict[bytes, int], keys: list[bytes]) -> None:
+    """Count the hairpin listings ``keys`` in: a new pair, or one more listing of it."""
+    fresh = dict.fromkeys(keys, b"")
+    if len(fresh) == len(keys) and pairs.keys().isdisjoint(fresh):
+        pairs.update(fresh)  # no address listed before nor twice here: all new pairs
+        return
+    for key in keys:
+        if key in pairs:
+            extra[key] = extra.get(key, 0) + 1
+        else:
+            pairs[key] = b""
 
 
 def _update_ports(prev: Plan, keys: list[ServiceKey], old_refs: set[ServicePortRef]) -> None:
@@ -539,3 +609,59 @@ def _update_ports(prev: Plan, keys: list[ServiceKey], old_refs: set[ServicePortR
         del prev.ports[ref]
     for ref, p in parts.items():
         prev.ports[ref] = merge_parts(ref, p)
+
+
+def flow_frontends(
+    deltas: Mapping[Family, Delta], rulesets: Mapping[Family, Ruleset], *, flush_tcp: bool
+) -> tuple[list[Ruleset], list[Ruleset]]:
+    """``layout.delta_frontends`` of the frontends whose flows a change can leave stale.
+
+    Those of TCP frontends are only deleted with ``flush_tcp`` (``stale_flow_filters``), so
+    without it their elements are left out before anything is decoded; the packed backends
+    changes of the others are decoded into the elements ``delta_frontends`` reads. The
+    filters found from the result are those found from the whole deltas.
+    """
+    return delta_frontends(
+        {f: _for_flows(d, rulesets[f], flush_tcp) for f, d in deltas.items()}, rulesets
+    )
+
+
+def _for_flows(delta: Delta, rs: Ruleset, flush_tcp: bool) -> Delta:
+    out = Delta(chains=delta.chains, sets=delta.sets)
+    widths = {shape.dispatch: shape.width for shape in SHAPES}
+    widths.update((shape.backends, shape.width) for shape in SHAPES)
+    for ident, pair in delta.elements.items():
+        width = widths.get(ident[0])
+        if width is None or flush_tcp or ident[1][width - 2] != _TCP:
+            out.elements[ident] = pair
+    for name, changes in delta.packed.items():
+        width = widths.get(name)
+        store = rs.elements.get(name)
+        if width is not None and isinstance(store, PackedElements):
+            out.elements.update(_decoded(name, store, changes, width, flush_tcp))
+    return out
+
+
+def _decoded(
+    name: str, store: PackedElements, changes: PackedChanges, width: int, flush_tcp: bool
+) -> Iterable[tuple[ElementId, tuple[Element | None, Element | None]]]:
+    """The changes of a frontend-keyed packed map as elements, less TCP frontends' unless
+    ``flush_tcp`` (each frontend's key decoded once when the key ends in its index)."""
+    keep: dict[bytes, bool] = {}
+    indexed = len(store.set.key) == width + 1
+    for k, (b, a) in changes.items():
+        head = k[:-4] if indexed else k
+        wanted = keep.get(head)
+        key: tuple[Value, ...] | None = None
+        if wanted is None:
+            key = store.decode_key(k)
+            wanted = keep[head] = flush_tcp or key[width - 2] != _TCP
+        if wanted:
+            key = key or store.decode_key(k)
+            yield (
+                (name, key),
+                (
+                    None if b is None else store.element(k, b),
+                    None if a is None else store.element(k, a),
+                ),
+            )

@@ -30,8 +30,9 @@ from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.reconcile import Delta, advance, diff, ops_for_delta
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
+from nlproxy.proxy.incremental import flow_frontends
 from nlproxy.proxy.planner import Plan, plan
-from nlproxy.sync.syncer import as_programmed, delta_frontends
+from nlproxy.sync.syncer import as_programmed
 from tests.unit.builders import NODE, OTHER_NODE, endpoint, eps_slice, node, port, service, upsert
 
 CONFIG = ProxyConfig(
@@ -168,12 +169,16 @@ def as_programmed_copy(rs: Ruleset) -> Ruleset:
 def check_conntrack(deltas: dict[Family, Delta], old: list[Ruleset], new: Plan) -> None:
     full_old = programmed_frontends(old)
     full_new = programmed_frontends([new.rulesets[f] for f in FAMILIES])
-    want = stale_flow_filters(full_old, full_new, node_addrs=NODE_ADDRS, flush_tcp=True)
-    b, a = delta_frontends(deltas, new.rulesets)
-    got = stale_flow_filters(
-        programmed_frontends(b), programmed_frontends(a), node_addrs=NODE_ADDRS, flush_tcp=True
-    )
-    assert got == want
+    for flush_tcp in (True, False):
+        want = stale_flow_filters(full_old, full_new, node_addrs=NODE_ADDRS, flush_tcp=flush_tcp)
+        b, a = flow_frontends(deltas, new.rulesets, flush_tcp=flush_tcp)
+        got = stale_flow_filters(
+            programmed_frontends(b),
+            programmed_frontends(a),
+            node_addrs=NODE_ADDRS,
+            flush_tcp=flush_tcp,
+        )
+        assert got == want
 
 
 def state_with_node() -> ClusterState:

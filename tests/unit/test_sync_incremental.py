@@ -81,18 +81,22 @@ def test_one_endpoint_change_touches_a_few_elements() -> None:
     changed = state.apply([upsert(sl)])
     live, deltas = plan_update(live, state.snapshot(), CONFIG, changed)
     assert deltas is not None
-    assert deltas[Family.IP6].elements == {}
+    assert deltas[Family.IP6].elements == deltas[Family.IP6].packed == {}
     # ClusterIP and NodePort: goto cluster-ip-2 -> -1 (api's), nodeport-2 -> -1 (new), backend 1
-    # gone; the hairpin pair of 10.0.0.2 stays (api still uses it).
+    # gone; the hairpin pair of 10.0.0.2 stays (api still uses it). The backends maps are held
+    # packed: their changes are bytes.
     changed_sets = sorted({name for name, _ in deltas[Family.IP].elements})
-    assert changed_sets == ["backends", "nodeport-backends", "service-ips", "service-nodeports"]
+    assert changed_sets == ["service-ips", "service-nodeports"]
+    assert sorted(deltas[Family.IP].packed) == ["backends", "nodeport-backends"]
+    assert [len(c) for c in deltas[Family.IP].packed.values()] == [1, 1]
     assert sorted(deltas[Family.IP].chains) == ["cluster-ip-2", "nodeport-1", "nodeport-2"]
     ops = ops_for_delta(deltas[Family.IP], programmed)
     assert ops is not None
     kinds = [(op.verb.value, type(op.obj).__name__) for op in ops]
     assert kinds == [
         *[("flush", "Chain")] * 2,
-        *[("delete", "Element")] * 4,  # two vmap elements, two backends at index 1
+        *[("delete", "Element")] * 2,  # two vmap elements
+        *[("delete", "PackedRun")] * 2,  # the backends at index 1, one run per map
         *[("delete", "Chain")] * 2,
         ("add", "Chain"),
         *[("add", "Element")] * 2,
