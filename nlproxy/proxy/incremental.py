@@ -54,9 +54,14 @@ from nlproxy.proxy.skeleton import IPV4, IPV6, FamilySpec
 _SPECS = {IPV4.family: IPV4, IPV6.family: IPV6}
 _STATIC_SETS = frozenset({n.CLUSTER_CIDRS, n.SERVICE_CIDRS, n.NODEPORT_IPS, n.HAIRPIN})
 """Sets filled from the config or from every service together, never by one service."""
+REPLAN_SHARE = 0.9
+"""From this share of the services changed on, a fresh plan compared with the last one costs
+less than swapping the changed services' fragments (bench/bench_coldpath.py --burst)."""
 _ip_int = attrgetter("_ip")
 """An address's int, without a Python-level call (as the planner packs hairpin pairs)."""
 _TCP = int(L4Proto.TCP)
+_AFFINITY_ENDPOINT = f"{n.AFFINITY_ENDPOINT}-"
+_BALANCED = tuple(f"{role}-" for role in n.BALANCED_MAPS)
 
 
 @dataclass(slots=True)
@@ -176,6 +181,8 @@ def plan_update(
     snapshot: ClusterSnapshot,
     config: ProxyConfig,
     changed: Set[ServiceKey] | None = None,
+    *,
+    replan_share: float = REPLAN_SHARE,
 ) -> tuple[Plan, dict[Family, Delta] | None]:
     """The plan for ``snapshot``, made by updating ``prev`` in place where it can be.
 
@@ -186,13 +193,20 @@ def plan_update(
         changed: every service whose Service or EndpointSlices changed since ``prev`` was made
             (what ``ClusterState.apply`` reported, accumulated); None: found by comparing the
             objects with those ``prev`` was planned from (by identity, as replay does).
+        replan_share: from this share of the services changed on, the plan is made afresh
+            (unchanged services replayed) and the deltas found by comparing the changed
+            services' objects in it and in ``prev``: cheaper than swapping that many fragments.
 
     Returns:
         The plan, and per family what changed in its ruleset; None instead of the deltas when
-        the plan was made afresh (everything must be compared). A fresh plan is attached.
+        the plan was made afresh and not compared (everything must be). A fresh plan is
+        attached.
     """
     with gc_paused():
-        deltas = _update(prev, snapshot, config, changed)
+        keys = _keys_if_in_place(prev, snapshot, config, changed)
+        if keys is not None and len(keys) >= max(replan_share * len(snapshot.services), 1):
+            return _replanned(prev, snapshot, config, keys)
+        deltas = None if keys is None else _update(prev, snapshot, config, keys)
     if deltas is None:
         fresh = plan(snapshot, config, previous=prev)
         attach(fresh, snapshot)
@@ -204,6 +218,24 @@ def plan_update(
     return succ, deltas
 
 
+def _replanned(
+    prev: Plan, snapshot: ClusterSnapshot, config: ProxyConfig, keys: list[ServiceKey]
+) -> tuple[Plan, dict[Family, Delta] | None]:
+    """A fresh plan (unchanged services replayed, slots kept) and its deltas from ``prev``:
+    the objects the changed services' old and new fragments name, compared between the two
+    plans (nothing else can differ: the context is the same)."""
+    fresh = plan(snapshot, config, previous=prev)
+    if not attach(fresh, snapshot):
+        return fresh, None
+    deltas: dict[Family, Delta] = {}
+    for family in _SPECS:
+        olds = [f for f in map(prev.fragments[family].get, keys) if f is not None]
+        news = [f for f in map(fresh.fragments[family].get, keys) if f is not None]
+        before, after = prev.rulesets[family], fresh.rulesets[family]
+        deltas[family] = _noted(before, olds, news, _fills(olds), _fills(news)).delta(after)
+    return fresh, deltas
+
+
 def changed_services(prev: Plan, snapshot: ClusterSnapshot) -> set[ServiceKey]:
     """Services whose Service or slice objects are not the ones ``prev`` was planned from."""
     live, frags = prev.live, prev.fragments.get(Family.IP, {})
@@ -212,21 +244,24 @@ def changed_services(prev: Plan, snapshot: ClusterSnapshot) -> set[ServiceKey]:
     return changed_since(frags, snapshot)
 
 
-def _update(
-    prev: Plan,
-    snapshot: ClusterSnapshot,
-    config: ProxyConfig,
-    changed: Set[ServiceKey] | None,
-) -> dict[Family, Delta] | None:
+def _keys_if_in_place(
+    prev: Plan, snapshot: ClusterSnapshot, config: ProxyConfig, changed: Set[ServiceKey] | None
+) -> list[ServiceKey] | None:
+    """The changed services, when ``prev`` can be updated in place for them at all."""
     live = prev.live
     if not isinstance(live, Live) or prev.context != plan_context(snapshot, config):
         return None
+    if set(prev.fragments) != set(_SPECS) or set(live.counts) != set(_SPECS):
+        return None
+    return _keys(prev, snapshot, changed)
+
+
+def _update(
+    prev: Plan, snapshot: ClusterSnapshot, config: ProxyConfig, keys: list[ServiceKey]
+) -> dict[Family, Delta] | None:
+    live = prev.live
+    assert isinstance(live, Live), "an update needs counts"
     counts = live.counts
-    if set(prev.fragments) != set(_SPECS) or set(counts) != set(_SPECS):
-        return None
-    keys = _keys(prev, snapshot, changed)
-    if keys is None:
-        return None
     new: dict[Family, list[tuple[ServiceKey, Fragment | None]]] = {}
     for family, spec in _SPECS.items():
         if family not in live.scratch:
@@ -416,15 +451,8 @@ def _swap(
     olds = [f for f in (frags.get(k) for k, _ in new) if f is not None]
     news = [f for _, f in new if f is not None]
     old_fills, new_fills = _fills(olds), _fills(news)
-    old_pairs = _pairs(rs, concat.from_iterable(f.hairpin for f in olds))
-    new_pairs = _pairs(rs, concat.from_iterable(f.hairpin for f in news))
-    touched = _Touched(rs)
-    for frag in (*olds, *news):
-        touched.note(frag)
-    for name in old_fills.keys() | new_fills.keys():
-        noted = concat(old_fills.get(name, ((),))[0], new_fills.get(name, ((),))[0])
-        touched.note_packed(name, noted)
-    touched.note_packed(n.HAIRPIN, concat(old_pairs, new_pairs))
+    touched = _noted(rs, olds, news, old_fills, new_fills)
+    old_pairs, new_pairs = touched.pairs
     for name, (keys, _, _) in old_fills.items():
         _pop_all(packed(rs, name).raw, keys)
     _unpair(packed(rs, n.HAIRPIN).raw, live.hairpin_extra, old_pairs)
@@ -443,6 +471,23 @@ def _swap(
     return touched.delta()
 
 
+def _noted(
+    rs: Ruleset, olds: list[Fragment], news: list[Fragment], old_fills: _Fills, new_fills: _Fills
+) -> _Touched:
+    """Every object the fragments name, with its value in ``rs``."""
+    touched = _Touched(rs)
+    for frag in (*olds, *news):
+        touched.note(frag)
+    for name in old_fills.keys() | new_fills.keys():
+        noted = concat(old_fills.get(name, ((),))[0], new_fills.get(name, ((),))[0])
+        touched.note_packed(name, noted)
+    old_pairs = _pairs(rs, concat.from_iterable(f.hairpin for f in olds))
+    new_pairs = _pairs(rs, concat.from_iterable(f.hairpin for f in news))
+    touched.note_packed(n.HAIRPIN, concat(old_pairs, new_pairs))
+    touched.pairs = (old_pairs, new_pairs)
+    return touched
+
+
 def _pop_all(raw: dict[bytes, bytes], keys: Iterable[bytes]) -> None:
     """Remove every key of ``keys`` present in ``raw`` (C speed: no Python frame per key)."""
     deque(map(raw.pop, keys, repeat(None)), maxlen=0)
@@ -458,6 +503,8 @@ class _Touched:
         """Elements of packed maps by packed key: compared as bytes, never decoded."""
         self.chains: dict[str, ChainState | None] = {}
         self.sets: dict[str, NftSet | Map | None] = {}
+        self.pairs: tuple[list[bytes], list[bytes]] = ([], [])
+        """The hairpin pairs the old and the new fragments list (packed, in order)."""
 
     def note(self, frag: Fragment) -> None:
         """Note the fragment's objects but its ``Fill`` s and hairpin pairs (``note_packed``)."""
@@ -486,8 +533,10 @@ class _Touched:
             found = dict(zip(found, map(store.raw.get, found), strict=True))
         self.packed[name] = found
 
-    def delta(self) -> Delta:
-        rs, out = self.rs, Delta()
+    def delta(self, after: Ruleset | None = None) -> Delta:
+        """What differs between the noted values and those in ``after`` (None: the ruleset
+        noted from, changed since)."""
+        rs, out = self.rs if after is None else after, Delta()
         for name, had in self.packed.items():
             store = rs.elements.get(name)
             if not isinstance(store, PackedElements) or not had:
@@ -497,9 +546,9 @@ class _Touched:
             if differ:
                 out.packed[name] = {k: (had[k], get(k)) for k in differ}
         for ident, before in self.elements.items():
-            after = rs.elements.get(ident[0], {}).get(ident[1])
-            if before is not after and before != after:
-                out.elements[ident] = (before, after)
+            now = rs.elements.get(ident[0], {}).get(ident[1])
+            if before is not now and before != now:
+                out.elements[ident] = (before, now)
         for name, set_before in self.sets.items():
             set_after = rs.sets.get(name)
             if set_before != set_after:
@@ -627,19 +676,39 @@ def flow_frontends(
 
 
 def _for_flows(delta: Delta, rs: Ruleset, flush_tcp: bool) -> Delta:
-    out = Delta(chains=delta.chains, sets=delta.sets)
+    out = Delta(chains=dict(delta.chains), sets=dict(delta.sets))
     widths = {shape.dispatch: shape.width for shape in SHAPES}
     widths.update((shape.backends, shape.width) for shape in SHAPES)
+    dispatch = {shape.dispatch for shape in SHAPES}
+    refs: set[str] = set()
     for ident, pair in delta.elements.items():
         width = widths.get(ident[0])
         if width is None or flush_tcp or ident[1][width - 2] != _TCP:
             out.elements[ident] = pair
+            if ident[0] in dispatch:
+                refs.update(el.comment for el in pair if el is not None and el.comment)
+    if refs:
+        _own_backends(out, rs, refs)
     for name, changes in delta.packed.items():
         width = widths.get(name)
         store = rs.elements.get(name)
         if width is not None and isinstance(store, PackedElements):
             out.elements.update(_decoded(name, store, changes, width, flush_tcp))
     return out
+
+
+def _own_backends(out: Delta, rs: Ruleset, refs: set[str]) -> None:
+    """List in ``out``, unchanged, the endpoint chains (ClientIP affinity) and maps (round
+    robin, consistent hashing) of the service ports ``refs``, which hold their frontends'
+    backends: a frontend that comes or goes with them unchanged (a Service's addresses
+    changed, not its endpoints) still had or has those backends."""
+    for name, chain in rs.chains.items():
+        if chain.comment in refs and name.startswith(_AFFINITY_ENDPOINT) and name not in out.chains:
+            state = _chain_state(rs, name)
+            out.chains[name] = (state, state)
+    for name, s in rs.sets.items():
+        if s.comment in refs and name.startswith(_BALANCED) and name not in out.sets:
+            out.sets[name] = (s, s)
 
 
 def _decoded(

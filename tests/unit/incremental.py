@@ -52,7 +52,9 @@ class World:
     """Random cluster objects; service ``i`` owns its own addresses and node ports, so no two
     services ever claim the same element (that case has its own test)."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, size: int = 10) -> None:
+        assert size <= 200, "node ports and health check ports would collide"
+        self.size = size
         self.rng = random.Random(seed)
         self.services: dict[int, Service] = {}
         self.endpoints: dict[tuple[int, int], list[Endpoint]] = {}
@@ -117,7 +119,7 @@ class World:
     def step(self) -> list[Change]:
         """One random change, as the sources would send it."""
         rng = self.rng
-        i = rng.randrange(10)
+        i = rng.randrange(self.size)
         ns, name = self._ns(i)
         what = rng.random()
         if i not in self.services or what < 0.15:
