@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from itertools import chain as concat
 from itertools import compress, repeat
 from operator import attrgetter
+from typing import cast
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey, ServicePortRef
 from nlproxy.nft.ir import Chain, Element, Family, L4Proto, Map, Rule, Ruleset, Value
@@ -232,7 +233,7 @@ def _replanned(
         olds = [f for f in map(prev.fragments[family].get, keys) if f is not None]
         news = [f for f in map(fresh.fragments[family].get, keys) if f is not None]
         before, after = prev.rulesets[family], fresh.rulesets[family]
-        deltas[family] = _noted(before, olds, news, _fills(olds), _fills(news)).delta(after)
+        deltas[family] = _noted(before, olds, news, _Sorted(olds), _Sorted(news)).delta(after)
     return fresh, deltas
 
 
@@ -263,18 +264,24 @@ def _update(
     assert isinstance(live, Live), "an update needs counts"
     counts = live.counts
     new: dict[Family, list[tuple[ServiceKey, Fragment | None]]] = {}
+    olds: dict[Family, tuple[list[Fragment], _Sorted, _Sorted]] = {}
     for family, spec in _SPECS.items():
         if family not in live.scratch:
             live.scratch[family] = _Scratch(spec, snapshot, config)
         scratch = live.scratch[family].reset()
-        new[family] = _replan(scratch, prev.fragments[family], snapshot, keys)
-        if not _safe(prev.rulesets[family], counts[family], prev.fragments[family], new[family]):
+        frags = prev.fragments[family]
+        new[family] = _replan(scratch, frags, snapshot, keys)
+        mine = [f for f in map(frags.get, keys) if f is not None]
+        sorted_olds = _Sorted(mine)
+        sorted_news = _Sorted([f for _, f in new[family] if f is not None])
+        if not _safe(prev.rulesets[family], counts[family], sorted_olds, sorted_news):
             return None
+        olds[family] = (mine, sorted_olds, sorted_news)
     old_refs = {ref for key in keys for ref in _refs(prev, key)}
     deltas = {}
     for family in _SPECS:
         rs, frags = prev.rulesets[family], prev.fragments[family]
-        deltas[family] = _swap(rs, counts[family], frags, new[family])
+        deltas[family] = _swap(rs, counts[family], frags, new[family], *olds[family])
     _update_ports(prev, keys, old_refs)
     return deltas
 
@@ -323,30 +330,90 @@ def _replan(
     return out
 
 
-def _safe(
-    rs: Ruleset,
-    live: LiveCounts,
-    old: dict[ServiceKey, Fragment],
-    new: list[tuple[ServiceKey, Fragment | None]],
-) -> bool:
-    """Whether the new fragments keep every element, chain and set to one writer."""
-    gone: set[object] = set()
-    for key, _ in new:
-        frag = old.get(key)
-        for op in frag.ops if frag is not None else ():
-            match op:
-                case Element():
-                    gone.add((op.set, op.key))
-                case Rule() | Ensure() | Fill():
-                    continue
-                case _:
-                    gone.add((type(op), op.name))
-    claims: dict[object, ServiceKey] = {}
-    for key, frag in new:
-        if frag is not None and not _safe_one(rs, live, gone, claims, key, frag):
+class _Sorted:
+    """The operations of many fragments, sorted by kind in one pass (each kind in order), with
+    the index of the fragment that wrote each one."""
+
+    __slots__ = ("chains", "elements", "ensures", "fills", "rules", "sets")
+
+    def __init__(self, frags: Sequence[Fragment]) -> None:
+        self.fills: _Fills = {}
+        self.elements: list[tuple[Element, int]] = []
+        self.ensures: list[tuple[Ensure, int]] = []
+        self.chains: list[tuple[Chain, int]] = []
+        self.sets: list[tuple[NftSet | Map, int]] = []
+        self.rules: list[tuple[Rule, int]] = []
+        fills = self.fills
+        for i, frag in enumerate(frags):
+            for op in frag.ops:
+                t = type(op)  # the common kinds first; no match statement (a burst's hot loop)
+                if t is Fill:
+                    fill = cast(Fill, op)
+                    entry = fills.get(fill.set)
+                    if entry is None:
+                        entry = fills[fill.set] = ([], [], [])
+                    entry[0].extend(fill.keys)
+                    entry[1].extend(fill.data)
+                    entry[2].extend(repeat(i, len(fill.keys)))
+                elif t is Element:
+                    self.elements.append((cast(Element, op), i))
+                elif t is Ensure:
+                    self.ensures.append((cast(Ensure, op), i))
+                elif t is Rule:
+                    self.rules.append((cast(Rule, op), i))
+                elif t is Chain:
+                    self.chains.append((cast(Chain, op), i))
+                else:
+                    self.sets.append((cast(NftSet | Map, op), i))
+
+
+_Fills = dict[str, tuple[list[bytes], list[bytes], list[int]]]
+"""Per packed map, the keys, data and writer (index of its fragment) of many ``Fill`` s."""
+
+
+def _safe(rs: Ruleset, live: LiveCounts, olds: _Sorted, news: _Sorted) -> bool:
+    """Whether the new fragments keep every element, chain and set to one writer: each is
+    written by one new fragment, and is not in the ruleset unless an old fragment of the
+    update wrote it; rules and elements go only into the writer's own chains and sets (or
+    the global maps), shared chains are only ever shared."""
+    gone: set[object] = {(Chain, op.name) for op, _ in olds.chains}
+    gone.update((type(op), op.name) for op, _ in olds.sets)
+    claims: dict[object, int] = {}
+    for obj, i in news.chains:
+        ident = (Chain, obj.name)
+        if claims.setdefault(ident, i) != i or (obj.name in rs.chains and ident not in gone):
             return False
-    olds = [f for f in (old.get(k) for k, _ in new) if f is not None]
-    return _safe_fills(rs, _fills(olds), _fills([f for _, f in new if f is not None], owned=True))
+    for s, i in news.sets:
+        sid = (type(s), s.name)
+        if claims.setdefault(sid, i) != i or (s.name in rs.sets and sid not in gone):
+            return False
+    for ensure, _ in news.ensures:
+        name = ensure.name
+        if (Chain, name) in claims or (name in rs.chains and name not in live.ensures):
+            return False
+    own_chains = {op.name: i for op, i in news.chains}
+    if any(own_chains.get(rule.chain) != i for rule, i in news.rules):
+        return False  # rules only go into the service's own chains
+    if news.elements and not _safe_elements(rs, olds, news):
+        return False
+    return _safe_fills(rs, olds.fills, news.fills)
+
+
+def _safe_elements(rs: Ruleset, olds: _Sorted, news: _Sorted) -> bool:
+    own_sets = {s.name: i for s, i in news.sets}  # elements may go into the service's own
+    gone = {(el.set, el.key) for el, _ in olds.elements}  # maps (balance.py)
+    claims: dict[tuple[str, tuple[Value, ...]], int] = {}
+    for el, i in news.elements:
+        name = el.set
+        store = rs.elements.get(name)
+        if name in _STATIC_SETS or (store is None and own_sets.get(name) != i):
+            return False
+        ident = (name, el.key)
+        if claims.setdefault(ident, i) != i:
+            return False
+        if store is not None and el.key in store and ident not in gone:
+            return False
+    return True
 
 
 def _safe_fills(rs: Ruleset, olds: _Fills, news: _Fills) -> bool:
@@ -367,70 +434,6 @@ def _safe_fills(rs: Ruleset, olds: _Fills, news: _Fills) -> bool:
     return True
 
 
-def _safe_one(
-    rs: Ruleset,
-    live: LiveCounts,
-    gone: set[object],
-    claims: dict[object, ServiceKey],
-    key: ServiceKey,
-    frag: Fragment,
-) -> bool:
-    mine: set[str] = set()
-    own_sets: set[str] = set()  # elements may go into the service's own maps (balance.py)
-    for op in frag.ops:
-        ident: object
-        match op:
-            case Rule():
-                if op.chain not in mine:  # rules only go into the service's own chains
-                    return False
-                continue
-            case Ensure():
-                shared_here = ("shared", op.name)
-                claims[shared_here] = claims.get(shared_here, key)
-                taken = op.name in rs.chains and op.name not in live.ensures
-                if taken or (Chain, op.name) in claims:
-                    return False
-                continue
-            case Element():
-                if op.set in _STATIC_SETS or (op.set not in rs.elements and op.set not in own_sets):
-                    return False
-                ident, exists = (op.set, op.key), op.key in rs.elements.get(op.set, ())
-            case Fill():
-                continue  # all fragments' keys at once: _safe_fills
-            case Chain():
-                ident, exists = (Chain, op.name), op.name in rs.chains
-                if ("shared", op.name) in claims:
-                    return False
-                mine.add(op.name)
-            case _:
-                ident, exists = (type(op), op.name), op.name in rs.sets
-                own_sets.add(op.name)
-        if claims.setdefault(ident, key) != key or (exists and ident not in gone):
-            return False
-    return True
-
-
-_Fills = dict[str, tuple[list[bytes], list[bytes], list[int]]]
-"""Per packed map, the keys, data and writer (index of its fragment) of many ``Fill`` s."""
-
-
-def _fills(frags: Sequence[Fragment], *, owned: bool = False) -> _Fills:
-    """The ``Fill`` operations of ``frags`` gathered per map, in order (writers only when
-    ``owned``): one pass over the operations, the keys copied at C speed."""
-    out: _Fills = {}
-    for i, frag in enumerate(frags):
-        for op in frag.ops:
-            if type(op) is Fill:
-                entry = out.get(op.set)
-                if entry is None:
-                    entry = out[op.set] = ([], [], [])
-                entry[0].extend(op.keys)
-                entry[1].extend(op.data)
-                if owned:
-                    entry[2].extend(repeat(i, len(op.keys)))
-    return out
-
-
 def _pairs(rs: Ruleset, ips: Iterable[IPAddress]) -> list[bytes]:
     """The hairpin pairs ``a . a`` of the addresses ``ips``, packed (no Python call each)."""
     return packed(rs, n.HAIRPIN).pack_pairs(map(_ip_int, ips))
@@ -441,26 +444,26 @@ def _swap(
     live: LiveCounts,
     frags: dict[ServiceKey, Fragment],
     new: list[tuple[ServiceKey, Fragment | None]],
+    olds: list[Fragment],
+    sorted_olds: _Sorted,
+    sorted_news: _Sorted,
 ) -> Delta:
     """Undo the old fragments, apply the new ones, and return what differs.
 
-    The packed maps' elements (most of what a service writes) are handled per map for all
-    fragments together, with dictionary operations that run at C speed: a burst of thousands
-    of services costs a few passes over their keys, not a Python loop per service and key.
+    Each kind of operation is handled for all fragments together; the packed maps' elements
+    (most of what a service writes) with dictionary operations that run at C speed: a burst
+    of thousands of services costs a few passes over their keys, not a Python loop per
+    service and key.
     """
-    olds = [f for f in (frags.get(k) for k, _ in new) if f is not None]
     news = [f for _, f in new if f is not None]
-    old_fills, new_fills = _fills(olds), _fills(news)
-    touched = _noted(rs, olds, news, old_fills, new_fills)
+    touched = _noted(rs, olds, news, sorted_olds, sorted_news)
     old_pairs, new_pairs = touched.pairs
-    for name, (keys, _, _) in old_fills.items():
+    for name, (keys, _, _) in sorted_olds.fills.items():
         _pop_all(packed(rs, name).raw, keys)
     _unpair(packed(rs, n.HAIRPIN).raw, live.hairpin_extra, old_pairs)
-    for frag in olds:
-        _undo(rs, live, frag)
-    for frag in news:
-        _apply(rs, live, frag)
-    for name, (keys, data, _) in new_fills.items():
+    _undo(rs, live, sorted_olds)
+    _apply(rs, live, sorted_news)
+    for name, (keys, data, _) in sorted_news.fills.items():
         packed(rs, name).raw.update(zip(keys, data, strict=True))
     _pair(packed(rs, n.HAIRPIN).raw, live.hairpin_extra, new_pairs)
     for key, replacement in new:
@@ -472,12 +475,13 @@ def _swap(
 
 
 def _noted(
-    rs: Ruleset, olds: list[Fragment], news: list[Fragment], old_fills: _Fills, new_fills: _Fills
+    rs: Ruleset, olds: list[Fragment], news: list[Fragment], old_ops: _Sorted, new_ops: _Sorted
 ) -> _Touched:
     """Every object the fragments name, with its value in ``rs``."""
     touched = _Touched(rs)
-    for frag in (*olds, *news):
-        touched.note(frag)
+    for ops in (old_ops, new_ops):
+        touched.note(ops)
+    old_fills, new_fills = old_ops.fills, new_ops.fills
     for name in old_fills.keys() | new_fills.keys():
         noted = concat(old_fills.get(name, ((),))[0], new_fills.get(name, ((),))[0])
         touched.note_packed(name, noted)
@@ -506,23 +510,19 @@ class _Touched:
         self.pairs: tuple[list[bytes], list[bytes]] = ([], [])
         """The hairpin pairs the old and the new fragments list (packed, in order)."""
 
-    def note(self, frag: Fragment) -> None:
-        """Note the fragment's objects but its ``Fill`` s and hairpin pairs (``note_packed``)."""
-        rs, elements = self.rs, self.elements
-        for op in frag.ops:
-            match op:
-                case Element():
-                    ident: ElementId = (op.set, op.key)
-                    if ident not in elements:
-                        elements[ident] = rs.elements.get(op.set, {}).get(op.key)
-                case Fill() | Rule():
-                    continue
-                case Ensure() | Chain():
-                    if op.name not in self.chains:
-                        self.chains[op.name] = _chain_state(rs, op.name)
-                case _:
-                    if op.name not in self.sets:
-                        self.sets[op.name] = rs.sets.get(op.name)
+    def note(self, ops: _Sorted) -> None:
+        """Note the objects of ``ops`` but their ``Fill`` s (``note_packed``)."""
+        rs, elements, chains, sets = self.rs, self.elements, self.chains, self.sets
+        for el, _ in ops.elements:
+            ident: ElementId = (el.set, el.key)
+            if ident not in elements:
+                elements[ident] = rs.elements.get(el.set, {}).get(el.key)
+        for name in concat((op.name for op, _ in ops.ensures), (op.name for op, _ in ops.chains)):
+            if name not in chains:
+                chains[name] = _chain_state(rs, name)
+        for s, _ in ops.sets:
+            if s.name not in sets:
+                sets[s.name] = rs.sets.get(s.name)
 
     def note_packed(self, name: str, keys: Iterable[bytes]) -> None:
         """Note the packed elements ``keys`` of map ``name`` (once per map and update)."""
@@ -568,47 +568,42 @@ def _chain_state(rs: Ruleset, name: str) -> ChainState | None:
     return None if chain is None else (chain, tuple(rs.rules.get(name, ())))
 
 
-def _undo(rs: Ruleset, live: LiveCounts, frag: Fragment) -> None:
-    """Take one service's fragment out of the ruleset (it is the only writer of its objects),
-    but its ``Fill`` s and hairpin pairs (``_swap`` takes those out for all fragments)."""
-    for op in frag.ops:
-        match op:
-            case Element():  # its own map (balance.py) may be gone already
-                rs.elements.get(op.set, {}).pop(op.key, None)
-            case Fill() | Rule():
-                continue  # a Rule goes with its chain
-            case Ensure():
-                left = live.ensures[op.name] - 1
-                if left:
-                    live.ensures[op.name] = left
-                else:
-                    del live.ensures[op.name]
-                    _drop_chain(rs, op.name)
-            case Chain():
-                _drop_chain(rs, op.name)
-            case _:
-                rs.sets.pop(op.name, None)
-                rs.elements.pop(op.name, None)
+def _undo(rs: Ruleset, live: LiveCounts, ops: _Sorted) -> None:
+    """Take the old fragments out of the ruleset (each the only writer of its objects), but
+    their ``Fill`` s and hairpin pairs (``_swap`` takes those out per map)."""
+    for el, _ in ops.elements:  # its own map (balance.py) may be gone already
+        rs.elements.get(el.set, {}).pop(el.key, None)
+    ensures = live.ensures
+    for ensure, _ in ops.ensures:
+        left = ensures[ensure.name] - 1
+        if left:
+            ensures[ensure.name] = left
+        else:
+            del ensures[ensure.name]
+            _drop_chain(rs, ensure.name)
+    for chain, _ in ops.chains:  # its rules go with it
+        _drop_chain(rs, chain.name)
+    for s, _ in ops.sets:
+        rs.sets.pop(s.name, None)
+        rs.elements.pop(s.name, None)
 
 
-def _apply(rs: Ruleset, live: LiveCounts, frag: Fragment) -> None:
-    """Put one service's fragment into the ruleset, as a fresh plan's replay would, but its
-    ``Fill`` s and hairpin pairs (``_swap`` puts those in for all fragments)."""
-    for op in frag.ops:
-        match op:
-            case Element():
-                rs.elements[op.set][op.key] = op
-            case Fill():
-                continue
-            case Ensure():
-                live.ensures[op.name] = live.ensures.get(op.name, 0) + 1
-                ensure_chain(rs, op.name, op.rules)
-            case Chain():
-                rs.add_chain(op)
-            case Rule():
-                rs.add_rule(op)
-            case _:
-                rs.add_set(op)
+def _apply(rs: Ruleset, live: LiveCounts, ops: _Sorted) -> None:
+    """Put the new fragments into the ruleset, as a fresh plan's replay would, but their
+    ``Fill`` s and hairpin pairs (``_swap`` puts those in per map). Kind by kind: sets before
+    their elements, chains before their rules (each chain's rules in order)."""
+    for s, _ in ops.sets:
+        rs.add_set(s)
+    for chain, _ in ops.chains:
+        rs.add_chain(chain)
+    ensures = live.ensures
+    for ensure, _ in ops.ensures:
+        ensures[ensure.name] = ensures.get(ensure.name, 0) + 1
+        ensure_chain(rs, ensure.name, ensure.rules)
+    for rule, _ in ops.rules:
+        rs.add_rule(rule)
+    for el, _ in ops.elements:
+        rs.elements[el.set][el.key] = el
 
 
 def _drop_chain(rs: Ruleset, name: str) -> None:
