@@ -57,7 +57,7 @@ _STATIC_SETS = frozenset({n.CLUSTER_CIDRS, n.SERVICE_CIDRS, n.NODEPORT_IPS, n.HA
 """Sets filled from the config or from every service together, never by one service."""
 REPLAN_SHARE = 0.9
 """From this share of the services changed on, a fresh plan compared with the last one costs
-less than swapping the changed services' fragments (bench/bench_coldpath.py --burst)."""
+less than swapping the changed services' fragments (bench/bench_burst.py)."""
 _ip_int = attrgetter("_ip")
 """An address's int, without a Python-level call (as the planner packs hairpin pairs)."""
 _TCP = int(L4Proto.TCP)
