@@ -22,7 +22,7 @@ fragments become the new plan's.
 from __future__ import annotations
 
 import operator
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Collection, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from itertools import chain as concat
@@ -485,11 +485,35 @@ def _noted(
     for name in old_fills.keys() | new_fills.keys():
         noted = concat(old_fills.get(name, ((),))[0], new_fills.get(name, ((),))[0])
         touched.note_packed(name, noted)
-    old_pairs = _pairs(rs, concat.from_iterable(f.hairpin for f in olds))
-    new_pairs = _pairs(rs, concat.from_iterable(f.hairpin for f in news))
+    old_pairs, new_pairs = _net_pairs(rs, olds, news)
     touched.note_packed(n.HAIRPIN, concat(old_pairs, new_pairs))
     touched.pairs = (old_pairs, new_pairs)
     return touched
+
+
+def _net_pairs(
+    rs: Ruleset, olds: list[Fragment], news: list[Fragment]
+) -> tuple[list[bytes], list[bytes]]:
+    """The hairpin listings the update takes out and puts in, less those it keeps (an
+    endpoint that stays is listed again): as packed pairs, each as often as it goes or comes.
+
+    Only an address whose listings change can gain or lose its pair, so counting these in and
+    out leaves the pairs and counts that counting every old listing out and every new one in
+    leaves. Addresses as ints (set operations at C speed; ``ipaddress`` hashes in Python).
+    """
+    was = list(map(_ip_int, concat.from_iterable(f.hairpin for f in olds)))
+    now = list(map(_ip_int, concat.from_iterable(f.hairpin for f in news)))
+    before, after = set(was), set(now)
+    if len(before) == len(was) and len(after) == len(now):  # each listed once: the usual case
+        return _pairs_of(rs, before - after), _pairs_of(rs, after - before)
+    gone, came = Counter(was), Counter(now)
+    gone.subtract(now)
+    came.subtract(was)
+    return _pairs_of(rs, gone.elements()), _pairs_of(rs, came.elements())
+
+
+def _pairs_of(rs: Ruleset, addresses: Iterable[int]) -> list[bytes]:
+    return packed(rs, n.HAIRPIN).pack_pairs(addresses)
 
 
 def _pop_all(raw: dict[bytes, bytes], keys: Iterable[bytes]) -> None:
