@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--services", type=int, default=10_000)
     ap.add_argument("--endpoints", type=int, default=10)
     ap.add_argument("--sizes", default="1000,2500,5000,9000,10000", help="burst sizes")
-    ap.add_argument("--rounds", type=int, default=2, help="bursts per size and path")
+    ap.add_argument("--rounds", type=int, default=2, help="bursts per size and path (even)")
     args = ap.parse_args()
     sizes = [min(int(s), args.services) for s in args.sizes.split(",") if s]
     state = cluster(args.services, args.endpoints, nodeport_every=0)
@@ -60,8 +60,10 @@ def main() -> None:
         try:
             syncer.sync(state.snapshot())
             for size in sizes:
-                for _ in range(args.rounds):
-                    for path, share in PATHS.items():
+                for r in range(args.rounds):
+                    # Removals and restorals alternate: each path gets both, round by round.
+                    order = list(PATHS.items())
+                    for path, share in order if r % 2 == 0 else order[::-1]:
                         skip = 0 if flip % 2 == 0 else None  # one endpoint fewer, then back
                         flip += 1
                         slices = [_up(eps_slice(i, args.endpoints, skip)) for i in range(size)]
