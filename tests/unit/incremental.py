@@ -30,8 +30,9 @@ from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.reconcile import Delta, advance, diff, ops_for_delta
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
+from nlproxy.proxy.incremental import flow_frontends
 from nlproxy.proxy.planner import Plan, plan
-from nlproxy.sync.syncer import as_programmed, delta_frontends
+from nlproxy.sync.syncer import as_programmed
 from tests.unit.builders import NODE, OTHER_NODE, endpoint, eps_slice, node, port, service, upsert
 
 CONFIG = ProxyConfig(
@@ -51,7 +52,9 @@ class World:
     """Random cluster objects; service ``i`` owns its own addresses and node ports, so no two
     services ever claim the same element (that case has its own test)."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, size: int = 10) -> None:
+        assert size <= 200, "node ports and health check ports would collide"
+        self.size = size
         self.rng = random.Random(seed)
         self.services: dict[int, Service] = {}
         self.endpoints: dict[tuple[int, int], list[Endpoint]] = {}
@@ -116,7 +119,7 @@ class World:
     def step(self) -> list[Change]:
         """One random change, as the sources would send it."""
         rng = self.rng
-        i = rng.randrange(10)
+        i = rng.randrange(self.size)
         ns, name = self._ns(i)
         what = rng.random()
         if i not in self.services or what < 0.15:
@@ -168,12 +171,16 @@ def as_programmed_copy(rs: Ruleset) -> Ruleset:
 def check_conntrack(deltas: dict[Family, Delta], old: list[Ruleset], new: Plan) -> None:
     full_old = programmed_frontends(old)
     full_new = programmed_frontends([new.rulesets[f] for f in FAMILIES])
-    want = stale_flow_filters(full_old, full_new, node_addrs=NODE_ADDRS, flush_tcp=True)
-    b, a = delta_frontends(deltas, new.rulesets)
-    got = stale_flow_filters(
-        programmed_frontends(b), programmed_frontends(a), node_addrs=NODE_ADDRS, flush_tcp=True
-    )
-    assert got == want
+    for flush_tcp in (True, False):
+        want = stale_flow_filters(full_old, full_new, node_addrs=NODE_ADDRS, flush_tcp=flush_tcp)
+        b, a = flow_frontends(deltas, new.rulesets, flush_tcp=flush_tcp)
+        got = stale_flow_filters(
+            programmed_frontends(b),
+            programmed_frontends(a),
+            node_addrs=NODE_ADDRS,
+            flush_tcp=flush_tcp,
+        )
+        assert got == want
 
 
 def state_with_node() -> ClusterState:

@@ -150,8 +150,10 @@ CONFIG = ProxyConfig(node_name=NODE, cluster_cidrs=(ip_network("10.0.0.0/8"),))
 
 
 def _extra(p: Plan) -> dict[int, int]:
+    """The repeats counted, by address (as an int; counted by packed pair ``a . a``)."""
     assert isinstance(p.live, Live)
-    return p.live.counts[Family.IP].hairpin_extra
+    extra = p.live.counts[Family.IP].hairpin_extra
+    return {int.from_bytes(pair[:4], "big"): count for pair, count in extra.items()}
 
 
 def _pairs(p: Plan) -> set[str]:

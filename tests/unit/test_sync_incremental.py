@@ -24,7 +24,7 @@ from nlproxy.cluster.model import (
 from nlproxy.conntrack.kernel import programmed_frontends, stale_flow_filters
 from nlproxy.nft.ir import Family, SetFlag
 from nlproxy.nft.reconcile import Delta, ops_for_delta
-from nlproxy.proxy.incremental import attach, changed_services, plan_update
+from nlproxy.proxy.incremental import REPLAN_SHARE, attach, changed_services, plan_update
 from nlproxy.proxy.planner import plan
 from nlproxy.sync.syncer import as_programmed, udp_only
 from tests.unit.builders import endpoint, eps_slice, port, service, upsert
@@ -42,8 +42,13 @@ from tests.unit.incremental import (
 )
 
 
+@pytest.mark.parametrize("replan_share", [REPLAN_SHARE, 0.0], ids=["in-place", "replanned"])
 @pytest.mark.parametrize("seed", range(8))
-def test_random_changes_keep_the_live_plan_equal_to_a_fresh_one(seed: int) -> None:
+def test_random_changes_keep_the_live_plan_equal_to_a_fresh_one(
+    seed: int, replan_share: float
+) -> None:
+    """In place (a few of ten services change at a time), and with every change planned
+    afresh and compared with the last plan (what a burst of many changed services takes)."""
     world, state = World(seed), state_with_node()
     snap = state.snapshot()
     live = plan(snap, CONFIG)
@@ -58,7 +63,7 @@ def test_random_changes_keep_the_live_plan_equal_to_a_fresh_one(seed: int) -> No
         assert changed & (set(snap.services) | planned(live)) <= changed_services(live, snap)
         old_tables = [programmed[f] for f in FAMILIES]
         given = changed if world.rng.random() < 0.5 else None
-        live, deltas = plan_update(live, snap, CONFIG, given)
+        live, deltas = plan_update(live, snap, CONFIG, given, replan_share=replan_share)
         fresh = fresh_like(live, snap, CONFIG)
         assert live.rulesets == fresh.rulesets
         assert live.ports == fresh.ports
@@ -71,6 +76,34 @@ def test_random_changes_keep_the_live_plan_equal_to_a_fresh_one(seed: int) -> No
     assert incremental == 60  # no shared elements, same config: never a full plan
 
 
+@pytest.mark.parametrize("replan_share", [REPLAN_SHARE, 0.0], ids=["in-place", "replanned"])
+@pytest.mark.parametrize("seed", range(2))
+def test_bursts_of_many_services_keep_the_live_plan_equal_to_a_fresh_one(
+    seed: int, replan_share: float
+) -> None:
+    """Bursts that change most of 60 services at once (endpoints, Services added, changed
+    and removed), updated in place and planned afresh: each burst's deltas leave the tables a
+    full diff leaves, and find every stale flow."""
+    world, state = World(seed, size=60), state_with_node()
+    state.apply([c for _ in range(200) for c in world.step()])
+    snap = state.snapshot()
+    live = plan(snap, CONFIG)
+    assert attach(live, snap)
+    programmed = {f: as_programmed(live.rulesets[f]) for f in FAMILIES}
+    for _ in range(3):
+        changed = state.apply([c for _ in range(100) for c in world.step()])
+        snap = state.snapshot()
+        assert len(changed) > len(snap.services) // 2
+        old_tables = [programmed[f] for f in FAMILIES]
+        live, deltas = plan_update(live, snap, CONFIG, changed, replan_share=replan_share)
+        fresh = fresh_like(live, snap, CONFIG)
+        assert live.rulesets == fresh.rulesets
+        assert live.ports == fresh.ports
+        assert deltas is not None
+        check_conntrack(deltas, old_tables, fresh)
+        programmed = {f: check_ops(deltas[f], programmed[f], fresh.rulesets[f]) for f in FAMILIES}
+
+
 def test_one_endpoint_change_touches_a_few_elements() -> None:
     state, _ = small()
     snap = state.snapshot()
@@ -81,18 +114,22 @@ def test_one_endpoint_change_touches_a_few_elements() -> None:
     changed = state.apply([upsert(sl)])
     live, deltas = plan_update(live, state.snapshot(), CONFIG, changed)
     assert deltas is not None
-    assert deltas[Family.IP6].elements == {}
+    assert deltas[Family.IP6].elements == deltas[Family.IP6].packed == {}
     # ClusterIP and NodePort: goto cluster-ip-2 -> -1 (api's), nodeport-2 -> -1 (new), backend 1
-    # gone; the hairpin pair of 10.0.0.2 stays (api still uses it).
+    # gone; the hairpin pair of 10.0.0.2 stays (api still uses it). The backends maps are held
+    # packed: their changes are bytes.
     changed_sets = sorted({name for name, _ in deltas[Family.IP].elements})
-    assert changed_sets == ["backends", "nodeport-backends", "service-ips", "service-nodeports"]
+    assert changed_sets == ["service-ips", "service-nodeports"]
+    assert sorted(deltas[Family.IP].packed) == ["backends", "nodeport-backends"]
+    assert [len(c) for c in deltas[Family.IP].packed.values()] == [1, 1]
     assert sorted(deltas[Family.IP].chains) == ["cluster-ip-2", "nodeport-1", "nodeport-2"]
     ops = ops_for_delta(deltas[Family.IP], programmed)
     assert ops is not None
     kinds = [(op.verb.value, type(op.obj).__name__) for op in ops]
     assert kinds == [
         *[("flush", "Chain")] * 2,
-        *[("delete", "Element")] * 4,  # two vmap elements, two backends at index 1
+        *[("delete", "Element")] * 2,  # two vmap elements
+        *[("delete", "PackedRun")] * 2,  # the backends at index 1, one run per map
         *[("delete", "Chain")] * 2,
         ("add", "Chain"),
         *[("add", "Element")] * 2,
