@@ -35,10 +35,11 @@ struct nls_buf *nls_buf_new(size_t cap)
 		return NULL;
 	if (cap < 4096)
 		cap = 4096;
-	/* Zeroed (and so is every byte the buffer grows by): attribute padding that the netlink
-	 * helpers skip then holds zeros, not what the memory held before, so a batch is a function
-	 * of its operations alone, byte for byte. */
-	b->data = calloc(1, cap);
+	/* Every byte is zeroed before it is first written (nls_reserve): attribute padding that
+	 * the netlink helpers skip then holds zeros, not what the memory held before, so a batch
+	 * is a function of its operations alone, byte for byte. Only bytes about to be written are
+	 * touched: the capacity past them (up to half of a large batch's buffer) costs no memory. */
+	b->data = malloc(cap);
 	if (!b->data) {
 		free(b);
 		return NULL;
@@ -57,25 +58,32 @@ void nls_buf_free(struct nls_buf *b)
 
 void nls_buf_reset(struct nls_buf *b)
 {
-	memset(b->data, 0, b->len); /* (zeroed as it was new: see nls_buf_new) */
+	memset(b->data, 0, b->zeroed); /* zero again all that may have been written */
 	b->len = 0;
 }
 
+/* Room for ``extra`` more bytes at b->len, zeroed (see nls_buf_new): the bytes past b->len
+ * were never written (each message ends at the b->len it advances to), so only those never
+ * zeroed yet are. */
 static int nls_reserve(struct nls_buf *b, size_t extra)
 {
+	size_t need = b->len + extra;
 	size_t cap = b->cap;
 	char *data;
 
-	if (b->len + extra <= b->cap)
-		return 0;
-	while (cap < b->len + extra)
-		cap *= 2;
-	data = realloc(b->data, cap);
-	if (!data)
-		return -ENOMEM;
-	memset(data + b->cap, 0, cap - b->cap); /* zeroed, as the first bytes (nls_buf_new) */
-	b->data = data;
-	b->cap = cap;
+	if (need > b->cap) {
+		while (cap < need)
+			cap *= 2;
+		data = realloc(b->data, cap);
+		if (!data)
+			return -ENOMEM;
+		b->data = data;
+		b->cap = cap;
+	}
+	if (need > b->zeroed) {
+		memset(b->data + b->zeroed, 0, need - b->zeroed);
+		b->zeroed = need;
+	}
 	return 0;
 }
 

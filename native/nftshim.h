@@ -25,6 +25,7 @@ struct nls_buf {
 	char *data;
 	size_t len;
 	size_t cap;
+	size_t zeroed; /* every byte below this was zeroed once; none at or above it written */
 };
 
 struct nls_buf *nls_buf_new(size_t cap);
