@@ -315,6 +315,32 @@ _WORD_HITS = re.compile(rb" (?:bbb? |!|-[1!])")  # one pass (five finds cost twi
 _NUMBERS = _classes((b"0123456789.", b"1"), (b"_:eEoObBxX", b"x"), rest=b" ")
 _NUMBER_NEEDLES = (b"1x", b"1" * 19)
 
+# A value that is a string in either reading, masked (to ``""``) before the pre-filter when
+# it sees more than ``_FEW_HITS`` lines in a file's first ``_PROBE_BYTES``: a quoted value at
+# a line's end (a quoted scalar is never a boolean, number or timestamp: only plain ones
+# resolve) and a plain UID (8-4-4-4-12 hex digits: no 1.1 or 1.2 number has four dashes), as
+# kubectl writes ``creationTimestamp: "2026-01-01T00:00:00Z"`` and ``uid: 6b6e1c7a-...``.
+# Safe without knowing where a line starts: ``: `` ends every plain scalar, so it is a mapping
+# indicator (the value is what the pattern says), or it lies in a comment, a block scalar or a
+# quoted scalar, where what follows to the line's end is text of that comment or scalar, or
+# the quote after it closes a quoted scalar ending in ``: ``, and what the pattern masks
+# follows that closing quote: without ``,[]{}#`` and quotes, that is a YAML error, or plain
+# text up to the masked closing quote, which ends it: a string. The key before ``: `` stays.
+_W = rb"[-A-Za-z0-9_.:/+ ]*"
+_HEX = rb"[0-9a-f]"
+_STRING_VALUES = re.compile(
+    rb': (?:"' + _W + rb'"|\'' + _W + rb"'|"
+    + _HEX + rb"{8}-" + _HEX + rb"{4}-" + _HEX + rb"{4}-" + _HEX + rb"{4}-" + _HEX + rb"{12}"
+    + rb") *$",
+    re.MULTILINE,
+)  # fmt: skip
+_FEW_HITS = 16
+_PROBE_BYTES = 1 << 16
+
+
+class _NotText(Exception):
+    """A character of ``_NOT_TEXT``: PyYAML reads the file."""
+
 
 def _reads_as_1_1(text: str, raw: bytes | None = None) -> bool:
     """Whether a YAML 1.2 decoder reads ``text`` as PyYAML does (no token of ``_NOT_1_2``,
@@ -325,23 +351,48 @@ def _reads_as_1_1(text: str, raw: bytes | None = None) -> bool:
         return False
     if raw is None:
         raw = text.encode("utf-8")  # other characters than ASCII's are token characters
+    try:
+        # Many lines where the pre-filter sees something, in a probe of the text's start:
+        # mask the values that are strings in either reading, then find them in the whole.
+        if _flagged_lines(raw[:_PROBE_BYTES], _FEW_HITS) is None:
+            raw = _STRING_VALUES.sub(b': ""', raw)
+        lines = _flagged_lines(raw)
+    except _NotText:
+        return False
+    assert lines is not None
+    # The lines found, split and matched at once.
+    return _plain_tokens(b"\n".join(raw[s:e] for s, e in lines).decode("utf-8"))
+
+
+def _flagged_lines(raw: bytes, most: int | None = None) -> set[tuple[int, int]] | None:
+    """The spans of the lines of ``raw`` whose tokens the pre-filter sends to ``_NOT_1_2``:
+    the first and the last line (their tokens have no separator before or after them), and
+    the lines where a needle shows; None when more than ``most`` needles show.
+
+    Raises:
+        _NotText: ``raw`` holds a character of ``_NOT_TEXT`` (of ASCII's).
+    """
+    lines = {(0, _end(raw, 0)), (raw.rfind(b"\n") + 1, len(raw))}
+    budget = len(raw) if most is None else most
     words = raw.translate(_WORDS)
     if 0 in words:
-        return False  # a character of _NOT_TEXT
-    # The first and the last line (their tokens have no separator before or after them), and
-    # the lines where the pre-filter sees something.
-    lines = {(0, _end(raw, 0)), (raw.rfind(b"\n") + 1, len(raw))}
+        raise _NotText
     hit = _WORD_HITS.search(words)
     while hit is not None:
+        budget -= 1
+        if budget < 0:
+            return None
         hit = _WORD_HITS.search(words, _line(raw, hit.start(), hit.end(), lines))
     del words, hit  # one translation at a time: a file's size less at the peak
     numbers = raw.translate(_NUMBERS)
     for needle in _NUMBER_NEEDLES:
         at = numbers.find(needle)
         while at >= 0:
+            budget -= 1
+            if budget < 0:
+                return None
             at = numbers.find(needle, _line(raw, at, at + len(needle), lines))
-    # The lines found, split and matched at once.
-    return _plain_tokens(b"\n".join(raw[s:e] for s, e in lines).decode("utf-8"))
+    return lines
 
 
 def _end(raw: bytes, at: int) -> int:

@@ -134,7 +134,6 @@ class Service(_Value, frozen=True, kw_only=True):
     affinity_timeout: int | None = None
     health_check_node_port: int | None = None
     traffic_distribution: str | None = None
-    resource_version: str = ""
     created: str = ""
     """``metadata.creationTimestamp`` (RFC 3339, UTC as the API writes it): the older of two
     Services claiming one frontend keeps it."""
@@ -180,7 +179,6 @@ class EndpointSlice(_Value, frozen=True, kw_only=True):
     ports: tuple[EndpointPort, ...]
     endpoints: tuple[Endpoint, ...]
     last_change_trigger_time: datetime | None = None
-    resource_version: str = ""
 
 
 class Node(_Value, frozen=True, kw_only=True):

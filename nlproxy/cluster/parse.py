@@ -190,11 +190,17 @@ def parse_service(obj: Mapping[str, Any]) -> Service | None:
         else None,
         traffic_distribution=r.string(spec.get("trafficDistribution"), "spec.trafficDistribution")
         or None,
-        resource_version=r.string(meta.get("resourceVersion"), "metadata.resourceVersion") or "",
-        created=_timestamp(meta.get("creationTimestamp")),
+        created=_created(r, meta),
         **_load_balancing(r, annotations),
         uid=r.string(meta.get("uid"), "metadata.uid") or "",
     )
+
+
+def _created(r: FieldReader, meta: Mapping[str, Any]) -> str:
+    """``metadata.creationTimestamp``, once ``metadata.resourceVersion`` is checked (a string,
+    which the model does not keep: a new one alone changes nothing proxied)."""
+    r.string(meta.get("resourceVersion"), "metadata.resourceVersion")
+    return _timestamp(meta.get("creationTimestamp"))
 
 
 def _timestamp(value: object) -> str:
@@ -408,7 +414,7 @@ def parse_endpoint_slice(obj: Mapping[str, Any]) -> EndpointSlice | None:
         return None
     family = IPFamily(address_type)
     annotations = r.string_map(meta.get("annotations"), "metadata.annotations")
-    return EndpointSlice(
+    es = EndpointSlice(
         namespace=ref.namespace,
         name=ref.name,
         service=ServiceKey(namespace=ref.namespace, name=service_name),
@@ -419,8 +425,9 @@ def parse_endpoint_slice(obj: Mapping[str, Any]) -> EndpointSlice | None:
             for i, raw in enumerate(r.items(obj.get("endpoints"), "endpoints"))
         ),
         last_change_trigger_time=_trigger_time(annotations.get(TRIGGER_TIME_ANNOTATION)),
-        resource_version=r.string(meta.get("resourceVersion"), "metadata.resourceVersion") or "",
     )
+    r.string(meta.get("resourceVersion"), "metadata.resourceVersion")  # checked, not kept
+    return es
 
 
 def _slice_ports(r: FieldReader, value: object) -> tuple[EndpointPort, ...]:

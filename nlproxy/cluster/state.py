@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-import msgspec
-
 from nlproxy.cluster.claims import Claims
 from nlproxy.cluster.model import (
     Change,
@@ -141,7 +139,8 @@ class ClusterState:
         Returns:
             The services whose proxying inputs changed: the Service itself or any of its
             EndpointSlices. A change to this Node or to any ServiceCIDR marks every service.
-            A change of ``resourceVersion`` alone is not a change.
+            A change of ``resourceVersion`` alone is not a change (the model does not hold
+            it: the new object equals the old one, which stays).
         """
         changed: set[ServiceKey] = set()
         everything = False
@@ -308,10 +307,7 @@ class ClusterState:
         self._services_touched.add(key)
         self._services_dirty = True
         self._snapshot = None
-        if old is None or _differs(old, obj):
-            changed.add(key)  # apply() settles its claims and puts it in the view
-        else:
-            self._settle(key)  # a new resourceVersion alone: the new object, as settled before
+        changed.add(key)  # apply() settles its claims and puts it in the view
 
     def _store(self, obj: ClusterObject, changed: set[ServiceKey]) -> bool:
         match obj:
@@ -346,8 +342,7 @@ class ClusterState:
         elif slice_id not in ids:
             self._slice_ids[obj.service] = tuple(sorted((*ids, slice_id)))
         self._dirty_groups.add(obj.service)
-        if old is None or _differs(old, obj):
-            changed.add(obj.service)
+        changed.add(obj.service)
 
     def _unlink_slice(self, old: EndpointSlice, changed: set[ServiceKey]) -> None:
         slice_id = (old.namespace, old.name)
@@ -380,11 +375,3 @@ class ClusterState:
         elif ref.kind == "ServiceCIDR":
             return self._cidrs.pop(ref.name, None) is not None
         return False
-
-
-def _differs(old: Service | EndpointSlice | None, new: Service | EndpointSlice) -> bool:
-    """Whether ``new`` (not equal to ``old``) changes what is proxied: a new
-    ``resourceVersion`` alone does not."""
-    if old is None:
-        return True
-    return msgspec.structs.replace(old, resource_version=new.resource_version) != new

@@ -475,7 +475,6 @@ def _service_or_raise(obj: Any) -> Upsert | Skip:
             if ext_local and health and svc_type is ServiceType.LOAD_BALANCER
             else None,
             traffic_distribution=traffic,
-            resource_version=meta.resourceVersion or "",
             created=meta.creationTimestamp or "",
             **balancing,
             uid=meta.uid or "",
@@ -486,7 +485,6 @@ def _service_or_raise(obj: Any) -> Upsert | Skip:
             type=svc_type,
             cluster_ips=cluster_ips,
             ports=ports,
-            resource_version=meta.resourceVersion or "",
             created=meta.creationTimestamp or "",
             uid=meta.uid or "",
         )
@@ -656,7 +654,6 @@ def _slice_or_raise(obj: Any) -> Upsert | Skip:
             family=family,
             ports=ports,
             endpoints=endpoints,
-            resource_version=meta.resourceVersion or "",
         )
     else:
         eps = EndpointSlice(
@@ -667,7 +664,6 @@ def _slice_or_raise(obj: Any) -> Upsert | Skip:
             ports=ports,
             endpoints=endpoints,
             last_change_trigger_time=when,
-            resource_version=meta.resourceVersion or "",
         )
     return Upsert(ref=ref, obj=eps)
 

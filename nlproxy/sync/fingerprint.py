@@ -12,14 +12,14 @@ The digest covers nlproxy's version, the planner's configuration and the snapsho
 sees (every Service with its EndpointSlices, the Node, the ServiceCIDRs, the node's interface
 addresses). Each Service's objects are encoded together by msgspec's MessagePack encoder, in C:
 every field of every model value, in field order (the model's Structs are ``array_like``), sets
-sorted so that the bytes do not depend on the process's string hashing, with
-``resource_version`` emptied first, as ``ClusterState`` does not count a new
-``resourceVersion`` as a change either; addresses, the one kind of value the encoder does not
-know, go through ``_encode_other``. Services are hashed one by one and summed (modulo 2**256),
-so a sync rehashes only the services whose objects changed (by identity, as ``ClusterState`` keeps
-unchanged objects): the cost follows the change, not the cluster. The sum is an integrity
-check against stale state, not against an adversary who chooses thousands of Services to make
-two clusters collide; a wrong match costs at most the time to the deferred verify.
+sorted so that the bytes do not depend on the process's string hashing (the model holds no
+``resourceVersion``, which is no change to what is proxied); addresses, the one kind of value
+the encoder does not know, go through ``_encode_other``. Services are hashed one by one and
+summed (modulo 2**256), so a sync rehashes only the services whose objects changed (by
+identity, as ``ClusterState`` keeps unchanged objects): the cost follows the change, not the
+cluster. The sum is an integrity check against stale state, not against an adversary who
+chooses thousands of Services to make two clusters collide; a wrong match costs at most the
+time to the deferred verify.
 
 Pure: no I/O, clock or logging.
 """
@@ -140,7 +140,6 @@ def _encode_other(obj: object) -> object:
 
 
 _ENCODER = msgspec.msgpack.Encoder(enc_hook=_encode_other, order="deterministic")
-_replace = msgspec.structs.replace
 
 
 class Fingerprint:
@@ -208,10 +207,6 @@ class Fingerprint:
         old: tuple[Service | None, tuple[EndpointSlice, ...], int] | None,
     ) -> int:
         """Hash ``key``'s objects anew; returns how much the sum moves."""
-        # A new resourceVersion alone is no change (``ClusterState`` does not report it), so it
-        # is no part of the digest: the objects it left alone keep their old one until they change.
-        bare_svc = None if svc is None else _replace(svc, resource_version="")
-        bare = tuple([_replace(s, resource_version="") for s in group])
-        h = _h(_ENCODER.encode((key, bare_svc, bare)))
+        h = _h(_ENCODER.encode((key, svc, group)))
         self._per[key] = (svc, group, h)
         return h - (old[2] if old is not None else 0)

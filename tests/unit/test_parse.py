@@ -50,7 +50,8 @@ def test_service_basic_fields() -> None:
     assert svc.key == ServiceKey(namespace="default", name="web")
     assert svc.type is ServiceType.CLUSTER_IP
     assert svc.cluster_ips == (ip_address("10.96.0.10"),)
-    assert svc.resource_version == "7"
+    # The resourceVersion is checked, not kept: a new one alone gives an equal Service.
+    assert parse_ok_service(service(**{"metadata.resourceVersion": "8"})) == svc
     http, dns = svc.ports
     assert str(http.ref) == "default/web:http/TCP"
     assert (http.port, http.target_port, http.node_port) == (80, 8080, None)
@@ -476,7 +477,7 @@ def test_slice_basic_fields() -> None:
         ),
     )
     assert es.last_change_trigger_time is None
-    assert es.resource_version == "12"
+    assert parse_endpoint_slice(endpoint_slice(**{"metadata.resourceVersion": "13"})) == es
 
 
 CONDITIONS = [

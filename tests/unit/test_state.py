@@ -317,7 +317,10 @@ def test_a_relist_of_equal_objects_keeps_the_snapshot_and_its_objects() -> None:
     assert after is before
     assert after.services[WEB] is listed[0].obj
     assert after.slices[WEB][0] is listed[1].obj
-    # A new resourceVersion alone is still no change, but the new object is kept.
+    # A new resourceVersion alone is no change: the model does not hold it, so the new
+    # object equals the old one, which stays (with the snapshot).
     bumped = up(svc("web", **{"metadata.resourceVersion": "77"}))
+    assert bumped.obj == listed[0].obj
     assert state.apply([bumped]) == set()
-    assert state.snapshot().services[WEB] is bumped.obj
+    assert state.snapshot() is before
+    assert state.snapshot().services[WEB] is listed[0].obj

@@ -50,6 +50,13 @@ def _typed(value: Any) -> Any:
     return (type(value).__name__, value if value == value else "nan")
 
 
+def _ours(text: str) -> Any:
+    try:
+        return _typed(decode._parse(Path("x.yaml"), text))
+    except decode.FileError:
+        return "FileError"
+
+
 def _both(text: str) -> tuple[Any, Any]:
     """(``decode``'s documents, the pure-Python loader's), or the errors' types."""
     try:
@@ -274,3 +281,88 @@ def test_document_starts_of_real_manifests_are_the_pattern_s() -> None:
         text = path.read_text(encoding="utf-8", errors="replace")
         want = [m.start() for m in decode._DOC_START.finditer(text)]
         assert list(decode._doc_starts(text)) == want, path
+
+
+def _kubectl_objects(count: int) -> str:
+    """``count`` objects as kubectl writes them: a quoted timestamp and a plain UID each, so
+    that the pre-filter's probe sees many lines and the string values are masked."""
+    return "".join(
+        f'---\nmetadata:\n  creationTimestamp: "2026-01-0{1 + i % 9}T00:0{i % 10}:00Z"\n'
+        f"  name: o{i}\n  uid: {i:08x}-2e2f-4d1a-9a3b-0242ac120002\n"
+        for i in range(count)
+    )
+
+
+# Scalars a masked value must not hide: plain and quoted, in block and flow style.
+STRING_VALUE_CASES = [
+    "2026-01-01T00:00:00Z", "2001-12-14 21:59:43", "yes", "on", "Off", "0777", "010", "1e3",
+    "1:20", "6b6e1c7a-2e2f-4d1a-9a3b-0242ac120002", "0e6e1c7a-2e2f-4d1a-9a3b-0242ac120002",
+]  # fmt: skip
+
+
+def _string_value_texts(scalar: str) -> list[str]:
+    texts = []
+    for form in (scalar, f'"{scalar}"', f"'{scalar}'"):
+        texts += [
+            f"k: {form}\n",
+            f"k: {form}  \nj: {scalar}\n",
+            f"- a: {form}\n  b: [{form}, {scalar}]\n",
+            f"f: {{a: {form}, b: {scalar}}}\n",
+            f"f: [x, {{a: {form}}},\n  {scalar}]\n",
+            f"s: 'it: {form}\n  more'\nt: {scalar}\n",
+            f's: "it: {form}\n  more"\nt: {scalar}\n',
+            f"s: |\n  x: {form}\nt: {scalar}\n",
+            f"c: 1 # x: {form}\nd: {scalar}\n",
+            # A ': ' that a quoted scalar ends with, the pattern's quotes around what follows.
+            f'l: ["a: ", {scalar}, "\n  b"]\n',
+            f"l: ['a: ', {scalar}, '\n  b']\n",
+            f'"a: ": {scalar} "\n',
+        ]
+    return texts
+
+
+@pytest.mark.parametrize("scalar", STRING_VALUE_CASES)
+def test_masked_string_values_hide_no_scalar_that_reads_differently(scalar: str) -> None:
+    """After many kubectl objects the quoted values and UIDs are masked before the pre-filter:
+    every file still reads as the pure-Python loader reads it."""
+    prefix = _kubectl_objects(20)
+    assert decode._flagged_lines(prefix.encode()[: decode._PROBE_BYTES], decode._FEW_HITS) is None
+    for shape in _string_value_texts(scalar):
+        text = f"{prefix}---\n{shape}"
+        ours, today = _both(text)
+        assert ours == today, shape
+
+
+def test_quoted_timestamps_and_uids_do_not_trip_the_pre_filter() -> None:
+    """kubectl's ``creationTimestamp: "..."`` and ``uid: ...`` lines are masked: only the first
+    and the last line are split and matched, and the file takes the compiled path."""
+    text = _kubectl_objects(500)
+    masked = decode._STRING_VALUES.sub(b': ""', text.encode())
+    assert decode._flagged_lines(masked) == {(0, 3), (len(masked), len(masked))}
+    assert decode.compiled_documents(text) is not None
+    # A plain scalar that reads differently still takes PyYAML, after them as before them.
+    for scalar in ("yes", "0777", "1e3", "1:20"):
+        assert decode.compiled_documents(f"{text}---\nk: {scalar}\n") is None
+        assert decode.compiled_documents(f"{text}---\nk: [{scalar}]\n") is None
+
+
+def test_the_masked_pre_filter_reads_random_texts_as_unmasked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Texts of tricky scalars, quotes and ': ' in every position after many kubectl objects
+    (the values masked): each reads as it does with nothing masked (whose readings the tests
+    above hold to the pure-Python loader's)."""
+    rng = random.Random(2424)
+    prefix = _kubectl_objects(20)
+    pieces = [*TRICKY, "x", "a1", "k", ": ", ":", ",", "[", "]", "{", "}", '"', "'", '"', "'"]
+    pieces += [" ", " ", "\n", "\n  ", "- ", "#", ": '", ': "', "' ", '" ', "\n---\n"]
+    pieces += ["6b6e1c7a-2e2f-4d1a-9a3b-0242ac120002", "2026-01-01T00:00:00Z"]
+    texts = [
+        f"{prefix}---\n{''.join(rng.choice(pieces) for _ in range(rng.randint(1, 10)))}\n"
+        for _ in range(1500)
+    ]
+    masked = [_ours(text) for text in texts]
+    monkeypatch.setattr(decode, "_PROBE_BYTES", 0)  # an empty probe: nothing is masked
+    assert decode._flagged_lines(b"", decode._FEW_HITS) is not None
+    for text, ours in zip(texts, masked, strict=True):
+        assert ours == _ours(text), repr(text[len(prefix) :])
