@@ -467,12 +467,14 @@ class FamilyPlanner:
             else []
         )
         # A port of a ClusterIP-only, random-choice, Cluster-policy Service (most ports) takes
-        # the short way: the same operations as _port's, without what it does not use.
+        # the short way: the same operations as _port's, without what it does not use. Only
+        # with no external or LoadBalancer address in any family: one of the other family's
+        # makes the Service externally reachable, so its Local policy applies here too.
         plain = (
             self.plain
             and not self.counters
-            and not ext
-            and not lbs
+            and not svc.external_ips
+            and not svc.load_balancer_ips
             and svc.affinity_timeout is None
             and not svc.internal_policy_local
             and (svc.load_balancing or self.lb) is _RANDOM
@@ -571,8 +573,9 @@ class FamilyPlanner:
         backends: Sequence[Backend],
         eps: Sequence[Endpoint],
     ) -> PortPart:
-        """``categorize`` and ``_port`` of a port that has only its ClusterIP as frontend,
-        random choice and the Cluster policy for it: the same operations in the same order
+        """``categorize`` and ``_port`` of a port that has only its ClusterIP as frontend (of a
+        Service with no external or LoadBalancer address in either family), random choice and
+        the Cluster policy for it: the same operations in the same order
         (tests/unit/test_planner_plain.py plans both ways and compares)."""
         ref, port = sp.ref, sp.port
         key = (cip, _L4[ref.protocol], port)

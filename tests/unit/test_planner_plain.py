@@ -21,7 +21,8 @@ from tests.world import config, world
 def _edges() -> ClusterSnapshot:
     """Plain ports at their edges: no endpoints, none ready, serving-terminating ones,
     topology hints, duplicate addresses over two slices, named target ports, dual-stack,
-    a port beside a node port, a Local external policy on a ClusterIP Service."""
+    a port beside a node port, a Local external policy on a ClusterIP Service, and on Services
+    reachable from outside only by the other family's address."""
     s, e, sl, p = service, endpoint, eps_slice, port
     svcs = [
         s("a", "empty", "172.30.1.1"),
@@ -47,6 +48,24 @@ def _edges() -> ClusterSnapshot:
         s("a", "unsorted", "172.30.1.11"),
         s("a", "onehinted", "172.30.1.12"),
         s("a", "onezoned", "172.30.1.13"),
+        # Externally reachable only through the other family's address: Local policy still
+        # applies to this family's endpoints (its local set, the health check's count).
+        s(
+            "a",
+            "extother",
+            "172.30.1.14",
+            external_ips=["fd00:1::14"],
+            external_policy_local=True,
+            health_check_node_port=31001,
+        ),
+        s(
+            "a",
+            "lbother",
+            ["172.30.1.15", "fd00:172:30::15"],
+            load_balancer_ips=["192.0.2.15"],
+            external_policy_local=True,
+            health_check_node_port=31002,
+        ),
     ]
     slices = [
         sl("a", "unready", [e("10.1.0.1", ready=False, serving=False)]),
@@ -79,6 +98,12 @@ def _edges() -> ClusterSnapshot:
         sl("a", "unsorted", [e("10.1.0.17"), e("10.1.0.16"), e("10.1.0.17")]),
         sl("a", "onehinted", [e("10.1.0.18", hints_nodes=["elsewhere"])]),
         sl("a", "onezoned", [e("10.1.0.19", hints_zones=["zone-b"])]),
+        sl(
+            "a",
+            "extother",
+            [e("10.1.0.20", NODE, ready=False, terminating=True), e("10.1.0.21")],
+        ),
+        sl("a", "lbother", [e("fd00:10::22", NODE), e("fd00:10::23")]),
     ]
     return snapshot(svcs, slices, node=node())
 
