@@ -13,7 +13,11 @@ A census holds the process's RSS and peak (``/proc/self/status``), its threads, 
 allocator holds (``sys._debugmallocstats``' totals: arenas, the bytes in used blocks, the free
 ones; only while nothing is traced, as tracing wraps that allocator), the traced bytes by
 source line and file, and the objects the cyclic GC tracks by type (the frozen ones, what the
-first sync built, are not among them). It only reads.
+first sync built, are not among them). It only reads, but for the moment it takes the
+allocator's totals, when stderr (the log) is put aside (:func:`_pymalloc`).
+
+A census that cannot be written (the prefix's directory missing, not writable, full) is
+logged by the daemon and does not stop it.
 """
 
 from __future__ import annotations
@@ -43,10 +47,25 @@ def start() -> bool:
         return False
     import tracemalloc  # here: its imports (pickle among them) cost a daemon without censuses
 
-    frames = int(os.environ.get(FRAMES_ENV) or 1)
+    frames = frames_wanted()
     if frames > 0 and not tracemalloc.is_tracing():
         tracemalloc.start(frames)
     return True
+
+
+MAX_FRAMES = 100
+"""The deepest traceback traced (``tracemalloc`` takes up to 65535; deeper costs far more)."""
+
+
+def frames_wanted() -> int:
+    """``NLPROXY_CENSUS_FRAMES`` as a number of frames, 0 to ``MAX_FRAMES`` (1 when unset,
+    and when it is not such a number: a diagnostic setting never stops the daemon)."""
+    raw = os.environ.get(FRAMES_ENV) or "1"
+    try:
+        frames = int(raw)
+    except ValueError:
+        return 1
+    return frames if 0 <= frames <= MAX_FRAMES else 1
 
 
 def write(name: str, limit: int = 40) -> Path | None:
@@ -64,7 +83,7 @@ def take(limit: int = 40) -> dict[str, Any]:
     import tracemalloc
 
     out: dict[str, Any] = {"status_kb": _status(), "threads": threading.active_count()}
-    out["pymalloc"] = _pymalloc()
+    out["pymalloc"] = {} if tracemalloc.is_tracing() else _pymalloc()
     if tracemalloc.is_tracing():
         current, peak = tracemalloc.get_traced_memory()
         out["traced_mb"] = round(current / 1e6, 1)
@@ -103,8 +122,9 @@ _TOTALS = re.compile(
 
 def _pymalloc() -> dict[str, int]:
     """The totals of Python's small-object allocator, as ``sys._debugmallocstats`` prints them
-    (to the C library's stderr only, so read through a file put in its place for the call);
-    empty while ``tracemalloc`` traces (it prints nothing then)."""
+    (to the C library's stderr only, so read through a file put in its place for the call:
+    whatever another thread writes to stderr meanwhile goes there too and is lost). Not taken
+    while ``tracemalloc`` traces (it prints nothing then)."""
     import tempfile
 
     with tempfile.TemporaryFile() as tmp:

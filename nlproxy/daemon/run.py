@@ -330,7 +330,11 @@ class Daemon:
     async def _census(self, name: str) -> None:
         """Write a heap census (``census.py``) in a worker thread, when censuses are on."""
         if census.prefix() is not None:
-            path = await trio.to_thread.run_sync(census.write, name)
+            try:
+                path = await trio.to_thread.run_sync(census.write, name)
+            except OSError as exc:  # a diagnostic must never stop the proxy
+                self.log.warning("daemon.census_failed", name=name, error=str(exc))
+                return
             self.log.info("daemon.census", path=str(path))
 
     def log_start(self) -> None:

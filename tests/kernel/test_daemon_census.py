@@ -39,3 +39,20 @@ def test_census_after_the_first_sync_and_on_sigusr1(
         assert json.loads(again.read_text())["gc_objects"] > 0
         assert proc.proc.poll() is None
         assert answered_by(testbed, VIP_A, 4) == {"pod-a"}
+
+
+def test_a_census_that_cannot_be_written_is_logged_and_the_daemon_goes_on(
+    testbed: Testbed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NLPROXY_CENSUS", str(tmp_path / "no-such-dir" / "census"))
+    monkeypatch.setenv("NLPROXY_CENSUS_FRAMES", "lots")  # not a number: one frame
+    manifests = publish(tmp_path / "m", objects(testbed, ["pod-a"]))
+    with daemon(testbed, manifests) as proc:
+        wait_until(lambda: proc.events("daemon.census_failed"), 10, "the failed census logged")
+        (failed,) = proc.events("daemon.census_failed")
+        assert failed["name"] == "first_sync"
+        assert "no-such-dir" in failed["error"]
+        proc.proc.send_signal(signal.SIGUSR1)
+        wait_until(lambda: len(proc.events("daemon.census_failed")) == 2, 10, "on SIGUSR1 too")
+        assert proc.proc.poll() is None
+        assert answered_by(testbed, VIP_A, 4) == {"pod-a"}

@@ -64,3 +64,13 @@ def test_untraced_census_has_the_allocators_totals(
     assert "by_line" not in data
     assert "traced_mb" not in data
     assert len(held) == 100_000
+
+
+@pytest.mark.parametrize(
+    ("raw", "frames"), [("", 1), ("0", 0), ("5", 5), ("x", 1), ("-2", 1), ("70000", 1)]
+)
+def test_frames_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, raw: str, frames: int
+) -> None:
+    monkeypatch.setenv(census.FRAMES_ENV, raw)
+    assert census.frames_wanted() == frames
