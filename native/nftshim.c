@@ -63,8 +63,8 @@ void nls_buf_reset(struct nls_buf *b)
 }
 
 /* Room for ``extra`` more bytes at b->len, zeroed (see nls_buf_new): the bytes past b->len
- * were never written (each message ends at the b->len it advances to), so only those never
- * zeroed yet are. */
+ * were never written (each message ends at the b->len it advances to, and a put that fails
+ * part way is rolled back: nls_rollback), so only those never zeroed yet are. */
 static int nls_reserve(struct nls_buf *b, size_t extra)
 {
 	size_t need = b->len + extra;
@@ -85,6 +85,16 @@ static int nls_reserve(struct nls_buf *b, size_t extra)
 		b->zeroed = need;
 	}
 	return 0;
+}
+
+/* Undo a put that failed part way: b->len back to ``start`` and every byte past it zeroed
+ * again, as nls_reserve expects; returns ``err``. */
+static long nls_rollback(struct nls_buf *b, size_t start, long err)
+{
+	if (b->zeroed > start)
+		memset(b->data + start, 0, b->zeroed - start);
+	b->len = start;
+	return err;
 }
 
 int nls_put_batch_begin(struct nls_buf *b, uint32_t seq)
@@ -133,7 +143,7 @@ long nls_put_obj(struct nls_buf *b, int kind, uint16_t msg, uint16_t family, uin
 		nftnl_set_nlmsg_build_payload(nlh, (struct nftnl_set *)obj);
 		break;
 	default:
-		return -EINVAL;
+		return nls_rollback(b, off, -EINVAL);
 	}
 	b->len += NLMSG_ALIGN(nlh->nlmsg_len);
 	return (long)off;
@@ -229,27 +239,29 @@ static struct nlmsghdr *nls_elem_msg(struct nls_buf *b, uint32_t seq, const stru
 
 int nls_put_elems(struct nls_buf *b, uint32_t seq, const struct nls_elems *e)
 {
-	struct nlmsghdr *nlh = nls_elem_msg(b, seq, e);
+	size_t start = b->len;
+	struct nlmsghdr *nlh;
 	struct nlattr *list = NULL;
 	size_t list_start = 0;
 	int msgs = 1;
 	uint32_t i;
 
-	if (!nlh)
-		return -ENOMEM;
 	if (e->max_bytes == 0 || e->max_bytes > 65000)
 		return -EINVAL;
+	nlh = nls_elem_msg(b, seq, e);
+	if (!nlh)
+		return (int)nls_rollback(b, start, -ENOMEM);
 	for (i = 0; i < e->count; i++) {
 		size_t need = nls_elem_size(e, i);
 
 		if (need > e->max_bytes)
-			return -EMSGSIZE;
+			return (int)nls_rollback(b, start, -EMSGSIZE);
 		if (list && nlh->nlmsg_len - list_start + need > e->max_bytes) {
 			mnl_attr_nest_end(nlh, list);
 			b->len += NLMSG_ALIGN(nlh->nlmsg_len);
 			nlh = nls_elem_msg(b, seq + msgs, e);
 			if (!nlh)
-				return -ENOMEM;
+				return (int)nls_rollback(b, start, -ENOMEM);
 			msgs++;
 			list = NULL;
 		}
