@@ -176,6 +176,10 @@ class Store:
             self.compacted = self.rv
             self.history.clear()
             self.snapshots.clear()
+            # Encodings made for pages of older versions (a continue token's snapshot) are of
+            # objects no longer stored: nothing serves them now.
+            live = {id(o) for objs in self.objects.values() for o in objs.values()}
+            self.encoded = {k: v for k, v in self.encoded.items() if k in live}
             self.cond.notify_all()
 
     def events_after(self, rv: int) -> list[Event]:

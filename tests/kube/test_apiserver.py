@@ -170,3 +170,20 @@ def test_list_pages_are_the_objects_as_stored_now(apiserver: ApiServer) -> None:
         assert body == json.dumps(whole).encode()
     assert [i["metadata"]["name"] for i in json.loads(body)["items"]] == ["svc-00", "svc-01"]
     assert json.loads(body)["items"][1]["metadata"]["labels"] == {"a": "b"}
+
+
+def test_compaction_drops_the_encodings_of_objects_no_longer_stored(apiserver: ApiServer) -> None:
+    """A page of an older version (a continue token's snapshot) encodes objects replaced since;
+    after a compaction nothing can serve them, and their encodings go."""
+    fill(apiserver, 2)
+    store = apiserver.store
+    old = store.objects["services"][("default", "svc-00")]
+    store.item_json(old)
+    store.put("services", service("svc-00", cluster_ip="10.96.1.1"))
+    store.item_json(old)  # as a page of the older snapshot would
+    assert id(old) in store.encoded
+    now = store.objects["services"][("default", "svc-00")]
+    store.item_json(now)
+    store.compact()
+    assert id(old) not in store.encoded
+    assert id(now) in store.encoded
