@@ -339,30 +339,28 @@ def _memo_reset() -> None:
 _memo_reset()
 
 
-def _namespace(namespace: str | None) -> str:
-    """A valid namespace, shared ("default" when unset); ``_NotPlain`` if it is not one."""
-    shared = _NAMESPACES.get(namespace)
+def _label(memo: dict[str | None, str], value: str | None) -> str:
+    """``value`` as the one shared copy in ``memo`` (its default when unset) once checked to be
+    a DNS label; ``_NotPlain`` if it is not one (the parser names what is wrong)."""
+    shared = memo.get(value)
     if shared is not None:
         return shared
-    if type(namespace) is not str or not parse._DNS_LABEL.fullmatch(namespace):
+    if type(value) is not str or not parse._DNS_LABEL.fullmatch(value):
         raise _NotPlain
-    if len(_NAMESPACES) >= _MEMO_LIMIT:
+    if len(memo) >= _MEMO_LIMIT:
         _memo_reset()
-    shared = _NAMESPACES[namespace] = sys.intern(namespace)
+    shared = memo[value] = sys.intern(value)
     return shared
+
+
+def _namespace(namespace: str | None) -> str:
+    """A valid namespace, shared ("default" when unset); ``_NotPlain`` if it is not one."""
+    return _label(_NAMESPACES, namespace)
 
 
 def _port_name_of(name: str | None) -> str:
     """A valid port name (a DNS label, or empty), shared; ``_NotPlain`` if it is not one."""
-    shared = _PORT_NAMES.get(name)
-    if shared is not None:
-        return shared
-    if type(name) is not str or not parse._DNS_LABEL.fullmatch(name):
-        raise _NotPlain
-    if len(_PORT_NAMES) >= _MEMO_LIMIT:
-        _memo_reset()
-    shared = _PORT_NAMES[name] = sys.intern(name)
-    return shared
+    return _label(_PORT_NAMES, name)
 
 
 _SERVICE_NAME = parse._NAMES["Service"]
