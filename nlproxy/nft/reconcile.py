@@ -360,20 +360,25 @@ def ops_for_delta(delta: Delta, programmed: Ruleset) -> list[Operation] | None:
         if s is None or s.flags & SetFlag.EVAL:
             continue  # the set goes (with its elements), or the data path owns them
         have_el = programmed.elements.get(set_name, {}).get(key)
-        if have_el is not None and (
-            want_el is None or (want_el.value, want_el.comment) != (have_el.value, have_el.comment)
-        ):
-            ph.del_elements.append(Operation(Verb.DELETE, have_el))
-        if want_el is not None and (
-            have_el is None or (want_el.value, want_el.comment) != (have_el.value, have_el.comment)
-        ):
-            ph.add_elements.append(Operation(Verb.ADD, want_el))
+        _element_change(have_el, want_el, ph)
     for set_name, changes in delta.packed.items():
         s = _desired_set(delta, programmed, set_name)
         if s is None or s.flags & SetFlag.EVAL or not changes:
             continue
         _packed_delta_ops(set_name, s, changes, programmed, ph)
     return ph.ordered()
+
+
+def _element_change(have: Element | None, want: Element | None, ph: _Phases) -> None:
+    """What turns the programmed element ``have`` into the planned ``want`` (None: absent):
+    a delete of the one, an add of the other, each only when value or comment differ."""
+    differ = (
+        have is None or want is None or (want.value, want.comment) != (have.value, have.comment)
+    )
+    if differ and have is not None:
+        ph.del_elements.append(Operation(Verb.DELETE, have))
+    if differ and want is not None:
+        ph.add_elements.append(Operation(Verb.ADD, want))
 
 
 def _packed_delta_ops(
@@ -426,14 +431,7 @@ def _unpacked_ops(
     for k, (_, data) in changes.items():
         want_el = None if data is None else store.element(k, data)
         have_el = have.get(store.decode_key(k))
-        if have_el is not None and (
-            want_el is None or (want_el.value, want_el.comment) != (have_el.value, have_el.comment)
-        ):
-            ph.del_elements.append(Operation(Verb.DELETE, have_el))
-        if want_el is not None and (
-            have_el is None or (want_el.value, want_el.comment) != (have_el.value, have_el.comment)
-        ):
-            ph.add_elements.append(Operation(Verb.ADD, want_el))
+        _element_change(have_el, want_el, ph)
 
 
 def _users_listed(recreated: set[str], delta: Delta, programmed: Ruleset) -> bool:
