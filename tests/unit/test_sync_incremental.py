@@ -23,6 +23,7 @@ from nlproxy.cluster.model import (
 )
 from nlproxy.conntrack.kernel import programmed_frontends, stale_flow_filters
 from nlproxy.nft.ir import Family, SetFlag
+from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.reconcile import Delta, ops_for_delta
 from nlproxy.proxy.incremental import REPLAN_SHARE, attach, changed_services, plan_update
 from nlproxy.proxy.planner import plan
@@ -136,6 +137,37 @@ def test_one_endpoint_change_touches_a_few_elements() -> None:
         *[("add", "Rule")] * 2,  # nodeport-1: mark for masquerade, dnat
     ]
     check_ops(deltas[Family.IP], programmed, plan(state.snapshot(), CONFIG).rulesets[Family.IP])
+
+
+@pytest.mark.parametrize("foreign_comment", [False, True])
+def test_a_packed_delta_against_a_cache_held_unpacked(foreign_comment: bool) -> None:
+    """After a read-back the cache holds a packed map's elements one by one; a delta's
+    packed changes are compared with them (repacked as bytes, or, when an element carries
+    what bytes cannot hold, such as another writer's comment, element by element) and
+    leave what the full diff leaves."""
+    state, _ = small()
+    snap = state.snapshot()
+    live = plan(snap, CONFIG)
+    assert attach(live, snap)
+    packed = as_programmed(live.rulesets[Family.IP])
+    elements = {
+        name: dict(els.items()) if isinstance(els, PackedElements) else els
+        for name, els in packed.elements.items()
+    }
+    sl = eps_slice("a", "web", [endpoint("10.0.0.1")], [("p80", 8080, "TCP")])
+    changed = state.apply([upsert(sl)])
+    live, deltas = plan_update(live, state.snapshot(), CONFIG, changed)
+    assert deltas is not None
+    (key,) = deltas[Family.IP].packed["backends"]  # the backend at index 1, gone
+    if foreign_comment:
+        store = packed.elements["backends"]
+        assert isinstance(store, PackedElements)
+        gone = store.decode_key(key)
+        elements["backends"][gone] = msgspec.structs.replace(
+            elements["backends"][gone], comment="theirs"
+        )
+    unpacked = replace(packed, elements=elements)
+    check_ops(deltas[Family.IP], unpacked, plan(state.snapshot(), CONFIG).rulesets[Family.IP])
 
 
 def test_config_change_plans_afresh() -> None:
