@@ -58,9 +58,10 @@ _STATIC_SETS = frozenset({n.CLUSTER_CIDRS, n.SERVICE_CIDRS, n.NODEPORT_IPS, n.HA
 REPLAN_SHARE = 1.0
 """From this share of the services changed on, the plan is made afresh and compared with the
 last one instead of updated in place. Measured at 10k Services x 10 endpoints
-(``bench/bench_burst.py``, CPU seconds replanned / in place): 2.5 at 10% changed, 1.2 at 50%,
-0.95-1.03 at 90-100%; a fresh plan also holds two plans at once. So only when every service
-changed."""
+(``bench/bench_burst.py``, CPU seconds afresh / in place): 2.5 at 10% changed, 1.2 at 50%,
+1.0-1.03 at 90-100% (one earlier run: 0.95 at 100%); a fresh plan also holds two plans at
+once. So only when every service changed, where the two cost the same and a fresh plan sheds
+whatever an in-place history left behind (dictionary order, scratch tables)."""
 _ip_int = attrgetter("_ip")
 """An address's int, without a Python-level call (as the planner packs hairpin pairs)."""
 _TCP = int(L4Proto.TCP)
