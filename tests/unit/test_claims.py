@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import ipaddress
 import random
-from ipaddress import ip_network
+from ipaddress import IPv4Network, ip_network
 
 import pytest
 
+from nlproxy.cluster.claims import Claims
 from nlproxy.cluster.model import Delete, ObjectRef, Service, ServiceCIDR, ServiceKey, Upsert
 from nlproxy.cluster.state import ClusterState
 from tests.unit.builders import port, service
@@ -250,6 +251,47 @@ def test_batches_of_mostly_plain_services_equal_a_fresh_state(seed: int) -> None
         fresh.apply([up(s) for s in current.values()])
         assert dict(state.snapshot().services) == dict(fresh.snapshot().services)
         assert state.refused == fresh.refused
+
+
+def _history(seed: int) -> tuple[tuple[IPv4Network, ...], list[list[Upsert | Delete]]]:
+    rng = random.Random(seed)
+    ranges = (IPv4Network("10.96.0.0/16"),) if seed % 2 else ()
+    batches: list[list[Upsert | Delete]] = []
+    current: dict[ServiceKey, Service] = {}
+    for _ in range(15):
+        batch: list[Upsert | Delete] = []
+        for _ in range(rng.randint(1, 6)):
+            i = rng.randint(0, 15)
+            if rng.random() < 0.2 and current:
+                batch.append(gone(current.pop(rng.choice(sorted(current, key=str)))))
+            else:
+                svc = _plain_or_not(rng, i)
+                current[svc.key] = svc
+                batch.append(up(svc))
+        batches.append(batch)
+    return ranges, batches
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_fast_claims_decide_as_the_general_ones(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batch by batch, the same services changed, the same view and the same refusals with the
+    plain Services' short ways as with every Service decided the general way."""
+    ranges, batches = _history(seed)
+
+    def run() -> list[object]:
+        state = ClusterState("n1", service_cidrs=ranges)
+        out: list[object] = []
+        for batch in batches:
+            changed = state.apply(batch)
+            out.append((sorted(map(str, changed)), dict(state.snapshot().services), state.refused))
+        return out
+
+    fast = run()
+    monkeypatch.setattr(Claims, "_plain", lambda self, svc: False)
+    monkeypatch.setattr(Claims, "_plain_alone", lambda self, svc: False)
+    assert run() == fast
 
 
 def test_many_services_on_one_cluster_ip_the_oldest_holds_it_and_the_next_one_follows() -> None:
