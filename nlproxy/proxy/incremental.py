@@ -31,15 +31,14 @@ from operator import attrgetter
 from typing import cast
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey, ServicePortRef
-from nlproxy.nft.ir import Chain, Element, Family, L4Proto, Map, Rule, Ruleset, Value
+from nlproxy.nft.ir import Chain, Element, Family, Map, Rule, Ruleset, Value
 from nlproxy.nft.ir import Set as NftSet
 from nlproxy.nft.packed import PackedElements
-from nlproxy.nft.reconcile import ChainState, Delta, ElementId, PackedChanges
+from nlproxy.nft.reconcile import ChainState, Delta, ElementId
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.changes import changed_since
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.fragments import Ensure, Fill, Fragment, ensure_chain, packed
-from nlproxy.proxy.layout import SHAPES, delta_frontends
 from nlproxy.proxy.planner import (
     FamilyPlanner,
     Plan,
@@ -64,9 +63,6 @@ once. So only when every service changed, where the two cost the same and a fres
 whatever an in-place history left behind (dictionary order, scratch tables)."""
 _ip_int = attrgetter("_ip")
 """An address's int, without a Python-level call (as the planner packs hairpin pairs)."""
-_TCP = int(L4Proto.TCP)
-_AFFINITY_ENDPOINT = f"{n.AFFINITY_ENDPOINT}-"
-_BALANCED = tuple(f"{role}-" for role in n.BALANCED_MAPS)
 
 
 @dataclass(slots=True)
@@ -681,79 +677,3 @@ def _update_ports(prev: Plan, keys: list[ServiceKey], old_refs: set[ServicePortR
         del prev.ports[ref]
     for ref, p in parts.items():
         prev.ports[ref] = merge_parts(ref, p)
-
-
-def flow_frontends(
-    deltas: Mapping[Family, Delta], rulesets: Mapping[Family, Ruleset], *, flush_tcp: bool
-) -> tuple[list[Ruleset], list[Ruleset]]:
-    """``layout.delta_frontends`` of the frontends whose flows a change can leave stale.
-
-    Those of TCP frontends are only deleted with ``flush_tcp`` (``stale_flow_filters``), so
-    without it their elements are left out before anything is decoded; the packed backends
-    changes of the others are decoded into the elements ``delta_frontends`` reads. The
-    filters found from the result are those found from the whole deltas.
-    """
-    return delta_frontends(
-        {f: _for_flows(d, rulesets[f], flush_tcp) for f, d in deltas.items()}, rulesets
-    )
-
-
-def _for_flows(delta: Delta, rs: Ruleset, flush_tcp: bool) -> Delta:
-    out = Delta(chains=dict(delta.chains), sets=dict(delta.sets))
-    widths = {shape.dispatch: shape.width for shape in SHAPES}
-    widths.update((shape.backends, shape.width) for shape in SHAPES)
-    dispatch = {shape.dispatch for shape in SHAPES}
-    refs: set[str] = set()
-    for ident, pair in delta.elements.items():
-        width = widths.get(ident[0])
-        if width is None or flush_tcp or ident[1][width - 2] != _TCP:
-            out.elements[ident] = pair
-            if ident[0] in dispatch:
-                refs.update(el.comment for el in pair if el is not None and el.comment)
-    if refs:
-        _own_backends(out, rs, refs)
-    for name, changes in delta.packed.items():
-        width = widths.get(name)
-        store = rs.elements.get(name)
-        if width is not None and isinstance(store, PackedElements):
-            out.elements.update(_decoded(name, store, changes, width, flush_tcp))
-    return out
-
-
-def _own_backends(out: Delta, rs: Ruleset, refs: set[str]) -> None:
-    """List in ``out``, unchanged, the endpoint chains (ClientIP affinity) and maps (round
-    robin, consistent hashing) of the service ports ``refs``, which hold their frontends'
-    backends: a frontend that comes or goes with them unchanged (a Service's addresses
-    changed, not its endpoints) still had or has those backends."""
-    for name, chain in rs.chains.items():
-        if chain.comment in refs and name.startswith(_AFFINITY_ENDPOINT) and name not in out.chains:
-            state = _chain_state(rs, name)
-            out.chains[name] = (state, state)
-    for name, s in rs.sets.items():
-        if s.comment in refs and name.startswith(_BALANCED) and name not in out.sets:
-            out.sets[name] = (s, s)
-
-
-def _decoded(
-    name: str, store: PackedElements, changes: PackedChanges, width: int, flush_tcp: bool
-) -> Iterable[tuple[ElementId, tuple[Element | None, Element | None]]]:
-    """The changes of a frontend-keyed packed map as elements, less TCP frontends' unless
-    ``flush_tcp`` (each frontend's key decoded once when the key ends in its index)."""
-    keep: dict[bytes, bool] = {}
-    indexed = len(store.set.key) == width + 1
-    for k, (b, a) in changes.items():
-        head = k[:-4] if indexed else k
-        wanted = keep.get(head)
-        key: tuple[Value, ...] | None = None
-        if wanted is None:
-            key = store.decode_key(k)
-            wanted = keep[head] = flush_tcp or key[width - 2] != _TCP
-        if wanted:
-            key = key or store.decode_key(k)
-            yield (
-                (name, key),
-                (
-                    None if b is None else store.element(k, b),
-                    None if a is None else store.element(k, a),
-                ),
-            )

@@ -39,8 +39,8 @@ from nlproxy.nft.reconcile import Delta, advance, count_ops, diff, ops_for_delta
 from nlproxy.nft.tables import Tables
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.proxy.incremental import attach, flow_frontends, plan_update
-from nlproxy.proxy.layout import Programmed, udp_only
+from nlproxy.proxy.incremental import attach, plan_update
+from nlproxy.proxy.layout import Programmed, flow_frontends, udp_only
 from nlproxy.proxy.planner import Plan, gc_paused, plan, plan_slot_token
 from nlproxy.proxy.slots import with_slots
 from nlproxy.sync.balancing import BalancingGuard

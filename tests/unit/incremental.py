@@ -30,7 +30,7 @@ from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.reconcile import Delta, advance, diff, ops_for_delta
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.proxy.incremental import flow_frontends
+from nlproxy.proxy.layout import flow_frontends
 from nlproxy.proxy.planner import Plan, plan
 from nlproxy.sync.syncer import as_programmed
 from tests.unit.builders import NODE, OTHER_NODE, endpoint, eps_slice, node, port, service, upsert
