@@ -643,26 +643,15 @@ def _slice_or_raise(obj: Any) -> Upsert | Skip:
     ports = _slice_ports(obj.ports)
     endpoints = _endpoints(obj.endpoints, family)
     service = ServiceKey(namespace=namespace, name=service_name)
-    when = parse._trigger_time(trigger) if trigger else None
-    if when is None:  # each keyword costs: the default left out
-        eps = EndpointSlice(
-            namespace=namespace,
-            name=ref.name,
-            service=service,
-            family=family,
-            ports=ports,
-            endpoints=endpoints,
-        )
-    else:
-        eps = EndpointSlice(
-            namespace=namespace,
-            name=ref.name,
-            service=service,
-            family=family,
-            ports=ports,
-            endpoints=endpoints,
-            last_change_trigger_time=when,
-        )
+    eps = EndpointSlice(
+        namespace=namespace,
+        name=ref.name,
+        service=service,
+        family=family,
+        ports=ports,
+        endpoints=endpoints,
+        last_change_trigger_time=parse._trigger_time(trigger) if trigger else None,
+    )
     return Upsert(ref=ref, obj=eps)
 
 
