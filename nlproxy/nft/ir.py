@@ -103,10 +103,6 @@ class Chain:
     policy: Policy | None = None
     comment: str = ""
 
-    @property
-    def is_base(self) -> bool:
-        return self.hook is not None
-
 
 class DataType(enum.Enum):
     """nft datatypes used in set keys and map data: (nft type id, length in bytes).
