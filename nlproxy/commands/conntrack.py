@@ -22,7 +22,7 @@ EXIT_USAGE = 2
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["list", "flush"], help="show or delete the flows")
     parser.add_argument("--dst", type=ip_address, help="original destination address")
-    parser.add_argument("--dport", type=int, help="original destination port")
+    parser.add_argument("--dport", type=_port, help="original destination port (1-65535)")
     parser.add_argument("--proto", choices=["tcp", "udp", "sctp"], help="layer-4 protocol")
     parser.add_argument("--endpoint", type=ip_address, help="reply source: the backend")
     parser.add_argument(
@@ -37,6 +37,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "un-NATed UDP flows to a frontend that has backends now (UDP and SCTP unless --proto)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _port(text: str) -> int:
+    """A destination port as ``--dport`` takes it: 1..65535 (no flow has port 0 as its
+    destination, and the kernel's filter would silently match nothing past 65535)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not in 1..65535")
+    return port
 
 
 def run(args: argparse.Namespace) -> int:

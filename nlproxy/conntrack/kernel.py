@@ -296,7 +296,7 @@ class Conntrack:
                         _ended(end)
                         break
             except OSError as exc:
-                raise ConntrackError(str(kflt), f"dump: {exc.strerror}") from exc
+                raise ConntrackError(str(kflt), _failed("dump", exc.errno, exc.strerror)) from exc
 
     def _scan(self, p: Pass) -> Iterator[Flow]:
         match = p.matcher()
@@ -317,7 +317,7 @@ class Conntrack:
                         _ended(end)
                         break
             except OSError as exc:
-                raise ConntrackError(str(kflt), f"dump: {exc.strerror}") from exc
+                raise ConntrackError(str(kflt), _failed("dump", exc.errno, exc.strerror)) from exc
 
     def _dumps(self, p: Pass) -> Iterator[tuple[FlowFilter, int, Iterator[bytes]]]:
         """For each family ``p`` spans: the kernel filter, the dump's sequence number and the
@@ -355,6 +355,15 @@ def _split(
     return payloads, None
 
 
+def _failed(what: str, code: int | None, reason: str | None) -> str:
+    """The reason a dump or delete failed, naming the capability when the kernel refused one:
+    ctnetlink answers a process without CAP_NET_ADMIN (in the flows' network namespace) with
+    EPERM, and "EPERM" alone does not tell an operator what to grant."""
+    if code in (errno_mod.EPERM, errno_mod.EACCES):
+        return f"{what}: {reason}: conntrack flows need CAP_NET_ADMIN (run as root)"
+    return f"{what}: {reason}"
+
+
 def _ended(code: int) -> None:
     """The end of a dump: nothing when it is done, else the kernel's error.
 
@@ -382,9 +391,9 @@ def _delete_batch(sock: NetfilterSocket, flows: Sequence[Flow]) -> int:
             elif msg.error != errno_mod.ENOENT:
                 flow = flows[msg.seq - first]
                 name = errno_mod.errorcode.get(msg.error, str(msg.error))
-                raise ConntrackError(f"flow {flow}", f"delete: {name}") from OSError(
-                    msg.error, name
-                )
+                raise ConntrackError(
+                    f"flow {flow}", _failed("delete", msg.error, name)
+                ) from OSError(msg.error, name)
     return deleted
 
 

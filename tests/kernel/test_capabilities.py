@@ -84,3 +84,11 @@ def test_without_net_admin_it_fails_cleanly(testbed: Testbed, readable_tmp: Path
     assert proc.returncode == 1, proc.stderr
     assert "Operation not permitted" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_conntrack_without_net_admin_names_the_capability(testbed: Testbed) -> None:
+    proc = as_nobody(testbed, ",+net_raw", "conntrack", "list")
+    assert proc.returncode == 1, proc.stderr
+    assert "need CAP_NET_ADMIN" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -180,6 +180,16 @@ def test_mixed_family_filter_is_a_usage_error(
     assert "mixes IPv4 and IPv6" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("port", ["0", "65536", "99999", "http"])
+def test_impossible_port_is_a_usage_error(
+    table: tuple[str, list[Flow]], capsys: pytest.CaptureFixture[str], port: str
+) -> None:
+    ns, flows = table
+    assert main(["--netns", ns, "conntrack", "flush", "--dport", port]) == 2
+    assert "argument --dport" in capsys.readouterr().err
+    assert sum(1 for _ in Conntrack(ns).list()) == len(flows)
+
+
 def test_only_stale_flows_go_among_100k_unrelated(make_netns: Callable[[str], str]) -> None:
     ns = make_netns("ct100k")
     vip, gone, kept = "10.96.5.5", "10.244.9.1", "10.244.9.2"
