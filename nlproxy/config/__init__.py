@@ -9,8 +9,11 @@ naming the field (exit status 2). Flags given on the command line override the f
 :func:`build_settings`; the daemon receives the :class:`Settings` and never sees argparse.
 
 The file is read and mapped in ``kubeproxy.py``; the values both the file and the flags give
-(:class:`DaemonConfig`, addresses, durations) are read in ``values.py``. Their public names are
-imported from here.
+(:class:`DaemonConfig`, addresses, durations) are read in ``values.py``; kube-proxy's flags beyond
+nlproxy's own options, with the readers of their values, are listed in ``flags.py``;
+``export.py`` writes the settings back as a KubeProxyConfiguration (``--write-config-to``);
+``watch.py`` turns a changed ``--config`` file into what changed, for a running daemon. Their
+public names are imported from here.
 """
 
 from __future__ import annotations
