@@ -36,8 +36,6 @@ def go_bool(text: str) -> bool:
 
 def duration(text: str) -> float:
     """A Go duration in seconds (``30s``, ``1m30s``; ``0`` alone is zero, as in Go)."""
-    if text == "0":
-        return 0.0
     try:
         return parse_duration(text, "value")
     except ConfigError:

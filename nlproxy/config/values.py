@@ -141,7 +141,9 @@ _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, 
 
 
 def parse_duration(text: object, name: str) -> float:
-    """A Go duration (``1m30s``, ``100ms``) in seconds."""
+    """A Go duration (``1m30s``, ``100ms``, or ``0`` alone, as Go reads it) in seconds."""
+    if text == "0":
+        return 0.0
     if not isinstance(text, str) or not text:
         raise ConfigError("KubeProxyConfiguration", f"{text!r} is not a duration", field=name)
     pos, total = 0, 0.0

@@ -247,7 +247,14 @@ def test_sync_period_aliases_and_the_ipvs_ones_in_ipvs_mode() -> None:
     assert not [w for w in s.daemon.warnings if "--ipvs-sync-period" in w]
 
 
-def test_logging_flags_map_onto_nlprox_logging() -> None:
+def test_a_zero_duration_is_taken_as_go_reads_it() -> None:
+    args = build_parser().parse_args(
+        [*BASE, "--iptables-min-sync-period=0", "--config-sync-period=0"]
+    )
+    assert settings(args).daemon.min_sync_period == 0.0
+
+
+def test_logging_flags_map_onto_nlproxys_logging() -> None:
     parse = build_parser().parse_args
     assert parse([*BASE, "--logging-format=text"]).log_format == "console"
     assert parse([*BASE, "--logging-format=json"]).log_format == "json"
