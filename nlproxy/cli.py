@@ -125,10 +125,13 @@ class _Formatter(argparse.HelpFormatter):
 
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose help formatter is :class:`_Formatter` unless told otherwise;
-    the commands' subparsers are made of the same class (argparse's default)."""
+    the commands' subparsers are made of the same class (argparse's default). No flag may be
+    abbreviated: ``run --manifest DIR`` is a typo, not ``--manifests`` (kube-proxy's flag
+    library takes no prefixes either)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _Formatter)
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
 

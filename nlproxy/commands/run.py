@@ -16,9 +16,17 @@ import os
 import sys
 from dataclasses import fields, replace
 from pathlib import Path
+from typing import Any
 
 from nlproxy.commands import _fastexit
 from nlproxy.config import DaemonConfig, Flags, Settings, build_settings
+from nlproxy.config.flags import (
+    KUBE_PROXY_FLAGS,
+    LOGGING_FORMATS,
+    KubeProxyFlag,
+    duration,
+    go_bool,
+)
 from nlproxy.errors import ConfigError
 
 ONCE_MMAP_THRESHOLD = 1 << 20
@@ -26,6 +34,37 @@ ONCE_MMAP_THRESHOLD = 1 << 20
 
 NAME = "run"
 HELP = "program the rules for the cluster's Services (--once: reconcile once and exit)"
+
+
+def _go_bool(text: str) -> bool:
+    try:
+        return go_bool(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _mark_bit(text: str) -> int:
+    """Checked here, so the error names the spelling given (``--iptables-masquerade-bit``)."""
+    try:
+        bit = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= bit <= 31:
+        raise argparse.ArgumentTypeError(f"{bit} is not in 0..31")
+    return bit
+
+
+def _period(text: str) -> str:
+    """A duration, checked here (so the error names the spelling given) and kept as text."""
+    try:
+        duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+_SWITCH: dict[str, Any] = {"nargs": "?", "const": True, "type": _go_bool, "metavar": "true|false"}
+"""A kube-proxy boolean flag: alone it means true, and ``--flag=false`` is taken too."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +102,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--cleanup",
-        action="store_true",
+        default=False,
+        **_SWITCH,
         help="kube-proxy's spelling of `nlproxy cleanup`: remove nlproxy's tables and exit",
     )
     parser.add_argument("--node-ip", default="", help="this node's IPs (default: from the Node)")
@@ -72,9 +112,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--nodeport-addresses", help="'primary' (the default) or CIDRs, comma-separated"
     )
-    parser.add_argument("--masquerade-bit", type=int, help="packet mark bit (default 14)")
-    parser.add_argument("--min-sync-period", help="least time between syncs (default 100ms)")
-    parser.add_argument("--sync-period", help="full verify interval (default 60s)")
+    parser.add_argument(
+        "--masquerade-bit",
+        "--iptables-masquerade-bit",
+        dest="masquerade_bit",
+        type=_mark_bit,
+        help="packet mark bit (default 14)",
+    )
+    parser.add_argument(
+        "--min-sync-period",
+        "--iptables-min-sync-period",
+        dest="min_sync_period",
+        type=_period,
+        help="least time between syncs (default 100ms)",
+    )
+    parser.add_argument(
+        "--sync-period",
+        "--iptables-sync-period",
+        dest="sync_period",
+        type=_period,
+        help="full verify interval (default 60s)",
+    )
     parser.add_argument(
         "--healthz-bind-address",
         help="host:port, or a host alone (port 10256), or '' to turn it off (default "
@@ -141,16 +199,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ct.add_argument("--conntrack-min", type=int, metavar="N", help="default 131072")
     ct.add_argument("--conntrack-tcp-timeout-established", metavar="DURATION", help="default 24h")
     ct.add_argument("--conntrack-tcp-timeout-close-wait", metavar="DURATION", help="default 1h")
-    ct.add_argument("--conntrack-tcp-be-liberal", action="store_true", default=None)
+    ct.add_argument("--conntrack-tcp-be-liberal", **_SWITCH)
     ct.add_argument("--conntrack-udp-timeout", metavar="DURATION")
     ct.add_argument("--conntrack-udp-timeout-stream", metavar="DURATION")
     parser.add_argument(
         "--init-only",
-        action="store_true",
+        default=False,
+        **_SWITCH,
         help="set the conntrack sysctls (the table size only ever raised) and exit, as "
         "kube-proxy's --init-only: the step that needs a writable /proc/sys, for a privileged "
         "init container or systemd's ExecStartPre=+; the daemon then runs with two capabilities",
     )
+    parser.add_argument(
+        "--write-config-to",
+        type=Path,
+        metavar="FILE",
+        help="write the settings this command line and --config make, as a "
+        "KubeProxyConfiguration, to FILE and exit",
+    )
+    _kube_proxy_arguments(parser)
     parser.add_argument("--once", action="store_true", help="reconcile once and exit")
     parser.add_argument(
         "--force",
@@ -158,6 +225,78 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --once: program the namespace even while another nlproxy does (it will "
         "undo what this run changes unless the manifests agree)",
     )
+
+
+class _Unused(argparse.Action):
+    """A kube-proxy flag nlproxy has no use for: its value is read (and refused as kube-proxy
+    would), and the flag is kept in ``ignored`` to be named once in a warning."""
+
+    def __init__(self, *args: object, why: str, **kwargs: object) -> None:
+        self.why = why
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        seen = dict(getattr(namespace, "ignored", ()))
+        seen[self.option_strings[0]] = self.why
+        namespace.ignored = tuple(seen.items())
+
+
+def _reader(flag: KubeProxyFlag) -> object:
+    def read(text: str) -> object:
+        try:
+            return flag.read(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    read.__name__ = flag.name  # argparse names the type in some of its messages
+    return read
+
+
+def _logging_format(text: str) -> str:
+    if text not in LOGGING_FORMATS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(LOGGING_FORMATS)}")
+    return LOGGING_FORMATS[text]
+
+
+def _kube_proxy_arguments(parser: argparse.ArgumentParser) -> None:
+    """kube-proxy's flags beyond nlproxy's own options (``config/flags.py``)."""
+    group = parser.add_argument_group(
+        "kube-proxy's flags (a kube-proxy command line runs unchanged; those nlproxy has no use "
+        "for are read and named in a warning)"
+    )
+    for flag in KUBE_PROXY_FLAGS:
+        kwargs: dict[str, object] = {"type": _reader(flag)}
+        if flag.switch:
+            kwargs.update(nargs="?", const=True, metavar="true|false")
+        else:
+            kwargs["metavar"] = flag.metavar or "VALUE"
+        if flag.dest is not None:
+            group.add_argument(flag.name, dest=flag.dest, help=flag.help, **kwargs)  # type: ignore[arg-type]
+        else:
+            group.add_argument(
+                flag.name,
+                action=_Unused,
+                why=flag.why,
+                dest="ignored",
+                default=argparse.SUPPRESS,
+                help=f"not used: {flag.why}",
+                **kwargs,  # type: ignore[arg-type]
+            )
+    group.add_argument(
+        "--logging-format",
+        dest="log_format",
+        type=_logging_format,
+        default=argparse.SUPPRESS,
+        metavar="text|json",
+        help="kube-proxy's spelling of --log-format (text: console)",
+    )
+    parser.set_defaults(ignored=())
 
 
 def settings(args: argparse.Namespace) -> Settings:
@@ -174,6 +313,11 @@ def run(args: argparse.Namespace) -> int:
     s = settings(args)
     for warning in s.daemon.warnings:
         print(f"nlproxy: warning: {warning}", file=sys.stderr)
+    if args.write_config_to is not None:
+        from nlproxy.config.export import write_kube_proxy_config
+
+        write_kube_proxy_config(s, args.write_config_to)
+        return 0
     if args.init_only:
         _set_conntrack(s.daemon, s.netns)
         return 0
@@ -187,6 +331,8 @@ def run(args: argparse.Namespace) -> int:
         if not s.once:
             from nlproxy.daemon.run import run_daemon
 
+            if s.daemon.oom_score_adj is not None:
+                _set_oom_score_adj(s.daemon.oom_score_adj)
             return run_daemon(s, prepare=lambda: _set_conntrack(s.daemon, s.netns))
         from nlproxy.daemon.memory import AllocatorSettings, tune_allocator
         from nlproxy.operate.once import run_once
@@ -201,6 +347,22 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if lock is not None:
             lock.release()
+
+
+OOM_SCORE_ADJ = Path("/proc/self/oom_score_adj")
+
+
+def _set_oom_score_adj(value: int, path: Path = OOM_SCORE_ADJ) -> None:
+    """Write the process's ``oom_score_adj``, as kube-proxy does at start; one it may not write
+    (lowering it needs CAP_SYS_RESOURCE) is a warning, as kube-proxy logs it and goes on."""
+    try:
+        path.write_text(f"{value}\n")
+    except OSError as exc:
+        print(
+            f"nlproxy: warning: --oom-score-adj: cannot set {path} to {value}: "
+            f"{exc.strerror or exc}",
+            file=sys.stderr,
+        )
 
 
 def _set_conntrack(cfg: DaemonConfig, netns_name: str | None) -> None:

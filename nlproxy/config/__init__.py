@@ -9,8 +9,11 @@ naming the field (exit status 2). Flags given on the command line override the f
 :func:`build_settings`; the daemon receives the :class:`Settings` and never sees argparse.
 
 The file is read and mapped in ``kubeproxy.py``; the values both the file and the flags give
-(:class:`DaemonConfig`, addresses, durations) are read in ``values.py``. Their public names are
-imported from here.
+(:class:`DaemonConfig`, addresses, durations) are read in ``values.py``; kube-proxy's flags beyond
+nlproxy's own options, with the readers of their values, are listed in ``flags.py``;
+``export.py`` writes the settings back as a KubeProxyConfiguration (``--write-config-to``);
+``watch.py`` turns a changed ``--config`` file into what changed, for a running daemon. Their
+public names are imported from here.
 """
 
 from __future__ import annotations
@@ -24,10 +27,13 @@ from typing import Any
 
 from nlproxy.cluster.model import IPAddress, IPNetwork, LoadBalancing
 from nlproxy.config.kubeproxy import (
+    DETECT_LOCAL_MODES,
     HONOURED,
-    IPVS_MODE_WARNING,
+    IPVS_SCHEDULERS,
     MAX_CONFIG_BYTES,
+    MODE_WARNINGS,
     load_kube_proxy_config,
+    oom_score_adj,
 )
 from nlproxy.config.values import (
     API_SERVER_ENV,
@@ -43,7 +49,7 @@ from nlproxy.config.values import (
 )
 from nlproxy.conntrack.sysctl import ConntrackConfig
 from nlproxy.errors import ConfigError
-from nlproxy.proxy.config import PRIMARY, ProxyConfig
+from nlproxy.proxy.config import INTERFACE_MODES, PRIMARY, DetectLocal, ProxyConfig
 
 __all__ = [
     "HONOURED",
@@ -111,6 +117,21 @@ class Flags:
     conntrack_udp_timeout_stream: str | None = None
     once: bool = False
     force: bool = False
+    masquerade_all: bool | None = None
+    detect_local_mode: str | None = None
+    pod_bridge_interface: str | None = None
+    pod_interface_name_prefix: str | None = None
+    kube_api_qps: float | None = None
+    kube_api_burst: int | None = None
+    oom_score_adj: int | None = None
+    ipvs_scheduler: str | None = None
+    ipvs_sync_period: str | None = None
+    ipvs_min_sync_period: str | None = None
+    healthz_port: int | None = None
+    metrics_port: int | None = None
+    ignored: tuple[tuple[str, str], ...] = ()
+    """kube-proxy flags that were given and that nlproxy has no use for, each with why: named
+    once in a warning."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,17 +210,14 @@ def daemon_config(flags: Flags) -> DaemonConfig:
     if flags.external_ip_cidrs:
         nets = _networks(flags.external_ip_cidrs, "--external-ip-cidrs")
         cfg = replace(cfg, external_ip_cidrs=tuple(str(n) for n in nets))
-    if flags.proxy_mode not in (None, "", "nftables", "ipvs"):
-        raise ConfigError(
-            "--proxy-mode", f"{flags.proxy_mode!r}: nlproxy programs nftables (use 'nftables')"
-        )
-    if flags.proxy_mode == "ipvs" and IPVS_MODE_WARNING not in cfg.warnings:
-        cfg = replace(
-            cfg, warnings=(*cfg.warnings, IPVS_MODE_WARNING.replace("mode", "--proxy-mode", 1))
-        )
+    cfg = _mode_flags(flags, cfg)
+    cfg = _kube_proxy_flags(flags, cfg)
     if flags.bind_address and flags.bind_address not in ("0.0.0.0", "::"):
         cfg = replace(cfg, node_ip=str(_addresses(flags.bind_address, "--bind-address")[0]))
+    ipvs = flags.proxy_mode == "ipvs"
     for flag, attr, text in (
+        ("--ipvs-min-sync-period", "min_sync_period", flags.ipvs_min_sync_period if ipvs else None),
+        ("--ipvs-sync-period", "sync_period", flags.ipvs_sync_period if ipvs else None),
         ("--min-sync-period", "min_sync_period", flags.min_sync_period),
         ("--sync-period", "sync_period", flags.sync_period),
     ):
@@ -215,6 +233,76 @@ def daemon_config(flags: Flags) -> DaemonConfig:
     if not 0 <= cfg.masquerade_bit <= 31:
         raise ConfigError("--masquerade-bit", f"{cfg.masquerade_bit} is not in 0..31")
     return cfg
+
+
+def _mode_flags(flags: Flags, cfg: DaemonConfig) -> DaemonConfig:
+    """``--proxy-mode``: nftables; iptables and ipvs are run in the place of, with a warning."""
+    mode = flags.proxy_mode
+    if mode not in (None, "", "nftables", *MODE_WARNINGS):
+        raise ConfigError("--proxy-mode", f"{mode!r}: nlproxy programs nftables (use 'nftables')")
+    if mode in MODE_WARNINGS:
+        warning = MODE_WARNINGS[mode].replace("mode", "--proxy-mode", 1)
+        others = [w for w in cfg.warnings if w not in MODE_WARNINGS.values()]
+        cfg = replace(cfg, warnings=(warning, *others))
+    return cfg
+
+
+def _kube_proxy_flags(flags: Flags, cfg: DaemonConfig) -> DaemonConfig:
+    """kube-proxy's flags beyond nlproxy's own: honoured where they apply, the others named."""
+    changes: dict[str, Any] = {}
+    if flags.masquerade_all is not None:
+        changes["masquerade_all"] = flags.masquerade_all
+    if flags.detect_local_mode is not None:
+        if flags.detect_local_mode not in ("", *DETECT_LOCAL_MODES):
+            raise ConfigError(
+                "--detect-local-mode",
+                f"{flags.detect_local_mode!r} is not one of {', '.join(DETECT_LOCAL_MODES)}",
+            )
+        changes["detect_local_mode"] = flags.detect_local_mode or "ClusterCIDR"
+    for attr in ("pod_bridge_interface", "pod_interface_name_prefix"):
+        value = getattr(flags, attr)
+        if value is not None:
+            changes[attr] = value
+    if flags.kube_api_burst is not None and flags.kube_api_burst < 0:
+        raise ConfigError("--kube-api-burst", f"{flags.kube_api_burst} is below 0")
+    # 0 is the client's default, as in client-go.
+    if flags.kube_api_burst:
+        changes["kube_api_burst"] = flags.kube_api_burst
+    if flags.kube_api_qps:
+        changes["kube_api_qps"] = flags.kube_api_qps
+    if flags.oom_score_adj is not None:
+        changes["oom_score_adj"] = oom_score_adj(flags.oom_score_adj, "--oom-score-adj")
+    for flag, attr, port in (
+        ("--healthz-port", "healthz_bind_address", flags.healthz_port),
+        ("--metrics-port", "metrics_bind_address", flags.metrics_port),
+    ):
+        if port is not None:  # kube-proxy: the deprecated port flag replaces the address's port
+            if not 0 <= port <= 65535:
+                raise ConfigError(flag, f"{port} is not in 0..65535")
+            host = (getattr(cfg, attr) or "0.0.0.0:0").rpartition(":")[0]
+            changes[attr] = f"{host}:{port}"
+    warnings = list(cfg.warnings)
+    if flags.ipvs_scheduler:
+        if flags.ipvs_scheduler in IPVS_SCHEDULERS:
+            changes["load_balancing"] = IPVS_SCHEDULERS[flags.ipvs_scheduler]
+        else:
+            warnings.append(
+                f"--ipvs-scheduler {flags.ipvs_scheduler!r} has no nlproxy equivalent (rr, sh and "
+                "mh do): endpoints are chosen at random"
+            )
+    if flags.proxy_mode != "ipvs":
+        for flag, given in (
+            ("--ipvs-sync-period", flags.ipvs_sync_period),
+            ("--ipvs-min-sync-period", flags.ipvs_min_sync_period),
+        ):
+            if given is not None:
+                parse_duration(given, flag)
+                warnings.append(f"{flag} is not used by nlproxy (only with --proxy-mode ipvs)")
+    warnings += [
+        f"{flag} is not used by nlproxy" + (f" ({why})" if why else "")
+        for flag, why in flags.ignored
+    ]
+    return replace(cfg, **changes, warnings=tuple(warnings))
 
 
 def _conntrack_flags(flags: Flags, ct: ConntrackConfig) -> ConntrackConfig:
@@ -238,8 +326,8 @@ def _conntrack_flags(flags: Flags, ct: ConntrackConfig) -> ConntrackConfig:
     ):  # fmt: skip
         if text is not None:
             changes[attr] = int(parse_duration(text, name))
-    if flags.conntrack_tcp_be_liberal:
-        changes["tcp_be_liberal"] = True
+    if flags.conntrack_tcp_be_liberal is not None:
+        changes["tcp_be_liberal"] = flags.conntrack_tcp_be_liberal
     return replace(ct, **changes)
 
 
@@ -259,7 +347,30 @@ def proxy_config(flags: Flags, cfg: DaemonConfig) -> ProxyConfig:
         service_counters=flags.service_counters,
         load_balancing=LoadBalancing(cfg.load_balancing),
         hash_seed=seed,
+        masquerade_all=cfg.masquerade_all,
+        **_detect_local(cfg),
     )
+
+
+def _detect_local(cfg: DaemonConfig) -> dict[str, Any]:
+    """The planner's ``detect_local`` and ``pod_interface`` from the merged file and flags.
+
+    Raises:
+        ConfigError: an interface mode without its interface, naming the flag.
+    """
+    mode = DetectLocal(cfg.detect_local_mode)
+    if mode in INTERFACE_MODES:
+        bridge = mode is DetectLocal.BRIDGE_INTERFACE
+        name = cfg.pod_bridge_interface if bridge else cfg.pod_interface_name_prefix
+        flag = "--pod-bridge-interface" if bridge else "--pod-interface-name-prefix"
+        if not name:
+            raise ConfigError(flag, f"must be given with detectLocalMode {mode}")
+        raise ConfigError(
+            "--detect-local-mode",
+            f"{mode}: telling pods apart by interface name is not programmed by nlproxy yet; "
+            "use ClusterCIDR or NodeCIDR",
+        )
+    return {"detect_local": mode}
 
 
 def _split(text: str) -> list[str]:
@@ -286,8 +397,23 @@ def _addresses(text: str, flag: str) -> tuple[IPAddress, ...]:
     return tuple(out)
 
 
+ALL = "all"
+"""``nodePortAddresses`` keyword (kube-proxy 1.37): every local address of both families."""
+LOCALHOST = "localhost"
+
+
 def _nodeport_addresses(text: str) -> tuple[str, ...]:
     parts = tuple(_split(text))
+    if LOCALHOST in parts:
+        raise ConfigError(
+            "nodePortAddresses",
+            "'localhost': NodePorts on loopback addresses need route_localnet, and nftables "
+            "mode serves none (kube-proxy's neither); remove it",
+        )
+    if ALL in parts:
+        if len(parts) > 1:
+            raise ConfigError("nodePortAddresses", "'all' must be the only entry")
+        return ("0.0.0.0/0", "::/0")
     for part in parts:
         if part != PRIMARY:
             _networks(part, "--nodeport-addresses")

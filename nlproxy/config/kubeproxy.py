@@ -122,8 +122,14 @@ HONOURED = {
     "minSyncPeriod",
     "mode",
     "detectLocalMode",
+    "detectLocal.bridgeInterface",
+    "detectLocal.interfaceNamePrefix",
     "bindAddress",
     "conntrack",
+    "clientConnection.qps",
+    "clientConnection.burst",
+    "oomScoreAdj",
+    "linux.masqueradeAll",
 }
 # Values kubeadm writes that mean "kube-proxy's default": not worth a warning.
 DEFAULTS = {
@@ -145,6 +151,16 @@ IPVS_MODE_WARNING = (
     "mode 'ipvs': nlproxy programs nftables in IPVS's place (ipvs.scheduler and ipvs "
     "sync periods carry over); remove IPVS mode's leftovers with 'nlproxy cleanup --kube-proxy'"
 )
+IPTABLES_MODE_WARNING = (
+    "mode 'iptables': nlproxy programs nftables in iptables mode's place (the iptables "
+    "section's masqueradeAll, masqueradeBit and sync periods carry over); remove iptables "
+    "mode's rules with 'nlproxy cleanup --kube-proxy'"
+)
+MODE_WARNINGS = {"ipvs": IPVS_MODE_WARNING, "iptables": IPTABLES_MODE_WARNING}
+"""The modes nlproxy runs in the place of, each with its one warning."""
+MODES = ("nftables", *MODE_WARNINGS)
+DETECT_LOCAL_MODES = ("ClusterCIDR", "NodeCIDR", "BridgeInterface", "InterfaceNamePrefix")
+"""kube-proxy's ``detectLocalMode`` values (``proxy/config.py``'s ``DetectLocal``)."""
 HINTS = {
     "logging": "nlproxy's --log-level (or -v) and --log-format set its logging",
     "featureGates": "nlproxy has no feature gates",
@@ -192,6 +208,87 @@ def _merge_periods(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
                 field=f"{marks}.masqueradeBit",
             )
         cfg = replace(cfg, masquerade_bit=bit)
+    # An empty mode is iptables for kube-proxy on Linux, nftables for nlproxy: either
+    # section's masqueradeAll counts then.
+    sections = (marks,) if _get(doc, "mode") else ("iptables", "nftables")
+    for path in (*(f"{s}.masqueradeAll" for s in sections), "linux.masqueradeAll"):
+        value = _get(doc, path)
+        if value is not None and not isinstance(value, bool):
+            raise ConfigError(
+                "KubeProxyConfiguration", f"{value!r} is not true or false", field=path
+            )
+        if value:
+            cfg = replace(cfg, masquerade_all=True)
+    return cfg
+
+
+def _masquerade_all_paths(mode: object) -> set[str]:
+    """The ``masqueradeAll`` fields read in ``mode`` (a set one elsewhere is warned about)."""
+    if mode in ("iptables", "ipvs"):
+        return {"iptables.masqueradeAll", "linux.masqueradeAll"}
+    if mode == "nftables":
+        return {"nftables.masqueradeAll", "linux.masqueradeAll"}
+    return {"iptables.masqueradeAll", "nftables.masqueradeAll", "linux.masqueradeAll"}
+
+
+def _client(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
+    """``clientConnection.qps`` and ``burst``: the API client's request rate."""
+    qps, burst = _get(doc, "clientConnection.qps"), _get(doc, "clientConnection.burst")
+    if qps is not None:
+        if isinstance(qps, bool) or not isinstance(qps, int | float):
+            raise ConfigError(
+                "KubeProxyConfiguration", f"{qps!r} is not a number", field="clientConnection.qps"
+            )
+        if qps:  # 0: the default (kubeadm writes 0)
+            cfg = replace(cfg, kube_api_qps=float(qps))
+    if burst is not None:
+        if isinstance(burst, bool) or not isinstance(burst, int) or burst < 0:
+            raise ConfigError(
+                "KubeProxyConfiguration", f"{burst!r} is not a count",
+                field="clientConnection.burst",
+            )  # fmt: skip
+        if burst:
+            cfg = replace(cfg, kube_api_burst=burst)
+    oom = _get(doc, "oomScoreAdj")
+    if oom is not None:
+        cfg = replace(cfg, oom_score_adj=oom_score_adj(oom, "KubeProxyConfiguration oomScoreAdj"))
+    return cfg
+
+
+def oom_score_adj(value: object, name: str) -> int:
+    """An ``oom_score_adj`` value, -1000..1000 (``name``: the flag or field it came from).
+
+    Raises:
+        ConfigError: not an integer in range.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not -1000 <= value <= 1000:
+        raise ConfigError(name, f"{value!r} is not an integer in -1000..1000")
+    return value
+
+
+def _detect_local(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
+    """``detectLocalMode`` and the ``detectLocal`` section (checked together with the flags in
+    ``config/__init__.py``)."""
+    detect = _get(doc, "detectLocalMode")
+    if detect not in (None, "", *DETECT_LOCAL_MODES):
+        raise ConfigError(
+            "KubeProxyConfiguration",
+            f"{detect!r} is not one of {', '.join(DETECT_LOCAL_MODES)}",
+            field="detectLocalMode",
+        )
+    if detect:
+        cfg = replace(cfg, detect_local_mode=detect)
+    for path, attr in (
+        ("detectLocal.bridgeInterface", "pod_bridge_interface"),
+        ("detectLocal.interfaceNamePrefix", "pod_interface_name_prefix"),
+    ):
+        value = _get(doc, path)
+        if value:
+            if not isinstance(value, str):
+                raise ConfigError(
+                    "KubeProxyConfiguration", f"{value!r} is not a string", field=path
+                )
+            cfg = with_field(cfg, attr, value)
     return cfg
 
 
@@ -247,19 +344,14 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
             f"config {path}", f"expected kind KubeProxyConfiguration, apiVersion {API_VERSIONS[0]}"
         )
     mode = _get(doc, "mode")
-    if mode not in (None, "", "nftables", "ipvs"):
+    if mode not in (None, "", *MODES):
         raise ConfigError(
             "KubeProxyConfiguration",
             f"{mode!r}: nlproxy programs nftables; set mode: nftables (or leave it empty)",
             field="mode",
         )
-    detect = _get(doc, "detectLocalMode")
-    if detect not in (None, "", "ClusterCIDR"):
-        raise ConfigError(
-            "KubeProxyConfiguration",
-            f"{detect!r} is not supported (only ClusterCIDR)",
-            field="detectLocalMode",
-        )
+    cfg = _detect_local(doc, cfg)
+    cfg = _client(doc, cfg)
     for path_, attr, port in (
         ("healthzBindAddress", "healthz_bind_address", HEALTHZ_PORT),
         ("metricsBindAddress", "metrics_bind_address", METRICS_PORT),
@@ -298,7 +390,11 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
         cfg = replace(cfg, nodeport_addresses=",".join(npa))
     cfg = _merge_periods(doc, cfg)
     cfg = replace(cfg, conntrack=_conntrack(doc.get("conntrack")))
-    honoured = HONOURED | ({"ipvs.syncPeriod", "ipvs.minSyncPeriod"} if mode == "ipvs" else set())
+    honoured = (
+        HONOURED
+        | _masquerade_all_paths(mode)
+        | ({"ipvs.syncPeriod", "ipvs.minSyncPeriod"} if mode == "ipvs" else set())
+    )
     unused = sorted(
         p for p in _leaves(doc) if p not in honoured and p.split(".")[0] not in IGNORED_QUIETLY
     )
@@ -316,8 +412,8 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
                 f"ipvs.scheduler {scheduler!r} has no nlproxy equivalent (rr, sh and mh do): "
                 "endpoints are chosen at random"
             )
-    if mode == "ipvs":
-        warnings.insert(0, IPVS_MODE_WARNING)
+    if mode in MODE_WARNINGS:
+        warnings.insert(0, MODE_WARNINGS[mode])
     return replace(cfg, warnings=tuple(warnings))
 
 

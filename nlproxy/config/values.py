@@ -53,6 +53,22 @@ class DaemonConfig:
     load_balancing: str = "random"
     """The endpoint choice of Services without ``nlproxy.io/load-balancing`` (``LoadBalancing``);
     a file's ``ipvs.scheduler`` sets it where the meaning carries over (:data:`IPVS_SCHEDULERS`)."""
+    masquerade_all: bool = False
+    """Masquerade every packet to a ClusterIP (``masqueradeAll``, ``--masquerade-all``)."""
+    detect_local_mode: str = "ClusterCIDR"
+    """How pods are told apart (``detectLocalMode``; ``proxy/config.py``'s ``DetectLocal``)."""
+    pod_bridge_interface: str = ""
+    """``detectLocal.bridgeInterface`` (``--pod-bridge-interface``)."""
+    pod_interface_name_prefix: str = ""
+    """``detectLocal.interfaceNamePrefix`` (``--pod-interface-name-prefix``)."""
+    kube_api_qps: float = 5.0
+    """Requests per second the API client may make (``clientConnection.qps``, ``--kube-api-qps``;
+    kube-proxy's default; a negative value: no limit, as in client-go)."""
+    kube_api_burst: int = 10
+    """Requests the client may make at once above ``kube_api_qps`` (``clientConnection.burst``)."""
+    oom_score_adj: int | None = None
+    """The process's ``/proc/self/oom_score_adj`` (``oomScoreAdj``, ``--oom-score-adj``); None
+    leaves it alone."""
     warnings: tuple[str, ...] = field(default=())
 
 
@@ -125,7 +141,9 @@ _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, 
 
 
 def parse_duration(text: object, name: str) -> float:
-    """A Go duration (``1m30s``, ``100ms``) in seconds."""
+    """A Go duration (``1m30s``, ``100ms``, or ``0`` alone, as Go reads it) in seconds."""
+    if text == "0":
+        return 0.0
     if not isinstance(text, str) or not text:
         raise ConfigError("KubeProxyConfiguration", f"{text!r} is not a duration", field=name)
     pos, total = 0, 0.0

@@ -6,6 +6,7 @@ data: no I/O, no clock, no logging. The planner never reads anything but this an
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network, ip_network
 
@@ -14,6 +15,25 @@ from nlproxy.errors import ConfigError
 
 PRIMARY = "primary"
 """``nodeport_addresses`` entry meaning "the node's primary IP of each family"."""
+
+
+class DetectLocal(enum.StrEnum):
+    """kube-proxy's ``detectLocalMode``: how a packet's source is told to be a pod of this
+    cluster (not masqueraded on its way to a ClusterIP; short-circuited for
+    externalTrafficPolicy Local).
+
+    ``ClusterCIDR``: the source is in ``cluster_cidrs``. ``NodeCIDR``: the source is in the Node's
+    ``spec.podCIDRs`` (the first of each family), followed as the Node changes.
+    ``BridgeInterface``: the packet came in on the bridge named ``pod_interface``.
+    ``InterfaceNamePrefix``: it came in on an interface whose name starts with ``pod_interface``.
+    A family with nothing to match (no CIDR of it) tells no pod apart, as upstream's no-op
+    detector.
+    """
+
+    CLUSTER_CIDR = "ClusterCIDR"
+    NODE_CIDR = "NodeCIDR"
+    BRIDGE_INTERFACE = "BridgeInterface"
+    INTERFACE_NAME_PREFIX = "InterfaceNamePrefix"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -35,6 +55,11 @@ class ProxyConfig:
         load_balancing: the endpoint choice of Services without ``nlproxy.io/load-balancing``.
         hash_seed: the ``jhash`` seed of every consistent-hash Service; None derives one per
             Service from its UID, so every node agrees without configuration.
+        masquerade_all: masquerade every packet to a ClusterIP, whatever its source
+            (kube-proxy's ``masqueradeAll``).
+        detect_local: how pods are told apart (:class:`DetectLocal`).
+        pod_interface: the bridge (``BridgeInterface``) or the name prefix
+            (``InterfaceNamePrefix``) of the pods' interfaces.
     """
 
     node_name: str
@@ -46,6 +71,9 @@ class ProxyConfig:
     service_counters: bool = False
     load_balancing: LoadBalancing = LoadBalancing.RANDOM
     hash_seed: int | None = None
+    masquerade_all: bool = False
+    detect_local: DetectLocal = DetectLocal.CLUSTER_CIDR
+    pod_interface: str = ""
 
     def __post_init__(self) -> None:
         if not 0 <= self.masquerade_bit <= 31:
@@ -55,6 +83,15 @@ class ProxyConfig:
         if self.hash_seed is not None and not 0 <= self.hash_seed <= 0xFFFFFFFF:
             raise ConfigError(
                 "config consistentHashSeed", f"{self.hash_seed} is not in 0..4294967295"
+            )
+        if self.detect_local in INTERFACE_MODES and not self.pod_interface:
+            flag = (
+                "--pod-bridge-interface"
+                if self.detect_local is DetectLocal.BRIDGE_INTERFACE
+                else "--pod-interface-name-prefix"
+            )
+            raise ConfigError(
+                flag, f"must name an interface with detectLocalMode {self.detect_local}"
             )
         for entry in self.nodeport_addresses:
             if entry != PRIMARY:
@@ -68,6 +105,9 @@ class ProxyConfig:
         """The ``nodeport_addresses`` CIDRs of one IP version (4 or 6)."""
         nets = (parse_nodeport_cidr(e) for e in self.nodeport_addresses if e != PRIMARY)
         return tuple(n for n in nets if n.version == version)
+
+
+INTERFACE_MODES = (DetectLocal.BRIDGE_INTERFACE, DetectLocal.INTERFACE_NAME_PREFIX)
 
 
 def parse_nodeport_cidr(entry: str) -> IPv4Network | IPv6Network:

@@ -45,7 +45,7 @@ from nlproxy.nft.packed import PackedElements, index_bytes, indices
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.affinity import add_affinity_chains
 from nlproxy.proxy.balance import add_balanced_chains
-from nlproxy.proxy.config import PRIMARY, ProxyConfig
+from nlproxy.proxy.config import PRIMARY, DetectLocal, ProxyConfig
 from nlproxy.proxy.endpoints import (
     Backend,
     Categorized,
@@ -370,6 +370,21 @@ def _has_nodeport(svc: Service, version: int) -> bool:
     )
 
 
+def pod_cidrs_of(f: FamilySpec, snapshot: ClusterSnapshot, config: ProxyConfig) -> list[IPNetwork]:
+    """The source ranges of one family that are this cluster's pods (the ``cluster-cidrs`` set):
+    ``clusterCIDR``'s, or with ``NodeCIDR`` the first of the Node's ``spec.podCIDRs`` of the
+    family (as upstream; a Node without one tells no pod apart until it has one)."""
+    if config.detect_local is DetectLocal.NODE_CIDR:
+        node = snapshot.node
+        for cidr in node.pod_cidrs if node else ():
+            if cidr.version == f.version:
+                return [cidr]
+        return []
+    if config.detect_local is DetectLocal.CLUSTER_CIDR:
+        return _collapse(config.cluster_cidrs, f.version)
+    return []
+
+
 def _collapse(nets: Iterable[IPNetwork], version: int) -> list[IPNetwork]:
     return list(collapse_addresses(sorted({x for x in nets if x.version == version})))  # type: ignore[type-var]
 
@@ -388,7 +403,7 @@ class FamilyPlanner:
         self.zone = node.zone if node else None
         self.node_ips = tuple(_node_ips(f, snapshot, config))
         svc_cidrs = [*config.service_cidrs, *(c for sc in snapshot.service_cidrs for c in sc.cidrs)]
-        pods = _collapse(config.cluster_cidrs, f.version)
+        pods = pod_cidrs_of(f, snapshot, config)
         services = _collapse(svc_cidrs, f.version)
         nodeport_ips = nodeport_ips_of(f, snapshot, config)
         self.rs = skeleton(
@@ -397,6 +412,7 @@ class FamilyPlanner:
             nodeport_match_all=nodeport_ips is None,
             service_cidrs=bool(services),
             counters=config.service_counters,
+            masquerade_all=config.masquerade_all,
         )
         self.counters = config.service_counters
         self.lb = config.load_balancing
@@ -407,7 +423,9 @@ class FamilyPlanner:
         self._cluster_ips = cluster_ips
         """(The skeleton's set: emptied, never replaced, when a planner is reused.)"""
         self._hairpin: list[IPAddress] = []
-        self.dispatch = Dispatch(self.sink, f, pods=bool(pods))
+        self.dispatch = Dispatch(
+            self.sink, f, pods=bool(pods), masquerade_all=config.masquerade_all
+        )
         self.pods = bool(pods)
         self.prior: dict[tuple[str, bytes], tuple[bytes, ...]] = {}
         """The service being planned's backends slots as they were (``slots.py``)."""

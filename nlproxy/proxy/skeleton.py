@@ -153,9 +153,12 @@ def skeleton(
     nodeport_match_all: bool,
     service_cidrs: bool,
     counters: bool = False,
+    masquerade_all: bool = False,
 ) -> Ruleset:
     """The static chains, rules and (empty) global sets of one family's table; ``counters``
-    adds the per-frontend counting of ``--service-counters`` (:func:`add_counting`)."""
+    adds the per-frontend counting of ``--service-counters`` (:func:`add_counting`);
+    ``masquerade_all`` marks every packet to a ClusterIP for masquerade, whatever its source,
+    in ``services`` before dispatch (upstream's rule, word for word)."""
     rs = Ruleset(table=Table(family=f.family, name=n.TABLE, comment="rules for nlproxy"))
     for name, ctype, hook, prio in _BASE_CHAINS:
         rs.add_chain(Chain(name=name, type=ctype, hook=hook, priority=prio, policy=Policy.ACCEPT))
@@ -208,6 +211,13 @@ def skeleton(
             Lookup((f.daddr,), n.SERVICE_CIDRS),
             DROP,
             comment="drop traffic to unallocated ClusterIPs",
+        )
+    if masquerade_all:
+        add(
+            n.SERVICES,
+            Lookup((f.daddr,), n.CLUSTER_IPS),
+            jump(n.MARK_FOR_MASQUERADE),
+            comment="masquerade all clusterIP traffic",
         )
     add(n.SERVICES, VMap(dpl, n.SERVICE_IPS))
     if nodeport_match_all:
@@ -280,9 +290,12 @@ class Dispatch:
     service's own data (which endpoints) is in the elements of the backends maps.
     """
 
-    def __init__(self, sink: Recorder, f: FamilySpec, *, pods: bool) -> None:
+    def __init__(
+        self, sink: Recorder, f: FamilySpec, *, pods: bool, masquerade_all: bool = False
+    ) -> None:
         self._sink = sink
         self._pods = pods
+        self._masquerade_all = masquerade_all
         self._saddr = f.saddr
         self._addr_key: tuple[Selector, ...] = (f.daddr, *L4_DPORT)
         # Chains by name: one service port after another asks for the same few chains, and
@@ -309,7 +322,9 @@ class Dispatch:
         return (DnatMap((*L4_DPORT, Numgen(count)), backends),)
 
     def _masq_non_pods(self) -> tuple[tuple[Expr, ...], ...]:
-        if not self._pods:
+        """ClusterIP traffic from outside the pods is masqueraded (with ``masquerade_all``
+        ``services`` already marked all of it)."""
+        if not self._pods or self._masquerade_all:
             return ()
         return (
             (Lookup((self._saddr,), n.CLUSTER_CIDRS, negate=True), jump(n.MARK_FOR_MASQUERADE)),

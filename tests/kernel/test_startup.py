@@ -82,7 +82,7 @@ def test_mistakes_before_the_first_sync_are_one_line(
             "not running in a pod": ["run", "--node-name", "n"],
             "--manifests": ["run", "--manifests", "/nonexistent", "--node-name", "n"],
             "mode": ["run", "--config", str(bad_mode), "--manifests", str(tmp_path)],
-            "--proxy-mode": ["run", "--proxy-mode", "iptables", "--manifests", str(tmp_path)],
+            "--proxy-mode": ["run", "--proxy-mode", "userspace", "--manifests", str(tmp_path)],
             "--metrics-bind-address": [
                 "run", "--manifests", str(tmp_path), "--metrics-bind-address", busy,
             ],

@@ -54,12 +54,6 @@ def test_nftables_section_is_honoured(tmp_path: Path) -> None:
             id="unknown-mode",
         ),
         pytest.param(
-            ('mode: "nftables"', "mode: iptables"),
-            "KubeProxyConfiguration: mode: 'iptables': nlproxy programs nftables; set mode: "
-            "nftables (or leave it empty)",
-            id="another-mode",
-        ),
-        pytest.param(
             (
                 "  masqueradeBit: null\n  minSyncPeriod: 0s\n  syncPeriod: 0s\nnodePort",
                 "  masqueradeBit: null\n  minSyncPeriod: soon\n  syncPeriod: 0s\nnodePort",
@@ -78,10 +72,23 @@ def test_nftables_section_is_honoured(tmp_path: Path) -> None:
             id="bind-address",
         ),
         pytest.param(
-            ('detectLocalMode: ""', "detectLocalMode: BridgeInterface"),
-            "KubeProxyConfiguration: detectLocalMode: 'BridgeInterface' is not supported "
-            "(only ClusterCIDR)",
+            ('detectLocalMode: ""', "detectLocalMode: PodCIDR"),
+            "KubeProxyConfiguration: detectLocalMode: 'PodCIDR' is not one of ClusterCIDR, "
+            "NodeCIDR, BridgeInterface, InterfaceNamePrefix",
             id="detect-local",
+        ),
+        pytest.param(
+            (
+                "  masqueradeAll: false\n  masqueradeBit: null",
+                "  masqueradeAll: yes please\n  masqueradeBit: null",
+            ),
+            "KubeProxyConfiguration: nftables.masqueradeAll: 'yes please' is not true or false",
+            id="masquerade-all-not-a-bool",
+        ),
+        pytest.param(
+            ("oomScoreAdj: null", "oomScoreAdj: -1001"),
+            "KubeProxyConfiguration oomScoreAdj: -1001 is not an integer in -1000..1000",
+            id="oom-score-adj",
         ),
         pytest.param(
             ("nodePortAddresses: null", "nodePortAddresses: primary"),
@@ -165,3 +172,77 @@ def test_ipvs_periods_do_not_apply_in_nftables_mode(tmp_path: Path) -> None:
     cfg = load_kube_proxy_config(write(tmp_path, text))
     assert cfg.sync_period == DaemonConfig().sync_period
     assert cfg.warnings == ("ipvs.syncPeriod is not used by nlproxy",)
+
+
+@pytest.mark.parametrize(
+    ("mode", "iptables", "nftables", "want"),
+    [
+        pytest.param('""', "true", "false", True, id="no-mode-either-section"),
+        pytest.param('""', "false", "true", True, id="no-mode-nftables-section"),
+        pytest.param("nftables", "false", "true", True, id="nftables"),
+        pytest.param("nftables", "true", "false", False, id="nftables-reads-its-own"),
+        pytest.param("iptables", "true", "false", True, id="iptables"),
+        pytest.param("ipvs", "true", "false", True, id="ipvs-reads-iptables"),
+        pytest.param("nftables", "false", "false", False, id="off"),
+    ],
+)
+def test_masquerade_all_from_the_modes_section(
+    tmp_path: Path, mode: str, iptables: str, nftables: str, want: bool
+) -> None:
+    text = KUBEADM_CONFIGMAP.replace('mode: "nftables"', f"mode: {mode}")
+    head, sep, tail = text.partition(
+        "iptables:\n  localhostNodePorts: null\n  masqueradeAll: false"
+    )
+    assert sep, "kubeadm's iptables section moved"
+    text = head + sep.replace("false", iptables) + tail
+    text = text.replace(
+        "nftables:\n  masqueradeAll: false", f"nftables:\n  masqueradeAll: {nftables}"
+    )
+    cfg = load_kube_proxy_config(write(tmp_path, text))
+    assert cfg.masquerade_all is want
+    if not want and "true" in (iptables, nftables):  # set where this mode does not read it
+        assert any("masqueradeAll is not used by nlproxy" in w for w in cfg.warnings)
+
+
+def test_iptables_mode_is_accepted_with_one_warning(tmp_path: Path) -> None:
+    cfg = load_kube_proxy_config(
+        write(tmp_path, KUBEADM_CONFIGMAP.replace('mode: "nftables"', "mode: iptables"))
+    )
+    assert len(cfg.warnings) == 1
+    assert cfg.warnings[0].startswith("mode 'iptables': nlproxy programs nftables")
+
+
+@pytest.mark.parametrize(
+    ("fields", "want"),
+    [
+        pytest.param("detectLocalMode: NodeCIDR", ("NodeCIDR", "", ""), id="node-cidr"),
+        pytest.param(
+            "detectLocalMode: BridgeInterface\ndetectLocal:\n  bridgeInterface: cni0",
+            ("BridgeInterface", "cni0", ""),
+            id="bridge",
+        ),
+        pytest.param(
+            "detectLocalMode: InterfaceNamePrefix\ndetectLocal:\n  interfaceNamePrefix: veth",
+            ("InterfaceNamePrefix", "", "veth"),
+            id="prefix",
+        ),
+    ],
+)
+def test_detect_local_modes_are_read(
+    tmp_path: Path, fields: str, want: tuple[str, str, str]
+) -> None:
+    text = KUBEADM_CONFIGMAP.replace('detectLocalMode: ""', fields)
+    cfg = load_kube_proxy_config(write(tmp_path, text))
+    got = (cfg.detect_local_mode, cfg.pod_bridge_interface, cfg.pod_interface_name_prefix)
+    assert got == want
+    assert cfg.warnings == ()
+
+
+def test_client_rate_and_oom_score_are_read(tmp_path: Path) -> None:
+    text = KUBEADM_CONFIGMAP.replace("burst: 0", "burst: 40").replace("qps: 0", "qps: 20.5")
+    text = text.replace("oomScoreAdj: null", "oomScoreAdj: -999")
+    cfg = load_kube_proxy_config(write(tmp_path, text))
+    assert (cfg.kube_api_qps, cfg.kube_api_burst, cfg.oom_score_adj) == (20.5, 40, -999)
+    assert cfg.warnings == ()
+    default = load_kube_proxy_config(write(tmp_path, KUBEADM_CONFIGMAP))  # 0: the default
+    assert (default.kube_api_qps, default.kube_api_burst) == (5.0, 10)

@@ -138,3 +138,26 @@ def test_in_cluster_without_an_api_server_address_is_warned_about(
     assert "NLPROXY_API_SERVER" in err
     check_start(replace(s, daemon=replace(s.daemon, api_server="https://192.0.2.10:6443")))
     assert capsys.readouterr().err == ""
+
+
+REAL_WORLD = ROOT / "tests/data/config/real-world"
+
+
+@pytest.mark.parametrize(
+    ("name", "masquerade_all", "detect", "warnings"),
+    [
+        pytest.param("iptables.conf", False, "ClusterCIDR", 1, id="iptables"),
+        pytest.param("iptables-masquerade-all.conf", True, "ClusterCIDR", 0, id="masq-all"),
+        pytest.param("ipvs.conf", False, "ClusterCIDR", 1, id="ipvs"),
+        pytest.param("node-cidr.conf", False, "NodeCIDR", 0, id="node-cidr"),
+        pytest.param("bridge-interface.conf", False, "BridgeInterface", 1, id="bridge"),
+    ],
+)
+def test_real_world_configurations_load(
+    name: str, masquerade_all: bool, detect: str, warnings: int
+) -> None:
+    """The files the kernel tests start nlproxy with (tests/kernel/test_kube_proxy_configs.py),
+    read: the mode's warning is the only one."""
+    cfg = load_kube_proxy_config(REAL_WORLD / name)
+    assert (cfg.masquerade_all, cfg.detect_local_mode) == (masquerade_all, detect)
+    assert len(cfg.warnings) == warnings, cfg.warnings

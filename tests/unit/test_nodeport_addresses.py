@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 from ipaddress import ip_address
+from pathlib import Path
 
 import pytest
 
-from nlproxy.cluster.model import ClusterSnapshot
+from nlproxy.cluster.model import ClusterSnapshot, Protocol
+from nlproxy.config import Flags, build_settings
+from nlproxy.errors import ConfigError
 from nlproxy.nft.ir import Family
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.planner import nodeport_gaps, plan, plan_context
+from nlproxy.proxy.tracer import trace
+from tests.configs import KUBEADM_CONFIGMAP
 from tests.unit.builders import NODE, node, port, service, snapshot
 
 
@@ -106,3 +111,41 @@ def test_gap_message_names_the_node_the_family_and_what_was_looked_at() -> None:
 def test_no_gap_without_node_ports_in_the_family() -> None:
     snap = snapshot([service("ns", "c", "172.30.0.2")], node=node(("192.168.0.2",)))
     assert nodeport_gaps(snap, _config("primary")) == {}
+
+
+def test_the_all_keyword_accepts_nodeports_on_every_local_address(tmp_path: Path) -> None:
+    """kube-proxy 1.37's ``nodePortAddresses: [all]``, in the file and as the flag."""
+    conf = tmp_path / "c.yaml"
+    conf.write_text(
+        KUBEADM_CONFIGMAP.replace("nodePortAddresses: null", "nodePortAddresses:\n- all")
+    )
+    for flags in (
+        Flags(config=conf, node_name=NODE),
+        Flags(nodeport_addresses="all", node_name=NODE),
+    ):
+        cfg = build_settings(flags).proxy
+        snap = _world(local=("10.9.0.7",))
+        for family in (Family.IP, Family.IP6):
+            rs = plan(snap, cfg).rulesets[family]
+            assert n.NODEPORT_IPS not in rs.sets  # every local address, as with 0.0.0.0/0
+        got = trace(
+            plan(snap, cfg).rulesets[Family.IP], ip_address("203.0.113.1"), Protocol.TCP,
+            ip_address("10.9.0.7"), 30080, local_addrs={ip_address("10.9.0.7")},
+        )  # fmt: skip
+        # A secondary address takes the NodePort (no endpoints: rejected); with the default
+        # (primary) it would not be a NodePort there, and pass untouched.
+        assert got.verdict == "REJECT"
+        assert nodeport_gaps(snap, cfg) == {}
+
+
+@pytest.mark.parametrize("value", ["localhost", "primary,localhost"])
+def test_localhost_is_refused_saying_why(value: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        build_settings(Flags(nodeport_addresses=value, node_name=NODE))
+    assert str(err.value).startswith("nodePortAddresses: 'localhost': NodePorts on loopback")
+    assert "nftables mode serves none" in str(err.value)
+
+
+def test_all_must_stand_alone() -> None:
+    with pytest.raises(ConfigError, match="'all' must be the only entry"):
+        build_settings(Flags(nodeport_addresses="all,primary", node_name=NODE))

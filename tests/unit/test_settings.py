@@ -134,7 +134,7 @@ def test_every_flag_field_is_a_run_option() -> None:
         pytest.param(Flags(cluster_cidr="10.0.0.0/33"), "--cluster-cidr", id="cluster-cidr"),
         pytest.param(Flags(conntrack_min=-1), "--conntrack-min", id="conntrack-min"),
         pytest.param(Flags(consistent_hash_seed=-1), "--consistent-hash-seed", id="hash-seed"),
-        pytest.param(Flags(proxy_mode="iptables"), "--proxy-mode", id="proxy-mode"),
+        pytest.param(Flags(proxy_mode="userspace"), "--proxy-mode", id="proxy-mode"),
         pytest.param(Flags(master="ftp://cp:6443"), "--master", id="master-scheme"),
         pytest.param(Flags(master="cp:70000"), "--master", id="master-port"),
     ],
@@ -144,6 +144,10 @@ def test_a_bad_flag_is_named(flags: Flags, named: str) -> None:
         build_settings(flags)
 
 
-def test_proxy_mode_ipvs_is_accepted_with_a_warning() -> None:
-    s = build_settings(Flags(proxy_mode="ipvs"))
-    assert [w for w in s.daemon.warnings if w.startswith("--proxy-mode 'ipvs'")]
+@pytest.mark.parametrize("mode", ["ipvs", "iptables"])
+def test_proxy_modes_nlproxy_replaces_are_accepted_with_one_warning(mode: str) -> None:
+    s = build_settings(Flags(proxy_mode=mode))
+    assert [w for w in s.daemon.warnings if w.startswith(f"--proxy-mode '{mode}'")] == [
+        s.daemon.warnings[0]
+    ]
+    assert "nlproxy cleanup --kube-proxy" in s.daemon.warnings[0]
