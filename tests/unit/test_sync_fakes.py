@@ -347,3 +347,52 @@ async def test_the_loop_repairs_what_another_writer_changed(
         assert to(nft, "172.30.0.2", 80) == {"10.1.0.2:80"}
         assert text(nft) == before
         nursery.cancel_scope.cancel()
+
+
+def tcp_flow(vip: str, backend: str, dport: int = 80, sport: int = 40000) -> Flow:
+    orig = FlowTuple(
+        src=CLIENT, dst=ip_address(vip), proto=int(L4Proto.TCP), sport=sport, dport=dport
+    )
+    reply = FlowTuple(
+        src=ip_address(backend), dst=CLIENT, proto=int(L4Proto.TCP), sport=dport, dport=sport
+    )
+    return Flow(orig=orig, reply=reply)
+
+
+@pytest.mark.parametrize("path", ["incremental", "full"])
+@pytest.mark.parametrize("flush_tcp", [False, True], ids=["default", "flush-tcp"])
+def test_tcp_flows_of_a_removed_endpoint_go_only_with_flush_tcp(path: str, flush_tcp: bool) -> None:
+    """A TCP connection to a removed endpoint is left to end on its own (its client gets a
+    reset when the endpoint is gone); only ``--conntrack-flush-tcp`` deletes it. The UDP flows
+    of the same removal go either way, so a cleanup did run."""
+    nft, flows = FakeNftables(n.TABLE), FakeConntrack()
+    state = state_with_node()
+    web = service(
+        "a",
+        "web",
+        "172.30.0.20",
+        ports=[port("a", "web", "http"), port("a", "web", "dns", 53, "UDP")],
+    )
+    both = (("http", 80, "TCP"), ("dns", 53, "UDP"))
+    state.apply(
+        [
+            upsert(web),
+            upsert(eps_slice("a", "web", [endpoint("10.1.0.1"), endpoint("10.1.0.2")], ports=both)),
+        ]
+    )
+    syncer = make(nft, flows, flush_tcp=flush_tcp)
+    syncer.sync(state.snapshot())
+    assert to(nft, "172.30.0.20", 80) == {"10.1.0.1:80", "10.1.0.2:80"}
+    tcp_stale, udp_stale = tcp_flow("172.30.0.20", "10.1.0.1"), udp_flow("172.30.0.20", "10.1.0.1")
+    kept = [tcp_flow("172.30.0.20", "10.1.0.2"), udp_flow("172.30.0.20", "10.1.0.2")]
+    flows.flows = [tcp_stale, udp_stale, *kept]
+
+    changed = state.apply([upsert(eps_slice("a", "web", [endpoint("10.1.0.2")], ports=both))])
+    if path == "full":
+        syncer.verify()  # the next sync compares whole tables
+    result = syncer.sync(state.snapshot(), changed=changed)
+
+    assert result.incremental is (path == "incremental")
+    assert to(nft, "172.30.0.20", 80) == {"10.1.0.2:80"}
+    assert flows.deleted == ([tcp_stale, udp_stale] if flush_tcp else [udp_stale])
+    assert flows.flows == ([*kept] if flush_tcp else [tcp_stale, *kept])
