@@ -13,11 +13,10 @@ from nlproxy.cluster.model import ClusterSnapshot
 from nlproxy.nft.dump import Interrupted
 from nlproxy.nft.ir import Family, Operation, Ruleset
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.proxy.incremental import attach
-from nlproxy.proxy.planner import Plan, plan
+from nlproxy.proxy.planner import Plan
 from nlproxy.sync.fingerprint import RECORD_CHAIN, Fingerprint, Record, record_ops, trusted
 from nlproxy.sync.kernel import SyncKernel
-from nlproxy.sync.result import FAMILIES, SyncResult, as_programmed
+from nlproxy.sync.result import FAMILIES
 
 
 class RestartRecords:
@@ -104,35 +103,6 @@ class RestartRecords:
         last = records[FAMILIES[-1]]
         self._recorded = None if last is None else (last.digest, last.files)
         return True
-
-    def _adopt(self, planned: Plan, result: SyncResult) -> None:
-        """A restart the records vouch for: the plan is what is programmed (no diff)."""
-        for family in FAMILIES:
-            self._programmed[family] = as_programmed(planned.rulesets[family])
-            result.ops[family] = 0
-        self._seeded = True
-        result.restarted = True
-        self.log.info("sync.restart_trusted", digest=self._digest)
-
-    def _trust(self, snapshot: ClusterSnapshot) -> SyncResult:
-        """A restart the records vouch for, not planned yet (``plan_after_restart``): the
-        tables hold the plan of ``snapshot``, which the next sync plans."""
-        result = SyncResult(restarted=True, ops=dict.fromkeys(FAMILIES, 0))
-        self._unplanned = snapshot
-        self._seeded = True
-        self.log.info("sync.restart_trusted", digest=self._digest, planned=False)
-        return result
-
-    def _plan_trusted(self, snapshot: ClusterSnapshot) -> None:
-        """Plan what a trusted restart left unplanned (``_trust``): that plan is what is
-        programmed, and the cache is in step with it."""
-        self._unplanned = None
-        planned = plan(snapshot, self.config)
-        if self.incremental:
-            attach(planned, snapshot)
-        self._last_plan = planned
-        self._adopt(planned, SyncResult())
-        self._in_step = True
 
     def _generation(self) -> int:
         return self.kernel.readback.generation()

@@ -49,7 +49,7 @@ from nlproxy.sync.isolation import Isolation, owners
 from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.restart import RestartRecords, current_record
 from nlproxy.sync.result import FAMILIES, SyncResult, as_programmed
-from nlproxy.sync.verify import Verifying
+from nlproxy.sync.verify import Repair, Verifying
 
 __all__ = ["FAMILIES", "SyncResult", "Syncer", "as_programmed"]
 
@@ -477,6 +477,91 @@ class Syncer(Verifying, RestartRecords):
         if failed is not None:
             raise failed
         return deleted
+
+    def _adopt(self, planned: Plan, result: SyncResult) -> None:
+        """A restart the records vouch for: the plan is what is programmed (no diff)."""
+        for family in FAMILIES:
+            self._programmed[family] = as_programmed(planned.rulesets[family])
+            result.ops[family] = 0
+        self._seeded = True
+        result.restarted = True
+        self.log.info("sync.restart_trusted", digest=self._digest)
+
+    def _trust(self, snapshot: ClusterSnapshot) -> SyncResult:
+        """A restart the records vouch for, not planned yet (``plan_after_restart``): the
+        tables hold the plan of ``snapshot``, which the next sync plans."""
+        result = SyncResult(restarted=True, ops=dict.fromkeys(FAMILIES, 0))
+        self._unplanned = snapshot
+        self._seeded = True
+        self.log.info("sync.restart_trusted", digest=self._digest, planned=False)
+        return result
+
+    def _plan_trusted(self, snapshot: ClusterSnapshot) -> None:
+        """Plan what a trusted restart left unplanned (``_trust``): that plan is what is
+        programmed, and the cache is in step with it."""
+        self._unplanned = None
+        planned = plan(snapshot, self.config)
+        if self.incremental:
+            attach(planned, snapshot)
+        self._last_plan = planned
+        self._adopt(planned, SyncResult())
+        self._in_step = True
+
+    def repair(
+        self,
+        tables: dict[Family, Ruleset | None],
+        repairs: dict[Family, list[Operation]],
+        version: int,
+        snapshot: ClusterSnapshot,
+        prepared: Repair | None = None,
+    ) -> int | None:
+        """Commit ``repairs`` (``repair_ops`` of the tables read back at ``version``), so the
+        kernel holds the last plan again; flows the drift's endpoints had are cleaned up as a
+        full sync would. Returns the operations sent, or None when a sync ran since (read back
+        again). The next sync goes on from the plan, in place.
+
+        ``prepared`` (``prepare_repair`` of the same read-back) saves the passes over whole
+        tables; without it they are made here.
+
+        Raises:
+            KernelError: the kernel refused a repair (someone changed the table again): the
+                caller reads back before its next sync.
+        """
+        if self._version != version or self._last_plan is None:
+            return None
+        if prepared is None or prepared.version != version:
+            prepared = self.prepare_repair(tables, repairs, version)
+            assert prepared is not None, "the version was checked above"
+        self._version += 1  # a repair changes the cache as a sync does
+        self._conntrack = {}
+        try:
+            for backend in self._backends.values():
+                backend.forget()  # their view of chains and sets is as stale as the cache
+            self._in_step = False
+            sent = 0
+            for family in FAMILIES:  # a family without repairs was read back equal to it
+                ops = repairs.get(family)
+                if ops:
+                    self._apply(family, ops)
+                    sent += count_ops(ops)
+                    self._recorded = None  # the next sync writes the records again
+                self._programmed[family] = as_programmed(self._last_plan.rulesets[family])
+            if prepared.frontends is not None:
+                old, new = prepared.frontends
+                self.conntrack_deleted_total += self._clean_conntrack(old, new, snapshot)
+            self._in_step = True
+            self.retry_left_out()
+            return sent
+        finally:
+            self._version += 1
+
+    def retry_left_out(self) -> None:
+        """After a full verify: services the kernel refused are tried again (what it refused
+        may have been a conflict that is gone now); the next sync compares everything."""
+        if self.isolation.excluded:
+            self.isolation.retry_all()
+            self._in_step = False
+            self._digest_all = True
 
     def close(self) -> None:
         for backend in self._backends.values():

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from nlproxy.cluster.model import ClusterSnapshot
 from nlproxy.nft.ir import Family, Operation, Ruleset
-from nlproxy.nft.reconcile import count_ops, diff
+from nlproxy.nft.reconcile import diff
 from nlproxy.nft.tables import Tables
 from nlproxy.proxy.layout import Programmed, programmed_frontends
 from nlproxy.proxy.planner import Plan
@@ -114,62 +114,6 @@ class Verifying:
         if self._version != version:
             return None
         return Repair(tables, repairs, version, fronts if olds or news else None)
-
-    def repair(
-        self,
-        tables: dict[Family, Ruleset | None],
-        repairs: dict[Family, list[Operation]],
-        version: int,
-        snapshot: ClusterSnapshot,
-        prepared: Repair | None = None,
-    ) -> int | None:
-        """Commit ``repairs`` (``repair_ops`` of the tables read back at ``version``), so the
-        kernel holds the last plan again; flows the drift's endpoints had are cleaned up as a
-        full sync would. Returns the operations sent, or None when a sync ran since (read back
-        again). The next sync goes on from the plan, in place.
-
-        ``prepared`` (``prepare_repair`` of the same read-back) saves the passes over whole
-        tables; without it they are made here.
-
-        Raises:
-            KernelError: the kernel refused a repair (someone changed the table again): the
-                caller reads back before its next sync.
-        """
-        if self._version != version or self._last_plan is None:
-            return None
-        if prepared is None or prepared.version != version:
-            prepared = self.prepare_repair(tables, repairs, version)
-            assert prepared is not None, "the version was checked above"
-        self._version += 1  # a repair changes the cache as a sync does
-        self._conntrack = {}
-        try:
-            for backend in self._backends.values():
-                backend.forget()  # their view of chains and sets is as stale as the cache
-            self._in_step = False
-            sent = 0
-            for family in FAMILIES:  # a family without repairs was read back equal to it
-                ops = repairs.get(family)
-                if ops:
-                    self._apply(family, ops)
-                    sent += count_ops(ops)
-                    self._recorded = None  # the next sync writes the records again
-                self._programmed[family] = as_programmed(self._last_plan.rulesets[family])
-            if prepared.frontends is not None:
-                old, new = prepared.frontends
-                self.conntrack_deleted_total += self._clean_conntrack(old, new, snapshot)
-            self._in_step = True
-            self.retry_left_out()
-            return sent
-        finally:
-            self._version += 1
-
-    def retry_left_out(self) -> None:
-        """After a full verify: services the kernel refused are tried again (what it refused
-        may have been a conflict that is gone now); the next sync compares everything."""
-        if self.isolation.excluded:
-            self.isolation.retry_all()
-            self._in_step = False
-            self._digest_all = True
 
     def own_commits(self, after: int, upto: int) -> bool:
         """Whether every generation in ``(after, upto]`` is one of this process's commits."""
