@@ -16,16 +16,19 @@ When the kernel rejects a batch that passed validation, the service behind it is
 (``isolation.py``: planned as last accepted, or absent) and the sync runs again, so one bad
 service cannot stall the others; the result names every service left out.
 
-Two parts live in modules of their own, as mixins of :class:`Syncer`: the verify off the sync
-loop (``verify.py``: read-back, comparison, a drift's repair prepared off the loop) and the
-restart by fingerprint (``restart.py``: each commit's record in the tables, and the start-up
-check that trusts it). ``result.py`` holds what a sync returns.
+Two parts are objects of their own that the Syncer owns and calls, as it does
+:class:`~nlproxy.sync.isolation.Isolation`: the :class:`~nlproxy.sync.verify.Verifier` (the
+verify off the sync loop: read-back, comparison, a drift's repair prepared off the loop, and
+the version that voids a comparison a sync overlapped) and the
+:class:`~nlproxy.sync.restart.RestartRecords` (each commit's record in the tables, and the
+start-up check that trusts it). They read the kernel but change neither it nor the Syncer: the
+Syncer sends the operations they return and applies a repair itself. ``result.py`` holds what
+a sync returns.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Sequence, Set
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey
@@ -42,19 +45,18 @@ from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.layout import Programmed, flow_frontends, udp_only
 from nlproxy.proxy.planner import Plan, gc_paused, plan, plan_slot_token
-from nlproxy.proxy.slots import with_slots
 from nlproxy.sync.balancing import BalancingGuard
-from nlproxy.sync.fingerprint import Fingerprint, Record, take_record
+from nlproxy.sync.fingerprint import Record, take_record
 from nlproxy.sync.isolation import Isolation, owners
 from nlproxy.sync.kernel import SyncKernel
-from nlproxy.sync.restart import RestartRecords, current_record
+from nlproxy.sync.restart import RestartRecords
 from nlproxy.sync.result import FAMILIES, SyncResult, as_programmed
-from nlproxy.sync.verify import Repair, Verifying
+from nlproxy.sync.verify import Repair, Verifier
 
 __all__ = ["FAMILIES", "SyncResult", "Syncer", "as_programmed"]
 
 
-class Syncer(Verifying, RestartRecords):
+class Syncer:
     """Keeps the ``ip``/``ip6`` nlproxy tables equal to the plan for a snapshot.
 
     Args:
@@ -104,22 +106,92 @@ class Syncer(Verifying, RestartRecords):
         # The family and operations of the last rejected batch.
         self._failed: tuple[Family, list[Operation]] | None = None
         self._conntrack: dict[Family, tuple[int, float]] = {}
-        self._fingerprint = Fingerprint(config) if record and not owner else None
-        self._digest: str | None = None  # of the snapshot being synced
-        # What the tables' records carry, if current: (digest, files digest).
-        self._recorded: tuple[str, str | None] | None = None
-        self._expected_gen = 0  # the generation the next batch of this sync will get
-        self._with_record: set[Family] = set()
-        self.files_digest: str | None = None
-        """``run --once``'s digest of its manifest files and settings, recorded beside the
-        snapshot's when set (``fingerprint.files_digest``)."""
-        self._version = 0  # odd while a sync may change the plan or the cache
-        self._digest_all = False  # the next digest must look at every service
+        self.records = RestartRecords(
+            config, kernel.readback, self.log, enabled=record and not owner
+        )
+        self.verifier = Verifier(kernel.readback)
         self.plan_after_restart = plan_after_restart
         self._unplanned: ClusterSnapshot | None = None  # trusted as programmed, not planned
-        self.own_generations: deque[int] = deque(maxlen=64)
-        """The kernel generation ids of this process's recent commits (those known exactly:
-        nobody else committed between the GETGEN before and the one after)."""
+
+    @property
+    def files_digest(self) -> str | None:
+        """``run --once``'s digest of its manifest files and settings, recorded beside the
+        snapshot's when set (``fingerprint.files_digest``)."""
+        return self.records.files_digest
+
+    @files_digest.setter
+    def files_digest(self, files: str | None) -> None:
+        self.records.use_files(files)
+
+    def unchanged_since_last_run(self, snapshot: ClusterSnapshot) -> bool:
+        """Whether the tables' records show they hold the plan of ``snapshot`` and nobody
+        committed since: then there is nothing to do (``run --once`` skips even planning)."""
+        return self.records.unchanged_since_last_run(snapshot)
+
+    def files_unchanged(self, files: str) -> bool:
+        """Whether the tables' records show they hold what ``run --once`` programmed from the
+        same manifest files and settings, and nobody committed since (``RestartRecords``)."""
+        return self.records.files_unchanged(files)
+
+    @property
+    def recorded_files(self) -> str | None:
+        """The files digest of the records a restart check found matching (None: none)."""
+        return self.records.recorded_files
+
+    def rewrite_records(self) -> None:
+        """Write both records again now (a batch each), e.g. without ``files_digest`` once
+        a run turned out to have something to report."""
+        self._send(self.records.rewrite())
+
+    def _send(self, batches: Sequence[tuple[Family, list[Operation]]]) -> None:
+        """Commit the records' own batches (of families that had nothing else to send)."""
+        for family, ops in batches:
+            self._apply(family, ops)
+        self.records.written()
+
+    @property
+    def version(self) -> int:
+        """Moves at the start and the end of every sync; odd while one runs."""
+        return self.verifier.version
+
+    @property
+    def own_generations(self) -> tuple[int, ...]:
+        """The kernel generation ids of this process's recent commits (``Verifier``)."""
+        return self.verifier.own_generations
+
+    def own_commits(self, after: int, upto: int) -> bool:
+        """Whether every generation in ``(after, upto]`` is one of this process's commits."""
+        return self.verifier.own_commits(after, upto)
+
+    def read_back(self, family: Family) -> Ruleset | None:
+        """``family``'s table as the kernel holds it (without its record). Blocking; only reads,
+        so it may run in a thread while a sync runs in another."""
+        return self.verifier.read_back(family)
+
+    def repair_ops(
+        self, family: Family, have: Ruleset | None, version: int
+    ) -> list[Operation] | None:
+        """What makes ``have`` (a read-back of ``family``) equal to the last plan: empty when
+        nothing differs; None when a sync ran since ``version`` (the plan may have changed
+        under the comparison). May run in a thread while a sync runs in another."""
+        planned = self._last_plan
+        if planned is None and self._seeded:  # a trusted restart, planned by the next sync
+            return None
+        return self.verifier.repair_ops(family, have, version, planned)
+
+    def prepare_repair(
+        self,
+        tables: dict[Family, Ruleset | None],
+        repairs: dict[Family, list[Operation]],
+        version: int,
+    ) -> Repair | None:
+        """What :meth:`repair` needs of ``tables`` (read back at ``version``) besides its
+        operations, prepared off the loop (``Verifier.prepare_repair``); None when a sync ran
+        since ``version`` or nothing is planned."""
+        planned = self._last_plan
+        if planned is None:
+            return None
+        return self.verifier.prepare_repair(tables, repairs, version, planned)
 
     @property
     def failed_family(self) -> Family | None:
@@ -142,7 +214,7 @@ class Syncer(Verifying, RestartRecords):
             rs = self.kernel.readback.dump(family)
             records[family] = take_record(rs)  # the plan has no record chain: not a drift
             self._programmed[family] = rs
-        self._recorded = current_record(records, gen, self._generation())
+        self.records.read(records, gen, self._generation())
         # The backends validate against their own view of chains and sets; after drift or a
         # failed commit that view is as stale as ours, so they re-read it too.
         for backend in self._backends.values():
@@ -151,7 +223,6 @@ class Syncer(Verifying, RestartRecords):
         self._in_step = False
         self._unplanned = None  # the next sync plans afresh and compares with the read-back
         self.isolation.retry_all()
-        self._digest_all = True
 
     def sync(
         self, snapshot: ClusterSnapshot, *, changed: Set[ServiceKey] | None = None
@@ -174,15 +245,12 @@ class Syncer(Verifying, RestartRecords):
         """
         with gc_paused():  # a collection would walk the whole cached plan
             snapshot, changed = self.balancing.apply(snapshot, changed)
-            self._version += 1
-            try:
+            with self.verifier.changing():
                 result = self._sync_isolating(snapshot, changed)
                 result.deferred = set(self.balancing.deferred)
                 if self.kernel.flows.pending:
                     result.conntrack_deleted += self._finish_cleanup(snapshot)
                 return result
-            finally:
-                self._version += 1
 
     def _finish_cleanup(self, snapshot: ClusterSnapshot) -> int:
         """Run what an earlier cleanup left undone for want of a resource (``EMFILE``...),
@@ -246,19 +314,20 @@ class Syncer(Verifying, RestartRecords):
         except KernelError:
             self._failed = (family, ops)
             raise
-        self._note_generation(before)
+        # A verify's read-back and the drift monitor tell this process's commits from
+        # others' by their generation.
+        self.verifier.committed(before, self._generation())
+
+    def _generation(self) -> int:
+        return self.kernel.readback.generation()
 
     def _sync(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None) -> SyncResult:
-        fp = self._fingerprint
-        if fp is not None:
-            # Services left out (or let back in by retry_all) differ from the input without
-            # being among its changes: then every service is looked at.
-            exact = not self.isolation.excluded and not self._digest_all
-            self._digest = fp.digest(snapshot, changed if exact else None)
-            self._digest_all = False
+        # Services left out (or let back in by retry_all) differ from the input without
+        # being among its changes: then every service is looked at.
+        self.records.take_digest(snapshot, changed, exact=not self.isolation.excluded)
         restarted = False
         if not self._seeded:
-            restarted = self._records_match()
+            restarted = self.records.matches()
             if not restarted:
                 self.verify()
             elif self.plan_after_restart:
@@ -287,10 +356,7 @@ class Syncer(Verifying, RestartRecords):
                 attach(planned, snapshot)
         # Set before committing: an in-place update consumed the previous plan.
         self._last_plan = result.plan = planned
-        if self._digest is not None:
-            # Slots kept across changes are no function of the inputs: a cold plan of the
-            # same inputs would fill them otherwise, so its restart must not trust the record.
-            self._digest = with_slots(self._digest, plan_slot_token(planned))
+        self.records.with_slots(plan_slot_token(planned))
         t1 = time.perf_counter()
         result.plan_ms = (t1 - t0) * 1000
         if restarted:
@@ -415,10 +481,10 @@ class Syncer(Verifying, RestartRecords):
         Raises:
             KernelError: the kernel rejected a family's batch (``self._failed`` names it).
         """
-        self._with_record.clear()
+        self.records.begin()
         for family in FAMILIES:
             t = time.perf_counter()
-            ops, claim = self._recording(family, *ops_of(family))
+            ops, claim = self.records.recording(family, *ops_of(family))
             result.diff_ms += (time.perf_counter() - t) * 1000
             if ops:
                 t = time.perf_counter()
@@ -431,7 +497,7 @@ class Syncer(Verifying, RestartRecords):
                 result.commit_ms += (time.perf_counter() - t) * 1000
             committed(family, ops)
             result.ops[family] = count_ops(ops) - claim
-        self._complete_records()
+        self._send(self.records.outstanding())
 
     def _clean_stale(
         self, olds: Sequence[Ruleset], news: Sequence[Ruleset], snapshot: ClusterSnapshot
@@ -485,7 +551,7 @@ class Syncer(Verifying, RestartRecords):
             result.ops[family] = 0
         self._seeded = True
         result.restarted = True
-        self.log.info("sync.restart_trusted", digest=self._digest)
+        self.log.info("sync.restart_trusted", digest=self.records.digest)
 
     def _trust(self, snapshot: ClusterSnapshot) -> SyncResult:
         """A restart the records vouch for, not planned yet (``plan_after_restart``): the
@@ -493,7 +559,7 @@ class Syncer(Verifying, RestartRecords):
         result = SyncResult(restarted=True, ops=dict.fromkeys(FAMILIES, 0))
         self._unplanned = snapshot
         self._seeded = True
-        self.log.info("sync.restart_trusted", digest=self._digest, planned=False)
+        self.log.info("sync.restart_trusted", digest=self.records.digest, planned=False)
         return result
 
     def _plan_trusted(self, snapshot: ClusterSnapshot) -> None:
@@ -527,14 +593,14 @@ class Syncer(Verifying, RestartRecords):
             KernelError: the kernel refused a repair (someone changed the table again): the
                 caller reads back before its next sync.
         """
-        if self._version != version or self._last_plan is None:
+        planned = self._last_plan
+        if self.verifier.version != version or planned is None:
             return None
         if prepared is None or prepared.version != version:
-            prepared = self.prepare_repair(tables, repairs, version)
+            prepared = self.verifier.prepare_repair(tables, repairs, version, planned)
             assert prepared is not None, "the version was checked above"
-        self._version += 1  # a repair changes the cache as a sync does
-        self._conntrack = {}
-        try:
+        with self.verifier.changing():  # a repair changes the cache as a sync does
+            self._conntrack = {}
             for backend in self._backends.values():
                 backend.forget()  # their view of chains and sets is as stale as the cache
             self._in_step = False
@@ -544,16 +610,14 @@ class Syncer(Verifying, RestartRecords):
                 if ops:
                     self._apply(family, ops)
                     sent += count_ops(ops)
-                    self._recorded = None  # the next sync writes the records again
-                self._programmed[family] = as_programmed(self._last_plan.rulesets[family])
+                    self.records.forget()  # the next sync writes the records again
+                self._programmed[family] = as_programmed(planned.rulesets[family])
             if prepared.frontends is not None:
                 old, new = prepared.frontends
                 self.conntrack_deleted_total += self._clean_conntrack(old, new, snapshot)
             self._in_step = True
             self.retry_left_out()
             return sent
-        finally:
-            self._version += 1
 
     def retry_left_out(self) -> None:
         """After a full verify: services the kernel refused are tried again (what it refused
@@ -561,7 +625,7 @@ class Syncer(Verifying, RestartRecords):
         if self.isolation.excluded:
             self.isolation.retry_all()
             self._in_step = False
-            self._digest_all = True
+            self.records.look_at_all()
 
     def close(self) -> None:
         for backend in self._backends.values():
