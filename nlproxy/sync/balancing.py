@@ -105,6 +105,19 @@ class BalancingGuard:
         if changed is not None:
             changed = (set(changed) | flipped | self._was_deferred) - keep_old.keys()
         self._was_deferred = self.deferred
+        return self._substituted(snapshot, keys, refallen, deferred_new, keep_old), changed
+
+    def _substituted(
+        self,
+        snapshot: ClusterSnapshot,
+        keys: set[ServiceKey] | None,
+        refallen: bool,
+        deferred_new: set[ServiceKey],
+        keep_old: dict[ServiceKey, tuple[Service, tuple[EndpointSlice, ...]]],
+    ) -> ClusterSnapshot:
+        """``snapshot`` with the Services past the budget or deferred and new on random choice,
+        and the deferred ones already programmed as they were planned last."""
+        fallbacks = self.fallbacks
         # Substitutes change only for the Services ``keys`` names, unless the fallbacks did.
         # (Set operations over 10k ServiceKeys cost milliseconds: their hash is Python code.)
         subs, originals = self._substitutes, self._originals
@@ -122,16 +135,16 @@ class BalancingGuard:
                 originals[key] = svc
                 subs[key] = msgspec.structs.replace(svc, load_balancing=LoadBalancing.RANDOM)
         if not (subs or keep_old):
-            return snapshot, changed
+            return snapshot
         services = dict(snapshot.services)
         services.update(subs)  # dict into dict: the stored hashes, no __hash__ calls
         if not keep_old:
-            return replace(snapshot, services=services), changed
+            return replace(snapshot, services=services)
         slices = dict(snapshot.slices)
         for key, (svc, old_slices) in keep_old.items():
             services[key] = svc
             slices[key] = old_slices
-        return replace(snapshot, services=services, slices=slices), changed
+        return replace(snapshot, services=services, slices=slices)
 
     def _report(
         self,
