@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence, Set
 
-from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey
+from nlproxy.cluster.model import ClusterSnapshot, IPAddress, Service, ServiceKey
 from nlproxy.conntrack.kernel import ConntrackError
 from nlproxy.conntrack.messages import FlowFilter
 from nlproxy.conntrack.plan import programmed_frontends, stale_flow_filters, still_stale
@@ -244,6 +244,8 @@ class Syncer:
                 (nothing of that family's batch was applied).
         """
         with gc_paused():  # a collection would walk the whole cached plan
+            if not self._seeded and self.balancing.quota is not None:
+                self._seed_balanced(snapshot)
             snapshot, changed = self.balancing.apply(snapshot, changed)
             with self.verifier.changing():
                 result = self._sync_isolating(snapshot, changed)
@@ -251,6 +253,35 @@ class Syncer:
                 if self.kernel.flows.pending:
                     result.conntrack_deleted += self._finish_cleanup(snapshot)
                 return result
+
+    def _seed_balanced(self, snapshot: ClusterSnapshot) -> None:
+        """Before a first sync under a quota of tables: the round-robin and consistent-hash
+        tables a previous process built are kept, not rebuilt a quota at a time with random
+        choice meanwhile (clients would move at every restart).
+
+        The records vouch for the plan of ``snapshot`` with every table, or the tables are read
+        back (as the sync would) and the Services whose maps are there count as built. A map
+        is known by its name: one of another algorithm of the same port is rebuilt by this
+        sync's diff, past the quota.
+        """
+        full, _ = self.balancing.apply(snapshot, None, unlimited=True)
+        self.records.take_digest(full, None, exact=False)
+        if self.records.matches():
+            return  # every table of ``full`` is programmed, and counts as built
+        self.verify()
+        names: set[str] = set()
+        for rs in self._programmed.values():
+            if rs is not None:
+                names.update(rs.sets)
+
+        def has_tables(svc: Service) -> bool:
+            return any(
+                n.balanced_map(local, sp.ref) in names
+                for sp in svc.ports
+                for local in (False, True)
+            )
+
+        self.balancing.built(has_tables)
 
     def _finish_cleanup(self, snapshot: ClusterSnapshot) -> int:
         """Run what an earlier cleanup left undone for want of a resource (``EMFILE``...),

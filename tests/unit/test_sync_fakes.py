@@ -16,7 +16,14 @@ import trio
 import trio.testing
 from prometheus_client import CollectorRegistry
 
-from nlproxy.cluster.model import Change, ClusterSnapshot, EndpointSlice, Service, ServiceKey
+from nlproxy.cluster.model import (
+    Change,
+    ClusterSnapshot,
+    EndpointSlice,
+    LoadBalancing,
+    Service,
+    ServiceKey,
+)
 from nlproxy.conntrack.fake import FakeConntrack
 from nlproxy.conntrack.kernel import ConntrackError
 from nlproxy.conntrack.messages import Flow, FlowTuple
@@ -396,3 +403,40 @@ def test_tcp_flows_of_a_removed_endpoint_go_only_with_flush_tcp(path: str, flush
     assert to(nft, "172.30.0.20", 80) == {"10.1.0.2:80"}
     assert flows.deleted == ([tcp_stale, udp_stale] if flush_tcp else [udp_stale])
     assert flows.flows == ([*kept] if flush_tcp else [tcp_stale, *kept])
+
+
+def balanced_world() -> ClusterSnapshot:
+    """Four consistent-hash and four round-robin Services of five endpoints each."""
+    pairs = []
+    for i in range(8):
+        lb = LoadBalancing.CONSISTENT_HASH if i % 2 else LoadBalancing.ROUND_ROBIN
+        svc = service("a", f"lb{i}", f"172.30.1.{i + 1}", load_balancing=lb)
+        eps = [endpoint(f"10.2.{i}.{j + 1}") for j in range(5)]
+        pairs.append((svc, eps_slice("a", f"lb{i}", eps)))
+    return world(*pairs)
+
+
+@pytest.mark.parametrize("record", [True, False], ids=["by-record", "by-read-back"])
+def test_a_restart_keeps_the_balanced_tables_it_finds_programmed(record: bool) -> None:
+    """With a per-sync quota of table elements (the daemon's), a first start builds one
+    Service's tables a sync; a restart finds them all programmed and keeps them: no operation,
+    nothing deferred, no Service planned with random choice meanwhile."""
+    nft = FakeNftables(n.TABLE)
+    first = make(nft, record=record)
+    first.balancing.quota = 1  # one Service's tables a sync
+    snap = balanced_world()
+    syncs = [first.sync(snap)]
+    while syncs[-1].deferred and len(syncs) < 20:
+        syncs.append(first.sync(snap))
+    assert len(syncs) == 8  # one Service's tables each
+    before = text(nft)
+
+    again = make(nft, record=record)
+    again.balancing.quota = 1
+    result = again.sync(snap)
+
+    assert result.total_ops == 0
+    assert result.deferred == set()
+    assert result.restarted is record
+    assert text(nft) == before
+    assert again.sync(snap, changed=set()).total_ops == 0
