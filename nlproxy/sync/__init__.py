@@ -1,6 +1,7 @@
 """Stage ④, one sync and the loop that runs them.
 
-- ``syncer``: one sync: plan, diff against what is programmed, commit, then the effects (conntrack).
+- ``syncer``: one sync: plan, diff against what is programmed, commit, then the effects
+  (``cleanup``: the conntrack flows a commit left without their backend, an object it owns).
 - ``kernel``: what a Syncer is handed of the kernel (tables, read-back, flows): the real ones
   of a namespace, or fakes, so the whole sync runs in a unit test.
 - ``verify``: the verify off the sync loop (read-back, comparison, a drift's repair prepared),

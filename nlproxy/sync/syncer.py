@@ -22,8 +22,9 @@ verify off the sync loop: read-back, comparison, a drift's repair prepared off t
 the version that voids a comparison a sync overlapped) and the
 :class:`~nlproxy.sync.restart.RestartRecords` (each commit's record in the tables, and the
 start-up check that trusts it). They read the kernel but change neither it nor the Syncer: the
-Syncer sends the operations they return and applies a repair itself. ``result.py`` holds what
-a sync returns.
+Syncer sends the operations they return and applies a repair itself. The conntrack effect of a
+commit is the :class:`~nlproxy.sync.cleanup.FlowCleanup`'s (``cleanup.py``), which the Syncer
+hands what was and is programmed. ``result.py`` holds what a sync returns.
 """
 
 from __future__ import annotations
@@ -31,10 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence, Set
 
-from nlproxy.cluster.model import ClusterSnapshot, IPAddress, Service, ServiceKey
-from nlproxy.conntrack.kernel import ConntrackError
-from nlproxy.conntrack.messages import FlowFilter
-from nlproxy.conntrack.plan import programmed_frontends, stale_flow_filters, still_stale
+from nlproxy.cluster.model import ClusterSnapshot, Service, ServiceKey
 from nlproxy.errors import KernelError
 from nlproxy.log import get_logger
 from nlproxy.nft.ir import Family, Operation, Ruleset, Table, Verb
@@ -43,9 +41,10 @@ from nlproxy.nft.tables import Tables
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
-from nlproxy.proxy.layout import Programmed, flow_frontends, udp_only
+from nlproxy.proxy.layout import flow_frontends, udp_only
 from nlproxy.proxy.planner import Plan, gc_paused, plan, plan_slot_token
 from nlproxy.sync.balancing import BalancingGuard
+from nlproxy.sync.cleanup import FlowCleanup
 from nlproxy.sync.fingerprint import Record, take_record
 from nlproxy.sync.isolation import Isolation, owners
 from nlproxy.sync.kernel import SyncKernel
@@ -89,7 +88,6 @@ class Syncer:
         self.incremental = incremental
         self.kernel = kernel
         self.owner = owner
-        self.flush_tcp = flush_tcp
         self.log = get_logger("sync")
         self._backends: dict[Family, Tables] = {}
         self._programmed: dict[Family, Ruleset | None] = {}
@@ -100,12 +98,11 @@ class Syncer:
         # True while the cache equals the last plan as programmed: only then may a delta of
         # that plan stand for the whole difference.
         self._in_step = False
-        self.conntrack_deleted_total = 0
+        self.cleanup = FlowCleanup(kernel.flows, config, self.log, flush_tcp=flush_tcp)
         self.isolation = Isolation(self.log)
         self.balancing = BalancingGuard(config.load_balancing, self.log)
         # The family and operations of the last rejected batch.
         self._failed: tuple[Family, list[Operation]] | None = None
-        self._conntrack: dict[Family, tuple[int, float]] = {}
         self.records = RestartRecords(
             config, kernel.readback, self.log, enabled=record and not owner
         )
@@ -250,8 +247,9 @@ class Syncer:
             with self.verifier.changing():
                 result = self._sync_isolating(snapshot, changed)
                 result.deferred = set(self.balancing.deferred)
-                if self.kernel.flows.pending:
-                    result.conntrack_deleted += self._finish_cleanup(snapshot)
+                if self.cleanup.pending:
+                    programmed = [rs for rs in self._programmed.values() if rs is not None]
+                    result.conntrack_deleted += self.cleanup.finish(programmed, snapshot)
                 return result
 
     def _seed_balanced(self, snapshot: ClusterSnapshot) -> None:
@@ -282,20 +280,6 @@ class Syncer:
             )
 
         self.balancing.built(has_tables)
-
-    def _finish_cleanup(self, snapshot: ClusterSnapshot) -> int:
-        """Run what an earlier cleanup left undone for want of a resource (``EMFILE``...),
-        less the flows of backends that serve their frontend again by now."""
-        now = programmed_frontends([rs for rs in self._programmed.values() if rs is not None])
-        filters = still_stale(
-            self.kernel.flows.take_pending(), now, node_addrs=self._node_addrs(snapshot)
-        )
-        if not filters:
-            return 0
-        deleted = self.kernel.flows.delete(filters)
-        self.conntrack_deleted_total += deleted
-        self.log.info("conntrack.flushed", flows=deleted, filters=len(filters), retried=True)
-        return deleted
 
     def _sync_isolating(
         self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None
@@ -364,7 +348,6 @@ class Syncer:
             elif self.plan_after_restart:
                 return self._trust(snapshot)
         result = SyncResult()
-        self._conntrack = result.conntrack
         t0 = time.perf_counter()
         deltas: dict[Family, Delta] | None = None
         finishing = self._unplanned is not None  # a trusted restart's plan, made now
@@ -399,7 +382,6 @@ class Syncer:
             result.conntrack_deleted = self._sync_full(planned, snapshot, result)
         self._in_step = True
         result.apply_ms = (time.perf_counter() - t1) * 1000
-        self.conntrack_deleted_total += result.conntrack_deleted
         return result
 
     def _sync_full(self, planned: Plan, snapshot: ClusterSnapshot, result: SyncResult) -> int:
@@ -433,7 +415,7 @@ class Syncer:
             # Nothing was programmed: the only stale flows are those of UDP frontends that now
             # have backends, so only those frontends are read (not 100k TCP backends).
             news = [udp_only(rs) for rs in news]
-        return self._clean_stale(olds, news, snapshot)
+        return self.cleanup.stale(olds, news, snapshot, result.conntrack)
 
     def _claim(
         self,
@@ -469,7 +451,7 @@ class Syncer:
         result: SyncResult,
     ) -> int:
         result.incremental = True
-        old_rs, new_rs = flow_frontends(deltas, planned.rulesets, flush_tcp=self.flush_tcp)
+        old_rs, new_rs = flow_frontends(deltas, planned.rulesets, flush_tcp=self.cleanup.flush_tcp)
 
         def ops_of(family: Family) -> tuple[list[Operation], int]:
             programmed = self._programmed.get(family)
@@ -485,7 +467,7 @@ class Syncer:
         # A family that fails after another committed: the flows of the delta's removed
         # endpoints go all the same (this family's too: deleting a flow only re-balances it).
         self._commit(result, snapshot, ops_of, committed, lambda: (old_rs, new_rs))
-        return self._clean_stale(old_rs, new_rs, snapshot)
+        return self.cleanup.stale(old_rs, new_rs, snapshot, result.conntrack)
 
     def _commit(
         self,
@@ -523,57 +505,12 @@ class Syncer:
                     self._apply(family, ops)
                 except KernelError:
                     if result.total_ops:
-                        self.conntrack_deleted_total += self._clean_stale(*partial(), snapshot)
+                        self.cleanup.stale(*partial(), snapshot, result.conntrack)
                     raise
                 result.commit_ms += (time.perf_counter() - t) * 1000
             committed(family, ops)
             result.ops[family] = count_ops(ops) - claim
         self._send(self.records.outstanding())
-
-    def _clean_stale(
-        self, olds: Sequence[Ruleset], news: Sequence[Ruleset], snapshot: ClusterSnapshot
-    ) -> int:
-        """Delete the flows whose backends the frontends of ``olds`` had and ``news`` lack."""
-        if not olds and not news:
-            return 0
-        return self._clean_conntrack(
-            programmed_frontends(olds), programmed_frontends(news), snapshot
-        )
-
-    def _node_addrs(self, snapshot: ClusterSnapshot) -> tuple[IPAddress, ...]:
-        if self.config.node_ips:
-            return tuple(self.config.node_ips)
-        return snapshot.node.addresses if snapshot.node else ()
-
-    def _clean_conntrack(self, old: Programmed, new: Programmed, snapshot: ClusterSnapshot) -> int:
-        filters = stale_flow_filters(
-            old, new, node_addrs=self._node_addrs(snapshot), flush_tcp=self.flush_tcp
-        )
-        if not filters:
-            return 0
-        # Timed and counted per family, as upstream's reconciler is. Every filter names an
-        # address, so has a family; one without would span both and is run with IPv4's.
-        groups: dict[Family, list[FlowFilter]] = {}
-        for f in filters:
-            groups.setdefault(Family.IP6 if f.family == 6 else Family.IP, []).append(f)
-        deleted = 0
-        failed: ConntrackError | None = None
-        for family, mine in sorted(groups.items()):
-            t = time.perf_counter()
-            try:
-                count = self.kernel.flows.delete(mine)
-            except ConntrackError as exc:
-                # The other family's filters still run; what ran out is kept pending.
-                failed = failed or exc
-                continue
-            before, seconds = self._conntrack.get(family, (0, 0.0))
-            self._conntrack[family] = (before + count, seconds + time.perf_counter() - t)
-            deleted += count
-        if deleted:
-            self.log.info("conntrack.flushed", flows=deleted, filters=len(filters))
-        if failed is not None:
-            raise failed
-        return deleted
 
     def _adopt(self, planned: Plan, result: SyncResult) -> None:
         """A restart the records vouch for: the plan is what is programmed (no diff)."""
@@ -631,7 +568,6 @@ class Syncer:
             prepared = self.verifier.prepare_repair(tables, repairs, version, planned)
             assert prepared is not None, "the version was checked above"
         with self.verifier.changing():  # a repair changes the cache as a sync does
-            self._conntrack = {}
             for backend in self._backends.values():
                 backend.forget()  # their view of chains and sets is as stale as the cache
             self._in_step = False
@@ -645,7 +581,7 @@ class Syncer:
                 self._programmed[family] = as_programmed(planned.rulesets[family])
             if prepared.frontends is not None:
                 old, new = prepared.frontends
-                self.conntrack_deleted_total += self._clean_conntrack(old, new, snapshot)
+                self.cleanup.between(old, new, snapshot, {})
             self._in_step = True
             self.retry_left_out()
             return sent
