@@ -70,7 +70,11 @@ class BalancingGuard:
         return out
 
     def apply(
-        self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None
+        self,
+        snapshot: ClusterSnapshot,
+        changed: Set[ServiceKey] | None,
+        *,
+        unlimited: bool = False,
     ) -> tuple[ClusterSnapshot, Set[ServiceKey] | None]:
         """``snapshot`` as it is to be planned now, and ``changed`` to match (None stays None:
         everything is compared).
@@ -78,7 +82,7 @@ class BalancingGuard:
         Services past the budget are on random choice; with a :attr:`quota`, opted-in Services
         whose tables would be (re)built past it wait for a later sync, named in
         :attr:`deferred`: one already programmed with its tables keeps the objects it was
-        planned from, a new one starts on random choice.
+        planned from, a new one starts on random choice. ``unlimited``: no quota this time.
         """
         # Only the Services ``changed`` names (and those deferred) can differ from the last
         # call: at 10k Services a pass over all of them is most of an incremental sync.
@@ -101,10 +105,29 @@ class BalancingGuard:
         refallen = fallbacks is not self.fallbacks
         self.fallbacks = fallbacks
         candidates = None if keys is None else (keys | flipped) & demands.keys()
-        keep_old, deferred_new = self._defer(snapshot, fallbacks, candidates, refallen=refallen)
+        keep_old, deferred_new = self._defer(
+            snapshot,
+            fallbacks,
+            candidates,
+            refallen=refallen,
+            quota=None if unlimited else self.quota,
+        )
         if changed is not None:
             changed = (set(changed) | flipped | self._was_deferred) - keep_old.keys()
         self._was_deferred = self.deferred
+        return self._substituted(snapshot, keys, refallen, deferred_new, keep_old), changed
+
+    def _substituted(
+        self,
+        snapshot: ClusterSnapshot,
+        keys: set[ServiceKey] | None,
+        refallen: bool,
+        deferred_new: set[ServiceKey],
+        keep_old: dict[ServiceKey, tuple[Service, tuple[EndpointSlice, ...]]],
+    ) -> ClusterSnapshot:
+        """``snapshot`` with the Services past the budget or deferred and new on random choice,
+        and the deferred ones already programmed as they were planned last."""
+        fallbacks = self.fallbacks
         # Substitutes change only for the Services ``keys`` names, unless the fallbacks did.
         # (Set operations over 10k ServiceKeys cost milliseconds: their hash is Python code.)
         subs, originals = self._substitutes, self._originals
@@ -122,16 +145,16 @@ class BalancingGuard:
                 originals[key] = svc
                 subs[key] = msgspec.structs.replace(svc, load_balancing=LoadBalancing.RANDOM)
         if not (subs or keep_old):
-            return snapshot, changed
+            return snapshot
         services = dict(snapshot.services)
         services.update(subs)  # dict into dict: the stored hashes, no __hash__ calls
         if not keep_old:
-            return replace(snapshot, services=services), changed
+            return replace(snapshot, services=services)
         slices = dict(snapshot.slices)
         for key, (svc, old_slices) in keep_old.items():
             services[key] = svc
             slices[key] = old_slices
-        return replace(snapshot, services=services, slices=slices), changed
+        return replace(snapshot, services=services, slices=slices)
 
     def _report(
         self,
@@ -166,8 +189,9 @@ class BalancingGuard:
         candidates: set[ServiceKey] | None,
         *,
         refallen: bool,
+        quota: int | None,
     ) -> tuple[dict[ServiceKey, tuple[Service, tuple[EndpointSlice, ...]]], set[ServiceKey]]:
-        """Hand the planner at most :attr:`quota` elements of tables to (re)build, oldest
+        """Hand the planner at most ``quota`` elements of tables to (re)build, oldest
         Services first, of the ``candidates`` (None: every opted-in Service); returns the
         deferred ones to plan as before (their old objects) and the deferred new ones (to plan
         with random choice meanwhile)."""
@@ -193,7 +217,7 @@ class BalancingGuard:
         used = 0
         for key in sorted(dirty, key=self._age(snapshot)):
             svc, slices, _, elements = demands[key]
-            if self.quota is None or used == 0 or used + elements <= self.quota:
+            if quota is None or used == 0 or used + elements <= quota:
                 used += elements
                 handed[key] = (svc, slices)
                 continue
@@ -205,6 +229,20 @@ class BalancingGuard:
                 deferred_new.add(key)
         self.deferred = deferred
         return keep_old, deferred_new
+
+    def built(self, has_tables: Callable[[Service], bool]) -> None:
+        """A restart found programmed the tables of the opted-in Services ``has_tables``
+        answers for: they count as built from their objects of the last :meth:`apply` (their
+        next plan costs a diff, not the quota), the others as still to build.
+
+        Call it after an ``unlimited`` :meth:`apply` of the snapshot to be synced, before the
+        one that plans it.
+        """
+        self._handed = {
+            key: (svc, slices)
+            for key, (svc, slices, _, _) in self._demands.items()
+            if key not in self.fallbacks and has_tables(svc)
+        }
 
     @staticmethod
     def _age(snapshot: ClusterSnapshot) -> Callable[[ServiceKey], tuple[bool, str, ServiceKey]]:

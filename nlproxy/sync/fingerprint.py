@@ -26,6 +26,7 @@ Pure: no I/O, clock or logging.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 from collections.abc import Set
@@ -42,10 +43,25 @@ from nlproxy.proxy.config import ProxyConfig
 RECORD_CHAIN = "restart-record"
 """The chain (never jumped to) whose one rule's comment holds the record."""
 
+NFT_COMMENT_MAX = 128
+"""The longest comment ``nft`` reads back (NFTNL_UDATA_COMMENT_MAXLEN): one longer in a saved
+ruleset makes ``nft -f`` refuse the whole file, every table of the node with it."""
+RECORD_COMMENT_MAX = NFT_COMMENT_MAX - len(" fp=") - 12
+"""The longest record :meth:`Record.comment` writes: the rule's fingerprint follows it in the
+kernel (``nft/reconcile.py``'s ``stamp``)."""
+
 _MOD = 1 << 256
-_RECORD_RE = re.compile(
-    r"nlproxy (\S+) digest ([0-9a-f]{64}) generation (\d+)(?: files ([0-9a-f]{64}))?"
-)
+_B64 = r"[A-Za-z0-9_-]{43}"  # 32 bytes, URL-safe base64 without padding
+_RECORD_RE = re.compile(rf"nlproxy d=({_B64}) g=(\d+)(?: f=({_B64}))?")
+
+
+def _short(digest: str) -> str:
+    """A 64-hex-digit digest in 43 characters (a comment has room for two with a generation)."""
+    return base64.urlsafe_b64encode(bytes.fromhex(digest)).rstrip(b"=").decode()
+
+
+def _hex(short: str) -> str:
+    return base64.urlsafe_b64decode(short + "=").hex()
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,14 +76,24 @@ class Record:
     files: str | None = None
 
     def comment(self) -> str:
-        text = f"nlproxy {__version__} digest {self.digest} generation {self.generation}"
-        return text if self.files is None else f"{text} files {self.files}"
+        """The record as its rule's comment, at most :data:`RECORD_COMMENT_MAX` characters.
+
+        The digests are written in base64 (not hex) and nlproxy's version not at all (the
+        digests cover it), so that two digests and a 32-bit generation fit in what ``nft``
+        reads back.
+        """
+        text = f"nlproxy d={_short(self.digest)} g={self.generation}"
+        return text if self.files is None else f"{text} f={_short(self.files)}"
 
     @classmethod
     def parse(cls, comment: str) -> Record | None:
-        """The record in a rule comment, or None when it is not one."""
+        """The record in a rule comment, or None when it is not one (an older nlproxy's
+        record is none: its inputs included another version, so it would not match)."""
         m = _RECORD_RE.search(comment)
-        return cls(m.group(2), int(m.group(3)), m.group(4)) if m else None
+        if m is None:
+            return None
+        files = m.group(3)
+        return cls(_hex(m.group(1)), int(m.group(2)), None if files is None else _hex(files))
 
 
 def record_ops(record: Record) -> list[Operation]:

@@ -15,34 +15,31 @@ there too, so that sync holds no change up for long.
 A drift report starts such a verify at once; lost notifications do only when the generations
 they may belong to are not all nlproxy's own commits (a large cold start overflows the
 monitor's socket with its own). After a failed sync the next one reads back first, itself.
+
+The loop schedules and hands work to threads; what it tells the outside (metrics, health, the
+log lines about objects) is its :class:`~nlproxy.sync.report.SyncReporter`'s. A sync's worker
+returns one :class:`Outcome`.
 """
 
 from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar, cast
 
 import trio
 
-from nlproxy.cluster.model import (
-    Change,
-    ClusterSnapshot,
-    IPAddress,
-    ObjectRef,
-    Replace,
-    ServiceKey,
-)
+from nlproxy.cluster.model import Change, ClusterSnapshot, IPAddress, ServiceKey
 from nlproxy.cluster.state import ClusterState
 from nlproxy.errors import NlproxyError
 from nlproxy.log import get_logger
 from nlproxy.nft.ir import Family, Operation, Ruleset
 from nlproxy.nft.monitor import Drift
-from nlproxy.proxy.planner import nodeport_gaps
-from nlproxy.serve.health import HealthState, node_eligible
-from nlproxy.serve.metrics import IP_FAMILIES, Metrics, NoLocalEndpoints
+from nlproxy.serve.health import HealthState
+from nlproxy.serve.metrics import Metrics
+from nlproxy.sync.report import SyncReporter
 from nlproxy.sync.syncer import FAMILIES, Syncer, SyncResult
 from nlproxy.sync.verify import Repair
 
@@ -59,6 +56,22 @@ stream of changes must not put a drift's repair off for ever."""
 RELEASE_INTERVAL = 10.0
 """Seconds between handing free heap memory back (about a millisecond each time): what the
 inspector's passes and bursts of changes freed goes back; full syncs release at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the worker of one sync returns to the loop."""
+
+    result: SyncResult | None = None
+    """What the sync did; None: it failed (``error``)."""
+    error: NlproxyError | OSError | None = None
+    """Why it failed: tried again, never fatal (``EMFILE``, ``ENOMEM``, a refused batch...)."""
+    readback_ms: float | None = None
+    """How long it took to read the tables back first (None: it did not)."""
+    repaired: int | None = None
+    """Operations a drift's repair sent before the sync (None: no repair was made)."""
+    repair_raced: bool = False
+    """A repair was due but void: a sync ran after its read-back (read back again)."""
 
 
 class SyncLoop:
@@ -107,19 +120,15 @@ class SyncLoop:
         invalid objects."""
         self.state = state
         self.syncer = syncer
-        self.health = health
-        self.metrics = metrics
         self.min_interval = min_interval
         self.sync_period = sync_period
         self.retry_interval = retry_interval
         self.on_synced = on_synced
         self.snapshot_filter = snapshot_filter
         self.log = get_logger("sync")
+        self.report = SyncReporter(state, health=health, metrics=metrics, log=self.log)
         self._wake = trio.Event()
         self._pending: set[ServiceKey] = set()
-        # Service and EndpointSlice change events since the last successful sync (kube-proxy's
-        # *_changes_pending gauges count events, not services).
-        self._pending_events = {"Service": 0, "EndpointSlice": 0}
         self._dirty = True
         self._verify = False
         self._read_back = False  # the next sync reads the tables back first (after a failure)
@@ -131,17 +140,7 @@ class SyncLoop:
         self._syncing: trio.Event | None = None  # set when the sync in progress ends
         self._planned = False  # a sync planned (or failed): the start-up's objects exist
         self._nursery: trio.Nursery | None = None
-        self._refused: set[str] = set()
-        self._reported: set[str] = set()
-        self._orphans: dict[ObjectRef, str] = {}
-        # The trigger times last seen, by service and slice name; when this process started.
-        self._triggers: dict[ServiceKey, dict[str, datetime]] = {}
-        # Whole seconds: the annotation has RFC 3339 second precision, and a change written in
-        # the second the process started is still one to observe.
-        self._started = datetime.now(UTC).replace(microsecond=0)
-        self._gaps: dict[Family, str] = {}
         self.synced_once = trio.Event()
-        self._no_local = NoLocalEndpoints(metrics.no_local_endpoints)
 
     def request_verify(self, drift: Drift | None = None) -> None:
         """Read back the kernel and repair it at the next opportunity (drift, or a timer)."""
@@ -151,14 +150,8 @@ class SyncLoop:
             self._lost.append(drift.lost)
             self._wake.set()
             return
-        if drift is not None and drift.pid == 0:
-            self.log.info("drift.notifications_lost", own=False)
-            self.metrics.drift_repairs.labels(writer=drift.comm or "unknown").inc()
-        elif drift is not None:
-            self.log.warning(
-                "drift.detected", writer_pid=drift.pid, writer=drift.comm, objects=drift.objects
-            )
-            self.metrics.drift_repairs.labels(writer=drift.comm or "unknown").inc()
+        if drift is not None:
+            self.report.drift(drift)
         if drift is None:  # a full verify now, as at the timer
             self._verify = True
             self._wake.set()
@@ -170,9 +163,8 @@ class SyncLoop:
         lost, self._lost = self._lost, []
         for after, upto in lost:
             own = self.syncer.own_commits(after, upto)
-            self.log.info("drift.notifications_lost", own=own, generations=[after + 1, upto])
+            self.report.lost(after, upto, own=own)
             if not own:
-                self.metrics.drift_repairs.labels(writer="(notifications lost)").inc()
                 self._start_read_back()
 
     def _start_read_back(self) -> None:
@@ -196,20 +188,8 @@ class SyncLoop:
         changed = self.state.apply(changes)
         self._pending |= changed
         self._dirty = True
-        counts = _count_by_kind(changes)
-        for kind in self._pending_events:
-            self._pending_events[kind] += counts.get(kind, 0)
-        self.metrics.service_changes_total.inc(counts.get("Service", 0))
-        self.metrics.endpoint_changes_total.inc(counts.get("EndpointSlice", 0))
-        self._export_pending()
-        for label in IP_FAMILIES.values():  # one sync programs both families
-            self.metrics.last_queued.labels(ip_family=label).set_to_current_time()
-        self.health.queued(trio.current_time())
+        self.report.queued(changes)
         self._wake.set()
-
-    def _export_pending(self) -> None:
-        self.metrics.service_changes_pending.set(self._pending_events["Service"])
-        self.metrics.endpoint_changes_pending.set(self._pending_events["EndpointSlice"])
 
     async def _receive(self, recv: trio.MemoryReceiveChannel[Sequence[Change]]) -> None:
         async with recv:
@@ -335,13 +315,7 @@ class SyncLoop:
         drifted = any(repairs.values())
         self._read_back_due = False
         self._retry_left_out = True
-        self.metrics.verifies.labels(read_back="true").inc()
-        self.log.info(
-            "verify.read_back",
-            drift=drifted,
-            readback_ms=round(read_s * 1000, 3),
-            compare_ms=round(compare_s * 1000, 3),
-        )
+        self.report.compared(drift=drifted, read_s=read_s, compare_s=compare_s)
         if drifted:
             # The repair's passes over whole tables are made here, off the loop: the sync that
             # commits it then holds no change up for long.
@@ -365,73 +339,83 @@ class SyncLoop:
         self._dirty = False
         pending, self._pending = self._pending, set()
         snapshot = self.state.snapshot()
-        self.health.node_eligible = node_eligible(snapshot.node)
+        self.report.node(snapshot.node)
         if self.snapshot_filter is not None:
             snapshot = self.snapshot_filter(snapshot)
-        # A slice may precede its Service from the API: an orphan is reported only when a full
-        # verify still finds it, and forgotten as soon as its Service comes.
-        if verify:
-            self._orphans = self.state.orphans()
-        elif self._orphans:
-            self._orphans = self.state.orphans(self._orphans)
         source_errors = self.source_errors() if self.source_errors is not None else ()
-        self.metrics.invalid_objects.set(
-            len(self.state.invalid) + len(self._orphans) + len(source_errors)
-        )
-        self._report_invalid()
-        self._report_nodeport_gaps(nodeport_gaps(snapshot, self.syncer.config))
+        self.report.objects(snapshot, self.syncer.config, source_errors, verify=verify)
 
         # The changed services let the Syncer update its plan in place; a snapshot filter may
         # change services the state did not report, so then the Syncer finds them itself.
         changed = None if self.snapshot_filter is not None else set(pending)
-
-        read_ms: list[float] = []
         adopt, self._adopt = self._adopt, None
         retry, self._retry_left_out = self._retry_left_out, False
-        repaired: list[int | None] = []
-
-        def work() -> SyncResult:
-            if read_back:  # after a failure: the cache may be wrong, read back before planning
-                started = time.perf_counter()
-                self.syncer.verify()
-                read_ms.append((time.perf_counter() - started) * 1000)
-                self.metrics.verifies.labels(read_back="true").inc()
-            elif adopt is not None:  # None: a sync ran after that read-back, it is stale
-                repaired.append(
-                    self.syncer.repair(adopt.tables, adopt.ops, adopt.version, snapshot, adopt)
-                )
-            elif retry:
-                self.syncer.retry_left_out()
-            return self.syncer.sync(snapshot, changed=changed)
-
         if verify and not read_back and adopt is None:
             if self._quiet_now():  # every transaction was seen, and none touched our tables
-                self.metrics.verifies.labels(read_back="false").inc()
+                self.report.verified(read_back=False)
             elif not self._read_back_due:
                 self._start_read_back()
 
-        try:
-            if self._in_thread:
-                result = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
-            else:
-                result = work()
-        except (NlproxyError, OSError) as exc:  # EMFILE, ENOMEM...: tried again, never fatal
+        def work() -> Outcome:
+            return self._work(snapshot, changed, read_back=read_back, adopt=adopt, retry=retry)
+
+        if self._in_thread:
+            outcome = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+        else:
+            outcome = work()
+        if outcome.readback_ms is not None:
+            self.report.verified(read_back=True)
+        if outcome.result is None:
+            assert outcome.error is not None, "a sync without a result failed"
             self._planned = True  # whether or not the first sync worked (for resume_gc)
-            self.metrics.sync_failures.inc()
-            failed = self.syncer.failed_family
-            for family, label in IP_FAMILIES.items():
-                if failed is None or failed is family:
-                    self.metrics.nft_sync_failures.labels(ip_family=label).inc()
+            self.report.failed(outcome.error, self.syncer.failed_family)
             self._pending |= pending
             self._verify = True  # the kernel's state is uncertain after a failure: read it back
             self._read_back = True
-            self.log.error("sync.failed", error=str(exc))  # noqa: TRY400 - the message names the object; no traceback
             return False, verify
-        if repaired and repaired[0] is None:
+        self._after(outcome, pending, verify=verify)
+        return True, verify
+
+    def _work(
+        self,
+        snapshot: ClusterSnapshot,
+        changed: set[ServiceKey] | None,
+        *,
+        read_back: bool,
+        adopt: Repair | None,
+        retry: bool,
+    ) -> Outcome:
+        """A sync's blocking part (in a worker thread): a read-back first after a failure, or
+        a drift's repair, or the left-out services let back in; then the sync."""
+        readback_ms: float | None = None
+        repaired: int | None = None
+        try:
+            if read_back:  # after a failure: the cache may be wrong, read back before planning
+                started = time.perf_counter()
+                self.syncer.verify()
+                readback_ms = (time.perf_counter() - started) * 1000
+            elif adopt is not None:  # None: a sync ran after that read-back, it is stale
+                repaired = self.syncer.repair(
+                    adopt.tables, adopt.ops, adopt.version, snapshot, adopt
+                )
+            elif retry:
+                self.syncer.retry_left_out()
+            result = self.syncer.sync(snapshot, changed=changed)
+        except (NlproxyError, OSError) as exc:  # EMFILE, ENOMEM...: tried again, never fatal
+            return Outcome(error=exc, readback_ms=readback_ms)
+        raced = adopt is not None and repaired is None
+        return Outcome(result, readback_ms=readback_ms, repaired=repaired, repair_raced=raced)
+
+    def _after(self, outcome: Outcome, pending: set[ServiceKey], *, verify: bool) -> None:
+        """What a successful sync leads to: a repair's outcome logged, the verify a trusted
+        restart owes, the plan it did not make yet, deferred tables, the memory it freed."""
+        result = outcome.result
+        assert result is not None, "only a sync that succeeded is followed up"
+        if outcome.repair_raced:
             self.log.info("verify.raced", stage="repair")
             self._start_read_back()
-        elif repaired:
-            self.log.info("drift.repaired", ops=repaired[0])
+        elif outcome.repaired is not None:
+            self.log.info("drift.repaired", ops=outcome.repaired)
         if result.restarted and self._nursery is not None:
             self._nursery.start_soon(
                 self._read_back_after, min(RESTART_VERIFY_DELAY, self.sync_period)
@@ -441,7 +425,13 @@ class SyncLoop:
             self._wake.set()
         else:
             self._planned = True
-        self._record(result, pending, verify=verify, readback_ms=read_ms[0] if read_ms else None)
+        # Which services this sync changed, when that is known exactly (else None: any).
+        exact = result.incremental and self.snapshot_filter is None
+        self.report.synced(
+            result, pending, verify=verify, exact=exact, readback_ms=outcome.readback_ms
+        )
+        if self.on_synced is not None:
+            self.on_synced(result, pending if exact else None)
         if result.deferred:  # tables left for the next sync, which other changes may join
             self._pending |= result.deferred
             self._dirty = True
@@ -453,112 +443,8 @@ class SyncLoop:
             gc.freeze()
             if self._release_memory is not None:
                 self._release_memory()  # what planning and diffing the whole table freed
-        return True, verify
 
     async def _release_periodically(self, release: Callable[[], object]) -> None:
         while True:
             await trio.sleep(RELEASE_INTERVAL)
             release()
-
-    def _record(
-        self,
-        result: SyncResult,
-        pending: set[ServiceKey],
-        *,
-        verify: bool,
-        readback_ms: float | None = None,
-    ) -> None:
-        now = trio.current_time()
-        seconds = (result.plan_ms + result.apply_ms) / 1000
-        self.health.synced(now)
-        m = self.metrics
-        kind = m.partial_sync_duration if result.incremental else m.full_sync_duration
-        for label in IP_FAMILIES.values():  # one sync programs both families
-            m.sync_duration.labels(ip_family=label).observe(seconds)
-            kind.labels(ip_family=label).observe(seconds)
-            m.last_sync.labels(ip_family=label).set_to_current_time()
-        for family, (deleted, took) in result.conntrack.items():
-            m.conntrack_deleted.labels(ip_family=IP_FAMILIES[family]).inc(deleted)
-            m.conntrack_duration.labels(ip_family=IP_FAMILIES[family]).observe(took)
-        self._pending_events = dict.fromkeys(self._pending_events, 0)
-        self._export_pending()
-        for family, n in result.ops.items():
-            m.ops.labels(family=family.value).inc(n)
-        self._observe_programming(pending)
-        # Which services this sync changed, when that is known exactly (else None: any).
-        exact = result.incremental and self.snapshot_filter is None
-        if result.plan is not None:
-            self._no_local.update(result.plan, pending if exact else None)
-        if result.total_ops or verify or pending:
-            self.log.info(
-                "sync.applied",
-                ops=result.total_ops,
-                duration_ms=round(seconds * 1000, 3),
-                plan_ms=round(result.plan_ms, 3),
-                diff_ms=round(result.diff_ms, 3),
-                commit_ms=round(result.commit_ms, 3),
-                incremental=result.incremental,
-                services_changed=len(pending),
-                verify=verify,
-                conntrack_deleted=result.conntrack_deleted,
-                **({} if readback_ms is None else {"readback_ms": round(readback_ms, 3)}),
-            )
-        if self.on_synced is not None:
-            self.on_synced(result, pending if exact else None)
-
-    def _observe_programming(self, pending: set[ServiceKey]) -> None:
-        """kubeproxy_network_programming_duration_seconds: one observation per trigger time, when
-        the slice change that carries it is first programmed, as upstream. A Service-only edit,
-        a relist after ``410 Gone`` or a verify programs no new trigger time; one older than this
-        process (the initial list's) measures a wait it did not cause, and is left out too."""
-        wall = datetime.now(UTC)
-        snapshot = self.state.snapshot()
-        for key in pending:
-            before = self._triggers.pop(key, {})
-            now: dict[str, datetime] = {}
-            for s in snapshot.slices.get(key, ()):
-                trigger = s.last_change_trigger_time
-                if trigger is None:
-                    continue
-                if trigger.tzinfo is None:
-                    trigger = trigger.replace(tzinfo=UTC)
-                now[s.name] = trigger
-                if before.get(s.name) != trigger and trigger >= self._started:
-                    latency = max(0.0, (wall - trigger).total_seconds())
-                    # The slice's family, as upstream's proxier of that family records it.
-                    self.metrics.programming.labels(ip_family=s.family.value).observe(latency)
-            if now:  # a service's deleted slices are forgotten with it
-                self._triggers[key] = now
-
-    def _report_nodeport_gaps(self, gaps: Mapping[Family, str]) -> None:
-        """One warning per family whose NodePorts no address accepts (again if it changes)."""
-        for family in (Family.IP, Family.IP6):
-            gap = gaps.get(family)
-            label = "IPv4" if family is Family.IP else "IPv6"
-            self.metrics.nodeport_addresses_missing.labels(ip_family=label).set(gap is not None)
-            if gap is not None and gap != self._gaps.get(family):
-                self.log.warning("nodeport.no_address", ip_family=label, error=gap)
-        self._gaps = dict(gaps)
-
-    def _report_invalid(self) -> None:
-        """One log line per newly invalid object or refused frontend, not one per sync."""
-        source = self.source_errors() if self.source_errors is not None else ()
-        current = {str(e) for e in (*self.state.invalid.values(), *self._orphans.values(), *source)}
-        for err in sorted(current - self._reported):
-            self.log.warning("object.invalid", error=err)
-        self._reported = current
-        refused = set(self.state.refused)
-        for err in sorted(refused - self._refused):
-            self.log.warning("service.refused", error=err)
-        self._refused = refused
-        self.metrics.refused_frontends.set(len(refused))
-
-
-def _count_by_kind(changes: Sequence[Change]) -> dict[str, int]:
-    """Change events per object kind (a Replace counts each object it lists)."""
-    counts: dict[str, int] = {}
-    for change in changes:
-        refs = [c.ref for c in change.changes] if isinstance(change, Replace) else [change.ref]
-        for ref in refs:
-            counts[ref.kind] = counts.get(ref.kind, 0) + 1
-    return counts

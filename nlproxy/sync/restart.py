@@ -1,47 +1,106 @@
-"""The Syncer's restart by fingerprint: each commit's record in the tables, and the check at
-start-up that trusts a matching one instead of reading the tables back (``fingerprint.py``
-computes the digests and parses the records)."""
+"""The restart by fingerprint, as an object the Syncer owns: each commit's record in the
+tables, and the check at start-up that trusts a matching one instead of reading the tables back
+(``fingerprint.py`` computes the digests and parses the records).
+
+:class:`RestartRecords` holds what the records need across syncs (the digest of the snapshot
+being synced, what the tables' records carry, the generation the next batch will get). It
+reads the records and the kernel's generation; it writes nothing: it returns the operations
+that write a record, and the Syncer sends them in its batches.
+"""
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Set
+from typing import TYPE_CHECKING
 
-from structlog.typing import FilteringBoundLogger
-
-from nlproxy.cluster.model import ClusterSnapshot
+from nlproxy.cluster.model import ClusterSnapshot, ServiceKey
 from nlproxy.nft.dump import Interrupted
-from nlproxy.nft.ir import Family, Operation, Ruleset
+from nlproxy.nft.ir import Family, Operation
+from nlproxy.nft.tables import ReadBack
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.proxy.incremental import attach
-from nlproxy.proxy.planner import Plan, plan
+from nlproxy.proxy.slots import with_slots
 from nlproxy.sync.fingerprint import RECORD_CHAIN, Fingerprint, Record, record_ops, trusted
-from nlproxy.sync.kernel import SyncKernel
-from nlproxy.sync.result import FAMILIES, SyncResult, as_programmed
+from nlproxy.sync.result import FAMILIES
+
+if TYPE_CHECKING:
+    from structlog.typing import FilteringBoundLogger
 
 
 class RestartRecords:
-    """The records :class:`~nlproxy.sync.syncer.Syncer` keeps in its tables; the attributes
-    are the Syncer's own (``syncer.py``)."""
+    """The records a Syncer keeps in its tables.
 
-    kernel: SyncKernel
-    log: FilteringBoundLogger
-    files_digest: str | None
-    own_generations: deque[int]
-    _fingerprint: Fingerprint | None
-    _digest: str | None
-    _recorded: tuple[str, str | None] | None
-    _expected_gen: int
-    _with_record: set[Family]
-    _programmed: dict[Family, Ruleset | None]
-    _seeded: bool
-    _unplanned: ClusterSnapshot | None
-    _last_plan: Plan | None
-    _in_step: bool
-    config: ProxyConfig
-    incremental: bool
+    A sync calls :meth:`take_digest` first; a first sync asks :meth:`matches` whether to trust
+    the tables; each family's batch goes through :meth:`recording`, and :meth:`outstanding`
+    gives the records of the families that had nothing to send, after which :meth:`written`.
 
-    _apply: Callable[[Family, list[Operation]], None]
+    Args:
+        config: the planner's configuration (part of the digest).
+        readback: the tables' read-back (the records, the kernel's generation).
+        log: where a restart check that does not trust the tables says why.
+        enabled: keep records at all (False: every method says "no record").
+    """
+
+    def __init__(
+        self,
+        config: ProxyConfig,
+        readback: ReadBack,
+        log: FilteringBoundLogger,
+        *,
+        enabled: bool = True,
+    ) -> None:
+        self._readback = readback
+        self.log = log
+        self._fingerprint = Fingerprint(config) if enabled else None
+        self._digest: str | None = None  # of the snapshot being synced
+        # What the tables' records carry, if current: (digest, files digest).
+        self._recorded: tuple[str, str | None] | None = None
+        self._expected_gen = 0  # the generation the next batch of this sync will get
+        self._with_record: set[Family] = set()
+        self._files: str | None = None
+        self._all = False  # the next digest must look at every service
+
+    @property
+    def digest(self) -> str | None:
+        """The digest of the snapshot being synced (None: no records, or not known)."""
+        return self._digest
+
+    @property
+    def files_digest(self) -> str | None:
+        """``run --once``'s digest of its manifest files and settings, recorded beside the
+        snapshot's (``fingerprint.files_digest``); None: none."""
+        return self._files
+
+    def use_files(self, files: str | None) -> None:
+        """Record ``files`` (or, None, no files digest) from the next record on."""
+        self._files = files
+
+    @property
+    def recorded_files(self) -> str | None:
+        """The files digest of the records a restart check found matching (None: none)."""
+        return None if self._recorded is None else self._recorded[1]
+
+    def look_at_all(self) -> None:
+        """The next digest looks at every service (the snapshot synced may differ from the last
+        one in services its changes do not name: ones left out, or let back in)."""
+        self._all = True
+
+    def take_digest(
+        self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None, *, exact: bool
+    ) -> None:
+        """Digest ``snapshot``, the one to be synced; ``changed`` names the only services that
+        may differ from the last one when ``exact`` (and no :meth:`look_at_all` came since)."""
+        fp = self._fingerprint
+        if fp is None:
+            return
+        self._digest = fp.digest(snapshot, changed if exact and not self._all else None)
+        self._all = False
+
+    def with_slots(self, token: str) -> None:
+        """Fold the plan's slot token into the digest: slots kept across changes are no
+        function of the inputs, and a cold plan of the same inputs would fill them otherwise, so
+        its restart must not trust the record."""
+        if self._digest is not None:
+            self._digest = with_slots(self._digest, token)
 
     def unchanged_since_last_run(self, snapshot: ClusterSnapshot) -> bool:
         """Whether the tables' records show they hold the plan of ``snapshot`` and nobody
@@ -50,45 +109,28 @@ class RestartRecords:
         if fp is None:
             return False
         self._digest = fp.digest(snapshot)
-        return self._records_match()
+        return self.matches()
 
     def files_unchanged(self, files: str) -> bool:
         """Whether the tables' records show they hold what ``run --once`` programmed from the
         same manifest files and settings (``fingerprint.files_digest``), after a run that had
         nothing to warn about, and nobody committed since: nothing to parse or plan."""
         self._digest = None
-        return self._fingerprint is not None and self._records_match(files)
+        return self._fingerprint is not None and self.matches(files)
 
-    @property
-    def recorded_files(self) -> str | None:
-        """The files digest of the records a restart check found matching (None: none)."""
-        return None if self._recorded is None else self._recorded[1]
-
-    def rewrite_records(self) -> None:
-        """Write both records again now (a batch each), e.g. without ``files_digest`` once
-        a run turned out to have something to report."""
-        if self._digest is None:
-            return
-        self._with_record.clear()
-        self._recorded = None
-        for family in FAMILIES:
-            ops, _ = self._recording(family, [], 0)
-            self._apply(family, ops)
-        self._recorded = self._record_key()
-
-    def _records_match(self, files: str | None = None) -> bool:
+    def matches(self, files: str | None = None) -> bool:
         """The restart check: both records carry this sync's digest (or ``files``) and the
         kernel's last two generations (one GETGEN and a one-chain rule dump per family)."""
         digest = self._digest
         if digest is None and files is None:
             return False
         try:
-            gen = self._generation()
+            gen = self._readback.generation()
             records: dict[Family, Record | None] = {}
             for family in FAMILIES:
-                comments = self.kernel.readback.comments(family, RECORD_CHAIN)
+                comments = self._readback.comments(family, RECORD_CHAIN)
                 records[family] = Record.parse(comments[0]) if comments else None
-            if self._generation() != gen:
+            if self._readback.generation() != gen:
                 return False
         except Interrupted:
             return False
@@ -105,47 +147,17 @@ class RestartRecords:
         self._recorded = None if last is None else (last.digest, last.files)
         return True
 
-    def _adopt(self, planned: Plan, result: SyncResult) -> None:
-        """A restart the records vouch for: the plan is what is programmed (no diff)."""
-        for family in FAMILIES:
-            self._programmed[family] = as_programmed(planned.rulesets[family])
-            result.ops[family] = 0
-        self._seeded = True
-        result.restarted = True
-        self.log.info("sync.restart_trusted", digest=self._digest)
+    def read(self, records: dict[Family, Record | None], before: int, after: int) -> None:
+        """The tables were read back whole between the generations ``before`` and ``after``,
+        their records being ``records``: remember what they carry, if current."""
+        self._recorded = current_record(records, before, after)
+        self._all = True
 
-    def _trust(self, snapshot: ClusterSnapshot) -> SyncResult:
-        """A restart the records vouch for, not planned yet (``plan_after_restart``): the
-        tables hold the plan of ``snapshot``, which the next sync plans."""
-        result = SyncResult(restarted=True, ops=dict.fromkeys(FAMILIES, 0))
-        self._unplanned = snapshot
-        self._seeded = True
-        self.log.info("sync.restart_trusted", digest=self._digest, planned=False)
-        return result
+    def forget(self) -> None:
+        """Someone else's change was repaired: the next sync writes the records again."""
+        self._recorded = None
 
-    def _plan_trusted(self, snapshot: ClusterSnapshot) -> None:
-        """Plan what a trusted restart left unplanned (``_trust``): that plan is what is
-        programmed, and the cache is in step with it."""
-        self._unplanned = None
-        planned = plan(snapshot, self.config)
-        if self.incremental:
-            attach(planned, snapshot)
-        self._last_plan = planned
-        self._adopt(planned, SyncResult())
-        self._in_step = True
-
-    def _generation(self) -> int:
-        return self.kernel.readback.generation()
-
-    def _note_generation(self, before: int) -> None:
-        """Remember the generation of the commit just made, when nobody else's came between
-        (``before`` was read just ahead of it): a verify's read-back and the drift monitor
-        tell this process's commits from others' by it."""
-        after = self._generation()
-        if after == (before + 1) & 0xFFFFFFFF:
-            self.own_generations.append(after)
-
-    def _recording(
+    def recording(
         self, family: Family, ops: list[Operation], claim: int
     ) -> tuple[list[Operation], int]:
         """``ops`` followed by the family's new record, when one is due (any commit, or new
@@ -154,26 +166,45 @@ class RestartRecords:
         if digest is None or (not ops and self._record_key() == self._recorded):
             return ops, claim
         if not self._with_record:
-            self._expected_gen = self._generation() + 1
+            self._expected_gen = self._readback.generation() + 1
         self._with_record.add(family)
-        extra = record_ops(Record(digest, self._expected_gen, self.files_digest))
+        extra = record_ops(Record(digest, self._expected_gen, self._files))
         self._expected_gen += 1
         self._recorded = None  # until every family's record is written
         return [*ops, *extra], claim + len(extra)
 
-    def _complete_records(self) -> None:
-        """Records were written to some families only: the others' get a batch of their own,
-        so the two records always carry consecutive generations of one sync."""
+    def begin(self) -> None:
+        """A sync's batches begin: no family has its record yet."""
+        self._with_record.clear()
+
+    def outstanding(self) -> list[tuple[Family, list[Operation]]]:
+        """When some families' batches carried a record, the record batches of the others, so
+        the two records always carry consecutive generations of one sync; send them in order,
+        then :meth:`written`."""
         if not self._with_record:
-            return
-        for family in FAMILIES:
-            if family not in self._with_record:
-                ops, _ = self._recording(family, [], 0)
-                self._apply(family, ops)
-        self._recorded = self._record_key()
+            return []
+        return [
+            (family, self.recording(family, [], 0)[0])
+            for family in FAMILIES
+            if family not in self._with_record
+        ]
+
+    def rewrite(self) -> list[tuple[Family, list[Operation]]]:
+        """Both records' batches anew (e.g. without the files digest once a run turned out to
+        have something to report); send them in order, then :meth:`written`."""
+        if self._digest is None:
+            return []
+        self._with_record.clear()
+        self._recorded = None
+        return [(family, self.recording(family, [], 0)[0]) for family in FAMILIES]
+
+    def written(self) -> None:
+        """Every family's record of this sync was committed."""
+        if self._with_record:
+            self._recorded = self._record_key()
 
     def _record_key(self) -> tuple[str, str | None] | None:
-        return None if self._digest is None else (self._digest, self.files_digest)
+        return None if self._digest is None else (self._digest, self._files)
 
 
 def current_record(

@@ -16,22 +16,23 @@ When the kernel rejects a batch that passed validation, the service behind it is
 (``isolation.py``: planned as last accepted, or absent) and the sync runs again, so one bad
 service cannot stall the others; the result names every service left out.
 
-Two parts live in modules of their own, as mixins of :class:`Syncer`: the verify off the sync
-loop (``verify.py``: read-back, comparison, a drift's repair prepared off the loop) and the
-restart by fingerprint (``restart.py``: each commit's record in the tables, and the start-up
-check that trusts it). ``result.py`` holds what a sync returns.
+Two parts are objects of their own that the Syncer owns and calls, as it does
+:class:`~nlproxy.sync.isolation.Isolation`: the :class:`~nlproxy.sync.verify.Verifier` (the
+verify off the sync loop: read-back, comparison, a drift's repair prepared off the loop, and
+the version that voids a comparison a sync overlapped) and the
+:class:`~nlproxy.sync.restart.RestartRecords` (each commit's record in the tables, and the
+start-up check that trusts it). They read the kernel but change neither it nor the Syncer: the
+Syncer sends the operations they return and applies a repair itself. The conntrack effect of a
+commit is the :class:`~nlproxy.sync.cleanup.FlowCleanup`'s (``cleanup.py``), which the Syncer
+hands what was and is programmed. ``result.py`` holds what a sync returns.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Sequence, Set
 
-from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey
-from nlproxy.conntrack.kernel import ConntrackError
-from nlproxy.conntrack.messages import FlowFilter
-from nlproxy.conntrack.plan import programmed_frontends, stale_flow_filters, still_stale
+from nlproxy.cluster.model import ClusterSnapshot, Service, ServiceKey
 from nlproxy.errors import KernelError
 from nlproxy.log import get_logger
 from nlproxy.nft.ir import Family, Operation, Ruleset, Table, Verb
@@ -40,21 +41,21 @@ from nlproxy.nft.tables import Tables
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
-from nlproxy.proxy.layout import Programmed, flow_frontends, udp_only
+from nlproxy.proxy.layout import flow_frontends, udp_only
 from nlproxy.proxy.planner import Plan, gc_paused, plan, plan_slot_token
-from nlproxy.proxy.slots import with_slots
 from nlproxy.sync.balancing import BalancingGuard
-from nlproxy.sync.fingerprint import Fingerprint, Record, take_record
+from nlproxy.sync.cleanup import FlowCleanup
+from nlproxy.sync.fingerprint import Record, take_record
 from nlproxy.sync.isolation import Isolation, owners
 from nlproxy.sync.kernel import SyncKernel
-from nlproxy.sync.restart import RestartRecords, current_record
+from nlproxy.sync.restart import RestartRecords
 from nlproxy.sync.result import FAMILIES, SyncResult, as_programmed
-from nlproxy.sync.verify import Verifying
+from nlproxy.sync.verify import Repair, Verifier
 
 __all__ = ["FAMILIES", "SyncResult", "Syncer", "as_programmed"]
 
 
-class Syncer(Verifying, RestartRecords):
+class Syncer:
     """Keeps the ``ip``/``ip6`` nlproxy tables equal to the plan for a snapshot.
 
     Args:
@@ -87,7 +88,6 @@ class Syncer(Verifying, RestartRecords):
         self.incremental = incremental
         self.kernel = kernel
         self.owner = owner
-        self.flush_tcp = flush_tcp
         self.log = get_logger("sync")
         self._backends: dict[Family, Tables] = {}
         self._programmed: dict[Family, Ruleset | None] = {}
@@ -98,28 +98,97 @@ class Syncer(Verifying, RestartRecords):
         # True while the cache equals the last plan as programmed: only then may a delta of
         # that plan stand for the whole difference.
         self._in_step = False
-        self.conntrack_deleted_total = 0
+        self.cleanup = FlowCleanup(kernel.flows, config, self.log, flush_tcp=flush_tcp)
         self.isolation = Isolation(self.log)
         self.balancing = BalancingGuard(config.load_balancing, self.log)
         # The family and operations of the last rejected batch.
         self._failed: tuple[Family, list[Operation]] | None = None
-        self._conntrack: dict[Family, tuple[int, float]] = {}
-        self._fingerprint = Fingerprint(config) if record and not owner else None
-        self._digest: str | None = None  # of the snapshot being synced
-        # What the tables' records carry, if current: (digest, files digest).
-        self._recorded: tuple[str, str | None] | None = None
-        self._expected_gen = 0  # the generation the next batch of this sync will get
-        self._with_record: set[Family] = set()
-        self.files_digest: str | None = None
-        """``run --once``'s digest of its manifest files and settings, recorded beside the
-        snapshot's when set (``fingerprint.files_digest``)."""
-        self._version = 0  # odd while a sync may change the plan or the cache
-        self._digest_all = False  # the next digest must look at every service
+        self.records = RestartRecords(
+            config, kernel.readback, self.log, enabled=record and not owner
+        )
+        self.verifier = Verifier(kernel.readback)
         self.plan_after_restart = plan_after_restart
         self._unplanned: ClusterSnapshot | None = None  # trusted as programmed, not planned
-        self.own_generations: deque[int] = deque(maxlen=64)
-        """The kernel generation ids of this process's recent commits (those known exactly:
-        nobody else committed between the GETGEN before and the one after)."""
+
+    @property
+    def files_digest(self) -> str | None:
+        """``run --once``'s digest of its manifest files and settings, recorded beside the
+        snapshot's when set (``fingerprint.files_digest``)."""
+        return self.records.files_digest
+
+    @files_digest.setter
+    def files_digest(self, files: str | None) -> None:
+        self.records.use_files(files)
+
+    def unchanged_since_last_run(self, snapshot: ClusterSnapshot) -> bool:
+        """Whether the tables' records show they hold the plan of ``snapshot`` and nobody
+        committed since: then there is nothing to do (``run --once`` skips even planning)."""
+        return self.records.unchanged_since_last_run(snapshot)
+
+    def files_unchanged(self, files: str) -> bool:
+        """Whether the tables' records show they hold what ``run --once`` programmed from the
+        same manifest files and settings, and nobody committed since (``RestartRecords``)."""
+        return self.records.files_unchanged(files)
+
+    @property
+    def recorded_files(self) -> str | None:
+        """The files digest of the records a restart check found matching (None: none)."""
+        return self.records.recorded_files
+
+    def rewrite_records(self) -> None:
+        """Write both records again now (a batch each), e.g. without ``files_digest`` once
+        a run turned out to have something to report."""
+        self._send(self.records.rewrite())
+
+    def _send(self, batches: Sequence[tuple[Family, list[Operation]]]) -> None:
+        """Commit the records' own batches (of families that had nothing else to send)."""
+        for family, ops in batches:
+            self._apply(family, ops)
+        self.records.written()
+
+    @property
+    def version(self) -> int:
+        """Moves at the start and the end of every sync; odd while one runs."""
+        return self.verifier.version
+
+    @property
+    def own_generations(self) -> tuple[int, ...]:
+        """The kernel generation ids of this process's recent commits (``Verifier``)."""
+        return self.verifier.own_generations
+
+    def own_commits(self, after: int, upto: int) -> bool:
+        """Whether every generation in ``(after, upto]`` is one of this process's commits."""
+        return self.verifier.own_commits(after, upto)
+
+    def read_back(self, family: Family) -> Ruleset | None:
+        """``family``'s table as the kernel holds it (without its record). Blocking; only reads,
+        so it may run in a thread while a sync runs in another."""
+        return self.verifier.read_back(family)
+
+    def repair_ops(
+        self, family: Family, have: Ruleset | None, version: int
+    ) -> list[Operation] | None:
+        """What makes ``have`` (a read-back of ``family``) equal to the last plan: empty when
+        nothing differs; None when a sync ran since ``version`` (the plan may have changed
+        under the comparison). May run in a thread while a sync runs in another."""
+        planned = self._last_plan
+        if planned is None and self._seeded:  # a trusted restart, planned by the next sync
+            return None
+        return self.verifier.repair_ops(family, have, version, planned)
+
+    def prepare_repair(
+        self,
+        tables: dict[Family, Ruleset | None],
+        repairs: dict[Family, list[Operation]],
+        version: int,
+    ) -> Repair | None:
+        """What :meth:`repair` needs of ``tables`` (read back at ``version``) besides its
+        operations, prepared off the loop (``Verifier.prepare_repair``); None when a sync ran
+        since ``version`` or nothing is planned."""
+        planned = self._last_plan
+        if planned is None:
+            return None
+        return self.verifier.prepare_repair(tables, repairs, version, planned)
 
     @property
     def failed_family(self) -> Family | None:
@@ -142,7 +211,7 @@ class Syncer(Verifying, RestartRecords):
             rs = self.kernel.readback.dump(family)
             records[family] = take_record(rs)  # the plan has no record chain: not a drift
             self._programmed[family] = rs
-        self._recorded = current_record(records, gen, self._generation())
+        self.records.read(records, gen, self._generation())
         # The backends validate against their own view of chains and sets; after drift or a
         # failed commit that view is as stale as ours, so they re-read it too.
         for backend in self._backends.values():
@@ -151,7 +220,6 @@ class Syncer(Verifying, RestartRecords):
         self._in_step = False
         self._unplanned = None  # the next sync plans afresh and compares with the read-back
         self.isolation.retry_all()
-        self._digest_all = True
 
     def sync(
         self, snapshot: ClusterSnapshot, *, changed: Set[ServiceKey] | None = None
@@ -173,30 +241,45 @@ class Syncer(Verifying, RestartRecords):
                 (nothing of that family's batch was applied).
         """
         with gc_paused():  # a collection would walk the whole cached plan
+            if not self._seeded and self.balancing.quota is not None:
+                self._seed_balanced(snapshot)
             snapshot, changed = self.balancing.apply(snapshot, changed)
-            self._version += 1
-            try:
+            with self.verifier.changing():
                 result = self._sync_isolating(snapshot, changed)
                 result.deferred = set(self.balancing.deferred)
-                if self.kernel.flows.pending:
-                    result.conntrack_deleted += self._finish_cleanup(snapshot)
+                if self.cleanup.pending:
+                    programmed = [rs for rs in self._programmed.values() if rs is not None]
+                    result.conntrack_deleted += self.cleanup.finish(programmed, snapshot)
                 return result
-            finally:
-                self._version += 1
 
-    def _finish_cleanup(self, snapshot: ClusterSnapshot) -> int:
-        """Run what an earlier cleanup left undone for want of a resource (``EMFILE``...),
-        less the flows of backends that serve their frontend again by now."""
-        now = programmed_frontends([rs for rs in self._programmed.values() if rs is not None])
-        filters = still_stale(
-            self.kernel.flows.take_pending(), now, node_addrs=self._node_addrs(snapshot)
-        )
-        if not filters:
-            return 0
-        deleted = self.kernel.flows.delete(filters)
-        self.conntrack_deleted_total += deleted
-        self.log.info("conntrack.flushed", flows=deleted, filters=len(filters), retried=True)
-        return deleted
+    def _seed_balanced(self, snapshot: ClusterSnapshot) -> None:
+        """Before a first sync under a quota of tables: the round-robin and consistent-hash
+        tables a previous process built are kept, not rebuilt a quota at a time with random
+        choice meanwhile (clients would move at every restart).
+
+        The records vouch for the plan of ``snapshot`` with every table, or the tables are read
+        back (as the sync would) and the Services whose maps are there count as built. A map
+        is known by its name: one of another algorithm of the same port is rebuilt by this
+        sync's diff, past the quota.
+        """
+        full, _ = self.balancing.apply(snapshot, None, unlimited=True)
+        self.records.take_digest(full, None, exact=False)
+        if self.records.matches():
+            return  # every table of ``full`` is programmed, and counts as built
+        self.verify()
+        names: set[str] = set()
+        for rs in self._programmed.values():
+            if rs is not None:
+                names.update(rs.sets)
+
+        def has_tables(svc: Service) -> bool:
+            return any(
+                n.balanced_map(local, sp.ref) in names
+                for sp in svc.ports
+                for local in (False, True)
+            )
+
+        self.balancing.built(has_tables)
 
     def _sync_isolating(
         self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None
@@ -246,25 +329,25 @@ class Syncer(Verifying, RestartRecords):
         except KernelError:
             self._failed = (family, ops)
             raise
-        self._note_generation(before)
+        # A verify's read-back and the drift monitor tell this process's commits from
+        # others' by their generation.
+        self.verifier.committed(before, self._generation())
+
+    def _generation(self) -> int:
+        return self.kernel.readback.generation()
 
     def _sync(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None) -> SyncResult:
-        fp = self._fingerprint
-        if fp is not None:
-            # Services left out (or let back in by retry_all) differ from the input without
-            # being among its changes: then every service is looked at.
-            exact = not self.isolation.excluded and not self._digest_all
-            self._digest = fp.digest(snapshot, changed if exact else None)
-            self._digest_all = False
+        # Services left out (or let back in by retry_all) differ from the input without
+        # being among its changes: then every service is looked at.
+        self.records.take_digest(snapshot, changed, exact=not self.isolation.excluded)
         restarted = False
         if not self._seeded:
-            restarted = self._records_match()
+            restarted = self.records.matches()
             if not restarted:
                 self.verify()
             elif self.plan_after_restart:
                 return self._trust(snapshot)
         result = SyncResult()
-        self._conntrack = result.conntrack
         t0 = time.perf_counter()
         deltas: dict[Family, Delta] | None = None
         finishing = self._unplanned is not None  # a trusted restart's plan, made now
@@ -287,10 +370,7 @@ class Syncer(Verifying, RestartRecords):
                 attach(planned, snapshot)
         # Set before committing: an in-place update consumed the previous plan.
         self._last_plan = result.plan = planned
-        if self._digest is not None:
-            # Slots kept across changes are no function of the inputs: a cold plan of the
-            # same inputs would fill them otherwise, so its restart must not trust the record.
-            self._digest = with_slots(self._digest, plan_slot_token(planned))
+        self.records.with_slots(plan_slot_token(planned))
         t1 = time.perf_counter()
         result.plan_ms = (t1 - t0) * 1000
         if restarted:
@@ -302,7 +382,6 @@ class Syncer(Verifying, RestartRecords):
             result.conntrack_deleted = self._sync_full(planned, snapshot, result)
         self._in_step = True
         result.apply_ms = (time.perf_counter() - t1) * 1000
-        self.conntrack_deleted_total += result.conntrack_deleted
         return result
 
     def _sync_full(self, planned: Plan, snapshot: ClusterSnapshot, result: SyncResult) -> int:
@@ -336,7 +415,7 @@ class Syncer(Verifying, RestartRecords):
             # Nothing was programmed: the only stale flows are those of UDP frontends that now
             # have backends, so only those frontends are read (not 100k TCP backends).
             news = [udp_only(rs) for rs in news]
-        return self._clean_stale(olds, news, snapshot)
+        return self.cleanup.stale(olds, news, snapshot, result.conntrack)
 
     def _claim(
         self,
@@ -372,7 +451,7 @@ class Syncer(Verifying, RestartRecords):
         result: SyncResult,
     ) -> int:
         result.incremental = True
-        old_rs, new_rs = flow_frontends(deltas, planned.rulesets, flush_tcp=self.flush_tcp)
+        old_rs, new_rs = flow_frontends(deltas, planned.rulesets, flush_tcp=self.cleanup.flush_tcp)
 
         def ops_of(family: Family) -> tuple[list[Operation], int]:
             programmed = self._programmed.get(family)
@@ -388,7 +467,7 @@ class Syncer(Verifying, RestartRecords):
         # A family that fails after another committed: the flows of the delta's removed
         # endpoints go all the same (this family's too: deleting a flow only re-balances it).
         self._commit(result, snapshot, ops_of, committed, lambda: (old_rs, new_rs))
-        return self._clean_stale(old_rs, new_rs, snapshot)
+        return self.cleanup.stale(old_rs, new_rs, snapshot, result.conntrack)
 
     def _commit(
         self,
@@ -415,10 +494,10 @@ class Syncer(Verifying, RestartRecords):
         Raises:
             KernelError: the kernel rejected a family's batch (``self._failed`` names it).
         """
-        self._with_record.clear()
+        self.records.begin()
         for family in FAMILIES:
             t = time.perf_counter()
-            ops, claim = self._recording(family, *ops_of(family))
+            ops, claim = self.records.recording(family, *ops_of(family))
             result.diff_ms += (time.perf_counter() - t) * 1000
             if ops:
                 t = time.perf_counter()
@@ -426,57 +505,94 @@ class Syncer(Verifying, RestartRecords):
                     self._apply(family, ops)
                 except KernelError:
                     if result.total_ops:
-                        self.conntrack_deleted_total += self._clean_stale(*partial(), snapshot)
+                        self.cleanup.stale(*partial(), snapshot, result.conntrack)
                     raise
                 result.commit_ms += (time.perf_counter() - t) * 1000
             committed(family, ops)
             result.ops[family] = count_ops(ops) - claim
-        self._complete_records()
+        self._send(self.records.outstanding())
 
-    def _clean_stale(
-        self, olds: Sequence[Ruleset], news: Sequence[Ruleset], snapshot: ClusterSnapshot
-    ) -> int:
-        """Delete the flows whose backends the frontends of ``olds`` had and ``news`` lack."""
-        if not olds and not news:
-            return 0
-        return self._clean_conntrack(
-            programmed_frontends(olds), programmed_frontends(news), snapshot
-        )
+    def _adopt(self, planned: Plan, result: SyncResult) -> None:
+        """A restart the records vouch for: the plan is what is programmed (no diff)."""
+        for family in FAMILIES:
+            self._programmed[family] = as_programmed(planned.rulesets[family])
+            result.ops[family] = 0
+        self._seeded = True
+        result.restarted = True
+        self.log.info("sync.restart_trusted", digest=self.records.digest)
 
-    def _node_addrs(self, snapshot: ClusterSnapshot) -> tuple[IPAddress, ...]:
-        if self.config.node_ips:
-            return tuple(self.config.node_ips)
-        return snapshot.node.addresses if snapshot.node else ()
+    def _trust(self, snapshot: ClusterSnapshot) -> SyncResult:
+        """A restart the records vouch for, not planned yet (``plan_after_restart``): the
+        tables hold the plan of ``snapshot``, which the next sync plans."""
+        result = SyncResult(restarted=True, ops=dict.fromkeys(FAMILIES, 0))
+        self._unplanned = snapshot
+        self._seeded = True
+        self.log.info("sync.restart_trusted", digest=self.records.digest, planned=False)
+        return result
 
-    def _clean_conntrack(self, old: Programmed, new: Programmed, snapshot: ClusterSnapshot) -> int:
-        filters = stale_flow_filters(
-            old, new, node_addrs=self._node_addrs(snapshot), flush_tcp=self.flush_tcp
-        )
-        if not filters:
-            return 0
-        # Timed and counted per family, as upstream's reconciler is. Every filter names an
-        # address, so has a family; one without would span both and is run with IPv4's.
-        groups: dict[Family, list[FlowFilter]] = {}
-        for f in filters:
-            groups.setdefault(Family.IP6 if f.family == 6 else Family.IP, []).append(f)
-        deleted = 0
-        failed: ConntrackError | None = None
-        for family, mine in sorted(groups.items()):
-            t = time.perf_counter()
-            try:
-                count = self.kernel.flows.delete(mine)
-            except ConntrackError as exc:
-                # The other family's filters still run; what ran out is kept pending.
-                failed = failed or exc
-                continue
-            before, seconds = self._conntrack.get(family, (0, 0.0))
-            self._conntrack[family] = (before + count, seconds + time.perf_counter() - t)
-            deleted += count
-        if deleted:
-            self.log.info("conntrack.flushed", flows=deleted, filters=len(filters))
-        if failed is not None:
-            raise failed
-        return deleted
+    def _plan_trusted(self, snapshot: ClusterSnapshot) -> None:
+        """Plan what a trusted restart left unplanned (``_trust``): that plan is what is
+        programmed, and the cache is in step with it."""
+        self._unplanned = None
+        planned = plan(snapshot, self.config)
+        if self.incremental:
+            attach(planned, snapshot)
+        self._last_plan = planned
+        self._adopt(planned, SyncResult())
+        self._in_step = True
+
+    def repair(
+        self,
+        tables: dict[Family, Ruleset | None],
+        repairs: dict[Family, list[Operation]],
+        version: int,
+        snapshot: ClusterSnapshot,
+        prepared: Repair | None = None,
+    ) -> int | None:
+        """Commit ``repairs`` (``repair_ops`` of the tables read back at ``version``), so the
+        kernel holds the last plan again; flows the drift's endpoints had are cleaned up as a
+        full sync would. Returns the operations sent, or None when a sync ran since (read back
+        again). The next sync goes on from the plan, in place.
+
+        ``prepared`` (``prepare_repair`` of the same read-back) saves the passes over whole
+        tables; without it they are made here.
+
+        Raises:
+            KernelError: the kernel refused a repair (someone changed the table again): the
+                caller reads back before its next sync.
+        """
+        planned = self._last_plan
+        if self.verifier.version != version or planned is None:
+            return None
+        if prepared is None or prepared.version != version:
+            prepared = self.verifier.prepare_repair(tables, repairs, version, planned)
+            assert prepared is not None, "the version was checked above"
+        with self.verifier.changing():  # a repair changes the cache as a sync does
+            for backend in self._backends.values():
+                backend.forget()  # their view of chains and sets is as stale as the cache
+            self._in_step = False
+            sent = 0
+            for family in FAMILIES:  # a family without repairs was read back equal to it
+                ops = repairs.get(family)
+                if ops:
+                    self._apply(family, ops)
+                    sent += count_ops(ops)
+                    self.records.forget()  # the next sync writes the records again
+                self._programmed[family] = as_programmed(planned.rulesets[family])
+            if prepared.frontends is not None:
+                old, new = prepared.frontends
+                self.cleanup.between(old, new, snapshot, {})
+            self._in_step = True
+            self.retry_left_out()
+            return sent
+
+    def retry_left_out(self) -> None:
+        """After a full verify: services the kernel refused are tried again (what it refused
+        may have been a conflict that is gone now); the next sync compares everything."""
+        if self.isolation.excluded:
+            self.isolation.retry_all()
+            self._in_step = False
+            self.records.look_at_all()
 
     def close(self) -> None:
         for backend in self._backends.values():

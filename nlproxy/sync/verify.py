@@ -1,31 +1,37 @@
-"""The Syncer's side of a verify off the sync loop (``loop.py``'s verifier).
+"""The verify off the sync loop (``loop.py``'s verifier), as an object the Syncer owns.
 
 The loop reads the tables back in a worker thread while syncs go on, one family at a time, and
 compares each with the plan there; the version (moved by every sync) tells whether a sync ran
 meanwhile, which makes the comparison void.
+
+:class:`Verifier` owns that version and the generation ids of this process's commits (how a
+read-back or the drift monitor tells them from another writer's). It reads back and compares;
+it changes nothing: the Syncer hands it the plan to compare with, and applies a :class:`Repair`
+itself (``Syncer.repair``).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from nlproxy.cluster.model import ClusterSnapshot
 from nlproxy.nft.ir import Family, Operation, Ruleset
-from nlproxy.nft.reconcile import count_ops, diff
-from nlproxy.nft.tables import Tables
+from nlproxy.nft.reconcile import diff
+from nlproxy.nft.tables import ReadBack
 from nlproxy.proxy.layout import Programmed, programmed_frontends
 from nlproxy.proxy.planner import Plan
 from nlproxy.sync.fingerprint import take_record
-from nlproxy.sync.isolation import Isolation
-from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.result import FAMILIES, as_programmed
+
+OWN_GENERATIONS = 64
+"""Generation ids of this process's recent commits kept to tell them from another writer's."""
 
 
 @dataclass(frozen=True, slots=True)
 class Repair:
-    """A drift's repair, prepared off the loop (``Verifying.prepare_repair``)."""
+    """A drift's repair, prepared off the loop (``Verifier.prepare_repair``)."""
 
     tables: dict[Family, Ruleset | None]
     """The tables as read back."""
@@ -38,49 +44,73 @@ class Repair:
     stale flows are deleted); None: no family is repaired."""
 
 
-class Verifying:
-    """What :class:`~nlproxy.sync.syncer.Syncer` answers a verify with; the attributes are the
-    Syncer's own (``syncer.py``)."""
+class Verifier:
+    """Reads the tables back and compares them with a plan, off the sync loop.
 
-    kernel: SyncKernel
-    isolation: Isolation
-    conntrack_deleted_total: int
-    own_generations: deque[int]
-    _version: int
-    _last_plan: Plan | None
-    _backends: dict[Family, Tables]
-    _programmed: dict[Family, Ruleset | None]
-    _in_step: bool
-    _seeded: bool
-    _digest_all: bool
-    _recorded: tuple[str, str | None] | None
-    _conntrack: dict[Family, tuple[int, float]]
+    Args:
+        readback: the tables' read-back (``SyncKernel.readback``); its calls may run in a
+            thread beside a sync's commit.
+    """
 
-    _apply: Callable[[Family, list[Operation]], None]
-    _clean_conntrack: Callable[[Programmed, Programmed, ClusterSnapshot], int]
+    def __init__(self, readback: ReadBack) -> None:
+        self._readback = readback
+        self._version = 0  # odd while a sync or a repair may change the plan or the cache
+        self._own: deque[int] = deque(maxlen=OWN_GENERATIONS)
 
     @property
     def version(self) -> int:
         """Moves at the start and the end of every sync; odd while one runs."""
         return self._version
 
+    @property
+    def own_generations(self) -> tuple[int, ...]:
+        """The kernel generation ids of this process's recent commits (those known exactly:
+        nobody else committed between the GETGEN before and the one after), oldest first."""
+        return tuple(self._own)
+
+    def current(self, version: int) -> bool:
+        """Whether nothing changed the plan or the cache since ``version`` was read."""
+        return not version % 2 and self._version == version
+
+    @contextmanager
+    def changing(self) -> Iterator[None]:
+        """Around what may change the plan or the cache (a sync, a repair): a comparison that
+        overlaps it is void."""
+        self._version += 1
+        try:
+            yield
+        finally:
+            self._version += 1
+
+    def committed(self, before: int, after: int) -> None:
+        """A commit of this process was made between the generations ``before`` and ``after``
+        (read just ahead of and just after it): it is known as this process's when nobody
+        else's came between."""
+        if after == (before + 1) & 0xFFFFFFFF:
+            self._own.append(after)
+
+    def own_commits(self, after: int, upto: int) -> bool:
+        """Whether every generation in ``(after, upto]`` is one of this process's commits."""
+        span = (upto - after) & 0xFFFFFFFF
+        if span > len(self._own):
+            return False
+        own = set(self._own)
+        return all(((after + i) & 0xFFFFFFFF) in own for i in range(1, span + 1))
+
     def read_back(self, family: Family) -> Ruleset | None:
         """``family``'s table as the kernel holds it (without its record). Blocking; only reads,
         so it may run in a thread while a sync runs in another."""
-        rs = self.kernel.readback.dump(family)
+        rs = self._readback.dump(family)
         take_record(rs)
         return rs
 
     def repair_ops(
-        self, family: Family, have: Ruleset | None, version: int
+        self, family: Family, have: Ruleset | None, version: int, planned: Plan | None
     ) -> list[Operation] | None:
-        """What makes ``have`` (a read-back of ``family``) equal to the last plan: empty when
-        nothing differs; None when a sync ran since ``version`` (the plan may have changed
-        under the comparison)."""
-        planned = self._last_plan
-        if version % 2 or self._version != version:
-            return None
-        if planned is None and self._seeded:  # a trusted restart, planned by the next sync
+        """What makes ``have`` (a read-back of ``family``) equal to ``planned`` (None: nothing
+        planned, nothing programmed): empty when nothing differs; None when a sync ran since
+        ``version`` (the plan may have changed under the comparison)."""
+        if not self.current(version):
             return None
         try:
             ops = [] if planned is None else diff(planned.rulesets[family], have)
@@ -88,20 +118,20 @@ class Verifying:
             if self._version == version:
                 raise
             return None
-        return None if self._version != version else ops
+        return ops if self._version == version else None
 
     def prepare_repair(
         self,
         tables: dict[Family, Ruleset | None],
         repairs: dict[Family, list[Operation]],
         version: int,
+        planned: Plan,
     ) -> Repair | None:
         """What a repair of ``tables`` (read back at ``version``) needs besides its operations,
         computed now so that the sync that commits it does not: the frontends whose flows it
         cleans up (a pass over whole tables, ~0.3 s a table at 10k x 10). Only reads, so it
         runs off the loop as ``repair_ops`` does; None when a sync ran since ``version``."""
-        planned = self._last_plan
-        if version % 2 or self._version != version or planned is None:
+        if not self.current(version):
             return None
         try:
             olds = [rs for f, rs in tables.items() if rs is not None and repairs.get(f)]
@@ -114,67 +144,3 @@ class Verifying:
         if self._version != version:
             return None
         return Repair(tables, repairs, version, fronts if olds or news else None)
-
-    def repair(
-        self,
-        tables: dict[Family, Ruleset | None],
-        repairs: dict[Family, list[Operation]],
-        version: int,
-        snapshot: ClusterSnapshot,
-        prepared: Repair | None = None,
-    ) -> int | None:
-        """Commit ``repairs`` (``repair_ops`` of the tables read back at ``version``), so the
-        kernel holds the last plan again; flows the drift's endpoints had are cleaned up as a
-        full sync would. Returns the operations sent, or None when a sync ran since (read back
-        again). The next sync goes on from the plan, in place.
-
-        ``prepared`` (``prepare_repair`` of the same read-back) saves the passes over whole
-        tables; without it they are made here.
-
-        Raises:
-            KernelError: the kernel refused a repair (someone changed the table again): the
-                caller reads back before its next sync.
-        """
-        if self._version != version or self._last_plan is None:
-            return None
-        if prepared is None or prepared.version != version:
-            prepared = self.prepare_repair(tables, repairs, version)
-            assert prepared is not None, "the version was checked above"
-        self._version += 1  # a repair changes the cache as a sync does
-        self._conntrack = {}
-        try:
-            for backend in self._backends.values():
-                backend.forget()  # their view of chains and sets is as stale as the cache
-            self._in_step = False
-            sent = 0
-            for family in FAMILIES:  # a family without repairs was read back equal to it
-                ops = repairs.get(family)
-                if ops:
-                    self._apply(family, ops)
-                    sent += count_ops(ops)
-                    self._recorded = None  # the next sync writes the records again
-                self._programmed[family] = as_programmed(self._last_plan.rulesets[family])
-            if prepared.frontends is not None:
-                old, new = prepared.frontends
-                self.conntrack_deleted_total += self._clean_conntrack(old, new, snapshot)
-            self._in_step = True
-            self.retry_left_out()
-            return sent
-        finally:
-            self._version += 1
-
-    def retry_left_out(self) -> None:
-        """After a full verify: services the kernel refused are tried again (what it refused
-        may have been a conflict that is gone now); the next sync compares everything."""
-        if self.isolation.excluded:
-            self.isolation.retry_all()
-            self._in_step = False
-            self._digest_all = True
-
-    def own_commits(self, after: int, upto: int) -> bool:
-        """Whether every generation in ``(after, upto]`` is one of this process's commits."""
-        span = (upto - after) & 0xFFFFFFFF
-        if span > len(self.own_generations):
-            return False
-        own = set(self.own_generations)
-        return all(((after + i) & 0xFFFFFFFF) in own for i in range(1, span + 1))

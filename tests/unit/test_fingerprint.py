@@ -16,8 +16,16 @@ import pytest
 from nlproxy.cluster import parse, typed
 from nlproxy.cluster.model import ClusterSnapshot
 from nlproxy.nft.ir import Chain, Family, Rule, Ruleset, Table
+from nlproxy.nft.reconcile import stamp
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.sync.fingerprint import RECORD_CHAIN, Fingerprint, Record, take_record, trusted
+from nlproxy.sync.fingerprint import (
+    NFT_COMMENT_MAX,
+    RECORD_CHAIN,
+    Fingerprint,
+    Record,
+    take_record,
+    trusted,
+)
 from tests import objects
 from tests.unit.builders import NODE, endpoint, eps_slice, node, service, snapshot
 
@@ -114,6 +122,16 @@ def test_a_record_reads_back_from_its_rule_and_leaves_the_table() -> None:
     assert RECORD_CHAIN not in rs.chains
     assert RECORD_CHAIN not in rs.rules
     assert take_record(rs) is None
+
+
+@pytest.mark.parametrize("files", [None, "e" * 64], ids=["daemon", "run-once"])
+def test_the_longest_record_as_programmed_fits_what_nft_reads_back(files: str | None) -> None:
+    """``nft -f`` refuses a comment over 128 characters, and with it a whole saved ruleset:
+    the record, with the rule's fingerprint the kernel keeps after it, stays within that."""
+    rec = Record("f" * 64, 0xFFFFFFFF, files)
+    programmed = stamp(Rule(chain=RECORD_CHAIN, exprs=(), comment=rec.comment()))
+    assert len(programmed.comment) <= NFT_COMMENT_MAX
+    assert Record.parse(programmed.comment) == rec
 
 
 def test_given_the_changed_services_it_looks_at_no_other() -> None:

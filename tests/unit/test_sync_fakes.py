@@ -16,7 +16,14 @@ import trio
 import trio.testing
 from prometheus_client import CollectorRegistry
 
-from nlproxy.cluster.model import Change, ClusterSnapshot, EndpointSlice, Service, ServiceKey
+from nlproxy.cluster.model import (
+    Change,
+    ClusterSnapshot,
+    EndpointSlice,
+    LoadBalancing,
+    Service,
+    ServiceKey,
+)
 from nlproxy.conntrack.fake import FakeConntrack
 from nlproxy.conntrack.kernel import ConntrackError
 from nlproxy.conntrack.messages import Flow, FlowTuple
@@ -347,3 +354,89 @@ async def test_the_loop_repairs_what_another_writer_changed(
         assert to(nft, "172.30.0.2", 80) == {"10.1.0.2:80"}
         assert text(nft) == before
         nursery.cancel_scope.cancel()
+
+
+def tcp_flow(vip: str, backend: str, dport: int = 80, sport: int = 40000) -> Flow:
+    orig = FlowTuple(
+        src=CLIENT, dst=ip_address(vip), proto=int(L4Proto.TCP), sport=sport, dport=dport
+    )
+    reply = FlowTuple(
+        src=ip_address(backend), dst=CLIENT, proto=int(L4Proto.TCP), sport=dport, dport=sport
+    )
+    return Flow(orig=orig, reply=reply)
+
+
+@pytest.mark.parametrize("path", ["incremental", "full"])
+@pytest.mark.parametrize("flush_tcp", [False, True], ids=["default", "flush-tcp"])
+def test_tcp_flows_of_a_removed_endpoint_go_only_with_flush_tcp(path: str, flush_tcp: bool) -> None:
+    """A TCP connection to a removed endpoint is left to end on its own (its client gets a
+    reset when the endpoint is gone); only ``--conntrack-flush-tcp`` deletes it. The UDP flows
+    of the same removal go either way, so a cleanup did run."""
+    nft, flows = FakeNftables(n.TABLE), FakeConntrack()
+    state = state_with_node()
+    web = service(
+        "a",
+        "web",
+        "172.30.0.20",
+        ports=[port("a", "web", "http"), port("a", "web", "dns", 53, "UDP")],
+    )
+    both = (("http", 80, "TCP"), ("dns", 53, "UDP"))
+    state.apply(
+        [
+            upsert(web),
+            upsert(eps_slice("a", "web", [endpoint("10.1.0.1"), endpoint("10.1.0.2")], ports=both)),
+        ]
+    )
+    syncer = make(nft, flows, flush_tcp=flush_tcp)
+    syncer.sync(state.snapshot())
+    assert to(nft, "172.30.0.20", 80) == {"10.1.0.1:80", "10.1.0.2:80"}
+    tcp_stale, udp_stale = tcp_flow("172.30.0.20", "10.1.0.1"), udp_flow("172.30.0.20", "10.1.0.1")
+    kept = [tcp_flow("172.30.0.20", "10.1.0.2"), udp_flow("172.30.0.20", "10.1.0.2")]
+    flows.flows = [tcp_stale, udp_stale, *kept]
+
+    changed = state.apply([upsert(eps_slice("a", "web", [endpoint("10.1.0.2")], ports=both))])
+    if path == "full":
+        syncer.verify()  # the next sync compares whole tables
+    result = syncer.sync(state.snapshot(), changed=changed)
+
+    assert result.incremental is (path == "incremental")
+    assert to(nft, "172.30.0.20", 80) == {"10.1.0.2:80"}
+    assert flows.deleted == ([tcp_stale, udp_stale] if flush_tcp else [udp_stale])
+    assert flows.flows == ([*kept] if flush_tcp else [tcp_stale, *kept])
+
+
+def balanced_world() -> ClusterSnapshot:
+    """Four consistent-hash and four round-robin Services of five endpoints each."""
+    pairs = []
+    for i in range(8):
+        lb = LoadBalancing.CONSISTENT_HASH if i % 2 else LoadBalancing.ROUND_ROBIN
+        svc = service("a", f"lb{i}", f"172.30.1.{i + 1}", load_balancing=lb)
+        eps = [endpoint(f"10.2.{i}.{j + 1}") for j in range(5)]
+        pairs.append((svc, eps_slice("a", f"lb{i}", eps)))
+    return world(*pairs)
+
+
+@pytest.mark.parametrize("record", [True, False], ids=["by-record", "by-read-back"])
+def test_a_restart_keeps_the_balanced_tables_it_finds_programmed(record: bool) -> None:
+    """With a per-sync quota of table elements (the daemon's), a first start builds one
+    Service's tables a sync; a restart finds them all programmed and keeps them: no operation,
+    nothing deferred, no Service planned with random choice meanwhile."""
+    nft = FakeNftables(n.TABLE)
+    first = make(nft, record=record)
+    first.balancing.quota = 1  # one Service's tables a sync
+    snap = balanced_world()
+    syncs = [first.sync(snap)]
+    while syncs[-1].deferred and len(syncs) < 20:
+        syncs.append(first.sync(snap))
+    assert len(syncs) == 8  # one Service's tables each
+    before = text(nft)
+
+    again = make(nft, record=record)
+    again.balancing.quota = 1
+    result = again.sync(snap)
+
+    assert result.total_ops == 0
+    assert result.deferred == set()
+    assert result.restarted is record
+    assert text(nft) == before
+    assert again.sync(snap, changed=set()).total_ops == 0

@@ -1,0 +1,256 @@
+"""What the sync loop tells the outside: metrics, health, and the log lines about objects.
+
+Sits beside the loop (``loop.py``), which schedules syncs and calls a :class:`SyncReporter` at
+each step: a change queued, a drift reported, a read-back done, a sync's objects taken, a sync
+failed or applied. The reporter owns what reporting needs across syncs: the change events
+pending (kube-proxy's ``*_changes_pending`` gauges count events, not services), the invalid
+objects and refused frontends already logged, the orphan slices a full verify found, the
+families whose NodePorts no address accepts, the EndpointSlice trigger times already observed
+(the programming latency) and the per-service counts of ``no_local_endpoints``. It decides
+nothing about when to sync.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import trio
+
+from nlproxy.cluster.model import Change, ClusterSnapshot, Node, ObjectRef, Replace, ServiceKey
+from nlproxy.cluster.state import ClusterState
+from nlproxy.nft.ir import Family
+from nlproxy.nft.monitor import Drift
+from nlproxy.proxy.config import ProxyConfig
+from nlproxy.proxy.planner import nodeport_gaps
+from nlproxy.serve.health import HealthState, node_eligible
+from nlproxy.serve.metrics import IP_FAMILIES, Metrics, NoLocalEndpoints
+from nlproxy.sync.result import SyncResult
+
+if TYPE_CHECKING:
+    from structlog.typing import FilteringBoundLogger
+
+
+class SyncReporter:
+    """The loop's metrics, health and object reports (see the module docstring).
+
+    Args:
+        state: the cluster state the loop syncs (its invalid objects, refused frontends,
+            orphan slices, and the slices' trigger times).
+        health: what ``/healthz`` answers from.
+        metrics: the registry's metrics.
+        log: the loop's logger.
+    """
+
+    def __init__(
+        self,
+        state: ClusterState,
+        *,
+        health: HealthState,
+        metrics: Metrics,
+        log: FilteringBoundLogger,
+    ) -> None:
+        self.state = state
+        self.health = health
+        self.metrics = metrics
+        self.log = log
+        # Service and EndpointSlice change events since the last successful sync.
+        self._pending_events = {"Service": 0, "EndpointSlice": 0}
+        self._refused: set[str] = set()
+        self._reported: set[str] = set()
+        self._orphans: dict[ObjectRef, str] = {}
+        # The trigger times last seen, by service and slice name; when this process started.
+        self._triggers: dict[ServiceKey, dict[str, datetime]] = {}
+        # Whole seconds: the annotation has RFC 3339 second precision, and a change written in
+        # the second the process started is still one to observe.
+        self._started = datetime.now(UTC).replace(microsecond=0)
+        self._gaps: dict[Family, str] = {}
+        self._no_local = NoLocalEndpoints(metrics.no_local_endpoints)
+
+    def queued(self, changes: Sequence[Change]) -> None:
+        """``changes`` were applied to the state and wait for a sync."""
+        counts = _count_by_kind(changes)
+        for kind in self._pending_events:
+            self._pending_events[kind] += counts.get(kind, 0)
+        self.metrics.service_changes_total.inc(counts.get("Service", 0))
+        self.metrics.endpoint_changes_total.inc(counts.get("EndpointSlice", 0))
+        self._export_pending()
+        for label in IP_FAMILIES.values():  # one sync programs both families
+            self.metrics.last_queued.labels(ip_family=label).set_to_current_time()
+        self.health.queued(trio.current_time())
+
+    def drift(self, drift: Drift) -> None:
+        """Someone else changed the tables (``pid`` 0: notifications were lost, and the
+        generations they span are not all nlproxy's commits)."""
+        if drift.pid == 0:
+            self.log.info("drift.notifications_lost", own=False)
+        else:
+            self.log.warning(
+                "drift.detected", writer_pid=drift.pid, writer=drift.comm, objects=drift.objects
+            )
+        self.metrics.drift_repairs.labels(writer=drift.comm or "unknown").inc()
+
+    def lost(self, after: int, upto: int, *, own: bool) -> None:
+        """Notifications of the generations ``(after, upto]`` were lost; ``own``: all of them
+        were this process's commits."""
+        self.log.info("drift.notifications_lost", own=own, generations=[after + 1, upto])
+        if not own:
+            self.metrics.drift_repairs.labels(writer="(notifications lost)").inc()
+
+    def verified(self, *, read_back: bool) -> None:
+        """A full verify ran, reading the tables back or (``read_back=False``) trusting that
+        no transaction touched them."""
+        self.metrics.verifies.labels(read_back="true" if read_back else "false").inc()
+
+    def compared(self, *, drift: bool, read_s: float, compare_s: float) -> None:
+        """The verifier read both tables back and compared them with the plan."""
+        self.verified(read_back=True)
+        self.log.info(
+            "verify.read_back",
+            drift=drift,
+            readback_ms=round(read_s * 1000, 3),
+            compare_ms=round(compare_s * 1000, 3),
+        )
+
+    def node(self, node: Node | None) -> None:
+        """The Node object as a sync takes it: whether load balancers may send traffic here."""
+        self.health.node_eligible = node_eligible(node)
+
+    def objects(
+        self,
+        snapshot: ClusterSnapshot,
+        config: ProxyConfig,
+        source_errors: Sequence[str],
+        *,
+        verify: bool,
+    ) -> None:
+        """What a sync of ``snapshot`` leaves out or cannot serve: invalid objects, the
+        source's own problems, refused frontends, orphan slices, NodePorts without an address.
+
+        A slice may precede its Service from the API: an orphan is reported only when a full
+        verify (``verify``) still finds it, and forgotten as soon as its Service comes.
+        """
+        if verify:
+            self._orphans = self.state.orphans()
+        elif self._orphans:
+            self._orphans = self.state.orphans(self._orphans)
+        self.metrics.invalid_objects.set(
+            len(self.state.invalid) + len(self._orphans) + len(source_errors)
+        )
+        self._report_invalid(source_errors)
+        self._report_nodeport_gaps(nodeport_gaps(snapshot, config))
+
+    def failed(self, exc: Exception, family: Family | None) -> None:
+        """A sync failed; ``family``: the one whose batch the kernel refused (None: any)."""
+        self.metrics.sync_failures.inc()
+        for fam, label in IP_FAMILIES.items():
+            if family is None or family is fam:
+                self.metrics.nft_sync_failures.labels(ip_family=label).inc()
+        self.log.error("sync.failed", error=str(exc))
+
+    def synced(
+        self,
+        result: SyncResult,
+        pending: set[ServiceKey],
+        *,
+        verify: bool,
+        exact: bool,
+        readback_ms: float | None = None,
+    ) -> None:
+        """A sync of the ``pending`` services succeeded (``exact``: they are exactly the
+        services it changed; else any may have); ``readback_ms``: it read the tables back
+        first, for that long."""
+        now = trio.current_time()
+        seconds = (result.plan_ms + result.apply_ms) / 1000
+        self.health.synced(now)
+        m = self.metrics
+        kind = m.partial_sync_duration if result.incremental else m.full_sync_duration
+        for label in IP_FAMILIES.values():  # one sync programs both families
+            m.sync_duration.labels(ip_family=label).observe(seconds)
+            kind.labels(ip_family=label).observe(seconds)
+            m.last_sync.labels(ip_family=label).set_to_current_time()
+        for family, (deleted, took) in result.conntrack.items():
+            m.conntrack_deleted.labels(ip_family=IP_FAMILIES[family]).inc(deleted)
+            m.conntrack_duration.labels(ip_family=IP_FAMILIES[family]).observe(took)
+        self._pending_events = dict.fromkeys(self._pending_events, 0)
+        self._export_pending()
+        for family, n in result.ops.items():
+            m.ops.labels(family=family.value).inc(n)
+        self._observe_programming(pending)
+        if result.plan is not None:
+            self._no_local.update(result.plan, pending if exact else None)
+        if result.total_ops or verify or pending:
+            self.log.info(
+                "sync.applied",
+                ops=result.total_ops,
+                duration_ms=round(seconds * 1000, 3),
+                plan_ms=round(result.plan_ms, 3),
+                diff_ms=round(result.diff_ms, 3),
+                commit_ms=round(result.commit_ms, 3),
+                incremental=result.incremental,
+                services_changed=len(pending),
+                verify=verify,
+                conntrack_deleted=result.conntrack_deleted,
+                **({} if readback_ms is None else {"readback_ms": round(readback_ms, 3)}),
+            )
+
+    def _export_pending(self) -> None:
+        self.metrics.service_changes_pending.set(self._pending_events["Service"])
+        self.metrics.endpoint_changes_pending.set(self._pending_events["EndpointSlice"])
+
+    def _observe_programming(self, pending: set[ServiceKey]) -> None:
+        """kubeproxy_network_programming_duration_seconds: one observation per trigger time, when
+        the slice change that carries it is first programmed, as upstream. A Service-only edit,
+        a relist after ``410 Gone`` or a verify programs no new trigger time; one older than this
+        process (the initial list's) measures a wait it did not cause, and is left out too."""
+        wall = datetime.now(UTC)
+        snapshot = self.state.snapshot()
+        for key in pending:
+            before = self._triggers.pop(key, {})
+            now: dict[str, datetime] = {}
+            for s in snapshot.slices.get(key, ()):
+                trigger = s.last_change_trigger_time
+                if trigger is None:
+                    continue
+                if trigger.tzinfo is None:
+                    trigger = trigger.replace(tzinfo=UTC)
+                now[s.name] = trigger
+                if before.get(s.name) != trigger and trigger >= self._started:
+                    latency = max(0.0, (wall - trigger).total_seconds())
+                    # The slice's family, as upstream's proxier of that family records it.
+                    self.metrics.programming.labels(ip_family=s.family.value).observe(latency)
+            if now:  # a service's deleted slices are forgotten with it
+                self._triggers[key] = now
+
+    def _report_nodeport_gaps(self, gaps: Mapping[Family, str]) -> None:
+        """One warning per family whose NodePorts no address accepts (again if it changes)."""
+        for family in (Family.IP, Family.IP6):
+            gap = gaps.get(family)
+            label = "IPv4" if family is Family.IP else "IPv6"
+            self.metrics.nodeport_addresses_missing.labels(ip_family=label).set(gap is not None)
+            if gap is not None and gap != self._gaps.get(family):
+                self.log.warning("nodeport.no_address", ip_family=label, error=gap)
+        self._gaps = dict(gaps)
+
+    def _report_invalid(self, source: Sequence[str]) -> None:
+        """One log line per newly invalid object or refused frontend, not one per sync."""
+        current = {str(e) for e in (*self.state.invalid.values(), *self._orphans.values(), *source)}
+        for err in sorted(current - self._reported):
+            self.log.warning("object.invalid", error=err)
+        self._reported = current
+        refused = set(self.state.refused)
+        for err in sorted(refused - self._refused):
+            self.log.warning("service.refused", error=err)
+        self._refused = refused
+        self.metrics.refused_frontends.set(len(refused))
+
+
+def _count_by_kind(changes: Sequence[Change]) -> dict[str, int]:
+    """Change events per object kind (a Replace counts each object it lists)."""
+    counts: dict[str, int] = {}
+    for change in changes:
+        refs = [c.ref for c in change.changes] if isinstance(change, Replace) else [change.ref]
+        for ref in refs:
+            counts[ref.kind] = counts.get(ref.kind, 0) + 1
+    return counts

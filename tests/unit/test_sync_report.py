@@ -1,0 +1,87 @@
+"""The sync loop's reporter on its own (``sync/report.py``): pending change events, the
+programming latency observed once per trigger time, and problems logged once, not per sync."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from ipaddress import ip_network
+
+import msgspec
+import structlog.testing
+from prometheus_client import CollectorRegistry
+
+from nlproxy.cluster.model import EndpointSlice
+from nlproxy.cluster.state import ClusterState
+from nlproxy.log import get_logger
+from nlproxy.proxy.config import ProxyConfig
+from nlproxy.serve.health import HealthState
+from nlproxy.serve.metrics import Metrics
+from nlproxy.sync.report import SyncReporter
+from nlproxy.sync.result import SyncResult
+from tests.unit.builders import NODE, endpoint, eps_slice, service, upsert
+
+CONFIG = ProxyConfig(node_name=NODE, cluster_cidrs=(ip_network("10.0.0.0/8"),))
+
+
+def reporter() -> tuple[SyncReporter, ClusterState, Metrics]:
+    state, metrics = ClusterState(NODE), Metrics(CollectorRegistry())
+    report = SyncReporter(
+        state, health=HealthState(grace_seconds=120), metrics=metrics, log=get_logger("sync")
+    )
+    return report, state, metrics
+
+
+def value(metrics: Metrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def triggered(ips: list[str], at: datetime | None) -> EndpointSlice:
+    sl = eps_slice("a", "web", [endpoint(ip) for ip in ips])
+    return msgspec.structs.replace(sl, last_change_trigger_time=at)
+
+
+async def test_pending_change_events_count_until_a_sync_succeeds() -> None:
+    report, state, metrics = reporter()
+    changes = [upsert(service("a", "web", "172.30.0.1")), upsert(triggered(["10.1.0.1"], None))]
+    pending = state.apply(changes)
+    report.queued(changes)
+    report.queued(changes[1:])
+    assert value(metrics, "kubeproxy_sync_proxy_rules_service_changes_pending") == 1
+    assert value(metrics, "kubeproxy_sync_proxy_rules_endpoint_changes_pending") == 2
+
+    report.synced(SyncResult(), pending, verify=False, exact=True)
+
+    assert value(metrics, "kubeproxy_sync_proxy_rules_service_changes_pending") == 0
+    assert value(metrics, "kubeproxy_sync_proxy_rules_endpoint_changes_pending") == 0
+    assert value(metrics, "kubeproxy_sync_proxy_rules_endpoint_changes_total") == 2
+
+
+async def test_a_trigger_time_is_observed_once_and_never_one_older_than_the_process() -> None:
+    report, state, metrics = reporter()
+    count = "kubeproxy_network_programming_duration_seconds_count"
+    old = datetime.now(UTC) - timedelta(hours=1)  # the initial list's: a wait nlproxy did not cause
+    pending = state.apply(
+        [upsert(service("a", "web", "172.30.0.1")), upsert(triggered(["10.1.0.1"], old))]
+    )
+    report.synced(SyncResult(), pending, verify=False, exact=True)
+    assert value(metrics, count, ip_family="IPv4") == 0
+
+    fresh = datetime.now(UTC) + timedelta(seconds=2)
+    pending = state.apply([upsert(triggered(["10.1.0.2"], fresh))])
+    report.synced(SyncResult(), pending, verify=False, exact=True)
+    assert value(metrics, count, ip_family="IPv4") == 1
+    report.synced(SyncResult(), pending, verify=True, exact=False)  # the same trigger again
+    assert value(metrics, count, ip_family="IPv4") == 1
+
+
+async def test_a_problem_is_logged_once_and_counted_while_it_lasts() -> None:
+    report, state, metrics = reporter()
+    snap = state.snapshot()
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):
+            report.objects(snap, CONFIG, ["manifests/a.yaml: not YAML"], verify=False)
+        assert value(metrics, "nlproxy_invalid_objects") == 1
+        report.objects(snap, CONFIG, [], verify=True)
+    invalid = [e for e in logs if e["event"] == "object.invalid"]
+    assert [e["error"] for e in invalid] == ["manifests/a.yaml: not YAML"]
+    assert value(metrics, "nlproxy_invalid_objects") == 0
