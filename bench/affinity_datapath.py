@@ -3,8 +3,8 @@
 Before the planner moves ClientIP affinity from per-endpoint sets and chains to one dynamic
 map per Service port, this checks on the kernel that the map keeps upstream's semantics. The
 table is written with ``nft -f`` into node1 of the demo test bed (pods pod-a, pod-b, pod-c on
-node1, pod-r on node2; the outside client has two addresses), for a TCP Service port
-``10.96.0.10:80`` of the four pods:
+node1, pod-r on node2; the outside client has two addresses; the node connects too), for a
+TCP Service port ``10.96.0.10:80`` of the four pods:
 
 * a known client is DNAT'd through ``aff-web`` (``client -> endpoint``), a new one through the
   shared ``numgen random`` backends map;
@@ -108,8 +108,10 @@ def _held(ns: str) -> dict[str, str]:
     return out
 
 
-def _pods(tb: Testbed, src: str, n: int = 8) -> set[str]:
-    got = [request("tcp", tb.client.netns, VIP, PORT, src=src, timeout=3.0) for _ in range(n)]
+def _pods(tb: Testbed, src: str | None, n: int = 8, *, ns: str | None = None) -> set[str]:
+    """The pods that answered ``n`` connections from the client (``src``), or from ``ns``."""
+    ns = ns or tb.client.netns
+    got = [request("tcp", ns, VIP, PORT, src=src, timeout=3.0) for _ in range(n)]
     bad = [str(o) for o in got if o.result is not Result.ANSWERED]
     if bad:
         raise RuntimeError(f"requests from {src} failed: {bad}")
@@ -159,6 +161,11 @@ def run() -> list[dict[str, Any]]:
         else:
             check("the other client keeps its pod", now == keep, before=sorted(keep),
                   after=sorted(now))  # fmt: skip
+        # The node's own connections: DNAT in nat output, learning in filter output.
+        mine = _pods(tb, None, ns=ns)
+        node_src = [c for c in _held(ns) if c not in (one, two)]
+        check("the node's own connections keep one pod, learned in output", len(mine) == 1
+              and len(node_src) == 1, pods=sorted(mine), learned=node_src)  # fmt: skip
         saved = _out(ns, "list", "ruleset")
         subprocess.run(["ip", "netns", "exec", ns, "nft", "flush", "ruleset"], check=True)
         load = subprocess.run(

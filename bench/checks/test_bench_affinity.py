@@ -45,3 +45,4 @@ def test_map_keeps_affinity_semantics() -> None:
     assert "each new connection refreshes the timeout" in names
     assert "an idle client is forgotten after the timeout" in names
     assert "a removed endpoint's clients move, and stay" in names
+    assert "the node's own connections keep one pod, learned in output" in names
