@@ -1,0 +1,225 @@
+"""ClientIP affinity at scale: one Service with P ports x N endpoints, on the real kernel.
+
+Two measurements, each in its own fresh network namespace:
+
+``nlproxy``
+    nlproxy's Syncer programs the Service (with ``sessionAffinity: ClientIP``, then without it,
+    for comparison), then one of its endpoints goes, then an unrelated one-endpoint Service
+    changes. Each step prints the operations sent and the sync's wall time; the unrelated
+    change's time plus the step before it is how long that change waited behind the Service.
+
+``map``
+    The layout affinity needs instead, loaded with ``nft -f`` so only the shape differs: per
+    Service port one dynamic map ``client address -> endpoint`` (with the timeout); a known
+    client is DNAT'd through the map, a new one through the shared ``numgen random`` backends
+    map; a chain after DNAT (filter, priority -99) learns ``client -> endpoint`` for every new
+    connection (``update`` refreshes the timeout, as upstream's per-endpoint sets do). The
+    learning chain is found by the original port alone and checks the original address itself
+    (enough for one Service; ``affinity_datapath.py`` has the general two-step dispatch). An
+    endpoint change is element operations only. Prints the first load and one endpoint removal
+    (wall, and the ``nft`` process's system time: the kernel's share).
+
+Prints one JSON line per step. Usage:
+``.venv/bin/python bench/bench_affinity.py [--ports 20] [--endpoints 1000] [--only nlproxy|map]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from nlproxy.cluster.state import ClusterState
+from nlproxy.sync.kernel import real as real_kernel
+from nlproxy.sync.syncer import Syncer
+from tests.netns import namespace as netns
+from tests.unit.builders import endpoint, eps_slice, port, service, upsert
+from tests.unit.incremental import CONFIG, state_with_node
+
+VIP = "172.30.0.10"
+OTHER_VIP = "172.30.0.11"
+TIMEOUT = 10800
+
+
+def _pod(i: int) -> str:
+    return f"10.1.{i // 250}.{i % 250 + 1}"
+
+
+def _emit(**row: Any) -> None:
+    print(json.dumps(row), flush=True)
+
+
+# ------------------------------------------------------------------------------- nlproxy
+
+
+def _objects(ports: int, eps: int, *, affinity: bool, drop: int | None = None) -> list[Any]:
+    specs = [port("b", "big", f"p{k}", 8000 + k) for k in range(ports)]
+    extra = {"affinity_timeout": TIMEOUT} if affinity else {}
+    svc = service("b", "big", VIP, specs, **extra)
+    members = [endpoint(_pod(i)) for i in range(eps) if i != drop]
+    sl = eps_slice("b", "big", members, [(f"p{k}", 8000 + k, "TCP") for k in range(ports)])
+    return [upsert(svc), upsert(sl)]
+
+
+def _other(version: int) -> list[Any]:
+    svc = service("b", "other", OTHER_VIP)
+    return [upsert(svc), upsert(eps_slice("b", "other", [endpoint(f"10.2.0.{version}")]))]
+
+
+def _timed(syncer: Syncer, state: ClusterState, changes: list[Any], **row: Any) -> float:
+    changed = state.apply(changes)
+    start = time.perf_counter()
+    result = syncer.sync(state.snapshot(), changed=changed)
+    wall = time.perf_counter() - start
+    _emit(
+        **row,
+        ops=result.total_ops,
+        wall_s=round(wall, 3),
+        plan_ms=round(result.plan_ms, 1),
+        commit_ms=round(result.commit_ms, 1),
+        incremental=result.incremental,
+    )
+    return wall
+
+
+def bench_nlproxy(ports: int, eps: int) -> None:
+    for affinity in (True, False):
+        shape = {"layout": "nlproxy", "affinity": affinity, "ports": ports, "endpoints": eps}
+        with netns("bench-aff") as ns:
+            state = state_with_node()
+            state.apply(_other(1))
+            syncer = Syncer(CONFIG, real_kernel(ns))
+            try:
+                syncer.sync(state.snapshot())
+                _timed(syncer, state, _objects(ports, eps, affinity=affinity), **shape,
+                       step="first sync")  # fmt: skip
+                one = _objects(ports, eps, affinity=affinity, drop=eps // 2)
+                before = _timed(syncer, state, one, **shape, step="one endpoint removed")
+                after = _timed(syncer, state, _other(2), **shape, step="unrelated change")
+                _emit(**shape, step="unrelated change waited", wall_s=round(before + after, 3))
+            finally:
+                syncer.close()
+
+
+# ------------------------------------------------------------------------------- map layout
+
+T = "ip affinity"
+
+
+def _map_base(ports: int) -> Iterator[str]:
+    yield "add table ip affinity"
+    yield (
+        f"add map {T} backends {{ typeof ip daddr . tcp dport . numgen random mod 1 : "
+        "ip daddr . tcp dport ; }"
+    )
+    yield f"add map {T} service-ips {{ type ipv4_addr . inet_proto . inet_service : verdict ; }}"
+    yield f"add map {T} affinity-learn {{ type inet_service : verdict ; }}"
+    yield f"add chain {T} services"
+    yield f"add rule {T} services ip daddr . meta l4proto . th dport vmap @service-ips"
+    yield f"add chain {T} nat-prerouting {{ type nat hook prerouting priority -100 ; }}"
+    yield f"add rule {T} nat-prerouting jump services"
+    yield f"add chain {T} nat-output {{ type nat hook output priority -100 ; }}"
+    yield f"add rule {T} nat-output jump services"
+    for hook in ("prerouting", "output"):
+        yield f"add chain {T} learn-{hook} {{ type filter hook {hook} priority -99 ; }}"
+        yield (
+            f"add rule {T} learn-{hook} ct state new ct status dnat meta l4proto tcp "
+            "ct original proto-dst vmap @affinity-learn"
+        )
+    del ports
+
+
+def _map_port(k: int, eps: list[str]) -> Iterator[str]:
+    sp, aff, learn = f"service-{k}", f"aff-{k}", f"learn-{k}"
+    yield (
+        f"add map {T} {aff} {{ type ipv4_addr : ipv4_addr . inet_service ; "
+        f"flags dynamic,timeout ; timeout {TIMEOUT}s ; size 65535 ; }}"
+    )
+    yield f"add chain {T} {sp}"
+    yield f"add rule {T} {sp} meta l4proto tcp dnat ip to ip saddr map @{aff}"
+    yield (
+        f"add rule {T} {sp} meta l4proto tcp dnat ip to ip daddr . tcp dport . "
+        f"numgen random mod {len(eps)} map @backends"
+    )
+    yield f"add chain {T} {learn}"
+    yield f"add rule {T} {learn} ct original ip daddr != {VIP} return"
+    yield (
+        f"add rule {T} {learn} update @{aff} {{ ip saddr timeout {TIMEOUT}s : "
+        "ip daddr . th dport }"
+    )
+    target = 8000 + k
+    slots = ", ".join(f"{VIP} . {target} . {i} : {ip} . {target}" for i, ip in enumerate(eps))
+    yield f"add element {T} backends {{ {slots} }}"
+    yield f"add element {T} service-ips {{ {VIP} . tcp . {target} : goto {sp} }}"
+    yield f"add element {T} affinity-learn {{ {target} : goto {learn} }}"
+
+
+def _map_remove(k: int, eps: list[str], gone: int) -> Iterator[str]:
+    """One endpoint goes: the last slot's endpoint moves into its slot (``slots.py``), the last
+    slot goes, the DNAT rule's modulus shrinks. (The clients the map holds for it must go too:
+    the packet path cannot delete or re-point a map's element, so the sync deletes them.)"""
+    target, last = 8000 + k, len(eps) - 1
+    yield f"delete element {T} backends {{ {VIP} . {target} . {last} }}"
+    yield f"delete element {T} backends {{ {VIP} . {target} . {gone} }}"
+    yield f"add element {T} backends {{ {VIP} . {target} . {gone} : {eps[last]} . {target} }}"
+    yield f"flush chain {T} service-{k}"
+    yield f"add rule {T} service-{k} meta l4proto tcp dnat ip to ip saddr map @aff-{k}"
+    yield (
+        f"add rule {T} service-{k} meta l4proto tcp dnat ip to ip daddr . tcp dport . "
+        f"numgen random mod {last} map @backends"
+    )
+
+
+def _nft(ns: str, text: str) -> tuple[float, float]:
+    """Load ``text`` with ``nft -f`` in ``ns``: (wall seconds, the child's system seconds)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=text.encode(), check=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_stime - before.ru_stime
+
+
+def bench_map(ports: int, eps: int) -> None:
+    shape = {"layout": "map", "affinity": True, "ports": ports, "endpoints": eps}
+    ips = [_pod(i) for i in range(eps)]
+    first = [*_map_base(ports)]
+    for k in range(ports):
+        first += _map_port(k, ips)
+    change = [line for k in range(ports) for line in _map_remove(k, ips, eps // 2)]
+    with netns("bench-affmap") as ns:
+        wall, sys_s = _nft(ns, "\n".join(first) + "\n")
+        _emit(**shape, step="first sync", commands=len(first), wall_s=round(wall, 3),
+              kernel_s=round(sys_s, 3))  # fmt: skip
+        wall, sys_s = _nft(ns, "\n".join(change) + "\n")
+        _emit(**shape, step="one endpoint removed", commands=len(change), wall_s=round(wall, 3),
+              kernel_s=round(sys_s, 3))  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ports", type=int, default=20)
+    ap.add_argument("--endpoints", type=int, default=1000)
+    ap.add_argument("--only", choices=("nlproxy", "map"))
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench_affinity: needs root (network namespaces)", file=sys.stderr)
+        return 2
+    if args.only in (None, "map"):
+        bench_map(args.ports, args.endpoints)
+    if args.only in (None, "nlproxy"):
+        bench_nlproxy(args.ports, args.endpoints)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
