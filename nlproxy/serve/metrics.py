@@ -269,6 +269,14 @@ class Metrics:
             registry=registry,
         )
 
+        self.healthcheck_over_budget = Gauge(
+            "nlproxy_healthcheck_over_budget",
+            "Health-check node ports not served because their listeners do not fit the "
+            "descriptor limit (RLIMIT_NOFILE); each Service is named in the log "
+            "(healthcheck.over_budget)",
+            registry=registry,
+        )
+
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""
         return generate_latest(self.registry)
