@@ -10,17 +10,20 @@ health-check listeners take what is left; one that does not fit waits (its calle
 Connections are admitted by eviction, never refused for being late: when the budget is full,
 the oldest idle connection of the client holding the most goes, so a probe from an address that
 holds nothing is always answered, however many addresses hold idle connections. A connection
-is idle until its request has been read and again while its answer is written; the handler's
-own work is never cut short. Loopback sources are one client: any local user can bind every
+is idle while its client has sent nothing it has not read (not its whole request yet) and again
+while its answer is written; one whose request waits in its socket, or whose handler is at
+work, is never cut short. Loopback sources are one client: any local user can bind every
 address of ``127.0.0.0/8``, so counting them apart would let one user hold the whole budget.
 
-Pure bookkeeping: no I/O but ``getrlimit``; cancelling a connection's scope is how it is closed.
+Bookkeeping: no I/O but ``getrlimit`` and the connection's own ``spoke`` check; cancelling a
+connection's scope is how it is closed.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import resource
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -63,10 +66,16 @@ class Connection:
     """One admitted connection; ``scope`` cancelled closes it."""
 
     client: str
+    spoke: Callable[[], bool] | None = None
+    """Whether bytes from the client wait to be read: a request come but not yet read is not
+    idle (a probe is never taken for an idle connection in the instant before it is read)."""
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     busy: bool = False
-    """Its handler is at work: not to be evicted."""
+    """Its request has been read: not to be evicted while its handler works."""
     evicted: bool = False
+
+    def idle(self) -> bool:
+        return not self.busy and not (self.spoke is not None and self.spoke())
 
 
 class DescriptorBudget:
@@ -132,9 +141,9 @@ class DescriptorBudget:
 
     # Connections.
 
-    def take(self, address: str) -> Connection | None:
+    def take(self, address: str, spoke: Callable[[], bool] | None = None) -> Connection | None:
         """Admit a connection from ``address``, evicting to make room; None when nothing can
-        go (every held connection is at work in its handler)."""
+        go (no held connection is idle). ``spoke``: see :attr:`Connection.spoke`."""
         client = client_of(address)
         mine = self._clients.get(client)
         if mine is not None and len(mine) >= MAX_PER_CLIENT and not self._evict_from(client):
@@ -144,7 +153,7 @@ class DescriptorBudget:
             if not self._evict():
                 self.refusals += 1
                 return None
-        conn = Connection(client)
+        conn = Connection(client, spoke)
         self._add(conn)
         return conn
 
@@ -164,7 +173,7 @@ class DescriptorBudget:
 
     def _evict_from(self, client: str) -> bool:
         for conn in self._clients.get(client, ()):
-            if not conn.busy:
+            if conn.idle():
                 conn.evicted = True
                 conn.scope.cancel()  # its descriptor goes as its handler unwinds
                 self._remove(conn)

@@ -11,7 +11,12 @@ that fails answers 500 and is logged; it never takes the server (and the daemon'
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import functools
+import os
 import socket
+import sys
+import termios
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -54,14 +59,37 @@ def split_hostport(addr: str) -> tuple[str, int]:
 
 
 async def _read_request(stream: trio.SocketStream) -> bytes:
+    """The request's head (or what came of it within :data:`READ_TIMEOUT`).
+
+    Read with ``os.read`` once the socket is readable, not ``receive_some``, which yields after
+    taking the bytes: between the bytes leaving the socket and the caller marking the
+    connection busy no other task runs, so a connection whose request has come is never taken
+    for an idle one (its bytes are either in its socket, which :func:`_unread` sees, or read).
+    """
+    sock = stream.socket
     data = b""
     with trio.move_on_after(READ_TIMEOUT):
         while b"\r\n\r\n" not in data and len(data) < MAX_REQUEST:
-            chunk = await stream.receive_some(4096)
+            await trio.lowlevel.wait_readable(sock)
+            try:
+                chunk = os.read(sock.fileno(), 4096)
+            except BlockingIOError:
+                continue
+            except OSError:  # reset by the client
+                break
             if not chunk:
                 break
             data += chunk
     return data
+
+
+def _unread(sock: trio.socket.SocketType) -> bool:
+    """Whether bytes wait in ``sock`` (its client has spoken and waits for an answer)."""
+    try:
+        buf = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except OSError:  # closed meanwhile
+        return False
+    return int.from_bytes(buf, sys.byteorder) > 0
 
 
 async def _handle(stream: trio.SocketStream, handler: Handler, conn: Connection) -> None:
@@ -164,7 +192,7 @@ async def serve(
         get_logger("http").debug("http.listening", addr=f"{host}:{bound}")
 
         async def on_conn(stream: trio.SocketStream) -> None:
-            conn = limits.take(_peer(stream))
+            conn = limits.take(_peer(stream), spoke=functools.partial(_unread, stream.socket))
             if conn is None:
                 await trio.aclose_forcefully(stream)  # nothing can make room: it goes at once
                 return

@@ -138,3 +138,17 @@ async def test_loopback_addresses_hold_no_more_than_one_client() -> None:
     budget.give(prober)
     assert budget.held == 0
     assert budget.clients() == {}
+
+
+async def test_a_connection_whose_request_waits_is_not_idle() -> None:
+    """Bytes in its socket that the server has not read yet: a client waiting for an answer,
+    spared as a busy one is."""
+    budget = DescriptorBudget(limit=96)
+    waiting = budget.take("10.0.0.1", spoke=lambda: True)
+    silent = budget.take("10.0.0.1", spoke=lambda: False)
+    assert waiting is not None
+    assert silent is not None
+    _fill(budget, [f"10.0.1.{i}" for i in range(30)])
+    assert budget.take("10.0.2.1") is not None
+    assert not waiting.scope.cancel_called
+    assert silent.scope.cancel_called
