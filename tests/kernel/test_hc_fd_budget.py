@@ -26,6 +26,7 @@ from tests.kernel.daemon import (
     scrape,
     wait_until,
 )
+from tests.objects import endpoint, endpoint_slice, service
 
 testbed = topo.testbed
 
@@ -42,7 +43,7 @@ def _local_services(tb: Testbed, which: range) -> list[dict[str, Any]]:
     for i in which:
         name = f"lb-{i}"
         out.append(
-            topo.service(
+            service(
                 name,
                 f"10.96.{10 + i // 250}.{1 + i % 250}",
                 ({"name": "tcp", "port": 80, "targetPort": 8080, "nodePort": 30000 + i},),
@@ -51,7 +52,7 @@ def _local_services(tb: Testbed, which: range) -> list[dict[str, Any]]:
                 healthCheckNodePort=HC_BASE + i,
             )
         )
-        out.append(topo.endpoint_slice(name, [topo.endpoint(str(pod.ipv4), pod.node)]))
+        out.append(endpoint_slice(name, [endpoint(str(pod.ipv4), pod.node)]))
     return out
 
 
