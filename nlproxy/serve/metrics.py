@@ -15,6 +15,8 @@ services without local endpoints) is recorded under that family only.
 
 from __future__ import annotations
 
+import platform
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Set
 
 import prometheus_client
@@ -29,6 +31,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from nlproxy import __version__
 from nlproxy.cluster.model import Service, ServiceKey
 from nlproxy.nft.counters import Counts, read_counters
 from nlproxy.nft.ir import Family, L4Proto, Value
@@ -50,6 +53,10 @@ PROGRAMMING_BUCKETS = (
     *(float(s) for s in range(60, 120, 5)),
     *(float(s) for s in range(120, 301, 30)),
 )
+# client-go's for rest_client_request_duration_seconds (since Kubernetes 1.24).
+REST_CLIENT_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+REST_CLIENT_ERROR = "<error>"
+"""client-go's ``code`` for a request that got no answer (a refused or timed-out connection)."""
 IP_FAMILIES = {Family.IP: "IPv4", Family.IP6: "IPv6"}
 """kube-proxy's ``ip_family`` label values (``v1.IPFamily``)."""
 TRAFFIC_POLICIES = ("internal", "external")
@@ -277,9 +284,88 @@ class Metrics:
             registry=registry,
         )
 
+        # The Kubernetes client libraries' families, as client-go records them and
+        # component-base registers them on every component's /metrics (kube-proxy's included):
+        # the stock dashboards and alerts plot them per job. Recorded by the kube source
+        # through :meth:`kube_request`; absent with --manifests, as with no API server.
+        self.rest_client_requests = Counter(
+            "rest_client_requests",
+            "HTTP requests to the Kubernetes API, by status code (<error>: no answer), method "
+            "and API server host",
+            ["code", "method", "host"],
+            registry=registry,
+        )
+        self.rest_client_duration = Histogram(
+            "rest_client_request_duration_seconds",
+            "Time until the Kubernetes API answered a request (its status and headers), in "
+            "seconds, by method and API server host",
+            ["verb", "host"],
+            buckets=REST_CLIENT_BUCKETS,
+            registry=registry,
+        )
+        self.build_info = Gauge(
+            "kubernetes_build_info",
+            "1, labelled with the version, build and platform of the running nlproxy (the "
+            "labels Kubernetes components carry; go_version and compiler name the Python "
+            "runtime)",
+            list(BUILD_INFO),
+            registry=registry,
+        )
+        self.build_info.labels(**build_info()).set(1)
+
+    def kube_request(self, method: str, host: str, status: int | None, seconds: float) -> None:
+        """Record one request to the Kubernetes API as client-go does: ``method`` (``GET``;
+        a watch is a ``GET`` too), ``host`` (the API server's ``host:port``), ``status`` (None:
+        no answer, counted as ``<error>``), ``seconds`` until the answer's status came.
+
+        The kube source is handed this method as a plain callable (``cluster/`` imports
+        nothing of ``serve/``).
+        """
+        code = REST_CLIENT_ERROR if status is None else str(status)
+        self.rest_client_requests.labels(code=code, method=method, host=host).inc()
+        self.rest_client_duration.labels(verb=method, host=host).observe(seconds)
+
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""
         return generate_latest(self.registry)
+
+
+BUILD_INFO = (
+    "major",
+    "minor",
+    "git_version",
+    "git_commit",
+    "git_tree_state",
+    "build_date",
+    "go_version",
+    "compiler",
+    "platform",
+)
+"""``kubernetes_build_info``'s labels, in component-base's order."""
+_GOARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "i686": "386", "i386": "386"}
+
+
+def build_info(version: str = __version__) -> dict[str, str]:
+    """``kubernetes_build_info``'s labels for this nlproxy: its own version (``major``,
+    ``minor``, ``git_version`` as ``v``-prefixed semver, as Kubernetes writes its own), the
+    Python runtime where Kubernetes names Go's (``go_version``: ``python3.11.7``; ``compiler``:
+    ``cpython``) and the platform as Go spells it (``linux/amd64``). A commit, tree state and
+    build date are not stamped into nlproxy's builds: empty, as an unstamped Kubernetes
+    build's commit is."""
+    major, _, rest = version.partition(".")
+    minor = rest.partition(".")[0]
+    machine = platform.machine()
+    return {
+        "major": major,
+        "minor": minor,
+        "git_version": f"v{version}",
+        "git_commit": "",
+        "git_tree_state": "",
+        "build_date": "",
+        "go_version": f"python{platform.python_version()}",
+        "compiler": sys.implementation.name,
+        "platform": f"{sys.platform}/{_GOARCH.get(machine, machine.lower())}",
+    }
 
 
 class NoLocalEndpoints:
