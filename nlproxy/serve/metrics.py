@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import platform
 import sys
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Set
+from typing import Protocol
 
 import prometheus_client
 from prometheus_client import (
@@ -34,7 +36,7 @@ from prometheus_client.registry import Collector
 from nlproxy import __version__
 from nlproxy.cluster.model import Service, ServiceKey
 from nlproxy.nft.counters import Counts, read_counters
-from nlproxy.nft.ir import Family, L4Proto, Value
+from nlproxy.nft.ir import DataType, Family, L4Proto, Value
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.endpoints import externally_accessible
 from nlproxy.proxy.fragments import Fragment
@@ -429,6 +431,19 @@ class NoLocalEndpoints:
 _FAMILIES = (Family.IP, Family.IP6)
 
 
+class ReadCounters(Protocol):
+    """:func:`nlproxy.nft.counters.read_counters`'s shape."""
+
+    def __call__(
+        self,
+        family: Family,
+        table: str,
+        sets: Mapping[str, tuple[DataType, ...]],
+        *,
+        netns: str | None = None,
+    ) -> dict[str, Counts]: ...
+
+
 class ServiceCounters(Collector):
     """``nlproxy_service_packets_total`` and ``nlproxy_service_bytes_total``: what the
     ``service-counters`` and ``nodeport-counters`` elements counted, one series per service port
@@ -441,24 +456,44 @@ class ServiceCounters(Collector):
     handles as any counter reset. A frontend whose element is not in the plan given to
     :meth:`refresh` (a scrape during a sync) is skipped, and a service port without any element
     read has no series.
+
+    One reading at a time: scrapes that come while the kernel is read wait for that reading and
+    report it, so however many scrapes there are, the counters hold one netlink socket (a
+    descriptor of the part the budget keeps for the daemon's netlink sockets).
     """
 
-    def __init__(self, registry: CollectorRegistry, *, netns: str | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        netns: str | None = None,
+        read: ReadCounters = read_counters,
+    ) -> None:
         self.netns = netns
+        self.read = read
         self.totals: dict[str, tuple[int, int]] = {}
+        self.readings = 0
+        """Readings done."""
+        self._lock = threading.Lock()
         registry.register(self)
 
     def refresh(self, ports: Iterable[PortPlan]) -> None:
-        """Read both families' counters and sum them per service port of ``ports``.
+        """Read both families' counters and sum them per service port of ``ports`` (or, if
+        another thread's reading ended while this one waited for it, keep that one).
 
         Raises:
             ReadbackError: the kernel refused a dump.
         """
-        readings = {
-            family: read_counters(family, n.TABLE, counter_sets(family), netns=self.netns)
-            for family in _FAMILIES
-        }
-        self.totals = service_totals(ports, readings)
+        before = self.readings
+        with self._lock:
+            if self.readings != before:
+                return  # read while this scrape waited: as fresh as this scrape asks
+            readings = {
+                family: self.read(family, n.TABLE, counter_sets(family), netns=self.netns)
+                for family in _FAMILIES
+            }
+            self.totals = service_totals(ports, readings)
+            self.readings += 1
 
     def describe(self) -> Iterator[CounterMetricFamily]:
         return iter(self._families())

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import platform
+import threading
+import time
+from collections.abc import Mapping
 from ipaddress import ip_network
 
 from prometheus_client import CollectorRegistry
@@ -12,9 +15,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nlproxy import __version__
 from nlproxy.cluster.model import ServiceKey
+from nlproxy.nft.counters import Counts
+from nlproxy.nft.ir import DataType, Family
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.planner import plan
-from nlproxy.serve.metrics import REST_CLIENT_BUCKETS, Metrics, NoLocalEndpoints, build_info
+from nlproxy.serve.metrics import (
+    REST_CLIENT_BUCKETS,
+    Metrics,
+    NoLocalEndpoints,
+    ServiceCounters,
+    build_info,
+)
 from tests.unit.builders import NODE, endpoint, eps_slice, node, port, service, snapshot
 
 CONFIG = ProxyConfig(node_name=NODE, cluster_cidrs=(ip_network("10.0.0.0/8"),))
@@ -143,3 +154,43 @@ def test_build_info_names_this_nlproxy() -> None:
     arch = {"x86_64": "amd64", "aarch64": "arm64"}[os.uname().machine]
     assert labels["platform"] == f"linux/{arch}"
     assert build_info("1.36.3")["minor"] == "36"
+
+
+def test_service_counters_read_the_kernel_once_at_a_time() -> None:
+    """Concurrent scrapes hold one netlink socket between them: one reading at a time, and a
+    scrape that waited for another's reading reports it rather than reading again."""
+    in_flight, most, calls = 0, 0, 0
+    guard = threading.Lock()
+
+    def read(
+        family: Family,
+        table: str,
+        sets: Mapping[str, tuple[DataType, ...]],
+        *,
+        netns: str | None = None,
+    ) -> dict[str, Counts]:
+        nonlocal in_flight, most, calls
+        with guard:
+            in_flight += 1
+            calls += 1
+            most = max(most, in_flight)
+        time.sleep(0.02)  # a dump takes a while: the other scrapes arrive meanwhile
+        with guard:
+            in_flight -= 1
+        return {}
+
+    counters = ServiceCounters(CollectorRegistry(), read=read)
+    start = threading.Barrier(8)
+
+    def scrape() -> None:
+        start.wait()
+        counters.refresh([])
+
+    threads = [threading.Thread(target=scrape) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most == 1
+    assert calls == 2 * counters.readings  # each reading: both families
+    assert 1 <= counters.readings <= 8
