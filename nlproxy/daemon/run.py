@@ -36,9 +36,10 @@ from nlproxy.nft.monitor import NftMonitor
 from nlproxy.proxy.budget import SYNC_QUOTA
 from nlproxy.proxy.naming import TABLE
 from nlproxy.proxy.planner import PortPlan
+from nlproxy.serve.budget import DescriptorBudget
 from nlproxy.serve.health import HealthState, configz, healthz
 from nlproxy.serve.healthcheck import HealthCheckServers, health_checks
-from nlproxy.serve.http import ConnectionBudget, Response, serve
+from nlproxy.serve.http import Response, serve
 from nlproxy.serve.metrics import Metrics, ServiceCounters
 from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.loop import SyncLoop
@@ -126,7 +127,7 @@ class Daemon:
             quiet=self._quiet,
         )
         self.healthchecks: HealthCheckServers | None = None
-        self.connections = ConnectionBudget()  # one for every HTTP server
+        self.connections = DescriptorBudget()  # one for every HTTP server
         self._service_cidrs = pcfg.service_cidrs
         self.log = get_logger("daemon")
 
@@ -397,7 +398,7 @@ class Daemon:
                 if self.syncer.config.nodeport_cidrs(4) or self.syncer.config.nodeport_cidrs(6):
                     await nursery.start(self._watch_addresses)
                 self.healthchecks = HealthCheckServers(
-                    nursery, netns_name=self.netns, budget=self.connections
+                    nursery, netns_name=self.netns, budget=self.connections, metrics=self.metrics
                 )
                 await nursery.start(self.reachability.run)
                 await nursery.start(self.loop.run, recv)

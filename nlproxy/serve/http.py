@@ -11,8 +11,12 @@ that fails answers 500 and is logged; it never takes the server (and the daemon'
 from __future__ import annotations
 
 import contextlib
-import resource
+import fcntl
+import functools
+import os
 import socket
+import sys
+import termios
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -20,21 +24,13 @@ import trio
 
 from nlproxy.log import get_logger
 from nlproxy.netlink import netns
+from nlproxy.serve.budget import Connection, DescriptorBudget
 
 MAX_REQUEST = 8192
 READ_TIMEOUT = 5.0
 """Seconds a client has to send its request headers (a slow client is dropped after it)."""
 WRITE_TIMEOUT = 5.0
 """Seconds a client has to take the answer."""
-MIN_CONNECTIONS = 16
-MAX_CONNECTIONS = 4096
-"""Bounds of the connections all servers handle at once (:class:`ConnectionBudget`); more are
-closed at once (each holds a descriptor, and the daemon's netlink sockets must always find
-one)."""
-MAX_PER_CLIENT = 16
-"""Connections one client address may hold at once: one pod cannot take every slot, so the
-kubelet's and the load balancers' probes still get answers."""
-
 REASONS = {
     200: "OK",
     404: "Not Found",
@@ -63,17 +59,40 @@ def split_hostport(addr: str) -> tuple[str, int]:
 
 
 async def _read_request(stream: trio.SocketStream) -> bytes:
+    """The request's head (or what came of it within :data:`READ_TIMEOUT`).
+
+    Read with ``os.read`` once the socket is readable, not ``receive_some``, which yields after
+    taking the bytes: between the bytes leaving the socket and the caller marking the
+    connection busy no other task runs, so a connection whose request has come is never taken
+    for an idle one (its bytes are either in its socket, which :func:`_unread` sees, or read).
+    """
+    sock = stream.socket
     data = b""
     with trio.move_on_after(READ_TIMEOUT):
         while b"\r\n\r\n" not in data and len(data) < MAX_REQUEST:
-            chunk = await stream.receive_some(4096)
+            await trio.lowlevel.wait_readable(sock)
+            try:
+                chunk = os.read(sock.fileno(), 4096)
+            except BlockingIOError:
+                continue
+            except OSError:  # reset by the client
+                break
             if not chunk:
                 break
             data += chunk
     return data
 
 
-async def _handle(stream: trio.SocketStream, handler: Handler) -> None:
+def _unread(sock: trio.socket.SocketType) -> bool:
+    """Whether bytes wait in ``sock`` (its client has spoken and waits for an answer)."""
+    try:
+        buf = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except OSError:  # closed meanwhile
+        return False
+    return int.from_bytes(buf, sys.byteorder) > 0
+
+
+async def _handle(stream: trio.SocketStream, handler: Handler, conn: Connection) -> None:
     async with stream:
         request = await _read_request(stream)
         line = request.split(b"\r\n", 1)[0].decode("latin-1").split()
@@ -83,7 +102,11 @@ async def _handle(stream: trio.SocketStream, handler: Handler) -> None:
         if method not in ("GET", "HEAD"):
             resp = Response(405, b"method not allowed\n", content_type="text/plain")
         else:
-            resp = await _answer(handler, target.split("?", 1)[0])
+            conn.busy = True  # a request to answer: not evicted while its handler works
+            try:
+                resp = await _answer(handler, target.split("?", 1)[0])
+            finally:
+                conn.busy = False
         head = [f"HTTP/1.1 {resp.status} {REASONS.get(resp.status, 'OK')}"]
         head.append(f"Content-Type: {resp.content_type}")
         head.append(f"Content-Length: {len(resp.body)}")
@@ -102,64 +125,6 @@ async def _answer(handler: Handler, path: str) -> Response:
     except Exception:  # noqa: BLE001 - a bug behind one path must not stop health and metrics
         get_logger("http").exception("http.handler_failed", path=path)
         return Response(500, b"internal error\n", content_type="text/plain")
-
-
-class ConnectionBudget:
-    """Connections every server of the daemon holds at once (``/healthz``, ``/metrics`` and
-    each health-check node port together), and per client address.
-
-    The total is a quarter of the descriptor limit (RLIMIT_NOFILE, read at each connection),
-    between :data:`MIN_CONNECTIONS` and :data:`MAX_CONNECTIONS`: the other three quarters stay
-    for the listeners, the netlink sockets and the files the daemon needs. A client holds at
-    most :data:`MAX_PER_CLIENT`. When all are taken, a client holding fewer connections than
-    the greediest one takes that one's oldest: a probe that opens one connection is answered
-    however many addresses hold idle ones.
-    """
-
-    def __init__(self, total: int | None = None) -> None:
-        self._total = total
-        self.held = 0
-        self.per_client: dict[str, list[trio.CancelScope]] = {}
-
-    @property
-    def total(self) -> int:
-        if self._total is not None:
-            return self._total
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if soft == resource.RLIM_INFINITY:
-            return MAX_CONNECTIONS
-        return max(MIN_CONNECTIONS, min(MAX_CONNECTIONS, soft // 4))
-
-    def take(self, client: str, scope: trio.CancelScope) -> bool:
-        """Whether ``client`` may hold one more connection (cancelled by ``scope``)."""
-        mine = self.per_client.setdefault(client, [])
-        if len(mine) >= MAX_PER_CLIENT:
-            if not mine:
-                del self.per_client[client]
-            return False
-        if self.held >= self.total:
-            greedy, greediest = max(self.per_client.items(), key=lambda item: len(item[1]))
-            if len(greediest) <= len(mine) + 1:
-                if not mine:
-                    del self.per_client[client]
-                return False
-            greediest.pop(0).cancel()  # its descriptor goes as its handler unwinds
-            self.held -= 1
-            if not greediest:
-                del self.per_client[greedy]
-        mine.append(scope)
-        self.held += 1
-        return True
-
-    def give(self, client: str, scope: trio.CancelScope) -> None:
-        """The connection of ``client`` under ``scope`` is closed (a no-op if it was taken)."""
-        mine = self.per_client.get(client)
-        if mine is None or scope not in mine:
-            return
-        mine.remove(scope)
-        self.held -= 1
-        if not mine:
-            del self.per_client[client]
 
 
 def _peer(stream: trio.SocketStream) -> str:
@@ -199,35 +164,48 @@ async def serve(
     handler: Handler,
     *,
     netns_name: str | None = None,
-    budget: ConnectionBudget | None = None,
+    budget: DescriptorBudget | None = None,
+    listener_taken: bool = False,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``handler`` on ``addr`` (in ``netns_name``) until cancelled;
-    ``task_status.started(port)`` once bound. ``budget``: shared with the daemon's other
-    servers (one of its own by default).
+    ``task_status.started(port)`` once bound.
+
+    Args:
+        budget: the descriptors of every HTTP server of the daemon (one of its own by default).
+            The listener is counted in it as essential, unless ``listener_taken``: the caller
+            has taken its place already (:meth:`DescriptorBudget.try_listener`).
+
+    Raises:
+        OSError: the address cannot be bound.
 
     Cancellation: stops accepting and closes open connections.
     """
     host, _ = split_hostport(addr)
+    limits = budget if budget is not None else DescriptorBudget()
     sock = listening_socket(addr, netns_name)
-    listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(sock))]
-    bound = sock.getsockname()[1]
-    get_logger("http").debug("http.listening", addr=f"{host}:{bound}")
+    if not listener_taken:
+        limits.open_listener()
+    try:
+        listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(sock))]
+        bound = sock.getsockname()[1]
+        get_logger("http").debug("http.listening", addr=f"{host}:{bound}")
 
-    limits = budget if budget is not None else ConnectionBudget()
+        async def on_conn(stream: trio.SocketStream) -> None:
+            conn = limits.take(_peer(stream), spoke=functools.partial(_unread, stream.socket))
+            if conn is None:
+                await trio.aclose_forcefully(stream)  # nothing can make room: it goes at once
+                return
+            try:
+                with conn.scope:
+                    await _handle(stream, handler, conn)
+            finally:
+                limits.give(conn)
 
-    async def on_conn(stream: trio.SocketStream) -> None:
-        client = _peer(stream)
-        scope = trio.CancelScope()
-        if not limits.take(client, scope):
-            await trio.aclose_forcefully(stream)  # over the limits: the descriptor goes at once
-            return
-        try:
-            with scope:
-                await _handle(stream, handler)
-        finally:
-            limits.give(client, scope)
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(trio.serve_listeners, on_conn, listeners)
-        task_status.started(bound)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, on_conn, listeners)
+            task_status.started(bound)
+    finally:
+        sock.close()  # closed with its trio socket too; closing twice is harmless
+        if not listener_taken:
+            limits.close_listener()

@@ -15,7 +15,11 @@ services without local endpoints) is recorded under that family only.
 
 from __future__ import annotations
 
+import platform
+import sys
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Set
+from typing import Protocol
 
 import prometheus_client
 from prometheus_client import (
@@ -29,9 +33,10 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
+from nlproxy import __version__
 from nlproxy.cluster.model import Service, ServiceKey
 from nlproxy.nft.counters import Counts, read_counters
-from nlproxy.nft.ir import Family, L4Proto, Value
+from nlproxy.nft.ir import DataType, Family, L4Proto, Value
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.endpoints import externally_accessible
 from nlproxy.proxy.fragments import Fragment
@@ -50,6 +55,10 @@ PROGRAMMING_BUCKETS = (
     *(float(s) for s in range(60, 120, 5)),
     *(float(s) for s in range(120, 301, 30)),
 )
+# client-go's for rest_client_request_duration_seconds (since Kubernetes 1.24).
+REST_CLIENT_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+REST_CLIENT_ERROR = "<error>"
+"""client-go's ``code`` for a request that got no answer (a refused or timed-out connection)."""
 IP_FAMILIES = {Family.IP: "IPv4", Family.IP6: "IPv6"}
 """kube-proxy's ``ip_family`` label values (``v1.IPFamily``)."""
 TRAFFIC_POLICIES = ("internal", "external")
@@ -269,9 +278,96 @@ class Metrics:
             registry=registry,
         )
 
+        self.healthcheck_over_budget = Gauge(
+            "nlproxy_healthcheck_over_budget",
+            "Health-check node ports not served because their listeners do not fit the "
+            "descriptor limit (RLIMIT_NOFILE); each Service is named in the log "
+            "(healthcheck.over_budget)",
+            registry=registry,
+        )
+
+        # The Kubernetes client libraries' families, as client-go records them and
+        # component-base registers them on every component's /metrics (kube-proxy's included):
+        # the stock dashboards and alerts plot them per job. Recorded by the kube source
+        # through :meth:`kube_request`; absent with --manifests, as with no API server.
+        self.rest_client_requests = Counter(
+            "rest_client_requests",
+            "HTTP requests to the Kubernetes API, by status code (<error>: no answer), method "
+            "and API server host",
+            ["code", "method", "host"],
+            registry=registry,
+        )
+        self.rest_client_duration = Histogram(
+            "rest_client_request_duration_seconds",
+            "Time until the Kubernetes API answered a request (its status and headers), in "
+            "seconds, by method and API server host",
+            ["verb", "host"],
+            buckets=REST_CLIENT_BUCKETS,
+            registry=registry,
+        )
+        self.build_info = Gauge(
+            "kubernetes_build_info",
+            "1, labelled with the version, build and platform of the running nlproxy (the "
+            "labels Kubernetes components carry; go_version and compiler name the Python "
+            "runtime)",
+            list(BUILD_INFO),
+            registry=registry,
+        )
+        self.build_info.labels(**build_info()).set(1)
+
+    def kube_request(self, method: str, host: str, status: int | None, seconds: float) -> None:
+        """Record one request to the Kubernetes API as client-go does: ``method`` (``GET``;
+        a watch is a ``GET`` too), ``host`` (the API server's ``host:port``), ``status`` (None:
+        no answer, counted as ``<error>``), ``seconds`` until the answer's status came.
+
+        The kube source is handed this method as a plain callable (``cluster/`` imports
+        nothing of ``serve/``).
+        """
+        code = REST_CLIENT_ERROR if status is None else str(status)
+        self.rest_client_requests.labels(code=code, method=method, host=host).inc()
+        self.rest_client_duration.labels(verb=method, host=host).observe(seconds)
+
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""
         return generate_latest(self.registry)
+
+
+BUILD_INFO = (
+    "major",
+    "minor",
+    "git_version",
+    "git_commit",
+    "git_tree_state",
+    "build_date",
+    "go_version",
+    "compiler",
+    "platform",
+)
+"""``kubernetes_build_info``'s labels, in component-base's order."""
+_GOARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "i686": "386", "i386": "386"}
+
+
+def build_info(version: str = __version__) -> dict[str, str]:
+    """``kubernetes_build_info``'s labels for this nlproxy: its own version (``major``,
+    ``minor``, ``git_version`` as ``v``-prefixed semver, as Kubernetes writes its own), the
+    Python runtime where Kubernetes names Go's (``go_version``: ``python3.11.7``; ``compiler``:
+    ``cpython``) and the platform as Go spells it (``linux/amd64``). A commit, tree state and
+    build date are not stamped into nlproxy's builds: empty, as an unstamped Kubernetes
+    build's commit is."""
+    major, _, rest = version.partition(".")
+    minor = rest.partition(".")[0]
+    machine = platform.machine()
+    return {
+        "major": major,
+        "minor": minor,
+        "git_version": f"v{version}",
+        "git_commit": "",
+        "git_tree_state": "",
+        "build_date": "",
+        "go_version": f"python{platform.python_version()}",
+        "compiler": sys.implementation.name,
+        "platform": f"{sys.platform}/{_GOARCH.get(machine, machine.lower())}",
+    }
 
 
 class NoLocalEndpoints:
@@ -335,6 +431,19 @@ class NoLocalEndpoints:
 _FAMILIES = (Family.IP, Family.IP6)
 
 
+class ReadCounters(Protocol):
+    """:func:`nlproxy.nft.counters.read_counters`'s shape."""
+
+    def __call__(
+        self,
+        family: Family,
+        table: str,
+        sets: Mapping[str, tuple[DataType, ...]],
+        *,
+        netns: str | None = None,
+    ) -> dict[str, Counts]: ...
+
+
 class ServiceCounters(Collector):
     """``nlproxy_service_packets_total`` and ``nlproxy_service_bytes_total``: what the
     ``service-counters`` and ``nodeport-counters`` elements counted, one series per service port
@@ -347,24 +456,44 @@ class ServiceCounters(Collector):
     handles as any counter reset. A frontend whose element is not in the plan given to
     :meth:`refresh` (a scrape during a sync) is skipped, and a service port without any element
     read has no series.
+
+    One reading at a time: scrapes that come while the kernel is read wait for that reading and
+    report it, so however many scrapes there are, the counters hold one netlink socket (a
+    descriptor of the part the budget keeps for the daemon's netlink sockets).
     """
 
-    def __init__(self, registry: CollectorRegistry, *, netns: str | None = None) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        netns: str | None = None,
+        read: ReadCounters = read_counters,
+    ) -> None:
         self.netns = netns
+        self.read = read
         self.totals: dict[str, tuple[int, int]] = {}
+        self.readings = 0
+        """Readings done."""
+        self._lock = threading.Lock()
         registry.register(self)
 
     def refresh(self, ports: Iterable[PortPlan]) -> None:
-        """Read both families' counters and sum them per service port of ``ports``.
+        """Read both families' counters and sum them per service port of ``ports`` (or, if
+        another thread's reading ended while this one waited for it, keep that one).
 
         Raises:
             ReadbackError: the kernel refused a dump.
         """
-        readings = {
-            family: read_counters(family, n.TABLE, counter_sets(family), netns=self.netns)
-            for family in _FAMILIES
-        }
-        self.totals = service_totals(ports, readings)
+        before = self.readings
+        with self._lock:
+            if self.readings != before:
+                return  # read while this scrape waited: as fresh as this scrape asks
+            readings = {
+                family: self.read(family, n.TABLE, counter_sets(family), netns=self.netns)
+                for family in _FAMILIES
+            }
+            self.totals = service_totals(ports, readings)
+            self.readings += 1
 
     def describe(self) -> Iterator[CounterMetricFamily]:
         return iter(self._families())

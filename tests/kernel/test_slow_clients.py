@@ -11,7 +11,7 @@ from pathlib import Path
 
 from nlproxy.demo.testbed import Testbed
 from nlproxy.netlink import netns
-from nlproxy.serve.http import MAX_PER_CLIENT
+from nlproxy.serve.budget import MAX_PER_CLIENT
 from tests.kernel import topo
 from tests.kernel.daemon import (
     VIP_A,

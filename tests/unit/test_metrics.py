@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import os
+import platform
+import threading
+import time
+from collections.abc import Mapping
 from ipaddress import ip_network
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
+from nlproxy import __version__
 from nlproxy.cluster.model import ServiceKey
+from nlproxy.nft.counters import Counts
+from nlproxy.nft.ir import DataType, Family
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.planner import plan
-from nlproxy.serve.metrics import Metrics, NoLocalEndpoints
+from nlproxy.serve.metrics import (
+    REST_CLIENT_BUCKETS,
+    Metrics,
+    NoLocalEndpoints,
+    ServiceCounters,
+    build_info,
+)
 from tests.unit.builders import NODE, endpoint, eps_slice, node, port, service, snapshot
 
 CONFIG = ProxyConfig(node_name=NODE, cluster_cidrs=(ip_network("10.0.0.0/8"),))
@@ -75,3 +91,106 @@ def test_no_created_series_and_process_collector() -> None:
     text = m.exposition().decode()
     assert "_created" not in text
     assert "process_resident_memory_bytes" in text
+
+
+HOST = "10.96.0.1:443"
+
+
+def _family(m: Metrics, name: str) -> Metric:
+    for family in text_string_to_metric_families(m.exposition().decode()):
+        if family.name == name:
+            return family
+    raise AssertionError(f"no family {name}")
+
+
+def test_kube_client_families_as_client_go_exports_them() -> None:
+    m = Metrics(CollectorRegistry())
+    m.kube_request("GET", HOST, 200, 0.03)
+    m.kube_request("GET", HOST, 410, 0.2)
+    m.kube_request("GET", HOST, None, 1.5)  # no answer
+    requests = _family(m, "rest_client_requests")
+    assert requests.type == "counter"
+    counted = {
+        (s.labels["code"], s.labels["method"], s.labels["host"]): s.value
+        for s in requests.samples
+        if s.name == "rest_client_requests_total"
+    }
+    assert counted == {
+        ("200", "GET", HOST): 1,
+        ("410", "GET", HOST): 1,
+        ("<error>", "GET", HOST): 1,
+    }
+    duration = _family(m, "rest_client_request_duration_seconds")
+    assert duration.type == "histogram"
+    assert {k for s in duration.samples for k in s.labels if k != "le"} == {"verb", "host"}
+    buckets = {
+        float(s.labels["le"]): s.value for s in duration.samples if s.name.endswith("_bucket")
+    }
+    assert sorted(buckets) == [*REST_CLIENT_BUCKETS, float("inf")]
+    assert (buckets[0.025], buckets[0.1], buckets[0.25], buckets[2.0]) == (0, 1, 2, 3)
+
+
+def test_build_info_names_this_nlproxy() -> None:
+    m = Metrics(CollectorRegistry())
+    (sample,) = _family(m, "kubernetes_build_info").samples
+    assert sample.value == 1
+    labels = sample.labels
+    assert set(labels) == {
+        "major",
+        "minor",
+        "git_version",
+        "git_commit",
+        "git_tree_state",
+        "build_date",
+        "go_version",
+        "compiler",
+        "platform",
+    }
+    major, minor, _ = __version__.split(".", 2)
+    assert (labels["major"], labels["minor"]) == (major, minor)
+    assert labels["git_version"] == f"v{__version__}"
+    assert labels["go_version"] == f"python{platform.python_version()}"
+    assert labels["compiler"] == "cpython"
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}[os.uname().machine]
+    assert labels["platform"] == f"linux/{arch}"
+    assert build_info("1.36.3")["minor"] == "36"
+
+
+def test_service_counters_read_the_kernel_once_at_a_time() -> None:
+    """Concurrent scrapes hold one netlink socket between them: one reading at a time, and a
+    scrape that waited for another's reading reports it rather than reading again."""
+    in_flight, most, calls = 0, 0, 0
+    guard = threading.Lock()
+
+    def read(
+        family: Family,
+        table: str,
+        sets: Mapping[str, tuple[DataType, ...]],
+        *,
+        netns: str | None = None,
+    ) -> dict[str, Counts]:
+        nonlocal in_flight, most, calls
+        with guard:
+            in_flight += 1
+            calls += 1
+            most = max(most, in_flight)
+        time.sleep(0.02)  # a dump takes a while: the other scrapes arrive meanwhile
+        with guard:
+            in_flight -= 1
+        return {}
+
+    counters = ServiceCounters(CollectorRegistry(), read=read)
+    start = threading.Barrier(8)
+
+    def scrape() -> None:
+        start.wait()
+        counters.refresh([])
+
+    threads = [threading.Thread(target=scrape) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most == 1
+    assert calls == 2 * counters.readings  # each reading: both families
+    assert 1 <= counters.readings <= 8
