@@ -46,40 +46,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_commit import TABLE, nft_text, plan
-from nlproxy.errors import ConfigError
-from nlproxy.netlink.netns import entered as netns_entered
+from bench.listeners import nftables_listeners
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.backend import NftBackend
 from nlproxy.nft.dump import generation
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.uapi import NFNLGRP_NFTABLES
 from tests.netns import namespace as netns
-
-NETLINK_NETFILTER = 12
-GROUP_MASK = 1 << (NFNLGRP_NFTABLES - 1)
-"""The group's bit in ``/proc/net/netlink``'s Groups column (the first 32 groups, in hex)."""
-
-
-def _members(text: str, into: set[str]) -> None:
-    for line in text.splitlines()[1:]:
-        cols = line.split()
-        if int(cols[1]) == NETLINK_NETFILTER and int(cols[3], 16) & GROUP_MASK:
-            into.add(cols[0])
-
-
-def nftables_listeners() -> int:
-    """Members of NFNLGRP_NFTABLES on the host, as far as it can be seen: every process's
-    namespace (``/proc/PID/net/netlink``) and every named one (``/run/netns``), deduplicated by
-    socket address. A member in a namespace that is neither (held by its sockets alone) is not
-    counted."""
-    members: set[str] = set()
-    for net in Path("/proc").glob("[0-9]*/net/netlink"):
-        with contextlib.suppress(OSError):  # the process ended meanwhile
-            _members(net.read_text(), members)
-    for named in Path("/run/netns").glob("*"):
-        with contextlib.suppress(OSError, ConfigError), netns_entered(named.name):
-            _members(Path("/proc/thread-self/net/netlink").read_text(), members)
-    return len(members)
 
 
 def sunreclaim_kib() -> int:
