@@ -175,6 +175,8 @@ class Daemon:
                     "drift.detected": self.drifts,
                     "verify.read_back": self.verifies,
                 }
+                if ev.get("event") == "drift.notifications_lost" and not ev.get("own"):
+                    ev["event"] = "drift.detected"  # the generation watch's report of a drift
                 with self.cond:
                     self.events.append(ev)
                     if ev.get("event") in kinds:

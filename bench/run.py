@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import control
 import dataplane
 import gen
+import listeners
 import report
 import targets
 from measure import PY, REPO, Sink, emit, log
@@ -83,6 +84,7 @@ def full_plan(idle: int = 600) -> Plan:
         dp_budget=15,
         others=(
             ("bench_commit.py", ("--services", "10000", "--endpoints", "10")),
+            ("bench_listeners.py", ("--services", "10000", "--endpoints", "10")),
             ("bench_conntrack.py", ("--flows", "100000", "--rounds", "3")),
             ("bench_kube.py", ("--services", "10000", "--endpoints", "10", "--repeat", "1")),
             ("bench_kube_pages.py", ("--services", "10000", "--rounds", "3")),
@@ -142,6 +144,7 @@ def quick_plan() -> Plan:
         dp_budget=5,
         others=(
             ("bench_commit.py", ("--services", "1000", "--endpoints", "10")),
+            ("bench_listeners.py", ("--services", "1000", "--endpoints", "10", "--rounds", "1")),
             ("bench_conntrack.py", ("--flows", "10000", "--rounds", "2")),
             ("bench_kube.py", ("--services", "1000", "--endpoints", "10", "--repeat", "1")),
             (
@@ -181,6 +184,7 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "loadavg": os.getloadavg()[0],
         "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()],
+        "nftables_listeners": listeners.nftables_listeners(),
         "nft": _version("nft", "--version"),
         "iptables": _version("iptables", "--version"),
     }

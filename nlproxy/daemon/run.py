@@ -1,4 +1,4 @@
-"""The daemon: wires source → sync loop → kernel, the drift monitor and the HTTP servers into
+"""The daemon: wires source → sync loop → kernel, the drift watch and the HTTP servers into
 one trio nursery. Holds no logic of its own.
 
 Start order: source (initial list) → sync loop (first successful sync) → HTTP → READY=1 to
@@ -27,14 +27,13 @@ from nlproxy.config import Settings, external_networks
 from nlproxy.daemon import census, systemd
 from nlproxy.daemon.memory import pause_gc, release, tune_allocator
 from nlproxy.errors import NlproxyError
-from nlproxy.inspect.foreign import Leftovers, find, is_foreign_change, remove_all
+from nlproxy.inspect.foreign import Leftovers, find, remove_all
 from nlproxy.inspect.reachability import ReachabilityMonitor, without_unreachable
 from nlproxy.inspect.rtnl import RtnlNode
 from nlproxy.inspect.watch import ADDRESS_GROUPS, RouteWatcher
 from nlproxy.log import get_logger
-from nlproxy.nft.monitor import NftMonitor
+from nlproxy.nft.monitor import Drift, GenerationWatch
 from nlproxy.proxy.budget import SYNC_QUOTA
-from nlproxy.proxy.naming import TABLE
 from nlproxy.proxy.planner import PortPlan
 from nlproxy.serve.budget import DescriptorBudget
 from nlproxy.serve.health import HealthState, configz, healthz
@@ -108,7 +107,7 @@ class Daemon:
         self.reachability = ReachabilityMonitor(
             self.registry, netns=self.netns, node=self.node, on_change=self._unreachable_changed
         )
-        self.monitor: NftMonitor | None = None
+        self.watch: GenerationWatch | None = None
         self._foreign_seen = trio.Event()
         self.loop = SyncLoop(
             ClusterState(
@@ -132,8 +131,32 @@ class Daemon:
         self.log = get_logger("daemon")
 
     def _quiet(self) -> bool:
-        """Whether the drift monitor has seen every transaction (see ``SyncLoop``)."""
-        return self.monitor is not None and self.monitor.saw_every_commit()
+        """Whether every transaction since the watch's last look is this process's own (see
+        ``SyncLoop``; called on the loop between syncs, so the own generations hold still)."""
+        watch = self.watch
+        if watch is None:
+            return False
+        seen, now = watch.seen, watch.current()
+        return now == seen or self.syncer.own_commits(seen, now)
+
+    def _generation_moved(self, after: int, upto: int) -> None:
+        """The generation watch's report: transactions ``(after, upto]`` were committed.
+
+        This process's own commits are nothing to look at. Any other may have changed the
+        tables; the kernel names its writer only to members of NFNLGRP_NFTABLES, which the
+        daemon is not (``nft/monitor.py``), so the span goes to the loop as generations of
+        unknown writers: it checks them against its own commits once no sync is in progress
+        (one may have committed and not yet noted its generation) and reads back if any is
+        another's. The foreign-proxy check looks again too.
+        """
+        try:
+            own = self.syncer.own_commits(after, upto)
+        except RuntimeError:  # a sync's thread noted a generation meanwhile: the loop decides
+            own = False
+        if own:
+            return
+        self._foreign_seen.set()
+        self.loop.request_verify(Drift(0, "(generation moved)", 0, lost=(after, upto)))
 
     def _filter(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
         return without_unreachable(snapshot, self.reachability.unreachable)
@@ -229,9 +252,9 @@ class Daemon:
     async def _watch_foreign(self) -> None:
         """Another proxy's rules on the node (``foreign.py``, ``ipvs.py``): a warning when they
         appear, a gauge, and with ``--replace-kube-proxy`` their removal (after the first sync,
-        so the node is never without rules). Asked as soon as an nftables notification shows
-        kube-proxy writing (:meth:`_foreign_notified`), and every sync period, at most every
-        30 s, for what notifications cannot show (IPVS, lost notifications).
+        so the node is never without rules). Asked as soon as another process commits
+        (:meth:`_generation_moved`), and every sync period, at most every 30 s, for what the
+        generation cannot show (IPVS).
 
         Cancellation: safe at any point (the thread only reads, or sends one atomic batch).
         """
@@ -247,11 +270,6 @@ class Daemon:
                 known = self._foreign_report(found, known)
             with trio.move_on_after(interval):
                 await self._foreign_seen.wait()
-
-    def _foreign_notified(self, mtype: int, payload: bytes) -> None:
-        """A monitor listener: wakes :meth:`_watch_foreign` when kube-proxy writes again."""
-        if is_foreign_change(mtype, payload):
-            self._foreign_seen.set()
 
     def _foreign_report(self, found: Leftovers, known: set[str]) -> set[str]:
         """Log what appeared and went since the last look, set the gauge; what is known now."""
@@ -381,14 +399,14 @@ class Daemon:
                             addr,
                             handler,
                         )
-                # Subscribed before the first read-back and commit: a change another process
+                # Watching before the first read-back and commit: a change another process
                 # makes to the tables at any time after start-up is seen (the quiet verify
-                # trusts that nothing unseen happened since the monitor's first generation).
-                # Own notifications of the first sync are parsed and dropped; if they overflow
-                # the socket, the loss is read back once.
-                self.monitor = NftMonitor(TABLE, netns_name=self.netns)
-                self.monitor.listeners.append(self._foreign_notified)
-                await nursery.start(self.monitor.run, self.loop.request_verify)
+                # trusts that nothing unseen happened since the watch's first generation). A
+                # watch by generation, not a member of NFNLGRP_NFTABLES: a member makes the
+                # kernel build a message per element of every commit on the host, the daemon's
+                # own 10k x 10 sync's and any other writer's (docs/ruleset.md).
+                self.watch = GenerationWatch(netns_name=self.netns)
+                await nursery.start(self.watch.run, self._generation_moved)
                 # The initial lists, the state and the first plan build the objects the daemon
                 # keeps for good; the cyclic GC would walk them over and over while they grow
                 # (memory.py). Paused until the first sync has frozen them out of its sight.

@@ -18,7 +18,8 @@ owned whole by nlproxy.
 - Reading back: ``dump`` (requests and replies), ``decode`` (netlink expressions → IR),
   ``readsets`` (sets, maps, elements), ``readback`` (one table into a ``Ruleset``), ``counters``.
 - ``render``: nft's own text (``nlproxy rules``, goldens) and JSON.
-- ``monitor``: notifications of other writers changing nlproxy's tables (drift).
+- ``monitor``: other writers changing nlproxy's tables (drift): the generation watch the daemon
+  runs (no multicast membership), and the notification monitor that names writers.
 - ``fake``: in-memory tables for tests and tools: apply to a copy, commit on success, read back
   as the kernel does; ``FakeNftables``/``FakeTables`` stand in for ``readback``/``backend``.
 """

@@ -43,6 +43,8 @@ from nlproxy.nft.ir import (
     Table,
     Value,
     Verb,
+    Verdict,
+    names,
 )
 from nlproxy.nft.packed import PackedElements, packable, unpack_run
 from nlproxy.nft.tables import ReadBack, Tables
@@ -50,24 +52,20 @@ from nlproxy.nft.view import step
 
 
 def references(rs: Ruleset) -> tuple[set[str], set[str]]:
-    """The chains and the sets that rules and verdict-map elements of ``rs`` refer to."""
+    """The chains and the sets that rules and verdict-map elements of ``rs`` refer to (each
+    expression's as :func:`~nlproxy.nft.ir.names` gives them)."""
     chains: set[str] = set()
     sets: set[str] = set()
     for rules in rs.rules.values():
         for rule in rules:
             for expr in rule.exprs:
-                chain = getattr(expr, "chain", None)
-                if isinstance(chain, str):
-                    chains.add(chain)
-                for attr in ("set", "map"):
-                    name = getattr(expr, attr, None)
-                    if isinstance(name, str):
-                        sets.add(name)
+                named = names(expr)
+                chains.update(named.chains)
+                sets.update(named.sets)
     for elements in rs.elements.values():
         for el in elements.values():
-            chain = getattr(el.value, "chain", None)
-            if chain:
-                chains.add(chain)
+            if isinstance(el.value, Verdict):
+                chains.update(names(el.value).chains)
     return chains, sets
 
 

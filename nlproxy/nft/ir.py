@@ -17,7 +17,7 @@ import enum
 from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias, assert_never
 
 import msgspec
 
@@ -459,6 +459,39 @@ Expr: TypeAlias = (
     | SetUpdate
     | Verdict
 )
+
+
+class Names(NamedTuple):
+    """The chains and the sets (maps included) an expression names, in the order it names them."""
+
+    chains: tuple[str, ...]
+    sets: tuple[str, ...]
+
+
+_NO_NAMES = Names((), ())
+
+
+def names(e: Expr) -> Names:
+    """Which chains and sets ``e`` names: what must exist while a rule holding it does, and
+    what the kernel refuses to delete meanwhile (EBUSY).
+
+    The one answer for every walker that asks (the fake's reference checks, the reconciler's
+    users of a recreated set, the layout reader's chains below a dispatch): an inline verdict
+    map names the chains of its verdicts as a jump does, and the kernel holds each of them.
+    """
+    match e:
+        case Verdict():
+            return _NO_NAMES if e.chain is None else Names((e.chain,), ())
+        case InlineVMap():
+            return Names(tuple(v.chain for _, v in e.entries if v.chain is not None), ())
+        case Lookup() | SetUpdate():
+            return Names((), (e.set,))
+        case VMap() | DnatMap():
+            return Names((), (e.map,))
+        case Cmp() | Counter() | MarkSet() | Dnat() | Masquerade() | Reject():
+            return _NO_NAMES
+        case _:
+            assert_never(e)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,10 +1,21 @@
-"""Drift detection: nftables netlink notifications about nlproxy's tables from other processes.
+"""Drift detection: telling when a process other than nlproxy changed the ruleset.
 
-Subscribes to NFNLGRP_NFTABLES. The kernel reports every committed change object by object and
-closes each transaction with NFT_MSG_NEWGEN, which names the writer (pid and command). A
-transaction that touched a table named ``table_name`` and was written by another process is a
-drift; the daemon repairs it. A receive-buffer overflow (ENOBUFS) means notifications were lost,
-so it is reported as a drift by an unknown writer: a full verify finds out what changed.
+Two ways, with different costs to everyone on the host:
+
+- :class:`GenerationWatch` (what the daemon runs) asks the kernel for the ruleset's generation id
+  (NFT_MSG_GETGEN) a few times a second and reports every move. It joins no multicast group, so
+  it costs no commit anything; a move that is not one of nlproxy's own commits is a possible
+  drift, which the caller reads back. The kernel names the writer of a transaction only to
+  members of NFNLGRP_NFTABLES, so such a drift has no writer.
+- :class:`NftMonitor` subscribes to NFNLGRP_NFTABLES. The kernel reports every committed change
+  object by object and closes each transaction with NFT_MSG_NEWGEN, which names the writer (pid
+  and command). A transaction that touched a table named ``table_name`` and was written by
+  another process is a drift. But while any socket on the host is a member, the kernel builds a
+  message per committed object, set elements included, for every commit of every process in
+  every namespace (the listener check is not per namespace): ~8 KB of unreclaimable slab and
+  several microseconds per element (``docs/ruleset.md``, "Watching for drift"). A receive-buffer
+  overflow (ENOBUFS) means notifications were lost, so it is reported as a drift by an unknown
+  writer: a full verify finds out what changed.
 
 NEWGEN also carries the transaction's generation id. The monitor remembers the last one it
 processed; when the kernel's current generation (one GETGEN request) equals it, every transaction
@@ -23,7 +34,7 @@ import trio
 from nlproxy.errors import NlproxyError
 from nlproxy.netlink.codec import be32, nfnl_attributes, parse_messages, text
 from nlproxy.netlink.nlsock import NetfilterSocket
-from nlproxy.nft.dump import generation
+from nlproxy.nft.dump import ReadbackError, generation
 from nlproxy.nft.uapi import (
     NFNL_SUBSYS_NFTABLES,
     NFNLGRP_NFTABLES,
@@ -34,6 +45,11 @@ from nlproxy.nft.uapi import (
     NFTA_GEN_PROC_PID,
     NFTA_TABLE_NAME,
 )
+
+POLL_SECONDS = 0.25
+"""How often the generation watch asks for the generation: a foreign change is read back and
+repaired within a second. One request costs ~15 us of CPU (bench/bench_listeners.py), so four a
+second are ~0.004 s a minute."""
 
 _NAMES_TABLE = NFT_MSG_DELSETELEM
 """Messages NEWTABLE (0) .. DELSETELEM name the table of the object they are about, in the
@@ -162,3 +178,56 @@ class NftMonitor:
         finally:
             self._sock.close()
             self._gen_sock.close()
+
+
+class GenerationWatch:
+    """Reports every move of the ruleset's generation in ``netns``, as spans ``(after, upto]``.
+
+    It joins no multicast group: the kernel builds no notification on its account, for
+    nlproxy's commits or anyone else's. What the spans hold is for the caller to judge (its own
+    commits' generations are known exactly; any other may have changed its tables).
+    """
+
+    def __init__(self, *, netns_name: str | None = None, interval: float = POLL_SECONDS) -> None:
+        self.interval = interval
+        self._sock = NetfilterSocket(netns_name, bufsize=1 << 16)
+        self.seen = generation(self._sock)
+        """The generation at the last look: every move up to it has been reported."""
+
+    def current(self) -> int:
+        """The kernel's generation now (one GETGEN). Called on the event loop, as the watch
+        itself is: the socket is not shared with another thread."""
+        return generation(self._sock)
+
+    def look(self) -> tuple[int, int] | None:
+        """The span the generation moved by since the last look (None: it did not)."""
+        now = generation(self._sock)
+        if now == self.seen:
+            return None
+        after, self.seen = self.seen, now
+        return after, now
+
+    async def run(
+        self,
+        on_moved: Callable[[int, int], None],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Call ``on_moved(after, upto)`` for each move, every :attr:`interval` seconds, until
+        cancelled. A look that fails (the kernel's answer unreadable) is tried at the next one:
+        the generation it missed is still there to see.
+
+        Cancellation: returns at the next sleep; the socket is closed.
+        """
+        task_status.started()
+        try:
+            while True:
+                await trio.sleep(self.interval)
+                try:
+                    span = self.look()
+                except (ReadbackError, OSError):
+                    continue
+                if span is not None:
+                    on_moved(*span)
+        finally:
+            self._sock.close()

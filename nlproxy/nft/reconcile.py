@@ -37,7 +37,6 @@ from nlproxy.nft.ir import (
     Chain,
     Element,
     ElementMap,
-    Lookup,
     Map,
     Operation,
     PackedRun,
@@ -45,9 +44,9 @@ from nlproxy.nft.ir import (
     Ruleset,
     SetFlag,
     SetLike,
-    SetUpdate,
     Value,
     Verb,
+    names,
 )
 from nlproxy.nft.packed import PackedElements, packable
 from nlproxy.nft.view import steps
@@ -126,14 +125,7 @@ def _set_changed(want: SetLike, have: SetLike) -> bool:
 
 
 def _referenced_sets(rules: list[Rule]) -> set[str]:
-    names: set[str] = set()
-    for rule in rules:
-        for e in rule.exprs:
-            if isinstance(e, Lookup | SetUpdate):
-                names.add(e.set)
-            elif hasattr(e, "map") and isinstance(getattr(e, "map", None), str):
-                names.add(e.map)
-    return names
+    return {name for rule in rules for e in rule.exprs for name in names(e).sets}
 
 
 def _element_ops(

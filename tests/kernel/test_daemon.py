@@ -67,7 +67,7 @@ def _ip_table(tb: Testbed) -> str:
     ).stdout  # fmt: skip
 
 
-def test_drift_is_repaired_and_the_writer_named(testbed: Testbed, tmp_path: Path) -> None:
+def test_drift_is_repaired_and_counted(testbed: Testbed, tmp_path: Path) -> None:
     d = publish(tmp_path / "m", objects(testbed, ["pod-a"]))
     with daemon(testbed, d) as proc:
         nft(testbed, "delete", "table", "ip", "nlproxy")
@@ -79,14 +79,15 @@ def test_drift_is_repaired_and_the_writer_named(testbed: Testbed, tmp_path: Path
             "table repaired after nft delete table",
         )
         assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
-        drifts = proc.events("drift.detected")
+        # The kernel names a transaction's writer only to members of NFNLGRP_NFTABLES, which
+        # the daemon is not (docs/ruleset.md): the drift is known by its generations.
+        drifts = [e for e in proc.events("drift.notifications_lost") if not e["own"]]
         assert drifts
-        assert drifts[0]["writer"] == "nft"
         nft(testbed, "flush", "ruleset")
         wait_until(lambda: answered_by(testbed, VIP_A, 2) == {"pod-a"}, 5.0, "after flush ruleset")
         status, body = proc.get(proc.metrics, "/metrics")
         assert status == 200
-        assert 'nlproxy_drift_repairs_total{writer="nft"}' in body
+        assert 'nlproxy_drift_repairs_total{writer="(notifications lost)"}' in body
 
 
 def test_health_and_metrics_content(testbed: Testbed, tmp_path: Path) -> None:

@@ -21,6 +21,8 @@ from nlproxy.nft.ir import (
     DataType,
     Element,
     Family,
+    Field,
+    InlineVMap,
     L4Proto,
     Map,
     Operation,
@@ -28,6 +30,7 @@ from nlproxy.nft.ir import (
     Ruleset,
     Table,
     Verb,
+    goto,
     jump,
 )
 from nlproxy.nft.readback import read_ruleset
@@ -36,6 +39,7 @@ T = Table(family=Family.IP, name="nlpfake")
 KEY = (DataType.IPV4_ADDR, DataType.INET_PROTO, DataType.INET_SERVICE)
 SVC = Map(name="service-ips", key=KEY, data=(DataType.VERDICT,))
 VIP = (IPv4Address("10.96.0.10"), int(L4Proto.TCP), 53)
+INLINE = (((53,), goto("svc-inline")),)
 
 
 def op(verb: Verb, obj: object) -> Operation:
@@ -50,6 +54,9 @@ SETUP = [
     op(Verb.ADD, SVC),
     op(Verb.ADD, Element(set=SVC.name, key=VIP, value=jump("svc-dns"))),
     op(Verb.ADD, Rule(chain="services", exprs=(jump("spare"),))),
+    # An inline verdict map: the kernel holds the chains its verdicts name, as a jump's.
+    op(Verb.ADD, Chain(name="svc-inline")),
+    op(Verb.ADD, Rule(chain="services", exprs=(InlineVMap((Field.TH_DPORT,), INLINE),))),
 ]
 
 CASES: dict[str, tuple[list[Operation], int | None]] = {
@@ -72,6 +79,26 @@ CASES: dict[str, tuple[list[Operation], int | None]] = {
     "delete a chain a map element jumps to": (
         [op(Verb.DELETE, Chain(name="svc-dns"))],
         errno.EBUSY,
+    ),
+    "delete a chain an inline verdict map names": (
+        [op(Verb.DELETE, Chain(name="svc-inline"))],
+        errno.EBUSY,
+    ),
+    "delete an inline verdict map's chain after its rule's chain is flushed": (
+        [op(Verb.FLUSH, Chain(name="services")), op(Verb.DELETE, Chain(name="svc-inline"))],
+        None,
+    ),
+    "rule whose inline verdict map names an unknown chain": (
+        [
+            op(
+                Verb.ADD,
+                Rule(
+                    chain="spare",
+                    exprs=(InlineVMap((Field.TH_DPORT,), (((80,), goto("nowhere")),)),),
+                ),
+            )
+        ],
+        errno.ENOENT,
     ),
     "delete a chain with rules (they go with it)": (
         [op(Verb.DELETE, Chain(name="services")), op(Verb.DELETE, Chain(name="spare"))],

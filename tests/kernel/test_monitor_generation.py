@@ -1,0 +1,76 @@
+"""The drift watch by generation: it reports every move of the namespace's generation, and
+neither it nor the daemon that runs it is a member of NFNLGRP_NFTABLES, the group whose members
+make the kernel build a message per committed element for every writer on the host."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+from nlproxy.demo.testbed import Testbed
+from nlproxy.netlink.nlsock import NETLINK_NETFILTER
+from nlproxy.nft.monitor import GenerationWatch
+from nlproxy.nft.uapi import NFNLGRP_NFTABLES
+from tests.kernel import topo
+from tests.kernel.daemon import VIP_A, answered_by, daemon, nft, objects, publish, wait_until
+from tests.netns import sh
+
+testbed = topo.testbed
+
+
+def members(ns: str) -> int:
+    """Sockets of namespace ``ns`` that are members of NFNLGRP_NFTABLES (``/proc/net/netlink``
+    lists the first 32 groups of each socket as a hex mask)."""
+    count = 0
+    for line in sh("cat", "/proc/net/netlink", ns=ns).splitlines()[1:]:
+        cols = line.split()
+        if int(cols[1]) == NETLINK_NETFILTER and int(cols[3], 16) & 1 << (NFNLGRP_NFTABLES - 1):
+            count += 1
+    return count
+
+
+async def test_the_watch_reports_each_move_and_joins_no_group(
+    make_netns: Callable[[str], str],
+) -> None:
+    ns = make_netns("gw")
+    watch = GenerationWatch(netns_name=ns, interval=0.05)
+    assert members(ns) == 0
+    assert watch.look() is None
+    first = watch.seen
+    await trio.run_process(["ip", "netns", "exec", ns, "nft", "add", "table", "ip", "t"])
+    await trio.run_process(["ip", "netns", "exec", ns, "nft", "add", "chain", "ip", "t", "c"])
+    assert watch.current() == first + 2
+    assert watch.look() == (first, first + 2)  # both transactions, in one span
+    assert watch.look() is None
+    spans: list[tuple[int, int]] = []
+    moved = trio.Event()
+
+    def on_moved(after: int, upto: int) -> None:
+        spans.append((after, upto))
+        moved.set()
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watch.run, on_moved)
+            await trio.run_process(["ip", "netns", "exec", ns, "nft", "delete", "table", "ip", "t"])
+            await moved.wait()
+            assert members(ns) == 0
+            nursery.cancel_scope.cancel()
+    assert spans == [(first + 2, first + 3)]
+
+
+def test_the_daemon_is_no_member_and_still_repairs(testbed: Testbed, tmp_path: Path) -> None:
+    d = publish(tmp_path / "m", objects(testbed, ["pod-a"]))
+    with daemon(testbed, d) as proc:
+        assert members(testbed.node.netns) == 0
+        chain = ("ip", "nlproxy", "nat-output")
+        before = nft(testbed, "list", "chain", *chain)
+        nft(testbed, "flush", "chain", *chain)
+        assert nft(testbed, "list", "chain", *chain) != before
+        # Bounds are loose (a loaded machine); the repair time is measured in bench/.
+        wait_until(lambda: nft(testbed, "list", "chain", *chain) == before, 10.0, "rules back")
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+        assert [e["generations"] for e in proc.events("drift.notifications_lost")]
+        assert members(testbed.node.netns) == 0
