@@ -150,6 +150,8 @@ class SetInfo:
     anonymous: bool = False
     entries: tuple[tuple[tuple[Value, ...], Verdict], ...] = ()
     """For an anonymous verdict map: its elements, sorted by key."""
+    data_len: int = 0
+    """A map's data length (the kernel's, each part of a concatenation padded to 4 bytes)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -488,13 +490,19 @@ def _reject(st: _State, e: RawExpr) -> None:
 
 def _dynset(st: _State, e: RawExpr) -> None:
     name = str(e.attrs.get("set", ""))
-    if e.int("op") != NFT_DYNSET_OP_UPDATE or "sreg_data" in e.attrs or "expr" in e.attrs:
-        raise UndecodableError(f"set {name}", "only 'update @set { key [timeout] }' is in the IR")
-    key = st.take_key(e.int("sreg_key"), st.set_info(name).key_len)
+    if e.int("op") != NFT_DYNSET_OP_UPDATE or "expr" in e.attrs:
+        raise UndecodableError(
+            f"set {name}", "only 'update @set { key [timeout] [: data] }' is in the IR"
+        )
+    info = st.set_info(name)
+    key = st.take_key(e.int("sreg_key"), info.key_len)
+    data: tuple[Selector, ...] = ()
+    if "sreg_data" in e.attrs:
+        data = st.take_key(e.int("sreg_data"), info.data_len)
     ms = e.int("timeout", 0)
     if ms % 1000:
         raise UndecodableError(f"set {name}", f"timeout {ms}ms is not whole seconds")
-    st.out.append(SetUpdate(name, key, ms // 1000 or None))
+    st.out.append(SetUpdate(name, key, ms // 1000 or None, data))
 
 
 _HANDLERS: dict[str, Callable[[_State, RawExpr], None]] = {

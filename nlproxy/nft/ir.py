@@ -438,11 +438,17 @@ class Reject:
 
 @dataclass(frozen=True, slots=True)
 class SetUpdate:
-    """``update @set { key timeout Ns }``: add the key to a dynamic set, refreshing its timeout."""
+    """``update @set { key timeout Ns }``: add the key to a dynamic set, refreshing its timeout.
+
+    With ``data``, ``update @map { key timeout Ns : data }`` on a dynamic map: a new key is added
+    with the data the packet gives; a key already there keeps its data (the packet path cannot
+    change or delete a map's element) and only its timeout is refreshed.
+    """
 
     set: str
     key: tuple[Selector, ...]
     timeout: int | None = None
+    data: tuple[Selector, ...] = ()
 
 
 Expr: TypeAlias = (

@@ -321,11 +321,18 @@ class RuleLowering:
         self._emit("reject", REJECT_TYPE=REJECT_TYPES[kind], REJECT_CODE=_Wide(code, 8))
 
     def _set_update(self, e: SetUpdate) -> None:
-        self._load_key(e.key)
+        used = self._load_key(e.key)
         attrs: dict[str, int | str | _Wide] = {
             "DYNSET_SREG_KEY": register(0), "DYNSET_OP": NFT_DYNSET_OP_UPDATE,
             "DYNSET_SET_NAME": e.set,
         }  # fmt: skip
+        if e.data:
+            # the data in the next 128-bit register after the key, as nft places it
+            start = -(-used // 4) * 4
+            slot = start
+            for sel in e.data:
+                slot += self._load(sel, slot)
+            attrs["DYNSET_SREG_DATA"] = register(start)
         if e.timeout is not None:
             attrs["DYNSET_TIMEOUT"] = _Wide(e.timeout * 1000, 64)
         self._emit("dynset", **attrs)

@@ -97,7 +97,9 @@ class RawSet:
         if self.anonymous and self.data == (DataType.VERDICT,):
             pairs = [(el.key, el.value) for el in elements if isinstance(el.value, Verdict)]
             entries = tuple(sorted(pairs, key=lambda kv: key_order(kv[0])))
-        return SetInfo(self.key, self.key_len, self.anonymous, entries)
+        parts = [dt.length for dt in self.data if dt is not DataType.VERDICT]
+        data_len = sum(pad4(n) for n in parts) if len(parts) > 1 else sum(parts)
+        return SetInfo(self.key, self.key_len, self.anonymous, entries, data_len)
 
 
 def parse_set(nlh: Any, family: Family) -> tuple[str, RawSet]:

@@ -315,7 +315,8 @@ def render_expr(ctx: _Context, e: Expr, family: Family) -> str:
             return _reject(e, family)
         case SetUpdate():
             timeout = f" timeout {format_time(e.timeout)}" if e.timeout else ""
-            return f"update @{e.set} {{ {ctx.key(e.key)}{timeout} }}"
+            data = f" : {ctx.key(e.data)}" if e.data else ""
+            return f"update @{e.set} {{ {ctx.key(e.key)}{timeout}{data} }}"
         case Verdict():
             return format_verdict(e)
         case _:

@@ -515,6 +515,11 @@ def _check_expr(table: Table, e: Expr, scope: _Scope) -> None:
                 raise InvalidNftObject("", f"dnat map {e.map} needs data addr . inet_service")
         case SetUpdate():
             _check_keys(e.key, scope.sets.get(e.set), e.set)
+            s = scope.sets[e.set]
+            if isinstance(s, Map) != bool(e.data) or (isinstance(s, Map) and s.is_vmap):
+                raise InvalidNftObject("", f"update @{e.set}: data exactly for a (non-verdict) map")
+            if isinstance(s, Map) and len(e.data) != len(s.data):
+                raise InvalidNftObject("", f"update @{e.set}: data has {len(e.data)} parts")
         case Verdict():
             _check_verdict(Chain(name="?"), e, scope)
         case MarkSet():
