@@ -33,12 +33,11 @@ from nlproxy.nft.ir import (
     DnatMap,
     Element,
     Family,
-    InlineVMap,
     IPAddress,
     L4Proto,
     Ruleset,
     Value,
-    Verdict,
+    names,
 )
 from nlproxy.nft.packed import PackedElements, index_bytes
 from nlproxy.nft.reconcile import Delta, ElementId, PackedChanges
@@ -664,14 +663,8 @@ def _gather_packed(
 
 
 def _referenced(rs: Ruleset, chain: str) -> list[str]:
-    out: list[str] = []
-    for rule in rs.rules.get(chain, []):
-        for e in rule.exprs:
-            if isinstance(e, Verdict) and e.chain is not None:
-                out.append(e.chain)
-            elif isinstance(e, InlineVMap):
-                out.extend(v.chain for _, v in e.entries if v.chain is not None)
-    return out
+    """The chains ``chain``'s rules jump or go to (the IR's one answer, ``names``)."""
+    return [c for rule in rs.rules.get(chain, []) for e in rule.exprs for c in names(e).chains]
 
 
 def closure(rs: Ruleset, start: Iterable[str]) -> list[str]:
