@@ -24,6 +24,7 @@ from nlproxy.cluster.model import Change, ClusterSnapshot, IPAddress, ServiceKey
 from nlproxy.cluster.source import Source
 from nlproxy.cluster.state import ClusterState
 from nlproxy.config import Settings, external_networks
+from nlproxy.config.configz import configz
 from nlproxy.daemon import census, systemd
 from nlproxy.daemon.memory import pause_gc, release, tune_allocator
 from nlproxy.errors import NlproxyError
@@ -36,7 +37,7 @@ from nlproxy.nft.monitor import Drift, GenerationWatch
 from nlproxy.proxy.budget import SYNC_QUOTA
 from nlproxy.proxy.planner import PortPlan
 from nlproxy.serve.budget import DescriptorBudget
-from nlproxy.serve.health import HealthState, configz, healthz
+from nlproxy.serve.health import HealthState, healthz
 from nlproxy.serve.healthcheck import HealthCheckServers, health_checks
 from nlproxy.serve.http import Response, serve
 from nlproxy.serve.metrics import Metrics, ServiceCounters
@@ -85,6 +86,7 @@ class Daemon:
         self.settings = settings
         self.netns = settings.netns
         self.cfg = cfg = settings.daemon
+        self._configz = configz(settings)
         pcfg = settings.proxy
         self.registry = CollectorRegistry()
         self.metrics = Metrics(self.registry)
@@ -224,7 +226,7 @@ class Daemon:
         if path == "/proxyMode":  # as kube-proxy answers it; tools and e2e tests ask
             return Response(200, b"nftables", content_type="text/plain")
         if path == "/configz":  # the effective configuration, shaped as kube-proxy's
-            return Response(200, configz(self.cfg))
+            return Response(200, self._configz)
         if path == "/metrics":
             body = await self._exposition()
             return Response(200, body, content_type="text/plain; version=0.0.4")

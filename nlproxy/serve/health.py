@@ -1,4 +1,4 @@
-"""Health: kube-proxy-compatible ``/healthz`` and ``/livez``, the ``/configz`` body, and the
+"""Health: kube-proxy-compatible ``/healthz`` and ``/livez``, and the
 health-check node-port answers of ``externalTrafficPolicy: Local`` services.
 
 ``/healthz`` is healthy when the proxy has synced at least once (``/livez`` also while it is
@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from nlproxy.cluster.model import Node
-from nlproxy.config import DaemonConfig
 
 TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"
 """The cluster autoscaler's taint on a node it is about to remove."""
@@ -100,63 +99,3 @@ def service_health(namespace: str, name: str, local_endpoints: int) -> tuple[int
         "serviceProxyHealthy": True,
     }
     return (200 if local_endpoints > 0 else 503), json.dumps(body).encode()
-
-
-def go_duration(seconds: float | None) -> str | None:
-    """``seconds`` as Go's ``time.Duration.String()`` writes it (``1m0s``, ``100ms``), the form
-    kube-proxy's configuration uses; None stays None (unset)."""
-    if seconds is None:
-        return None
-    ns = round(seconds * 1e9)
-    if ns == 0:
-        return "0s"
-    sign, ns = ("-", -ns) if ns < 0 else ("", ns)
-    if ns < 1_000_000_000:  # below a second Go picks one unit
-        for unit, size in (("ms", 1_000_000), ("\u00b5s", 1_000), ("ns", 1)):
-            if ns >= size:
-                return f"{sign}{ns / size:g}{unit}"
-    h, rest = divmod(ns, 3_600_000_000_000)
-    m, rest = divmod(rest, 60_000_000_000)
-    s = f"{rest / 1e9:.9f}".rstrip("0").rstrip(".")
-    if h:
-        return f"{sign}{h}h{m}m{s}s"
-    if m:
-        return f"{sign}{m}m{s}s"
-    return f"{sign}{s}s"
-
-
-def configz(cfg: DaemonConfig) -> bytes:
-    """kube-proxy's ``/configz``: the effective configuration (defaults, then the file, then
-    flags) as a KubeProxyConfiguration under its API group, with the fields nlproxy uses."""
-    ct = cfg.conntrack
-    periods = {
-        "syncPeriod": go_duration(cfg.sync_period),
-        "minSyncPeriod": go_duration(cfg.min_sync_period),
-    }
-    cidrs = [c.strip() for c in cfg.cluster_cidr.split(",") if c.strip()]
-    doc = {
-        "kind": "KubeProxyConfiguration",
-        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
-        "hostnameOverride": cfg.node_name,
-        "bindAddress": cfg.node_ip or "0.0.0.0",
-        "healthzBindAddress": cfg.healthz_bind_address or "",
-        "metricsBindAddress": cfg.metrics_bind_address or "",
-        "clientConnection": {"kubeconfig": cfg.kubeconfig or ""},
-        "mode": "nftables",
-        "nftables": {"masqueradeBit": cfg.masquerade_bit, **periods},
-        **periods,
-        "detectLocalMode": "ClusterCIDR",
-        "detectLocal": {"clusterCIDRs": cidrs},
-        "clusterCIDR": cfg.cluster_cidr,
-        "nodePortAddresses": [a for a in cfg.nodeport_addresses.split(",") if a],
-        "conntrack": {
-            "maxPerCore": ct.max_per_core,
-            "min": ct.min,
-            "tcpEstablishedTimeout": go_duration(ct.tcp_established_timeout),
-            "tcpCloseWaitTimeout": go_duration(ct.tcp_close_wait_timeout),
-            "tcpBeLiberal": ct.tcp_be_liberal,
-            "udpTimeout": go_duration(ct.udp_timeout),
-            "udpStreamTimeout": go_duration(ct.udp_stream_timeout),
-        },
-    }
-    return json.dumps({"kubeproxy.config.k8s.io": doc}, indent=2).encode()

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from nlproxy.config import DaemonConfig, load_kube_proxy_config
-from nlproxy.serve.health import configz, go_duration
+from nlproxy.config import Flags, build_settings, load_kube_proxy_config
+from nlproxy.config.configz import configz, go_duration
 
 CONFIG = """\
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -36,13 +36,21 @@ conntrack:
 def test_configz_is_the_effective_configuration_under_its_group(tmp_path: Path) -> None:
     src = tmp_path / "kube-proxy.yaml"
     src.write_text(CONFIG)
-    cfg = replace(load_kube_proxy_config(src), min_sync_period=0.05)  # a flag overrides
-    body = json.loads(configz(cfg))
+    settings = build_settings(Flags(config=src, min_sync_period="50ms"))  # a flag overrides
+    cfg = settings.daemon
+    assert cfg.min_sync_period == 0.05
+    body = json.loads(configz(settings))
     assert list(body) == ["kubeproxy.config.k8s.io"]
     doc = body["kubeproxy.config.k8s.io"]
     assert doc["mode"] == "nftables"
     assert doc["hostnameOverride"] == "node-7"
-    assert doc["nftables"] == {"masqueradeBit": 12, "syncPeriod": "45s", "minSyncPeriod": "50ms"}
+    assert doc["nftables"] == {
+        "masqueradeAll": False,
+        "masqueradeBit": 12,
+        "syncPeriod": "45s",
+        "minSyncPeriod": "50ms",
+    }
+    assert (doc["syncPeriod"], doc["minSyncPeriod"]) == ("45s", "50ms")
     assert doc["conntrack"]["tcpEstablishedTimeout"] == "12h0m0s"
     assert doc["conntrack"]["udpStreamTimeout"] is None
     assert doc["nodePortAddresses"] == ["192.168.0.0/24"]
@@ -54,11 +62,21 @@ def test_configz_is_the_effective_configuration_under_its_group(tmp_path: Path) 
 
 
 def test_defaults() -> None:
-    doc = json.loads(configz(DaemonConfig()))["kubeproxy.config.k8s.io"]
+    doc = json.loads(configz(build_settings(Flags())))["kubeproxy.config.k8s.io"]
     assert doc["syncPeriod"] == "1m0s"
     assert doc["minSyncPeriod"] == "100ms"
     assert doc["healthzBindAddress"] == "0.0.0.0:10256"
     assert doc["nodePortAddresses"] == ["primary"]
+
+
+def test_configz_says_what_detect_local_and_masquerade_all_are(tmp_path: Path) -> None:
+    src = tmp_path / "kube-proxy.yaml"
+    text = CONFIG.replace("nftables:\n", "nftables:\n  masqueradeAll: true\n")
+    src.write_text(text + "detectLocalMode: NodeCIDR\n")
+    doc = json.loads(configz(build_settings(Flags(config=src))))["kubeproxy.config.k8s.io"]
+    assert doc["detectLocalMode"] == "NodeCIDR"
+    assert doc["nftables"]["masqueradeAll"] is True
+    assert doc["detectLocal"]["clusterCIDRs"] == ["10.244.0.0/16"]
 
 
 def test_go_duration_forms() -> None:

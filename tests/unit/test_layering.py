@@ -88,9 +88,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("nlproxy.demo",),  # the throwaway node (only commands/demo imports it: a rule below)
     ("nlproxy.cluster", "nlproxy.nft"),  # ① sources → state;  ③ the kernel's objects
     ("nlproxy.proxy",),  # ② the planner
-    ("nlproxy.conntrack", "nlproxy.inspect"),  # ⑤ effects of a sync
+    # ⑤ the effects of a sync and what the node exposes, on one floor: they are handed what
+    # they need (``/configz``'s bytes included), so none imports the settings
+    ("nlproxy.conntrack", "nlproxy.inspect", "nlproxy.serve"),
     ("nlproxy.config",),  # one typed Settings over them all
-    ("nlproxy.serve",),  # ⑤ what the node exposes
     ("nlproxy.sync",),  # ④ one sync, the loop
     # wiring only;  the operator commands' logic, one module per command (neither imports the
     # other: the daemon runs no command, a command starts no daemon)
@@ -128,6 +129,16 @@ RULES = (
         tuple(f"nlproxy.{p}" for p in STAGES),
     ),
     Rule("sync/ does not import daemon/", "nlproxy.sync", ("nlproxy.daemon",)),
+    *(
+        Rule(
+            f"{effect}/ is an effect: it imports neither the other effects nor the settings",
+            f"nlproxy.{effect}",
+            tuple(
+                f"nlproxy.{p}" for p in ("conntrack", "inspect", "serve", "config") if p != effect
+            ),
+        )
+        for effect in ("conntrack", "inspect", "serve")
+    ),
     Rule(
         "nothing below commands/ imports the command line",
         "nlproxy",
