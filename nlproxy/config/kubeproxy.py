@@ -5,6 +5,7 @@ in a warning, an invalid value is a :class:`ConfigError` naming the field."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import replace
 from ipaddress import ip_address
@@ -44,11 +45,7 @@ def _read_config(path: Path) -> Any:
     """
     where = f"config {path}"
     try:
-        with path.open("rb") as f:  # the operator's path: links followed, a pipe read
-            size = os.fstat(f.fileno()).st_size
-            if size > MAX_CONFIG_BYTES:
-                raise ConfigError(where, f"{size} bytes; at most {MAX_CONFIG_BYTES}")
-            data = f.read(MAX_CONFIG_BYTES + 1)
+        data = _read_regular(path, where)
     except OSError as exc:
         raise ConfigError(where, exc.strerror or str(exc)) from None
     if len(data) > MAX_CONFIG_BYTES:
@@ -66,6 +63,47 @@ def _read_config(path: Path) -> Any:
             where, f"more than {MAX_CONFIG_VALUES} values once its YAML aliases are expanded"
         )
     return doc
+
+
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def _not_regular(mode: int) -> str | None:
+    """Why a file of ``mode`` cannot be a configuration file; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return f"is {_KINDS.get(stat.S_IFMT(mode), 'not a regular file')}, not a regular file"
+
+
+def _read_regular(path: Path, where: str) -> bytes:
+    """The bytes of ``path``, a regular file (symbolic links followed: a ConfigMap mount is a
+    link to one), at most ``MAX_CONFIG_BYTES + 1`` of them.
+
+    A FIFO would block the open until a writer came (and then hand over whatever it wrote), a
+    device or a directory is no file at all: each is refused before it is opened, and opened
+    without blocking and checked again, in case the path was swapped in between.
+
+    Raises:
+        ConfigError: not a regular file, or larger than ``MAX_CONFIG_BYTES``.
+        OSError: the file cannot be read.
+    """
+    why = _not_regular(os.stat(path).st_mode)
+    if why is None:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            why = _not_regular(st.st_mode)
+            if why is None:
+                if st.st_size > MAX_CONFIG_BYTES:
+                    raise ConfigError(where, f"{st.st_size} bytes; at most {MAX_CONFIG_BYTES}")
+                return f.read(MAX_CONFIG_BYTES + 1)
+    raise ConfigError(where, why)
 
 
 def _values(doc: object, most: int) -> int:
