@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nlproxy.cluster.decode import FileError, documents
+from nlproxy.config.duplicates import Duplicate, duplicate_keys
 from nlproxy.config.values import (
     HEALTHZ_PORT,
     METRICS_PORT,
@@ -26,6 +27,9 @@ from nlproxy.conntrack.sysctl import ConntrackConfig
 from nlproxy.errors import ConfigError
 
 API_VERSIONS = ("kubeproxy.config.k8s.io/v1alpha1", "kubeproxy.config.k8s.io/v1alpha2")
+LENIENT_API_VERSION = API_VERSIONS[0]
+"""The version kube-proxy still decodes leniently when its strict decoding fails (a key
+written twice: the last value wins, and it logs why); a file of any other is refused."""
 
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -35,10 +39,11 @@ MAX_CONFIG_VALUES = 100_000
 nine make a billion, which walking (for the unused fields) or printing would never finish."""
 
 
-def _read_config(path: Path) -> Any:
+def _read_config(path: Path) -> tuple[Any, list[Duplicate]]:
     """The one document of a configuration file, read and decoded as manifests are
-    (``cluster/decode.py``): a file too large, not UTF-8, not valid YAML (or JSON), with an
-    integer of thousands of digits, nested too deeply, or an alias bomb is a ConfigError.
+    (``cluster/decode.py``), and the keys it writes twice in one mapping: a file too large,
+    not UTF-8, not valid YAML (or JSON), with an integer of thousands of digits, nested too
+    deeply, or an alias bomb is a ConfigError.
 
     Raises:
         ConfigError: any of those, naming the file.
@@ -62,7 +67,7 @@ def _read_config(path: Path) -> Any:
         raise ConfigError(
             where, f"more than {MAX_CONFIG_VALUES} values once its YAML aliases are expanded"
         )
-    return doc
+    return doc, duplicate_keys(data.decode("utf-8"))
 
 
 _KINDS = {
@@ -374,12 +379,16 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
         ConfigError: unreadable file, wrong kind/apiVersion, or an invalid value (names the field).
     """
     cfg = base or DaemonConfig()
-    doc = _read_config(path)
+    doc, duplicates = _read_config(path)
     if not isinstance(doc, Mapping):
         raise ConfigError(f"config {path}", "is not a YAML mapping")
     if doc.get("kind") != "KubeProxyConfiguration" or doc.get("apiVersion") not in API_VERSIONS:
         raise ConfigError(
             f"config {path}", f"expected kind KubeProxyConfiguration, apiVersion {API_VERSIONS[0]}"
+        )
+    if duplicates and doc.get("apiVersion") != LENIENT_API_VERSION:
+        raise ConfigError(
+            f"config {path}", f"{duplicates[0]}; {doc['apiVersion']} allows each key once"
         )
     mode = _get(doc, "mode")
     if mode not in (None, "", *MODES):
@@ -436,7 +445,8 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
     unused = sorted(
         p for p in _leaves(doc) if p not in honoured and p.split(".")[0] not in IGNORED_QUIETLY
     )
-    warnings = [_unused(p) for p in unused]
+    warnings = [f"config {path}: {d}; the last value is used" for d in duplicates]
+    warnings += [_unused(p) for p in unused]
     scheduler = _get(doc, "ipvs.scheduler")
     if scheduler:
         if not isinstance(scheduler, str):
