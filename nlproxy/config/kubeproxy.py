@@ -182,6 +182,10 @@ DEFAULTS = {
     ("logging.flushFrequency", "5s"),
     ("logging.options.json.infoBufferSize", "0"),
     ("logging.options.text.infoBufferSize", "0"),
+    # kube-proxy's defaults, which kubeadm writes into the sections of the modes not used
+    *((f"{s}.syncPeriod", "30s") for s in ("iptables", "ipvs", "nftables")),
+    *((f"{s}.minSyncPeriod", "1s") for s in ("iptables", "nftables")),
+    *((f"{s}.masqueradeBit", 14) for s in ("iptables", "nftables")),
 }
 # Fields that only describe kube-proxy's process or other modes: accepted silently when empty.
 IPVS_SCHEDULERS = {"rr": "round-robin", "sh": "consistent-hash", "mh": "consistent-hash"}
@@ -225,36 +229,89 @@ def _leaves(doc: Mapping[str, Any], prefix: str = "") -> list[str]:
         path = f"{prefix}{k}"
         if isinstance(v, Mapping) and v and path not in HONOURED:
             out += _leaves(v, path + ".")
-        elif not _empty(v) and not (isinstance(v, str) and (path, v) in DEFAULTS):
+        elif not _empty(v) and not (isinstance(v, str | int) and (path, v) in DEFAULTS):
             out.append(path)
     return out
 
 
+def sections(mode: object) -> tuple[str, str]:
+    """The sections a file of ``mode`` takes its sync periods and its masquerade mark (and
+    ``masqueradeAll``) from, as kube-proxy converts them: ``nftables`` for nftables; ``ipvs``
+    and the mark of ``iptables`` for IPVS; ``iptables`` for iptables and for an empty mode
+    (kube-proxy's default on Linux), although nlproxy programs nftables for all of them."""
+    if mode == "nftables":
+        return "nftables", "nftables"
+    if mode == "ipvs":
+        return "ipvs", "iptables"
+    return "iptables", "iptables"
+
+
+MODE_FIELDS = frozenset(
+    f"{s}.{k}"
+    for s in ("iptables", "ipvs", "nftables")
+    for k in ("syncPeriod", "minSyncPeriod", "masqueradeBit", "masqueradeAll")
+)
+"""Fields read only when the mode reads their section (:func:`mode_fields`); set in another
+section, one is named in a warning."""
+
+
+def mode_fields(mode: object) -> set[str]:
+    """The fields of :data:`MODE_FIELDS` a file of ``mode`` reads."""
+    periods, marks = sections(mode)
+    return {f"{periods}.syncPeriod", f"{periods}.minSyncPeriod"} | {
+        f"{marks}.masqueradeBit",
+        f"{marks}.masqueradeAll",
+    }
+
+
+def _period(value: object, path: str, attr: str) -> float | None:
+    """A sync period of the file in seconds; None for 0 or unset, which kube-proxy's defaulting
+    replaces by its default before validating (kubeadm writes ``0s`` for every period).
+
+    Raises:
+        ConfigError: not a duration, negative (kube-proxy: ``syncPeriod`` must be greater
+            than 0, ``minSyncPeriod`` at least 0), or beyond :func:`bounded_period`'s bounds.
+    """
+    if value is None or value == "":
+        return None
+    negative = isinstance(value, str) and value.startswith("-")
+    seconds = parse_duration(value[1:] if isinstance(value, str) and negative else value, path)
+    if negative and seconds:
+        least = "greater than 0" if attr == "sync_period" else "at least 0"
+        raise ConfigError("KubeProxyConfiguration", f"{value!r}: must be {least}", field=path)
+    return bounded_period(seconds, attr, path) if seconds else None
+
+
+def _mark_bit(value: object, path: str) -> int | None:
+    """A ``masqueradeBit`` (0..31, kube-proxy's validation); None when unset.
+
+    Raises:
+        ConfigError: not an integer in 0..31, naming ``path``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 31:
+        raise ConfigError("KubeProxyConfiguration", f"{value!r} is not in 0..31", field=path)
+    return value
+
+
 def _merge_periods(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
-    mode = _get(doc, "mode") or "nftables"
-    # IPVS mode takes its periods from the ipvs section and its mark from the iptables one.
-    section = mode if mode in ("iptables", "ipvs") else "nftables"
+    """Sync periods, the masquerade mark and ``masqueradeAll`` from the mode's sections
+    (:func:`sections`); a v1alpha2 file's top-level periods when its section has none."""
+    periods, marks = sections(_get(doc, "mode"))
     for key, attr in (("syncPeriod", "sync_period"), ("minSyncPeriod", "min_sync_period")):
-        for path in (f"{section}.{key}", key):
-            value = _get(doc, path)
-            seconds = parse_duration(value, path) if value else 0.0
-            if seconds > 0:  # kubeadm writes 0s for "default"
-                cfg = with_field(cfg, attr, bounded_period(seconds, attr, path))
+        for path in (f"{periods}.{key}", key):
+            seconds = _period(_get(doc, path), path, attr)
+            if seconds is not None:
+                cfg = with_field(cfg, attr, seconds)
                 break
-    marks = "iptables" if section == "ipvs" else section
-    bit = _get(doc, f"{marks}.masqueradeBit")
+    # kube-proxy validates the iptables section's mark whatever the mode, the nftables one's
+    # in nftables mode (the one it then uses).
+    _mark_bit(_get(doc, "iptables.masqueradeBit"), "iptables.masqueradeBit")
+    bit = _mark_bit(_get(doc, f"{marks}.masqueradeBit"), f"{marks}.masqueradeBit")
     if bit is not None:
-        if not isinstance(bit, int) or not 0 <= bit <= 31:
-            raise ConfigError(
-                "KubeProxyConfiguration",
-                f"{bit!r} is not in 0..31",
-                field=f"{marks}.masqueradeBit",
-            )
         cfg = replace(cfg, masquerade_bit=bit)
-    # An empty mode is iptables for kube-proxy on Linux, nftables for nlproxy: either
-    # section's masqueradeAll counts then.
-    sections = (marks,) if _get(doc, "mode") else ("iptables", "nftables")
-    for path in (*(f"{s}.masqueradeAll" for s in sections), "linux.masqueradeAll"):
+    for path in (f"{marks}.masqueradeAll", "linux.masqueradeAll"):
         value = _get(doc, path)
         if value is not None and not isinstance(value, bool):
             raise ConfigError(
@@ -263,15 +320,6 @@ def _merge_periods(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
         if value:
             cfg = replace(cfg, masquerade_all=True)
     return cfg
-
-
-def _masquerade_all_paths(mode: object) -> set[str]:
-    """The ``masqueradeAll`` fields read in ``mode`` (a set one elsewhere is warned about)."""
-    if mode in ("iptables", "ipvs"):
-        return {"iptables.masqueradeAll", "linux.masqueradeAll"}
-    if mode == "nftables":
-        return {"nftables.masqueradeAll", "linux.masqueradeAll"}
-    return {"iptables.masqueradeAll", "nftables.masqueradeAll", "linux.masqueradeAll"}
 
 
 def _client(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
@@ -437,16 +485,12 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
         cfg = replace(cfg, nodeport_addresses=",".join(npa))
     cfg = _merge_periods(doc, cfg)
     cfg = replace(cfg, conntrack=_conntrack(doc.get("conntrack")))
-    honoured = (
-        HONOURED
-        | _masquerade_all_paths(mode)
-        | ({"ipvs.syncPeriod", "ipvs.minSyncPeriod"} if mode == "ipvs" else set())
-    )
+    honoured = (HONOURED - MODE_FIELDS) | mode_fields(mode)
     unused = sorted(
         p for p in _leaves(doc) if p not in honoured and p.split(".")[0] not in IGNORED_QUIETLY
     )
     warnings = [f"config {path}: {d}; the last value is used" for d in duplicates]
-    warnings += [_unused(p) for p in unused]
+    warnings += [_unused(p, mode) for p in unused]
     scheduler = _get(doc, "ipvs.scheduler")
     if scheduler:
         if not isinstance(scheduler, str):
@@ -465,6 +509,10 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
     return replace(cfg, warnings=tuple(warnings))
 
 
-def _unused(path: str) -> str:
+def _unused(path: str, mode: object) -> str:
     hint = HINTS.get(path.split(".")[0])
+    if path in MODE_FIELDS:
+        periods, marks = sections(mode)
+        section = marks if path.endswith(("masqueradeBit", "masqueradeAll")) else periods
+        hint = f"{'an empty mode' if not mode else f'mode {mode}'} reads the {section} section"
     return f"{path} is not used by nlproxy" + (f" ({hint})" if hint else "")

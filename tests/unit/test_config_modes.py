@@ -1,0 +1,129 @@
+"""Sync periods and the masquerade mark, read from the section kube-proxy reads for the file's
+mode and validated as kube-proxy validates them: a value is honoured or refused naming its
+field, never replaced by a default behind the user's back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nlproxy.cli import main
+from nlproxy.config import DaemonConfig, load_kube_proxy_config
+from nlproxy.errors import ConfigError
+
+V1ALPHA1 = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+V1ALPHA2 = "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\n"
+SECTIONS = """iptables:
+  masqueradeBit: 12
+  minSyncPeriod: 2s
+  syncPeriod: 45s
+ipvs:
+  minSyncPeriod: 3s
+  syncPeriod: 50s
+nftables:
+  masqueradeBit: 13
+  minSyncPeriod: 4s
+  syncPeriod: 55s
+"""
+
+
+def _load(tmp_path: Path, text: str) -> DaemonConfig:
+    path = tmp_path / "config.conf"
+    path.write_text(text)
+    return load_kube_proxy_config(path)
+
+
+@pytest.mark.parametrize(
+    ("mode", "want"),
+    [
+        # kube-proxy's default mode on Linux is iptables: an empty mode reads that section.
+        pytest.param("", (45.0, 2.0, 12), id="empty-reads-iptables"),
+        pytest.param("iptables", (45.0, 2.0, 12), id="iptables"),
+        pytest.param("ipvs", (50.0, 3.0, 12), id="ipvs-periods-and-the-iptables-mark"),
+        pytest.param("nftables", (55.0, 4.0, 13), id="nftables"),
+    ],
+)
+def test_periods_and_mark_come_from_the_modes_section(
+    tmp_path: Path, mode: str, want: tuple[float, float, int]
+) -> None:
+    cfg = _load(tmp_path, f"{V1ALPHA1}mode: {mode!r}\n{SECTIONS}")
+    assert (cfg.sync_period, cfg.min_sync_period, cfg.masquerade_bit) == want
+
+
+def test_an_empty_mode_names_the_nftables_section_it_does_not_read(tmp_path: Path) -> None:
+    cfg = _load(tmp_path, f"{V1ALPHA1}{SECTIONS}")
+    unread = [w for w in cfg.warnings if w.startswith("nftables.")]
+    assert unread == [
+        f"nftables.{f} is not used by nlproxy (an empty mode reads the iptables section)"
+        for f in ("masqueradeBit", "minSyncPeriod", "syncPeriod")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "reason"),
+    [
+        pytest.param(
+            "iptables: {masqueradeBit: 32}\n", "iptables.masqueradeBit", "32 is not in 0..31",
+            id="iptables-bit-32-empty-mode",
+        ),
+        pytest.param(
+            "mode: nftables\niptables: {masqueradeBit: 32}\n", "iptables.masqueradeBit",
+            "32 is not in 0..31", id="iptables-bit-is-validated-in-every-mode",
+        ),
+        pytest.param(
+            "mode: nftables\nnftables: {masqueradeBit: -1}\n", "nftables.masqueradeBit",
+            "-1 is not in 0..31", id="nftables-bit-negative",
+        ),
+        pytest.param(
+            "mode: iptables\niptables: {masqueradeBit: true}\n", "iptables.masqueradeBit",
+            "True is not in 0..31", id="bit-not-a-number",
+        ),
+        pytest.param(
+            "iptables: {syncPeriod: -5s}\n", "iptables.syncPeriod",
+            "'-5s': must be greater than 0", id="negative-sync-period",
+        ),
+        pytest.param(
+            "mode: nftables\nnftables: {minSyncPeriod: -1s}\n", "nftables.minSyncPeriod",
+            "'-1s': must be at least 0", id="negative-min-sync-period",
+        ),
+    ],
+)  # fmt: skip
+def test_a_value_kube_proxy_refuses_exits_2_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, field: str, reason: str
+) -> None:
+    path = tmp_path / "config.conf"
+    path.write_text(V1ALPHA1 + text)
+    with pytest.raises(ConfigError) as err:
+        load_kube_proxy_config(path)
+    assert str(err.value) == f"KubeProxyConfiguration: {field}: {reason}"
+    code = main(["run", "--config", str(path), "--manifests", str(tmp_path), "--once"])
+    out = capsys.readouterr().err
+    assert code == 2, out
+    assert f"{field}: {reason}" in out
+    assert len(out.strip().splitlines()) == 1, out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(V1ALPHA1 + "iptables: {syncPeriod: 0s, minSyncPeriod: 0s}\n", id="v1alpha1"),
+        pytest.param(V1ALPHA1 + "iptables: {syncPeriod: '-0s'}\n", id="minus-zero"),
+        pytest.param(V1ALPHA2 + "syncPeriod: 0s\nminSyncPeriod: '0'\n", id="v1alpha2-top-level"),
+    ],
+)
+def test_a_zero_period_means_the_default_as_in_kube_proxy(tmp_path: Path, text: str) -> None:
+    # kube-proxy's defaulting replaces a 0 period by its default before validating it (kubeadm
+    # writes 0s in every section for "default"); nlproxy's defaults stand in the same way.
+    cfg = _load(tmp_path, text)
+    default = DaemonConfig()
+    assert (cfg.sync_period, cfg.min_sync_period) == (default.sync_period, default.min_sync_period)
+    assert cfg.warnings == ()
+
+
+def test_kube_proxys_defaults_in_an_unread_section_are_not_warned_about(tmp_path: Path) -> None:
+    # What kubeadm writes into every section: kube-proxy's defaults, read or not.
+    text = V1ALPHA1 + (
+        "mode: nftables\niptables: {masqueradeBit: 14, minSyncPeriod: 1s, syncPeriod: 30s}\n"
+    )
+    assert _load(tmp_path, text).warnings == ()
