@@ -255,13 +255,20 @@ MODE_FIELDS = frozenset(
 section, one is named in a warning."""
 
 
+PERIODS = frozenset(
+    f"{s}{k}"
+    for s in ("", "iptables.", "ipvs.", "nftables.")
+    for k in ("syncPeriod", "minSyncPeriod")
+)
+"""Every place a sync period may be written; one file version reads one pair
+(:func:`period_paths`)."""
+
+
 def mode_fields(mode: object) -> set[str]:
-    """The fields of :data:`MODE_FIELDS` a file of ``mode`` reads."""
-    periods, marks = sections(mode)
-    return {f"{periods}.syncPeriod", f"{periods}.minSyncPeriod"} | {
-        f"{marks}.masqueradeBit",
-        f"{marks}.masqueradeAll",
-    }
+    """The mark fields of :data:`MODE_FIELDS` a file of ``mode`` reads (its periods:
+    :func:`period_paths`)."""
+    _, marks = sections(mode)
+    return {f"{marks}.masqueradeBit", f"{marks}.masqueradeAll"}
 
 
 def _period(value: object, path: str, attr: str) -> float | None:
@@ -295,16 +302,24 @@ def _mark_bit(value: object, path: str) -> int | None:
     return value
 
 
+def period_paths(doc: Mapping[str, Any]) -> tuple[str, str]:
+    """Where ``doc`` keeps ``syncPeriod`` and ``minSyncPeriod``: in the mode's section in
+    ``v1alpha1`` (:func:`sections`), at the top level in ``v1alpha2``, which has them nowhere
+    else; kube-proxy knows no other place in either version."""
+    if doc.get("apiVersion") == LENIENT_API_VERSION:
+        section, _ = sections(_get(doc, "mode"))
+        return f"{section}.syncPeriod", f"{section}.minSyncPeriod"
+    return "syncPeriod", "minSyncPeriod"
+
+
 def _merge_periods(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
-    """Sync periods, the masquerade mark and ``masqueradeAll`` from the mode's sections
-    (:func:`sections`); a v1alpha2 file's top-level periods when its section has none."""
-    periods, marks = sections(_get(doc, "mode"))
-    for key, attr in (("syncPeriod", "sync_period"), ("minSyncPeriod", "min_sync_period")):
-        for path in (f"{periods}.{key}", key):
-            seconds = _period(_get(doc, path), path, attr)
-            if seconds is not None:
-                cfg = with_field(cfg, attr, seconds)
-                break
+    """Sync periods (:func:`period_paths`), the masquerade mark and ``masqueradeAll`` (from
+    the mode's sections, :func:`sections`)."""
+    _, marks = sections(_get(doc, "mode"))
+    for path, attr in zip(period_paths(doc), ("sync_period", "min_sync_period"), strict=True):
+        seconds = _period(_get(doc, path), path, attr)
+        if seconds is not None:
+            cfg = with_field(cfg, attr, seconds)
     # kube-proxy validates the iptables section's mark whatever the mode, the nftables one's
     # in nftables mode (the one it then uses).
     _mark_bit(_get(doc, "iptables.masqueradeBit"), "iptables.masqueradeBit")
@@ -485,12 +500,12 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
         cfg = replace(cfg, nodeport_addresses=",".join(npa))
     cfg = _merge_periods(doc, cfg)
     cfg = replace(cfg, conntrack=_conntrack(doc.get("conntrack")))
-    honoured = (HONOURED - MODE_FIELDS) | mode_fields(mode)
+    honoured = (HONOURED - MODE_FIELDS - PERIODS) | mode_fields(mode) | set(period_paths(doc))
     unused = sorted(
         p for p in _leaves(doc) if p not in honoured and p.split(".")[0] not in IGNORED_QUIETLY
     )
     warnings = [f"config {path}: {d}; the last value is used" for d in duplicates]
-    warnings += [_unused(p, mode) for p in unused]
+    warnings += [_unused(p, doc) for p in unused]
     scheduler = _get(doc, "ipvs.scheduler")
     if scheduler:
         if not isinstance(scheduler, str):
@@ -509,10 +524,15 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
     return replace(cfg, warnings=tuple(warnings))
 
 
-def _unused(path: str, mode: object) -> str:
+def _unused(path: str, doc: Mapping[str, Any]) -> str:
     hint = HINTS.get(path.split(".")[0])
-    if path in MODE_FIELDS:
-        periods, marks = sections(mode)
+    mode = _get(doc, "mode")
+    periods, marks = sections(mode)
+    if path in PERIODS and doc.get("apiVersion") != LENIENT_API_VERSION:
+        hint = f"{doc.get('apiVersion')} has its sync periods at the top level"
+    elif path in PERIODS and "." not in path:
+        hint = f"{LENIENT_API_VERSION} has its sync periods in the mode's section"
+    elif path in MODE_FIELDS | PERIODS:
         section = marks if path.endswith(("masqueradeBit", "masqueradeAll")) else periods
         hint = f"{'an empty mode' if not mode else f'mode {mode}'} reads the {section} section"
     return f"{path} is not used by nlproxy" + (f" ({hint})" if hint else "")

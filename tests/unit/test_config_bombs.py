@@ -34,7 +34,10 @@ CASES = {
         HEAD + "iptables: {minSyncPeriod: 30s, syncPeriod: 10s}\n",
         "minSyncPeriod: 30s is longer than syncPeriod (10s)",
     ),
-    "huge-sync-period": (HEAD + "syncPeriod: 9999999h\n", "syncPeriod: 3.6e+10s is more than 24h"),
+    "huge-sync-period": (
+        HEAD + "iptables: {syncPeriod: 9999999h}\n",
+        "iptables.syncPeriod: 3.6e+10s is more than 24h",
+    ),
 }
 
 

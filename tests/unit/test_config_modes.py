@@ -127,3 +127,32 @@ def test_kube_proxys_defaults_in_an_unread_section_are_not_warned_about(tmp_path
         "mode: nftables\niptables: {masqueradeBit: 14, minSyncPeriod: 1s, syncPeriod: 30s}\n"
     )
     assert _load(tmp_path, text).warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "want", "warning"),
+    [
+        pytest.param(
+            V1ALPHA1 + "syncPeriod: 10s\n",
+            DaemonConfig().sync_period,
+            "syncPeriod is not used by nlproxy (kubeproxy.config.k8s.io/v1alpha1 has its sync "
+            "periods in the mode's section)",
+            id="v1alpha1-has-no-top-level-period",
+        ),
+        pytest.param(
+            V1ALPHA2 + "syncPeriod: 10s\niptables: {syncPeriod: 20s}\n",
+            10.0,
+            "iptables.syncPeriod is not used by nlproxy (kubeproxy.config.k8s.io/v1alpha2 has "
+            "its sync periods at the top level)",
+            id="v1alpha2-has-no-section-period",
+        ),
+    ],
+)
+def test_a_period_is_read_where_its_version_keeps_it(
+    tmp_path: Path, text: str, want: float, warning: str
+) -> None:
+    # kube-proxy ignores (v1alpha1, decoded leniently) or refuses (v1alpha2) a period written
+    # anywhere else; nlproxy names it instead of letting it replace the one kube-proxy reads.
+    cfg = _load(tmp_path, text)
+    assert cfg.sync_period == want
+    assert cfg.warnings == (warning,)
