@@ -312,6 +312,16 @@ def period_paths(doc: Mapping[str, Any]) -> tuple[str, str]:
     return "syncPeriod", "minSyncPeriod"
 
 
+def masquerade_all_paths(doc: Mapping[str, Any]) -> tuple[str, ...]:
+    """Where ``doc`` sets ``masqueradeAll``: the mode's mark section (:func:`sections`), and in
+    ``v1alpha2`` its ``linux`` section too (``v1alpha1`` has none: kube-proxy's conversion
+    takes the mode's section alone)."""
+    _, marks = sections(_get(doc, "mode"))
+    if doc.get("apiVersion") == LENIENT_API_VERSION:
+        return (f"{marks}.masqueradeAll",)
+    return f"{marks}.masqueradeAll", "linux.masqueradeAll"
+
+
 def _merge_periods(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
     """Sync periods (:func:`period_paths`), the masquerade mark and ``masqueradeAll`` (from
     the mode's sections, :func:`sections`)."""
@@ -326,7 +336,7 @@ def _merge_periods(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
     bit = _mark_bit(_get(doc, f"{marks}.masqueradeBit"), f"{marks}.masqueradeBit")
     if bit is not None:
         cfg = replace(cfg, masquerade_bit=bit)
-    for path in (f"{marks}.masqueradeAll", "linux.masqueradeAll"):
+    for path in masquerade_all_paths(doc):
         value = _get(doc, path)
         if value is not None and not isinstance(value, bool):
             raise ConfigError(
@@ -470,6 +480,10 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
             field_ = f"KubeProxyConfiguration {path_}"
             cfg = with_field(cfg, attr, bind_address(doc[path_], port, field_))
     bind = _get(doc, "bindAddress")
+    if bind is not None and not isinstance(bind, str):  # YAML reads 167772161 as a number
+        raise ConfigError(
+            "KubeProxyConfiguration", f"{bind!r} is not an IP address", field="bindAddress"
+        )
     if bind and bind not in ("0.0.0.0", "::"):
         try:
             cfg = replace(cfg, node_ip=str(ip_address(bind)))
@@ -500,7 +514,12 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
         cfg = replace(cfg, nodeport_addresses=",".join(npa))
     cfg = _merge_periods(doc, cfg)
     cfg = replace(cfg, conntrack=_conntrack(doc.get("conntrack")))
-    honoured = (HONOURED - MODE_FIELDS - PERIODS) | mode_fields(mode) | set(period_paths(doc))
+    honoured = (
+        (HONOURED - MODE_FIELDS - PERIODS - {"linux.masqueradeAll"})
+        | mode_fields(mode)
+        | set(period_paths(doc))
+        | set(masquerade_all_paths(doc))
+    )
     unused = sorted(
         p for p in _leaves(doc) if p not in honoured and p.split(".")[0] not in IGNORED_QUIETLY
     )
@@ -530,6 +549,8 @@ def _unused(path: str, doc: Mapping[str, Any]) -> str:
     periods, marks = sections(mode)
     if path in PERIODS and doc.get("apiVersion") != LENIENT_API_VERSION:
         hint = f"{doc.get('apiVersion')} has its sync periods at the top level"
+    elif path == "linux.masqueradeAll":
+        hint = f"{LENIENT_API_VERSION} sets masqueradeAll in the mode's section"
     elif path in PERIODS and "." not in path:
         hint = f"{LENIENT_API_VERSION} has its sync periods in the mode's section"
     elif path in MODE_FIELDS | PERIODS:

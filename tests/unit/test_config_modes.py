@@ -156,3 +156,38 @@ def test_a_period_is_read_where_its_version_keeps_it(
     cfg = _load(tmp_path, text)
     assert cfg.sync_period == want
     assert cfg.warnings == (warning,)
+
+
+@pytest.mark.parametrize(
+    ("text", "want", "warnings"),
+    [
+        pytest.param(
+            V1ALPHA1 + "mode: nftables\nlinux: {masqueradeAll: true}\n",
+            False,
+            (
+                "linux.masqueradeAll is not used by nlproxy (kubeproxy.config.k8s.io/v1alpha1 "
+                "sets masqueradeAll in the mode's section)",
+            ),
+            id="v1alpha1-has-no-linux-section",
+        ),
+        pytest.param(
+            V1ALPHA2 + "mode: nftables\nlinux: {masqueradeAll: true}\n",
+            True,
+            (),
+            id="v1alpha2-linux-section",
+        ),
+    ],
+)
+def test_masquerade_all_is_read_where_its_version_keeps_it(
+    tmp_path: Path, text: str, want: bool, warnings: tuple[str, ...]
+) -> None:
+    cfg = _load(tmp_path, text)
+    assert (cfg.masquerade_all, cfg.warnings) == (want, warnings)
+
+
+def test_a_bind_address_yaml_reads_as_a_number_is_refused(tmp_path: Path) -> None:
+    # 167772161 is 10.0.0.1 as an integer; kube-proxy cannot decode a number into the string
+    # field, and nlproxy took it as that address.
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, V1ALPHA1 + "bindAddress: 167772161\n")
+    assert str(err.value) == "KubeProxyConfiguration: bindAddress: 167772161 is not an IP address"
