@@ -13,8 +13,8 @@ The file is read and mapped in ``kubeproxy.py``; the values both the file and th
 nlproxy's own options, with the readers of their values, are listed in ``flags.py``;
 ``export.py`` writes the settings back as a KubeProxyConfiguration (``--write-config-to``);
 ``watch.py`` turns a changed ``--config`` file into what changed, for a running daemon;
-``duplicates.py`` finds the keys a file writes twice. Their
-public names are imported from here.
+``read.py`` reads the file within its limits and ``duplicates.py`` finds the keys it writes
+twice. Their public names are imported from here.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from nlproxy.config.kubeproxy import (
     DETECT_LOCAL_MODES,
     HONOURED,
     IPVS_SCHEDULERS,
-    MAX_CONFIG_BYTES,
     MODE_WARNINGS,
     load_kube_proxy_config,
     oom_score_adj,
 )
+from nlproxy.config.read import MAX_CONFIG_BYTES
 from nlproxy.config.values import (
     API_SERVER_ENV,
     HEALTHZ_PORT,
