@@ -214,10 +214,33 @@ def masquerade_all_paths(doc: Mapping[str, Any]) -> tuple[str, ...]:
     return f"{marks}.masqueradeAll", "linux.masqueradeAll"
 
 
+def _decodes(doc: Mapping[str, Any]) -> None:
+    """Every period and mark of the file's version has a value of its type, read or not:
+    kube-proxy decodes the whole file before it looks at the mode, so ``minSyncPeriod: often``
+    in a section the mode does not read still stops it (v1alpha1 has periods in its sections
+    only and no IPVS mark, fields it ignores; v1alpha2 refuses any field it does not know).
+
+    Raises:
+        ConfigError: a period that is not a Go duration, a mark that is not an integer.
+    """
+    lenient = doc.get("apiVersion") == LENIENT_API_VERSION
+    for path in sorted(PERIODS):
+        value = _get(doc, path)
+        if value not in (None, "") and not (lenient and "." not in path):
+            text = value[1:] if isinstance(value, str) and value.startswith("-") else value
+            parse_duration(text, path)
+    marks = ("iptables", "nftables") if lenient else ("iptables", "ipvs", "nftables")
+    for path in (f"{s}.masqueradeBit" for s in marks):
+        value = _get(doc, path)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError("KubeProxyConfiguration", f"{value!r} is not an integer", field=path)
+
+
 def _merge_periods(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
     """Sync periods (:func:`period_paths`), the masquerade mark and ``masqueradeAll`` (from
     the mode's sections, :func:`sections`)."""
     _, marks = sections(_get(doc, "mode"))
+    _decodes(doc)
     for path, attr in zip(period_paths(doc), ("sync_period", "min_sync_period"), strict=True):
         seconds = _period(_get(doc, path), path, attr)
         if seconds is not None:

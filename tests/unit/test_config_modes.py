@@ -77,7 +77,15 @@ def test_an_empty_mode_names_the_nftables_section_it_does_not_read(tmp_path: Pat
         ),
         pytest.param(
             "mode: iptables\niptables: {masqueradeBit: true}\n", "iptables.masqueradeBit",
-            "True is not in 0..31", id="bit-not-a-number",
+            "True is not an integer", id="bit-not-a-number",
+        ),
+        pytest.param(
+            "nftables: {minSyncPeriod: often}\n", "nftables.minSyncPeriod",
+            "'often' is not a duration", id="unread-section-still-decoded",
+        ),
+        pytest.param(
+            "mode: iptables\nnftables: {masqueradeBit: 1.5}\n", "nftables.masqueradeBit",
+            "1.5 is not an integer", id="unread-mark-still-decoded",
         ),
         pytest.param(
             "iptables: {syncPeriod: -5s}\n", "iptables.syncPeriod",
