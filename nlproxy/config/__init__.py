@@ -32,6 +32,7 @@ from nlproxy.config.kubeproxy import (
     HONOURED,
     IPVS_SCHEDULERS,
     MODE_WARNINGS,
+    honoured_fields,
     load_kube_proxy_config,
     oom_score_adj,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "bind_address",
     "build_settings",
     "external_networks",
+    "honoured_fields",
     "load_kube_proxy_config",
     "parse_duration",
 ]

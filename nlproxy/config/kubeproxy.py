@@ -38,7 +38,8 @@ def _get(doc: Mapping[str, Any], path: str) -> Any:
     return cur
 
 
-# Fields nlproxy honours, by path in the file.
+# Fields nlproxy honours, by path in the file, in some version and mode (what one file is read
+# at: honoured_fields()).
 HONOURED = {
     "hostnameOverride",
     "clusterCIDR",
@@ -212,6 +213,17 @@ def masquerade_all_paths(doc: Mapping[str, Any]) -> tuple[str, ...]:
     if doc.get("apiVersion") == LENIENT_API_VERSION:
         return (f"{marks}.masqueradeAll",)
     return f"{marks}.masqueradeAll", "linux.masqueradeAll"
+
+
+def honoured_fields(doc: Mapping[str, Any]) -> set[str]:
+    """The paths of :data:`HONOURED` that ``doc`` (a file of its version and mode) is read at:
+    its mode's sections only (a field of another is named as unused)."""
+    return (
+        (HONOURED - MODE_FIELDS - PERIODS - {"linux.masqueradeAll"})
+        | mode_fields(_get(doc, "mode"))
+        | set(period_paths(doc))
+        | set(masquerade_all_paths(doc))
+    )
 
 
 def _decodes(doc: Mapping[str, Any]) -> None:
@@ -429,12 +441,7 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
         cfg = replace(cfg, nodeport_addresses=",".join(npa))
     cfg = _merge_periods(doc, cfg)
     cfg = replace(cfg, conntrack=_conntrack(doc.get("conntrack")))
-    honoured = (
-        (HONOURED - MODE_FIELDS - PERIODS - {"linux.masqueradeAll"})
-        | mode_fields(mode)
-        | set(period_paths(doc))
-        | set(masquerade_all_paths(doc))
-    )
+    honoured = honoured_fields(doc)
     unused = sorted(
         p for p in _leaves(doc) if p not in honoured and p.split(".")[0] not in IGNORED_QUIETLY
     )

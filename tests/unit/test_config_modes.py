@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 
 from nlproxy.cli import main
-from nlproxy.config import DaemonConfig, load_kube_proxy_config
+from nlproxy.config import DaemonConfig, honoured_fields, load_kube_proxy_config
+from nlproxy.config.kubeproxy import API_VERSIONS
 from nlproxy.errors import ConfigError
 
-V1ALPHA1 = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
-V1ALPHA2 = "apiVersion: kubeproxy.config.k8s.io/v1alpha2\nkind: KubeProxyConfiguration\n"
+V1ALPHA1_VERSION, V1ALPHA2_VERSION = API_VERSIONS
+V1ALPHA1 = f"apiVersion: {V1ALPHA1_VERSION}\nkind: KubeProxyConfiguration\n"
+V1ALPHA2 = f"apiVersion: {V1ALPHA2_VERSION}\nkind: KubeProxyConfiguration\n"
 SECTIONS = """iptables:
   masqueradeBit: 12
   minSyncPeriod: 2s
@@ -199,3 +201,12 @@ def test_a_bind_address_yaml_reads_as_a_number_is_refused(tmp_path: Path) -> Non
     with pytest.raises(ConfigError) as err:
         _load(tmp_path, V1ALPHA1 + "bindAddress: 167772161\n")
     assert str(err.value) == "KubeProxyConfiguration: bindAddress: 167772161 is not an IP address"
+
+
+def test_the_fields_one_file_is_read_at_follow_its_mode_and_version() -> None:
+    empty = honoured_fields({"apiVersion": V1ALPHA1_VERSION})
+    assert {"iptables.syncPeriod", "iptables.masqueradeBit", "iptables.masqueradeAll"} <= empty
+    assert not {"nftables.syncPeriod", "syncPeriod", "linux.masqueradeAll"} & empty
+    v2 = honoured_fields({"apiVersion": V1ALPHA2_VERSION, "mode": "nftables"})
+    assert {"syncPeriod", "nftables.masqueradeBit", "linux.masqueradeAll"} <= v2
+    assert "nftables.syncPeriod" not in v2
