@@ -12,8 +12,9 @@ The file is read and mapped in ``kubeproxy.py``; the values both the file and th
 (:class:`DaemonConfig`, addresses, durations) are read in ``values.py``; kube-proxy's flags beyond
 nlproxy's own options, with the readers of their values, are listed in ``flags.py``;
 ``export.py`` writes the settings back as a KubeProxyConfiguration (``--write-config-to``);
-``watch.py`` turns a changed ``--config`` file into what changed, for a running daemon. Their
-public names are imported from here.
+``watch.py`` turns a changed ``--config`` file into what changed, for a running daemon;
+``read.py`` reads the file within its limits and ``duplicates.py`` finds the keys it writes
+twice. Their public names are imported from here.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ from nlproxy.config.kubeproxy import (
     DETECT_LOCAL_MODES,
     HONOURED,
     IPVS_SCHEDULERS,
-    MAX_CONFIG_BYTES,
     MODE_WARNINGS,
+    honoured_fields,
     load_kube_proxy_config,
     oom_score_adj,
 )
+from nlproxy.config.read import MAX_CONFIG_BYTES
 from nlproxy.config.values import (
     API_SERVER_ENV,
     HEALTHZ_PORT,
@@ -60,6 +62,7 @@ __all__ = [
     "bind_address",
     "build_settings",
     "external_networks",
+    "honoured_fields",
     "load_kube_proxy_config",
     "parse_duration",
 ]

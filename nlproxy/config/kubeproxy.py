@@ -1,17 +1,16 @@
-"""kube-proxy's ``KubeProxyConfiguration`` file (``--config``), read within its limits and
-mapped onto a :class:`DaemonConfig`: fields nlproxy honours are taken, the others named once
-in a warning, an invalid value is a :class:`ConfigError` naming the field."""
+"""kube-proxy's ``KubeProxyConfiguration`` file (``--config``), read within its limits
+(``read.py``) and mapped onto a :class:`DaemonConfig`: fields nlproxy honours are taken, the
+others named once in a warning, an invalid value is a :class:`ConfigError` naming the field."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import replace
 from ipaddress import ip_address
 from pathlib import Path
 from typing import Any
 
-from nlproxy.cluster.decode import FileError, documents
+from nlproxy.config.read import read_config
 from nlproxy.config.values import (
     HEALTHZ_PORT,
     METRICS_PORT,
@@ -25,73 +24,9 @@ from nlproxy.conntrack.sysctl import ConntrackConfig
 from nlproxy.errors import ConfigError
 
 API_VERSIONS = ("kubeproxy.config.k8s.io/v1alpha1", "kubeproxy.config.k8s.io/v1alpha2")
-
-
-MAX_CONFIG_BYTES = 1 << 20
-"""A configuration file larger than this is refused (kube-proxy's is a few kilobytes)."""
-MAX_CONFIG_VALUES = 100_000
-"""Values a configuration file may hold once its YAML aliases are expanded: nine aliases of
-nine make a billion, which walking (for the unused fields) or printing would never finish."""
-
-
-def _read_config(path: Path) -> Any:
-    """The one document of a configuration file, read and decoded as manifests are
-    (``cluster/decode.py``): a file too large, not UTF-8, not valid YAML (or JSON), with an
-    integer of thousands of digits, nested too deeply, or an alias bomb is a ConfigError.
-
-    Raises:
-        ConfigError: any of those, naming the file.
-    """
-    where = f"config {path}"
-    try:
-        with path.open("rb") as f:  # the operator's path: links followed, a pipe read
-            size = os.fstat(f.fileno()).st_size
-            if size > MAX_CONFIG_BYTES:
-                raise ConfigError(where, f"{size} bytes; at most {MAX_CONFIG_BYTES}")
-            data = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(where, exc.strerror or str(exc)) from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(where, f"more than {MAX_CONFIG_BYTES} bytes")
-    try:
-        docs = documents(path, data)
-    except FileError as exc:
-        reason = " ".join(str(exc).split())  # one line, whatever the parser's text
-        raise ConfigError(where, reason.removeprefix(f"{path.name}: ")) from None
-    if len(docs) > 1:
-        raise ConfigError(where, f"holds {len(docs)} YAML documents; expected one")
-    doc = docs[0] if docs else None
-    if _values(doc, MAX_CONFIG_VALUES) > MAX_CONFIG_VALUES:
-        raise ConfigError(
-            where, f"more than {MAX_CONFIG_VALUES} values once its YAML aliases are expanded"
-        )
-    return doc
-
-
-def _values(doc: object, most: int) -> int:
-    """How many values ``doc`` holds with aliases expanded, counting shared ones once per use
-    but each container walked once (so a bomb is measured without being expanded); stops
-    counting past ``most``."""
-    sizes: dict[int, int] = {}
-
-    def size(node: object) -> int:
-        if not isinstance(node, dict | list):
-            return 1
-        known = sizes.get(id(node))
-        if known is None:
-            items = node.values() if isinstance(node, dict) else node
-            known = 1
-            for item in items:
-                known += size(item)
-                if known > most:
-                    break
-            sizes[id(node)] = known
-        return known
-
-    try:
-        return size(doc)
-    except RecursionError:  # a YAML document cannot nest this deep (the parser refuses it)
-        return most + 1
+LENIENT_API_VERSION = API_VERSIONS[0]
+"""The version kube-proxy still decodes leniently when its strict decoding fails (a key
+written twice: the last value wins, and it logs why); a file of any other is refused."""
 
 
 def _get(doc: Mapping[str, Any], path: str) -> Any:
@@ -103,7 +38,8 @@ def _get(doc: Mapping[str, Any], path: str) -> Any:
     return cur
 
 
-# Fields nlproxy honours, by path in the file.
+# Fields nlproxy honours, by path in the file, in some version and mode (what one file is read
+# at: honoured_fields()).
 HONOURED = {
     "hostnameOverride",
     "clusterCIDR",
@@ -139,6 +75,10 @@ DEFAULTS = {
     ("logging.flushFrequency", "5s"),
     ("logging.options.json.infoBufferSize", "0"),
     ("logging.options.text.infoBufferSize", "0"),
+    # kube-proxy's defaults, which kubeadm writes into the sections of the modes not used
+    *((f"{s}.syncPeriod", "30s") for s in ("iptables", "ipvs", "nftables")),
+    *((f"{s}.minSyncPeriod", "1s") for s in ("iptables", "nftables")),
+    *((f"{s}.masqueradeBit", 14) for s in ("iptables", "nftables")),
 }
 # Fields that only describe kube-proxy's process or other modes: accepted silently when empty.
 IPVS_SCHEDULERS = {"rr": "round-robin", "sh": "consistent-hash", "mh": "consistent-hash"}
@@ -182,36 +122,148 @@ def _leaves(doc: Mapping[str, Any], prefix: str = "") -> list[str]:
         path = f"{prefix}{k}"
         if isinstance(v, Mapping) and v and path not in HONOURED:
             out += _leaves(v, path + ".")
-        elif not _empty(v) and not (isinstance(v, str) and (path, v) in DEFAULTS):
+        elif not _empty(v) and not (isinstance(v, str | int) and (path, v) in DEFAULTS):
             out.append(path)
     return out
 
 
+def sections(mode: object) -> tuple[str, str]:
+    """The sections a file of ``mode`` takes its sync periods and its masquerade mark (and
+    ``masqueradeAll``) from, as kube-proxy converts them: ``nftables`` for nftables; ``ipvs``
+    and the mark of ``iptables`` for IPVS; ``iptables`` for iptables and for an empty mode
+    (kube-proxy's default on Linux), although nlproxy programs nftables for all of them."""
+    if mode == "nftables":
+        return "nftables", "nftables"
+    if mode == "ipvs":
+        return "ipvs", "iptables"
+    return "iptables", "iptables"
+
+
+MODE_FIELDS = frozenset(
+    f"{s}.{k}"
+    for s in ("iptables", "ipvs", "nftables")
+    for k in ("syncPeriod", "minSyncPeriod", "masqueradeBit", "masqueradeAll")
+)
+"""Fields read only when the mode reads their section (:func:`mode_fields`); set in another
+section, one is named in a warning."""
+
+
+PERIODS = frozenset(
+    f"{s}{k}"
+    for s in ("", "iptables.", "ipvs.", "nftables.")
+    for k in ("syncPeriod", "minSyncPeriod")
+)
+"""Every place a sync period may be written; one file version reads one pair
+(:func:`period_paths`)."""
+
+
+def mode_fields(mode: object) -> set[str]:
+    """The mark fields of :data:`MODE_FIELDS` a file of ``mode`` reads (its periods:
+    :func:`period_paths`)."""
+    _, marks = sections(mode)
+    return {f"{marks}.masqueradeBit", f"{marks}.masqueradeAll"}
+
+
+def _period(value: object, path: str, attr: str) -> float | None:
+    """A sync period of the file in seconds; None for 0 or unset, which kube-proxy's defaulting
+    replaces by its default before validating (kubeadm writes ``0s`` for every period).
+
+    Raises:
+        ConfigError: not a duration, negative (kube-proxy: ``syncPeriod`` must be greater
+            than 0, ``minSyncPeriod`` at least 0), or beyond :func:`bounded_period`'s bounds.
+    """
+    if value is None or value == "":
+        return None
+    negative = isinstance(value, str) and value.startswith("-")
+    seconds = parse_duration(value[1:] if isinstance(value, str) and negative else value, path)
+    if negative and seconds:
+        least = "greater than 0" if attr == "sync_period" else "at least 0"
+        raise ConfigError("KubeProxyConfiguration", f"{value!r}: must be {least}", field=path)
+    return bounded_period(seconds, attr, path) if seconds else None
+
+
+def _mark_bit(value: object, path: str) -> int | None:
+    """A ``masqueradeBit`` (0..31, kube-proxy's validation); None when unset.
+
+    Raises:
+        ConfigError: not an integer in 0..31, naming ``path``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 31:
+        raise ConfigError("KubeProxyConfiguration", f"{value!r} is not in 0..31", field=path)
+    return value
+
+
+def period_paths(doc: Mapping[str, Any]) -> tuple[str, str]:
+    """Where ``doc`` keeps ``syncPeriod`` and ``minSyncPeriod``: in the mode's section in
+    ``v1alpha1`` (:func:`sections`), at the top level in ``v1alpha2``, which has them nowhere
+    else; kube-proxy knows no other place in either version."""
+    if doc.get("apiVersion") == LENIENT_API_VERSION:
+        section, _ = sections(_get(doc, "mode"))
+        return f"{section}.syncPeriod", f"{section}.minSyncPeriod"
+    return "syncPeriod", "minSyncPeriod"
+
+
+def masquerade_all_paths(doc: Mapping[str, Any]) -> tuple[str, ...]:
+    """Where ``doc`` sets ``masqueradeAll``: the mode's mark section (:func:`sections`), and in
+    ``v1alpha2`` its ``linux`` section too (``v1alpha1`` has none: kube-proxy's conversion
+    takes the mode's section alone)."""
+    _, marks = sections(_get(doc, "mode"))
+    if doc.get("apiVersion") == LENIENT_API_VERSION:
+        return (f"{marks}.masqueradeAll",)
+    return f"{marks}.masqueradeAll", "linux.masqueradeAll"
+
+
+def honoured_fields(doc: Mapping[str, Any]) -> set[str]:
+    """The paths of :data:`HONOURED` that ``doc`` (a file of its version and mode) is read at:
+    its mode's sections only (a field of another is named as unused)."""
+    return (
+        (HONOURED - MODE_FIELDS - PERIODS - {"linux.masqueradeAll"})
+        | mode_fields(_get(doc, "mode"))
+        | set(period_paths(doc))
+        | set(masquerade_all_paths(doc))
+    )
+
+
+def _decodes(doc: Mapping[str, Any]) -> None:
+    """Every period and mark of the file's version has a value of its type, read or not:
+    kube-proxy decodes the whole file before it looks at the mode, so ``minSyncPeriod: often``
+    in a section the mode does not read still stops it (v1alpha1 has periods in its sections
+    only and no IPVS mark, fields it ignores; v1alpha2 refuses any field it does not know).
+
+    Raises:
+        ConfigError: a period that is not a Go duration, a mark that is not an integer.
+    """
+    lenient = doc.get("apiVersion") == LENIENT_API_VERSION
+    for path in sorted(PERIODS):
+        value = _get(doc, path)
+        if value not in (None, "") and not (lenient and "." not in path):
+            text = value[1:] if isinstance(value, str) and value.startswith("-") else value
+            parse_duration(text, path)
+    marks = ("iptables", "nftables") if lenient else ("iptables", "ipvs", "nftables")
+    for path in (f"{s}.masqueradeBit" for s in marks):
+        value = _get(doc, path)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ConfigError("KubeProxyConfiguration", f"{value!r} is not an integer", field=path)
+
+
 def _merge_periods(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
-    mode = _get(doc, "mode") or "nftables"
-    # IPVS mode takes its periods from the ipvs section and its mark from the iptables one.
-    section = mode if mode in ("iptables", "ipvs") else "nftables"
-    for key, attr in (("syncPeriod", "sync_period"), ("minSyncPeriod", "min_sync_period")):
-        for path in (f"{section}.{key}", key):
-            value = _get(doc, path)
-            seconds = parse_duration(value, path) if value else 0.0
-            if seconds > 0:  # kubeadm writes 0s for "default"
-                cfg = with_field(cfg, attr, bounded_period(seconds, attr, path))
-                break
-    marks = "iptables" if section == "ipvs" else section
-    bit = _get(doc, f"{marks}.masqueradeBit")
+    """Sync periods (:func:`period_paths`), the masquerade mark and ``masqueradeAll`` (from
+    the mode's sections, :func:`sections`)."""
+    _, marks = sections(_get(doc, "mode"))
+    _decodes(doc)
+    for path, attr in zip(period_paths(doc), ("sync_period", "min_sync_period"), strict=True):
+        seconds = _period(_get(doc, path), path, attr)
+        if seconds is not None:
+            cfg = with_field(cfg, attr, seconds)
+    # kube-proxy validates the iptables section's mark whatever the mode, the nftables one's
+    # in nftables mode (the one it then uses).
+    _mark_bit(_get(doc, "iptables.masqueradeBit"), "iptables.masqueradeBit")
+    bit = _mark_bit(_get(doc, f"{marks}.masqueradeBit"), f"{marks}.masqueradeBit")
     if bit is not None:
-        if not isinstance(bit, int) or not 0 <= bit <= 31:
-            raise ConfigError(
-                "KubeProxyConfiguration",
-                f"{bit!r} is not in 0..31",
-                field=f"{marks}.masqueradeBit",
-            )
         cfg = replace(cfg, masquerade_bit=bit)
-    # An empty mode is iptables for kube-proxy on Linux, nftables for nlproxy: either
-    # section's masqueradeAll counts then.
-    sections = (marks,) if _get(doc, "mode") else ("iptables", "nftables")
-    for path in (*(f"{s}.masqueradeAll" for s in sections), "linux.masqueradeAll"):
+    for path in masquerade_all_paths(doc):
         value = _get(doc, path)
         if value is not None and not isinstance(value, bool):
             raise ConfigError(
@@ -220,15 +272,6 @@ def _merge_periods(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
         if value:
             cfg = replace(cfg, masquerade_all=True)
     return cfg
-
-
-def _masquerade_all_paths(mode: object) -> set[str]:
-    """The ``masqueradeAll`` fields read in ``mode`` (a set one elsewhere is warned about)."""
-    if mode in ("iptables", "ipvs"):
-        return {"iptables.masqueradeAll", "linux.masqueradeAll"}
-    if mode == "nftables":
-        return {"nftables.masqueradeAll", "linux.masqueradeAll"}
-    return {"iptables.masqueradeAll", "nftables.masqueradeAll", "linux.masqueradeAll"}
 
 
 def _client(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
@@ -336,12 +379,16 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
         ConfigError: unreadable file, wrong kind/apiVersion, or an invalid value (names the field).
     """
     cfg = base or DaemonConfig()
-    doc = _read_config(path)
+    doc, duplicates = read_config(path)
     if not isinstance(doc, Mapping):
         raise ConfigError(f"config {path}", "is not a YAML mapping")
     if doc.get("kind") != "KubeProxyConfiguration" or doc.get("apiVersion") not in API_VERSIONS:
         raise ConfigError(
             f"config {path}", f"expected kind KubeProxyConfiguration, apiVersion {API_VERSIONS[0]}"
+        )
+    if duplicates and doc.get("apiVersion") != LENIENT_API_VERSION:
+        raise ConfigError(
+            f"config {path}", f"{duplicates[0]}; {doc['apiVersion']} allows each key once"
         )
     mode = _get(doc, "mode")
     if mode not in (None, "", *MODES):
@@ -360,6 +407,10 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
             field_ = f"KubeProxyConfiguration {path_}"
             cfg = with_field(cfg, attr, bind_address(doc[path_], port, field_))
     bind = _get(doc, "bindAddress")
+    if bind is not None and not isinstance(bind, str):  # YAML reads 167772161 as a number
+        raise ConfigError(
+            "KubeProxyConfiguration", f"{bind!r} is not an IP address", field="bindAddress"
+        )
     if bind and bind not in ("0.0.0.0", "::"):
         try:
             cfg = replace(cfg, node_ip=str(ip_address(bind)))
@@ -390,15 +441,12 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
         cfg = replace(cfg, nodeport_addresses=",".join(npa))
     cfg = _merge_periods(doc, cfg)
     cfg = replace(cfg, conntrack=_conntrack(doc.get("conntrack")))
-    honoured = (
-        HONOURED
-        | _masquerade_all_paths(mode)
-        | ({"ipvs.syncPeriod", "ipvs.minSyncPeriod"} if mode == "ipvs" else set())
-    )
+    honoured = honoured_fields(doc)
     unused = sorted(
         p for p in _leaves(doc) if p not in honoured and p.split(".")[0] not in IGNORED_QUIETLY
     )
-    warnings = [_unused(p) for p in unused]
+    warnings = [f"config {path}: {d}; the last value is used" for d in duplicates]
+    warnings += [_unused(p, doc) for p in unused]
     scheduler = _get(doc, "ipvs.scheduler")
     if scheduler:
         if not isinstance(scheduler, str):
@@ -417,6 +465,17 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
     return replace(cfg, warnings=tuple(warnings))
 
 
-def _unused(path: str) -> str:
+def _unused(path: str, doc: Mapping[str, Any]) -> str:
     hint = HINTS.get(path.split(".")[0])
+    mode = _get(doc, "mode")
+    periods, marks = sections(mode)
+    if path in PERIODS and doc.get("apiVersion") != LENIENT_API_VERSION:
+        hint = f"{doc.get('apiVersion')} has its sync periods at the top level"
+    elif path == "linux.masqueradeAll":
+        hint = f"{LENIENT_API_VERSION} sets masqueradeAll in the mode's section"
+    elif path in PERIODS and "." not in path:
+        hint = f"{LENIENT_API_VERSION} has its sync periods in the mode's section"
+    elif path in MODE_FIELDS | PERIODS:
+        section = marks if path.endswith(("masqueradeBit", "masqueradeAll")) else periods
+        hint = f"{'an empty mode' if not mode else f'mode {mode}'} reads the {section} section"
     return f"{path} is not used by nlproxy" + (f" ({hint})" if hint else "")

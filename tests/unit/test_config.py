@@ -171,14 +171,17 @@ def test_ipvs_periods_do_not_apply_in_nftables_mode(tmp_path: Path) -> None:
     text = KUBEADM_CONFIGMAP.replace("  strictARP: false\n  syncPeriod: 0s", "  syncPeriod: 45s")
     cfg = load_kube_proxy_config(write(tmp_path, text))
     assert cfg.sync_period == DaemonConfig().sync_period
-    assert cfg.warnings == ("ipvs.syncPeriod is not used by nlproxy",)
+    assert cfg.warnings == (
+        "ipvs.syncPeriod is not used by nlproxy (mode nftables reads the nftables section)",
+    )
 
 
 @pytest.mark.parametrize(
     ("mode", "iptables", "nftables", "want"),
     [
-        pytest.param('""', "true", "false", True, id="no-mode-either-section"),
-        pytest.param('""', "false", "true", True, id="no-mode-nftables-section"),
+        # An empty mode is kube-proxy's default, iptables: its section, as kube-proxy reads it.
+        pytest.param('""', "true", "false", True, id="no-mode-iptables-section"),
+        pytest.param('""', "false", "true", False, id="no-mode-not-the-nftables-section"),
         pytest.param("nftables", "false", "true", True, id="nftables"),
         pytest.param("nftables", "true", "false", False, id="nftables-reads-its-own"),
         pytest.param("iptables", "true", "false", True, id="iptables"),

@@ -27,14 +27,17 @@ CASES = {
     "nul-byte": (HEAD + "clusterCIDR: a\0b\n", "not valid YAML"),
     "two-documents": (HEAD + "---\n" + HEAD, "holds 2 YAML documents"),
     "huge-min-sync-period": (
-        HEAD + "nftables: {minSyncPeriod: 100000h}\n",
+        HEAD + "mode: nftables\nnftables: {minSyncPeriod: 100000h}\n",
         "nftables.minSyncPeriod: 3.6e+08s is more than 1m; every change would wait for it",
     ),
     "min-sync-period-over-sync-period": (
-        HEAD + "nftables: {minSyncPeriod: 30s, syncPeriod: 10s}\n",
+        HEAD + "iptables: {minSyncPeriod: 30s, syncPeriod: 10s}\n",
         "minSyncPeriod: 30s is longer than syncPeriod (10s)",
     ),
-    "huge-sync-period": (HEAD + "syncPeriod: 9999999h\n", "syncPeriod: 3.6e+10s is more than 24h"),
+    "huge-sync-period": (
+        HEAD + "iptables: {syncPeriod: 9999999h}\n",
+        "iptables.syncPeriod: 3.6e+10s is more than 24h",
+    ),
 }
 
 

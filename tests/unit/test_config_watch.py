@@ -5,12 +5,13 @@ that run, and a changed bind address asking for a restart."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
 from nlproxy.config import Flags, build_settings
-from nlproxy.config.watch import ConfigWatcher
+from nlproxy.config.watch import ConfigWatcher, Reload
 from tests.configs import KUBEADM_CONFIGMAP
 
 
@@ -130,3 +131,27 @@ def test_an_edit_in_place_is_noticed_and_a_missing_file_waited_for(tmp_path: Pat
     reload = watcher.check()
     assert reload is not None
     assert [str(c) for c in reload.changes] == ["daemon.min_sync_period: 0.1 -> 2.0"]
+
+
+def test_a_fifo_swapped_in_is_refused_without_blocking(volume: ConfigMapVolume) -> None:
+    watcher = _watcher(volume)
+    before = watcher.settings
+    data = volume.root / "..2026_11_28_12_00_99"
+    data.mkdir()
+    os.mkfifo(data / "config.conf")  # no writer: an open for reading would wait for one
+    tmp = volume.root / "..data_tmp"
+    tmp.symlink_to(data.name)
+    os.replace(tmp, volume.root / "..data")
+    result: list[Reload | None] = []
+    worker = threading.Thread(target=lambda: result.append(watcher.check()), daemon=True)
+    worker.start()
+    worker.join(60.0)  # generous: a refusal is a stat and an open
+    if worker.is_alive():  # release the blocked open with a writer that writes nothing
+        os.close(os.open(data / "config.conf", os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(60.0)
+        pytest.fail("reading the FIFO blocked")
+    [reload] = result
+    assert reload is not None
+    assert reload.error is not None
+    assert "is a FIFO, not a regular file" in reload.error
+    assert watcher.settings == before

@@ -22,6 +22,7 @@ kind: KubeProxyConfiguration
 hostnameOverride: node-from-file
 clusterCIDR: 10.244.0.0/16
 healthzBindAddress: 0.0.0.0:20256
+mode: nftables
 nftables:
   masqueradeBit: 12
   syncPeriod: 45s
