@@ -333,8 +333,11 @@ KUBEADM_CONFIG = ROOT / "tests/data/config/kubeadm-kube-proxy.conf"
 
 
 @contextlib.contextmanager
-def synced_pod(spec: pod.PodSpec, node_ns: str, scratch: Path) -> Iterator[test_first_boot.Logs]:
-    """The pod started on the node, once its /healthz says it has synced; killed at the end."""
+def synced_pod(
+    spec: pod.PodSpec, node_ns: str, scratch: Path
+) -> Iterator[tuple[test_first_boot.Logs, int]]:
+    """The pod started on the node, once its /healthz says it has synced (its log, its pid);
+    killed at the end."""
     scratch.mkdir()
     proc = pod.start(spec, node_ns, scratch)
     logs = test_first_boot.Logs(proc)
@@ -346,7 +349,7 @@ def synced_pod(spec: pod.PodSpec, node_ns: str, scratch: Path) -> Iterator[test_
                 code = http_get(node_ns, test_first_boot.HEALTHZ, "/healthz")[0]
             time.sleep(0.2)
         assert code == 200, f"not synced (exit {proc.poll()}): {logs.lines[-8:]}"
-        yield logs
+        yield logs, proc.pid
     finally:
         proc.kill()
         proc.wait(timeout=10)
@@ -360,6 +363,20 @@ def end_state_pod(api: ApiServer, pki: Pki, configmaps: dict[str, dict[str, str]
         service_account={"token": TOKEN, "ca.crt": pki.ca.read_text(), "namespace": "kube-system"},
         service_env={"KUBERNETES_SERVICE_HOST": CLUSTER_IP, "KUBERNETES_SERVICE_PORT": "443"},
     )
+
+
+def resident_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    [kib] = [line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")]
+    return int(kib) / 1024
+
+
+def memory_request_mib() -> float:
+    ds = pod.shipped(pod.DAEMONSET, "DaemonSet")
+    [proxy] = ds["spec"]["template"]["spec"]["containers"]
+    request = str(proxy["resources"]["requests"]["memory"])
+    assert request.endswith("Mi"), request
+    return float(request.removesuffix("Mi"))
 
 
 def scrape_from(ns: str) -> int | None:
@@ -386,7 +403,7 @@ def test_the_end_state_syncs_after_a_reboot(
         if boot == "after":  # a reboot: no rules at all, and so no ClusterIP
             sh("nft", "flush", "ruleset", ns=node_ns)
             assert readyz_through(node_ns, CLUSTER_IP, 443, pki) is None
-        with synced_pod(spec, node_ns, tmp_path / boot) as logs:
+        with synced_pod(spec, node_ns, tmp_path / boot) as (logs, pid):
             assert readyz_through(node_ns, CLUSTER_IP, 443, pki) == 200, boot
             # The guide's checks of a node.
             [starting] = logs.events("daemon.starting")
@@ -403,6 +420,8 @@ def test_the_end_state_syncs_after_a_reboot(
             )  # fmt: skip
             assert status.returncode == 0, status.stdout + status.stderr
             assert scrape_from(cp_ns) == 200, boot
+            # The DaemonSet asks for what an idle daemon of a small cluster holds, at least.
+            assert resident_mib(pid) < memory_request_mib(), boot
 
 
 @pytest.mark.parametrize("metrics", ["as kubeadm writes it", "as the guide sets it"])
