@@ -1,5 +1,5 @@
 # meta.sh: sourced by the build scripts; what a build says about itself, from the checkout:
-#   version             pyproject.toml's [project] version
+#   version             pyproject.toml's [project] version, and licence its licence
 #   revision            the commit built (git rev-parse HEAD), "-dirty" added when files differ
 #   SOURCE_DATE_EPOCH   exported: the commit's time unless already set, so every timestamp a
 #                       build writes (files, .deb, image `created`, SBOM) is the commit's
@@ -7,6 +7,7 @@
 #                       (then the .deb has no Homepage and the image no source label)
 # Needs $root (the checkout).
 version=$(/usr/bin/python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["version"])' "$root/pyproject.toml")
+licence=$(/usr/bin/python3 -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["project"]["license"])' "$root/pyproject.toml")
 revision=$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)
 if [ "$revision" != unknown ] && ! git -C "$root" diff --quiet HEAD -- 2>/dev/null; then
   revision=$revision-dirty

@@ -3,13 +3,16 @@ distributions' own metadata: no tool beyond the standard library, so the build's
 
     sbom.py OUT.json --site SITE-PACKAGES --name nlproxy --version 0.1.0
         [--wheels DIR]... [--dpkg-status ROOTFS/var/lib/dpkg/status]
+    sbom.py OUT.json --extend SBOM.json --dpkg-status ROOTFS/var/lib/dpkg/status
 
 ``--site``: every distribution installed there is a component (name, version, licence, its
 package URL ``pkg:pypi/...``) with the packages it requires; ``--wheels``: directories of the
 wheel files it was installed from, whose sha256 each component then carries (the same hashes as
 ``packaging/requirements.lock``); ``--dpkg-status``: the Debian packages of a root filesystem
-too (the image's), as ``pkg:deb/debian/...``. ``SOURCE_DATE_EPOCH`` gives the timestamp and the
-serial number is derived from the content, so one build's inputs give one file.
+too (the image's), as ``pkg:deb/debian/...``. ``--extend``: an SBOM written before (the .deb's,
+as installed in the image), its Debian packages added. ``SOURCE_DATE_EPOCH`` gives the
+timestamp and the serial number is derived from the content, so one build's inputs give one
+file.
 """
 
 from __future__ import annotations
@@ -119,6 +122,21 @@ def bom(
     main = {**main, "type": "application"}
     if dpkg_status is not None:
         components += debian_components(dpkg_status)
+    deps = [{"ref": ref, "dependsOn": on} for ref, on in sorted(depends.items())]
+    return _document(main, components, deps)
+
+
+def extend(sbom: Path, dpkg_status: Path) -> dict[str, Any]:
+    """``sbom`` with the Debian packages of ``dpkg_status`` added (the image's SBOM from the
+    .deb's)."""
+    doc = json.loads(sbom.read_text())
+    components = [*doc["components"], *debian_components(dpkg_status)]
+    return _document(doc["metadata"]["component"], components, doc.get("dependencies", []))
+
+
+def _document(
+    main: dict[str, Any], components: list[dict[str, Any]], deps: list[dict[str, Any]]
+) -> dict[str, Any]:
     epoch = int(os.environ.get("SOURCE_DATE_EPOCH", time.time()))
     doc: dict[str, Any] = {
         "bomFormat": "CycloneDX",
@@ -130,7 +148,7 @@ def bom(
             "component": main,
         },
         "components": components,
-        "dependencies": [{"ref": ref, "dependsOn": on} for ref, on in sorted(depends.items())],
+        "dependencies": deps,
     }
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).digest()
     doc["serialNumber"] = uuid.UUID(bytes=digest[:16], version=4).urn
@@ -140,9 +158,10 @@ def bom(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
-    ap.add_argument("--site", type=Path, required=True, help="the site-packages directory")
-    ap.add_argument("--name", required=True)
-    ap.add_argument("--version", required=True)
+    ap.add_argument("--site", type=Path, help="the site-packages directory")
+    ap.add_argument("--name")
+    ap.add_argument("--version")
+    ap.add_argument("--extend", type=Path, help="an SBOM to add --dpkg-status's packages to")
     ap.add_argument(
         "--wheels",
         type=Path,
@@ -152,6 +171,14 @@ def main() -> None:
     )
     ap.add_argument("--dpkg-status", type=Path, help="a root filesystem's var/lib/dpkg/status")
     args = ap.parse_args()
+    if args.extend is not None:
+        if args.dpkg_status is None:
+            ap.error("--extend needs --dpkg-status")
+        doc = extend(args.extend, args.dpkg_status)
+        args.out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        return
+    if args.site is None or args.name is None or args.version is None:
+        ap.error("--site, --name and --version are needed without --extend")
     doc = bom(name=args.name, version=args.version, site=args.site, wheels=args.wheels,
               dpkg_status=args.dpkg_status)  # fmt: skip
     args.out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
