@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.nlproxy-installed
 SRC    := $(shell find nlproxy native -name '*.py' -o -name '*.c' -o -name '*.h' -o -name '*.cdef') pyproject.toml setup.py
 
-.PHONY: all deps demo test lint typecheck unit bench vm-test clean wheel deb image
+.PHONY: all deps demo test lint typecheck unit bench vm-test clean wheel deb image lock
 
 all: deps
 
@@ -43,17 +43,36 @@ unit: deps
 bench: deps
 	$(PY) bench/run.py
 
-# The wheel (compiled shim and demo manifests included) into build/dist/.
-wheel: deps
-	bash packaging/build-wheel.sh $(PY) build/dist
+# Packages, into $(DIST): built from this checkout with the Python packages of the lock files only
+# (packaging/*.lock, hashes checked), reproducibly (docs/packaging.md).
+DIST       ?= build/dist
+VERSION    := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+DEB_ARCH   := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
+DEB        := $(DIST)/nlproxy_$(VERSION)-1_$(DEB_ARCH).deb
+DEB_INPUTS := $(SRC) $(shell find packaging deploy/systemd deploy/sysctl docs examples -type f \
+                -not -name '*.pyc') README.md LICENSE CHANGELOG.md
 
-# The Debian package (nlproxy in /opt/nlproxy, the systemd unit, ...) into build/dist/.
-deb:
-	bash packaging/build-deb.sh build/dist
+# The wheel (compiled shim and demo manifests included), built by a venv of the build lock.
+wheel:
+	bash packaging/need-debs.sh python3-dev gcc pkg-config libnftnl-dev libmnl-dev git
+	bash packaging/build-wheel.sh "$$(bash packaging/build-env.sh)" $(DIST)
 
-# The OCI image archive (podman load / ctr images import), the DaemonSet's tag, into build/dist/.
-image:
-	bash packaging/build-image.sh build/dist
+# The Debian package (nlproxy in /opt/nlproxy, the systemd unit, ...); rebuilt only when one of
+# its inputs is newer.
+deb: $(DEB)
+
+$(DEB): $(DEB_INPUTS)
+	bash packaging/build-deb.sh $(DIST)
+
+# The OCI image archive (podman load / ctr images import), the DaemonSet's tag, and its SBOM,
+# from the .deb above (built first only when it is not up to date).
+image: $(DEB)
+	bash packaging/build-image.sh $(DIST) $(DEB)
+
+# Refresh packaging/requirements.lock and packaging/build-requirements.lock to the newest releases
+# pyproject.toml allows (docs/packaging.md: how to review the change).
+lock:
+	bash packaging/lock.sh
 
 vm-test: deps
 	$(MAKE) -C vm-tests all

@@ -4,7 +4,12 @@
 #   1. mmdebstrap builds a minimal Debian bookworm root filesystem from the Debian archive, with
 #      the packages the .deb depends on (cached in build/image/ until that list changes);
 #   2. the .deb (DEB, or build-deb.sh builds it) is installed into a copy of it with dpkg --root;
-#   3. packaging/oci.py writes that tree as a one-layer OCI archive.
+#   3. packaging/oci.py writes that tree as a one-layer OCI archive, with OCI labels (version,
+#      revision, created, source, ...) and a CycloneDX SBOM of the image (the .deb's, with the
+#      Debian packages added) inside it, at /usr/share/doc/nlproxy/image.sbom.cdx.json, and
+#      beside the archive.
+# Reproducible: one .deb (one commit, packaging/build-deb.sh) gives one image digest, which it
+# prints after the archive's path. Every timestamp is SOURCE_DATE_EPOCH (packaging/meta.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/build/dist}
@@ -12,7 +17,9 @@ work=$root/build/image
 mkdir -p "$work" "$out"
 out=$(cd "$out" && pwd)
 
-bash "$root/packaging/need-debs.sh" mmdebstrap tar python3
+bash "$root/packaging/need-debs.sh" mmdebstrap tar python3 git
+# shellcheck source=packaging/meta.sh
+. "$root/packaging/meta.sh"
 deb=${2:-}
 [ -n "$deb" ] || deb=$(bash "$root/packaging/build-deb.sh" "$out" | tail -n 1)
 
@@ -42,11 +49,27 @@ mkdir -p "$rootfs"
 tar --numeric-owner -xpf "$base" -C "$rootfs"
 dpkg --root="$rootfs" -i "$deb" >/dev/null
 rm -rf "$rootfs"/var/cache/debconf/*-old "$rootfs"/var/lib/dpkg/*-old "$rootfs"/var/log/*
+sbom=$out/${name}_${tag}.sbom.cdx.json
+python3 "$root/packaging/sbom.py" "$sbom" --extend "$rootfs/usr/share/doc/nlproxy/sbom.cdx.json" \
+  --dpkg-status "$rootfs/var/lib/dpkg/status"
+install -m 0644 "$sbom" "$rootfs/usr/share/doc/nlproxy/image.sbom.cdx.json"
 
-# Step 3: the archive.
-tar --numeric-owner --xattrs --sort=name -C "$rootfs" -cf "$work/rootfs.tar" .
+# Step 3: the archive. Times clamped to SOURCE_DATE_EPOCH (dpkg and useradd wrote files just
+# now), no access or change times: the tarball depends on the files' contents only.
+tar --numeric-owner --xattrs --sort=name --mtime="@$SOURCE_DATE_EPOCH" --clamp-mtime \
+  --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
+  -C "$rootfs" -cf "$work/rootfs.tar" .
 archive=$out/${name}_${tag}.oci.tar
-python3 "$root/packaging/oci.py" "$work/rootfs.tar" "$archive" --name "$name" --tag "$tag" \
-  --cmd nlproxy --cmd run
+description=$(dpkg-deb --field "$deb" Description | sed -n 1p)
+labels=(--label "org.opencontainers.image.title=$name"
+        --label "org.opencontainers.image.description=$description"
+        --label "org.opencontainers.image.revision=$revision"
+        --label "org.opencontainers.image.licenses=$licence")
+if [ -n "$source_url" ]; then
+  labels+=(--label "org.opencontainers.image.source=$source_url")
+fi
+digest=$(python3 "$root/packaging/oci.py" "$work/rootfs.tar" "$archive" --name "$name" \
+  --tag "$tag" --cmd nlproxy --cmd run "${labels[@]}")
 rm -f "$work/rootfs.tar"
 echo "$archive"
+echo "$digest"

@@ -2,11 +2,14 @@
 # build-wheel.sh PYTHON OUTDIR: the nlproxy wheel (with the compiled shim and the demo manifests),
 # built by PYTHON, which must already have setuptools, wheel and cffi (no build isolation, so no
 # download). Builds from a copy of the checkout's files, not in place: setuptools' build/ directory
-# would otherwise carry modules deleted since the last build into the wheel.
+# would otherwise carry modules deleted since the last build into the wheel. Reproducible: the
+# zip's timestamps are SOURCE_DATE_EPOCH (packaging/meta.sh), and the shim names no build path.
 set -euo pipefail
 py=${1:?usage: build-wheel.sh PYTHON OUTDIR}
 out=${2:?usage: build-wheel.sh PYTHON OUTDIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=packaging/meta.sh
+. "$root/packaging/meta.sh"
 # A relative interpreter path must survive the cd below (and a venv's python must not be resolved
 # through its symlink, or it stops being the venv's).
 case $py in */*) py="$(cd "$(dirname "$py")" && pwd)/$(basename "$py")" ;; esac
@@ -18,5 +21,6 @@ trap 'rm -rf "$tmp"' EXIT
 (cd "$root" && git ls-files -z --cached --others --exclude-standard \
   | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -xf - -C "$tmp"
 rm -f "$out"/nlproxy-*.whl
+export CFLAGS="${CFLAGS:-} -ffile-prefix-map=$tmp=."
 (cd "$tmp" && "$py" -m pip wheel -q --no-deps --no-build-isolation -w "$out" .)
 ls "$out"/nlproxy-*.whl

@@ -1,11 +1,16 @@
 """Writes a one-layer OCI image archive (the oci-archive format of ``podman load``,
 ``skopeo copy oci-archive:`` and ``ctr images import``) from a root filesystem tarball.
 
-    oci.py ROOTFS.tar ARCHIVE.tar --name nlproxy --tag 0.1.0 [--cmd ARG]...
+    oci.py ROOTFS.tar ARCHIVE.tar --name nlproxy --tag 0.1.0 [--cmd ARG]... [--label K=V]...
 
 Standard library only, so any python3 runs it. The index names the image twice: with
 ``org.opencontainers.image.ref.name`` (what podman tags it with) and ``io.containerd.image.name``
 (what containerd does), both as Kubernetes resolves the DaemonSet's ``image: NAME:TAG``.
+
+Reproducible: nothing of the moment or the machine goes in. ``created`` (and the
+``org.opencontainers.image.created`` label) is ``SOURCE_DATE_EPOCH``, the layer is gzipped
+without a timestamp, the JSON documents are written with sorted keys, and the archive's entries
+carry no owner or time; so one root filesystem tarball gives one image digest.
 """
 
 from __future__ import annotations
@@ -70,10 +75,25 @@ def _layer(blobs: Path, rootfs: Path) -> tuple[dict[str, object], str]:
     return desc, f"sha256:{diff.hexdigest()}"
 
 
-def write_archive(rootfs: Path, archive: Path, *, name: str, tag: str, cmd: list[str]) -> None:
+def write_archive(
+    rootfs: Path,
+    archive: Path,
+    *,
+    name: str,
+    tag: str,
+    cmd: list[str],
+    labels: dict[str, str] | None = None,
+) -> str:
+    """Writes the archive; the image manifest's digest (what a registry and ``podman
+    inspect`` call the image's digest)."""
     created = time.strftime(
         "%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(os.environ.get("SOURCE_DATE_EPOCH", time.time())))
     )
+    all_labels = {
+        "org.opencontainers.image.version": tag,
+        "org.opencontainers.image.created": created,
+        **(labels or {}),
+    }
     with tempfile.TemporaryDirectory(dir=archive.parent) as tmp:
         layout = Path(tmp)
         blobs = layout / "blobs" / "sha256"
@@ -86,7 +106,7 @@ def write_archive(rootfs: Path, archive: Path, *, name: str, tag: str, cmd: list
             "config": {
                 "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
                 "Cmd": cmd,
-                "Labels": {"org.opencontainers.image.version": tag},
+                "Labels": all_labels,
             },
             "rootfs": {"type": "layers", "diff_ids": [diff_id]},
             "history": [{"created": created, "created_by": f"{name} {tag} on Debian"}],
@@ -100,13 +120,14 @@ def write_archive(rootfs: Path, archive: Path, *, name: str, tag: str, cmd: list
             },
             "layers": [layer],
         }
+        manifest_blob = _blob(blobs, json.dumps(manifest, sort_keys=True).encode())
         index = {
             "schemaVersion": 2,
             "mediaType": "application/vnd.oci.image.index.v1+json",
             "manifests": [
                 {
                     "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                    **_blob(blobs, json.dumps(manifest, sort_keys=True).encode()),
+                    **manifest_blob,
                     "platform": {"architecture": ARCH, "os": "linux"},
                     "annotations": {
                         "org.opencontainers.image.ref.name": f"{name}:{tag}",
@@ -122,6 +143,7 @@ def write_archive(rootfs: Path, archive: Path, *, name: str, tag: str, cmd: list
             for path in ("oci-layout", "index.json", "blobs"):
                 tar.add(layout / path, arcname=path, filter=_plain)
         shutil.move(part, archive)
+    return str(manifest_blob["digest"])
 
 
 def _plain(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -138,8 +160,14 @@ def main() -> None:
     ap.add_argument("--name", required=True)
     ap.add_argument("--tag", required=True)
     ap.add_argument("--cmd", action="append", default=[], help="the default command, word by word")
+    ap.add_argument("--label", action="append", default=[], help="KEY=VALUE, an image label")
     args = ap.parse_args()
-    write_archive(args.rootfs, args.archive.resolve(), name=args.name, tag=args.tag, cmd=args.cmd)
+    labels = dict(label.split("=", 1) for label in args.label)
+    digest = write_archive(
+        args.rootfs, args.archive.resolve(), name=args.name, tag=args.tag, cmd=args.cmd,
+        labels=labels,
+    )  # fmt: skip
+    print(digest)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +47,38 @@ def alert_job() -> str:
     return expr.split('"')[1]
 
 
-def down_rule(rules: dict[str, Any]) -> dict[str, Any]:
-    """The NlproxyDown rule of the PrometheusRule."""
+def down_rule(rules: dict[str, Any], *, absent: bool = False) -> dict[str, Any]:
+    """The NlproxyDown rule of the PrometheusRule for a target that stops answering (``up ==
+    0``), or with ``absent`` the one for no target at all (``absent(up)``)."""
     groups = rules["spec"]["groups"]
-    [down] = [r for g in groups for r in g["rules"] if r.get("alert") == "NlproxyDown"]
+    [down] = [
+        r
+        for g in groups
+        for r in g["rules"]
+        if r.get("alert") == "NlproxyDown" and str(r["expr"]).startswith("absent(") == absent
+    ]
     return dict(down)
+
+
+def render(template: str, labels: dict[str, str], value: float) -> str:
+    """An annotation as Prometheus renders it, for the templates the shipped rules use:
+    ``{{ $labels.NAME }}`` and ``{{ $value }}`` (anything else fails the test that asks)."""
+    out = re.sub(r"\{\{\s*\$labels\.(\w+)\s*\}\}", lambda m: labels[m.group(1)], template)
+    out = re.sub(r"\{\{\s*\$value\s*\}\}", f"{value:g}", out)
+    assert "{{" not in out, f"a template this renderer does not know: {template!r}"
+    return out
+
+
+def promtool_test_rules(tmp_path: Path, tests: list[dict[str, Any]]) -> str:
+    """``promtool test rules`` of ``tests`` against the shipped PrometheusRule's groups; its
+    output, after asserting it passed."""
+    rules = one(MONITORING / "nlproxy-alerts.yaml", "PrometheusRule")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rules["spec"]["groups"]}))
+    doc = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}
+    path = tmp_path / "tests.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = subprocess.run(
+        [promtool(), "test", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout

@@ -9,14 +9,25 @@ rules answered it. Real TCP and UDP from pod-c; the guide's nlproxy commands run
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from nlproxy.demo.echo import Result, UdpSession, tcp_request
 from nlproxy.demo.testbed import Testbed
-from tests.kernel import topo
-from tests.kernel.daemon import VIP_A, Daemon, daemon, publish, wait_until
+from tests.kernel import pod, test_first_boot, topo
+from tests.kernel.daemon import VIP_A, Daemon, daemon, http_get, publish, wait_until
+from tests.kernel.pod import ROOT
+from tests.kernel.test_first_boot import CLUSTER_IP, readyz_through
+from tests.kube.apiserver import ApiServer
+from tests.kube.conftest import TOKEN
+from tests.kube.tls import Pki
+from tests.netns import sh
 
 testbed = topo.testbed
 
@@ -313,3 +324,134 @@ def test_iptables_nft_chains_are_found_and_only_kube_proxys_removed(
     assert "-A INPUT -j KUBE-FIREWALL" in saved
     assert "-A INPUT -j KUBE-FW-USER" in saved
     assert "-A POSTROUTING -s 10.244.0.0/16 ! -d 10.244.0.0/16 -j MASQUERADE" in saved
+
+
+# The end state (the last section of docs/migrating.md), on a node of its own: the shipped
+# DaemonSet's container in a namespace whose only way to the API server is its own address.
+control_plane = test_first_boot.control_plane
+KUBEADM_CONFIG = ROOT / "tests/data/config/kubeadm-kube-proxy.conf"
+
+
+@contextlib.contextmanager
+def synced_pod(
+    spec: pod.PodSpec, node_ns: str, scratch: Path
+) -> Iterator[tuple[test_first_boot.Logs, int]]:
+    """The pod started on the node, once its /healthz says it has synced (its log, its pid);
+    killed at the end."""
+    scratch.mkdir()
+    proc = pod.start(spec, node_ns, scratch)
+    logs = test_first_boot.Logs(proc)
+    try:
+        deadline = time.monotonic() + 90  # generous: a loaded machine, a cold interpreter
+        code = 0
+        while time.monotonic() < deadline and proc.poll() is None and code != 200:
+            with contextlib.suppress(OSError):
+                code = http_get(node_ns, test_first_boot.HEALTHZ, "/healthz")[0]
+            time.sleep(0.2)
+        assert code == 200, f"not synced (exit {proc.poll()}): {logs.lines[-8:]}"
+        yield logs, proc.pid
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        logs.close(proc)
+
+
+def end_state_pod(api: ApiServer, pki: Pki, configmaps: dict[str, dict[str, str]]) -> pod.PodSpec:
+    return pod.daemonset_pod(
+        node_name=test_first_boot.NODE,
+        configmaps=configmaps,
+        service_account={"token": TOKEN, "ca.crt": pki.ca.read_text(), "namespace": "kube-system"},
+        service_env={"KUBERNETES_SERVICE_HOST": CLUSTER_IP, "KUBERNETES_SERVICE_PORT": "443"},
+    )
+
+
+def resident_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    [kib] = [line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")]
+    return int(kib) / 1024
+
+
+def memory_request_mib() -> float:
+    ds = pod.shipped(pod.DAEMONSET, "DaemonSet")
+    [proxy] = ds["spec"]["template"]["spec"]["containers"]
+    request = str(proxy["resources"]["requests"]["memory"])
+    assert request.endswith("Mi"), request
+    return float(request.removesuffix("Mi"))
+
+
+def scrape_from(ns: str) -> int | None:
+    """The status of GET /metrics at the node's address, port 10249, from ``ns``; None: no
+    answer (nothing listens there)."""
+    try:
+        return test_first_boot.http_get_from(ns, test_first_boot.NODE_IP, 10249, "/metrics")[0]
+    except OSError:
+        return None
+
+
+def test_the_end_state_syncs_after_a_reboot(
+    control_plane: tuple[str, str, ApiServer, Pki], tmp_path: Path
+) -> None:
+    """Step 1 of the end state done (``api-server`` in nlproxy's ConfigMap), kube-proxy's
+    ConfigMap deleted as step 3 allows: the node syncs, and after a reboot (every rule gone,
+    the pod started again) it syncs again, through the API server's own address."""
+    node_ns, cp_ns, api, pki = control_plane
+    real = f"https://{test_first_boot.API_IP}:{api.port}"
+    ours = dict(pod.shipped(pod.CONFIGMAP, "ConfigMap")["data"])
+    ours["api-server"] = real  # the guide's `kubectl patch configmap nlproxy`
+    spec = end_state_pod(api, pki, {"nlproxy": ours})  # no kube-proxy ConfigMap at all
+    for boot in ("before", "after"):
+        if boot == "after":  # a reboot: no rules at all, and so no ClusterIP
+            sh("nft", "flush", "ruleset", ns=node_ns)
+            assert readyz_through(node_ns, CLUSTER_IP, 443, pki) is None
+        with synced_pod(spec, node_ns, tmp_path / boot) as (logs, pid):
+            assert readyz_through(node_ns, CLUSTER_IP, 443, pki) == 200, boot
+            # The guide's checks of a node.
+            [starting] = logs.events("daemon.starting")
+            assert starting["source"] == f"in-cluster, API server {real}", boot
+            assert CLUSTER_IP not in starting["source"]
+            tables = sh("nft", "list", "tables", ns=node_ns).split("\n")
+            assert {t.strip() for t in tables if t.strip()} == {
+                "table ip nlproxy",
+                "table ip6 nlproxy",
+            }, boot
+            status = subprocess.run(
+                ["ip", "netns", "exec", node_ns, sys.executable, "-m", "nlproxy", "status"],
+                capture_output=True, text=True, timeout=60, check=False, cwd=ROOT,
+            )  # fmt: skip
+            assert status.returncode == 0, status.stdout + status.stderr
+            assert scrape_from(cp_ns) == 200, boot
+            # The DaemonSet asks for what an idle daemon of a small cluster holds, at least.
+            assert resident_mib(pid) < memory_request_mib(), boot
+
+
+@pytest.mark.parametrize("metrics", ["as kubeadm writes it", "as the guide sets it"])
+def test_kube_proxys_config_conf_needs_the_metrics_address(
+    control_plane: tuple[str, str, ApiServer, Pki], tmp_path: Path, metrics: str
+) -> None:
+    """``--config /var/lib/kube-proxy/config.conf``, kubeadm's file: its ``metricsBindAddress:
+    ""`` keeps metrics on the node's loopback, out of Prometheus' reach; the guide's
+    ``0.0.0.0:10249`` brings them back."""
+    node_ns, cp_ns, api, pki = control_plane
+    real = f"https://{test_first_boot.API_IP}:{api.port}"
+    config = KUBEADM_CONFIG.read_text()
+    assert 'metricsBindAddress: ""' in config
+    if metrics == "as the guide sets it":
+        config = config.replace('metricsBindAddress: ""', "metricsBindAddress: 0.0.0.0:10249")
+    configmaps = {
+        "nlproxy": dict(pod.shipped(pod.CONFIGMAP, "ConfigMap")["data"]),
+        "kube-proxy": {
+            "config.conf": config,
+            "kubeconfig.conf": test_first_boot.kubeadm_kubeconfig(real),
+        },
+    }
+    spec = end_state_pod(api, pki, configmaps)
+    at = spec.argv.index("/etc/nlproxy/config.conf")
+    spec.argv[at] = "/var/lib/kube-proxy/config.conf"  # the guide's tip of step 1
+    with synced_pod(spec, node_ns, tmp_path / "pod"):
+        assert readyz_through(node_ns, CLUSTER_IP, 443, pki) == 200
+        code, _ = test_first_boot.http_get_from(node_ns, "127.0.0.1", 10249, "/metrics")
+        assert code == 200  # served either way, on loopback at least
+        if metrics == "as kubeadm writes it":
+            assert scrape_from(cp_ns) is None
+        else:
+            assert scrape_from(cp_ns) == 200

@@ -19,7 +19,7 @@ from prometheus_client.metrics_core import Metric
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.daemon import running_daemon_families
-from tests.monitoring import alert_job, down_rule, one, promtool
+from tests.monitoring import alert_job, down_rule, one, promtool, promtool_test_rules, render
 
 testbed = topo.testbed
 
@@ -99,7 +99,7 @@ def test_dashboard_shape() -> None:
             assert t["refId"], p["title"]
     titles = " ".join(p["title"].lower() for p in graphs)
     for topic in ("sync duration", "programming", "failures", "rejected", "drift", "unreachable",
-                  "conntrack", "memory", "cpu"):  # fmt: skip
+                  "conntrack", "memory", "cpu", "foreign proxy"):  # fmt: skip
         assert topic in titles, topic
 
 
@@ -110,6 +110,12 @@ ALERTS_WANTED = {
     "NlproxyProgrammingLatencyHigh",
     "NlproxyRejectedServices",
 }
+NEW_ALERTS_WANTED = {
+    "NlproxyForeignProxyTables",
+    "NlproxyUnreachableEndpoints",
+    "NlproxyNodePortAddressesMissing",
+    "NlproxyAPIKindUnavailable",
+}
 
 
 def test_rules_shape() -> None:
@@ -118,7 +124,10 @@ def test_rules_shape() -> None:
     assert doc["kind"] == "PrometheusRule"
     assert doc["metadata"]["name"]
     alerts = [r for g in doc["spec"]["groups"] for r in g["rules"]]
-    assert {r["alert"] for r in alerts} >= ALERTS_WANTED
+    assert {r["alert"] for r in alerts} >= ALERTS_WANTED | NEW_ALERTS_WANTED
+    assert [r["expr"] for r in alerts if r["alert"] == "NlproxyDown"][1:] == [
+        f'absent(up{{job="{alert_job()}"}})'
+    ]
     for r in alerts:
         assert r["expr"], r["alert"]
         assert r["labels"]["severity"], r["alert"]
@@ -222,3 +231,124 @@ def test_nlproxy_down_fires_when_a_target_stops_answering(tmp_path: Path) -> Non
         [promtool(), "test", "rules", str(path)], capture_output=True, text=True, check=False
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_rules_carry_kube_prometheus_stacks_release_label() -> None:
+    """kube-prometheus-stack's Prometheus selects PodMonitors and PrometheusRules by the
+    ``release`` label (its Helm release's name); without it neither is picked up."""
+    for path, kind in (
+        (MONITORING / "nlproxy-podmonitor.yaml", "PodMonitor"),
+        (ALERTS, "PrometheusRule"),
+    ):
+        labels = one(path, kind)["metadata"]["labels"]
+        assert labels["release"] == "kube-prometheus-stack", path.name
+        assert labels["k8s-app"] == "nlproxy", path.name
+
+
+def test_the_release_label_is_documented() -> None:
+    doc = (MONITORING.parent.parent / "docs/monitoring.md").read_text()
+    assert "release: kube-prometheus-stack" in doc
+    assert "kubectl -n kube-system label --overwrite podmonitor/nlproxy" in doc
+
+
+INSTANCE, OTHER = "192.0.2.1:10249", "192.0.2.2:10249"
+
+
+def _alert(name: str, labels: dict[str, str], value: float) -> dict[str, Any]:
+    """The alert ``name`` as Prometheus would fire it for a series with ``labels`` whose
+    value is ``value``: the rule's own labels added, its annotations rendered."""
+    doc = one(ALERTS, "PrometheusRule")
+    [rule] = [
+        r
+        for g in doc["spec"]["groups"]
+        for r in g["rules"]
+        if r.get("alert") == name and not str(r["expr"]).startswith("absent(")
+    ]
+    full = {**labels, **rule["labels"]}
+    return {
+        "exp_labels": full,
+        "exp_annotations": {k: render(v, full, value) for k, v in rule["annotations"].items()},
+    }
+
+
+def _series(metric: str, labels: dict[str, str], values: str) -> dict[str, str]:
+    inner = ",".join(f'{k}="{v}"' for k, v in {"job": alert_job(), **labels}.items())
+    return {"series": f"{metric}{{{inner}}}", "values": values}
+
+
+# Each new alert from synthetic series: pending before its ``for:``, firing after it, for the
+# one instance whose series crossed the line (the other, healthy, stays quiet).
+# (alert, metric, the firing series' extra labels, its values, the healthy one's, eval
+# times (pending, firing), the value at firing)
+NEW_ALERTS = [
+    ("NlproxyForeignProxyTables", "nlproxy_foreign_proxy_tables",
+     {"family": "ip", "table": "kube-proxy", "mode": "nftables"}, "_ _ 1x20", None, (5, 12), 1),
+    ("NlproxyUnreachableEndpoints", "nlproxy_unreachable_endpoints", {}, "0 0 3x30", "0x32",
+     (10, 25), 3),
+    ("NlproxyNodePortAddressesMissing", "nlproxy_nodeport_addresses_missing",
+     {"ip_family": "IPv6"}, "0 0 1x20", "0x22", (8, 15), 1),
+    ("NlproxyAPIKindUnavailable", "nlproxy_source_unavailable_kinds",
+     {"kind": "ServiceCIDR", "verb": "list", "reason": "forbidden"}, "_ _ 1x20", None, (8, 15), 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", NEW_ALERTS, ids=[c[0] for c in NEW_ALERTS])
+def test_each_new_alert_fires_from_its_series(tmp_path: Path, case: tuple[Any, ...]) -> None:
+    name, metric, extra, values, healthy, (pending, firing), value = case
+    series = [_series(metric, {"instance": INSTANCE, **extra}, values)]
+    if healthy is not None:
+        series.append(_series(metric, {"instance": OTHER, **extra}, healthy))
+    expected = _alert(name, {"instance": INSTANCE, **extra}, value)
+    promtool_test_rules(
+        tmp_path,
+        [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": f"{pending}m", "alertname": name, "exp_alerts": []},
+                    {"eval_time": f"{firing}m", "alertname": name, "exp_alerts": [expected]},
+                ],
+            }
+        ],
+    )
+
+
+def test_nlproxy_down_fires_when_no_target_is_scraped_at_all(tmp_path: Path) -> None:
+    """The ``absent()`` form: no nlproxy target at all (another job's targets are there)."""
+    job = alert_job()
+    rule = down_rule(one(ALERTS, "PrometheusRule"), absent=True)
+    labels = {"job": job, **rule["labels"]}
+    expected = {
+        "exp_labels": labels,
+        "exp_annotations": {k: render(v, labels, 1) for k, v in rule["annotations"].items()},
+    }
+    promtool_test_rules(
+        tmp_path,
+        [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {
+                        "series": 'up{job="node-exporter",instance="192.0.2.9:9100"}',
+                        "values": "1x20",
+                    },
+                    # nlproxy scraped at first, then its DaemonSet goes.
+                    {"series": f'up{{job="{job}",instance="{INSTANCE}"}}', "values": "1 1"},
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "8m", "alertname": "NlproxyDown", "exp_alerts": []},
+                    {"eval_time": "20m", "alertname": "NlproxyDown", "exp_alerts": [expected]},
+                ],
+            }
+        ],
+    )
+
+
+def test_every_new_alert_has_a_promtool_test() -> None:
+    assert {c[0] for c in NEW_ALERTS} == NEW_ALERTS_WANTED
+
+
+def test_the_dashboard_shows_foreign_proxy_tables() -> None:
+    [panel] = [p for p in panels(dashboard()) if "foreign proxy tables" in p["title"].lower()]
+    assert any("nlproxy_foreign_proxy_tables" in t["expr"] for t in panel["targets"])

@@ -3,6 +3,8 @@ filesystem and runs there (the one ``make image`` builds; the image test sends t
 
 from __future__ import annotations
 
+import gzip
+import re
 import subprocess
 import tomllib
 from pathlib import Path
@@ -79,3 +81,42 @@ def test_installed_into_debian(built: dict[str, Path]) -> None:
     assert _chroot(rootfs, "nlproxy", "version").startswith(f"nlproxy {VERSION} (libnftnl ")
     cfg = (rootfs / "opt/nlproxy/pyvenv.cfg").read_text()
     assert "executable = /usr/bin/python3.11" in cfg
+
+
+def test_what_debian_tools_expect(deb: Path, built: dict[str, Path]) -> None:
+    """md5sums (``dpkg --verify`` reads them), changelogs, a Homepage that is a web address or
+    none, and no file:// one."""
+    control = subprocess.run(
+        ["dpkg-deb", "--info", str(deb), "md5sums"], capture_output=True, text=True, check=True
+    ).stdout
+    assert " opt/nlproxy/bin/nlproxy\n" in control
+    assert " usr/share/doc/nlproxy/copyright\n" in control
+    verify = subprocess.run(
+        ["dpkg", f"--root={built['rootfs']}", "--verify", "nlproxy"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert (verify.returncode, verify.stdout) == (0, ""), verify.stdout + verify.stderr
+    homepage = _deb("--field", str(deb), "Homepage").strip()
+    assert homepage == "" or homepage.startswith("https://"), homepage
+    doc = built["rootfs"] / "usr/share/doc/nlproxy"
+    changelog = gzip.decompress((doc / "changelog.Debian.gz").read_bytes()).decode()
+    assert changelog.startswith(f"nlproxy ({VERSION}-1) bookworm; urgency=medium\n")
+    assert re.search(r"\n -- .+ <.+>  \w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d \+0000\n$", changelog)
+    upstream = gzip.decompress((doc / "changelog.gz").read_bytes()).decode()
+    assert upstream == (ROOT / "CHANGELOG.md").read_text()
+
+
+def test_only_nlproxy_in_its_bin_and_the_docs_beside_the_readme(deb: Path) -> None:
+    listing = _deb("--contents", str(deb))
+    paths = {line.split()[5].removeprefix(".") for line in listing.splitlines()}
+    scripts = {
+        p.removeprefix("/opt/nlproxy/bin/") for p in paths if p.startswith("/opt/nlproxy/bin/")
+    }
+    assert scripts - {""} == {"nlproxy", "python", "python3", "python3.11"}
+    # README.md's links (docs/*.md) resolve beside it.
+    shipped = {p.removeprefix("/usr/share/doc/nlproxy/") for p in paths}
+    for linked in sorted(
+        set(re.findall(r"\(?`?(docs/[\w-]+\.md)", (ROOT / "README.md").read_text()))
+    ):
+        assert linked in shipped, linked
+    assert {f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md")} <= shipped
