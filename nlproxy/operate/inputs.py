@@ -10,6 +10,7 @@ server (:func:`api_changes`). No output: the callers print.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -97,6 +98,10 @@ def api_changes(s: Settings) -> list[Replace]:
     from nlproxy.cluster.kube_http import Forbidden, Http, NotServed, list_kind
 
     client = api_client_from_config(s.daemon.kubeconfig, server=s.daemon.api_server)
+    # urllib3 warns of each retry: a command that lists once says what failed in one line.
+    pool_log = logging.getLogger("urllib3.connectionpool")
+    level = pool_log.level
+    pool_log.setLevel(logging.ERROR)
     try:
         http = Http(client)
         out: list[Replace] = []
@@ -111,5 +116,6 @@ def api_changes(s: Settings) -> list[Replace]:
             out.append(Replace(kind=spec.kind, changes=listing.changes))
         return out
     finally:
+        pool_log.setLevel(level)
         untyped: Any = client  # the kubernetes package is untyped
         untyped.close()

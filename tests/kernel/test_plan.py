@@ -29,6 +29,8 @@ from nlproxy.sync.fingerprint import RECORD_CHAIN
 from nlproxy.sync.kernel import SyncKernel
 from tests.kernel import topo
 from tests.kernel.test_commands import NODE, world
+from tests.kube.apiserver import ApiServer
+from tests.kube.conftest import TOKEN, write_kubeconfig
 from tests.netns import sh
 
 FLAGS = ["--node-name", NODE, "--cluster-cidr", "10.244.0.0/16", "--service-cidr", "10.96.0.0/16"]
@@ -249,3 +251,33 @@ def test_config_previews_a_configuration_change(
     assert {"change": "add", "kind": "element", "family": "ip",
             "object": "cluster-cidrs { 10.248.0.0/16 }"} in shared["changes"]  # fmt: skip
     assert kernel_state(ns) == state
+
+
+def test_the_api_server_is_a_source_like_a_manifests_directory(
+    make_netns: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same objects from the API server and from files plan the same batch; an API server
+    that cannot be reached is one line and exit 1."""
+    ns = make_netns("plan-api")
+    objs = world(random.Random(17), 6)
+    d = topo.write_manifests(tmp_path / "m", objs)
+    plural = {"Service": "services", "EndpointSlice": "endpointslices", "Node": "nodes"}
+    api = ApiServer(token=TOKEN)
+    api.start()
+    try:
+        for obj in objs:
+            api.store.put(plural[obj["kind"]], obj)
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api)
+        from_files = plan_json(ns, d, capsys)
+        capsys.readouterr()
+        args = ["--netns", ns, "plan", "--kubeconfig", str(kubeconfig), "--json", *FLAGS]
+        assert main(args) == 0
+        from_api = json.loads(capsys.readouterr().out)
+    finally:
+        api.stop()
+    assert from_api["changes"] is True
+    assert from_api["batches"] == from_files["batches"]
+    assert main(["--netns", ns, "plan", "--kubeconfig", str(kubeconfig), *FLAGS]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "Traceback" not in err
