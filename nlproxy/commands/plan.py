@@ -15,6 +15,10 @@ import json
 import sys
 from dataclasses import fields
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nlproxy.config import Settings
 
 NAME = "plan"
 HELP = "show what the next sync would change (elements, chains, rules, conntrack flows), read only"
@@ -45,16 +49,7 @@ so the plan of a daemon is asked for with that daemon's own command line."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from nlproxy.commands import run
-
-    src = parser.add_mutually_exclusive_group()
-    src.add_argument("--manifests", type=Path, metavar="DIR", help="read objects from DIR")
-    src.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster)")
-    donor = argparse.ArgumentParser(add_help=False)
-    run.add_arguments(donor)
-    for action in donor._actions:
-        if action.dest in BORROWED:
-            parser._add_action(action)
+    add_source_and_settings(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--exit-code",
@@ -68,16 +63,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def add_source_and_settings(parser: argparse.ArgumentParser) -> None:
+    """``--manifests`` or ``--kubeconfig``, and ``run``'s flags that shape the rules."""
+    from nlproxy.commands import run
+
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--manifests", type=Path, metavar="DIR", help="read objects from DIR")
+    src.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster)")
+    donor = argparse.ArgumentParser(add_help=False)
+    run.add_arguments(donor)
+    for action in donor._actions:
+        if action.dest in BORROWED:
+            parser._add_action(action)
+
+
+def settings(args: argparse.Namespace) -> Settings:
+    """The settings the parsed flags (and ``--config``) give; their warnings are printed."""
     from nlproxy.config import Flags, build_settings
-    from nlproxy.operate.plan import dry_run
-    from nlproxy.operate.plan_report import render_text, report, report_json
 
     names = {f.name for f in fields(Flags)}
     s = build_settings(Flags(**{k: v for k, v in vars(args).items() if k in names}))
     for warning in s.daemon.warnings:
         print(f"nlproxy: warning: {warning}", file=sys.stderr)
-    dry = dry_run(s)
+    return s
+
+
+def run(args: argparse.Namespace) -> int:
+    from nlproxy.operate.plan import dry_run
+    from nlproxy.operate.plan_report import render_text, report, report_json
+
+    dry = dry_run(settings(args))
     rep = report(
         dry.batches,
         dry.before,

@@ -51,7 +51,7 @@ _DNAT = re.compile(
     r"\[ meta load l4proto => reg 1 \] \[ cmp eq reg 1 0x(?P<proto>[0-9a-f]{8}) \] "
     r"\[ numgen reg 1 = random mod (?P<mod>\d+) \] "
     r"\[ lookup reg 1 set (?P<map>__map\d+) dreg 1 0x0 \] "
-    r"\[ nat dnat ip6? addr_min reg 1 addr_max reg 1 proto_min reg 9 proto_max reg 9 "
+    r"\[ nat dnat ip6? addr_min reg 1 addr_max reg 1 proto_min reg (?P<preg>\d+) proto_max reg (?P=preg) "
     r"flags 0x[0-9a-f]+ \]"
 )
 _SADDR = {Family.IP: ("4b", "12", Field.IP_SADDR), Family.IP6: ("16b", "8", Field.IP6_SADDR)}
