@@ -27,9 +27,28 @@ EXIT_DIFFERENT = 4
 EXIT_FAILURE = 1
 
 
+DESCRIPTION = (
+    HELP + ". The certificate before replacing kube-proxy on a node: kube-proxy's `ip`/`ip6 "
+    "kube-proxy` tables are read over netlink, nlproxy's plan is made from the same objects "
+    "(--manifests DIR or the API server, with run's flags), and one new connection per Service "
+    "port, family, frontend (ClusterIP, NodePort on the node's address, external and "
+    "load-balancer IPs) and kind of client (a pod on this node, a pod on another node, the "
+    "node itself, an outside client, and one inside loadBalancerSourceRanges), plus an "
+    "unserved port and an unallocated ClusterIP, is traced through both. Every connection "
+    "whose endpoints, masquerading or verdict (accept, reject, drop) differ is named in words; "
+    "differences nlproxy means (kube-proxy's --masquerade-all) are marked by design with the "
+    "reason; a summary line ends the report. Exit 0 when nothing differs but by design, 4 when "
+    "something does, 1 when kube-proxy's rules cannot be read (none on this node, or a rule of "
+    "an unknown shape). nftables mode only. Named compare, not a preflight flag: preflight "
+    "says whether the node is ready to switch; compare says whether the Services would behave "
+    "the same once it has, as diff and plan tools compare two states."
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from nlproxy.commands.plan import add_source_and_settings
 
+    parser.description = DESCRIPTION
     add_source_and_settings(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 

@@ -48,7 +48,22 @@ BORROWED = (
 so the plan of a daemon is asked for with that daemon's own command line."""
 
 
+DESCRIPTION = (
+    HELP
+    + ". Like `terraform plan` or `kubectl diff`: the next sync runs with nothing applied (the "
+    "tables are read back, each batch is checked by the kernel and kept, the conntrack cleanup "
+    "lists the flows it would delete), so what is printed is the sync's own batch. Per Service "
+    "(and for the shared objects) it shows the elements, chains, rules and sets added (+), "
+    "changed (~) and removed (-), and the flows that would be deleted; --json prints every "
+    "operation of every batch, in order. The source is --manifests DIR or the API server; "
+    "the settings are run's own flags, so --config NEW previews a configuration change. "
+    "Objects left out are named. Exit 0; with --exit-code 1 when anything would change; 1 for "
+    "a runtime failure, 2 for a usage or configuration error."
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
     add_source_and_settings(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
