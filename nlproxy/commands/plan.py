@@ -1,6 +1,7 @@
 """``nlproxy plan``: what the next sync would change, without changing anything.
 
-Thin wiring over :func:`nlproxy.operate.plan.dry_run` and :mod:`nlproxy.operate.plan_report`.
+Thin wiring over :func:`nlproxy.operate.plan.dry_run`, :mod:`nlproxy.operate.plan_report` and
+``plan_render``.
 The source is ``--manifests DIR`` or the API server (``--kubeconfig``, or in-cluster); the
 settings are ``run``'s flags that shape the rules, ``--config`` included, so ``plan --config
 NEW`` previews a configuration change. Exit status 0; with ``--exit-code``, 1 when the sync
@@ -105,7 +106,8 @@ def settings(args: argparse.Namespace) -> Settings:
 
 def run(args: argparse.Namespace) -> int:
     from nlproxy.operate.plan import dry_run
-    from nlproxy.operate.plan_report import render_text, report, report_json
+    from nlproxy.operate.plan_render import render_text, report_json
+    from nlproxy.operate.plan_report import report
 
     dry = dry_run(settings(args))
     rep = report(

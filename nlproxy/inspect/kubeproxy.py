@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from nlproxy.errors import NlproxyError
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.decode import UndecodedRule
-from nlproxy.nft.dump import Interrupted, dump, generation
+from nlproxy.nft.dump import Interrupted, ReadbackError, dump, generation
 from nlproxy.nft.ir import (
     Cmp,
     DnatMap,
@@ -51,8 +51,8 @@ _DNAT = re.compile(
     r"\[ meta load l4proto => reg 1 \] \[ cmp eq reg 1 0x(?P<proto>[0-9a-f]{8}) \] "
     r"\[ numgen reg 1 = random mod (?P<mod>\d+) \] "
     r"\[ lookup reg 1 set (?P<map>__map\d+) dreg 1 0x0 \] "
-    r"\[ nat dnat ip6? addr_min reg 1 addr_max reg 1 proto_min reg (?P<preg>\d+) proto_max reg (?P=preg) "
-    r"flags 0x[0-9a-f]+ \]"
+    r"\[ nat dnat ip6? addr_min reg 1 addr_max reg 1 "
+    r"proto_min reg (?P<preg>\d+) proto_max reg (?P=preg) flags 0x[0-9a-f]+ \]"
 )
 _SADDR = {Family.IP: ("4b", "12", Field.IP_SADDR), Family.IP6: ("16b", "8", Field.IP6_SADDR)}
 _FIREWALL = re.compile(
@@ -82,8 +82,6 @@ def read_kube_proxy(family: Family, netns: str | None = None) -> Ruleset | None:
         ReadbackError: the ruleset kept changing while it was read.
         ConfigError: the namespace cannot be entered.
     """
-    from nlproxy.nft.dump import ReadbackError
-
     with NetfilterSocket(netns) as s:
         for _ in range(_RETRIES):
             try:

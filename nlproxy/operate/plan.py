@@ -11,7 +11,8 @@ that starts (the tables read back, planned with the kernel's backends slots, dif
 A Syncer records each commit's inputs in the tables (the restart record); the plan runs it
 without records, so it always reads the tables back and never trusts a record (a sync's batch
 also carries its record: the report leaves that bookkeeping out). What the report says of the
-batch is ``plan_report.py``'s. Read only: the kernel's tables and flows are as they were.
+batch is ``plan_report.py``'s, its text ``plan_render.py``'s. Read only: the kernel's tables and
+flows are as they were.
 """
 
 from __future__ import annotations

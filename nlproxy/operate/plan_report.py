@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv6Address
-from typing import Any, assert_never
+from typing import assert_never
 
 from nlproxy.conntrack.kernel import Flow, FlowFilter
 from nlproxy.nft.ir import (
@@ -420,106 +420,3 @@ def _rule_changes(
         if st.fp not in old_fps
     ]
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Output
-
-
-_FP = re.compile(r' comment "fp=[0-9a-f]{12}"| fp=[0-9a-f]{12}(?=")')
-
-
-def _quiet(line: str) -> str:
-    """``line`` without the rule fingerprints (``reconcile.fingerprint``): bookkeeping, not
-    what the rule does."""
-    return _FP.sub("", line)
-
-
-def describe_filter(flt: FlowFilter) -> str:
-    """A cleanup filter in words: ``udp to 10.96.0.10:53 answered by 10.244.1.5:53``."""
-    text = f"{flt.proto or 'any'} to {flt.orig_dst or 'any address'}:{flt.orig_dport or 'any'}"
-    if flt.reply_src is not None:
-        text += f" answered by {flt.reply_src}"
-        if flt.reply_sport is not None:
-            text += f":{flt.reply_sport}"
-    if flt.dnat is False:
-        text += " not DNAT'd (rejected while the Service had no endpoints)"
-    return text
-
-
-def render_text(rep: Report) -> str:
-    """The report as an operator reads it."""
-    lines: list[str] = []
-    ops = rep.operations
-    if not rep.changed:
-        lines.append(
-            f"No changes: the kernel's rules are what the next sync would program "
-            f"({rep.services} Services)."
-        )
-    else:
-        per = ", ".join(f"{family} {count}" for family, count in ops.items())
-        lines.append(
-            f"The next sync would send {sum(ops.values())} operations ({per}) for "
-            f"{sum(1 for g in rep.groups if g.owner and g.changes)} Services"
-            + (f" and shared objects; delete {rep.flows} conntrack flows." if rep.flows else ".")
-        )
-    for group in rep.groups:
-        lines.append("")
-        lines.append(f"Service {group.owner}" if group.owner else "Shared objects")
-        for c in group.changes:
-            lines.append(_quiet(f"  {c.sign} {c.kind} {c.family} {c.name} {c.text}".rstrip()))
-            if c.was:
-                lines.append(_quiet(f"      was {c.was}"))
-        lines += [
-            f"  conntrack: delete {c.flows} flows: {describe_filter(c.filter)}"
-            for c in group.cleanups
-            if c.flows
-        ]
-    if rep.problems:
-        lines.append("")
-        lines += [f"Left out: {p}" for p in rep.problems]
-    return "\n".join(lines) + "\n"
-
-
-def report_json(rep: Report) -> dict[str, Any]:
-    """The report as one JSON object: the batches exactly, and the changes per Service."""
-    return {
-        "changes": rep.changed,
-        "operations": {str(f): c for f, c in rep.operations.items()},
-        "conntrack_flows": rep.flows,
-        "batches": [
-            {
-                "family": str(family),
-                "operations": [
-                    {
-                        "verb": str(st.verb),
-                        "kind": st.kind,
-                        "name": st.name,
-                        "object": f"{st.name} {st.text}".rstrip(),
-                        "service": st.owner or None,
-                    }
-                    for st in family_steps
-                ],
-            }
-            for family, family_steps in rep.batches
-        ],
-        "services": [
-            {
-                "service": g.owner or None,
-                "changes": [
-                    {
-                        "change": {"+": "add", "-": "remove", "~": "change"}[c.sign],
-                        "kind": c.kind,
-                        "family": str(c.family),
-                        "object": f"{c.name} {c.text}".rstrip(),
-                        **({"was": c.was} if c.was else {}),
-                    }
-                    for c in g.changes
-                ],
-                "conntrack": [{"filter": str(c.filter), "flows": c.flows} for c in g.cleanups],
-            }
-            for g in rep.groups
-        ],
-        "left_out": list(rep.problems),
-        "warnings": list(rep.warnings),
-    }

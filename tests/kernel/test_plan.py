@@ -23,7 +23,8 @@ from nlproxy.nft.reconcile import count_ops
 from nlproxy.nft.tables import Tables
 from nlproxy.operate.once import run_once
 from nlproxy.operate.plan import dry_run
-from nlproxy.operate.plan_report import report, report_json
+from nlproxy.operate.plan_render import report_json
+from nlproxy.operate.plan_report import report
 from nlproxy.proxy.naming import TABLE
 from nlproxy.sync.fingerprint import RECORD_CHAIN
 from nlproxy.sync.kernel import SyncKernel

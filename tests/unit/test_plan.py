@@ -10,7 +10,8 @@ import pytest
 from nlproxy.cli import main
 from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.nft.reconcile import count_ops, diff
-from nlproxy.operate.plan_report import Report, render_text, report, report_json
+from nlproxy.operate.plan_render import render_text, report_json
+from nlproxy.operate.plan_report import Report, report
 from nlproxy.proxy.planner import plan
 from nlproxy.sync.result import as_programmed
 from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot
