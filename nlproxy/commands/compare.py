@@ -28,20 +28,22 @@ EXIT_FAILURE = 1
 
 
 DESCRIPTION = (
-    HELP + ". The certificate before replacing kube-proxy on a node: kube-proxy's `ip`/`ip6 "
-    "kube-proxy` tables are read over netlink, nlproxy's plan is made from the same objects "
-    "(--manifests DIR or the API server, with run's flags), and one new connection per Service "
-    "port, family, frontend (ClusterIP, NodePort on the node's address, external and "
+    HELP + ". "
+    "The certificate before replacing kube-proxy on a node: kube-proxy's `ip`/`ip6 kube-"
+    "proxy` tables are read over netlink, nlproxy's plan is made from the same objects "
+    "(--manifests DIR or the API server, with run's flags), and one new connection per "
+    "Service port, family, frontend (ClusterIP, NodePort on the node's address, external and "
     "load-balancer IPs) and kind of client (a pod on this node, a pod on another node, the "
     "node itself, an outside client, and one inside loadBalancerSourceRanges), plus an "
     "unserved port and an unallocated ClusterIP, is traced through both. Every connection "
-    "whose endpoints, masquerading or verdict (accept, reject, drop) differ is named in words; "
-    "differences nlproxy means (kube-proxy's --masquerade-all) are marked by design with the "
-    "reason; a summary line ends the report. Exit 0 when nothing differs but by design, 4 when "
-    "something does, 1 when kube-proxy's rules cannot be read (none on this node, or a rule of "
-    "an unknown shape). nftables mode only. Named compare, not a preflight flag: preflight "
-    "says whether the node is ready to switch; compare says whether the Services would behave "
-    "the same once it has, as diff and plan tools compare two states."
+    "whose endpoints, masquerading or verdict (accept, reject, drop) differ is named in "
+    "words; differences nlproxy means (kube-proxy's --masquerade-all) are marked by design "
+    "with the reason; a summary line ends the report. Exit 0 when nothing differs but by "
+    "design, 4 when something does, 1 when kube-proxy's rules cannot be read (none on this "
+    "node, or a rule of an unknown shape; kube-proxy in iptables or IPVS mode is named and "
+    "declined): nftables mode only. Named compare, not a preflight flag: preflight says "
+    "whether the node is ready to switch; compare says whether the Services would behave the "
+    "same once it has, as diff and plan tools compare two states."
 )
 
 
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from nlproxy.commands.plan import settings
-    from nlproxy.operate.compare import certify, read_kube, render_text, to_json
+    from nlproxy.operate.compare import certify, read_kube, render_text, to_json, why_no_table
     from nlproxy.operate.inputs import cluster_inputs, local_addresses
     from nlproxy.operate.plan import source_changes
     from nlproxy.proxy.planner import plan
@@ -69,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"nlproxy: left out: {problem}", file=sys.stderr)
     kube = read_kube(s.netns)
     if all(rs is None for rs in kube.values()):
-        print("nlproxy: compare: no kube-proxy nftables table on this node", file=sys.stderr)
+        print(f"nlproxy: compare: {why_no_table(s.netns)}", file=sys.stderr)
         return EXIT_FAILURE
     ours = plan(inputs.snapshot, s.proxy).rulesets
     cert = certify(kube, ours, inputs.snapshot, s.proxy)

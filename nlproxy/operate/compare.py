@@ -299,6 +299,21 @@ def by_design(outcome: Outcome, masquerade_all: bool, config: ProxyConfig) -> st
     return ""
 
 
+def why_no_table(netns: str | None) -> str:
+    """Why there is no kube-proxy nftables table to compare with: kube-proxy in another mode
+    (its chains in the iptables-nft tables), or no kube-proxy at all."""
+    from nlproxy.inspect.foreign import detect
+
+    others = [t for t in detect(netns) if t.mode != "nftables"]
+    if others:
+        found = "; ".join(t.describe for t in others)
+        return (
+            f"kube-proxy runs in iptables (or IPVS) mode on this node ({found}); compare reads "
+            "kube-proxy's nftables mode only"
+        )
+    return "no kube-proxy nftables table on this node"
+
+
 def read_kube(netns: str | None) -> dict[Family, Ruleset | None]:
     """kube-proxy's tables on this node (None for a family without one).
 

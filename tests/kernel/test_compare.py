@@ -162,3 +162,21 @@ def test_a_node_without_kube_proxy_is_one_line(
     assert main(["--netns", ns, "compare", "--manifests", str(objects), *FLAGS]) == 1
     err = capsys.readouterr().err
     assert err == "nlproxy: compare: no kube-proxy nftables table on this node\n"
+
+
+def test_iptables_mode_is_named_and_declined(
+    make_netns: Callable[[str], str],
+    reference: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ns = make_netns("cmp-ipt")
+    rules = (reference / "iptables" / "iptables-save.txt").read_text()
+    sh("iptables-restore", ns=ns, input_=rules)
+    capsys.readouterr()
+    objects = served(reference, tmp_path / "m")
+    assert main(["--netns", ns, "compare", "--manifests", str(objects), *FLAGS]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("nlproxy: compare: kube-proxy runs in iptables (or IPVS) mode")
+    assert "KUBE-* chains in table ip nat" in err
+    assert err.endswith("compare reads kube-proxy's nftables mode only\n")
