@@ -219,7 +219,16 @@ def dry_run(s: Settings) -> DryRun:
         after=dict(result.plan.rulesets),
         flows=dry.flows.would,
         problems=(*inputs.problems, *refused),
-        warnings=(*load_warnings, *inputs.warnings),
+        warnings=(
+            *load_warnings,
+            *inputs.warnings,
+            *(
+                f"Service {key}: its round-robin or consistent-hash tables wait for a later sync "
+                "(past the per-sync quota): this batch keeps it as programmed, or on random "
+                "choice when new"
+                for key in sorted(result.deferred, key=str)
+            ),
+        ),
         deferred=frozenset(result.deferred),
         services=len(inputs.snapshot.services),
     )
