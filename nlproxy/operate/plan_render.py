@@ -46,10 +46,16 @@ def render_text(rep: Report) -> str:
         )
     else:
         per = ", ".join(f"{family} {count}" for family, count in ops.items())
+        services = sum(1 for g in rep.groups if g.owner and g.changes)
         lines.append(
-            f"The next sync would send {sum(ops.values())} operations ({per}) for "
-            f"{sum(1 for g in rep.groups if g.owner and g.changes)} Services"
-            + (f" and shared objects; delete {rep.flows} conntrack flows." if rep.flows else ".")
+            f"The next sync would send {sum(ops.values())} operations ({per}) for {services} "
+            f"Service{'' if services == 1 else 's'}"
+            + (
+                " and the shared objects"
+                if any(not g.owner and g.changes for g in rep.groups)
+                else ""
+            )
+            + (f", and delete {rep.flows} conntrack flows." if rep.flows else ".")
         )
     for group in rep.groups:
         lines.append("")

@@ -46,7 +46,14 @@ from nlproxy.nft.packed import unpack_run
 from nlproxy.nft.reconcile import programmed_fingerprint
 from nlproxy.nft.render import priority_text, render_element, render_rule, set_type
 from nlproxy.proxy import naming as n
-from nlproxy.proxy.layout import SHAPES, FrontKey, element_front, front_key, proto_number
+from nlproxy.proxy.layout import (
+    SHAPES,
+    FrontKey,
+    element_front,
+    front_key,
+    programmed_frontends,
+    proto_number,
+)
 
 SHARED = ""
 """The owner of what no one Service owns."""
@@ -145,9 +152,11 @@ class Owners:
     """Who owns what, from the tables before and after the sync."""
 
     def __init__(self, rulesets: Iterable[Ruleset]) -> None:
+        self.rulesets = list(rulesets)
         self.fronts: dict[FrontKey, str] = {}
         self.addrs: dict[IPAddress, set[str]] = defaultdict(set)
-        for rs in rulesets:
+        self._endpoints: dict[IPAddress, set[str]] | None = None
+        for rs in self.rulesets:
             for shape in SHAPES:
                 for name in (shape.dispatch, shape.no_endpoint):
                     for key, el in rs.elements.get(name, {}).items():
@@ -166,9 +175,24 @@ class Owners:
         if fk is not None:
             return self.fronts.get(fk, SHARED)
         if el.set == n.CLUSTER_IPS and el.key and isinstance(el.key[0], IPv4Address | IPv6Address):
-            owners = self.addrs.get(el.key[0], set())
-            return next(iter(owners)) if len(owners) == 1 else SHARED
+            return _one(self.addrs.get(el.key[0], set()))
+        if el.set == n.HAIRPIN and el.key and isinstance(el.key[0], IPv4Address | IPv6Address):
+            return _one(self.endpoints().get(el.key[0], set()))
         return _named(el.set, s.comment if s is not None else "")
+
+    def endpoints(self) -> dict[IPAddress, set[str]]:
+        """The Services each endpoint address serves, before or after (read when first asked:
+        only a hairpin element needs it)."""
+        if self._endpoints is None:
+            self._endpoints = defaultdict(set)
+            for rs in self.rulesets:
+                found = programmed_frontends([rs])
+                for fe, backends in found.backends.items():
+                    owner = _service(found.services.get(fe, ""))
+                    if owner is not None:
+                        for b in backends:
+                            self._endpoints[b.addr].add(owner)
+        return self._endpoints
 
     def frontend(self, flt: FlowFilter) -> str:
         if flt.proto is None or flt.orig_dport is None:
@@ -178,6 +202,11 @@ class Owners:
             (proto, flt.orig_dst, flt.orig_dport),
             self.fronts.get((proto, None, flt.orig_dport), ""),
         )
+
+
+def _one(owners: set[str]) -> str:
+    """The one owner, or shared when several (or none) own it."""
+    return next(iter(owners)) if len(owners) == 1 else SHARED
 
 
 def _service(comment: str) -> str | None:

@@ -55,6 +55,7 @@ def test_an_endpoint_going_changes_its_service_and_a_service_going_is_removed() 
     web_changes = _changes(rep, "default/web")
     assert ("~", "element", "service-ips") in web_changes  # goto cluster-ip-2 → cluster-ip-1
     assert ("-", "element", "backends") in web_changes  # the second endpoint's slot
+    assert ("-", "element", "hairpin") in web_changes  # the endpoint's, so the Service's
     assert all(sign == "-" for sign, _, _ in _changes(rep, "default/gone"))
     assert ("-", "element", "service-ips") in _changes(rep, "default/gone")
     assert ("+", "element", "no-endpoint-services") in _changes(rep, "default/aff")
