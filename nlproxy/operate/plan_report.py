@@ -1,4 +1,4 @@
-"""``nlproxy plan``'s report: a sync's batches told per Service, as text or JSON.
+"""``nlproxy plan``'s report: a sync's batches told per Service (``plan_render.py`` prints it).
 
 Sits after ``plan.py`` (which ran the sync without applying it). Each operation of each batch
 becomes a :class:`Step` (a packed run of elements one step per element, as the kernel counts
@@ -6,7 +6,8 @@ them), rendered nft-like with ``nft/render`` and given to the Service it belongs
 
 - an element of a map keyed by frontend (``service-ips``, ``backends``, ``firewall-allow``…)
   to the Service whose dispatch element (before or after) carries that frontend's comment;
-- a ``cluster-ips`` element to the Service of that address;
+- a ``cluster-ips`` element to the Service of that address, a ``hairpin`` element to the
+  Service its endpoint serves (when only one does);
 - a per-port chain, map or set (ClientIP affinity, round-robin, consistent hash) to the Service
   its name or comment names, and a rule to its chain's Service;
 - anything else (the table, base and shared dispatch chains, node and range sets) is shared.
