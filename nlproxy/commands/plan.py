@@ -53,7 +53,9 @@ DESCRIPTION = (
     HELP
     + ". Like `terraform plan` or `kubectl diff`: the next sync runs with nothing applied (the "
     "tables are read back, each batch is checked by the kernel and kept, the conntrack cleanup "
-    "lists the flows it would delete), so what is printed is the sync's own batch. Per Service "
+    "lists the flows it would delete), so what is printed is the sync's own batch: exactly "
+    "what run --once sends, and a daemon at its start or after a verify (a running daemon's "
+    "in-place sync programs the same tables, its batch perhaps grouped otherwise). Per Service "
     "(and for the shared objects) it shows the elements, chains, rules and sets added (+), "
     "changed (~) and removed (-), and the flows that would be deleted; --json prints every "
     "operation of every batch, in order. The source is --manifests DIR or the API server; "

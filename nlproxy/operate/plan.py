@@ -6,7 +6,10 @@ tables are read back as a sync reads them, each batch the sync would commit is c
 kernel (sent without its end, so the kernel aborts it: nft's ``--check``) and kept, and each
 conntrack cleanup lists the flows it would delete instead of deleting them. So the plan is not a
 second implementation of the diff: it is the sync's own batch, the Syncer's path for a process
-that starts (the tables read back, planned with the kernel's backends slots, diffed whole).
+that starts (the tables read back, planned with the kernel's backends slots, diffed whole):
+exactly what ``run --once`` sends, and a daemon at its start or after a verify. A daemon's
+in-place sync between those programs the same tables from its last plan; its batch may group
+the same changes otherwise.
 
 A Syncer records each commit's inputs in the tables (the restart record); the plan runs it
 without records, so it always reads the tables back and never trusts a record (a sync's batch
@@ -17,6 +20,7 @@ flows are as they were.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,11 +28,12 @@ from dataclasses import dataclass, field
 from nlproxy.cluster.model import Replace, ServiceKey
 from nlproxy.config import Settings
 from nlproxy.conntrack.kernel import Conntrack, Flow, FlowFilter, Flows
-from nlproxy.errors import ConfigError
+from nlproxy.errors import ConfigError, KernelError
 from nlproxy.nft.backend import NftBackend
 from nlproxy.nft.ir import Family, Operation, Ruleset, Table
 from nlproxy.nft.readback import KernelReadBack
 from nlproxy.nft.tables import ReadBack, Tables
+from nlproxy.nft.validate import validate
 from nlproxy.operate.inputs import api_changes, cluster_inputs, local_addresses
 from nlproxy.proxy.naming import TABLE
 from nlproxy.sync.kernel import SyncKernel
@@ -39,21 +44,36 @@ Batch = tuple[Family, list[Operation]]
 
 class DryTables:
     """One family's table where nothing applies: :meth:`apply` has the kernel check the batch
-    (so a batch the kernel would refuse is refused here too) and keeps it in ``batches``."""
+    (so a batch the kernel would refuse is refused here too) and keeps it in ``batches``.
 
-    def __init__(self, real: NftBackend, batches: list[Batch]) -> None:
+    A table owned by another process (a daemon run with ``--owned-table``) refuses every batch
+    from this socket, checks included: its batches are then validated as the backend validates
+    them before sending, and the family is named in ``unchecked``.
+    """
+
+    def __init__(self, real: NftBackend, batches: list[Batch], unchecked: set[Family]) -> None:
         self.real = real
         self.table: Table = real.table
         self.batches = batches
+        self.unchecked = unchecked
 
     def apply(self, ops: Sequence[Operation], known: Ruleset | None = None) -> object:
-        self.real.check(ops, known)
+        self.check(ops, known)
         if ops:
             self.batches.append((self.table.family, list(ops)))
         return None
 
     def check(self, ops: Sequence[Operation], known: Ruleset | None = None) -> None:
-        self.real.check(ops, known)
+        if self.table.family not in self.unchecked:
+            try:
+                self.real.check(ops, known)
+            except KernelError as exc:
+                if exc.errno != errno.EPERM:
+                    raise
+                self.unchecked.add(self.table.family)
+            else:
+                return
+        validate(self.table, ops, known or self.real.known())
 
     def known(self) -> Ruleset:
         return self.real.known()
@@ -119,6 +139,7 @@ class DryKernel:
 
     netns: str | None
     batches: list[Batch] = field(default_factory=list)
+    unchecked: set[Family] = field(default_factory=set)
     readback: KeptReadBack = field(init=False)
     flows: DryFlows = field(init=False)
 
@@ -127,7 +148,7 @@ class DryKernel:
         self.flows = DryFlows(Conntrack(self.netns))
 
     def tables(self, table: Table) -> Tables:
-        return DryTables(NftBackend(table, netns=self.netns), self.batches)
+        return DryTables(NftBackend(table, netns=self.netns), self.batches, self.unchecked)
 
     def kernel(self) -> SyncKernel:
         flows: Flows = self.flows
@@ -197,13 +218,9 @@ def dry_run(s: Settings) -> DryRun:
     changes, load_errors, load_warnings = source_changes(s)
     inputs = cluster_inputs(s, changes, load_errors, local=local_addresses(s))
     dry = DryKernel(s.netns)
-    syncer = Syncer(
-        s.proxy,
-        dry.kernel(),
-        owner=s.owned_table,
-        flush_tcp=s.conntrack_flush_tcp,
-        record=False,
-    )
+    # Not the table's owner: a running daemon owns it already, and making this process the
+    # owner is no change to the rules.
+    syncer = Syncer(s.proxy, dry.kernel(), flush_tcp=s.conntrack_flush_tcp, record=False)
     try:
         with gc_paused():
             result = syncer.sync(inputs.snapshot)
@@ -222,6 +239,11 @@ def dry_run(s: Settings) -> DryRun:
         warnings=(
             *load_warnings,
             *inputs.warnings,
+            *(
+                f"table {family} {TABLE} is owned by another process (--owned-table): its "
+                "batch was validated, not checked by the kernel"
+                for family in sorted(dry.unchecked)
+            ),
             *(
                 f"Service {key}: its round-robin or consistent-hash tables wait for a later sync "
                 "(past the per-sync quota): this batch keeps it as programmed, or on random "

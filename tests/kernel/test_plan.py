@@ -28,6 +28,7 @@ from nlproxy.operate.plan_report import report
 from nlproxy.proxy.naming import TABLE
 from nlproxy.sync.fingerprint import RECORD_CHAIN
 from nlproxy.sync.kernel import SyncKernel
+from nlproxy.sync.result import as_programmed
 from tests.kernel import topo
 from tests.kernel.test_commands import NODE, world
 from tests.kube.apiserver import ApiServer
@@ -282,3 +283,52 @@ def test_the_api_server_is_a_source_like_a_manifests_directory(
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert "Traceback" not in err
+
+
+def test_a_table_a_running_daemon_owns_is_planned_all_the_same(
+    make_netns: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --owned-table only the daemon's socket may write the table, and the kernel refuses
+    even a check from another: the batch is validated instead, and said so. The daemon's next
+    sync (in place, from its last plan: its batch may be grouped otherwise) programs exactly
+    the tables the plan planned."""
+    from nlproxy.operate.inputs import cluster_inputs
+    from nlproxy.operate.plan import source_changes
+    from nlproxy.sync.syncer import Syncer
+
+    ns = make_netns("plan-owned")
+    first, second = tmp_path / "first", tmp_path / "second"
+    objs = world(random.Random(23), 8)
+    topo.write_manifests(first, objs)
+    topo.write_manifests(second, changed(objs)[0])
+
+    def snapshot(directory: Path) -> Any:
+        s = settings(ns, directory)
+        changes, errors, _ = source_changes(s)
+        return cluster_inputs(s, changes, errors).snapshot
+
+    sent: list[Batch] = []
+    daemon = Syncer(settings(ns, first).proxy, recording_kernel(ns, sent), owner=True)
+    try:
+        daemon.sync(snapshot(first))
+        state = kernel_state(ns)
+        shown = plan_json(ns, second, capsys)
+        planned = dry_run(settings(ns, second))
+        assert kernel_state(ns) == state
+        assert shown["changes"] is True
+        assert [w for w in shown["warnings"] if "is owned by another process" in w]
+        sent.clear()
+        assert daemon.sync(snapshot(second)).incremental
+        assert sent
+        for family, rs in planned.after.items():
+            now = read_ruleset(family, TABLE, netns=ns)
+            assert now is not None
+            want = as_programmed(rs)
+            assert now.chains == want.chains
+            assert now.sets == want.sets
+            assert now.rules == want.rules
+            assert {k: dict(v) for k, v in now.elements.items()} == {
+                k: dict(v) for k, v in want.elements.items()
+            }
+    finally:
+        daemon.close()
