@@ -8,6 +8,8 @@
 - ``foreign``: another proxy's rules (kube-proxy's tables and chains), found and removed.
 - ``ipvs``: what kube-proxy's IPVS mode leaves outside nftables (ipsets, ``kube-ipvs0``, virtual
   servers), found and removed.
+- ``kubeproxy``: kube-proxy's nftables tables read whole, as rulesets the tracer walks (for
+  ``nlproxy compare``).
 
 ``nlproxy inspect``'s rows (programmed endpoints joined with their verdicts) are
 ``operate/inspect.py``'s.

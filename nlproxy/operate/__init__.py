@@ -17,5 +17,8 @@ values or text; none parses a command line (``commands/`` does) and the daemon i
   print or delete them.
 - ``preflight``: ``nlproxy preflight``: what would bite a kube-proxy node's switch to nlproxy.
 - ``once``: ``nlproxy run --once``: reconcile once from a manifests directory, name what was
-  left out.
+  left out. ``inputs``: the snapshot a one-shot sync plans from (shared with ``plan``).
+- ``plan``, ``plan_report``, ``plan_render``: ``nlproxy plan``: the next sync run with nothing
+  applied, its batches told per Service, as text or JSON.
+- ``compare``: ``nlproxy compare``: kube-proxy's live rules traced against nlproxy's plan.
 """

@@ -13,16 +13,22 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from nlproxy.config import Settings, external_networks
+from nlproxy.config import Settings
 from nlproxy.errors import ConfigError
 
 if TYPE_CHECKING:
     from nlproxy.cluster.manifests import DirectoryRead
+    from nlproxy.sync.kernel import SyncKernel
 
 EXIT_INVALID_OBJECTS = 3
 
 
-def run_once(s: Settings, *, end: Callable[[int], int] = lambda status: status) -> int:
+def run_once(
+    s: Settings,
+    *,
+    end: Callable[[int], int] = lambda status: status,
+    kernel: SyncKernel | None = None,
+) -> int:
     """Reconcile once from ``--manifests`` and return the exit status.
 
     Args:
@@ -30,6 +36,7 @@ def run_once(s: Settings, *, end: Callable[[int], int] = lambda status: status) 
         end: given the exit status last, while the cluster and the plan are still referenced,
             and returns it (the command line's may end the process there, freeing nothing one
             by one).
+        kernel: the kernel to sync (default: the real one of ``s.netns``).
 
     Raises:
         ConfigError: ``s.manifests`` is not a directory.
@@ -41,32 +48,30 @@ def run_once(s: Settings, *, end: Callable[[int], int] = lambda status: status) 
     # Collecting cycles among the plan's objects only costs time in a one-shot sync (about
     # 0.5 s of 4 s at 10k services x 10 endpoints); collection resumes when it is done.
     with gc_paused():
-        return _run_once(s, end)
+        return _run_once(s, end, kernel)
 
 
-def _run_once(s: Settings, end: Callable[[int], int]) -> int:
+def _run_once(s: Settings, end: Callable[[int], int], kernel: SyncKernel | None) -> int:
     from nlproxy.cluster.manifests import load_manifests, read_manifests
-    from nlproxy.cluster.state import ClusterState
     from nlproxy.log import get_logger
+    from nlproxy.operate.inputs import cluster_inputs, local_addresses
     from nlproxy.sync.kernel import real as real_kernel
     from nlproxy.sync.syncer import FAMILIES, Syncer, SyncResult
 
     log = get_logger("run")
-    cfg, pcfg = s.daemon, s.proxy
     if s.manifests is None or not s.manifests.is_dir():
         raise ConfigError("--manifests", f"{s.manifests} is not a directory")
-    local = None
-    if pcfg.nodeport_cidrs(4) or pcfg.nodeport_cidrs(6):
-        from nlproxy.inspect.rtnl import interface_addresses
-
-        local = interface_addresses(s.netns)
     syncer = Syncer(
-        pcfg, real_kernel(s.netns), owner=s.owned_table, flush_tcp=s.conntrack_flush_tcp
+        s.proxy,
+        real_kernel(s.netns) if kernel is None else kernel,
+        owner=s.owned_table,
+        flush_tcp=s.conntrack_flush_tcp,
     )
     try:
         # Each file is read once, as the loader reads it (beneath the directory, regular files
         # only, within the budget): the digest is of the bytes the loader is given.
         read = read_manifests(s.manifests)
+        local = local_addresses(s)
         files = _manifests_digest(s, read, local)
         # The same files and settings as a run that had nothing to report, and nobody wrote
         # since: nothing to parse, plan or send (docs/ruleset.md, restart by fingerprint).
@@ -77,32 +82,17 @@ def _run_once(s: Settings, end: Callable[[int], int]) -> int:
         del read
         for warning in loaded.warnings:
             print(f"nlproxy: warning: {warning}", file=sys.stderr)
-        state = ClusterState(
-            cfg.node_name,
-            external_ip_cidrs=external_networks(cfg),
-            service_cidrs=pcfg.service_cidrs,
-        )
-        state.apply(loaded.changes)
         # The loader's per-file changes (kept for a daemon's reload) are not needed once the
         # state holds the model: let them go before the plan is built, not after.
-        load_errors, warned = loaded.errors, bool(loaded.warnings)
+        inputs = cluster_inputs(s, loaded.changes, loaded.errors, local=local)
+        warned = bool(loaded.warnings)
         del loaded
-        if local is not None:
-            state.set_local_addresses(local)
-        from nlproxy.proxy.planner import nodeport_gaps
-
-        gaps = nodeport_gaps(state.snapshot(), pcfg).values()
-        for gap in gaps:
+        for gap in inputs.warnings:
             print(f"nlproxy: warning: {gap}", file=sys.stderr)
-        problems: list[object] = [
-            *load_errors,
-            *state.invalid.values(),
-            *state.orphans().values(),
-            *state.refused,
-        ]
-        clean = not (warned or gaps or problems)
+        problems: list[object] = list(inputs.problems)
+        clean = not (warned or inputs.warnings or problems)
         syncer.files_digest = files if clean else None
-        snapshot = state.snapshot()
+        snapshot = inputs.snapshot
         # The tables' records vouch that they hold this input's plan: nothing to plan or send.
         if syncer.unchanged_since_last_run(snapshot):
             result = SyncResult(ops=dict.fromkeys(FAMILIES, 0), restarted=True)

@@ -1,0 +1,410 @@
+"""``nlproxy compare``: kube-proxy's live rules against nlproxy's plan for the same cluster.
+
+The certificate before a switch: for every Service port, family, frontend (ClusterIP, NodePort
+on the node's address, external and load-balancer IPs) and kind of client (a pod on this node,
+a pod on another node, the node itself, a client outside the cluster; and for a firewalled
+load balancer, a client inside its ``loadBalancerSourceRanges``), one new connection is traced
+(``proxy/tracer.py``) through kube-proxy's ruleset as the kernel holds it
+(``inspect/kubeproxy.py``) and through nlproxy's plan of the same objects (``proxy/planner``),
+and the outcomes are compared: which endpoints can answer, whether the source is masqueraded,
+and whether it is accepted, rejected or dropped.
+
+Where they differ because nlproxy is meant to, the difference is named by design, with the
+reason (:func:`by_design`); every other difference is reported as one an operator must look at.
+The tracing and the comparison are pure; :func:`read_kube` is the one read of the kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from ipaddress import ip_address
+
+from nlproxy.cluster.model import ClusterSnapshot, IPAddress, IPNetwork, Protocol, Service
+from nlproxy.nft.ir import Cmp, Family, Field, MarkSet, Rule, Ruleset, Table
+from nlproxy.operate.manifests import service_frontends
+from nlproxy.proxy.config import ProxyConfig
+from nlproxy.proxy.tracer import TraceResult, trace
+
+FAMILIES = (Family.IP, Family.IP6)
+OUTSIDE = {Family.IP: ip_address("192.0.2.77"), Family.IP6: ip_address("2001:db8::77")}
+"""The outside client (documentation ranges: never a pod, node or Service address)."""
+_KINDS = {
+    "cluster-ip": "ClusterIP",
+    "node-port": "NodePort",
+    "external-ip": "external IP",
+    "load-balancer": "load-balancer IP",
+}
+_VERDICTS = {"DROP": "drops it", "REJECT": "rejects it"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Client:
+    """A kind of client and the address it sends from."""
+
+    kind: str
+    addr: IPAddress
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Probe:
+    """One new connection: a client to one frontend of a Service port."""
+
+    ref: str
+    family: Family
+    kind: str
+    proto: Protocol
+    dst: IPAddress
+    port: int
+    client: Client
+
+    def __str__(self) -> str:
+        where = f"[{self.dst}]" if self.dst.version == 6 else str(self.dst)
+        return (
+            f"{self.ref} from {self.client.kind} ({self.client.addr}) to "
+            f"{_KINDS.get(self.kind, self.kind)} {where}:{self.port}"
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """A probe traced through both rulesets; ``why`` says why a difference is by design."""
+
+    probe: Probe
+    kube: TraceResult
+    ours: TraceResult
+    why: str = ""
+    notes: tuple[str, ...] = ()
+    """What the Service's EndpointSlices say of each endpoint only one of them sends to."""
+
+    @property
+    def differs(self) -> bool:
+        return self.kube != self.ours
+
+    def words(self) -> str:
+        """The difference as an operator reads it."""
+        k, o = self.kube, self.ours
+        parts: list[str] = []
+        if k.verdict != o.verdict or k.endpoints != o.endpoints:
+            parts.append(f"kube-proxy {_fate(k)}, nlproxy {_fate(o)}")
+        if k.masquerade != o.masquerade:
+            who, other = ("kube-proxy", "nlproxy") if k.masquerade else ("nlproxy", "kube-proxy")
+            parts.append(f"{who} masquerades the source, {other} keeps it")
+        if self.notes:
+            parts[0] += f" ({'; '.join(self.notes)})"
+        text = f"{self.probe}: {'; '.join(parts)}"
+        return f"{text} (by design: {self.why})" if self.why else text
+
+
+def _fate(r: TraceResult) -> str:
+    if r.verdict != "ACCEPT":
+        return _VERDICTS[r.verdict]
+    if not r.endpoints:
+        return "lets it through to the address itself (not proxied)"
+    n = len(r.endpoints)
+    return f"sends to {n} endpoint{'s' if n != 1 else ''} ({', '.join(sorted(r.endpoints))})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Probes
+
+
+def node_addresses(snapshot: ClusterSnapshot, config: ProxyConfig) -> tuple[IPAddress, ...]:
+    """This node's addresses, as the planner takes them (``--node-ip``, else the Node's)."""
+    if config.node_ips:
+        return tuple(config.node_ips)
+    return snapshot.node.addresses if snapshot.node is not None else ()
+
+
+def clients(snapshot: ClusterSnapshot, config: ProxyConfig, family: Family) -> list[Client]:
+    """The kinds of client of ``family`` this node can tell apart, each with an address."""
+    version = 4 if family is Family.IP else 6
+    here = [n for n in (snapshot.node.pod_cidrs if snapshot.node else ()) if n.version == version]
+    cluster = [n for n in config.cluster_cidrs if n.version == version]
+    out: list[Client] = []
+    if here:
+        out.append(Client(kind="a pod on this node", addr=_inside(here[0])))
+    elsewhere = next((a for n in cluster for a in _candidates(n) if not _within(a, here)), None)
+    if elsewhere is not None:
+        out.append(Client(kind="a pod on another node", addr=elsewhere))
+    node = next((a for a in node_addresses(snapshot, config) if a.version == version), None)
+    if node is not None:
+        out.append(Client(kind="the node itself", addr=node))
+    out.append(Client(kind="a client outside the cluster", addr=OUTSIDE[family]))
+    return out
+
+
+def _inside(net: IPNetwork) -> IPAddress:
+    return net[-2] if net.num_addresses > 2 else net[0]
+
+
+def _candidates(net: IPNetwork) -> list[IPAddress]:
+    return [_inside(net), net[net.num_addresses // 2 + 1], net[1]]
+
+
+def _within(addr: IPAddress, nets: Iterable[IPNetwork]) -> bool:
+    return any(addr in n for n in nets)
+
+
+def probes(snapshot: ClusterSnapshot, config: ProxyConfig) -> list[Probe]:
+    """Every Service port, family, frontend and kind of client of ``snapshot`` on this node."""
+    nodes = node_addresses(snapshot, config)
+    out: list[Probe] = []
+    for key in sorted(snapshot.services, key=str):
+        svc = snapshot.services[key]
+        for fr in service_frontends(svc):
+            dst = fr.frontend.addr
+            if dst is None:  # a NodePort: on the node's primary address of the family
+                dst = next((a for a in nodes if _family(a) is fr.family), None)
+                if dst is None:
+                    continue
+            who = clients(snapshot, config, fr.family)
+            if fr.kind == "load-balancer":
+                who += _allowed(svc, fr.family)
+            proto = Protocol(fr.frontend.proto.upper())
+            out += [
+                Probe(
+                    ref=fr.ref,
+                    family=fr.family,
+                    kind=fr.kind,
+                    proto=proto,
+                    dst=dst,
+                    port=fr.frontend.port,
+                    client=c,
+                )
+                for c in who
+            ]
+    return out
+
+
+def edge_probes(snapshot: ClusterSnapshot, config: ProxyConfig) -> list[Probe]:
+    """Connections no Service port answers: a port a ClusterIP does not serve, and an address
+    of a service range no Service holds (both rejected or dropped, by kube-proxy as by nlproxy),
+    each from a pod on this node or, without pod ranges, from outside."""
+    out: list[Probe] = []
+    taken = {ip for svc in snapshot.services.values() for ip in svc.cluster_ips}
+    for family in FAMILIES:
+        version = 4 if family is Family.IP else 6
+        client = clients(snapshot, config, family)[0]
+        for key in sorted(snapshot.services, key=str):
+            svc = snapshot.services[key]
+            ip = next((a for a in svc.cluster_ips if a.version == version), None)
+            served = {p.port for p in svc.ports if p.ref.protocol is Protocol.TCP}
+            unserved = next(n for n in (1, 2, 3, 4) if n not in served)
+            if ip is not None:
+                out.append(Probe(ref=f"{key} (port not served)", family=family,
+                                 kind="cluster-ip", proto=Protocol.TCP, dst=ip, port=unserved,
+                                 client=client))  # fmt: skip
+        ranges = [n for n in config.service_cidrs if n.version == version]
+        ranges += [n for sc in snapshot.service_cidrs for n in sc.cidrs if n.version == version]
+        free = next((a for n in ranges for a in _candidates(n) if a not in taken), None)
+        if free is not None:
+            out.append(Probe(ref="(no Service)", family=family, kind="cluster-ip",
+                             proto=Protocol.TCP, dst=free, port=80, client=client))  # fmt: skip
+    return out
+
+
+def _allowed(svc: Service, family: Family) -> list[Client]:
+    version = 4 if family is Family.IP else 6
+    nets = [n for n in svc.load_balancer_source_ranges if n.version == version]
+    if not nets:
+        return []
+    return [Client(kind="an outside client in loadBalancerSourceRanges", addr=_inside(nets[0]))]
+
+
+def _family(addr: IPAddress) -> Family:
+    return Family.IP if addr.version == 4 else Family.IP6
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparison
+
+
+def compare(
+    kube: Mapping[Family, Ruleset | None],
+    ours: Mapping[Family, Ruleset],
+    snapshot: ClusterSnapshot,
+    config: ProxyConfig,
+) -> list[Outcome]:
+    """Every probe of ``snapshot`` traced through kube-proxy's tables and nlproxy's plan."""
+    local = node_addresses(snapshot, config)
+    masquerade_all = {f: rs is not None and masquerades_all(rs) for f, rs in kube.items()}
+    out: list[Outcome] = []
+    for p in [*probes(snapshot, config), *edge_probes(snapshot, config)]:
+        theirs = kube.get(p.family) or Ruleset(table=Table(family=p.family, name="kube-proxy"))
+        k = trace(theirs, p.client.addr, p.proto, p.dst, p.port, local_addrs=local)
+        o = trace(ours[p.family], p.client.addr, p.proto, p.dst, p.port, local_addrs=local)
+        outcome = Outcome(probe=p, kube=k, ours=o)
+        if outcome.differs:
+            why = by_design(outcome, masquerade_all.get(p.family, False), config)
+            both = k.verdict == o.verdict == "ACCEPT"
+            notes = endpoint_notes(snapshot, p, k.endpoints ^ o.endpoints) if both else ()
+            outcome = Outcome(probe=p, kube=k, ours=o, why=why, notes=notes)
+        out.append(outcome)
+    return out
+
+
+def endpoint_notes(
+    snapshot: ClusterSnapshot, probe: Probe, endpoints: Iterable[str]
+) -> tuple[str, ...]:
+    """What the Service's EndpointSlices say of each of ``endpoints`` (``ip:port``)."""
+    namespace, _, rest = probe.ref.partition("/")
+    name = rest.split(":", 1)[0].split(" ", 1)[0]
+    found = {
+        ep.ip: ep
+        for key, slices in snapshot.slices.items()
+        if (key.namespace, key.name) == (namespace, name)
+        for sl in slices
+        for ep in sl.endpoints
+    }
+    notes = []
+    for text in sorted(endpoints):
+        addr = ip_address(text.rsplit(":", 1)[0].strip("[]"))
+        ep = found.get(addr)
+        if ep is None:
+            notes.append(f"{addr} is in none of the Service's EndpointSlices")
+            continue
+        state = "ready" if ep.ready else "terminating" if ep.terminating else "not ready"
+        if ep.ready and not ep.serving:
+            state = "ready but not serving"
+        where = f"on node {ep.node_name}" if ep.node_name else "on no node"
+        notes.append(f"{addr} is {state}, {where}")
+    return tuple(notes)
+
+
+def masquerades_all(rs: Ruleset) -> bool:
+    """Whether kube-proxy runs with ``--masquerade-all``: its ``services`` chain marks every
+    connection to a ClusterIP for masquerade, not only those from outside the cluster CIDR."""
+    for rule in rs.rules.get("services", ()):
+        if any(isinstance(e, MarkSet) for e in rule.exprs):
+            return not _matches_source(rule)
+    return False
+
+
+def _matches_source(rule: Rule) -> bool:
+    return any(
+        isinstance(e, Cmp) and e.left in (Field.IP_SADDR, Field.IP6_SADDR) for e in rule.exprs
+    )
+
+
+def by_design(outcome: Outcome, masquerade_all: bool, config: ProxyConfig) -> str:
+    """Why nlproxy differs from kube-proxy here on purpose, or "" when it should not."""
+    k, o = outcome.kube, outcome.ours
+    same_path = k.verdict == o.verdict and k.endpoints == o.endpoints
+    if same_path and k.masquerade and not o.masquerade and masquerade_all:
+        return (
+            "kube-proxy runs with --masquerade-all; nlproxy has no such setting and masquerades "
+            "ClusterIP traffic only from outside the cluster CIDR (--cluster-cidr)"
+        )
+    return ""
+
+
+def why_no_table(netns: str | None) -> str:
+    """Why there is no kube-proxy nftables table to compare with: kube-proxy in another mode
+    (its chains in the iptables-nft tables), or no kube-proxy at all."""
+    from nlproxy.inspect.foreign import detect
+
+    others = [t for t in detect(netns) if t.mode != "nftables"]
+    if others:
+        found = "; ".join(t.describe for t in others)
+        return (
+            f"kube-proxy runs in iptables (or IPVS) mode on this node ({found}); compare reads "
+            "kube-proxy's nftables mode only"
+        )
+    return "no kube-proxy nftables table on this node"
+
+
+def read_kube(netns: str | None) -> dict[Family, Ruleset | None]:
+    """kube-proxy's tables on this node (None for a family without one).
+
+    Raises:
+        KubeProxyRulesetError: a rule that cannot be interpreted.
+        ReadbackError: the ruleset kept changing while it was read.
+    """
+    from nlproxy.inspect.kubeproxy import read_kube_proxy
+
+    return {f: read_kube_proxy(f, netns) for f in FAMILIES}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Certificate:
+    """The comparison: every outcome, and what the tables said."""
+
+    outcomes: tuple[Outcome, ...]
+    kube_tables: tuple[Family, ...]
+
+    @property
+    def differences(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.differs and not o.why]
+
+    @property
+    def designed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.differs and o.why]
+
+    @property
+    def frontends(self) -> int:
+        return len({(o.probe.ref, o.probe.dst, o.probe.port) for o in self.outcomes})
+
+    def summary(self) -> str:
+        tables = ", ".join(f"{f} kube-proxy" for f in self.kube_tables) or "no kube-proxy table"
+        head = f"{len(self.outcomes)} connections to {self.frontends} frontends compared ({tables})"
+        if self.differences:
+            return f"{head}: {len(self.differences)} differ" + (
+                f", {len(self.designed)} more by design" if self.designed else ""
+            )
+        if self.designed:
+            return f"{head}: equivalent but for {len(self.designed)} differences by design"
+        return f"{head}: equivalent"
+
+
+def render_text(cert: Certificate) -> str:
+    lines = [f"differs: {o.words()}" for o in cert.differences]
+    lines += [f"by design: {o.words()}" for o in cert.designed]
+    lines.append(cert.summary())
+    return "\n".join(lines) + "\n"
+
+
+def to_json(cert: Certificate) -> dict[str, object]:
+    def result(r: TraceResult) -> dict[str, object]:
+        return {
+            "verdict": r.verdict,
+            "endpoints": sorted(r.endpoints),
+            "masquerade": r.masquerade,
+        }
+
+    return {
+        "equivalent": not cert.differences,
+        "summary": cert.summary(),
+        "kube_proxy_tables": [str(f) for f in cert.kube_tables],
+        "outcomes": [
+            {
+                "service": o.probe.ref,
+                "family": str(o.probe.family),
+                "frontend": o.probe.kind,
+                "address": str(o.probe.dst),
+                "port": o.probe.port,
+                "protocol": str(o.probe.proto),
+                "client": o.probe.client.kind,
+                "source": str(o.probe.client.addr),
+                "kube_proxy": result(o.kube),
+                "nlproxy": result(o.ours),
+                "differs": o.differs,
+                **({"by_design": o.why} if o.why else {}),
+                **({"words": o.words()} if o.differs else {}),
+            }
+            for o in cert.outcomes
+        ],
+    }
+
+
+def certify(
+    kube: Mapping[Family, Ruleset | None],
+    ours: Mapping[Family, Ruleset],
+    snapshot: ClusterSnapshot,
+    config: ProxyConfig,
+) -> Certificate:
+    """:func:`compare`, as a certificate."""
+    return Certificate(
+        outcomes=tuple(compare(kube, ours, snapshot, config)),
+        kube_tables=tuple(f for f, rs in kube.items() if rs is not None),
+    )
