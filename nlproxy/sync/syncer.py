@@ -50,7 +50,7 @@ from nlproxy.sync.isolation import Isolation, owners
 from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.restart import RestartRecords
 from nlproxy.sync.result import FAMILIES, SyncResult, as_programmed
-from nlproxy.sync.verify import Repair, Verifier
+from nlproxy.sync.verify import STAGE_REPAIR_AT, Repair, Verifier, staged
 
 __all__ = ["FAMILIES", "SyncResult", "Syncer", "as_programmed"]
 
@@ -107,6 +107,9 @@ class Syncer:
             config, kernel.readback, self.log, enabled=record and not owner
         )
         self.verifier = Verifier(kernel.readback)
+        # A repair adding this many elements no packet needs sends them in a batch of their
+        # own, after the rest (``verify.staged``).
+        self.repair_stage_at = STAGE_REPAIR_AT
         self.plan_after_restart = plan_after_restart
         self._unplanned: ClusterSnapshot | None = None  # trusted as programmed, not planned
 
@@ -572,12 +575,27 @@ class Syncer:
                 backend.forget()  # their view of chains and sets is as stale as the cache
             self._in_step = False
             sent = 0
+            # A large repair (a table deleted) carries traffic again after its first batches;
+            # the elements no packet needs to reach an endpoint follow (``verify.staged``).
+            firsts, laters = staged(
+                {f: repairs.get(f) or [] for f in FAMILIES}, self.repair_stage_at
+            )
+            started = time.perf_counter()
+            for family, ops in firsts:
+                self._apply(family, ops)
+                sent += count_ops(ops)
+                self.records.forget()  # the next sync writes the records again
+            if laters:
+                self.log.info(
+                    "drift.repair_traffic",
+                    ops=sent,
+                    ms=round((time.perf_counter() - started) * 1000, 1),
+                    later=sum(count_ops(ops) for _, ops in laters),
+                )
+            for family, ops in laters:
+                self._apply(family, ops)
+                sent += count_ops(ops)
             for family in FAMILIES:  # a family without repairs was read back equal to it
-                ops = repairs.get(family)
-                if ops:
-                    self._apply(family, ops)
-                    sent += count_ops(ops)
-                    self.records.forget()  # the next sync writes the records again
                 self._programmed[family] = as_programmed(planned.rulesets[family])
             if prepared.frontends is not None:
                 old, new = prepared.frontends
