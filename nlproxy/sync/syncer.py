@@ -49,7 +49,7 @@ from nlproxy.sync.fingerprint import Record, take_record
 from nlproxy.sync.isolation import Isolation, owners
 from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.restart import RestartRecords
-from nlproxy.sync.result import FAMILIES, SyncResult, as_programmed
+from nlproxy.sync.result import FAMILIES, SyncResult, as_programmed, unshare
 from nlproxy.sync.verify import STAGE_REPAIR_AT, Repair, Verifier, staged
 
 __all__ = ["FAMILIES", "SyncResult", "Syncer", "as_programmed"]
@@ -91,6 +91,9 @@ class Syncer:
         self.log = get_logger("sync")
         self._backends: dict[Family, Tables] = {}
         self._programmed: dict[Family, Ruleset | None] = {}
+        # The plan whose element maps the programmed state holds as they are (no copy after a
+        # commit, ``result.as_programmed``); :meth:`settle` copies them before either changes.
+        self._shared: Plan | None = None
         self._seeded = False
         # Families whose table this process's socket owns (with --owned-table).
         self._claimed: set[Family] = set()
@@ -206,8 +209,29 @@ class Syncer:
             self._backends[family] = self.kernel.tables(self._table(family))
         return self._backends[family]
 
+    def settle(self) -> None:
+        """Give the programmed state its own copy of the element maps it shares with the last
+        plan since a full commit, a trusted restart or a repair: the next sync updates the plan
+        in place and advances the programmed state, each on its own. Every sync and repair
+        does it first; the daemon's loop does it once a sync is reported, off a change's path
+        (``run --once`` never: nothing changes after its commit)."""
+        planned, self._shared = self._shared, None
+        if planned is None:
+            return
+        for family in FAMILIES:
+            rs = self._programmed.get(family)
+            if rs is not None:
+                unshare(rs, planned.rulesets[family])
+
+    def _share(self, planned: Plan) -> None:
+        """The programmed state is ``planned`` as committed, its element maps shared."""
+        for family in FAMILIES:
+            self._programmed[family] = as_programmed(planned.rulesets[family], share=True)
+        self._shared = planned
+
     def verify(self) -> None:
         """Forget the cache: the next sync compares against what the kernel really holds."""
+        self._shared = None  # the read-back replaces the programmed state
         records: dict[Family, Record | None] = {}
         gen = self._generation()
         for family in FAMILIES:
@@ -314,6 +338,7 @@ class Syncer:
 
     def _check(self, snapshot: ClusterSnapshot) -> bool:
         """Whether the kernel would accept the plan of ``snapshot`` (nothing is applied)."""
+        self.settle()  # planning with the last plan as ``previous`` must not reach the cache
         planned = plan(snapshot, self.config, previous=self._last_plan)
         for family in FAMILIES:
             ops = diff(planned.rulesets[family], self._programmed.get(family))
@@ -340,6 +365,7 @@ class Syncer:
         return self.kernel.readback.generation()
 
     def _sync(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None) -> SyncResult:
+        self.settle()  # the plan is updated in place below, the cache by its own operations
         # Services left out (or let back in by retry_all) differ from the input without
         # being among its changes: then every service is looked at.
         self.records.take_digest(snapshot, changed, exact=not self.isolation.excluded)
@@ -356,6 +382,7 @@ class Syncer:
         finishing = self._unplanned is not None  # a trusted restart's plan, made now
         if self._unplanned is not None:
             self._plan_trusted(self._unplanned)
+            self.settle()  # that plan is updated in place next
         last, in_step, self._in_step = self._last_plan, self._in_step, False
         if last is not None and self.incremental and last.live is not None:
             planned, deltas = plan_update(last, snapshot, self.config, changed)
@@ -398,7 +425,9 @@ class Syncer:
             return ops, 0
 
         def committed(family: Family, ops: list[Operation]) -> None:
-            self._programmed[family] = as_programmed(planned.rulesets[family])
+            # What was sent is the plan's own maps: kept as they are (``settle`` copies them).
+            self._programmed[family] = as_programmed(planned.rulesets[family], share=True)
+            self._shared = planned
             self._claimed.add(family)
 
         def partial() -> tuple[list[Ruleset], list[Ruleset]]:
@@ -517,8 +546,8 @@ class Syncer:
 
     def _adopt(self, planned: Plan, result: SyncResult) -> None:
         """A restart the records vouch for: the plan is what is programmed (no diff)."""
+        self._share(planned)
         for family in FAMILIES:
-            self._programmed[family] = as_programmed(planned.rulesets[family])
             result.ops[family] = 0
         self._seeded = True
         result.restarted = True
@@ -571,6 +600,7 @@ class Syncer:
             prepared = self.verifier.prepare_repair(tables, repairs, version, planned)
             assert prepared is not None, "the version was checked above"
         with self.verifier.changing():  # a repair changes the cache as a sync does
+            self.settle()
             for backend in self._backends.values():
                 backend.forget()  # their view of chains and sets is as stale as the cache
             self._in_step = False
@@ -595,8 +625,7 @@ class Syncer:
             for family, ops in laters:
                 self._apply(family, ops)
                 sent += count_ops(ops)
-            for family in FAMILIES:  # a family without repairs was read back equal to it
-                self._programmed[family] = as_programmed(planned.rulesets[family])
+            self._share(planned)  # a family without repairs was read back equal to it
             if prepared.frontends is not None:
                 old, new = prepared.frontends
                 self.cleanup.between(old, new, snapshot, {})

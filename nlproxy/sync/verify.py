@@ -190,7 +190,11 @@ class Verifier:
             return None
         try:
             olds = [rs for f, rs in tables.items() if rs is not None and repairs.get(f)]
-            news = [as_programmed(planned.rulesets[f]) for f in FAMILIES if repairs.get(f)]
+            news = [
+                as_programmed(planned.rulesets[f], share=True)  # only read
+                for f in FAMILIES
+                if repairs.get(f)
+            ]
             fronts = (programmed_frontends(olds), programmed_frontends(news))
         except Exception:  # a sync may change the plan's dicts while they are read
             if self._version == version:
