@@ -44,7 +44,7 @@ from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.layout import flow_frontends, udp_only
 from nlproxy.proxy.planner import Plan, gc_paused, plan, plan_slot_token
 from nlproxy.sync.balancing import BalancingGuard
-from nlproxy.sync.cleanup import FlowCleanup
+from nlproxy.sync.cleanup import FlowCleanup, udp_part
 from nlproxy.sync.fingerprint import Record, take_record
 from nlproxy.sync.isolation import Isolation, owners
 from nlproxy.sync.kernel import SyncKernel
@@ -52,7 +52,7 @@ from nlproxy.sync.restart import RestartRecords
 from nlproxy.sync.result import FAMILIES, SyncResult, as_programmed, unshare
 from nlproxy.sync.verify import STAGE_REPAIR_AT, Repair, Verifier, staged
 
-__all__ = ["FAMILIES", "SyncResult", "Syncer", "as_programmed"]
+__all__ = ["FAMILIES", "SyncResult", "Syncer", "as_programmed", "udp_only"]
 
 
 class Syncer:
@@ -446,7 +446,7 @@ class Syncer:
         if not olds:
             # Nothing was programmed: the only stale flows are those of UDP frontends that now
             # have backends, so only those frontends are read (not 100k TCP backends).
-            news = [udp_only(rs) for rs in news]
+            news = [udp_part(rs) for rs in news]
         return self.cleanup.stale(olds, news, snapshot, result.conntrack)
 
     def _claim(
