@@ -23,6 +23,7 @@ from nlproxy.nft.tables import ReadBack
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.layout import Programmed, programmed_frontends
 from nlproxy.proxy.planner import Plan
+from nlproxy.sync.cleanup import udp_part
 from nlproxy.sync.fingerprint import take_record
 from nlproxy.sync.result import FAMILIES, as_programmed
 
@@ -195,6 +196,10 @@ class Verifier:
                 for f in FAMILIES
                 if repairs.get(f)
             ]
+            if not olds:
+                # The repaired tables were deleted: as after a first commit, only the UDP
+                # frontends they serve again can have stale flows (``cleanup.udp_part``).
+                news = [udp_part(rs) for rs in news]
             fronts = (programmed_frontends(olds), programmed_frontends(news))
         except Exception:  # a sync may change the plan's dicts while they are read
             if self._version == version:

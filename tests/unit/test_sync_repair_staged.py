@@ -8,19 +8,23 @@ from __future__ import annotations
 import dataclasses
 from ipaddress import ip_address, ip_network
 
+import pytest
+
 from nlproxy.cluster.model import IPAddress, ServiceType
 from nlproxy.cluster.state import ClusterState
 from nlproxy.conntrack.fake import FakeConntrack
+from nlproxy.conntrack.plan import programmed_frontends, stale_flow_filters
 from nlproxy.nft import fake
 from nlproxy.nft.fake import FakeNftables
 from nlproxy.nft.ir import Element, Family, L4Proto, Operation, PackedRun, Ruleset, Table, Verb
 from nlproxy.proxy.tracer import trace
 from nlproxy.sync.fingerprint import take_record
 from nlproxy.sync.kernel import SyncKernel
+from nlproxy.sync.result import as_programmed
 from nlproxy.sync.syncer import Syncer
 from nlproxy.sync.verify import LATER_SETS, STAGE_REPAIR_AT, staged, traffic_first
 from tests.unit.builders import NODE, endpoint, eps_slice, port, service, upsert
-from tests.unit.incremental import CONFIG, NODE_ADDRS, state_with_node
+from tests.unit.incremental import CONFIG, NODE_ADDRS, World, state_with_node
 
 INSIDE = ip_address("10.200.0.9")  # in the LoadBalancer's source ranges
 OUTSIDE = ip_address("10.201.0.9")  # not
@@ -117,3 +121,32 @@ def test_a_small_repair_stays_one_batch() -> None:
     firsts, laters = staged({Family.IP: ops, Family.IP6: []}, at=2)
     assert firsts == []
     assert laters == [(Family.IP, ops)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_deleted_tables_repair_cleans_up_the_flows_a_whole_pass_would(seed: int) -> None:
+    """Preparing the repair of a deleted table reads only the UDP frontends it serves again
+    (``cleanup.udp_part``), and finds the same stale flows as a pass over the whole plan."""
+    nft = FakeNftables("n")
+    syncer = Syncer(CONFIG, SyncKernel(tables=nft.open, readback=nft, flows=FakeConntrack()))
+    world = World(seed, size=12)
+    state = state_with_node()
+    for _ in range(60):
+        state.apply(world.step())
+    snap = state.snapshot()
+    result = syncer.sync(snap)
+    assert result.plan is not None
+    del nft.tables[Family.IP]
+    version = syncer.version
+    read = {f: syncer.read_back(f) for f in (Family.IP, Family.IP6)}
+    repairs = {f: syncer.repair_ops(f, rs, version) or [] for f, rs in read.items()}
+    prepared = syncer.prepare_repair(read, repairs, version)
+    assert prepared is not None
+    assert prepared.frontends is not None
+    old, new = prepared.frontends
+    whole = programmed_frontends([as_programmed(result.plan.rulesets[Family.IP])])
+    addrs = NODE_ADDRS
+    assert stale_flow_filters(old, new, node_addrs=addrs) == stale_flow_filters(
+        programmed_frontends([]), whole, node_addrs=addrs
+    )
+    assert len(new) < len(whole)  # the TCP frontends were not gone through
