@@ -16,6 +16,11 @@ monitor is): the kernel then builds a notification per element. The record carri
 average and the host's count of such listeners. Run as root:
 
     .venv/bin/python bench/bench_repair.py --services 10000 --endpoints 10 --rounds 2 --listener
+
+``--daemon``: instead, ``nlproxy run --manifests`` (``gen.py``'s cluster) in a fresh namespace,
+and once it is ready the table deleted from outside: seconds from the delete to the daemon's
+``drift.detected``, ``verify.read_back``, ``drift.repair_traffic`` (its first batches in) and
+``drift.repaired`` log lines (the whole repair), per round.
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -152,13 +159,71 @@ def one_round(services: int, endpoints: int, *, staged: bool, listener: bool) ->
     }
 
 
+def _stamp(line: dict[str, object]) -> float:
+    text = str(line["timestamp"]).rstrip("Z")
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
+def daemon_round(services: int, endpoints: int, scratch: Path) -> dict[str, object]:
+    import gen  # bench/gen.py
+
+    manifests = scratch / "manifests"
+    if not manifests.exists():
+        gen.write_manifests(gen.Cluster(services=services, endpoints=endpoints), manifests, "json")
+    events: list[dict[str, object]] = []
+    with namespace() as ns:
+        argv = [sys.executable, "-m", "nlproxy", "--netns", ns, "--log-format", "json", "run"]
+        argv += ["--manifests", str(manifests), "--node-name", gen.NODE_NAME]
+        argv += ["--cluster-cidr", str(gen.CLUSTER_CIDR), "--service-cidr", str(gen.SERVICE_CIDR)]
+        argv += ["--healthz-bind-address", "", "--metrics-bind-address", ""]
+        log = scratch / "daemon.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        try:
+
+            def seen(event: str, after: int = 0) -> dict[str, object] | None:
+                for line in log.read_text().splitlines()[after:]:
+                    if line.startswith("{") and f'"{event}"' in line:
+                        return dict(json.loads(line))
+                return None
+
+            deadline = time.monotonic() + 600
+            while seen("daemon.ready") is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            mark = len(log.read_text().splitlines())
+            deleted = time.time()
+            subprocess.run(["ip", "netns", "exec", ns, "nft", "delete", "table", "ip", n.TABLE])
+            while seen("drift.repaired", mark) is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            names = ("drift.detected", "verify.read_back", "drift.repair_traffic", "drift.repaired")
+            events = [e for e in (seen(name, mark) for name in names) if e is not None]
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    row: dict[str, object] = {"bench": "repair_daemon", "services": services}
+    row["endpoints"] = endpoints
+    for e in events:
+        row[f"{e['event']}_s"] = round(_stamp(e) - deleted, 3)
+    row["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+    return row
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--services", type=int, default=10000)
     ap.add_argument("--endpoints", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--listener", action="store_true", help="a NFNLGRP_NFTABLES member meanwhile")
+    ap.add_argument("--daemon", action="store_true", help="a daemon's repair, from its log")
     args = ap.parse_args(argv)
+    if args.daemon:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        with tempfile.TemporaryDirectory(prefix="nlp-repair-") as tmp:
+            for _ in range(args.rounds):
+                print(
+                    json.dumps(daemon_round(args.services, args.endpoints, Path(tmp))), flush=True
+                )
+        return 0
     rows: dict[str, list[dict[str, object]]] = {"traffic-first": [], "one-batch": []}
     for _ in range(args.rounds):
         for staged in (True, False):  # interleaved: the same machine load for both
