@@ -18,6 +18,11 @@ Two views of the same work, each in fresh network namespaces it creates and dele
 * ``coldpath_load`` (``--load-rounds N``): ``load_manifests`` alone, as ``run --once`` calls it
   (``read_manifests``, then the load), in a child process per round, checkout and format:
   the read and load CPU seconds measured in the child, and its peak RSS;
+* ``after_commit`` (``--after-commit N``): N rounds of one ``Syncer``'s cold sync into a fresh
+  namespace, in a child process per round (from ``--base`` too, interleaved): the Syncer's own
+  figures, and ``after_commit_s``, what it did once the kernel had accepted the last batch
+  (``apply_ms`` less diffing and committing: caching what was programmed, the conntrack
+  cleanup's frontends, the restart records' bookkeeping);
 * ``burst_stages`` (``--burst B``): one long-lived ``Syncer`` at the same size: B EndpointSlices
   changed at once (state, plan, diff, commit; commit includes validate and encode, as
   ``SyncResult`` reports it), then a verify tick that reads the tables back (read-back, then
@@ -34,6 +39,7 @@ import argparse
 import gc
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -265,6 +271,60 @@ def _record(
     }
 
 
+_AFTER_COMMIT_CHILD = """
+import gc, json, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(1, sys.argv[2])
+import gen
+from nlproxy.cluster.manifests import load_manifests
+from nlproxy.cluster.state import ClusterState
+from tests import netns
+from nlproxy.proxy.config import ProxyConfig
+from nlproxy.sync.kernel import real
+from nlproxy.sync.syncer import Syncer
+config = ProxyConfig(
+    node_name=gen.NODE_NAME, cluster_cidrs=(gen.CLUSTER_CIDR,), service_cidrs=(gen.SERVICE_CIDR,)
+)
+state = ClusterState(gen.NODE_NAME)
+state.apply(load_manifests(Path(sys.argv[3])).changes)
+ns = netns.create(netns.unique_name("bench-after"))
+try:
+    gc.disable()
+    syncer = Syncer(config, real(ns))
+    t = time.perf_counter()
+    res = syncer.sync(state.snapshot())
+    wall = time.perf_counter() - t
+    syncer.close()
+finally:
+    netns.delete(ns)
+after = res.apply_ms - res.diff_ms - res.commit_ms
+print(json.dumps({
+    "plan_s": round(res.plan_ms / 1000, 3), "diff_s": round(res.diff_ms / 1000, 3),
+    "commit_s": round(res.commit_ms / 1000, 3), "after_commit_s": round(after / 1000, 3),
+    "sync_s": round(wall, 3), "ops": res.total_ops,
+}))
+"""
+
+
+def after_commit_runs(
+    c: gen.Cluster, manifests: Path, out: Any, rounds: int, base: Path | None
+) -> None:
+    """``after_commit`` rows (see the module): a child per round and checkout, interleaved."""
+    here = Path(__file__).resolve().parent
+    trees = [("this", here.parent)] + ([("base", base)] if base is not None else [])
+    for r in range(rounds):
+        for label, tree in trees:
+            argv = [sys.executable, "-c", _AFTER_COMMIT_CHILD, str(tree), str(here), str(manifests)]
+            load = os.getloadavg()
+            done = subprocess.run(argv, capture_output=True, text=True, check=True)
+            figs = json.loads(done.stdout.strip().splitlines()[-1])
+            rec = _record("after_commit", c, "json", "cold", figs)
+            rec.update(tree=label, round=r, loadavg=[round(x, 2) for x in load])
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+
+
 def burst_stages(c: gen.Cluster, count: int, out: Any) -> None:
     """A burst of ``count`` changed slices through one long-lived ``Syncer``, then a verify
     tick that reads the tables back; each stage timed (``bench_incremental``'s cluster)."""
@@ -362,6 +422,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--burst", type=int, default=0, metavar="B", help="burst stages (0: skip)")
     ap.add_argument(
+        "--after-commit",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a Syncer's cold sync in a child, N rounds per checkout: its after-commit work",
+    )
+    ap.add_argument(
         "--load-rounds",
         type=int,
         default=0,
@@ -395,6 +462,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             load_runs(c, manifests, sys.stdout, args.load_rounds, args.base)
         for fmt in formats if not args.skip_stages else ():
             staged_runs(c, manifests[fmt], sys.stdout, fmt)
+        if args.after_commit:
+            if "json" not in manifests:
+                manifests["json"] = Path(tmp) / "json"
+                gen.write_manifests(c, manifests["json"], "json")
+            after_commit_runs(c, manifests["json"], sys.stdout, args.after_commit, args.base)
         if args.burst:
             burst_stages(c, args.burst, sys.stdout)
     return 0

@@ -11,6 +11,7 @@ by :meth:`FlowCleanup.finish` at the next sync.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
@@ -19,9 +20,12 @@ from nlproxy.cluster.model import ClusterSnapshot, IPAddress
 from nlproxy.conntrack.kernel import ConntrackError, Flows
 from nlproxy.conntrack.messages import FlowFilter
 from nlproxy.conntrack.plan import programmed_frontends, stale_flow_filters, still_stale
-from nlproxy.nft.ir import Family, Ruleset
+from nlproxy.nft.ir import Family, L4Proto, Ruleset
+from nlproxy.nft.packed import PackedElements
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.proxy.layout import Programmed
+from nlproxy.proxy.layout import SHAPES, Programmed, udp_only
+
+_UDP = int(L4Proto.UDP)
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
@@ -129,3 +133,33 @@ class FlowCleanup:
         if self._config.node_ips:
             return tuple(self._config.node_ips)
         return snapshot.node.addresses if snapshot.node else ()
+
+
+def udp_part(rs: Ruleset) -> Ruleset:
+    """``layout.udp_only(rs)``, the part of a plan whose stale flows a first commit can leave
+    (the UDP frontends), without a pass over its packed backends maps (100k elements at 10k
+    Services x 10 endpoints, ~50 ms): their UDP part is looked up by each UDP frontend's key,
+    index 0, 1, ... up to the first absent (``numgen mod N`` picks among 0..N-1, so a frontend's
+    indices have no gap). The dispatch maps, one element per frontend, are still gone through.
+    """
+    slim = Ruleset(
+        table=rs.table, chains=rs.chains, rules=rs.rules, sets=rs.sets, elements=dict(rs.elements)
+    )
+    for shape in SHAPES:
+        els = rs.elements.get(shape.backends)
+        if not isinstance(els, PackedElements):
+            continue  # held as elements: udp_only picks them
+        proto = shape.width - 2  # the l4proto's place in the key
+        raw = els.raw
+        picked: dict[bytes, bytes] = {}
+        for key in rs.elements.get(shape.dispatch, {}):
+            if key[proto] != _UDP:
+                continue
+            for i in itertools.count():
+                packed = els.key_of((*key, i))
+                data = None if packed is None else raw.get(packed)
+                if packed is None or data is None:
+                    break
+                picked[packed] = data
+        slim.elements[shape.backends] = PackedElements(els.set, picked)
+    return udp_only(slim)

@@ -437,6 +437,9 @@ class SyncLoop:
             self._dirty = True
             self._wake.set()
         if not result.incremental:
+            # The programmed state's own copy of the maps the commit sent, made now that the
+            # sync is reported rather than on its path (else the next sync makes it).
+            self.syncer.settle()
             # The plan and programmed state of a large cluster are millions of long-lived
             # objects; without this every full GC pass walks them all (seconds at 10k
             # services, stalling event-to-commit). Incremental syncs allocate little.

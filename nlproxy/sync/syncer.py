@@ -44,15 +44,15 @@ from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.layout import flow_frontends, udp_only
 from nlproxy.proxy.planner import Plan, gc_paused, plan, plan_slot_token
 from nlproxy.sync.balancing import BalancingGuard
-from nlproxy.sync.cleanup import FlowCleanup
+from nlproxy.sync.cleanup import FlowCleanup, udp_part
 from nlproxy.sync.fingerprint import Record, take_record
 from nlproxy.sync.isolation import Isolation, owners
 from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.restart import RestartRecords
-from nlproxy.sync.result import FAMILIES, SyncResult, as_programmed
-from nlproxy.sync.verify import Repair, Verifier
+from nlproxy.sync.result import FAMILIES, SyncResult, as_programmed, unshare
+from nlproxy.sync.verify import STAGE_REPAIR_AT, Repair, Verifier, staged
 
-__all__ = ["FAMILIES", "SyncResult", "Syncer", "as_programmed"]
+__all__ = ["FAMILIES", "SyncResult", "Syncer", "as_programmed", "udp_only"]
 
 
 class Syncer:
@@ -91,6 +91,9 @@ class Syncer:
         self.log = get_logger("sync")
         self._backends: dict[Family, Tables] = {}
         self._programmed: dict[Family, Ruleset | None] = {}
+        # The plan whose element maps the programmed state holds as they are (no copy after a
+        # commit, ``result.as_programmed``); :meth:`settle` copies them before either changes.
+        self._shared: Plan | None = None
         self._seeded = False
         # Families whose table this process's socket owns (with --owned-table).
         self._claimed: set[Family] = set()
@@ -107,6 +110,9 @@ class Syncer:
             config, kernel.readback, self.log, enabled=record and not owner
         )
         self.verifier = Verifier(kernel.readback)
+        # A repair adding this many elements no packet needs sends them in a batch of their
+        # own, after the rest (``verify.staged``).
+        self.repair_stage_at = STAGE_REPAIR_AT
         self.plan_after_restart = plan_after_restart
         self._unplanned: ClusterSnapshot | None = None  # trusted as programmed, not planned
 
@@ -203,8 +209,29 @@ class Syncer:
             self._backends[family] = self.kernel.tables(self._table(family))
         return self._backends[family]
 
+    def settle(self) -> None:
+        """Give the programmed state its own copy of the element maps it shares with the last
+        plan since a full commit, a trusted restart or a repair: the next sync updates the plan
+        in place and advances the programmed state, each on its own. Every sync and repair
+        does it first; the daemon's loop does it once a sync is reported, off a change's path
+        (``run --once`` never: nothing changes after its commit)."""
+        planned, self._shared = self._shared, None
+        if planned is None:
+            return
+        for family in FAMILIES:
+            rs = self._programmed.get(family)
+            if rs is not None:
+                unshare(rs, planned.rulesets[family])
+
+    def _share(self, planned: Plan) -> None:
+        """The programmed state is ``planned`` as committed, its element maps shared."""
+        for family in FAMILIES:
+            self._programmed[family] = as_programmed(planned.rulesets[family], share=True)
+        self._shared = planned
+
     def verify(self) -> None:
         """Forget the cache: the next sync compares against what the kernel really holds."""
+        self._shared = None  # the read-back replaces the programmed state
         records: dict[Family, Record | None] = {}
         gen = self._generation()
         for family in FAMILIES:
@@ -311,6 +338,7 @@ class Syncer:
 
     def _check(self, snapshot: ClusterSnapshot) -> bool:
         """Whether the kernel would accept the plan of ``snapshot`` (nothing is applied)."""
+        self.settle()  # planning with the last plan as ``previous`` must not reach the cache
         planned = plan(snapshot, self.config, previous=self._last_plan)
         for family in FAMILIES:
             ops = diff(planned.rulesets[family], self._programmed.get(family))
@@ -337,6 +365,7 @@ class Syncer:
         return self.kernel.readback.generation()
 
     def _sync(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None) -> SyncResult:
+        self.settle()  # the plan is updated in place below, the cache by its own operations
         # Services left out (or let back in by retry_all) differ from the input without
         # being among its changes: then every service is looked at.
         self.records.take_digest(snapshot, changed, exact=not self.isolation.excluded)
@@ -353,6 +382,7 @@ class Syncer:
         finishing = self._unplanned is not None  # a trusted restart's plan, made now
         if self._unplanned is not None:
             self._plan_trusted(self._unplanned)
+            self.settle()  # that plan is updated in place next
         last, in_step, self._in_step = self._last_plan, self._in_step, False
         if last is not None and self.incremental and last.live is not None:
             planned, deltas = plan_update(last, snapshot, self.config, changed)
@@ -395,7 +425,9 @@ class Syncer:
             return ops, 0
 
         def committed(family: Family, ops: list[Operation]) -> None:
-            self._programmed[family] = as_programmed(planned.rulesets[family])
+            # What was sent is the plan's own maps: kept as they are (``settle`` copies them).
+            self._programmed[family] = as_programmed(planned.rulesets[family], share=True)
+            self._shared = planned
             self._claimed.add(family)
 
         def partial() -> tuple[list[Ruleset], list[Ruleset]]:
@@ -414,7 +446,7 @@ class Syncer:
         if not olds:
             # Nothing was programmed: the only stale flows are those of UDP frontends that now
             # have backends, so only those frontends are read (not 100k TCP backends).
-            news = [udp_only(rs) for rs in news]
+            news = [udp_part(rs) for rs in news]
         return self.cleanup.stale(olds, news, snapshot, result.conntrack)
 
     def _claim(
@@ -514,8 +546,8 @@ class Syncer:
 
     def _adopt(self, planned: Plan, result: SyncResult) -> None:
         """A restart the records vouch for: the plan is what is programmed (no diff)."""
+        self._share(planned)
         for family in FAMILIES:
-            self._programmed[family] = as_programmed(planned.rulesets[family])
             result.ops[family] = 0
         self._seeded = True
         result.restarted = True
@@ -568,17 +600,32 @@ class Syncer:
             prepared = self.verifier.prepare_repair(tables, repairs, version, planned)
             assert prepared is not None, "the version was checked above"
         with self.verifier.changing():  # a repair changes the cache as a sync does
+            self.settle()
             for backend in self._backends.values():
                 backend.forget()  # their view of chains and sets is as stale as the cache
             self._in_step = False
             sent = 0
-            for family in FAMILIES:  # a family without repairs was read back equal to it
-                ops = repairs.get(family)
-                if ops:
-                    self._apply(family, ops)
-                    sent += count_ops(ops)
-                    self.records.forget()  # the next sync writes the records again
-                self._programmed[family] = as_programmed(planned.rulesets[family])
+            # A large repair (a table deleted) carries traffic again after its first batches;
+            # the elements no packet needs to reach an endpoint follow (``verify.staged``).
+            firsts, laters = staged(
+                {f: repairs.get(f) or [] for f in FAMILIES}, self.repair_stage_at
+            )
+            started = time.perf_counter()
+            for family, ops in firsts:
+                self._apply(family, ops)
+                sent += count_ops(ops)
+                self.records.forget()  # the next sync writes the records again
+            if laters:
+                self.log.info(
+                    "drift.repair_traffic",
+                    ops=sent,
+                    ms=round((time.perf_counter() - started) * 1000, 1),
+                    later=sum(count_ops(ops) for _, ops in laters),
+                )
+            for family, ops in laters:
+                self._apply(family, ops)
+                sent += count_ops(ops)
+            self._share(planned)  # a family without repairs was read back equal to it
             if prepared.frontends is not None:
                 old, new = prepared.frontends
                 self.cleanup.between(old, new, snapshot, {})

@@ -17,16 +17,34 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from nlproxy.nft.ir import Family, Operation, Ruleset
-from nlproxy.nft.reconcile import diff
+from nlproxy.nft.ir import Element, Family, Operation, PackedRun, Ruleset, Verb, Verdict
+from nlproxy.nft.reconcile import count_ops, diff
 from nlproxy.nft.tables import ReadBack
+from nlproxy.proxy import naming as n
 from nlproxy.proxy.layout import Programmed, programmed_frontends
 from nlproxy.proxy.planner import Plan
+from nlproxy.sync.cleanup import udp_part
 from nlproxy.sync.fingerprint import take_record
 from nlproxy.sync.result import FAMILIES, as_programmed
 
 OWN_GENERATIONS = 64
 """Generation ids of this process's recent commits kept to tell them from another writer's."""
+
+LATER_SETS = frozenset({n.HAIRPIN, n.CLUSTER_IPS, n.SERVICE_COUNTERS, n.NODEPORT_COUNTERS})
+"""Sets whose elements a packet does not need to reach an endpoint: a large repair adds them in
+a batch after the rest (:func:`traffic_first`). Missing, they leave a packet no worse off than
+no table at all would: ``hairpin`` (a pod reaching itself through its Service is not
+masqueraded: that connection fails, as it does with no table), ``cluster-ips`` (a ClusterIP's
+unused port is dropped by ``service-cidrs`` or not answered, instead of rejected), the counter
+sets (not counted). Every set a verdict depends on stays in the first batch: the dispatch and
+backends maps, ``nodeport-ips``, the no-endpoint maps, the shortcuts and the firewall sets
+(``firewall-ips`` without ``firewall-allow``, or the reverse, would drop or let through what the
+source ranges say otherwise)."""
+
+STAGE_REPAIR_AT = 2_000
+"""A repair whose elements of :data:`LATER_SETS` are this many or more sends them in a second
+batch (a table deleted at 10k Services x 10 endpoints: 110k of 220k operations); below, one
+batch (the repair stays atomic)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +60,44 @@ class Repair:
     frontends: tuple[Programmed, Programmed] | None
     """The frontends of the repaired families' tables as read back and as planned (their
     stale flows are deleted); None: no family is repaired."""
+
+
+def traffic_first(ops: list[Operation]) -> tuple[list[Operation], list[Operation]]:
+    """``ops`` (one family's repair, in the reconciler's order) as two batches: what carries
+    traffic (the table, every chain, set and rule, every delete, and the elements of every set
+    but :data:`LATER_SETS`), then the elements added to those.
+
+    The first batch is whole by itself: the later elements are plain keys (no verdict, so no
+    chain they need), in sets the first batch declares; nothing references an element.
+    """
+    first: list[Operation] = []
+    later: list[Operation] = []
+    for op in ops:
+        obj = op.obj
+        if (
+            op.verb is Verb.ADD
+            and isinstance(obj, Element | PackedRun)
+            and obj.set in LATER_SETS
+            and not (isinstance(obj, Element) and isinstance(obj.value, Verdict))
+        ):
+            later.append(op)
+        else:
+            first.append(op)
+    return first, later
+
+
+def staged(
+    repairs: dict[Family, list[Operation]], at: int = STAGE_REPAIR_AT
+) -> tuple[list[tuple[Family, list[Operation]]], list[tuple[Family, list[Operation]]]]:
+    """The batches that send ``repairs``: those that carry traffic (each family's, in
+    ``repairs``' order) and those that follow them. Each family's later elements
+    (:func:`traffic_first`) come apart when they are ``at`` operations or more; else every
+    family's repair is one batch of the first kind and none follows."""
+    split = {f: traffic_first(ops) for f, ops in repairs.items() if ops}
+    if sum(count_ops(later) for _, later in split.values()) < at:
+        return [(f, ops) for f, ops in repairs.items() if ops], []
+    firsts = [(f, first) for f, (first, _) in split.items() if first]
+    return firsts, [(f, later) for f, (_, later) in split.items() if later]
 
 
 class Verifier:
@@ -135,7 +191,15 @@ class Verifier:
             return None
         try:
             olds = [rs for f, rs in tables.items() if rs is not None and repairs.get(f)]
-            news = [as_programmed(planned.rulesets[f]) for f in FAMILIES if repairs.get(f)]
+            news = [
+                as_programmed(planned.rulesets[f], share=True)  # only read
+                for f in FAMILIES
+                if repairs.get(f)
+            ]
+            if not olds:
+                # The repaired tables were deleted: as after a first commit, only the UDP
+                # frontends they serve again can have stale flows (``cleanup.udp_part``).
+                news = [udp_part(rs) for rs in news]
             fronts = (programmed_frontends(olds), programmed_frontends(news))
         except Exception:  # a sync may change the plan's dicts while they are read
             if self._version == version:

@@ -80,7 +80,11 @@ class RecordingSyncer:
     version: int = 0
     planned: int = 0
     kernel: int = 0
+    settled: int = 0  # how often the programmed state was given its own maps
     _verified: bool = False
+
+    def settle(self) -> None:
+        self.settled += 1
 
     def verify(self) -> None:
         self._verified = True
@@ -559,3 +563,5 @@ async def test_the_memory_release_handed_in_runs_after_full_syncs_and_every_inte
         nursery.cancel_scope.cancel()
     periodic = [RELEASE_INTERVAL, RELEASE_INTERVAL * 2]
     assert [round(t - start, 3) for t in releases] == ([0.0] if full else []) + periodic
+    # A full sync's programmed state is settled once it is reported, off the next sync's path.
+    assert syncer.settled == (1 if full else 0)
