@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import nlproxy.commands
 from nlproxy import __version__
@@ -133,6 +133,11 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", _Formatter)
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        """One line naming the flag, and exit 2: the whole usage (50 lines for ``run``) would
+        bury the one line that says what is wrong; ``--help`` shows it."""
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
 def build_parser(only: ModuleType | None = None) -> argparse.ArgumentParser:

@@ -49,3 +49,22 @@ def test_exception_groups_end_in_one_line_with_the_members_status(
     err = capsys.readouterr().err
     assert "internal error: ValueError: bug" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        pytest.param(["run", "--once", "--masquerade-bit", "40"], "--masquerade-bit", id="value"),
+        pytest.param(["run", "--manifest", "d"], "--manifest", id="abbreviated"),
+        pytest.param(["conntrack", "list", "--dport", "99999"], "--dport", id="port"),
+        pytest.param(["bogus"], "bogus", id="command"),
+    ],
+)
+def test_a_usage_error_is_one_line_naming_the_flag(
+    argv: list[str], names: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err  # not argparse's whole usage above it
+    assert names in err
+    assert "--help" in err
