@@ -300,8 +300,9 @@ class Daemon:
         found = find(self.netns)
         if found and self.settings.replace_kube_proxy:
             remove_all(found, self.netns)
-            for name, _, line, _ in found.items():
-                self.log.info("foreign_proxy.removed", table=name, what=line)
+            for name, mode, line, _ in found.items():
+                self.log.warning("foreign_proxy.removed", table=name, mode=mode, what=line)
+                self.metrics.foreign_proxy_removals.labels(table=name, mode=mode).inc()
             found = find(self.netns)
         return found
 

@@ -278,6 +278,15 @@ class Metrics:
             registry=registry,
         )
 
+        self.foreign_proxy_removals = Counter(
+            "nlproxy_foreign_proxy_removals",
+            "Another proxy's tables and IPVS leftovers removed by --replace-kube-proxy: each "
+            "removal is a proxy that came back (a kubeadm upgrade re-creating kube-proxy), which "
+            "the tables gauge, back to 0 within a second, cannot show a scrape",
+            ["table", "mode"],
+            registry=registry,
+        )
+
         self.healthcheck_over_budget = Gauge(
             "nlproxy_healthcheck_over_budget",
             "Health-check node ports not served because their listeners do not fit the "

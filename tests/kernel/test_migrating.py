@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from nlproxy.demo.echo import Result, UdpSession, tcp_request
 from nlproxy.demo.testbed import Testbed
@@ -200,6 +201,16 @@ def test_replace_kube_proxy_removes_its_rules_after_the_first_sync(
         wait_until(lambda: len(proc.events("foreign_proxy.removed")) == 2, 10, "the 2nd removal")
         assert new_connections(testbed) == {"pod-b"}
         assert not proc.events("foreign_proxy.detected")
+        # The gauge is back to 0 by any scrape; the removals say a proxy keeps coming back.
+        status, body = proc.get(proc.metrics, "/metrics")
+        assert status == 200
+        removals = {
+            (sample.labels["table"], sample.labels["mode"]): sample.value
+            for family in text_string_to_metric_families(body)
+            for sample in family.samples
+            if sample.name == "nlproxy_foreign_proxy_removals_total"
+        }
+        assert removals == {("ip kube-proxy", "nftables"): 2.0}
 
 
 def test_replace_kube_proxy_acts_on_the_notification_not_the_period(

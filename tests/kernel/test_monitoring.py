@@ -115,6 +115,7 @@ NEW_ALERTS_WANTED = {
     "NlproxyUnreachableEndpoints",
     "NlproxyNodePortAddressesMissing",
     "NlproxyAPIKindUnavailable",
+    "NlproxyForeignProxyReturning",
 }
 
 
@@ -289,6 +290,9 @@ NEW_ALERTS = [
      {"ip_family": "IPv6"}, "0 0 1x20", "0x22", (8, 15), 1),
     ("NlproxyAPIKindUnavailable", "nlproxy_source_unavailable_kinds",
      {"kind": "ServiceCIDR", "verb": "list", "reason": "forbidden"}, "_ _ 1x20", None, (8, 15), 1),
+    # A removal at 10m: quiet before it, firing (no for:) once the counter has moved.
+    ("NlproxyForeignProxyReturning", "nlproxy_foreign_proxy_removals_total",
+     {"table": "ip kube-proxy", "mode": "nftables"}, "0x9 1x20", "0x30", (5, 12), 1),
 ]  # fmt: skip
 
 
