@@ -58,7 +58,7 @@ def test_every_finding_on_a_kube_proxy_node(kube_proxy_node: str) -> None:
     assert proc.returncode == 1, proc.stderr
     out = json.loads(proc.stdout)
     assert out["breaks_traffic"] is True
-    by = {}
+    by: dict[str, list[tuple[str, str]]] = {}
     for f in out["findings"]:
         by.setdefault(f["check"], []).append((f["level"], f["text"]))
     leftovers = " | ".join(text for _, text in by["leftovers"])
