@@ -510,9 +510,23 @@ def checked(check: str, run: Callable[[], Sequence[Finding] | Finding]) -> list[
     return [out] if isinstance(out, Finding) else list(out)
 
 
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """Where ``run`` would find the API server, and with which credentials."""
+
+    server: str | None
+    source: str
+    notes: list[Finding]
+    kubeconfig: str | None = None
+    """The kubeconfig ``run`` would load (None: in-cluster)."""
+    override: str | None = None
+    """The address that replaces the kubeconfig's or in-cluster one (``--master``/env)."""
+    node_name: str = ""
+
+
 def resolve_api_server(
     config: str | None, kubeconfig: str | None, api_server_url: str | None
-) -> tuple[str | None, str, list[Finding]]:
+) -> Resolved:
     """The API server ``run`` would reach with these inputs, where the address comes from,
     and what it would warn about, by ``run``'s own reading (:func:`nlproxy.config.daemon_config`:
     ``--master``, else ``$NLPROXY_API_SERVER``; ``--kubeconfig``, else the file's
@@ -540,16 +554,19 @@ def resolve_api_server(
         )  # fmt: skip
         path = None
     host = os.environ.get("KUBERNETES_SERVICE_HOST")
+    server: str | None = None
+    source = ""
     if cfg.api_server:
-        given = "--api-server" if api_server_url else API_SERVER_ENV
-        return cfg.api_server, given, notes
-    if path:
-        return kubeconfig_server(path), f"kubeconfig {path}:", notes
-    if host:
+        server, source = cfg.api_server, "--api-server" if api_server_url else API_SERVER_ENV
+    elif path:
+        server, source = kubeconfig_server(path), f"kubeconfig {path}:"
+    elif host:
         port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
         name = f"[{host}]" if ":" in host else host
-        return f"https://{name}:{port}", "in-cluster", notes
-    return None, "", notes
+        server, source = f"https://{name}:{port}", "in-cluster"
+    return Resolved(
+        server, source, notes, kubeconfig=path, override=cfg.api_server, node_name=cfg.node_name
+    )
 
 
 def api_server_findings(
@@ -560,12 +577,79 @@ def api_server_findings(
     cidrs: Sequence[IPNetwork],
 ) -> list[Finding]:
     try:
-        server, source, notes = resolve_api_server(config, kubeconfig, api_server_url)
+        at = resolve_api_server(config, kubeconfig, api_server_url)
     except ConfigError as exc:
         return [Finding("api-server", Level.FAIL, str(exc))]
     host = os.environ.get("KUBERNETES_SERVICE_HOST")
-    reach = try_connect(server, netns_name) if server else None
-    return [*notes, api_server(server, source, cidrs, in_cluster_host=host, reachable=reach)]
+    reach = try_connect(at.server, netns_name) if at.server else None
+    found = api_server(at.server, at.source, cidrs, in_cluster_host=host, reachable=reach)
+    out = [*at.notes, found]
+    if found.level is Level.OK and reach == "connected":
+        out += checked("access", lambda: access(at, netns_name))
+    return out
+
+
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+"""Where a pod's service-account token is mounted (the in-cluster configuration reads it)."""
+
+
+def access(at: Resolved, netns_name: str | None) -> list[Finding]:
+    """Whether ``run``'s identity may list and watch what it reads (Services, EndpointSlices,
+    its Node; ServiceCIDRs when served), asked of the API server itself as ``run`` asks, and
+    whether the in-cluster configuration has its service-account token.
+
+    A kind that is refused is a ``FAIL``: the daemon would never become ready.
+    """
+    from nlproxy.cluster.kube import api_client_from_config, kinds
+    from nlproxy.cluster.kube_http import Forbidden, Http, KubeApiError, NotServed
+
+    if at.kubeconfig is None and not Path(SERVICE_ACCOUNT_TOKEN).exists():
+        return [Finding("access", Level.FAIL, f"no service-account token at "
+                        f"{SERVICE_ACCOUNT_TOKEN}: the in-cluster configuration has no identity "
+                        "(automountServiceAccountToken: false?); give --kubeconfig")]  # fmt: skip
+    try:
+        client = api_client_from_config(at.kubeconfig, server=at.override)
+    except ConfigError as exc:
+        return [Finding("access", Level.FAIL, f"credentials: {exc}")]
+    out: list[Finding] = []
+    refused: list[str] = []
+    try:
+        http = Http(client)
+        with netns.entered(netns_name):
+            for spec in kinds(at.node_name):
+                for verb, extra in (
+                    ("list", [("limit", "1")]),
+                    ("watch", [("watch", "1"), ("timeoutSeconds", "1")]),
+                ):
+                    try:
+                        raw = http.get(spec, [*spec.params(), *extra], 10.0)
+                    except NotServed:
+                        if not spec.optional:
+                            refused.append(f"{verb} {spec.kind}: not served")
+                        break
+                    except Forbidden as exc:
+                        if spec.optional:
+                            why = f"cannot {verb} {spec.kind}s (optional): {exc.reason}"
+                            out.append(Finding("access", Level.WARN, why))
+                        else:
+                            refused.append(f"{verb} {spec.kind}s ({exc.reason})")
+                    except KubeApiError as exc:
+                        refused.append(f"{verb} {spec.kind}s: {exc.reason}")
+                    else:
+                        _close(raw)
+    finally:
+        _close(client)
+    if refused:
+        why = f"node {at.node_name}: cannot " + "; cannot ".join(refused)
+        out.insert(0, Finding("access", Level.FAIL, why + ": nlproxy's ClusterRole (deploy/"
+                              "kubernetes) grants list and watch of each"))  # fmt: skip
+    return out or [Finding("access", Level.OK, f"node {at.node_name}: may list and watch "
+                           "Services, EndpointSlices and its Node")]  # fmt: skip
+
+
+def _close(conn: Any) -> None:
+    """Close a response (a watch's stream unread) or the client (untyped package)."""
+    conn.close()
 
 
 def _nft_error(netns_name: str | None) -> str | None:

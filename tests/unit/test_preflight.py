@@ -244,13 +244,15 @@ def test_api_server_found_as_run_finds_it(tmp_path: Path, monkeypatch: pytest.Mo
     config.write_text(KUBEADM_CONFIGMAP)  # names /var/lib/kube-proxy/kubeconfig.conf
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("NLPROXY_API_SERVER", "192.168.1.5:6443")
-    server, source, notes = pf.resolve_api_server(str(config), None, None)
+    at = pf.resolve_api_server(str(config), None, None)
+    server, source, notes = at.server, at.source, at.notes
+    assert at.kubeconfig is None  # run's fall-back: in-cluster credentials
     assert (server, source) == ("https://192.168.1.5:6443", "NLPROXY_API_SERVER")
     assert [n.level for n in notes] == [Level.WARN]
     assert "does not exist on this host: run uses the in-cluster configuration" in notes[0].text
     # --api-server (run's --master) wins over the environment, as in run
-    server, source, _ = pf.resolve_api_server(str(config), None, "https://10.0.0.1")
-    assert (server, source) == ("https://10.0.0.1:443", "--api-server")
+    at = pf.resolve_api_server(str(config), None, "https://10.0.0.1")
+    assert (at.server, at.source) == ("https://10.0.0.1:443", "--api-server")
     # neither: a finding, not an exit
     monkeypatch.delenv("NLPROXY_API_SERVER")
     findings = pf.api_server_findings(str(config), None, None, None, CIDRS)
