@@ -603,6 +603,10 @@ def access(at: Resolved, netns_name: str | None) -> list[Finding]:
     from nlproxy.cluster.kube import api_client_from_config, kinds
     from nlproxy.cluster.kube_http import Forbidden, Http, KubeApiError, NotServed
 
+    if at.kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return [Finding("access", Level.FAIL, "no kubeconfig, and not in a pod (no "
+                        "KUBERNETES_SERVICE_HOST): run would have no credentials; give "
+                        "--kubeconfig")]  # fmt: skip
     if at.kubeconfig is None and not Path(SERVICE_ACCOUNT_TOKEN).exists():
         return [Finding("access", Level.FAIL, f"no service-account token at "
                         f"{SERVICE_ACCOUNT_TOKEN}: the in-cluster configuration has no identity "

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from nlproxy.netlink import netns
+from tests.kube.apiserver import ApiServer
+from tests.kube.conftest import TOKEN, write_kubeconfig
 
 KUBE_PROXY_TABLE = """
 table ip kube-proxy {
@@ -52,7 +54,7 @@ def kube_proxy_node(make_netns: Callable[[str], str]) -> str:
     return ns
 
 
-def test_every_finding_on_a_kube_proxy_node(kube_proxy_node: str) -> None:
+def test_every_finding_on_a_kube_proxy_node(kube_proxy_node: str, tmp_path: Path) -> None:
     ns = kube_proxy_node
     proc = preflight(ns, "--api-server", "https://10.96.0.1:443", "--json")
     assert proc.returncode == 1, proc.stderr
@@ -74,19 +76,32 @@ def test_every_finding_on_a_kube_proxy_node(kube_proxy_node: str) -> None:
     assert "Cilium's CNI rules (chain CILIUM_PRE_nat): not a service proxy" in by["clash"][0][1]
     assert by["conntrack"]  # differences or "already match": read either way
 
-    # The control plane's own address, answering: nothing breaks (leftovers are warnings).
+    # The control plane's own address, answering, and an identity it grants: nothing breaks
+    # (leftovers are warnings).
+    server = ApiServer(token=TOKEN)
+    with netns.entered(ns):
+        server.start()  # listens in the node's namespace
+    try:
+        kubeconfig = str(write_kubeconfig(tmp_path / "kc", server))
+        ok = preflight(ns, "--kubeconfig", kubeconfig)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        assert f"ok    api-server  kubeconfig {kubeconfig}: {server.url}" in ok.stdout
+        assert "not a ClusterIP (connected)" in ok.stdout
+        assert "ok    access      node " in ok.stdout
+        assert ok.stdout.rstrip().endswith("nothing stops the switch (docs/migrating.md)")
+        # Read only: every leftover is still there.
+        again = preflight(ns, "--kubeconfig", kubeconfig, "--json")
+        assert again.stdout.count("kube-proxy") >= 3
+    finally:
+        server.stop()
+    # Reachable, but no credentials run could use: a FAIL that says so.
     with netns.entered(ns):
         listener = socket.create_server(("127.0.0.1", 0))
     with listener:
         port = listener.getsockname()[1]
-        ok = preflight(ns, "--api-server", f"https://127.0.0.1:{port}")
-    assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "ok    api-server  --api-server https://127.0.0.1:" in ok.stdout
-    assert "not a ClusterIP (connected)" in ok.stdout
-    assert ok.stdout.rstrip().endswith("nothing stops the switch (docs/migrating.md)")
-    # Read only: every leftover is still there.
-    again = preflight(ns, "--api-server", f"https://127.0.0.1:{port}", "--json")
-    assert again.stdout.count("kube-proxy") >= 3
+        bare = preflight(ns, "--api-server", f"https://127.0.0.1:{port}")
+    assert bare.returncode == 1
+    assert "FAIL  access      no kubeconfig, and not in a pod" in bare.stdout
 
 
 def test_a_refused_configuration_breaks_the_switch(kube_proxy_node: str, tmp_path: Path) -> None:
