@@ -234,7 +234,11 @@ def changes(
         return [Finding("changes", Level.OK, "kube-proxy's mode is not known (no --config, no "
                         "rules): give --config to have its settings compared")]  # fmt: skip
     out: list[Finding] = []
-    if mode == "ipvs":
+    assumed = "" if doc else " (no --config: kube-proxy's default assumed)"
+    if mode == "ipvs" and not doc:
+        why = "IPVS mode, scheduler unknown: give --config; nlproxy chooses at random unless "
+        out.append(Finding("changes", Level.WARN, why + "ipvs.scheduler is rr, sh or mh"))
+    elif mode == "ipvs":
         out += _scheduler(doc, cfg)
     npa = doc.get("nodePortAddresses") or []
     if mode == "iptables" and _localhost_node_ports(doc, npa, route_localnet):
@@ -245,10 +249,10 @@ def changes(
         )  # fmt: skip
     if mode in ("iptables", "ipvs") and not npa:
         out.append(
-            Finding("changes", Level.WARN, f"nodePortAddresses unset: kube-proxy's {mode} mode "
-                    "serves NodePorts on every address of the node, nlproxy on its primary "
-                    "addresses only (as kube-proxy's nftables mode); set nodePortAddresses: "
-                    "[0.0.0.0/0, ::/0] to keep every address")
+            Finding("changes", Level.WARN, f"nodePortAddresses unset{assumed}: kube-proxy's "
+                    f"{mode} mode serves NodePorts on every address of the node, nlproxy on "
+                    "its primary addresses only (as kube-proxy's nftables mode); set "
+                    "nodePortAddresses: [0.0.0.0/0, ::/0] to keep every address")
         )  # fmt: skip
     return out or [Finding("changes", Level.OK, f"no setting of {mode} mode changes behaviour")]
 

@@ -222,9 +222,16 @@ def test_without_a_config_the_mode_comes_from_the_leftovers() -> None:
         )
     )
     texts = [f.text for f in pf.changes({}, None, found=iptables, route_localnet=1)]
-    assert [t.split(":")[0] for t in texts] == ["NodePorts on 127.0.0.1", "nodePortAddresses unset"]
+    assert [t.split(" (")[0].split(":")[0] for t in texts] == [
+        "NodePorts on 127.0.0.1",
+        "nodePortAddresses unset",
+    ]
     texts = [f.text for f in pf.changes({}, None, found=iptables, route_localnet=0)]
-    assert [t.split(":")[0] for t in texts] == ["nodePortAddresses unset"]
+    assert [t.split(" (")[0] for t in texts] == ["nodePortAddresses unset"]
+    assert "no --config: kube-proxy's default assumed" in texts[0]
+    ipvs = Leftovers(ipvs=IpvsLeftovers(ipsets=("KUBE-CLUSTER-IP",)))
+    texts = [f.text for f in pf.changes({}, None, found=ipvs)]
+    assert texts[0].startswith("IPVS mode, scheduler unknown: give --config")
     assert pf.changes({}, None)[0].level is Level.OK
 
 
