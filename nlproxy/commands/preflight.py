@@ -4,7 +4,8 @@ Thin wiring over :mod:`nlproxy.operate.preflight`: gathers the node's facts (kub
 leftovers of every mode, the API server nlproxy would use, the conntrack sysctls, the
 KubeProxyConfiguration, nftables, other proxies' tables) and prints one screen, or ``--json``.
 Exit status 0 when nothing would break traffic, 1 when something would (a ``FAIL`` line says
-what), 2 for a bad flag or file. Read only: nothing on the node is changed.
+what), 2 for a bad flag. A file that cannot be read or used is a finding, not an exit: every
+check ends in one. Read only: nothing on the node is changed.
 """
 
 from __future__ import annotations

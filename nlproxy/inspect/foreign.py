@@ -76,12 +76,16 @@ from nlproxy.nft.uapi import (
     NFTA_VERDICT_CHAIN,
 )
 
-FAMILIES = {2: "ip", 10: "ip6"}
-"""NFPROTO numbers of the families kube-proxy writes, and nft's names for them."""
-_NFPROTO = {name: number for number, name in FAMILIES.items()}
-
 NFTABLES_TABLE = "kube-proxy"
 IPTABLES_TABLES = ("nat", "filter", "mangle")
+FAMILIES = {2: "ip", 10: "ip6"}
+"""NFPROTO numbers of the families kube-proxy writes, and nft's names for them."""
+ALL_FAMILIES = {1: "inet", 3: "arp", 5: "netdev", 7: "bridge", **FAMILIES}
+"""Every nftables family by NFPROTO number, as nft names it (other CNIs write ``inet``)."""
+RULESET_TABLES = (*IPTABLES_TABLES, "raw")
+"""The iptables-nft tables whose chains :func:`names` lists (Cilium's raw chains too)."""
+_NFPROTO = {name: number for number, name in FAMILIES.items()}
+
 
 _KUBE_PROXY_CHAINS = frozenset(
     {
@@ -258,9 +262,9 @@ def names(netns: str | None = None) -> tuple[list[tuple[str, str]], list[str]]:
     """Every (family, table) in ``netns``'s nftables, and every chain name of the iptables-nft
     tables: what ``preflight`` looks for other proxies in."""
     with NetfilterSocket(netns, bufsize=4 << 20) as sock:
-        tables = [(FAMILIES.get(fam, str(fam)), name) for fam, name in _tables(sock)]
+        tables = [(ALL_FAMILIES.get(fam, str(fam)), name) for fam, name in _tables(sock)]
         chains = sorted(
-            {c for fam, t, c in _chains(sock) if fam in FAMILIES and t in IPTABLES_TABLES}
+            {c for fam, t, c in _chains(sock) if fam in FAMILIES and t in RULESET_TABLES}
         )
     return tables, chains
 

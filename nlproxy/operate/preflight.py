@@ -6,12 +6,16 @@ findings (tested without a kernel); the ``read_*`` functions gather the facts fr
 
 - ``leftovers``: every kube-proxy mode's rules (``inspect/foreign.py``, ``inspect/ipvs.py``),
   and iptables-legacy tables, which nftables cannot show;
-- ``api-server``: whether the API server nlproxy would use is reachable without a ClusterIP
-  (a node with no proxy rules — new, rebooted, cleaned — otherwise never syncs);
+- ``api-server``: the API server ``run`` would use (found as ``run`` finds it:
+  :func:`resolve_api_server`) is reachable, and without a ClusterIP (a node with no proxy
+  rules — new, rebooted, cleaned — otherwise never syncs);
 - ``conntrack``: the conntrack sysctls nlproxy would set that differ from the node's;
 - ``config``: the KubeProxyConfiguration translated: honoured, warned, refused;
 - ``kernel``: the kernel release and whether nftables answers over netlink;
-- ``clash``: another service proxy's tables or chains beside kube-proxy's.
+- ``clash``: another service proxy's tables or chains beside kube-proxy's (a CNI's own rules,
+  Cilium's, kube-router's, Antrea's, Calico's, are told apart and shown as ``ok``);
+- ``changes``: the settings whose behaviour changes with the switch (IPVS schedulers,
+  localhost NodePorts, NodePorts on every address).
 
 A ``FAIL`` finding means the switch would break traffic; ``preflight`` exits 1 then.
 """
@@ -22,8 +26,8 @@ import enum
 import errno
 import os
 import socket
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from ipaddress import ip_address, ip_network
 from pathlib import Path
 from typing import Any
@@ -31,7 +35,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from nlproxy.config import HONOURED, DaemonConfig, _networks, load_kube_proxy_config
+from nlproxy.config import DaemonConfig, _networks, honoured_fields, load_kube_proxy_config
+from nlproxy.config.values import API_SERVER_ENV
 from nlproxy.errors import ConfigError
 from nlproxy.inspect.foreign import Leftovers
 from nlproxy.netlink import netns
@@ -40,15 +45,22 @@ from nlproxy.nft.ir import IPNetwork
 KUBEADM_SERVICE_CIDR = ip_network("10.96.0.0/12")
 """kubeadm's default ``--service-cidr``: assumed when none is given."""
 
-OTHER_PROXIES = {
-    "cilium": "Cilium",
-    "kube-router": "kube-router",
-    "antrea": "Antrea",
-    "calico": "Calico",
+CNI_TABLES = {"cilium": "Cilium", "kube-router": "kube-router", "antrea": "Antrea",
+              "calico": "Calico"}  # fmt: skip
+"""nftables table names (a substring, any family) of CNIs: their own packet filtering and
+routing, not a service proxy."""
+CNI_CHAINS = {"CILIUM_": "Cilium", "KUBE-ROUTER-": "kube-router", "ANTREA-": "Antrea",
+              "cali-": "Calico"}  # fmt: skip
+"""iptables-nft chain prefixes of the same CNIs."""
+SERVICE_PROXY_CHAINS = {"KUBE-ROUTER-SERVICES": "kube-router"}
+"""Chains only a CNI's own service proxy makes (kube-router's ``--run-service-proxy``)."""
+CNI_PROXY_SWITCH = {
+    "Cilium": "kubeProxyReplacement: false (its replacement is BPF, invisible here)",
+    "kube-router": "--run-service-proxy=false",
+    "Antrea": "antreaProxy.proxyAll: false",
+    "Calico": "its eBPF dataplane off (bpfKubeProxy*)",
 }
-"""nftables table names (and, upper-cased with ``_``/``-``, iptables chain prefixes) of other
-service proxies and CNIs with a service proxy of their own."""
-_CHAIN_PREFIXES = {"CILIUM_": "Cilium", "KUBE-ROUTER-": "kube-router", "ANTREA-": "Antrea"}
+"""What keeps each CNI's service proxy off, named in the finding."""
 
 
 class Level(enum.StrEnum):
@@ -135,9 +147,15 @@ def api_server(
             "without proxy rules (new, rebooted, cleaned up) never syncs; use the control "
             "plane's own address (docs/migrating.md)",
         )
-    tail = f" ({reachable})" if reachable else ""
-    level = Level.OK if reachable in (None, "connected") else Level.WARN
-    return Finding("api-server", level, f"{source} {server}: not a ClusterIP{tail}")
+    if reachable in (None, "connected"):
+        tail = f" ({reachable})" if reachable else ""
+        return Finding("api-server", Level.OK, f"{source} {server}: not a ClusterIP{tail}")
+    return Finding(
+        "api-server",
+        Level.FAIL,
+        f"{source} {server}: not a ClusterIP, but unreachable from this node ({reachable}): "
+        "nlproxy could not sync",
+    )
 
 
 def conntrack(wanted: Mapping[str, int], current: Mapping[str, int | None]) -> list[Finding]:
@@ -170,19 +188,109 @@ def translate(doc: Mapping[str, Any], load: Any) -> list[Finding]:
         cfg: DaemonConfig = load()
     except ConfigError as exc:
         return [Finding("config", Level.FAIL, f"refused: {exc}")]
-    honoured = sorted(p for p in _paths(doc) if p in HONOURED or p.split(".")[0] in HONOURED)
+    fields = honoured_fields(doc)
+    honoured = sorted(p for p in _paths(doc, fields) if p in fields or p.split(".")[0] in fields)
     out = [Finding("config", Level.OK, "honoured: " + (", ".join(honoured) or "nothing set"))]
     out += [Finding("config", Level.WARN, w) for w in cfg.warnings]
     return out
 
 
-def _paths(doc: Mapping[str, Any], prefix: str = "") -> Iterable[str]:
+def _paths(doc: Mapping[str, Any], fields: set[str], prefix: str = "") -> Iterable[str]:
     for key, value in doc.items():
         path = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value and path not in HONOURED:
-            yield from _paths(value, path + ".")
+        if isinstance(value, Mapping) and value and path not in fields:
+            yield from _paths(value, fields, path + ".")
         elif value not in (None, "", [], {}):
             yield path
+
+
+def changes(
+    doc: Mapping[str, Any],
+    cfg: DaemonConfig | None,
+    *,
+    found: Leftovers | None = None,
+    route_localnet: int | None = None,
+) -> list[Finding]:
+    """The settings whose behaviour changes with the switch, each named: an IPVS scheduler
+    nlproxy has no equivalent for, the localhost NodePorts iptables mode serves, and
+    NodePorts on every address where nlproxy (as kube-proxy's nftables mode) serves its
+    primary address only.
+
+    Args:
+        doc: the KubeProxyConfiguration (empty: none given; the mode is then told from the
+            leftovers on the node).
+        cfg: what nlproxy makes of it (None: refused).
+        found: kube-proxy's rules on the node.
+        route_localnet: ``net.ipv4.conf.all.route_localnet`` (kube-proxy's iptables mode sets
+            it to serve NodePorts on 127.0.0.1).
+    """
+    if doc:
+        mode = str(doc.get("mode") or "iptables")  # kube-proxy's default on Linux
+    elif found is not None and found.ipvs:
+        mode = "ipvs"
+    elif found is not None and any(t.mode == "iptables-nft" for t in found.tables):
+        mode = "iptables"
+    else:
+        return [Finding("changes", Level.OK, "kube-proxy's mode is not known (no --config, no "
+                        "rules): give --config to have its settings compared")]  # fmt: skip
+    out: list[Finding] = []
+    assumed = "" if doc else " (no --config: kube-proxy's default assumed)"
+    if mode == "ipvs" and not doc:
+        why = "IPVS mode, scheduler unknown: give --config; nlproxy chooses at random unless "
+        out.append(Finding("changes", Level.WARN, why + "ipvs.scheduler is rr, sh or mh"))
+    elif mode == "ipvs":
+        out += _scheduler(doc, cfg)
+    npa = doc.get("nodePortAddresses") or []
+    if mode == "iptables" and _localhost_node_ports(doc, npa, route_localnet):
+        out.append(
+            Finding("changes", Level.WARN, "NodePorts on 127.0.0.1: kube-proxy's iptables mode "
+                    "serves them (route_localnet), nlproxy serves none (as kube-proxy's nftables "
+                    "mode); clients on the node must use the node's address")
+        )  # fmt: skip
+    if mode in ("iptables", "ipvs") and not npa:
+        out.append(
+            Finding("changes", Level.WARN, f"nodePortAddresses unset{assumed}: kube-proxy's "
+                    f"{mode} mode serves NodePorts on every address of the node, nlproxy on "
+                    "its primary addresses only (as kube-proxy's nftables mode); set "
+                    "nodePortAddresses: [0.0.0.0/0, ::/0] to keep every address")
+        )  # fmt: skip
+    return out or [Finding("changes", Level.OK, f"no setting of {mode} mode changes behaviour")]
+
+
+def _scheduler(doc: Mapping[str, Any], cfg: DaemonConfig | None) -> list[Finding]:
+    from nlproxy.config.kubeproxy import IPVS_SCHEDULERS
+
+    ipvs = doc.get("ipvs")
+    given = ipvs.get("scheduler") if isinstance(ipvs, Mapping) else None
+    scheduler = given or "rr"  # IPVS mode's default
+    nlproxy = cfg.load_balancing if cfg is not None else "random"
+    if scheduler in IPVS_SCHEDULERS and nlproxy == IPVS_SCHEDULERS[scheduler]:
+        return [Finding("changes", Level.OK, f"ipvs.scheduler {scheduler}: nlproxy balances "
+                        f"{nlproxy}, its equivalent")]  # fmt: skip
+    if scheduler in IPVS_SCHEDULERS:
+        why = (f"unset: IPVS's default is rr, nlproxy's {nlproxy}; set ipvs.scheduler: rr to "
+               "keep round-robin")  # fmt: skip
+    else:
+        why = (f"{scheduler!r}: nlproxy has no equivalent (rr, sh and mh map to round-robin and "
+               "consistent hashing): endpoints are chosen at random")  # fmt: skip
+    return [Finding("changes", Level.WARN, f"ipvs.scheduler {why}")]
+
+
+def _localhost_node_ports(doc: Mapping[str, Any], npa: Any, route_localnet: int | None) -> bool:
+    if not doc:
+        return route_localnet == 1
+    section = doc.get("iptables")
+    if isinstance(section, Mapping) and section.get("localhostNodePorts") is False:
+        return False
+    if not npa:
+        return True
+    for text in npa if isinstance(npa, list) else ():
+        try:
+            if ip_network(str(text), strict=False).overlaps(ip_network("127.0.0.0/8")):
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def kernel(release: str, nft_error: str | None) -> list[Finding]:
@@ -192,27 +300,42 @@ def kernel(release: str, nft_error: str | None) -> list[Finding]:
 
 
 def clash(tables: Iterable[tuple[str, str]], chains: Iterable[str]) -> list[Finding]:
-    """Another service proxy's nftables tables or iptables-nft chains."""
-    seen: dict[str, set[str]] = {}
+    """Other CNIs' tables and chains, told apart from another service proxy's.
+
+    A CNI's filtering and routing rules (Cilium's ``CILIUM_*``, kube-router's ``KUBE-ROUTER-*``,
+    Antrea's ``ANTREA-*`` chains and ``antrea`` table, Calico's ``cali-*``) live beside any
+    service proxy and are fine; a chain only a CNI's service proxy makes is a clash.
+    """
+    cni: dict[str, set[str]] = {}
+    proxy: dict[str, set[str]] = {}
     for family, table in tables:
-        for key, name in OTHER_PROXIES.items():
+        for key, name in CNI_TABLES.items():
             if key in table.lower():
-                seen.setdefault(name, set()).add(f"table {family} {table}")
+                cni.setdefault(name, set()).add(f"table {family} {table}")
     for chain in chains:
-        for prefix, name in _CHAIN_PREFIXES.items():
+        if chain in SERVICE_PROXY_CHAINS:
+            proxy.setdefault(SERVICE_PROXY_CHAINS[chain], set()).add(f"chain {chain}")
+            continue
+        for prefix, name in CNI_CHAINS.items():
             if chain.startswith(prefix):
-                seen.setdefault(name, set()).add(f"chain {chain}")
+                cni.setdefault(name, set()).add(f"chain {chain}")
     out = [
-        Finding(
-            "clash",
-            Level.WARN,
-            f"{name}'s rules ({', '.join(sorted(what)[:3])}{', …' if len(what) > 3 else ''}): "
-            "two service proxies on one node answer the same Services; turn its service "
-            "proxy off first",
-        )
-        for name, what in sorted(seen.items())
-    ]
+        Finding("clash", Level.WARN, f"{name}'s service proxy ({_some(what)}): two service "
+                "proxies on one node answer the same Services; turn it off first "
+                f"({CNI_PROXY_SWITCH[name]})")
+        for name, what in sorted(proxy.items())
+    ]  # fmt: skip
+    out += [
+        Finding("clash", Level.OK, f"{name}'s CNI rules ({_some(what)}): not a service proxy; "
+                f"keep {CNI_PROXY_SWITCH[name]}")
+        for name, what in sorted(cni.items())
+        if name not in proxy
+    ]  # fmt: skip
     return out or [Finding("clash", Level.OK, "no other service proxy's tables")]
+
+
+def _some(what: set[str]) -> str:
+    return ", ".join(sorted(what)[:3]) + (", …" if len(what) > 3 else "")
 
 
 def failed(findings: Iterable[Finding]) -> bool:
@@ -256,6 +379,14 @@ def read_sysctls(names: Iterable[str], netns_name: str | None) -> dict[str, int 
             except (OSError, ValueError):
                 out[name] = None
     return out
+
+
+def read_route_localnet(netns_name: str | None) -> int | None:
+    with netns.entered(netns_name):
+        try:
+            return int(Path("/proc/sys/net/ipv4/conf/all/route_localnet").read_text())
+        except (OSError, ValueError):
+            return None
 
 
 def kubeconfig_server(path: str) -> str | None:
@@ -324,13 +455,16 @@ def preflight(
     service_cidr: str,
     netns_name: str | None,
 ) -> list[Finding]:
-    """Every check on this node (or in ``netns_name``), in the order they are shown.
+    """Every check on this node (or in ``netns_name``), in the order they are shown. Each
+    check ends in findings: one that cannot look (an unreadable file, a kernel that refuses)
+    says so as a ``FAIL`` of its own, and the others still run.
 
     Args:
         config: the KubeProxyConfiguration file nlproxy would start with.
         kubeconfig: the kubeconfig nlproxy would use (default: the config's
             ``clientConnection.kubeconfig``, else in-cluster).
-        api_server: the API server address nlproxy would be given.
+        api_server: the API server address nlproxy would be given (``run``'s ``--master``;
+            default ``$NLPROXY_API_SERVER``).
         service_cidr: the cluster's service CIDRs, comma separated ("": kubeadm's default).
         netns_name: the network namespace to look in.
 
@@ -342,41 +476,188 @@ def preflight(
 
     cidrs = tuple(_networks(service_cidr, "--service-cidr")) or (KUBEADM_SERVICE_CIDR,)
     findings: list[Finding] = []
+    doc: Mapping[str, Any] = {}
     cfg: DaemonConfig | None = DaemonConfig()
     if config:
-        _, translated, cfg = read_config(Path(config))
+        doc, translated, cfg = read_config(Path(config))
         findings += translated
-    findings += leftovers(find(netns_name), read_legacy_tables(netns_name))
-    findings.append(_api_server(kubeconfig, api_server, netns_name, cfg, cidrs))
+    found = Leftovers()
+
+    def read_leftovers() -> list[Finding]:
+        nonlocal found
+        found = find(netns_name)
+        return leftovers(found, read_legacy_tables(netns_name))
+
+    findings += checked("leftovers", read_leftovers)
+    findings += checked(
+        "api-server", lambda: api_server_findings(config, kubeconfig, api_server, netns_name, cidrs)
+    )
     wanted = (cfg.conntrack if cfg is not None else ConntrackConfig()).wanted(os.cpu_count() or 1)
-    findings += conntrack(wanted, read_sysctls(wanted, netns_name))
-    findings += kernel(os.uname().release, _nft_error(netns_name))
-    tables, chains = names(netns_name)
-    findings += clash(tables, chains)
+    findings += checked("conntrack", lambda: conntrack(wanted, read_sysctls(wanted, netns_name)))
+    findings += checked("kernel", lambda: kernel(os.uname().release, _nft_error(netns_name)))
+    findings += checked("clash", lambda: clash(*names(netns_name)))
+    findings += checked(
+        "changes",
+        lambda: changes(doc, cfg, found=found, route_localnet=read_route_localnet(netns_name)),
+    )
     return findings
 
 
-def _api_server(
+def checked(check: str, run: Callable[[], Sequence[Finding] | Finding]) -> list[Finding]:
+    """``run``'s findings, or one ``FAIL`` naming the check and why it could not look: a
+    report stops at no check (a check's own bug included: it is named, the rest go on)."""
+    try:
+        out = run()
+    except Exception as exc:  # noqa: BLE001 - every check ends in a finding
+        why = str(exc) or type(exc).__name__
+        return [Finding(check, Level.FAIL, f"could not be checked: {why}")]
+    return [out] if isinstance(out, Finding) else list(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """Where ``run`` would find the API server, and with which credentials."""
+
+    server: str | None
+    source: str
+    notes: list[Finding]
+    kubeconfig: str | None = None
+    """The kubeconfig ``run`` would load (None: in-cluster)."""
+    override: str | None = None
+    """The address that replaces the kubeconfig's or in-cluster one (``--master``/env)."""
+    node_name: str = ""
+
+
+def resolve_api_server(
+    config: str | None, kubeconfig: str | None, api_server_url: str | None
+) -> Resolved:
+    """The API server ``run`` would reach with these inputs, where the address comes from,
+    and what it would warn about, by ``run``'s own reading (:func:`nlproxy.config.daemon_config`:
+    ``--master``, else ``$NLPROXY_API_SERVER``; ``--kubeconfig``, else the file's
+    ``clientConnection.kubeconfig``), with ``run``'s fall-back: a kubeconfig the file names that
+    does not exist on this host gives way to the in-cluster configuration.
+
+    Raises:
+        ConfigError: the address or a kubeconfig that is read is not usable (names which).
+    """
+    from nlproxy.config import Flags, daemon_config
+
+    flags = Flags(kubeconfig=kubeconfig, master=api_server_url)
+    try:
+        cfg = daemon_config(replace(flags, config=Path(config) if config else None))
+    except ConfigError:
+        if not config:
+            raise
+        cfg = daemon_config(flags)  # the file's refusal is the config check's finding
+    notes: list[Finding] = []
+    path = cfg.kubeconfig
+    if path and cfg.kubeconfig_from_file and not Path(path).exists():
+        notes.append(
+            Finding("api-server", Level.WARN, f"clientConnection.kubeconfig {path} does not "
+                    "exist on this host: run uses the in-cluster configuration instead")
+        )  # fmt: skip
+        path = None
+    host = os.environ.get("KUBERNETES_SERVICE_HOST")
+    server: str | None = None
+    source = ""
+    if cfg.api_server:
+        server, source = cfg.api_server, "--api-server" if api_server_url else API_SERVER_ENV
+    elif path:
+        server, source = kubeconfig_server(path), f"kubeconfig {path}:"
+    elif host:
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        name = f"[{host}]" if ":" in host else host
+        server, source = f"https://{name}:{port}", "in-cluster"
+    return Resolved(
+        server, source, notes, kubeconfig=path, override=cfg.api_server, node_name=cfg.node_name
+    )
+
+
+def api_server_findings(
+    config: str | None,
     kubeconfig: str | None,
     api_server_url: str | None,
     netns_name: str | None,
-    cfg: DaemonConfig | None,
     cidrs: Sequence[IPNetwork],
-) -> Finding:
+) -> list[Finding]:
+    try:
+        at = resolve_api_server(config, kubeconfig, api_server_url)
+    except ConfigError as exc:
+        return [Finding("api-server", Level.FAIL, str(exc))]
     host = os.environ.get("KUBERNETES_SERVICE_HOST")
-    server: str | None
-    kubeconfig = kubeconfig or (cfg.kubeconfig if cfg is not None else None)
-    if api_server_url:
-        server, source = api_server_url, "--api-server"
-    elif kubeconfig:
-        server, source = kubeconfig_server(kubeconfig), f"kubeconfig {kubeconfig}:"
-    elif host:
-        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        server, source = f"https://{host}:{port}", "in-cluster"
-    else:
-        server, source = None, ""
-    reach = try_connect(server, netns_name) if server else None
-    return api_server(server, source, cidrs, in_cluster_host=host, reachable=reach)
+    reach = try_connect(at.server, netns_name) if at.server else None
+    found = api_server(at.server, at.source, cidrs, in_cluster_host=host, reachable=reach)
+    out = [*at.notes, found]
+    if found.level is Level.OK and reach == "connected":
+        out += checked("access", lambda: access(at, netns_name))
+    return out
+
+
+SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+"""Where a pod's service-account token is mounted (the in-cluster configuration reads it)."""
+
+
+def access(at: Resolved, netns_name: str | None) -> list[Finding]:
+    """Whether ``run``'s identity may list and watch what it reads (Services, EndpointSlices,
+    its Node; ServiceCIDRs when served), asked of the API server itself as ``run`` asks, and
+    whether the in-cluster configuration has its service-account token.
+
+    A kind that is refused is a ``FAIL``: the daemon would never become ready.
+    """
+    from nlproxy.cluster.kube import api_client_from_config, kinds
+    from nlproxy.cluster.kube_http import Forbidden, Http, KubeApiError, NotServed
+
+    if at.kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return [Finding("access", Level.FAIL, "no kubeconfig, and not in a pod (no "
+                        "KUBERNETES_SERVICE_HOST): run would have no credentials; give "
+                        "--kubeconfig")]  # fmt: skip
+    if at.kubeconfig is None and not Path(SERVICE_ACCOUNT_TOKEN).exists():
+        return [Finding("access", Level.FAIL, f"no service-account token at "
+                        f"{SERVICE_ACCOUNT_TOKEN}: the in-cluster configuration has no identity "
+                        "(automountServiceAccountToken: false?); give --kubeconfig")]  # fmt: skip
+    try:
+        client = api_client_from_config(at.kubeconfig, server=at.override)
+    except ConfigError as exc:
+        return [Finding("access", Level.FAIL, f"credentials: {exc}")]
+    out: list[Finding] = []
+    refused: list[str] = []
+    try:
+        http = Http(client)
+        with netns.entered(netns_name):
+            for spec in kinds(at.node_name):
+                for verb, extra in (
+                    ("list", [("limit", "1")]),
+                    ("watch", [("watch", "1"), ("timeoutSeconds", "1")]),
+                ):
+                    try:
+                        raw = http.get(spec, [*spec.params(), *extra], 10.0)
+                    except NotServed:
+                        if not spec.optional:
+                            refused.append(f"{verb} {spec.kind}: not served")
+                        break
+                    except Forbidden as exc:
+                        if spec.optional:
+                            why = f"cannot {verb} {spec.kind}s (optional): {exc.reason}"
+                            out.append(Finding("access", Level.WARN, why))
+                        else:
+                            refused.append(f"{verb} {spec.kind}s ({exc.reason})")
+                    except KubeApiError as exc:
+                        refused.append(f"{verb} {spec.kind}s: {exc.reason}")
+                    else:
+                        _close(raw)
+    finally:
+        _close(client)
+    if refused:
+        why = f"node {at.node_name}: cannot " + "; cannot ".join(refused)
+        out.insert(0, Finding("access", Level.FAIL, why + ": nlproxy's ClusterRole (deploy/"
+                              "kubernetes) grants list and watch of each"))  # fmt: skip
+    return out or [Finding("access", Level.OK, f"node {at.node_name}: may list and watch "
+                           "Services, EndpointSlices and its Node")]  # fmt: skip
+
+
+def _close(conn: Any) -> None:
+    """Close a response (a watch's stream unread) or the client (untyped package)."""
+    conn.close()
 
 
 def _nft_error(netns_name: str | None) -> str | None:

@@ -64,9 +64,11 @@ def test_api_server_must_be_reachable_without_a_cluster_ip(
     assert (f.level, why in f.text) == (level, True), f.text
 
 
-def test_api_server_unreachable_is_a_warning_and_none_is_a_failure() -> None:
+def test_api_server_unreachable_or_none_is_a_failure_and_the_verdict_says_so() -> None:
     f = pf.api_server("https://192.168.1.5:6443", "--api-server", CIDRS, reachable="no connection")
-    assert f.level is Level.WARN
+    assert f.level is Level.FAIL
+    assert "unreachable from this node (no connection)" in f.text
+    assert pf.render([f]).endswith("the switch would break traffic: fix every FAIL first")
     assert pf.api_server(None, "", CIDRS).level is Level.FAIL
 
 
@@ -110,12 +112,21 @@ def test_kernel_without_nftables_fails() -> None:
     )
 
 
-def test_another_service_proxy_is_a_clash() -> None:
-    findings = pf.clash([("ip", "nat"), ("inet", "cilium-ct")], ["CILIUM_PRE_nat", "KUBE-SERVICES"])
-    assert [f.level for f in findings] == [Level.WARN]
-    assert findings[0].text.startswith(
-        "Cilium's rules (chain CILIUM_PRE_nat, table inet cilium-ct)"
+def test_cni_rules_are_told_apart_from_another_service_proxy() -> None:
+    findings = pf.clash(
+        [("ip", "nat"), ("inet", "antrea")],
+        ["CILIUM_PRE_nat", "KUBE-SERVICES", "KUBE-ROUTER-INPUT", "ANTREA-POSTROUTING"],
     )
+    assert [(f.level, f.text.split(":")[0]) for f in findings] == [
+        (Level.OK, "Antrea's CNI rules (chain ANTREA-POSTROUTING, table inet antrea)"),
+        (Level.OK, "Cilium's CNI rules (chain CILIUM_PRE_nat)"),
+        (Level.OK, "kube-router's CNI rules (chain KUBE-ROUTER-INPUT)"),
+    ]
+    assert "antreaProxy.proxyAll: false" in findings[0].text
+    (f,) = pf.clash([], ["KUBE-ROUTER-SERVICES", "KUBE-ROUTER-INPUT"])
+    assert f.level is Level.WARN
+    assert f.text.startswith("kube-router's service proxy (chain KUBE-ROUTER-SERVICES)")
+    assert "--run-service-proxy=false" in f.text
     assert pf.clash([("ip", "nat")], ["KUBE-SERVICES"])[0].level is Level.OK
 
 
@@ -135,3 +146,125 @@ def test_kubeconfig_server_of_the_current_context(tmp_path: Path) -> None:
         "contexts:\n- name: x\n  context: {cluster: b}\ncurrent-context: x\n"
     )
     assert pf.kubeconfig_server(str(path)) == "https://10.96.0.1"
+
+
+def _changes(text: str, **kw: object) -> list[tuple[Level, str]]:
+    import yaml
+
+    from nlproxy.config import load_kube_proxy_config
+
+    doc = yaml.safe_load(text)
+    path = Path(kw.pop("tmp")) / "c.yaml"  # type: ignore[arg-type]
+    path.write_text(text)
+    cfg = load_kube_proxy_config(path)
+    return [(f.level, f.text) for f in pf.changes(doc, cfg, **kw)]  # type: ignore[arg-type]
+
+
+HEAD = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n"
+
+
+@pytest.mark.parametrize("scheduler", ["lc", "wlc", "sed", "nq", "wrr", "dh"])
+def test_an_ipvs_scheduler_without_an_equivalent_is_named(tmp_path: Path, scheduler: str) -> None:
+    (level, text), npa = _changes(
+        HEAD + f"mode: ipvs\nipvs: {{scheduler: {scheduler}}}\n", tmp=tmp_path
+    )
+    assert level is Level.WARN
+    assert text.startswith(f"ipvs.scheduler {scheduler!r}: nlproxy has no equivalent")
+    assert "chosen at random" in text
+    assert npa[1].startswith("nodePortAddresses unset: kube-proxy's ipvs mode serves NodePorts")
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "nlproxy"), [("rr", "round-robin"), ("sh", "consistent-hash"),
+                               ("mh", "consistent-hash")],
+)  # fmt: skip
+def test_an_ipvs_scheduler_with_an_equivalent_is_ok(
+    tmp_path: Path, scheduler: str, nlproxy: str
+) -> None:
+    text = HEAD + f"mode: ipvs\nipvs: {{scheduler: {scheduler}}}\nnodePortAddresses: [primary]\n"
+    assert _changes(text, tmp=tmp_path) == [
+        (Level.OK, f"ipvs.scheduler {scheduler}: nlproxy balances {nlproxy}, its equivalent")
+    ]
+
+
+def test_ipvs_default_scheduler_is_round_robin_and_nlproxys_is_not(tmp_path: Path) -> None:
+    ((level, text), _) = _changes(HEAD + "mode: ipvs\n", tmp=tmp_path)
+    assert (level, text.startswith("ipvs.scheduler unset: IPVS's default is rr")) == (
+        Level.WARN,
+        True,
+    )
+
+
+def test_iptables_mode_localhost_and_every_address_node_ports(tmp_path: Path) -> None:
+    found = _changes(HEAD + "mode: iptables\n", tmp=tmp_path)
+    assert [t.split(":")[0] for _, t in found] == [
+        "NodePorts on 127.0.0.1",
+        "nodePortAddresses unset",
+    ]
+    assert all(level is Level.WARN for level, _ in found)
+    off = (
+        HEAD
+        + "mode: iptables\niptables: {localhostNodePorts: false}\nnodePortAddresses: [10.0.0.0/8]\n"
+    )
+    assert _changes(off, tmp=tmp_path) == [
+        (Level.OK, "no setting of iptables mode changes behaviour")
+    ]
+    loop = HEAD + "mode: iptables\nnodePortAddresses: [127.0.0.0/8, 10.0.0.0/8]\n"
+    assert [t.split(":")[0] for _, t in _changes(loop, tmp=tmp_path)] == ["NodePorts on 127.0.0.1"]
+    # nftables mode (nlproxy's) changes none of these
+    assert _changes(HEAD + "mode: nftables\n", tmp=tmp_path)[0][0] is Level.OK
+
+
+def test_without_a_config_the_mode_comes_from_the_leftovers() -> None:
+    iptables = Leftovers(
+        tables=(
+            ForeignTable(family="ip", table="nat", mode="iptables-nft", chains=("KUBE-SERVICES",)),
+        )
+    )
+    texts = [f.text for f in pf.changes({}, None, found=iptables, route_localnet=1)]
+    assert [t.split(" (")[0].split(":")[0] for t in texts] == [
+        "NodePorts on 127.0.0.1",
+        "nodePortAddresses unset",
+    ]
+    texts = [f.text for f in pf.changes({}, None, found=iptables, route_localnet=0)]
+    assert [t.split(" (")[0] for t in texts] == ["nodePortAddresses unset"]
+    assert "no --config: kube-proxy's default assumed" in texts[0]
+    ipvs = Leftovers(ipvs=IpvsLeftovers(ipsets=("KUBE-CLUSTER-IP",)))
+    texts = [f.text for f in pf.changes({}, None, found=ipvs)]
+    assert texts[0].startswith("IPVS mode, scheduler unknown: give --config")
+    assert pf.changes({}, None)[0].level is Level.OK
+
+
+def test_a_check_that_cannot_look_is_a_finding() -> None:
+    def broken() -> list[pf.Finding]:
+        raise OSError(2, "No such file or directory")
+
+    assert pf.checked("kernel", broken) == [
+        pf.Finding(
+            "kernel", Level.FAIL, "could not be checked: [Errno 2] No such file or directory"
+        )
+    ]
+
+
+def test_api_server_found_as_run_finds_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "config.conf"
+    config.write_text(KUBEADM_CONFIGMAP)  # names /var/lib/kube-proxy/kubeconfig.conf
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("NLPROXY_API_SERVER", "192.168.1.5:6443")
+    at = pf.resolve_api_server(str(config), None, None)
+    server, source, notes = at.server, at.source, at.notes
+    assert at.kubeconfig is None  # run's fall-back: in-cluster credentials
+    assert (server, source) == ("https://192.168.1.5:6443", "NLPROXY_API_SERVER")
+    assert [n.level for n in notes] == [Level.WARN]
+    assert "does not exist on this host: run uses the in-cluster configuration" in notes[0].text
+    # --api-server (run's --master) wins over the environment, as in run
+    at = pf.resolve_api_server(str(config), None, "https://10.0.0.1")
+    assert (at.server, at.source) == ("https://10.0.0.1:443", "--api-server")
+    # neither: a finding, not an exit
+    monkeypatch.delenv("NLPROXY_API_SERVER")
+    findings = pf.api_server_findings(str(config), None, None, None, CIDRS)
+    assert [f.level for f in findings] == [Level.WARN, Level.FAIL]
+    assert findings[1].text.startswith("no API server address")
+    monkeypatch.setenv("NLPROXY_API_SERVER", "https://x:99999")
+    (bad,) = pf.api_server_findings(None, None, None, None, CIDRS)
+    assert (bad.level, bad.text.startswith("NLPROXY_API_SERVER:")) == (Level.FAIL, True)
