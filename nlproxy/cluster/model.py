@@ -259,6 +259,11 @@ class Replace(_Value, frozen=True, kw_only=True):
 
     kind: str
     changes: tuple[Upsert | Skip | Invalid, ...]
+    unread: tuple[str, ...] = ()
+    """Where objects may be that the source could not read, and never read before (a manifest
+    file that does not parse when the daemon starts): the list may lack what they hold, so
+    what is programmed and absent from it is theirs as much as deleted. The state passes them
+    on (``ClusterSnapshot.unread``); the sync keeps such objects as programmed meanwhile."""
 
 
 Change: TypeAlias = Upsert | Delete | Skip | Invalid | Replace
@@ -278,3 +283,7 @@ class ClusterSnapshot:
     node: Node | None = None
     service_cidrs: tuple[ServiceCIDR, ...] = ()
     local_addresses: tuple[IPAddress, ...] = ()
+    unread: tuple[str, ...] = ()
+    """The sources' places that could not be read and never were (``Replace.unread``): while
+    any is named, a Service programmed before this process started and absent from
+    ``services`` may be theirs, and is to be kept as programmed, not deleted."""

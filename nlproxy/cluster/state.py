@@ -74,6 +74,7 @@ class ClusterState:
         self._cidrs: dict[str, ServiceCIDR] = {}
         self._local_addresses: tuple[IPAddress, ...] = ()
         self._invalid: dict[ObjectRef, str] = {}
+        self._unread: dict[str, tuple[str, ...]] = {}  # by kind, as the last Replace said
         # Services deliberately not proxied (headless, ExternalName, another proxy's): their
         # slices are not orphans.
         self._skipped: set[ServiceKey] = set()
@@ -93,6 +94,12 @@ class ClusterState:
     def invalid(self) -> Mapping[ObjectRef, str]:
         """Current validation errors by object (exit status 3, status reporting)."""
         return MappingProxyType(dict(self._invalid))
+
+    @property
+    def unread(self) -> tuple[str, ...]:
+        """Where the sources could not read objects they never read before
+        (``Replace.unread``), sorted: what is programmed and absent may be theirs."""
+        return tuple(sorted({place for places in self._unread.values() for place in places}))
 
     @property
     def refused(self) -> list[str]:
@@ -233,6 +240,7 @@ class ClusterState:
             node=self._node,
             service_cidrs=tuple(self._cidrs[name] for name in sorted(self._cidrs)),
             local_addresses=self._local_addresses,
+            unread=self.unread,
         )
         return self._snapshot
 
@@ -271,6 +279,9 @@ class ClusterState:
 
     def _replace(self, replace: Replace, changed: set[ServiceKey]) -> bool:
         everything = False
+        if self._unread.get(replace.kind, ()) != replace.unread:
+            self._unread[replace.kind] = replace.unread
+            self._snapshot = None
         present = self._refs_of(replace.kind)
         if present or self._invalid:  # on a cold start, nothing to compare the list with
             listed = {change.ref for change in replace.changes}

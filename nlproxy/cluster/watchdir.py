@@ -18,7 +18,7 @@ from pathlib import Path
 
 import trio
 
-from nlproxy.cluster.manifests import EMPTY_GRACE, GoodFile, load_manifests
+from nlproxy.cluster.manifests import GRACE, GoodFile, load_manifests
 from nlproxy.cluster.model import Change
 from nlproxy.errors import ConfigError
 from nlproxy.log import get_logger
@@ -183,7 +183,7 @@ class ManifestSource:
         """Seconds until the unsettled files are read again (inf: none)."""
         if not self._unsettled:
             return math.inf
-        return max(self.settle, EMPTY_GRACE / 4)
+        return max(self.settle, GRACE / 4)
 
     async def _follow(self) -> None:
         """Watch whatever the path names now, waiting for it while it is gone.
