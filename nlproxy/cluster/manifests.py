@@ -33,9 +33,11 @@ GRACE = 2.0
 it holds now (nothing, comments, ``---``, some of its objects): a rewrite in steps (``>`` in a
 shell, then the text; a header first; a Service before its EndpointSlice) is not an outage, and
 a real removal lands once the grace is over."""
-DEFER_BYTES = 1 << 20
+DEFER_BYTES = 64 << 10
 """A changed file larger than this is parsed apart from the reload that found it, when the
-caller asks (``defer``): one large or broken file never holds back the others' changes."""
+caller asks (``defer``): one large or broken file never holds back the others' changes. (A
+broken file costs many times its parse to reject, as the error is looked for line by line: at
+this size, some tens of milliseconds.)"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
