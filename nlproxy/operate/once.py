@@ -81,6 +81,7 @@ def _run_once(s: Settings, end: Callable[[int], int]) -> int:
             cfg.node_name,
             external_ip_cidrs=external_networks(cfg),
             service_cidrs=pcfg.service_cidrs,
+            cluster_cidrs=pcfg.cluster_cidrs,
         )
         state.apply(loaded.changes)
         # The loader's per-file changes (kept for a daemon's reload) are not needed once the
