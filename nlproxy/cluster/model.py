@@ -135,8 +135,10 @@ class Service(_Value, frozen=True, kw_only=True):
     health_check_node_port: int | None = None
     traffic_distribution: str | None = None
     created: str = ""
-    """``metadata.creationTimestamp`` (RFC 3339, UTC as the API writes it): the older of two
-    Services claiming one frontend keeps it."""
+    """``metadata.creationTimestamp`` in UTC to the second, as the API writes it
+    (``2024-05-01T10:00:00Z``, whatever offset or fraction a manifest wrote), so that text order
+    is age order; ``""`` when missing or not a timestamp. The older of two Services claiming
+    one frontend keeps it, and the node budget admits the older first."""
     load_balancing: LoadBalancing | None = None
     hash_source_port: bool = False
     annotation_warnings: tuple[str, ...] = ()
