@@ -237,3 +237,26 @@ async def test_a_file_written_in_two_steps_loses_nothing(tmp_path: Path, split: 
     assert len(seen) > 3, "the writes were not seen"
     want = {"Service/web", "EndpointSlice/web-1", "Service/db"}
     assert all(refs == want for refs in seen), seen
+
+
+async def test_a_source_started_on_a_broken_file_names_it_unread_until_it_parses(
+    tmp_path: Path,
+) -> None:
+    """As after a restart in the middle of an edit: the first load cannot know the file's
+    objects, and says so on every Replace until the file parses again."""
+    f = tmp_path / "web.yaml"
+    f.write_text(WHOLE + "spec: [oops\n")
+    (tmp_path / "db.yaml").write_text(_service("db", ip="10.96.0.11"))
+    source = ManifestSource(tmp_path, settle=0.05, max_wait=0.2)
+    send, recv = trio.open_memory_channel[Sequence[Change]](100)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(source.run, send)
+            first = await recv.receive()
+            assert _refs(first) == {"Service/db"}
+            assert {r.unread for r in first if isinstance(r, Replace)} == {("web.yaml",)}
+            f.write_text(WHOLE)
+            fixed = await recv.receive()
+            assert _refs(fixed) == {"Service/db", "Service/web", "EndpointSlice/web-1"}
+            assert {r.unread for r in fixed if isinstance(r, Replace)} == {()}
+            nursery.cancel_scope.cancel()
