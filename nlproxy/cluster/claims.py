@@ -193,6 +193,7 @@ class Claims:
         # The node's own addresses and the pod ranges, which no ClusterIP may be (``set_node``).
         self._own: frozenset[object] = frozenset()  # as _ip_key has them
         self._own_v4 = False
+        self._guard_v4 = False
         self._pods: tuple[IPNetwork, ...] = ()
         self._v4_pods: tuple[tuple[int, int], ...] = ()
         self._pods_text = {4: "", 6: ""}
@@ -348,6 +349,7 @@ class Claims:
         self._v4_pods = tuple(
             (int(n.network_address), int(n.netmask)) for n in pods if n.version == 4
         )
+        self._guard_v4 = self._own_v4 or bool(self._v4_pods)  # anything to look up
         for version in (4, 6):
             self._pods_text[version] = ", ".join(str(n) for n in pods if n.version == version)
         return True
@@ -425,29 +427,35 @@ class Claims:
     def _plain_alone(self, svc: Service) -> bool:
         """``_plain`` of a Service that holds each of its claims alone (its ClusterIP and
         NodePorts are then its own whatever their number): one ordinary IPv4 ClusterIP in
-        the service ranges, no external address."""
+        the service ranges (neither the node's own nor a pod's), no external address, no
+        stray health-check port."""
         if svc.external_ips or svc.load_balancer_ips:
             return False
         ips = svc.cluster_ips
         if len(ips) != 1 or type(ips[0]) is not IPv4Address:
             return False
         n = _number(ips[0])
-        if not _plain_v4(n) or self._forbidden_v4(n) or self._odd_health(svc):
+        if not _plain_v4(n) or (self._guard_v4 and self._forbidden_v4(n)):
+            return False
+        if svc.health_check_node_port is not None and self._odd_health(svc):
             return False
         ranges = self._v4_ranges
         return not ranges or any(n & mask == net for net, mask in ranges)
 
     def _plain(self, svc: Service) -> bool:
         """Whether ``_decide`` would refuse ``svc`` nothing, known cheaply: the common Service
-        (one IPv4 ClusterIP, an ordinary address in the service ranges, held by it alone; no
-        NodePort, no external address). False: ask ``_decide``."""
+        (one IPv4 ClusterIP, an ordinary address in the service ranges, neither the node's own
+        nor a pod's, held by it alone; no NodePort, no external address, no stray health-check
+        port). False: ask ``_decide``."""
         if svc.external_ips or svc.load_balancer_ips or len(svc.cluster_ips) != 1:
             return False
         ip = svc.cluster_ips[0]
         if type(ip) is not IPv4Address:
             return False
         n = _number(ip)
-        if not _plain_v4(n) or self._forbidden_v4(n) or self._odd_health(svc):
+        if not _plain_v4(n) or (self._guard_v4 and self._forbidden_v4(n)):
+            return False
+        if svc.health_check_node_port is not None and self._odd_health(svc):
             return False
         ranges = self._v4_ranges
         if ranges and all(n & mask != net for net, mask in ranges):
