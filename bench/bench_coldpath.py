@@ -187,7 +187,11 @@ def _read_decode(manifests: Path, fmt: str) -> tuple[float, float]:
     import msgspec
 
     from nlproxy.cluster import decode, typed
-    from nlproxy.cluster import manifests as loader
+
+    try:
+        from nlproxy.cluster import fileobjects as loader
+    except ImportError:  # a checkout from before a file's objects had a module of their own
+        from nlproxy.cluster import manifests as loader  # type: ignore[no-redef]
 
     gc.disable()  # as load_manifests does
     try:

@@ -52,8 +52,13 @@ from typing import Any
 import gen
 from measure import emit, log
 
-from nlproxy.cluster import decode, kube_http, manifests, parse, typed
+from nlproxy.cluster import decode, kube_http, parse, typed
 from nlproxy.cluster.manifests import SUFFIXES, load_manifests
+
+try:
+    from nlproxy.cluster import fileobjects
+except ImportError:  # a checkout from before a file's objects had a module of their own
+    from nlproxy.cluster import manifests as fileobjects  # type: ignore[no-redef]
 from nlproxy.cluster.state import ClusterState
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.sync.fingerprint import Fingerprint
@@ -66,15 +71,15 @@ def _path(which: str) -> Iterator[None]:
     if which == "typed":
         yield
         return
-    kinds, compiled, from_bytes = typed.FAST_KINDS, decode._compiled, manifests._json_objects
+    kinds, compiled, from_bytes = typed.FAST_KINDS, decode._compiled, fileobjects._json_objects
     typed.FAST_KINDS = frozenset()
     decode._compiled = lambda: None  # type: ignore[assignment]
-    manifests._json_objects = lambda *_: None  # JSON files as documents, as before
+    fileobjects._json_objects = lambda *_: None  # JSON files as documents, as before
     try:
         yield
     finally:
         typed.FAST_KINDS, decode._compiled = kinds, compiled
-        manifests._json_objects = from_bytes
+        fileobjects._json_objects = from_bytes
 
 
 def _cpu(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -102,14 +107,14 @@ def _model_stages(changes: Any) -> dict[str, float]:
 
 
 def _from_bytes(path: Path) -> bool:
-    return path.suffix == ".json" and manifests._json_objects(path.name, b"[]") is not None
+    return path.suffix == ".json" and fileobjects._json_objects(path.name, b"[]") is not None
 
 
 def manifests_stages(directory: Path) -> tuple[dict[str, float], Any]:
     paths = [p for p in sorted(directory.iterdir()) if p.suffix in SUFFIXES]
     read_s, texts = _cpu(lambda: [p.read_text(encoding="utf-8") for p in paths])
     # A JSON file on the typed path is decoded inside the load, from its bytes into the typed
-    # structs (``manifests._json_objects``): no documents, so its decode is in ``parse_s``.
+    # structs (``fileobjects._json_objects``): no documents, so its decode is in ``parse_s``.
     decoded = [(p, t) for p, t in zip(paths, texts, strict=True) if not _from_bytes(p)]
     decode_s, _docs = _cpu(lambda: [decode._parse(p, t) for p, t in decoded])
     del _docs

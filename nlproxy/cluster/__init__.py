@@ -13,6 +13,7 @@ out; everything else goes on.
   requests, decoded from raw JSON), ``kube_link`` (retry delays, reachability, unreadable kinds);
   a directory of manifests — ``manifests`` (load YAML/JSON files), ``readdir`` (open them
   beneath the directory, regular files only), ``decode`` (their text to documents),
-  ``watchdir`` (reload on inotify, in a worker thread).
+  ``fileobjects`` (one file's bytes to its objects), ``watchdir`` (reload on inotify, in a
+  worker thread).
 - ``state``: the current valid objects and which Services changed since the last sync.
 """

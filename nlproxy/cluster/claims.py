@@ -10,9 +10,17 @@ kernel's maps goes to whichever Service was written last, silently. So:
 * a ClusterIP that is unspecified, loopback, link-local, multicast or the broadcast address
   leaves its Service out whole, named (the API server allocates ClusterIPs only from the service
   ranges; a manifest's ``127.0.0.1`` would take the node's own listeners);
+* so does a ClusterIP that is one of this node's own addresses (its interfaces', its Node's), or
+  inside the cluster's pod ranges (``--cluster-cidr``, the Node's ``podCIDRs``), known or not
+  the service ranges: ``172.18.0.2`` port 22 would send every client's SSH to a pod. An address
+  inside a known service range is not taken for the node's own: a ClusterIP bound on purpose
+  (``kube-ipvs0``, NodeLocal DNSCache) is a Service's;
 * so does a ClusterIP outside every service range known for its family (``--service-cidr`` and
   the ServiceCIDR objects): a manifest's ``8.8.8.8`` would take that address from every pod. With
-  no range of its family known, a ClusterIP is taken as written;
+  no range of its family known, any other ClusterIP is taken as written: the service ranges are
+  what guard the rest;
+* a ``healthCheckNodePort`` outside the NodePort range is refused (the Service stays, without
+  its health check): ``22`` would bind the node's SSH port;
 * two Services with one ClusterIP, or one NodePort (and protocol): the older keeps it, the
   younger is left out whole, named;
 * an external IP (``spec.externalIPs``, a load-balancer ingress IP) that is another Service's
@@ -53,18 +61,27 @@ hashes in Python, on every lookup of every key holding it)."""
 BROADCAST = IPv4Address("255.255.255.255")
 
 
+NODE_PORT_RANGE = (30000, 32767)
+"""The API server's default ``--service-node-port-range``: health-check node ports come from it."""
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """What a Service is refused: the whole Service (``whole``) or some external addresses."""
+    """What a Service is refused: the whole Service (``whole``), some external addresses, or
+    its health-check node port (``health``)."""
 
     whole: str | None
     addresses: tuple[tuple[IPAddress, str], ...]
     """(address, why) of each external IP left out."""
+    health: str | None = None
 
     def messages(self, key: ServiceKey) -> tuple[str, ...]:
         if self.whole is not None:
             return (shorten(f"Service {key}: {self.whole}; left out"),)
-        return tuple(shorten(f"Service {key}: {why}; {ip} left out") for ip, why in self.addresses)
+        out = [shorten(f"Service {key}: {why}; {ip} left out") for ip, why in self.addresses]
+        if self.health is not None:
+            out.append(shorten(f"Service {key}: {self.health}; no health check served"))
+        return tuple(out)
 
 
 def _number_reader() -> Callable[[IPv4Address], int]:
@@ -162,15 +179,30 @@ class Claims:
     """The frontends each Service claims, and what each is refused (kept incrementally)."""
 
     def __init__(
-        self, external_ip_cidrs: Iterable[IPNetwork] = (), service_cidrs: Iterable[IPNetwork] = ()
+        self,
+        external_ip_cidrs: Iterable[IPNetwork] = (),
+        service_cidrs: Iterable[IPNetwork] = (),
+        *,
+        cluster_cidrs: Iterable[IPNetwork] = (),
+        node_port_range: tuple[int, int] = NODE_PORT_RANGE,
     ) -> None:
         self.external_ip_cidrs = tuple(external_ip_cidrs)
         self._configured_ranges = tuple(service_cidrs)
+        self._configured_pods = tuple(cluster_cidrs)
+        self.node_port_range = node_port_range
+        # The node's own addresses and the pod ranges, which no ClusterIP may be (``set_node``).
+        self._own: frozenset[object] = frozenset()  # as _ip_key has them
+        self._own_v4 = False
+        self._guard_v4 = False
+        self._pods: tuple[IPNetwork, ...] = ()
+        self._v4_pods: tuple[tuple[int, int], ...] = ()
+        self._pods_text = {4: "", 6: ""}
         self._ranges: tuple[IPNetwork, ...] = ()
         self._v4_ranges: tuple[tuple[int, int], ...] = ()  # (network, netmask) as numbers
         self._v6_ranges: tuple[IPNetwork, ...] = ()
         self._ranges_text = {4: "", 6: ""}
         self.set_service_ranges(())
+        self.set_node((), ())
         self._claims: dict[ServiceKey, frozenset[_Key]] = {}
         self._by: dict[_Key, set[ServiceKey]] = {}
         self._order: dict[ServiceKey, _Order] = {}
@@ -296,6 +328,53 @@ class Claims:
             self._ranges_text[version] = ", ".join(str(n) for n in ranges if n.version == version)
         return True
 
+    def set_node(self, addresses: Iterable[IPAddress], pod_cidrs: Iterable[IPNetwork]) -> bool:
+        """Take this node's own addresses (its interfaces' and its Node's) and its Node's pod
+        ranges (the configured cluster ranges are kept beside them).
+
+        Returns:
+            Whether they changed: then every Service must be decided anew (``update``).
+        """
+        pods = tuple(
+            sorted(
+                {*self._configured_pods, *pod_cidrs},
+                key=lambda n: (n.version, int(n.network_address), n.prefixlen),
+            )
+        )
+        own = frozenset(_ip_key(ip) for ip in addresses if special(ip) is None)
+        if pods == self._pods and own == self._own:
+            return False
+        self._own, self._pods = own, pods
+        self._own_v4 = any(type(k) is int for k in own)
+        self._v4_pods = tuple(
+            (int(n.network_address), int(n.netmask)) for n in pods if n.version == 4
+        )
+        self._guard_v4 = self._own_v4 or bool(self._v4_pods)  # anything to look up
+        for version in (4, 6):
+            self._pods_text[version] = ", ".join(str(n) for n in pods if n.version == version)
+        return True
+
+    def _forbidden_v4(self, n: int) -> bool:
+        """Whether the IPv4 address numbered ``n`` is this node's own or a pod's (cheap)."""
+        if self._own_v4 and n in self._own and not self._in_service_ranges_v4(n):
+            return True
+        return any(n & mask == net for net, mask in self._v4_pods)
+
+    def _in_service_ranges_v4(self, n: int) -> bool:
+        return any(n & mask == net for net, mask in self._v4_ranges)
+
+    def _forbidden(self, ip: IPAddress) -> str | None:
+        """Why no ClusterIP may be ``ip`` (the node's own, or a pod's), or None."""
+        if type(ip) is IPv4Address:
+            n = _number(ip)
+            if self._own_v4 and n in self._own and not self._in_service_ranges_v4(n):
+                return "one of this node's own addresses"
+        elif ip in self._own and not any(ip in net for net in self._v6_ranges):
+            return "one of this node's own addresses"
+        if any(ip in net for net in self._pods if net.version == ip.version):
+            return f"inside the cluster's pod ranges ({self._pods_text[ip.version]})"
+        return None
+
     def _outside_service_ranges(self, ip: IPAddress) -> bool:
         """Whether ``ip`` lies outside every known service range of its family (none known: no)."""
         if type(ip) is IPv4Address:
@@ -315,6 +394,9 @@ class Claims:
             svc,
             external_ips=tuple(ip for ip in svc.external_ips if ip not in gone),
             load_balancer_ips=tuple(ip for ip in svc.load_balancer_ips if ip not in gone),
+            health_check_node_port=(
+                None if refusal.health is not None else svc.health_check_node_port
+            ),
         )
 
     def _oldest_holder(self, claim: _Key, holders: set[ServiceKey]) -> ServiceKey:
@@ -345,29 +427,35 @@ class Claims:
     def _plain_alone(self, svc: Service) -> bool:
         """``_plain`` of a Service that holds each of its claims alone (its ClusterIP and
         NodePorts are then its own whatever their number): one ordinary IPv4 ClusterIP in
-        the service ranges, no external address."""
+        the service ranges (neither the node's own nor a pod's), no external address, no
+        stray health-check port."""
         if svc.external_ips or svc.load_balancer_ips:
             return False
         ips = svc.cluster_ips
         if len(ips) != 1 or type(ips[0]) is not IPv4Address:
             return False
         n = _number(ips[0])
-        if not _plain_v4(n):
+        if not _plain_v4(n) or (self._guard_v4 and self._forbidden_v4(n)):
+            return False
+        if svc.health_check_node_port is not None and self._odd_health(svc):
             return False
         ranges = self._v4_ranges
         return not ranges or any(n & mask == net for net, mask in ranges)
 
     def _plain(self, svc: Service) -> bool:
         """Whether ``_decide`` would refuse ``svc`` nothing, known cheaply: the common Service
-        (one IPv4 ClusterIP, an ordinary address in the service ranges, held by it alone; no
-        NodePort, no external address). False: ask ``_decide``."""
+        (one IPv4 ClusterIP, an ordinary address in the service ranges, neither the node's own
+        nor a pod's, held by it alone; no NodePort, no external address, no stray health-check
+        port). False: ask ``_decide``."""
         if svc.external_ips or svc.load_balancer_ips or len(svc.cluster_ips) != 1:
             return False
         ip = svc.cluster_ips[0]
         if type(ip) is not IPv4Address:
             return False
         n = _number(ip)
-        if not _plain_v4(n):
+        if not _plain_v4(n) or (self._guard_v4 and self._forbidden_v4(n)):
+            return False
+        if svc.health_check_node_port is not None and self._odd_health(svc):
             return False
         ranges = self._v4_ranges
         if ranges and all(n & mask != net for net, mask in ranges):
@@ -377,10 +465,16 @@ class Claims:
             return False
         return not any(p.node_port for p in svc.ports)
 
+    def _odd_health(self, svc: Service) -> bool:
+        """Whether ``svc``'s health-check node port is outside the NodePort range."""
+        port = svc.health_check_node_port
+        low, high = self.node_port_range
+        return port is not None and port != 0 and not low <= port <= high
+
     def _decide(self, svc: Service) -> Refusal | None:
         key = svc.key
         for i, ip in enumerate(svc.cluster_ips):
-            what = special(ip)
+            what = special(ip) or self._forbidden(ip)
             if what is None and self._outside_service_ranges(ip):
                 what = f"outside the service ranges ({self._ranges_text[ip.version]})"
             if what is not None:
@@ -399,8 +493,15 @@ class Claims:
                 if winner is not None:
                     what = f"nodePort {p.node_port}/{p.ref.protocol.value}"
                     return Refusal(whole=f"{what} is also Service {winner}'s (older)", addresses=())
+        health = None
+        if self._odd_health(svc):
+            low, high = self.node_port_range
+            health = (
+                f"spec.healthCheckNodePort: {svc.health_check_node_port} is outside the "
+                f"NodePort range ({low}-{high})"
+            )
         if not svc.external_ips and not svc.load_balancer_ips:
-            return None
+            return None if health is None else Refusal(whole=None, addresses=(), health=health)
         refused: dict[IPAddress, str] = {}
         for ip in (*svc.external_ips, *svc.load_balancer_ips):
             if ip in refused:
@@ -408,11 +509,12 @@ class Claims:
             why = self._refuse_address(svc, ip)
             if why is not None:
                 refused[ip] = why
-        if not refused:
+        if not refused and health is None:
             return None
         return Refusal(
             whole=None,
             addresses=tuple(sorted(refused.items(), key=lambda i: (i[0].version, int(i[0])))),
+            health=health,
         )
 
     def _refuse_address(self, svc: Service, ip: IPAddress) -> str | None:

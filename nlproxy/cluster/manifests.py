@@ -9,40 +9,35 @@ reads files only; validation is ``cluster/parse.py``'s, and it must not touch th
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import gc
-import json
-import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import msgspec
-
-from nlproxy.cluster import typed
-from nlproxy.cluster.decode import MAX_FILE_BYTES, FileError, Refused, batches, documents
+from nlproxy.cluster.decode import MAX_FILE_BYTES, FileError
+from nlproxy.cluster.fileobjects import Entry, Objects, file_objects
 from nlproxy.cluster.model import Invalid, ObjectRef, Replace, Skip, Upsert
-from nlproxy.cluster.parse import KINDS, object_ref, to_change
+from nlproxy.cluster.parse import KINDS
 from nlproxy.cluster.readdir import Directory, FileRead, Unsettled
-from nlproxy.cluster.schema import unknown_fields
 from nlproxy.errors import ConfigError, shorten
 
 SUFFIXES = frozenset({".yaml", ".yml", ".json"})
 MAX_LOAD_BYTES = 2 * MAX_FILE_BYTES
 """The most one load reads, all files together; a file past it keeps its last good objects
 (named)."""
-EMPTY_GRACE = 2.0
-"""Seconds a file that held objects must stay empty before its objects are deleted: a rewrite
-that truncates, then writes (``>`` in a shell, many editors) is not an outage."""
-# The API group each kind must come from: a ``kind: Service`` of another group (Knative's
-# serving.knative.dev) is someone else's object. A missing apiVersion is taken as the right one.
-_GROUPS = {
-    "Service": "",
-    "EndpointSlice": "discovery.k8s.io",
-    "Node": "",
-    "ServiceCIDR": ("networking.k8s.io"),
-}
+GRACE = 2.0
+"""Seconds a file keeps the objects it lost, from when it lost them (its change time), whatever
+it holds now (nothing, comments, ``---``, some of its objects): a rewrite in steps (``>`` in a
+shell, then the text; a header first; a Service before its EndpointSlice) is not an outage, and
+a real removal lands once the grace is over."""
+DEFER_BYTES = 64 << 10
+"""A changed file larger than this is parsed apart from the reload that found it, when the
+caller asks (``defer``): one large or broken file never holds back the others' changes. (A
+broken file costs many times its parse to reject, as the error is looked for line by line: at
+this size, some tens of milliseconds.)"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,14 +59,19 @@ class ManifestLoad:
     good: dict[str, GoodFile] = field(default_factory=dict)
     """Each file's objects as last read successfully (pass it back as ``last_good``)."""
     unsettled: tuple[str, ...] = ()
-    """Files that changed while read, or were found freshly emptied: read them again soon (their
-    last good objects stand meanwhile)."""
-
-
-Entry = tuple[str, Upsert | Skip | Invalid, tuple[str, ...]]
-"""One object of a file, parsed: ``(where, change, warnings)`` (its unknown fields, named)."""
-Objects = list[Entry]
-"""A file's objects, parsed as they were read (the decoded documents are not kept)."""
+    """Files that changed while read, or still serve objects they lost (``GRACE``): read them
+    again soon (their last good objects stand meanwhile)."""
+    failed: dict[str, Parsed] = field(default_factory=dict)
+    """Each file whose content does not parse, with why (pass it back in ``parsed``): read
+    again unchanged, it is not parsed again."""
+    deferred: dict[str, FileRead] = field(default_factory=dict)
+    """Changed files left to parse apart (``defer``), their last good objects standing
+    meanwhile: :func:`parse_file` them and pass the results back in ``parsed``."""
+    unread: tuple[str, ...] = ()
+    """Files whose objects are not known: they cannot be read or parsed now and no earlier load
+    read them, or were found without objects less than ``GRACE`` after they changed (a start in
+    the middle of a rewrite). Whatever they held is missing from ``changes``; every ``Replace``
+    names them (``Replace.unread``), so what is programmed for them can stay."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +83,43 @@ class GoodFile:
     digest: bytes
     objects: Objects
     notes: tuple[str, ...] = ()
+    lost: tuple[tuple[float, Entry], ...] = ()
+    """Objects the file held and holds no more, each with when it lost them (the file's change
+    time): still served until ``GRACE`` after that."""
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """One content of a file, parsed: its objects and notes, or why it does not parse."""
+
+    digest: bytes
+    objects: Objects
+    notes: tuple[str, ...] = ()
+    error: FileError | None = None
+
+
+def parse_file(name: str, read: FileRead) -> Parsed:
+    """What file ``name``'s content ``read`` holds (no exception: a failure is ``error``)."""
+    notes: list[str] = []
+    with _collection_paused():
+        try:
+            objects = file_objects(Path(name), read.data, notes)
+        except FileError as exc:
+            return Parsed(read.digest, [], (), exc)
+    return Parsed(read.digest, objects, tuple(notes))
+
+
+@contextlib.contextmanager
+def _collection_paused() -> Iterator[None]:
+    """Parsing allocates millions of objects and creates no cycles: a collection would only
+    walk them again and again (a third of the load time at 100k endpoints)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 Outcome = FileRead | FileError | Unsettled | None
@@ -136,6 +173,8 @@ def load_manifests(
     now: float | None = None,
     budget: int = MAX_LOAD_BYTES,
     read: DirectoryRead | None = None,
+    parsed: Mapping[str, Parsed] | None = None,
+    defer: int | None = None,
 ) -> ManifestLoad:
     """Load every manifest file in ``directory`` (not recursive; dotfiles are skipped, which
     also skips the ``..data`` links of a mounted ConfigMap). Files are read in name order and the
@@ -148,122 +187,177 @@ def load_manifests(
         last_good: the ``good`` of the previous load (the daemon passes it): a file that cannot
             be read or parsed now (an editor's typo, a half-written file) keeps the objects it
             had, so a mistake in one file is never an outage of its Services; a file read again
-            unchanged is not parsed again. A file that changes while it is read, or that has
-            been empty for less than :data:`EMPTY_GRACE` seconds (truncated, to be written
-            again), keeps them too and is listed in ``unsettled``.
+            unchanged is not parsed again. A file that lost objects keeps serving them for
+            :data:`GRACE` seconds (a rewrite in steps) and is listed in ``unsettled``, as is
+            one that changed while it was read.
         now: the time (seconds since the epoch) to measure that grace from; the clock's.
         budget: the most bytes read in all (a file past it keeps its last good objects).
         read: the directory as ``read_manifests`` read it (``run --once`` hashes those bytes
             first); not read again.
+        parsed: files' contents already parsed (the ``failed`` of the previous load, and what
+            :func:`parse_file` made of ``deferred`` ones): used when the content is the same.
+        defer: leave a changed file of more than this many bytes to be parsed apart
+            (``deferred``) instead of parsing it now (None: parse every file now).
 
     Raises:
         ConfigError: the directory cannot be listed.
     """
-    # Parsing allocates millions of objects and creates no cycles: a collection would only
-    # walk them again and again (a third of the load time at 100k endpoints).
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        when = time.time() if now is None else now
+    with _collection_paused():
+        loader = _Loader(last_good or {}, parsed or {}, defer, time.time() if now is None else now)
         if read is not None:
-            return _load(read.files.items(), last_good or {}, when)
+            return loader.load(read.files.items())
         try:
             with Directory(directory) as opened:
-                return _load(_reads(opened, _names(opened), budget), last_good or {}, when)
+                return loader.load(_reads(opened, _names(opened), budget))
         except OSError as exc:
             raise ConfigError(f"manifests {directory}", exc.strerror or str(exc)) from exc
-    finally:
-        if enabled:
-            gc.enable()
 
 
-def _load(
-    reads: Iterable[tuple[str, Outcome]],
-    last_good: dict[str, GoodFile],
-    now: float,
-) -> ManifestLoad:
-    by_kind: dict[str, list[Upsert | Skip | Invalid]] = {kind: [] for kind in KINDS}
-    first_seen: dict[ObjectRef, str] = {}
-    errors: list[str] = []
-    warnings: list[str] = []
-    unsettled: list[str] = []
-    good: dict[str, GoodFile] = {}
-    for name, read in reads:
-        notes: list[str] = []
-        kept = last_good.get(name)
+class _Loader:
+    """One load: each file's objects in turn (``load``), then what lost objects are kept."""
+
+    def __init__(
+        self,
+        last_good: dict[str, GoodFile],
+        parsed: Mapping[str, Parsed],
+        defer: int | None,
+        now: float,
+    ) -> None:
+        self.last_good, self.parsed, self.defer, self.now = last_good, parsed, defer, now
+        self.by_kind: dict[str, list[Upsert | Skip | Invalid]] = {kind: [] for kind in KINDS}
+        self.first_seen: dict[ObjectRef, str] = {}
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+        self.unsettled: list[str] = []
+        self.unread: list[str] = []
+        self.good: dict[str, GoodFile] = {}
+        self.failed: dict[str, Parsed] = {}
+        self.deferred: dict[str, FileRead] = {}
+        self.held: list[Entry] = []
+
+    def load(self, reads: Iterable[tuple[str, Outcome]]) -> ManifestLoad:
+        for name, read in reads:
+            if read is not None:  # None: a directory
+                self._file(name, read)
+        # Lost objects last, and only where no file holds them now: an object moved to another
+        # file is no duplicate.
+        for where, change, _ in self.held:
+            if change.ref not in self.first_seen:
+                self.first_seen[change.ref] = where
+                self.by_kind[change.ref.kind].append(change)
+        unread = tuple(self.unread)
+        return ManifestLoad(
+            changes=tuple(
+                Replace(kind=kind, changes=tuple(self.by_kind[kind]), unread=unread)
+                for kind in KINDS
+            ),
+            errors=tuple(shorten(e) for e in self.errors),
+            warnings=tuple(shorten(w) for w in self.warnings),
+            good=self.good,
+            unsettled=tuple(dict.fromkeys(self.unsettled)),
+            failed=self.failed,
+            deferred=self.deferred,
+            unread=unread,
+        )
+
+    def _file(self, name: str, read: FileRead | FileError | Unsettled) -> None:
+        """Take one file's objects: as read now, or as last good."""
+        kept = self.last_good.get(name)
+        if kept is not None:
+            kept = _expire(kept, self.now)
         try:
-            if read is None:
-                continue  # a directory
             if isinstance(read, FileError | Unsettled):
                 raise read
-            current = _current(name, read, kept, now, notes)
+            try:
+                current = self._current(name, read, kept)
+            except _Deferred:
+                self.deferred[name] = read
+                if kept is None:
+                    return
+                current = kept
         except Unsettled:
-            unsettled.append(name)
+            self.unsettled.append(name)
             if kept is None:
-                continue
+                self.unread.append(name)
+                return
             current = kept
         except FileError as exc:
-            errors.append(f"{exc}; its last good objects are kept" if kept else str(exc))
+            self.errors.append(f"{exc}; its last good objects are kept" if kept else str(exc))
             if not kept:
-                continue
+                self.unread.append(name)
+                return
             current = kept
-        good[name] = current
-        errors += notes
+        self.good[name] = current
+        self.errors += current.notes
+        by_kind, first_seen = self.by_kind, self.first_seen
         for where, change, unknown in current.objects:
             ref = change.ref
             if ref in first_seen:
-                _duplicate(ref, where, change, first_seen, by_kind[ref.kind], errors)
+                _duplicate(ref, where, change, first_seen, by_kind[ref.kind], self.errors)
                 continue
             first_seen[ref] = where
             by_kind[ref.kind].append(change)
-            warnings += unknown
-    changes = tuple(Replace(kind=kind, changes=tuple(by_kind[kind])) for kind in KINDS)
-    return ManifestLoad(
-        changes=changes,
-        errors=tuple(shorten(e) for e in errors),
-        warnings=tuple(shorten(w) for w in warnings),
-        good=good,
-        unsettled=tuple(unsettled),
-    )
+            self.warnings += unknown
+        if current.lost:
+            self.unsettled.append(name)
+            self.held += [entry for _, entry in current.lost]
+
+    def _current(self, name: str, read: FileRead, kept: GoodFile | None) -> GoodFile:
+        """What a file read now holds.
+
+        Raises:
+            FileError: it does not parse.
+            _Deferred: it is to be parsed apart.
+        """
+        if kept is not None and kept.digest == read.digest:
+            return kept
+        known = self.parsed.get(name)
+        if known is None or known.digest != read.digest:
+            if self.defer is not None and len(read.data) > self.defer:
+                raise _Deferred
+            known = parse_file(name, read)
+        if known.error is not None:
+            self.failed[name] = known
+            raise known.error
+        # A file found without objects just after it changed, with nothing known of it before
+        # (the daemon starts in the middle of a rewrite): what it held is not known.
+        if kept is None and not known.objects and abs(self.now - read.changed) < GRACE:
+            self.unread.append(name)
+            self.unsettled.append(name)
+        lost = _lost(kept, known.objects, read.changed, self.now)
+        return GoodFile(read.digest, known.objects, known.notes, lost)
 
 
-def _current(
-    name: str, read: FileRead, kept: GoodFile | None, now: float, notes: list[str]
-) -> GoodFile:
-    """What a file read now holds.
+class _Deferred(Exception):
+    """A file left to be parsed apart."""
 
-    Raises:
-        Unsettled: emptied less than EMPTY_GRACE ago, after holding objects.
-        FileError: it does not parse.
-    """
-    # A rewrite truncates first: deleted if it stays empty. (A clock set back by more than the
-    # grace does not keep an emptied file's objects for ever.)
-    if not read.data and kept and kept.objects and abs(now - read.changed) < EMPTY_GRACE:
-        raise Unsettled(name)
-    if kept is not None and kept.digest == read.digest:
-        notes += kept.notes
+
+def _expire(kept: GoodFile, now: float) -> GoodFile:
+    """``kept`` without the lost objects whose grace is over. (A clock set back by more than
+    the grace does not keep them for ever.)"""
+    if not kept.lost:
         return kept
-    mine: list[str] = []
-    objects = _objects(Path(name), read.data, mine)
-    notes += mine
-    return GoodFile(read.digest, objects, tuple(mine))
+    lost = tuple(held for held in kept.lost if abs(now - held[0]) < GRACE)
+    return kept if len(lost) == len(kept.lost) else dataclasses.replace(kept, lost=lost)
 
 
-def _entry(where: str, obj: dict[str, Any], kind: str) -> Entry:
-    """One decoded object's entry: the typed change when it is plainly valid, else the
-    parser's, which names the unknown fields and what is wrong."""
-    fast = typed.from_document(obj, kind) if kind in typed.FAST_KINDS else None
-    if fast is not None:
-        return where, fast, ()
-    return _parsed(where, obj, kind)
-
-
-def _parsed(where: str, obj: dict[str, Any], kind: str) -> Entry:
-    """The parser's entry for an object the typed path did not take (it has an unknown field
-    or is not plainly valid)."""
-    ref = object_ref(obj, kind)
-    unknown = tuple(f"{where}: {ref}: unknown field {f}" for f in unknown_fields(obj, kind))
-    return where, to_change(obj, kind), unknown
+def _lost(
+    kept: GoodFile | None, objects: Objects, when: float, now: float
+) -> tuple[tuple[float, Entry], ...]:
+    """The objects ``kept`` served (held or lost) that ``objects`` lacks, each with when it was
+    first lost (``when`` for those lost now), while their grace lasts."""
+    if kept is None or (not kept.objects and not kept.lost):
+        return ()
+    present = {change.ref for _, change, _ in objects}
+    out: dict[ObjectRef, tuple[float, Entry]] = {}
+    for since, entry in kept.lost:
+        if entry[1].ref not in present:
+            out.setdefault(entry[1].ref, (since, entry))
+    if abs(now - when) < GRACE:
+        for entry in kept.objects:
+            if entry[1].ref not in present:
+                out.setdefault(entry[1].ref, (when, entry))
+    return tuple(held for held in out.values() if abs(now - held[0]) < GRACE)
 
 
 def _duplicate(
@@ -286,239 +380,3 @@ def _duplicate(
         first_seen[ref] = where
     else:
         errors.append(f"{where}: {ref}: defined again (first in {first_seen[ref]})")
-
-
-def _objects(path: Path, data: bytes, notes: list[str]) -> Objects:
-    """``(where, change, warnings)`` for each object of a known kind in one file; ``notes``
-    gets the objects whose kind looks like a misspelling of one (``kind: Servcie``).
-
-    Raises:
-        FileError: the file cannot be read or parsed, or holds something that is not an object.
-    """
-    if path.suffix == ".json":
-        fast = _json_objects(path.name, data)
-        if fast is not None:
-            found, mine = fast
-            notes += mine
-            return found
-    return _document_objects(path, data, notes)
-
-
-def _document_objects(path: Path, data: bytes, notes: list[str]) -> Objects:
-    """``_objects`` by way of the file's decoded documents (YAML, and JSON that the bytes'
-    path does not read).
-
-    Raises:
-        FileError: as ``_objects``.
-    """
-    found: Objects = []
-    noted = len(notes)
-    try:
-        index = 0
-        # Batch by batch (YAML for the compiled decoder): each batch's documents are converted
-        # and dropped before the next is decoded, so they are never all held at once.
-        for batch in batches(path, data):
-            for doc in batch:
-                index += 1
-                _document(path, index, doc, notes, found)
-            del batch
-    except Refused:
-        found.clear()
-        del notes[noted:]
-        for index, doc in enumerate(documents(path, data), start=1):
-            _document(path, index, doc, notes, found)
-    return found
-
-
-def _document(path: Path, index: int, doc: object, notes: list[str], found: Objects) -> None:
-    """Append the objects of a file's ``index``-th document."""
-    where = f"{path.name} document {index}" if index > 1 else path.name
-    if doc is None:
-        return
-    for item in doc if isinstance(doc, list) else [doc]:
-        _flatten(where, item, None, notes, found)
-
-
-class _Head(msgspec.Struct):
-    """What ``_flatten`` reads of an object before it knows its kind (the rest is skipped)."""
-
-    kind: object = msgspec.UNSET
-    apiVersion: object = None
-    items: list[msgspec.Raw] | None = None
-
-
-_HEAD = msgspec.json.Decoder(_Head)
-_ARRAY = msgspec.json.Decoder(list[msgspec.Raw])
-_STARTS_ARRAY = re.compile(rb"[ \t\r\n]*\[")
-
-
-class _Fallback(Exception):
-    """The whole file is read the documents' way (which names what is wrong with it)."""
-
-
-def _json_objects(where: str, data: bytes) -> tuple[Objects, list[str]] | None:
-    """A JSON file's objects read from its bytes (``_objects``'s result and notes), the known
-    kinds' objects decoded straight into the typed structs: no dict is built for them, nor for
-    the other kinds' objects. As ``documents`` and ``_flatten`` read the file, but whatever is
-    not the common shape (an item that is not an object, a kind that is not a string, a
-    near-miss kind) is decoded alone and goes to ``_flatten``, which reads it as before; None
-    when the file is not valid JSON, UTF-8, or beyond what the decoder takes: it is read as
-    before, which names what is wrong."""
-    if not data.isascii():
-        try:
-            data.decode("utf-8")  # msgspec does not check strings it skips
-        except UnicodeDecodeError:
-            return None
-    found: Objects = []
-    notes: list[str] = []
-    try:
-        if _STARTS_ARRAY.match(data):
-            _raw_members(where, _ARRAY.decode(data), None, notes, found)
-        else:
-            _raw_members(where, [data], None, notes, found, top=True)
-    except (msgspec.DecodeError, _Fallback, ValueError, RecursionError, MemoryError):
-        return None
-    return found, notes
-
-
-def _raw_object(
-    where: str,
-    raw: bytes | msgspec.Raw,
-    list_kind: str | None,
-    notes: list[str],
-    found: Objects,
-    *,
-    top: bool = False,
-) -> None:
-    """``_flatten`` of one JSON value, from its bytes.
-
-    Raises:
-        _Fallback: a top-level value that is not an object.
-        msgspec.DecodeError: not valid JSON.
-    """
-    try:
-        head = _HEAD.decode(raw)
-    except msgspec.ValidationError:
-        if top:
-            raise _Fallback from None  # null, a scalar: as documents() reads it
-        _flatten(where, json.loads(bytes(raw).decode()), list_kind, notes, found)
-        return
-    kind = list_kind if head.kind is msgspec.UNSET else head.kind
-    if type(kind) is not str or not kind:
-        _flatten(where, json.loads(bytes(raw).decode()), list_kind, notes, found)
-    elif kind in KINDS:
-        if _right_group(head.apiVersion, kind):
-            found.append(_raw_entry(where, raw, kind))
-    elif kind == "List" or (kind.endswith("List") and kind[:-4] in KINDS):
-        _raw_members(where, head.items or [], kind[:-4] or None, notes, found)
-    elif _near_kind(kind) is not None:
-        _flatten(where, json.loads(bytes(raw).decode()), list_kind, notes, found)
-
-
-def _raw_members(
-    where: str,
-    members: list[msgspec.Raw] | list[bytes],
-    list_kind: str | None,
-    notes: list[str],
-    found: Objects,
-    *,
-    top: bool = False,
-) -> None:
-    """``_raw_object`` of each of a list's members (or of a file's one object, ``top``): the
-    common case, a Service or EndpointSlice that says its kind and has only fields its kind
-    knows, in one decode into the typed structs (``typed.MANIFEST_ITEM``) and one call to
-    read it; anything else as ``_raw_object`` reads it."""
-    decode = typed.MANIFEST_ITEM.decode if typed.FAST_KINDS else None
-    readers = typed.MANIFEST_READERS
-    for member in members:
-        if decode is not None:
-            try:
-                obj = decode(member)
-            except msgspec.ValidationError:
-                pass
-            else:
-                kind, group, read = readers[type(obj)]
-                api = obj.apiVersion  # _right_group's test, inline
-                if type(api) is not str or not api or api.rpartition("/")[0] == group:
-                    change = read(obj)
-                    if change is None:  # not plainly valid: the parser names what is wrong
-                        found.append(_parsed(where, json.loads(bytes(member).decode()), kind))
-                    else:
-                        found.append((where, change, ()))
-                continue
-        _raw_object(where, member, list_kind, notes, found, top=top)
-
-
-def _raw_entry(where: str, raw: bytes | msgspec.Raw, kind: str) -> Entry:
-    """``_entry`` of one object's JSON: the typed change, or the parser's of its document."""
-    fast = typed.from_manifest_json(raw, kind) if kind in typed.FAST_KINDS else None
-    if fast is not None:
-        return where, fast, ()
-    return _parsed(where, json.loads(bytes(raw).decode()), kind)
-
-
-def _flatten(
-    where: str, item: object, list_kind: str | None, notes: list[str], found: Objects
-) -> None:
-    """Append ``item``'s objects of a known kind to ``found`` (a list's, each of its items)."""
-    if not isinstance(item, dict):
-        shown = json.dumps(item, default=str)
-        shown = shown if len(shown) <= 40 else shown[:37] + "..."
-        raise FileError(f"{where}: expected a Kubernetes object, got {shown}")
-    kind = item.get("kind", list_kind)
-    if not isinstance(kind, str) or not kind:
-        raise FileError(f"{where}: an object without a kind")
-    if kind in KINDS:
-        if _right_group(item.get("apiVersion"), kind):
-            found.append(_entry(where, item, kind))
-    elif kind == "List" or (kind.endswith("List") and kind[:-4] in KINDS):
-        members = item.get("items")
-        if not isinstance(members, list | None):
-            raise FileError(f"{where}: {kind}: items: expected a list")
-        member_kind = kind[:-4] or None
-        for member in members or []:
-            # The common case inline: an object of a known kind that says so.
-            k = member.get("kind", member_kind) if type(member) is dict else None
-            if type(k) is str and k in KINDS:
-                if _right_group(member.get("apiVersion"), k):
-                    found.append(_entry(where, member, k))
-            else:
-                _flatten(where, member, member_kind, notes, found)
-    elif (near := _near_kind(kind)) is not None and _right_group(item.get("apiVersion"), near):
-        # Someone else's kinds (Deployment, Pod, ...) are ignored; a near-miss of ours is a
-        # typo to name, as kubectl --validate=strict would.
-        meta = item.get("metadata")
-        name = meta.get("name", "(unnamed)") if isinstance(meta, dict) else "(unnamed)"
-        notes.append(f"{where}: {name}: unknown kind {kind!r} (did you mean {near}?)")
-
-
-def _near_kind(kind: str) -> str | None:
-    """The kind nlproxy reads that ``kind`` is one or two edits away from, if any."""
-    for known in KINDS:
-        if kind.lower() == known.lower() or _edits(kind.lower(), known.lower()) <= 2:
-            return known
-    return None
-
-
-def _edits(a: str, b: str) -> int:
-    """Levenshtein distance, with transpositions (short strings only)."""
-    if abs(len(a) - len(b)) > 2:
-        return 3
-    prev2: list[int] = []
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, start=1):
-        cur = [i]
-        for j, cb in enumerate(b, start=1):
-            cost = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
-            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
-                cost = min(cost, prev2[j - 2] + 1)
-            cur.append(cost)
-        prev2, prev = prev, cur
-    return prev[-1]
-
-
-def _right_group(api_version: object, kind: str) -> bool:
-    if not isinstance(api_version, str) or not api_version:
-        return True
-    group = api_version.rpartition("/")[0]
-    return group == _GROUPS[kind]

@@ -135,8 +135,10 @@ class Service(_Value, frozen=True, kw_only=True):
     health_check_node_port: int | None = None
     traffic_distribution: str | None = None
     created: str = ""
-    """``metadata.creationTimestamp`` (RFC 3339, UTC as the API writes it): the older of two
-    Services claiming one frontend keeps it."""
+    """``metadata.creationTimestamp`` in UTC to the second, as the API writes it
+    (``2024-05-01T10:00:00Z``, whatever offset or fraction a manifest wrote), so that text order
+    is age order; ``""`` when missing or not a timestamp. The older of two Services claiming
+    one frontend keeps it, and the node budget admits the older first."""
     load_balancing: LoadBalancing | None = None
     hash_source_port: bool = False
     annotation_warnings: tuple[str, ...] = ()
@@ -259,6 +261,11 @@ class Replace(_Value, frozen=True, kw_only=True):
 
     kind: str
     changes: tuple[Upsert | Skip | Invalid, ...]
+    unread: tuple[str, ...] = ()
+    """Where objects may be that the source could not read, and never read before (a manifest
+    file that does not parse when the daemon starts): the list may lack what they hold, so
+    what is programmed and absent from it is theirs as much as deleted. The state passes them
+    on (``ClusterSnapshot.unread``); the sync keeps such objects as programmed meanwhile."""
 
 
 Change: TypeAlias = Upsert | Delete | Skip | Invalid | Replace
@@ -278,3 +285,7 @@ class ClusterSnapshot:
     node: Node | None = None
     service_cidrs: tuple[ServiceCIDR, ...] = ()
     local_addresses: tuple[IPAddress, ...] = ()
+    unread: tuple[str, ...] = ()
+    """The sources' places that could not be read and never were (``Replace.unread``): while
+    any is named, a Service programmed before this process started and absent from
+    ``services`` may be theirs, and is to be kept as programmed, not deleted."""

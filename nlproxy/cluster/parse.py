@@ -200,19 +200,31 @@ def _created(r: FieldReader, meta: Mapping[str, Any]) -> str:
     """``metadata.creationTimestamp``, once ``metadata.resourceVersion`` is checked (a string,
     which the model does not keep: a new one alone changes nothing proxied)."""
     r.string(meta.get("resourceVersion"), "metadata.resourceVersion")
-    return _timestamp(meta.get("creationTimestamp"))
+    return created_text(meta.get("creationTimestamp"))
 
 
-def _timestamp(value: object) -> str:
-    """A creation timestamp as text (YAML may have read it as a datetime); only ordered, never
-    checked: a missing or odd one just sorts after the others."""
-    if isinstance(value, datetime):
-        return (
-            value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            if value.tzinfo
-            else value.strftime("%Y-%m-%dT%H:%M:%SZ")
-        )
-    return value if isinstance(value, str) else ""
+def created_text(value: object) -> str:
+    """A creation timestamp as the model keeps it: RFC 3339 in UTC to the second
+    (``YYYY-MM-DDTHH:MM:SSZ``, as the API server writes it), so that its text sorts as its
+    instant; ``""`` when it is missing or not a timestamp (``"0"``), which sorts after the
+    others. (YAML may have read it as a datetime.) Only ordered, never refused."""
+    if type(value) is str and len(value) == 20 and value[19] == "Z" and value[10] == "T":
+        return value  # the API's own form: the common case, as it is
+    if isinstance(value, str):
+        value = value.upper()  # RFC 3339 allows "t" and "z"; fromisoformat does not
+        if "T" not in value:
+            return ""
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return ""
+    if not isinstance(value, datetime):
+        return ""
+    when = value.astimezone(UTC) if value.tzinfo else value
+    return (
+        f"{when.year:04}-{when.month:02}-{when.day:02}T"
+        f"{when.hour:02}:{when.minute:02}:{when.second:02}Z"
+    )
 
 
 def _load_balancing(r: FieldReader, annotations: Mapping[str, str]) -> dict[str, Any]:

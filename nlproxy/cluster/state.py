@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from nlproxy.cluster.claims import Claims
+from nlproxy.cluster.claims import NODE_PORT_RANGE, Claims
 from nlproxy.cluster.model import (
     Change,
     ClusterObject,
@@ -50,7 +50,11 @@ class ClusterState:
         node_name: the name of the Node nlproxy runs on.
         external_ip_cidrs: the ranges ``spec.externalIPs`` may take (empty: any).
         service_cidrs: ``--service-cidr``: ranges ClusterIPs may take, besides those of the
-            ServiceCIDR objects (none of a family known: any).
+            ServiceCIDR objects (none of a family known: any but the refused below).
+        cluster_cidrs: ``--cluster-cidr``: the pods' ranges, which no ClusterIP may be in
+            (nor in this Node's ``podCIDRs``, nor be one of this node's own addresses).
+        node_port_range: the API server's NodePort range; a ``healthCheckNodePort`` outside
+            it is refused.
     """
 
     def __init__(
@@ -59,12 +63,19 @@ class ClusterState:
         *,
         external_ip_cidrs: Iterable[IPNetwork] = (),
         service_cidrs: Iterable[IPNetwork] = (),
+        cluster_cidrs: Iterable[IPNetwork] = (),
+        node_port_range: tuple[int, int] = NODE_PORT_RANGE,
     ) -> None:
         self._node_name = node_name
         self._services: dict[ServiceKey, Service] = {}
         # What the planner sees: the Services as settled by the claims.
         self._view: dict[ServiceKey, Service] = {}
-        self._claims = Claims(external_ip_cidrs, service_cidrs)
+        self._claims = Claims(
+            external_ip_cidrs,
+            service_cidrs,
+            cluster_cidrs=cluster_cidrs,
+            node_port_range=node_port_range,
+        )
         self._services_touched: set[ServiceKey] = set()
         self._slices: dict[_SliceId, EndpointSlice] = {}
         # Sorted tuples, not sets: almost every service has one or two slices, and a set costs
@@ -74,6 +85,7 @@ class ClusterState:
         self._cidrs: dict[str, ServiceCIDR] = {}
         self._local_addresses: tuple[IPAddress, ...] = ()
         self._invalid: dict[ObjectRef, str] = {}
+        self._unread: dict[str, tuple[str, ...]] = {}  # by kind, as the last Replace said
         # Services deliberately not proxied (headless, ExternalName, another proxy's): their
         # slices are not orphans.
         self._skipped: set[ServiceKey] = set()
@@ -93,6 +105,12 @@ class ClusterState:
     def invalid(self) -> Mapping[ObjectRef, str]:
         """Current validation errors by object (exit status 3, status reporting)."""
         return MappingProxyType(dict(self._invalid))
+
+    @property
+    def unread(self) -> tuple[str, ...]:
+        """Where the sources could not read objects they never read before
+        (``Replace.unread``), sorted: what is programmed and absent may be theirs."""
+        return tuple(sorted({place for places in self._unread.values() for place in places}))
 
     @property
     def refused(self) -> list[str]:
@@ -156,8 +174,11 @@ class ClusterState:
         # the service ranges changed: then every ClusterIP is checked against them anew.
         touched = changed & self._services_touched
         self._services_touched = set()
-        if everything and self._claims.set_service_ranges(
-            net for cidr in self._cidrs.values() for net in cidr.cidrs
+        if everything and (
+            self._claims.set_service_ranges(
+                net for cidr in self._cidrs.values() for net in cidr.cidrs
+            )
+            | self._set_node_facts()
         ):
             touched |= self._services.keys()
         settled = self._claims.update(touched, self._services)
@@ -198,7 +219,8 @@ class ClusterState:
             self._snapshot = None
 
     def set_local_addresses(self, addresses: Iterable[IPAddress]) -> set[ServiceKey]:
-        """Record this node's interface addresses (sorted, without duplicates).
+        """Record this node's interface addresses (sorted, without duplicates): no ClusterIP
+        may be one of them.
 
         Returns:
             Every service when they changed (NodePort addresses may move), else nothing.
@@ -208,7 +230,16 @@ class ClusterState:
             return set()
         self._local_addresses = new
         self._snapshot = None
+        if self._set_node_facts():
+            keys = set(self._services)
+            self._settle_all(keys | self._claims.update(keys, self._services))
         return {*self._services, *self._slice_ids}
+
+    def _set_node_facts(self) -> bool:
+        """Hand the claims this node's own addresses and pod ranges; whether they changed."""
+        node = self._node
+        own = (*self._local_addresses, *(node.addresses if node is not None else ()))
+        return self._claims.set_node(own, node.pod_cidrs if node is not None else ())
 
     def snapshot(self) -> ClusterSnapshot:
         """The valid objects now, for the planner; the same object until something changes."""
@@ -233,6 +264,7 @@ class ClusterState:
             node=self._node,
             service_cidrs=tuple(self._cidrs[name] for name in sorted(self._cidrs)),
             local_addresses=self._local_addresses,
+            unread=self.unread,
         )
         return self._snapshot
 
@@ -271,6 +303,9 @@ class ClusterState:
 
     def _replace(self, replace: Replace, changed: set[ServiceKey]) -> bool:
         everything = False
+        if self._unread.get(replace.kind, ()) != replace.unread:
+            self._unread[replace.kind] = replace.unread
+            self._snapshot = None
         present = self._refs_of(replace.kind)
         if present or self._invalid:  # on a cold start, nothing to compare the list with
             listed = {change.ref for change in replace.changes}

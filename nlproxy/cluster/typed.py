@@ -473,7 +473,7 @@ def _service_or_raise(obj: Any) -> Upsert | Skip:
             if ext_local and health and svc_type is ServiceType.LOAD_BALANCER
             else None,
             traffic_distribution=traffic,
-            created=meta.creationTimestamp or "",
+            created=parse.created_text(meta.creationTimestamp),
             **balancing,
             uid=meta.uid or "",
         )
@@ -483,7 +483,7 @@ def _service_or_raise(obj: Any) -> Upsert | Skip:
             type=svc_type,
             cluster_ips=cluster_ips,
             ports=ports,
-            created=meta.creationTimestamp or "",
+            created=parse.created_text(meta.creationTimestamp),
             uid=meta.uid or "",
         )
     return Upsert(ref=ref, obj=svc)

@@ -3,13 +3,19 @@
 Each reload sends the whole directory as one ``Replace`` per kind (``load_manifests``), so added,
 changed and removed files all take effect the same way, and the cluster state works out which
 services changed. Events are coalesced for ``settle`` seconds, so an editor's write-rename-chmod
-sequence causes one reload. Loads run in a worker thread; a file caught changing, or freshly
-emptied, is read again once it settles (``load_manifests``'s ``unsettled``).
+sequence causes one reload. Loads run in a worker thread; a file caught changing, or still
+serving objects it lost, is read again once it settles (``load_manifests``'s ``unsettled``).
+
+One large or broken file never holds back another file's change: after the first load, a changed
+file of more than ``DEFER_BYTES`` is parsed by a task of its own, its last good objects standing
+meanwhile, and the directory is sent again once it is parsed; a content that did not parse is
+not parsed again while it stays the same.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import os
 import struct
@@ -18,8 +24,16 @@ from pathlib import Path
 
 import trio
 
-from nlproxy.cluster.manifests import EMPTY_GRACE, GoodFile, load_manifests
+from nlproxy.cluster.manifests import (
+    DEFER_BYTES,
+    GRACE,
+    GoodFile,
+    Parsed,
+    load_manifests,
+    parse_file,
+)
 from nlproxy.cluster.model import Change
+from nlproxy.cluster.readdir import FileRead
 from nlproxy.errors import ConfigError
 from nlproxy.log import get_logger
 
@@ -75,6 +89,14 @@ class ManifestSource:
         self.errors: tuple[str, ...] = ()
         """File-level problems of the last load (the sync loop reports and counts them)."""
         self._good: dict[str, GoodFile] = {}
+        self._parsed: dict[str, Parsed] = {}
+        """Contents parsed apart, and those that did not parse (``load_manifests``'s
+        ``parsed``)."""
+        self._defer: int | None = None  # the first load parses every file itself
+        self._deferred: dict[str, FileRead] = {}
+        self._parsing: tuple[str, bytes] | None = None
+        self._deferred_added = trio.Event()
+        self._lock = trio.Lock()  # one load at a time: each starts from the last one's results
         self._unsettled: tuple[str, ...] = ()
         self._warned: set[str] = set()
         self._fd = -1
@@ -116,13 +138,16 @@ class ManifestSource:
 
         Cancellation: safe at any point.
         """
-        try:
-            changes = await self._load()
-        except ConfigError as exc:
-            self.log.warning("source.reload_failed", directory=str(self.directory), error=str(exc))
-            self._unsettled = (str(self.directory),)
-            return
-        await send.send(changes)
+        async with self._lock:
+            try:
+                changes = await self._load()
+            except ConfigError as exc:
+                self.log.warning(
+                    "source.reload_failed", directory=str(self.directory), error=str(exc)
+                )
+                self._unsettled = (str(self.directory),)
+                return
+            await send.send(changes)
 
     async def _load(self) -> Sequence[Change]:
         """The directory's contents, read in a worker thread: a large file (or a slow file
@@ -135,9 +160,19 @@ class ManifestSource:
         """
         # A file that does not parse now keeps the objects it had (see load_manifests).
         loaded = await trio.to_thread.run_sync(
-            load_manifests, self.directory, self._good, abandon_on_cancel=True
+            functools.partial(
+                load_manifests,
+                self.directory,
+                self._good,
+                parsed=self._parsed,
+                defer=self._defer,
+            ),
+            abandon_on_cancel=True,
         )
         self._good = loaded.good
+        self._parsed = dict(loaded.failed)
+        self._defer = DEFER_BYTES
+        self._queue(loaded.deferred)
         self._unsettled = loaded.unsettled
         self.errors = tuple(loaded.errors)
         for warning in sorted(set(loaded.warnings) - self._warned):  # each once
@@ -146,6 +181,41 @@ class ManifestSource:
         if loaded.unsettled:
             self.log.debug("source.unsettled", files=list(loaded.unsettled))
         return list(loaded.changes)
+
+    def _queue(self, deferred: dict[str, FileRead]) -> None:
+        """Hand the files a load left to parse to :meth:`_parse_deferred` (the newest content
+        of each, unless it is being parsed)."""
+        added = False
+        for name, read in deferred.items():
+            if self._parsing != (name, read.digest):
+                self._deferred[name] = read
+                added = True
+        if added:
+            self._deferred_added.set()
+
+    async def _parse_deferred(self, send: trio.MemorySendChannel[Sequence[Change]]) -> None:
+        """Parse the files loads left to parse, one at a time in a worker thread, and send the
+        directory again after each.
+
+        Cancellation: the thread's parsing is abandoned (it only reads).
+        """
+        while True:
+            await self._deferred_added.wait()
+            self._deferred_added = trio.Event()
+            while self._deferred:
+                name = next(iter(self._deferred))
+                read = self._deferred.pop(name)
+                self._parsing = (name, read.digest)
+                self.log.debug("source.parse_apart", file=name, size=len(read.data))
+                try:
+                    parsed = await trio.to_thread.run_sync(
+                        parse_file, name, read, abandon_on_cancel=True
+                    )
+                finally:
+                    self._parsing = None
+                async with self._lock:
+                    self._parsed[name] = parsed
+                await self._reload(send)
 
     async def run(
         self,
@@ -159,31 +229,41 @@ class ManifestSource:
         """
         self._open()
         try:
-            await send.send(await self._load())
-            task_status.started()
-            while True:
-                # A file that changed while read, or was just emptied, is read again once it
-                # settles even if nothing else happens.
-                with trio.move_on_after(self._recheck()) as waited:
-                    await trio.lowlevel.wait_readable(self._fd)
-                if waited.cancelled_caught:
-                    await self._reload(send)
-                    continue
-                if not await self._quiet():
-                    continue  # only the parent's other entries changed
-                if self._moved():
-                    await self._follow()
-                    await self._quiet()  # let what is published there settle first
-                self.log.debug("source.reload", directory=str(self.directory))
-                await self._reload(send)
+            async with trio.open_nursery() as nursery:
+                async with self._lock:
+                    await send.send(await self._load())
+                nursery.start_soon(self._parse_deferred, send)
+                task_status.started()
+                await self._watch(send)
         finally:
             os.close(self._fd)
+
+    async def _watch(self, send: trio.MemorySendChannel[Sequence[Change]]) -> None:
+        """Reload whenever the directory changes, until cancelled.
+
+        Cancellation: returns at the next wait.
+        """
+        while True:
+            # A file that changed while read, or still serves objects it lost, is read
+            # again once it settles even if nothing else happens.
+            with trio.move_on_after(self._recheck()) as waited:
+                await trio.lowlevel.wait_readable(self._fd)
+            if waited.cancelled_caught:
+                await self._reload(send)
+                continue
+            if not await self._quiet():
+                continue  # only the parent's other entries changed
+            if self._moved():
+                await self._follow()
+                await self._quiet()  # let what is published there settle first
+            self.log.debug("source.reload", directory=str(self.directory))
+            await self._reload(send)
 
     def _recheck(self) -> float:
         """Seconds until the unsettled files are read again (inf: none)."""
         if not self._unsettled:
             return math.inf
-        return max(self.settle, EMPTY_GRACE / 4)
+        return max(self.settle, GRACE / 4)
 
     async def _follow(self) -> None:
         """Watch whatever the path names now, waiting for it while it is gone.

@@ -116,6 +116,7 @@ class Daemon:
                 cfg.node_name,
                 external_ip_cidrs=external_networks(cfg),
                 service_cidrs=pcfg.service_cidrs,
+                cluster_cidrs=pcfg.cluster_cidrs,
             ),
             self.syncer,
             health=self.health,

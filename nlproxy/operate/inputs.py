@@ -68,7 +68,10 @@ def cluster_inputs(
 
     cfg, pcfg = s.daemon, s.proxy
     state = ClusterState(
-        cfg.node_name, external_ip_cidrs=external_networks(cfg), service_cidrs=pcfg.service_cidrs
+        cfg.node_name,
+        external_ip_cidrs=external_networks(cfg),
+        service_cidrs=pcfg.service_cidrs,
+        cluster_cidrs=pcfg.cluster_cidrs,
     )
     state.apply(changes)
     if local is not None:

@@ -7,6 +7,7 @@ import contextlib
 import http.client
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -36,6 +37,18 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def free_node_port() -> int:
+    """A free port in the NodePort range (30000-32767), as a health-check node port must be."""
+    for port in random.sample(range(30000, 32768), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port in 30000-32767")
 
 
 def http_get(ns: str, port: int, path: str, timeout: float = 2) -> tuple[int, str]:

@@ -29,7 +29,7 @@ from tests.kernel.daemon import (
     Probe,
     answered_by,
     daemon,
-    free_port,
+    free_node_port,
     hc_get,
     lb_local,
     nft,
@@ -205,7 +205,7 @@ def test_signals_stop_promptly_and_keep_rules(
 def test_health_check_node_port_answers_for_local_endpoints(
     testbed: Testbed, tmp_path: Path
 ) -> None:
-    hc = free_port()
+    hc = free_node_port()
     d = publish(tmp_path / "m", [*objects(testbed, ["pod-a"]), *lb_local(testbed, hc, ["pod-a"])])
     with daemon(testbed, d) as proc:
         wait_until(lambda: hc_get(proc, hc)[0] == 200, 2.0, "health-check port serving")

@@ -17,7 +17,7 @@ import pytest
 from nlproxy.demo.echo import Result
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.daemon import daemon, free_port, publish, wait_until
+from tests.kernel.daemon import daemon, free_node_port, publish, wait_until
 from tests.kernel.topo import PORTS, SLICE_PORTS, answers, apply, ask, results
 
 testbed = topo.testbed
@@ -336,7 +336,7 @@ def test_health_check_fails_with_only_terminating_endpoints(
 ) -> None:
     """should fail health check node port if there are only terminating endpoints: 503, while
     the terminating endpoint still serves the NodePort"""
-    hc = free_port()
+    hc = free_node_port()
     ports = [{"name": "tcp", "port": 80, "targetPort": 8080, "nodePort": NODE_PORT}]
     status = {"loadBalancer": {"ingress": [{"ip": "192.168.70.20"}]}}
     svc = topo.service(

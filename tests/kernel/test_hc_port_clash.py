@@ -16,7 +16,7 @@ from tests.kernel.daemon import (
     VIP_A,
     Daemon,
     answered_by,
-    free_port,
+    free_node_port,
     hc_get,
     lb_local,
     objects,
@@ -30,7 +30,7 @@ testbed = topo.testbed
 def test_health_check_port_equal_to_healthz_port_is_named_and_the_daemon_serves_on(
     testbed: Testbed, tmp_path: Path
 ) -> None:
-    port = free_port()
+    port = free_node_port()
     d = publish(tmp_path / "m", [*objects(testbed, ["pod-a"]), *lb_local(testbed, port, ["pod-a"])])
     proc = Daemon(testbed, d, "--healthz-bind-address", f"0.0.0.0:{port}")
     proc.healthz = port  # the flag given last wins
@@ -50,7 +50,7 @@ def test_health_check_port_equal_to_healthz_port_is_named_and_the_daemon_serves_
         publish(d, [*objects(testbed, ["pod-b"]), *lb_local(testbed, port, ["pod-a"])])
         wait_until(lambda: answered_by(testbed, VIP_A, 3) == {"pod-b"}, 5, "the change")
         # The Service moves to a free port: its health check answers there.
-        hc = free_port()
+        hc = free_node_port()
         publish(d, [*objects(testbed, ["pod-b"]), *lb_local(testbed, hc, ["pod-a"])])
         wait_until(lambda: hc_get(proc, hc)[0] == 200, 5, "the health check on its new port")
         assert proc.proc.poll() is None

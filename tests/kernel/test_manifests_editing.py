@@ -121,6 +121,47 @@ def test_truncate_then_write_loses_no_probe(testbed: Testbed, tmp_path: Path) ->
         assert proc.proc.poll() is None
 
 
+@pytest.mark.parametrize(
+    "first",
+    [
+        pytest.param("header", id="comment-header-first"),
+        pytest.param("marker", id="document-marker-first"),
+        pytest.param("service", id="service-before-its-slice"),
+    ],
+)
+def test_a_file_written_in_two_steps_loses_no_probe(
+    testbed: Testbed, tmp_path: Path, first: str
+) -> None:
+    """A writer that writes its first part (a comment header, ``---``, or the Service without
+    its EndpointSlice), closes the file, and writes the whole half a second later: nothing is
+    deleted and re-created, no probe is lost."""
+    d = tmp_path / "m"
+    d.mkdir()
+    f = d / "objects.yaml"
+    objs = objects(testbed, ["pod-a"])
+    text = "# written by the deploy tool\n" + yaml.safe_dump_all(objs, sort_keys=False)
+    part = {
+        "header": "# written by the deploy tool\n",
+        "marker": "---\n",
+        "service": yaml.safe_dump_all(objs[:2], sort_keys=False),  # the Node and Service a
+    }[first]
+    f.write_text(text)
+    with daemon(testbed, d) as proc, Prober(testbed) as probes:
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+        programmed = len([e for e in proc.events("sync.applied") if e.get("ops")])
+        for _ in range(3):
+            f.write_text(part)
+            time.sleep(0.5)  # a reload reads the first part meanwhile
+            f.write_text(text)
+            time.sleep(0.5)
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+        changed = [e for e in proc.events("sync.applied") if e.get("ops")][programmed:]
+        assert changed == [], "the file's objects were deleted and programmed again"
+        assert _invalid(proc) == 0
+    assert probes.sent > 3
+    assert probes.lost == 0, f"{probes.lost} of {probes.sent} probes lost"
+
+
 def test_a_fifo_swapped_in_during_a_reload_hangs_nothing(testbed: Testbed, tmp_path: Path) -> None:
     """The FIFO takes b.yaml's name after the reload listed the directory (when a.yaml, read
     first, is opened): the daemon neither blocks opening it nor stops answering ``/livez`` or

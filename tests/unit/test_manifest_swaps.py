@@ -14,7 +14,7 @@ from pathlib import Path
 
 import trio
 
-from nlproxy.cluster.manifests import EMPTY_GRACE, ManifestLoad, load_manifests
+from nlproxy.cluster.manifests import GRACE, ManifestLoad, load_manifests
 from nlproxy.cluster.model import Change, Replace
 from nlproxy.cluster.watchdir import ManifestSource
 
@@ -136,7 +136,7 @@ async def test_truncate_then_write_loses_nothing_and_an_emptied_file_deletes_aft
             start = trio.current_time()
             while _names(await recv.receive()) != {"db"}:
                 pass
-            assert trio.current_time() - start >= EMPTY_GRACE * 0.9
+            assert trio.current_time() - start >= GRACE * 0.9
             nursery.cancel_scope.cancel()
 
 

@@ -1,4 +1,5 @@
-"""JSON manifests read from their bytes (``manifests._json_objects``) as their documents are read.
+"""JSON manifests read from their bytes (``fileobjects._json_objects``) as their documents are
+read.
 
 The bytes' path decodes the known kinds' objects straight into the typed structs, building no
 document for them; whatever it does not read in the common shape goes to the documents' path
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from nlproxy.cluster import manifests
+from nlproxy.cluster import fileobjects
 from nlproxy.cluster.decode import FileError, documents
 from tests import objects
 
@@ -34,12 +35,12 @@ def _both(data: bytes) -> tuple[object, object]:
     as None."""
     path = Path("f.json")
     try:
-        fast: object = manifests._json_objects(path.name, data)
+        fast: object = fileobjects._json_objects(path.name, data)
     except FileError as exc:
         fast = str(exc)
     notes: list[str] = []
     try:
-        slow: object = (manifests._document_objects(path, data, notes), notes)
+        slow: object = (fileobjects._document_objects(path, data, notes), notes)
     except FileError as exc:
         slow = str(exc)
     return fast, slow
@@ -133,7 +134,7 @@ def test_odd_bytes_read_as_their_documents(data: bytes) -> None:
     assert fast is None or fast == slow, (fast, slow)
     if isinstance(slow, str):
         with pytest.raises(FileError) as raised:
-            manifests._objects(Path("f.json"), data, [])
+            fileobjects.file_objects(Path("f.json"), data, [])
         assert str(raised.value) == slow
 
 
@@ -145,7 +146,7 @@ def test_the_common_shapes_take_the_bytes_path() -> None:
         fast, slow = _both(json.dumps(doc).encode())
         if not isinstance(slow, str):
             assert fast is not None, doc
-    read = manifests._json_objects("f.json", json.dumps(MADE_UP[1]).encode())
+    read = fileobjects._json_objects("f.json", json.dumps(MADE_UP[1]).encode())
     assert read is not None
     entries, _ = read
     assert [type(change).__name__ for _, change, _ in entries] == [
