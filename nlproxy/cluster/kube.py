@@ -42,6 +42,7 @@ from nlproxy.cluster.kube_http import (
     KubeApiError,
     Listing,
     NotServed,
+    RequestHook,
     Unreachable,
     WatchStream,
     deliver_to,
@@ -187,6 +188,8 @@ class KubeSource:
             can), each time that set changes: for the metrics and ``/healthz``.
         refusal_grace: how long a required kind read before may be refused before it is
             reported (``_in_grace``).
+        on_request: told of every request (method, ``host:port``, status or None, seconds):
+            client-go's ``rest_client_*`` metrics.
     """
 
     def __init__(
@@ -203,8 +206,9 @@ class KubeSource:
         service_cidrs: Sequence[IPNetwork] = (),
         on_unavailable: Callable[[Mapping[str, Unavailable]], None] | None = None,
         refusal_grace: float = REFUSAL_GRACE,
+        on_request: RequestHook | None = None,
     ) -> None:
-        self._http = Http(api_client)
+        self._http = Http(api_client, on_request)
         self.node_name = node_name
         self.page_size = page_size
         self.watch_timeout = watch_timeout

@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -115,11 +117,29 @@ def _status_error(spec: KindSpec, status: int, body: bytes, verb: str) -> KubeAp
     return KubeApiError(ref, reason, status=status)
 
 
-class Http:
-    """GET requests through an ``ApiClient``, returning the raw urllib3 response."""
+RequestHook = Callable[[str, str, int | None, float], None]
+"""Told of every request to the API server: method, ``host:port``, the answer's status (None:
+no answer) and the seconds until it came (client-go's ``rest_client_*`` metrics)."""
 
-    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
+
+def _ignore(_method: str, _host: str, _status: int | None, _seconds: float) -> None:
+    return None
+
+
+class Http:
+    """GET requests through an ``ApiClient``, returning the raw urllib3 response.
+
+    Args:
+        api_client: the configured client (URL, TLS, credentials).
+        on_request: told of every request (its status and duration), for the metrics.
+    """
+
+    def __init__(
+        self, api_client: kubernetes.client.ApiClient, on_request: RequestHook | None = None
+    ) -> None:
         self.api = api_client
+        self._on_request = on_request or _ignore
+        self.host = urllib.parse.urlsplit(str(api_client.configuration.host)).netloc
 
     def get(
         self, spec: KindSpec, params: Sequence[tuple[str, str]], read_timeout: float
@@ -130,6 +150,7 @@ class Http:
             Unreachable: no answer.
             KubeApiError: an error status (``Gone``, ``NotServed``, ``Forbidden``, ...).
         """
+        start = time.monotonic()
         try:
             method, url, headers, _body, _post = self.api.param_serialize(
                 "GET",
@@ -142,8 +163,11 @@ class Http:
                 method, url, header_params=headers, _request_timeout=(CONNECT_TIMEOUT, read_timeout)
             )
         except (urllib3.exceptions.HTTPError, OSError, ApiException) as exc:
+            status = exc.status if isinstance(exc, ApiException) and exc.status else None
+            self._on_request("GET", self.host, status, time.monotonic() - start)
             raise Unreachable(f"{spec.kind} {spec.path}", f"request failed: {exc}") from exc
         raw: urllib3.BaseHTTPResponse = resp.response
+        self._on_request("GET", self.host, int(raw.status), time.monotonic() - start)
         if raw.status != 200:
             try:
                 body = raw.read()
@@ -164,6 +188,7 @@ class Http:
         Raises:
             Unreachable: no answer.
         """
+        start = time.monotonic()
         try:
             _method, url, headers, _body, _post = self.api.param_serialize(
                 "GET", path, header_params={"Accept": "*/*"}, auth_settings=["BearerToken"]
@@ -177,7 +202,9 @@ class Http:
                 preload_content=True,
             )
         except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self._on_request("GET", self.host, None, time.monotonic() - start)
             raise Unreachable(f"API server {path}", f"request failed: {exc}") from exc
+        self._on_request("GET", self.host, int(raw.status), time.monotonic() - start)
         return int(raw.status)
 
     def read_page(self, spec: KindSpec, raw: urllib3.BaseHTTPResponse) -> _Page:

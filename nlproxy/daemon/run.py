@@ -205,6 +205,7 @@ class Daemon:
             node_name=self.cfg.node_name,
             service_cidrs=self._service_cidrs,
             on_unavailable=self._unavailable,
+            on_request=self.metrics.kube_request,
         )
 
     def _unavailable(self, kinds: Mapping[str, Unavailable]) -> None:
