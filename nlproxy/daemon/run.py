@@ -4,15 +4,30 @@ one trio nursery. Holds no logic of its own.
 Start order: source (initial list) → sync loop (first successful sync) → HTTP → READY=1 to
 systemd. SIGTERM/SIGINT cancel everything and leave the rules in place, so traffic keeps flowing
 while the service restarts; ``nlproxy cleanup`` removes them.
+
+Stopping is bounded: a stop (a signal or a changed ``--config``) arms a deadline
+(:data:`STOP_DEADLINE_SECONDS`); a worker thread still busy in a sync, a read-back or a blocking
+call when it passes is left behind, and the process ends with its logs flushed (``end``, given by
+the command line). The rules are left as they are at any instant: a batch is atomic in the kernel,
+and the next start reads the kernel back and sends only the differences.
+
+A changed ``--config`` file (a ConfigMap's symlink swap; ``config/watch.py``) is looked at every
+:data:`CONFIG_CHECK_SECONDS`: an invalid new file is one error line naming the file and why, and
+the daemon runs on with the settings it has; a valid file that changes a setting logs each change
+(old and new value) and exits with status :data:`EXIT_CONFIG_CHANGED` (1, as kube-proxy exits on a
+config change), rules in place, so that the kubelet or systemd starts it again with the new
+settings.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import resource
 import signal
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -25,6 +40,7 @@ from nlproxy.cluster.source import Source
 from nlproxy.cluster.state import ClusterState
 from nlproxy.config import Settings, external_networks
 from nlproxy.config.configz import configz
+from nlproxy.config.watch import ConfigWatcher
 from nlproxy.daemon import census, systemd
 from nlproxy.daemon.memory import pause_gc, release, tune_allocator
 from nlproxy.errors import NlproxyError
@@ -49,23 +65,38 @@ if TYPE_CHECKING:  # the kube source (and the kubernetes package) is imported on
     from nlproxy.cluster.kube_link import Unavailable
 
 
-def run_daemon(settings: Settings, prepare: Callable[[], None] | None = None) -> int:
-    """Run until SIGTERM/SIGINT; returns the exit status.
+def run_daemon(
+    settings: Settings,
+    prepare: Callable[[], None] | None = None,
+    *,
+    watcher: ConfigWatcher | None = None,
+    end: Callable[[int], object] | None = None,
+) -> int:
+    """Run until SIGTERM/SIGINT (status 0) or a changed ``--config`` file (status
+    :data:`EXIT_CONFIG_CHANGED`); returns the exit status.
 
     ``prepare`` runs after the start-up line (node set-up such as kube-proxy's conntrack
-    sysctls), so that line is always the first a platform team reads.
+    sysctls), so that line is always the first a platform team reads. ``watcher`` follows the
+    ``--config`` file (None: there is none). ``end`` ends the process with a status, its output
+    flushed, without waiting for anything (``commands/_fastexit.end``); when given, a stop that
+    has not ended :data:`STOP_DEADLINE_SECONDS` after it was asked for is ended by it, and so
+    is the process once the daemon has stopped (no interpreter teardown of a large heap, no
+    wait for a worker thread left in a blocking call).
     """
     # malloc suited to a long-lived process whose plan is large (memory.py); before any thread
     # exists, since a thread that already has an arena keeps it.
     tune_allocator()
     census.start()  # off unless NLPROXY_CENSUS is set (a heap census for the benchmarks)
     _raise_descriptor_limit()
-    daemon = Daemon(settings)
+    daemon = Daemon(settings, watcher=watcher, end=end)
     daemon.log_start()
     if prepare is not None:
         prepare()
     trio.run(daemon.run)
-    return 0
+    status = daemon.exit_status
+    if end is not None:
+        end(status)  # returns where ending the process is not allowed (in-process callers)
+    return status
 
 
 def _raise_descriptor_limit() -> None:
@@ -80,10 +111,42 @@ def _raise_descriptor_limit() -> None:
 FOREIGN_CHECK_SECONDS = 30.0
 """The longest time between two looks for another proxy's rules."""
 
+CONFIG_CHECK_SECONDS = 2.0
+"""How often the ``--config`` file is looked at (a stat; read only when it changed)."""
+
+EXIT_CONFIG_CHANGED = 1
+"""The status the daemon exits with when its ``--config`` file changed a setting: as kube-proxy,
+non-zero, so that a supervisor restarting only failures (systemd ``Restart=on-failure``) starts
+it again too."""
+
+STOP_DEADLINE_SECONDS = 0.5
+"""After a stop is asked for, the longest the daemon waits for its tasks to wind down before
+the process is ended as it stands (worker threads left behind)."""
+
+
+def _shown(value: object) -> object:
+    """A setting's value as a log line shows it: collections as lists, addresses as text."""
+    if isinstance(value, (tuple, list, frozenset, set)):
+        items = [_shown(v) for v in value]
+        return sorted(items, key=str) if isinstance(value, (frozenset, set)) else items
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)  # addresses, networks, paths
+
 
 class Daemon:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        watcher: ConfigWatcher | None = None,
+        end: Callable[[int], object] | None = None,
+    ) -> None:
         self.settings = settings
+        self.watcher = watcher
+        self._end = end
+        self.exit_status = 0
+        self._deadline: threading.Timer | None = None
         self.netns = settings.netns
         self.cfg = cfg = settings.daemon
         self._configz = configz(settings)
@@ -327,6 +390,74 @@ class Daemon:
                     task_status.started()
                 await watch.changed()
 
+    def _stop(self, cancel: trio.CancelScope, status: int) -> None:
+        """Cancel every task and, where the process may be ended, arm the stop deadline."""
+        self.exit_status = status
+        systemd.notify("STOPPING=1")
+        cancel.cancel()
+        end = self._end
+        if end is None or self._deadline is not None:
+            return
+        # The timer runs ``end`` in this task's context: what allows it is a context variable
+        # of the command line's (``_fastexit``), which a new thread would not see.
+        ctx = contextvars.copy_context()
+
+        def overdue() -> None:
+            self.log.warning(
+                "daemon.stop_overdue",
+                seconds=STOP_DEADLINE_SECONDS,
+                error="tasks still running (a worker thread in a sync or a blocking call): "
+                "ending the process, rules left in place",
+            )
+            ctx.run(end, status)
+
+        self._deadline = threading.Timer(STOP_DEADLINE_SECONDS, overdue)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    async def _watch_config(self, watcher: ConfigWatcher, cancel: trio.CancelScope) -> None:
+        """Look at the ``--config`` file every :data:`CONFIG_CHECK_SECONDS`; see the module
+        docstring for what a change does.
+
+        Cancellation: safe at any point (the thread only stats and reads the file; abandoned,
+        so a file that blocks a read, such as a FIFO, cannot hold a stop).
+        """
+        where = str(watcher.path)
+        while True:
+            await trio.sleep(CONFIG_CHECK_SECONDS)
+            reload = await trio.to_thread.run_sync(watcher.check, abandon_on_cancel=True)
+            if reload is None:
+                continue
+            if reload.error is not None:
+                self.log.error(
+                    "config.invalid",
+                    file=where,
+                    error=f"{reload.error}; the current settings are kept",
+                )
+                continue
+            for warning in reload.warnings:
+                self.log.warning("config.warning", file=where, warning=warning)
+            if not reload.changes:
+                self.log.info("config.unchanged", file=where)
+                continue
+            for change in reload.changes:
+                self.log.info(
+                    "config.changed",
+                    file=where,
+                    setting=change.name,
+                    old=_shown(change.old),
+                    new=_shown(change.new),
+                )
+            self.log.warning(
+                "daemon.restarting",
+                file=where,
+                exit_status=EXIT_CONFIG_CHANGED,
+                reason="the --config file changed; exiting, rules in place, to be started "
+                "again with the new settings",
+            )
+            self._stop(cancel, EXIT_CONFIG_CHANGED)
+            return
+
     async def _watchdog(self, interval: float) -> None:
         while True:
             systemd.notify("WATCHDOG=1")
@@ -344,8 +475,7 @@ class Daemon:
                     await self._census(str(taken))
                     continue
                 self.log.info("daemon.stopping", signal=signal.Signals(signum).name)
-                systemd.notify("STOPPING=1")
-                cancel.cancel()
+                self._stop(cancel, 0)
                 return
 
     async def _census(self, name: str) -> None:
@@ -429,5 +559,7 @@ class Daemon:
                 interval = systemd.watchdog_interval()
                 if interval:
                     nursery.start_soon(self._watchdog, interval)
+                if self.watcher is not None:
+                    nursery.start_soon(self._watch_config, self.watcher, nursery.cancel_scope)
         finally:
             self.syncer.close()
