@@ -21,7 +21,7 @@ hold the lock. A lock socket is therefore marked in a way only CAP_NET_ADMIN all
 buffer is forced (``SO_RCVBUFFORCE``) beyond what ``SO_RCVBUF`` can reach under
 ``net.core.rmem_max``, and ``sock_diag`` reports each socket's buffer. A socket whose buffer any
 process could have set is not a lock, whoever owns it; a start without CAP_NET_ADMIN is refused
-(exit 2). (The buffer is a limit, not memory: a listening socket receives no data.) Where the
+(exit 1). (The buffer is a limit, not memory: a listening socket receives no data.) Where the
 kernel has no unix socket diagnostics the buffers cannot be seen, and the owner alone decides.
 
 The pid in the refusal is the holder's, read with SO_PEERCRED through a non-blocking connect
@@ -42,7 +42,7 @@ import struct
 import threading
 from collections.abc import Iterator
 
-from nlproxy.errors import ConfigError
+from nlproxy.errors import ConfigError, NlproxyError
 from nlproxy.netlink import netns
 from nlproxy.netlink.codec import NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, headers
 
@@ -122,18 +122,19 @@ def _bind_own() -> socket.socket:
     inside the namespace).
 
     Raises:
-        ConfigError: the process lacks CAP_NET_ADMIN.
+        NlproxyError: the process lacks CAP_NET_ADMIN (a runtime failure, exit 1, as the
+            kernel's refusal of the first commit would have been).
     """
     while True:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
             sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, LOCK_RCVBUF)
-        except PermissionError:
+        except PermissionError as exc:
             sock.close()
-            raise ConfigError(
+            raise NlproxyError(
                 "the namespace lock",
-                "nlproxy needs CAP_NET_ADMIN (in its effective set) to program a network "
-                "namespace; this process does not hold it",
+                f"{exc.strerror}: programming a network namespace needs CAP_NET_ADMIN "
+                "(in the effective set), which this process does not hold",
             ) from None
         name = PREFIX + f"/{os.getpid()}.{secrets.token_hex(8)}".encode()
         try:
