@@ -25,10 +25,12 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import os
 import resource
 import signal
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import trio
@@ -146,7 +148,8 @@ class Daemon:
         self.watcher = watcher
         self._end = end
         self.exit_status = 0
-        self._deadline: threading.Timer | None = None
+        self._deadline_pipe: int | None = None  # write end; see _arm_deadline
+        self._deadline_status: int | None = None
         self.netns = settings.netns
         self.cfg = cfg = settings.daemon
         self._configz = configz(settings)
@@ -321,14 +324,15 @@ class Daemon:
         (:meth:`_generation_moved`), and every sync period, at most every 30 s, for what the
         generation cannot show (IPVS).
 
-        Cancellation: safe at any point (the thread only reads, or sends one atomic batch).
+        Cancellation: safe at any point (the thread only reads, or sends one atomic batch; it
+        is abandoned, so a slow look at a large ruleset on a loaded node cannot hold a stop).
         """
         known: set[str] = set()
         interval = min(self.cfg.sync_period, FOREIGN_CHECK_SECONDS)
         while True:
             self._foreign_seen = trio.Event()
             try:
-                found = await trio.to_thread.run_sync(self._foreign_once)
+                found = await trio.to_thread.run_sync(self._foreign_once, abandon_on_cancel=True)
             except (NlproxyError, OSError) as exc:
                 self.log.warning("foreign_proxy.check_failed", error=str(exc))
             else:
@@ -374,13 +378,15 @@ class Daemon:
         """Keep the state's interface addresses current (``nodePortAddresses`` CIDRs select
         them): one dump now, and again after every address notification.
 
-        Cancellation: safe at any point.
+        Cancellation: safe at any point (the dump's thread is abandoned: it only reads).
         """
         with RouteWatcher(self.netns, groups=ADDRESS_GROUPS) as watch:
             started = False
             while True:
                 try:
-                    addrs = await trio.to_thread.run_sync(self.node.addresses)
+                    addrs = await trio.to_thread.run_sync(
+                        self.node.addresses, abandon_on_cancel=True
+                    )
                 except (NlproxyError, OSError) as exc:  # kept as they were; tried at the next event
                     self.log.warning("addresses.failed", error=str(exc))
                 else:
@@ -391,29 +397,79 @@ class Daemon:
                 await watch.changed()
 
     def _stop(self, cancel: trio.CancelScope, status: int) -> None:
-        """Cancel every task and, where the process may be ended, arm the stop deadline."""
-        self.exit_status = status
+        """Cancel every task (on the trio thread) and arm the stop deadline."""
+        if not cancel.cancel_called:
+            self.exit_status = status
         systemd.notify("STOPPING=1")
         cancel.cancel()
-        end = self._end
-        if end is None or self._deadline is not None:
+        self._arm_deadline(status)
+
+    def _arm_deadline(self, status: int) -> None:
+        """Where the process may be ended, end it with ``status`` if it still runs
+        :data:`STOP_DEADLINE_SECONDS` from now (the first call counts).
+
+        Safe in a signal handler: it takes no lock (a handler that interrupted the main thread
+        inside a lock it then wanted would hang), it writes a byte to a pipe the deadline's
+        thread, started with the daemon, waits on.
+        """
+        if self._deadline_pipe is None or self._deadline_status is not None:
             return
-        # The timer runs ``end`` in this task's context: what allows it is a context variable
+        self._deadline_status = status
+        with contextlib.suppress(OSError):
+            os.write(self._deadline_pipe, b"\0")
+
+    def _start_deadline(self) -> None:
+        """Start the deadline's thread (only where ``end`` may end the process)."""
+        end = self._end
+        if end is None:
+            return
+        # In the daemon's context: what allows ``end`` to end the process is a context variable
         # of the command line's (``_fastexit``), which a new thread would not see.
         ctx = contextvars.copy_context()
+        r, w = os.pipe2(os.O_CLOEXEC)
+        self._deadline_pipe = w
 
-        def overdue() -> None:
+        def deadline() -> None:
+            os.read(r, 1)
+            time.sleep(STOP_DEADLINE_SECONDS)
+            status = self._deadline_status or 0
             self.log.warning(
                 "daemon.stop_overdue",
                 seconds=STOP_DEADLINE_SECONDS,
-                error="tasks still running (a worker thread in a sync or a blocking call): "
-                "ending the process, rules left in place",
+                error="tasks still running (a sync or a blocking call): ending the process, "
+                "rules left in place",
             )
             ctx.run(end, status)
 
-        self._deadline = threading.Timer(STOP_DEADLINE_SECONDS, overdue)
-        self._deadline.daemon = True
-        self._deadline.start()
+        threading.Thread(target=deadline, name="stop-deadline", daemon=True).start()
+
+    @contextlib.contextmanager
+    def _stop_signals(self, cancel: trio.CancelScope) -> Iterator[None]:
+        """SIGTERM and SIGINT stop the daemon (status 0).
+
+        Handled by plain signal handlers, not a trio signal receiver: a handler runs on the
+        main thread between two bytecodes even while the trio thread is busy (applying a large
+        burst of changes to the state, building a snapshot), so the deadline is armed at once
+        and holds whatever the event loop is doing; the cancellation follows on the loop.
+        """
+        token = trio.lowlevel.current_trio_token()
+
+        def stopping(signum: int) -> None:
+            if not cancel.cancel_called:
+                self.log.info("daemon.stopping", signal=signal.Signals(signum).name)
+            self._stop(cancel, 0)
+
+        def handler(signum: int, _frame: object) -> None:
+            self._arm_deadline(0)
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(stopping, signum)
+
+        taken = [(s, signal.signal(s, handler)) for s in (signal.SIGTERM, signal.SIGINT)]
+        try:
+            yield
+        finally:
+            for signum, previous in taken:
+                signal.signal(signum, previous)
 
     async def _watch_config(self, watcher: ConfigWatcher, cancel: trio.CancelScope) -> None:
         """Look at the ``--config`` file every :data:`CONFIG_CHECK_SECONDS`; see the module
@@ -463,26 +519,20 @@ class Daemon:
             systemd.notify("WATCHDOG=1")
             await trio.sleep(interval)
 
-    async def _signals(self, cancel: trio.CancelScope) -> None:
-        # SIGUSR1 writes a heap census when censuses are on (census.py); it is not listened
-        # for otherwise, so it keeps its default action then.
-        extra = (signal.SIGUSR1,) if census.prefix() is not None else ()
+    async def _censuses(self) -> None:
+        """SIGUSR1 writes a heap census when censuses are on (census.py); it is not listened
+        for otherwise, so it keeps its default action then."""
         taken = 0
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, *extra) as signals:
-            async for signum in signals:
-                if signum == signal.SIGUSR1:
-                    taken += 1
-                    await self._census(str(taken))
-                    continue
-                self.log.info("daemon.stopping", signal=signal.Signals(signum).name)
-                self._stop(cancel, 0)
-                return
+        with trio.open_signal_receiver(signal.SIGUSR1) as signals:
+            async for _ in signals:
+                taken += 1
+                await self._census(str(taken))
 
     async def _census(self, name: str) -> None:
         """Write a heap census (``census.py``) in a worker thread, when censuses are on."""
         if census.prefix() is not None:
             try:
-                path = await trio.to_thread.run_sync(census.write, name)
+                path = await trio.to_thread.run_sync(census.write, name, abandon_on_cancel=True)
             except OSError as exc:  # a diagnostic must never stop the proxy
                 self.log.warning("daemon.census_failed", name=name, error=str(exc))
                 return
@@ -513,53 +563,60 @@ class Daemon:
         )
 
     async def run(self) -> None:
+        self._start_deadline()
         send, recv = trio.open_memory_channel[Sequence[Change]](64)
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._signals, nursery.cancel_scope)
-                # Listening from the start: a slow first list is "not ready" on /healthz (503)
-                # while /livez says the process is alive, and /metrics shows the progress.
-                for addr, handler in (
-                    (self.cfg.healthz_bind_address, self._healthz),
-                    (self.cfg.metrics_bind_address, self._metrics),
-                ):
-                    if addr is not None:  # None: turned off (an empty address)
-                        await nursery.start(
-                            functools.partial(
-                                serve, netns_name=self.netns, budget=self.connections
-                            ),
-                            addr,
-                            handler,
-                        )
-                # Watching before the first read-back and commit: a change another process
-                # makes to the tables at any time after start-up is seen (the quiet verify
-                # trusts that nothing unseen happened since the watch's first generation). A
-                # watch by generation, not a member of NFNLGRP_NFTABLES: a member makes the
-                # kernel build a message per element of every commit on the host, the daemon's
-                # own 10k x 10 sync's and any other writer's (docs/ruleset.md).
-                self.watch = GenerationWatch(netns_name=self.netns)
-                await nursery.start(self.watch.run, self._generation_moved)
-                # The initial lists, the state and the first plan build the objects the daemon
-                # keeps for good; the cyclic GC would walk them over and over while they grow
-                # (memory.py). Paused until the first sync has frozen them out of its sight.
-                self.loop.resume_gc = pause_gc()
-                source = self._source()
-                await nursery.start(source.run, send)
-                if self.syncer.config.nodeport_cidrs(4) or self.syncer.config.nodeport_cidrs(6):
-                    await nursery.start(self._watch_addresses)
-                self.healthchecks = HealthCheckServers(
-                    nursery, netns_name=self.netns, budget=self.connections, metrics=self.metrics
-                )
-                await nursery.start(self.reachability.run)
-                await nursery.start(self.loop.run, recv)
-                await self._census("first_sync")
-                nursery.start_soon(self._watch_foreign)
-                systemd.notify("READY=1")
-                self.log.info("daemon.ready", node=self.cfg.node_name)
-                interval = systemd.watchdog_interval()
-                if interval:
-                    nursery.start_soon(self._watchdog, interval)
-                if self.watcher is not None:
-                    nursery.start_soon(self._watch_config, self.watcher, nursery.cancel_scope)
+            stop = trio.CancelScope()
+            with stop, self._stop_signals(stop):
+                async with trio.open_nursery() as nursery:
+                    if census.prefix() is not None:
+                        nursery.start_soon(self._censuses)
+                    # Listening from the start: a slow first list is "not ready" on /healthz (503)
+                    # while /livez says the process is alive, and /metrics shows the progress.
+                    for addr, handler in (
+                        (self.cfg.healthz_bind_address, self._healthz),
+                        (self.cfg.metrics_bind_address, self._metrics),
+                    ):
+                        if addr is not None:  # None: turned off (an empty address)
+                            await nursery.start(
+                                functools.partial(
+                                    serve, netns_name=self.netns, budget=self.connections
+                                ),
+                                addr,
+                                handler,
+                            )
+                    # Watching before the first read-back and commit: a change another process
+                    # makes to the tables at any time after start-up is seen (the quiet verify
+                    # trusts that nothing unseen happened since the watch's first generation). A
+                    # watch by generation, not a member of NFNLGRP_NFTABLES: a member makes the
+                    # kernel build a message per element of every commit on the host, the daemon's
+                    # own 10k x 10 sync's and any other writer's (docs/ruleset.md).
+                    self.watch = GenerationWatch(netns_name=self.netns)
+                    await nursery.start(self.watch.run, self._generation_moved)
+                    # The initial lists, the state and the first plan build the objects the daemon
+                    # keeps for good; the cyclic GC would walk them over and over while they grow
+                    # (memory.py). Paused until the first sync has frozen them out of its sight.
+                    self.loop.resume_gc = pause_gc()
+                    source = self._source()
+                    await nursery.start(source.run, send)
+                    if self.syncer.config.nodeport_cidrs(4) or self.syncer.config.nodeport_cidrs(6):
+                        await nursery.start(self._watch_addresses)
+                    self.healthchecks = HealthCheckServers(
+                        nursery,
+                        netns_name=self.netns,
+                        budget=self.connections,
+                        metrics=self.metrics,
+                    )
+                    await nursery.start(self.reachability.run)
+                    await nursery.start(self.loop.run, recv)
+                    await self._census("first_sync")
+                    nursery.start_soon(self._watch_foreign)
+                    systemd.notify("READY=1")
+                    self.log.info("daemon.ready", node=self.cfg.node_name)
+                    interval = systemd.watchdog_interval()
+                    if interval:
+                        nursery.start_soon(self._watchdog, interval)
+                    if self.watcher is not None:
+                        nursery.start_soon(self._watch_config, self.watcher, stop)
         finally:
             self.syncer.close()
