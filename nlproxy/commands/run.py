@@ -72,7 +72,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--manifests", type=Path, metavar="DIR", help="read objects from DIR")
     src.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster)")
-    parser.add_argument("--config", type=Path, metavar="FILE", help="KubeProxyConfiguration YAML")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="KubeProxyConfiguration YAML. The daemon looks at it every 2 s (a ConfigMap "
+        "changes by symlink swap): an invalid new file is one error line and the current "
+        "settings stay; a change to a setting is logged (old and new value) and ends the "
+        "daemon with status 1, rules in place, for the kubelet or systemd to start it again "
+        "with the new settings, as kube-proxy does",
+    )
     parser.add_argument(
         "--master",
         "--api-server",
