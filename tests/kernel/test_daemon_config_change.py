@@ -152,7 +152,8 @@ def test_config_change_is_refused_when_invalid_and_restarts_when_valid(
         wait_until(lambda: first.events("config.invalid"), 10, "the invalid file is reported")
         (invalid,) = first.events("config.invalid")
         assert invalid["file"] == str(volume.path)
-        assert "Nope" in invalid["error"] or "kind" in invalid["error"], invalid
+        assert "expected kind KubeProxyConfiguration" in invalid["error"], invalid
+        assert "current settings are kept" in invalid["error"], invalid
         assert first.proc.poll() is None
         assert first.get(first.healthz, "/healthz")[0] == 200
         assert answers(ask("tcp", a.netns, VIP, 80)) == seen_from
