@@ -27,6 +27,7 @@ from nlproxy.config.flags import (
     duration,
     go_bool,
 )
+from nlproxy.config.watch import ConfigWatcher
 from nlproxy.errors import ConfigError
 
 ONCE_MMAP_THRESHOLD = 1 << 20
@@ -71,7 +72,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--manifests", type=Path, metavar="DIR", help="read objects from DIR")
     src.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster)")
-    parser.add_argument("--config", type=Path, metavar="FILE", help="KubeProxyConfiguration YAML")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="KubeProxyConfiguration YAML. The daemon looks at it every 2 s (a ConfigMap "
+        "changes by symlink swap): an invalid new file is one error line and the current "
+        "settings stay; a change to a setting is logged (old and new value) and ends the "
+        "daemon with status 1, rules in place, for the kubelet or systemd to start it again "
+        "with the new settings, as kube-proxy does",
+    )
     parser.add_argument(
         "--master",
         "--api-server",
@@ -299,10 +309,15 @@ def _kube_proxy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(ignored=())
 
 
+def flags(args: argparse.Namespace) -> Flags:
+    """The parsed command line as :class:`Flags`."""
+    names = {f.name for f in fields(Flags)}
+    return Flags(**{k: v for k, v in vars(args).items() if k in names})
+
+
 def settings(args: argparse.Namespace) -> Settings:
     """The parsed command line as :class:`Flags`, merged over the file and the defaults."""
-    names = {f.name for f in fields(Flags)}
-    return build_settings(Flags(**{k: v for k, v in vars(args).items() if k in names}))
+    return build_settings(flags(args))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -310,7 +325,11 @@ def run(args: argparse.Namespace) -> int:
         from nlproxy.commands import cleanup
 
         return cleanup.run(args)
-    s = settings(args)
+    given = flags(args)
+    s = build_settings(given)
+    # Following the file from the settings it gave (before check_start fills in what the
+    # command line left to be found): a change is told against what the same flags made.
+    watcher = ConfigWatcher(given, s) if given.config is not None and not s.once else None
     for warning in s.daemon.warnings:
         print(f"nlproxy: warning: {warning}", file=sys.stderr)
     if args.write_config_to is not None:
@@ -333,7 +352,14 @@ def run(args: argparse.Namespace) -> int:
 
             if s.daemon.oom_score_adj is not None:
                 _set_oom_score_adj(s.daemon.oom_score_adj)
-            return run_daemon(s, prepare=lambda: _set_conntrack(s.daemon, s.netns))
+            # A changed --config file ends the daemon (status 1) for its supervisor to start
+            # it again with the new settings (daemon/run.py).
+            return run_daemon(
+                s,
+                prepare=lambda: _set_conntrack(s.daemon, s.netns),
+                watcher=watcher,
+                end=_fastexit.end,
+            )
         from nlproxy.daemon.memory import AllocatorSettings, tune_allocator
         from nlproxy.operate.once import run_once
 

@@ -15,6 +15,15 @@ prefix owned by root or by nlproxy's own user is another nlproxy, and the start 
 (exit 2); sockets under the prefix owned by anyone else are ignored. Two starts at the same
 instant may both be refused; one that comes later finds the survivor.
 
+Being root is not enough either: a process running as uid 0 with every capability dropped (a
+host-network container as root with ``drop: [ALL]``) cannot program the rules, so it must not
+hold the lock. A lock socket is therefore marked in a way only CAP_NET_ADMIN allows: its receive
+buffer is forced (``SO_RCVBUFFORCE``) beyond what ``SO_RCVBUF`` can reach under
+``net.core.rmem_max``, and ``sock_diag`` reports each socket's buffer. A socket whose buffer any
+process could have set is not a lock, whoever owns it; a start without CAP_NET_ADMIN is refused
+(exit 1). (The buffer is a limit, not memory: a listening socket receives no data.) Where the
+kernel has no unix socket diagnostics the buffers cannot be seen, and the owner alone decides.
+
 The pid in the refusal is the holder's, read with SO_PEERCRED through a non-blocking connect
 (left out when its backlog is full); the holder accepts and closes such probes in a thread, so
 they never pile up.
@@ -33,7 +42,7 @@ import struct
 import threading
 from collections.abc import Iterator
 
-from nlproxy.errors import ConfigError
+from nlproxy.errors import ConfigError, NlproxyError
 from nlproxy.netlink import netns
 from nlproxy.netlink.codec import NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, headers
 
@@ -45,9 +54,19 @@ NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
 TCP_LISTEN = 10
 UDIAG_SHOW_NAME = 0x01
+UDIAG_SHOW_MEMINFO = 0x20
 UDIAG_SHOW_UID = 0x40
 UNIX_DIAG_NAME = 0
+UNIX_DIAG_MEMINFO = 5
 UNIX_DIAG_UID = 7
+SK_MEMINFO_RCVBUF = 1
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+LOCK_RCVBUF = 1 << 30
+"""Asked of ``SO_RCVBUFFORCE``; the kernel caps any request at INT_MAX / 2, then doubles it."""
+_REQUEST_CAP = 0x7FFFFFFF // 2
+FORCED_RCVBUF = 2 * min(LOCK_RCVBUF, _REQUEST_CAP)
+"""The receive buffer a lock socket has."""
+RMEM_MAX = "/proc/sys/net/core/rmem_max"
 _UNIX_DIAG_REQ = struct.Struct("=BBHIIIII")  # family, protocol, pad, states, ino, show, cookie
 _UNIX_DIAG_MSG = struct.Struct("=BBBBIII")  # family, type, state, pad, ino, cookie
 _NLMSGHDR = struct.Struct("=IHHII")
@@ -68,7 +87,12 @@ class NamespaceLock:
             sock = _bind_own()
             own = _name(sock)
             try:
-                others = [name for name, uid in _others(PREFIX) if name != own and _trusted(uid)]
+                floor = _unprivileged_ceiling()
+                others = [
+                    name
+                    for name, uid, rcvbuf in _others(PREFIX)
+                    if name != own and _trusted(uid) and _forced(rcvbuf, floor)
+                ]
             except BaseException:
                 sock.close()
                 raise
@@ -94,9 +118,24 @@ class NamespaceLock:
 
 
 def _bind_own() -> socket.socket:
-    """A socket listening on a fresh name under the prefix (call inside the namespace)."""
+    """A socket listening on a fresh name under the prefix, its receive buffer forced (call
+    inside the namespace).
+
+    Raises:
+        NlproxyError: the process lacks CAP_NET_ADMIN (a runtime failure, exit 1, as the
+            kernel's refusal of the first commit would have been).
+    """
     while True:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, LOCK_RCVBUF)
+        except PermissionError as exc:
+            sock.close()
+            raise NlproxyError(
+                "the namespace lock",
+                f"{exc.strerror}: programming a network namespace needs CAP_NET_ADMIN "
+                "(in the effective set), which this process does not hold",
+            ) from None
         name = PREFIX + f"/{os.getpid()}.{secrets.token_hex(8)}".encode()
         try:
             sock.bind(name)
@@ -120,6 +159,26 @@ def _trusted(uid: int | None) -> bool:
     return uid is not None and uid in (0, os.geteuid())
 
 
+def _unprivileged_ceiling() -> int | None:
+    """The largest receive buffer a process without CAP_NET_ADMIN can give a socket
+    (``SO_RCVBUF`` takes at most ``rmem_max``, capped at INT_MAX / 2, and doubles it); None
+    when it cannot be read."""
+    try:
+        with open(RMEM_MAX, "rb") as f:
+            rmem_max = int(f.read())
+    except (OSError, ValueError):
+        return None
+    return 2 * min(rmem_max, _REQUEST_CAP)
+
+
+def _forced(rcvbuf: int | None, ceiling: int | None) -> bool:
+    """Whether a socket's receive buffer shows it was forced by CAP_NET_ADMIN. Unknown (no
+    diagnostics, or ``rmem_max`` so large that SO_RCVBUF reaches as far): the owner decides."""
+    if rcvbuf is None or ceiling is None or ceiling >= FORCED_RCVBUF:
+        return True
+    return rcvbuf > ceiling
+
+
 def _answer(sock: socket.socket) -> None:
     """Accept and close the probes of refused starts until the socket is shut down."""
     while True:
@@ -132,11 +191,11 @@ def _answer(sock: socket.socket) -> None:
         conn.close()
 
 
-def _others(prefix: bytes) -> list[tuple[bytes, int | None]]:
+def _others(prefix: bytes) -> list[tuple[bytes, int | None, int | None]]:
     """:func:`listeners`, or where the kernel has no unix socket diagnostics, the names of
     ``/proc/net/unix`` with each owner's uid asked by SO_PEERCRED (None: it did not answer at
-    once, and is not counted)."""
-    found: list[tuple[bytes, int | None]] = []
+    once, and is not counted) and no receive buffer (None: not known)."""
+    found: list[tuple[bytes, int | None, int | None]] = []
     try:
         found.extend(listeners(prefix))
     except OSError:
@@ -150,13 +209,13 @@ def _others(prefix: bytes) -> list[tuple[bytes, int | None]]:
             if len(cols) == 8 and int(cols[3], 16) & 0x10000 and cols[7].startswith(b"@"):
                 name = b"\0" + cols[7][1:]
                 if name.startswith(prefix):
-                    found.append((name, _creds(name)[1]))
+                    found.append((name, _creds(name)[1], None))
     return found
 
 
-def listeners(prefix: bytes) -> Iterator[tuple[bytes, int]]:
-    """(abstract name, owner uid) of each listening unix socket of the current network
-    namespace whose name starts with ``prefix``, as the kernel's ``sock_diag`` tells.
+def listeners(prefix: bytes) -> Iterator[tuple[bytes, int, int | None]]:
+    """(abstract name, owner uid, receive buffer) of each listening unix socket of the current
+    network namespace whose name starts with ``prefix``, as the kernel's ``sock_diag`` tells.
 
     Raises:
         OSError: the kernel has no unix socket diagnostics (CONFIG_UNIX_DIAG).
@@ -165,7 +224,14 @@ def listeners(prefix: bytes) -> Iterator[tuple[bytes, int]]:
         socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_SOCK_DIAG
     ) as nl:
         req = _UNIX_DIAG_REQ.pack(
-            socket.AF_UNIX, 0, 0, 1 << TCP_LISTEN, 0, UDIAG_SHOW_NAME | UDIAG_SHOW_UID, 0, 0
+            socket.AF_UNIX,
+            0,
+            0,
+            1 << TCP_LISTEN,
+            0,
+            UDIAG_SHOW_NAME | UDIAG_SHOW_UID | UDIAG_SHOW_MEMINFO,
+            0,
+            0,
         )
         size = _NLMSGHDR.size + len(req)
         nl.send(_NLMSGHDR.pack(size, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + req)
@@ -183,9 +249,10 @@ def listeners(prefix: bytes) -> Iterator[tuple[bytes, int]]:
                         yield found
 
 
-def _entry(buf: bytes, start: int, end: int) -> tuple[bytes, int] | None:
+def _entry(buf: bytes, start: int, end: int) -> tuple[bytes, int, int | None] | None:
     name: bytes | None = None
     uid: int | None = None
+    rcvbuf: int | None = None
     off = start + _UNIX_DIAG_MSG.size
     while off + _NLATTR.size <= end:
         length, kind = _NLATTR.unpack_from(buf, off)
@@ -196,8 +263,10 @@ def _entry(buf: bytes, start: int, end: int) -> tuple[bytes, int] | None:
             name = value
         elif kind == UNIX_DIAG_UID and len(value) >= 4:
             uid = struct.unpack_from("=I", value)[0]
+        elif kind == UNIX_DIAG_MEMINFO and len(value) >= 4 * (SK_MEMINFO_RCVBUF + 1):
+            rcvbuf = struct.unpack_from("=I", value, 4 * SK_MEMINFO_RCVBUF)[0]
         off += (length + 3) & ~3
-    return None if name is None or uid is None else (name, uid)
+    return None if name is None or uid is None else (name, uid, rcvbuf)
 
 
 def _holder(name: bytes) -> int | None:

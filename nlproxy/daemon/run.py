@@ -4,16 +4,33 @@ one trio nursery. Holds no logic of its own.
 Start order: source (initial list) → sync loop (first successful sync) → HTTP → READY=1 to
 systemd. SIGTERM/SIGINT cancel everything and leave the rules in place, so traffic keeps flowing
 while the service restarts; ``nlproxy cleanup`` removes them.
+
+Stopping is bounded: a stop (a signal or a changed ``--config``) arms a deadline
+(:data:`STOP_DEADLINE_SECONDS`); a worker thread still busy in a sync, a read-back or a blocking
+call when it passes is left behind, and the process ends with its logs flushed (``end``, given by
+the command line). The rules are left as they are at any instant: a batch is atomic in the kernel,
+and the next start reads the kernel back and sends only the differences.
+
+A changed ``--config`` file (a ConfigMap's symlink swap; ``config/watch.py``) is looked at every
+:data:`CONFIG_CHECK_SECONDS`: an invalid new file is one error line naming the file and why, and
+the daemon runs on with the settings it has; a valid file that changes a setting logs each change
+(old and new value) and exits with status :data:`EXIT_CONFIG_CHANGED` (1, as kube-proxy exits on a
+config change), rules in place, so that the kubelet or systemd starts it again with the new
+settings.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
+import os
 import resource
 import signal
-from collections.abc import Callable, Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import trio
@@ -25,6 +42,7 @@ from nlproxy.cluster.source import Source
 from nlproxy.cluster.state import ClusterState
 from nlproxy.config import Settings, external_networks
 from nlproxy.config.configz import configz
+from nlproxy.config.watch import ConfigWatcher
 from nlproxy.daemon import census, systemd
 from nlproxy.daemon.memory import pause_gc, release, tune_allocator
 from nlproxy.errors import NlproxyError
@@ -49,23 +67,38 @@ if TYPE_CHECKING:  # the kube source (and the kubernetes package) is imported on
     from nlproxy.cluster.kube_link import Unavailable
 
 
-def run_daemon(settings: Settings, prepare: Callable[[], None] | None = None) -> int:
-    """Run until SIGTERM/SIGINT; returns the exit status.
+def run_daemon(
+    settings: Settings,
+    prepare: Callable[[], None] | None = None,
+    *,
+    watcher: ConfigWatcher | None = None,
+    end: Callable[[int], object] | None = None,
+) -> int:
+    """Run until SIGTERM/SIGINT (status 0) or a changed ``--config`` file (status
+    :data:`EXIT_CONFIG_CHANGED`); returns the exit status.
 
     ``prepare`` runs after the start-up line (node set-up such as kube-proxy's conntrack
-    sysctls), so that line is always the first a platform team reads.
+    sysctls), so that line is always the first a platform team reads. ``watcher`` follows the
+    ``--config`` file (None: there is none). ``end`` ends the process with a status, its output
+    flushed, without waiting for anything (``commands/_fastexit.end``); when given, a stop that
+    has not ended :data:`STOP_DEADLINE_SECONDS` after it was asked for is ended by it, and so
+    is the process once the daemon has stopped (no interpreter teardown of a large heap, no
+    wait for a worker thread left in a blocking call).
     """
     # malloc suited to a long-lived process whose plan is large (memory.py); before any thread
     # exists, since a thread that already has an arena keeps it.
     tune_allocator()
     census.start()  # off unless NLPROXY_CENSUS is set (a heap census for the benchmarks)
     _raise_descriptor_limit()
-    daemon = Daemon(settings)
+    daemon = Daemon(settings, watcher=watcher, end=end)
     daemon.log_start()
     if prepare is not None:
         prepare()
     trio.run(daemon.run)
-    return 0
+    status = daemon.exit_status
+    if end is not None:
+        end(status)  # returns where ending the process is not allowed (in-process callers)
+    return status
 
 
 def _raise_descriptor_limit() -> None:
@@ -80,10 +113,43 @@ def _raise_descriptor_limit() -> None:
 FOREIGN_CHECK_SECONDS = 30.0
 """The longest time between two looks for another proxy's rules."""
 
+CONFIG_CHECK_SECONDS = 2.0
+"""How often the ``--config`` file is looked at (a stat; read only when it changed)."""
+
+EXIT_CONFIG_CHANGED = 1
+"""The status the daemon exits with when its ``--config`` file changed a setting: as kube-proxy,
+non-zero, so that a supervisor restarting only failures (systemd ``Restart=on-failure``) starts
+it again too."""
+
+STOP_DEADLINE_SECONDS = 0.5
+"""After a stop is asked for, the longest the daemon waits for its tasks to wind down before
+the process is ended as it stands (worker threads left behind)."""
+
+
+def _shown(value: object) -> object:
+    """A setting's value as a log line shows it: collections as lists, addresses as text."""
+    if isinstance(value, (tuple, list, frozenset, set)):
+        items = [_shown(v) for v in value]
+        return sorted(items, key=str) if isinstance(value, (frozenset, set)) else items
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)  # addresses, networks, paths
+
 
 class Daemon:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        watcher: ConfigWatcher | None = None,
+        end: Callable[[int], object] | None = None,
+    ) -> None:
         self.settings = settings
+        self.watcher = watcher
+        self._end = end
+        self.exit_status = 0
+        self._deadline_pipe: int | None = None  # write end; see _arm_deadline
+        self._deadline_status: int | None = None
         self.netns = settings.netns
         self.cfg = cfg = settings.daemon
         self._configz = configz(settings)
@@ -260,14 +326,15 @@ class Daemon:
         (:meth:`_generation_moved`), and every sync period, at most every 30 s, for what the
         generation cannot show (IPVS).
 
-        Cancellation: safe at any point (the thread only reads, or sends one atomic batch).
+        Cancellation: safe at any point (the thread only reads, or sends one atomic batch; it
+        is abandoned, so a slow look at a large ruleset on a loaded node cannot hold a stop).
         """
         known: set[str] = set()
         interval = min(self.cfg.sync_period, FOREIGN_CHECK_SECONDS)
         while True:
             self._foreign_seen = trio.Event()
             try:
-                found = await trio.to_thread.run_sync(self._foreign_once)
+                found = await trio.to_thread.run_sync(self._foreign_once, abandon_on_cancel=True)
             except (NlproxyError, OSError) as exc:
                 self.log.warning("foreign_proxy.check_failed", error=str(exc))
             else:
@@ -314,13 +381,15 @@ class Daemon:
         """Keep the state's interface addresses current (``nodePortAddresses`` CIDRs select
         them): one dump now, and again after every address notification.
 
-        Cancellation: safe at any point.
+        Cancellation: safe at any point (the dump's thread is abandoned: it only reads).
         """
         with RouteWatcher(self.netns, groups=ADDRESS_GROUPS) as watch:
             started = False
             while True:
                 try:
-                    addrs = await trio.to_thread.run_sync(self.node.addresses)
+                    addrs = await trio.to_thread.run_sync(
+                        self.node.addresses, abandon_on_cancel=True
+                    )
                 except (NlproxyError, OSError) as exc:  # kept as they were; tried at the next event
                     self.log.warning("addresses.failed", error=str(exc))
                 else:
@@ -330,32 +399,143 @@ class Daemon:
                     task_status.started()
                 await watch.changed()
 
+    def _stop(self, cancel: trio.CancelScope, status: int) -> None:
+        """Cancel every task (on the trio thread) and arm the stop deadline."""
+        if not cancel.cancel_called:
+            self.exit_status = status
+        systemd.notify("STOPPING=1")
+        cancel.cancel()
+        self._arm_deadline(status)
+
+    def _arm_deadline(self, status: int) -> None:
+        """Where the process may be ended, end it with ``status`` if it still runs
+        :data:`STOP_DEADLINE_SECONDS` from now (the first call counts).
+
+        Safe in a signal handler: it takes no lock (a handler that interrupted the main thread
+        inside a lock it then wanted would hang), it writes a byte to a pipe the deadline's
+        thread, started with the daemon, waits on.
+        """
+        if self._deadline_pipe is None or self._deadline_status is not None:
+            return
+        self._deadline_status = status
+        with contextlib.suppress(OSError):
+            os.write(self._deadline_pipe, b"\0")
+
+    def _start_deadline(self) -> None:
+        """Start the deadline's thread (only where ``end`` may end the process)."""
+        end = self._end
+        if end is None:
+            return
+        # In the daemon's context: what allows ``end`` to end the process is a context variable
+        # of the command line's (``_fastexit``), which a new thread would not see.
+        ctx = contextvars.copy_context()
+        r, w = os.pipe2(os.O_CLOEXEC)
+        self._deadline_pipe = w
+
+        def deadline() -> None:
+            os.read(r, 1)
+            time.sleep(STOP_DEADLINE_SECONDS)
+            status = self._deadline_status or 0
+            self.log.warning(
+                "daemon.stop_overdue",
+                seconds=STOP_DEADLINE_SECONDS,
+                error="tasks still running (a sync or a blocking call): ending the process, "
+                "rules left in place",
+            )
+            ctx.run(end, status)
+
+        threading.Thread(target=deadline, name="stop-deadline", daemon=True).start()
+
+    @contextlib.contextmanager
+    def _stop_signals(self, cancel: trio.CancelScope) -> Iterator[None]:
+        """SIGTERM and SIGINT stop the daemon (status 0).
+
+        Handled by plain signal handlers, not a trio signal receiver: a handler runs on the
+        main thread between two bytecodes even while the trio thread is busy (applying a large
+        burst of changes to the state, building a snapshot), so the deadline is armed at once
+        and holds whatever the event loop is doing; the cancellation follows on the loop.
+        """
+        token = trio.lowlevel.current_trio_token()
+
+        def stopping(signum: int) -> None:
+            if not cancel.cancel_called:
+                self.log.info("daemon.stopping", signal=signal.Signals(signum).name)
+            self._stop(cancel, 0)
+
+        def handler(signum: int, _frame: object) -> None:
+            self._arm_deadline(0)
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(stopping, signum)
+
+        taken = [(s, signal.signal(s, handler)) for s in (signal.SIGTERM, signal.SIGINT)]
+        try:
+            yield
+        finally:
+            for signum, previous in taken:
+                signal.signal(signum, previous)
+
+    async def _watch_config(self, watcher: ConfigWatcher, cancel: trio.CancelScope) -> None:
+        """Look at the ``--config`` file every :data:`CONFIG_CHECK_SECONDS`; see the module
+        docstring for what a change does.
+
+        Cancellation: safe at any point (the thread only stats and reads the file; abandoned,
+        so a file that blocks a read, such as a FIFO, cannot hold a stop).
+        """
+        where = str(watcher.path)
+        while True:
+            await trio.sleep(CONFIG_CHECK_SECONDS)
+            reload = await trio.to_thread.run_sync(watcher.check, abandon_on_cancel=True)
+            if reload is None:
+                continue
+            if reload.error is not None:
+                self.log.error(
+                    "config.invalid",
+                    file=where,
+                    error=f"{reload.error}; the current settings are kept",
+                )
+                continue
+            for warning in reload.warnings:
+                self.log.warning("config.warning", file=where, warning=warning)
+            if not reload.changes:
+                self.log.info("config.unchanged", file=where)
+                continue
+            for change in reload.changes:
+                self.log.info(
+                    "config.changed",
+                    file=where,
+                    setting=change.name,
+                    old=_shown(change.old),
+                    new=_shown(change.new),
+                )
+            self.log.warning(
+                "daemon.restarting",
+                file=where,
+                exit_status=EXIT_CONFIG_CHANGED,
+                reason="the --config file changed; exiting, rules in place, to be started "
+                "again with the new settings",
+            )
+            self._stop(cancel, EXIT_CONFIG_CHANGED)
+            return
+
     async def _watchdog(self, interval: float) -> None:
         while True:
             systemd.notify("WATCHDOG=1")
             await trio.sleep(interval)
 
-    async def _signals(self, cancel: trio.CancelScope) -> None:
-        # SIGUSR1 writes a heap census when censuses are on (census.py); it is not listened
-        # for otherwise, so it keeps its default action then.
-        extra = (signal.SIGUSR1,) if census.prefix() is not None else ()
+    async def _censuses(self) -> None:
+        """SIGUSR1 writes a heap census when censuses are on (census.py); it is not listened
+        for otherwise, so it keeps its default action then."""
         taken = 0
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, *extra) as signals:
-            async for signum in signals:
-                if signum == signal.SIGUSR1:
-                    taken += 1
-                    await self._census(str(taken))
-                    continue
-                self.log.info("daemon.stopping", signal=signal.Signals(signum).name)
-                systemd.notify("STOPPING=1")
-                cancel.cancel()
-                return
+        with trio.open_signal_receiver(signal.SIGUSR1) as signals:
+            async for _ in signals:
+                taken += 1
+                await self._census(str(taken))
 
     async def _census(self, name: str) -> None:
         """Write a heap census (``census.py``) in a worker thread, when censuses are on."""
         if census.prefix() is not None:
             try:
-                path = await trio.to_thread.run_sync(census.write, name)
+                path = await trio.to_thread.run_sync(census.write, name, abandon_on_cancel=True)
             except OSError as exc:  # a diagnostic must never stop the proxy
                 self.log.warning("daemon.census_failed", name=name, error=str(exc))
                 return
@@ -386,51 +566,60 @@ class Daemon:
         )
 
     async def run(self) -> None:
+        self._start_deadline()
         send, recv = trio.open_memory_channel[Sequence[Change]](64)
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._signals, nursery.cancel_scope)
-                # Listening from the start: a slow first list is "not ready" on /healthz (503)
-                # while /livez says the process is alive, and /metrics shows the progress.
-                for addr, handler in (
-                    (self.cfg.healthz_bind_address, self._healthz),
-                    (self.cfg.metrics_bind_address, self._metrics),
-                ):
-                    if addr is not None:  # None: turned off (an empty address)
-                        await nursery.start(
-                            functools.partial(
-                                serve, netns_name=self.netns, budget=self.connections
-                            ),
-                            addr,
-                            handler,
-                        )
-                # Watching before the first read-back and commit: a change another process
-                # makes to the tables at any time after start-up is seen (the quiet verify
-                # trusts that nothing unseen happened since the watch's first generation). A
-                # watch by generation, not a member of NFNLGRP_NFTABLES: a member makes the
-                # kernel build a message per element of every commit on the host, the daemon's
-                # own 10k x 10 sync's and any other writer's (docs/ruleset.md).
-                self.watch = GenerationWatch(netns_name=self.netns)
-                await nursery.start(self.watch.run, self._generation_moved)
-                # The initial lists, the state and the first plan build the objects the daemon
-                # keeps for good; the cyclic GC would walk them over and over while they grow
-                # (memory.py). Paused until the first sync has frozen them out of its sight.
-                self.loop.resume_gc = pause_gc()
-                source = self._source()
-                await nursery.start(source.run, send)
-                if self.syncer.config.nodeport_cidrs(4) or self.syncer.config.nodeport_cidrs(6):
-                    await nursery.start(self._watch_addresses)
-                self.healthchecks = HealthCheckServers(
-                    nursery, netns_name=self.netns, budget=self.connections, metrics=self.metrics
-                )
-                await nursery.start(self.reachability.run)
-                await nursery.start(self.loop.run, recv)
-                await self._census("first_sync")
-                nursery.start_soon(self._watch_foreign)
-                systemd.notify("READY=1")
-                self.log.info("daemon.ready", node=self.cfg.node_name)
-                interval = systemd.watchdog_interval()
-                if interval:
-                    nursery.start_soon(self._watchdog, interval)
+            stop = trio.CancelScope()
+            with stop, self._stop_signals(stop):
+                async with trio.open_nursery() as nursery:
+                    if census.prefix() is not None:
+                        nursery.start_soon(self._censuses)
+                    # Listening from the start: a slow first list is "not ready" on /healthz (503)
+                    # while /livez says the process is alive, and /metrics shows the progress.
+                    for addr, handler in (
+                        (self.cfg.healthz_bind_address, self._healthz),
+                        (self.cfg.metrics_bind_address, self._metrics),
+                    ):
+                        if addr is not None:  # None: turned off (an empty address)
+                            await nursery.start(
+                                functools.partial(
+                                    serve, netns_name=self.netns, budget=self.connections
+                                ),
+                                addr,
+                                handler,
+                            )
+                    # Watching before the first read-back and commit: a change another process
+                    # makes to the tables at any time after start-up is seen (the quiet verify
+                    # trusts that nothing unseen happened since the watch's first generation). A
+                    # watch by generation, not a member of NFNLGRP_NFTABLES: a member makes the
+                    # kernel build a message per element of every commit on the host, the daemon's
+                    # own 10k x 10 sync's and any other writer's (docs/ruleset.md).
+                    self.watch = GenerationWatch(netns_name=self.netns)
+                    await nursery.start(self.watch.run, self._generation_moved)
+                    # The initial lists, the state and the first plan build the objects the daemon
+                    # keeps for good; the cyclic GC would walk them over and over while they grow
+                    # (memory.py). Paused until the first sync has frozen them out of its sight.
+                    self.loop.resume_gc = pause_gc()
+                    source = self._source()
+                    await nursery.start(source.run, send)
+                    if self.syncer.config.nodeport_cidrs(4) or self.syncer.config.nodeport_cidrs(6):
+                        await nursery.start(self._watch_addresses)
+                    self.healthchecks = HealthCheckServers(
+                        nursery,
+                        netns_name=self.netns,
+                        budget=self.connections,
+                        metrics=self.metrics,
+                    )
+                    await nursery.start(self.reachability.run)
+                    await nursery.start(self.loop.run, recv)
+                    await self._census("first_sync")
+                    nursery.start_soon(self._watch_foreign)
+                    systemd.notify("READY=1")
+                    self.log.info("daemon.ready", node=self.cfg.node_name)
+                    interval = systemd.watchdog_interval()
+                    if interval:
+                        nursery.start_soon(self._watchdog, interval)
+                    if self.watcher is not None:
+                        nursery.start_soon(self._watch_config, self.watcher, stop)
         finally:
             self.syncer.close()

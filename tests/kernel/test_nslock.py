@@ -109,3 +109,59 @@ def test_the_lock_is_per_namespace(make_netns: Callable[[str], str]) -> None:
     finally:
         first.release()
     NamespaceLock(a).release()  # released: free again
+
+
+ROOT_SQUAT = """
+import socket, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.setsockopt(socket.SOL_SOCKET, 33, 1 << 30)  # SO_RCVBUFFORCE: needs CAP_NET_ADMIN
+except PermissionError:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)  # as far as rmem_max allows
+else:
+    raise SystemExit("a process without capabilities forced its buffer")
+s.bind(b"\\0nlproxy/proxy-lock/1.0")
+s.listen(16)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_root_without_capabilities_can_neither_hold_nor_take_the_lock(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    """uid 0 with every capability dropped (a host-network container as root with
+    ``drop: [ALL]``): its socket under the lock's prefix does not keep nlproxy out, and an
+    nlproxy started so is refused, naming the capability."""
+    d = publish(tmp_path / "m", objects(testbed, ["pod-a"]))
+    no_caps = [
+        *("ip", "netns", "exec", testbed.node.netns, "setpriv"),
+        *("--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all"),
+    ]
+    with subprocess.Popen(
+        [*no_caps, sys.executable, "-c", ROOT_SQUAT], stdout=subprocess.PIPE, text=True
+    ) as squatter:
+        try:
+            assert squatter.stdout is not None
+            assert squatter.stdout.readline() == "ready\n"
+            args = ("--manifests", str(d), "--node-name", testbed.node.name)
+            once = _nlproxy(testbed, *args, "--once")
+            assert once.returncode == 0, once.stderr
+            assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+            with daemon(testbed, d) as first:
+                # The real holder still keeps a second one out, naming itself, not the squatter.
+                again = _nlproxy(testbed, *args, "--once")
+                assert again.returncode == 2, again.stderr
+                assert f"nlproxy (pid {first.proc.pid}) already programs it" in again.stderr
+        finally:
+            squatter.kill()
+    powerless = subprocess.run(
+        [*no_caps, sys.executable, "-m", "nlproxy", "run", *args, "--once"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert powerless.returncode == 1, powerless.stderr
+    assert "needs CAP_NET_ADMIN" in powerless.stderr
+    assert "Traceback" not in powerless.stderr

@@ -1,0 +1,189 @@
+"""A running daemon's ``--config`` file edited the way a ConfigMap volume changes (the ``..data``
+symlink swapped to a new directory): an invalid file is named in one error line and the daemon
+runs on; a valid one that flips ``masqueradeAll`` is logged setting by setting and ends the
+daemon with status 1, rules in place; started again, the daemon programs the new setting (the
+source an endpoint sees changes) and a connection opened before the change still carries data.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nlproxy.demo.testbed import Testbed
+from nlproxy.netlink import netns
+from tests.kernel import topo
+from tests.kernel.daemon import Daemon, wait_until
+from tests.kernel.topo import PORTS, SLICE_PORTS, answers, ask
+
+testbed = topo.testbed
+
+VIP = "10.96.0.10"
+KEEP_VIP = "10.96.0.11"
+KEEP_PORT = 9100
+EXIT_CONFIG_CHANGED = 1
+
+CONFIG = """apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+nftables:
+  masqueradeAll: {masquerade_all}
+"""
+
+
+class ConfigMapVolume:
+    """A directory laid out as the kubelet mounts a ConfigMap: ``config.conf`` ->
+    ``..data/config.conf``, ``..data`` -> ``..<version>``; :meth:`publish` swaps ``..data``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir()
+        self.version = 0
+        (root / "config.conf").symlink_to("..data/config.conf")
+
+    @property
+    def path(self) -> Path:
+        return self.root / "config.conf"
+
+    def publish(self, text: str) -> None:
+        self.version += 1
+        new = self.root / f"..2026_11_28_{self.version}"
+        new.mkdir()
+        (new / "config.conf").write_text(text)
+        tmp = self.root / "..data_tmp"
+        tmp.symlink_to(new.name)
+        os.replace(tmp, self.root / "..data")  # the atomic swap the kubelet makes
+
+
+class EchoAll:
+    """A TCP server in a pod's namespace echoing every line of every connection until closed
+    (the test bed's echo servers answer one line per connection)."""
+
+    def __init__(self, ns: str, port: int) -> None:
+        with netns.entered(ns):
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("0.0.0.0", port))
+        self.sock.listen(8)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _echo(conn: socket.socket) -> None:
+        with conn:
+            while data := conn.recv(4096):
+                conn.sendall(data)
+
+    def close(self) -> None:
+        self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+
+
+@pytest.fixture
+def keep_server(testbed: Testbed) -> Iterator[EchoAll]:
+    server = EchoAll(testbed.pod("pod-b").netns, KEEP_PORT)
+    yield server
+    server.close()
+
+
+def _objects(tb: Testbed) -> list[dict[str, object]]:
+    r = tb.pod("pod-r")
+    b = tb.pod("pod-b")
+    keep_ports = ({"name": "tcp", "port": KEEP_PORT, "targetPort": KEEP_PORT, "protocol": "TCP"},)
+    return [
+        tb.node_manifest(),
+        topo.service("web", VIP, PORTS),
+        topo.endpoint_slice("web", [topo.endpoint(str(r.ipv4), r.node)], SLICE_PORTS),
+        topo.service("keep", KEEP_VIP, keep_ports),
+        topo.endpoint_slice(
+            "keep",
+            [topo.endpoint(str(b.ipv4), b.node)],
+            ({"name": "tcp", "port": KEEP_PORT, "protocol": "TCP"},),
+        ),
+    ]
+
+
+def _round_trip(conn: socket.socket, data: bytes) -> bytes:
+    conn.sendall(data)
+    got = b""
+    while len(got) < len(data):
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+def test_config_change_is_refused_when_invalid_and_restarts_when_valid(
+    testbed: Testbed, tmp_path: Path, keep_server: EchoAll
+) -> None:
+    manifests = topo.write_manifests(tmp_path / "manifests", _objects(testbed))
+    volume = ConfigMapVolume(tmp_path / "config")
+    volume.publish(CONFIG.format(masquerade_all="false"))
+    args = ("--config", str(volume.path))
+    a = testbed.pod("pod-a")
+    seen_from = {"pod-r": {str(a.ipv4)}}
+    masqueraded = {"pod-r": {str(testbed.node.ipv4)}}
+
+    first = Daemon(testbed, manifests, *args)
+    try:
+        first.wait_ready()
+        assert answers(ask("tcp", a.netns, VIP, 80)) == seen_from
+        with netns.entered(a.netns):
+            conn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        conn.settimeout(10)
+        conn.connect((KEEP_VIP, KEEP_PORT))
+        assert _round_trip(conn, b"before\n") == b"before\n"
+
+        # An invalid file: one error line naming it and why; the daemon runs on.
+        volume.publish("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: Nope\n")
+        wait_until(lambda: first.events("config.invalid"), 10, "the invalid file is reported")
+        (invalid,) = first.events("config.invalid")
+        assert invalid["file"] == str(volume.path)
+        assert "expected kind KubeProxyConfiguration" in invalid["error"], invalid
+        assert "current settings are kept" in invalid["error"], invalid
+        assert first.proc.poll() is None
+        assert first.get(first.healthz, "/healthz")[0] == 200
+        assert answers(ask("tcp", a.netns, VIP, 80)) == seen_from
+
+        # A valid file flipping masqueradeAll: logged, then the daemon exits for a restart.
+        volume.publish(CONFIG.format(masquerade_all="true"))
+        wait_until(lambda: first.proc.poll() is not None, 10, "the daemon exits on the change")
+        assert first.proc.returncode == EXIT_CONFIG_CHANGED, first.lines[-5:]
+    finally:
+        first.kill()
+    changed = {e["setting"]: (e["old"], e["new"]) for e in first.events("config.changed")}
+    # The one setting, as the command line's and as the planner's configuration hold it.
+    assert changed["proxy.masquerade_all"] == (False, True)
+    assert {v for k, v in changed.items() if not k.endswith(".masquerade_all")} == set()
+    assert first.events("daemon.restarting")
+    # The rules stay while no daemon runs: the old setting still carries traffic.
+    assert answers(ask("tcp", a.netns, VIP, 80)) == seen_from
+
+    second = Daemon(testbed, manifests, *args)
+    try:
+        second.wait_ready()
+        wait_until(
+            lambda: answers(ask("tcp", a.netns, VIP, 80, n=4)) == masqueraded,
+            10,
+            "the restarted daemon masquerades",
+        )
+        assert answers(ask("tcp", a.netns, VIP, 80)) == masqueraded
+        # Opened before the change, through both daemons and the gap between them.
+        assert _round_trip(conn, b"after\n") == b"after\n"
+        assert second.stop() == 0
+    finally:
+        conn.close()
+        second.kill()

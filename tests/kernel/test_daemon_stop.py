@@ -1,0 +1,142 @@
+"""SIGTERM ends the daemon promptly on a busy machine, even while a worker thread is in the middle
+of a large sync: the stop has a deadline, after which the process ends with its logs flushed
+and its rules in place (daemon/run.py).
+
+The machine is made busy by CPU burners (twice as many as CPUs) and the daemon by a cluster of
+thousands of Services arriving at once. The bound is generous (a shared machine); the measured
+figure is printed (``pytest -s``) for the record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nlproxy.demo.testbed import Testbed
+from tests.kernel import topo
+from tests.kernel.daemon import (
+    VIP_A,
+    Daemon,
+    objects,
+    publish,
+    put_service,
+    scrape,
+    wait_until,
+)
+from tests.kube.apiserver import ApiServer
+from tests.kube.conftest import TOKEN, write_kubeconfig
+
+testbed = topo.testbed
+
+SERVICES = 4000
+ENDPOINTS = 10
+STOP_BOUND = 5.0
+"""Seconds from SIGTERM to exit that the test accepts (the deadline is 0.5 s)."""
+
+
+@pytest.fixture
+def burners() -> Iterator[None]:
+    """Busy processes, two per CPU, for the test's duration."""
+    n = 2 * (os.cpu_count() or 1)
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(max(n, 4))]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait(timeout=10)
+
+
+def _big_cluster(tb: Testbed) -> dict[str, Any]:
+    items: list[dict[str, Any]] = []
+    for i in range(SERVICES):
+        name = f"big-{i}"
+        vip = f"10.96.{100 + i // 250}.{i % 250 + 1}"
+        eps = [
+            topo.endpoint(f"10.200.{i // 250}.{(i % 250) * ENDPOINTS // 10 + j}", "node-x")
+            for j in range(ENDPOINTS)
+        ]
+        items.append(topo.service(name, vip, topo.PORTS))
+        items.append(topo.endpoint_slice(name, eps, topo.SLICE_PORTS))
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def _pending(d: Daemon) -> float:
+    families = scrape(d)
+    family = families.get("kubeproxy_sync_proxy_rules_service_changes_pending")
+    if family is None:
+        return 0.0
+    return sum(s.value for s in family.samples)
+
+
+@pytest.mark.parametrize("moment", ["loading", "syncing"])
+def test_sigterm_mid_sync_on_a_busy_machine_exits_promptly(
+    testbed: Testbed, tmp_path: Path, burners: None, moment: str
+) -> None:
+    """``loading``: at once after the file appears (the source parses it, the state takes in
+    the burst on the event loop's thread); ``syncing``: once the loop is on it."""
+    d = publish(tmp_path / "m", objects(testbed, ["pod-a"]))
+    daemon = Daemon(testbed, d)
+    try:
+        daemon.wait_ready(timeout=60)
+        applied = len(daemon.events("sync.applied"))
+        tmp = d / ".big.json.tmp"
+        tmp.write_text(json.dumps(_big_cluster(testbed)))
+        tmp.rename(d / "big.json")
+        if moment == "syncing":
+            # The source has delivered the big cluster: the loop is planning or committing it.
+            wait_until(lambda: _pending(daemon) > 0, 30, "the big cluster is being synced")
+        # Whether the big sync had been applied when the signal went (recorded, not asserted:
+        # on a quiet machine it may be done already).
+        pending = len(daemon.events("sync.applied")) == applied
+        start = time.monotonic()
+        status = daemon.stop()
+        took = time.monotonic() - start
+    finally:
+        daemon.kill()
+    print(
+        f"SIGTERM to exit, {moment} {SERVICES} Services (not yet applied: {pending}), "
+        f"machine busy: {took:.2f} s"
+    )
+    assert status == 0, daemon.lines[-5:]
+    assert took < STOP_BOUND, f"{took:.1f} s: {daemon.lines[-5:]}"
+    assert daemon.events("daemon.stopping")
+
+
+@pytest.mark.parametrize("api_up", [True, False], ids=["api-up", "api-gone"])
+def test_sigterm_on_the_api_source_on_a_busy_machine_exits_promptly(
+    testbed: Testbed, tmp_path: Path, burners: None, api_up: bool
+) -> None:
+    """The API source's watch threads (and, with the API gone, its reconnecting client) do not
+    hold a stop."""
+    api = ApiServer(token=TOKEN)
+    api.start()
+    try:
+        api.store.put("nodes", testbed.node_manifest())
+        put_service(api, testbed, "a", VIP_A, ["pod-a"])
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", api)
+        daemon = Daemon(testbed, None, "--kubeconfig", str(kubeconfig))
+        try:
+            daemon.wait_ready(timeout=60)
+            if not api_up:
+                api.stop()
+                wait_until(lambda: daemon.get(daemon.healthz, "/livez")[0] == 200, 5, "alive")
+            start = time.monotonic()
+            status = daemon.stop()
+            took = time.monotonic() - start
+        finally:
+            daemon.kill()
+    finally:
+        api.stop()
+    print(f"SIGTERM to exit, API source ({'up' if api_up else 'gone'}), machine busy: {took:.2f} s")
+    assert status == 0, daemon.lines[-5:]
+    assert took < STOP_BOUND, f"{took:.1f} s: {daemon.lines[-5:]}"
