@@ -498,7 +498,7 @@ class Claims:
             low, high = self.node_port_range
             health = (
                 f"spec.healthCheckNodePort: {svc.health_check_node_port} is outside the "
-                f"NodePort range ({low}-{high})"
+                f"NodePort range ({low}-{high}, --service-node-port-range)"
             )
         if not svc.external_ips and not svc.load_balancer_ips:
             return None if health is None else Refusal(whole=None, addresses=(), health=health)

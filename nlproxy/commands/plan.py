@@ -39,6 +39,7 @@ BORROWED = (
     "nodeport_addresses",
     "masquerade_bit",
     "external_ip_cidrs",
+    "service_node_port_range",
     "conntrack_flush_tcp",
     "owned_table",
     "service_counters",

@@ -171,6 +171,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "any, as kube-proxy; loopback, link-local, multicast and unspecified always are)",
     )
     parser.add_argument(
+        "--service-node-port-range",
+        metavar="LOW-HIGH",
+        help="the API server's --service-node-port-range: a healthCheckNodePort outside it is "
+        "refused and named, never listened on (default: 30000-32767, the API server's)",
+    )
+    parser.add_argument(
         "--replace-kube-proxy",
         action="store_true",
         help="after the first sync, remove kube-proxy's rules (as `nlproxy cleanup "

@@ -104,6 +104,7 @@ class Flags:
     healthz_bind_address: str | None = None
     metrics_bind_address: str | None = None
     external_ip_cidrs: str | None = None
+    service_node_port_range: str | None = None
     load_balancing: str | None = None
     consistent_hash_seed: int | None = None
     service_counters: bool = False
@@ -213,6 +214,8 @@ def daemon_config(flags: Flags) -> DaemonConfig:
     if flags.external_ip_cidrs:
         nets = _networks(flags.external_ip_cidrs, "--external-ip-cidrs")
         cfg = replace(cfg, external_ip_cidrs=tuple(str(n) for n in nets))
+    if flags.service_node_port_range:
+        cfg = replace(cfg, node_port_range=_port_range(flags.service_node_port_range))
     cfg = _mode_flags(flags, cfg)
     cfg = _kube_proxy_flags(flags, cfg)
     if flags.bind_address and flags.bind_address not in ("0.0.0.0", "::"):
@@ -236,6 +239,24 @@ def daemon_config(flags: Flags) -> DaemonConfig:
     if not 0 <= cfg.masquerade_bit <= 31:
         raise ConfigError("--masquerade-bit", f"{cfg.masquerade_bit} is not in 0..31")
     return cfg
+
+
+def _port_range(text: str) -> tuple[int, int]:
+    """``--service-node-port-range`` as kube-apiserver spells it: ``LOW-HIGH`` (or one port).
+
+    Raises:
+        ConfigError: not a range of ports in 1..65535, low first.
+    """
+    flag = "--service-node-port-range"
+    low, sep, high = text.strip().partition("-")
+    try:
+        first = int(low)
+        last = int(high) if sep else first
+    except ValueError:
+        raise ConfigError(flag, f"{text!r} is not LOW-HIGH (e.g. 30000-32767)") from None
+    if not 1 <= first <= last <= 65535:
+        raise ConfigError(flag, f"{text!r} is not a range of ports in 1..65535, low first")
+    return first, last
 
 
 def _mode_flags(flags: Flags, cfg: DaemonConfig) -> DaemonConfig:

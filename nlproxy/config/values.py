@@ -47,6 +47,9 @@ class DaemonConfig:
     external_ip_cidrs: tuple[str, ...] = ()
     """The ranges ``spec.externalIPs`` may take (``--external-ip-cidrs``; empty: any), checked
     CIDRs."""
+    node_port_range: tuple[int, int] = (30000, 32767)
+    """The API server's ``--service-node-port-range`` (``--service-node-port-range`` here):
+    a ``healthCheckNodePort`` outside it is not listened on."""
     kubeconfig_from_file: bool = False
     """``kubeconfig`` came from ``clientConnection.kubeconfig``: a missing file falls back to the
     in-cluster configuration (the DaemonSet may not mount kubeadm's path)."""

@@ -183,6 +183,7 @@ class Daemon:
                 external_ip_cidrs=external_networks(cfg),
                 service_cidrs=pcfg.service_cidrs,
                 cluster_cidrs=pcfg.cluster_cidrs,
+                node_port_range=cfg.node_port_range,
             ),
             self.syncer,
             health=self.health,

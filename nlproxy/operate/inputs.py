@@ -72,6 +72,7 @@ def cluster_inputs(
         external_ip_cidrs=external_networks(cfg),
         service_cidrs=pcfg.service_cidrs,
         cluster_cidrs=pcfg.cluster_cidrs,
+        node_port_range=cfg.node_port_range,
     )
     state.apply(changes)
     if local is not None:

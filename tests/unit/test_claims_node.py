@@ -127,7 +127,7 @@ def test_a_health_check_node_port_outside_the_node_port_range_is_refused(
         assert seen.health_check_node_port is None
         assert state.refused == [
             f"Service default/lb: spec.healthCheckNodePort: {health} is outside the NodePort "
-            "range (30000-32767); no health check served"
+            "range (30000-32767, --service-node-port-range); no health check served"
         ]
     else:
         assert seen.health_check_node_port == health
@@ -140,3 +140,22 @@ def test_the_node_port_range_is_a_setting() -> None:
     state.apply([up(lb)])
     assert state.snapshot().services[lb.key].health_check_node_port == 20000
     assert state.refused == []
+
+
+def test_the_node_port_range_comes_from_the_flag() -> None:
+    from nlproxy.config import Flags, build_settings
+
+    assert build_settings(Flags()).daemon.node_port_range == (30000, 32767)
+    assert build_settings(Flags(service_node_port_range="20000-40000")).daemon.node_port_range == (
+        20000,
+        40000,
+    )
+
+
+@pytest.mark.parametrize("text", ["40000-20000", "0-100", "a-b", "30000-70000", "x"])
+def test_an_impossible_node_port_range_names_the_flag(text: str) -> None:
+    from nlproxy.config import Flags, build_settings
+    from nlproxy.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--service-node-port-range"):
+        build_settings(Flags(service_node_port_range=text))
