@@ -16,6 +16,7 @@ from nlproxy.inspect.classify import Reachability, classify
 from nlproxy.nft.ir import Family, IPAddress, Ruleset
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.values import key_order
+from nlproxy.operate.rules import FrontendReport, kernel_frontends
 from nlproxy.proxy.layout import ADDRESS, FrontKey, UnexpectedElement, keyed, proto_name, targets
 from nlproxy.proxy.naming import TABLE
 
@@ -25,6 +26,12 @@ Target = tuple[IPAddress, int]
 def _default_name(front: FrontKey) -> str:
     proto, daddr, dport = front
     return f"{daddr}:{dport}/{proto_name(proto)}"
+
+
+def _frontend_name(fe: FrontendReport) -> str:
+    if fe.address is not None:
+        return _default_name((fe.proto, fe.address, fe.port))
+    return f"nodeport:{fe.port}/{proto_name(fe.proto)}"
 
 
 def _order(front: FrontKey) -> tuple[tuple[int, int, int], ...]:
@@ -37,9 +44,10 @@ def programmed_endpoints(rulesets: Iterable[Ruleset]) -> dict[str, list[Target]]
 
     Keys are service ports as their ``service-ips`` elements' comments name them
     (``default/web:http/TCP``; ``10.96.0.10:53/UDP`` for an element without a comment). Each
-    list holds ``(address, port)`` in ``backends`` index order, without duplicates across the
-    service port's addresses (cluster IP, external IPs). A service port without endpoints maps
-    to an empty list.
+    list holds ``(address, port)`` in ``backends`` index order, then those of every other layout
+    (Local policy, node ports, round-robin and consistent-hash maps, ClientIP affinity's endpoint
+    chains), without duplicates across the service port's addresses (cluster IP, external IPs,
+    node ports). A service port without endpoints maps to an empty list.
 
     Raises:
         NlproxyError: naming an element of ``service-ips`` or ``backends`` of another shape.
@@ -58,6 +66,12 @@ def programmed_endpoints(rulesets: Iterable[Ruleset]) -> dict[str, list[Target]]
             for front in sorted(groups, key=_order):
                 found = out.setdefault(names.get(front) or _default_name(front), [])
                 found += [t for t in groups[front] if t not in found]
+            # Every other layout's endpoints, read as explain reads them: the Local-policy
+            # maps, node ports, round-robin and consistent-hash ports' own maps, ClientIP
+            # affinity's per-endpoint chains (``dnat to addr:port``).
+            for fe in kernel_frontends(rs):
+                found = out.setdefault(fe.ref or _frontend_name(fe), [])
+                found += [t for t in (*fe.endpoints, *fe.local_endpoints) if t not in found]
     except UnexpectedElement as exc:
         el = exc.element
         raise NlproxyError(f"map {el.set} element {el.key}", exc.reason) from exc
