@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 
+from nlproxy.operate.text import printable
+
 NAME = "cleanup"
 HELP = "remove nlproxy's nftables tables, or with --kube-proxy kube-proxy's rules (idempotent)"
 LOGS = False
@@ -46,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             backend.close()
         removed.append(f"{family} {TABLE}")
-    print(f"removed: {', '.join(removed)}" if removed else "nothing to remove")
+    print(f"removed: {printable(', '.join(removed))}" if removed else "nothing to remove")
     return 0
 
 
@@ -59,5 +61,5 @@ def _kube_proxy(args: argparse.Namespace) -> int:
         return 0
     remove_all(found, args.netns)
     for line in found.describe():
-        print(f"removed: {line}")
+        print(f"removed: {printable(line)}")
     return 0

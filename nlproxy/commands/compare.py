@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from nlproxy.operate.text import printable, printable_lines
+
 NAME = "compare"
 HELP = (
     "compare kube-proxy's live nftables rules with nlproxy's plan for the same cluster: every "
@@ -68,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     changes, load_errors, _ = source_changes(s)
     inputs = cluster_inputs(s, changes, load_errors, local=local_addresses(s))
     for problem in inputs.problems:
-        print(f"nlproxy: left out: {problem}", file=sys.stderr)
+        print(f"nlproxy: left out: {printable(problem)}", file=sys.stderr)
     kube = read_kube(s.netns)
     if all(rs is None for rs in kube.values()):
         print(f"nlproxy: compare: {why_no_table(s.netns)}", file=sys.stderr)
@@ -78,5 +80,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(to_json(cert), indent=2))
     else:
-        print(render_text(cert), end="")
+        print(printable_lines(render_text(cert)), end="")
     return EXIT_DIFFERENT if cert.differences else 0

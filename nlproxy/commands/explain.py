@@ -13,6 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
+from nlproxy.operate.text import printable_lines
+
 NAME = "explain"
 HELP = "explain one Service: objects, programmed rules, flows, endpoints, and a trace (--from)"
 LOGS = False
@@ -42,5 +44,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report_to_json(report), indent=2))
     else:
-        print(render_text(report), end="")
+        print(printable_lines(render_text(report)), end="")
     return EXIT_UNREACHABLE if report.problems else 0

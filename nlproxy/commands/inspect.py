@@ -13,6 +13,7 @@ import sys
 
 from nlproxy.errors import ConfigError
 from nlproxy.operate.inspect import endpoint_report, render_table
+from nlproxy.operate.text import printable, printable_lines
 
 NAME = "inspect"
 HELP = "check that every programmed endpoint is reachable from this node (exit 4 if not)"
@@ -30,9 +31,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("flag --service", f"{service!r} is not NAMESPACE/NAME")
     report = endpoint_report(args.netns, service)
     for problem in report.warnings:  # stderr: the JSON on stdout stays a list
-        print(f"warning: {problem}", file=sys.stderr)
+        print(f"warning: {printable(problem)}", file=sys.stderr)
     if args.json:
         print(json.dumps([row.as_json() for row in report.rows], indent=2))
     else:
-        print(render_table(report.endpoints, report.rows) or "no programmed service ports")
+        print(
+            printable_lines(render_table(report.endpoints, report.rows))
+            or "no programmed service ports"
+        )
     return 0 if report.reachable else EXIT_UNREACHABLE

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from nlproxy.operate.text import printable_lines
+
 NAME = "preflight"
 HELP = "before switching a kube-proxy node: what would break or change (exit 1 if it would break)"
 
@@ -51,5 +53,5 @@ def run(args: argparse.Namespace) -> int:
         rows = [{"check": f.check, "level": f.level.value, "text": f.text} for f in findings]
         print(json.dumps({"findings": rows, "breaks_traffic": pf.failed(findings)}, indent=2))
     else:
-        print(pf.render(findings))
+        print(printable_lines(pf.render(findings)))
     return 1 if pf.failed(findings) else 0

@@ -12,6 +12,8 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
+from nlproxy.operate.text import printable_lines
+
 if TYPE_CHECKING:
     from nlproxy.nft.counters import Counts
     from nlproxy.nft.ir import Ruleset
@@ -41,7 +43,12 @@ def run(args: argparse.Namespace) -> int:
     elif not found:
         print("# nlproxy has programmed nothing here")
     else:
-        print("\n".join(render_ruleset(rs, _counters(rs, args.netns)) for rs in found), end="")
+        print(
+            printable_lines(
+                "\n".join(render_ruleset(rs, _counters(rs, args.netns)) for rs in found)
+            ),
+            end="",
+        )
     return 0
 
 

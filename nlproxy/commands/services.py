@@ -14,6 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
+from nlproxy.operate.text import printable_lines
+
 NAME = "services"
 HELP = "list every service frontend with its backends, their state and the policies"
 
@@ -46,5 +48,5 @@ def run(args: argparse.Namespace) -> int:
     elif not rows:
         print("nlproxy has programmed no service here")
     else:
-        print(render_table(rows))
+        print(printable_lines(render_table(rows)))
     return 0

@@ -22,6 +22,7 @@ from nlproxy.operate.status import (
     query,
 )
 from nlproxy.operate.status_render import render_text, to_json
+from nlproxy.operate.text import printable_lines
 
 NAME = "status"
 HELP = "ask the running daemon: up, ready, last sync, pending changes, problems (exit 1 if not ok)"
@@ -79,5 +80,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(to_json(st), indent=2))
     else:
-        print(render_text(st, datetime.now(UTC)))
+        print(printable_lines(render_text(st, datetime.now(UTC))))
     return 0 if st.ok else EXIT_NOT_OK

@@ -17,6 +17,7 @@ from nlproxy.nft.ir import Family, IPAddress, Ruleset
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.values import key_order
 from nlproxy.operate.rules import FrontendReport, kernel_frontends
+from nlproxy.operate.text import printable
 from nlproxy.proxy.layout import ADDRESS, FrontKey, UnexpectedElement, keyed, proto_name, targets
 from nlproxy.proxy.naming import TABLE
 
@@ -152,7 +153,7 @@ def render_table(endpoints: Mapping[str, list[Target]], rows: Iterable[Row]) -> 
     blocks = []
     for name, lines in by_port.items():
         if not lines:
-            blocks.append(f"{name}\n  (no endpoints)")
+            blocks.append(f"{printable(name)}\n  (no endpoints)")
             continue
         widths = [max(len(x[i]) for x in (head, *lines)) for i in range(len(head) - 1)]
         text = [
@@ -162,7 +163,7 @@ def render_table(endpoints: Mapping[str, list[Target]], rows: Iterable[Row]) -> 
             + line[-1]
             for line in (head, *lines)
         ]
-        blocks.append("\n".join([name, *text]))
+        blocks.append("\n".join([printable(name), *text]))
     return "\n\n".join(blocks)
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from nlproxy.config import Settings
 from nlproxy.errors import ConfigError
+from nlproxy.operate.text import printable
 
 if TYPE_CHECKING:
     from nlproxy.cluster.manifests import DirectoryRead
@@ -81,14 +82,14 @@ def _run_once(s: Settings, end: Callable[[int], int], kernel: SyncKernel | None)
         loaded = load_manifests(s.manifests, read=read)
         del read
         for warning in loaded.warnings:
-            print(f"nlproxy: warning: {warning}", file=sys.stderr)
+            print(f"nlproxy: warning: {printable(warning)}", file=sys.stderr)
         # The loader's per-file changes (kept for a daemon's reload) are not needed once the
         # state holds the model: let them go before the plan is built, not after.
         inputs = cluster_inputs(s, loaded.changes, loaded.errors, local=local)
         warned = bool(loaded.warnings)
         del loaded
         for gap in inputs.warnings:
-            print(f"nlproxy: warning: {gap}", file=sys.stderr)
+            print(f"nlproxy: warning: {printable(gap)}", file=sys.stderr)
         problems: list[object] = list(inputs.problems)
         clean = not (warned or inputs.warnings or problems)
         syncer.files_digest = files if clean else None
@@ -119,7 +120,7 @@ def _run_once(s: Settings, end: Callable[[int], int], kernel: SyncKernel | None)
         unchanged=result.restarted,
     )
     for problem in problems:
-        print(f"nlproxy: left out: {problem}", file=sys.stderr)
+        print(f"nlproxy: left out: {printable(problem)}", file=sys.stderr)
     # Ends here, with the cluster and the plan still referenced: nothing is freed one by one.
     return end(EXIT_INVALID_OBJECTS if problems else 0)
 
