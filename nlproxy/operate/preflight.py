@@ -293,10 +293,56 @@ def _localhost_node_ports(doc: Mapping[str, Any], npa: Any, route_localnet: int 
     return False
 
 
+KERNEL_FEATURES: tuple[tuple[str, str, tuple[int, int]], ...] = (
+    ("CTA_FILTER", "conntrack deletions filtered in the kernel by tuple", (5, 8)),
+    ("CTA_STATUS_MASK", "conntrack deletions filtered in the kernel by status", (5, 15)),
+    ("NFT_TABLE_F_OWNER", "--owned-table", (5, 12)),
+    ("NFT_TABLE_F_PERSIST", "--owned-table tables that outlive the daemon", (6, 9)),
+    ("destroy", "destroy (delete if present) in batches", (6, 3)),
+)
+"""docs/support.md's kernel feature table: (identifier, what it gives, the Linux version that
+added it). tests/unit/test_preflight_kernel.py holds the two equal."""
+
+
+def kernel_version(release: str) -> tuple[int, int] | None:
+    """``(major, minor)`` of a release such as ``6.1.0-18-amd64``; None if it has no
+    ``MAJOR.MINOR`` prefix."""
+    head = release.split("-", 1)[0].split(".")
+    if len(head) < 2 or not (head[0].isdigit() and head[1].isdigit()):
+        return None
+    return int(head[0]), int(head[1])
+
+
 def kernel(release: str, nft_error: str | None) -> list[Finding]:
     if nft_error is not None:
         return [Finding("kernel", Level.FAIL, f"{release}: nftables does not answer: {nft_error}")]
-    return [Finding("kernel", Level.OK, f"{release}: nftables answers over netlink")]
+    out = [Finding("kernel", Level.OK, f"{release}: nftables answers over netlink")]
+    version = kernel_version(release)
+    if version is None:
+        out.append(
+            Finding(
+                "kernel",
+                Level.WARN,
+                f"release {release!r} has no MAJOR.MINOR version: its features were not "
+                "compared with docs/support.md's table",
+            )
+        )
+        return out
+    lacking = [
+        f"{what} ({ident}, Linux >= {major}.{minor})"
+        for ident, what, (major, minor) in KERNEL_FEATURES
+        if version < (major, minor)
+    ]
+    if lacking:
+        out.append(
+            Finding(
+                "kernel",
+                Level.WARN,
+                f"Linux {version[0]}.{version[1]} lacks {len(lacking)} feature(s) of "
+                f"docs/support.md's table: {'; '.join(lacking)}",
+            )
+        )
+    return out
 
 
 def clash(tables: Iterable[tuple[str, str]], chains: Iterable[str]) -> list[Finding]:
