@@ -411,6 +411,8 @@ class SyncLoop:
         restart owes, the plan it did not make yet, deferred tables, the memory it freed."""
         result = outcome.result
         assert result is not None, "only a sync that succeeded is followed up"
+        if result.narrowed is not None:  # a relist named more than changed (``relist.py``)
+            pending = result.narrowed
         if outcome.repair_raced:
             self.log.info("verify.raced", stage="repair")
             self._start_read_back()

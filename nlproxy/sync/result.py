@@ -39,6 +39,9 @@ class SyncResult:
     quota of ``Syncer.balancing``): sync again soon."""
     conntrack: dict[Family, tuple[int, float]] = field(default_factory=dict)
     """Per family whose flows were cleaned up: (flows deleted, seconds it took)."""
+    narrowed: set[ServiceKey] | None = None
+    """The services this sync found changed among more it was told of (a relist after this
+    Node changed names every one: ``relist.py``); None: it took what it was told."""
     restarted: bool = False
     """The tables' records showed they already held this plan: nothing was read back or
     diffed (``fingerprint.py``); a full verify is due."""

@@ -48,6 +48,7 @@ from nlproxy.sync.cleanup import FlowCleanup, udp_part
 from nlproxy.sync.fingerprint import Record, take_record
 from nlproxy.sync.isolation import Isolation, owners
 from nlproxy.sync.kernel import SyncKernel
+from nlproxy.sync.relist import for_planning, narrowed
 from nlproxy.sync.restart import RestartRecords
 from nlproxy.sync.result import FAMILIES, SyncResult, as_programmed, unshare
 from nlproxy.sync.verify import STAGE_REPAIR_AT, Repair, Verifier, staged
@@ -129,7 +130,7 @@ class Syncer:
     def unchanged_since_last_run(self, snapshot: ClusterSnapshot) -> bool:
         """Whether the tables' records show they hold the plan of ``snapshot`` and nobody
         committed since: then there is nothing to do (``run --once`` skips even planning)."""
-        return self.records.unchanged_since_last_run(snapshot)
+        return self.records.unchanged_since_last_run(for_planning(snapshot))
 
     def files_unchanged(self, files: str) -> bool:
         """Whether the tables' records show they hold what ``run --once`` programmed from the
@@ -267,12 +268,22 @@ class Syncer:
             KernelError: the kernel rejected the transaction and no service could be blamed
                 (nothing of that family's batch was applied).
         """
+        # A relist reports every Service changed when this Node changed at all: planned are the
+        # Node as planning reads it, and only the services whose objects are not the last
+        # plan's (``relist.py``).
+        snapshot = for_planning(snapshot)
+        told = changed
+        changed = found = narrowed(
+            changed, self._last_plan if self.incremental else None, snapshot, self.config
+        )
         with gc_paused():  # a collection would walk the whole cached plan
             if not self._seeded and self.balancing.quota is not None:
                 self._seed_balanced(snapshot)
             snapshot, changed = self.balancing.apply(snapshot, changed)
             with self.verifier.changing():
                 result = self._sync_isolating(snapshot, changed)
+                if found is not told and found is not None:
+                    result.narrowed = set(found)
                 result.deferred = set(self.balancing.deferred)
                 if self.cleanup.pending:
                     programmed = [rs for rs in self._programmed.values() if rs is not None]
