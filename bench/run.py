@@ -85,6 +85,8 @@ def full_plan(idle: int = 600) -> Plan:
         others=(
             ("bench_commit.py", ("--services", "10000", "--endpoints", "10")),
             ("bench_listeners.py", ("--services", "10000", "--endpoints", "10")),
+            ("bench_relist.py", ("--services", "10000", "--endpoints", "10")),
+            ("bench_repair.py", ("--services", "10000", "--endpoints", "10")),
             ("bench_conntrack.py", ("--flows", "100000", "--rounds", "3")),
             ("bench_kube.py", ("--services", "10000", "--endpoints", "10", "--repeat", "1")),
             ("bench_kube_pages.py", ("--services", "10000", "--rounds", "3")),
@@ -145,6 +147,8 @@ def quick_plan() -> Plan:
         others=(
             ("bench_commit.py", ("--services", "1000", "--endpoints", "10")),
             ("bench_listeners.py", ("--services", "1000", "--endpoints", "10", "--rounds", "1")),
+            ("bench_relist.py", ("--services", "1000", "--endpoints", "10")),
+            ("bench_repair.py", ("--services", "1000", "--endpoints", "10", "--rounds", "1")),
             ("bench_conntrack.py", ("--flows", "10000", "--rounds", "2")),
             ("bench_kube.py", ("--services", "1000", "--endpoints", "10", "--repeat", "1")),
             (
