@@ -380,7 +380,8 @@ def _detect_local(cfg: DaemonConfig) -> dict[str, Any]:
     """The planner's ``detect_local`` and ``pod_interface`` from the merged file and flags.
 
     Raises:
-        ConfigError: an interface mode without its interface, naming the flag.
+        ConfigError: an interface mode without its interface (or with one no interface can be
+            named), naming the flag.
     """
     mode = DetectLocal(cfg.detect_local_mode)
     if mode in INTERFACE_MODES:
@@ -389,11 +390,7 @@ def _detect_local(cfg: DaemonConfig) -> dict[str, Any]:
         flag = "--pod-bridge-interface" if bridge else "--pod-interface-name-prefix"
         if not name:
             raise ConfigError(flag, f"must be given with detectLocalMode {mode}")
-        raise ConfigError(
-            "--detect-local-mode",
-            f"{mode}: telling pods apart by interface name is not programmed by nlproxy yet; "
-            "use ClusterCIDR or NodeCIDR",
-        )
+        return {"detect_local": mode, "pod_interface": name}
     return {"detect_local": mode}
 
 

@@ -152,8 +152,9 @@ KUBE_PROXY_FLAGS: tuple[KubeProxyFlag, ...] = (
     ),
     KubeProxyFlag(
         "--detect-local-mode", text_value, dest="detect_local_mode", metavar="MODE",
-        help="how pods are told apart: ClusterCIDR (default: sources in --cluster-cidr) or "
-        "NodeCIDR (the Node's spec.podCIDRs, followed as it changes)",
+        help="how pods are told apart: ClusterCIDR (default: sources in --cluster-cidr), "
+        "NodeCIDR (the Node's spec.podCIDRs, followed as it changes), BridgeInterface (in on "
+        "--pod-bridge-interface) or InterfaceNamePrefix (in on --pod-interface-name-prefix*)",
     ),
     KubeProxyFlag(
         "--pod-bridge-interface", text_value, dest="pod_bridge_interface", metavar="NAME",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 
 from nlproxy.nft.ir import (
+    IFNAMSIZ,
     Cmp,
     Counter,
     DataType,
@@ -376,6 +377,8 @@ def cmp_of(
         raise UndecodableError(f"cmp {fld.text}", "a bitwise with xor is not a match")
     if fld in BITMASK_FIELDS:
         return _flag_cmp(fld, op, data, mask)
+    if fld is Field.META_IIFNAME:
+        return _iifname_cmp(op, data, mask)
     if fld is Field.META_MARK:
         value = host_u32(data)
         return Cmp(fld, value, op, None if mask is None else host_u32(mask))
@@ -384,6 +387,22 @@ def cmp_of(
     if mask is not None:
         raise UndecodableError(f"cmp {fld.text}", "masked compare is not in the IR")
     return Cmp(fld, decode_value(fld.datatype, data), op)
+
+
+def _iifname_cmp(op: Op, data: bytes, mask: bytes | None) -> Cmp:
+    """``iifname``: ``IFNAMSIZ`` bytes are a name padded with NULs, fewer a prefix (``"veth*"``),
+    as nft compares them."""
+    if mask is None and op in (Op.EQ, Op.NE) and 0 < len(data) <= IFNAMSIZ:
+        name, nul, rest = data.partition(b"\0")
+        try:
+            text = name.decode()
+        except UnicodeDecodeError:
+            text = ""
+        if text and len(data) == IFNAMSIZ and nul and not any(rest):
+            return Cmp(Field.META_IIFNAME, text, op)
+        if text and len(data) < IFNAMSIZ and not nul:
+            return Cmp(Field.META_IIFNAME, text + "*", op)
+    raise UndecodableError("cmp iifname", "not a name or a name prefix")
 
 
 def _flag_cmp(fld: Field, op: Op, data: bytes, mask: bytes | None) -> Cmp:

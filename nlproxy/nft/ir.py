@@ -239,6 +239,9 @@ class Field(enum.Enum):
     FIB_SADDR_TYPE = ("fib saddr type", None)
     META_IIF = ("iif", None)
     """Index of the interface the packet came in on (1: ``lo`` in every namespace)."""
+    META_IIFNAME = ("iifname", None)
+    """Name of the interface the packet came in on. Compared with a name (``"cbr0"``) or, with
+    a trailing ``*``, a prefix (``"veth*"``): see :func:`iifname_matches`."""
     CT_ORIGINAL_IP_DADDR = ("ct original ip daddr", DataType.IPV4_ADDR)
     """The connection's first destination, before DNAT (also in reply packets)."""
     CT_ORIGINAL_IP6_DADDR = ("ct original ip6 daddr", DataType.IPV6_ADDR)
@@ -348,17 +351,31 @@ class Op(enum.StrEnum):
     GE = ">="
 
 
+IFNAMSIZ = 16
+"""Bytes the kernel keeps for an interface's name, its terminating NUL included."""
+
+
+def iifname_matches(pattern: str, name: str) -> bool:
+    """Whether interface ``name`` matches ``pattern``: the same name, or with a trailing ``*``
+    a name that starts with the rest (nft's ``iifname "veth*"``)."""
+    if pattern.endswith("*"):
+        return name.startswith(pattern[:-1])
+    return name == pattern
+
+
 @dataclass(frozen=True, slots=True)
 class Cmp:
     """``left [& mask] op right``.
 
     ``right`` may be a network for an address field (a prefix match) and ``mask`` applies a
     bitwise AND first (``meta mark & 0x4000 == 0``). For bitmask fields (ct state/status) ``EQ``
-    means "any of these bits set" and ``NE`` "none set", as nft reads them.
+    means "any of these bits set" and ``NE`` "none set", as nft reads them. For
+    ``Field.META_IIFNAME`` ``right`` is a ``str``: an interface's name, or a name prefix ending
+    in ``*``.
     """
 
     left: Field
-    right: Value
+    right: Value | str
     op: Op = Op.EQ
     mask: int | None = None
 

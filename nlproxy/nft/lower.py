@@ -18,6 +18,7 @@ from typing import Any, assert_never
 
 from nlproxy._nftshim import lib
 from nlproxy.nft.ir import (
+    IFNAMSIZ,
     Cmp,
     Counter,
     DataType,
@@ -80,8 +81,17 @@ def register(slot: int) -> int:
 _FIELD_PACKERS: dict[DataType, Packer] = {}
 
 
-def field_bytes(f: Field, v: Value) -> bytes:
-    """A comparison operand as the kernel holds the field: network order, or host order."""
+def field_bytes(f: Field, v: Value | str) -> bytes:
+    """A comparison operand as the kernel holds the field: network order, or host order.
+
+    An interface name is compared as nft does: a name padded with NULs to ``IFNAMSIZ`` (so
+    ``"eth0"`` does not match ``eth01``), a prefix ``"veth*"`` on its own bytes only.
+    """
+    if isinstance(v, str):
+        if f is not Field.META_IIFNAME:
+            raise ValueError(f"{f.text} is not compared with a name")
+        raw = v.encode()
+        return raw[:-1] if v.endswith("*") else raw.ljust(IFNAMSIZ, b"\0")
     dt = f.datatype
     if dt is not None:
         packer = _FIELD_PACKERS.get(dt)

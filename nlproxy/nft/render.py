@@ -150,8 +150,10 @@ def _bits(value: int, names: dict[int, str]) -> str:
     return ",".join(parts) or "0x0"
 
 
-def format_value(field: Field | None, dt: DataType | None, value: Value) -> str:
+def format_value(field: Field | None, dt: DataType | None, value: Value | str) -> str:
     """One value as nft prints it for a field (or a set's datatype)."""
+    if isinstance(value, str):
+        return f'"{value}"'  # an interface name or prefix: nft prints it quoted
     if isinstance(value, IPv4Network | IPv6Network):
         # nft lists a one-address interval as the address
         full = value.prefixlen == value.max_prefixlen

@@ -90,6 +90,7 @@ NFT_META_MARK = 3
 NFT_META_NFPROTO = 15
 NFT_META_L4PROTO = 16
 NFT_META_IIF = 4
+NFT_META_IIFNAME = 6
 NFT_CT_STATE = 0
 NFT_CT_STATUS = 2
 NFT_CT_PROTO_DST = 12
@@ -143,6 +144,7 @@ FIELD_LOADS: dict[Field, tuple[str, int, int, int]] = {
     Field.CT_STATE: ("ct", NFT_CT_STATE, 0, 4),
     Field.CT_STATUS: ("ct", NFT_CT_STATUS, 0, 4),
     Field.META_IIF: ("meta", NFT_META_IIF, 0, 4),
+    Field.META_IIFNAME: ("meta", NFT_META_IIFNAME, 0, 16),  # IFNAMSIZ, NUL padded
     # ``ct original …``: loaded with NFTA_CT_DIRECTION original, as nft 1.0.6 does
     # (``ct load dst_ip => reg 1 , dir original``).
     Field.CT_ORIGINAL_IP_DADDR: ("ct original", NFT_CT_DST_IP, 0, 4),

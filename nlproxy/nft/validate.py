@@ -19,6 +19,7 @@ from nlproxy.errors import InvalidNftObject
 from nlproxy.netlink.protocols import NFT_NAMES
 from nlproxy.nft.bulkcheck import elements_ok, run_end
 from nlproxy.nft.ir import (
+    IFNAMSIZ,
     Chain,
     Cmp,
     Counter,
@@ -464,7 +465,29 @@ def _check_keys(key: tuple[Selector, ...], s: SetLike | None, name: str) -> None
         raise InvalidNftObject("", f"key has {len(key)} parts, {name} wants {len(s.key)}")
 
 
+def check_ifname(pattern: str) -> str | None:
+    """Why ``pattern`` is neither an interface name nor a name prefix ending in ``*`` (None
+    when it is one): the kernel's rules for a name (1 to 15 bytes, not ``.`` or ``..``, no
+    ``/``, ``:``, NUL or whitespace)."""
+    name = pattern.removesuffix("*")
+    if not name:
+        return f"{pattern!r} names no interface"
+    if len(name.encode()) >= IFNAMSIZ:
+        return f"{pattern!r} is longer than {IFNAMSIZ - 1} bytes"
+    if name in (".", "..") or any(c in "/:*\0" or c.isspace() for c in name):
+        return f"{pattern!r} is not an interface name"
+    return None
+
+
 def _check_cmp(table: Table, e: Cmp) -> None:
+    if e.left is Field.META_IIFNAME or isinstance(e.right, str):
+        if e.left is not Field.META_IIFNAME or not isinstance(e.right, str):
+            raise InvalidNftObject("", f"{e.left.text}: {e.right!r} is not in its type")
+        if (why := check_ifname(e.right)) is not None:
+            raise InvalidNftObject("", f"iifname: {why}")
+        if e.op not in (Op.EQ, Op.NE) or e.mask is not None:
+            raise InvalidNftObject("", f"iifname takes == or != and no mask, not {e.op}")
+        return
     dt = e.left.datatype
     if dt is not None:
         net_ok = dt in (DataType.IPV4_ADDR, DataType.IPV6_ADDR) and e.mask is None

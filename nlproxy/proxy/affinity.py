@@ -32,7 +32,7 @@ from nlproxy.nft.ir import (
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.endpoints import Backend, Categorized, externally_accessible
 from nlproxy.proxy.fragments import Recorder
-from nlproxy.proxy.skeleton import FIB_SADDR_LOCAL, FamilySpec
+from nlproxy.proxy.skeleton import FIB_SADDR_LOCAL, FamilySpec, PodMatch
 
 
 def add_affinity_chains(
@@ -43,7 +43,7 @@ def add_affinity_chains(
     cip: IPAddress,
     cat: Categorized,
     *,
-    pods: bool,
+    pods: PodMatch | None,
 ) -> tuple[str, str | None]:
     """Add the affinity chains and sets of one service port.
 
@@ -57,10 +57,9 @@ def add_affinity_chains(
     for b in sorted({*cat.cluster, *cat.local}, key=lambda b: (b.ip, b.port)):
         _endpoint(sink, f, ref, b, proto, timeout)
     masq: tuple[Expr, ...] = ()
-    if pods:
+    if pods is not None:
         # Off-cluster sources reaching the ClusterIP may be routed back off-node: masquerade.
-        not_pod = Lookup((f.saddr,), n.CLUSTER_CIDRS, negate=True)
-        masq = (Cmp(f.daddr, cip), not_pod, jump(n.MARK_FOR_MASQUERADE))
+        masq = (Cmp(f.daddr, cip), pods.not_pod, jump(n.MARK_FOR_MASQUERADE))
     cluster_chain = n.affinity_service_chain(ref)
     local_chain = n.affinity_local_chain(ref)
     if cat.cluster:
@@ -75,8 +74,8 @@ def add_affinity_chains(
     if not svc.external_policy_local:
         rules += [(jump(n.MARK_FOR_MASQUERADE),), (goto(cluster_chain),)]
     else:
-        if pods:
-            rules.append((Lookup((f.saddr,), n.CLUSTER_CIDRS), goto(cluster_chain)))
+        if pods is not None:
+            rules.append((pods.is_pod, goto(cluster_chain)))
         rules.append((FIB_SADDR_LOCAL, jump(n.MARK_FOR_MASQUERADE)))
         rules.append((FIB_SADDR_LOCAL, goto(cluster_chain)))
         if cat.local:

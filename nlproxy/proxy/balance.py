@@ -32,7 +32,6 @@ from nlproxy.nft.ir import (
     Field,
     Jhash,
     L4Proto,
-    Lookup,
     Map,
     Numgen,
     NumgenKind,
@@ -45,7 +44,7 @@ from nlproxy.proxy import naming as n
 from nlproxy.proxy.endpoints import Backend, Categorized, externally_accessible
 from nlproxy.proxy.fragments import Recorder
 from nlproxy.proxy.hashring import default_seed, lookup_table, table_size
-from nlproxy.proxy.skeleton import FIB_SADDR_LOCAL, FamilySpec
+from nlproxy.proxy.skeleton import FIB_SADDR_LOCAL, FamilySpec, PodMatch
 
 
 def add_balanced_chains(
@@ -56,7 +55,7 @@ def add_balanced_chains(
     cat: Categorized,
     algorithm: LoadBalancing,
     *,
-    pods: bool,
+    pods: PodMatch | None,
     seed: int | None = None,
 ) -> tuple[str, str | None]:
     """Add the chains and maps of one round-robin or consistent-hash service port.
@@ -78,11 +77,9 @@ def add_balanced_chains(
     internal = n.balanced_chain("internal", ref)
     if internal_eps:
         masq: list[tuple[Expr, ...]] = []
-        if pods:
+        if pods is not None:
             # Off-cluster sources reaching the ClusterIP may be routed back off-node.
-            masq.append(
-                (Lookup((f.saddr,), n.CLUSTER_CIDRS, negate=True), jump(n.MARK_FOR_MASQUERADE))
-            )
+            masq.append((pods.not_pod, jump(n.MARK_FOR_MASQUERADE)))
         plan.chain(internal, [*masq, plan.dnat(svc.internal_policy_local, internal_eps)])
     if not (cat.has_any and externally_accessible(svc, sp)):
         return internal, None
@@ -98,8 +95,8 @@ def add_balanced_chains(
             plan.chain(to_all, [plan.dnat(False, cat.cluster)])
             # Pods and the node itself reach every endpoint (upstream's short-circuits); the
             # node's own traffic is masqueraded, its source being a local address.
-            if pods:
-                rules.append((Lookup((f.saddr,), n.CLUSTER_CIDRS), goto(to_all)))
+            if pods is not None:
+                rules.append((pods.is_pod, goto(to_all)))
             rules.append((FIB_SADDR_LOCAL, jump(n.MARK_FOR_MASQUERADE)))
             rules.append((FIB_SADDR_LOCAL, goto(to_all)))
         if cat.local:

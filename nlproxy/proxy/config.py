@@ -12,6 +12,7 @@ from ipaddress import IPv4Network, IPv6Network, ip_network
 
 from nlproxy.cluster.model import IPAddress, IPNetwork, LoadBalancing
 from nlproxy.errors import ConfigError
+from nlproxy.nft.validate import check_ifname
 
 PRIMARY = "primary"
 """``nodeport_addresses`` entry meaning "the node's primary IP of each family"."""
@@ -84,15 +85,18 @@ class ProxyConfig:
             raise ConfigError(
                 "config consistentHashSeed", f"{self.hash_seed} is not in 0..4294967295"
             )
-        if self.detect_local in INTERFACE_MODES and not self.pod_interface:
-            flag = (
-                "--pod-bridge-interface"
-                if self.detect_local is DetectLocal.BRIDGE_INTERFACE
-                else "--pod-interface-name-prefix"
-            )
-            raise ConfigError(
-                flag, f"must name an interface with detectLocalMode {self.detect_local}"
-            )
+        if self.detect_local in INTERFACE_MODES:
+            bridge = self.detect_local is DetectLocal.BRIDGE_INTERFACE
+            flag = "--pod-bridge-interface" if bridge else "--pod-interface-name-prefix"
+            if not self.pod_interface:
+                raise ConfigError(
+                    flag, f"must name an interface with detectLocalMode {self.detect_local}"
+                )
+            # nft matches a name, or the prefix followed by a "*" of its own
+            name = self.pod_interface
+            why = check_ifname(name) if "*" not in name else f"{name!r}: no '*' in a name"
+            if why is not None:
+                raise ConfigError(flag, why)
         for entry in self.nodeport_addresses:
             if entry != PRIMARY:
                 parse_nodeport_cidr(entry)

@@ -55,7 +55,7 @@ from nlproxy.proxy.endpoints import (
     resolve,
 )
 from nlproxy.proxy.fragments import Fill, Fragment, Recorder
-from nlproxy.proxy.skeleton import IPV4, IPV6, Dispatch, FamilySpec, skeleton
+from nlproxy.proxy.skeleton import IPV4, IPV6, Dispatch, FamilySpec, pod_match, skeleton
 from nlproxy.proxy.slots import keep_slots, read_slots, slot_token
 
 _new = tuple.__new__
@@ -385,6 +385,17 @@ def pod_cidrs_of(f: FamilySpec, snapshot: ClusterSnapshot, config: ProxyConfig) 
     return []
 
 
+def pod_iifname(config: ProxyConfig) -> str:
+    """The ``iifname`` pods' packets come in on with the interface modes: the bridge's name
+    (``BridgeInterface``) or the name prefix with nft's ``*`` (``InterfaceNamePrefix``); empty
+    with the CIDR modes."""
+    if config.detect_local is DetectLocal.BRIDGE_INTERFACE:
+        return config.pod_interface
+    if config.detect_local is DetectLocal.INTERFACE_NAME_PREFIX:
+        return config.pod_interface + "*"
+    return ""
+
+
 def _collapse(nets: Iterable[IPNetwork], version: int) -> list[IPNetwork]:
     return list(collapse_addresses(sorted({x for x in nets if x.version == version})))  # type: ignore[type-var]
 
@@ -423,10 +434,8 @@ class FamilyPlanner:
         self._cluster_ips = cluster_ips
         """(The skeleton's set: emptied, never replaced, when a planner is reused.)"""
         self._hairpin: list[IPAddress] = []
-        self.dispatch = Dispatch(
-            self.sink, f, pods=bool(pods), masquerade_all=config.masquerade_all
-        )
-        self.pods = bool(pods)
+        self.pods = pod_match(f, cidrs=bool(pods), iifname=pod_iifname(config))
+        self.dispatch = Dispatch(self.sink, f, pods=self.pods, masquerade_all=config.masquerade_all)
         self.prior: dict[tuple[str, bytes], tuple[bytes, ...]] = {}
         """The service being planned's backends slots as they were (``slots.py``)."""
         self.programmed: Ruleset | None = None

@@ -83,6 +83,29 @@ IPV6 = FamilySpec(
     Family.IP6, IPFamily.IPV6, 6, Field.IP6_SADDR, Field.IP6_DADDR, A6, IPv6Network("::1/128")
 )
 
+
+@dataclass(frozen=True, slots=True)
+class PodMatch:
+    """How a packet from a pod is told apart (kube-proxy's local traffic detector): by its
+    source in the ``cluster-cidrs`` set, or by the interface it came in on."""
+
+    is_pod: Expr
+    not_pod: Expr
+
+
+def pod_match(f: FamilySpec, *, cidrs: bool, iifname: str = "") -> PodMatch | None:
+    """The detector of one family: ``iifname`` (a bridge's name, or a prefix ending in ``*``)
+    when given, else the ``cluster-cidrs`` source match when the family has pod ranges; None
+    tells no pod apart (upstream's no-op detector)."""
+    if iifname:
+        return PodMatch(Cmp(Field.META_IIFNAME, iifname), Cmp(Field.META_IIFNAME, iifname, Op.NE))
+    if cidrs:
+        return PodMatch(
+            Lookup((f.saddr,), n.CLUSTER_CIDRS), Lookup((f.saddr,), n.CLUSTER_CIDRS, negate=True)
+        )
+    return None
+
+
 CT_NEW = Cmp(Field.CT_STATE, CtState.NEW)
 FIB_SADDR_LOCAL = Cmp(Field.FIB_SADDR_TYPE, FibType.LOCAL)
 FIB_DADDR_LOCAL = Cmp(Field.FIB_DADDR_TYPE, FibType.LOCAL)
@@ -291,7 +314,12 @@ class Dispatch:
     """
 
     def __init__(
-        self, sink: Recorder, f: FamilySpec, *, pods: bool, masquerade_all: bool = False
+        self,
+        sink: Recorder,
+        f: FamilySpec,
+        *,
+        pods: PodMatch | None,
+        masquerade_all: bool = False,
     ) -> None:
         self._sink = sink
         self._pods = pods
@@ -324,17 +352,15 @@ class Dispatch:
     def _masq_non_pods(self) -> tuple[tuple[Expr, ...], ...]:
         """ClusterIP traffic from outside the pods is masqueraded (with ``masquerade_all``
         ``services`` already marked all of it)."""
-        if not self._pods or self._masquerade_all:
+        if self._pods is None or self._masquerade_all:
             return ()
-        return (
-            (Lookup((self._saddr,), n.CLUSTER_CIDRS, negate=True), jump(n.MARK_FOR_MASQUERADE)),
-        )
+        return ((self._pods.not_pod, jump(n.MARK_FOR_MASQUERADE)),)
 
     def _shortcuts(self, key: tuple[Selector, ...], vmap: str) -> tuple[tuple[Expr, ...], ...]:
         """eTP=Local: pods and the node itself reach all cluster endpoints (upstream's
         short-circuits); the node's own traffic is masqueraded, as its source is a local IP."""
         pods: tuple[tuple[Expr, ...], ...] = (
-            ((Lookup((self._saddr,), n.CLUSTER_CIDRS), VMap(key, vmap)),) if self._pods else ()
+            ((self._pods.is_pod, VMap(key, vmap)),) if self._pods is not None else ()
         )
         return (
             *pods,

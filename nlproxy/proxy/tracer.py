@@ -49,6 +49,7 @@ from nlproxy.nft.ir import (
     Verdict,
     VerdictKind,
     VMap,
+    iifname_matches,
 )
 from nlproxy.nft.jhash import hash_of
 
@@ -92,6 +93,8 @@ class _Packet:
     masquerade: bool = False
     original: tuple[IPAddress, int] | None = None
     """Destination and port before DNAT (``ct original …``); None while not DNAT'd."""
+    iifname: str = ""
+    """The interface it came in on; empty for the node's own packets."""
 
 
 def trace(
@@ -103,20 +106,25 @@ def trace(
     *,
     local_addrs: Collection[IPAddress],
     sport: int = 40000,
+    iifname: str = "",
 ) -> TraceResult:
     """Trace a new connection ``src -> dst:dport`` through ``ruleset``.
 
     Args:
         local_addrs: the node's addresses (``fib … type local``; loopback is always local). A
             packet from one of them is locally generated and takes the output path.
+        iifname: the interface a packet from elsewhere comes in on (``iifname`` matches: a
+            pod's veth or bridge with the interface detect-local modes); empty, none.
 
     Raises:
         TraceError: naming the chain or set the ruleset references but lacks.
     """
     l4 = _L4[proto] if isinstance(proto, Protocol) else proto
     tracer = _Tracer(ruleset, local_addrs)
-    pkt = _Packet(src=src, dst=dst, proto=int(l4), sport=sport, dport=dport)
     first = Hook.OUTPUT if tracer.is_local(src) else Hook.PREROUTING
+    if first is Hook.OUTPUT:
+        iifname = ""  # locally generated: no input interface
+    pkt = _Packet(src=src, dst=dst, proto=int(l4), sport=sport, dport=dport, iifname=iifname)
     finals: list[tuple[_Packet, _Control]] = []
     for p, outcome in tracer.hook(first, pkt):
         if outcome != "accept":
@@ -299,12 +307,18 @@ class _Tracer:
             if isinstance(sel, Numgen):
                 keys = [(*k, i) for k in keys for i in range(sel.modulus)]
             elif isinstance(sel, Jhash):  # as the kernel computes it: one slot per packet
-                number = hash_of(sel, [self._field(f, pkt) for f in sel.key])
+                number = hash_of(sel, [self._key_field(f, pkt) for f in sel.key])
                 keys = [(*k, number) for k in keys]
             else:
-                value = self._field(sel, pkt)
+                value = self._key_field(sel, pkt)
                 keys = [(*k, value) for k in keys]
         return keys
+
+    def _key_field(self, f: Field, pkt: _Packet) -> int | IPAddress:
+        value = self._field(f, pkt)
+        if isinstance(value, str):  # the validator keeps names out of keys
+            raise TraceError(f"key {f.text}", "an interface name is not part of a key")
+        return value
 
     def _find(self, set_name: str, key: tuple[Value, ...]) -> Element | None:
         if set_name not in self.rs.elements:
@@ -315,7 +329,7 @@ class _Tracer:
             return exact
         return next((el for el in elements.values() if _key_matches(el.key, key)), None)
 
-    def _field(self, f: Field, pkt: _Packet) -> int | IPAddress:
+    def _field(self, f: Field, pkt: _Packet) -> int | IPAddress | str:
         match f:
             case Field.IP_SADDR | Field.IP6_SADDR:
                 return pkt.src
@@ -341,6 +355,8 @@ class _Tracer:
                 return FibType.LOCAL if self.is_local(pkt.src) else FibType.UNICAST
             case Field.META_IIF:
                 return 0  # traced packets come in from outside, never looped back on lo
+            case Field.META_IIFNAME:
+                return pkt.iifname
             case Field.CT_ORIGINAL_IP_DADDR | Field.CT_ORIGINAL_IP6_DADDR:
                 return pkt.original[0] if pkt.original else pkt.dst
             case Field.CT_ORIGINAL_PROTO_DST:
@@ -353,8 +369,13 @@ class _Tracer:
         if e.mask is not None and isinstance(left, int):
             left &= e.mask
         right = e.right
+        if isinstance(right, str):
+            hit = isinstance(left, str) and bool(left) and iifname_matches(right, left)
+            return hit if e.op is Op.EQ else not hit if e.op is Op.NE else _bad_op(e)
         if isinstance(right, IPv4Network | IPv6Network):
-            inside = not isinstance(left, int) and left.version == right.version and left in right
+            inside = (
+                not isinstance(left, int | str) and left.version == right.version and left in right
+            )
             return inside if e.op is Op.EQ else not inside if e.op is Op.NE else _bad_op(e)
         if e.left in (Field.CT_STATE, Field.CT_STATUS):
             assert isinstance(left, int), "bitmask fields are ints"
@@ -384,7 +405,7 @@ def _compare(left: object, op: Op, right: object) -> bool:
 
 
 def _bad_op(e: Cmp) -> bool:
-    raise TraceError(f"expression {e!r}", "a network only supports == and !=")
+    raise TraceError(f"expression {e!r}", "a network or a name only supports == and !=")
 
 
 def _key_matches(element: tuple[Value, ...], key: tuple[Value, ...]) -> bool:

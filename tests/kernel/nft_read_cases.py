@@ -179,6 +179,29 @@ CASES = [
         (Cmp(Field.FIB_DADDR_TYPE, FibType.UNICAST), ACCEPT),
         id="fib-unicast",
     ),
+    # iifname: a name is compared padded to IFNAMSIZ, a "prefix*" on its own bytes
+    case(IP, 'iifname "cbr0" accept', (Cmp(Field.META_IIFNAME, "cbr0"), ACCEPT), id="iifname"),
+    case(
+        IP,
+        'iifname != "cbr0" drop',
+        (Cmp(Field.META_IIFNAME, "cbr0", Op.NE), DROP),
+        id="iifname-ne",
+    ),
+    case(
+        IP, 'iifname "veth*" accept', (Cmp(Field.META_IIFNAME, "veth*"), ACCEPT), id="iifname-pfx"
+    ),
+    case(
+        IP6,
+        'iifname != "cali*" return',
+        (Cmp(Field.META_IIFNAME, "cali*", Op.NE), RETURN),
+        id="iifname-pfx-ne",
+    ),
+    case(
+        IP,
+        'iifname "abcdefghijklmno" accept',
+        (Cmp(Field.META_IIFNAME, "abcdefghijklmno"), ACCEPT),
+        id="iifname-longest",
+    ),
     # Lookup, VMap, InlineVMap
     case(
         IP,

@@ -1,6 +1,6 @@
 """Who is masqueraded on the way to a ClusterIP, with real packets: ``masqueradeAll`` and the
-detect-local modes that tell pods by source range, from kube-proxy's flags and from its
-configuration file.
+detect-local modes, that tell pods by source range or by the interface they come in on, from
+kube-proxy's flags and from its configuration file.
 
 pod-a and pod-b are on node1 (podCIDR 10.244.1.0/24, where nlproxy runs), pod-r on node2
 (10.244.2.0/24). The outside client routes through node1; besides its own 192.168.50.2 it is given
@@ -11,6 +11,7 @@ node1 masqueraded the connection.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,23 @@ def _program(tb: Testbed, directory: Path, objects: list[dict[str, object]], *fl
     ]  # fmt: skip
     status = main(argv)
     assert status == topo.EXIT_OK, f"run --once exited {status}\n{topo.nft_ruleset(tb)}"
+
+
+def _detect_file(directory: Path, mode: str, field: str, interface: str) -> str:
+    """kubeadm's ConfigMap with an interface detect-local mode."""
+    detect = f"detectLocalMode: {mode}\ndetectLocal:\n  {field}: {interface}"
+    return _config_file(directory, ('detectLocalMode: ""', detect))
+
+
+def _no_changes(tb: Testbed, directory: Path, config: str) -> None:
+    """``plan --exit-code`` with the same settings from a file finds the kernel as planned: the
+    rules read back equal to the plan, so a restart sends nothing."""
+    argv = [
+        "--netns", tb.node.netns, "--log-level", "error", "plan", "--manifests",
+        str(directory / "manifests"), "--node-name", tb.node.name, "--service-cidr",
+        tb.service_cidr(), "--config", config, "--exit-code",
+    ]  # fmt: skip
+    assert main(argv) == topo.EXIT_OK, topo.nft_ruleset(tb)
 
 
 def _config_file(directory: Path, *replacements: tuple[str, str]) -> str:
@@ -140,3 +158,68 @@ def test_node_cidr_from_the_file_follows_the_node(testbed: Testbed, tmp_path: Pa
     assert main(argv) == topo.EXIT_OK
     assert _seen(testbed, a.netns) == {masqueraded}
     assert _seen(testbed, testbed.client.netns, OFF_NODE_POD) == {OFF_NODE_POD}
+
+
+BRIDGE = "cbr0"
+BRIDGE_POD = "10.244.9.2"
+
+
+def _bridge_pod(tb: Testbed, make_netns: Callable[[str], str]) -> str:
+    """A pod namespace behind bridge ``cbr0`` on node1 (as a bridge CNI wires pods): its
+    packets come in on the bridge, not on a veth of their own. Returns the namespace."""
+    pod = make_netns("brpod")
+    node = tb.node.netns
+    topo.sh(node, "ip", "link", "add", BRIDGE, "type", "bridge")
+    topo.sh(node, "ip", "addr", "add", "10.244.9.1/24", "dev", BRIDGE)
+    topo.sh(node, "ip", "link", "set", BRIDGE, "up")
+    topo.sh(node, "ip", "link", "add", "brport0", "type", "veth", "peer", "name", "eth0",
+            "netns", pod)  # fmt: skip
+    topo.sh(node, "ip", "link", "set", "brport0", "master", BRIDGE)
+    topo.sh(node, "ip", "link", "set", "brport0", "up")
+    topo.sh(pod, "ip", "addr", "add", f"{BRIDGE_POD}/24", "dev", "eth0")
+    topo.sh(pod, "ip", "link", "set", "eth0", "up")
+    topo.sh(pod, "ip", "route", "add", "default", "via", "10.244.9.1")
+    return pod
+
+
+def test_detect_local_by_bridge_interface(
+    testbed: Testbed, tmp_path: Path, make_netns: Callable[[str], str]
+) -> None:
+    """``--detect-local-mode BridgeInterface``: what comes in on the bridge is a pod of this
+    node, whatever its address; pod-a (on a veth of its own) and the outside client are not,
+    and are masqueraded, as kube-proxy's ``iifname`` detector."""
+    pod = _bridge_pod(testbed, make_netns)
+    _off_node_source(testbed)
+    flags = ["--cluster-cidr", "10.244.0.0/16", "--detect-local-mode", "BridgeInterface",
+             "--pod-bridge-interface", BRIDGE]  # fmt: skip
+    _program(testbed, tmp_path, _web(testbed, "pod-b"), *flags)
+    masqueraded = str(testbed.node.gateway_v4)
+    _no_changes(
+        testbed, tmp_path, _detect_file(tmp_path, "BridgeInterface", "bridgeInterface", BRIDGE)
+    )
+    assert _seen(testbed, pod) == {BRIDGE_POD}
+    assert _seen(testbed, testbed.pod("pod-a").netns) == {masqueraded}
+    assert _seen(testbed, testbed.client.netns, OFF_NODE_POD) == {masqueraded}
+    assert _seen(testbed, testbed.client.netns, str(testbed.client.ipv4[0])) == {masqueraded}
+
+
+@pytest.mark.parametrize("how", ["flag", "file"])
+def test_detect_local_by_interface_name_prefix(testbed: Testbed, tmp_path: Path, how: str) -> None:
+    """``InterfaceNamePrefix`` ``veth`` (the node's side of every testbed pod): pod-a is this
+    node's pod; from the client (in on eth1), a cluster address is masqueraded too, where
+    ClusterCIDR would let it through (test_detect_local_by_source_range)."""
+    a = testbed.pod("pod-a")
+    assert a.host_veth.startswith("veth")
+    _off_node_source(testbed)
+    conf = _detect_file(tmp_path, "InterfaceNamePrefix", "interfaceNamePrefix", "veth")
+    if how == "flag":
+        flags = ["--cluster-cidr", "10.244.0.0/16", "--detect-local-mode", "InterfaceNamePrefix",
+                 "--pod-interface-name-prefix", "veth"]  # fmt: skip
+    else:
+        flags = ["--config", conf]
+    _program(testbed, tmp_path, _web(testbed, "pod-b"), *flags)
+    _no_changes(testbed, tmp_path, conf)
+    masqueraded = str(testbed.node.gateway_v4)
+    assert _seen(testbed, a.netns) == {str(a.ipv4)}
+    assert _seen(testbed, testbed.client.netns, OFF_NODE_POD) == {masqueraded}
+    assert _seen(testbed, testbed.client.netns, str(testbed.client.ipv4[0])) == {masqueraded}

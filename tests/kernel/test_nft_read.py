@@ -275,7 +275,7 @@ def test_ct_status_not_equal_is_not_guessed(make_netns: Callable[[str], str]) ->
         pytest.param("post", "update @s { ip saddr counter }", "set s", id="update-with-counter"),
         pytest.param("post", "add @s { ip saddr }", "set s", id="set-add"),
         pytest.param("post", "ct original ip saddr 10.0.0.1 accept", "ct", id="ct-original"),
-        pytest.param("post", 'iifname "eth0" accept', "meta", id="iifname"),
+        pytest.param("post", 'oifname "eth0" accept', "meta", id="oifname"),
         pytest.param("post", "ct mark 0x00000001 accept", "ct", id="ct-mark"),
     ],
 )

@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from nlproxy.nft.backend import NftBackend
-from nlproxy.nft.ir import Family, Ruleset
+from nlproxy.nft.ir import Cmp, Family, Field, Ruleset
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.reconcile import diff
+from nlproxy.proxy.config import DetectLocal
 from nlproxy.proxy.planner import plan
 from tests import netns
 from tests.world import CASES, Case, config, world
@@ -26,10 +27,24 @@ def _exprs(rs: Ruleset) -> dict[str, list[object]]:
     return {chain: [r.exprs for r in rules] for chain, rules in rs.rules.items()}
 
 
+DETECT = {
+    "cidr": {},
+    # pods told by the interface they come in on: iifname matches in every layout's chains
+    "bridge": {"detect_local": DetectLocal.BRIDGE_INTERFACE, "pod_interface": "cbr0"},
+    "prefix": {"detect_local": DetectLocal.INTERFACE_NAME_PREFIX, "pod_interface": "veth"},
+}
+
+
+@pytest.mark.parametrize("detect", DETECT)
 @pytest.mark.parametrize("family", [Family.IP, Family.IP6])
-def test_plan_loads_and_reads_back(make_netns: Callable[[str], str], family: Family) -> None:
+def test_plan_loads_and_reads_back(
+    make_netns: Callable[[str], str], family: Family, detect: str
+) -> None:
     ns = make_netns("plan")
-    want = plan(world(), config()).rulesets[family]
+    want = plan(world(), config(**DETECT[detect])).rulesets[family]
+    iifnames = [e for rules in want.rules.values() for r in rules for e in r.exprs
+                if isinstance(e, Cmp) and e.left is Field.META_IIFNAME]  # fmt: skip
+    assert bool(iifnames) is (detect != "cidr")
     backend = NftBackend(want.table, netns=ns)
     try:
         backend.apply(diff(want, None))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from nlproxy.cluster.model import LoadBalancing, Node, Protocol
-from nlproxy.nft.ir import Family, Field, Lookup, jump
+from nlproxy.nft.ir import Cmp, Family, Field, Lookup, Op, jump
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import DetectLocal, ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
@@ -124,3 +124,78 @@ def test_node_cidr_follows_the_node() -> None:
     assert again.rulesets[Family.IP].elements[n.CLUSTER_CIDRS].keys() == (
         plan(moved, config).rulesets[Family.IP].elements[n.CLUSTER_CIDRS].keys()
     )
+
+
+# (detect-local mode, pod_interface) -> the interface pods' packets come in on
+INTERFACE_MODES = {
+    "bridge": (DetectLocal.BRIDGE_INTERFACE, "cbr0", "cbr0"),
+    "prefix": (DetectLocal.INTERFACE_NAME_PREFIX, "veth", "veth1a2b3c4d"),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("mode", INTERFACE_MODES)
+def test_interface_modes_tell_pods_by_the_interface_they_come_in_on(layout: str, mode: str) -> None:
+    """Whatever the source address: in on the pods' interface is a pod (not masqueraded),
+    in on any other interface is not (masqueraded), as kube-proxy's ``iifname`` detectors."""
+    detect, name, pod_link = INTERFACE_MODES[mode]
+    config = _config(detect_local=detect, pod_interface=name)
+    rs = plan(_world(layout), config).rulesets[Family.IP]
+
+    def masqueraded(src: str, iifname: str) -> bool:
+        got = trace(
+            rs, ip_address(src), Protocol.TCP, ip_address(CIP), 80,
+            local_addrs={NODE_IP}, iifname=iifname,
+        )  # fmt: skip
+        assert got.endpoints, f"{src} on {iifname} reaches no endpoint"
+        return got.masquerade
+
+    assert not masqueraded(POD_HERE, pod_link)
+    assert not masqueraded(OFF_CLUSTER, pod_link)
+    assert masqueraded(POD_HERE, "eth0")
+    assert masqueraded(POD_ELSEWHERE, "eth0")
+    assert masqueraded(POD_HERE, "cbr01" if mode == "bridge" else "eth0veth")
+
+
+@pytest.mark.parametrize("mode", INTERFACE_MODES)
+def test_interface_modes_match_iifname_in_both_families(mode: str) -> None:
+    detect, name, _ = INTERFACE_MODES[mode]
+    pattern = name if detect is DetectLocal.BRIDGE_INTERFACE else name + "*"
+    config = _config(detect_local=detect, pod_interface=name)
+    v6 = snapshot(
+        [service("ns", "web6", "fd00:30::10")],
+        [eps_slice("ns", "web6", [endpoint("fd00:10:1::20", NODE)])],
+        node=_node(),
+    )
+    for family, world in ((Family.IP, _world("plain")), (Family.IP6, v6)):
+        rs = plan(world, config).rulesets[family]
+        exprs = [e for rules in rs.rules.values() for r in rules for e in r.exprs]
+        assert Cmp(Field.META_IIFNAME, pattern, Op.NE) in exprs, family
+        assert not any(isinstance(e, Lookup) and e.set == n.CLUSTER_CIDRS for e in exprs)
+        assert not rs.elements[n.CLUSTER_CIDRS], "no source range is used"
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_external_local_policy_short_circuits_pods_by_interface(layout: str) -> None:
+    """externalTrafficPolicy Local: a pod reaching the LoadBalancer IP gets every endpoint
+    (upstream's short-circuit), telling the pod by its interface."""
+    svc = service(
+        "ns", "web", CIP, external_policy_local=True, load_balancer_ips=("198.51.100.7",),
+        **LAYOUTS[layout],
+    )  # fmt: skip
+    eps = eps_slice("ns", "web", [endpoint("10.1.0.20", NODE), endpoint("10.2.0.30")])
+    world = snapshot([svc], [eps], node=_node())
+    config = _config(detect_local=DetectLocal.INTERFACE_NAME_PREFIX, pod_interface="veth")
+    rs = plan(world, config).rulesets[Family.IP]
+    lb = ip_address("198.51.100.7")
+
+    def reached(iifname: str) -> set[str]:
+        # many sources: a consistent hash picks one endpoint per source
+        return set().union(*(
+            trace(rs, ip_address(f"10.1.0.{host}"), Protocol.TCP, lb, 80,
+                  local_addrs={NODE_IP}, iifname=iifname).endpoints
+            for host in range(2, 66)
+        ))  # fmt: skip
+
+    assert reached("veth0") == {"10.1.0.20:80", "10.2.0.30:80"}
+    assert reached("eth0") == {"10.1.0.20:80"}

@@ -116,6 +116,31 @@ def test_expressions(exprs: tuple[Expr, ...], verdict: str) -> None:
     assert _run(rs).verdict == verdict
 
 
+@pytest.mark.parametrize(
+    ("pattern", "op", "iifname", "src", "verdict"),
+    [
+        pytest.param("cbr0", Op.EQ, "cbr0", "10.0.0.1", "DROP", id="name"),
+        pytest.param("cbr0", Op.EQ, "cbr01", "10.0.0.1", "ACCEPT", id="name-is-not-a-prefix"),
+        pytest.param("cbr0", Op.NE, "eth0", "10.0.0.1", "DROP", id="name-ne"),
+        pytest.param("veth*", Op.EQ, "veth1a2b", "10.0.0.1", "DROP", id="prefix"),
+        pytest.param("veth*", Op.EQ, "eth0", "10.0.0.1", "ACCEPT", id="prefix-miss"),
+        pytest.param("veth*", Op.NE, "eth0", "10.0.0.1", "DROP", id="prefix-ne"),
+        pytest.param("veth*", Op.EQ, "", "10.0.0.1", "ACCEPT", id="no-interface"),
+        # the node's own packets have no input interface, whatever the caller says
+        pytest.param("veth*", Op.EQ, "veth1", str(NODE), "ACCEPT", id="local-source"),
+    ],
+)
+def test_iifname(pattern: str, op: Op, iifname: str, src: str, verdict: str) -> None:
+    out = _base("out", Hook.OUTPUT, PRIORITY_FILTER)
+    rule = (Cmp(Field.META_IIFNAME, pattern, op), DROP)
+    rs = _rs((PRE, [rule]), (out, [rule]))
+    got = trace(
+        rs, ip_address(src), Protocol.TCP, ip_address("10.9.9.9"), 80,
+        local_addrs=[NODE], iifname=iifname,
+    )  # fmt: skip
+    assert got.verdict == verdict
+
+
 def test_jump_returns_goto_does_not() -> None:
     sub = Chain(name="sub")
     rs = _rs(
