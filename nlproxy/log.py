@@ -81,6 +81,29 @@ def defer(*, level: str = "info", fmt: str = "auto") -> None:
     _deferred.update(level=level, fmt=fmt)
 
 
+_own: dict[str, object] = {}
+"""What :func:`configure` set up (processors, level filter), for :func:`warn`."""
+
+
+def warn(event: str, message: str, **fields: object) -> None:
+    """A warning a command gives before (or without) any logger of its own: one log line in the
+    format asked for (JSON with ``--log-format json``: a pod's first line is read by machines)
+    once logging is set up, else ``nlproxy: warning: message`` on stderr.
+
+    Written with the set-up :func:`configure` made, whatever structlog's global configuration
+    became since (an embedding program's or a test's)."""
+    if _deferred:
+        configure(**_deferred)
+    if not _own:
+        with _WRITE:
+            print(f"nlproxy: warning: {message}", file=sys.stderr)
+        return
+    import structlog
+
+    logger = structlog.wrap_logger(structlog.WriteLogger(_CurrentStderr()), **_own)  # type: ignore[arg-type]
+    logger.bind(component="nlproxy").warning(event, message=message, **fields)
+
+
 def configure(*, level: str = "info", fmt: str = "auto") -> None:
     """Configure logging for the process; ``fmt`` is ``auto``, ``json`` or ``console``.
 
@@ -102,7 +125,7 @@ def configure(*, level: str = "info", fmt: str = "auto") -> None:
     )
     stamp = structlog.processors.TimeStamper(fmt="iso", utc=True)
     numeric = logging.getLevelNamesMapping()[level.upper()]
-    structlog.configure(
+    _own.update(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
@@ -111,6 +134,10 @@ def configure(*, level: str = "info", fmt: str = "auto") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
+    )
+    structlog.configure(
+        processors=_own["processors"],  # type: ignore[arg-type]
+        wrapper_class=_own["wrapper_class"],  # type: ignore[arg-type]
         # WriteLogger writes the line and its newline in one call (PrintLogger's print() makes
         # two, between which another thread's line could land).
         logger_factory=structlog.WriteLoggerFactory(file=_CurrentStderr()),  # type: ignore[arg-type]

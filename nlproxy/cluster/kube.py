@@ -119,6 +119,10 @@ def api_client_from_config(
             _in_cluster_loader(server).load_and_set(cfg)
         else:
             raise ConfigError("kubeconfig", "none given, and not running in a pod")
+        # No retries inside a request: the source retries with its own backoff and probes
+        # (kube_link.py), and the client's would repeat a connect timeout three times more,
+        # each with a "Retrying (Retry(total=...))" warning of urllib3's.
+        cfg.retries = False
     except kubernetes.config.ConfigException as exc:
         raise ConfigError(f"kubeconfig {kubeconfig or '(in-cluster)'}", str(exc)) from exc
     except (OSError, yaml.YAMLError) as exc:
@@ -190,6 +194,10 @@ class KubeSource:
             reported (``_in_grace``).
         on_request: told of every request (method, ``host:port``, status or None, seconds):
             client-go's ``rest_client_*`` metrics.
+        on_down: told why the API server does not answer once an outage is warned of, and
+            ``None`` when it answers again (``ApiLink``): for ``/healthz``.
+        unreachable: the reason to give when it does not answer (``in_cluster.unreachable``
+            for the in-cluster fallback); default: the error.
     """
 
     def __init__(
@@ -207,13 +215,21 @@ class KubeSource:
         on_unavailable: Callable[[Mapping[str, Unavailable]], None] | None = None,
         refusal_grace: float = REFUSAL_GRACE,
         on_request: RequestHook | None = None,
+        on_down: Callable[[str | None], None] | None = None,
+        unreachable: str = "",
     ) -> None:
         self._http = Http(api_client, on_request)
         self.node_name = node_name
         self.page_size = page_size
         self.watch_timeout = watch_timeout
         self._backoff = (backoff_initial, backoff_max)
-        self.link = ApiLink(self._http.probe, initial=probe_initial, maximum=probe_max)
+        self.link = ApiLink(
+            self._http.probe,
+            initial=probe_initial,
+            maximum=probe_max,
+            on_down=on_down,
+            unreachable=unreachable,
+        )
         self.kinds = kinds(node_name)
         self.unavailable: dict[str, Unavailable] = {}
         self._on_unavailable = on_unavailable

@@ -83,6 +83,10 @@ class ApiLink:
             request, raising ``Unreachable`` when there is no answer.
         initial, maximum: the probe interval while unreachable: jittered, doubling from
             ``initial`` to ``maximum``; reset by ``answered()``.
+        on_down: told why nothing answers once an outage is warned of (the probe failed
+            too), and ``None`` when the server answers again: for ``/healthz``.
+        unreachable: the reason given to ``on_down`` and the warning (default: the error),
+            when the address has a known cause of being unreachable (the in-cluster fallback).
     """
 
     def __init__(
@@ -92,8 +96,12 @@ class ApiLink:
         initial: float = 0.1,
         maximum: float = 1.0,
         rng: random.Random | None = None,
+        on_down: Callable[[str | None], None] | None = None,
+        unreachable: str = "",
     ) -> None:
         self._probe = probe
+        self._on_down = on_down
+        self._unreachable = unreachable
         self._interval = Backoff(initial, maximum, rng=rng)
         self._back: trio.Event | None = None
         self._log = get_logger("kube-source")
@@ -129,10 +137,18 @@ class ApiLink:
                     status = await trio.to_thread.run_sync(self._probe, abandon_on_cancel=True)
                 except Unreachable as exc:
                     if not warned:  # said once, when not just a dropped connection
+                        reason = self._unreachable or f"API server does not answer: {exc}"
+                        extra = {"reason": self._unreachable} if self._unreachable else {}
                         self._log.warning(
-                            "source.api_unreachable", kind=kind, error=str(error), probe=str(exc)
+                            "source.api_unreachable",
+                            kind=kind,
+                            error=str(error),
+                            probe=str(exc),
+                            **extra,
                         )
                         warned = True
+                        if self._on_down is not None:
+                            self._on_down(reason)
                     continue
                 # 5xx: up but not ready (a starting server's /readyz is 500 until its caches
                 # are filled). Anything else (200, or 401/403/404 where /readyz is not open
@@ -142,6 +158,8 @@ class ApiLink:
             down_ms = round((trio.current_time() - started) * 1000, 1)
             if warned:
                 self._log.info("source.api_back", down_ms=down_ms, probes=probes, readyz=status)
+                if self._on_down is not None:
+                    self._on_down(None)
             else:
                 self._log.debug("source.reconnecting", kind=kind, error=str(error), down_ms=down_ms)
         finally:

@@ -18,6 +18,8 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from nlproxy import log
+from nlproxy.cluster import in_cluster
 from nlproxy.commands import _fastexit
 from nlproxy.config import DaemonConfig, Flags, Settings, build_settings
 from nlproxy.config.flags import (
@@ -337,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
     # command line left to be found): a change is told against what the same flags made.
     watcher = ConfigWatcher(given, s) if given.config is not None and not s.once else None
     for warning in s.daemon.warnings:
-        print(f"nlproxy: warning: {warning}", file=sys.stderr)
+        log.warn("config.warning", warning)
     if args.write_config_to is not None:
         from nlproxy.config.export import write_kube_proxy_config
 
@@ -426,6 +428,7 @@ def check_start(s: Settings) -> Settings:
         ConfigError: names the flag or field.
     """
     cfg = s.daemon
+    missing = ""
     if s.manifests is not None:
         if not s.manifests.is_dir():
             raise ConfigError("--manifests", f"{s.manifests} is not a directory")
@@ -433,11 +436,9 @@ def check_start(s: Settings) -> Settings:
         where = "clientConnection.kubeconfig" if cfg.kubeconfig_from_file else "--kubeconfig"
         path = Path(cfg.kubeconfig)
         if cfg.kubeconfig_from_file and not path.exists():
-            print(
-                f"nlproxy: warning: {where} {path} does not exist: using the in-cluster "
-                "configuration",
-                file=sys.stderr,
-            )
+            missing = f"{where} {path} does not exist: using the in-cluster configuration"
+            if cfg.api_server:  # else said by the one line on the in-cluster fallback below
+                log.warn("config.kubeconfig_missing", missing)
             cfg = replace(cfg, kubeconfig=None)
         else:
             try:
@@ -450,13 +451,10 @@ def check_start(s: Settings) -> Settings:
             "--kubeconfig", "none given, and not running in a pod (no KUBERNETES_SERVICE_HOST)"
         )
     if s.manifests is None and not cfg.kubeconfig and not cfg.api_server:
-        print(
-            f"nlproxy: warning: reaching the API server at {_in_cluster_server()} "
-            "(KUBERNETES_SERVICE_HOST): when that is the kubernetes Service's ClusterIP, a node "
-            "without proxy rules (new, or rebooted after a cleanup) never syncs; set "
-            "NLPROXY_API_SERVER or --master to the API server's own address "
-            "(docs/api-server.md)",
-            file=sys.stderr,
+        address = in_cluster.server()
+        why = f"{missing}; " if missing else ""
+        log.warn(
+            "config.api_server_in_cluster", why + in_cluster.warning(address), api_server=address
         )
     if not s.once:
         for flag, addr in (
@@ -470,13 +468,6 @@ def check_start(s: Settings) -> Settings:
 
 def _in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-
-
-def _in_cluster_server() -> str:
-    """The API server the in-cluster configuration names (``KUBERNETES_SERVICE_HOST``/``PORT``)."""
-    host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
-    port = os.environ.get("KUBERNETES_SERVICE_PORT", "")
-    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
 
 
 def _check_bindable(flag: str, addr: str, netns_name: str | None) -> None:

@@ -264,16 +264,24 @@ class Daemon:
             source = ManifestSource(self.settings.manifests)
             self.loop.source_errors = lambda: source.errors
             return source
+        from nlproxy.cluster import in_cluster
         from nlproxy.cluster.kube import KubeSource, api_client_from_config
 
         client = api_client_from_config(self.cfg.kubeconfig, server=self.cfg.api_server)
+        fallback = self.cfg.kubeconfig is None and self.cfg.api_server is None
         return KubeSource(
             client,
             node_name=self.cfg.node_name,
             service_cidrs=self._service_cidrs,
             on_unavailable=self._unavailable,
             on_request=self.metrics.kube_request,
+            on_down=self._api_down,
+            unreachable=in_cluster.unreachable(in_cluster.server()) if fallback else "",
         )
+
+    def _api_down(self, reason: str | None) -> None:
+        """Why the API server does not answer (None: it answers again), for ``/healthz``."""
+        self.health.unreachable = reason or ""
 
     def _unavailable(self, kinds: Mapping[str, Unavailable]) -> None:
         """The source's unreadable kinds: a metric each; required ones block /healthz."""

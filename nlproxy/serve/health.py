@@ -5,7 +5,9 @@ health-check node-port answers of ``externalTrafficPolicy: Local`` services.
 still starting) and no queued change has waited
 longer than the grace period without a successful sync (kube-proxy's rule: twice the sync period),
 and the source is not blocked (``blocked``: why it cannot read a kind nlproxy needs, such as a
-role without ``list`` on Services; reported as ``reason`` in the body).
+role without ``list`` on Services; reported as ``reason`` in the body). An API server that does
+not answer (``unreachable``) is reported as ``reason`` too while ``/healthz`` fails, without
+failing it by itself: rules already programmed stay right through an outage, as kube-proxy's.
 Time comes from the caller (``trio.current_time()`` in the daemon) so tests can use a fake clock.
 """
 
@@ -32,6 +34,7 @@ class HealthState:
     oldest_pending: float | None = None
     node_eligible: bool = True
     blocked: str = ""
+    unreachable: str = ""
 
     def queued(self, now: float) -> None:
         """A change arrived and waits for a sync."""
@@ -56,8 +59,11 @@ class HealthState:
             "currentTime": datetime.now(UTC).isoformat(),
             "nodeEligible": self.node_eligible,
         }
-        if self.blocked:
-            body["reason"] = self.blocked
+        reasons = [self.blocked] if self.blocked else []
+        if self.unreachable and not self.healthy(now):
+            reasons.append(self.unreachable)
+        if reasons:
+            body["reason"] = "; ".join(reasons)
         return body
 
 

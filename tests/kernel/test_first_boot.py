@@ -228,3 +228,66 @@ def test_a_node_without_rules_reaches_its_first_sync(
         proc.kill()
         proc.wait(timeout=10)
         logs.close(proc)
+
+
+def test_the_in_cluster_fallback_that_leads_nowhere_says_so(
+    control_plane: tuple[str, str, ApiServer, Pki], tmp_path: Path
+) -> None:
+    """The end state of another proxy's migration guide: kube-proxy's ConfigMap deleted, the
+    ``api-server`` key left empty. nlproxy reaches for the ClusterIP, which nothing answers on a
+    node without rules: its first line says so in the format asked for (JSON), no line repeats
+    the client's retries, and ``/healthz`` gives the reason and the fix."""
+    node_ns, _cp_ns, _api, pki = control_plane
+    assert readyz_through(node_ns, CLUSTER_IP, 443, pki) is None  # no rules: no ClusterIP
+    ours = dict(pod.shipped(pod.CONFIGMAP, "ConfigMap")["data"])
+    assert ours["api-server"] == ""
+    spec = pod.daemonset_pod(
+        node_name=NODE,
+        configmaps={"nlproxy": ours},  # no kube-proxy ConfigMap any more
+        service_account={
+            "token": TOKEN,
+            "ca.crt": pki.ca.read_text(),
+            "namespace": "kube-system",
+        },
+        service_env={"KUBERNETES_SERVICE_HOST": CLUSTER_IP, "KUBERNETES_SERVICE_PORT": "443"},
+    )
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    proc = pod.start(spec, node_ns, scratch)
+    logs = Logs(proc)
+    try:
+        deadline = time.monotonic() + 90  # a connect timeout, a probe's, a loaded machine
+        code = 0
+        body: dict[str, Any] = {}
+        while time.monotonic() < deadline and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                code, text = http_get(node_ns, HEALTHZ, "/healthz")
+                body = json.loads(text)
+            if "reason" in body and logs.events("source.api_unreachable"):
+                break
+            time.sleep(0.2)
+        assert code == 503, f"exit {proc.poll()}: {logs.lines[-8:]}"
+        reason = str(body.get("reason"))
+        assert f"https://{CLUSTER_IP}:443 (KUBERNETES_SERVICE_HOST" in reason, body
+        assert "api-server key" in reason
+        assert "NLPROXY_API_SERVER" in reason
+        assert "docs/migrating.md" in reason
+        [unreachable] = logs.events("source.api_unreachable")
+        assert unreachable["reason"] == reason
+        # Every line is one JSON object, the first one naming the fallback and its fix.
+        docs = [json.loads(line) for line in list(logs.lines)]
+        first = docs[0]
+        assert first["event"] == "config.api_server_in_cluster", first
+        assert first["level"] == "warning"
+        assert first["api_server"] == f"https://{CLUSTER_IP}:443"
+        assert "clientConnection.kubeconfig" in first["message"]  # why it fell back
+        assert "api-server key" in first["message"]
+        assert "docs/migrating.md" in first["message"]
+        # A failed request is said once (source.api_unreachable), not once per client retry.
+        assert not [line for line in logs.lines if "Retrying" in line]
+        # /livez: the process is alive (a restart would only try the same address again).
+        assert http_get(node_ns, HEALTHZ, "/livez")[0] == 200
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        logs.close(proc)
