@@ -96,6 +96,7 @@ class ManifestSource:
         self._deferred: dict[str, FileRead] = {}
         self._parsing: tuple[str, bytes] | None = None
         self._deferred_added = trio.Event()
+        self._woken = trio.Event()  # a parse apart ended: when to look again may have changed
         self._lock = trio.Lock()  # one load at a time: each starts from the last one's results
         self._unsettled: tuple[str, ...] = ()
         self._warned: set[str] = set()
@@ -216,6 +217,9 @@ class ManifestSource:
                 async with self._lock:
                     self._parsed[name] = parsed
                 await self._reload(send)
+                # That load may have left objects in their grace (a file that lost some):
+                # the watcher, waiting with no deadline, must learn when to read it again.
+                self._woken.set()
 
     async def run(
         self,
@@ -247,10 +251,12 @@ class ManifestSource:
             # A file that changed while read, or still serves objects it lost, is read
             # again once it settles even if nothing else happens.
             with trio.move_on_after(self._recheck()) as waited:
-                await trio.lowlevel.wait_readable(self._fd)
+                woken = await self._readable_or_woken()
             if waited.cancelled_caught:
                 await self._reload(send)
                 continue
+            if woken:
+                continue  # look again with the deadline the parse apart left
             if not await self._quiet():
                 continue  # only the parent's other entries changed
             if self._moved():
@@ -258,6 +264,32 @@ class ManifestSource:
                 await self._quiet()  # let what is published there settle first
             self.log.debug("source.reload", directory=str(self.directory))
             await self._reload(send)
+
+    async def _readable_or_woken(self) -> bool:
+        """Wait for an inotify event or for :meth:`_parse_deferred` to end a parse; whether it
+        was the latter.
+
+        Cancellation: safe at any point.
+        """
+        woken = self._woken
+        result = False
+        async with trio.open_nursery() as nursery:
+
+            async def readable() -> None:
+                await trio.lowlevel.wait_readable(self._fd)
+                nursery.cancel_scope.cancel()
+
+            async def wake() -> None:
+                nonlocal result
+                await woken.wait()
+                result = True
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(readable)
+            nursery.start_soon(wake)
+        if result:
+            self._woken = trio.Event()
+        return result
 
     def _recheck(self) -> float:
         """Seconds until the unsettled files are read again (inf: none)."""

@@ -114,3 +114,26 @@ async def test_a_broken_large_file_does_not_hold_back_another_files_change(
     first_new = next(i for i, (ports, _) in enumerate(loads) if ports["small"] == 81)
     assert loads[first_new][1] == (), "the small change waited for the large file's parse"
     assert not any(e.startswith("big.yaml") for _, errors in loads[:-1] for e in errors)
+
+
+async def test_a_large_file_that_loses_services_lets_them_go_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    """A large file rewritten with fewer Services is parsed apart; those it lost stand for the
+    grace and then go, though nothing else in the directory changes meanwhile (the watcher,
+    idle on inotify, learns from the parse when to read the file again)."""
+    big = tmp_path / "big.yaml"
+    text = _big(2000)
+    big.write_text(text)
+    source = ManifestSource(tmp_path, settle=0.05, max_wait=0.2)
+    send, recv = trio.open_memory_channel[Sequence[Change]](0)
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(source.run, send)
+            assert len(_ports(await recv.receive())) == 2000
+            fewer = tmp_path / ".big.yaml.tmp"
+            fewer.write_text(text[: text.index("name: s1500\n")].rsplit("---\n", 1)[0])
+            fewer.rename(big)
+            while len(_ports(await recv.receive())) != 1500:
+                pass
+            nursery.cancel_scope.cancel()
