@@ -244,6 +244,9 @@ class DaemonStatus:
         """What a 503 from ``/healthz`` means, from its body (kube-proxy's fields)."""
         if self.healthz_code != 503:
             return ""
+        reason = self.healthz.get("reason")
+        if isinstance(reason, str) and reason:  # nlproxy says why (an unreachable API server...)
+            return f" ({reason})"
         if self.healthz.get("nodeEligible") is False:
             return " (the Node is being deleted or drained: load balancers should not use it)"
         if not self.healthz.get("lastUpdated"):

@@ -272,6 +272,11 @@ def test_metrics_port_that_is_not_nlproxy(
             "the Node is being deleted or drained: load balancers should not use it",
             id="node-not-eligible",
         ),
+        pytest.param(
+            {"lastUpdated": "", "reason": "API server https://10.96.0.1:443 does not answer"},
+            "API server https://10.96.0.1:443 does not answer",
+            id="nlproxy-says-why",
+        ),
     ],
 )
 def test_what_a_503_means(body: dict[str, object], why: str) -> None:
