@@ -74,15 +74,19 @@ class Reload:
 
 
 def differences(old: Settings, new: Settings) -> tuple[Change, ...]:
-    """The settings of ``daemon`` and ``proxy`` that differ (warnings aside)."""
+    """The settings of ``daemon`` and ``proxy`` that differ (warnings aside). The planner's
+    settings are made from the daemon's: one the daemon's already named, with the same values,
+    is not named twice (``masqueradeAll`` is one change, not two)."""
     out: list[Change] = []
+    named: set[tuple[str, object, object]] = set()
     for part in ("daemon", "proxy"):
         a, b = getattr(old, part), getattr(new, part)
         for f in fields(a):
             if f.name == "warnings":
                 continue
             before, after = getattr(a, f.name), getattr(b, f.name)
-            if before != after:
+            if before != after and (f.name, repr(before), repr(after)) not in named:
+                named.add((f.name, repr(before), repr(after)))
                 out.append(Change(f"{part}.{f.name}", before, after))
     return tuple(out)
 
