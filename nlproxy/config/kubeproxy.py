@@ -321,10 +321,21 @@ def _detect_local(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
         )
     if detect:
         cfg = replace(cfg, detect_local_mode=detect)
-    for path, attr in (
+    return _strings(
+        doc,
+        cfg,
         ("detectLocal.bridgeInterface", "pod_bridge_interface"),
         ("detectLocal.interfaceNamePrefix", "pod_interface_name_prefix"),
-    ):
+    )
+
+
+def _strings(doc: Mapping[str, Any], cfg: DaemonConfig, *fields: tuple[str, str]) -> DaemonConfig:
+    """``cfg`` with each ``(path, attribute)`` of ``fields`` the file sets (non-empty) taken.
+
+    Raises:
+        ConfigError: a value that is not a string, naming its field.
+    """
+    for path, attr in fields:
         value = _get(doc, path)
         if value:
             if not isinstance(value, str):
@@ -420,18 +431,13 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
             ) from exc
     if _get(doc, "clientConnection.kubeconfig"):
         cfg = replace(cfg, kubeconfig_from_file=True)
-    for path_, attr in (
+    cfg = _strings(
+        doc,
+        cfg,
         ("hostnameOverride", "node_name"),
         ("clientConnection.kubeconfig", "kubeconfig"),
         ("clusterCIDR", "cluster_cidr"),
-    ):
-        value = _get(doc, path_)
-        if value:
-            if not isinstance(value, str):
-                raise ConfigError(
-                    "KubeProxyConfiguration", f"{value!r} is not a string", field=path_
-                )
-            cfg = with_field(cfg, attr, value)
+    )
     npa = _get(doc, "nodePortAddresses")
     if npa:
         if not isinstance(npa, list) or not all(isinstance(a, str) for a in npa):
