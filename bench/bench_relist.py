@@ -22,93 +22,30 @@ import gc
 import json
 import sys
 import time
-from ipaddress import IPv4Address, IPv4Network
+from ipaddress import IPv4Address
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_incremental import CONFIG, NODE, _up, eps_slice
+from bench_incremental import service as _service
 
 from nlproxy.cluster.model import (
     Change,
-    Endpoint,
-    EndpointPort,
-    EndpointSlice,
-    IPFamily,
     Node,
-    ObjectRef,
-    Protocol,
     Replace,
     Service,
-    ServiceKey,
-    ServicePort,
-    ServicePortRef,
-    ServiceType,
-    Upsert,
 )
 from nlproxy.cluster.state import ClusterState
-from nlproxy.proxy.config import ProxyConfig
 from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.syncer import Syncer
 from tests import netns
 
-NODE = "node-0"
-SERVICE_BASE = IPv4Address("10.96.0.0")
-POD_BASE = IPv4Address("10.128.0.0")
-CONFIG = ProxyConfig(
-    node_name=NODE,
-    cluster_cidrs=(IPv4Network("10.128.0.0/9"),),
-    service_cidrs=(IPv4Network("10.96.0.0/12"),),
-)
-
-
-def _key(i: int) -> ServiceKey:
-    return ServiceKey(namespace=f"ns-{i % 50}", name=f"svc-{i:06d}")
-
 
 def service(i: int) -> Service:
-    key = _key(i)
-    ref = ServicePortRef(
-        namespace=key.namespace, name=key.name, port_name="http", protocol=Protocol.TCP
-    )
-    return Service(
-        key=key,
-        type=ServiceType.CLUSTER_IP,
-        cluster_ips=(IPv4Address(SERVICE_BASE + 1 + i),),
-        ports=(ServicePort(ref=ref, port=80, target_port=8080),),
-    )
-
-
-def eps_slice(i: int, endpoints: int, skip: int | None = None) -> EndpointSlice:
-    key = _key(i)
-    eps = tuple(
-        Endpoint(
-            ip=IPv4Address(POD_BASE + i * 64 + j),
-            ready=True,
-            serving=True,
-            terminating=False,
-            node_name=f"node-{j % 3}",
-        )
-        for j in range(endpoints)
-        if j != skip
-    )
-    return EndpointSlice(
-        namespace=key.namespace,
-        name=f"{key.name}-abcde",
-        service=key,
-        family=IPFamily.IPV4,
-        ports=(EndpointPort(name="http", port=8080, protocol=Protocol.TCP),),
-        endpoints=eps,
-    )
-
-
-def _up(obj: Service | EndpointSlice | Node) -> Upsert:
-    match obj:
-        case Service():
-            ref = ObjectRef(kind="Service", namespace=obj.key.namespace, name=obj.key.name)
-        case EndpointSlice():
-            ref = ObjectRef(kind="EndpointSlice", namespace=obj.namespace, name=obj.name)
-        case _:
-            ref = ObjectRef(kind="Node", namespace="", name=obj.name)
-    return Upsert(ref=ref, obj=obj)
+    """bench_incremental's Service ``i``, a ClusterIP one."""
+    return _service(i, nodeport=False)
 
 
 def lists(
