@@ -16,6 +16,7 @@ values or text; none parses a command line (``commands/`` does) and the daemon i
 - ``conntrack``: ``nlproxy conntrack list|flush``: select flows (filters, a Service, stale ones),
   print or delete them.
 - ``preflight``: ``nlproxy preflight``: what would bite a kube-proxy node's switch to nlproxy.
+  Its API server checks are in ``preflight_api``; the findings both make in ``findings``.
 - ``once``: ``nlproxy run --once``: reconcile once from a manifests directory, name what was
   left out. ``inputs``: the snapshot a one-shot sync plans from (shared with ``plan``).
 - ``plan``, ``plan_report``, ``plan_render``: ``nlproxy plan``: the next sync run with nothing

@@ -6,8 +6,8 @@ findings (tested without a kernel); the ``read_*`` functions gather the facts fr
 
 - ``leftovers``: every kube-proxy mode's rules (``inspect/foreign.py``, ``inspect/ipvs.py``),
   and iptables-legacy tables, which nftables cannot show;
-- ``api-server``: the API server ``run`` would use (found as ``run`` finds it:
-  :func:`resolve_api_server`) is reachable, and without a ClusterIP (a node with no proxy
+- ``api-server`` (:mod:`~nlproxy.operate.preflight_api`): the API server ``run`` would use
+  (found as ``run`` finds it) is reachable, and without a ClusterIP (a node with no proxy
   rules — new, rebooted, cleaned — otherwise never syncs);
 - ``conntrack``: the conntrack sysctls nlproxy would set that differ from the node's;
 - ``config``: the KubeProxyConfiguration translated: honoured, warned, refused;
@@ -22,25 +22,20 @@ A ``FAIL`` finding means the switch would break traffic; ``preflight`` exits 1 t
 
 from __future__ import annotations
 
-import enum
-import errno
 import os
-import socket
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from ipaddress import ip_address, ip_network
+from collections.abc import Iterable, Mapping, Sequence
+from ipaddress import ip_network
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
 
 from nlproxy.config import DaemonConfig, _networks, honoured_fields, load_kube_proxy_config
-from nlproxy.config.values import API_SERVER_ENV
 from nlproxy.errors import ConfigError
 from nlproxy.inspect.foreign import Leftovers
 from nlproxy.netlink import netns
-from nlproxy.nft.ir import IPNetwork
+from nlproxy.operate.findings import Finding, Level, checked
+from nlproxy.operate.preflight_api import api_server_findings
 
 KUBEADM_SERVICE_CIDR = ip_network("10.96.0.0/12")
 """kubeadm's default ``--service-cidr``: assumed when none is given."""
@@ -61,21 +56,6 @@ CNI_PROXY_SWITCH = {
     "Calico": "its eBPF dataplane off (bpfKubeProxy*)",
 }
 """What keeps each CNI's service proxy off, named in the finding."""
-
-
-class Level(enum.StrEnum):
-    OK = "ok"
-    WARN = "warn"
-    FAIL = "FAIL"
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One line of the screen: which check, how bad, and what to do."""
-
-    check: str
-    level: Level
-    text: str
 
 
 # -- checks (pure) ---------------------------------------------------------------------------
@@ -102,60 +82,6 @@ def leftovers(found: Leftovers, legacy: Sequence[str]) -> list[Finding]:
     if not out:
         out.append(Finding("leftovers", Level.OK, "no kube-proxy rules of any mode"))
     return out
-
-
-def api_server(
-    server: str | None,
-    source: str,
-    service_cidrs: Sequence[IPNetwork],
-    *,
-    in_cluster_host: str | None = None,
-    reachable: str | None = None,
-) -> Finding:
-    """Whether ``server`` (a URL) is reachable with no proxy rules on the node.
-
-    Args:
-        source: where the address came from (named in the finding).
-        in_cluster_host: ``KUBERNETES_SERVICE_HOST``: always the ``kubernetes`` ClusterIP.
-        reachable: the outcome of a connection attempt (None: not tried).
-    """
-    if server is None:
-        return Finding(
-            "api-server",
-            Level.FAIL,
-            "no API server address: give --kubeconfig, --config or --api-server (in a pod, "
-            "the in-cluster address is the kubernetes Service's ClusterIP)",
-        )
-    host = urlsplit(server).hostname or server
-    why = ""
-    try:
-        addr = ip_address(host)
-    except ValueError:
-        if host.endswith((".svc", ".svc.cluster.local")) or host.startswith("kubernetes.default"):
-            why = f"{host} is a Service name: it resolves to a ClusterIP"
-    else:
-        if in_cluster_host is not None and host == in_cluster_host:
-            why = f"{host} is KUBERNETES_SERVICE_HOST, the kubernetes Service's ClusterIP"
-        for net in service_cidrs:
-            if addr in net:
-                why = f"{host} is in the service CIDR {net}: a ClusterIP"
-    if why:
-        return Finding(
-            "api-server",
-            Level.FAIL,
-            f"{source} {server}: {why}, which only a service proxy makes reachable: a node "
-            "without proxy rules (new, rebooted, cleaned up) never syncs; use the control "
-            "plane's own address (docs/migrating.md)",
-        )
-    if reachable in (None, "connected"):
-        tail = f" ({reachable})" if reachable else ""
-        return Finding("api-server", Level.OK, f"{source} {server}: not a ClusterIP{tail}")
-    return Finding(
-        "api-server",
-        Level.FAIL,
-        f"{source} {server}: not a ClusterIP, but unreachable from this node ({reachable}): "
-        "nlproxy could not sync",
-    )
 
 
 def conntrack(wanted: Mapping[str, int], current: Mapping[str, int | None]) -> list[Finding]:
@@ -435,45 +361,6 @@ def read_route_localnet(netns_name: str | None) -> int | None:
             return None
 
 
-def kubeconfig_server(path: str) -> str | None:
-    """The current context's API server URL in a kubeconfig.
-
-    Raises:
-        ConfigError: unreadable, or no server for the current context.
-    """
-    try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"kubeconfig {path}", str(exc)) from exc
-    if not isinstance(doc, Mapping):
-        raise ConfigError(f"kubeconfig {path}", "is not a YAML mapping")
-    current = doc.get("current-context")
-    contexts = {c.get("name"): c.get("context") or {} for c in doc.get("contexts") or []}
-    clusters = {c.get("name"): c.get("cluster") or {} for c in doc.get("clusters") or []}
-    cluster = contexts.get(current, {}).get("cluster")
-    if cluster is None and len(clusters) == 1:
-        cluster = next(iter(clusters))
-    server = clusters.get(cluster, {}).get("server")
-    if not isinstance(server, str):
-        raise ConfigError(f"kubeconfig {path}", f"no server for context {current!r}")
-    return server
-
-
-def try_connect(server: str, netns_name: str | None, timeout: float = 2.0) -> str:
-    """A TCP connection to the API server through the node's current rules."""
-    parts = urlsplit(server)
-    host = parts.hostname or server
-    port = parts.port or (443 if parts.scheme != "http" else 80)
-    try:
-        with netns.entered(netns_name):
-            conn = socket.create_connection((host, port), timeout=timeout)
-        conn.close()
-    except OSError as exc:
-        why = exc.strerror or errno.errorcode.get(exc.errno or 0, str(exc))
-        return f"no connection: {why}"
-    return "connected"
-
-
 def read_config(path: Path) -> tuple[Mapping[str, Any], list[Finding], DaemonConfig | None]:
     """The file's document, its translation, and its configuration when it loads."""
     try:
@@ -547,163 +434,6 @@ def preflight(
         lambda: changes(doc, cfg, found=found, route_localnet=read_route_localnet(netns_name)),
     )
     return findings
-
-
-def checked(check: str, run: Callable[[], Sequence[Finding] | Finding]) -> list[Finding]:
-    """``run``'s findings, or one ``FAIL`` naming the check and why it could not look: a
-    report stops at no check (a check's own bug included: it is named, the rest go on)."""
-    try:
-        out = run()
-    except Exception as exc:  # noqa: BLE001 - every check ends in a finding
-        why = str(exc) or type(exc).__name__
-        return [Finding(check, Level.FAIL, f"could not be checked: {why}")]
-    return [out] if isinstance(out, Finding) else list(out)
-
-
-@dataclass(frozen=True, slots=True)
-class Resolved:
-    """Where ``run`` would find the API server, and with which credentials."""
-
-    server: str | None
-    source: str
-    notes: list[Finding]
-    kubeconfig: str | None = None
-    """The kubeconfig ``run`` would load (None: in-cluster)."""
-    override: str | None = None
-    """The address that replaces the kubeconfig's or in-cluster one (``--master``/env)."""
-    node_name: str = ""
-
-
-def resolve_api_server(
-    config: str | None, kubeconfig: str | None, api_server_url: str | None
-) -> Resolved:
-    """The API server ``run`` would reach with these inputs, where the address comes from,
-    and what it would warn about, by ``run``'s own reading (:func:`nlproxy.config.daemon_config`:
-    ``--master``, else ``$NLPROXY_API_SERVER``; ``--kubeconfig``, else the file's
-    ``clientConnection.kubeconfig``), with ``run``'s fall-back: a kubeconfig the file names that
-    does not exist on this host gives way to the in-cluster configuration.
-
-    Raises:
-        ConfigError: the address or a kubeconfig that is read is not usable (names which).
-    """
-    from nlproxy.config import Flags, daemon_config
-
-    flags = Flags(kubeconfig=kubeconfig, master=api_server_url)
-    try:
-        cfg = daemon_config(replace(flags, config=Path(config) if config else None))
-    except ConfigError:
-        if not config:
-            raise
-        cfg = daemon_config(flags)  # the file's refusal is the config check's finding
-    notes: list[Finding] = []
-    path = cfg.kubeconfig
-    if path and cfg.kubeconfig_from_file and not Path(path).exists():
-        notes.append(
-            Finding("api-server", Level.WARN, f"clientConnection.kubeconfig {path} does not "
-                    "exist on this host: run uses the in-cluster configuration instead")
-        )  # fmt: skip
-        path = None
-    host = os.environ.get("KUBERNETES_SERVICE_HOST")
-    server: str | None = None
-    source = ""
-    if cfg.api_server:
-        server, source = cfg.api_server, "--api-server" if api_server_url else API_SERVER_ENV
-    elif path:
-        server, source = kubeconfig_server(path), f"kubeconfig {path}:"
-    elif host:
-        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        name = f"[{host}]" if ":" in host else host
-        server, source = f"https://{name}:{port}", "in-cluster"
-    return Resolved(
-        server, source, notes, kubeconfig=path, override=cfg.api_server, node_name=cfg.node_name
-    )
-
-
-def api_server_findings(
-    config: str | None,
-    kubeconfig: str | None,
-    api_server_url: str | None,
-    netns_name: str | None,
-    cidrs: Sequence[IPNetwork],
-) -> list[Finding]:
-    try:
-        at = resolve_api_server(config, kubeconfig, api_server_url)
-    except ConfigError as exc:
-        return [Finding("api-server", Level.FAIL, str(exc))]
-    host = os.environ.get("KUBERNETES_SERVICE_HOST")
-    reach = try_connect(at.server, netns_name) if at.server else None
-    found = api_server(at.server, at.source, cidrs, in_cluster_host=host, reachable=reach)
-    out = [*at.notes, found]
-    if found.level is Level.OK and reach == "connected":
-        out += checked("access", lambda: access(at, netns_name))
-    return out
-
-
-SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
-"""Where a pod's service-account token is mounted (the in-cluster configuration reads it)."""
-
-
-def access(at: Resolved, netns_name: str | None) -> list[Finding]:
-    """Whether ``run``'s identity may list and watch what it reads (Services, EndpointSlices,
-    its Node; ServiceCIDRs when served), asked of the API server itself as ``run`` asks, and
-    whether the in-cluster configuration has its service-account token.
-
-    A kind that is refused is a ``FAIL``: the daemon would never become ready.
-    """
-    from nlproxy.cluster.kube import api_client_from_config, kinds
-    from nlproxy.cluster.kube_http import Forbidden, Http, KubeApiError, NotServed
-
-    if at.kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return [Finding("access", Level.FAIL, "no kubeconfig, and not in a pod (no "
-                        "KUBERNETES_SERVICE_HOST): run would have no credentials; give "
-                        "--kubeconfig")]  # fmt: skip
-    if at.kubeconfig is None and not Path(SERVICE_ACCOUNT_TOKEN).exists():
-        return [Finding("access", Level.FAIL, f"no service-account token at "
-                        f"{SERVICE_ACCOUNT_TOKEN}: the in-cluster configuration has no identity "
-                        "(automountServiceAccountToken: false?); give --kubeconfig")]  # fmt: skip
-    try:
-        client = api_client_from_config(at.kubeconfig, server=at.override)
-    except ConfigError as exc:
-        return [Finding("access", Level.FAIL, f"credentials: {exc}")]
-    out: list[Finding] = []
-    refused: list[str] = []
-    try:
-        http = Http(client)
-        with netns.entered(netns_name):
-            for spec in kinds(at.node_name):
-                for verb, extra in (
-                    ("list", [("limit", "1")]),
-                    ("watch", [("watch", "1"), ("timeoutSeconds", "1")]),
-                ):
-                    try:
-                        raw = http.get(spec, [*spec.params(), *extra], 10.0)
-                    except NotServed:
-                        if not spec.optional:
-                            refused.append(f"{verb} {spec.kind}: not served")
-                        break
-                    except Forbidden as exc:
-                        if spec.optional:
-                            why = f"cannot {verb} {spec.kind}s (optional): {exc.reason}"
-                            out.append(Finding("access", Level.WARN, why))
-                        else:
-                            refused.append(f"{verb} {spec.kind}s ({exc.reason})")
-                    except KubeApiError as exc:
-                        refused.append(f"{verb} {spec.kind}s: {exc.reason}")
-                    else:
-                        _close(raw)
-    finally:
-        _close(client)
-    if refused:
-        why = f"node {at.node_name}: cannot " + "; cannot ".join(refused)
-        out.insert(0, Finding("access", Level.FAIL, why + ": nlproxy's ClusterRole (deploy/"
-                              "kubernetes) grants list and watch of each"))  # fmt: skip
-    return out or [Finding("access", Level.OK, f"node {at.node_name}: may list and watch "
-                           "Services, EndpointSlices and its Node")]  # fmt: skip
-
-
-def _close(conn: Any) -> None:
-    """Close a response (a watch's stream unread) or the client (untyped package)."""
-    conn.close()
 
 
 def _nft_error(netns_name: str | None) -> str | None:

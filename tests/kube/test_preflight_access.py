@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nlproxy.operate import preflight as pf
+from nlproxy.operate import preflight_api as pfa
 from nlproxy.operate.preflight import Level
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import NODE, write_kubeconfig
@@ -27,7 +27,7 @@ def _node(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def findings(kubeconfig: Path) -> list[tuple[str, Level, str]]:
-    out = pf.api_server_findings(None, str(kubeconfig), None, None, CIDRS)
+    out = pfa.api_server_findings(None, str(kubeconfig), None, None, CIDRS)
     return [(f.check, f.level, f.text) for f in out]
 
 
@@ -77,12 +77,12 @@ def test_a_refused_token_is_a_failure(apiserver: ApiServer, tmp_path: Path) -> N
 def test_in_cluster_without_a_service_account_token(
     apiserver: ApiServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert not Path(pf.SERVICE_ACCOUNT_TOKEN).exists(), "this host is a pod: test elsewhere"
+    assert not Path(pfa.SERVICE_ACCOUNT_TOKEN).exists(), "this host is a pod: test elsewhere"
     monkeypatch.setenv("NLPROXY_API_SERVER", apiserver.url)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
-    out = pf.api_server_findings(None, None, None, None, CIDRS)
+    out = pfa.api_server_findings(None, None, None, None, CIDRS)
     assert [(f.check, f.level) for f in out] == [("api-server", Level.OK), ("access", Level.FAIL)]
-    assert out[1].text.startswith(f"no service-account token at {pf.SERVICE_ACCOUNT_TOKEN}")
+    assert out[1].text.startswith(f"no service-account token at {pfa.SERVICE_ACCOUNT_TOKEN}")
 
 
 def test_the_command_exits_1_on_a_refused_kind(apiserver: ApiServer, tmp_path: Path) -> None:

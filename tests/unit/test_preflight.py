@@ -12,6 +12,7 @@ import pytest
 from nlproxy.inspect.foreign import ForeignTable, Leftovers
 from nlproxy.inspect.ipvs import IpvsLeftovers, VirtualServer
 from nlproxy.operate import preflight as pf
+from nlproxy.operate import preflight_api as pfa
 from nlproxy.operate.preflight import Level
 from tests.configs import KUBEADM_CONFIGMAP
 
@@ -60,16 +61,16 @@ def test_leftovers_of_every_mode_are_named_with_what_removes_them() -> None:
 def test_api_server_must_be_reachable_without_a_cluster_ip(
     server: str, host: str | None, level: Level, why: str
 ) -> None:
-    f = pf.api_server(server, "kubeconfig k:", CIDRS, in_cluster_host=host)
+    f = pfa.api_server(server, "kubeconfig k:", CIDRS, in_cluster_host=host)
     assert (f.level, why in f.text) == (level, True), f.text
 
 
 def test_api_server_unreachable_or_none_is_a_failure_and_the_verdict_says_so() -> None:
-    f = pf.api_server("https://192.168.1.5:6443", "--api-server", CIDRS, reachable="no connection")
+    f = pfa.api_server("https://192.168.1.5:6443", "--api-server", CIDRS, reachable="no connection")
     assert f.level is Level.FAIL
     assert "unreachable from this node (no connection)" in f.text
     assert pf.render([f]).endswith("the switch would break traffic: fix every FAIL first")
-    assert pf.api_server(None, "", CIDRS).level is Level.FAIL
+    assert pfa.api_server(None, "", CIDRS).level is Level.FAIL
 
 
 def test_conntrack_differences_say_raised_or_lowered() -> None:
@@ -145,7 +146,7 @@ def test_kubeconfig_server_of_the_current_context(tmp_path: Path) -> None:
         "- name: b\n  cluster: {server: 'https://10.96.0.1'}\n"
         "contexts:\n- name: x\n  context: {cluster: b}\ncurrent-context: x\n"
     )
-    assert pf.kubeconfig_server(str(path)) == "https://10.96.0.1"
+    assert pfa.kubeconfig_server(str(path)) == "https://10.96.0.1"
 
 
 def _changes(text: str, **kw: object) -> list[tuple[Level, str]]:
@@ -251,20 +252,20 @@ def test_api_server_found_as_run_finds_it(tmp_path: Path, monkeypatch: pytest.Mo
     config.write_text(KUBEADM_CONFIGMAP)  # names /var/lib/kube-proxy/kubeconfig.conf
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setenv("NLPROXY_API_SERVER", "192.168.1.5:6443")
-    at = pf.resolve_api_server(str(config), None, None)
+    at = pfa.resolve_api_server(str(config), None, None)
     server, source, notes = at.server, at.source, at.notes
     assert at.kubeconfig is None  # run's fall-back: in-cluster credentials
     assert (server, source) == ("https://192.168.1.5:6443", "NLPROXY_API_SERVER")
     assert [n.level for n in notes] == [Level.WARN]
     assert "does not exist on this host: run uses the in-cluster configuration" in notes[0].text
     # --api-server (run's --master) wins over the environment, as in run
-    at = pf.resolve_api_server(str(config), None, "https://10.0.0.1")
+    at = pfa.resolve_api_server(str(config), None, "https://10.0.0.1")
     assert (at.server, at.source) == ("https://10.0.0.1:443", "--api-server")
     # neither: a finding, not an exit
     monkeypatch.delenv("NLPROXY_API_SERVER")
-    findings = pf.api_server_findings(str(config), None, None, None, CIDRS)
+    findings = pfa.api_server_findings(str(config), None, None, None, CIDRS)
     assert [f.level for f in findings] == [Level.WARN, Level.FAIL]
     assert findings[1].text.startswith("no API server address")
     monkeypatch.setenv("NLPROXY_API_SERVER", "https://x:99999")
-    (bad,) = pf.api_server_findings(None, None, None, None, CIDRS)
+    (bad,) = pfa.api_server_findings(None, None, None, None, CIDRS)
     assert (bad.level, bad.text.startswith("NLPROXY_API_SERVER:")) == (Level.FAIL, True)
