@@ -8,6 +8,7 @@ from the node to the pod confirms it.
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable
 from contextlib import closing
 from ipaddress import IPv4Address, IPv6Address, ip_address
@@ -63,6 +64,19 @@ def wait_until(ns: str, addr: str, pred: Callable[[Reachability], bool]) -> Reac
     pytest.fail(f"{addr} in {ns}: still {one(addr, ns)}")
 
 
+def wait_oper_up(ns: str, dev: str) -> None:
+    """Wait (bounded) until ``dev`` in ``ns`` is operationally up.
+
+    A veth's far end learns of its peer's carrier through the kernel's link watch, which runs
+    late on a loaded machine; until then its replies are dropped.
+    """
+    deadline = time.monotonic() + WAIT_S
+    while "state UP" not in ip(ns, "-o", "link", "show", "dev", dev):
+        if time.monotonic() > deadline:
+            pytest.fail(f"{dev} in {ns} is not up after {WAIT_S:.0f} s")
+        time.sleep(0.05)
+
+
 def udp_poke(ns: str, addr: str) -> None:
     """Send one datagram so the kernel tries to resolve the neighbour."""
     with nsmod.entered(ns):
@@ -98,7 +112,8 @@ def test_host_veth_down_then_up(ptp: tuple[str, str]) -> None:
     ip(node, "link", "set", "veth1a2b", "up")
     r = wait_until(node, "10.244.2.4", lambda r: r.reachable)
     assert r.kind == "local"
-    assert connects(node, pod, "10.244.2.4")
+    wait_oper_up(pod, "eth0")
+    assert connects(node, pod, "10.244.2.4", wait=WAIT_S)
 
 
 def test_pod_side_down_is_unreachable(ptp: tuple[str, str]) -> None:
