@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import resource
 import socket
-import threading
 from pathlib import Path
 
 from nlproxy.demo.testbed import Testbed
@@ -17,6 +16,7 @@ from nlproxy.netlink import netns
 from nlproxy.serve.budget import MAX_PER_CLIENT, DescriptorBudget
 from tests.kernel import topo
 from tests.kernel.daemon import Daemon, objects, publish, wait_until
+from tests.kernel.holders import Holders
 
 testbed = topo.testbed
 
@@ -26,57 +26,6 @@ HOLDERS = 400
 """Client addresses holding one idle connection each: more than the budget."""
 PREFIX = "10.99"
 """Addresses the test adds on the node's loopback (all of ``10.99.0.0/16`` is local then)."""
-
-
-class Holders:
-    """One idle connection to ``dst`` from each of ``sources``, opened again as soon as the
-    server drops it (an attacker's loop), until the block ends."""
-
-    def __init__(self, ns: str, sources: list[str], dst: tuple[str, int]) -> None:
-        self.ns, self.dst = ns, dst
-        self.slots: list[tuple[str, socket.socket | None]] = [(s, None) for s in sources]
-        self.done = threading.Event()
-        self.rounds = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Holders:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.done.set()
-        self.thread.join(timeout=30)
-        for _, s in self.slots:
-            if s is not None:
-                s.close()
-
-    def _connect(self, source: str) -> socket.socket | None:
-        with netns.entered(self.ns):
-            s = socket.socket()
-        s.setblocking(False)
-        try:
-            s.bind((source, 0))
-            s.connect_ex(self.dst)
-        except OSError:
-            s.close()
-            return None
-        return s
-
-    def _run(self) -> None:
-        while not self.done.is_set():
-            for i, (source, s) in enumerate(self.slots):
-                if s is not None:
-                    try:
-                        if s.recv(1) == b"":
-                            raise ConnectionResetError
-                    except BlockingIOError:
-                        continue  # still held
-                    except OSError:
-                        pass
-                    s.close()
-                self.slots[i] = (source, self._connect(source))
-            self.rounds += 1
-            self.done.wait(0.05)
 
 
 def probe(ns: str, source: str, dst: tuple[str, int], path: str) -> int:
