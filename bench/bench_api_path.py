@@ -67,6 +67,8 @@ from tests.netns import namespace as netns  # noqa: E402
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 EVERY = 0.005
+WATCH_INTERVAL: float | None = None
+"""``--watch-interval``: the daemons' generation watch polls this often (``watch_interval.py``)."""
 
 
 def python(tree: Path) -> str:
@@ -131,11 +133,12 @@ class Child:
 
     def __init__(self, tree: Path, argv: list[str], profile: Path | None = None) -> None:
         self.spawned = time.time()
-        how = (
-            ["-m", "nlproxy"]
-            if profile is None
-            else [str(ROOT / "bench" / "profile_run.py"), str(profile)]
-        )
+        if profile is not None:
+            how = [str(ROOT / "bench" / "profile_run.py"), str(profile)]
+        elif WATCH_INTERVAL is not None:
+            how = [str(ROOT / "bench" / "watch_interval.py"), str(WATCH_INTERVAL)]
+        else:
+            how = ["-m", "nlproxy"]
         self.proc = subprocess.Popen(
             [python(tree), *how, "--log-format", "json", *argv],
             stderr=subprocess.PIPE,
@@ -335,7 +338,17 @@ def main(argv: list[str] | None = None) -> int:
         help="instead: this checkout's daemon under cProfile (profile_run.py), twice: stopped at "
         "its first sync (PREFIX.first-sync), then with --idle (PREFIX.idle.since-mark: the idle)",
     )
+    p.add_argument(
+        "--watch-interval",
+        type=float,
+        metavar="S",
+        help="the daemons' generation watch polls every S seconds (watch_interval.py; a tree "
+        "without the watch fails)",
+    )
     args = p.parse_args(argv)
+    if args.watch_interval is not None:
+        global WATCH_INTERVAL
+        WATCH_INTERVAL = args.watch_interval
     trees = [("head", ROOT)] + ([("base", args.base.resolve())] if args.base else [])
     runs = args.runs.split(",")
     cluster = gen.Cluster(services=args.services, endpoints=args.endpoints)
