@@ -42,3 +42,14 @@ def test_profile_names_the_daemons_code(tmp_path: Path) -> None:
     assert any(f.endswith("nlproxy/sync/syncer.py") for f in files), sorted(files)[:20]
     idle = pstats.Stats(str(tmp_path / "p.idle.since-mark"))
     assert idle.stats  # type: ignore[attr-defined]
+
+
+def test_make_bench_runs_the_kernel_floor_scripts() -> None:
+    import run
+
+    for plan in (run.full_plan(), run.quick_plan()):
+        scripts = [s for s, _ in plan.others]
+        assert {"bench_api_path.py", "bench_set_size.py"} <= set(scripts)
+        assert all((run.BENCH / s).exists() for s in scripts)
+    full = dict.fromkeys(run.full_plan().others)
+    assert any(s == "bench_listeners.py" and "40000" in a for s, a in full)
