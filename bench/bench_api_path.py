@@ -68,6 +68,7 @@ TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 EVERY = 0.005
 WATCH_INTERVAL: float | None = None
+WATCH_MODE = "loop"
 """``--watch-interval``: the daemons' generation watch polls this often (``watch_interval.py``)."""
 
 
@@ -136,7 +137,7 @@ class Child:
         if profile is not None:
             how = [str(ROOT / "bench" / "profile_run.py"), str(profile)]
         elif WATCH_INTERVAL is not None:
-            how = [str(ROOT / "bench" / "watch_interval.py"), str(WATCH_INTERVAL)]
+            how = [str(ROOT / "bench" / "watch_interval.py"), str(WATCH_INTERVAL), WATCH_MODE]
         else:
             how = ["-m", "nlproxy"]
         self.proc = subprocess.Popen(
@@ -345,10 +346,18 @@ def main(argv: list[str] | None = None) -> int:
         help="the daemons' generation watch polls every S seconds (watch_interval.py; a tree "
         "without the watch fails)",
     )
+    p.add_argument(
+        "--watch-thread",
+        action="store_true",
+        help="with --watch-interval: the looks from a plain thread (watch_interval.py's sketch)",
+    )
     args = p.parse_args(argv)
+    if args.watch_thread and args.watch_interval is None:
+        p.error("--watch-thread: needs --watch-interval")
     if args.watch_interval is not None:
-        global WATCH_INTERVAL
+        global WATCH_INTERVAL, WATCH_MODE
         WATCH_INTERVAL = args.watch_interval
+        WATCH_MODE = "thread" if args.watch_thread else "loop"
     trees = [("head", ROOT)] + ([("base", args.base.resolve())] if args.base else [])
     runs = args.runs.split(",")
     cluster = gen.Cluster(services=args.services, endpoints=args.endpoints)

@@ -53,3 +53,27 @@ def test_make_bench_runs_the_kernel_floor_scripts() -> None:
         assert all((run.BENCH / s).exists() for s in scripts)
     full = dict.fromkeys(run.full_plan().others)
     assert any(s == "bench_listeners.py" and "40000" in a for s, a in full)
+
+
+def test_a_daemon_with_the_watch_changed_starts_and_idles() -> None:
+    for extra in ((), ("--watch-thread",)):
+        rows = run_script("bench_api_path.py", *SIZE, "--rounds", "1", "--conditions", "none",
+                          "--runs", "daemon", "--settle", "1", "--idle", "2",
+                          "--watch-interval", "0.5", *extra)  # fmt: skip
+        assert len(rows) == 1
+        assert "error" not in rows[0], rows[0]
+        assert rows[0]["idle_s"] >= 2
+
+
+def test_watch_thread_needs_an_interval() -> None:
+    import subprocess
+    import sys
+
+    from checks.script import BENCH
+
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "bench_api_path.py"), "--watch-thread"],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "--watch-thread" in proc.stderr
