@@ -24,6 +24,10 @@ the ``none`` rows pay as well, so only rows with 0 show a quiet host). The last 
 the generation watch pays instead: a read-back of the table (what another process's commit
 costs it) and one GETGEN request (what it pays per poll).
 
+Every commit line also gives the object count and ``sys_us_per_object``: run at 10k x 10 and
+40k x 10 (``--conditions none --writers nlproxy --no-extra``) to see whether the kernel's cost is
+linear in the elements.
+
 Usage: ``.venv/bin/python bench/bench_listeners.py [--services 10000] [--endpoints 10]``
 """
 
@@ -197,12 +201,28 @@ def run_one(
     }
 
 
+def per_object(line: dict[str, Any], objects: int) -> dict[str, Any]:
+    """``line`` with the object count and the kernel's time per object (what is linear or not)."""
+    return {
+        **line,
+        "objects": objects,
+        "sys_us_per_object": round(line["sys_s"] / objects * 1e6, 2),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--services", type=int, default=10_000)
     ap.add_argument("--endpoints", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--conditions", default=",".join(CONDITIONS), help="which of them to run")
+    ap.add_argument("--writers", default="nlproxy,nft_f", help="which of nlproxy,nft_f to run")
+    ap.add_argument("--no-extra", action="store_true", help="skip the read-back and GETGEN lines")
     args = ap.parse_args()
+    conditions = [c for c in args.conditions.split(",") if c]
+    if unknown := set(conditions) - set(CONDITIONS):
+        ap.error(f"--conditions: unknown {sorted(unknown)}; known: {', '.join(CONDITIONS)}")
+    writers = args.writers.split(",")
     size = {"services": args.services, "endpoints": args.endpoints}
     print(json.dumps({"bench": "host", "loadavg": os.getloadavg(),
                       "nftables_listeners": nftables_listeners()}), flush=True)  # fmt: skip
@@ -211,13 +231,17 @@ def main() -> int:
         f.write(nft_text(args.services, args.endpoints))
     try:
         for _ in range(args.rounds):
-            for cond in CONDITIONS:
-                line = run_one("nlproxy", cond, size, lambda ns: own_commit(ns, ops))
-                print(json.dumps(line), flush=True)
-                line = run_one("nft_f", cond, size, lambda ns: foreign_commit(ns, f.name))
-                print(json.dumps(line), flush=True)
+            for cond in conditions:
+                if "nlproxy" in writers:
+                    line = run_one("nlproxy", cond, size, lambda ns: own_commit(ns, ops))
+                    print(json.dumps(per_object(line, len(ops))), flush=True)
+                if "nft_f" in writers:
+                    line = run_one("nft_f", cond, size, lambda ns: foreign_commit(ns, f.name))
+                    print(json.dumps(per_object(line, len(ops))), flush=True)
     finally:
         os.unlink(f.name)
+    if args.no_extra:
+        return 0
     with netns("nlpr") as ns:
         own_commit(ns, ops)
         w0, u0, s0 = thread_usage()

@@ -68,6 +68,22 @@ def _point(s: int, e: int, variants: Sequence[str]) -> control.Point:
     )
 
 
+KERNEL_FLOOR_RUNS = (
+    # The kernel's time per element at 40k x 10 beside 10k x 10's (within 1.5x), and what a
+    # large map's size hint changes in it.
+    ("bench_listeners.py", ("--services", "40000", "--endpoints", "10", "--rounds", "1",
+                            "--conditions", "none", "--writers", "nlproxy", "--no-extra")),
+    ("bench_set_size.py", ("--services", "10000,40000", "--rounds", "2")),
+    # The daemon from the API server beside run --once: CPU, kernel time and memory of the first
+    # sync, RSS, idle CPU; --base DIR adds another checkout, alternating (run it by hand).
+    ("bench_api_path.py", ("--services", "10000", "--endpoints", "10", "--rounds", "1",
+                           "--idle", "120")),
+)  # fmt: skip
+"""Issue 35's figures (``bench/RESULTS.md``, "The kernel's floor")."""
+QUICK_API_PATH = ("--services", "1000", "--endpoints", "10", "--rounds", "1", "--idle", "20",
+                  "--settle", "2")  # fmt: skip
+
+
 def full_plan(idle: int = 600) -> Plan:
     return Plan(
         points=(
@@ -85,6 +101,7 @@ def full_plan(idle: int = 600) -> Plan:
         others=(
             ("bench_commit.py", ("--services", "10000", "--endpoints", "10")),
             ("bench_listeners.py", ("--services", "10000", "--endpoints", "10")),
+            *KERNEL_FLOOR_RUNS,
             ("bench_relist.py", ("--services", "10000", "--endpoints", "10")),
             ("bench_repair.py", ("--services", "10000", "--endpoints", "10")),
             ("bench_conntrack.py", ("--flows", "100000", "--rounds", "3")),
@@ -148,6 +165,8 @@ def quick_plan() -> Plan:
             ("bench_commit.py", ("--services", "1000", "--endpoints", "10")),
             ("bench_listeners.py", ("--services", "1000", "--endpoints", "10", "--rounds", "1")),
             ("bench_relist.py", ("--services", "1000", "--endpoints", "10")),
+            ("bench_set_size.py", ("--services", "1000", "--rounds", "1")),
+            ("bench_api_path.py", QUICK_API_PATH),
             ("bench_repair.py", ("--services", "1000", "--endpoints", "10", "--rounds", "1")),
             ("bench_conntrack.py", ("--flows", "10000", "--rounds", "2")),
             ("bench_kube.py", ("--services", "1000", "--endpoints", "10", "--repeat", "1")),
