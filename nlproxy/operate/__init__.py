@@ -9,7 +9,7 @@ values or text; none parses a command line (``commands/`` does) and the daemon i
 - ``services``: ``nlproxy services``: every programmed frontend with its backends.
 - ``explain``, ``explain_render``: ``nlproxy explain``: one Service's objects, programmed rules,
   flows, endpoints, problems and a trace, joined; and as text or JSON. Its halves, also read by
-  ``services``: ``rules`` (a Service's programmed rules, recovered from the kernel's maps),
+  ``services``: ``programmed`` (a Service's programmed rules, recovered from the kernel's maps),
   ``manifests`` (what a manifests directory says of it), ``trace`` (a new connection traced
   through the programmed rules).
 - ``inspect``: ``nlproxy inspect``'s rows: programmed endpoints joined with their verdicts.

@@ -30,7 +30,7 @@ from nlproxy.nft.counters import read_counters
 from nlproxy.nft.ir import Family, IPAddress, Ruleset, Set
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.operate.manifests import ServiceFacts, service_facts
-from nlproxy.operate.rules import (
+from nlproxy.operate.programmed import (
     FrontendReport,
     FrontKey,
     ServiceRules,

@@ -15,7 +15,7 @@ from ipaddress import IPv4Network, IPv6Network
 
 from nlproxy.nft.decode import key_order
 from nlproxy.nft.ir import Family, IPAddress, L4Proto, Ruleset
-from nlproxy.operate.rules import FrontendReport
+from nlproxy.operate.programmed import FrontendReport
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.tracer import TraceError, trace
 
