@@ -1,5 +1,5 @@
-"""The operator commands' logic, one module per command; read only but for ``conntrack flush``
-and ``run --once``.
+"""The operator commands' logic, one module per command; read only but for ``conntrack flush``,
+``cleanup`` and ``run --once``.
 
 Each gathers what the kernel (and a running daemon, or a manifests directory) says and returns
 values or text; none parses a command line (``commands/`` does) and the daemon imports none.
@@ -22,4 +22,7 @@ values or text; none parses a command line (``commands/`` does) and the daemon i
 - ``plan``, ``plan_report``, ``plan_render``: ``nlproxy plan``: the next sync run with nothing
   applied, its batches told per Service, as text or JSON.
 - ``compare``: ``nlproxy compare``: kube-proxy's live rules traced against nlproxy's plan.
+- ``rules``: ``nlproxy rules``: nlproxy's tables read back, nft-like or as JSON.
+- ``cleanup``: ``nlproxy cleanup``: nlproxy's tables removed, or (``--kube-proxy``) every
+  kube-proxy mode's rules.
 """
