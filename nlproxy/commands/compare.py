@@ -20,7 +20,8 @@ from nlproxy.operate.text import printable, printable_lines
 
 NAME = "compare"
 HELP = (
-    "compare kube-proxy's live nftables rules with nlproxy's plan for the same cluster: every "
+    "compare kube-proxy's live rules (nftables or iptables mode) with nlproxy's plan for the same "
+    "cluster: every "
     "Service frontend traced from pods, the node and outside; differences in words (exit 4 if "
     "any differ)"
 )
@@ -32,18 +33,22 @@ EXIT_FAILURE = 1
 DESCRIPTION = (
     HELP + ". "
     "The certificate before replacing kube-proxy on a node: kube-proxy's `ip`/`ip6 kube-"
-    "proxy` tables are read over netlink, nlproxy's plan is made from the same objects "
+    "proxy` tables (nftables mode), or its KUBE-* chains in the iptables-nft `nat` and "
+    "`filter` tables with the compat matches and targets it uses (iptables mode), are read "
+    "over netlink, nlproxy's plan is made from the same objects "
     "(--manifests DIR or the API server, with run's flags), and one new connection per "
     "Service port, family, frontend (ClusterIP, NodePort on the node's address, external and "
     "load-balancer IPs) and kind of client (a pod on this node, a pod on another node, the "
     "node itself, an outside client, and one inside loadBalancerSourceRanges), plus an "
     "unserved port and an unallocated ClusterIP, is traced through both. Every connection "
     "whose endpoints, masquerading or verdict (accept, reject, drop) differ is named in "
-    "words; differences nlproxy means (kube-proxy's --masquerade-all) are marked by design "
-    "with the reason; a summary line ends the report. Exit 0 when nothing differs but by "
-    "design, 4 when something does, 1 when kube-proxy's rules cannot be read (none on this "
-    "node, or a rule of an unknown shape; kube-proxy in iptables or IPVS mode is named and "
-    "declined): nftables mode only. Named compare, not a preflight flag: preflight says "
+    "words; differences nlproxy means (kube-proxy's --masquerade-all; in iptables mode, "
+    "connections to a ClusterIP's unserved port or an unallocated ClusterIP, which iptables "
+    "mode routes on and nlproxy refuses) are marked by design with the reason; a summary line "
+    "ends the report. Exit 0 when nothing differs but by design, 4 when something does, 1 "
+    "when kube-proxy's rules cannot be read (none on this node, a rule of an unknown shape, "
+    "named by its chain, or IPVS mode, named and declined; iptables-legacy rules are out of "
+    "netlink's reach). Named compare, not a preflight flag: preflight says "
     "whether the node is ready to switch; compare says whether the Services would behave the "
     "same once it has, as diff and plan tools compare two states."
 )

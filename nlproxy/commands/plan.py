@@ -3,10 +3,10 @@
 Thin wiring over :func:`nlproxy.operate.plan.dry_run`, :mod:`nlproxy.operate.plan_report` and
 ``plan_render``.
 The source is ``--manifests DIR`` or the API server (``--kubeconfig``, or in-cluster); the
-settings are ``run``'s flags that shape the rules, ``--config`` included, so ``plan --config
-NEW`` previews a configuration change. Exit status 0; with ``--exit-code``, 1 when the sync
-would change something (0 when not); 1 for a runtime failure; 2 for a usage or configuration
-error. Read only.
+settings are ``run``'s flags (kube-proxy's command line included) but those about running,
+``--config`` among them, so ``plan --config NEW`` previews a configuration change. Exit status
+0; with ``--exit-code``, 1 when the sync would change something (0 when not); 1 for a runtime
+failure; 2 for a usage or configuration error. Read only.
 """
 
 from __future__ import annotations
@@ -27,27 +27,23 @@ LOGS = False
 """It reports by printing; logging is set up only if something on its path logs after all."""
 EXIT_CHANGES = 1
 
-BORROWED = (
-    "config",
-    "master",
-    "node_name",
-    "bind_address",
-    "proxy_mode",
-    "node_ip",
-    "cluster_cidr",
-    "service_cidr",
-    "nodeport_addresses",
-    "masquerade_bit",
-    "external_ip_cidrs",
-    "service_node_port_range",
-    "conntrack_flush_tcp",
-    "owned_table",
-    "service_counters",
-    "load_balancing",
-    "consistent_hash_seed",
+RUN_ONLY = frozenset(
+    {
+        "manifests",  # the source options, added first and mutually exclusive
+        "kubeconfig",
+        "cleanup",  # what run does instead of syncing
+        "init_only",
+        "write_config_to",
+        "once",
+        "force",
+        "replace_kube_proxy",  # what the daemon does after a sync
+        "exclude_unreachable_endpoints",  # needs the inspector of a running daemon
+    }
 )
-"""``run``'s flags that shape what a sync programs, taken as ``run`` spells and explains them,
-so the plan of a daemon is asked for with that daemon's own command line."""
+"""``run``'s flags about running rather than about what a sync programs; plan takes every other
+one as ``run`` spells, reads and explains it (kube-proxy's flags included, those nlproxy has no
+use for named in a warning), so the plan of a daemon, or of a kube-proxy DaemonSet's command
+line, is asked for with that command line."""
 
 
 DESCRIPTION = (
@@ -60,7 +56,8 @@ DESCRIPTION = (
     "(and for the shared objects) it shows the elements, chains, rules and sets added (+), "
     "changed (~) and removed (-), and the flows that would be deleted; --json prints every "
     "operation of every batch, in order. The source is --manifests DIR or the API server; "
-    "the settings are run's own flags, so --config NEW previews a configuration change. "
+    "the settings are run's own flags (kube-proxy's command line included), so --config NEW "
+    "previews a configuration change. "
     "Objects left out are named. Exit 0; with --exit-code 1 when anything would change; 1 for "
     "a runtime failure, 2 for a usage or configuration error."
 )
@@ -83,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_source_and_settings(parser: argparse.ArgumentParser) -> None:
-    """``--manifests`` or ``--kubeconfig``, and ``run``'s flags that shape the rules."""
+    """``--manifests`` or ``--kubeconfig``, and ``run``'s flags but those of :data:`RUN_ONLY`."""
     from nlproxy.commands import run
 
     src = parser.add_mutually_exclusive_group()
@@ -92,7 +89,7 @@ def add_source_and_settings(parser: argparse.ArgumentParser) -> None:
     donor = argparse.ArgumentParser(add_help=False)
     run.add_arguments(donor)
     for action in donor._actions:
-        if action.dest in BORROWED:
+        if action.dest not in RUN_ONLY:
             parser._add_action(action)
 
 

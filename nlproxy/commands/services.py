@@ -1,7 +1,7 @@
 """``nlproxy services``: one table of every service port's frontends and backends on this node.
 
 Thin wiring over :mod:`nlproxy.operate.services`: reads what is programmed (tables ``ip``/``ip6
-nlproxy``, read back from the kernel and decoded by ``operate.rules.kernel_frontends`` through
+nlproxy``, read back from the kernel and decoded by ``operate.programmed.kernel_frontends`` through
 ``proxy/layout.py``, the one copy of the ruleset read backwards), classifies each backend with
 the inspector, and with ``--manifests DIR`` takes backend conditions and traffic policies from
 the Services and EndpointSlices there. Exit status 0, 2 for a bad or unknown ``--service``.

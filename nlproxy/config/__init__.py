@@ -65,6 +65,7 @@ __all__ = [
     "honoured_fields",
     "load_kube_proxy_config",
     "parse_duration",
+    "parse_networks",
 ]
 
 
@@ -212,7 +213,7 @@ def daemon_config(flags: Flags) -> DaemonConfig:
             cfg = with_field(cfg, attr, bind_address(value, port, flag))
     cfg = replace(cfg, conntrack=_conntrack_flags(flags, cfg.conntrack))
     if flags.external_ip_cidrs:
-        nets = _networks(flags.external_ip_cidrs, "--external-ip-cidrs")
+        nets = parse_networks(flags.external_ip_cidrs, "--external-ip-cidrs")
         cfg = replace(cfg, external_ip_cidrs=tuple(str(n) for n in nets))
     if flags.service_node_port_range:
         cfg = replace(cfg, node_port_range=_port_range(flags.service_node_port_range))
@@ -363,8 +364,8 @@ def proxy_config(flags: Flags, cfg: DaemonConfig) -> ProxyConfig:
         raise ConfigError("--consistent-hash-seed", f"{seed} is not in 0..4294967295")
     return ProxyConfig(
         node_name=cfg.node_name,
-        cluster_cidrs=_networks(cfg.cluster_cidr, "--cluster-cidr"),
-        service_cidrs=_networks(flags.service_cidr, "--service-cidr"),
+        cluster_cidrs=parse_networks(cfg.cluster_cidr, "--cluster-cidr"),
+        service_cidrs=parse_networks(flags.service_cidr, "--service-cidr"),
         nodeport_addresses=_nodeport_addresses(cfg.nodeport_addresses),
         masquerade_bit=cfg.masquerade_bit,
         node_ips=_addresses(flags.node_ip or cfg.node_ip, "--node-ip"),
@@ -398,7 +399,12 @@ def _split(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
-def _networks(text: str, flag: str) -> tuple[IPNetwork, ...]:
+def parse_networks(text: str, flag: str) -> tuple[IPNetwork, ...]:
+    """The CIDRs of a comma-separated flag value.
+
+    Raises:
+        ConfigError: naming ``flag`` and the part that is not a CIDR.
+    """
     out: list[IPNetwork] = []
     for part in _split(text):
         try:
@@ -437,5 +443,5 @@ def _nodeport_addresses(text: str) -> tuple[str, ...]:
         return ("0.0.0.0/0", "::/0")
     for part in parts:
         if part != PRIMARY:
-            _networks(part, "--nodeport-addresses")
+            parse_networks(part, "--nodeport-addresses")
     return parts or (PRIMARY,)

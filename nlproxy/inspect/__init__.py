@@ -9,7 +9,8 @@
 - ``ipvs``: what kube-proxy's IPVS mode leaves outside nftables (ipsets, ``kube-ipvs0``, virtual
   servers), found and removed.
 - ``kubeproxy``: kube-proxy's nftables tables read whole, as rulesets the tracer walks (for
-  ``nlproxy compare``).
+  ``nlproxy compare``); ``iptables``: its iptables mode's chains in the iptables-nft tables,
+  merged into one such ruleset, their compat expressions read by ``xt``.
 
 ``nlproxy inspect``'s rows (programmed endpoints joined with their verdicts) are
 ``operate/inspect.py``'s.

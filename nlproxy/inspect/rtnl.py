@@ -7,6 +7,7 @@ only reads: it never adds, changes or deletes a link, route or neighbour, and ne
 
 from __future__ import annotations
 
+import errno
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -196,6 +197,38 @@ def interface_addresses(netns_name: str | None) -> tuple[IPAddress, ...]:
     finally:
         ipr.close()
     return tuple(dict.fromkeys(addrs))
+
+
+RTN_LOCAL = 2
+
+
+def interface_towards(addr: IPAddress, netns_name: str | None) -> str:
+    """The interface a packet from ``addr`` comes in on, as the node routes to it (``ip route
+    get``: routing is symmetric for a pod, reached through its veth or its bridge); "" for one
+    of the node's own addresses or an address the node has no route to.
+
+    Raises:
+        ConfigError: the namespace cannot be entered.
+        RtnlError: the kernel refused the lookup for another reason than no route.
+    """
+    with netns.entered(netns_name):
+        ipr = IPRoute(groups=0)
+    try:
+        try:
+            routes = ipr.route("get", dst=str(addr))
+        except NetlinkError as exc:
+            if exc.code in (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EINVAL):
+                return ""
+            raise
+        oif = routes[0].get_attr("RTA_OIF") if routes else None
+        if not oif or int(routes[0]["type"]) == RTN_LOCAL:
+            return ""
+        return str(ipr.get_links(int(oif))[0].get_attr("IFLA_IFNAME"))
+    except NetlinkError as exc:
+        where = f"netns {netns_name}" if netns_name else "netns (own)"
+        raise RtnlError(f"{where} route to {addr}", str(exc)) from exc
+    finally:
+        ipr.close()
 
 
 class NodeRoutes(Protocol):

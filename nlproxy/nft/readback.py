@@ -55,7 +55,14 @@ from nlproxy.nft.uapi import (
 from nlproxy.nft.udata import udata_comment
 from nlproxy.nft.values import Addresses
 
-__all__ = ["KernelReadBack", "ReadbackError", "UndecodedRule", "read_comments", "read_ruleset"]
+__all__ = [
+    "KernelReadBack",
+    "ReadbackError",
+    "UndecodedRule",
+    "raw_expr",
+    "read_comments",
+    "read_ruleset",
+]
 
 _RETRIES = 5
 
@@ -257,6 +264,9 @@ _ATTRS: dict[str, str] = {
     "dynset": "sreg_key=DYNSET_SREG_KEY sreg_data=DYNSET_SREG_DATA op=DYNSET_OP "
     "timeout=DYNSET_TIMEOUT set=DYNSET_SET_NAME:s expr=DYNSET_EXPR:f",
     "counter": "",
+    # xtables compat (iptables-nft): not part of the IR, read by inspect/xtables.py
+    "match": "name=MT_NAME:s rev=MT_REV info=MT_INFO:b",
+    "target": "name=TG_NAME:s rev=TG_REV info=TG_INFO:b",
 }
 
 
@@ -272,7 +282,7 @@ def _attr_specs(name: str) -> tuple[tuple[str, int, str], ...]:
     return tuple(out)
 
 
-def _raw_expr(e: Any, n: Any) -> RawExpr:
+def raw_expr(e: Any, n: Any) -> RawExpr:
     """The attributes of expression ``e`` the decoder reads (``n``: a ``uint32_t *`` to use)."""
     ffi, lib = nftnl()
     name = ffi.string(lib.nftnl_expr_get_str(e, lib.NFTNL_EXPR_NAME)).decode()
@@ -320,7 +330,7 @@ def _parse_rule(nlh: Any, family: Family, infos: dict[str, SetInfo]) -> tuple[st
         ptrs = iterate(*iterator, r)
         try:
             n = ffi.new("uint32_t *")
-            exprs = decode_rule([_raw_expr(e, n) for e in ptrs], family, infos)
+            exprs = decode_rule([raw_expr(e, n) for e in ptrs], family, infos)
         except UndecodableError as exc:
             raw = tuple(_expr_text(e) for e in ptrs)
             return table, UndecodedRule(

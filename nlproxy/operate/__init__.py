@@ -1,5 +1,5 @@
-"""The operator commands' logic, one module per command; read only but for ``conntrack flush``
-and ``run --once``.
+"""The operator commands' logic, one module per command; read only but for ``conntrack flush``,
+``cleanup`` and ``run --once``.
 
 Each gathers what the kernel (and a running daemon, or a manifests directory) says and returns
 values or text; none parses a command line (``commands/`` does) and the daemon imports none.
@@ -9,7 +9,7 @@ values or text; none parses a command line (``commands/`` does) and the daemon i
 - ``services``: ``nlproxy services``: every programmed frontend with its backends.
 - ``explain``, ``explain_render``: ``nlproxy explain``: one Service's objects, programmed rules,
   flows, endpoints, problems and a trace, joined; and as text or JSON. Its halves, also read by
-  ``services``: ``rules`` (a Service's programmed rules, recovered from the kernel's maps),
+  ``services``: ``programmed`` (a Service's programmed rules, recovered from the kernel's maps),
   ``manifests`` (what a manifests directory says of it), ``trace`` (a new connection traced
   through the programmed rules).
 - ``inspect``: ``nlproxy inspect``'s rows: programmed endpoints joined with their verdicts.
@@ -22,4 +22,7 @@ values or text; none parses a command line (``commands/`` does) and the daemon i
 - ``plan``, ``plan_report``, ``plan_render``: ``nlproxy plan``: the next sync run with nothing
   applied, its batches told per Service, as text or JSON.
 - ``compare``: ``nlproxy compare``: kube-proxy's live rules traced against nlproxy's plan.
+- ``rules``: ``nlproxy rules``: nlproxy's tables read back, nft-like or as JSON.
+- ``cleanup``: ``nlproxy cleanup``: nlproxy's tables removed, or (``--kube-proxy``) every
+  kube-proxy mode's rules.
 """

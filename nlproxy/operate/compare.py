@@ -5,9 +5,10 @@ on the node's address, external and load-balancer IPs) and kind of client (a pod
 a pod on another node, the node itself, a client outside the cluster; and for a firewalled
 load balancer, a client inside its ``loadBalancerSourceRanges``), one new connection is traced
 (``proxy/tracer.py``) through kube-proxy's ruleset as the kernel holds it
-(``inspect/kubeproxy.py``) and through nlproxy's plan of the same objects (``proxy/planner``),
-and the outcomes are compared: which endpoints can answer, whether the source is masqueraded,
-and whether it is accepted, rejected or dropped.
+(``inspect/kubeproxy.py`` for its nftables mode, ``inspect/iptables.py`` for its iptables
+mode) and through nlproxy's plan of the same objects (``proxy/planner``), and the outcomes are
+compared: which endpoints can answer, whether the source is masqueraded, and whether it is
+accepted, rejected or dropped.
 
 Where they differ because nlproxy is meant to, the difference is named by design, with the
 reason (:func:`by_design`); every other difference is reported as one an operator must look at.
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from ipaddress import ip_address
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, IPNetwork, Protocol, Service
-from nlproxy.nft.ir import Cmp, Family, Field, MarkSet, Rule, Ruleset, Table
+from nlproxy.nft.ir import Cmp, Family, Field, MarkSet, Rule, Ruleset, Table, Verdict, VerdictKind
 from nlproxy.operate.manifests import service_frontends
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.tracer import TraceResult, trace
@@ -36,6 +37,8 @@ _KINDS = {
     "load-balancer": "load-balancer IP",
 }
 _VERDICTS = {"DROP": "drops it", "REJECT": "rejects it"}
+_UNSERVED = " (port not served)"
+_NO_SERVICE = "(no Service)"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,14 +195,14 @@ def edge_probes(snapshot: ClusterSnapshot, config: ProxyConfig) -> list[Probe]:
             served = {p.port for p in svc.ports if p.ref.protocol is Protocol.TCP}
             unserved = next(n for n in (1, 2, 3, 4) if n not in served)
             if ip is not None:
-                out.append(Probe(ref=f"{key} (port not served)", family=family,
+                out.append(Probe(ref=f"{key}{_UNSERVED}", family=family,
                                  kind="cluster-ip", proto=Protocol.TCP, dst=ip, port=unserved,
                                  client=client))  # fmt: skip
         ranges = [n for n in config.service_cidrs if n.version == version]
         ranges += [n for sc in snapshot.service_cidrs for n in sc.cidrs if n.version == version]
         free = next((a for n in ranges for a in _candidates(n) if a not in taken), None)
         if free is not None:
-            out.append(Probe(ref="(no Service)", family=family, kind="cluster-ip",
+            out.append(Probe(ref=_NO_SERVICE, family=family, kind="cluster-ip",
                              proto=Protocol.TCP, dst=free, port=80, client=client))  # fmt: skip
     return out
 
@@ -229,6 +232,7 @@ def compare(
     """Every probe of ``snapshot`` traced through kube-proxy's tables and nlproxy's plan."""
     local = node_addresses(snapshot, config)
     masquerade_all = {f: rs is not None and masquerades_all(rs) for f, rs in kube.items()}
+    iptables = {f: rs is not None and mode(rs) == "iptables" for f, rs in kube.items()}
     out: list[Outcome] = []
     for p in [*probes(snapshot, config), *edge_probes(snapshot, config)]:
         theirs = kube.get(p.family) or Ruleset(table=Table(family=p.family, name="kube-proxy"))
@@ -236,7 +240,10 @@ def compare(
         o = trace(ours[p.family], p.client.addr, p.proto, p.dst, p.port, local_addrs=local)
         outcome = Outcome(probe=p, kube=k, ours=o)
         if outcome.differs:
-            why = by_design(outcome, masquerade_all.get(p.family, False), config)
+            why = by_design(
+                outcome, masquerade_all.get(p.family, False), config,
+                iptables=iptables.get(p.family, False),
+            )  # fmt: skip
             both = k.verdict == o.verdict == "ACCEPT"
             notes = endpoint_notes(snapshot, p, k.endpoints ^ o.endpoints) if both else ()
             outcome = Outcome(probe=p, kube=k, ours=o, why=why, notes=notes)
@@ -272,9 +279,27 @@ def endpoint_notes(
     return tuple(notes)
 
 
+def mode(rs: Ruleset) -> str:
+    """Which of kube-proxy's modes ``rs`` was read from: "nftables" or "iptables"."""
+    from nlproxy.inspect.iptables import NAME
+
+    return "iptables" if rs.table.name == NAME else "nftables"
+
+
 def masquerades_all(rs: Ruleset) -> bool:
-    """Whether kube-proxy runs with ``--masquerade-all``: its ``services`` chain marks every
-    connection to a ClusterIP for masquerade, not only those from outside the cluster CIDR."""
+    """Whether kube-proxy runs with ``--masquerade-all``: it marks every connection to a
+    ClusterIP for masquerade, not only those from outside the cluster CIDR (nftables mode: in its
+    ``services`` chain; iptables mode: in each ``KUBE-SVC-*`` chain's jump to
+    ``KUBE-MARK-MASQ``)."""
+    if mode(rs) == "iptables":
+        marks = [
+            rule
+            for chain, rules in rs.rules.items()
+            if chain.startswith(("nat/KUBE-SVC-", "nat/KUBE-SVL-"))
+            for rule in rules
+            if Verdict(VerdictKind.JUMP, "nat/KUBE-MARK-MASQ") in rule.exprs
+        ]
+        return bool(marks) and not any(_matches_source(r) for r in marks)
     for rule in rs.rules.get("services", ()):
         if any(isinstance(e, MarkSet) for e in rule.exprs):
             return not _matches_source(rule)
@@ -287,8 +312,15 @@ def _matches_source(rule: Rule) -> bool:
     )
 
 
-def by_design(outcome: Outcome, masquerade_all: bool, config: ProxyConfig) -> str:
-    """Why nlproxy differs from kube-proxy here on purpose, or "" when it should not."""
+def by_design(
+    outcome: Outcome, masquerade_all: bool, config: ProxyConfig, *, iptables: bool = False
+) -> str:
+    """Why nlproxy differs from kube-proxy here on purpose, or "" when it should not.
+
+    ``iptables``: kube-proxy runs in iptables mode, which (unlike its nftables mode, whose
+    ruleset nlproxy's follows) has no rule for addresses and ports of the service range that no
+    Service port serves: such a connection is routed on, unproxied, where nlproxy refuses it.
+    """
     k, o = outcome.kube, outcome.ours
     same_path = k.verdict == o.verdict and k.endpoints == o.endpoints
     if same_path and k.masquerade and not o.masquerade and masquerade_all:
@@ -296,34 +328,51 @@ def by_design(outcome: Outcome, masquerade_all: bool, config: ProxyConfig) -> st
             "kube-proxy runs with --masquerade-all; nlproxy has no such setting and masquerades "
             "ClusterIP traffic only from outside the cluster CIDR (--cluster-cidr)"
         )
+    unproxied = k.verdict == "ACCEPT" and not k.endpoints and outcome.probe.kind == "cluster-ip"
+    if iptables and unproxied and outcome.probe.ref.endswith(_UNSERVED) and o.verdict == "REJECT":
+        return (
+            "kube-proxy's iptables mode has no rule for a ClusterIP's unserved ports and routes "
+            "the connection on; nlproxy rejects it, as kube-proxy's nftables mode does"
+        )
+    if iptables and unproxied and outcome.probe.ref == _NO_SERVICE and o.verdict == "DROP":
+        return (
+            "kube-proxy's iptables mode has no rule for service-range addresses no Service holds "
+            "and routes the connection on; nlproxy drops it, as kube-proxy's nftables mode does"
+        )
     return ""
 
 
 def why_no_table(netns: str | None) -> str:
-    """Why there is no kube-proxy nftables table to compare with: kube-proxy in another mode
-    (its chains in the iptables-nft tables), or no kube-proxy at all."""
+    """Why there are no kube-proxy rules to compare with: kube-proxy in IPVS mode (or its
+    iptables chains in the legacy backend, out of netlink's reach), or no kube-proxy at all."""
     from nlproxy.inspect.foreign import detect
 
     others = [t for t in detect(netns) if t.mode != "nftables"]
     if others:
         found = "; ".join(t.describe for t in others)
         return (
-            f"kube-proxy runs in iptables (or IPVS) mode on this node ({found}); compare reads "
-            "kube-proxy's nftables mode only"
+            f"kube-proxy's rules on this node are not in a mode compare reads ({found}); "
+            "compare reads kube-proxy's nftables mode and its iptables mode through iptables-nft"
         )
-    return "no kube-proxy nftables table on this node"
+    return "no kube-proxy rules on this node (neither its nftables tables nor its iptables chains)"
 
 
 def read_kube(netns: str | None) -> dict[Family, Ruleset | None]:
-    """kube-proxy's tables on this node (None for a family without one).
+    """kube-proxy's rules on this node, per family (None for a family without them): its
+    nftables table, else its iptables-mode chains in the iptables-nft tables.
 
     Raises:
         KubeProxyRulesetError: a rule that cannot be interpreted.
         ReadbackError: the ruleset kept changing while it was read.
     """
+    from nlproxy.inspect.iptables import read_kube_proxy_iptables
     from nlproxy.inspect.kubeproxy import read_kube_proxy
 
-    return {f: read_kube_proxy(f, netns) for f in FAMILIES}
+    out: dict[Family, Ruleset | None] = {}
+    for f in FAMILIES:
+        rs = read_kube_proxy(f, netns)
+        out[f] = rs if rs is not None else read_kube_proxy_iptables(f, netns)
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -332,6 +381,8 @@ class Certificate:
 
     outcomes: tuple[Outcome, ...]
     kube_tables: tuple[Family, ...]
+    kube_mode: str = "nftables"
+    """The mode kube-proxy's rules were read in: "nftables" or "iptables" (through iptables-nft)."""
 
     @property
     def differences(self) -> list[Outcome]:
@@ -347,6 +398,9 @@ class Certificate:
 
     def summary(self) -> str:
         tables = ", ".join(f"{f} kube-proxy" for f in self.kube_tables) or "no kube-proxy table"
+        if self.kube_mode == "iptables" and self.kube_tables:
+            families = ", ".join(str(f) for f in self.kube_tables)
+            tables = f"kube-proxy's iptables mode: {families}"
         head = f"{len(self.outcomes)} connections to {self.frontends} frontends compared ({tables})"
         if self.differences:
             return f"{head}: {len(self.differences)} differ" + (
@@ -376,6 +430,7 @@ def to_json(cert: Certificate) -> dict[str, object]:
         "equivalent": not cert.differences,
         "summary": cert.summary(),
         "kube_proxy_tables": [str(f) for f in cert.kube_tables],
+        "kube_proxy_mode": cert.kube_mode,
         "outcomes": [
             {
                 "service": o.probe.ref,
@@ -404,7 +459,9 @@ def certify(
     config: ProxyConfig,
 ) -> Certificate:
     """:func:`compare`, as a certificate."""
+    found = [rs for rs in kube.values() if rs is not None]
     return Certificate(
         outcomes=tuple(compare(kube, ours, snapshot, config)),
         kube_tables=tuple(f for f, rs in kube.items() if rs is not None),
+        kube_mode="iptables" if any(mode(rs) == "iptables" for rs in found) else "nftables",
     )

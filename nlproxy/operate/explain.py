@@ -25,12 +25,12 @@ from nlproxy.conntrack.kernel import Conntrack, Flow, FlowFilter
 from nlproxy.errors import ConfigError
 from nlproxy.inspect.classify import Reachability, classify
 from nlproxy.inspect.foreign import find
-from nlproxy.inspect.rtnl import interface_addresses
+from nlproxy.inspect.rtnl import interface_addresses, interface_towards
 from nlproxy.nft.counters import read_counters
 from nlproxy.nft.ir import Family, IPAddress, Ruleset, Set
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.operate.manifests import ServiceFacts, service_facts
-from nlproxy.operate.rules import (
+from nlproxy.operate.programmed import (
     FrontendReport,
     FrontKey,
     ServiceRules,
@@ -142,7 +142,11 @@ def explain(
     local = list(interface_addresses(netns))  # what ``fib … type local`` sees
     flows = _flows(netns, rulesets, frontends, local)
     endpoints = _endpoints(netns, frontends)
-    traces = trace_frontends(rulesets, frontends, source, local) if source is not None else []
+    traces = (
+        trace_frontends(rulesets, frontends, source, local, interface_towards(source, netns))
+        if source is not None
+        else []
+    )
     return Report(
         service=key,
         source=f"manifests {manifests}" if manifests else "kernel (recovered from the maps)",

@@ -15,7 +15,7 @@ from nlproxy.conntrack.kernel import Flow
 from nlproxy.nft.ir import IPAddress
 from nlproxy.operate.explain import FLOWS_SHOWN, FlowGroup, Report
 from nlproxy.operate.manifests import ServiceFacts
-from nlproxy.operate.rules import FrontendReport, ServiceRules
+from nlproxy.operate.programmed import FrontendReport, ServiceRules
 from nlproxy.operate.trace import TraceRow
 from nlproxy.proxy import naming as n
 

@@ -16,7 +16,7 @@ from nlproxy.inspect.classify import Reachability, classify
 from nlproxy.nft.ir import Family, IPAddress, Ruleset
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.values import key_order
-from nlproxy.operate.rules import FrontendReport, kernel_frontends
+from nlproxy.operate.programmed import FrontendReport, kernel_frontends
 from nlproxy.operate.text import printable
 from nlproxy.proxy.layout import ADDRESS, FrontKey, UnexpectedElement, keyed, proto_name, targets
 from nlproxy.proxy.naming import TABLE

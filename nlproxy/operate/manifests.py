@@ -27,7 +27,7 @@ from nlproxy.cluster.model import (
 )
 from nlproxy.cluster.state import ClusterState
 from nlproxy.nft.ir import Family, IPAddress
-from nlproxy.operate.rules import FrontendReport
+from nlproxy.operate.programmed import FrontendReport
 from nlproxy.proxy.budget import Fallback, admit, choice, demand
 from nlproxy.proxy.layout import Frontend
 

@@ -30,7 +30,12 @@ from typing import Any
 
 import yaml
 
-from nlproxy.config import DaemonConfig, _networks, honoured_fields, load_kube_proxy_config
+from nlproxy.config import (
+    DaemonConfig,
+    honoured_fields,
+    load_kube_proxy_config,
+    parse_networks,
+)
 from nlproxy.errors import ConfigError
 from nlproxy.inspect.foreign import Leftovers
 from nlproxy.netlink import netns
@@ -407,7 +412,7 @@ def preflight(
     from nlproxy.conntrack.sysctl import ConntrackConfig
     from nlproxy.inspect.foreign import find, names
 
-    cidrs = tuple(_networks(service_cidr, "--service-cidr")) or (KUBEADM_SERVICE_CIDR,)
+    cidrs = tuple(parse_networks(service_cidr, "--service-cidr")) or (KUBEADM_SERVICE_CIDR,)
     findings: list[Finding] = []
     doc: Mapping[str, Any] = {}
     cfg: DaemonConfig | None = DaemonConfig()

@@ -1,7 +1,7 @@
 """``nlproxy services``: every programmed frontend with its backends, their state and policies.
 
 Sits at the end of the flow with the other read-only reports. The frontends come from the
-kernel through the one read-back of the ruleset's shape (:func:`nlproxy.operate.rules.
+kernel through the one read-back of the ruleset's shape (:func:`nlproxy.operate.programmed.
 kernel_frontends`), the reachability of each backend from the inspector
 (:func:`nlproxy.inspect.classify.classify`), and, when a manifests directory is given, the
 Services and EndpointSlices it holds (through the manifests source's parsing): the kernel cannot
@@ -36,7 +36,7 @@ from nlproxy.nft.ir import Family, IPAddress, Ruleset, Set, SetUpdate
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.operate.explain import parse_service_key
 from nlproxy.operate.manifests import service_frontends
-from nlproxy.operate.rules import FrontendReport, FrontKey, kernel_frontends
+from nlproxy.operate.programmed import FrontendReport, FrontKey, kernel_frontends
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.layout import closure, proto_name
 

@@ -15,7 +15,7 @@ from ipaddress import IPv4Network, IPv6Network
 
 from nlproxy.nft.decode import key_order
 from nlproxy.nft.ir import Family, IPAddress, L4Proto, Ruleset
-from nlproxy.operate.rules import FrontendReport
+from nlproxy.operate.programmed import FrontendReport
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.tracer import TraceError, trace
 
@@ -75,8 +75,14 @@ def trace_frontends(
     frontends: Sequence[FrontendReport],
     src: IPAddress,
     local_addrs: Collection[IPAddress],
+    iifname: str = "",
 ) -> list[TraceRow]:
-    """Trace a new connection from ``src`` to every frontend of the source's family."""
+    """Trace a new connection from ``src`` to every frontend of the source's family.
+
+    ``iifname``: the interface ``src``'s packets come in on (``inspect.rtnl.interface_towards``),
+    which the programmed rules match with the interface detect-local modes (a pod's veth or
+    bridge is not masqueraded); "" for none.
+    """
     rows = []
     fam = Family.IP if src.version == 4 else Family.IP6
     for fe in frontends:
@@ -85,7 +91,7 @@ def trace_frontends(
             continue
         rs = rulesets.get(fam)
         dst = fe.address or nodeport_destination(rs, fam, list(local_addrs))
-        rows.append(_trace_one(rs, fe, src, dst, local_addrs))
+        rows.append(_trace_one(rs, fe, src, dst, local_addrs, iifname))
     return rows
 
 
@@ -95,6 +101,7 @@ def _trace_one(
     src: IPAddress,
     dst: IPAddress | None,
     local_addrs: Collection[IPAddress],
+    iifname: str,
 ) -> TraceRow:
     if dst is None:
         return TraceRow(
@@ -104,7 +111,9 @@ def _trace_one(
         why = f"table {fe.family} {n.TABLE} is not programmed: nlproxy does nothing with it"
         return TraceRow(frontend=fe, dst=dst, verdict="ACCEPT", diagnosis=why)
     try:
-        result = trace(rs, src, L4Proto(fe.proto), dst, fe.port, local_addrs=local_addrs)
+        result = trace(
+            rs, src, L4Proto(fe.proto), dst, fe.port, local_addrs=local_addrs, iifname=iifname
+        )
     except TraceError as exc:
         return TraceRow(frontend=fe, dst=dst, verdict="-", diagnosis=f"cannot trace: {exc}")
     endpoints = tuple(sorted(result.endpoints))

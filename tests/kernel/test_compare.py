@@ -33,9 +33,19 @@ def kube_proxy_node(make_netns: Callable[[str], str], reference: Path, run: str)
     return ns
 
 
-def compare(ns: str, objects: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]:
+KUBE_PROXY_COMMAND_LINE = [
+    "--hostname-override=kind-worker", "--proxy-mode=iptables",
+    "--cluster-cidr=10.244.0.0/16,fd00:10:244::/56", "--conntrack-max-per-core=0",
+    "--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0", "--v=2",
+]  # fmt: skip
+"""The flags kube-proxy made the iptables rulesets with (the reference's runs.json)."""
+
+
+def compare(
+    ns: str, objects: Path, capsys: pytest.CaptureFixture[str], flags: list[str] = FLAGS
+) -> tuple[int, Any]:
     capsys.readouterr()
-    status = main(["--netns", ns, "compare", "--manifests", str(objects), "--json", *FLAGS])
+    status = main(["--netns", ns, "compare", "--manifests", str(objects), "--json", *flags])
     return status, json.loads(capsys.readouterr().out)
 
 
@@ -161,22 +171,206 @@ def test_a_node_without_kube_proxy_is_one_line(
     objects = served(reference, tmp_path / "m")
     assert main(["--netns", ns, "compare", "--manifests", str(objects), *FLAGS]) == 1
     err = capsys.readouterr().err
-    assert err == "nlproxy: compare: no kube-proxy nftables table on this node\n"
+    assert err == (
+        "nlproxy: compare: no kube-proxy rules on this node (neither its nftables tables nor "
+        "its iptables chains)\n"
+    )
 
 
-def test_iptables_mode_is_named_and_declined(
+# ---------------------------------------------------------------------------------------------
+# iptables mode, through iptables-nft: the same comparison over the compat expressions
+
+NFACCT = ("ct_state_invalid_dropped_pkts", "localhost_nps_accepted_pkts")
+"""The counters kube-proxy's iptables mode creates before its rules name them."""
+UNPROXIED = ("(port not served)", "(no Service)")
+
+
+@pytest.fixture(scope="module")
+def iptables_nft() -> None:
+    """iptables-restore on the nf_tables backend and nfacct (make deps installs both)."""
+    missing = [
+        t for t in ("iptables-restore", "ip6tables-restore", "nfacct") if not shutil.which(t)
+    ]
+    if missing:
+        pytest.fail(f"missing tools: {', '.join(missing)} (make deps installs them)")
+    version = sh("iptables-restore", "--version")
+    if "nf_tables" not in version:
+        pytest.fail(f"iptables-restore is not the iptables-nft backend: {version.strip()}")
+
+
+def kube_proxy_iptables_node(
+    make_netns: Callable[[str], str], reference: Path, run: str, extra: str = ""
+) -> str:
+    """A namespace holding kube-proxy's iptables-mode rules of ``run`` (and ``extra`` lines,
+    iptables-restore input for table nat, loaded after them without a flush)."""
+    ns = make_netns("cmp-ipt")
+    for name in NFACCT:
+        sh("nfacct", "add", name, ns=ns)
+    sh("iptables-restore", ns=ns, input_=(reference / run / "iptables-save.txt").read_text())
+    sh("ip6tables-restore", ns=ns, input_=(reference / run / "ip6tables-save.txt").read_text())
+    if extra:
+        sh("iptables-restore", "--noflush", ns=ns, input_=extra)
+    return ns
+
+
+def test_iptables_mode_is_equivalent_but_for_what_it_leaves_unproxied(
+    iptables_nft: None,
     make_netns: Callable[[str], str],
     reference: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    ns = make_netns("cmp-ipt")
-    rules = (reference / "iptables" / "iptables-save.txt").read_text()
-    sh("iptables-restore", ns=ns, input_=rules)
+    ns = kube_proxy_iptables_node(make_netns, reference, "iptables")
+    # compare is given kube-proxy's own command line, as plan and run take it.
+    status, cert = compare(ns, served(reference, tmp_path / "m"), capsys, KUBE_PROXY_COMMAND_LINE)
+    assert status == 0, cert["summary"]
+    assert cert["equivalent"] is True
+    assert (cert["kube_proxy_mode"], cert["kube_proxy_tables"]) == ("iptables", ["ip", "ip6"])
+    outcomes = cert["outcomes"]
+    assert {o["frontend"] for o in outcomes} == {
+        "cluster-ip", "node-port", "external-ip", "load-balancer",
+    }  # fmt: skip
+    assert {o["family"] for o in outcomes} == {"ip", "ip6"}
+    # Every Service frontend behaves the same; only connections no Service port answers differ,
+    # each named by design: iptables mode routes them on, nlproxy refuses them.
+    designed = [o for o in outcomes if o["differs"]]
+    assert designed
+    for o in designed:
+        assert o["service"].endswith(UNPROXIED), o["words"]
+        assert "kube-proxy's iptables mode has no rule" in o["by_design"]
+        assert (o["kube_proxy"]["verdict"], o["kube_proxy"]["endpoints"]) == ("ACCEPT", [])
+        assert o["nlproxy"]["verdict"] in ("REJECT", "DROP")
+    served_ = [o for o in outcomes if not o["service"].endswith(UNPROXIED)]
+    assert not [o for o in served_ if o["differs"]]
+    assert {o["kube_proxy"]["verdict"] for o in served_} == {"ACCEPT", "REJECT", "DROP"}
+
+    def kube(service: str, frontend: str, client: str) -> list[list[str]]:
+        return [
+            o["kube_proxy"]["endpoints"]
+            for o in served_
+            if (o["service"], o["frontend"], o["client"]) == (service, frontend, client)
+        ]
+
+    # Read from the compat expressions: statistic's random choice reaches every endpoint,
+    # recent (affinity) lists read empty, addrtype and the eTP Local short-circuit.
+    assert kube("shop/frontend:http/TCP", "cluster-ip", "a pod on this node") == [
+        ["10.244.1.5:8080", "10.244.2.7:8080"]
+    ]
+    assert kube("shop/cart:http/TCP", "cluster-ip", "a pod on another node") == [
+        ["10.244.1.12:8080", "10.244.2.15:8080"]
+    ]
+    outside = "a client outside the cluster"
+    assert kube("shop/ingress-local:https/TCP", "node-port", outside) == [["10.244.1.8:8443"]]
+    assert kube("shop/ingress-local:https/TCP", "node-port", "the node itself") == [
+        ["10.244.1.8:8443", "10.244.2.10:8443"]
+    ]
+    assert sorted(kube("default/dual-stack:http/TCP", "node-port", outside)) == [
+        ["10.244.1.17:8080", "10.244.2.22:8080"],
+        ["[fd00:10:244:1::17]:8080", "[fd00:10:244:2::22]:8080"],
+    ]
+    web = ("shop/web-nodeport:http/TCP", "node-port")
+    masq = [o["kube_proxy"]["masquerade"] for o in served_ if (o["service"], o["frontend"]) == web]
+    assert masq
+    assert all(masq)
+    assert cert["summary"].endswith(f"equivalent but for {len(designed)} differences by design")
+    assert "(kube-proxy's iptables mode: ip, ip6)" in cert["summary"]
+
+
+def test_iptables_masquerade_all_differs_only_by_design(
+    iptables_nft: None,
+    make_netns: Callable[[str], str],
+    reference: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ns = kube_proxy_iptables_node(make_netns, reference, "iptables-masquerade-all")
+    status, cert = compare(ns, served(reference, tmp_path / "m"), capsys)
+    assert status == 0, cert["summary"]
+    masq = [o for o in cert["outcomes"] if o["differs"] and "--masquerade-all" in o["by_design"]]
+    assert masq
+    for o in masq:
+        assert (o["kube_proxy"]["masquerade"], o["nlproxy"]["masquerade"]) == (True, False)
+        assert o["client"] in ("a pod on this node", "a pod on another node")
+        assert o["kube_proxy"]["endpoints"] == o["nlproxy"]["endpoints"]
+    rest = [o for o in cert["outcomes"] if o["differs"] and o not in masq]
+    assert all(o["service"].endswith(UNPROXIED) for o in rest)
+
+
+def test_iptables_mode_changed_objects_are_found_different_frontend_by_frontend(
+    iptables_nft: None,
+    make_netns: Callable[[str], str],
+    reference: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ns = kube_proxy_iptables_node(make_netns, reference, "iptables")
+    docs = [d for d in yaml.safe_load_all((reference / "api-objects.yaml").read_text()) if d]
+    for d in docs:
+        name = d["metadata"]["name"]
+        if d["kind"] == "EndpointSlice" and name == "frontend-7kq2x":
+            d["endpoints"][1]["conditions"] = {"ready": False, "serving": False}
+        if d["kind"] == "Service" and name == "storefront-lb":
+            d["spec"]["loadBalancerSourceRanges"].append("192.0.2.0/24")
+        if d["kind"] == "Service" and name == "web-nodeport":
+            d["spec"]["externalTrafficPolicy"] = "Local"
+        if d["kind"] == "Service" and name == "cart":
+            d["spec"]["ports"][0]["port"] = 8081
+    changed = tmp_path / "changed"
+    changed.mkdir()
+    (changed / "objects.yaml").write_text(yaml.safe_dump_all(docs))
+    status, cert = compare(ns, changed, capsys)
+    assert status == 4
+    differ = [o for o in cert["outcomes"] if o["differs"] and "by_design" not in o]
+    assert {o["service"] for o in differ} == {
+        "shop/frontend:http/TCP", "shop/storefront-lb:http/TCP", "shop/web-nodeport:http/TCP",
+        "shop/cart:http/TCP",
+    }  # fmt: skip
+    frontend = [o for o in differ if o["service"] == "shop/frontend:http/TCP"]
+    assert len(frontend) == 4  # every kind of client of its one frontend
+    assert all(o["kube_proxy"]["endpoints"] == ["10.244.1.5:8080", "10.244.2.7:8080"]
+               for o in frontend)  # fmt: skip
+    assert all("10.244.2.7 is not ready" in o["words"] for o in frontend)
+    [lb] = [o for o in differ if o["service"] == "shop/storefront-lb:http/TCP"]
+    assert (lb["client"], lb["kube_proxy"]["verdict"], lb["nlproxy"]["verdict"]) == (
+        "a client outside the cluster", "DROP", "ACCEPT",
+    )  # fmt: skip
+    outside = [o for o in differ if o["service"] == "shop/web-nodeport:http/TCP"
+               and o["client"] == "a client outside the cluster"]  # fmt: skip
+    assert [o["nlproxy"]["endpoints"] for o in outside] == [["10.244.1.7:8080"]]
+    # The cart now listens on 8081: kube-proxy's port 80 is not served by nlproxy (rejected),
+    # and nlproxy's 8081 is not proxied by kube-proxy.
+    cart = {(o["port"], o["kube_proxy"]["verdict"], o["nlproxy"]["verdict"])
+            for o in differ if o["service"] == "shop/cart:http/TCP"}  # fmt: skip
+    assert cart == {(8081, "ACCEPT", "ACCEPT")}
+    assert all(o["kube_proxy"]["endpoints"] == [] for o in differ
+               if o["service"] == "shop/cart:http/TCP")  # fmt: skip
+
+
+def test_iptables_mode_reads_only_kube_proxys_rules(
+    iptables_nft: None,
+    make_netns: Callable[[str], str],
+    reference: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Another program's chain and built-in chain rules (Docker's, a CNI's) are left out, even
+    with matches compare does not read; a kube-proxy rule it cannot read is one line, exit 1."""
+    foreign = (
+        "*nat\n:DOCKER - [0:0]\n"
+        "-I PREROUTING 1 -m addrtype --dst-type LOCAL -m limit --limit 5/s -j DOCKER\n"
+        "-A DOCKER -p tcp -m tcp --dport 80 -m time --timestart 00:00 -j DNAT "
+        "--to-destination 192.0.2.9:80\nCOMMIT\n"
+    )
+    ns = kube_proxy_iptables_node(make_netns, reference, "iptables", foreign)
+    status, cert = compare(ns, served(reference, tmp_path / "m"), capsys)
+    assert status == 0, cert["summary"]
+    assert not [o for o in cert["outcomes"] if "192.0.2.9:80" in o["kube_proxy"]["endpoints"]]
+    sh("iptables", "-t", "nat", "-I", "KUBE-SERVICES", "1", "-m", "statistic", "--mode", "nth",
+       "--every", "2", "--packet", "0", "-j", "RETURN", ns=ns)  # fmt: skip
     capsys.readouterr()
-    objects = served(reference, tmp_path / "m")
+    objects = tmp_path / "m"
     assert main(["--netns", ns, "compare", "--manifests", str(objects), *FLAGS]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("nlproxy: compare: kube-proxy runs in iptables (or IPVS) mode")
-    assert "KUBE-* chains in table ip nat" in err
-    assert err.endswith("compare reads kube-proxy's nftables mode only\n")
+    assert err.startswith("nlproxy: chain ip nat KUBE-SERVICES: rule "), err
+    assert err.endswith(": match statistic rev 0: mode 1 (only random is read)\n"), err
+    assert err.count("\n") == 1

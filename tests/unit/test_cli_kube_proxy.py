@@ -269,3 +269,32 @@ def test_deprecated_port_flags_replace_the_bind_addresses_port() -> None:
         "0.0.0.0:10300",
         "127.0.0.1:0",
     )
+
+
+RUN_ACTIONS = ("--cleanup", "--init-only", "--write-config-to")
+"""kube-proxy's flags that make it do something else than sync: not plan's (nor compare's)."""
+
+
+@pytest.mark.parametrize("command", ["plan", "compare"])
+@pytest.mark.parametrize("flag", [f for f in FLAGS if f not in RUN_ACTIONS])
+def test_plan_and_compare_take_each_flag_as_run_does(
+    command: str, flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A kube-proxy DaemonSet's command line gives ``plan`` (and ``compare``) the settings it
+    gives ``run``: the same honoured values, the same warnings."""
+    from nlproxy.commands import plan
+
+    parser = build_parser()
+    ran = parser.parse_args([*BASE, *_argv(flag, VALID[flag])])
+    asked = parser.parse_args([command, "--node-name", "n1", *_argv(flag, VALID[flag])])
+    want, got = settings(ran), plan.settings(asked)
+    assert (got.proxy, got.daemon) == (want.proxy, want.daemon)
+    assert capsys.readouterr().err.count("warning") == len(want.daemon.warnings)
+
+
+@pytest.mark.parametrize("flag", RUN_ACTIONS)
+def test_plan_refuses_what_makes_run_do_something_else(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["plan", "--manifests", ".", *_argv(flag, VALID[flag])]) == 2
+    assert f"unrecognized arguments: {flag}" in capsys.readouterr().err

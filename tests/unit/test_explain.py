@@ -18,7 +18,12 @@ from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.operate.explain import EndpointRow, Report, parse_service_key
 from nlproxy.operate.explain_render import render_text, report_to_json, table
 from nlproxy.operate.manifests import service_facts, service_frontends
-from nlproxy.operate.rules import FrontendReport, element_frontend, kernel_frontends, service_rules
+from nlproxy.operate.programmed import (
+    FrontendReport,
+    element_frontend,
+    kernel_frontends,
+    service_rules,
+)
 from nlproxy.operate.trace import trace_frontends
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.planner import plan

@@ -9,7 +9,7 @@ import pytest
 
 from nlproxy.cluster.model import ClusterSnapshot, LoadBalancing
 from nlproxy.nft.ir import Element, Family, Ruleset, Table
-from nlproxy.operate.rules import kernel_frontends
+from nlproxy.operate.programmed import kernel_frontends
 from nlproxy.proxy import layout
 from nlproxy.proxy.layout import (
     Backend,

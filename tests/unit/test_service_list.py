@@ -10,7 +10,7 @@ import pytest
 
 from nlproxy.inspect.classify import Reachability
 from nlproxy.nft.ir import Family, IPAddress, Ruleset
-from nlproxy.operate.rules import kernel_frontends
+from nlproxy.operate.programmed import kernel_frontends
 from nlproxy.operate.services import (
     ServiceRow,
     build_rows,
