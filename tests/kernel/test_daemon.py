@@ -23,6 +23,7 @@ from nlproxy.demo.testbed import Testbed
 from nlproxy.netlink import netns
 from tests.kernel import topo
 from tests.kernel.daemon import (
+    LOADED_MACHINE_BOUND,
     VIP_A,
     VIP_B,
     Daemon,
@@ -196,7 +197,8 @@ def test_signals_stop_promptly_and_keep_rules(
     try:
         proc.wait_ready()
         proc.proc.send_signal(signum)
-        assert proc.proc.wait(timeout=5) == 0
+        # How promptly is test_daemon_stop's (under CPU burners); here: it ends, cleanly.
+        assert proc.proc.wait(timeout=LOADED_MACHINE_BOUND) == 0
         assert answered_by(testbed, VIP_A, 2) == {"pod-a"}
     finally:
         proc.kill()
