@@ -433,7 +433,12 @@ class SyncLoop:
         # Which services this sync changed, when that is known exactly (else None: any).
         exact = result.incremental and self.snapshot_filter is None
         self.report.synced(
-            result, pending, verify=verify, exact=exact, readback_ms=outcome.readback_ms
+            result,
+            pending,
+            verify=verify,
+            exact=exact,
+            readback_ms=outcome.readback_ms,
+            repaired=outcome.repaired is not None,
         )
         if self.on_synced is not None:
             self.on_synced(result, pending if exact else None)

@@ -168,10 +168,15 @@ class SyncReporter:
         verify: bool,
         exact: bool,
         readback_ms: float | None = None,
+        repaired: bool = False,
     ) -> None:
         """A sync of the ``pending`` services succeeded (``exact``: they are exactly the
         services it changed; else any may have); ``readback_ms``: it read the tables back
-        first, for that long."""
+        first, for that long; ``repaired``: a drift's repair went before it.
+
+        ``sync.applied`` is an info line when the sync did something (operations, changes,
+        flows, a repair or a read-back); the periodic verify of an idle node that found
+        nothing to do is a debug line, not one info line every sync period."""
         now = trio.current_time()
         seconds = (result.plan_ms + result.apply_ms) / 1000
         self.health.synced(now)
@@ -191,8 +196,16 @@ class SyncReporter:
         self._observe_programming(pending)
         if result.plan is not None:
             self._no_local.update(result.plan, pending if exact else None)
-        if result.total_ops or verify or pending:
-            self.log.info(
+        busy = bool(
+            result.total_ops
+            or pending
+            or result.conntrack_deleted
+            or repaired
+            or readback_ms is not None
+        )
+        if busy or verify:
+            log = self.log.info if busy else self.log.debug
+            log(
                 "sync.applied",
                 ops=result.total_ops,
                 duration_ms=round(seconds * 1000, 3),
