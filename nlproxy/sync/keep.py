@@ -7,7 +7,9 @@ their traffic until the file is fixed, for no change anyone made. So while ``unr
 anything, the Syncer plans what it knows and keeps, beside it, the objects of the tables as it
 found them at start that belong to Services it has never seen (:class:`Keeper`): no delete and
 no conntrack flush for them, and no restart record that says they are gone. Once every place is
-read, the next sync compares everything and deletes what is really gone.
+read, the next sync compares everything and deletes what is really gone. Meanwhile every sync
+takes the full path (plan in place, compare whole tables): the plan alone is not what is
+programmed, so a delta of it cannot stand for the difference.
 
 Which objects are a Service's: the elements of the per-frontend maps (``layout.py``'s
 ``ADDRESS_KEYED`` / ``NODEPORT_KEYED``) of every frontend whose commented element (dispatch or
@@ -20,12 +22,12 @@ Pure but for :class:`Keeper`'s memory of what was seen: no I/O, clock or logging
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
 from copy import copy
 from dataclasses import replace
 
 from nlproxy.cluster.model import ClusterSnapshot
-from nlproxy.nft.ir import Dnat, ElementMap, Family, Rule, Ruleset, Verdict, names
+from nlproxy.nft.ir import Dnat, ElementMap, Family, Rule, Ruleset, Value, Verdict, names
 from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.reconcile import programmed_fingerprint
 from nlproxy.proxy import naming as n
@@ -161,13 +163,18 @@ def _close(
                     endpoints.add(t[0])
 
 
-def _plain(start: Ruleset, desired: Ruleset, out: Ruleset, name: str, mine: object) -> None:
+def _plain(
+    start: Ruleset,
+    desired: Ruleset,
+    out: Ruleset,
+    name: str,
+    mine: Callable[[tuple[Value, ...]], bool],
+) -> None:
     """Add to ``out`` the elements of ``start``'s plain set ``name`` that ``mine`` (a predicate
     on a key) claims and ``desired`` lacks."""
     have, want = start.elements.get(name), desired.elements.get(name)
     if not have or want is None or name not in desired.sets:
         return
-    assert callable(mine)
     if isinstance(have, PackedElements) and isinstance(want, PackedElements):
         raw = {k: d for k, d in have.raw.items() if k not in want.raw and mine(have.decode_key(k))}
         if raw:

@@ -267,7 +267,8 @@ class Syncer:
         # failed commit that view is as stale as ours, so they re-read it too.
         for backend in self._backends.values():
             backend.forget()
-        self.keeper.found(self._programmed)
+        if not self._seeded:  # the tables as this process found them
+            self.keeper.found(self._programmed)
         self._seeded = True
         self._in_step = False
         self._unplanned = None  # the next sync plans afresh and compares with the read-back
