@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+from nlproxy.operate.status import DEFAULT_METRICS, METRICS_PORT, parse_port
 from nlproxy.operate.text import printable_lines
 
 NAME = "explain"
@@ -31,6 +32,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--manifests", type=Path, metavar="DIR", help="the Service and slices as in DIR"
     )
+    parser.add_argument(
+        "--metrics-address",
+        default=DEFAULT_METRICS,
+        metavar="HOST:PORT",
+        help=f"the daemon's --metrics-bind-address, asked how long the Service's last change "
+        f"took to program (default {DEFAULT_METRICS}; an address alone means port "
+        f"{METRICS_PORT})",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -38,8 +47,14 @@ def run(args: argparse.Namespace) -> int:
     from nlproxy.operate.explain import explain
     from nlproxy.operate.explain_render import render_text, report_to_json
 
+    metrics = parse_port("--metrics-address", args.metrics_address, METRICS_PORT)
     report = explain(
-        args.service, netns=args.netns, port=args.port, src=args.src, manifests=args.manifests
+        args.service,
+        netns=args.netns,
+        port=args.port,
+        src=args.src,
+        manifests=args.manifests,
+        metrics=metrics,
     )
     if args.json:
         print(json.dumps(report_to_json(report), indent=2))

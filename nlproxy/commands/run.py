@@ -204,6 +204,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default random, or from the config file's ipvs.scheduler: rr, sh, mh)",
     )
     parser.add_argument(
+        "--programming-latency-services",
+        type=int,
+        default=0,
+        metavar="N",
+        help="export nlproxy_service_programming_latency_seconds for the N Services whose last "
+        "change took longest to program (0..1000; default 0: not exported)",
+    )
+    parser.add_argument(
         "--consistent-hash-seed",
         type=int,
         metavar="N",

@@ -113,6 +113,7 @@ class Flags:
     owned_table: bool = False
     replace_kube_proxy: bool = False
     exclude_unreachable_endpoints: bool = False
+    programming_latency_services: int = 0
     conntrack_max_per_core: int | None = None
     conntrack_min: int | None = None
     conntrack_tcp_timeout_established: str | None = None
@@ -154,6 +155,8 @@ class Settings:
         conntrack_flush_tcp: also delete TCP flows of removed endpoints.
         exclude_unreachable_endpoints: leave unroutable endpoints out of load balancing.
         replace_kube_proxy: remove kube-proxy's rules whenever they are found.
+        programming_latency_services: how many of the slowest Services' programming latency
+            to export (0: none).
     """
 
     daemon: DaemonConfig
@@ -166,6 +169,7 @@ class Settings:
     conntrack_flush_tcp: bool = False
     exclude_unreachable_endpoints: bool = False
     replace_kube_proxy: bool = False
+    programming_latency_services: int = 0
 
 
 def build_settings(flags: Flags) -> Settings:
@@ -186,7 +190,14 @@ def build_settings(flags: Flags) -> Settings:
         conntrack_flush_tcp=flags.conntrack_flush_tcp,
         exclude_unreachable_endpoints=flags.exclude_unreachable_endpoints,
         replace_kube_proxy=flags.replace_kube_proxy,
+        programming_latency_services=_slowest(flags.programming_latency_services),
     )
+
+
+def _slowest(n: int) -> int:
+    if not 0 <= n <= 1000:  # one series each: the label's values stay few
+        raise ConfigError("--programming-latency-services", f"{n} is not in 0..1000")
+    return n
 
 
 def daemon_config(flags: Flags) -> DaemonConfig:

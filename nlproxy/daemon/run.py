@@ -25,6 +25,7 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import json
 import os
 import resource
 import signal
@@ -155,7 +156,9 @@ class Daemon:
         self._configz = configz(settings)
         pcfg = settings.proxy
         self.registry = CollectorRegistry()
-        self.metrics = Metrics(self.registry)
+        self.metrics = Metrics(
+            self.registry, slowest_services=settings.programming_latency_services
+        )
         self.counters = (
             ServiceCounters(self.registry, netns=self.netns) if pcfg.service_counters else None
         )
@@ -304,6 +307,8 @@ class Daemon:
             return Response(200, b"nftables", content_type="text/plain")
         if path == "/configz":  # the effective configuration, shaped as kube-proxy's
             return Response(200, self._configz)
+        if path == "/programming":  # each Service's last programming latency (status, explain)
+            return Response(200, json.dumps(self.loop.report.latency.to_json()).encode())
         if path == "/metrics":
             body = await self._exposition()
             return Response(200, body, content_type="text/plain; version=0.0.4")

@@ -37,6 +37,7 @@ from nlproxy.operate.programmed import (
     kernel_frontends,
     service_rules,
 )
+from nlproxy.operate.status import Port, Programming, programming
 from nlproxy.operate.trace import TraceRow, nodeport_addresses, trace_frontends
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.layout import proto_name
@@ -102,6 +103,19 @@ class Report:
     traces: tuple[TraceRow, ...]
     problems: tuple[str, ...]
     counts: tuple[FrontendCount, ...] | None = None
+    latency: Latency | None = None
+    """Its last change's programming latency, as the running daemon reports it; None when no
+    daemon was asked."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Latency:
+    """What the daemon at ``asked`` (its metrics port) says of the Service's last change:
+    ``last`` None when it does not answer, or has programmed no change of it."""
+
+    asked: str
+    answered: bool
+    last: Programming | None
 
 
 def explain(
@@ -111,10 +125,13 @@ def explain(
     port: str | None = None,
     src: str | None = None,
     manifests: Path | None = None,
+    metrics: Port | None = None,
 ) -> Report:
     """Build the report for ``service`` (``NS/NAME``) on this node (or in ``netns``).
 
     Args:
+        metrics: ask the daemon's metrics port how long the Service's last change took to
+            program (``/programming``); None: do not ask.
         port: only the service ports whose name or number (service or node port) is this.
         src: trace a new connection from this address to each frontend.
         manifests: read the Service and slices from this directory, not only the kernel.
@@ -162,7 +179,15 @@ def explain(
             *foreign_problems(netns),
         ),
         counts=_counts(netns, rulesets, frontends),
+        latency=None if metrics is None else _latency(metrics, netns, key),
     )
+
+
+def _latency(metrics: Port, netns: str | None, key: ServiceKey) -> Latency:
+    """The daemon's last programming latency of ``key`` (a short wait: it is on this node)."""
+    known = programming(metrics, netns=netns, timeout=2.0)
+    last = next((p for p in known or () if p.service == str(key)), None)
+    return Latency(asked=metrics.address, answered=known is not None, last=last)
 
 
 def _counts(

@@ -13,7 +13,7 @@ from typing import Any
 
 from nlproxy.conntrack.kernel import Flow
 from nlproxy.nft.ir import IPAddress
-from nlproxy.operate.explain import FLOWS_SHOWN, FlowGroup, Report
+from nlproxy.operate.explain import FLOWS_SHOWN, FlowGroup, Latency, Report
 from nlproxy.operate.manifests import ServiceFacts
 from nlproxy.operate.programmed import FrontendReport, ServiceRules
 from nlproxy.operate.trace import TraceRow
@@ -215,6 +215,8 @@ def render_text(report: Report) -> str:
     ]
     if report.src is not None:
         sections.append(_trace_section(report))
+    if report.latency is not None:
+        sections.append(["Programming", f"{INDENT}{_latency_text(report.latency)}"])
     verdict = ["Verdict"]
     if report.problems:
         verdict += [f"{INDENT}PROBLEM: {p}" for p in report.problems]
@@ -224,6 +226,27 @@ def render_text(report: Report) -> str:
         verdict.append(f"{INDENT}OK: every frontend has endpoints, every endpoint is reachable")
     sections.append(verdict)
     return "\n\n".join("\n".join(s) for s in sections) + "\n"
+
+
+def _latency_text(lat: Latency) -> str:
+    if not lat.answered:
+        return f"unknown: no daemon answered /programming at {lat.asked}"
+    if lat.last is None:
+        return f"the daemon at {lat.asked} has programmed no change of it since it started"
+    since = "its EndpointSlice's trigger time" if lat.last.since == "trigger" else "it saw it"
+    return f"its last change was committed {lat.last.seconds:.3f} s after {since}"
+
+
+def _latency_json(lat: Latency | None) -> dict[str, Any] | None:
+    if lat is None:
+        return None
+    last = lat.last
+    return {
+        "asked": lat.asked,
+        "answered": lat.answered,
+        "seconds": None if last is None else last.seconds,
+        "since": None if last is None else last.since,
+    }
 
 
 def _frontend_json(fe: FrontendReport) -> dict[str, Any]:
@@ -317,6 +340,7 @@ def report_to_json(report: Report) -> dict[str, Any]:
         "trace": None
         if report.src is None
         else {"from": str(report.src), "results": [_trace_json(t) for t in report.traces]},
+        "programming": _latency_json(report.latency),
         "problems": list(report.problems),
         "ok": not report.problems,
     }

@@ -11,6 +11,7 @@ series that a daemon does not export (yet) are both fine: what is missing is sho
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import socket
@@ -206,6 +207,46 @@ class Unreachable:
     reason: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, order=True)
+class Programming:
+    """One Service's last change: ``seconds`` from ``since`` (``trigger``: its EndpointSlice's
+    trigger time; ``seen``: when the daemon saw it) to committed on the node."""
+
+    seconds: float
+    service: str
+    since: str
+
+
+def parse_programming(text: str) -> tuple[Programming, ...] | None:
+    """The daemon's ``/programming`` answer, slowest first; None when it is not one. Pure."""
+    services = _json_object(text).get("services")
+    if not isinstance(services, dict):
+        return None
+    out = []
+    for name, entry in services.items():
+        if isinstance(entry, dict) and isinstance(entry.get("seconds"), int | float):
+            since = entry.get("since")
+            seconds = float(entry["seconds"])
+            out.append(Programming(seconds=seconds, service=str(name), since=str(since or "")))
+    return tuple(sorted(out, reverse=True))
+
+
+def programming(
+    metrics: Port, *, netns: str | None, timeout: float
+) -> tuple[Programming, ...] | None:
+    """Each Service's last programming latency, from the daemon's metrics port; None when it
+    does not answer ``/programming`` (an older daemon, or none).
+
+    Raises:
+        ConfigError: ``netns`` does not exist.
+    """
+    try:
+        code, text = fetch(metrics, "/programming", netns=netns, timeout=timeout)
+    except StatusError:
+        return None
+    return parse_programming(text) if code == 200 else None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DaemonStatus:
     """The answer of both ports; an ``*_error`` says why a port gave none."""
@@ -225,6 +266,8 @@ class DaemonStatus:
     foreign_tables: tuple[tuple[str, str], ...] | None = None
     nodeport_missing: tuple[str, ...] | None = None
     """IP families (``IPv4``) whose NodePorts are refused: nodePortAddresses selects no address."""
+    programming: tuple[Programming, ...] | None = None
+    """Each Service's last programming latency, slowest first (None: not answered)."""
 
     @property
     def up(self) -> bool:
@@ -292,7 +335,9 @@ def query(
             healthz_error=herr,
             metrics_error=str(exc),
         )
-    return from_samples(samples, metrics, healthz, code=code, body=body, healthz_error=herr)
+    st = from_samples(samples, metrics, healthz, code=code, body=body, healthz_error=herr)
+    latencies = programming(metrics, netns=netns, timeout=timeout)
+    return dataclasses.replace(st, programming=latencies)
 
 
 def scrape(metrics: Port, *, netns: str | None, timeout: float) -> Samples:

@@ -12,6 +12,8 @@ from nlproxy.operate.status import DaemonStatus, Durations
 
 UNREACHABLE_SHOWN = 20
 """Unreachable endpoints listed by name; all of them are counted."""
+SLOWEST_SHOWN = 5
+"""Services listed by their last programming latency, the slowest."""
 
 
 def _unknown(value: object) -> str:
@@ -58,12 +60,21 @@ def render_text(st: DaemonStatus, now: datetime) -> str:
         ]
         if len(st.unreachable) > UNREACHABLE_SHOWN:
             lines.append(f"  … and {len(st.unreachable) - UNREACHABLE_SHOWN} more")
+    if st.programming:
+        lines += ["", "slowest programmed (last change, to committed on this node):"]
+        lines += [
+            f"  {p.service}  {p.seconds:.3f} s  (from {_SINCE.get(p.since, p.since)})"
+            for p in st.programming[:SLOWEST_SHOWN]
+        ]
     if st.foreign_tables:
         lines += ["", "another service proxy's tables on this node (their rules may win):"]
         lines += [f"  {family} {table}" for family, table in st.foreign_tables]
     if st.problem is not None:
         lines += ["", f"nlproxy is {st.problem}"]
     return "\n".join(lines)
+
+
+_SINCE = {"trigger": "its EndpointSlice's trigger time", "seen": "when nlproxy saw it"}
 
 
 def _duration_text(count: int | None, mean: float | None) -> str:
@@ -158,6 +169,11 @@ def to_json(st: DaemonStatus) -> dict[str, object]:
         "foreign_proxy_tables": None
         if st.foreign_tables is None
         else [{"family": f, "table": t} for f, t in st.foreign_tables],
+        "programming": None
+        if st.programming is None
+        else [
+            {"service": p.service, "seconds": p.seconds, "since": p.since} for p in st.programming
+        ],
     }
 
 

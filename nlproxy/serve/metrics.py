@@ -65,9 +65,13 @@ TRAFFIC_POLICIES = ("internal", "external")
 
 
 class Metrics:
-    """nlproxy's metrics in ``registry``."""
+    """nlproxy's metrics in ``registry``.
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    ``slowest_services``: export the last programming latency of that many Services, the
+    slowest (``--programming-latency-services``; 0: not at all).
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, slowest_services: int = 0) -> None:
         # kube-proxy (client_golang) exports no ``_created`` series. The switch is
         # prometheus_client's own, process-wide; every registry of this process wants it off.
         prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -114,6 +118,19 @@ class Metrics:
             buckets=PROGRAMMING_BUCKETS,
             registry=registry,
         )
+        self.slowest_services = slowest_services
+        self.service_programming: Gauge | None = None
+        """Opt-in: one series per Service among the ``slowest_services`` whose last change took
+        longest, replaced at each sync, so the label's values stay that few."""
+        if slowest_services > 0:
+            self.service_programming = Gauge(
+                "nlproxy_service_programming_latency_seconds",
+                f"How long the last change of each of the {slowest_services} slowest Services "
+                "took, from its EndpointSlice's trigger time (or when nlproxy saw the change) to "
+                "committed on this node, in seconds",
+                ["service", "since"],
+                registry=registry,
+            )
         self.endpoint_changes_pending = Gauge(
             "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
             "Pending proxy rules Endpoint changes",

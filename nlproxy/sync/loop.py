@@ -180,12 +180,14 @@ class SyncLoop:
         """This node's interface addresses changed (``nodePortAddresses`` CIDRs select them)."""
         changed = self.state.set_local_addresses(addresses)
         if changed:
+            self.report.changed(changed)
             self._pending |= changed
             self._dirty = True
             self._wake.set()
 
     def apply_changes(self, changes: Sequence[Change]) -> None:
         changed = self.state.apply(changes)
+        self.report.changed(changed)
         self._pending |= changed
         self._dirty = True
         self.report.queued(changes)
@@ -412,6 +414,7 @@ class SyncLoop:
         result = outcome.result
         assert result is not None, "only a sync that succeeded is followed up"
         if result.narrowed is not None:  # a relist named more than changed (``relist.py``)
+            self.report.unchanged(pending - result.narrowed)
             pending = result.narrowed
         if outcome.repair_raced:
             self.log.info("verify.raced", stage="repair")
@@ -430,7 +433,12 @@ class SyncLoop:
         # Which services this sync changed, when that is known exactly (else None: any).
         exact = result.incremental and self.snapshot_filter is None
         self.report.synced(
-            result, pending, verify=verify, exact=exact, readback_ms=outcome.readback_ms
+            result,
+            pending,
+            verify=verify,
+            exact=exact,
+            readback_ms=outcome.readback_ms,
+            repaired=outcome.repaired is not None,
         )
         if self.on_synced is not None:
             self.on_synced(result, pending if exact else None)

@@ -12,7 +12,7 @@ nothing about when to sync.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -26,6 +26,7 @@ from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.planner import nodeport_gaps
 from nlproxy.serve.health import HealthState, node_eligible
 from nlproxy.serve.metrics import IP_FAMILIES, Metrics, NoLocalEndpoints
+from nlproxy.sync.latency import ProgrammingLatency
 from nlproxy.sync.result import SyncResult
 
 if TYPE_CHECKING:
@@ -60,11 +61,10 @@ class SyncReporter:
         self._refused: set[str] = set()
         self._reported: set[str] = set()
         self._orphans: dict[ObjectRef, str] = {}
-        # The trigger times last seen, by service and slice name; when this process started.
-        self._triggers: dict[ServiceKey, dict[str, datetime]] = {}
         # Whole seconds: the annotation has RFC 3339 second precision, and a change written in
         # the second the process started is still one to observe.
-        self._started = datetime.now(UTC).replace(microsecond=0)
+        self.latency = ProgrammingLatency(datetime.now(UTC).replace(microsecond=0))
+        self._exported: set[tuple[str, str]] = set()  # the opt-in per-Service series
         self._gaps: dict[Family, str] = {}
         self._no_local = NoLocalEndpoints(metrics.no_local_endpoints)
 
@@ -79,6 +79,17 @@ class SyncReporter:
         for label in IP_FAMILIES.values():  # one sync programs both families
             self.metrics.last_queued.labels(ip_family=label).set_to_current_time()
         self.health.queued(trio.current_time())
+
+    def changed(self, keys: Iterable[ServiceKey]) -> None:
+        """The state reports ``keys`` changed: their programming latency runs from now, unless
+        their slices carry a new trigger time."""
+        if keys:
+            self.latency.seen(keys, datetime.now(UTC))
+
+    def unchanged(self, keys: Iterable[ServiceKey]) -> None:
+        """``keys`` were reported changed but a sync found them as planned (``relist.py``):
+        no change of theirs waits."""
+        self.latency.forget(keys)
 
     def drift(self, drift: Drift) -> None:
         """Someone else changed the tables (``pid`` 0: notifications were lost, and the
@@ -157,10 +168,15 @@ class SyncReporter:
         verify: bool,
         exact: bool,
         readback_ms: float | None = None,
+        repaired: bool = False,
     ) -> None:
         """A sync of the ``pending`` services succeeded (``exact``: they are exactly the
         services it changed; else any may have); ``readback_ms``: it read the tables back
-        first, for that long."""
+        first, for that long; ``repaired``: a drift's repair went before it.
+
+        ``sync.applied`` is an info line when the sync did something (operations, changes,
+        flows, a repair or a read-back); the periodic verify of an idle node that found
+        nothing to do is a debug line, not one info line every sync period."""
         now = trio.current_time()
         seconds = (result.plan_ms + result.apply_ms) / 1000
         self.health.synced(now)
@@ -180,8 +196,16 @@ class SyncReporter:
         self._observe_programming(pending)
         if result.plan is not None:
             self._no_local.update(result.plan, pending if exact else None)
-        if result.total_ops or verify or pending:
-            self.log.info(
+        busy = bool(
+            result.total_ops
+            or pending
+            or result.conntrack_deleted
+            or repaired
+            or readback_ms is not None
+        )
+        if busy or verify:
+            log = self.log.info if busy else self.log.debug
+            log(
                 "sync.applied",
                 ops=result.total_ops,
                 duration_ms=round(seconds * 1000, 3),
@@ -203,25 +227,25 @@ class SyncReporter:
         """kubeproxy_network_programming_duration_seconds: one observation per trigger time, when
         the slice change that carries it is first programmed, as upstream. A Service-only edit,
         a relist after ``410 Gone`` or a verify programs no new trigger time; one older than this
-        process (the initial list's) measures a wait it did not cause, and is left out too."""
-        wall = datetime.now(UTC)
-        snapshot = self.state.snapshot()
-        for key in pending:
-            before = self._triggers.pop(key, {})
-            now: dict[str, datetime] = {}
-            for s in snapshot.slices.get(key, ()):
-                trigger = s.last_change_trigger_time
-                if trigger is None:
-                    continue
-                if trigger.tzinfo is None:
-                    trigger = trigger.replace(tzinfo=UTC)
-                now[s.name] = trigger
-                if before.get(s.name) != trigger and trigger >= self._started:
-                    latency = max(0.0, (wall - trigger).total_seconds())
-                    # The slice's family, as upstream's proxier of that family records it.
-                    self.metrics.programming.labels(ip_family=s.family.value).observe(latency)
-            if now:  # a service's deleted slices are forgotten with it
-                self._triggers[key] = now
+        process (the initial list's) measures a wait it did not cause, and is left out too.
+        Each programmed Service's own latency is kept (``latency.py``), and the slowest are
+        exported when asked for (``Metrics.service_programming``)."""
+        if not pending:
+            return
+        observed = self.latency.programmed(pending, self.state.snapshot(), datetime.now(UTC))
+        for family, seconds in observed:
+            # The slice's family, as upstream's proxier of that family records it.
+            self.metrics.programming.labels(ip_family=family.value).observe(seconds)
+        gauge = self.metrics.service_programming
+        if gauge is None:
+            return
+        slowest = self.latency.slowest(self.metrics.slowest_services)
+        series = {(str(key), lat.since): lat.seconds for key, lat in slowest}
+        for labels in self._exported - series.keys():
+            gauge.remove(*labels)
+        for (service, since), seconds in series.items():
+            gauge.labels(service=service, since=since).set(seconds)
+        self._exported = set(series)
 
     def _report_nodeport_gaps(self, gaps: Mapping[Family, str]) -> None:
         """One warning per family whose NodePorts no address accepts (again if it changes)."""

@@ -95,6 +95,13 @@ class RestartRecords:
         self._digest = fp.digest(snapshot, changed if exact and not self._all else None)
         self._all = False
 
+    def withhold(self) -> None:
+        """This sync's tables are not the plan of its snapshot (``keep.py`` keeps objects of
+        Services the snapshot lacks): no record is written, and the one the tables hold is
+        not taken as current (it stays true only while nothing is committed)."""
+        self._digest = None
+        self._recorded = None
+
     def with_slots(self, token: str) -> None:
         """Fold the plan's slot token into the digest: slots kept across changes are no
         function of the inputs, and a cold plan of the same inputs would fill them otherwise, so

@@ -30,7 +30,7 @@ hands what was and is programmed. ``result.py`` holds what a sync returns.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 
 from nlproxy.cluster.model import ClusterSnapshot, Service, ServiceKey
 from nlproxy.errors import KernelError
@@ -47,6 +47,7 @@ from nlproxy.sync.balancing import BalancingGuard
 from nlproxy.sync.cleanup import FlowCleanup, udp_part
 from nlproxy.sync.fingerprint import Record, take_record
 from nlproxy.sync.isolation import Isolation, owners
+from nlproxy.sync.keep import Keeper
 from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.relist import for_planning, narrowed
 from nlproxy.sync.restart import RestartRecords
@@ -116,6 +117,11 @@ class Syncer:
         self.repair_stage_at = STAGE_REPAIR_AT
         self.plan_after_restart = plan_after_restart
         self._unplanned: ClusterSnapshot | None = None  # trusted as programmed, not planned
+        # While a source cannot read where some Services are, the tables keep their objects
+        # as found at start (``keep.py``); ``_merged`` is then what is programmed per family.
+        self.keeper = Keeper()
+        self._merged: Mapping[Family, Ruleset] | None = None
+        self._kept_logged: list[str] = []
 
     @property
     def files_digest(self) -> str | None:
@@ -181,7 +187,7 @@ class Syncer:
         planned = self._last_plan
         if planned is None and self._seeded:  # a trusted restart, planned by the next sync
             return None
-        return self.verifier.repair_ops(family, have, version, planned)
+        return self.verifier.repair_ops(family, have, version, self._programs(planned))
 
     def prepare_repair(
         self,
@@ -195,7 +201,21 @@ class Syncer:
         planned = self._last_plan
         if planned is None:
             return None
-        return self.verifier.prepare_repair(tables, repairs, version, planned)
+        wanted = self._programs(planned)
+        assert wanted is not None, "a plan is given"
+        return self.verifier.prepare_repair(tables, repairs, version, wanted)
+
+    def _programs(self, planned: Plan | None) -> Mapping[Family, Ruleset] | None:
+        """What the tables are to hold per family: ``planned``'s rulesets, with what is kept
+        (``keep.py``) while anything is."""
+        if self._merged is not None:
+            return self._merged
+        return None if planned is None else planned.rulesets
+
+    def _wanted(self, family: Family, planned: Plan) -> Ruleset:
+        """``family``'s ruleset of ``planned``, with what the keeper keeps while it does."""
+        desired = planned.rulesets[family]
+        return self.keeper.wanted(family, desired) if self.keeper.active else desired
 
     @property
     def failed_family(self) -> Family | None:
@@ -225,9 +245,12 @@ class Syncer:
                 unshare(rs, planned.rulesets[family])
 
     def _share(self, planned: Plan) -> None:
-        """The programmed state is ``planned`` as committed, its element maps shared."""
+        """The programmed state is ``planned`` as committed (with what is kept, while anything
+        is), its element maps shared."""
+        wanted = self._programs(planned)
+        assert wanted is not None, "a plan is given"
         for family in FAMILIES:
-            self._programmed[family] = as_programmed(planned.rulesets[family], share=True)
+            self._programmed[family] = as_programmed(wanted[family], share=True)
         self._shared = planned
 
     def verify(self) -> None:
@@ -244,6 +267,8 @@ class Syncer:
         # failed commit that view is as stale as ours, so they re-read it too.
         for backend in self._backends.values():
             backend.forget()
+        if not self._seeded:  # the tables as this process found them
+            self.keeper.found(self._programmed)
         self._seeded = True
         self._in_step = False
         self._unplanned = None  # the next sync plans afresh and compares with the read-back
@@ -272,6 +297,14 @@ class Syncer:
         # Node as planning reads it, and only the services whose objects are not the last
         # plan's (``relist.py``).
         snapshot = for_planning(snapshot)
+        if self.keeper.sees(snapshot):
+            # Every place is read now: what was kept and is not planned is really gone.
+            self.log.info("sync.keep_ended")
+            self._merged = None
+            self._in_step = False
+            self.records.look_at_all()
+        elif self.keeper.active:
+            self._in_step = False  # the plan alone is not what is programmed: compare all
         told = changed
         changed = found = narrowed(
             changed, self._last_plan if self.incremental else None, snapshot, self.config
@@ -352,7 +385,7 @@ class Syncer:
         self.settle()  # planning with the last plan as ``previous`` must not reach the cache
         planned = plan(snapshot, self.config, previous=self._last_plan)
         for family in FAMILIES:
-            ops = diff(planned.rulesets[family], self._programmed.get(family))
+            ops = diff(self._wanted(family, planned), self._programmed.get(family))
             try:
                 self._backend(family).check(ops)
             except KernelError:
@@ -427,9 +460,10 @@ class Syncer:
 
     def _sync_full(self, planned: Plan, snapshot: ClusterSnapshot, result: SyncResult) -> int:
         before = {f: self._programmed.get(f) for f in FAMILIES}
+        wanted = self._keep(planned, snapshot)
 
         def ops_of(family: Family) -> tuple[list[Operation], int]:
-            desired = planned.rulesets[family]
+            desired = wanted[family]
             ops = diff(desired, before[family])
             if self.owner and family not in self._claimed:
                 return self._claim(family, before[family], desired, ops)
@@ -437,7 +471,7 @@ class Syncer:
 
         def committed(family: Family, ops: list[Operation]) -> None:
             # What was sent is the plan's own maps: kept as they are (``settle`` copies them).
-            self._programmed[family] = as_programmed(planned.rulesets[family], share=True)
+            self._programmed[family] = as_programmed(wanted[family], share=True)
             self._shared = planned
             self._claimed.add(family)
 
@@ -459,6 +493,25 @@ class Syncer:
             # have backends, so only those frontends are read (not 100k TCP backends).
             news = [udp_part(rs) for rs in news]
         return self.cleanup.stale(olds, news, snapshot, result.conntrack)
+
+    def _keep(self, planned: Plan, snapshot: ClusterSnapshot) -> Mapping[Family, Ruleset]:
+        """What a full sync of ``planned`` programs per family: the plan, with the objects the
+        keeper keeps (``keep.py``) while a source cannot read everything. While anything is
+        kept the tables are not the plan of ``snapshot``: no restart record says they are."""
+        if not self.keeper.active:
+            self._merged = None
+            return planned.rulesets
+        wanted = {f: self._wanted(f, planned) for f in FAMILIES}
+        kept = sorted(self.keeper.kept)
+        self._merged = wanted if kept else None
+        if kept:
+            self.records.withhold()
+            if kept != self._kept_logged:
+                self.log.warning(
+                    "sync.kept", services=kept, count=len(kept), unread=list(snapshot.unread)
+                )
+        self._kept_logged = kept
+        return wanted
 
     def _claim(
         self,
@@ -608,7 +661,9 @@ class Syncer:
         if self.verifier.version != version or planned is None:
             return None
         if prepared is None or prepared.version != version:
-            prepared = self.verifier.prepare_repair(tables, repairs, version, planned)
+            wanted = self._programs(planned)
+            assert wanted is not None, "a plan is given"
+            prepared = self.verifier.prepare_repair(tables, repairs, version, wanted)
             assert prepared is not None, "the version was checked above"
         with self.verifier.changing():  # a repair changes the cache as a sync does
             self.settle()

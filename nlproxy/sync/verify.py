@@ -13,7 +13,7 @@ itself (``Syncer.repair``).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -22,7 +22,6 @@ from nlproxy.nft.reconcile import count_ops, diff
 from nlproxy.nft.tables import ReadBack
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.layout import Programmed, programmed_frontends
-from nlproxy.proxy.planner import Plan
 from nlproxy.sync.cleanup import udp_part
 from nlproxy.sync.fingerprint import take_record
 from nlproxy.sync.result import FAMILIES, as_programmed
@@ -161,15 +160,20 @@ class Verifier:
         return rs
 
     def repair_ops(
-        self, family: Family, have: Ruleset | None, version: int, planned: Plan | None
+        self,
+        family: Family,
+        have: Ruleset | None,
+        version: int,
+        wanted: Mapping[Family, Ruleset] | None,
     ) -> list[Operation] | None:
-        """What makes ``have`` (a read-back of ``family``) equal to ``planned`` (None: nothing
-        planned, nothing programmed): empty when nothing differs; None when a sync ran since
-        ``version`` (the plan may have changed under the comparison)."""
+        """What makes ``have`` (a read-back of ``family``) equal to ``wanted`` (the plan's
+        rulesets, or what is programmed beside it; None: nothing planned, nothing programmed):
+        empty when nothing differs; None when a sync ran since ``version`` (the plan may have
+        changed under the comparison)."""
         if not self.current(version):
             return None
         try:
-            ops = [] if planned is None else diff(planned.rulesets[family], have)
+            ops = [] if wanted is None else diff(wanted[family], have)
         except Exception:  # a sync may change the plan's dicts while they are read
             if self._version == version:
                 raise
@@ -181,7 +185,7 @@ class Verifier:
         tables: dict[Family, Ruleset | None],
         repairs: dict[Family, list[Operation]],
         version: int,
-        planned: Plan,
+        wanted: Mapping[Family, Ruleset],
     ) -> Repair | None:
         """What a repair of ``tables`` (read back at ``version``) needs besides its operations,
         computed now so that the sync that commits it does not: the frontends whose flows it
@@ -192,7 +196,7 @@ class Verifier:
         try:
             olds = [rs for f, rs in tables.items() if rs is not None and repairs.get(f)]
             news = [
-                as_programmed(planned.rulesets[f], share=True)  # only read
+                as_programmed(wanted[f], share=True)  # only read
                 for f in FAMILIES
                 if repairs.get(f)
             ]

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from nlproxy.cluster.model import EndpointSlice
 from nlproxy.cluster.state import ClusterState
 from nlproxy.log import get_logger
+from nlproxy.nft.ir import Family
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.serve.health import HealthState
 from nlproxy.serve.metrics import Metrics
@@ -85,3 +86,26 @@ async def test_a_problem_is_logged_once_and_counted_while_it_lasts() -> None:
     invalid = [e for e in logs if e["event"] == "object.invalid"]
     assert [e["error"] for e in invalid] == ["manifests/a.yaml: not YAML"]
     assert value(metrics, "nlproxy_invalid_objects") == 0
+
+
+async def test_an_idle_verify_is_not_an_info_line_every_period() -> None:
+    report, state, _ = reporter()
+    pending = state.apply([upsert(service("a", "web", "172.30.0.1"))])
+    ops = {Family.IP: 0, Family.IP6: 0}
+    with structlog.testing.capture_logs() as logs:
+        report.synced(SyncResult(ops=dict(ops)), pending, verify=False, exact=True)
+        report.synced(SyncResult(ops=dict(ops)), set(), verify=True, exact=False)  # idle
+        report.synced(SyncResult(ops=dict(ops)), set(), verify=False, exact=True)  # nothing
+        report.synced(SyncResult(ops={Family.IP: 3}), set(), verify=True, exact=False)
+        report.synced(SyncResult(ops=dict(ops)), set(), verify=True, exact=False, repaired=True)
+        report.synced(SyncResult(ops=dict(ops)), set(), verify=True, exact=False, readback_ms=1.0)
+    applied = [
+        (e["log_level"], e["ops"], e["verify"]) for e in logs if e["event"] == "sync.applied"
+    ]
+    assert applied == [
+        ("info", 0, False),  # the change of a Service, even when it sent nothing
+        ("debug", 0, True),
+        ("info", 3, True),
+        ("info", 0, True),
+        ("info", 0, True),
+    ]

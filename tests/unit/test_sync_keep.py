@@ -1,0 +1,163 @@
+"""Services kept as programmed while a source cannot read where they are (``sync/keep.py``),
+on the fakes: a restarted Syncer whose snapshot names an unread place keeps the Services the
+tables hold and the snapshot lacks (no delete, no conntrack flush, no record saying they are
+gone), applies every other change, and deletes what is really gone once the place is read."""
+
+from __future__ import annotations
+
+import dataclasses
+from ipaddress import ip_address
+
+import pytest
+
+from nlproxy.cluster.model import ClusterSnapshot, LoadBalancing, Service
+from nlproxy.conntrack.fake import FakeConntrack
+from nlproxy.conntrack.messages import Flow, FlowTuple
+from nlproxy.nft.fake import FakeNftables
+from nlproxy.nft.ir import Family, L4Proto
+from nlproxy.proxy import naming as n
+from nlproxy.proxy.tracer import trace
+from nlproxy.sync.keep import Keeper
+from nlproxy.sync.kernel import SyncKernel
+from nlproxy.sync.result import FAMILIES
+from nlproxy.sync.syncer import Syncer
+from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot
+from tests.unit.incremental import CONFIG, NODE_ADDRS
+
+CLIENT = ip_address("10.200.0.9")
+
+
+def make(nft: FakeNftables, flows: FakeConntrack | None = None) -> Syncer:
+    kernel = SyncKernel(tables=nft.open, readback=nft, flows=flows or FakeConntrack())
+    return Syncer(CONFIG, kernel)
+
+
+def to(nft: FakeNftables, vip: str, dport: int, proto: L4Proto = L4Proto.UDP) -> set[str]:
+    rs = nft.ruleset(Family.IP)
+    assert rs is not None
+    got = trace(rs, CLIENT, proto, ip_address(vip), dport, local_addrs=NODE_ADDRS)
+    return set(got.endpoints)
+
+
+def at(*ips: str) -> set[str]:
+    """The endpoints a trace names, ``ip:53``."""
+    return {f"{ip}:53" for ip in ips}
+
+
+def dns(name: str, cip: str, **overrides: object) -> Service:
+    return service(
+        "default", name, cip, ports=[port("default", name, "dns", 53, "UDP")], **overrides
+    )
+
+
+def dns_slice(name: str, *ips: str) -> object:
+    return eps_slice("default", name, [endpoint(ip) for ip in ips], [("dns", 53, "UDP")])
+
+
+def cluster(
+    unread: tuple[str, ...] = (), **services: tuple[Service, tuple[str, ...]]
+) -> ClusterSnapshot:
+    snap = snapshot(
+        [svc for svc, _ in services.values()],
+        [dns_slice(name, *ips) for name, (_, ips) in services.items()],  # type: ignore[misc]
+        node=node(),
+    )
+    return dataclasses.replace(snap, unread=unread)
+
+
+def flow(vip: str, backend: str) -> Flow:
+    orig = FlowTuple(src=CLIENT, dst=ip_address(vip), proto=17, sport=40000, dport=53)
+    reply = FlowTuple(src=ip_address(backend), dst=CLIENT, proto=17, sport=53, dport=40000)
+    return Flow(orig=orig, reply=reply)
+
+
+KEPT = {
+    "plain": (dns("plain", "10.96.0.10"), ("10.1.0.1", "10.1.0.2")),
+    "sticky": (dns("sticky", "10.96.0.11", affinity_timeout=600), ("10.1.0.3", "10.1.0.4")),
+    "robin": (
+        dns("robin", "10.96.0.12", load_balancing=LoadBalancing.ROUND_ROBIN),
+        ("10.1.0.5", "10.1.0.6"),
+    ),
+}
+OTHER = {"other": (dns("other", "10.96.0.20"), ("10.1.0.7",))}
+
+
+@pytest.mark.parametrize("kept", sorted(KEPT), ids=sorted(KEPT))
+def test_a_restart_keeps_what_an_unread_place_held(kept: str) -> None:
+    nft = FakeNftables(n.TABLE)
+    first = make(nft)
+    everything = {kept: KEPT[kept], **OTHER}
+    first.sync(cluster(**everything))
+    vip = str(KEPT[kept][0].cluster_ips[0])
+    assert to(nft, vip, 53) == at(*KEPT[kept][1])
+
+    # Restarted while the file of ``kept`` does not parse: the snapshot lacks it.
+    flows = FakeConntrack([flow(vip, KEPT[kept][1][0]), flow("10.96.0.20", "10.1.0.7")])
+    second = make(nft, flows)
+    moved = {"other": (OTHER["other"][0], ("10.1.0.8",))}
+    result = second.sync(cluster(("a.yaml",), **moved))
+    assert result.total_ops > 0, "the other Service's change is applied"
+    assert to(nft, vip, 53) == at(*KEPT[kept][1]), "kept as programmed"
+    assert to(nft, "10.96.0.20", 53) == at("10.1.0.8")
+    assert [f.orig.dst for f in flows.deleted] == [ip_address("10.96.0.20")]
+    assert second.keeper.kept == {f"default/{kept}"}
+
+    # A verify finds no drift in what is kept.
+    version = second.version
+    assert all(second.repair_ops(f, second.read_back(f), version) == [] for f in FAMILIES)
+
+    # The tables are not the plan of that snapshot: a restart that could read the same
+    # snapshot does not trust them, and deletes the Service.
+    third = make(nft)
+    assert not third.sync(cluster(**moved)).restarted
+    assert to(nft, vip, 53) == set()
+
+
+def test_once_the_place_is_read_what_it_no_longer_holds_goes() -> None:
+    nft = FakeNftables(n.TABLE)
+    make(nft).sync(cluster(**KEPT, **OTHER))
+    second = make(nft)
+    second.sync(cluster(("a.yaml",), **OTHER))
+    assert to(nft, "10.96.0.11", 53) == at("10.1.0.3", "10.1.0.4")
+    # Still unread: a second sync keeps them too (the full path, every time).
+    second.sync(cluster(("a.yaml",), **OTHER))
+    assert to(nft, "10.96.0.12", 53) == at("10.1.0.5", "10.1.0.6")
+
+    fixed = {"plain": (KEPT["plain"][0], ("10.1.0.2",)), **OTHER}
+    second.sync(cluster(**fixed))
+    assert second.keeper.kept == set()
+    assert to(nft, "10.96.0.10", 53) == at("10.1.0.2")
+    assert to(nft, "10.96.0.11", 53) == set()
+    assert to(nft, "10.96.0.12", 53) == set()
+    # Only what the plan holds is left: a fresh plan of the same snapshot sends nothing.
+    assert make(nft).sync(cluster(**fixed)).total_ops == 0
+
+
+def test_a_service_seen_since_the_start_is_not_kept_when_it_goes() -> None:
+    nft = FakeNftables(n.TABLE)
+    make(nft).sync(cluster(**KEPT, **OTHER))
+    second = make(nft)
+    second.sync(cluster(("a.yaml",), **OTHER))
+    second.sync(cluster(("a.yaml",)))  # "other" deleted from a file that is read
+    assert to(nft, "10.96.0.20", 53) == set()
+    assert to(nft, "10.96.0.10", 53) == at("10.1.0.1", "10.1.0.2")
+
+
+def test_a_frontend_the_plan_gives_another_service_is_the_plans() -> None:
+    nft = FakeNftables(n.TABLE)
+    make(nft).sync(cluster(**KEPT))
+    second = make(nft)
+    taken = {"new": (dns("new", "10.96.0.10"), ("10.1.0.9",))}
+    second.sync(cluster(("a.yaml",), **taken))
+    assert to(nft, "10.96.0.10", 53) == at("10.1.0.9")
+    assert second.keeper.kept == {"default/sticky", "default/robin"}
+
+
+def test_nothing_is_kept_when_every_place_is_read_from_the_start() -> None:
+    nft = FakeNftables(n.TABLE)
+    make(nft).sync(cluster(**KEPT))
+    second = make(nft)
+    second.sync(cluster(**OTHER))
+    assert to(nft, "10.96.0.10", 53) == set()
+    keeper = Keeper()
+    assert not keeper.active
