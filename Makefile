@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.nlproxy-installed
 SRC    := $(shell find nlproxy native -name '*.py' -o -name '*.c' -o -name '*.h' -o -name '*.cdef') pyproject.toml setup.py
 
-.PHONY: all deps demo test lint typecheck unit bench vm-test clean wheel deb image lock
+.PHONY: all deps demo test lint typecheck unit bench vm-test clean wheel deb image lock tag
 
 all: deps
 
@@ -73,6 +73,11 @@ image: $(DEB)
 # pyproject.toml allows (docs/packaging.md: how to review the change).
 lock:
 	bash packaging/lock.sh
+
+# Tag the checked-out commit as release v$(VERSION), after checking the CHANGELOG and the
+# DaemonSet's image name that version (docs/packaging.md, "Versions and releases").
+tag:
+	bash packaging/tag.sh
 
 vm-test: deps
 	$(MAKE) -C vm-tests all
