@@ -6,8 +6,9 @@ the arm64 programs run: the .deb installed into Debian's arm64 root file system 
 runs ``nlproxy version`` under qemu-user (binfmt_misc), and the image loads and runs under podman.
 
 qemu-user translates only a few netlink families and refuses nftables' (NETLINK_NETFILTER: "Protocol
-not supported"), so ``rules`` and ``run --once`` are run in an arm64 VM (qemu-system-aarch64,
-tests/packaging/test_arm64_vm.py), not here.
+not supported"), so ``rules`` and ``run --once`` run in an arm64 VM: Debian's arm64 kernel under
+qemu-system-aarch64 (software CPU), the image's root file system as its root
+(vm-tests/arm64/boot.sh).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.packaging.conftest import ROOT
 from tests.packaging.test_supply_chain import RUNTIME
@@ -204,3 +206,53 @@ def test_the_image_is_arm64_and_runs(
     finally:
         subprocess.run([*cmd, "rmi", "--all", "--force"], capture_output=True, check=False)
         shutil.rmtree(store, ignore_errors=True)
+
+
+def _demo(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((ROOT / "examples/demo" / name).read_text())
+    return doc
+
+
+def test_version_rules_and_run_once_in_an_arm64_vm(
+    image_arm64: dict[str, Path], tmp_path: Path
+) -> None:
+    """The arm64 root with nlproxy installed, booted by Debian's arm64 kernel: ``run --once``
+    programs the demo's Service through nftables (the kernel's modules loaded on first use),
+    and ``rules`` reads it back."""
+    demo = "/opt/nlproxy/share/nlproxy/examples/demo"
+    script = tmp_path / "script.sh"
+    script.write_text(
+        "nlproxy version\n"
+        'echo "== version exit $?"\n'
+        f"nlproxy --log-format json run --manifests {demo} --node-name node1"
+        " --cluster-cidr 10.244.0.0/16 --service-cidr 10.96.0.0/12 --once\n"
+        'echo "== run exit $?"\n'
+        "nlproxy rules\n"
+        'echo "== rules exit $?"\n'
+    )
+    log = tmp_path / "console.log"
+    boot = subprocess.run(
+        ["bash", str(ROOT / "vm-tests/arm64/boot.sh"), str(image_arm64["rootfs"]), str(script),
+         str(log)],
+        capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    console = log.read_text(errors="replace").replace("\r\n", "\n")
+    assert boot.returncode == 0, boot.stderr + console[-4000:]
+    assert "== arm64 VM up: aarch64 " in console
+    assert f"\nnlproxy {VERSION} (libnftnl 1." in console
+    for step in ("version", "run", "rules", "script"):
+        assert f"== {step} exit 0\n" in console, console[-4000:]
+    applied = [
+        json.loads(line[line.index("{") :])
+        for line in console.splitlines()
+        if '"event": "sync.applied"' in line
+    ]
+    assert len(applied) == 1
+    assert applied[0]["ops"] > 0
+    assert applied[0]["invalid"] == 0
+    rules = console.split("== run exit 0\n", 1)[1].split("== rules exit", 1)[0]
+    assert _demo("service.yaml")["spec"]["clusterIP"] in rules
+    addresses = [a for e in _demo("endpointslice.yaml")["endpoints"] for a in e["addresses"]]
+    assert addresses
+    for address in addresses:
+        assert address in rules, address
