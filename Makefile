@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.nlproxy-installed
 SRC    := $(shell find nlproxy native -name '*.py' -o -name '*.c' -o -name '*.h' -o -name '*.cdef') pyproject.toml setup.py
 
-.PHONY: all deps demo test lint typecheck unit bench vm-test clean wheel deb image lock
+.PHONY: all deps demo test lint typecheck unit bench vm-test clean wheel deb image lock arm64 tag
 
 all: deps
 
@@ -44,11 +44,13 @@ bench: deps
 	$(PY) bench/run.py
 
 # Packages, into $(DIST): built from this checkout with the Python packages of the lock files only
-# (packaging/*.lock, hashes checked), reproducibly (docs/packaging.md).
+# (packaging/*.lock, hashes checked), reproducibly (docs/packaging.md). ARCH (amd64 or arm64,
+# default the machine's) is the .deb's and the image's architecture: `make deb image ARCH=arm64`
+# (or `make arm64`) cross-builds them on an amd64 machine, installing what that takes with apt-get.
 DIST       ?= build/dist
 VERSION    := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
-DEB_ARCH   := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
-DEB        := $(DIST)/nlproxy_$(VERSION)-1_$(DEB_ARCH).deb
+ARCH       := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
+DEB        := $(DIST)/nlproxy_$(VERSION)-1_$(ARCH).deb
 DEB_INPUTS := $(SRC) $(shell find packaging deploy/systemd deploy/sysctl docs examples -type f \
                 -not -name '*.pyc') README.md LICENSE CHANGELOG.md
 
@@ -62,17 +64,26 @@ wheel:
 deb: $(DEB)
 
 $(DEB): $(DEB_INPUTS)
-	bash packaging/build-deb.sh $(DIST)
+	NLPROXY_ARCH=$(ARCH) bash packaging/build-deb.sh $(DIST)
 
 # The OCI image archive (podman load / ctr images import), the DaemonSet's tag, and its SBOM,
 # from the .deb above (built first only when it is not up to date).
 image: $(DEB)
-	bash packaging/build-image.sh $(DIST) $(DEB)
+	NLPROXY_ARCH=$(ARCH) bash packaging/build-image.sh $(DIST) $(DEB)
+
+# The arm64 .deb and image, whatever the machine (docs/packaging.md, "arm64").
+arm64:
+	$(MAKE) deb image ARCH=arm64
 
 # Refresh packaging/requirements.lock and packaging/build-requirements.lock to the newest releases
 # pyproject.toml allows (docs/packaging.md: how to review the change).
 lock:
 	bash packaging/lock.sh
+
+# Tag the checked-out commit as release v$(VERSION), after checking the CHANGELOG and the
+# DaemonSet's image name that version (docs/packaging.md, "Versions and releases").
+tag:
+	bash packaging/tag.sh
 
 vm-test: deps
 	$(MAKE) -C vm-tests all

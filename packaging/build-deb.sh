@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
 # build-deb.sh [OUTDIR]: the nlproxy Debian package, for Debian bookworm (make deb).
+# NLPROXY_ARCH (a Debian architecture, default the machine's: amd64 or arm64) chooses the package's
+# architecture; another one than the machine's is cross-built (make deb ARCH=arm64): the shim by
+# Debian's cross compiler against that architecture's libnftnl-dev, libmnl-dev and Python headers
+# (multiarch), and the dependencies from the lock's wheels for that architecture. Nothing of the
+# target architecture runs during the build.
 #
 # /opt/nlproxy is a venv of Debian's /usr/bin/python3.11 holding nlproxy (with its compiled
 # libnftnl shim) and exactly the Python dependencies of packaging/requirements.lock (wheels whose
@@ -11,7 +16,6 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/build/dist}
 deb=$root/packaging/deb
-work=$root/build/deb
 python=/usr/bin/python3.11
 dest=/opt/nlproxy
 lock=$root/packaging/requirements.lock
@@ -20,32 +24,53 @@ bash "$root/packaging/need-debs.sh" python3 python3.11 python3-venv python3-dev 
   libnftnl-dev libmnl-dev dpkg git
 # shellcheck source=packaging/meta.sh
 . "$root/packaging/meta.sh"
-mkdir -p "$work" "$out"
+native=$(dpkg --print-architecture)
+arch=${NLPROXY_ARCH:-$native}
+# What runs for the target architecture: nothing extra natively; for a cross build, Python told
+# the target's platform (wheel tags: _PYTHON_HOST_PLATFORM) and build configuration (compiler,
+# extension suffix: the target's _sysconfigdata from libpython3.11-dev:ARCH).
+target=()
+if [ "$arch" != "$native" ]; then
+  case $arch in
+    arm64) triplet=aarch64-linux-gnu platform=linux-aarch64 ;;
+    amd64) triplet=x86_64-linux-gnu platform=linux-x86_64 ;;
+    *) echo "build-deb: NLPROXY_ARCH=$arch: only amd64 and arm64 are built" >&2; exit 2 ;;
+  esac
+  bash "$root/packaging/need-debs.sh" "gcc-$triplet" "libc6-dev-$arch-cross" "libnftnl-dev:$arch" \
+    "libmnl-dev:$arch" "libpython3.11-dev:$arch"
+  target=(env "_PYTHON_HOST_PLATFORM=$platform" "_PYTHON_SYSCONFIGDATA_NAME=_sysconfigdata__$triplet")
+fi
+work=$root/build/deb
+awork=$work/$arch
+mkdir -p "$awork" "$out"
 out=$(cd "$out" && pwd)
-arch=$(dpkg --print-architecture)
 
-# The shim is compiled by Debian's interpreter, in a build venv of the build lock.
+# The shim is compiled by Debian's interpreter (or cross compiler), in a build venv of the build
+# lock; the build venv itself is the machine's.
 benv=$(bash "$root/packaging/build-env.sh" "$work/buildenv")
-bash "$root/packaging/build-wheel.sh" "$benv" "$work/wheel" >/dev/null
+"${target[@]}" bash "$root/packaging/build-wheel.sh" "$benv" "$awork/wheel" >/dev/null
 
-# The dependencies' wheels, checked against the lock's hashes (kept until the lock changes).
-wheels=$work/wheels-$(sha256sum "$lock" | cut -c1-16)
+# The dependencies' wheels for $arch, checked against the lock's hashes (kept until the lock
+# changes).
+wheels=$awork/wheels-$(sha256sum "$lock" | cut -c1-16)
 if [ ! -f "$wheels/.complete" ]; then
-  rm -rf "$work"/wheels-*
-  "$benv" -m pip download -q --require-hashes --only-binary :all: --no-deps -d "$wheels" -r "$lock"
+  rm -rf "$awork"/wheels-*
+  "${target[@]}" "$benv" -m pip download -q --require-hashes --only-binary :all: --no-deps \
+    -d "$wheels" -r "$lock"
   touch "$wheels/.complete"
 fi
 
-stage=$work/stage
+stage=$awork/stage
 rm -rf "$stage"
 opt=$stage$dest
 "$python" -m venv --without-pip "$opt"
 pipopt=(-q --no-compile --no-index --find-links "$wheels" --only-binary :all: --no-deps)
-"$benv" -m pip --python "$opt/bin/python" install "${pipopt[@]}" --require-hashes -r "$lock"
-"$benv" -m pip --python "$opt/bin/python" install "${pipopt[@]}" "$work"/wheel/nlproxy-*.whl
-"$benv" -m pip --python "$opt/bin/python" check >/dev/null || {
+pipin=("${target[@]}" "$benv" -m pip --python "$opt/bin/python")
+"${pipin[@]}" install "${pipopt[@]}" --require-hashes -r "$lock"
+"${pipin[@]}" install "${pipopt[@]}" "$awork"/wheel/nlproxy-*.whl
+"${pipin[@]}" check >/dev/null || {
   echo "build-deb: $lock does not satisfy nlproxy's requirements (make lock):" >&2
-  "$benv" -m pip --python "$opt/bin/python" check >&2
+  "${pipin[@]}" check >&2
   exit 1
 }
 site=$(echo "$opt"/lib/python3.*/site-packages)
@@ -87,7 +112,7 @@ printf '%s\n' "nlproxy ($version-1) bookworm; urgency=medium" "" \
   "    Built from revision $revision." "" \
   " -- $maintainer  $(date -u -R -d "@$SOURCE_DATE_EPOCH")" | gzip -9n >"$doc/changelog.Debian.gz"
 "$python" "$root/packaging/sbom.py" "$doc/sbom.cdx.json" --site "$site" --wheels "$wheels" \
-  --wheels "$work/wheel" --name nlproxy --version "$version"
+  --wheels "$awork/wheel" --name nlproxy --version "$version"
 install -d "$stage/usr/bin"
 ln -s "$dest/bin/nlproxy" "$stage/usr/bin/nlproxy"
 

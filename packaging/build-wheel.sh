@@ -2,8 +2,11 @@
 # build-wheel.sh PYTHON OUTDIR: the nlproxy wheel (with the compiled shim and the demo manifests),
 # built by PYTHON, which must already have setuptools, wheel and cffi (no build isolation, so no
 # download). Builds from a copy of the checkout's files, not in place: setuptools' build/ directory
-# would otherwise carry modules deleted since the last build into the wheel. Reproducible: the
-# zip's timestamps are SOURCE_DATE_EPOCH (packaging/meta.sh), and the shim names no build path.
+# would otherwise carry modules deleted since the last build into the wheel. Stamps the build into
+# that copy as nlproxy/_build.py: the version (pyproject.toml's, its one place), the commit, the
+# tree state ("dirty" when tracked files differ from it) and the date (SOURCE_DATE_EPOCH), which
+# `nlproxy version` and kubernetes_build_info report. Reproducible: the zip's timestamps are
+# SOURCE_DATE_EPOCH (packaging/meta.sh), and the shim names no build path.
 set -euo pipefail
 py=${1:?usage: build-wheel.sh PYTHON OUTDIR}
 out=${2:?usage: build-wheel.sh PYTHON OUTDIR}
@@ -20,6 +23,18 @@ trap 'rm -rf "$tmp"' EXIT
 # Tracked and new (not ignored) files; --ignore-failed-read skips files deleted but not yet staged.
 (cd "$root" && git ls-files -z --cached --others --exclude-standard \
   | tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -xf - -C "$tmp"
+commit=${revision%-dirty}
+state=clean
+[ "$commit" = "$revision" ] || state=dirty
+[ "$commit" != unknown ] || { commit=; state=; }
+cat >"$tmp/nlproxy/_build.py" <<EOF
+"""This build of nlproxy, stamped by packaging/build-wheel.sh (not in the repository)."""
+
+VERSION = "$version"
+GIT_COMMIT = "$commit"
+GIT_TREE_STATE = "$state"
+BUILD_DATE = "$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)"
+EOF
 rm -f "$out"/nlproxy-*.whl
 export CFLAGS="${CFLAGS:-} -ffile-prefix-map=$tmp=."
 (cd "$tmp" && "$py" -m pip wheel -q --no-deps --no-build-isolation -w "$out" .)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # need-debs.sh PKG...: installs the Debian packages among PKG that are missing (apt-get update
 # first, as a fresh machine's package lists may be absent or old). Does nothing when all are there.
+# PKG:ARCH names another architecture's package (multiarch): that architecture is added to dpkg's
+# first.
 set -euo pipefail
 missing=()
 for p in "$@"; do
@@ -8,6 +10,15 @@ for p in "$@"; do
 done
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "installing Debian packages: ${missing[*]}"
+  for p in "${missing[@]}"; do
+    case $p in
+      *:*) a=${p##*:}
+           if [ "$a" != "$(dpkg --print-architecture)" ] \
+              && ! dpkg --print-foreign-architectures | grep -qx "$a"; then
+             dpkg --add-architecture "$a"
+           fi ;;
+    esac
+  done
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,7 +1,8 @@
 """Writes a one-layer OCI image archive (the oci-archive format of ``podman load``,
 ``skopeo copy oci-archive:`` and ``ctr images import``) from a root filesystem tarball.
 
-    oci.py ROOTFS.tar ARCHIVE.tar --name nlproxy --tag 0.1.0 [--cmd ARG]... [--label K=V]...
+    oci.py ROOTFS.tar ARCHIVE.tar --name nlproxy --tag 0.1.0 [--arch arm64] [--cmd ARG]...
+        [--label K=V]...
 
 Standard library only, so any python3 runs it. The index names the image twice: with
 ``org.opencontainers.image.ref.name`` (what podman tags it with) and ``io.containerd.image.name``
@@ -30,6 +31,9 @@ from pathlib import Path
 
 CHUNK = 1 << 20
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+# The OCI platform's variant, for the architectures that have one (the image index's, so that a
+# runtime choosing among platforms matches arm64 images as it does any other arm64/v8 image).
+VARIANT = {"arm64": "v8"}
 
 
 class _Hashing(io.RawIOBase):
@@ -83,6 +87,7 @@ def write_archive(
     tag: str,
     cmd: list[str],
     labels: dict[str, str] | None = None,
+    arch: str = ARCH,
 ) -> str:
     """Writes the archive; the image manifest's digest (what a registry and ``podman
     inspect`` call the image's digest)."""
@@ -94,6 +99,9 @@ def write_archive(
         "org.opencontainers.image.created": created,
         **(labels or {}),
     }
+    plat = {"architecture": arch, "os": "linux"}
+    if arch in VARIANT:
+        plat["variant"] = VARIANT[arch]
     with tempfile.TemporaryDirectory(dir=archive.parent) as tmp:
         layout = Path(tmp)
         blobs = layout / "blobs" / "sha256"
@@ -101,8 +109,7 @@ def write_archive(
         layer, diff_id = _layer(blobs, rootfs)
         config = {
             "created": created,
-            "architecture": ARCH,
-            "os": "linux",
+            **plat,
             "config": {
                 "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
                 "Cmd": cmd,
@@ -128,7 +135,7 @@ def write_archive(
                 {
                     "mediaType": "application/vnd.oci.image.manifest.v1+json",
                     **manifest_blob,
-                    "platform": {"architecture": ARCH, "os": "linux"},
+                    "platform": plat,
                     "annotations": {
                         "org.opencontainers.image.ref.name": f"{name}:{tag}",
                         "io.containerd.image.name": f"docker.io/library/{name}:{tag}",
@@ -159,13 +166,17 @@ def main() -> None:
     ap.add_argument("archive", type=Path)
     ap.add_argument("--name", required=True)
     ap.add_argument("--tag", required=True)
+    ap.add_argument(
+        "--arch", default=ARCH, help="the image's architecture, as OCI names it (default: this "
+        "machine's)",
+    )  # fmt: skip
     ap.add_argument("--cmd", action="append", default=[], help="the default command, word by word")
     ap.add_argument("--label", action="append", default=[], help="KEY=VALUE, an image label")
     args = ap.parse_args()
     labels = dict(label.split("=", 1) for label in args.label)
     digest = write_archive(
         args.rootfs, args.archive.resolve(), name=args.name, tag=args.tag, cmd=args.cmd,
-        labels=labels,
+        labels=labels, arch=args.arch,
     )  # fmt: skip
     print(digest)
 

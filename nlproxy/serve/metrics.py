@@ -33,7 +33,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from nlproxy import __version__
+from nlproxy import BUILD, __version__
 from nlproxy.cluster.model import Service, ServiceKey
 from nlproxy.nft.counters import Counts, read_counters
 from nlproxy.nft.ir import DataType, Family, L4Proto, Value
@@ -378,8 +378,8 @@ def build_info(version: str = __version__) -> dict[str, str]:
     ``minor``, ``git_version`` as ``v``-prefixed semver, as Kubernetes writes its own), the
     Python runtime where Kubernetes names Go's (``go_version``: ``python3.11.7``; ``compiler``:
     ``cpython``) and the platform as Go spells it (``linux/amd64``). A commit, tree state and
-    build date are not stamped into nlproxy's builds: empty, as an unstamped Kubernetes
-    build's commit is."""
+    build date are what the build stamped (nlproxy.BUILD); empty for a checkout installed in
+    place, as an unstamped Kubernetes build's are."""
     major, _, rest = version.partition(".")
     minor = rest.partition(".")[0]
     machine = platform.machine()
@@ -387,9 +387,7 @@ def build_info(version: str = __version__) -> dict[str, str]:
         "major": major,
         "minor": minor,
         "git_version": f"v{version}",
-        "git_commit": "",
-        "git_tree_state": "",
-        "build_date": "",
+        **BUILD,
         "go_version": f"python{platform.python_version()}",
         "compiler": sys.implementation.name,
         "platform": f"{sys.platform}/{_GOARCH.get(machine, machine.lower())}",
