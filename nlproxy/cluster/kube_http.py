@@ -51,6 +51,9 @@ class KindSpec:
     label_selector: str = ""
     field_selector: str = ""
     optional: bool = False
+    proxy_name: str | None = None
+    """The ``service-proxy-name`` whose objects are read (``parse.not_ours``), matching what
+    ``label_selector`` asks the server for."""
 
     def params(self) -> list[tuple[str, str]]:
         params = []
@@ -302,7 +305,9 @@ def _list_pages(http: Http, spec: KindSpec, page_size: int, *, ahead: bool) -> L
             pages += 1
             cont = page.metadata.continue_
             following = pool.submit(fetch, cont) if cont and pool is not None else None
-            changes.extend(typed.change(item, spec.kind) for item in page.items or ())
+            changes.extend(
+                typed.change(item, spec.kind, spec.proxy_name) for item in page.items or ()
+            )
             if not cont:
                 return Listing(tuple(changes), page.metadata.resourceVersion, pages)
             page = following.result() if following is not None else fetch(cont)
@@ -420,7 +425,7 @@ class WatchStream:
             body = json.dumps({"message": message}).encode()
             return None, _status_error(self.spec, code, body, "watch")
         if kind in ("ADDED", "MODIFIED"):
-            change = typed.change(raw, self.spec.kind)
+            change = typed.change(raw, self.spec.kind, self.spec.proxy_name)
         elif kind == "DELETED":
             change = Delete(ref=object_ref(msgspec.json.decode(raw), self.spec.kind))
         elif kind != "BOOKMARK":

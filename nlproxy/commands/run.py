@@ -185,6 +185,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kube-proxy`) whenever they are found; stop kube-proxy on the node first",
     )
     parser.add_argument(
+        "--service-proxy-name",
+        metavar="NAME",
+        help="serve only the Services labelled service.kubernetes.io/service-proxy-name=NAME "
+        "(which kube-proxy skips), beside kube-proxy serving the rest: a canary "
+        "(docs/migrating.md); default: the Services without that label, as kube-proxy",
+    )
+    parser.add_argument(
         "--exclude-unreachable-endpoints",
         action="store_true",
         help="leave endpoints this node cannot route to out of load balancing until they recover "

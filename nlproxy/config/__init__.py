@@ -20,6 +20,7 @@ twice. Their public names are imported from here.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass, replace
 from ipaddress import ip_address, ip_network
@@ -111,6 +112,7 @@ class Flags:
     conntrack_flush_tcp: bool = False
     owned_table: bool = False
     replace_kube_proxy: bool = False
+    service_proxy_name: str | None = None
     exclude_unreachable_endpoints: bool = False
     conntrack_max_per_core: int | None = None
     conntrack_min: int | None = None
@@ -153,6 +155,9 @@ class Settings:
         conntrack_flush_tcp: also delete TCP flows of removed endpoints.
         exclude_unreachable_endpoints: leave unroutable endpoints out of load balancing.
         replace_kube_proxy: remove kube-proxy's rules whenever they are found.
+        service_proxy_name: serve only the Services labelled
+            ``service.kubernetes.io/service-proxy-name`` with this name, beside kube-proxy,
+            which serves the rest (a canary); None: those without the label, as kube-proxy.
     """
 
     daemon: DaemonConfig
@@ -165,6 +170,7 @@ class Settings:
     conntrack_flush_tcp: bool = False
     exclude_unreachable_endpoints: bool = False
     replace_kube_proxy: bool = False
+    service_proxy_name: str | None = None
 
 
 def build_settings(flags: Flags) -> Settings:
@@ -185,7 +191,38 @@ def build_settings(flags: Flags) -> Settings:
         conntrack_flush_tcp=flags.conntrack_flush_tcp,
         exclude_unreachable_endpoints=flags.exclude_unreachable_endpoints,
         replace_kube_proxy=flags.replace_kube_proxy,
+        service_proxy_name=service_proxy_name(flags),
     )
+
+
+# A label value, as the API server checks it (apimachinery's IsValidLabelValue).
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
+def service_proxy_name(flags: Flags) -> str | None:
+    """``--service-proxy-name``, checked: a label value, and not with ``--replace-kube-proxy``
+    (which would remove the rules of kube-proxy serving every other Service).
+
+    Raises:
+        ConfigError: naming the flag.
+    """
+    name = flags.service_proxy_name
+    if name is None:
+        return None
+    if not _LABEL_VALUE.fullmatch(name):
+        raise ConfigError(
+            "--service-proxy-name",
+            f"{name!r} is not a label value (1 to 63 of A-Z, a-z, 0-9, '-', '_' and '.', "
+            "starting and ending with a letter or digit)",
+        )
+    if flags.replace_kube_proxy:
+        raise ConfigError(
+            "--service-proxy-name",
+            "serves only the Services labelled service.kubernetes.io/service-proxy-name="
+            f"{name} beside kube-proxy, which serves the rest: --replace-kube-proxy would "
+            "remove kube-proxy's rules; give one or the other",
+        )
+    return name
 
 
 def daemon_config(flags: Flags) -> DaemonConfig:

@@ -261,7 +261,9 @@ class Daemon:
         if self.settings.manifests is not None:
             from nlproxy.cluster.watchdir import ManifestSource
 
-            source = ManifestSource(self.settings.manifests)
+            source = ManifestSource(
+                self.settings.manifests, proxy_name=self.settings.service_proxy_name
+            )
             self.loop.source_errors = lambda: source.errors
             return source
         from nlproxy.cluster import in_cluster
@@ -277,6 +279,7 @@ class Daemon:
             on_request=self.metrics.kube_request,
             on_down=self._api_down,
             unreachable=in_cluster.unreachable(in_cluster.server()) if fallback else "",
+            proxy_name=self.settings.service_proxy_name,
         )
 
     def _api_down(self, reason: str | None) -> None:
@@ -355,7 +358,11 @@ class Daemon:
         """Log what appeared and went since the last look, set the gauge; what is known now."""
         now = {name: (mode, line, chains) for name, mode, line, chains in found.items()}
         for name, (mode, line, chains) in now.items():
-            if name not in known:
+            if name in known:
+                continue
+            if self.settings.service_proxy_name is not None:  # a canary: expected beside us
+                self.log.info("foreign_proxy.beside", table=name, mode=mode, chains=chains)
+            else:
                 self.log.warning(
                     "foreign_proxy.detected",
                     table=name,
