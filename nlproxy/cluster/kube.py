@@ -51,6 +51,7 @@ from nlproxy.cluster.kube_http import (
 from nlproxy.cluster.kube_link import ApiLink, Backoff, Unavailable
 from nlproxy.cluster.model import Change, Invalid, IPNetwork, Replace
 from nlproxy.cluster.parse import HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL
+from nlproxy.cluster.ratelimit import TokenBucket
 from nlproxy.errors import ConfigError
 from nlproxy.log import get_logger
 
@@ -215,6 +216,8 @@ class KubeSource:
             ``None`` when it answers again (``ApiLink``): for ``/healthz``.
         unreachable: the reason to give when it does not answer (``in_cluster.unreachable``
             for the in-cluster fallback); default: the error.
+        limit: the client's rate limit (``TokenBucket`` of ``--kube-api-qps`` and
+            ``--kube-api-burst``), taken by every request; None: no limit.
         proxy_name: serve only the Services labelled
             ``service.kubernetes.io/service-proxy-name`` with this name (``--service-proxy-name``,
             a canary beside kube-proxy); None: those without the label, as kube-proxy.
@@ -238,8 +241,9 @@ class KubeSource:
         on_down: Callable[[str | None], None] | None = None,
         unreachable: str = "",
         proxy_name: str | None = None,
+        limit: TokenBucket | None = None,
     ) -> None:
-        self._http = Http(api_client, on_request)
+        self._http = Http(api_client, on_request, limit)
         self.node_name = node_name
         self.page_size = page_size
         self.watch_timeout = watch_timeout

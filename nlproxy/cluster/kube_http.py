@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from nlproxy.cluster import typed
 from nlproxy.cluster.model import Change, Delete, Invalid, Skip, Upsert
 from nlproxy.cluster.parse import object_ref
+from nlproxy.cluster.ratelimit import TokenBucket
 from nlproxy.errors import NlproxyError
 
 CONNECT_TIMEOUT = 10.0
@@ -135,13 +136,19 @@ class Http:
     Args:
         api_client: the configured client (URL, TLS, credentials).
         on_request: told of every request (its status and duration), for the metrics.
+        limit: every request (list page, watch, probe) first takes a token from it
+            (``--kube-api-qps``/``--kube-api-burst``); None: no limit.
     """
 
     def __init__(
-        self, api_client: kubernetes.client.ApiClient, on_request: RequestHook | None = None
+        self,
+        api_client: kubernetes.client.ApiClient,
+        on_request: RequestHook | None = None,
+        limit: TokenBucket | None = None,
     ) -> None:
         self.api = api_client
         self._on_request = on_request or _ignore
+        self._limit = limit
         self.host = urllib.parse.urlsplit(str(api_client.configuration.host)).netloc
 
     def get(
@@ -153,6 +160,8 @@ class Http:
             Unreachable: no answer.
             KubeApiError: an error status (``Gone``, ``NotServed``, ``Forbidden``, ...).
         """
+        if self._limit is not None:
+            self._limit.take()
         start = time.monotonic()
         try:
             method, url, headers, _body, _post = self.api.param_serialize(
@@ -191,6 +200,8 @@ class Http:
         Raises:
             Unreachable: no answer.
         """
+        if self._limit is not None:
+            self._limit.take()
         start = time.monotonic()
         try:
             _method, url, headers, _body, _post = self.api.param_serialize(

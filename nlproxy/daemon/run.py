@@ -268,6 +268,7 @@ class Daemon:
             return source
         from nlproxy.cluster import in_cluster
         from nlproxy.cluster.kube import KubeSource, api_client_from_config
+        from nlproxy.cluster.ratelimit import TokenBucket
 
         client = api_client_from_config(self.cfg.kubeconfig, server=self.cfg.api_server)
         fallback = self.cfg.kubeconfig is None and self.cfg.api_server is None
@@ -280,6 +281,7 @@ class Daemon:
             on_down=self._api_down,
             unreachable=in_cluster.unreachable(in_cluster.server()) if fallback else "",
             proxy_name=self.settings.service_proxy_name,
+            limit=TokenBucket(self.cfg.kube_api_qps, self.cfg.kube_api_burst),
         )
 
     def _api_down(self, reason: str | None) -> None:
