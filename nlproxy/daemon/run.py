@@ -269,9 +269,11 @@ class Daemon:
         from nlproxy.cluster import in_cluster
         from nlproxy.cluster.kube import KubeSource, api_client_from_config
         from nlproxy.cluster.ratelimit import TokenBucket
+        from nlproxy.config.api_source import api_source
 
-        client = api_client_from_config(self.cfg.kubeconfig, server=self.cfg.api_server)
-        fallback = self.cfg.kubeconfig is None and self.cfg.api_server is None
+        at = api_source(self.cfg)
+        client = api_client_from_config(at.kubeconfig, server=at.api_server)
+        fallback = at.fallback
         return KubeSource(
             client,
             node_name=self.cfg.node_name,
