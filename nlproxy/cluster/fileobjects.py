@@ -38,40 +38,45 @@ Objects = list[Entry]
 """A file's objects, parsed as they were read (the decoded documents are not kept)."""
 
 
-def _entry(where: str, obj: dict[str, Any], kind: str) -> Entry:
+def _entry(where: str, obj: dict[str, Any], kind: str, proxy_name: str | None) -> Entry:
     """One decoded object's entry: the typed change when it is plainly valid, else the
     parser's, which names the unknown fields and what is wrong."""
-    fast = typed.from_document(obj, kind) if kind in typed.FAST_KINDS else None
+    fast = typed.from_document(obj, kind, proxy_name) if kind in typed.FAST_KINDS else None
     if fast is not None:
         return where, fast, ()
-    return _parsed(where, obj, kind)
+    return _parsed(where, obj, kind, proxy_name)
 
 
-def _parsed(where: str, obj: dict[str, Any], kind: str) -> Entry:
+def _parsed(where: str, obj: dict[str, Any], kind: str, proxy_name: str | None) -> Entry:
     """The parser's entry for an object the typed path did not take (it has an unknown field
     or is not plainly valid)."""
     ref = object_ref(obj, kind)
     unknown = tuple(f"{where}: {ref}: unknown field {f}" for f in unknown_fields(obj, kind))
-    return where, to_change(obj, kind), unknown
+    return where, to_change(obj, kind, proxy_name), unknown
 
 
-def file_objects(path: Path, data: bytes, notes: list[str]) -> Objects:
+def file_objects(
+    path: Path, data: bytes, notes: list[str], proxy_name: str | None = None
+) -> Objects:
     """``(where, change, warnings)`` for each object of a known kind in one file; ``notes``
     gets the objects whose kind looks like a misspelling of one (``kind: Servcie``).
+    ``proxy_name``: this proxy's ``service-proxy-name`` (``parse.not_ours``).
 
     Raises:
         FileError: the file cannot be read or parsed, or holds something that is not an object.
     """
     if path.suffix == ".json":
-        fast = _json_objects(path.name, data)
+        fast = _json_objects(path.name, data, proxy_name)
         if fast is not None:
             found, mine = fast
             notes += mine
             return found
-    return _document_objects(path, data, notes)
+    return _document_objects(path, data, notes, proxy_name)
 
 
-def _document_objects(path: Path, data: bytes, notes: list[str]) -> Objects:
+def _document_objects(
+    path: Path, data: bytes, notes: list[str], proxy_name: str | None = None
+) -> Objects:
     """``_objects`` by way of the file's decoded documents (YAML, and JSON that the bytes'
     path does not read).
 
@@ -87,23 +92,25 @@ def _document_objects(path: Path, data: bytes, notes: list[str]) -> Objects:
         for batch in batches(path, data):
             for doc in batch:
                 index += 1
-                _document(path, index, doc, notes, found)
+                _document(path, index, doc, notes, found, proxy_name)
             del batch
     except Refused:
         found.clear()
         del notes[noted:]
         for index, doc in enumerate(documents(path, data), start=1):
-            _document(path, index, doc, notes, found)
+            _document(path, index, doc, notes, found, proxy_name)
     return found
 
 
-def _document(path: Path, index: int, doc: object, notes: list[str], found: Objects) -> None:
+def _document(
+    path: Path, index: int, doc: object, notes: list[str], found: Objects, proxy_name: str | None
+) -> None:
     """Append the objects of a file's ``index``-th document."""
     where = f"{path.name} document {index}" if index > 1 else path.name
     if doc is None:
         return
     for item in doc if isinstance(doc, list) else [doc]:
-        _flatten(where, item, None, notes, found)
+        _flatten(where, item, None, notes, found, proxy_name)
 
 
 class _Head(msgspec.Struct):
@@ -123,7 +130,9 @@ class _Fallback(Exception):
     """The whole file is read the documents' way (which names what is wrong with it)."""
 
 
-def _json_objects(where: str, data: bytes) -> tuple[Objects, list[str]] | None:
+def _json_objects(
+    where: str, data: bytes, proxy_name: str | None = None
+) -> tuple[Objects, list[str]] | None:
     """A JSON file's objects read from its bytes (``_objects``'s result and notes), the known
     kinds' objects decoded straight into the typed structs: no dict is built for them, nor for
     the other kinds' objects. As ``documents`` and ``_flatten`` read the file, but whatever is
@@ -140,9 +149,9 @@ def _json_objects(where: str, data: bytes) -> tuple[Objects, list[str]] | None:
     notes: list[str] = []
     try:
         if _STARTS_ARRAY.match(data):
-            _raw_members(where, _ARRAY.decode(data), None, notes, found)
+            _raw_members(where, _ARRAY.decode(data), None, notes, found, proxy_name)
         else:
-            _raw_members(where, [data], None, notes, found, top=True)
+            _raw_members(where, [data], None, notes, found, proxy_name, top=True)
     except (msgspec.DecodeError, _Fallback, ValueError, RecursionError, MemoryError):
         return None
     return found, notes
@@ -154,6 +163,7 @@ def _raw_object(
     list_kind: str | None,
     notes: list[str],
     found: Objects,
+    proxy_name: str | None,
     *,
     top: bool = False,
 ) -> None:
@@ -168,18 +178,18 @@ def _raw_object(
     except msgspec.ValidationError:
         if top:
             raise _Fallback from None  # null, a scalar: as documents() reads it
-        _flatten(where, json.loads(bytes(raw).decode()), list_kind, notes, found)
+        _flatten(where, json.loads(bytes(raw).decode()), list_kind, notes, found, proxy_name)
         return
     kind = list_kind if head.kind is msgspec.UNSET else head.kind
     if type(kind) is not str or not kind:
-        _flatten(where, json.loads(bytes(raw).decode()), list_kind, notes, found)
+        _flatten(where, json.loads(bytes(raw).decode()), list_kind, notes, found, proxy_name)
     elif kind in KINDS:
         if _right_group(head.apiVersion, kind):
-            found.append(_raw_entry(where, raw, kind))
+            found.append(_raw_entry(where, raw, kind, proxy_name))
     elif kind == "List" or (kind.endswith("List") and kind[:-4] in KINDS):
-        _raw_members(where, head.items or [], kind[:-4] or None, notes, found)
+        _raw_members(where, head.items or [], kind[:-4] or None, notes, found, proxy_name)
     elif _near_kind(kind) is not None:
-        _flatten(where, json.loads(bytes(raw).decode()), list_kind, notes, found)
+        _flatten(where, json.loads(bytes(raw).decode()), list_kind, notes, found, proxy_name)
 
 
 def _raw_members(
@@ -188,6 +198,7 @@ def _raw_members(
     list_kind: str | None,
     notes: list[str],
     found: Objects,
+    proxy_name: str | None,
     *,
     top: bool = False,
 ) -> None:
@@ -207,25 +218,31 @@ def _raw_members(
                 kind, group, read = readers[type(obj)]
                 api = obj.apiVersion  # _right_group's test, inline
                 if type(api) is not str or not api or api.rpartition("/")[0] == group:
-                    change = read(obj)
+                    change = read(obj, proxy_name)
                     if change is None:  # not plainly valid: the parser names what is wrong
-                        found.append(_parsed(where, json.loads(bytes(member).decode()), kind))
+                        doc = json.loads(bytes(member).decode())
+                        found.append(_parsed(where, doc, kind, proxy_name))
                     else:
                         found.append((where, change, ()))
                 continue
-        _raw_object(where, member, list_kind, notes, found, top=top)
+        _raw_object(where, member, list_kind, notes, found, proxy_name, top=top)
 
 
-def _raw_entry(where: str, raw: bytes | msgspec.Raw, kind: str) -> Entry:
+def _raw_entry(where: str, raw: bytes | msgspec.Raw, kind: str, proxy_name: str | None) -> Entry:
     """``_entry`` of one object's JSON: the typed change, or the parser's of its document."""
-    fast = typed.from_manifest_json(raw, kind) if kind in typed.FAST_KINDS else None
+    fast = typed.from_manifest_json(raw, kind, proxy_name) if kind in typed.FAST_KINDS else None
     if fast is not None:
         return where, fast, ()
-    return _parsed(where, json.loads(bytes(raw).decode()), kind)
+    return _parsed(where, json.loads(bytes(raw).decode()), kind, proxy_name)
 
 
 def _flatten(
-    where: str, item: object, list_kind: str | None, notes: list[str], found: Objects
+    where: str,
+    item: object,
+    list_kind: str | None,
+    notes: list[str],
+    found: Objects,
+    proxy_name: str | None,
 ) -> None:
     """Append ``item``'s objects of a known kind to ``found`` (a list's, each of its items)."""
     if not isinstance(item, dict):
@@ -237,7 +254,7 @@ def _flatten(
         raise FileError(f"{where}: an object without a kind")
     if kind in KINDS:
         if _right_group(item.get("apiVersion"), kind):
-            found.append(_entry(where, item, kind))
+            found.append(_entry(where, item, kind, proxy_name))
     elif kind == "List" or (kind.endswith("List") and kind[:-4] in KINDS):
         members = item.get("items")
         if not isinstance(members, list | None):
@@ -248,9 +265,9 @@ def _flatten(
             k = member.get("kind", member_kind) if type(member) is dict else None
             if type(k) is str and k in KINDS:
                 if _right_group(member.get("apiVersion"), k):
-                    found.append(_entry(where, member, k))
+                    found.append(_entry(where, member, k, proxy_name))
             else:
-                _flatten(where, member, member_kind, notes, found)
+                _flatten(where, member, member_kind, notes, found, proxy_name)
     elif (near := _near_kind(kind)) is not None and _right_group(item.get("apiVersion"), near):
         # Someone else's kinds (Deployment, Pod, ...) are ignored; a near-miss of ours is a
         # typo to name, as kubectl --validate=strict would.

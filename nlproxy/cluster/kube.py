@@ -50,6 +50,8 @@ from nlproxy.cluster.kube_http import (
 )
 from nlproxy.cluster.kube_link import ApiLink, Backoff, Unavailable
 from nlproxy.cluster.model import Change, Invalid, IPNetwork, Replace
+from nlproxy.cluster.parse import HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL
+from nlproxy.cluster.ratelimit import TokenBucket
 from nlproxy.errors import ConfigError
 from nlproxy.log import get_logger
 
@@ -66,6 +68,19 @@ __all__ = [
 # kube-proxy's informer selectors: objects owned by another proxy and headless services' objects
 # are filtered by the server, so they never cost us a byte.
 NOT_OURS = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"
+
+
+def ours(proxy_name: str | None) -> str:
+    """The label selector of the Services (and slices) a proxy named ``proxy_name`` serves:
+    kube-proxy's ``NOT_OURS`` for the default, unnamed proxy; exactly those labelled
+    ``service.kubernetes.io/service-proxy-name=<name>`` for a named one (``parse.not_ours``).
+    A Service whose label changes moves in or out of the selection: the server sends a watch
+    event for it (``DELETED`` when it leaves)."""
+    if proxy_name is None:
+        return NOT_OURS
+    return f"{SERVICE_PROXY_NAME_LABEL}={proxy_name},!{HEADLESS_LABEL}"
+
+
 # A watch that ends normally this soon without delivering anything still backs off, so a server
 # that closes every watch at once cannot make us spin.
 _HEALTHY_WATCH_SECONDS = 5.0
@@ -76,14 +91,17 @@ to about 1.5 s after it starts, kube-apiserver's authorizer answers 403 to every
 without cluster-admin rights, and every node would fail ``/healthz`` at once."""
 
 
-def kinds(node_name: str) -> tuple[KindSpec, ...]:
-    """What the source watches, with the server-side selectors that narrow each kind."""
+def kinds(node_name: str, proxy_name: str | None = None) -> tuple[KindSpec, ...]:
+    """What the source watches, with the server-side selectors that narrow each kind; only the
+    Services and slices of ``proxy_name`` (``ours``)."""
+    selected = ours(proxy_name)
     return (
-        KindSpec("Service", "/api/v1/services", label_selector=NOT_OURS),
+        KindSpec("Service", "/api/v1/services", label_selector=selected, proxy_name=proxy_name),
         KindSpec(
             "EndpointSlice",
             "/apis/discovery.k8s.io/v1/endpointslices",
-            label_selector=f"kubernetes.io/service-name,{NOT_OURS}",
+            label_selector=f"kubernetes.io/service-name,{selected}",
+            proxy_name=proxy_name,
         ),
         KindSpec("Node", "/api/v1/nodes", field_selector=f"metadata.name={node_name}"),
         KindSpec("ServiceCIDR", "/apis/networking.k8s.io/v1/servicecidrs", optional=True),
@@ -198,6 +216,11 @@ class KubeSource:
             ``None`` when it answers again (``ApiLink``): for ``/healthz``.
         unreachable: the reason to give when it does not answer (``in_cluster.unreachable``
             for the in-cluster fallback); default: the error.
+        limit: the client's rate limit (``TokenBucket`` of ``--kube-api-qps`` and
+            ``--kube-api-burst``), taken by every request; None: no limit.
+        proxy_name: serve only the Services labelled
+            ``service.kubernetes.io/service-proxy-name`` with this name (``--service-proxy-name``,
+            a canary beside kube-proxy); None: those without the label, as kube-proxy.
     """
 
     def __init__(
@@ -217,8 +240,10 @@ class KubeSource:
         on_request: RequestHook | None = None,
         on_down: Callable[[str | None], None] | None = None,
         unreachable: str = "",
+        proxy_name: str | None = None,
+        limit: TokenBucket | None = None,
     ) -> None:
-        self._http = Http(api_client, on_request)
+        self._http = Http(api_client, on_request, limit)
         self.node_name = node_name
         self.page_size = page_size
         self.watch_timeout = watch_timeout
@@ -230,7 +255,7 @@ class KubeSource:
             on_down=on_down,
             unreachable=unreachable,
         )
-        self.kinds = kinds(node_name)
+        self.kinds = kinds(node_name, proxy_name)
         self.unavailable: dict[str, Unavailable] = {}
         self._on_unavailable = on_unavailable
         self._service_cidrs = tuple(service_cidrs)

@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from nlproxy.cluster import typed
 from nlproxy.cluster.model import Change, Delete, Invalid, Skip, Upsert
 from nlproxy.cluster.parse import object_ref
+from nlproxy.cluster.ratelimit import TokenBucket
 from nlproxy.errors import NlproxyError
 
 CONNECT_TIMEOUT = 10.0
@@ -51,6 +52,9 @@ class KindSpec:
     label_selector: str = ""
     field_selector: str = ""
     optional: bool = False
+    proxy_name: str | None = None
+    """The ``service-proxy-name`` whose objects are read (``parse.not_ours``), matching what
+    ``label_selector`` asks the server for."""
 
     def params(self) -> list[tuple[str, str]]:
         params = []
@@ -132,13 +136,19 @@ class Http:
     Args:
         api_client: the configured client (URL, TLS, credentials).
         on_request: told of every request (its status and duration), for the metrics.
+        limit: every request (list page, watch, probe) first takes a token from it
+            (``--kube-api-qps``/``--kube-api-burst``); None: no limit.
     """
 
     def __init__(
-        self, api_client: kubernetes.client.ApiClient, on_request: RequestHook | None = None
+        self,
+        api_client: kubernetes.client.ApiClient,
+        on_request: RequestHook | None = None,
+        limit: TokenBucket | None = None,
     ) -> None:
         self.api = api_client
         self._on_request = on_request or _ignore
+        self._limit = limit
         self.host = urllib.parse.urlsplit(str(api_client.configuration.host)).netloc
 
     def get(
@@ -150,6 +160,8 @@ class Http:
             Unreachable: no answer.
             KubeApiError: an error status (``Gone``, ``NotServed``, ``Forbidden``, ...).
         """
+        if self._limit is not None:
+            self._limit.take()
         start = time.monotonic()
         try:
             method, url, headers, _body, _post = self.api.param_serialize(
@@ -188,6 +200,8 @@ class Http:
         Raises:
             Unreachable: no answer.
         """
+        if self._limit is not None:
+            self._limit.take()
         start = time.monotonic()
         try:
             _method, url, headers, _body, _post = self.api.param_serialize(
@@ -302,7 +316,9 @@ def _list_pages(http: Http, spec: KindSpec, page_size: int, *, ahead: bool) -> L
             pages += 1
             cont = page.metadata.continue_
             following = pool.submit(fetch, cont) if cont and pool is not None else None
-            changes.extend(typed.change(item, spec.kind) for item in page.items or ())
+            changes.extend(
+                typed.change(item, spec.kind, spec.proxy_name) for item in page.items or ()
+            )
             if not cont:
                 return Listing(tuple(changes), page.metadata.resourceVersion, pages)
             page = following.result() if following is not None else fetch(cont)
@@ -420,7 +436,7 @@ class WatchStream:
             body = json.dumps({"message": message}).encode()
             return None, _status_error(self.spec, code, body, "watch")
         if kind in ("ADDED", "MODIFIED"):
-            change = typed.change(raw, self.spec.kind)
+            change = typed.change(raw, self.spec.kind, self.spec.proxy_name)
         elif kind == "DELETED":
             change = Delete(ref=object_ref(msgspec.json.decode(raw), self.spec.kind))
         elif kind != "BOOKMARK":

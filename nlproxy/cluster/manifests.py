@@ -98,12 +98,13 @@ class Parsed:
     error: FileError | None = None
 
 
-def parse_file(name: str, read: FileRead) -> Parsed:
-    """What file ``name``'s content ``read`` holds (no exception: a failure is ``error``)."""
+def parse_file(name: str, read: FileRead, proxy_name: str | None = None) -> Parsed:
+    """What file ``name``'s content ``read`` holds (no exception: a failure is ``error``);
+    ``proxy_name``: this proxy's ``service-proxy-name`` (``parse.not_ours``)."""
     notes: list[str] = []
     with _collection_paused():
         try:
-            objects = file_objects(Path(name), read.data, notes)
+            objects = file_objects(Path(name), read.data, notes, proxy_name)
         except FileError as exc:
             return Parsed(read.digest, [], (), exc)
     return Parsed(read.digest, objects, tuple(notes))
@@ -175,6 +176,7 @@ def load_manifests(
     read: DirectoryRead | None = None,
     parsed: Mapping[str, Parsed] | None = None,
     defer: int | None = None,
+    proxy_name: str | None = None,
 ) -> ManifestLoad:
     """Load every manifest file in ``directory`` (not recursive; dotfiles are skipped, which
     also skips the ``..data`` links of a mounted ConfigMap). Files are read in name order and the
@@ -198,12 +200,18 @@ def load_manifests(
             :func:`parse_file` made of ``deferred`` ones): used when the content is the same.
         defer: leave a changed file of more than this many bytes to be parsed apart
             (``deferred``) instead of parsing it now (None: parse every file now).
+        proxy_name: this proxy's ``service-proxy-name``: only the Services and slices
+            labelled with it are read (None: only those without the label, as kube-proxy);
+            the same in every load of one directory, as ``last_good`` and ``parsed`` hold
+            what it selected.
 
     Raises:
         ConfigError: the directory cannot be listed.
     """
     with _collection_paused():
-        loader = _Loader(last_good or {}, parsed or {}, defer, time.time() if now is None else now)
+        loader = _Loader(
+            last_good or {}, parsed or {}, defer, time.time() if now is None else now, proxy_name
+        )
         if read is not None:
             return loader.load(read.files.items())
         try:
@@ -222,8 +230,10 @@ class _Loader:
         parsed: Mapping[str, Parsed],
         defer: int | None,
         now: float,
+        proxy_name: str | None = None,
     ) -> None:
         self.last_good, self.parsed, self.defer, self.now = last_good, parsed, defer, now
+        self.proxy_name = proxy_name
         self.by_kind: dict[str, list[Upsert | Skip | Invalid]] = {kind: [] for kind in KINDS}
         self.first_seen: dict[ObjectRef, str] = {}
         self.errors: list[str] = []
@@ -315,7 +325,7 @@ class _Loader:
         if known is None or known.digest != read.digest:
             if self.defer is not None and len(read.data) > self.defer:
                 raise _Deferred
-            known = parse_file(name, read)
+            known = parse_file(name, read, self.proxy_name)
         if known.error is not None:
             self.failed[name] = known
             raise known.error

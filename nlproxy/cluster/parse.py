@@ -61,6 +61,22 @@ UNNAMED = "(unnamed)"
 # kube-proxy's informers select objects without these labels; the EndpointSlice controller copies
 # a Service's labels to its slices, so both kinds are filtered the same way.
 _SKIP_LABELS = frozenset({SERVICE_PROXY_NAME_LABEL, HEADLESS_LABEL})
+
+
+def not_ours(labels: Mapping[str, str] | None, proxy_name: str | None) -> bool:
+    """Whether an object with ``labels`` is left to another proxy, or is a headless Service's.
+
+    kube-proxy's convention: a proxy started with a name serves exactly the objects whose
+    ``service.kubernetes.io/service-proxy-name`` label is that name, and the unnamed default
+    (``proxy_name`` None) serves those without the label. Headless objects are nobody's.
+    """
+    if proxy_name is None:
+        return labels is not None and not _SKIP_LABELS.isdisjoint(labels)
+    return (
+        not labels or labels.get(SERVICE_PROXY_NAME_LABEL) != proxy_name or HEADLESS_LABEL in labels
+    )
+
+
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -140,11 +156,12 @@ def _metadata(
     return meta, r.string_map(meta.get("labels"), "metadata.labels")
 
 
-def parse_service(obj: Mapping[str, Any]) -> Service | None:
+def parse_service(obj: Mapping[str, Any], proxy_name: str | None = None) -> Service | None:
     """A v1 Service, or ``None`` when kube-proxy would not proxy it.
 
-    Skipped: ``type: ExternalName``, headless (``clusterIP: None``), and Services labelled
-    ``service.kubernetes.io/service-proxy-name`` (another proxy's) or ``.../headless``.
+    Skipped: ``type: ExternalName``, headless (``clusterIP: None``), Services labelled
+    ``.../headless``, and those whose ``service.kubernetes.io/service-proxy-name`` label is
+    not ``proxy_name`` (another proxy's; ``not_ours``).
 
     Raises:
         InvalidObject: naming the field, e.g. ``spec.ports[1].port: 70000 is not in 1..65535``.
@@ -152,7 +169,7 @@ def parse_service(obj: Mapping[str, Any]) -> Service | None:
     ref = object_ref(obj, "Service")
     r = FieldReader(ref)
     meta, labels = _metadata(r, obj, "Service")
-    if _SKIP_LABELS & labels.keys():
+    if not_ours(labels, proxy_name):
         return None
     spec = r.mapping(obj.get("spec"), "spec")
     kind = r.choice(spec.get("type"), "spec.type", _SERVICE_TYPES, "ClusterIP")
@@ -406,11 +423,13 @@ def _affinity_timeout(r: FieldReader, spec: Mapping[str, Any]) -> int | None:
     return DEFAULT_AFFINITY_TIMEOUT if timeout is None else timeout
 
 
-def parse_endpoint_slice(obj: Mapping[str, Any]) -> EndpointSlice | None:
+def parse_endpoint_slice(
+    obj: Mapping[str, Any], proxy_name: str | None = None
+) -> EndpointSlice | None:
     """A discovery.k8s.io/v1 EndpointSlice, or ``None`` when kube-proxy would ignore it.
 
     Skipped: ``addressType: FQDN``, slices without the ``kubernetes.io/service-name`` label, and
-    slices labelled ``service-proxy-name`` or ``headless`` (as their Services are skipped).
+    slices whose labels are not ``proxy_name``'s (``not_ours``), as their Services are skipped.
 
     Raises:
         InvalidObject: naming the field, e.g. ``endpoints[2].addresses[0]``.
@@ -422,7 +441,7 @@ def parse_endpoint_slice(obj: Mapping[str, Any]) -> EndpointSlice | None:
     if not address_type:
         r.fail("addressType", "missing")
     service_name = labels.get(SERVICE_NAME_LABEL, "")
-    if address_type == "FQDN" or not service_name or _SKIP_LABELS & labels.keys():
+    if address_type == "FQDN" or not service_name or not_ours(labels, proxy_name):
         return None
     family = IPFamily(address_type)
     annotations = r.string_map(meta.get("annotations"), "metadata.annotations")
@@ -600,12 +619,15 @@ _PARSERS: Mapping[str, Callable[[Mapping[str, Any]], ClusterObject | None]] = {
 KINDS = tuple(_PARSERS)
 
 
-def to_change(obj: Mapping[str, Any], kind: str | None = None) -> Upsert | Skip | Invalid:
+def to_change(
+    obj: Mapping[str, Any], kind: str | None = None, proxy_name: str | None = None
+) -> Upsert | Skip | Invalid:
     """The change event for one raw object (added or modified); never raises for bad content.
 
     Args:
         obj: the raw object.
         kind: its kind, when the object itself does not say (API list items).
+        proxy_name: this proxy's ``service-proxy-name`` (None: the default proxy's objects).
 
     Returns:
         ``Upsert`` with the parsed object, ``Skip`` for one that is deliberately not proxied,
@@ -617,7 +639,12 @@ def to_change(obj: Mapping[str, Any], kind: str | None = None) -> Upsert | Skip 
         error = InvalidObject(str(ref), f"not one of {', '.join(KINDS)}", field="kind")
         return Invalid(ref=ref, error=str(error))
     try:
-        parsed = parser(obj)
+        if ref.kind == "Service":
+            parsed: ClusterObject | None = parse_service(obj, proxy_name)
+        elif ref.kind == "EndpointSlice":
+            parsed = parse_endpoint_slice(obj, proxy_name)
+        else:
+            parsed = parser(obj)
     except InvalidObject as exc:
         return Invalid(ref=ref, error=str(exc))
     if parsed is None:

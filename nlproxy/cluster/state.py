@@ -156,7 +156,9 @@ class ClusterState:
 
         Returns:
             The services whose proxying inputs changed: the Service itself or any of its
-            EndpointSlices. A change to this Node or to any ServiceCIDR marks every service.
+            EndpointSlices. A change to what planning reads of this Node (``_planned``) or
+            to any ServiceCIDR marks every service; one to its labels, taints or deletion
+            alone marks none (they decide only ``/healthz``'s ``nodeEligible``).
             A change of ``resourceVersion`` alone is not a change (the model does not hold
             it: the new object equals the old one, which stays).
         """
@@ -355,8 +357,9 @@ class ClusterState:
             case Node():
                 if obj.name != self._node_name or obj == self._node:
                     return False
-                self._node = obj
-                return True
+                old, self._node = self._node, obj
+                self._snapshot = None  # /healthz reads the Node's taints and deletion from it
+                return old is None or _planned(old) != _planned(obj)
             case ServiceCIDR():
                 old_cidr = self._cidrs.get(obj.name)
                 self._cidrs[obj.name] = obj
@@ -410,3 +413,9 @@ class ClusterState:
         elif ref.kind == "ServiceCIDR":
             return self._cidrs.pop(ref.name, None) is not None
         return False
+
+
+def _planned(node: Node) -> tuple[object, ...]:
+    """What planning reads of this Node: its zone, addresses and pod CIDRs (the planner is
+    given the Node without the rest: ``sync/relist.py``'s ``planning_node``)."""
+    return (node.zone, node.addresses, node.pod_cidrs)

@@ -223,10 +223,13 @@ _LENIENT = _Family(strict=False)
 _STRICT = _Family(strict=True)
 
 
-def change(raw: bytes | memoryview, kind: str) -> Upsert | Skip | Invalid:
+def change(
+    raw: bytes | memoryview, kind: str, proxy_name: str | None = None
+) -> Upsert | Skip | Invalid:
     """The change for one object's JSON (an API list item or watch object): typed when it is
-    plainly valid, else the parser's (which names what is wrong)."""
-    fast = from_json(raw, kind) if kind in FAST_KINDS else None
+    plainly valid, else the parser's (which names what is wrong). ``proxy_name``: this proxy's
+    ``service-proxy-name`` (``parse.not_ours``)."""
+    fast = from_json(raw, kind, proxy_name) if kind in FAST_KINDS else None
     if fast is not None:
         return fast
     reduced = _REDUCED.get(kind)
@@ -236,7 +239,7 @@ def change(raw: bytes | memoryview, kind: str) -> Upsert | Skip | Invalid:
         except (msgspec.ValidationError, msgspec.DecodeError):
             pass  # not the shape the parser reads: parsed whole, which names what is wrong
         else:
-            return parse.to_change(small, kind)
+            return parse.to_change(small, kind, proxy_name)
     try:
         doc = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
@@ -244,20 +247,24 @@ def change(raw: bytes | memoryview, kind: str) -> Upsert | Skip | Invalid:
     if not isinstance(doc, dict):
         ref = ObjectRef(kind=kind, namespace="", name=parse.UNNAMED)
         return Invalid(ref=ref, error=str(InvalidObject(str(ref), "not a JSON object")))
-    return parse.to_change(doc, kind)
+    return parse.to_change(doc, kind, proxy_name)
 
 
-def from_json(raw: bytes | memoryview, kind: str) -> Upsert | Skip | None:
+def from_json(
+    raw: bytes | memoryview, kind: str, proxy_name: str | None = None
+) -> Upsert | Skip | None:
     """The change for one object's JSON (an API list item or watch object), or None when the
     parser must read it: the struct does not fit, or the object is not plainly valid."""
     try:
         obj = _LENIENT.json[kind].decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError, KeyError):
         return None
-    return _change(obj, kind)
+    return _change(obj, kind, proxy_name)
 
 
-def from_document(doc: Mapping[str, Any], kind: str) -> Upsert | Skip | None:
+def from_document(
+    doc: Mapping[str, Any], kind: str, proxy_name: str | None = None
+) -> Upsert | Skip | None:
     """The change for one manifest object (a decoded document), or None when the parser must
     read it: as ``from_json``, and also when the object has a field the kind does not know
     (the parser's path names it, as ``kubectl --validate=strict`` would)."""
@@ -265,29 +272,31 @@ def from_document(doc: Mapping[str, Any], kind: str) -> Upsert | Skip | None:
         obj = msgspec.convert(doc, _STRICT.types[kind])
     except (msgspec.ValidationError, KeyError):
         return None
-    return _change(obj, kind)
+    return _change(obj, kind, proxy_name)
 
 
-def from_manifest_json(raw: bytes | memoryview | msgspec.Raw, kind: str) -> Upsert | Skip | None:
+def from_manifest_json(
+    raw: bytes | memoryview | msgspec.Raw, kind: str, proxy_name: str | None = None
+) -> Upsert | Skip | None:
     """The change for one manifest object's JSON, straight from its bytes (no document is
     built), or None when the parser must read it: as ``from_document`` of its document."""
     try:
         obj = _STRICT.json[kind].decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError, KeyError):
         return None
-    return _change(obj, kind)
+    return _change(obj, kind, proxy_name)
 
 
-def _manifest_service(obj: Any) -> Upsert | Skip | None:
+def _manifest_service(obj: Any, proxy_name: str | None = None) -> Upsert | Skip | None:
     try:
-        return _service_or_raise(obj)
+        return _service_or_raise(obj, proxy_name)
     except (_NotPlain, InvalidObject):
         return None
 
 
-def _manifest_slice(obj: Any) -> Upsert | Skip | None:
+def _manifest_slice(obj: Any, proxy_name: str | None = None) -> Upsert | Skip | None:
     try:
-        return _slice_or_raise(obj)
+        return _slice_or_raise(obj, proxy_name)
     except (_NotPlain, InvalidObject):
         return None
 
@@ -297,21 +306,23 @@ MANIFEST_ITEM = _STRICT.either
 says so (``kind``) and has only fields its kind knows, into a struct that ``MANIFEST_READERS``
 reads; anything else (another kind, no kind, an unknown field, a wrong type) raises
 ``msgspec.ValidationError``, and the caller reads it the general way."""
-MANIFEST_READERS: dict[type[Any], tuple[str, str, Callable[[Any], Upsert | Skip | None]]] = {
+MANIFEST_READERS: dict[
+    type[Any], tuple[str, str, Callable[[Any, str | None], Upsert | Skip | None]]
+] = {
     t: (kind, group, _manifest_service if kind == "Service" else _manifest_slice)
     for t, kind in _STRICT.kind_of.items()
     for group in ["" if kind == "Service" else "discovery.k8s.io"]
 }
 """A ``MANIFEST_ITEM`` struct's type to its kind, the API group the kind must come from, and
-its reader: the change, or None when the parser must read the object (it is not plainly
-valid)."""
+its reader (of the struct and the proxy's name): the change, or None when the parser must
+read the object (it is not plainly valid)."""
 
 
-def _change(obj: Any, kind: str) -> Upsert | Skip | None:
+def _change(obj: Any, kind: str, proxy_name: str | None) -> Upsert | Skip | None:
     try:
         if kind == "Service":
-            return _service(obj)
-        return _slice(obj)
+            return _service(obj, proxy_name)
+        return _slice(obj, proxy_name)
     except InvalidObject:
         return None
 
@@ -380,17 +391,16 @@ def _names(obj: Any, kind: str) -> tuple[ObjectRef, Any]:
     return ObjectRef(kind=kind, namespace=namespace, name=name), meta
 
 
-def _service(obj: Any) -> Upsert | Skip | None:
+def _service(obj: Any, proxy_name: str | None) -> Upsert | Skip | None:
     try:
-        return _service_or_raise(obj)
+        return _service_or_raise(obj, proxy_name)
     except _NotPlain:
         return None
 
 
-def _service_or_raise(obj: Any) -> Upsert | Skip:
+def _service_or_raise(obj: Any, proxy_name: str | None) -> Upsert | Skip:
     ref, meta = _names(obj, "Service")
-    labels = meta.labels
-    if labels and not _SKIP_LABELS.isdisjoint(labels):
+    if _not_ours(meta.labels, proxy_name):
         return Skip(ref=ref)
     spec = obj.spec
     if spec is None:
@@ -489,7 +499,7 @@ def _service_or_raise(obj: Any) -> Upsert | Skip:
     return Upsert(ref=ref, obj=svc)
 
 
-_SKIP_LABELS = parse._SKIP_LABELS
+_not_ours = parse.not_ours
 _NO_AFFINITY = (None, "", "None")
 # Enum members by value: a lookup, not the enum's Python-level __call__.
 _SERVICE_TYPE = {t.value: t for t in ServiceType}
@@ -620,21 +630,21 @@ def _ip(text: str) -> IPAddress:
     return ip
 
 
-def _slice(obj: Any) -> Upsert | Skip | None:
+def _slice(obj: Any, proxy_name: str | None) -> Upsert | Skip | None:
     try:
-        return _slice_or_raise(obj)
+        return _slice_or_raise(obj, proxy_name)
     except _NotPlain:
         return None
 
 
-def _slice_or_raise(obj: Any) -> Upsert | Skip:
+def _slice_or_raise(obj: Any, proxy_name: str | None) -> Upsert | Skip:
     ref, meta = _names(obj, "EndpointSlice")
     address_type = obj.addressType
     if address_type not in parse._ADDRESS_TYPES:
         raise _NotPlain
     labels = meta.labels
     service_name = labels.get(parse.SERVICE_NAME_LABEL) if labels else None
-    if address_type == "FQDN" or not service_name or not _SKIP_LABELS.isdisjoint(labels):
+    if address_type == "FQDN" or not service_name or _not_ours(labels, proxy_name):
         return Skip(ref=ref)
     family = IPFamily.IPV4 if address_type == "IPv4" else IPFamily.IPV6
     annotations = meta.annotations

@@ -81,8 +81,18 @@ class ManifestSource:
     last read (and so the rules) stay until it is back.
     """
 
-    def __init__(self, directory: Path, *, settle: float = 0.1, max_wait: float = 1.0) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        settle: float = 0.1,
+        max_wait: float = 1.0,
+        proxy_name: str | None = None,
+    ) -> None:
         self.directory = directory
+        self.proxy_name = proxy_name
+        """Only the objects labelled ``service-proxy-name`` with this are read (None: only
+        those without the label, as kube-proxy)."""
         self.settle = settle
         self.max_wait = max_wait
         self.log = get_logger("source")
@@ -167,6 +177,7 @@ class ManifestSource:
                 self._good,
                 parsed=self._parsed,
                 defer=self._defer,
+                proxy_name=self.proxy_name,
             ),
             abandon_on_cancel=True,
         )
@@ -210,7 +221,7 @@ class ManifestSource:
                 self.log.debug("source.parse_apart", file=name, size=len(read.data))
                 try:
                     parsed = await trio.to_thread.run_sync(
-                        parse_file, name, read, abandon_on_cancel=True
+                        parse_file, name, read, self.proxy_name, abandon_on_cancel=True
                     )
                 finally:
                     self._parsing = None

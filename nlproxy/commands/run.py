@@ -12,7 +12,6 @@ runtime failure with nothing half-applied. Without ``--once`` it runs the daemon
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import fields, replace
 from pathlib import Path
@@ -22,6 +21,7 @@ from nlproxy import log
 from nlproxy.cluster import in_cluster
 from nlproxy.commands import _fastexit
 from nlproxy.config import DaemonConfig, Flags, Settings, build_settings
+from nlproxy.config.api_source import api_source
 from nlproxy.config.flags import (
     KUBE_PROXY_FLAGS,
     LOGGING_FORMATS,
@@ -183,6 +183,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="after the first sync, remove kube-proxy's rules (as `nlproxy cleanup "
         "--kube-proxy`) whenever they are found; stop kube-proxy on the node first",
+    )
+    parser.add_argument(
+        "--service-proxy-name",
+        metavar="NAME",
+        help="serve only the Services labelled service.kubernetes.io/service-proxy-name=NAME "
+        "(which kube-proxy skips), beside kube-proxy serving the rest: a canary "
+        "(docs/migrating.md); default: the Services without that label, as kube-proxy",
     )
     parser.add_argument(
         "--exclude-unreachable-endpoints",
@@ -436,34 +443,11 @@ def check_start(s: Settings) -> Settings:
         ConfigError: names the flag or field.
     """
     cfg = s.daemon
-    missing = ""
     if s.manifests is not None:
         if not s.manifests.is_dir():
             raise ConfigError("--manifests", f"{s.manifests} is not a directory")
-    elif cfg.kubeconfig:
-        where = "clientConnection.kubeconfig" if cfg.kubeconfig_from_file else "--kubeconfig"
-        path = Path(cfg.kubeconfig)
-        if cfg.kubeconfig_from_file and not path.exists():
-            missing = f"{where} {path} does not exist: using the in-cluster configuration"
-            if cfg.api_server:  # else said by the one line on the in-cluster fallback below
-                log.warn("config.kubeconfig_missing", missing)
-            cfg = replace(cfg, kubeconfig=None)
-        else:
-            try:
-                with path.open("rb"):
-                    pass
-            except OSError as exc:
-                raise ConfigError(where, f"{path}: {exc.strerror}") from exc
-    if s.manifests is None and not cfg.kubeconfig and not _in_cluster():
-        raise ConfigError(
-            "--kubeconfig", "none given, and not running in a pod (no KUBERNETES_SERVICE_HOST)"
-        )
-    if s.manifests is None and not cfg.kubeconfig and not cfg.api_server:
-        address = in_cluster.server()
-        why = f"{missing}; " if missing else ""
-        log.warn(
-            "config.api_server_in_cluster", why + in_cluster.warning(address), api_server=address
-        )
+    else:
+        cfg = _api_source_checked(cfg)
     if not s.once:
         for flag, addr in (
             ("--healthz-bind-address", cfg.healthz_bind_address),
@@ -474,8 +458,33 @@ def check_start(s: Settings) -> Settings:
     return replace(s, daemon=cfg)
 
 
-def _in_cluster() -> bool:
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+def _api_source_checked(cfg: DaemonConfig) -> DaemonConfig:
+    """``cfg`` with the kubeconfig ``run`` uses (``config.api_source``'s rule: None for the
+    in-cluster configuration), once it can be opened; the in-cluster fallback is warned of.
+
+    Raises:
+        ConfigError: no credentials, or a kubeconfig given that cannot be opened.
+    """
+    at = api_source(cfg)
+    missing = f"{at.skipped}: using the in-cluster configuration" if at.skipped else ""
+    if missing and not at.fallback:  # else said by the one line on the fallback below
+        log.warn("config.kubeconfig_missing", missing)
+    if at.kubeconfig is not None:
+        where = "clientConnection.kubeconfig" if cfg.kubeconfig_from_file else "--kubeconfig"
+        try:
+            with Path(at.kubeconfig).open("rb"):
+                pass
+        except OSError as exc:
+            raise ConfigError(where, f"{at.kubeconfig}: {exc.strerror}") from exc
+    if at.no_credentials:
+        raise ConfigError("--kubeconfig", at.no_credentials)
+    if at.fallback:
+        address = in_cluster.server()
+        why = f"{missing}; " if missing else ""
+        log.warn(
+            "config.api_server_in_cluster", why + in_cluster.warning(address), api_server=address
+        )
+    return replace(cfg, kubeconfig=at.kubeconfig)
 
 
 def _check_bindable(flag: str, addr: str, netns_name: str | None) -> None:

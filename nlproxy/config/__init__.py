@@ -20,6 +20,7 @@ twice. Their public names are imported from here.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass, replace
 from ipaddress import ip_address, ip_network
@@ -112,6 +113,7 @@ class Flags:
     conntrack_flush_tcp: bool = False
     owned_table: bool = False
     replace_kube_proxy: bool = False
+    service_proxy_name: str | None = None
     exclude_unreachable_endpoints: bool = False
     programming_latency_services: int = 0
     conntrack_max_per_core: int | None = None
@@ -157,6 +159,9 @@ class Settings:
         replace_kube_proxy: remove kube-proxy's rules whenever they are found.
         programming_latency_services: how many of the slowest Services' programming latency
             to export (0: none).
+        service_proxy_name: serve only the Services labelled
+            ``service.kubernetes.io/service-proxy-name`` with this name, beside kube-proxy,
+            which serves the rest (a canary); None: those without the label, as kube-proxy.
     """
 
     daemon: DaemonConfig
@@ -170,6 +175,7 @@ class Settings:
     exclude_unreachable_endpoints: bool = False
     replace_kube_proxy: bool = False
     programming_latency_services: int = 0
+    service_proxy_name: str | None = None
 
 
 def build_settings(flags: Flags) -> Settings:
@@ -191,6 +197,7 @@ def build_settings(flags: Flags) -> Settings:
         exclude_unreachable_endpoints=flags.exclude_unreachable_endpoints,
         replace_kube_proxy=flags.replace_kube_proxy,
         programming_latency_services=_slowest(flags.programming_latency_services),
+        service_proxy_name=service_proxy_name(flags),
     )
 
 
@@ -198,6 +205,36 @@ def _slowest(n: int) -> int:
     if not 0 <= n <= 1000:  # one series each: the label's values stay few
         raise ConfigError("--programming-latency-services", f"{n} is not in 0..1000")
     return n
+
+
+# A label value, as the API server checks it (apimachinery's IsValidLabelValue).
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
+def service_proxy_name(flags: Flags) -> str | None:
+    """``--service-proxy-name``, checked: a label value, and not with ``--replace-kube-proxy``
+    (which would remove the rules of kube-proxy serving every other Service).
+
+    Raises:
+        ConfigError: naming the flag.
+    """
+    name = flags.service_proxy_name
+    if name is None:
+        return None
+    if not _LABEL_VALUE.fullmatch(name):
+        raise ConfigError(
+            "--service-proxy-name",
+            f"{name!r} is not a label value (1 to 63 of A-Z, a-z, 0-9, '-', '_' and '.', "
+            "starting and ending with a letter or digit)",
+        )
+    if flags.replace_kube_proxy:
+        raise ConfigError(
+            "--service-proxy-name",
+            "serves only the Services labelled service.kubernetes.io/service-proxy-name="
+            f"{name} beside kube-proxy, which serves the rest: --replace-kube-proxy would "
+            "remove kube-proxy's rules; give one or the other",
+        )
+    return name
 
 
 def daemon_config(flags: Flags) -> DaemonConfig:

@@ -264,14 +264,19 @@ class Daemon:
         if self.settings.manifests is not None:
             from nlproxy.cluster.watchdir import ManifestSource
 
-            source = ManifestSource(self.settings.manifests)
+            source = ManifestSource(
+                self.settings.manifests, proxy_name=self.settings.service_proxy_name
+            )
             self.loop.source_errors = lambda: source.errors
             return source
         from nlproxy.cluster import in_cluster
         from nlproxy.cluster.kube import KubeSource, api_client_from_config
+        from nlproxy.cluster.ratelimit import TokenBucket
+        from nlproxy.config.api_source import api_source
 
-        client = api_client_from_config(self.cfg.kubeconfig, server=self.cfg.api_server)
-        fallback = self.cfg.kubeconfig is None and self.cfg.api_server is None
+        at = api_source(self.cfg)
+        client = api_client_from_config(at.kubeconfig, server=at.api_server)
+        fallback = at.fallback
         return KubeSource(
             client,
             node_name=self.cfg.node_name,
@@ -280,6 +285,8 @@ class Daemon:
             on_request=self.metrics.kube_request,
             on_down=self._api_down,
             unreachable=in_cluster.unreachable(in_cluster.server()) if fallback else "",
+            proxy_name=self.settings.service_proxy_name,
+            limit=TokenBucket(self.cfg.kube_api_qps, self.cfg.kube_api_burst),
         )
 
     def _api_down(self, reason: str | None) -> None:
@@ -360,7 +367,11 @@ class Daemon:
         """Log what appeared and went since the last look, set the gauge; what is known now."""
         now = {name: (mode, line, chains) for name, mode, line, chains in found.items()}
         for name, (mode, line, chains) in now.items():
-            if name not in known:
+            if name in known:
+                continue
+            if self.settings.service_proxy_name is not None:  # a canary: expected beside us
+                self.log.info("foreign_proxy.beside", table=name, mode=mode, chains=chains)
+            else:
                 self.log.warning(
                     "foreign_proxy.detected",
                     table=name,

@@ -100,8 +100,10 @@ def api_changes(s: Settings) -> list[Replace]:
     """
     from nlproxy.cluster.kube import api_client_from_config, kinds
     from nlproxy.cluster.kube_http import Forbidden, Http, NotServed, list_kind
+    from nlproxy.config.api_source import api_source
 
-    client = api_client_from_config(s.daemon.kubeconfig, server=s.daemon.api_server)
+    at = api_source(s.daemon)  # run's rule: a file's kubeconfig absent here is skipped
+    client = api_client_from_config(at.kubeconfig, server=at.api_server)
     # urllib3 warns of each retry: a command that lists once says what failed in one line.
     pool_log = logging.getLogger("urllib3.connectionpool")
     level = pool_log.level
@@ -109,7 +111,7 @@ def api_changes(s: Settings) -> list[Replace]:
     try:
         http = Http(client)
         out: list[Replace] = []
-        for spec in kinds(s.daemon.node_name):
+        for spec in kinds(s.daemon.node_name, s.service_proxy_name):
             try:
                 listing = list_kind(http, spec, 500)
             except (Forbidden, NotServed):

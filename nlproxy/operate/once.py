@@ -79,7 +79,7 @@ def _run_once(s: Settings, end: Callable[[int], int], kernel: SyncKernel | None)
         if files is not None and syncer.files_unchanged(files):
             log.info("sync.applied", ops=0, duration_ms=0.0, plan_ms=0.0, invalid=0, unchanged=True)
             return 0
-        loaded = load_manifests(s.manifests, read=read)
+        loaded = load_manifests(s.manifests, read=read, proxy_name=s.service_proxy_name)
         del read
         for warning in loaded.warnings:
             print(f"nlproxy: warning: {printable(warning)}", file=sys.stderr)

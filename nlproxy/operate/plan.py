@@ -21,12 +21,12 @@ flows are as they were.
 from __future__ import annotations
 
 import errno
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from nlproxy.cluster.model import Replace, ServiceKey
 from nlproxy.config import Settings
+from nlproxy.config.api_source import api_source
 from nlproxy.conntrack.kernel import Conntrack, Flow, FlowFilter, Flows
 from nlproxy.errors import ConfigError, KernelError
 from nlproxy.nft.backend import NftBackend
@@ -193,14 +193,11 @@ def source_changes(s: Settings) -> tuple[list[Replace], tuple[str, ...], tuple[s
 
         if not s.manifests.is_dir():
             raise ConfigError("--manifests", f"{s.manifests} is not a directory")
-        loaded = load_manifests(s.manifests)
+        loaded = load_manifests(s.manifests, proxy_name=s.service_proxy_name)
         return list(loaded.changes), loaded.errors, loaded.warnings
-    if not s.daemon.kubeconfig and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        raise ConfigError(
-            "--kubeconfig",
-            "none given, and not running in a pod (no KUBERNETES_SERVICE_HOST); "
-            "or give --manifests DIR",
-        )
+    missing = api_source(s.daemon).no_credentials
+    if missing:
+        raise ConfigError("--kubeconfig", f"{missing}; or give --manifests DIR")
     return api_changes(s), (), ()
 
 

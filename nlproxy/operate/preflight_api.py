@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from nlproxy.cluster import in_cluster
+from nlproxy.config.api_source import api_source
 from nlproxy.config.values import API_SERVER_ENV
 from nlproxy.errors import ConfigError
 from nlproxy.netlink import netns
@@ -130,6 +132,8 @@ class Resolved:
     override: str | None = None
     """The address that replaces the kubeconfig's or in-cluster one (``--master``/env)."""
     node_name: str = ""
+    no_credentials: str = ""
+    """Why ``run`` would have no credentials ("" when it has: ``config.api_source``)."""
 
 
 def resolve_api_server(
@@ -153,27 +157,30 @@ def resolve_api_server(
         if not config:
             raise
         cfg = daemon_config(flags)  # the file's refusal is the config check's finding
+    at = api_source(cfg)
     notes: list[Finding] = []
-    path = cfg.kubeconfig
-    if path and cfg.kubeconfig_from_file and not Path(path).exists():
+    if at.skipped:
         notes.append(
-            Finding("api-server", Level.WARN, f"clientConnection.kubeconfig {path} does not "
-                    "exist on this host: run uses the in-cluster configuration instead")
+            Finding("api-server", Level.WARN, f"{at.skipped}: run uses the in-cluster "
+                    "configuration instead")
         )  # fmt: skip
-        path = None
-    host = os.environ.get("KUBERNETES_SERVICE_HOST")
+    path = at.kubeconfig
     server: str | None = None
     source = ""
-    if cfg.api_server:
-        server, source = cfg.api_server, "--api-server" if api_server_url else API_SERVER_ENV
+    if at.api_server:
+        server, source = at.api_server, "--api-server" if api_server_url else API_SERVER_ENV
     elif path:
         server, source = kubeconfig_server(path), f"kubeconfig {path}:"
-    elif host:
-        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        name = f"[{host}]" if ":" in host else host
-        server, source = f"https://{name}:{port}", "in-cluster"
+    elif not at.no_credentials:
+        server, source = in_cluster.server(), "in-cluster"
     return Resolved(
-        server, source, notes, kubeconfig=path, override=cfg.api_server, node_name=cfg.node_name
+        server,
+        source,
+        notes,
+        kubeconfig=path,
+        override=at.api_server,
+        node_name=cfg.node_name,
+        no_credentials=at.no_credentials,
     )
 
 
@@ -211,7 +218,7 @@ def access(at: Resolved, netns_name: str | None) -> list[Finding]:
     from nlproxy.cluster.kube import api_client_from_config, kinds
     from nlproxy.cluster.kube_http import Forbidden, Http, KubeApiError, NotServed
 
-    if at.kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+    if at.no_credentials:
         return [Finding("access", Level.FAIL, "no kubeconfig, and not in a pod (no "
                         "KUBERNETES_SERVICE_HOST): run would have no credentials; give "
                         "--kubeconfig")]  # fmt: skip

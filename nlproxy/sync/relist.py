@@ -2,8 +2,8 @@
 
 A relist (after an API server restart, a watch's ``410 Gone``) delivers every object of a kind
 anew. The cluster state keeps the object it holds when the listed copy is equal, so Services and
-EndpointSlices that did not change keep their identity; but a change to this Node, however
-small, makes the state report every Service changed (``ClusterState.apply``), and the Node is
+EndpointSlices that did not change keep their identity, and a change to this Node's labels,
+taints or deletion alone marks no Service changed (``ClusterState.apply``); but the Node is
 part of what every Service's plan depends on (``planner.plan_context``). A restarting API
 server's node controller may well taint the Node meanwhile: the whole cluster was then planned
 afresh to send nothing but new restart records.

@@ -131,6 +131,27 @@ def test_node_changes() -> None:
     assert state.snapshot().node is None
 
 
+def test_node_labels_taints_and_deletion_change_no_service() -> None:
+    state = state_with_two_services()
+    assert state.apply([up(node())]) == {WEB, DB}
+    tainted = node(**{"spec.taints": [{"key": "ToBeDeletedByClusterAutoscaler"}]})
+    assert state.apply([up(tainted)]) == set()
+    assert state.snapshot().node is not None
+    assert state.snapshot().node.taint_keys == ("ToBeDeletedByClusterAutoscaler",)  # type: ignore[union-attr]
+    labelled = node(**{"metadata.labels": {"topology.kubernetes.io/zone": "zone-a", "x": "y"}})
+    assert state.apply([up(labelled)]) == set()
+    assert ("x", "y") in state.snapshot().node.labels  # type: ignore[union-attr]
+    deleting = node(**{"metadata.deletionTimestamp": "2026-11-28T12:00:00Z"})
+    assert state.apply([up(deleting)]) == set()
+    assert state.snapshot().node.deleting  # type: ignore[union-attr]
+    # What planning reads still marks every service: the zone, the addresses.
+    zone_b = node(**{"metadata.labels": {"topology.kubernetes.io/zone": "zone-b"}})
+    assert state.apply([up(zone_b)]) == {WEB, DB}
+    pods = node(**{"metadata.labels": {"topology.kubernetes.io/zone": "zone-b"},
+                   "spec.podCIDRs": ["10.244.9.0/24"]})  # fmt: skip
+    assert state.apply([up(pods)]) == {WEB, DB}
+
+
 def test_service_cidr_changes() -> None:
     state = ClusterState("n1")
     state.apply([up(svc("web")), up(service_cidr())])
