@@ -18,87 +18,98 @@ the backend; knows no Kubernetes and no services.
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from nlproxy.errors import KernelError
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.backend import kernel_supports_destroy
 from nlproxy.nft.dump import Interrupted, ReadbackError
-from nlproxy.nft.ir import Element, Family, Map, Operation, SetFlag, Value, Verb
-from nlproxy.nft.readsets import RawSet, read_elements
-from nlproxy.nft.values import pad4
+from nlproxy.nft.ir import Element, Family, Map, Operation, Value, Verb
+from nlproxy.nft.readsets import read_pairs
+from nlproxy.nft.values import Packer, key_decoder
 
-__all__ = ["forget_ops", "forget_stale", "read_clients", "stale"]
+__all__ = [
+    "Clients",
+    "forget_ops",
+    "forget_stale",
+    "pack_endpoints",
+    "read_clients",
+    "stale",
+]
 
 _RETRIES = 5
 """Dumps interrupted by a commit (or batches refused for a gone element) tried again."""
 
+Clients = Mapping[bytes, bytes]
+"""A dynamic map's elements as the kernel holds them: packed client -> packed endpoint."""
 
-def read_clients(sock: NetfilterSocket, family: Family, table: str, m: Map) -> list[Element]:
+
+def pack_endpoints(m: Map, endpoints: Iterable[Sequence[Value]]) -> frozenset[bytes]:
+    """``endpoints`` (``(address, port)``) as map ``m``'s packed data, to compare with
+    :func:`read_clients`'s (a map of 40k clients is read without decoding one)."""
+    packer = Packer(m.data)
+    return frozenset(packer.pack(ep) for ep in endpoints)
+
+
+def read_clients(sock: NetfilterSocket, family: Family, table: str, m: Map) -> Clients:
     """The elements of dynamic map ``m`` of ``family table`` as the kernel holds them now.
 
     Returns:
-        The elements, their ``timeout`` the map's own; empty when the map (or table) is gone.
+        packed key -> packed data; empty when the map (or table) is gone.
 
     Raises:
         ReadbackError: the kernel refused the dump, or it kept changing under it.
     """
-    raw = RawSet(
-        name=m.name,
-        flags=int(m.flags | SetFlag.MAP),
-        key=m.key,
-        key_len=m.key[0].length if len(m.key) == 1 else sum(pad4(dt.length) for dt in m.key),
-        data=m.data,
-        timeout_ms=(m.timeout or 0) * 1000,
-        comment=m.comment,
-    )
     for _ in range(_RETRIES):
         try:
-            return read_elements(sock, family, table, raw)
+            return read_pairs(sock, family, table, m.name)
         except Interrupted:
             continue
         except OSError as exc:
             if exc.errno == errno.ENOENT:
-                return []
+                return {}
             raise ReadbackError(f"map {family} {table} {m.name}", exc.strerror or "") from exc
     raise ReadbackError(f"map {family} {table} {m.name}", "the dump kept being interrupted")
 
 
-def stale(clients: Sequence[Element], keep: Collection[tuple[Value, ...]]) -> list[Element]:
-    """The clients whose endpoint (the element's data) is not in ``keep``."""
-    return [el for el in clients if el.value not in keep]
+def stale(clients: Clients, keep: Collection[bytes]) -> list[bytes]:
+    """The clients (packed keys) whose endpoint (packed data) is not in ``keep``."""
+    return [key for key, data in clients.items() if data not in keep]
 
 
-def forget_ops(clients: Sequence[Element], *, destroy: bool | None = None) -> list[Operation]:
-    """Delete ``clients`` (keys only): ``destroy`` where the kernel has it (None: ask it)."""
+def forget_ops(m: Map, keys: Sequence[bytes], *, destroy: bool | None = None) -> list[Operation]:
+    """Delete the clients ``keys`` of ``m`` (keys only): ``destroy`` where the kernel has it
+    (None: ask it). Few, so decoded into IR elements, which validation checks one by one."""
     if destroy is None:
         destroy = kernel_supports_destroy()
     verb = Verb.DESTROY if destroy else Verb.DELETE
-    return [Operation(verb, Element(set=el.set, key=el.key)) for el in clients]
+    decode = key_decoder(m.key)
+    return [Operation(verb, Element(set=m.name, key=decode(k))) for k in keys]
 
 
 def forget_stale(
-    read: Callable[[], list[Element]],
+    m: Map,
+    read: Callable[[], Clients],
     apply: Callable[[Sequence[Operation]], object],
-    keep: Collection[tuple[Value, ...]],
+    keep: Collection[bytes],
     *,
     destroy: bool | None = None,
 ) -> int:
-    """Delete the clients ``read()`` gives whose endpoint is not in ``keep``, then read again
-    until none is left (the packet path may learn one for a removed endpoint until the commit
-    that removes it from the choice has landed).
+    """Delete the clients of ``m`` that ``read()`` gives whose endpoint is not in ``keep``, then
+    read again until none is left (the packet path may learn one for a removed endpoint until
+    the commit that takes it out of the choice has landed).
 
     Args:
-        read: the map's elements now (:func:`read_clients` bound to a map).
+        read: the map's elements now (:func:`read_clients` bound to ``m``).
         apply: commits a batch (``Tables.apply``).
-        keep: the port's endpoints as the map's data, ``(address, port)``.
+        keep: the port's endpoints as the map's packed data (:func:`pack_endpoints`).
 
     Returns:
         How many clients were deleted.
 
     Raises:
         KernelError: the kernel refused a batch for another reason than a gone element, or
-            kept refusing it.
+            stale clients kept coming back.
     """
     forgotten = 0
     for _ in range(_RETRIES):
@@ -106,14 +117,12 @@ def forget_stale(
         if not gone:
             return forgotten
         try:
-            apply(forget_ops(gone, destroy=destroy))
+            apply(forget_ops(m, gone, destroy=destroy))
         except KernelError as exc:
             if exc.errno != errno.ENOENT:  # (delete before 6.3: one timed out meanwhile)
                 raise
             continue
         forgotten += len(gone)
-    if left := stale(read(), keep):
-        raise KernelError(
-            f"map {left[0].set}", "stale clients kept coming back", errno=errno.EAGAIN
-        )
+    if stale(read(), keep):
+        raise KernelError(f"map {m.name}", "stale clients kept coming back", errno=errno.EAGAIN)
     return forgotten

@@ -235,6 +235,22 @@ def read_set_elements(
     return store
 
 
+def read_pairs(s: NetfilterSocket, family: Family, table: str, set_name: str) -> dict[bytes, bytes]:
+    """Every element of set ``set_name`` as the kernel's bytes, key -> data (``b""`` in a set),
+    decoding none: for a caller that compares data with bytes it packed (``dynmap.py``).
+
+    Raises:
+        Interrupted: the ruleset changed during the dump.
+    """
+    seq = s.next_seq()
+    layouts: Layouts = {}
+    out: dict[bytes, bytes] = {}
+    for msg in messages(s, elements_request(family, table, set_name, seq), seq):
+        for e in _parse_elements(msg.payload, layouts):
+            out[e.key] = e.data or b""
+    return out
+
+
 def _plain_records(
     payload: bytes, key_len: int, data_len: int
 ) -> tuple[list[bytes], list[bytes]] | None:

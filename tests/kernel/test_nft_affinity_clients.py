@@ -15,7 +15,7 @@ from ipaddress import IPv4Address
 
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.backend import NftBackend, kernel_supports_destroy
-from nlproxy.nft.dynmap import forget_stale, read_clients
+from nlproxy.nft.dynmap import Clients, forget_stale, pack_endpoints, read_clients
 from nlproxy.nft.ir import (
     Chain,
     ChainType,
@@ -36,6 +36,7 @@ from nlproxy.nft.ir import (
     Table,
     Verb,
 )
+from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.reconcile import diff
 
 T = Table(family=Family.IP, name="affclients")
@@ -79,8 +80,15 @@ def _table(ns: str) -> NftBackend:
     return backend
 
 
+KEEP = pack_endpoints(AFF, [KEPT, LEARNED])
+_KEY = PackedElements(Map(name="p", key=AFF.key, data=AFF.data))
+
+
 def _held(sock: NetfilterSocket) -> dict[str, object]:
-    return {str(el.key[0]): el.value for el in read_clients(sock, Family.IP, T.name, AFF)}
+    return {
+        str(_KEY.decode_key(k)[0]): _KEY.decode_data(d)
+        for k, d in read_clients(sock, Family.IP, T.name, AFF).items()
+    }
 
 
 def test_read_gives_learned_and_written_clients(make_netns: Callable[[str], str]) -> None:
@@ -93,7 +101,7 @@ def test_read_gives_learned_and_written_clients(make_netns: Callable[[str], str]
             "127.0.0.1": LEARNED,
         }
         gone = Map(name="nosuch", key=AFF.key, data=AFF.data, flags=AFF.flags)
-        assert read_clients(sock, Family.IP, T.name, gone) == []
+        assert read_clients(sock, Family.IP, T.name, gone) == {}
 
 
 def test_clients_of_a_removed_endpoint_are_forgotten(make_netns: Callable[[str], str]) -> None:
@@ -101,10 +109,10 @@ def test_clients_of_a_removed_endpoint_are_forgotten(make_netns: Callable[[str],
         ns = make_netns("affcl-forget")
         with _table(ns) as backend, NetfilterSocket(ns) as sock:
 
-            def read(sock: NetfilterSocket = sock) -> list[Element]:
+            def read(sock: NetfilterSocket = sock) -> Clients:
                 return read_clients(sock, Family.IP, T.name, AFF)
 
-            n = forget_stale(read, backend.apply, {KEPT, LEARNED}, destroy=destroy)
+            n = forget_stale(AFF, read, backend.apply, KEEP, destroy=destroy)
             assert (n, _held(sock)) == (2, {"10.0.0.2": KEPT, "127.0.0.1": LEARNED}), destroy
 
 
@@ -113,15 +121,15 @@ def test_a_client_gone_before_the_batch_is_no_error(make_netns: Callable[[str], 
     ``delete`` the kernel refuses the batch (ENOENT), and the clients are read again."""
     ns = make_netns("affcl-race")
     with _table(ns) as backend, NetfilterSocket(ns) as sock:
-        reads: list[list[Element]] = []
+        reads: list[Clients] = []
 
-        def read() -> list[Element]:
-            now = read_clients(sock, Family.IP, T.name, AFF)
+        def read() -> Clients:
+            now = dict(read_clients(sock, Family.IP, T.name, AFF))
             if not reads:  # as if 10.0.0.9 had been read just before it timed out
-                now.append(Element(set="aff", key=(A("10.0.0.9"),), value=GONE))
+                now[A("10.0.0.9").packed] = next(iter(pack_endpoints(AFF, [GONE])))
             reads.append(now)
             return now
 
-        n = forget_stale(read, backend.apply, {KEPT, LEARNED}, destroy=False)
+        n = forget_stale(AFF, read, backend.apply, KEEP, destroy=False)
         assert (n, _held(sock)) == (2, {"10.0.0.2": KEPT, "127.0.0.1": LEARNED})
         assert len(reads) >= 3  # refused, read again and deleted, checked
