@@ -17,15 +17,20 @@ Two measurements, each in its own fresh network namespace:
     learning chain is found by the original port alone and checks the original address itself
     (enough for one Service; ``affinity_datapath.py`` has the general two-step dispatch). An
     endpoint change is element operations only. Prints the first load and one endpoint removal
-    (wall, and the ``nft`` process's system time: the kernel's share).
+    (wall, and the ``nft`` process's system time: the kernel's share). Then, with ``--clients``
+    clients held in each port's map (spread over the endpoints), the clients of the removed
+    endpoint are forgotten as the sync will (``nft/dynmap.py``: read each port's map, delete
+    the stale ones, read again): wall and this process's system time.
 
 Prints one JSON line per step. Usage:
-``.venv/bin/python bench/bench_affinity.py [--ports 20] [--endpoints 1000] [--only nlproxy|map]``
+``.venv/bin/python bench/bench_affinity.py [--ports 20] [--endpoints 1000] [--clients 2000]
+[--only nlproxy|map]``
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import resource
@@ -39,6 +44,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from nlproxy.cluster.state import ClusterState
+from nlproxy.netlink.nlsock import NetfilterSocket
+from nlproxy.nft.backend import NftBackend
+from nlproxy.nft.dynmap import Clients, forget_stale, pack_endpoints, read_clients
+from nlproxy.nft.ir import DataType, Family, Map, SetFlag, Table
 from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.syncer import Syncer
 from tests.netns import namespace as netns
@@ -189,7 +198,42 @@ def _nft(ns: str, text: str) -> tuple[float, float]:
     return wall, after.ru_stime - before.ru_stime
 
 
-def bench_map(ports: int, eps: int) -> None:
+def _client(i: int) -> str:
+    return f"10.{100 + i // 65536}.{i // 256 % 256}.{i % 256}"
+
+
+def _map_clients(k: int, eps: list[str], clients: int) -> Iterator[str]:
+    """``clients`` clients in port k's map, client i on endpoint i mod N (as learned)."""
+    for start in range(0, clients, 1000):
+        chunk = range(start, min(start + 1000, clients))
+        pairs = ", ".join(f"{_client(i)} : {eps[i % len(eps)]} . {8000 + k}" for i in chunk)
+        yield f"add element {T} aff-{k} {{ {pairs} }}"
+
+
+def _forget(ns: str, ports: int, eps: list[str], gone: int) -> tuple[int, float, float]:
+    """Forget, in every port's map, the clients of endpoint ``gone``: (deleted, wall, sys)."""
+    table = Table(family=Family.IP, name="affinity")
+    aff = (DataType.IPV4_ADDR,), (DataType.IPV4_ADDR, DataType.INET_SERVICE)
+    flags = SetFlag.TIMEOUT | SetFlag.EVAL
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.perf_counter()
+    n = 0
+    with NftBackend(table, netns=ns) as backend, NetfilterSocket(ns) as sock:
+        for k in range(ports):
+            m = Map(name=f"aff-{k}", key=aff[0], data=aff[1], flags=flags, timeout=TIMEOUT)
+            kept = [(ipaddress.IPv4Address(ip), 8000 + k) for i, ip in enumerate(eps) if i != gone]
+            keep = pack_endpoints(m, kept)
+
+            def read(m: Map = m) -> Clients:
+                return read_clients(sock, Family.IP, table.name, m)
+
+            n += forget_stale(m, read, backend.apply, keep)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return n, wall, after.ru_stime - before.ru_stime
+
+
+def bench_map(ports: int, eps: int, clients: int) -> None:
     shape = {"layout": "map", "affinity": True, "ports": ports, "endpoints": eps}
     ips = [_pod(i) for i in range(eps)]
     first = [*_map_base(ports)]
@@ -203,19 +247,26 @@ def bench_map(ports: int, eps: int) -> None:
         wall, sys_s = _nft(ns, "\n".join(change) + "\n")
         _emit(**shape, step="one endpoint removed", commands=len(change), wall_s=round(wall, 3),
               kernel_s=round(sys_s, 3))  # fmt: skip
+        if clients:
+            held = [line for k in range(ports) for line in _map_clients(k, ips, clients)]
+            _nft(ns, "\n".join(held) + "\n")
+            n, wall, sys_s = _forget(ns, ports, ips, eps // 2)
+            _emit(**shape, step="its stale clients forgotten", clients=clients * ports,
+                  deleted=n, wall_s=round(wall, 3), sys_s=round(sys_s, 3))  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ports", type=int, default=20)
     ap.add_argument("--endpoints", type=int, default=1000)
+    ap.add_argument("--clients", type=int, default=2000, help="clients per port's map")
     ap.add_argument("--only", choices=("nlproxy", "map"))
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_affinity: needs root (network namespaces)", file=sys.stderr)
         return 2
     if args.only in (None, "map"):
-        bench_map(args.ports, args.endpoints)
+        bench_map(args.ports, args.endpoints, args.clients)
     if args.only in (None, "nlproxy"):
         bench_nlproxy(args.ports, args.endpoints)
     return 0
