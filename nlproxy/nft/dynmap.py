@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from functools import partial
 
-from nlproxy.errors import KernelError
+from nlproxy.errors import KernelError, NlproxyError
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.backend import kernel_supports_destroy
 from nlproxy.nft.dump import Interrupted, ReadbackError
@@ -30,6 +31,7 @@ from nlproxy.nft.values import Packer, key_decoder
 
 __all__ = [
     "Clients",
+    "forget_learned",
     "forget_ops",
     "forget_stale",
     "pack_endpoints",
@@ -126,3 +128,26 @@ def forget_stale(
     if stale(read(), keep):
         raise KernelError(f"map {m.name}", "stale clients kept coming back", errno=errno.EAGAIN)
     return forgotten
+
+
+def forget_learned(
+    read: Callable[[Map], Clients],
+    apply: Callable[[Sequence[Operation]], object],
+    maps: Iterable[tuple[Map, Iterable[Sequence[Value]]]],
+) -> tuple[int, list[NlproxyError]]:
+    """:func:`forget_stale` for each map with the endpoints its clients may keep.
+
+    A map the kernel refuses to read or change is left as it is (its stale clients go at the
+    next change of its endpoints, or time out) and named in the errors; the others go on.
+
+    Returns:
+        How many clients were deleted, and the errors met.
+    """
+    forgotten = 0
+    errors: list[NlproxyError] = []
+    for m, keep in maps:
+        try:
+            forgotten += forget_stale(m, partial(read, m), apply, pack_endpoints(m, keep))
+        except (KernelError, ReadbackError) as exc:
+            errors.append(exc)
+    return forgotten, errors

@@ -29,16 +29,19 @@ hands what was and is programmed. ``result.py`` holds what a sync returns.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence, Set
 
 from nlproxy.cluster.model import ClusterSnapshot, Service, ServiceKey
 from nlproxy.errors import KernelError
 from nlproxy.log import get_logger
+from nlproxy.nft.dynmap import forget_learned
 from nlproxy.nft.ir import Family, Operation, Ruleset, Table, Verb
 from nlproxy.nft.reconcile import Delta, advance, count_ops, diff, ops_for_delta
 from nlproxy.nft.tables import Tables
 from nlproxy.proxy import naming as n
+from nlproxy.proxy.affinity import client_maps
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.layout import flow_frontends, udp_only
@@ -282,6 +285,8 @@ class Syncer:
             snapshot, changed = self.balancing.apply(snapshot, changed)
             with self.verifier.changing():
                 result = self._sync_isolating(snapshot, changed)
+                if result.total_ops and result.plan is not None:  # ClientIP affinity's maps:
+                    self._forget_learned(result.plan, changed)  # their removed endpoints' clients
                 if found is not told and found is not None:
                     result.narrowed = set(found)
                 result.deferred = set(self.balancing.deferred)
@@ -289,6 +294,14 @@ class Syncer:
                     programmed = [rs for rs in self._programmed.values() if rs is not None]
                     result.conntrack_deleted += self.cleanup.finish(programmed, snapshot)
                 return result
+
+    def _forget_learned(self, planned: Plan, changed: Set[ServiceKey] | None) -> None:
+        for family, rs in planned.rulesets.items():
+            if maps := client_maps(rs, planned.ports.values(), changed):
+                read = functools.partial(self.kernel.readback.learned, family)
+                _, errors = forget_learned(read, self._backend(family).apply, maps)
+                for exc in errors:
+                    self.log.warning("affinity.forget_failed", error=str(exc))
 
     def _seed_balanced(self, snapshot: ClusterSnapshot) -> None:
         """Before a first sync under a quota of tables: the round-robin and consistent-hash
