@@ -2,11 +2,16 @@
 
 Two measurements, each in its own fresh network namespace:
 
-``nlproxy``
-    nlproxy's Syncer programs the Service (with ``sessionAffinity: ClientIP``, then without it,
-    for comparison), then one of its endpoints goes, then an unrelated one-endpoint Service
-    changes. Each step prints the operations sent and the sync's wall time; the unrelated
-    change's time plus the step before it is how long that change waited behind the Service.
+``nlproxy``, ``nlproxy-endpoint-chains``, ``nlproxy-random``
+    nlproxy's Syncer programs the Service, then one of its endpoints goes, then an unrelated
+    one-endpoint Service changes. With ``sessionAffinity: ClientIP`` its ClusterIP-only ports
+    take the map layout (``nlproxy``: with ``--clients`` clients put in each port's clients
+    map before the endpoint goes, so the sync also forgets that endpoint's clients); the same
+    Service with an external IP keeps a chain and a set per endpoint (the layout before);
+    without affinity it is random choice. Each step prints the operations sent, the sync's
+    wall time and this process's system time (the kernel's share: a batch is committed in the
+    sending thread); the unrelated change's time plus the step before it is how long that
+    change waited behind the Service.
 
 ``map``
     The layout affinity needs instead, loaded with ``nft -f`` so only the shape differs: per
@@ -70,9 +75,19 @@ def _emit(**row: Any) -> None:
 # ------------------------------------------------------------------------------- nlproxy
 
 
-def _objects(ports: int, eps: int, *, affinity: bool, drop: int | None = None) -> list[Any]:
+LAYOUTS = {
+    "nlproxy": {"affinity_timeout": TIMEOUT},
+    "nlproxy-endpoint-chains": {"affinity_timeout": TIMEOUT, "external_ips": ["192.0.2.10"]},
+    "nlproxy-random": {},
+}
+"""What the Service asks besides its ports: ClientIP affinity (a ClusterIP-only IPv4 port
+takes the map layout), the same with an external IP (its ports keep a chain and a set per
+endpoint: the layout before the map one), and no affinity (random choice)."""
+
+
+def _objects(ports: int, eps: int, *, layout: str, drop: int | None = None) -> list[Any]:
     specs = [port("b", "big", f"p{k}", 8000 + k) for k in range(ports)]
-    extra = {"affinity_timeout": TIMEOUT} if affinity else {}
+    extra = LAYOUTS[layout]
     svc = service("b", "big", VIP, specs, **extra)
     members = [endpoint(_pod(i)) for i in range(eps) if i != drop]
     sl = eps_slice("b", "big", members, [(f"p{k}", 8000 + k, "TCP") for k in range(ports)])
@@ -86,13 +101,15 @@ def _other(version: int) -> list[Any]:
 
 def _timed(syncer: Syncer, state: ClusterState, changes: list[Any], **row: Any) -> float:
     changed = state.apply(changes)
-    start = time.perf_counter()
+    start, sys_before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
     result = syncer.sync(state.snapshot(), changed=changed)
     wall = time.perf_counter() - start
+    sys_s = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys_before
     _emit(
         **row,
         ops=result.total_ops,
         wall_s=round(wall, 3),
+        sys_s=round(sys_s, 3),
         plan_ms=round(result.plan_ms, 1),
         commit_ms=round(result.commit_ms, 1),
         incremental=result.incremental,
@@ -100,19 +117,59 @@ def _timed(syncer: Syncer, state: ClusterState, changes: list[Any], **row: Any) 
     return wall
 
 
-def bench_nlproxy(ports: int, eps: int) -> None:
-    for affinity in (True, False):
-        shape = {"layout": "nlproxy", "affinity": affinity, "ports": ports, "endpoints": eps}
+def _client_maps(ns: str) -> dict[str, dict[str, str]]:
+    """Each clients map: client -> endpoint address, as the kernel holds them."""
+    cmd = ["ip", "netns", "exec", ns, "nft", "-j", "list", "maps", "ip"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    maps: dict[str, dict[str, str]] = {}
+    for item in json.loads(out)["nftables"]:
+        m = item.get("map", {})
+        if m.get("name", "").startswith("clients-"):
+            maps[m["name"]] = {
+                str(k["elem"]["val"] if isinstance(k, dict) else k): str(d["concat"][0])
+                for k, d in m.get("elem", [])
+            }
+    return maps
+
+
+def _learned(ns: str, clients: int, ports: int, eps: int) -> None:
+    """``clients`` clients in each clients map, spread over the endpoints (as if learned)."""
+    names = sorted(_client_maps(ns))
+    lines = []
+    for name in names:
+        k = int(name.rsplit("/p", 1)[1])
+        for start in range(0, clients, 1000):
+            pairs = ", ".join(
+                f"{_client(i)} : {_pod(i % eps)} . {8000 + k}"
+                for i in range(start, min(start + 1000, clients))
+            )
+            lines.append(f"add element ip nlproxy {name} {{ {pairs} }}")
+    _nft(ns, "\n".join(lines) + "\n")
+    del ports
+
+
+def bench_nlproxy(ports: int, eps: int, clients: int, layouts: list[str]) -> None:
+    for layout in layouts:
+        affinity = "affinity_timeout" in LAYOUTS[layout]
+        shape = {"layout": layout, "affinity": affinity, "ports": ports, "endpoints": eps}
         with netns("bench-aff") as ns:
             state = state_with_node()
             state.apply(_other(1))
             syncer = Syncer(CONFIG, real_kernel(ns))
             try:
                 syncer.sync(state.snapshot())
-                _timed(syncer, state, _objects(ports, eps, affinity=affinity), **shape,
+                _timed(syncer, state, _objects(ports, eps, layout=layout), **shape,
                        step="first sync")  # fmt: skip
-                one = _objects(ports, eps, affinity=affinity, drop=eps // 2)
+                if layout == "nlproxy" and clients:
+                    _learned(ns, clients, ports, eps)
+                    shape["clients_per_port"] = clients
+                one = _objects(ports, eps, layout=layout, drop=eps // 2)
                 before = _timed(syncer, state, one, **shape, step="one endpoint removed")
+                if "clients_per_port" in shape:
+                    held = _client_maps(ns).values()
+                    stale = sum(ep == _pod(eps // 2) for m in held for ep in m.values())
+                    _emit(**shape, step="its clients forgotten", stale_left=stale,
+                          clients_left=sum(len(m) for m in held))  # fmt: skip
                 after = _timed(syncer, state, _other(2), **shape, step="unrelated change")
                 _emit(**shape, step="unrelated change waited", wall_s=round(before + after, 3))
             finally:
@@ -260,15 +317,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ports", type=int, default=20)
     ap.add_argument("--endpoints", type=int, default=1000)
     ap.add_argument("--clients", type=int, default=2000, help="clients per port's map")
-    ap.add_argument("--only", choices=("nlproxy", "map"))
+    ap.add_argument("--only", choices=("nlproxy", "map", *LAYOUTS))
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_affinity: needs root (network namespaces)", file=sys.stderr)
         return 2
     if args.only in (None, "map"):
         bench_map(args.ports, args.endpoints, args.clients)
-    if args.only in (None, "nlproxy"):
-        bench_nlproxy(args.ports, args.endpoints)
+    layouts = [args.only] if args.only in LAYOUTS else list(LAYOUTS)
+    if args.only != "map":
+        bench_nlproxy(args.ports, args.endpoints, args.clients, layouts)
     return 0
 
 
