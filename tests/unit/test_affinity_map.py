@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from ipaddress import ip_address
 
+import msgspec
+
 from nlproxy.cluster.model import EndpointSlice, Service
 from nlproxy.nft.ir import (
     Chain,
@@ -24,10 +26,12 @@ from nlproxy.nft.ir import (
 from nlproxy.nft.reconcile import diff
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.affinity import client_maps
+from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.planner import plan
 from nlproxy.proxy.tracer import trace
 from nlproxy.sync.syncer import as_programmed
-from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot
+from tests.unit import incremental as inc
+from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot, upsert
 from tests.unit.incremental import CONFIG
 
 CIP = "172.30.0.10"
@@ -134,3 +138,37 @@ def test_client_maps_keep_their_ports_endpoints() -> None:
         assert sorted(keep) == [(ip_address(a), port_no) for a in ("10.1.0.1", "10.1.0.3")]
     # A port that is gone keeps no client.
     assert all(keep == () for _, keep in client_maps(p.rulesets[Family.IP], []))
+
+
+def test_changes_of_an_affinity_service_are_made_in_place() -> None:
+    """Timeout, endpoints, ports, a node port (to the per-endpoint layout and back) and
+    affinity off and on, each updated in place: equal to a fresh plan, and its operations
+    leave what the full diff leaves (a redefined clients map with the chains that use it)."""
+    state = inc.state_with_node()
+    svc, sl = _sticky(2, 3)
+    state.apply([upsert(svc), upsert(sl)])
+    snap = state.snapshot()
+    live = plan(snap, inc.CONFIG)
+    assert attach(live, snap)
+    programmed = {f: as_programmed(live.rulesets[f]) for f in inc.FAMILIES}
+    three = (*svc.ports, port("b", "big", "p2", 8002))
+    with_node_port = (msgspec.structs.replace(svc.ports[0], node_port=30080), *svc.ports[1:])
+    steps = [
+        [upsert(msgspec.structs.replace(svc, affinity_timeout=900))],
+        [upsert(_sticky(2, 3, drop=1)[1])],
+        [upsert(msgspec.structs.replace(svc, ports=three)), upsert(_sticky(3, 3)[1])],
+        [upsert(msgspec.structs.replace(svc, ports=with_node_port))],
+        [upsert(svc)],
+        [upsert(msgspec.structs.replace(svc, affinity_timeout=None))],
+        [upsert(svc)],
+    ]
+    for i, changes in enumerate(steps):
+        state.apply(changes)
+        snap = state.snapshot()
+        live, deltas = plan_update(live, snap, inc.CONFIG)
+        fresh = inc.fresh_like(live, snap, inc.CONFIG)
+        assert live.rulesets == fresh.rulesets, i
+        assert deltas is not None, f"step {i}: planned afresh"
+        programmed = {
+            f: inc.check_ops(deltas[f], programmed[f], fresh.rulesets[f]) for f in inc.FAMILIES
+        }
