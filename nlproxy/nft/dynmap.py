@@ -96,15 +96,20 @@ def forget_stale(
     keep: Collection[bytes],
     *,
     destroy: bool | None = None,
+    recheck: bool = True,
 ) -> int:
     """Delete the clients of ``m`` that ``read()`` gives whose endpoint is not in ``keep``, then
-    read again until none is left (the packet path may learn one for a removed endpoint until
-    the commit that takes it out of the choice has landed).
+    (``recheck``) read again until none is left.
 
     Args:
         read: the map's elements now (:func:`read_clients` bound to ``m``).
         apply: commits a batch (``Tables.apply``).
         keep: the port's endpoints as the map's packed data (:func:`pack_endpoints`).
+        recheck: read again after deleting. Needed while the endpoints in ``keep`` are not
+            yet the only ones the packet path chooses (before that commit has landed: it may
+            learn a removed endpoint's client meanwhile); after it, only a connection whose
+            DNAT came before it and whose learning after the read (one packet's way through
+            the hooks) can, and a read of a large map costs more than that window.
 
     Returns:
         How many clients were deleted.
@@ -125,6 +130,8 @@ def forget_stale(
                 raise
             continue
         forgotten += len(gone)
+        if not recheck:
+            return forgotten
     if stale(read(), keep):
         raise KernelError(f"map {m.name}", "stale clients kept coming back", errno=errno.EAGAIN)
     return forgotten
@@ -135,7 +142,8 @@ def forget_learned(
     apply: Callable[[Sequence[Operation]], object],
     maps: Iterable[tuple[Map, Iterable[Sequence[Value]]]],
 ) -> tuple[int, list[NlproxyError]]:
-    """:func:`forget_stale` for each map with the endpoints its clients may keep.
+    """:func:`forget_stale` for each map with the endpoints its clients may keep, after the
+    commit that made those its only endpoints (so without a recheck).
 
     A map the kernel refuses to read or change is left as it is (its stale clients go at the
     next change of its endpoints, or time out) and named in the errors; the others go on.
@@ -147,7 +155,8 @@ def forget_learned(
     errors: list[NlproxyError] = []
     for m, keep in maps:
         try:
-            forgotten += forget_stale(m, partial(read, m), apply, pack_endpoints(m, keep))
+            keep_packed = pack_endpoints(m, keep)
+            forgotten += forget_stale(m, partial(read, m), apply, keep_packed, recheck=False)
         except (KernelError, ReadbackError) as exc:
             errors.append(exc)
     return forgotten, errors

@@ -248,6 +248,7 @@ def client_maps(
     commit that changed those services, to forget the clients of endpoints that went."""
     by_ref = {str(p.ref): p for p in ports}
     prefix = f"{n.AFFINITY_CLIENTS}-"
+    version = 4 if rs.table.family is Family.IP else 6  # (a port's plan has both families)
     out: list[tuple[Map, tuple[Backend, ...]]] = []
     for name, s in rs.sets.items():
         if not name.startswith(prefix) or not isinstance(s, Map):
@@ -256,5 +257,5 @@ def client_maps(
         if p is None:  # (not in a plan's own rulesets: every map there has its port)
             out.append((s, ()))
         elif services is None or p.ref.service in services:
-            out.append((s, p.cluster_endpoints))
+            out.append((s, tuple(b for b in p.cluster_endpoints if b[0].version == version)))
     return out
