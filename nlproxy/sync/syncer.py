@@ -94,6 +94,7 @@ class Syncer:
         self.owner = owner
         self.log = get_logger("sync")
         self._backends: dict[Family, Tables] = {}
+        self._changing: Set[ServiceKey] | None = None
         self._programmed: dict[Family, Ruleset | None] = {}
         # The plan whose element maps the programmed state holds as they are (no copy after a
         # commit, ``result.as_programmed``); :meth:`settle` copies them before either changes.
@@ -284,9 +285,8 @@ class Syncer:
                 self._seed_balanced(snapshot)
             snapshot, changed = self.balancing.apply(snapshot, changed)
             with self.verifier.changing():
+                self._changing = changed  # (whose affinity clients _forget_learned reads)
                 result = self._sync_isolating(snapshot, changed)
-                if result.total_ops and result.plan is not None:  # ClientIP affinity's maps:
-                    self._forget_learned(result.plan, changed)  # their removed endpoints' clients
                 if found is not told and found is not None:
                     result.narrowed = set(found)
                 result.deferred = set(self.balancing.deferred)
@@ -295,9 +295,11 @@ class Syncer:
                     result.conntrack_deleted += self.cleanup.finish(programmed, snapshot)
                 return result
 
-    def _forget_learned(self, planned: Plan, changed: Set[ServiceKey] | None) -> None:
+    def _forget_learned(self, planned: Plan) -> None:
+        """After a commit, before its flows go: a flow made meanwhile through a removed
+        endpoint's client goes with them (``nft/dynmap.py``)."""
         for family, rs in planned.rulesets.items():
-            if maps := client_maps(rs, planned.ports.values(), changed):
+            if maps := client_maps(rs, planned.ports.values(), self._changing):
                 read = functools.partial(self.kernel.readback.learned, family)
                 _, errors = forget_learned(read, self._backend(family).apply, maps)
                 for exc in errors:
@@ -471,6 +473,7 @@ class Syncer:
             # Nothing was programmed: the only stale flows are those of UDP frontends that now
             # have backends, so only those frontends are read (not 100k TCP backends).
             news = [udp_part(rs) for rs in news]
+        self._forget_learned(planned)
         return self.cleanup.stale(olds, news, snapshot, result.conntrack)
 
     def _claim(
@@ -523,6 +526,7 @@ class Syncer:
         # A family that fails after another committed: the flows of the delta's removed
         # endpoints go all the same (this family's too: deleting a flow only re-balances it).
         self._commit(result, snapshot, ops_of, committed, lambda: (old_rs, new_rs))
+        self._forget_learned(planned)
         return self.cleanup.stale(old_rs, new_rs, snapshot, result.conntrack)
 
     def _commit(
