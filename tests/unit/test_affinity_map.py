@@ -9,6 +9,8 @@ from ipaddress import ip_address
 import msgspec
 
 from nlproxy.cluster.model import EndpointSlice, Service
+from nlproxy.conntrack.fake import FakeConntrack
+from nlproxy.nft.fake import FakeNftables
 from nlproxy.nft.ir import (
     Chain,
     DnatMap,
@@ -16,6 +18,7 @@ from nlproxy.nft.ir import (
     Family,
     Field,
     Map,
+    Operation,
     Ruleset,
     Set,
     SetFlag,
@@ -29,12 +32,14 @@ from nlproxy.proxy.affinity import client_maps
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.planner import plan
 from nlproxy.proxy.tracer import trace
-from nlproxy.sync.syncer import as_programmed
+from nlproxy.sync.kernel import SyncKernel
+from nlproxy.sync.syncer import Syncer, as_programmed
 from tests.unit import incremental as inc
 from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot, upsert
 from tests.unit.incremental import CONFIG
 
 CIP = "172.30.0.10"
+CIP2 = "172.30.0.11"
 NODE_IP = ip_address("192.168.0.2")
 
 
@@ -172,3 +177,37 @@ def test_changes_of_an_affinity_service_are_made_in_place() -> None:
         programmed = {
             f: inc.check_ops(deltas[f], programmed[f], fresh.rulesets[f]) for f in inc.FAMILIES
         }
+
+
+def test_a_sync_forgets_the_clients_of_a_removed_endpoint() -> None:
+    """The Syncer, on the fakes: the clients the packet path learned for an endpoint that left
+    go after the commit; the others, and those of an unchanged Service, stay."""
+    nft = FakeNftables(n.TABLE)
+    syncer = Syncer(inc.CONFIG, SyncKernel(tables=nft.open, readback=nft, flows=FakeConntrack()))
+    state = inc.state_with_node()
+    big = _sticky(1, 3)
+    other = (
+        service("b", "other", CIP2, [port("b", "other", "p0", 8000)], affinity_timeout=600),
+        eps_slice("b", "other", [endpoint("10.1.0.2")], [("p0", 8000, "TCP")]),
+    )
+    state.apply([upsert(big[0]), upsert(big[1]), upsert(other[0]), upsert(other[1])])
+    syncer.sync(state.snapshot())
+    rs = nft.ruleset(Family.IP)
+    assert rs is not None
+    maps = {s.comment: name for name, s in rs.sets.items() if name.startswith("clients-")}
+    mine, theirs = maps["b/big:p0/TCP"], maps["b/other:p0/TCP"]
+    gone, kept = (ip_address("10.1.0.2"), 8000), (ip_address("10.1.0.1"), 8000)
+    learned = {mine: {"10.9.0.1": gone, "10.9.0.2": kept}, theirs: {"10.9.0.3": gone}}
+    nft.open(rs.table).apply(
+        [
+            Operation(Verb.ADD, Element(set=m, key=(ip_address(c),), value=ep))
+            for m, clients in learned.items()
+            for c, ep in clients.items()
+        ]
+    )
+    changed = state.apply([upsert(_sticky(1, 3, drop=1)[1])])
+    syncer.sync(state.snapshot(), changed=changed)
+    rs = nft.ruleset(Family.IP)  # (a commit replaces the fake's table whole)
+    assert rs is not None
+    held = {m: {str(k[0]): el.value for k, el in rs.elements[m].items()} for m in learned}
+    assert held == {mine: {"10.9.0.2": kept}, theirs: {"10.9.0.3": gone}}
