@@ -1,8 +1,9 @@
 """Real packets through the per-Service-port affinity map that ``bench_affinity.py`` times.
 
-Before the planner moves ClientIP affinity from per-endpoint sets and chains to one dynamic
-map per Service port, this checks on the kernel that the map keeps upstream's semantics. The
-table is written with ``nft -f`` into node1 of the demo test bed (pods pod-a, pod-b, pod-c on
+The layout the planner now gives ClientIP affinity's ClusterIP-only IPv4 ports
+(``proxy/affinity.py``: one dynamic map per Service port instead of per-endpoint sets and
+chains), checked on the kernel with ``nft -f`` alone: the map keeps upstream's semantics. The
+table is written into node1 of the demo test bed (pods pod-a, pod-b, pod-c on
 node1, pod-r on node2; the outside client has two addresses; the node connects too), for a
 TCP Service port ``10.96.0.10:80`` of the four pods:
 

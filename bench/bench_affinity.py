@@ -2,11 +2,16 @@
 
 Two measurements, each in its own fresh network namespace:
 
-``nlproxy``
-    nlproxy's Syncer programs the Service (with ``sessionAffinity: ClientIP``, then without it,
-    for comparison), then one of its endpoints goes, then an unrelated one-endpoint Service
-    changes. Each step prints the operations sent and the sync's wall time; the unrelated
-    change's time plus the step before it is how long that change waited behind the Service.
+``nlproxy``, ``nlproxy-endpoint-chains``, ``nlproxy-random``
+    nlproxy's Syncer programs the Service, then one of its endpoints goes, then an unrelated
+    one-endpoint Service changes. With ``sessionAffinity: ClientIP`` its ClusterIP-only ports
+    take the map layout (``nlproxy``: with ``--clients`` clients put in each port's clients
+    map before the endpoint goes, so the sync also forgets that endpoint's clients); the same
+    Service with an external IP keeps a chain and a set per endpoint (the layout before);
+    without affinity it is random choice. Each step prints the operations sent, the sync's
+    wall time and this process's system time (the kernel's share: a batch is committed in the
+    sending thread); the unrelated change's time plus the step before it is how long that
+    change waited behind the Service.
 
 ``map``
     The layout affinity needs instead, loaded with ``nft -f`` so only the shape differs: per
@@ -17,15 +22,20 @@ Two measurements, each in its own fresh network namespace:
     learning chain is found by the original port alone and checks the original address itself
     (enough for one Service; ``affinity_datapath.py`` has the general two-step dispatch). An
     endpoint change is element operations only. Prints the first load and one endpoint removal
-    (wall, and the ``nft`` process's system time: the kernel's share).
+    (wall, and the ``nft`` process's system time: the kernel's share). Then, with ``--clients``
+    clients held in each port's map (spread over the endpoints), the clients of the removed
+    endpoint are forgotten as the sync will (``nft/dynmap.py``: read each port's map, delete
+    the stale ones, read again): wall and this process's system time.
 
 Prints one JSON line per step. Usage:
-``.venv/bin/python bench/bench_affinity.py [--ports 20] [--endpoints 1000] [--only nlproxy|map]``
+``.venv/bin/python bench/bench_affinity.py [--ports 20] [--endpoints 1000] [--clients 2000]
+[--only nlproxy|map]``
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import resource
@@ -39,6 +49,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from nlproxy.cluster.state import ClusterState
+from nlproxy.netlink.nlsock import NetfilterSocket
+from nlproxy.nft.backend import NftBackend
+from nlproxy.nft.dynmap import Clients, forget_stale, pack_endpoints, read_clients
+from nlproxy.nft.ir import DataType, Family, Map, SetFlag, Table
 from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.syncer import Syncer
 from tests.netns import namespace as netns
@@ -61,9 +75,19 @@ def _emit(**row: Any) -> None:
 # ------------------------------------------------------------------------------- nlproxy
 
 
-def _objects(ports: int, eps: int, *, affinity: bool, drop: int | None = None) -> list[Any]:
+LAYOUTS = {
+    "nlproxy": {"affinity_timeout": TIMEOUT},
+    "nlproxy-endpoint-chains": {"affinity_timeout": TIMEOUT, "external_ips": ["192.0.2.10"]},
+    "nlproxy-random": {},
+}
+"""What the Service asks besides its ports: ClientIP affinity (a ClusterIP-only IPv4 port
+takes the map layout), the same with an external IP (its ports keep a chain and a set per
+endpoint: the layout before the map one), and no affinity (random choice)."""
+
+
+def _objects(ports: int, eps: int, *, layout: str, drop: int | None = None) -> list[Any]:
     specs = [port("b", "big", f"p{k}", 8000 + k) for k in range(ports)]
-    extra = {"affinity_timeout": TIMEOUT} if affinity else {}
+    extra = LAYOUTS[layout]
     svc = service("b", "big", VIP, specs, **extra)
     members = [endpoint(_pod(i)) for i in range(eps) if i != drop]
     sl = eps_slice("b", "big", members, [(f"p{k}", 8000 + k, "TCP") for k in range(ports)])
@@ -77,13 +101,15 @@ def _other(version: int) -> list[Any]:
 
 def _timed(syncer: Syncer, state: ClusterState, changes: list[Any], **row: Any) -> float:
     changed = state.apply(changes)
-    start = time.perf_counter()
+    start, sys_before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
     result = syncer.sync(state.snapshot(), changed=changed)
     wall = time.perf_counter() - start
+    sys_s = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys_before
     _emit(
         **row,
         ops=result.total_ops,
         wall_s=round(wall, 3),
+        sys_s=round(sys_s, 3),
         plan_ms=round(result.plan_ms, 1),
         commit_ms=round(result.commit_ms, 1),
         incremental=result.incremental,
@@ -91,19 +117,59 @@ def _timed(syncer: Syncer, state: ClusterState, changes: list[Any], **row: Any) 
     return wall
 
 
-def bench_nlproxy(ports: int, eps: int) -> None:
-    for affinity in (True, False):
-        shape = {"layout": "nlproxy", "affinity": affinity, "ports": ports, "endpoints": eps}
+def _client_maps(ns: str) -> dict[str, dict[str, str]]:
+    """Each clients map: client -> endpoint address, as the kernel holds them."""
+    cmd = ["ip", "netns", "exec", ns, "nft", "-j", "list", "maps", "ip"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    maps: dict[str, dict[str, str]] = {}
+    for item in json.loads(out)["nftables"]:
+        m = item.get("map", {})
+        if m.get("name", "").startswith("clients-"):
+            maps[m["name"]] = {
+                str(k["elem"]["val"] if isinstance(k, dict) else k): str(d["concat"][0])
+                for k, d in m.get("elem", [])
+            }
+    return maps
+
+
+def _learned(ns: str, clients: int, ports: int, eps: int) -> None:
+    """``clients`` clients in each clients map, spread over the endpoints (as if learned)."""
+    names = sorted(_client_maps(ns))
+    lines = []
+    for name in names:
+        k = int(name.rsplit("/p", 1)[1])
+        for start in range(0, clients, 1000):
+            pairs = ", ".join(
+                f"{_client(i)} : {_pod(i % eps)} . {8000 + k}"
+                for i in range(start, min(start + 1000, clients))
+            )
+            lines.append(f"add element ip nlproxy {name} {{ {pairs} }}")
+    _nft(ns, "\n".join(lines) + "\n")
+    del ports
+
+
+def bench_nlproxy(ports: int, eps: int, clients: int, layouts: list[str]) -> None:
+    for layout in layouts:
+        affinity = "affinity_timeout" in LAYOUTS[layout]
+        shape = {"layout": layout, "affinity": affinity, "ports": ports, "endpoints": eps}
         with netns("bench-aff") as ns:
             state = state_with_node()
             state.apply(_other(1))
             syncer = Syncer(CONFIG, real_kernel(ns))
             try:
                 syncer.sync(state.snapshot())
-                _timed(syncer, state, _objects(ports, eps, affinity=affinity), **shape,
+                _timed(syncer, state, _objects(ports, eps, layout=layout), **shape,
                        step="first sync")  # fmt: skip
-                one = _objects(ports, eps, affinity=affinity, drop=eps // 2)
+                if layout == "nlproxy" and clients:
+                    _learned(ns, clients, ports, eps)
+                    shape["clients_per_port"] = clients
+                one = _objects(ports, eps, layout=layout, drop=eps // 2)
                 before = _timed(syncer, state, one, **shape, step="one endpoint removed")
+                if "clients_per_port" in shape:
+                    held = _client_maps(ns).values()
+                    stale = sum(ep == _pod(eps // 2) for m in held for ep in m.values())
+                    _emit(**shape, step="its clients forgotten", stale_left=stale,
+                          clients_left=sum(len(m) for m in held))  # fmt: skip
                 after = _timed(syncer, state, _other(2), **shape, step="unrelated change")
                 _emit(**shape, step="unrelated change waited", wall_s=round(before + after, 3))
             finally:
@@ -189,7 +255,42 @@ def _nft(ns: str, text: str) -> tuple[float, float]:
     return wall, after.ru_stime - before.ru_stime
 
 
-def bench_map(ports: int, eps: int) -> None:
+def _client(i: int) -> str:
+    return f"10.{100 + i // 65536}.{i // 256 % 256}.{i % 256}"
+
+
+def _map_clients(k: int, eps: list[str], clients: int) -> Iterator[str]:
+    """``clients`` clients in port k's map, client i on endpoint i mod N (as learned)."""
+    for start in range(0, clients, 1000):
+        chunk = range(start, min(start + 1000, clients))
+        pairs = ", ".join(f"{_client(i)} : {eps[i % len(eps)]} . {8000 + k}" for i in chunk)
+        yield f"add element {T} aff-{k} {{ {pairs} }}"
+
+
+def _forget(ns: str, ports: int, eps: list[str], gone: int) -> tuple[int, float, float]:
+    """Forget, in every port's map, the clients of endpoint ``gone``: (deleted, wall, sys)."""
+    table = Table(family=Family.IP, name="affinity")
+    aff = (DataType.IPV4_ADDR,), (DataType.IPV4_ADDR, DataType.INET_SERVICE)
+    flags = SetFlag.TIMEOUT | SetFlag.EVAL
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.perf_counter()
+    n = 0
+    with NftBackend(table, netns=ns) as backend, NetfilterSocket(ns) as sock:
+        for k in range(ports):
+            m = Map(name=f"aff-{k}", key=aff[0], data=aff[1], flags=flags, timeout=TIMEOUT)
+            kept = [(ipaddress.IPv4Address(ip), 8000 + k) for i, ip in enumerate(eps) if i != gone]
+            keep = pack_endpoints(m, kept)
+
+            def read(m: Map = m) -> Clients:
+                return read_clients(sock, Family.IP, table.name, m)
+
+            n += forget_stale(m, read, backend.apply, keep)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    return n, wall, after.ru_stime - before.ru_stime
+
+
+def bench_map(ports: int, eps: int, clients: int) -> None:
     shape = {"layout": "map", "affinity": True, "ports": ports, "endpoints": eps}
     ips = [_pod(i) for i in range(eps)]
     first = [*_map_base(ports)]
@@ -203,21 +304,29 @@ def bench_map(ports: int, eps: int) -> None:
         wall, sys_s = _nft(ns, "\n".join(change) + "\n")
         _emit(**shape, step="one endpoint removed", commands=len(change), wall_s=round(wall, 3),
               kernel_s=round(sys_s, 3))  # fmt: skip
+        if clients:
+            held = [line for k in range(ports) for line in _map_clients(k, ips, clients)]
+            _nft(ns, "\n".join(held) + "\n")
+            n, wall, sys_s = _forget(ns, ports, ips, eps // 2)
+            _emit(**shape, step="its stale clients forgotten", clients=clients * ports,
+                  deleted=n, wall_s=round(wall, 3), sys_s=round(sys_s, 3))  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ports", type=int, default=20)
     ap.add_argument("--endpoints", type=int, default=1000)
-    ap.add_argument("--only", choices=("nlproxy", "map"))
+    ap.add_argument("--clients", type=int, default=2000, help="clients per port's map")
+    ap.add_argument("--only", choices=("nlproxy", "map", *LAYOUTS))
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_affinity: needs root (network namespaces)", file=sys.stderr)
         return 2
     if args.only in (None, "map"):
-        bench_map(args.ports, args.endpoints)
-    if args.only in (None, "nlproxy"):
-        bench_nlproxy(args.ports, args.endpoints)
+        bench_map(args.ports, args.endpoints, args.clients)
+    layouts = [args.only] if args.only in LAYOUTS else list(LAYOUTS)
+    if args.only != "map":
+        bench_nlproxy(args.ports, args.endpoints, args.clients, layouts)
     return 0
 
 

@@ -101,6 +101,8 @@ def world() -> ClusterSnapshot:
             affinity_timeout=60,
             external_policy_local=True,
         ),
+        # ClusterIP only: the map layout (one clients map for the port, not a set per endpoint).
+        s("ns9", "svc9c", "172.30.0.69", affinity_timeout=300),
         s("ns10", "svc10", "172.30.0.50"),
         s("ns10", "svc10b", "172.30.0.60"),
         s(
@@ -152,6 +154,7 @@ def world() -> ClusterSnapshot:
         sl("ns8", "svc8b", [e("10.180.1.58")]),
         sl("ns9", "svc9", [e("10.180.0.9", here), e("10.180.1.9")]),
         sl("ns9", "svc9b", [e("10.180.0.19", here), e("10.180.1.19")]),
+        sl("ns9", "svc9c", [e("10.180.0.29", here), e("10.180.1.29")]),
         sl(
             "ns10",
             "svc10",
@@ -421,6 +424,26 @@ CASES = [
         masq=True,
         id="affinity-hairpin",
     ),
+    case(POD, TCP, "172.30.0.69", 80, "10.180.0.29:80 10.180.1.29:80", id="affinity-map-pod"),
+    case(
+        EXT,
+        TCP,
+        "172.30.0.69",
+        80,
+        "10.180.0.29:80 10.180.1.29:80",
+        masq=True,
+        id="affinity-map-outside-masq",
+    ),
+    case(
+        NODE_IP,
+        TCP,
+        "172.30.0.69",
+        80,
+        "10.180.0.29:80 10.180.1.29:80",
+        masq=True,
+        id="affinity-map-from-node",
+    ),
+    case(POD, TCP, "172.30.0.69", 81, verdict="REJECT", id="affinity-map-wrong-port"),
     # IPv6: the same shape in the ip6 table.
     case(POD6, TCP, "fd00:172:30::61", 80, "[fd00:10:180::1]:80", id="v6-clusterip"),
     case(POD, TCP, "172.30.0.61", 80, "10.180.6.1:80", id="dual-stack-v4-side"),

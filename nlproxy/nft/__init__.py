@@ -17,6 +17,8 @@ owned whole by nlproxy.
   the kernel refused, keep the programmed cache).
 - Reading back: ``dump`` (requests and replies), ``decode`` (netlink expressions → IR),
   ``readsets`` (sets, maps, elements), ``readback`` (one table into a ``Ruleset``), ``counters``.
+- ``dynmap``: a dynamic map's stale clients (ClientIP affinity): read what the packet path
+  learned, delete the clients of endpoints that went.
 - ``render``: nft's own text (``nlproxy rules``, goldens) and JSON.
 - ``monitor``: other writers changing nlproxy's tables (drift): the generation watch the daemon
   runs (no multicast membership), and the notification monitor that names writers.

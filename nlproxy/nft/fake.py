@@ -48,6 +48,7 @@ from nlproxy.nft.ir import (
 )
 from nlproxy.nft.packed import PackedElements, packable, unpack_run
 from nlproxy.nft.tables import ReadBack, Tables
+from nlproxy.nft.values import Packer
 from nlproxy.nft.view import step
 
 
@@ -274,6 +275,19 @@ class FakeNftables:
 
     def generation(self) -> int:
         return self.gen
+
+    def learned(self, family: Family, m: Map) -> dict[bytes, bytes]:
+        """What the fake's map holds, packed: its elements stand for learned clients."""
+        rs = self.ruleset(family)
+        els = rs.elements.get(m.name) if rs is not None else None
+        if not els:
+            return {}
+        key, data = Packer(m.key), Packer(m.data)
+        return {
+            key.pack(el.key): data.pack(el.value)
+            for el in els.values()
+            if isinstance(el.value, tuple)
+        }
 
     def close(self) -> None:
         pass

@@ -36,7 +36,19 @@ from nlproxy.nft.dump import (
     parsed,
     request,
 )
-from nlproxy.nft.ir import Chain, ChainType, Family, Hook, Policy, Rule, Ruleset, Set, Table
+from nlproxy.nft.dynmap import read_clients
+from nlproxy.nft.ir import (
+    Chain,
+    ChainType,
+    Family,
+    Hook,
+    Map,
+    Policy,
+    Rule,
+    Ruleset,
+    Set,
+    Table,
+)
 from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.readsets import RawSet, parse_set, read_set_elements
 from nlproxy.nft.tables import ReadBack
@@ -409,6 +421,9 @@ class KernelReadBack:
 
     def generation(self) -> int:
         return generation(self.sock)
+
+    def learned(self, family: Family, m: Map) -> dict[bytes, bytes]:
+        return dict(read_clients(self.sock, family, self.name, m))
 
     def close(self) -> None:
         if self._sock is not None:

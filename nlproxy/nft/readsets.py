@@ -10,6 +10,7 @@ kernel, and never approximates what it cannot express (:class:`UndecodableError`
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeAlias
@@ -233,6 +234,73 @@ def read_set_elements(
         return [_element(rs, e, key(e.key), data) for e in raw]
     store.raw.update((e.key, e.data or b"") for e in raw)
     return store
+
+
+def read_pairs(s: NetfilterSocket, family: Family, table: str, set_name: str) -> dict[bytes, bytes]:
+    """Every element of set ``set_name`` as the kernel's bytes, key -> data (``b""`` in a set),
+    decoding none: for a caller that compares data with bytes it packed (``dynmap.py``).
+
+    Raises:
+        Interrupted: the ruleset changed during the dump.
+    """
+    seq = s.next_seq()
+    layouts: Layouts = {}
+    out: dict[bytes, bytes] = {}
+    for msg in messages(s, elements_request(family, table, set_name, seq), seq):
+        records = _records(msg.payload)
+        if records is not None:
+            out.update(zip(*records, strict=True))
+            continue
+        for e in _parse_elements(msg.payload, layouts):
+            out[e.key] = e.data or b""
+    return out
+
+
+def _records(payload: bytes) -> tuple[list[bytes], list[bytes]] | None:
+    """The keys and data of one NEWSETELEM message whose elements are all laid out as its
+    first (the same attributes, of the same lengths: a dynamic map's, each with a timeout and
+    an expiration), sliced straight from the message; None otherwise (a verdict map's, or
+    elements of different layouts: :func:`_parse_elements` reads them).
+
+    The first element is walked; every byte of it but the values of its key, data and other
+    leaf attributes is then checked for all elements at once (a strided slice, as
+    :func:`_plain_records` does), and each key and datum is one slice.
+    """
+    top = span_map(payload, NFGENMSG.size)
+    if NFTA_SET_ELEM_LIST_ELEMENTS not in top:
+        return [], []
+    start, stop = top[NFTA_SET_ELEM_LIST_ELEMENTS]
+    if stop == start:
+        return [], []
+    if stop - start < 4:
+        return None
+    size = pad4(int.from_bytes(payload[start : start + 2], sys.byteorder))
+    count, rest = divmod(stop - start, size)
+    if rest or size < 8:
+        return None
+    a = span_map(payload, start + 4, start + size)
+    if NFTA_SET_ELEM_KEY not in a:
+        return None
+    key = span_map(payload, *a[NFTA_SET_ELEM_KEY]).get(NFTA_DATA_VALUE)
+    data = None
+    if NFTA_SET_ELEM_DATA in a:
+        data = span_map(payload, *a[NFTA_SET_ELEM_DATA]).get(NFTA_DATA_VALUE)
+        if data is None:  # a verdict
+            return None
+    if key is None:
+        return None
+    leaves = [key, *([data] if data else [])]
+    leaves += [v for kind, v in a.items() if kind not in (NFTA_SET_ELEM_KEY, NFTA_SET_ELEM_DATA)]
+    values = {j - start for lo, hi in leaves for j in range(lo, hi)}
+    first = payload[start : start + size]
+    for j in range(size):
+        if j not in values and payload[start + j : stop : size] != first[j : j + 1] * count:
+            return None
+    (k0, k1), (d0, d1) = key, data or (start, start)
+    keys = [payload[o : o + k1 - k0] for o in range(k0, stop, size)]
+    if data is None:
+        return keys, [b""] * count
+    return keys, [payload[o : o + d1 - d0] for o in range(d0, stop, size)]
 
 
 def _plain_records(

@@ -180,7 +180,9 @@ def _packed_ops(
         return [], []
     if not h:
         return [], [Operation(Verb.ADD, PackedRun(set=name, keys=list(w), data=list(w.values())))]
-    gone = [k for k, d in h.items() if w.get(k) != d]
+    # Sorted: ``h`` is in the kernel's dump order, which a hash set's resize (deferred, after
+    # many adds) changes between two reads; a plan and the sync after it send one batch.
+    gone = sorted(k for k, d in h.items() if w.get(k) != d)
     adding = [k for k, d in w.items() if h.get(k) != d]
     deletes = [Operation(Verb.DELETE, PackedRun(set=name, keys=gone))] if gone else []
     adds = [Operation(Verb.ADD, PackedRun(set=name, keys=adding, data=[w[k] for k in adding]))]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from nlproxy.nft.ir import Family, Operation, Ruleset, Table
+from nlproxy.nft.ir import Family, Map, Operation, Ruleset, Table
 
 
 class Tables(Protocol):
@@ -64,6 +64,15 @@ class ReadBack(Protocol):
 
     def generation(self) -> int:
         """The ruleset's generation id: it moves by one with every commit, anyone's."""
+        ...
+
+    def learned(self, family: Family, m: Map) -> dict[bytes, bytes]:
+        """The elements the packet path put in dynamic map ``m``, as the kernel's bytes (key
+        -> data; empty: no such map). One dump of that map (``dynmap.py``).
+
+        Raises:
+            ReadbackError: the kernel refused the dump, or it kept changing under it.
+        """
         ...
 
     def close(self) -> None: ...

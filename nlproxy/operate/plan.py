@@ -30,7 +30,7 @@ from nlproxy.config.api_source import api_source
 from nlproxy.conntrack.kernel import Conntrack, Flow, FlowFilter, Flows
 from nlproxy.errors import ConfigError, KernelError
 from nlproxy.nft.backend import NftBackend
-from nlproxy.nft.ir import Family, Operation, Ruleset, Table
+from nlproxy.nft.ir import Family, Map, Operation, Ruleset, Table
 from nlproxy.nft.readback import KernelReadBack
 from nlproxy.nft.tables import ReadBack, Tables
 from nlproxy.nft.validate import validate
@@ -102,6 +102,9 @@ class KeptReadBack:
 
     def generation(self) -> int:
         return self.real.generation()
+
+    def learned(self, family: Family, m: Map) -> dict[bytes, bytes]:
+        return self.real.learned(family, m)
 
     def close(self) -> None:
         self.real.close()

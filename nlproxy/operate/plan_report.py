@@ -59,7 +59,7 @@ from nlproxy.proxy.layout import (
 SHARED = ""
 """The owner of what no one Service owns."""
 _PER_PORT = re.compile(
-    r"^(?:service|local|external|endpoint|affinity|lb-[a-z]+)-[A-Z2-7]{8}-([^/]+)/([^/]+)/"
+    r"^(?:service|local|external|endpoint|affinity|clients|learn|lb-[a-z]+)-[A-Z2-7]{8}-([^/]+)/([^/]+)/"
 )
 """A per-port object's name (``naming._hashed``): role, hash, ``ns/name/proto/port``…"""
 _REF = re.compile(r"^([^/\s]+)/([^:\s]+):[^\s]*$")

@@ -27,6 +27,7 @@ from nlproxy.nft.ir import (
     Numgen,
     NumgenKind,
     Ruleset,
+    SetFlag,
     SetUpdate,
     Value,
     Verdict,
@@ -289,7 +290,7 @@ def service_rules(rulesets: Iterable[Ruleset], frontends: Iterable[FrontendRepor
                 fk = element_frontend(family, set_name, key)
                 mine = (
                     fk in keys
-                    or (set_name == n.CLUSTER_IPS and key[0] in cips)
+                    or (set_name in (n.CLUSTER_IPS, n.AFFINITY_ADDRESSES) and key[0] in cips)
                     or (set_name == n.HAIRPIN and key[0] in eps)
                 )
                 if not mine:
@@ -317,7 +318,7 @@ def _algorithm(rs: Ruleset, chain: str) -> str:
     for name in closure(rs, [chain]):
         for rule in rs.rules.get(name, []):
             for e in rule.exprs:
-                if isinstance(e, SetUpdate):
+                if isinstance(e, SetUpdate) or (isinstance(e, DnatMap) and learned_map(rs, e.map)):
                     return "ClientIP affinity (a new client: random)"
                 if not isinstance(e, DnatMap):
                     continue
@@ -331,6 +332,12 @@ def _algorithm(rs: Ruleset, chain: str) -> str:
                     if isinstance(sel, Numgen) and sel.kind is NumgenKind.INC:
                         return "round-robin"
     return "random"
+
+
+def learned_map(rs: Ruleset, name: str) -> bool:
+    """Whether ``name`` is a map the packet path fills (ClientIP affinity's clients map)."""
+    s = rs.sets.get(name)
+    return s is not None and bool(s.flags & SetFlag.EVAL)
 
 
 def _chains(rs: Ruleset, start: list[str]) -> list[ChainText]:

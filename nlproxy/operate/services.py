@@ -32,11 +32,11 @@ from nlproxy.cluster.manifests import load_manifests
 from nlproxy.cluster.model import EndpointSlice, Service, Upsert
 from nlproxy.errors import ConfigError
 from nlproxy.inspect.classify import Reachability, classify
-from nlproxy.nft.ir import Family, IPAddress, Ruleset, Set, SetUpdate
+from nlproxy.nft.ir import DnatMap, Family, IPAddress, Ruleset, Set, SetUpdate
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.operate.explain import parse_service_key
 from nlproxy.operate.manifests import service_frontends
-from nlproxy.operate.programmed import FrontendReport, FrontKey, kernel_frontends
+from nlproxy.operate.programmed import FrontendReport, FrontKey, kernel_frontends, learned_map
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.layout import closure, proto_name
 
@@ -243,10 +243,13 @@ def _affinity(
         for name in closure(rs, [chain]):
             for rule in rs.rules.get(name, []):
                 for e in rule.exprs:
-                    if not isinstance(e, SetUpdate):
+                    if isinstance(e, SetUpdate):
+                        s = rs.sets.get(e.set)
+                        timeout = e.timeout or (s.timeout if isinstance(s, Set) else None)
+                    elif isinstance(e, DnatMap) and learned_map(rs, e.map):
+                        timeout = rs.sets[e.map].timeout  # the map layout: its clients map's
+                    else:
                         continue
-                    s = rs.sets.get(e.set)
-                    timeout = e.timeout or (s.timeout if isinstance(s, Set) else None)
                     if timeout:
                         timeouts.append(timeout)
     return "ClientIP", max(timeouts) if timeouts else None

@@ -137,6 +137,32 @@ def affinity_set(ref: ServicePortRef, ip: IPAddress, port: int) -> str:
     return _hashed("affinity", _endpoint_text(ref, ip, port))
 
 
+# The map layout of ClientIP affinity (``affinity.py``): per port one dynamic map, client ->
+# endpoint, learned after DNAT by a chain per Service and protocol, found by the connection's
+# original address from the static base chains below.
+AFFINITY_PREROUTING = "affinity-prerouting"
+AFFINITY_OUTPUT = "affinity-output"
+AFFINITY_ADDRESSES = "affinity-addresses"
+"""``address . protocol -> goto <the Service's learning chain>``."""
+AFFINITY_CLIENTS = "clients"
+"""Role prefix of a port's dynamic map ``client -> endpoint`` (its comment names the port)."""
+AFFINITY_LEARN = "learn"
+
+
+def affinity_clients_map(ref: ServicePortRef) -> str:
+    return _hashed(AFFINITY_CLIENTS, _port_text(ref))
+
+
+def affinity_learn_chain(ref: ServicePortRef) -> str:
+    """The chain that learns the clients of port ``ref``."""
+    return _hashed(AFFINITY_LEARN, _port_text(ref))
+
+
+def affinity_service_learn_chain(ref: ServicePortRef) -> str:
+    """The chain that finds the port of a connection to ``ref``'s Service and protocol."""
+    return _hashed(AFFINITY_LEARN, f"{ref.namespace}/{ref.name}/{ref.protocol.value.lower()}")
+
+
 # Per-service-port objects of round-robin and consistent-hash ports (``balance.py``).
 def balanced_chain(role: str, ref: ServicePortRef) -> str:
     """``role``: internal (ClusterIP), external, or dnat (external traffic's short-circuits)."""

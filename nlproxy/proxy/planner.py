@@ -542,7 +542,7 @@ class FamilyPlanner:
         no_ep: Verdict = self.goto(n.REJECT_CHAIN) if not cat.has_any else DROP
         fixed = None
         if svc.affinity_timeout is not None:  # affinity wins over the algorithm, as upstream's
-            fixed = add_affinity_chains(self.sink, self.f, svc, sp, cip, cat, pods=self.pods)
+            fixed = add_affinity_chains(self, svc, sp, cip, cat)
         elif (lb := svc.load_balancing or self.lb) is not LoadBalancing.RANDOM:
             fixed = add_balanced_chains(
                 self.sink, self.f, svc, sp, cat, lb, pods=self.pods, seed=self.hash_seed

@@ -251,9 +251,38 @@ def skeleton(
         in_set = Lookup((f.daddr,), n.NODEPORT_IPS)
         add(n.SERVICES, in_set, VMap(L4_DPORT, n.SERVICE_NODEPORTS))
         add(n.NODEPORT_ENDPOINTS_CHECK, in_set, VMap(L4_DPORT, n.NO_ENDPOINT_NODEPORTS))
+    if f.family is Family.IP:
+        add_affinity_learning(rs, f)
     if counters:
         add_counting(rs, f)
     return rs
+
+
+AFFINITY_LEARN_PRIORITY = PRIORITY_DSTNAT + 1
+"""Right after DNAT: the connection's endpoint is chosen, its first packet not yet routed."""
+
+
+def add_affinity_learning(rs: Ruleset, f: FamilySpec) -> None:
+    """ClientIP affinity's learning (``affinity.py``): after DNAT, a new connection to one of
+    the ``affinity-addresses`` (found by its original destination, as the packet's is now the
+    endpoint's) goes to its Service's learning chain, which records ``client -> endpoint`` in
+    its port's map. In prerouting and output: pods, outside clients and the node itself.
+    (IPv4 only: nft 1.0.6 cannot load the IPv6 learning rule back, so IPv6 ports keep the
+    per-endpoint layout.)"""
+    rs.add_set(Map(name=n.AFFINITY_ADDRESSES, key=(f.addr, PROTO), data=(DataType.VERDICT,)))
+    key = (Field.CT_ORIGINAL_IP_DADDR, Field.META_L4PROTO)
+    for name, hook in ((n.AFFINITY_PREROUTING, Hook.PREROUTING), (n.AFFINITY_OUTPUT, Hook.OUTPUT)):
+        rs.add_chain(
+            Chain(
+                name=name,
+                type=ChainType.FILTER,
+                hook=hook,
+                priority=AFFINITY_LEARN_PRIORITY,
+                policy=Policy.ACCEPT,
+            )
+        )
+        exprs = (CT_NEW, Cmp(Field.CT_STATUS, CtStatus.DNAT), VMap(key, n.AFFINITY_ADDRESSES))
+        rs.add_rule(Rule(chain=name, exprs=exprs))
 
 
 def counter_sets(family: Family) -> dict[str, tuple[DataType, ...]]:

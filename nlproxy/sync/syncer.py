@@ -29,16 +29,19 @@ hands what was and is programmed. ``result.py`` holds what a sync returns.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence, Set
 
 from nlproxy.cluster.model import ClusterSnapshot, Service, ServiceKey
 from nlproxy.errors import KernelError
 from nlproxy.log import get_logger
+from nlproxy.nft.dynmap import forget_learned
 from nlproxy.nft.ir import Family, Operation, Ruleset, Table, Verb
 from nlproxy.nft.reconcile import Delta, advance, count_ops, diff, ops_for_delta
 from nlproxy.nft.tables import Tables
 from nlproxy.proxy import naming as n
+from nlproxy.proxy.affinity import client_maps
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.layout import flow_frontends, udp_only
@@ -92,6 +95,7 @@ class Syncer:
         self.owner = owner
         self.log = get_logger("sync")
         self._backends: dict[Family, Tables] = {}
+        self._changing: Set[ServiceKey] | None = None
         self._programmed: dict[Family, Ruleset | None] = {}
         # The plan whose element maps the programmed state holds as they are (no copy after a
         # commit, ``result.as_programmed``); :meth:`settle` copies them before either changes.
@@ -314,6 +318,7 @@ class Syncer:
                 self._seed_balanced(snapshot)
             snapshot, changed = self.balancing.apply(snapshot, changed)
             with self.verifier.changing():
+                self._changing = changed  # (whose affinity clients _forget_learned reads)
                 result = self._sync_isolating(snapshot, changed)
                 if found is not told and found is not None:
                     result.narrowed = set(found)
@@ -322,6 +327,16 @@ class Syncer:
                     programmed = [rs for rs in self._programmed.values() if rs is not None]
                     result.conntrack_deleted += self.cleanup.finish(programmed, snapshot)
                 return result
+
+    def _forget_learned(self, planned: Plan) -> None:
+        """After a commit, before its flows go: a flow made meanwhile through a removed
+        endpoint's client goes with them (``nft/dynmap.py``)."""
+        for family, rs in planned.rulesets.items():
+            if maps := client_maps(rs, planned.ports.values(), self._changing):
+                read = functools.partial(self.kernel.readback.learned, family)
+                _, errors = forget_learned(read, self._backend(family).apply, maps)
+                for exc in errors:
+                    self.log.warning("affinity.forget_failed", error=str(exc))
 
     def _seed_balanced(self, snapshot: ClusterSnapshot) -> None:
         """Before a first sync under a quota of tables: the round-robin and consistent-hash
@@ -492,6 +507,7 @@ class Syncer:
             # Nothing was programmed: the only stale flows are those of UDP frontends that now
             # have backends, so only those frontends are read (not 100k TCP backends).
             news = [udp_part(rs) for rs in news]
+        self._forget_learned(planned)
         return self.cleanup.stale(olds, news, snapshot, result.conntrack)
 
     def _keep(self, planned: Plan, snapshot: ClusterSnapshot) -> Mapping[Family, Ruleset]:
@@ -563,6 +579,7 @@ class Syncer:
         # A family that fails after another committed: the flows of the delta's removed
         # endpoints go all the same (this family's too: deleting a flow only re-balances it).
         self._commit(result, snapshot, ops_of, committed, lambda: (old_rs, new_rs))
+        self._forget_learned(planned)
         return self.cleanup.stale(old_rs, new_rs, snapshot, result.conntrack)
 
     def _commit(

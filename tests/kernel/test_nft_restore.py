@@ -24,7 +24,7 @@ from nlproxy.cluster.model import LoadBalancing
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.backend import NftBackend
 from nlproxy.nft.dump import NFT_MSG_GETSET, dump, get_bytes, get_str, nftnl, parsed
-from nlproxy.nft.ir import DataType, Family, Ruleset, SetFlag, Table
+from nlproxy.nft.ir import DataType, Family, Map, Ruleset, Set, SetFlag, Table
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.reconcile import diff
 from nlproxy.nft.render import render_ruleset
@@ -66,14 +66,22 @@ def _program(ns: str, rulesets: dict[Family, Ruleset], owner: bool) -> Iterator[
 
 
 def _learn_a_client(ns: str, rs: Ruleset) -> set[str]:
-    """Put one client into an affinity set, as the datapath does (with a timeout)."""
-    names = [s for s, obj in rs.sets.items() if obj.flags & SetFlag.TIMEOUT]
-    if not names:
-        return set()
-    name = names[0]
-    client = "fd00:10::99" if rs.table.family is Family.IP6 else "10.1.2.3"
-    sh("nft", "add", "element", str(rs.table.family), rs.table.name, name, f"{{ {client} }}", ns=ns)
-    return {name}
+    """Put one client into an affinity set, and one into an affinity map (``client ->
+    endpoint``, the map layout's) where the family has one, as the datapath does."""
+    learned = set()
+    for kind in (Set, Map):
+        names = [s for s, obj in rs.sets.items() if obj.flags & SetFlag.TIMEOUT
+                 and isinstance(obj, kind)]  # fmt: skip
+        if not names:
+            continue
+        name = names[0]
+        client = "fd00:10::99" if rs.table.family is Family.IP6 else "10.1.2.3"
+        if kind is Map:
+            client += " : 10.9.9.9 . 80"
+        family, table = str(rs.table.family), rs.table.name
+        sh("nft", "add", "element", family, table, name, f"{{ {client} }}", ns=ns)
+        learned.add(name)
+    return learned
 
 
 def _assert_reads_back_as_planned(ns: str, want: Ruleset, dynamic: set[str]) -> None:
@@ -105,7 +113,7 @@ def test_saved_ruleset_loads_back(
         for family, rs in rulesets.items():
             dynamic[family] = _learn_a_client(node, rs)
         saved = sh("nft", "list", "ruleset", ns=node)
-    assert dynamic[Family.IP], "the world has a ClientIP affinity service"
+    assert len(dynamic[Family.IP]) == 2, "the world has ClientIP affinity in both layouts"
     assert "expires" in saved, "a learned client is listed with its timeout"
 
     check = nft(scratch, "-c", "-f", "-", text=saved)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from nlproxy.nft.ir import Family
+from nlproxy.nft.ir import Family, SetFlag
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.reconcile import diff
 from nlproxy.proxy.naming import TABLE as TABLE_NAME
@@ -160,6 +160,7 @@ def test_changed_affinity_timeout_is_applied_in_place(make_netns: Callable[[str]
     got = read_ruleset(Family.IP, TABLE_NAME, netns=ns)
     assert got is not None
     assert take_record(got) is not None
-    timeouts = {s.timeout for name, s in got.sets.items() if name.startswith("affinity-")}
+    # (the clients map of the port: the map layout)
+    timeouts = {s.timeout for s in got.sets.values() if s.flags & SetFlag.EVAL}
     assert timeouts == {60}
     assert diff(plan(state.snapshot(), CONFIG).rulesets[Family.IP], got) == []

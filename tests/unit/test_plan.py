@@ -12,6 +12,7 @@ from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.nft.reconcile import count_ops, diff
 from nlproxy.operate.plan_render import render_text, report_json
 from nlproxy.operate.plan_report import Report, report
+from nlproxy.proxy import naming as n
 from nlproxy.proxy.planner import plan
 from nlproxy.sync.result import as_programmed
 from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot
@@ -81,8 +82,11 @@ def test_an_endpoint_going_changes_its_service_and_a_service_going_is_removed() 
     assert sum(len(b["operations"]) for b in shown["batches"]) == len(steps)
 
 
-def test_affinity_objects_belong_to_their_service_and_rules_show_what_differs() -> None:
-    ports = [port("default", "sticky", "p80", 80)]
+@pytest.mark.parametrize("node_port", [None, 30080], ids=["map-layout", "endpoint-chains"])
+def test_affinity_objects_belong_to_their_service_and_rules_show_what_differs(
+    node_port: int | None,
+) -> None:
+    ports = [port("default", "sticky", "p80", 80, node_port=node_port)]
     two = eps_slice("default", "sticky", [endpoint("10.0.0.1"), endpoint("10.0.0.2")])
     one = eps_slice("default", "sticky", [endpoint("10.0.0.1")])
     sticky = service("default", "sticky", "172.30.0.40", ports, affinity_timeout=300)
@@ -90,8 +94,12 @@ def test_affinity_objects_belong_to_their_service_and_rules_show_what_differs() 
     new = _planned([sticky], [one])
     rep = _report(old, new)
     mine = _changes(rep, "default/sticky")
-    assert any(sign == "-" and kind == "chain" and "10.0.0.2" in name for sign, kind, name in mine)
-    assert any(sign == "-" and kind == "set" and "10.0.0.2" in name for sign, kind, name in mine)
+    if node_port is None:  # an endpoint is an element of the backends map
+        assert ("-", "element", n.BACKENDS) in mine
+        assert not any(kind in ("chain", "set") for _, kind, _ in mine)
+    else:
+        assert any(s == "-" and kind == "chain" and "10.0.0.2" in name for s, kind, name in mine)
+        assert any(s == "-" and kind == "set" and "10.0.0.2" in name for s, kind, name in mine)
     [group] = [g for g in rep.groups if g.owner == "default/sticky"]
     rules = [c for c in group.changes if c.kind == "rule"]
     # The service chain is flushed and refilled: only the rules that differ are changes.

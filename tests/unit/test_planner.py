@@ -84,12 +84,12 @@ def test_chains_do_not_grow_with_services_or_endpoints() -> None:
     small = plan(snapshot(*_many(1000), node=node()), CONFIG).rulesets[Family.IP]
     large = plan(snapshot(*_many(2000), node=node()), CONFIG).rulesets[Family.IP]
     assert set(small.chains) == set(large.chains)
-    # 16 static chains plus at most 7 shared dispatch roles per endpoint count (1..5, and 0
+    # 18 static chains plus at most 7 shared dispatch roles per endpoint count (1..5, and 0
     # for Local policies without local endpoints).
-    assert len(large.chains) <= 16 + 7 * 6
+    assert len(large.chains) <= 18 + 7 * 6
     assert not [c for c in large.chains if "svc" in c]
     assert len(large.elements[naming.BACKENDS]) > 2000
-    assert len(large.sets) == 17
+    assert len(large.sets) == 18
 
 
 def test_affinity_is_the_only_per_service_state() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import struct
 
-from nlproxy.nft.readsets import Layouts, _parse_elements
+from nlproxy.nft.readsets import Layouts, _parse_elements, _records
 from nlproxy.nft.udata import comment_udata
 
 NESTED = 0x8000
@@ -86,3 +86,33 @@ def test_learnt_layouts_read_what_the_walk_reads() -> None:
     assert _parse_elements(message(*reversed(ELEMENTS)), layouts) == walked[::-1]
     assert [e.comment for e in walked][6:8] == ["default/web:http", "default/web:htt2"]
     assert walked[5].verdict == 0
+
+
+def _pairs(payload: bytes) -> tuple[list[bytes], list[bytes]]:
+    walked = _parse_elements(payload)
+    return [e.key for e in walked], [e.data or b"" for e in walked]
+
+
+def test_records_of_one_layout_are_sliced_as_walking_them_reads_them() -> None:
+    """A dynamic map's elements (key, address . port data, a timeout each) come from
+    ``_records`` as from walking each; elements of mixed layouts, or a verdict map's, are left
+    to the walk."""
+    clients = [
+        element(
+            bytes([10, 0, i // 256, i % 256]),
+            data=bytes([10, 1, 0, i % 7, 0, 80, 0, 0]),
+            timeout_ms=600_000 - i,
+        )
+        for i in range(300)
+    ]
+    payload = message(*clients)
+    assert _records(payload) == _pairs(payload)
+    assert _records(message()) == ([], [])
+    plain_set = message(*(element(bytes([10, 0, 0, i])) for i in range(5)))
+    assert _records(plain_set) == _pairs(plain_set)
+    mixed = message(*clients[:3], element(bytes([10, 9, 9, 9]), data=bytes(8)))
+    assert _records(mixed) is None
+    other_flags = message(*clients[:3], element(bytes([10, 9, 9, 9]), data=bytes(8), flags=1))
+    assert _records(other_flags) is None
+    verdicts = message(*(element(bytes([10, 0, 0, i]), verdict=(-3, "c")) for i in range(3)))
+    assert _records(verdicts) is None

@@ -1,0 +1,213 @@
+"""ClientIP affinity's map layout (``proxy/affinity.py``): a ClusterIP-only IPv4 port costs a
+few objects whatever its endpoints, an endpoint change is element operations, and the packet
+path still reaches every endpoint for a new client. Other ports keep per-endpoint chains."""
+
+from __future__ import annotations
+
+from ipaddress import ip_address
+
+import msgspec
+
+from nlproxy.cluster.model import EndpointSlice, Service
+from nlproxy.conntrack.fake import FakeConntrack
+from nlproxy.nft.fake import FakeNftables
+from nlproxy.nft.ir import (
+    Chain,
+    DnatMap,
+    Element,
+    Family,
+    Field,
+    Map,
+    Operation,
+    Ruleset,
+    Set,
+    SetFlag,
+    SetUpdate,
+    Verb,
+    goto,
+)
+from nlproxy.nft.reconcile import diff
+from nlproxy.proxy import naming as n
+from nlproxy.proxy.affinity import client_maps
+from nlproxy.proxy.incremental import attach, plan_update
+from nlproxy.proxy.planner import plan
+from nlproxy.proxy.tracer import trace
+from nlproxy.sync.kernel import SyncKernel
+from nlproxy.sync.syncer import Syncer, as_programmed
+from tests.unit import incremental as inc
+from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot, upsert
+from tests.unit.incremental import CONFIG
+
+CIP = "172.30.0.10"
+CIP2 = "172.30.0.11"
+NODE_IP = ip_address("192.168.0.2")
+
+
+def _sticky(ports: int, eps: int, *, drop: int | None = None) -> tuple[Service, EndpointSlice]:
+    specs = [port("b", "big", f"p{k}", 8000 + k) for k in range(ports)]
+    svc = service("b", "big", CIP, specs, affinity_timeout=600)
+    members = [endpoint(f"10.1.{i // 250}.{i % 250 + 1}") for i in range(eps) if i != drop]
+    return svc, eps_slice("b", "big", members, [(f"p{k}", 8000 + k, "TCP") for k in range(ports)])
+
+
+def _ip(svc: tuple[Service, EndpointSlice]) -> Ruleset:
+    snap = snapshot([svc[0]], [svc[1]], node=node([str(NODE_IP)]))
+    return plan(snap, CONFIG).rulesets[Family.IP]
+
+
+def test_objects_do_not_grow_with_endpoints() -> None:
+    small, large = _ip(_sticky(3, 10)), _ip(_sticky(3, 200))
+    assert set(small.chains) == set(large.chains)
+    assert set(small.sets) == set(large.sets)
+    mine = [name for name, c in large.chains.items() if c.comment.startswith("b/big")]
+    # Per port a chain that chooses and one that learns; per Service (and protocol) one that
+    # finds the port of a connection.
+    assert sorted(name.split("-")[0] for name in mine) == ["learn"] * 4 + ["service"] * 3
+    clients = [s for name, s in large.sets.items() if name.startswith("clients-")]
+    assert len(clients) == 3
+    for s in clients:
+        assert isinstance(s, Map)
+        assert s.flags & SetFlag.EVAL
+        assert s.timeout == 600
+    # One learning entry for the Service's address and protocol.
+    ports = _sticky(3, 1)[0].ports
+    learn = n.affinity_service_learn_chain(ports[0].ref)
+    assert large.elements[n.AFFINITY_ADDRESSES] == {
+        (ip_address(CIP), 6): Element(
+            set=n.AFFINITY_ADDRESSES,
+            key=(ip_address(CIP), 6),
+            value=goto(learn),
+            comment="b/big:p2/TCP",  # (its last port: the one that adds it)
+        )
+    }
+    # Each port's learning chain updates its own map.
+    for sp in ports:
+        (rule,) = large.rules[n.affinity_learn_chain(sp.ref)]
+        assert rule.exprs == (
+            SetUpdate(n.affinity_clients_map(sp.ref), (Field.IP_SADDR,), None,
+                      (Field.IP_DADDR, Field.TH_DPORT)),
+        )  # fmt: skip
+
+
+def test_an_endpoint_change_is_elements_and_the_choice_rule() -> None:
+    before = _ip(_sticky(20, 300))
+    after = _ip(_sticky(20, 300, drop=150))
+    ops = diff(after, as_programmed(before))
+    assert not [op for op in ops if isinstance(op.obj, Chain | Set | Map) and op.verb
+                is not Verb.FLUSH]  # fmt: skip
+    # Each port: the endpoint's slot goes (the last slot's endpoint moves in), and its chain's
+    # choice rule changes modulus. Nothing grows with the endpoints.
+    assert len(ops) < 20 * 10
+
+
+def test_a_new_client_may_reach_every_endpoint_and_is_masqueraded_from_off_cluster() -> None:
+    rs = _ip(_sticky(2, 5))
+    got = trace(rs, ip_address("10.0.0.50"), 6, ip_address(CIP), 8001, local_addrs=[NODE_IP])
+    assert got.verdict == "ACCEPT"
+    assert got.endpoints == {f"10.1.0.{i}:8001" for i in range(1, 6)}
+    assert not got.masquerade
+    off = trace(rs, ip_address("192.168.9.9"), 6, ip_address(CIP), 8000, local_addrs=[NODE_IP])
+    assert off.endpoints == {f"10.1.0.{i}:8000" for i in range(1, 6)}
+    assert off.masquerade
+
+
+def test_a_known_client_goes_through_its_map_first() -> None:
+    rs = _ip(_sticky(1, 3))
+    chain = n.affinity_service_chain(_sticky(1, 1)[0].ports[0].ref)
+    dnats = [e for r in rs.rules[chain] for e in r.exprs if isinstance(e, DnatMap)]
+    assert [d.map.split("-")[0] for d in dnats] == ["clients", "backends"]
+
+
+def test_other_ports_keep_endpoint_chains() -> None:
+    ports = [port("b", "np", node_port=30080)]
+    node_port = service("b", "np", "172.30.0.11", ports, affinity_timeout=600)
+    dual = service("b", "dual", ["172.30.0.12", "fd00::12"], affinity_timeout=600)
+    sl_np = eps_slice("b", "np", [endpoint("10.1.0.1"), endpoint("10.1.0.2")])
+    sl_dual = eps_slice("b", "dual", [endpoint("fd01::1"), endpoint("fd01::2")])
+    snap = snapshot([node_port, dual], [sl_np, sl_dual], node=node([str(NODE_IP)]))
+    rs = plan(snap, CONFIG).rulesets
+    assert sum(c.startswith("endpoint-") for c in rs[Family.IP].chains) == 2
+    assert sum(c.startswith("endpoint-") for c in rs[Family.IP6].chains) == 2
+    assert not [s for s in rs[Family.IP6].sets if s.startswith("clients-")]
+    assert n.AFFINITY_ADDRESSES not in rs[Family.IP6].sets
+
+
+def test_client_maps_keep_their_ports_endpoints() -> None:
+    svc = _sticky(2, 3, drop=1)
+    snap = snapshot([svc[0]], [svc[1]], node=node([str(NODE_IP)]))
+    p = plan(snap, CONFIG)
+    maps = client_maps(p.rulesets[Family.IP], p.ports.values())
+    assert len(maps) == 2
+    for m, keep in maps:
+        port_no = 8000 + int(m.comment.split(":p")[1].split("/")[0])
+        assert sorted(keep) == [(ip_address(a), port_no) for a in ("10.1.0.1", "10.1.0.3")]
+    # A port that is gone keeps no client.
+    assert all(keep == () for _, keep in client_maps(p.rulesets[Family.IP], []))
+
+
+def test_changes_of_an_affinity_service_are_made_in_place() -> None:
+    """Timeout, endpoints, ports, a node port (to the per-endpoint layout and back) and
+    affinity off and on, each updated in place: equal to a fresh plan, and its operations
+    leave what the full diff leaves (a redefined clients map with the chains that use it)."""
+    state = inc.state_with_node()
+    svc, sl = _sticky(2, 3)
+    state.apply([upsert(svc), upsert(sl)])
+    snap = state.snapshot()
+    live = plan(snap, inc.CONFIG)
+    assert attach(live, snap)
+    programmed = {f: as_programmed(live.rulesets[f]) for f in inc.FAMILIES}
+    three = (*svc.ports, port("b", "big", "p2", 8002))
+    with_node_port = (msgspec.structs.replace(svc.ports[0], node_port=30080), *svc.ports[1:])
+    steps = [
+        [upsert(msgspec.structs.replace(svc, affinity_timeout=900))],
+        [upsert(_sticky(2, 3, drop=1)[1])],
+        [upsert(msgspec.structs.replace(svc, ports=three)), upsert(_sticky(3, 3)[1])],
+        [upsert(msgspec.structs.replace(svc, ports=with_node_port))],
+        [upsert(svc)],
+        [upsert(msgspec.structs.replace(svc, affinity_timeout=None))],
+        [upsert(svc)],
+    ]
+    for i, changes in enumerate(steps):
+        state.apply(changes)
+        snap = state.snapshot()
+        live, deltas = plan_update(live, snap, inc.CONFIG)
+        fresh = inc.fresh_like(live, snap, inc.CONFIG)
+        assert live.rulesets == fresh.rulesets, i
+        assert deltas is not None, f"step {i}: planned afresh"
+        programmed = {
+            f: inc.check_ops(deltas[f], programmed[f], fresh.rulesets[f]) for f in inc.FAMILIES
+        }
+
+
+def test_a_sync_forgets_the_clients_of_a_removed_endpoint() -> None:
+    """The Syncer, on the fakes: the clients the packet path learned for an endpoint that left
+    go after the commit; the others, and those of an unchanged Service, stay."""
+    nft = FakeNftables(n.TABLE)
+    syncer = Syncer(inc.CONFIG, SyncKernel(tables=nft.open, readback=nft, flows=FakeConntrack()))
+    state = inc.state_with_node()
+    big = _sticky(1, 3)
+    other = (
+        service("b", "other", CIP2, [port("b", "other", "p0", 8000)], affinity_timeout=600),
+        eps_slice("b", "other", [endpoint("10.1.0.2")], [("p0", 8000, "TCP")]),
+    )
+    state.apply([upsert(big[0]), upsert(big[1]), upsert(other[0]), upsert(other[1])])
+    syncer.sync(state.snapshot())
+    rs = nft.ruleset(Family.IP)
+    assert rs is not None
+    maps = {s.comment: name for name, s in rs.sets.items() if name.startswith("clients-")}
+    mine, theirs = maps["b/big:p0/TCP"], maps["b/other:p0/TCP"]
+    gone, kept = (ip_address("10.1.0.2"), 8000), (ip_address("10.1.0.1"), 8000)
+    learned = {mine: {"10.9.0.1": gone, "10.9.0.2": kept}, theirs: {"10.9.0.3": gone}}
+    nft.open(rs.table).apply(
+        [
+            Operation(Verb.ADD, Element(set=m, key=(ip_address(c),), value=ep))
+            for m, clients in learned.items()
+            for c, ep in clients.items()
+        ]
+    )
+    changed = state.apply([upsert(_sticky(1, 3, drop=1)[1])])
+    syncer.sync(state.snapshot(), changed=changed)
+    rs = nft.ruleset(Family.IP)  # (a commit replaces the fake's table whole)
+    assert rs is not None
+    held = {m: {str(k[0]): el.value for k, el in rs.elements[m].items()} for m in learned}
+    assert held == {mine: {"10.9.0.2": kept}, theirs: {"10.9.0.3": gone}}
