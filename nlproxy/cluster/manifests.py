@@ -282,7 +282,8 @@ class _Loader:
                 current = self._current(name, read, kept)
             except _Deferred:
                 self.deferred[name] = read
-                if kept is None:
+                if kept is None:  # nothing known of it until it is parsed apart
+                    self.unread.append(name)
                     return
                 current = kept
         except Unsettled:

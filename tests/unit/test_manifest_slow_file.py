@@ -47,6 +47,7 @@ def test_a_large_changed_file_is_left_to_parse_apart(tmp_path: Path) -> None:
     small.write_text(_service("small", "10.96.0.1"))
     first = load_manifests(tmp_path, defer=DEFER_BYTES)  # nothing known: still deferred
     assert set(first.deferred) == {"big.yaml"}
+    assert first.unread == ("big.yaml",)  # what is programmed for it may be its own
     assert set(_ports(first.changes)) == {"small"}
     with Directory(tmp_path) as d:
         read = d.read("big.yaml")
@@ -137,3 +138,25 @@ async def test_a_large_file_that_loses_services_lets_them_go_after_the_grace(
             while len(_ports(await recv.receive())) != 1500:
                 pass
             nursery.cancel_scope.cancel()
+
+
+def test_a_large_file_broken_at_start_stays_unread_while_its_fix_is_parsed_apart(
+    tmp_path: Path,
+) -> None:
+    """The daemon's first load finds it broken (unread: the sync keeps its Services as
+    programmed); the load that finds it fixed leaves it to parse apart, and must still name it
+    unread, or the sync would take its Services for gone until that parse ends."""
+    big = tmp_path / "big.yaml"
+    big.write_text(_cut(_big()))
+    first = load_manifests(tmp_path)
+    assert first.unread == ("big.yaml",)
+    big.write_text(_big())
+    fixed = load_manifests(tmp_path, first.good, parsed=first.failed, defer=DEFER_BYTES)
+    assert set(fixed.deferred) == {"big.yaml"}
+    assert fixed.unread == ("big.yaml",)
+    with Directory(tmp_path) as d:
+        read = d.read("big.yaml")
+    assert read is not None
+    parsed = {"big.yaml": parse_file("big.yaml", read)}
+    whole = load_manifests(tmp_path, fixed.good, parsed=parsed, defer=DEFER_BYTES)
+    assert (whole.unread, len(_ports(whole.changes))) == ((), 6000)
