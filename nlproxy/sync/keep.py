@@ -153,7 +153,11 @@ def _close(
             out.sets[name] = start.sets[name]
             els = start.elements.get(name, {})
             out.elements[name] = copy(els)
-            if isinstance(els, PackedElements):
+            if isinstance(els, PackedElements):  # a balanced map: endpoints, no verdicts
+                for data in set(els.raw.values()):
+                    t = target(els.decode_data(data))
+                    if t is not None:
+                        endpoints.add(t[0])
                 continue
             for el in els.values():
                 if isinstance(el.value, Verdict) and el.value.chain is not None:

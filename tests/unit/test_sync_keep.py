@@ -161,3 +161,24 @@ def test_nothing_is_kept_when_every_place_is_read_from_the_start() -> None:
     assert to(nft, "10.96.0.10", 53) == set()
     keeper = Keeper()
     assert not keeper.active
+
+
+def _hairpin(nft: FakeNftables) -> set[tuple[str, ...]]:
+    rs = nft.ruleset(Family.IP)
+    assert rs is not None
+    return {tuple(str(v) for v in key) for key in rs.elements.get(n.HAIRPIN, {})}
+
+
+@pytest.mark.parametrize("lb", [LoadBalancing.ROUND_ROBIN, LoadBalancing.CONSISTENT_HASH], ids=str)
+def test_a_kept_balanced_service_keeps_its_hairpin_pairs(lb: LoadBalancing) -> None:
+    """A balanced Service's endpoints are in its own map, not in chains: read from there, or
+    a pod reaching itself through the kept Service would no longer be masqueraded."""
+    nft = FakeNftables(n.TABLE)
+    svc = dns("robin", "10.96.0.12", load_balancing=lb)
+    make(nft).sync(cluster(robin=(svc, ("10.1.0.5", "10.1.0.6")), **OTHER))
+    before = _hairpin(nft)
+    assert {("10.1.0.5", "10.1.0.5"), ("10.1.0.6", "10.1.0.6")} <= before
+    second = make(nft)
+    second.sync(cluster(("a.yaml",), **OTHER))
+    assert second.keeper.kept == {"default/robin"}
+    assert _hairpin(nft) == before
