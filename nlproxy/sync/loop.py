@@ -375,7 +375,7 @@ class SyncLoop:
             self._verify = True  # the kernel's state is uncertain after a failure: read it back
             self._read_back = True
             return False, verify
-        self._after(outcome, pending, verify=verify)
+        self._after(outcome, pending, snapshot, verify=verify)
         return True, verify
 
     def _work(
@@ -408,9 +408,17 @@ class SyncLoop:
         raced = adopt is not None and repaired is None
         return Outcome(result, readback_ms=readback_ms, repaired=repaired, repair_raced=raced)
 
-    def _after(self, outcome: Outcome, pending: set[ServiceKey], *, verify: bool) -> None:
-        """What a successful sync leads to: a repair's outcome logged, the verify a trusted
-        restart owes, the plan it did not make yet, deferred tables, the memory it freed."""
+    def _after(
+        self,
+        outcome: Outcome,
+        pending: set[ServiceKey],
+        snapshot: ClusterSnapshot,
+        *,
+        verify: bool,
+    ) -> None:
+        """What a successful sync of ``snapshot`` leads to: a repair's outcome logged, the verify
+        a trusted restart owes, the plan it did not make yet, deferred tables, the memory it
+        freed."""
         result = outcome.result
         assert result is not None, "only a sync that succeeded is followed up"
         if result.narrowed is not None:  # a relist named more than changed (``relist.py``)
@@ -435,6 +443,7 @@ class SyncLoop:
         self.report.synced(
             result,
             pending,
+            snapshot,
             verify=verify,
             exact=exact,
             readback_ms=outcome.readback_ms,

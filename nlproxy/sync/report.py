@@ -164,6 +164,7 @@ class SyncReporter:
         self,
         result: SyncResult,
         pending: set[ServiceKey],
+        snapshot: ClusterSnapshot,
         *,
         verify: bool,
         exact: bool,
@@ -193,7 +194,8 @@ class SyncReporter:
         self._export_pending()
         for family, n in result.ops.items():
             m.ops.labels(family=family.value).inc(n)
-        self._observe_programming(pending)
+        # What the kernel refused or the budget left for later is not programmed yet.
+        self._observe_programming(pending - result.excluded.keys() - result.deferred, snapshot)
         if result.plan is not None:
             self._no_local.update(result.plan, pending if exact else None)
         busy = bool(
@@ -223,7 +225,7 @@ class SyncReporter:
         self.metrics.service_changes_pending.set(self._pending_events["Service"])
         self.metrics.endpoint_changes_pending.set(self._pending_events["EndpointSlice"])
 
-    def _observe_programming(self, pending: set[ServiceKey]) -> None:
+    def _observe_programming(self, pending: set[ServiceKey], snapshot: ClusterSnapshot) -> None:
         """kubeproxy_network_programming_duration_seconds: one observation per trigger time, when
         the slice change that carries it is first programmed, as upstream. A Service-only edit,
         a relist after ``410 Gone`` or a verify programs no new trigger time; one older than this
@@ -232,7 +234,8 @@ class SyncReporter:
         exported when asked for (``Metrics.service_programming``)."""
         if not pending:
             return
-        observed = self.latency.programmed(pending, self.state.snapshot(), datetime.now(UTC))
+        # ``snapshot`` is what was synced: a change received meanwhile is not programmed yet.
+        observed = self.latency.programmed(pending, snapshot, datetime.now(UTC))
         for family, seconds in observed:
             # The slice's family, as upstream's proxier of that family records it.
             self.metrics.programming.labels(ip_family=family.value).observe(seconds)

@@ -96,7 +96,7 @@ async def test_the_metric_is_opt_in_and_names_only_the_slowest() -> None:
     report, state, metrics = _reporter(0)
     pending = state.apply([upsert(service("a", "web", "172.30.0.1"))])
     report.changed(pending)
-    report.synced(SyncResult(), pending, verify=False, exact=True)
+    report.synced(SyncResult(), pending, state.snapshot(), verify=False, exact=True)
     assert metrics.service_programming is None
     assert _series(metrics) == {}
     assert report.latency.last[WEB].since == SEEN
@@ -105,7 +105,7 @@ async def test_the_metric_is_opt_in_and_names_only_the_slowest() -> None:
     for i in range(5):
         pending = state.apply([upsert(service("a", f"s{i}", f"172.30.0.{i + 1}"))])
         report.changed(pending)
-        report.synced(SyncResult(), pending, verify=False, exact=True)
+        report.synced(SyncResult(), pending, state.snapshot(), verify=False, exact=True)
         assert len(_series(metrics)) == min(i + 1, 2)
     slowest = {str(k) for k, _ in report.latency.slowest(2)}
     assert set(_series(metrics)) == slowest
@@ -114,7 +114,7 @@ async def test_the_metric_is_opt_in_and_names_only_the_slowest() -> None:
     ns, name = gone.split("/")
     deleted = Delete(ref=ObjectRef(kind="Service", namespace=ns, name=name))
     pending = state.apply([upsert(service("a", "other", "172.30.1.1")), deleted])
-    report.synced(SyncResult(), pending, verify=False, exact=True)
+    report.synced(SyncResult(), pending, state.snapshot(), verify=False, exact=True)
     assert gone not in _series(metrics)
     assert len(_series(metrics)) == 2
 

@@ -50,7 +50,7 @@ async def test_pending_change_events_count_until_a_sync_succeeds() -> None:
     assert value(metrics, "kubeproxy_sync_proxy_rules_service_changes_pending") == 1
     assert value(metrics, "kubeproxy_sync_proxy_rules_endpoint_changes_pending") == 2
 
-    report.synced(SyncResult(), pending, verify=False, exact=True)
+    report.synced(SyncResult(), pending, state.snapshot(), verify=False, exact=True)
 
     assert value(metrics, "kubeproxy_sync_proxy_rules_service_changes_pending") == 0
     assert value(metrics, "kubeproxy_sync_proxy_rules_endpoint_changes_pending") == 0
@@ -64,14 +64,16 @@ async def test_a_trigger_time_is_observed_once_and_never_one_older_than_the_proc
     pending = state.apply(
         [upsert(service("a", "web", "172.30.0.1")), upsert(triggered(["10.1.0.1"], old))]
     )
-    report.synced(SyncResult(), pending, verify=False, exact=True)
+    report.synced(SyncResult(), pending, state.snapshot(), verify=False, exact=True)
     assert value(metrics, count, ip_family="IPv4") == 0
 
     fresh = datetime.now(UTC) + timedelta(seconds=2)
     pending = state.apply([upsert(triggered(["10.1.0.2"], fresh))])
-    report.synced(SyncResult(), pending, verify=False, exact=True)
+    report.synced(SyncResult(), pending, state.snapshot(), verify=False, exact=True)
     assert value(metrics, count, ip_family="IPv4") == 1
-    report.synced(SyncResult(), pending, verify=True, exact=False)  # the same trigger again
+    report.synced(
+        SyncResult(), pending, state.snapshot(), verify=True, exact=False
+    )  # the same trigger again
     assert value(metrics, count, ip_family="IPv4") == 1
 
 
@@ -92,13 +94,18 @@ async def test_an_idle_verify_is_not_an_info_line_every_period() -> None:
     report, state, _ = reporter()
     pending = state.apply([upsert(service("a", "web", "172.30.0.1"))])
     ops = {Family.IP: 0, Family.IP6: 0}
+    snap = state.snapshot()
     with structlog.testing.capture_logs() as logs:
-        report.synced(SyncResult(ops=dict(ops)), pending, verify=False, exact=True)
-        report.synced(SyncResult(ops=dict(ops)), set(), verify=True, exact=False)  # idle
-        report.synced(SyncResult(ops=dict(ops)), set(), verify=False, exact=True)  # nothing
-        report.synced(SyncResult(ops={Family.IP: 3}), set(), verify=True, exact=False)
-        report.synced(SyncResult(ops=dict(ops)), set(), verify=True, exact=False, repaired=True)
-        report.synced(SyncResult(ops=dict(ops)), set(), verify=True, exact=False, readback_ms=1.0)
+        report.synced(SyncResult(ops=dict(ops)), pending, snap, verify=False, exact=True)
+        report.synced(SyncResult(ops=dict(ops)), set(), snap, verify=True, exact=False)  # idle
+        report.synced(SyncResult(ops=dict(ops)), set(), snap, verify=False, exact=True)  # nothing
+        report.synced(SyncResult(ops={Family.IP: 3}), set(), snap, verify=True, exact=False)
+        report.synced(
+            SyncResult(ops=dict(ops)), set(), snap, verify=True, exact=False, repaired=True
+        )
+        report.synced(
+            SyncResult(ops=dict(ops)), set(), snap, verify=True, exact=False, readback_ms=1.0
+        )
     applied = [
         (e["log_level"], e["ops"], e["verify"]) for e in logs if e["event"] == "sync.applied"
     ]
@@ -109,3 +116,28 @@ async def test_an_idle_verify_is_not_an_info_line_every_period() -> None:
         ("info", 0, True),
         ("info", 0, True),
     ]
+
+
+async def test_a_change_received_during_the_sync_is_not_taken_for_programmed() -> None:
+    """The sync programmed the snapshot it was given: a newer trigger time that arrived while
+    it ran is measured when a later sync programs it, and a Service the kernel refused is not
+    programmed at all."""
+    report, state, metrics = reporter()
+    count = "kubeproxy_network_programming_duration_seconds_count"
+    pending = state.apply([upsert(service("a", "web", "172.30.0.1"))])
+    synced = state.snapshot()
+    fresh = datetime.now(UTC) + timedelta(seconds=2)
+    pending |= state.apply([upsert(triggered(["10.1.0.2"], fresh))])  # during the sync
+    report.synced(SyncResult(), pending, synced, verify=False, exact=True)
+    assert value(metrics, count, ip_family="IPv4") == 0
+    report.synced(SyncResult(), pending, state.snapshot(), verify=False, exact=True)
+    assert value(metrics, count, ip_family="IPv4") == 1
+
+    later = fresh + timedelta(seconds=1)
+    pending = state.apply([upsert(triggered(["10.1.0.3"], later))])
+    (key,) = pending
+    refused = SyncResult(excluded={key: "the kernel refused it"})
+    report.synced(refused, pending, state.snapshot(), verify=False, exact=True)
+    assert value(metrics, count, ip_family="IPv4") == 1
+    report.synced(SyncResult(), pending, state.snapshot(), verify=False, exact=True)
+    assert value(metrics, count, ip_family="IPv4") == 2
