@@ -153,11 +153,19 @@ def _element_ops(
         elif w is not el and (w.value, w.comment) != (el.value, el.comment):
             deletes.append(Operation(Verb.DELETE, el))
             changed.add(key)
+    if len(deletes) > 1:
+        # In a stable order, not the kernel's dump order: a hash set's deferred resize changes
+        # that between two reads, and a plan and the sync after it must send one batch.
+        deletes.sort(key=_element_order)
     added = want.keys() - have.keys()
     if not added and not changed:
         return deletes, []
     adding = added | changed
     return deletes, [Operation(Verb.ADD, el) for key, el in want.items() if key in adding]
+
+
+def _element_order(op: Operation) -> str:
+    return repr(op.obj.key) if isinstance(op.obj, Element) else ""
 
 
 def _packed_ops(

@@ -156,6 +156,16 @@ def test_endpoint_removal_touches_only_that_service_elements() -> None:
     apply(programmed(before), ops)
 
 
+def test_deletions_do_not_follow_the_kernels_listing_order() -> None:
+    """A hash set lists its elements in another order after a resize: the batch is the same."""
+    have = programmed(ruleset(VIPS))
+    shuffled = copy.deepcopy(have)
+    for name, els in shuffled.elements.items():
+        shuffled.elements[name] = dict(reversed(list(els.items())))
+    want = ruleset({})
+    assert diff(want, have) == diff(want, shuffled)
+
+
 @pytest.mark.parametrize(
     ("before", "after"),
     [
