@@ -314,12 +314,23 @@ class Daemon:
             return Response(200, b"nftables", content_type="text/plain")
         if path == "/configz":  # the effective configuration, shaped as kube-proxy's
             return Response(200, self._configz)
-        if path == "/programming":  # each Service's last programming latency (status, explain)
-            return Response(200, json.dumps(self.loop.report.latency.to_json()).encode())
+        if path == "/programming" or path.startswith("/programming/"):  # status, explain
+            return self._programming(path.removeprefix("/programming").removeprefix("/"))
         if path == "/metrics":
             body = await self._exposition()
             return Response(200, body, content_type="text/plain; version=0.0.4")
         return await self._healthz(path)
+
+    def _programming(self, service: str) -> Response:
+        """The slowest Services' last programming latency; with ``namespace/name``, that one's."""
+        latency = self.loop.report.latency
+        if not service:
+            return Response(200, json.dumps(latency.to_json()).encode())
+        namespace, _, name = service.partition("/")
+        if not namespace or not name or "/" in name:
+            return Response(404, b"not found\n", content_type="text/plain")
+        key = ServiceKey(namespace=namespace, name=name)
+        return Response(200, json.dumps(latency.to_json(key)).encode())
 
     async def _exposition(self) -> bytes:
         """The metrics; with service counters, read from the kernel in a worker thread.

@@ -185,7 +185,7 @@ def explain(
 
 def _latency(metrics: Port, netns: str | None, key: ServiceKey) -> Latency:
     """The daemon's last programming latency of ``key`` (a short wait: it is on this node)."""
-    known = programming(metrics, netns=netns, timeout=2.0)
+    known = programming(metrics, netns=netns, timeout=2.0, service=str(key))
     last = next((p for p in known or () if p.service == str(key)), None)
     return Latency(asked=metrics.address, answered=known is not None, last=last)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
+import math
 import socket
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -226,22 +227,28 @@ def parse_programming(text: str) -> tuple[Programming, ...] | None:
     for name, entry in services.items():
         if isinstance(entry, dict) and isinstance(entry.get("seconds"), int | float):
             since = entry.get("since")
-            seconds = float(entry["seconds"])
-            out.append(Programming(seconds=seconds, service=str(name), since=str(since or "")))
+            try:
+                seconds = float(entry["seconds"])
+            except OverflowError:  # an integer too large for a float: not the daemon's
+                continue
+            if math.isfinite(seconds):
+                out.append(Programming(seconds=seconds, service=str(name), since=str(since or "")))
     return tuple(sorted(out, reverse=True))
 
 
 def programming(
-    metrics: Port, *, netns: str | None, timeout: float
+    metrics: Port, *, netns: str | None, timeout: float, service: str | None = None
 ) -> tuple[Programming, ...] | None:
-    """Each Service's last programming latency, from the daemon's metrics port; None when it
-    does not answer ``/programming`` (an older daemon, or none).
+    """The slowest Services' last programming latency (with ``service``, ``namespace/name``:
+    that one's), from the daemon's metrics port; None when it does not answer
+    ``/programming`` (an older daemon, or none).
 
     Raises:
         ConfigError: ``netns`` does not exist.
     """
+    path = "/programming" if service is None else f"/programming/{service}"
     try:
-        code, text = fetch(metrics, "/programming", netns=netns, timeout=timeout)
+        code, text = fetch(metrics, path, netns=netns, timeout=timeout)
     except StatusError:
         return None
     return parse_programming(text) if code == 200 else None

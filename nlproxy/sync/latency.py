@@ -25,6 +25,8 @@ TRIGGER = "trigger"
 """A latency measured from the slice's trigger time."""
 SEEN = "seen"
 """A latency measured from when this process saw the change (no new trigger time)."""
+ANSWERED = 50
+"""How many of the slowest Services ``/programming`` names."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +109,14 @@ class ProgrammingLatency:
         """The ``n`` Services whose last change took longest, slowest first."""
         return heapq.nlargest(n, self.last.items(), key=lambda item: item[1].seconds)
 
-    def to_json(self) -> dict[str, object]:
-        """Every Service's last latency, as the daemon's ``/programming`` serves it."""
-        items = sorted((str(k), v) for k, v in self.last.items())
-        return {"services": {k: v.to_json() for k, v in items}}
+    def to_json(self, service: ServiceKey | None = None) -> dict[str, object]:
+        """What the daemon's ``/programming`` serves: the :data:`ANSWERED` slowest Services
+        (``count``: how many have a latency); with ``service``, that one alone (``status``
+        asks for the first, ``explain`` for the second). Never the whole table: any client of
+        the metrics port may ask, and the answer is built on the event loop."""
+        if service is not None:
+            one = self.last.get(service)
+            chosen = [] if one is None else [(service, one)]
+        else:
+            chosen = self.slowest(ANSWERED)
+        return {"services": {str(k): v.to_json() for k, v in chosen}, "count": len(self.last)}

@@ -16,7 +16,7 @@ from nlproxy.operate.status import Port, parse_programming
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.serve.health import HealthState
 from nlproxy.serve.metrics import Metrics
-from nlproxy.sync.latency import SEEN, TRIGGER, ProgrammingLatency
+from nlproxy.sync.latency import ANSWERED, SEEN, TRIGGER, ProgrammingLatency
 from nlproxy.sync.report import SyncReporter
 from nlproxy.sync.result import SyncResult
 from tests.unit.builders import NODE, endpoint, eps_slice, service, snapshot, upsert
@@ -72,6 +72,23 @@ def test_a_deleted_service_is_forgotten_and_the_slowest_come_first() -> None:
     assert keys[0] not in lat.last
     assert [k.name for k, _ in lat.slowest(2)] == ["s1", "s2"]
     assert list(lat.to_json()["services"]) == ["a/s1", "a/s2", "a/s3"]  # type: ignore[call-overload]
+    assert lat.to_json(keys[2]) == {"services": {"a/s2": lat.last[keys[2]].to_json()}, "count": 3}
+    assert lat.to_json(keys[0]) == {"services": {}, "count": 3}
+
+
+def test_the_answer_names_only_the_slowest() -> None:
+    """Any client of the metrics port may ask: the answer is bounded, not the whole table."""
+    lat = ProgrammingLatency(START)
+    keys = [ServiceKey(namespace="a", name=f"s{i}") for i in range(ANSWERED + 30)]
+    snap = snapshot(
+        [service("a", k.name, f"172.30.{i // 250}.{i % 250 + 1}") for i, k in enumerate(keys)]
+    )
+    for i, key in enumerate(keys):
+        lat.seen([key], START + timedelta(seconds=i))
+    lat.programmed(keys, snap, START + timedelta(seconds=1000))
+    answer = lat.to_json()
+    assert answer["count"] == ANSWERED + 30
+    assert list(answer["services"]) == [str(k) for k in keys[:ANSWERED]]  # type: ignore[call-overload]
 
 
 def _reporter(slowest: int) -> tuple[SyncReporter, ClusterState, Metrics]:
@@ -131,6 +148,8 @@ def test_status_and_explain_read_the_daemons_answer() -> None:
         ("a/fast", 0.01, "seen"),
     ]
     assert parse_programming("not json") is None
+    odd = '{"services": {"a/big": {"seconds": 1e999}, "a/huge": {"seconds": 1%s}}}' % ("0" * 400)
+    assert parse_programming(odd) == ()  # not a float a daemon writes: left out, no traceback
     assert parse_programming('{"services": []}') is None
 
 
