@@ -4,15 +4,19 @@ the kernel holds."""
 
 from __future__ import annotations
 
+from ipaddress import ip_address
+
 import pytest
 
 from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.proxy.planner import plan
+from nlproxy.proxy.tracer import Tracer
 from tests.unit.builders import endpoint, eps_slice, node, service, snapshot
 from tests.world import (
     CASES,
     EXT,
     EXT6,
+    LOCAL,
     NODE6,
     NODE_ALT,
     NODE_IP,
@@ -33,6 +37,25 @@ def rulesets() -> dict[Family, Ruleset]:
 @pytest.mark.parametrize("case", CASES)
 def test_trace(rulesets: dict[Family, Ruleset], case: Case) -> None:
     assert case.trace(rulesets) == case.expected
+
+
+@pytest.mark.parametrize("order", ["forward", "reversed"])
+def test_one_tracer_answers_every_case_as_a_fresh_one(
+    rulesets: dict[Family, Ruleset], order: str
+) -> None:
+    """A Tracer kept for many connections (as ``compare`` keeps one per ruleset) answers each
+    as the case table says, whatever came before it: what it keeps between traces (the hooks'
+    chains, the lookups made) never carries one connection's answer into another's."""
+    cases = [p.values[0] for p in CASES]
+    if order == "reversed":
+        cases.reverse()
+    local = [ip_address(a) for a in LOCAL]
+    tracers = {f: Tracer(rs, local) for f, rs in rulesets.items()}
+    for c in cases:
+        dst = ip_address(c.dst)
+        tracer = tracers[Family.IP if dst.version == 4 else Family.IP6]
+        got = tracer.trace(ip_address(c.src), c.proto, dst, c.dport)
+        assert got == c.expected, c
 
 
 @pytest.mark.parametrize(
