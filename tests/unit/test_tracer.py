@@ -39,23 +39,23 @@ def test_trace(rulesets: dict[Family, Ruleset], case: Case) -> None:
     assert case.trace(rulesets) == case.expected
 
 
-@pytest.mark.parametrize("order", ["forward", "reversed"])
-def test_one_tracer_answers_every_case_as_a_fresh_one(
-    rulesets: dict[Family, Ruleset], order: str
-) -> None:
-    """A Tracer kept for many connections (as ``compare`` keeps one per ruleset) answers each
-    as the case table says, whatever came before it: what it keeps between traces (the hooks'
-    chains, the lookups made) never carries one connection's answer into another's."""
-    cases = [p.values[0] for p in CASES]
-    if order == "reversed":
-        cases.reverse()
+@pytest.fixture(scope="module")
+def kept(rulesets: dict[Family, Ruleset]) -> dict[Family, Tracer]:
+    """One Tracer per family for the whole case table, as ``compare`` keeps one per ruleset."""
     local = [ip_address(a) for a in LOCAL]
-    tracers = {f: Tracer(rs, local) for f, rs in rulesets.items()}
-    for c in cases:
-        dst = ip_address(c.dst)
-        tracer = tracers[Family.IP if dst.version == 4 else Family.IP6]
-        got = tracer.trace(ip_address(c.src), c.proto, dst, c.dport)
-        assert got == c.expected, c
+    return {f: Tracer(rs, local) for f, rs in rulesets.items()}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_kept_tracer_answers_each_case_as_a_fresh_one(
+    kept: dict[Family, Tracer], case: Case
+) -> None:
+    """What a Tracer keeps between traces (the hooks' chains, the lookups made) never carries
+    one connection's answer into the next one's: every case after the first is traced by a
+    tracer that has traced the ones before it."""
+    dst = ip_address(case.dst)
+    tracer = kept[Family.IP if dst.version == 4 else Family.IP6]
+    assert tracer.trace(ip_address(case.src), case.proto, dst, case.dport) == case.expected
 
 
 @pytest.mark.parametrize(
