@@ -25,7 +25,7 @@ from nlproxy.cluster.model import ClusterSnapshot, IPAddress, IPNetwork, Protoco
 from nlproxy.nft.ir import Cmp, Family, Field, MarkSet, Rule, Ruleset, Table, Verdict, VerdictKind
 from nlproxy.operate.manifests import service_frontends
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.proxy.tracer import TraceResult, trace
+from nlproxy.proxy.tracer import Tracer, TraceResult
 
 FAMILIES = (Family.IP, Family.IP6)
 OUTSIDE = {Family.IP: ip_address("192.0.2.77"), Family.IP6: ip_address("2001:db8::77")}
@@ -233,11 +233,16 @@ def compare(
     local = node_addresses(snapshot, config)
     masquerade_all = {f: rs is not None and masquerades_all(rs) for f, rs in kube.items()}
     iptables = {f: rs is not None and mode(rs) == "iptables" for f, rs in kube.items()}
+    kube_tracers: dict[Family, Tracer] = {}
+    our_tracers: dict[Family, Tracer] = {}
     out: list[Outcome] = []
     for p in [*probes(snapshot, config), *edge_probes(snapshot, config)]:
-        theirs = kube.get(p.family) or Ruleset(table=Table(family=p.family, name="kube-proxy"))
-        k = trace(theirs, p.client.addr, p.proto, p.dst, p.port, local_addrs=local)
-        o = trace(ours[p.family], p.client.addr, p.proto, p.dst, p.port, local_addrs=local)
+        if p.family not in kube_tracers:  # each ruleset indexed once, not once per probe
+            theirs = kube.get(p.family) or Ruleset(table=Table(family=p.family, name="kube-proxy"))
+            kube_tracers[p.family] = Tracer(theirs, local)
+            our_tracers[p.family] = Tracer(ours[p.family], local)
+        k = kube_tracers[p.family].trace(p.client.addr, p.proto, p.dst, p.port)
+        o = our_tracers[p.family].trace(p.client.addr, p.proto, p.dst, p.port)
         outcome = Outcome(probe=p, kube=k, ours=o)
         if outcome.differs:
             why = by_design(

@@ -64,7 +64,7 @@ def cluster_inputs(
         local: :func:`local_addresses`.
     """
     from nlproxy.cluster.state import ClusterState
-    from nlproxy.proxy.planner import nodeport_gaps
+    from nlproxy.proxy.addresses import nodeport_gaps
 
     cfg, pcfg = s.daemon, s.proxy
     state = ClusterState(

@@ -58,10 +58,6 @@ from nlproxy.proxy.layout import (
 
 SHARED = ""
 """The owner of what no one Service owns."""
-_PER_PORT = re.compile(
-    r"^(?:service|local|external|endpoint|affinity|clients|learn|lb-[a-z]+)-[A-Z2-7]{8}-([^/]+)/([^/]+)/"
-)
-"""A per-port object's name (``naming._hashed``): role, hash, ``ns/name/proto/port``…"""
 _REF = re.compile(r"^([^/\s]+)/([^:\s]+):[^\s]*$")
 """A service port's comment, ``ns/name:port/PROTO``."""
 
@@ -220,8 +216,8 @@ def _named(name: str, comment: str) -> str:
     owner = _service(comment)
     if owner is not None:
         return owner
-    m = _PER_PORT.match(name)
-    return f"{m[1]}/{m[2]}" if m else SHARED
+    named = n.port_object_owner(name)
+    return f"{named[0]}/{named[1]}" if named else SHARED
 
 
 # ---------------------------------------------------------------------------------------------

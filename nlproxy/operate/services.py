@@ -23,7 +23,6 @@ What the kernel alone tells:
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,9 +47,6 @@ KIND_NAMES = {
     "load-balancer": "LoadBalancer",
     "node-port": "NodePort",
 }
-_AFFINITY_CHAIN = re.compile(r"^(service|local|external)-[A-Z2-7]{8}-")
-_LOCAL_CHAIN = re.compile(r"^(external|nodeport)-local-\d+$")
-_CLUSTER_CHAIN = re.compile(r"^(external|nodeport)-\d+$")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -212,9 +208,9 @@ def _external_policy(fe: FrontendReport, svc: Service | None) -> str | None:
     if svc is not None:
         return "Local" if svc.external_policy_local else "Cluster"
     chain = fe.dispatch or ""
-    if _LOCAL_CHAIN.match(chain) or fe.local_endpoints or fe.no_endpoint == "drop":
+    if n.is_local_dispatch(chain) or fe.local_endpoints or fe.no_endpoint == "drop":
         return "Local"
-    if _CLUSTER_CHAIN.match(chain):
+    if n.is_cluster_dispatch(chain):
         return "Cluster"
     return None
 
@@ -236,7 +232,7 @@ def _affinity(
     chain = fe.dispatch
     if chain is None:
         return None, None
-    if not _AFFINITY_CHAIN.match(chain):
+    if not n.is_affinity_dispatch(chain):
         return "None", None
     timeouts = []
     if rs is not None:

@@ -96,12 +96,39 @@ def nodeport_dnat_chain(n: int) -> str:
     return f"nodeport-dnat-{n}"
 
 
+def is_local_dispatch(name: str) -> bool:
+    """Whether ``name`` is a shared chain of externalTrafficPolicy Local
+    (:func:`external_local_chain`, :func:`nodeport_local_chain`)."""
+    n = _count(name)
+    return n is not None and name in (external_local_chain(n), nodeport_local_chain(n))
+
+
+def is_cluster_dispatch(name: str) -> bool:
+    """Whether ``name`` is a shared chain of externalTrafficPolicy Cluster
+    (:func:`external_chain`, :func:`nodeport_chain`)."""
+    n = _count(name)
+    return n is not None and name in (external_chain(n), nodeport_chain(n))
+
+
+def _count(name: str) -> int | None:
+    """The endpoint count a shared dispatch chain's name ends with, else None."""
+    tail = name.rpartition("-")[2]
+    return int(tail) if tail.isascii() and tail.isdigit() else None
+
+
 # Per-service-port objects (ClientIP affinity only).
 def _hashed(prefix: str, text: str) -> str:
-    digest = hashlib.sha256(text.encode()).digest()
-    short = base64.b32encode(digest)[:8].decode()
-    name = f"{prefix}-{short}-{text}"
+    name = f"{prefix}-{_short_hash(text)}-{text}"
     return name[:MAX_NAME]
+
+
+_HASH = 8
+"""Characters of the hash in a per-port object's name."""
+_B32 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
+
+
+def _short_hash(text: str) -> str:
+    return base64.b32encode(hashlib.sha256(text.encode()).digest())[:_HASH].decode()
 
 
 def _port_text(ref: ServicePortRef) -> str:
@@ -177,6 +204,50 @@ BALANCED_MAPS = ("lb-cluster", "lb-local")
 def balanced_map(local: bool, ref: ServicePortRef) -> str:
     """The index (round-robin) or slot (consistent hash) → endpoint map of one endpoint list."""
     return _hashed(BALANCED_MAPS[local], _port_text(ref))
+
+
+# Recognisers of the per-port names above (``operate/``: whose object is this?).
+_AFFINITY_DISPATCH = ("service", "local", "external")
+"""Role prefixes of an affinity port's own dispatch chains (``affinity_*_chain``)."""
+_PORT_ROLES = frozenset(
+    (*_AFFINITY_DISPATCH, AFFINITY_ENDPOINT, "affinity", AFFINITY_CLIENTS, AFFINITY_LEARN,
+     *(f"lb-{role}" for role in ("internal", "external", "dnat")), *BALANCED_MAPS)
+)  # fmt: skip
+"""Every role prefix of a per-port object's name."""
+
+
+def _unhashed(name: str) -> tuple[str, str] | None:
+    """(role prefix, text) of a per-port object's name (:func:`_hashed`), else None. The hash
+    is checked against the text unless the name was cut at :data:`MAX_NAME`."""
+    role, _, rest = name.partition("-")
+    if role == "lb":
+        kind, _, rest = rest.partition("-")
+        role = f"lb-{kind}"
+    short, dash, text = rest[:_HASH], rest[_HASH : _HASH + 1], rest[_HASH + 1 :]
+    if role not in _PORT_ROLES or dash != "-" or not _B32.issuperset(short):
+        return None
+    if len(name) < MAX_NAME and _short_hash(text) != short:
+        return None
+    return role, text
+
+
+def is_affinity_dispatch(name: str) -> bool:
+    """Whether ``name`` is a ClientIP-affinity port's own dispatch chain
+    (:func:`affinity_service_chain`, :func:`affinity_local_chain`,
+    :func:`affinity_external_chain`)."""
+    parts = _unhashed(name)
+    return parts is not None and parts[0] in _AFFINITY_DISPATCH
+
+
+def port_object_owner(name: str) -> tuple[str, str] | None:
+    """(namespace, name) of the Service a per-port chain, set or map belongs to, read from the
+    name its builder here gave it; None for any other name (a shared object's)."""
+    parts = _unhashed(name)
+    if parts is None:
+        return None
+    namespace, _, rest = parts[1].partition("/")
+    service, slash, _ = rest.partition("/")
+    return (namespace, service) if namespace and service and slash else None
 
 
 def check_name(kind: str, name: str) -> str:

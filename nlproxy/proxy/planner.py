@@ -7,7 +7,8 @@ index, read by the shared ``dnat … numgen … map`` chains), no-endpoint verdi
 and hairpin pairs. ClientIP affinity and the round-robin and consistent-hash choices need
 per-service chains and maps (``affinity.py``, ``balance.py``). What each service adds is
 recorded (``fragments.py``) so the next plan can replay unchanged services, or
-``incremental.py`` can update this plan in place for the changed ones. The shape and its
+``incremental.py`` can update this plan in place for the changed ones. The node's addresses and
+the source ranges it matches come from ``addresses.py``. The shape and its
 reasoning are in docs/ruleset.md.
 
 Pure: no I/O, no clock, no logging; deterministic (same input, identical plan).
@@ -18,10 +19,10 @@ from __future__ import annotations
 import enum
 import gc
 import itertools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from ipaddress import collapse_addresses, ip_network
+from ipaddress import ip_network
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -43,9 +44,16 @@ from nlproxy.cluster.model import (
 from nlproxy.nft.ir import DROP, Element, Family, L4Proto, Ruleset, Verdict, goto
 from nlproxy.nft.packed import PackedElements, index_bytes, indices
 from nlproxy.proxy import naming as n
+from nlproxy.proxy.addresses import (
+    collapse,
+    node_ips_of,
+    nodeport_ips_of,
+    pod_cidrs_of,
+    pod_iifname,
+)
 from nlproxy.proxy.affinity import add_affinity_chains
 from nlproxy.proxy.balance import add_balanced_chains
-from nlproxy.proxy.config import PRIMARY, DetectLocal, ProxyConfig
+from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.endpoints import (
     Backend,
     Categorized,
@@ -300,106 +308,6 @@ def _one_part(ref: ServicePortRef, p: PortPart) -> PortPlan:
     )
 
 
-def _node_ips(f: FamilySpec, snapshot: ClusterSnapshot, config: ProxyConfig) -> list[IPAddress]:
-    """This node's IPs of one family: ``--node-ip``, else the Node object's (primary first)."""
-    node = snapshot.node
-    all_ips = config.node_ips or (node.addresses if node else ())
-    return [ip for ip in all_ips if ip.version == f.version]
-
-
-def nodeport_ips_of(
-    f: FamilySpec, snapshot: ClusterSnapshot, config: ProxyConfig
-) -> list[IPAddress] | None:
-    """The addresses of one family that accept NodePorts, or None for "every local address".
-
-    ``primary`` is the node's primary IP of the family; a CIDR selects the node's IPs and its
-    interface addresses (``snapshot.local_addresses``) inside it, as upstream matches
-    ``nodePortAddresses`` against the kernel's view. Loopback addresses are left out: NodePorts on
-    them would need route_localnet, and upstream leaves them out too.
-    """
-    cidrs = config.nodeport_cidrs(f.version)
-    primary = PRIMARY in config.nodeport_addresses
-    if (not cidrs and not primary) or any(c.prefixlen == 0 for c in cidrs):
-        return None
-    node_ips = _node_ips(f, snapshot, config)
-    ips = [ip for ip in node_ips if any(ip in c for c in cidrs)]
-    local = (a for a in snapshot.local_addresses if a.version == f.version)
-    ips += [ip for ip in local if any(ip in c for c in cidrs)]
-    if primary and node_ips:
-        ips.insert(0, node_ips[0])
-    return sorted({ip for ip in ips if ip not in f.loopback})
-
-
-def nodeport_gaps(snapshot: ClusterSnapshot, config: ProxyConfig) -> dict[Family, str]:
-    """Families whose NodePorts no address accepts although a Service has node ports there,
-    each with a sentence naming the node, what ``nodePortAddresses`` asked for and what was
-    looked at (the traffic would be refused: worth a warning, never silence).
-
-    Cheap in the usual case: the services are only walked for a family without addresses.
-    """
-    gaps: dict[Family, str] = {}
-    for f in (IPV4, IPV6):
-        if nodeport_ips_of(f, snapshot, config) != []:
-            continue
-        if not any(_has_nodeport(svc, f.version) for svc in snapshot.services.values()):
-            continue
-        node = snapshot.node
-        name = config.node_name or "(no --node-name)"
-        looked = [
-            f"Node {name}: "
-            + (
-                ", ".join(map(str, _node_ips(f, snapshot, config))) or "no address"
-                if node or config.node_ips
-                else "no Node object"
-            )
-        ]
-        if config.nodeport_cidrs(f.version):
-            local = [str(a) for a in snapshot.local_addresses if a.version == f.version]
-            looked.append(f"interfaces: {', '.join(local) or 'no address'}")
-        wanted = ",".join(config.nodeport_addresses)
-        gaps[f.family] = (
-            f"node {name}: nodePortAddresses {wanted} selects no IPv{f.version} address "
-            f"({'; '.join(looked)}): IPv{f.version} NodePorts are refused"
-        )
-    return gaps
-
-
-def _has_nodeport(svc: Service, version: int) -> bool:
-    return any(p.node_port for p in svc.ports) and any(
-        ip.version == version for ip in svc.cluster_ips
-    )
-
-
-def pod_cidrs_of(f: FamilySpec, snapshot: ClusterSnapshot, config: ProxyConfig) -> list[IPNetwork]:
-    """The source ranges of one family that are this cluster's pods (the ``cluster-cidrs`` set):
-    ``clusterCIDR``'s, or with ``NodeCIDR`` the first of the Node's ``spec.podCIDRs`` of the
-    family (as upstream; a Node without one tells no pod apart until it has one)."""
-    if config.detect_local is DetectLocal.NODE_CIDR:
-        node = snapshot.node
-        for cidr in node.pod_cidrs if node else ():
-            if cidr.version == f.version:
-                return [cidr]
-        return []
-    if config.detect_local is DetectLocal.CLUSTER_CIDR:
-        return _collapse(config.cluster_cidrs, f.version)
-    return []
-
-
-def pod_iifname(config: ProxyConfig) -> str:
-    """The ``iifname`` pods' packets come in on with the interface modes: the bridge's name
-    (``BridgeInterface``) or the name prefix with nft's ``*`` (``InterfaceNamePrefix``); empty
-    with the CIDR modes."""
-    if config.detect_local is DetectLocal.BRIDGE_INTERFACE:
-        return config.pod_interface
-    if config.detect_local is DetectLocal.INTERFACE_NAME_PREFIX:
-        return config.pod_interface + "*"
-    return ""
-
-
-def _collapse(nets: Iterable[IPNetwork], version: int) -> list[IPNetwork]:
-    return list(collapse_addresses(sorted({x for x in nets if x.version == version})))  # type: ignore[type-var]
-
-
 class FamilyPlanner:
     """Plans one family's table; ``add_service`` is called once per service, in key order."""
 
@@ -412,10 +320,10 @@ class FamilyPlanner:
         node = snapshot.node
         self.node_name = config.node_name
         self.zone = node.zone if node else None
-        self.node_ips = tuple(_node_ips(f, snapshot, config))
+        self.node_ips = tuple(node_ips_of(f, snapshot, config))
         svc_cidrs = [*config.service_cidrs, *(c for sc in snapshot.service_cidrs for c in sc.cidrs)]
         pods = pod_cidrs_of(f, snapshot, config)
-        services = _collapse(svc_cidrs, f.version)
+        services = collapse(svc_cidrs, f.version)
         nodeport_ips = nodeport_ips_of(f, snapshot, config)
         self.rs = skeleton(
             f,
@@ -672,13 +580,13 @@ class FamilyPlanner:
         self, svc: Service, lbs: list[IPAddress], proto: int, port: int, comment: str
     ) -> None:
         # Ranges of the other family are ignored; none left means no firewall (as upstream).
-        ranges = _collapse(svc.load_balancer_source_ranges, self.f.version)
+        ranges = collapse(svc.load_balancer_source_ranges, self.f.version)
         if not ranges:
             return
         # A VIP-like LB address is often local: the node reaching it uses the VIP as its source,
         # so when the node itself is allowed, the LB addresses are too (as upstream).
         if any(ip in r for r in ranges for ip in self.node_ips):
-            ranges = _collapse([*ranges, *(ip_network(lb) for lb in lbs)], self.f.version)
+            ranges = collapse([*ranges, *(ip_network(lb) for lb in lbs)], self.f.version)
         for lb in lbs:
             self.element(n.FIREWALL_IPS, (lb, proto, port), comment=comment)
             # An interval set holds a range in every key part: the address as a /32 (/128) is

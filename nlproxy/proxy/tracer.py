@@ -119,24 +119,7 @@ def trace(
     Raises:
         TraceError: naming the chain or set the ruleset references but lacks.
     """
-    l4 = _L4[proto] if isinstance(proto, Protocol) else proto
-    tracer = _Tracer(ruleset, local_addrs)
-    first = Hook.OUTPUT if tracer.is_local(src) else Hook.PREROUTING
-    if first is Hook.OUTPUT:
-        iifname = ""  # locally generated: no input interface
-    pkt = _Packet(src=src, dst=dst, proto=int(l4), sport=sport, dport=dport, iifname=iifname)
-    finals: list[tuple[_Packet, _Control]] = []
-    for p, outcome in tracer.hook(first, pkt):
-        if outcome != "accept":
-            finals.append((p, outcome))
-            continue
-        deliver = tracer.is_local(p.dst)
-        if first is Hook.OUTPUT:
-            path = [Hook.POSTROUTING, Hook.INPUT] if deliver else [Hook.POSTROUTING]
-        else:
-            path = [Hook.INPUT] if deliver else [Hook.FORWARD, Hook.POSTROUTING]
-        finals.extend(tracer.path(path, p))
-    return _summarize(finals)
+    return Tracer(ruleset, local_addrs).trace(src, proto, dst, dport, sport=sport, iifname=iifname)
 
 
 def _summarize(finals: list[tuple[_Packet, _Control]]) -> TraceResult:
@@ -152,10 +135,55 @@ def _summarize(finals: list[tuple[_Packet, _Control]]) -> TraceResult:
     )
 
 
-class _Tracer:
+class Tracer:
+    """:func:`trace` for many connections through one ruleset: what every trace reads of the
+    ruleset (the base chains of each hook in priority order, the interval sets, each element
+    looked up) is found once, here, instead of per trace. The ruleset must not change while the
+    tracer is used."""
+
     def __init__(self, rs: Ruleset, local_addrs: Collection[IPAddress]) -> None:
         self.rs = rs
         self.local = frozenset(local_addrs)
+        hooks: dict[Hook, list[Chain]] = {}
+        for c in rs.chains.values():
+            if c.hook is not None:
+                hooks.setdefault(c.hook, []).append(c)
+        self._hooks = {h: sorted(cs, key=_priority) for h, cs in hooks.items()}
+        self._interval = frozenset(
+            name for name, st in rs.sets.items() if st.flags & SetFlag.INTERVAL
+        )
+        self._found: dict[tuple[str, tuple[Value, ...]], Element | None] = {}
+        """Lookups made, by (set, key): the probes of one frontend look up the same keys, and
+        nothing a trace does changes an element (dynamic sets are read as planned)."""
+
+    def trace(
+        self,
+        src: IPAddress,
+        proto: Protocol | L4Proto,
+        dst: IPAddress,
+        dport: int,
+        *,
+        sport: int = 40000,
+        iifname: str = "",
+    ) -> TraceResult:
+        """:func:`trace` through this tracer's ruleset."""
+        l4 = _L4[proto] if isinstance(proto, Protocol) else proto
+        first = Hook.OUTPUT if self.is_local(src) else Hook.PREROUTING
+        if first is Hook.OUTPUT:
+            iifname = ""  # locally generated: no input interface
+        pkt = _Packet(src=src, dst=dst, proto=int(l4), sport=sport, dport=dport, iifname=iifname)
+        finals: list[tuple[_Packet, _Control]] = []
+        for p, outcome in self.hook(first, pkt):
+            if outcome != "accept":
+                finals.append((p, outcome))
+                continue
+            deliver = self.is_local(p.dst)
+            if first is Hook.OUTPUT:
+                path = [Hook.POSTROUTING, Hook.INPUT] if deliver else [Hook.POSTROUTING]
+            else:
+                path = [Hook.INPUT] if deliver else [Hook.FORWARD, Hook.POSTROUTING]
+            finals.extend(self.path(path, p))
+        return _summarize(finals)
 
     def is_local(self, ip: IPAddress) -> bool:
         return ip in self.local or ip.is_loopback
@@ -170,9 +198,7 @@ class _Tracer:
 
     def hook(self, hook: Hook, pkt: _Packet) -> list[tuple[_Packet, _Control]]:
         """Run the base chains of one hook in priority order; every branch ends accepted or not."""
-        chains = sorted(
-            (c for c in self.rs.chains.values() if c.hook is hook), key=lambda c: c.priority
-        )
+        chains = self._hooks.get(hook, [])
         branches: list[tuple[_Packet, _Control]] = [(pkt, "accept")]
         for chain in chains:
             step: list[tuple[_Packet, _Control]] = []
@@ -321,11 +347,17 @@ class _Tracer:
         return value
 
     def _find(self, set_name: str, key: tuple[Value, ...]) -> Element | None:
+        seen = (set_name, key)
+        if seen not in self._found:
+            self._found[seen] = self._lookup(set_name, key)
+        return self._found[seen]
+
+    def _lookup(self, set_name: str, key: tuple[Value, ...]) -> Element | None:
         if set_name not in self.rs.elements:
             raise TraceError(f"set {set_name}", "referenced but not in the ruleset")
         elements = self.rs.elements[set_name]
         exact = elements.get(key)
-        if exact is not None or not self.rs.sets[set_name].flags & SetFlag.INTERVAL:
+        if exact is not None or set_name not in self._interval:
             return exact
         return next((el for el in elements.values() if _key_matches(el.key, key)), None)
 
@@ -433,6 +465,10 @@ def _dnat(pkt: _Packet, addr: IPAddress, port: int | None) -> _Packet:
     text = f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
     original = pkt.original or (pkt.dst, pkt.dport)
     return dataclasses.replace(pkt, dst=addr, dport=port, endpoint=text, original=original)
+
+
+def _priority(chain: Chain) -> int:
+    return chain.priority
 
 
 def _base_outcome(chain: Chain, outcome: _Control) -> _Control:

@@ -22,8 +22,8 @@ from nlproxy.cluster.model import Change, ClusterSnapshot, Node, ObjectRef, Repl
 from nlproxy.cluster.state import ClusterState
 from nlproxy.nft.ir import Family
 from nlproxy.nft.monitor import Drift
+from nlproxy.proxy.addresses import nodeport_gaps
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.proxy.planner import nodeport_gaps
 from nlproxy.serve.health import HealthState, node_eligible
 from nlproxy.serve.metrics import IP_FAMILIES, Metrics, NoLocalEndpoints
 from nlproxy.sync.latency import ProgrammingLatency

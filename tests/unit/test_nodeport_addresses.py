@@ -18,8 +18,9 @@ from nlproxy.config import Flags, build_settings
 from nlproxy.errors import ConfigError
 from nlproxy.nft.ir import Family
 from nlproxy.proxy import naming as n
+from nlproxy.proxy.addresses import nodeport_gaps
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.proxy.planner import nodeport_gaps, plan, plan_context
+from nlproxy.proxy.planner import plan, plan_context
 from nlproxy.proxy.tracer import trace
 from tests.configs import KUBEADM_CONFIGMAP
 from tests.unit.builders import NODE, node, port, service, snapshot

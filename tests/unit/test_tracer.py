@@ -4,15 +4,19 @@ the kernel holds."""
 
 from __future__ import annotations
 
+from ipaddress import ip_address
+
 import pytest
 
 from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.proxy.planner import plan
+from nlproxy.proxy.tracer import Tracer
 from tests.unit.builders import endpoint, eps_slice, node, service, snapshot
 from tests.world import (
     CASES,
     EXT,
     EXT6,
+    LOCAL,
     NODE6,
     NODE_ALT,
     NODE_IP,
@@ -33,6 +37,25 @@ def rulesets() -> dict[Family, Ruleset]:
 @pytest.mark.parametrize("case", CASES)
 def test_trace(rulesets: dict[Family, Ruleset], case: Case) -> None:
     assert case.trace(rulesets) == case.expected
+
+
+@pytest.fixture(scope="module")
+def kept(rulesets: dict[Family, Ruleset]) -> dict[Family, Tracer]:
+    """One Tracer per family for the whole case table, as ``compare`` keeps one per ruleset."""
+    local = [ip_address(a) for a in LOCAL]
+    return {f: Tracer(rs, local) for f, rs in rulesets.items()}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_kept_tracer_answers_each_case_as_a_fresh_one(
+    kept: dict[Family, Tracer], case: Case
+) -> None:
+    """What a Tracer keeps between traces (the hooks' chains, the lookups made) never carries
+    one connection's answer into the next one's: every case after the first is traced by a
+    tracer that has traced the ones before it."""
+    dst = ip_address(case.dst)
+    tracer = kept[Family.IP if dst.version == 4 else Family.IP6]
+    assert tracer.trace(ip_address(case.src), case.proto, dst, case.dport) == case.expected
 
 
 @pytest.mark.parametrize(
