@@ -109,13 +109,10 @@ def test_masquerade_all_differs_only_by_design(
     assert "differences by design" in cert["summary"]
 
 
-def test_changed_objects_are_found_different_frontend_by_frontend(
-    make_netns: Callable[[str], str],
-    reference: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    ns = kube_proxy_node(make_netns, reference, "nftables")
+def changed_objects(reference: Path, tmp_path: Path, *, cart_port: int | None = None) -> Path:
+    """The reference objects with three deliberate changes (a not-ready endpoint of frontend, a
+    source range more on storefront-lb, a Local policy on web-nodeport) and, with
+    ``cart_port``, cart's port moved: a manifests directory of them."""
     docs = [d for d in yaml.safe_load_all((reference / "api-objects.yaml").read_text()) if d]
     for d in docs:
         name = d["metadata"]["name"]
@@ -125,9 +122,22 @@ def test_changed_objects_are_found_different_frontend_by_frontend(
             d["spec"]["loadBalancerSourceRanges"].append("192.0.2.0/24")
         if d["kind"] == "Service" and name == "web-nodeport":
             d["spec"]["externalTrafficPolicy"] = "Local"
+        if d["kind"] == "Service" and name == "cart" and cart_port is not None:
+            d["spec"]["ports"][0]["port"] = cart_port
     changed = tmp_path / "changed"
     changed.mkdir()
     (changed / "objects.yaml").write_text(yaml.safe_dump_all(docs))
+    return changed
+
+
+def test_changed_objects_are_found_different_frontend_by_frontend(
+    make_netns: Callable[[str], str],
+    reference: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ns = kube_proxy_node(make_netns, reference, "nftables")
+    changed = changed_objects(reference, tmp_path)
     status, cert = compare(ns, changed, capsys)
     assert status == 4
     assert cert["equivalent"] is False
@@ -304,20 +314,7 @@ def test_iptables_mode_changed_objects_are_found_different_frontend_by_frontend(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     ns = kube_proxy_iptables_node(make_netns, reference, "iptables")
-    docs = [d for d in yaml.safe_load_all((reference / "api-objects.yaml").read_text()) if d]
-    for d in docs:
-        name = d["metadata"]["name"]
-        if d["kind"] == "EndpointSlice" and name == "frontend-7kq2x":
-            d["endpoints"][1]["conditions"] = {"ready": False, "serving": False}
-        if d["kind"] == "Service" and name == "storefront-lb":
-            d["spec"]["loadBalancerSourceRanges"].append("192.0.2.0/24")
-        if d["kind"] == "Service" and name == "web-nodeport":
-            d["spec"]["externalTrafficPolicy"] = "Local"
-        if d["kind"] == "Service" and name == "cart":
-            d["spec"]["ports"][0]["port"] = 8081
-    changed = tmp_path / "changed"
-    changed.mkdir()
-    (changed / "objects.yaml").write_text(yaml.safe_dump_all(docs))
+    changed = changed_objects(reference, tmp_path, cart_port=8081)
     status, cert = compare(ns, changed, capsys)
     assert status == 4
     differ = [o for o in cert["outcomes"] if o["differs"] and "by_design" not in o]
