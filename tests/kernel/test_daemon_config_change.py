@@ -22,6 +22,7 @@ from nlproxy.netlink import netns
 from tests.kernel import topo
 from tests.kernel.daemon import Daemon, free_port, wait_until
 from tests.kernel.topo import PORTS, SLICE_PORTS, answers, ask
+from tests.netns import sh
 
 testbed = topo.testbed
 
@@ -37,7 +38,10 @@ healthzBindAddress: 127.0.0.1:{healthz}
 metricsBindAddress: 127.0.0.1:{metrics}
 nftables:
   masqueradeAll: {masquerade_all}
+conntrack:
+  tcpCloseWaitTimeout: {close_wait}
 """
+CLOSE_WAIT = "nf_conntrack_tcp_timeout_close_wait"
 
 
 class ConfigMapVolume:
@@ -119,6 +123,10 @@ def _objects(tb: Testbed) -> list[dict[str, object]]:
     ]
 
 
+def _sysctl(ns: str, name: str) -> int:
+    return int(sh("sysctl", "-n", f"net.netfilter.{name}", ns=ns))
+
+
 def _round_trip(conn: socket.socket, data: bytes) -> bytes:
     conn.sendall(data)
     got = b""
@@ -135,7 +143,7 @@ def test_config_change_is_applied_in_place_and_a_bind_address_restarts(
 ) -> None:
     manifests = topo.write_manifests(tmp_path / "manifests", _objects(testbed))
     volume = ConfigMapVolume(tmp_path / "config")
-    ports = {"healthz": free_port(), "metrics": free_port()}
+    ports = {"healthz": free_port(), "metrics": free_port(), "close_wait": "1h"}
     volume.publish(CONFIG.format(masquerade_all="false", **ports))
     a = testbed.pod("pod-a")
     seen_from = {"pod-r": {str(a.ipv4)}}
@@ -179,12 +187,25 @@ def test_config_change_is_applied_in_place_and_a_bind_address_restarts(
         assert not proc.events("daemon.restarting")
         changed = {e["setting"]: (e["old"], e["new"]) for e in proc.events("config.changed")}
         # The one setting, named once (the planner's copy of it is not named again).
-        assert changed == {"daemon.masquerade_all": (False, True)}
+        assert changed == {"daemon.masquerade_all": (False, True)}, changed
         status, body = proc.get(proc.metrics, "/configz")
         assert status == 200
         assert json.loads(body)["kubeproxy.config.k8s.io"]["nftables"]["masqueradeAll"] is True
         # Opened before the change, to a Service the change left alone.
         assert _round_trip(conn, b"after\n") == b"after\n"
+
+        # A conntrack setting: written to the node's sysctls by the running daemon.
+        assert _sysctl(testbed.node.netns, CLOSE_WAIT) == 3600
+        ports["close_wait"] = "7m"
+        volume.publish(CONFIG.format(masquerade_all="true", **ports))
+        wait_until(
+            lambda: _sysctl(testbed.node.netns, CLOSE_WAIT) == 420, 20, "the sysctl is written"
+        )
+        wait_until(lambda: len(proc.events("config.applied")) == 2, 20, "the change is applied")
+        assert proc.proc.poll() is None
+        configz = json.loads(proc.get(proc.metrics, "/configz")[1])["kubeproxy.config.k8s.io"]
+        assert configz["conntrack"]["tcpCloseWaitTimeout"] == "7m0s"
+        assert _round_trip(conn, b"again\n") == b"again\n"
 
         # A bind address cannot change in place: logged, then the daemon exits for a restart.
         moved = {**ports, "healthz": free_port()}
