@@ -188,7 +188,7 @@ class Claims:
     ) -> None:
         self.external_ip_cidrs = tuple(external_ip_cidrs)
         self._configured_ranges = tuple(service_cidrs)
-        self._configured_pods = tuple(cluster_cidrs)
+        self.configured_pods = tuple(cluster_cidrs)
         self.node_port_range = node_port_range
         # The node's own addresses and the pod ranges, which no ClusterIP may be (``set_node``).
         self._own: frozenset[object] = frozenset()  # as _ip_key has them
@@ -337,7 +337,7 @@ class Claims:
         """
         pods = tuple(
             sorted(
-                {*self._configured_pods, *pod_cidrs},
+                {*self.configured_pods, *pod_cidrs},
                 key=lambda n: (n.version, int(n.network_address), n.prefixlen),
             )
         )

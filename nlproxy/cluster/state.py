@@ -237,6 +237,16 @@ class ClusterState:
             self._settle_all(keys | self._claims.update(keys, self._services))
         return {*self._services, *self._slice_ids}
 
+    def set_cluster_cidrs(self, cidrs: Iterable[IPNetwork]) -> set[ServiceKey]:
+        """``--cluster-cidr`` changed (a ``--config`` file applied in place): no ClusterIP may
+        be in the new ranges. Returns the services to plan again (all, when the ranges moved)."""
+        self._claims.configured_pods = tuple(cidrs)
+        if not self._set_node_facts():
+            return set()
+        keys = set(self._services)
+        self._settle_all(keys | self._claims.update(keys, self._services))
+        return keys
+
     def _set_node_facts(self) -> bool:
         """Hand the claims this node's own addresses and pod ranges; whether they changed."""
         node = self._node

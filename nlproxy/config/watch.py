@@ -34,11 +34,15 @@ RESTART_FIELDS = frozenset(
         "kube_api_qps",
         "kube_api_burst",
         "external_ip_cidrs",
+        "node_port_range",
+        "oom_score_adj",
     }
 )
-"""Daemon settings that cannot change in place: the servers' sockets, the API client and what
-the sources were started with. A change to one of them asks for a restart, as kube-proxy does
-for any change."""
+"""Daemon settings that cannot change in place: the servers' sockets, the API client, what the
+sources and the state were started with, and the process's own OOM score (set at start). A
+change to one of them asks for a restart, as kube-proxy does for any change. Every other
+setting is applied in place by the daemon: the planner's (``proxy.*``, and the daemon fields
+they are made from), the sync periods and the conntrack sysctls."""
 
 
 @dataclass(frozen=True, slots=True)

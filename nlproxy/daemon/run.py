@@ -13,9 +13,14 @@ and the next start reads the kernel back and sends only the differences.
 
 A changed ``--config`` file (a ConfigMap's symlink swap; ``config/watch.py``) is looked at every
 :data:`CONFIG_CHECK_SECONDS`: an invalid new file is one error line naming the file and why, and
-the daemon runs on with the settings it has; a valid file that changes a setting logs each change
-(old and new value) and exits with status :data:`EXIT_CONFIG_CHANGED` (1, as kube-proxy exits on a
-config change), rules in place, so that the kubelet or systemd starts it again with the new
+the daemon runs on with the settings it has. A valid file logs each changed setting (old and new
+value). What can change in place is applied in place, the process running on: the planner's
+settings go to the sync loop, whose next sync plans afresh and sends only what differs, one
+atomic batch per family; the sync periods reschedule the loop; changed conntrack settings are
+written to the sysctls; ``/configz`` shows the new settings. A change to a setting that cannot
+(``watch.RESTART_FIELDS``: bind addresses, the API client, the node's name...) exits with status
+:data:`EXIT_CONFIG_CHANGED` (1, as kube-proxy exits on a config change), nothing of the file
+applied and the rules in place, so that the kubelet or systemd starts it again with the new
 settings.
 """
 
@@ -44,6 +49,8 @@ from nlproxy.cluster.state import ClusterState
 from nlproxy.config import Settings, external_networks
 from nlproxy.config.configz import configz
 from nlproxy.config.watch import ConfigWatcher
+from nlproxy.conntrack.sysctl import ConntrackConfig
+from nlproxy.conntrack.sysctl import apply as apply_sysctls
 from nlproxy.daemon import census, systemd
 from nlproxy.daemon.memory import pause_gc, release, tune_allocator
 from nlproxy.errors import NlproxyError
@@ -75,8 +82,8 @@ def run_daemon(
     watcher: ConfigWatcher | None = None,
     end: Callable[[int], object] | None = None,
 ) -> int:
-    """Run until SIGTERM/SIGINT (status 0) or a changed ``--config`` file (status
-    :data:`EXIT_CONFIG_CHANGED`); returns the exit status.
+    """Run until SIGTERM/SIGINT (status 0) or a ``--config`` file changing a setting that
+    cannot change in place (status :data:`EXIT_CONFIG_CHANGED`); returns the exit status.
 
     ``prepare`` runs after the start-up line (node set-up such as kube-proxy's conntrack
     sysctls), so that line is always the first a platform team reads. ``watcher`` follows the
@@ -118,7 +125,8 @@ CONFIG_CHECK_SECONDS = 2.0
 """How often the ``--config`` file is looked at (a stat; read only when it changed)."""
 
 EXIT_CONFIG_CHANGED = 1
-"""The status the daemon exits with when its ``--config`` file changed a setting: as kube-proxy,
+"""The status the daemon exits with when its ``--config`` file changed a setting it cannot apply
+in place: as kube-proxy,
 non-zero, so that a supervisor restarting only failures (systemd ``Restart=on-failure``) starts
 it again too."""
 
@@ -201,6 +209,8 @@ class Daemon:
         self.healthchecks: HealthCheckServers | None = None
         self.connections = DescriptorBudget()  # one for every HTTP server
         self._service_cidrs = pcfg.service_cidrs
+        self._nursery: trio.Nursery | None = None
+        self._addresses_watched = False
         self.log = get_logger("daemon")
 
     def _quiet(self) -> bool:
@@ -362,8 +372,8 @@ class Daemon:
         is abandoned, so a slow look at a large ruleset on a loaded node cannot hold a stop).
         """
         known: set[str] = set()
-        interval = min(self.cfg.sync_period, FOREIGN_CHECK_SECONDS)
         while True:
+            interval = min(self.cfg.sync_period, FOREIGN_CHECK_SECONDS)  # may change in place
             self._foreign_seen = trio.Event()
             try:
                 found = await trio.to_thread.run_sync(self._foreign_once, abandon_on_cancel=True)
@@ -434,6 +444,16 @@ class Daemon:
                     started = True
                     task_status.started()
                 await watch.changed()
+
+    async def _start_address_watch(self) -> None:
+        """Start :meth:`_watch_addresses` when ``nodePortAddresses`` has CIDRs and it does not
+        run yet (at start, and when a ``--config`` change adds them)."""
+        pcfg = self.settings.proxy
+        if self._addresses_watched or not (pcfg.nodeport_cidrs(4) or pcfg.nodeport_cidrs(6)):
+            return
+        assert self._nursery is not None, "started from run()"
+        self._addresses_watched = True
+        await self._nursery.start(self._watch_addresses)
 
     def _stop(self, cancel: trio.CancelScope, status: int) -> None:
         """Cancel every task (on the trio thread) and arm the stop deadline."""
@@ -543,15 +563,49 @@ class Daemon:
                     old=_shown(change.old),
                     new=_shown(change.new),
                 )
-            self.log.warning(
-                "daemon.restarting",
-                file=where,
-                exit_status=EXIT_CONFIG_CHANGED,
-                reason="the --config file changed; exiting, rules in place, to be started "
-                "again with the new settings",
+            if reload.restart:
+                self.log.warning(
+                    "daemon.restarting",
+                    file=where,
+                    exit_status=EXIT_CONFIG_CHANGED,
+                    settings=[c.name for c in reload.restart],
+                    reason="the --config file changed settings that cannot change in place; "
+                    "exiting, rules in place, to be started again with the new settings",
+                )
+                self._stop(cancel, EXIT_CONFIG_CHANGED)
+                return
+            await self._apply_settings(reload.settings)
+            self.log.info("config.applied", file=where, settings=[c.name for c in reload.changes])
+
+    async def _apply_settings(self, new: Settings) -> None:
+        """Apply ``new`` settings in place (none of ``watch.RESTART_FIELDS`` differs): the
+        planner's go to the sync loop (its next sync, at once, sends what differs), the periods
+        reschedule it, conntrack sysctls are written, ``/configz`` shows them.
+
+        Cancellation: safe at any point (the sysctls' thread is abandoned: each write stands
+        alone, and the next start writes them all).
+        """
+        old, self.settings = self.settings, new
+        self.cfg = cfg = new.daemon
+        self._configz = configz(new)
+        self.health.grace_seconds = 2 * cfg.sync_period
+        self.loop.set_periods(min_interval=cfg.min_sync_period, sync_period=cfg.sync_period)
+        if new.proxy != old.proxy:
+            self.loop.reconfigure(new.proxy)
+            await self._start_address_watch()
+        if cfg.conntrack != old.daemon.conntrack:
+            await trio.to_thread.run_sync(
+                self._set_conntrack, cfg.conntrack, abandon_on_cancel=True
             )
-            self._stop(cancel, EXIT_CONFIG_CHANGED)
-            return
+
+    def _set_conntrack(self, ct: ConntrackConfig) -> None:
+        """Write the conntrack sysctls of ``ct`` (as at start); one not set is a warning."""
+        outcome = apply_sysctls(ct, self.netns)
+        if outcome.set:
+            self.log.info("conntrack.sysctls_set", sysctls=outcome.set)
+        if outcome.refused:
+            reasons = {name: why for name, (_, why) in outcome.refused.items()}
+            self.log.warning("conntrack.sysctls_refused", error=outcome.advice(), reasons=reasons)
 
     async def _watchdog(self, interval: float) -> None:
         while True:
@@ -638,8 +692,8 @@ class Daemon:
                     self.loop.resume_gc = pause_gc()
                     source = self._source()
                     await nursery.start(source.run, send)
-                    if self.syncer.config.nodeport_cidrs(4) or self.syncer.config.nodeport_cidrs(6):
-                        await nursery.start(self._watch_addresses)
+                    self._nursery = nursery
+                    await self._start_address_watch()
                     self.healthchecks = HealthCheckServers(
                         nursery,
                         netns_name=self.netns,

@@ -45,7 +45,7 @@ class FlowCleanup:
         self, flows: Flows, config: ProxyConfig, log: FilteringBoundLogger, *, flush_tcp: bool
     ) -> None:
         self._flows = flows
-        self._config = config
+        self.config = config
         self.log = log
         self.flush_tcp = flush_tcp
         self._deleted = 0
@@ -130,8 +130,8 @@ class FlowCleanup:
         return deleted
 
     def _addrs(self, snapshot: ClusterSnapshot) -> tuple[IPAddress, ...]:
-        if self._config.node_ips:
-            return tuple(self._config.node_ips)
+        if self.config.node_ips:
+            return tuple(self.config.node_ips)
         return snapshot.node.addresses if snapshot.node else ()
 
 

@@ -172,10 +172,15 @@ class Fingerprint:
     """The digest of the snapshots a Syncer plans, kept up to date service by service."""
 
     def __init__(self, config: ProxyConfig, version: str = __version__) -> None:
+        self._version = version
         self._base = f"nlproxy {version}\n{config!r}\n"
         # Per service: the objects last hashed (compared by identity) and their hash.
         self._per: dict[ServiceKey, tuple[Service | None, tuple[EndpointSlice, ...], int]] = {}
         self._sum = 0
+
+    def reconfigure(self, config: ProxyConfig) -> None:
+        """Digest with ``config`` from now on (the services' own hashes stay valid)."""
+        self._base = f"nlproxy {self._version}\n{config!r}\n"
 
     def digest(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None = None) -> str:
         """The digest of ``snapshot``: services whose objects are the ones hashed last time

@@ -37,6 +37,7 @@ from nlproxy.errors import NlproxyError
 from nlproxy.log import get_logger
 from nlproxy.nft.ir import Family, Operation, Ruleset
 from nlproxy.nft.monitor import Drift
+from nlproxy.proxy.config import ProxyConfig
 from nlproxy.serve.health import HealthState
 from nlproxy.serve.metrics import Metrics
 from nlproxy.sync.report import SyncReporter
@@ -140,7 +141,28 @@ class SyncLoop:
         self._syncing: trio.Event | None = None  # set when the sync in progress ends
         self._planned = False  # a sync planned (or failed): the start-up's objects exist
         self._nursery: trio.Nursery | None = None
+        self._config: ProxyConfig | None = None  # the planner's new settings, for the next sync
         self.synced_once = trio.Event()
+
+    def reconfigure(self, config: ProxyConfig) -> None:
+        """Plan with ``config`` from the next sync on, which comes at once (within the minimum
+        interval): the Syncer takes it in that sync's thread, never while one runs, and the
+        sync sends what differs as one batch per family (``Syncer.reconfigure``). The state
+        learns the new ``cluster_cidrs`` (no ClusterIP may be in them) at once."""
+        changed = self.state.set_cluster_cidrs(config.cluster_cidrs)
+        if changed:
+            self.report.changed(changed)
+            self._pending |= changed
+        self._config = config
+        self._dirty = True
+        self._wake.set()
+
+    def set_periods(self, *, min_interval: float, sync_period: float) -> None:
+        """New ``minSyncPeriod`` and ``syncPeriod``: the next sync and the next verify are
+        scheduled by them (the verify ``sync_period`` after the last one)."""
+        self.min_interval = min_interval
+        self.sync_period = sync_period
+        self._wake.set()
 
     def request_verify(self, drift: Drift | None = None) -> None:
         """Read back the kernel and repair it at the next opportunity (drift, or a timer)."""
@@ -219,8 +241,9 @@ class SyncLoop:
                 nursery.start_soon(self._release_periodically, self._release_memory)
             started = False
             last = -float("inf")
-            next_verify = trio.current_time() + self.sync_period
+            verified = trio.current_time()
             while True:
+                next_verify = verified + self.sync_period  # the period may change meanwhile
                 with trio.move_on_at(next_verify):
                     await self._wake.wait()
                 self._wake = trio.Event()
@@ -234,7 +257,7 @@ class SyncLoop:
                 await trio.sleep_until(last + self.min_interval)
                 self._syncing = trio.Event()
                 try:
-                    ok, verified = await self._sync_once()
+                    ok, full = await self._sync_once()
                 finally:
                     self._syncing.set()
                     self._syncing = None
@@ -242,8 +265,8 @@ class SyncLoop:
                     self.resume_gc = False
                     gc.enable()
                 last = trio.current_time()
-                if ok and verified:
-                    next_verify = last + self.sync_period
+                if ok and full:
+                    verified = last
                 if not ok:
                     self._dirty = True
                     nursery.start_soon(self._wake_after, self.retry_interval)
@@ -352,6 +375,7 @@ class SyncLoop:
         changed = None if self.snapshot_filter is not None else set(pending)
         adopt, self._adopt = self._adopt, None
         retry, self._retry_left_out = self._retry_left_out, False
+        config, self._config = self._config, None
         if verify and not read_back and adopt is None:
             if self._quiet_now():  # every transaction was seen, and none touched our tables
                 self.report.verified(read_back=False)
@@ -359,6 +383,8 @@ class SyncLoop:
                 self._start_read_back()
 
         def work() -> Outcome:
+            if config is not None:
+                self.syncer.reconfigure(config)
             return self._work(snapshot, changed, read_back=read_back, adopt=adopt, retry=retry)
 
         if self._in_thread:

@@ -79,6 +79,13 @@ class RestartRecords:
         """The files digest of the records a restart check found matching (None: none)."""
         return None if self._recorded is None else self._recorded[1]
 
+    def reconfigure(self, config: ProxyConfig) -> None:
+        """Digest with ``config`` from the next record on: the tables' records, of the old
+        configuration, no longer match."""
+        if self._fingerprint is not None:
+            self._fingerprint.reconfigure(config)
+        self._recorded = None
+
     def look_at_all(self) -> None:
         """The next digest looks at every service (the snapshot synced may differ from the last
         one in services its changes do not name: ones left out, or let back in)."""

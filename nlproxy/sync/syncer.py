@@ -126,6 +126,32 @@ class Syncer:
         self.keeper = Keeper()
         self._merged: Mapping[Family, Ruleset] | None = None
         self._kept_logged: list[str] = []
+        self._replan = False  # the configuration changed: the next sync looks at everything
+
+    def reconfigure(self, config: ProxyConfig) -> bool:
+        """Plan with ``config`` from the next sync on (a changed ``--config`` file applied in
+        place); whether it differs from the current one.
+
+        The next sync plans every Service afresh (the settings are part of the plan's context:
+        no fragment planned with the old ones is replayed, the endpoints keep their slots) and
+        sends only what differs from what is programmed, one batch per family as every sync:
+        the kernel switches from the old settings to the new ones atomically. The load-balancing
+        budget counts every Service again. Not to be called while a sync runs (the loop calls
+        it in the sync's own thread).
+        """
+        if config == self.config:
+            return False
+        if self._unplanned is not None:
+            # A trusted restart not planned yet: the tables hold that snapshot's plan with the
+            # old settings, which is what the new plan is compared with.
+            self._plan_trusted(self._unplanned)
+        self.settle()
+        self.config = config
+        self.cleanup.config = config
+        self.balancing.default = config.load_balancing
+        self.records.reconfigure(config)
+        self._replan = True
+        return True
 
     @property
     def files_digest(self) -> str | None:
@@ -301,6 +327,9 @@ class Syncer:
         # Node as planning reads it, and only the services whose objects are not the last
         # plan's (``relist.py``).
         snapshot = for_planning(snapshot)
+        if self._replan:  # new settings: every Service may differ
+            self._replan = False
+            changed = None
         if self.keeper.sees(snapshot):
             # Every place is read now: what was kept and is not planned is really gone.
             self.log.info("sync.keep_ended")

@@ -68,11 +68,24 @@ def http_get(ns: str, port: int, path: str, timeout: float = 2) -> tuple[int, st
 class Daemon:
     """``nlproxy run`` as a child process, with its JSON log lines collected."""
 
-    def __init__(self, tb: Testbed, manifests: Path | None, *extra: str) -> None:
+    def __init__(
+        self,
+        tb: Testbed,
+        manifests: Path | None,
+        *extra: str,
+        ports: tuple[int, int] | None = None,
+    ) -> None:
+        """``ports``: the healthz and metrics ports the ``--config`` file binds (no bind flags
+        are given then); None: free ports, bound by flags."""
         source = ["--manifests", str(manifests)] if manifests is not None else []
         self.netns = tb.node.netns
-        self.healthz = free_port()
-        self.metrics = free_port()
+        self.healthz, self.metrics = ports or (free_port(), free_port())
+        binds = [
+            "--healthz-bind-address",
+            f"127.0.0.1:{self.healthz}",
+            "--metrics-bind-address",
+            f"127.0.0.1:{self.metrics}",
+        ]
         self.lines: list[dict[str, Any]] = []
         self.proc = subprocess.Popen(
             [
@@ -88,10 +101,7 @@ class Daemon:
                 *tb.run_args(),
                 "--min-sync-period",
                 "50ms",
-                "--healthz-bind-address",
-                f"127.0.0.1:{self.healthz}",
-                "--metrics-bind-address",
-                f"127.0.0.1:{self.metrics}",
+                *(binds if ports is None else ()),
                 *extra,
             ],
             stderr=subprocess.PIPE,

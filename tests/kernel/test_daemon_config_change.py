@@ -1,12 +1,14 @@
 """A running daemon's ``--config`` file edited the way a ConfigMap volume changes (the ``..data``
 symlink swapped to a new directory): an invalid file is named in one error line and the daemon
-runs on; a valid one that flips ``masqueradeAll`` is logged setting by setting and ends the
-daemon with status 1, rules in place; started again, the daemon programs the new setting (the
-source an endpoint sees changes) and a connection opened before the change still carries data.
+runs on; a valid one that flips ``masqueradeAll`` is logged setting by setting and applied in
+place (the same process; the source an endpoint sees changes, ``/configz`` shows it, and a
+connection to an unchanged Service opened before the change still carries data); a changed
+bind address, which cannot change in place, ends the daemon with status 1, rules in place.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -18,8 +20,9 @@ import pytest
 from nlproxy.demo.testbed import Testbed
 from nlproxy.netlink import netns
 from tests.kernel import topo
-from tests.kernel.daemon import Daemon, wait_until
+from tests.kernel.daemon import Daemon, free_port, wait_until
 from tests.kernel.topo import PORTS, SLICE_PORTS, answers, ask
+from tests.netns import sh
 
 testbed = topo.testbed
 
@@ -31,9 +34,14 @@ EXIT_CONFIG_CHANGED = 1
 CONFIG = """apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: nftables
+healthzBindAddress: 127.0.0.1:{healthz}
+metricsBindAddress: 127.0.0.1:{metrics}
 nftables:
   masqueradeAll: {masquerade_all}
+conntrack:
+  tcpCloseWaitTimeout: {close_wait}
 """
+CLOSE_WAIT = "nf_conntrack_tcp_timeout_close_wait"
 
 
 class ConfigMapVolume:
@@ -115,6 +123,10 @@ def _objects(tb: Testbed) -> list[dict[str, object]]:
     ]
 
 
+def _sysctl(ns: str, name: str) -> int:
+    return int(sh("sysctl", "-n", f"net.netfilter.{name}", ns=ns))
+
+
 def _round_trip(conn: socket.socket, data: bytes) -> bytes:
     conn.sendall(data)
     got = b""
@@ -126,20 +138,24 @@ def _round_trip(conn: socket.socket, data: bytes) -> bytes:
     return got
 
 
-def test_config_change_is_refused_when_invalid_and_restarts_when_valid(
+def test_config_change_is_applied_in_place_and_a_bind_address_restarts(
     testbed: Testbed, tmp_path: Path, keep_server: EchoAll
 ) -> None:
     manifests = topo.write_manifests(tmp_path / "manifests", _objects(testbed))
     volume = ConfigMapVolume(tmp_path / "config")
-    volume.publish(CONFIG.format(masquerade_all="false"))
-    args = ("--config", str(volume.path))
+    ports = {"healthz": free_port(), "metrics": free_port(), "close_wait": "1h"}
+    volume.publish(CONFIG.format(masquerade_all="false", **ports))
     a = testbed.pod("pod-a")
     seen_from = {"pod-r": {str(a.ipv4)}}
     masqueraded = {"pod-r": {str(testbed.node.ipv4)}}
 
-    first = Daemon(testbed, manifests, *args)
+    proc = Daemon(
+        testbed, manifests, "--config", str(volume.path), ports=(ports["healthz"], ports["metrics"])
+    )
+    conn = None
     try:
-        first.wait_ready()
+        proc.wait_ready()
+        pid = proc.proc.pid
         assert answers(ask("tcp", a.netns, VIP, 80)) == seen_from
         with netns.entered(a.netns):
             conn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -149,40 +165,59 @@ def test_config_change_is_refused_when_invalid_and_restarts_when_valid(
 
         # An invalid file: one error line naming it and why; the daemon runs on.
         volume.publish("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: Nope\n")
-        wait_until(lambda: first.events("config.invalid"), 10, "the invalid file is reported")
-        (invalid,) = first.events("config.invalid")
+        wait_until(lambda: proc.events("config.invalid"), 10, "the invalid file is reported")
+        (invalid,) = proc.events("config.invalid")
         assert invalid["file"] == str(volume.path)
         assert "expected kind KubeProxyConfiguration" in invalid["error"], invalid
         assert "current settings are kept" in invalid["error"], invalid
-        assert first.proc.poll() is None
-        assert first.get(first.healthz, "/healthz")[0] == 200
+        assert proc.proc.poll() is None
+        assert proc.get(proc.healthz, "/healthz")[0] == 200
         assert answers(ask("tcp", a.netns, VIP, 80)) == seen_from
 
-        # A valid file flipping masqueradeAll: logged, then the daemon exits for a restart.
-        volume.publish(CONFIG.format(masquerade_all="true"))
-        wait_until(lambda: first.proc.poll() is not None, 10, "the daemon exits on the change")
-        assert first.proc.returncode == EXIT_CONFIG_CHANGED, first.lines[-5:]
-    finally:
-        first.kill()
-    changed = {e["setting"]: (e["old"], e["new"]) for e in first.events("config.changed")}
-    # The one setting, named once (the planner's copy of it is not named again).
-    assert changed == {"daemon.masquerade_all": (False, True)}
-    assert first.events("daemon.restarting")
-    # The rules stay while no daemon runs: the old setting still carries traffic.
-    assert answers(ask("tcp", a.netns, VIP, 80)) == seen_from
-
-    second = Daemon(testbed, manifests, *args)
-    try:
-        second.wait_ready()
+        # A valid file flipping masqueradeAll: logged and applied by the running process.
+        volume.publish(CONFIG.format(masquerade_all="true", **ports))
+        wait_until(lambda: proc.events("config.applied"), 20, "the change is applied")
         wait_until(
             lambda: answers(ask("tcp", a.netns, VIP, 80, n=4)) == masqueraded,
-            10,
-            "the restarted daemon masquerades",
+            20,
+            "the running daemon masquerades",
         )
-        assert answers(ask("tcp", a.netns, VIP, 80)) == masqueraded
-        # Opened before the change, through both daemons and the gap between them.
+        assert proc.proc.poll() is None
+        assert proc.proc.pid == pid
+        assert not proc.events("daemon.restarting")
+        changed = {e["setting"]: (e["old"], e["new"]) for e in proc.events("config.changed")}
+        # The one setting, named once (the planner's copy of it is not named again).
+        assert changed == {"daemon.masquerade_all": (False, True)}, changed
+        status, body = proc.get(proc.metrics, "/configz")
+        assert status == 200
+        assert json.loads(body)["kubeproxy.config.k8s.io"]["nftables"]["masqueradeAll"] is True
+        # Opened before the change, to a Service the change left alone.
         assert _round_trip(conn, b"after\n") == b"after\n"
-        assert second.stop() == 0
+
+        # A conntrack setting: written to the node's sysctls by the running daemon.
+        assert _sysctl(testbed.node.netns, CLOSE_WAIT) == 3600
+        ports["close_wait"] = "7m"
+        volume.publish(CONFIG.format(masquerade_all="true", **ports))
+        wait_until(
+            lambda: _sysctl(testbed.node.netns, CLOSE_WAIT) == 420, 20, "the sysctl is written"
+        )
+        wait_until(lambda: len(proc.events("config.applied")) == 2, 20, "the change is applied")
+        assert proc.proc.poll() is None
+        configz = json.loads(proc.get(proc.metrics, "/configz")[1])["kubeproxy.config.k8s.io"]
+        assert configz["conntrack"]["tcpCloseWaitTimeout"] == "7m0s"
+        assert _round_trip(conn, b"again\n") == b"again\n"
+
+        # A bind address cannot change in place: logged, then the daemon exits for a restart.
+        moved = {**ports, "healthz": free_port()}
+        volume.publish(CONFIG.format(masquerade_all="true", **moved))
+        wait_until(lambda: proc.proc.poll() is not None, 20, "the daemon exits on the change")
+        assert proc.proc.returncode == EXIT_CONFIG_CHANGED, proc.lines[-5:]
     finally:
-        conn.close()
-        second.kill()
+        proc.kill()
+        if conn is not None:
+            conn.close()
+    (restarting,) = proc.events("daemon.restarting")
+    assert restarting["settings"] == ["daemon.healthz_bind_address"]
+    assert restarting["exit_status"] == EXIT_CONFIG_CHANGED
+    # The rules stay while no daemon runs: the applied setting still carries traffic.
+    assert answers(ask("tcp", a.netns, VIP, 80)) == masqueraded

@@ -153,3 +153,60 @@ def test_a_fifo_swapped_in_is_refused_without_blocking(volume: ConfigMapVolume) 
     assert reload.error is not None
     assert "is a FIFO, not a regular file" in reload.error
     assert watcher.settings == before
+
+
+@pytest.mark.parametrize(
+    ("edit", "names"),
+    [
+        pytest.param({"clusterCIDR: 10.244.0.0/16": "clusterCIDR: 10.8.0.0/16"},
+                     ["daemon.cluster_cidr", "proxy.cluster_cidrs"], id="cluster-cidr"),
+        pytest.param({'detectLocalMode: ""': "detectLocalMode: InterfaceNamePrefix\n"
+                      "detectLocal:\n  interfaceNamePrefix: veth"},
+                     ["daemon.detect_local_mode", "daemon.pod_interface_name_prefix",
+                      "proxy.detect_local", "proxy.pod_interface"], id="detect-local"),
+        pytest.param({"nodePortAddresses: null": "nodePortAddresses: [10.0.0.0/8]"},
+                     ["daemon.nodeport_addresses", "proxy.nodeport_addresses"], id="nodeports"),
+        pytest.param({"  minSyncPeriod: 0s\n  syncPeriod: 0s\nnodePortAddresses":
+                      "  minSyncPeriod: 2s\n  syncPeriod: 45s\nnodePortAddresses"},
+                     ["daemon.min_sync_period", "daemon.sync_period"], id="sync-periods"),
+        pytest.param({"  min: null": "  min: 262144"}, ["daemon.conntrack"], id="conntrack"),
+        pytest.param({"bindAddress: 0.0.0.0\n": "bindAddress: 192.0.2.7\n"},
+                     ["daemon.node_ip", "proxy.node_ips"], id="node-ip"),
+    ],
+)  # fmt: skip
+def test_what_the_running_daemon_can_change_is_applied_in_place(
+    volume: ConfigMapVolume, edit: dict[str, str], names: list[str]
+) -> None:
+    watcher = _watcher(volume)
+    volume.update(_text(**edit))
+    reload = watcher.check()
+    assert reload is not None
+    assert reload.error is None, reload.error
+    assert [c.name for c in reload.changes] == names
+    assert reload.restart == ()
+    assert watcher.settings is reload.settings  # the new settings are the running ones
+
+
+@pytest.mark.parametrize(
+    ("edit", "name"),
+    [
+        pytest.param({'healthzBindAddress: ""': "healthzBindAddress: 0.0.0.0:10266"},
+                     "daemon.healthz_bind_address", id="healthz-bind"),
+        pytest.param({"  qps: 0": "  qps: 50"}, "daemon.kube_api_qps", id="client-qps"),
+        pytest.param({"  kubeconfig: /var/lib/kube-proxy/kubeconfig.conf":
+                      "  kubeconfig: /etc/other.conf"}, "daemon.kubeconfig", id="kubeconfig"),
+        pytest.param({"oomScoreAdj: null": "oomScoreAdj: -999"}, "daemon.oom_score_adj",
+                     id="oom-score"),
+    ],
+)  # fmt: skip
+def test_what_cannot_change_in_place_asks_for_a_restart(
+    volume: ConfigMapVolume, edit: dict[str, str], name: str
+) -> None:
+    watcher = _watcher(volume)
+    running = watcher.settings
+    volume.update(_text(**edit, **MASQ_ON))  # with an in-place change: nothing is applied
+    reload = watcher.check()
+    assert reload is not None
+    assert reload.error is None, reload.error
+    assert [c.name for c in reload.restart] == [name]
+    assert watcher.settings is running
