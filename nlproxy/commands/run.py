@@ -80,9 +80,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="KubeProxyConfiguration YAML. The daemon looks at it every 2 s (a ConfigMap "
         "changes by symlink swap): an invalid new file is one error line and the current "
-        "settings stay; a change to a setting is logged (old and new value) and ends the "
-        "daemon with status 1, rules in place, for the kubelet or systemd to start it again "
-        "with the new settings, as kube-proxy does",
+        "settings stay; each changed setting is logged (old and new value) and applied by "
+        "the running daemon, only the differences in one atomic batch; a change to a setting "
+        "that cannot change in place (a bind address, the API client, the node's name) ends "
+        "the daemon with status 1, rules in place, for the kubelet or systemd to start it "
+        "again with the new settings, as kube-proxy does",
     )
     parser.add_argument(
         "--master",
@@ -375,8 +377,8 @@ def run(args: argparse.Namespace) -> int:
 
             if s.daemon.oom_score_adj is not None:
                 _set_oom_score_adj(s.daemon.oom_score_adj)
-            # A changed --config file ends the daemon (status 1) for its supervisor to start
-            # it again with the new settings (daemon/run.py).
+            # A changed --config file is applied in place; a change that cannot be ends the
+            # daemon (status 1) for its supervisor to start it again (daemon/run.py).
             return run_daemon(
                 s,
                 prepare=lambda: _set_conntrack(s.daemon, s.netns),
