@@ -54,14 +54,13 @@ from measure import BenchError, emit, in_ns, log, netns, nlproxy_argv, run_measu
 from nlproxy.cluster.manifests import SUFFIXES, load_manifests
 from nlproxy.cluster.state import ClusterState
 from nlproxy.nft.backend import NftBackend
-from nlproxy.nft.ir import Table
+from nlproxy.nft.ir import FAMILIES, Table
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.reconcile import diff
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.naming import TABLE as TABLE_NAME
 from nlproxy.proxy.planner import plan
 from nlproxy.sync.kernel import real as real_kernel
-from nlproxy.sync.syncer import FAMILIES
 
 
 def _config() -> ProxyConfig:

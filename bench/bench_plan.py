@@ -45,12 +45,12 @@ def _child(manifests: Path) -> dict[str, Any]:
     from nlproxy.cluster.manifests import load_manifests
     from nlproxy.cluster.state import ClusterState
     from nlproxy.nft.encode import Batch
-    from nlproxy.nft.ir import Table
+    from nlproxy.nft.ir import FAMILIES, Table
     from nlproxy.nft.reconcile import diff
     from nlproxy.nft.validate import validate
     from nlproxy.proxy.config import ProxyConfig
     from nlproxy.proxy.planner import plan
-    from nlproxy.sync.syncer import FAMILIES, as_programmed
+    from nlproxy.sync.syncer import as_programmed
 
     config = ProxyConfig(
         node_name=gen.NODE_NAME,

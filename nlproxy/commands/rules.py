@@ -23,8 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nlproxy.nft.ir import Family
-    from nlproxy.operate.rules import FAMILIES, programmed, render_text, to_json
+    from nlproxy.nft.ir import FAMILIES, Family
+    from nlproxy.operate.rules import programmed, render_text, to_json
 
     found = programmed([Family(args.family)] if args.family else FAMILIES, args.netns)
     if args.json:

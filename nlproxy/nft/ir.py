@@ -56,6 +56,10 @@ class Hook(enum.StrEnum):
         return list(Hook).index(self)
 
 
+FAMILIES: tuple[Family, ...] = (Family.IP, Family.IP6)
+"""The families nlproxy programs (a table each), in the order it syncs them."""
+
+
 class ChainType(enum.StrEnum):
     FILTER = "filter"
     NAT = "nat"

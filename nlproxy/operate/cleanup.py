@@ -9,10 +9,7 @@ device and virtual servers (``inspect/foreign.py``, ``inspect/ipvs.py``), as kub
 
 from __future__ import annotations
 
-from nlproxy.nft.ir import Family
-
-FAMILIES = (Family.IP, Family.IP6)
-"""Not the syncer's list: that loads the planner."""
+from nlproxy.nft.ir import FAMILIES
 
 
 def remove_tables(netns: str | None) -> list[str]:

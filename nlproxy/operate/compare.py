@@ -22,12 +22,22 @@ from dataclasses import dataclass
 from ipaddress import ip_address
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, IPNetwork, Protocol, Service
-from nlproxy.nft.ir import Cmp, Family, Field, MarkSet, Rule, Ruleset, Table, Verdict, VerdictKind
+from nlproxy.nft.ir import (
+    FAMILIES,
+    Cmp,
+    Family,
+    Field,
+    MarkSet,
+    Rule,
+    Ruleset,
+    Table,
+    Verdict,
+    VerdictKind,
+)
 from nlproxy.operate.manifests import service_frontends
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.tracer import Tracer, TraceResult
 
-FAMILIES = (Family.IP, Family.IP6)
 OUTSIDE = {Family.IP: ip_address("192.0.2.77"), Family.IP6: ip_address("2001:db8::77")}
 """The outside client (documentation ranges: never a pod, node or Service address)."""
 _KINDS = {

@@ -55,9 +55,10 @@ def run_once(
 def _run_once(s: Settings, end: Callable[[int], int], kernel: SyncKernel | None) -> int:
     from nlproxy.cluster.manifests import load_manifests, read_manifests
     from nlproxy.log import get_logger
+    from nlproxy.nft.ir import FAMILIES
     from nlproxy.operate.inputs import cluster_inputs, local_addresses
     from nlproxy.sync.kernel import real as real_kernel
-    from nlproxy.sync.syncer import FAMILIES, Syncer, SyncResult
+    from nlproxy.sync.syncer import Syncer, SyncResult
 
     log = get_logger("run")
     if s.manifests is None or not s.manifests.is_dir():

@@ -16,9 +16,6 @@ if TYPE_CHECKING:
     from nlproxy.nft.counters import Counts
     from nlproxy.nft.ir import Ruleset
 
-FAMILIES = (Family.IP, Family.IP6)
-"""Both families, named here: the syncer's own list would load the planner and logging."""
-
 
 def programmed(families: Sequence[Family], netns: str | None) -> list[Ruleset]:
     """nlproxy's tables of ``families`` as the kernel holds them (those that exist)."""

@@ -36,7 +36,7 @@ from prometheus_client.registry import Collector
 from nlproxy import BUILD, __version__
 from nlproxy.cluster.model import Service, ServiceKey
 from nlproxy.nft.counters import Counts, read_counters
-from nlproxy.nft.ir import DataType, Family, L4Proto, Value
+from nlproxy.nft.ir import FAMILIES, DataType, Family, L4Proto, Value
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.endpoints import externally_accessible
 from nlproxy.proxy.fragments import Fragment
@@ -452,9 +452,6 @@ class NoLocalEndpoints:
                 self._totals[label, policy] += 1
 
 
-_FAMILIES = (Family.IP, Family.IP6)
-
-
 class ReadCounters(Protocol):
     """:func:`nlproxy.nft.counters.read_counters`'s shape."""
 
@@ -514,7 +511,7 @@ class ServiceCounters(Collector):
                 return  # read while this scrape waited: as fresh as this scrape asks
             readings = {
                 family: self.read(family, n.TABLE, counter_sets(family), netns=self.netns)
-                for family in _FAMILIES
+                for family in FAMILIES
             }
             self.totals = service_totals(ports, readings)
             self.readings += 1

@@ -35,13 +35,13 @@ from nlproxy.cluster.model import Change, ClusterSnapshot, IPAddress, ServiceKey
 from nlproxy.cluster.state import ClusterState
 from nlproxy.errors import NlproxyError
 from nlproxy.log import get_logger
-from nlproxy.nft.ir import Family, Operation, Ruleset
+from nlproxy.nft.ir import FAMILIES, Family, Operation, Ruleset
 from nlproxy.nft.monitor import Drift
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.serve.health import HealthState
 from nlproxy.serve.metrics import Metrics
 from nlproxy.sync.report import SyncReporter
-from nlproxy.sync.syncer import FAMILIES, Syncer, SyncResult
+from nlproxy.sync.syncer import Syncer, SyncResult
 from nlproxy.sync.verify import Repair
 
 T = TypeVar("T")

@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING
 
 from nlproxy.cluster.model import ClusterSnapshot, ServiceKey
 from nlproxy.nft.dump import Interrupted
-from nlproxy.nft.ir import Family, Operation
+from nlproxy.nft.ir import FAMILIES, Family, Operation
 from nlproxy.nft.tables import ReadBack
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.slots import with_slots
 from nlproxy.sync.fingerprint import RECORD_CHAIN, Fingerprint, Record, record_ops, trusted
-from nlproxy.sync.result import FAMILIES
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger

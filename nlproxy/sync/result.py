@@ -11,8 +11,6 @@ from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.nft.reconcile import stamp
 from nlproxy.proxy.planner import Plan
 
-FAMILIES = (Family.IP, Family.IP6)
-
 
 @dataclass(slots=True, kw_only=True)
 class SyncResult:

@@ -37,7 +37,7 @@ from nlproxy.cluster.model import ClusterSnapshot, Service, ServiceKey
 from nlproxy.errors import KernelError
 from nlproxy.log import get_logger
 from nlproxy.nft.dynmap import forget_learned
-from nlproxy.nft.ir import Family, Operation, Ruleset, Table, Verb
+from nlproxy.nft.ir import FAMILIES, Family, Operation, Ruleset, Table, Verb
 from nlproxy.nft.reconcile import Delta, advance, count_ops, diff, ops_for_delta
 from nlproxy.nft.tables import Tables
 from nlproxy.proxy import naming as n
@@ -54,7 +54,7 @@ from nlproxy.sync.keep import Keeper
 from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.relist import for_planning, narrowed
 from nlproxy.sync.restart import RestartRecords
-from nlproxy.sync.result import FAMILIES, SyncResult, as_programmed, unshare
+from nlproxy.sync.result import SyncResult, as_programmed, unshare
 from nlproxy.sync.verify import STAGE_REPAIR_AT, Repair, Verifier, staged
 
 __all__ = ["FAMILIES", "SyncResult", "Syncer", "as_programmed", "udp_only"]

@@ -17,14 +17,14 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from nlproxy.nft.ir import Element, Family, Operation, PackedRun, Ruleset, Verb, Verdict
+from nlproxy.nft.ir import FAMILIES, Element, Family, Operation, PackedRun, Ruleset, Verb, Verdict
 from nlproxy.nft.reconcile import count_ops, diff
 from nlproxy.nft.tables import ReadBack
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.layout import Programmed, programmed_frontends
 from nlproxy.sync.cleanup import udp_part
 from nlproxy.sync.fingerprint import take_record
-from nlproxy.sync.result import FAMILIES, as_programmed
+from nlproxy.sync.result import as_programmed
 
 OWN_GENERATIONS = 64
 """Generation ids of this process's recent commits kept to tell them from another writer's."""

@@ -17,11 +17,10 @@ import pytest
 from nlproxy.cluster.model import Protocol
 from nlproxy.demo.echo import Outcome, Result, request
 from nlproxy.demo.testbed import OUTSIDE_NET_V4, OUTSIDE_NET_V6, Testbed
-from nlproxy.nft.ir import Family
+from nlproxy.nft.ir import FAMILIES, Family
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.proxy.naming import TABLE as TABLE_NAME
 from nlproxy.proxy.tracer import TraceResult, trace
-from nlproxy.sync.syncer import FAMILIES
 from tests.kernel import topo
 from tests.kernel.topo import PORTS, SLICE_PORTS
 

@@ -14,12 +14,11 @@ from nlproxy.cluster.model import ClusterSnapshot, LoadBalancing, Service
 from nlproxy.conntrack.fake import FakeConntrack
 from nlproxy.conntrack.messages import Flow, FlowTuple
 from nlproxy.nft.fake import FakeNftables
-from nlproxy.nft.ir import Family, L4Proto
+from nlproxy.nft.ir import FAMILIES, Family, L4Proto
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.tracer import trace
 from nlproxy.sync.keep import Keeper
 from nlproxy.sync.kernel import SyncKernel
-from nlproxy.sync.result import FAMILIES
 from nlproxy.sync.syncer import Syncer
 from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot
 from tests.unit.incremental import CONFIG, NODE_ADDRS
