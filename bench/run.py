@@ -114,6 +114,10 @@ def full_plan(idle: int = 600) -> Plan:
             ("bench_metrics.py", ("--services", "10000", "--endpoints", "10")),
             ("bench_claims.py", ("--services", "10000", "--endpoints", "10")),
             ("bench_reload.py", ("--services", "2000", "--endpoints", "10")),
+            # Issue 36's shapes: ClientIP affinity at 20 ports x 1,000 endpoints (three layouts
+            # and the nft -f reference), and one Service with 10,000 externalIPs.
+            ("bench_affinity.py", ("--ports", "20", "--endpoints", "1000")),
+            ("bench_external_ips.py", ("--external-ips", "1000", "10000")),
             *target_runs(idle),  # bench_daemon, bench_kube_cold and bench_cli among them
         ),
     )
@@ -184,6 +188,8 @@ def quick_plan() -> Plan:
             ("bench_metrics.py", ("--services", "1000", "--endpoints", "10")),
             ("bench_claims.py", ("--services", "1000", "--endpoints", "10")),
             ("bench_reload.py", ("--services", "500", "--endpoints", "10", "--rewrites", "4")),
+            ("bench_affinity.py", ("--ports", "4", "--endpoints", "100")),
+            ("bench_external_ips.py", ("--external-ips", "1000")),
             (
                 "bench_cli.py",
                 ("--flows", "10000", "--services", "1000", "--endpoints", "10"),
