@@ -420,16 +420,9 @@ def _set_conntrack(cfg: DaemonConfig, netns_name: str | None) -> None:
     """kube-proxy's conntrack sysctls, at daemon start as kube-proxy does, and with
     ``--init-only``. One not set is a warning, not a failure: an init container that failed
     would keep the node without a proxy, which costs more than a default table size."""
-    from nlproxy.conntrack.sysctl import apply
-    from nlproxy.log import get_logger
+    from nlproxy.conntrack.sysctl import apply_logged
 
-    outcome = apply(cfg.conntrack, netns_name)
-    log = get_logger("conntrack")
-    if outcome.set:
-        log.info("conntrack.sysctls_set", sysctls=outcome.set)
-    if outcome.refused:
-        reasons = {name: why for name, (_, why) in outcome.refused.items()}
-        log.warning("conntrack.sysctls_refused", error=outcome.advice(), reasons=reasons)
+    apply_logged(cfg.conntrack, netns_name)
 
 
 def check_start(s: Settings) -> Settings:

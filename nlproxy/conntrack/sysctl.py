@@ -101,6 +101,21 @@ def apply(config: ConntrackConfig, netns_name: str | None) -> Outcome:
     return Outcome(done, kept, refused)
 
 
+def apply_logged(config: ConntrackConfig, netns_name: str | None) -> Outcome:
+    """:func:`apply`, with what was set logged (info) and what was not (one warning, with the
+    advice): at daemon start, with ``--init-only``, and when a changed ``--config`` asks."""
+    from nlproxy.log import get_logger
+
+    outcome = apply(config, netns_name)
+    log = get_logger("conntrack")
+    if outcome.set:
+        log.info("conntrack.sysctls_set", sysctls=outcome.set)
+    if outcome.refused:
+        reasons = {name: why for name, (_, why) in outcome.refused.items()}
+        log.warning("conntrack.sysctls_refused", error=outcome.advice(), reasons=reasons)
+    return outcome
+
+
 def _raise_hashsize(buckets: int) -> None:
     """kube-proxy raises the hash table with the table size (a module parameter: the whole
     node's, root only); failing here costs lookups, not correctness."""

@@ -49,8 +49,7 @@ from nlproxy.cluster.state import ClusterState
 from nlproxy.config import Settings, external_networks
 from nlproxy.config.configz import configz
 from nlproxy.config.watch import ConfigWatcher
-from nlproxy.conntrack.sysctl import ConntrackConfig
-from nlproxy.conntrack.sysctl import apply as apply_sysctls
+from nlproxy.conntrack.sysctl import apply_logged
 from nlproxy.daemon import census, systemd
 from nlproxy.daemon.memory import pause_gc, release, tune_allocator
 from nlproxy.errors import NlproxyError
@@ -595,17 +594,8 @@ class Daemon:
             await self._start_address_watch()
         if cfg.conntrack != old.daemon.conntrack:
             await trio.to_thread.run_sync(
-                self._set_conntrack, cfg.conntrack, abandon_on_cancel=True
+                apply_logged, cfg.conntrack, self.netns, abandon_on_cancel=True
             )
-
-    def _set_conntrack(self, ct: ConntrackConfig) -> None:
-        """Write the conntrack sysctls of ``ct`` (as at start); one not set is a warning."""
-        outcome = apply_sysctls(ct, self.netns)
-        if outcome.set:
-            self.log.info("conntrack.sysctls_set", sysctls=outcome.set)
-        if outcome.refused:
-            reasons = {name: why for name, (_, why) in outcome.refused.items()}
-            self.log.warning("conntrack.sysctls_refused", error=outcome.advice(), reasons=reasons)
 
     async def _watchdog(self, interval: float) -> None:
         while True:
