@@ -21,17 +21,14 @@ from typing import Any
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.decode import RawExpr
 from nlproxy.nft.dump import (
-    Interrupted,
-    ReadbackError,
     dump,
-    generation,
     get_str,
     iterate,
     nftnl,
     parsed,
 )
 from nlproxy.nft.ir import Chain, Family, Rule, Ruleset, Table
-from nlproxy.nft.readback import raw_expr, read_ruleset
+from nlproxy.nft.readback import at_one_generation, raw_expr, read_ruleset
 from nlproxy.nft.uapi import NFT_MSG_GETRULE
 
 from .kubeproxy import KubeProxyRulesetError
@@ -46,7 +43,6 @@ IPVS_CHAINS = frozenset({"KUBE-LOAD-BALANCER", "KUBE-IPVS-FILTER", "KUBE-NODE-PO
 """Chains only kube-proxy's IPVS mode makes (it shares ``KUBE-SERVICES`` with iptables mode)."""
 NAME = "iptables-nft"
 """The merged ruleset's table name (``Ruleset.table``): what ``compare`` reports as the mode."""
-_RETRIES = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,16 +73,12 @@ def read_kube_proxy_iptables(family: Family, netns: str | None = None) -> Rulese
         ConfigError: the namespace cannot be entered.
     """
     with NetfilterSocket(netns) as s:
-        for _ in range(_RETRIES):
-            try:
-                gen = generation(s)
-                tables = [t for name in TABLES if (t := _read_table(s, family, name))]
-                if generation(s) != gen:
-                    continue
-            except Interrupted:
-                continue
-            return merge(family, tables)
-    raise ReadbackError(f"iptables-nft tables of {family}", "ruleset kept changing during the dump")
+        tables = at_one_generation(
+            s,
+            f"iptables-nft tables of {family}",
+            lambda: [t for name in TABLES if (t := _read_table(s, family, name))],
+        )
+    return merge(family, tables)
 
 
 def _read_table(s: NetfilterSocket, family: Family, name: str) -> RawTable | None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from nlproxy.errors import NlproxyError
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.decode import UndecodedRule
-from nlproxy.nft.dump import Interrupted, ReadbackError, dump, generation
+from nlproxy.nft.dump import dump
 from nlproxy.nft.ir import (
     Cmp,
     DnatMap,
@@ -40,12 +40,11 @@ from nlproxy.nft.ir import (
     Verdict,
     VerdictKind,
 )
-from nlproxy.nft.readback import read_ruleset
+from nlproxy.nft.readback import at_one_generation, read_ruleset
 from nlproxy.nft.readsets import RawSet, parse_set, read_elements
 from nlproxy.nft.uapi import NFT_MSG_GETSET
 
 TABLE = "kube-proxy"
-_RETRIES = 5
 
 _DNAT = re.compile(
     r"\[ meta load l4proto => reg 1 \] \[ cmp eq reg 1 0x(?P<proto>[0-9a-f]{8}) \] "
@@ -82,18 +81,14 @@ def read_kube_proxy(family: Family, netns: str | None = None) -> Ruleset | None:
         ReadbackError: the ruleset kept changing while it was read.
         ConfigError: the namespace cannot be entered.
     """
+
+    def read() -> tuple[Ruleset | None, dict[str, Anonymous]]:
+        rs = read_ruleset(family, TABLE, sock=s)
+        return rs, _anonymous(s, family) if rs is not None else {}
+
     with NetfilterSocket(netns) as s:
-        for _ in range(_RETRIES):
-            try:
-                gen = generation(s)
-                rs = read_ruleset(family, TABLE, sock=s)
-                anonymous = _anonymous(s, family) if rs is not None else {}
-                if generation(s) != gen:
-                    continue
-            except Interrupted:
-                continue
-            return None if rs is None else traceable(rs, anonymous)
-    raise ReadbackError(f"table {family} {TABLE}", "ruleset kept changing during the dump")
+        rs, anonymous = at_one_generation(s, f"table {family} {TABLE}", read)
+    return None if rs is None else traceable(rs, anonymous)
 
 
 def _anonymous(s: NetfilterSocket, family: Family) -> dict[str, Anonymous]:

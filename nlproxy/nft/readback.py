@@ -16,8 +16,9 @@ from __future__ import annotations
 import errno
 import functools
 import sys
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from nlproxy.netlink.codec import NFGENMSG, NLM_F_ACK, NLM_F_DUMP, NLMSGHDR, spans
 from nlproxy.netlink.nlsock import NetfilterSocket
@@ -77,6 +78,7 @@ __all__ = [
 ]
 
 _RETRIES = 5
+_T = TypeVar("_T")
 
 
 def read_ruleset(
@@ -105,18 +107,30 @@ def read_ruleset(
     own = sock is None
     s = NetfilterSocket(netns) if sock is None else sock
     try:
-        for _ in range(_RETRIES):
-            try:
-                gen = generation(s)
-                rs = _read_once(s, family, name)
-                if generation(s) == gen:
-                    return rs
-            except Interrupted:
-                continue
-        raise ReadbackError(f"table {family} {name}", "ruleset kept changing during the dump")
+        return at_one_generation(
+            s, f"table {family} {name}", functools.partial(_read_once, s, family, name)
+        )
     finally:
         if own:
             s.close()
+
+
+def at_one_generation(s: NetfilterSocket, what: str, read: Callable[[], _T]) -> _T:
+    """``read()`` (dumps on ``s``), from the start again until no commit moved the ruleset's
+    generation during it and no dump was interrupted: one consistent snapshot.
+
+    Raises:
+        ReadbackError: naming ``what``, when it kept changing.
+    """
+    for _ in range(_RETRIES):
+        try:
+            gen = generation(s)
+            out = read()
+            if generation(s) == gen:
+                return out
+        except Interrupted:
+            continue
+    raise ReadbackError(what, "ruleset kept changing during the dump")
 
 
 def _read_once(s: NetfilterSocket, family: Family, name: str) -> Ruleset | None:
