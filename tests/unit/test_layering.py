@@ -83,7 +83,12 @@ STAGES = (
 )
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("nlproxy", "nlproxy.errors", "nlproxy.log"),  # the version, errors, logging set-up
+    (
+        "nlproxy",
+        "nlproxy.errors",
+        "nlproxy.log",
+        "nlproxy.hotpath",
+    ),  # version, errors, logs, memory
     ("nlproxy.netlink",),  # transport: one socket, one attribute codec
     ("nlproxy.demo",),  # the throwaway node (only commands/demo imports it: a rule below)
     ("nlproxy.cluster", "nlproxy.nft"),  # ① sources → state;  ③ the kernel's objects
