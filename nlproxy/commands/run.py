@@ -386,7 +386,7 @@ def run(args: argparse.Namespace) -> int:
                 end=_fastexit.end,
             )
         from nlproxy.daemon.memory import AllocatorSettings, tune_allocator
-        from nlproxy.operate.once import run_once
+        from nlproxy.operate.run import run_once
 
         # Blocks of 1 MiB and more (the files read whole, the loader's and the planner's big
         # tables, the encoded batch) mapped on their own go back to the system when freed,

@@ -17,8 +17,9 @@ values or text; none parses a command line (``commands/`` does) and the daemon i
   print or delete them.
 - ``preflight``: ``nlproxy preflight``: what would bite a kube-proxy node's switch to nlproxy.
   Its API server checks are in ``preflight_api``; the findings both make in ``findings``.
-- ``once``: ``nlproxy run --once``: reconcile once from a manifests directory, name what was
-  left out. ``inputs``: the snapshot a one-shot sync plans from (shared with ``plan``).
+- ``run``: ``nlproxy run --once``: reconcile once from a manifests directory, name what was
+  left out (``run`` without ``--once`` is the daemon, ``daemon/``'s). ``inputs``: the snapshot a
+  one-shot sync plans from (shared with ``plan``).
 - ``plan``, ``plan_report``, ``plan_render``: ``nlproxy plan``: the next sync run with nothing
   applied, its batches told per Service, as text or JSON.
 - ``compare``: ``nlproxy compare``: kube-proxy's live rules traced against nlproxy's plan.

@@ -21,7 +21,7 @@ from nlproxy.nft.ir import Chain, Family, Operation, Rule, Ruleset, Table
 from nlproxy.nft.readback import KernelReadBack, read_ruleset
 from nlproxy.nft.reconcile import count_ops
 from nlproxy.nft.tables import Tables
-from nlproxy.operate.once import run_once
+from nlproxy.operate.run import run_once
 from nlproxy.operate.plan import dry_run
 from nlproxy.operate.plan_render import report_json
 from nlproxy.operate.plan_report import report
