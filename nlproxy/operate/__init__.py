@@ -24,6 +24,7 @@ values or text; none parses a command line (``commands/`` does) and the daemon i
   applied, its batches told per Service, as text or JSON.
 - ``compare``: ``nlproxy compare``: kube-proxy's live rules traced against nlproxy's plan.
 - ``rules``: ``nlproxy rules``: nlproxy's tables read back, nft-like or as JSON.
+- ``version``: ``nlproxy version``: nlproxy's, libnftnl's and the kernel's versions.
 - ``cleanup``: ``nlproxy cleanup``: nlproxy's tables removed, or (``--kube-proxy``) every
   kube-proxy mode's rules.
 """
