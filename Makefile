@@ -45,8 +45,9 @@ bench: deps
 
 # Packages, into $(DIST): built from this checkout with the Python packages of the lock files only
 # (packaging/*.lock, hashes checked), reproducibly (docs/packaging.md). ARCH (amd64 or arm64,
-# default the machine's) is the .deb's and the image's architecture: `make deb image ARCH=arm64`
-# (or `make arm64`) cross-builds them on an amd64 machine, installing what that takes with apt-get.
+# default the machine's) is the wheel's, the .deb's and the image's architecture (the wheel holds
+# the compiled shim): `make wheel deb image ARCH=arm64` (or `make arm64`) cross-builds them on an
+# amd64 machine, installing what that takes with apt-get.
 DIST       ?= build/dist
 VERSION    := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 ARCH       := $(shell dpkg --print-architecture 2>/dev/null || echo amd64)
@@ -54,10 +55,11 @@ DEB        := $(DIST)/nlproxy_$(VERSION)-1_$(ARCH).deb
 DEB_INPUTS := $(SRC) $(shell find packaging deploy/systemd deploy/sysctl docs examples -type f \
                 -not -name '*.pyc') README.md LICENSE CHANGELOG.md
 
-# The wheel (compiled shim and demo manifests included), built by a venv of the build lock.
+# The wheel (the shim compiled for ARCH, and the demo manifests), built by a venv of the build
+# lock: nlproxy-VERSION-cp311-cp311-linux_x86_64.whl, or linux_aarch64 for ARCH=arm64.
 wheel:
 	bash packaging/need-debs.sh python3-dev gcc pkg-config libnftnl-dev libmnl-dev git
-	bash packaging/build-wheel.sh "$$(bash packaging/build-env.sh)" $(DIST)
+	NLPROXY_ARCH=$(ARCH) bash packaging/build-wheel.sh "$$(bash packaging/build-env.sh)" $(DIST)
 
 # The Debian package (nlproxy in /opt/nlproxy, the systemd unit, ...); rebuilt only when one of
 # its inputs is newer.
@@ -71,9 +73,9 @@ $(DEB): $(DEB_INPUTS)
 image: $(DEB)
 	NLPROXY_ARCH=$(ARCH) bash packaging/build-image.sh $(DIST) $(DEB)
 
-# The arm64 .deb and image, whatever the machine (docs/packaging.md, "arm64").
+# The arm64 wheel, .deb and image, whatever the machine (docs/packaging.md, "arm64").
 arm64:
-	$(MAKE) deb image ARCH=arm64
+	$(MAKE) wheel deb image ARCH=arm64
 
 # Refresh packaging/requirements.lock and packaging/build-requirements.lock to the newest releases
 # pyproject.toml allows (docs/packaging.md: how to review the change).

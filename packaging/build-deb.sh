@@ -24,22 +24,9 @@ bash "$root/packaging/need-debs.sh" python3 python3.11 python3-venv python3-dev 
   libnftnl-dev libmnl-dev dpkg git
 # shellcheck source=packaging/meta.sh
 . "$root/packaging/meta.sh"
-native=$(dpkg --print-architecture)
-arch=${NLPROXY_ARCH:-$native}
-# What runs for the target architecture: nothing extra natively; for a cross build, Python told
-# the target's platform (wheel tags: _PYTHON_HOST_PLATFORM) and build configuration (compiler,
-# extension suffix: the target's _sysconfigdata from libpython3.11-dev:ARCH).
-target=()
-if [ "$arch" != "$native" ]; then
-  case $arch in
-    arm64) triplet=aarch64-linux-gnu platform=linux-aarch64 ;;
-    amd64) triplet=x86_64-linux-gnu platform=linux-x86_64 ;;
-    *) echo "build-deb: NLPROXY_ARCH=$arch: only amd64 and arm64 are built" >&2; exit 2 ;;
-  esac
-  bash "$root/packaging/need-debs.sh" "gcc-$triplet" "libc6-dev-$arch-cross" "libnftnl-dev:$arch" \
-    "libmnl-dev:$arch" "libpython3.11-dev:$arch"
-  target=(env "_PYTHON_HOST_PLATFORM=$platform" "_PYTHON_SYSCONFIGDATA_NAME=_sysconfigdata__$triplet")
-fi
+arch=${NLPROXY_ARCH:-$(dpkg --print-architecture)}
+# shellcheck source=packaging/target.sh
+. "$root/packaging/target.sh"
 work=$root/build/deb
 awork=$work/$arch
 mkdir -p "$awork" "$out"
@@ -48,7 +35,7 @@ out=$(cd "$out" && pwd)
 # The shim is compiled by Debian's interpreter (or cross compiler), in a build venv of the build
 # lock; the build venv itself is the machine's.
 benv=$(bash "$root/packaging/build-env.sh" "$work/buildenv")
-"${target[@]}" bash "$root/packaging/build-wheel.sh" "$benv" "$awork/wheel" >/dev/null
+NLPROXY_ARCH=$arch bash "$root/packaging/build-wheel.sh" "$benv" "$awork/wheel" >/dev/null
 
 # The dependencies' wheels for $arch, checked against the lock's hashes (kept until the lock
 # changes).

@@ -71,6 +71,23 @@ _SWITCH: dict[str, Any] = {"nargs": "?", "const": True, "type": _go_bool, "metav
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    _source_arguments(parser)
+    _node_arguments(parser)
+    _nlproxy_arguments(parser)
+    _balancing_arguments(parser)
+    _conntrack_arguments(parser)
+    _kube_proxy_arguments(parser)
+    parser.add_argument("--once", action="store_true", help="reconcile once and exit")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="with --once: program the namespace even while another nlproxy does (it will "
+        "undo what this run changes unless the manifests agree)",
+    )
+
+
+def _source_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the objects and the settings come from, and which node this is."""
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--manifests", type=Path, metavar="DIR", help="read objects from DIR")
     src.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig (default: in-cluster)")
@@ -103,6 +120,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="this node's name (default: $NLPROXY_NODE_NAME, else the hostname); "
         "--hostname-override is kube-proxy's spelling",
     )
+
+
+def _node_arguments(parser: argparse.ArgumentParser) -> None:
+    """kube-proxy's flags for the node's addresses, the sync periods and the HTTP ports."""
     parser.add_argument(
         "--bind-address",
         metavar="IP",
@@ -157,6 +178,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="host:port, or a host alone (port 10249), or '' to turn it off (default "
         "127.0.0.1:10249)",
     )
+
+
+def _nlproxy_arguments(parser: argparse.ArgumentParser) -> None:
+    """nlproxy's own choices, beyond kube-proxy's flags: what it removes, refuses and serves."""
     parser.add_argument(
         "--conntrack-flush-tcp",
         action="store_true",
@@ -193,6 +218,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(which kube-proxy skips), beside kube-proxy serving the rest: a canary "
         "(docs/migrating.md); default: the Services without that label, as kube-proxy",
     )
+
+
+def _balancing_arguments(parser: argparse.ArgumentParser) -> None:
+    """nlproxy's own choices of how endpoints are picked and what is counted."""
     parser.add_argument(
         "--exclude-unreachable-endpoints",
         action="store_true",
@@ -227,6 +256,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="jhash seed (0..4294967295) of consistent-hash Services; the same on every node "
         "(default: derived from each Service's UID)",
     )
+
+
+def _conntrack_arguments(parser: argparse.ArgumentParser) -> None:
+    """The conntrack sysctls, and the two ways to set up and exit (--init-only,
+    --write-config-to)."""
     ct = parser.add_argument_group(
         "conntrack (kube-proxy's flags; set by the daemon at start-up, 0 leaves a value alone)"
     )
@@ -251,14 +285,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="write the settings this command line and --config make, as a "
         "KubeProxyConfiguration, to FILE and exit",
-    )
-    _kube_proxy_arguments(parser)
-    parser.add_argument("--once", action="store_true", help="reconcile once and exit")
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="with --once: program the namespace even while another nlproxy does (it will "
-        "undo what this run changes unless the manifests agree)",
     )
 
 
@@ -386,7 +412,7 @@ def run(args: argparse.Namespace) -> int:
                 end=_fastexit.end,
             )
         from nlproxy.daemon.memory import AllocatorSettings, tune_allocator
-        from nlproxy.operate.once import run_once
+        from nlproxy.operate.run import run_once
 
         # Blocks of 1 MiB and more (the files read whole, the loader's and the planner's big
         # tables, the encoded batch) mapped on their own go back to the system when freed,

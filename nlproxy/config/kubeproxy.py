@@ -10,6 +10,7 @@ from ipaddress import ip_address
 from pathlib import Path
 from typing import Any
 
+from nlproxy.config.duplicates import Duplicate
 from nlproxy.config.read import read_config
 from nlproxy.config.values import (
     HEALTHZ_PORT,
@@ -390,17 +391,7 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
         ConfigError: unreadable file, wrong kind/apiVersion, or an invalid value (names the field).
     """
     cfg = base or DaemonConfig()
-    doc, duplicates = read_config(path)
-    if not isinstance(doc, Mapping):
-        raise ConfigError(f"config {path}", "is not a YAML mapping")
-    if doc.get("kind") != "KubeProxyConfiguration" or doc.get("apiVersion") not in API_VERSIONS:
-        raise ConfigError(
-            f"config {path}", f"expected kind KubeProxyConfiguration, apiVersion {API_VERSIONS[0]}"
-        )
-    if duplicates and doc.get("apiVersion") != LENIENT_API_VERSION:
-        raise ConfigError(
-            f"config {path}", f"{duplicates[0]}; {doc['apiVersion']} allows each key once"
-        )
+    doc, duplicates = _document(path)
     mode = _get(doc, "mode")
     if mode not in (None, "", *MODES):
         raise ConfigError(
@@ -410,25 +401,7 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
         )
     cfg = _detect_local(doc, cfg)
     cfg = _client(doc, cfg)
-    for path_, attr, port in (
-        ("healthzBindAddress", "healthz_bind_address", HEALTHZ_PORT),
-        ("metricsBindAddress", "metrics_bind_address", METRICS_PORT),
-    ):
-        if doc.get(path_):  # empty in a file means kube-proxy's default (kubeadm writes "")
-            field_ = f"KubeProxyConfiguration {path_}"
-            cfg = with_field(cfg, attr, bind_address(doc[path_], port, field_))
-    bind = _get(doc, "bindAddress")
-    if bind is not None and not isinstance(bind, str):  # YAML reads 167772161 as a number
-        raise ConfigError(
-            "KubeProxyConfiguration", f"{bind!r} is not an IP address", field="bindAddress"
-        )
-    if bind and bind not in ("0.0.0.0", "::"):
-        try:
-            cfg = replace(cfg, node_ip=str(ip_address(bind)))
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(
-                "KubeProxyConfiguration", f"{bind!r} is not an IP address", field="bindAddress"
-            ) from exc
+    cfg = _addresses(doc, cfg)
     if _get(doc, "clientConnection.kubeconfig"):
         cfg = replace(cfg, kubeconfig_from_file=True)
     cfg = _strings(
@@ -453,22 +426,81 @@ def load_kube_proxy_config(path: Path, base: DaemonConfig | None = None) -> Daem
     )
     warnings = [f"config {path}: {d}; the last value is used" for d in duplicates]
     warnings += [_unused(p, doc) for p in unused]
-    scheduler = _get(doc, "ipvs.scheduler")
-    if scheduler:
-        if not isinstance(scheduler, str):
-            raise ConfigError(
-                "KubeProxyConfiguration", f"{scheduler!r} is not a string", field="ipvs.scheduler"
-            )
-        if scheduler in IPVS_SCHEDULERS:
-            cfg = replace(cfg, load_balancing=IPVS_SCHEDULERS[scheduler])
-        else:
-            warnings.append(
-                f"ipvs.scheduler {scheduler!r} has no nlproxy equivalent (rr, sh and mh do): "
-                "endpoints are chosen at random"
-            )
+    cfg, scheduler_warning = _scheduler(doc, cfg)
+    warnings += scheduler_warning
     if mode in MODE_WARNINGS:
         warnings.insert(0, MODE_WARNINGS[mode])
     return replace(cfg, warnings=tuple(warnings))
+
+
+def _document(path: Path) -> tuple[Mapping[str, Any], list[Duplicate]]:
+    """The file's document and its duplicate keys, checked to be a KubeProxyConfiguration of a
+    version nlproxy reads (duplicates are an error but in the lenient version).
+
+    Raises:
+        ConfigError: naming the file.
+    """
+    doc, duplicates = read_config(path)
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"config {path}", "is not a YAML mapping")
+    if doc.get("kind") != "KubeProxyConfiguration" or doc.get("apiVersion") not in API_VERSIONS:
+        raise ConfigError(
+            f"config {path}", f"expected kind KubeProxyConfiguration, apiVersion {API_VERSIONS[0]}"
+        )
+    if duplicates and doc.get("apiVersion") != LENIENT_API_VERSION:
+        raise ConfigError(
+            f"config {path}", f"{duplicates[0]}; {doc['apiVersion']} allows each key once"
+        )
+    return doc, duplicates
+
+
+def _addresses(doc: Mapping[str, Any], cfg: DaemonConfig) -> DaemonConfig:
+    """The HTTP bind addresses and ``bindAddress`` (this node's IP when it is one address).
+
+    Raises:
+        ConfigError: naming the field.
+    """
+    for path_, attr, port in (
+        ("healthzBindAddress", "healthz_bind_address", HEALTHZ_PORT),
+        ("metricsBindAddress", "metrics_bind_address", METRICS_PORT),
+    ):
+        if doc.get(path_):  # empty in a file means kube-proxy's default (kubeadm writes "")
+            field_ = f"KubeProxyConfiguration {path_}"
+            cfg = with_field(cfg, attr, bind_address(doc[path_], port, field_))
+    bind = _get(doc, "bindAddress")
+    if bind is not None and not isinstance(bind, str):  # YAML reads 167772161 as a number
+        raise ConfigError(
+            "KubeProxyConfiguration", f"{bind!r} is not an IP address", field="bindAddress"
+        )
+    if bind and bind not in ("0.0.0.0", "::"):
+        try:
+            cfg = replace(cfg, node_ip=str(ip_address(bind)))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(
+                "KubeProxyConfiguration", f"{bind!r} is not an IP address", field="bindAddress"
+            ) from exc
+    return cfg
+
+
+def _scheduler(doc: Mapping[str, Any], cfg: DaemonConfig) -> tuple[DaemonConfig, list[str]]:
+    """``ipvs.scheduler`` as a load-balancing choice where nlproxy has one; else a warning.
+
+    Raises:
+        ConfigError: not a string.
+    """
+    scheduler = _get(doc, "ipvs.scheduler")
+    if not scheduler:
+        return cfg, []
+    if not isinstance(scheduler, str):
+        raise ConfigError(
+            "KubeProxyConfiguration", f"{scheduler!r} is not a string", field="ipvs.scheduler"
+        )
+    if scheduler in IPVS_SCHEDULERS:
+        return replace(cfg, load_balancing=IPVS_SCHEDULERS[scheduler]), []
+    return cfg, [
+        f"ipvs.scheduler {scheduler!r} has no nlproxy equivalent (rr, sh and mh do): "
+        "endpoints are chosen at random"
+    ]
 
 
 def _unused(path: str, doc: Mapping[str, Any]) -> str:

@@ -17,12 +17,14 @@ values or text; none parses a command line (``commands/`` does) and the daemon i
   print or delete them.
 - ``preflight``: ``nlproxy preflight``: what would bite a kube-proxy node's switch to nlproxy.
   Its API server checks are in ``preflight_api``; the findings both make in ``findings``.
-- ``once``: ``nlproxy run --once``: reconcile once from a manifests directory, name what was
-  left out. ``inputs``: the snapshot a one-shot sync plans from (shared with ``plan``).
+- ``run``: ``nlproxy run --once``: reconcile once from a manifests directory, name what was
+  left out (``run`` without ``--once`` is the daemon, ``daemon/``'s). ``inputs``: the snapshot a
+  one-shot sync plans from (shared with ``plan``).
 - ``plan``, ``plan_report``, ``plan_render``: ``nlproxy plan``: the next sync run with nothing
   applied, its batches told per Service, as text or JSON.
 - ``compare``: ``nlproxy compare``: kube-proxy's live rules traced against nlproxy's plan.
 - ``rules``: ``nlproxy rules``: nlproxy's tables read back, nft-like or as JSON.
+- ``version``: ``nlproxy version``: nlproxy's, libnftnl's and the kernel's versions.
 - ``cleanup``: ``nlproxy cleanup``: nlproxy's tables removed, or (``--kube-proxy``) every
   kube-proxy mode's rules.
 """

@@ -223,16 +223,12 @@ def load_programmed(netns: str | None) -> Programmed:
         ConntrackError: neither ``ip nlproxy`` nor ``ip6 nlproxy`` exists.
     """
     # Imported here: proxy/naming loads the cluster model, a fifth of a plain listing's start.
-    from nlproxy.nft.ir import Family
-    from nlproxy.nft.readback import read_ruleset
+    from nlproxy.nft.ir import FAMILIES
+    from nlproxy.operate.rules import programmed
     from nlproxy.proxy.layout import programmed_frontends
     from nlproxy.proxy.naming import TABLE
 
-    rulesets = [
-        rs
-        for family in (Family.IP, Family.IP6)
-        if (rs := read_ruleset(family, TABLE, netns=netns)) is not None
-    ]
+    rulesets = programmed(FAMILIES, netns)
     if not rulesets:
         raise ConntrackError(f"table ip/ip6 {TABLE}", "not found: nlproxy has programmed nothing")
     return programmed_frontends(rulesets)

@@ -27,8 +27,7 @@ from nlproxy.inspect.classify import Reachability, classify
 from nlproxy.inspect.foreign import find
 from nlproxy.inspect.rtnl import interface_addresses, interface_towards
 from nlproxy.nft.counters import read_counters
-from nlproxy.nft.ir import Family, IPAddress, Ruleset, Set
-from nlproxy.nft.readback import read_ruleset
+from nlproxy.nft.ir import FAMILIES, Family, IPAddress, Ruleset, Set
 from nlproxy.operate.manifests import ServiceFacts, service_facts
 from nlproxy.operate.programmed import (
     FrontendReport,
@@ -37,6 +36,7 @@ from nlproxy.operate.programmed import (
     kernel_frontends,
     service_rules,
 )
+from nlproxy.operate.rules import programmed
 from nlproxy.operate.status import Port, Programming, programming
 from nlproxy.operate.trace import TraceRow, nodeport_addresses, trace_frontends
 from nlproxy.proxy import naming as n
@@ -144,11 +144,7 @@ def explain(
     """
     key = parse_service_key(service)
     source = _parse_ip(src) if src is not None else None
-    rulesets = {
-        fam: rs
-        for fam in (Family.IP, Family.IP6)
-        if (rs := read_ruleset(fam, n.TABLE, netns=netns)) is not None
-    }
+    rulesets = {rs.table.family: rs for rs in programmed(FAMILIES, netns)}
     facts = _facts(manifests, key)
     frontends = _join(rulesets.values(), facts, str(key))
     if not frontends and (facts is None or facts.status == "absent"):

@@ -13,13 +13,12 @@ from dataclasses import dataclass
 
 from nlproxy.errors import ConfigError, NlproxyError
 from nlproxy.inspect.classify import Reachability, classify
-from nlproxy.nft.ir import Family, IPAddress, Ruleset
-from nlproxy.nft.readback import read_ruleset
+from nlproxy.nft.ir import FAMILIES, IPAddress, Ruleset
 from nlproxy.nft.values import key_order
 from nlproxy.operate.programmed import FrontendReport, kernel_frontends
+from nlproxy.operate.rules import programmed
 from nlproxy.operate.text import printable
 from nlproxy.proxy.layout import ADDRESS, FrontKey, UnexpectedElement, keyed, proto_name, targets
-from nlproxy.proxy.naming import TABLE
 
 Target = tuple[IPAddress, int]
 
@@ -167,12 +166,6 @@ def render_table(endpoints: Mapping[str, list[Target]], rows: Iterable[Row]) -> 
     return "\n\n".join(blocks)
 
 
-def read_programmed(netns_name: str | None) -> list[Ruleset]:
-    """The ``ip nlproxy`` and ``ip6 nlproxy`` tables as programmed (those that exist)."""
-    found = [read_ruleset(fam, TABLE, netns=netns_name) for fam in (Family.IP, Family.IP6)]
-    return [rs for rs in found if rs is not None]
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Report:
     """What ``nlproxy inspect`` prints: the programmed endpoints by service port, one row per
@@ -195,7 +188,7 @@ def endpoint_report(netns: str | None, service: str | None = None) -> Report:
         NlproxyError: the kernel refused a read-back or rtnetlink dump, or a programmed element
             has another shape (each names what it was reading).
     """
-    endpoints = programmed_endpoints(read_programmed(netns))
+    endpoints = programmed_endpoints(programmed(FAMILIES, netns))
     if service is not None:
         endpoints = {k: v for k, v in endpoints.items() if k.partition(":")[0] == service}
         if not endpoints:

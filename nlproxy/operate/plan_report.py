@@ -232,78 +232,82 @@ def steps(
     owners: Owners,
 ) -> list[Step]:
     """Each kernel operation of ``ops`` (``family``'s batch) as a :class:`Step`."""
-    out: list[Step] = []
+    return [step for op in ops for step in _steps(family, op, before, after, owners)]
 
-    def declared(name: str, verb: Verb) -> SetLike | None:
-        first, second = (before, after) if verb is not Verb.ADD else (after, before)
-        for rs in (first, second):
-            if rs is not None and name in rs.sets:
-                return rs.sets[name]
-        return None
 
-    def chain_owner(name: str) -> str:
-        for rs in (after, before):
-            if rs is not None and name in rs.chains:
-                return _named(name, rs.chains[name].comment)
-        return _named(name, "")
+def _declared(name: str, verb: Verb, before: Ruleset | None, after: Ruleset) -> SetLike | None:
+    """Set ``name`` as declared where ``verb`` finds it: an add's in ``after`` first, the
+    others' in ``before`` first."""
+    first, second = (before, after) if verb is not Verb.ADD else (after, before)
+    for rs in (first, second):
+        if rs is not None and name in rs.sets:
+            return rs.sets[name]
+    return None
 
-    for op in ops:
-        obj, verb = op.obj, op.verb
-        match obj:
-            case Table():
-                out.append(
-                    Step(
-                        family=family, verb=verb, kind="table", name=obj.name, text="", owner=SHARED
-                    )
+
+def _chain_owner(name: str, before: Ruleset | None, after: Ruleset) -> str:
+    for rs in (after, before):
+        if rs is not None and name in rs.chains:
+            return _named(name, rs.chains[name].comment)
+    return _named(name, "")
+
+
+def _steps(
+    family: Family, op: Operation, before: Ruleset | None, after: Ruleset, owners: Owners
+) -> list[Step]:
+    """One operation's steps: one, or one per element of a packed run."""
+    obj, verb = op.obj, op.verb
+    match obj:
+        case Table():
+            return [
+                Step(family=family, verb=verb, kind="table", name=obj.name, text="", owner=SHARED)
+            ]
+        case Chain():
+            owner = _chain_owner(obj.name, before, after)
+            text = _chain_text(obj)
+            return [
+                Step(family=family, verb=verb, kind="chain", name=obj.name, text=text, owner=owner)
+            ]
+        case Rule():
+            return [
+                Step(
+                    family=family,
+                    verb=verb,
+                    kind="rule",
+                    name=obj.chain,
+                    text=render_rule(obj, family=family),
+                    owner=_chain_owner(obj.chain, before, after),
+                    fp=programmed_fingerprint(obj),
                 )
-            case Chain():
-                out.append(
-                    Step(
-                        family=family,
-                        verb=verb,
-                        kind="chain",
-                        name=obj.name,
-                        text=_chain_text(obj),
-                        owner=chain_owner(obj.name),
-                    )
+            ]
+        case Set() | Map():
+            kind = "map" if isinstance(obj, Map) else "set"
+            text = f"{{ {set_type(obj)} }}"
+            owner = _named(obj.name, obj.comment)
+            return [
+                Step(family=family, verb=verb, kind=kind, name=obj.name, text=text, owner=owner)
+            ]
+        case Element():
+            return [
+                _element_step(family, verb, obj, _declared(obj.set, verb, before, after), owners)
+            ]
+        case PackedRun():
+            s = _declared(obj.set, verb, before, after)
+            assert s is not None, f"a packed run of set {obj.set} that is in neither table"
+            had = before.elements.get(obj.set, {}) if before is not None else {}
+            # A delete sends keys alone: the element it deletes is the one read back.
+            return [
+                _element_step(
+                    family,
+                    verb,
+                    (had.get(el.key) if verb is Verb.DELETE else None) or el,
+                    s,
+                    owners,
                 )
-            case Rule():
-                out.append(
-                    Step(
-                        family=family,
-                        verb=verb,
-                        kind="rule",
-                        name=obj.chain,
-                        text=render_rule(obj, family=family),
-                        owner=chain_owner(obj.chain),
-                        fp=programmed_fingerprint(obj),
-                    )
-                )
-            case Set() | Map():
-                kind = "map" if isinstance(obj, Map) else "set"
-                out.append(
-                    Step(
-                        family=family,
-                        verb=verb,
-                        kind=kind,
-                        name=obj.name,
-                        text=f"{{ {set_type(obj)} }}",
-                        owner=_named(obj.name, obj.comment),
-                    )
-                )
-            case Element():
-                out.append(_element_step(family, verb, obj, declared(obj.set, verb), owners))
-            case PackedRun():
-                s = declared(obj.set, verb)
-                assert s is not None, f"a packed run of set {obj.set} that is in neither table"
-                had = before.elements.get(obj.set, {}) if before is not None else {}
-                for el in unpack_run(obj, s, verb):
-                    # A delete sends keys alone: the element it deletes is the one read back.
-                    whole = had.get(el.key) if verb is Verb.DELETE else None
-                    out.append(_element_step(family, verb, whole or el, s, owners))
-            case _:
-                assert_never(obj)
-    return out
+                for el in unpack_run(obj, s, verb)
+            ]
+        case _:
+            assert_never(obj)
 
 
 def _element_step(

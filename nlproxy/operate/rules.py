@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 
 def programmed(families: Sequence[Family], netns: str | None) -> list[Ruleset]:
-    """nlproxy's tables of ``families`` as the kernel holds them (those that exist)."""
+    """nlproxy's tables of ``families`` as the kernel holds them (those that exist), each one
+    consistent snapshot: the one reader of the programmed tables for every operator command."""
     from nlproxy.nft.readback import read_ruleset
     from nlproxy.proxy.naming import TABLE
 

@@ -31,11 +31,11 @@ from nlproxy.cluster.manifests import load_manifests
 from nlproxy.cluster.model import EndpointSlice, Service, Upsert
 from nlproxy.errors import ConfigError
 from nlproxy.inspect.classify import Reachability, classify
-from nlproxy.nft.ir import DnatMap, Family, IPAddress, Ruleset, Set, SetUpdate
-from nlproxy.nft.readback import read_ruleset
+from nlproxy.nft.ir import FAMILIES, DnatMap, Family, IPAddress, Ruleset, Set, SetUpdate
 from nlproxy.operate.explain import parse_service_key
 from nlproxy.operate.manifests import service_frontends
 from nlproxy.operate.programmed import FrontendReport, FrontKey, kernel_frontends, learned_map
+from nlproxy.operate.rules import programmed
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.layout import closure, proto_name
 
@@ -113,11 +113,7 @@ def services(service: str | None, *, netns: str | None, manifests: Path | None) 
         NlproxyError: the kernel refused a read-back or an rtnetlink dump.
     """
     key = str(parse_service_key(service)) if service else None
-    rulesets = {
-        fam: rs
-        for fam in (Family.IP, Family.IP6)
-        if (rs := read_ruleset(fam, n.TABLE, netns=netns)) is not None
-    }
+    rulesets = {rs.table.family: rs for rs in programmed(FAMILIES, netns)}
     index = _manifests(manifests)
     frontends: list[FrontendReport] = [
         fe for rs in rulesets.values() for fe in kernel_frontends(rs, key)

@@ -53,6 +53,9 @@ DRIFT = ("nlproxy_drift_repairs_total",)
 UNREACHABLE_TOTAL = ("nlproxy_unreachable_endpoints",)
 UNREACHABLE = ("nlproxy_endpoint_unreachable",)
 FOREIGN = ("nlproxy_foreign_proxy_tables",)
+BESIDE = ("nlproxy_beside_proxy_tables",)
+"""A canary's (``--service-proxy-name``) view of kube-proxy's tables: expected beside it, not
+foreign. A table in both gauges is the canary's (a daemon may set both)."""
 NODEPORT_MISSING = ("nlproxy_nodeport_addresses_missing",)
 
 
@@ -271,6 +274,10 @@ class DaemonStatus:
     unreachable_count: int | None = None
     unreachable: tuple[Unreachable, ...] = ()
     foreign_tables: tuple[tuple[str, str], ...] | None = None
+    """Another service proxy's tables, ``(family, table)``, that should not be there."""
+    beside_tables: tuple[tuple[str, str], ...] | None = None
+    """The tables of the proxy a canary runs beside: expected (None: not a canary, or a daemon
+    that does not say)."""
     nodeport_missing: tuple[str, ...] | None = None
     """IP families (``IPv4``) whose NodePorts are refused: nodePortAddresses selects no address."""
     programming: tuple[Programming, ...] | None = None
@@ -389,7 +396,10 @@ def from_samples(
     last = _max(samples, LAST_SYNC)
     every = _durations(samples, SYNC_DURATION)
     drift = _find(samples, DRIFT)
-    foreign = _find(samples, FOREIGN)
+    beside = _tables(_find(samples, BESIDE))
+    foreign = _tables(_find(samples, FOREIGN))
+    if foreign is not None and beside:
+        foreign = tuple(t for t in foreign if t not in beside)
     unreachable = _find(samples, UNREACHABLE) or []
     missing = _find(samples, NODEPORT_MISSING)
     return DaemonStatus(
@@ -428,7 +438,15 @@ def from_samples(
         nodeport_missing=None
         if missing is None
         else tuple(sorted(lb.get("ip_family", "") for lb, v in missing if v)),
-        foreign_tables=None
-        if foreign is None
-        else tuple(sorted((lb.get("family", ""), lb.get("table", "")) for lb, v in foreign if v)),
+        foreign_tables=foreign,
+        beside_tables=beside,
     )
+
+
+def _tables(
+    samples: list[tuple[dict[str, str], float]] | None,
+) -> tuple[tuple[str, str], ...] | None:
+    """A table gauge's tables set to 1, ``(family, table)``, sorted; None when not exported."""
+    if samples is None:
+        return None
+    return tuple(sorted({(lb.get("family", ""), lb.get("table", "")) for lb, v in samples if v}))

@@ -69,6 +69,9 @@ def render_text(st: DaemonStatus, now: datetime) -> str:
     if st.foreign_tables:
         lines += ["", "another service proxy's tables on this node (their rules may win):"]
         lines += [f"  {family} {table}" for family, table in st.foreign_tables]
+    if st.beside_tables:
+        lines += ["", "the service proxy this canary runs beside (expected, left alone):"]
+        lines += [f"  {family} {table}" for family, table in st.beside_tables]
     if st.problem is not None:
         lines += ["", f"nlproxy is {st.problem}"]
     return "\n".join(lines)
@@ -108,11 +111,7 @@ def _metric_rows(st: DaemonStatus, now: datetime) -> list[tuple[str, str]]:
         total = sum(st.drift_repairs.values())
         by = ", ".join(f"{w}: {n}" for w, n in sorted(st.drift_repairs.items()))
         drift = f"{total} ({by})" if by else "0"
-    foreign = (
-        _unknown(None)
-        if st.foreign_tables is None
-        else ", ".join(f"{f} {t}" for f, t in st.foreign_tables) or "none"
-    )
+    foreign = _tables_text(st.foreign_tables)
     if st.nodeport_missing is None:
         nodeports = _unknown(None)
     elif st.nodeport_missing:
@@ -130,8 +129,13 @@ def _metric_rows(st: DaemonStatus, now: datetime) -> list[tuple[str, str]]:
         ("drift repairs", drift),
         ("unreachable endpoints", _unknown(st.unreachable_count)),
         ("foreign proxy tables", foreign),
+        *([("beside (canary)", _tables_text(st.beside_tables))] if st.beside_tables else []),
         ("nodeport addresses", nodeports),
     ]
+
+
+def _tables_text(tables: tuple[tuple[str, str], ...] | None) -> str:
+    return _unknown(None) if tables is None else ", ".join(f"{f} {t}" for f, t in tables) or "none"
 
 
 def to_json(st: DaemonStatus) -> dict[str, object]:
@@ -169,6 +173,9 @@ def to_json(st: DaemonStatus) -> dict[str, object]:
         "foreign_proxy_tables": None
         if st.foreign_tables is None
         else [{"family": f, "table": t} for f, t in st.foreign_tables],
+        "beside_proxy_tables": None
+        if st.beside_tables is None
+        else [{"family": f, "table": t} for f, t in st.beside_tables],
         "programming": None
         if st.programming is None
         else [

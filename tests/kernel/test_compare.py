@@ -89,26 +89,6 @@ def test_nftables_mode_is_equivalent(
     assert cert["summary"].endswith(": equivalent")
 
 
-def test_masquerade_all_differs_only_by_design(
-    make_netns: Callable[[str], str],
-    reference: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    ns = kube_proxy_node(make_netns, reference, "nftables-masquerade-all")
-    status, cert = compare(ns, served(reference, tmp_path / "m"), capsys)
-    assert status == 0, cert["summary"]
-    designed = [o for o in cert["outcomes"] if o["differs"]]
-    assert designed
-    for o in designed:
-        assert "--masquerade-all" in o["by_design"]
-        assert o["kube_proxy"]["masquerade"] is True
-        assert o["nlproxy"]["masquerade"] is False
-        assert o["client"] in ("a pod on this node", "a pod on another node")
-        assert o["kube_proxy"]["endpoints"] == o["nlproxy"]["endpoints"]
-    assert "differences by design" in cert["summary"]
-
-
 def changed_objects(reference: Path, tmp_path: Path, *, cart_port: int | None = None) -> Path:
     """The reference objects with three deliberate changes (a not-ready endpoint of frontend, a
     source range more on storefront-lb, a Local policy on web-nodeport) and, with
@@ -128,46 +108,6 @@ def changed_objects(reference: Path, tmp_path: Path, *, cart_port: int | None = 
     changed.mkdir()
     (changed / "objects.yaml").write_text(yaml.safe_dump_all(docs))
     return changed
-
-
-def test_changed_objects_are_found_different_frontend_by_frontend(
-    make_netns: Callable[[str], str],
-    reference: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    ns = kube_proxy_node(make_netns, reference, "nftables")
-    changed = changed_objects(reference, tmp_path)
-    status, cert = compare(ns, changed, capsys)
-    assert status == 4
-    assert cert["equivalent"] is False
-    differ = [o for o in cert["outcomes"] if o["differs"]]
-    assert {o["service"] for o in differ} == {
-        "shop/frontend:http/TCP", "shop/storefront-lb:http/TCP", "shop/web-nodeport:http/TCP",
-    }  # fmt: skip
-    assert not [o for o in differ if "by_design" in o]
-    frontend = [o for o in differ if o["service"] == "shop/frontend:http/TCP"]
-    assert len(frontend) == 4  # every kind of client of its one frontend
-    assert all(o["nlproxy"]["endpoints"] == ["10.244.1.5:8080"] for o in frontend)
-    assert all("10.244.2.7 is not ready" in o["words"] for o in frontend)
-    [lb] = [o for o in differ if o["service"] == "shop/storefront-lb:http/TCP"]
-    assert (lb["client"], lb["kube_proxy"]["verdict"], lb["nlproxy"]["verdict"]) == (
-        "a client outside the cluster", "DROP", "ACCEPT",
-    )  # fmt: skip
-    outside = [o for o in differ if o["service"] == "shop/web-nodeport:http/TCP"
-               and o["client"] == "a client outside the cluster"]  # fmt: skip
-    assert [o["nlproxy"]["endpoints"] for o in outside] == [["10.244.1.7:8080"]]
-    # The text names each difference in words, and sums up.
-    capsys.readouterr()
-    assert main(["--netns", ns, "compare", "--manifests", str(changed), *FLAGS]) == 4
-    text = capsys.readouterr().out.splitlines()
-    assert text[-1].endswith(f": {len(differ)} differ")
-    assert (
-        "differs: shop/frontend:http/TCP from a pod on this node (10.244.1.254) to ClusterIP "
-        "10.96.10.10:80: kube-proxy sends to 2 endpoints (10.244.1.5:8080, 10.244.2.7:8080), "
-        "nlproxy sends to 1 endpoint (10.244.1.5:8080) (10.244.2.7 is not ready, on node "
-        "kind-worker2)"
-    ) in text
 
 
 def test_a_node_without_kube_proxy_is_one_line(
@@ -286,63 +226,6 @@ def test_iptables_mode_is_equivalent_but_for_what_it_leaves_unproxied(
     assert "(kube-proxy's iptables mode: ip, ip6)" in cert["summary"]
 
 
-def test_iptables_masquerade_all_differs_only_by_design(
-    iptables_nft: None,
-    make_netns: Callable[[str], str],
-    reference: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    ns = kube_proxy_iptables_node(make_netns, reference, "iptables-masquerade-all")
-    status, cert = compare(ns, served(reference, tmp_path / "m"), capsys)
-    assert status == 0, cert["summary"]
-    masq = [o for o in cert["outcomes"] if o["differs"] and "--masquerade-all" in o["by_design"]]
-    assert masq
-    for o in masq:
-        assert (o["kube_proxy"]["masquerade"], o["nlproxy"]["masquerade"]) == (True, False)
-        assert o["client"] in ("a pod on this node", "a pod on another node")
-        assert o["kube_proxy"]["endpoints"] == o["nlproxy"]["endpoints"]
-    rest = [o for o in cert["outcomes"] if o["differs"] and o not in masq]
-    assert all(o["service"].endswith(UNPROXIED) for o in rest)
-
-
-def test_iptables_mode_changed_objects_are_found_different_frontend_by_frontend(
-    iptables_nft: None,
-    make_netns: Callable[[str], str],
-    reference: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    ns = kube_proxy_iptables_node(make_netns, reference, "iptables")
-    changed = changed_objects(reference, tmp_path, cart_port=8081)
-    status, cert = compare(ns, changed, capsys)
-    assert status == 4
-    differ = [o for o in cert["outcomes"] if o["differs"] and "by_design" not in o]
-    assert {o["service"] for o in differ} == {
-        "shop/frontend:http/TCP", "shop/storefront-lb:http/TCP", "shop/web-nodeport:http/TCP",
-        "shop/cart:http/TCP",
-    }  # fmt: skip
-    frontend = [o for o in differ if o["service"] == "shop/frontend:http/TCP"]
-    assert len(frontend) == 4  # every kind of client of its one frontend
-    assert all(o["kube_proxy"]["endpoints"] == ["10.244.1.5:8080", "10.244.2.7:8080"]
-               for o in frontend)  # fmt: skip
-    assert all("10.244.2.7 is not ready" in o["words"] for o in frontend)
-    [lb] = [o for o in differ if o["service"] == "shop/storefront-lb:http/TCP"]
-    assert (lb["client"], lb["kube_proxy"]["verdict"], lb["nlproxy"]["verdict"]) == (
-        "a client outside the cluster", "DROP", "ACCEPT",
-    )  # fmt: skip
-    outside = [o for o in differ if o["service"] == "shop/web-nodeport:http/TCP"
-               and o["client"] == "a client outside the cluster"]  # fmt: skip
-    assert [o["nlproxy"]["endpoints"] for o in outside] == [["10.244.1.7:8080"]]
-    # The cart now listens on 8081: kube-proxy's port 80 is not served by nlproxy (rejected),
-    # and nlproxy's 8081 is not proxied by kube-proxy.
-    cart = {(o["port"], o["kube_proxy"]["verdict"], o["nlproxy"]["verdict"])
-            for o in differ if o["service"] == "shop/cart:http/TCP"}  # fmt: skip
-    assert cart == {(8081, "ACCEPT", "ACCEPT")}
-    assert all(o["kube_proxy"]["endpoints"] == [] for o in differ
-               if o["service"] == "shop/cart:http/TCP")  # fmt: skip
-
-
 def test_iptables_mode_reads_only_kube_proxys_rules(
     iptables_nft: None,
     make_netns: Callable[[str], str],
@@ -371,3 +254,104 @@ def test_iptables_mode_reads_only_kube_proxys_rules(
     assert err.startswith("nlproxy: chain ip nat KUBE-SERVICES: rule "), err
     assert err.endswith(": match statistic rev 0: mode 1 (only random is read)\n"), err
     assert err.count("\n") == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Both modes, one set of assertions: what kube-proxy's rules and nlproxy's plan disagree on is
+# the same whichever mode wrote kube-proxy's; iptables mode adds only the connections it leaves
+# unproxied (named by design above).
+
+MODES = [pytest.param("nftables", id="nftables"), pytest.param("iptables", id="iptables")]
+
+
+def mode_node(
+    mode: str, run: str, request: pytest.FixtureRequest, make_netns: Callable[[str], str],
+    reference: Path,
+) -> str:  # fmt: skip
+    """A namespace holding kube-proxy's rules of ``mode`` for the reference's ``run`` (its
+    suffix: ``""`` or ``"-masquerade-all"``)."""
+    if mode == "iptables":
+        request.getfixturevalue("iptables_nft")
+        return kube_proxy_iptables_node(make_netns, reference, f"iptables{run}")
+    return kube_proxy_node(make_netns, reference, f"nftables{run}")
+
+
+def unproxied(outcomes: list[Any]) -> list[Any]:
+    """What only kube-proxy's iptables mode does: connections no Service port answers, which
+    it routes on and nlproxy refuses (by design)."""
+    return [o for o in outcomes if o["differs"] and o["service"].endswith(UNPROXIED)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_masquerade_all_differs_only_by_design(
+    mode: str,
+    request: pytest.FixtureRequest,
+    make_netns: Callable[[str], str],
+    reference: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ns = mode_node(mode, "-masquerade-all", request, make_netns, reference)
+    status, cert = compare(ns, served(reference, tmp_path / "m"), capsys)
+    assert status == 0, cert["summary"]
+    designed = [
+        o for o in cert["outcomes"] if o["differs"] and o not in unproxied(cert["outcomes"])
+    ]
+    assert designed
+    for o in designed:
+        assert "--masquerade-all" in o["by_design"]
+        assert (o["kube_proxy"]["masquerade"], o["nlproxy"]["masquerade"]) == (True, False)
+        assert o["client"] in ("a pod on this node", "a pod on another node")
+        assert o["kube_proxy"]["endpoints"] == o["nlproxy"]["endpoints"]
+    assert bool(unproxied(cert["outcomes"])) == (mode == "iptables")
+    assert "differences by design" in cert["summary"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_changed_objects_are_found_different_frontend_by_frontend(
+    mode: str,
+    request: pytest.FixtureRequest,
+    make_netns: Callable[[str], str],
+    reference: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ns = mode_node(mode, "", request, make_netns, reference)
+    changed = changed_objects(reference, tmp_path, cart_port=8081)
+    status, cert = compare(ns, changed, capsys)
+    assert status == 4
+    assert cert["equivalent"] is False
+    differ = [o for o in cert["outcomes"] if o["differs"] and o not in unproxied(cert["outcomes"])]
+    assert not [o for o in differ if "by_design" in o]
+    assert {o["service"] for o in differ} == {
+        "shop/frontend:http/TCP", "shop/storefront-lb:http/TCP", "shop/web-nodeport:http/TCP",
+        "shop/cart:http/TCP",
+    }  # fmt: skip
+    frontend = [o for o in differ if o["service"] == "shop/frontend:http/TCP"]
+    assert len(frontend) == 4  # every kind of client of its one frontend
+    assert all(o["kube_proxy"]["endpoints"] == ["10.244.1.5:8080", "10.244.2.7:8080"]
+               for o in frontend)  # fmt: skip
+    assert all(o["nlproxy"]["endpoints"] == ["10.244.1.5:8080"] for o in frontend)
+    assert all("10.244.2.7 is not ready" in o["words"] for o in frontend)
+    [lb] = [o for o in differ if o["service"] == "shop/storefront-lb:http/TCP"]
+    assert (lb["client"], lb["kube_proxy"]["verdict"], lb["nlproxy"]["verdict"]) == (
+        "a client outside the cluster", "DROP", "ACCEPT",
+    )  # fmt: skip
+    outside = [o for o in differ if o["service"] == "shop/web-nodeport:http/TCP"
+               and o["client"] == "a client outside the cluster"]  # fmt: skip
+    assert [o["nlproxy"]["endpoints"] for o in outside] == [["10.244.1.7:8080"]]
+    # The cart now listens on 8081, which kube-proxy does not proxy.
+    cart = {(o["port"], o["kube_proxy"]["endpoints"] == [], o["nlproxy"]["verdict"])
+            for o in differ if o["service"] == "shop/cart:http/TCP"}  # fmt: skip
+    assert cart == {(8081, True, "ACCEPT")}
+    # The text names each difference in words, and sums up.
+    capsys.readouterr()
+    assert main(["--netns", ns, "compare", "--manifests", str(changed), *FLAGS]) == 4
+    text = capsys.readouterr().out.splitlines()
+    assert f": {len(differ)} differ" in text[-1], text[-1]
+    assert (
+        "differs: shop/frontend:http/TCP from a pod on this node (10.244.1.254) to ClusterIP "
+        "10.96.10.10:80: kube-proxy sends to 2 endpoints (10.244.1.5:8080, 10.244.2.7:8080), "
+        "nlproxy sends to 1 endpoint (10.244.1.5:8080) (10.244.2.7 is not ready, on node "
+        "kind-worker2)"
+    ) in text

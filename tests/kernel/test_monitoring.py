@@ -356,3 +356,90 @@ def test_every_new_alert_has_a_promtool_test() -> None:
 def test_the_dashboard_shows_foreign_proxy_tables() -> None:
     [panel] = [p for p in panels(dashboard()) if "foreign proxy tables" in p["title"].lower()]
     assert any("nlproxy_foreign_proxy_tables" in t["expr"] for t in panel["targets"])
+
+
+def _builds(instance: str, cluster: str, builds: str) -> list[dict[str, str]]:
+    """One pod's ``kubernetes_build_info`` over time: ``builds`` is ``VERSION@COMMIT:MINUTES``
+    steps separated by spaces (the pod replaced by a rollout at each step), the series of one
+    build stale (absent) while another is exported."""
+    out = []
+    start = 0
+    steps = [b.split(":") for b in builds.split()]
+    for i, (build, minutes) in enumerate(steps):
+        version, commit = build.split("@")
+        length = int(minutes)
+        end = start + length
+        values = " ".join(["_"] * start + ["1"] * length) if start else f"1x{length - 1}"
+        if i + 1 < len(steps):  # replaced: the old pod's series goes stale
+            values += " stale"
+        labels = {"instance": instance, "cluster": cluster, "git_version": version,
+                  "git_commit": commit}  # fmt: skip
+        out.append(_series("kubernetes_build_info", labels, values))
+        start = end
+    return out
+
+
+def _mixed_alert(cluster: str, value: int) -> dict[str, Any]:
+    every = [r for g in rules()["spec"]["groups"] for r in g["rules"]]
+    [rule] = [r for r in every if r.get("alert") == "NlproxyMixedVersions"]
+    labels = {"cluster": cluster, **rule["labels"]}
+    return {
+        "exp_labels": labels,
+        "exp_annotations": {k: render(v, labels, value) for k, v in rule["annotations"].items()},
+    }
+
+
+def test_mixed_versions_fires_for_a_rollout_that_stops(tmp_path: Path) -> None:
+    """Three nodes on v0.1.0; a rollout to v0.2.0 at 10m moves two of them and stops there (the
+    third's new pod never gets ready): quiet within the hour, firing after it, counting two
+    builds. A second cluster, whose rollout finishes in 25 minutes, stays quiet throughout."""
+    old, new = "v0.1.0@aaaa", "v0.2.0@bbbb"
+    series = [
+        *_builds("192.0.2.1:10249", "c1", f"{old}:10 {new}:120"),
+        *_builds("192.0.2.2:10249", "c1", f"{old}:12 {new}:118"),
+        *_builds("192.0.2.3:10249", "c1", f"{old}:130"),
+        *_builds("198.51.100.1:10249", "c2", f"{old}:10 {new}:120"),
+        *_builds("198.51.100.2:10249", "c2", f"{old}:35 {new}:95"),
+    ]
+    promtool_test_rules(
+        tmp_path,
+        [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": "5m", "alertname": "NlproxyMixedVersions", "exp_alerts": []},
+                    {"eval_time": "60m", "alertname": "NlproxyMixedVersions", "exp_alerts": []},
+                    {
+                        "eval_time": "80m",
+                        "alertname": "NlproxyMixedVersions",
+                        "exp_alerts": [_mixed_alert("c1", 2)],
+                    },
+                ],
+            }
+        ],
+    )
+
+
+def test_mixed_versions_stays_quiet_for_one_build_per_cluster(tmp_path: Path) -> None:
+    """Each cluster on one build (different from the other's), pods restarted on the same
+    build (a new instance series): nothing is mixed, nothing fires."""
+    series = [
+        *_builds("192.0.2.1:10249", "c1", "v0.1.0@aaaa:130"),
+        *_builds("192.0.2.2:10249", "c1", "v0.1.0@aaaa:130"),
+        *_builds("198.51.100.1:10249", "c2", "v0.2.0@bbbb:130"),
+        *_builds("198.51.100.2:10249", "c2", "v0.2.0@bbbb:40 v0.2.0@bbbb:90"),
+    ]
+    promtool_test_rules(
+        tmp_path,
+        [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": f"{t}m", "alertname": "NlproxyMixedVersions", "exp_alerts": []}
+                    for t in (30, 75, 120)
+                ],
+            }
+        ],
+    )

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from nlproxy.demo.testbed import Testbed
-from nlproxy.operate.once import EXIT_INVALID_OBJECTS
+from nlproxy.operate.run import EXIT_INVALID_OBJECTS
 from tests.kernel import topo
 from tests.kernel.daemon import VIP_A, answered_by, daemon, objects, publish, wait_until
 

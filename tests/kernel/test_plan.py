@@ -21,10 +21,10 @@ from nlproxy.nft.ir import Chain, Family, Operation, Rule, Ruleset, Table
 from nlproxy.nft.readback import KernelReadBack, read_ruleset
 from nlproxy.nft.reconcile import count_ops
 from nlproxy.nft.tables import Tables
-from nlproxy.operate.once import run_once
 from nlproxy.operate.plan import dry_run
 from nlproxy.operate.plan_render import report_json
 from nlproxy.operate.plan_report import report
+from nlproxy.operate.run import run_once
 from nlproxy.proxy.naming import TABLE
 from nlproxy.sync.fingerprint import RECORD_CHAIN
 from nlproxy.sync.kernel import SyncKernel

@@ -9,6 +9,8 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
+from tests.packaging.conftest import ROOT
+
 EXAMPLES = "share/nlproxy/examples/demo"
 
 
@@ -61,3 +63,31 @@ def test_demo_runs_from_an_installed_wheel(wheel: Path, tmp_path: Path) -> None:
     )
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "== Cleaned up ==" in demo.stdout, demo.stdout
+
+
+def _elf_machine(data: bytes) -> int:
+    assert data[:4] == b"\x7fELF"
+    return int.from_bytes(data[18:20], "little")
+
+
+def test_make_wheel_builds_for_arch(tmp_path: Path) -> None:
+    """The wheel holds the compiled shim, so it is one architecture's: ``make wheel ARCH=...``
+    builds (or cross-builds) that one's, tagged for it, and leaves the other's wheel beside it."""
+    built = {}
+    for arch, tag, machine in (("amd64", "linux_x86_64", 62), ("arm64", "linux_aarch64", 183)):
+        proc = subprocess.run(
+            ["make", "-C", str(ROOT), "wheel", f"ARCH={arch}", f"DIST={tmp_path}"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        [whl] = [p for p in tmp_path.glob("nlproxy-*.whl") if p.name.endswith(f"-{tag}.whl")]
+        assert whl.name.endswith(f"-cp311-cp311-{tag}.whl"), whl.name
+        with zipfile.ZipFile(whl) as z:
+            [meta] = [n for n in z.namelist() if n.endswith(".dist-info/WHEEL")]
+            wheel_file = z.read(meta).decode()
+            [shim] = [n for n in z.namelist() if n.startswith("nlproxy/_nftshim")]
+            assert _elf_machine(z.read(shim)) == machine, shim
+        assert f"Tag: cp311-cp311-{tag}\n" in wheel_file
+        assert "Root-Is-Purelib: false\n" in wheel_file
+        built[arch] = whl
+    assert sorted(tmp_path.glob("nlproxy-*.whl")) == sorted(built.values())

@@ -414,7 +414,7 @@ def test_each_rule_holds_through_other_modules(edges: dict[str, set[str]], breac
         ),
         pytest.param("nlproxy.daemon.x", "nlproxy.commands.run", id="daemon-imports-a-command"),
         pytest.param("nlproxy.daemon.x", "nlproxy.operate.status", id="daemon-imports-operate"),
-        pytest.param("nlproxy.operate.once", "nlproxy.daemon.run", id="operate-imports-daemon"),
+        pytest.param("nlproxy.operate.run", "nlproxy.daemon.run", id="operate-imports-daemon"),
         pytest.param("nlproxy.sync.loop", "nlproxy.daemon.memory", id="sync-imports-daemon"),
         pytest.param("nlproxy.inspect.x", "nlproxy.operate.explain", id="effect-imports-operate"),
     ],

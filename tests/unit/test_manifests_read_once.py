@@ -11,7 +11,7 @@ import pytest
 
 from nlproxy.cluster.manifests import load_manifests, read_manifests
 from nlproxy.config import DaemonConfig, Settings
-from nlproxy.operate.once import _manifests_digest
+from nlproxy.operate.run import _manifests_digest
 from nlproxy.proxy.config import ProxyConfig
 
 

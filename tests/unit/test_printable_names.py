@@ -11,7 +11,7 @@ from nlproxy.config import DaemonConfig, Settings
 from nlproxy.conntrack.fake import FakeConntrack
 from nlproxy.nft.fake import FakeNftables
 from nlproxy.operate.inspect import Target, render_table
-from nlproxy.operate.once import run_once
+from nlproxy.operate.run import run_once
 from nlproxy.operate.text import printable, printable_lines
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.sync.kernel import SyncKernel

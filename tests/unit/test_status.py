@@ -170,6 +170,43 @@ def test_text_lists_problems() -> None:
     )
 
 
+# A canary (run --service-proxy-name) beside kube-proxy: its tables are expected there. The
+# daemon names them in the beside gauge; a table also in the foreign gauge is still the canary's.
+METRICS_CANARY = """\
+# TYPE nlproxy_foreign_proxy_tables gauge
+nlproxy_foreign_proxy_tables{family="ip",table="kube-proxy",mode="nftables"} 1
+nlproxy_foreign_proxy_tables{family="ip",table="nat",mode="iptables"} 1
+# TYPE nlproxy_beside_proxy_tables gauge
+nlproxy_beside_proxy_tables{family="ip",table="kube-proxy",mode="nftables"} 1
+nlproxy_beside_proxy_tables{family="ip6",table="kube-proxy",mode="nftables"} 1
+"""
+
+
+def test_a_canary_does_not_count_the_proxy_it_runs_beside_as_foreign() -> None:
+    st = from_samples(parse_metrics(METRICS_CANARY), M, H, code=200, body={"lastUpdated": "x"})
+    assert st.beside_tables == (("ip", "kube-proxy"), ("ip6", "kube-proxy"))
+    assert st.foreign_tables == (("ip", "nat"),)  # not the canary's: still foreign
+    text = render_text(st, datetime.fromtimestamp(1.7e9, UTC))
+    assert "foreign proxy tables   ip nat\n" in text
+    assert "beside (canary)        ip kube-proxy, ip6 kube-proxy\n" in text
+    foreign, beside = text.split("another service proxy's tables")[1].split("runs beside")
+    assert "ip kube-proxy" not in foreign
+    assert "  ip kube-proxy\n  ip6 kube-proxy" in beside
+    doc = to_json(st)
+    assert doc["foreign_proxy_tables"] == [{"family": "ip", "table": "nat"}]
+    assert doc["beside_proxy_tables"] == [
+        {"family": "ip", "table": "kube-proxy"},
+        {"family": "ip6", "table": "kube-proxy"},
+    ]
+
+
+def test_not_a_canary_has_no_beside_tables() -> None:
+    st = from_samples(parse_metrics(METRICS_136), M, H, code=200, body={})
+    assert st.beside_tables is None
+    assert "beside" not in render_text(st, datetime.fromtimestamp(1.7e9, UTC))
+    assert to_json(st)["beside_proxy_tables"] is None
+
+
 class _Canned(BaseHTTPRequestHandler):
     answers: dict[str, tuple[int, str]] = {}
 

@@ -52,6 +52,8 @@ def run_once(
         return _run_once(s, end, kernel)
 
 
+# One piece (72 lines): what it lets go early (``del``) and what stays referenced until
+# ``end()`` (the cluster, the plan) are seen in one frame, which memory at scale depends on.
 def _run_once(s: Settings, end: Callable[[int], int], kernel: SyncKernel | None) -> int:
     from nlproxy.cluster.manifests import load_manifests, read_manifests
     from nlproxy.log import get_logger
