@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -132,13 +133,15 @@ def insert_flow(ns: str, dst: str, dport: str, endpoint: str, sport: int) -> Non
 
 
 def kernel_state(ns: str) -> tuple[str, str, int]:
-    """The whole ruleset as nft lists it, the conntrack table, and the ruleset's generation."""
+    """The whole ruleset as nft lists it, the conntrack table (each flow without the seconds it
+    has left, which count down between two reads), and the ruleset's generation."""
     rb = KernelReadBack(TABLE, ns)
     try:
         gen = rb.generation()
     finally:
         rb.close()
-    flows = sorted(sh("conntrack", "-L", ns=ns).splitlines())
+    lines = sh("conntrack", "-L", ns=ns).splitlines()
+    flows = sorted(re.sub(r"^(\S+\s+\d+\s+)\d+\s", r"\1", line) for line in lines)
     return sh("nft", "list", "ruleset", ns=ns), "\n".join(flows), gen
 
 
