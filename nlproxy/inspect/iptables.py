@@ -28,7 +28,7 @@ from nlproxy.nft.dump import (
     parsed,
 )
 from nlproxy.nft.ir import Chain, Family, Rule, Ruleset, Table
-from nlproxy.nft.readback import at_one_generation, raw_expr, read_ruleset
+from nlproxy.nft.readback import at_one_generation, raw_expr, read_table_once
 from nlproxy.nft.uapi import NFT_MSG_GETRULE
 
 from .kubeproxy import KubeProxyRulesetError
@@ -82,7 +82,7 @@ def read_kube_proxy_iptables(family: Family, netns: str | None = None) -> Rulese
 
 
 def _read_table(s: NetfilterSocket, family: Family, name: str) -> RawTable | None:
-    rs = read_ruleset(family, name, sock=s)  # its chains; the rules are read raw below
+    rs = read_table_once(s, family, name)  # its chains; the rules are read raw below
     if rs is None:
         return None
     rules = tuple(dump(s, NFT_MSG_GETRULE, family, name, _raw_rule))

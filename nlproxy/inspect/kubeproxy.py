@@ -40,7 +40,7 @@ from nlproxy.nft.ir import (
     Verdict,
     VerdictKind,
 )
-from nlproxy.nft.readback import at_one_generation, read_ruleset
+from nlproxy.nft.readback import at_one_generation, read_table_once
 from nlproxy.nft.readsets import RawSet, parse_set, read_elements
 from nlproxy.nft.uapi import NFT_MSG_GETSET
 
@@ -83,7 +83,7 @@ def read_kube_proxy(family: Family, netns: str | None = None) -> Ruleset | None:
     """
 
     def read() -> tuple[Ruleset | None, dict[str, Anonymous]]:
-        rs = read_ruleset(family, TABLE, sock=s)
+        rs = read_table_once(s, family, TABLE)
         return rs, _anonymous(s, family) if rs is not None else {}
 
     with NetfilterSocket(netns) as s:

@@ -108,7 +108,7 @@ def read_ruleset(
     s = NetfilterSocket(netns) if sock is None else sock
     try:
         return at_one_generation(
-            s, f"table {family} {name}", functools.partial(_read_once, s, family, name)
+            s, f"table {family} {name}", functools.partial(read_table_once, s, family, name)
         )
     finally:
         if own:
@@ -133,7 +133,10 @@ def at_one_generation(s: NetfilterSocket, what: str, read: Callable[[], _T]) -> 
     raise ReadbackError(what, "ruleset kept changing during the dump")
 
 
-def _read_once(s: NetfilterSocket, family: Family, name: str) -> Ruleset | None:
+def read_table_once(s: NetfilterSocket, family: Family, name: str) -> Ruleset | None:
+    """Table ``family name`` in one pass of dumps, not checked for consistency: for a reader
+    that holds it and more in one :func:`at_one_generation` (a retry inside a retry would
+    multiply the attempts)."""
     table = _read_table(s, family, name)
     if table is None:
         return None
