@@ -40,7 +40,9 @@ LOGGED = 10
 class BalancingGuard:
     """Applies the budget to each snapshot the Syncer is given (see the module docstring)."""
 
-    def __init__(self, default: LoadBalancing, log: FilteringBoundLogger) -> None:
+    def __init__(
+        self, default: LoadBalancing, log: FilteringBoundLogger, *, quota: int | None = None
+    ) -> None:
         self.default = default
         self.log = log
         self.fallbacks: dict[ServiceKey, Fallback] = {}
@@ -52,13 +54,17 @@ class BalancingGuard:
         object handed to the planner instead; ``_originals`` holds what it replaces."""
         self._originals: dict[ServiceKey, Service] = {}
         self._warned: dict[ServiceKey, tuple[Service, tuple[str, ...]]] = {}
-        self.quota: int | None = None
+        self.quota = quota
         """Most elements of tables one sync may (re)build; None: no limit (``run --once``)."""
         self.deferred: set[ServiceKey] = set()
         """Services whose tables wait for the next sync (the loop syncs again at once)."""
         self._was_deferred: set[ServiceKey] = set()
         self._handed: dict[ServiceKey, tuple[Service, tuple[EndpointSlice, ...]]] = {}
         self._primed = False
+
+    def reconfigure(self, default: LoadBalancing) -> None:
+        """Plan Services that ask for no algorithm with ``default`` from the next snapshot on."""
+        self.default = default
 
     @property
     def counts(self) -> dict[str, int]:

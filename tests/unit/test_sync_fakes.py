@@ -46,9 +46,11 @@ CLIENT = ip_address("10.200.0.9")
 LOCAL = (*NODE_ADDRS,)
 
 
-def make(nft: FakeNftables, flows: FakeConntrack | None = None, **kw: bool) -> Syncer:
+def make(
+    nft: FakeNftables, flows: FakeConntrack | None = None, quota: int | None = None, **kw: bool
+) -> Syncer:
     kernel = SyncKernel(tables=nft.open, readback=nft, flows=flows or FakeConntrack())
-    return Syncer(CONFIG, kernel, **kw)
+    return Syncer(CONFIG, kernel, quota=quota, **kw)
 
 
 def to(nft: FakeNftables, vip: str, dport: int, proto: L4Proto = L4Proto.TCP) -> set[str]:
@@ -422,8 +424,7 @@ def test_a_restart_keeps_the_balanced_tables_it_finds_programmed(record: bool) -
     Service's tables a sync; a restart finds them all programmed and keeps them: no operation,
     nothing deferred, no Service planned with random choice meanwhile."""
     nft = FakeNftables(n.TABLE)
-    first = make(nft, record=record)
-    first.balancing.quota = 1  # one Service's tables a sync
+    first = make(nft, record=record, quota=1)  # one Service's tables a sync
     snap = balanced_world()
     syncs = [first.sync(snap)]
     while syncs[-1].deferred and len(syncs) < 20:
@@ -431,8 +432,7 @@ def test_a_restart_keeps_the_balanced_tables_it_finds_programmed(record: bool) -
     assert len(syncs) == 8  # one Service's tables each
     before = text(nft)
 
-    again = make(nft, record=record)
-    again.balancing.quota = 1
+    again = make(nft, record=record, quota=1)
     result = again.sync(snap)
 
     assert result.total_ops == 0
