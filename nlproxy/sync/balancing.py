@@ -25,6 +25,8 @@ from nlproxy.cluster.model import (
     Service,
     ServiceKey,
 )
+from nlproxy.nft.ir import Ruleset
+from nlproxy.proxy import naming as n
 from nlproxy.proxy.budget import Fallback, admit, choice, demand
 
 if TYPE_CHECKING:
@@ -249,6 +251,25 @@ class BalancingGuard:
             for key, (svc, slices, _, _) in self._demands.items()
             if key not in self.fallbacks and has_tables(svc)
         }
+
+    def found(self, tables: Iterable[Ruleset | None]) -> None:
+        """:meth:`built`, the Services with tables being those whose round-robin or
+        consistent-hash map of some port is among ``tables``' sets (read back at a restart).
+        A map is known by its name: one of another algorithm of the same port is rebuilt by
+        the next sync's diff, past the quota."""
+        names: set[str] = set()
+        for rs in tables:
+            if rs is not None:
+                names.update(rs.sets)
+
+        def has_tables(svc: Service) -> bool:
+            return any(
+                n.balanced_map(local, sp.ref) in names
+                for sp in svc.ports
+                for local in (False, True)
+            )
+
+        self.built(has_tables)
 
     @staticmethod
     def _age(snapshot: ClusterSnapshot) -> Callable[[ServiceKey], tuple[bool, str, ServiceKey]]:

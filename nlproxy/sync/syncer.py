@@ -34,12 +34,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence, Set
 
-from nlproxy.cluster.model import ClusterSnapshot, Service, ServiceKey
+from nlproxy.cluster.model import ClusterSnapshot, ServiceKey
 from nlproxy.errors import KernelError
 from nlproxy.log import get_logger
 from nlproxy.nft.ir import FAMILIES, Family, Operation, Ruleset
 from nlproxy.nft.reconcile import Delta, advance, count_ops, diff, ops_for_delta
-from nlproxy.proxy import naming as n
 from nlproxy.proxy.affinity import client_maps
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
@@ -330,11 +329,12 @@ class Syncer:
             changed, self._last_plan if self.incremental else None, snapshot, self.config
         )
         with gc_paused():  # a collection would walk the whole cached plan
+            vouched = False
             if not self._seeded and self.balancing.quota is not None:
-                self._seed_balanced(snapshot)
+                vouched = self._seed_balanced(snapshot)
             snapshot, changed = self.balancing.apply(snapshot, changed)
             with self.verifier.changing():
-                result = self._sync_isolating(snapshot, changed)
+                result = self._sync_isolating(snapshot, changed, vouched=vouched)
                 if found is not told and found is not None:
                     result.narrowed = set(found)
                 result.deferred = set(self.balancing.deferred)
@@ -350,37 +350,29 @@ class Syncer:
             if maps := client_maps(rs, planned.ports.values(), changing):
                 self.batches.forget_learned(family, maps)
 
-    def _seed_balanced(self, snapshot: ClusterSnapshot) -> None:
+    def _seed_balanced(self, snapshot: ClusterSnapshot) -> bool:
         """Before a first sync under a quota of tables: the round-robin and consistent-hash
         tables a previous process built are kept, not rebuilt a quota at a time with random
         choice meanwhile (clients would move at every restart).
 
         The records vouch for the plan of ``snapshot`` with every table, or the tables are read
-        back (as the sync would) and the Services whose maps are there count as built. A map
-        is known by its name: one of another algorithm of the same port is rebuilt by this
-        sync's diff, past the quota.
+        back (as the sync would) and the Services whose maps are there count as built
+        (``BalancingGuard.found``).
+
+        Returns whether the records vouch for the tables: then nothing is deferred, the
+        snapshot this sync plans is ``full`` (the same objects) and the digest taken here is
+        its digest. The digest is taken only when the tables carry records that could vouch
+        for some inputs (not at a first start).
         """
         full, _ = self.balancing.apply(snapshot, None, unlimited=True)
-        self.records.take_digest(full, None, exact=False)
-        if self.records.matches():
-            return  # every table of ``full`` is programmed, and counts as built
+        if self.records.matches(take=lambda: self.records.take_digest(full, None, exact=False)):
+            return True  # every table of ``full`` is programmed, and counts as built
         self.verify()
-        names: set[str] = set()
-        for rs in self._programmed.values():
-            if rs is not None:
-                names.update(rs.sets)
-
-        def has_tables(svc: Service) -> bool:
-            return any(
-                n.balanced_map(local, sp.ref) in names
-                for sp in svc.ports
-                for local in (False, True)
-            )
-
-        self.balancing.built(has_tables)
+        self.balancing.found(self._programmed.values())
+        return False
 
     def _sync_isolating(
-        self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None
+        self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None, *, vouched: bool
     ) -> SyncResult:
         iso = self.isolation
         iso.start(snapshot)
@@ -388,13 +380,14 @@ class Syncer:
         while True:
             effective = iso.effective(snapshot)
             try:
-                result = self._sync(effective, changed, changing)
+                result = self._sync(effective, changed, changing, vouched=vouched)
             except KernelError as exc:
                 keys = iso.culprits(exc, effective, self._holders(exc), self._check)
                 if not keys:
                     raise
                 iso.exclude(snapshot, keys, str(exc))
                 changed = None  # the full path runs next: the cache is no longer in step
+                vouched = False
                 continue
             result.excluded = iso.accepted(effective)
             return result
@@ -425,17 +418,21 @@ class Syncer:
         snapshot: ClusterSnapshot,
         changed: Set[ServiceKey] | None,
         changing: Set[ServiceKey] | None,
+        *,
+        vouched: bool = False,
     ) -> SyncResult:
         """One try of :meth:`sync` (``_sync_isolating`` tries again without a refused
         Service); ``changing``: the Services whose affinity clients a commit may have left
-        without their endpoint (None: any)."""
+        without their endpoint (None: any); ``vouched``: a first sync whose snapshot's digest
+        the records were found to carry (``_seed_balanced``), not taken or checked again."""
         self.settle()  # the plan is updated in place below, the cache by its own operations
         # Services left out (or let back in by retry_all) differ from the input without
         # being among its changes: then every service is looked at.
-        self.records.take_digest(snapshot, changed, exact=not self.isolation.excluded)
+        if not vouched:
+            self.records.take_digest(snapshot, changed, exact=not self.isolation.excluded)
         restarted = False
         if not self._seeded:
-            restarted = self.records.matches()
+            restarted = vouched or self.records.matches()
             if not restarted:
                 self.verify()
             elif self.plan_after_restart:
