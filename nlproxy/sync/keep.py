@@ -55,11 +55,13 @@ def _unstamped(rs: Ruleset, chain: str) -> list[Rule]:
     return out
 
 
-def kept_objects(start: Ruleset, desired: Ruleset, known: Set[str]) -> Ruleset:
-    """The objects of ``start`` (a table read back when this process started) that belong to
-    services not in ``known`` (``ns/name``) and that ``desired`` lacks, with every chain and set
-    they reference that ``desired`` lacks: what :func:`merged` adds to ``desired``."""
-    out = Ruleset(table=desired.table)
+def kept_fronts(
+    start: Ruleset, desired: Ruleset, known: Set[str], released: Set[FrontKey]
+) -> tuple[set[FrontKey], set[FrontKey]]:
+    """The frontends of ``start`` (a table read back when this process started) whose commented
+    element names a service not in ``known`` (``ns/name``) and that neither ``desired`` nor
+    ``released`` claims (those kept), and the ones ``desired`` claims (released from now on:
+    a frontend the plan took once is the plan's, even once it no longer holds it)."""
     claimed: set[FrontKey] = set()
     for name in _COMMENTED:
         for key in desired.elements.get(name, {}):
@@ -67,12 +69,22 @@ def kept_objects(start: Ruleset, desired: Ruleset, known: Set[str]) -> Ruleset:
             if fk is not None:
                 claimed.add(fk)
     fronts: set[FrontKey] = set()
+    taken: set[FrontKey] = set()
     for name in _COMMENTED:
         for key, el in start.elements.get(name, {}).items():
             if el.comment and _service(el.comment) not in known:
                 fk = element_front(name, key)
-                if fk is not None and fk not in claimed:
-                    fronts.add(fk)
+                if fk is None or fk in released:
+                    continue
+                (taken if fk in claimed else fronts).add(fk)
+    return fronts, taken
+
+
+def kept_objects(start: Ruleset, desired: Ruleset, fronts: Set[FrontKey]) -> Ruleset:
+    """The objects of ``start`` (a table read back when this process started) of ``fronts``
+    (:func:`kept_fronts`) that ``desired`` lacks, with every chain and set they reference that
+    ``desired`` lacks: what :func:`merged` adds to ``desired``."""
+    out = Ruleset(table=desired.table)
     if not fronts:
         return out
     chains: list[str] = []
@@ -226,6 +238,7 @@ class Keeper:
     def __init__(self) -> None:
         self._start: dict[Family, Ruleset] | None = None
         self._known: set[str] = set()
+        self._released: dict[Family, set[FrontKey]] = {}  # kept frontends the plan took
         self._done = False  # every place was read once: nothing is kept any more
         self.kept: set[str] = set()
         """The services (``ns/name``) this sync keeps so far (empty: the plan as it is)."""
@@ -250,7 +263,7 @@ class Keeper:
         if not snapshot.unread:
             self._done = True
             ended = self._start is not None
-            self._start, self._known = None, set()
+            self._start, self._known, self._released = None, set(), {}
             self.kept = set()
             return ended
         self._known.update(str(key) for key in snapshot.services)
@@ -262,7 +275,10 @@ class Keeper:
         start = None if self._start is None else self._start.get(family)
         if start is None:
             return desired
-        kept = kept_objects(start, desired, self._known)
+        released = self._released.setdefault(family, set())
+        fronts, taken = kept_fronts(start, desired, self._known, released)
+        released |= taken
+        kept = kept_objects(start, desired, fronts)
         self.kept.update(
             _service(el.comment)
             for name in _COMMENTED

@@ -424,10 +424,9 @@ class Syncer:
         *,
         vouched: bool = False,
     ) -> SyncResult:
-        """One try of :meth:`sync` (``_sync_isolating`` tries again without a refused
-        Service); ``changing``: the Services whose affinity clients a commit may have left
-        without their endpoint (None: any); ``vouched``: a first sync whose snapshot's digest
-        the records were found to carry (``_seed_balanced``), not taken or checked again."""
+        """One try of :meth:`sync`; ``changing``: the Services whose affinity clients a commit
+        may orphan (None: any); ``vouched``: a first sync whose snapshot's digest the records
+        carry (``_seed_balanced``): not taken or checked again."""
         self.settle()  # the plan is updated in place below, the cache by its own operations
         # Services left out (or let back in by retry_all) differ from the input without
         # being among its changes: then every service is looked at.

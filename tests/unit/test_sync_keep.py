@@ -152,6 +152,26 @@ def test_a_frontend_the_plan_gives_another_service_is_the_plans() -> None:
     assert second.keeper.kept == {"default/sticky", "default/robin"}
 
 
+def test_a_kept_frontend_the_plan_took_does_not_come_back_when_its_taker_goes() -> None:
+    """Once a Service that is read takes a kept frontend, the kept Service's objects there
+    are gone for good: deleting the taker while the place is still unread leaves the
+    frontend empty, not programmed again as it was found at start."""
+    nft = FakeNftables(n.TABLE)
+    make(nft).sync(cluster(**KEPT))
+    second = make(nft)
+    taken = {"new": (dns("new", "10.96.0.10"), ("10.1.0.9",))}
+    second.sync(cluster(("a.yaml",), **taken))
+    assert to(nft, "10.96.0.10", 53) == at("10.1.0.9")
+
+    second.sync(cluster(("a.yaml",)))  # "new" deleted from a file that is read
+    assert to(nft, "10.96.0.10", 53) == set()
+    assert second.keeper.kept == {"default/sticky", "default/robin"}
+    assert to(nft, "10.96.0.11", 53) == at("10.1.0.3", "10.1.0.4")
+    # A verify finds what is programmed to be what is wanted (no repair brings it back).
+    version = second.version
+    assert all(second.repair_ops(f, second.read_back(f), version) == [] for f in FAMILIES)
+
+
 def test_nothing_is_kept_when_every_place_is_read_from_the_start() -> None:
     nft = FakeNftables(n.TABLE)
     make(nft).sync(cluster(**KEPT))
