@@ -234,11 +234,6 @@ class Syncer:
             return self._merged
         return None if planned is None else planned.rulesets
 
-    def _wanted(self, family: Family, planned: Plan) -> Ruleset:
-        """``family``'s ruleset of ``planned``, with what the keeper keeps while it does."""
-        desired = planned.rulesets[family]
-        return self.keeper.wanted(family, desired) if self.keeper.active else desired
-
     @property
     def failed_family(self) -> Family | None:
         """The family whose batch the kernel rejected last (None: the last commit passed)."""
@@ -312,14 +307,12 @@ class Syncer:
         if self._replan:  # new settings: every Service may differ
             self._replan = False
             changed = None
-        if self.keeper.sees(snapshot):
+        if self.keeper.sees(snapshot, changed):
             # Every place is read now: what was kept and is not planned is really gone.
             self.log.info("sync.keep_ended")
             self._merged = None
             self._in_step = False
             self.records.look_at_all()
-        elif self.keeper.active:
-            self._in_step = False  # the plan alone is not what is programmed: compare all
         told = changed
         changed = found = narrowed(
             changed, self._last_plan if self.incremental else None, snapshot, self.config
@@ -409,7 +402,9 @@ class Syncer:
         self.settle()  # planning with the last plan as ``previous`` must not reach the cache
         planned = plan(snapshot, self.config, previous=self._last_plan)
         for family in FAMILIES:
-            ops = diff(self._wanted(family, planned), self._programmed.get(family))
+            ops = diff(
+                self.keeper.wanted(family, planned.rulesets[family]), self._programmed.get(family)
+            )
             try:
                 self.batches.check(family, ops)
             except KernelError:
@@ -449,10 +444,10 @@ class Syncer:
         last, in_step, self._in_step = self._last_plan, self._in_step, False
         if last is not None and self.incremental and last.live is not None:
             planned, deltas = plan_update(last, snapshot, self.config, changed)
-            if not in_step:
+            if not in_step or (self.keeper.active and self.keeper.affects(deltas, changed)):
                 # The plan is updated in place all the same (no full replan, no second plan
                 # alive beside the read-back), but the cache is the kernel's read-back or
-                # behind a failed commit: compare everything.
+                # behind a failed commit, or what is kept may change: compare everything.
                 deltas = None
         else:
             # The previous plan lets the planner replay the fragments of unchanged services;
@@ -526,7 +521,7 @@ class Syncer:
         if not self.keeper.active:
             self._merged = None
             return planned.rulesets
-        wanted = {f: self._wanted(f, planned) for f in FAMILIES}
+        wanted = self.keeper.keep(planned.rulesets)
         kept = sorted(self.keeper.kept)
         self._merged = wanted if kept else None
         if kept:
@@ -560,6 +555,9 @@ class Syncer:
             assert programmed is not None, "in step with a plan means something is programmed"
             advance(programmed, ops)
 
+        if self._merged is not None:  # what is kept, as the last full sync kept it, stays
+            self.records.withhold()
+            self._merged = {f: self.keeper.remerged(f, planned.rulesets[f]) for f in FAMILIES}
         # A family that fails after another committed: the flows of the delta's removed
         # endpoints go all the same (this family's too: deleting a flow only re-balances it).
         self._commit(result, snapshot, ops_of, committed, lambda: (old_rs, new_rs))
