@@ -25,6 +25,8 @@ from nlproxy.cluster.model import (
     Service,
     ServiceKey,
 )
+from nlproxy.nft.ir import Ruleset
+from nlproxy.proxy import naming as n
 from nlproxy.proxy.budget import Fallback, admit, choice, demand
 
 if TYPE_CHECKING:
@@ -40,7 +42,9 @@ LOGGED = 10
 class BalancingGuard:
     """Applies the budget to each snapshot the Syncer is given (see the module docstring)."""
 
-    def __init__(self, default: LoadBalancing, log: FilteringBoundLogger) -> None:
+    def __init__(
+        self, default: LoadBalancing, log: FilteringBoundLogger, *, quota: int | None = None
+    ) -> None:
         self.default = default
         self.log = log
         self.fallbacks: dict[ServiceKey, Fallback] = {}
@@ -52,13 +56,17 @@ class BalancingGuard:
         object handed to the planner instead; ``_originals`` holds what it replaces."""
         self._originals: dict[ServiceKey, Service] = {}
         self._warned: dict[ServiceKey, tuple[Service, tuple[str, ...]]] = {}
-        self.quota: int | None = None
+        self.quota = quota
         """Most elements of tables one sync may (re)build; None: no limit (``run --once``)."""
         self.deferred: set[ServiceKey] = set()
         """Services whose tables wait for the next sync (the loop syncs again at once)."""
         self._was_deferred: set[ServiceKey] = set()
         self._handed: dict[ServiceKey, tuple[Service, tuple[EndpointSlice, ...]]] = {}
         self._primed = False
+
+    def reconfigure(self, default: LoadBalancing) -> None:
+        """Plan Services that ask for no algorithm with ``default`` from the next snapshot on."""
+        self.default = default
 
     @property
     def counts(self) -> dict[str, int]:
@@ -243,6 +251,25 @@ class BalancingGuard:
             for key, (svc, slices, _, _) in self._demands.items()
             if key not in self.fallbacks and has_tables(svc)
         }
+
+    def found(self, tables: Iterable[Ruleset | None]) -> None:
+        """:meth:`built`, the Services with tables being those whose round-robin or
+        consistent-hash map of some port is among ``tables``' sets (read back at a restart).
+        A map is known by its name: one of another algorithm of the same port is rebuilt by
+        the next sync's diff, past the quota."""
+        names: set[str] = set()
+        for rs in tables:
+            if rs is not None:
+                names.update(rs.sets)
+
+        def has_tables(svc: Service) -> bool:
+            return any(
+                n.balanced_map(local, sp.ref) in names
+                for sp in svc.ports
+                for local in (False, True)
+            )
+
+        self.built(has_tables)
 
     @staticmethod
     def _age(snapshot: ClusterSnapshot) -> Callable[[ServiceKey], tuple[bool, str, ServiceKey]]:

@@ -50,6 +50,10 @@ class FlowCleanup:
         self.flush_tcp = flush_tcp
         self._deleted = 0
 
+    def reconfigure(self, config: ProxyConfig) -> None:
+        """Read the node's addresses from ``config`` from the next cleanup on."""
+        self.config = config
+
     @property
     def deleted_total(self) -> int:
         """Flows deleted since this object was made."""

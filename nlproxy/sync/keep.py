@@ -7,9 +7,11 @@ their traffic until the file is fixed, for no change anyone made. So while ``unr
 anything, the Syncer plans what it knows and keeps, beside it, the objects of the tables as it
 found them at start that belong to Services it has never seen (:class:`Keeper`): no delete and
 no conntrack flush for them, and no restart record that says they are gone. Once every place is
-read, the next sync compares everything and deletes what is really gone. Meanwhile every sync
-takes the full path (plan in place, compare whole tables): the plan alone is not what is
-programmed, so a delta of it cannot stand for the difference.
+read, the next sync compares everything and deletes what is really gone. Meanwhile a change
+that no kept object depends on (:meth:`Keeper.affects`) is sent alone, as any incremental
+sync's; one that may change what is kept (a kept frontend taken, a kept Service read again, a
+chain or set of the start-up table added or deleted) takes the full path: what to keep is
+worked out again and whole tables are compared.
 
 Which objects are a Service's: the elements of the per-frontend maps (``layout.py``'s
 ``ADDRESS_KEYED`` / ``NODEPORT_KEYED``) of every frontend whose commented element (dispatch or
@@ -22,20 +24,22 @@ Pure but for :class:`Keeper`'s memory of what was seen: no I/O, clock or logging
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Callable, Container, Mapping, Set
 from copy import copy
 from dataclasses import replace
 
-from nlproxy.cluster.model import ClusterSnapshot
+from nlproxy.cluster.model import ClusterSnapshot, ServiceKey
 from nlproxy.nft.ir import Dnat, ElementMap, Family, Rule, Ruleset, Value, Verdict, names
 from nlproxy.nft.packed import PackedElements
-from nlproxy.nft.reconcile import programmed_fingerprint
+from nlproxy.nft.reconcile import Delta, programmed_fingerprint
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.layout import ADDRESS_KEYED, NODEPORT_KEYED, FrontKey, element_front, target
 
 _KEYED = (*ADDRESS_KEYED, *NODEPORT_KEYED)
 _COMMENTED = (n.SERVICE_IPS, n.SERVICE_NODEPORTS, n.NO_ENDPOINT_SERVICES, n.NO_ENDPOINT_NODEPORTS)
 """The maps whose elements name their service port in a comment (``ns/name:port/PROTO``)."""
+_SHARED = (n.CLUSTER_IPS, n.HAIRPIN)
+"""Plain sets a kept frontend may share elements of with the plan."""
 
 
 def _service(comment: str) -> str:
@@ -55,11 +59,13 @@ def _unstamped(rs: Ruleset, chain: str) -> list[Rule]:
     return out
 
 
-def kept_objects(start: Ruleset, desired: Ruleset, known: Set[str]) -> Ruleset:
-    """The objects of ``start`` (a table read back when this process started) that belong to
-    services not in ``known`` (``ns/name``) and that ``desired`` lacks, with every chain and set
-    they reference that ``desired`` lacks: what :func:`merged` adds to ``desired``."""
-    out = Ruleset(table=desired.table)
+def kept_fronts(
+    start: Ruleset, desired: Ruleset, known: Set[str], released: Set[FrontKey]
+) -> tuple[set[FrontKey], set[FrontKey]]:
+    """The frontends of ``start`` (a table read back when this process started) whose commented
+    element names a service not in ``known`` (``ns/name``) and that neither ``desired`` nor
+    ``released`` claims (those kept), and the ones ``desired`` claims (released from now on:
+    a frontend the plan took once is the plan's, even once it no longer holds it)."""
     claimed: set[FrontKey] = set()
     for name in _COMMENTED:
         for key in desired.elements.get(name, {}):
@@ -67,14 +73,27 @@ def kept_objects(start: Ruleset, desired: Ruleset, known: Set[str]) -> Ruleset:
             if fk is not None:
                 claimed.add(fk)
     fronts: set[FrontKey] = set()
+    taken: set[FrontKey] = set()
     for name in _COMMENTED:
         for key, el in start.elements.get(name, {}).items():
             if el.comment and _service(el.comment) not in known:
                 fk = element_front(name, key)
-                if fk is not None and fk not in claimed:
-                    fronts.add(fk)
+                if fk is None or fk in released:
+                    continue
+                (taken if fk in claimed else fronts).add(fk)
+    return fronts, taken
+
+
+def kept_objects(
+    start: Ruleset, desired: Ruleset, fronts: Set[FrontKey]
+) -> tuple[Ruleset, set[object]]:
+    """The objects of ``start`` (a table read back when this process started) of ``fronts``
+    (:func:`kept_fronts`) that ``desired`` lacks, with every chain and set they reference that
+    ``desired`` lacks: what :func:`merged` adds to ``desired``; and the endpoint addresses
+    they reach (whose ``hairpin`` pairs they keep)."""
+    out = Ruleset(table=desired.table)
     if not fronts:
-        return out
+        return out, set()
     chains: list[str] = []
     sets: list[str] = []
     endpoints: set[object] = set()
@@ -118,7 +137,7 @@ def kept_objects(start: Ruleset, desired: Ruleset, known: Set[str]) -> Ruleset:
     addresses = {fk[1] for fk in fronts if fk[1] is not None}
     _plain(start, desired, out, n.CLUSTER_IPS, lambda key: key[0] in addresses)
     _plain(start, desired, out, n.HAIRPIN, lambda key: key[0] in endpoints)
-    return out
+    return out, endpoints
 
 
 def _close(
@@ -215,25 +234,41 @@ def merged(desired: Ruleset, kept: Ruleset) -> Ruleset:
     return out
 
 
+def _touches(
+    changes: Mapping[str, tuple[object, object]], had: Container[str], held: Container[str]
+) -> bool:
+    """Whether ``changes`` (a delta's chains or sets: before, after) change one of ``held``
+    or add or delete one of ``had``."""
+    return any(
+        name in held or ((before is None or after is None) and name in had)
+        for name, (before, after) in changes.items()
+    )
+
+
 class Keeper:
     """What the Syncer keeps of the tables it found at start while a source cannot read
     everything (see the module docstring).
 
     The Syncer hands it the tables as first read back (:meth:`found`) and each snapshot it
-    syncs (:meth:`sees`); :meth:`wanted` gives what to program instead of the plan.
+    syncs (:meth:`sees`). A full sync programs what :meth:`keep` gives instead of the plan; a
+    sync whose plan change no kept object depends on (:meth:`affects`) sends that change
+    alone, and what is programmed is then :meth:`remerged`.
     """
 
     def __init__(self) -> None:
         self._start: dict[Family, Ruleset] | None = None
         self._known: set[str] = set()
+        self._released: dict[Family, set[FrontKey]] = {}  # kept frontends the plan took
+        # :meth:`keep`'s: what is kept, of which frontends, reaching which endpoints.
+        self._kept: dict[Family, tuple[Ruleset, set[FrontKey], set[object]]] = {}
         self._done = False  # every place was read once: nothing is kept any more
         self.kept: set[str] = set()
-        """The services (``ns/name``) this sync keeps so far (empty: the plan as it is)."""
+        """The services (``ns/name``) the last full sync kept (empty: the plan as it is)."""
 
     @property
     def active(self) -> bool:
-        """Whether syncs are to keep objects of the start-up tables (the full path then runs:
-        the plan alone is not what is programmed)."""
+        """Whether syncs are to keep objects of the start-up tables (the plan alone is not
+        what is programmed)."""
         return self._start is not None
 
     def found(self, tables: Mapping[Family, Ruleset | None]) -> None:
@@ -242,31 +277,114 @@ class Keeper:
             return
         self._start = {f: rs for f, rs in tables.items() if rs is not None}
 
-    def sees(self, snapshot: ClusterSnapshot) -> bool:
-        """A sync of ``snapshot`` begins; returns True when it ends the keeping (every place
-        is read now): that sync compares everything, so what is really gone is deleted."""
+    def sees(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None = None) -> bool:
+        """A sync of ``snapshot`` begins (``changed``: the only Services that may differ from
+        the last one's; None: any); returns True when it ends the keeping (every place is read
+        now): that sync compares everything, so what is really gone is deleted."""
         if self._done:
             return False
         if not snapshot.unread:
             self._done = True
             ended = self._start is not None
-            self._start, self._known = None, set()
+            self._start, self._known, self._released, self._kept = None, set(), {}, {}
             self.kept = set()
             return ended
-        self._known.update(str(key) for key in snapshot.services)
-        self.kept = set()
+        services = snapshot.services
+        keys = services if changed is None else [k for k in changed if k in services]
+        self._known.update(str(key) for key in keys)
         return False
 
     def wanted(self, family: Family, desired: Ruleset) -> Ruleset:
-        """What to program in ``family``'s table: ``desired`` with what is kept."""
+        """What to program in ``family``'s table for ``desired``: it with what is kept. Only
+        tells (for a plan that is checked, not synced): :meth:`keep` is a sync's."""
+        if self._start is None:
+            return desired
+        kept, _, _, _ = self._kept_of(family, desired)
+        return merged(desired, kept)
+
+    def keep(self, rulesets: Mapping[Family, Ruleset]) -> dict[Family, Ruleset]:
+        """What a full sync programs per family for the plan's ``rulesets``: each with what is
+        kept. The frontends the plan takes are released for good; what is kept is remembered
+        (:attr:`kept`, :meth:`affects`, :meth:`remerged`)."""
+        self.kept = set()
+        self._kept = {}
+        out: dict[Family, Ruleset] = {}
+        for family, desired in rulesets.items():
+            kept, fronts, endpoints, taken = self._kept_of(family, desired)
+            self._released.setdefault(family, set()).update(taken)
+            self._kept[family] = (kept, fronts, endpoints)
+            self.kept.update(
+                _service(el.comment)
+                for name in _COMMENTED
+                for el in kept.elements.get(name, {}).values()
+                if el.comment
+            )
+            out[family] = merged(desired, kept)
+        return out
+
+    def _kept_of(
+        self, family: Family, desired: Ruleset
+    ) -> tuple[Ruleset, set[FrontKey], set[object], set[FrontKey]]:
+        """What is kept beside ``desired``, of which frontends, reaching which endpoints, and
+        the frontends ``desired`` takes."""
         start = None if self._start is None else self._start.get(family)
         if start is None:
-            return desired
-        kept = kept_objects(start, desired, self._known)
-        self.kept.update(
-            _service(el.comment)
-            for name in _COMMENTED
-            for el in kept.elements.get(name, {}).values()
-            if el.comment
+            return Ruleset(table=desired.table), set(), set(), set()
+        released = self._released.get(family, set())
+        fronts, taken = kept_fronts(start, desired, self._known, released)
+        kept, endpoints = kept_objects(start, desired, fronts)
+        return kept, fronts, endpoints, taken
+
+    def affects(
+        self, deltas: Mapping[Family, Delta] | None, changed: Set[ServiceKey] | None
+    ) -> bool:
+        """Whether a change of the plan (``deltas`` per family, of the Services ``changed``;
+        None: not known) may change what the last :meth:`keep` kept, so that only a full sync
+        tells what to program: it names a kept Service, takes a kept frontend, or adds or
+        deletes a chain or set the start-up table has (kept objects may name it), or one that
+        is kept, or deletes a ClusterIP or ``hairpin`` pair a kept frontend shares (kept only
+        while the plan lacks it)."""
+        if deltas is None or changed is None:
+            return True
+        if self.kept and any(str(key) in self.kept for key in changed):
+            return True
+        return any(self._affects(family, delta) for family, delta in deltas.items())
+
+    def _affects(self, family: Family, delta: Delta) -> bool:
+        """:meth:`affects` for one family's delta, past the Services it names."""
+        start = None if self._start is None else self._start.get(family)
+        entry = self._kept.get(family)
+        if start is None or entry is None:
+            return start is not None  # (no keep() yet: a full sync first)
+        kept, fronts, endpoints = entry
+        addresses = {fk[1] for fk in fronts}
+        for (set_name, key), (_, after) in delta.elements.items():
+            if after is not None:
+                if set_name in _COMMENTED and element_front(set_name, key) in fronts:
+                    return True
+            elif (set_name == n.CLUSTER_IPS and key[0] in addresses) or (
+                set_name == n.HAIRPIN and key[0] in endpoints
+            ):
+                return True
+        for name, changes in delta.packed.items():
+            if name in _COMMENTED:
+                return True  # (not planned packed)
+            if name in _SHARED:
+                have = start.elements.get(name)
+                if not isinstance(have, PackedElements):
+                    return True
+                mine = addresses if name == n.CLUSTER_IPS else endpoints
+                if any(
+                    after is None and have.decode_key(k)[0] in mine
+                    for k, (_, after) in changes.items()
+                ):
+                    return True
+        return _touches(delta.chains, start.chains, kept.chains) or _touches(
+            delta.sets, start.sets, kept.sets
         )
-        return merged(desired, kept)
+
+    def remerged(self, family: Family, desired: Ruleset) -> Ruleset:
+        """``desired`` (the plan, changed since the last :meth:`keep` by what it did not
+        :meth:`affects`) with what that kept."""
+        entry = self._kept.get(family)
+        return desired if entry is None else merged(desired, entry[0])

@@ -66,6 +66,7 @@ class SyncReporter:
         self.latency = ProgrammingLatency(datetime.now(UTC).replace(microsecond=0))
         self._exported: set[tuple[str, str]] = set()  # the opt-in per-Service series
         self._gaps: dict[Family, str] = {}
+        self._gaps_of: tuple[ClusterSnapshot, ProxyConfig] | None = None  # what they are of
         self._no_local = NoLocalEndpoints(metrics.no_local_endpoints)
 
     def queued(self, changes: Sequence[Change]) -> None:
@@ -150,7 +151,12 @@ class SyncReporter:
             len(self.state.invalid) + len(self._orphans) + len(source_errors)
         )
         self._report_invalid(source_errors)
-        self._report_nodeport_gaps(nodeport_gaps(snapshot, config))
+        # nodeport_gaps walks every Service on a node without IPv6 addresses; the state keeps
+        # one snapshot object until something changes, so an idle node's verify skips it.
+        last = self._gaps_of
+        if last is None or last[0] is not snapshot or last[1] is not config:
+            self._report_nodeport_gaps(nodeport_gaps(snapshot, config))
+            self._gaps_of = (snapshot, config)
 
     def failed(self, exc: Exception, family: Family | None) -> None:
         """A sync failed; ``family``: the one whose batch the kernel refused (None: any)."""

@@ -10,7 +10,7 @@ that write a record, and the Syncer sends them in its batches.
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Callable, Set
 from typing import TYPE_CHECKING
 
 from nlproxy.cluster.model import ClusterSnapshot, ServiceKey
@@ -131,11 +131,17 @@ class RestartRecords:
         self._digest = None
         return self._fingerprint is not None and self.matches(files)
 
-    def matches(self, files: str | None = None) -> bool:
+    def matches(
+        self, files: str | None = None, *, take: Callable[[], object] | None = None
+    ) -> bool:
         """The restart check: both records carry this sync's digest (or ``files``) and the
-        kernel's last two generations (one GETGEN and a one-chain rule dump per family)."""
-        digest = self._digest
-        if digest is None and files is None:
+        kernel's last two generations (one GETGEN and a one-chain rule dump per family).
+
+        ``take`` (e.g. a :meth:`take_digest`) is called once the records are read, only when
+        they could vouch for some inputs: a first start, or tables another process committed
+        to since, do not pay for a digest of the inputs at hand.
+        """
+        if self._digest is None and files is None and take is None:
             return False
         try:
             gen = self._readback.generation()
@@ -147,6 +153,11 @@ class RestartRecords:
                 return False
         except Interrupted:
             return False
+        if take is not None:
+            last = records[FAMILIES[-1]]
+            if last is not None and trusted(records, last.digest, gen, FAMILIES, last.files):
+                take()
+        digest = self._digest
         if not trusted(records, digest, gen, FAMILIES, files):
             # Why the tables are read back: a first start, other inputs, or another writer.
             self.log.info(

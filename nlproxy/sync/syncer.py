@@ -22,24 +22,23 @@ verify off the sync loop: read-back, comparison, a drift's repair prepared off t
 the version that voids a comparison a sync overlapped) and the
 :class:`~nlproxy.sync.restart.RestartRecords` (each commit's record in the tables, and the
 start-up check that trusts it). They read the kernel but change neither it nor the Syncer: the
-Syncer sends the operations they return and applies a repair itself. The conntrack effect of a
+Syncer sends the operations they return, through its :class:`~nlproxy.sync.batches.Batches`
+(``batches.py``: a backend per family, the batch refused last, the tables this process owns),
+and applies a repair itself. The conntrack effect of a
 commit is the :class:`~nlproxy.sync.cleanup.FlowCleanup`'s (``cleanup.py``), which the Syncer
 hands what was and is programmed. ``result.py`` holds what a sync returns.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Mapping, Sequence, Set
 
-from nlproxy.cluster.model import ClusterSnapshot, Service, ServiceKey
+from nlproxy.cluster.model import ClusterSnapshot, ServiceKey
 from nlproxy.errors import KernelError
 from nlproxy.log import get_logger
-from nlproxy.nft.dynmap import forget_learned
-from nlproxy.nft.ir import FAMILIES, Family, Operation, Ruleset, Table, Verb
+from nlproxy.nft.ir import FAMILIES, Family, Operation, Ruleset
 from nlproxy.nft.reconcile import Delta, advance, count_ops, diff, ops_for_delta
-from nlproxy.nft.tables import Tables
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.affinity import client_maps
 from nlproxy.proxy.config import ProxyConfig
@@ -47,6 +46,7 @@ from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.layout import flow_frontends, udp_only
 from nlproxy.proxy.planner import Plan, gc_paused, plan, plan_slot_token
 from nlproxy.sync.balancing import BalancingGuard
+from nlproxy.sync.batches import Batches
 from nlproxy.sync.cleanup import FlowCleanup, udp_part
 from nlproxy.sync.fingerprint import Record, take_record
 from nlproxy.sync.isolation import Isolation, owners
@@ -76,6 +76,8 @@ class Syncer:
             planning (the tables hold that plan already; the result has no plan): the next
             sync plans it, then applies what changed since. The daemon's first sync after a
             restart is then its lists, a digest and the records.
+        quota: most elements of round-robin and consistent-hash tables one sync may (re)build
+            (``balancing.py``); None: no limit (``run --once``).
     """
 
     def __init__(
@@ -88,34 +90,29 @@ class Syncer:
         incremental: bool = True,
         record: bool = True,
         plan_after_restart: bool = False,
+        quota: int | None = None,
     ) -> None:
         self.config = config
         self.incremental = incremental
         self.kernel = kernel
-        self.owner = owner
         self.log = get_logger("sync")
-        self._backends: dict[Family, Tables] = {}
-        self._changing: Set[ServiceKey] | None = None
         self._programmed: dict[Family, Ruleset | None] = {}
         # The plan whose element maps the programmed state holds as they are (no copy after a
         # commit, ``result.as_programmed``); :meth:`settle` copies them before either changes.
         self._shared: Plan | None = None
         self._seeded = False
-        # Families whose table this process's socket owns (with --owned-table).
-        self._claimed: set[Family] = set()
         self._last_plan: Plan | None = None
         # True while the cache equals the last plan as programmed: only then may a delta of
         # that plan stand for the whole difference.
         self._in_step = False
         self.cleanup = FlowCleanup(kernel.flows, config, self.log, flush_tcp=flush_tcp)
         self.isolation = Isolation(self.log)
-        self.balancing = BalancingGuard(config.load_balancing, self.log)
-        # The family and operations of the last rejected batch.
-        self._failed: tuple[Family, list[Operation]] | None = None
+        self.balancing = BalancingGuard(config.load_balancing, self.log, quota=quota)
         self.records = RestartRecords(
             config, kernel.readback, self.log, enabled=record and not owner
         )
         self.verifier = Verifier(kernel.readback)
+        self.batches = Batches(kernel, self.log, owner=owner, committed=self.verifier.committed)
         # A repair adding this many elements no packet needs sends them in a batch of their
         # own, after the rest (``verify.staged``).
         self.repair_stage_at = STAGE_REPAIR_AT
@@ -147,8 +144,8 @@ class Syncer:
             self._plan_trusted(self._unplanned)
         self.settle()
         self.config = config
-        self.cleanup.config = config
-        self.balancing.default = config.load_balancing
+        self.cleanup.reconfigure(config)
+        self.balancing.reconfigure(config.load_balancing)
         self.records.reconfigure(config)
         self._replan = True
         return True
@@ -186,18 +183,13 @@ class Syncer:
     def _send(self, batches: Sequence[tuple[Family, list[Operation]]]) -> None:
         """Commit the records' own batches (of families that had nothing else to send)."""
         for family, ops in batches:
-            self._apply(family, ops)
+            self.batches.apply(family, ops)
         self.records.written()
 
     @property
     def version(self) -> int:
         """Moves at the start and the end of every sync; odd while one runs."""
         return self.verifier.version
-
-    @property
-    def own_generations(self) -> tuple[int, ...]:
-        """The kernel generation ids of this process's recent commits (``Verifier``)."""
-        return self.verifier.own_generations
 
     def own_commits(self, after: int, upto: int) -> bool:
         """Whether every generation in ``(after, upto]`` is one of this process's commits."""
@@ -242,23 +234,11 @@ class Syncer:
             return self._merged
         return None if planned is None else planned.rulesets
 
-    def _wanted(self, family: Family, planned: Plan) -> Ruleset:
-        """``family``'s ruleset of ``planned``, with what the keeper keeps while it does."""
-        desired = planned.rulesets[family]
-        return self.keeper.wanted(family, desired) if self.keeper.active else desired
-
     @property
     def failed_family(self) -> Family | None:
         """The family whose batch the kernel rejected last (None: the last commit passed)."""
-        return self._failed[0] if self._failed is not None else None
-
-    def _table(self, family: Family) -> Table:
-        return Table(family=family, name=n.TABLE, owner=self.owner, persist=self.owner)
-
-    def _backend(self, family: Family) -> Tables:
-        if family not in self._backends:
-            self._backends[family] = self.kernel.tables(self._table(family))
-        return self._backends[family]
+        failed = self.batches.failed
+        return failed[0] if failed is not None else None
 
     def settle(self) -> None:
         """Give the programmed state its own copy of the element maps it shares with the last
@@ -287,16 +267,13 @@ class Syncer:
         """Forget the cache: the next sync compares against what the kernel really holds."""
         self._shared = None  # the read-back replaces the programmed state
         records: dict[Family, Record | None] = {}
-        gen = self._generation()
+        gen = self.batches.generation()
         for family in FAMILIES:
             rs = self.kernel.readback.dump(family)
             records[family] = take_record(rs)  # the plan has no record chain: not a drift
             self._programmed[family] = rs
-        self.records.read(records, gen, self._generation())
-        # The backends validate against their own view of chains and sets; after drift or a
-        # failed commit that view is as stale as ours, so they re-read it too.
-        for backend in self._backends.values():
-            backend.forget()
+        self.records.read(records, gen, self.batches.generation())
+        self.batches.forget()  # their view of chains and sets is as stale as the cache
         if not self._seeded:  # the tables as this process found them
             self.keeper.found(self._programmed)
         self._seeded = True
@@ -330,25 +307,23 @@ class Syncer:
         if self._replan:  # new settings: every Service may differ
             self._replan = False
             changed = None
-        if self.keeper.sees(snapshot):
+        if self.keeper.sees(snapshot, changed):
             # Every place is read now: what was kept and is not planned is really gone.
             self.log.info("sync.keep_ended")
             self._merged = None
             self._in_step = False
             self.records.look_at_all()
-        elif self.keeper.active:
-            self._in_step = False  # the plan alone is not what is programmed: compare all
         told = changed
         changed = found = narrowed(
             changed, self._last_plan if self.incremental else None, snapshot, self.config
         )
         with gc_paused():  # a collection would walk the whole cached plan
+            vouched = False
             if not self._seeded and self.balancing.quota is not None:
-                self._seed_balanced(snapshot)
+                vouched = self._seed_balanced(snapshot)
             snapshot, changed = self.balancing.apply(snapshot, changed)
             with self.verifier.changing():
-                self._changing = changed  # (whose affinity clients _forget_learned reads)
-                result = self._sync_isolating(snapshot, changed)
+                result = self._sync_isolating(snapshot, changed, vouched=vouched)
                 if found is not told and found is not None:
                     result.narrowed = set(found)
                 result.deferred = set(self.balancing.deferred)
@@ -357,60 +332,58 @@ class Syncer:
                     result.conntrack_deleted += self.cleanup.finish(programmed, snapshot)
                 return result
 
-    def _forget_learned(self, planned: Plan) -> None:
+    def _forget_learned(self, planned: Plan, changing: Set[ServiceKey] | None) -> None:
         """After a commit, before its flows go: a flow made meanwhile through a removed
-        endpoint's client goes with them (``nft/dynmap.py``)."""
+        endpoint's client of a Service in ``changing`` (None: any) goes with them. Not looked
+        for when nothing changed (a verify's sync) or there is no clients map (no ClientIP
+        affinity): ``client_maps`` names every port of the plan (~30 ms at 10k Services)."""
+        prefix = f"{n.AFFINITY_CLIENTS}-"
         for family, rs in planned.rulesets.items():
-            if maps := client_maps(rs, planned.ports.values(), self._changing):
-                read = functools.partial(self.kernel.readback.learned, family)
-                _, errors = forget_learned(read, self._backend(family).apply, maps)
-                for exc in errors:
-                    self.log.warning("affinity.forget_failed", error=str(exc))
+            if (changing is not None and not changing) or not any(
+                name.startswith(prefix) for name in rs.sets
+            ):
+                continue
+            if maps := client_maps(rs, planned.ports.values(), changing):
+                self.batches.forget_learned(family, maps)
 
-    def _seed_balanced(self, snapshot: ClusterSnapshot) -> None:
+    def _seed_balanced(self, snapshot: ClusterSnapshot) -> bool:
         """Before a first sync under a quota of tables: the round-robin and consistent-hash
         tables a previous process built are kept, not rebuilt a quota at a time with random
         choice meanwhile (clients would move at every restart).
 
         The records vouch for the plan of ``snapshot`` with every table, or the tables are read
-        back (as the sync would) and the Services whose maps are there count as built. A map
-        is known by its name: one of another algorithm of the same port is rebuilt by this
-        sync's diff, past the quota.
+        back (as the sync would) and the Services whose maps are there count as built
+        (``BalancingGuard.found``).
+
+        Returns whether the records vouch for the tables: then nothing is deferred, the
+        snapshot this sync plans is ``full`` (the same objects) and the digest taken here is
+        its digest. The digest is taken only when the tables carry records that could vouch
+        for some inputs (not at a first start).
         """
         full, _ = self.balancing.apply(snapshot, None, unlimited=True)
-        self.records.take_digest(full, None, exact=False)
-        if self.records.matches():
-            return  # every table of ``full`` is programmed, and counts as built
+        if self.records.matches(take=lambda: self.records.take_digest(full, None, exact=False)):
+            return True  # every table of ``full`` is programmed, and counts as built
         self.verify()
-        names: set[str] = set()
-        for rs in self._programmed.values():
-            if rs is not None:
-                names.update(rs.sets)
-
-        def has_tables(svc: Service) -> bool:
-            return any(
-                n.balanced_map(local, sp.ref) in names
-                for sp in svc.ports
-                for local in (False, True)
-            )
-
-        self.balancing.built(has_tables)
+        self.balancing.found(self._programmed.values())
+        return False
 
     def _sync_isolating(
-        self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None
+        self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None, *, vouched: bool
     ) -> SyncResult:
         iso = self.isolation
         iso.start(snapshot)
+        changing = changed  # whose affinity clients are forgotten, whichever path runs
         while True:
             effective = iso.effective(snapshot)
             try:
-                result = self._sync(effective, changed)
+                result = self._sync(effective, changed, changing, vouched=vouched)
             except KernelError as exc:
                 keys = iso.culprits(exc, effective, self._holders(exc), self._check)
                 if not keys:
                     raise
                 iso.exclude(snapshot, keys, str(exc))
                 changed = None  # the full path runs next: the cache is no longer in step
+                vouched = False
                 continue
             result.excluded = iso.accepted(effective)
             return result
@@ -418,7 +391,7 @@ class Syncer:
     def _holders(self, exc: KernelError) -> list[ServiceKey]:
         """The services whose part of the last plan adds the operation ``exc`` names (of the
         batch the kernel refused), if it names one."""
-        failed, planned = self._failed, self._last_plan
+        failed, planned = self.batches.failed, self._last_plan
         if failed is None or planned is None or not 0 <= exc.index < len(failed[1]):
             return []
         family, ops = failed
@@ -429,37 +402,34 @@ class Syncer:
         self.settle()  # planning with the last plan as ``previous`` must not reach the cache
         planned = plan(snapshot, self.config, previous=self._last_plan)
         for family in FAMILIES:
-            ops = diff(self._wanted(family, planned), self._programmed.get(family))
+            ops = diff(
+                self.keeper.wanted(family, planned.rulesets[family]), self._programmed.get(family)
+            )
             try:
-                self._backend(family).check(ops)
+                self.batches.check(family, ops)
             except KernelError:
                 return False
         return True
 
-    def _apply(self, family: Family, ops: list[Operation]) -> None:
-        """Commit ``ops`` to ``family``'s table; remember them if the kernel rejects them."""
-        self._failed = None
-        before = self._generation()
-        try:
-            self._backend(family).apply(ops)
-        except KernelError:
-            self._failed = (family, ops)
-            raise
-        # A verify's read-back and the drift monitor tell this process's commits from
-        # others' by their generation.
-        self.verifier.committed(before, self._generation())
-
-    def _generation(self) -> int:
-        return self.kernel.readback.generation()
-
-    def _sync(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None) -> SyncResult:
+    def _sync(
+        self,
+        snapshot: ClusterSnapshot,
+        changed: Set[ServiceKey] | None,
+        changing: Set[ServiceKey] | None,
+        *,
+        vouched: bool = False,
+    ) -> SyncResult:
+        """One try of :meth:`sync`; ``changing``: the Services whose affinity clients a commit
+        may orphan (None: any); ``vouched``: a first sync whose snapshot's digest the records
+        carry (``_seed_balanced``): not taken or checked again."""
         self.settle()  # the plan is updated in place below, the cache by its own operations
         # Services left out (or let back in by retry_all) differ from the input without
         # being among its changes: then every service is looked at.
-        self.records.take_digest(snapshot, changed, exact=not self.isolation.excluded)
+        if not vouched:
+            self.records.take_digest(snapshot, changed, exact=not self.isolation.excluded)
         restarted = False
         if not self._seeded:
-            restarted = self.records.matches()
+            restarted = vouched or self.records.matches()
             if not restarted:
                 self.verify()
             elif self.plan_after_restart:
@@ -474,10 +444,10 @@ class Syncer:
         last, in_step, self._in_step = self._last_plan, self._in_step, False
         if last is not None and self.incremental and last.live is not None:
             planned, deltas = plan_update(last, snapshot, self.config, changed)
-            if not in_step:
+            if not in_step or (self.keeper.active and self.keeper.affects(deltas, changed)):
                 # The plan is updated in place all the same (no full replan, no second plan
                 # alive beside the read-back), but the cache is the kernel's read-back or
-                # behind a failed commit: compare everything.
+                # behind a failed commit, or what is kept may change: compare everything.
                 deltas = None
         else:
             # The previous plan lets the planner replay the fragments of unchanged services;
@@ -494,30 +464,35 @@ class Syncer:
         if restarted:
             self._adopt(planned, result)
         elif deltas is not None:
-            result.conntrack_deleted = self._sync_delta(planned, deltas, snapshot, result)
+            result.conntrack_deleted = self._sync_delta(planned, deltas, snapshot, result, changing)
             result.incremental = not finishing  # for the caller, a full plan was made
         else:
-            result.conntrack_deleted = self._sync_full(planned, snapshot, result)
+            result.conntrack_deleted = self._sync_full(planned, snapshot, result, changing)
         self._in_step = True
         result.apply_ms = (time.perf_counter() - t1) * 1000
         return result
 
-    def _sync_full(self, planned: Plan, snapshot: ClusterSnapshot, result: SyncResult) -> int:
+    def _sync_full(
+        self,
+        planned: Plan,
+        snapshot: ClusterSnapshot,
+        result: SyncResult,
+        changing: Set[ServiceKey] | None,
+    ) -> int:
         before = {f: self._programmed.get(f) for f in FAMILIES}
         wanted = self._keep(planned, snapshot)
 
         def ops_of(family: Family) -> tuple[list[Operation], int]:
             desired = wanted[family]
-            ops = diff(desired, before[family])
-            if self.owner and family not in self._claimed:
-                return self._claim(family, before[family], desired, ops)
-            return ops, 0
+            return self.batches.claiming(
+                family, before[family], desired, diff(desired, before[family])
+            )
 
         def committed(family: Family, ops: list[Operation]) -> None:
             # What was sent is the plan's own maps: kept as they are (``settle`` copies them).
             self._programmed[family] = as_programmed(wanted[family], share=True)
             self._shared = planned
-            self._claimed.add(family)
+            self.batches.claimed(family)
 
         def partial() -> tuple[list[Ruleset], list[Ruleset]]:
             done = [f for f in FAMILIES if result.ops.get(f)]
@@ -536,7 +511,7 @@ class Syncer:
             # Nothing was programmed: the only stale flows are those of UDP frontends that now
             # have backends, so only those frontends are read (not 100k TCP backends).
             news = [udp_part(rs) for rs in news]
-        self._forget_learned(planned)
+        self._forget_learned(planned, changing)
         return self.cleanup.stale(olds, news, snapshot, result.conntrack)
 
     def _keep(self, planned: Plan, snapshot: ClusterSnapshot) -> Mapping[Family, Ruleset]:
@@ -546,7 +521,7 @@ class Syncer:
         if not self.keeper.active:
             self._merged = None
             return planned.rulesets
-        wanted = {f: self._wanted(f, planned) for f in FAMILIES}
+        wanted = self.keeper.keep(planned.rulesets)
         kept = sorted(self.keeper.kept)
         self._merged = wanted if kept else None
         if kept:
@@ -558,38 +533,13 @@ class Syncer:
         self._kept_logged = kept
         return wanted
 
-    def _claim(
-        self,
-        family: Family,
-        have: Ruleset | None,
-        desired: Ruleset,
-        ops: list[Operation],
-    ) -> tuple[list[Operation], int]:
-        """``ops`` led by what makes this process's socket the owner of the table (with
-        ``--owned-table``), and how many operations that added.
-
-        The plan's table carries no flags (ownership belongs to the socket, not to the plan).
-        A new table is created owned and persistent; an orphaned persistent one (a previous
-        nlproxy's) is re-taken by adding it again with the same flags; a table created without
-        them cannot gain them (the kernel refuses to change the owner flag), so it is deleted
-        and created anew in the same batch: the rules are never absent.
-        """
-        owned = self._table(family)
-        if have is None:
-            return [Operation(Verb.ADD, owned), *ops[1:]], 0  # ops[0] adds the plan's table
-        if have.table.persist:  # the kernel clears the owner flag when the owner exits
-            return [Operation(Verb.ADD, owned), *ops], 1
-        self.log.info("table.owned", family=str(family), table=n.TABLE, recreated=True)
-        fresh = diff(desired, None)[1:]
-        plain = Table(family=family, name=n.TABLE)
-        return [Operation(Verb.DELETE, plain), Operation(Verb.ADD, owned), *fresh], 2
-
     def _sync_delta(
         self,
         planned: Plan,
         deltas: dict[Family, Delta],
         snapshot: ClusterSnapshot,
         result: SyncResult,
+        changing: Set[ServiceKey] | None,
     ) -> int:
         result.incremental = True
         old_rs, new_rs = flow_frontends(deltas, planned.rulesets, flush_tcp=self.cleanup.flush_tcp)
@@ -605,10 +555,13 @@ class Syncer:
             assert programmed is not None, "in step with a plan means something is programmed"
             advance(programmed, ops)
 
+        if self._merged is not None:  # what is kept, as the last full sync kept it, stays
+            self.records.withhold()
+            self._merged = {f: self.keeper.remerged(f, planned.rulesets[f]) for f in FAMILIES}
         # A family that fails after another committed: the flows of the delta's removed
         # endpoints go all the same (this family's too: deleting a flow only re-balances it).
         self._commit(result, snapshot, ops_of, committed, lambda: (old_rs, new_rs))
-        self._forget_learned(planned)
+        self._forget_learned(planned, changing)
         return self.cleanup.stale(old_rs, new_rs, snapshot, result.conntrack)
 
     def _commit(
@@ -634,7 +587,7 @@ class Syncer:
                 those lost endpoints all the same and their flows are deleted first.
 
         Raises:
-            KernelError: the kernel rejected a family's batch (``self._failed`` names it).
+            KernelError: the kernel rejected a family's batch (``batches.failed`` names it).
         """
         self.records.begin()
         for family in FAMILIES:
@@ -644,7 +597,7 @@ class Syncer:
             if ops:
                 t = time.perf_counter()
                 try:
-                    self._apply(family, ops)
+                    self.batches.apply(family, ops)
                 except KernelError:
                     if result.total_ops:
                         self.cleanup.stale(*partial(), snapshot, result.conntrack)
@@ -713,30 +666,15 @@ class Syncer:
             assert prepared is not None, "the version was checked above"
         with self.verifier.changing():  # a repair changes the cache as a sync does
             self.settle()
-            for backend in self._backends.values():
-                backend.forget()  # their view of chains and sets is as stale as the cache
+            self.batches.forget()  # their view of chains and sets is as stale as the cache
             self._in_step = False
-            sent = 0
             # A large repair (a table deleted) carries traffic again after its first batches;
             # the elements no packet needs to reach an endpoint follow (``verify.staged``).
             firsts, laters = staged(
                 {f: repairs.get(f) or [] for f in FAMILIES}, self.repair_stage_at
             )
-            started = time.perf_counter()
-            for family, ops in firsts:
-                self._apply(family, ops)
-                sent += count_ops(ops)
-                self.records.forget()  # the next sync writes the records again
-            if laters:
-                self.log.info(
-                    "drift.repair_traffic",
-                    ops=sent,
-                    ms=round((time.perf_counter() - started) * 1000, 1),
-                    later=sum(count_ops(ops) for _, ops in laters),
-                )
-            for family, ops in laters:
-                self._apply(family, ops)
-                sent += count_ops(ops)
+            # After each first batch, the next sync writes the records again.
+            sent = self.batches.apply_staged(firsts, laters, self.records.forget)
             self._share(planned)  # a family without repairs was read back equal to it
             if prepared.frontends is not None:
                 old, new = prepared.frontends
@@ -754,7 +692,5 @@ class Syncer:
             self.records.look_at_all()
 
     def close(self) -> None:
-        for backend in self._backends.values():
-            backend.close()
-        self._backends.clear()
+        self.batches.close()
         self.kernel.readback.close()

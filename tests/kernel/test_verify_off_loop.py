@@ -27,9 +27,9 @@ def test_a_read_back_finds_drift_is_void_after_a_sync_and_repairs(
         syncer.sync(state.snapshot())
         version = syncer.version
         assert syncer.repair_ops(Family.IP, syncer.read_back(Family.IP), version) == []
-        assert syncer.own_generations  # the commits just made
+        assert syncer.verifier.own_generations  # the commits just made
 
-        gen_before = syncer.own_generations[-1]
+        gen_before = syncer.verifier.own_generations[-1]
         sh("nft", "delete", "element", "ip", "nlproxy", "cluster-ips", "{ 172.30.0.1 }", ns=ns)
         stale = syncer.read_back(Family.IP)
         assert not syncer.own_commits(gen_before, gen_before + 1)  # another process's

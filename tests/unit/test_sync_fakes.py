@@ -35,7 +35,7 @@ from nlproxy.proxy import naming as n
 from nlproxy.proxy.tracer import trace
 from nlproxy.serve.health import HealthState
 from nlproxy.serve.metrics import Metrics
-from nlproxy.sync.fingerprint import take_record
+from nlproxy.sync.fingerprint import Fingerprint, take_record
 from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.loop import SyncLoop
 from nlproxy.sync.syncer import Syncer
@@ -46,9 +46,11 @@ CLIENT = ip_address("10.200.0.9")
 LOCAL = (*NODE_ADDRS,)
 
 
-def make(nft: FakeNftables, flows: FakeConntrack | None = None, **kw: bool) -> Syncer:
+def make(
+    nft: FakeNftables, flows: FakeConntrack | None = None, quota: int | None = None, **kw: bool
+) -> Syncer:
     kernel = SyncKernel(tables=nft.open, readback=nft, flows=flows or FakeConntrack())
-    return Syncer(CONFIG, kernel, **kw)
+    return Syncer(CONFIG, kernel, quota=quota, **kw)
 
 
 def to(nft: FakeNftables, vip: str, dport: int, proto: L4Proto = L4Proto.TCP) -> set[str]:
@@ -422,8 +424,7 @@ def test_a_restart_keeps_the_balanced_tables_it_finds_programmed(record: bool) -
     Service's tables a sync; a restart finds them all programmed and keeps them: no operation,
     nothing deferred, no Service planned with random choice meanwhile."""
     nft = FakeNftables(n.TABLE)
-    first = make(nft, record=record)
-    first.balancing.quota = 1  # one Service's tables a sync
+    first = make(nft, record=record, quota=1)  # one Service's tables a sync
     snap = balanced_world()
     syncs = [first.sync(snap)]
     while syncs[-1].deferred and len(syncs) < 20:
@@ -431,8 +432,7 @@ def test_a_restart_keeps_the_balanced_tables_it_finds_programmed(record: bool) -
     assert len(syncs) == 8  # one Service's tables each
     before = text(nft)
 
-    again = make(nft, record=record)
-    again.balancing.quota = 1
+    again = make(nft, record=record, quota=1)
     result = again.sync(snap)
 
     assert result.total_ops == 0
@@ -440,3 +440,36 @@ def test_a_restart_keeps_the_balanced_tables_it_finds_programmed(record: bool) -
     assert result.restarted is record
     assert text(nft) == before
     assert again.sync(snap, changed=set()).total_ops == 0
+
+
+def test_a_first_sync_under_a_quota_digests_its_snapshot_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The daemon's first sync (a quota of tables) asks the restart records before the quota
+    is applied. The snapshot is digested once all the same: at a first start only for the
+    record the commit writes (no record could vouch for anything), at a restart only for the
+    check that then trusts the tables."""
+    calls: list[object] = []
+    digest = Fingerprint.digest
+
+    def counted(self: Fingerprint, *args: object, **kw: object) -> str:
+        calls.append(args)
+        return digest(self, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Fingerprint, "digest", counted)
+    nft = FakeNftables(n.TABLE)
+    snap = balanced_world()
+    cold = make(nft, quota=10**9).sync(snap)
+    assert (cold.restarted, cold.deferred, len(calls)) == (False, set(), 1)
+    assert cold.total_ops > 0
+
+    calls.clear()
+    again = make(nft, quota=10**9).sync(snap)
+    assert (again.restarted, again.total_ops, len(calls)) == (True, 0, 1)
+
+    calls.clear()
+    changed = world(*[(service("a", "other", "172.30.9.9"), eps_slice("a", "other", []))])
+    moved = make(nft, quota=10**9).sync(changed)
+    assert not moved.restarted
+    assert to(nft, "172.30.9.9", 80) == set()
+    assert make(nft, quota=10**9).sync(changed).restarted, "its records were written"

@@ -10,7 +10,7 @@ from ipaddress import ip_address
 
 import pytest
 
-from nlproxy.cluster.model import ClusterSnapshot, LoadBalancing, Service
+from nlproxy.cluster.model import ClusterSnapshot, LoadBalancing, Service, ServiceKey
 from nlproxy.conntrack.fake import FakeConntrack
 from nlproxy.conntrack.messages import Flow, FlowTuple
 from nlproxy.nft.fake import FakeNftables
@@ -152,6 +152,26 @@ def test_a_frontend_the_plan_gives_another_service_is_the_plans() -> None:
     assert second.keeper.kept == {"default/sticky", "default/robin"}
 
 
+def test_a_kept_frontend_the_plan_took_does_not_come_back_when_its_taker_goes() -> None:
+    """Once a Service that is read takes a kept frontend, the kept Service's objects there
+    are gone for good: deleting the taker while the place is still unread leaves the
+    frontend empty, not programmed again as it was found at start."""
+    nft = FakeNftables(n.TABLE)
+    make(nft).sync(cluster(**KEPT))
+    second = make(nft)
+    taken = {"new": (dns("new", "10.96.0.10"), ("10.1.0.9",))}
+    second.sync(cluster(("a.yaml",), **taken))
+    assert to(nft, "10.96.0.10", 53) == at("10.1.0.9")
+
+    second.sync(cluster(("a.yaml",)))  # "new" deleted from a file that is read
+    assert to(nft, "10.96.0.10", 53) == set()
+    assert second.keeper.kept == {"default/sticky", "default/robin"}
+    assert to(nft, "10.96.0.11", 53) == at("10.1.0.3", "10.1.0.4")
+    # A verify finds what is programmed to be what is wanted (no repair brings it back).
+    version = second.version
+    assert all(second.repair_ops(f, second.read_back(f), version) == [] for f in FAMILIES)
+
+
 def test_nothing_is_kept_when_every_place_is_read_from_the_start() -> None:
     nft = FakeNftables(n.TABLE)
     make(nft).sync(cluster(**KEPT))
@@ -181,3 +201,74 @@ def test_a_kept_balanced_service_keeps_its_hairpin_pairs(lb: LoadBalancing) -> N
     second.sync(cluster(("a.yaml",), **OTHER))
     assert second.keeper.kept == {"default/robin"}
     assert _hairpin(nft) == before
+
+
+def _key(name: str) -> ServiceKey:
+    return ServiceKey(namespace="default", name=name)
+
+
+def _restarted_keeping(nft: FakeNftables, other: tuple[str, ...] = ("10.1.0.7",)) -> Syncer:
+    """A Syncer restarted while the place of every ``KEPT`` Service is unread."""
+    make(nft).sync(cluster(**KEPT, other=(OTHER["other"][0], other)))
+    second = make(nft)
+    second.sync(cluster(("a.yaml",), other=(OTHER["other"][0], other)))
+    assert second.keeper.kept == {f"default/{name}" for name in KEPT}
+    return second
+
+
+def _kept_as_found(nft: FakeNftables, syncer: Syncer, *names: str) -> None:
+    for name in names:
+        svc, ips = KEPT[name]
+        assert to(nft, str(svc.cluster_ips[0]), 53) == at(*ips), name
+    version = syncer.version
+    assert all(syncer.repair_ops(f, syncer.read_back(f), version) == [] for f in FAMILIES)
+
+
+def test_a_change_nothing_kept_depends_on_is_sent_alone() -> None:
+    """While a place is unread, another Service's change is an incremental sync (its own
+    operations, not a comparison of whole tables) and what is kept stays as it was."""
+    nft = FakeNftables(n.TABLE)
+    second = _restarted_keeping(nft)
+    for ips in (("10.1.0.8",), ("10.1.0.9",)):
+        moved = cluster(("a.yaml",), other=(OTHER["other"][0], ips))
+        result = second.sync(moved, changed={_key("other")})
+        assert result.incremental, ips
+        assert to(nft, "10.96.0.20", 53) == at(*ips)
+        _kept_as_found(nft, second, *KEPT)
+    # The tables are still not the plan of that snapshot: no record says they are.
+    assert not make(nft).sync(cluster(other=(OTHER["other"][0], ("10.1.0.9",)))).restarted
+
+
+def test_a_change_that_takes_a_kept_frontend_compares_everything() -> None:
+    nft = FakeNftables(n.TABLE)
+    second = _restarted_keeping(nft)
+    taken = {"new": (dns("new", "10.96.0.10"), ("10.1.0.9",)), **OTHER}
+    result = second.sync(cluster(("a.yaml",), **taken), changed={_key("new")})
+    assert not result.incremental
+    assert to(nft, "10.96.0.10", 53) == at("10.1.0.9")
+    assert second.keeper.kept == {"default/sticky", "default/robin"}
+    _kept_as_found(nft, second, "sticky", "robin")
+
+
+def test_a_kept_service_read_again_is_planned() -> None:
+    nft = FakeNftables(n.TABLE)
+    second = _restarted_keeping(nft)
+    back = {"plain": (KEPT["plain"][0], ("10.1.0.2",)), **OTHER}
+    result = second.sync(cluster(("a.yaml",), **back), changed={_key("plain")})
+    assert not result.incremental
+    assert to(nft, "10.96.0.10", 53) == at("10.1.0.2")
+    assert second.keeper.kept == {"default/sticky", "default/robin"}
+    _kept_as_found(nft, second, "sticky", "robin")
+
+
+def test_a_hairpin_pair_a_kept_service_shares_stays_when_the_other_drops_it() -> None:
+    """Another Service read from a file shares an endpoint with a kept one; when it drops
+    that endpoint, the pair stays in ``hairpin`` for the kept Service."""
+    nft = FakeNftables(n.TABLE)
+    second = _restarted_keeping(nft, other=("10.1.0.7", "10.1.0.1"))
+    assert ("10.1.0.1", "10.1.0.1") in _hairpin(nft)
+    dropped = cluster(("a.yaml",), other=(OTHER["other"][0], ("10.1.0.7", "10.1.0.8")))
+    second.sync(dropped, changed={_key("other")})
+    assert to(nft, "10.96.0.20", 53) == at("10.1.0.7", "10.1.0.8")
+    assert ("10.1.0.1", "10.1.0.1") in _hairpin(nft)
+    _kept_as_found(nft, second, *KEPT)
