@@ -34,9 +34,11 @@ import json
 import os
 import resource
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import trio
@@ -132,6 +134,23 @@ it again too."""
 STOP_DEADLINE_SECONDS = 0.5
 """After a stop is asked for, the longest the daemon waits for its tasks to wind down before
 the process is ended as it stands (worker threads left behind)."""
+
+
+def _busy_threads() -> list[str]:
+    """Where every other thread is (``thread: file:function:line``, its innermost frame in
+    nlproxy's code): what an overdue stop was waiting for."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    out = []
+    for ident, frame in sys._current_frames().items():
+        if ident == threading.get_ident():
+            continue
+        f: FrameType | None = frame
+        while f is not None and "/nlproxy/" not in f.f_code.co_filename:
+            f = f.f_back
+        at = f or frame
+        where = f"{os.path.basename(at.f_code.co_filename)}:{at.f_code.co_name}:{at.f_lineno}"
+        out.append(f"{names.get(ident, ident)}: {where}")
+    return out
 
 
 def _shown(value: object) -> object:
@@ -494,6 +513,7 @@ class Daemon:
             self.log.warning(
                 "daemon.stop_overdue",
                 seconds=STOP_DEADLINE_SECONDS,
+                busy=_busy_threads(),
                 error="tasks still running (a sync or a blocking call): ending the process, "
                 "rules left in place",
             )
