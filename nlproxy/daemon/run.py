@@ -177,7 +177,19 @@ class Daemon:
         )
         self.watch: GenerationWatch | None = None
         self._foreign_seen = trio.Event()
-        self.loop = SyncLoop(
+        self.loop = self._sync_loop(settings)
+        self.healthchecks: HealthCheckServers | None = None
+        self.connections = DescriptorBudget()  # one for every HTTP server
+        self._service_cidrs = pcfg.service_cidrs
+        self._nursery: trio.Nursery | None = None
+        self._addresses_watched = False
+        self.log = get_logger("daemon")
+        self.deadline = StopDeadline(end, self.log)
+
+    def _sync_loop(self, settings: Settings) -> SyncLoop:
+        """The sync loop over a fresh cluster state, reporting to this daemon."""
+        cfg, pcfg = settings.daemon, settings.proxy
+        return SyncLoop(
             ClusterState(
                 cfg.node_name,
                 external_ip_cidrs=external_networks(cfg),
@@ -195,13 +207,6 @@ class Daemon:
             release_memory=release,
             quiet=self._quiet,
         )
-        self.healthchecks: HealthCheckServers | None = None
-        self.connections = DescriptorBudget()  # one for every HTTP server
-        self._service_cidrs = pcfg.service_cidrs
-        self._nursery: trio.Nursery | None = None
-        self._addresses_watched = False
-        self.log = get_logger("daemon")
-        self.deadline = StopDeadline(end, self.log)
 
     def _quiet(self) -> bool:
         """Whether every transaction since the watch's last look is this process's own (see
