@@ -28,9 +28,17 @@ import trio
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
 
-STOP_DEADLINE_SECONDS = 0.5
+STOP_DEADLINE_SECONDS = 0.25
 """After a stop is asked for, the longest the daemon waits for its tasks to wind down before
-the process is ended as it stands (worker threads left behind)."""
+the process is ended as it stands (worker threads left behind).
+
+Nothing needs the time: the rules, sockets and the namespace lock are the kernel's to keep or
+release, and the logs are flushed either way. Short, because on a busy node the trio thread
+can be inside seconds of stretched CPU work (a full plan's bookkeeping, the inspector's index)
+and the process's own teardown after the deadline still takes a few hundred milliseconds
+there: at 5k Services x 10 and load 13 on 2 CPUs, 0.5 s gave exits of 0.9-1.0 s
+(``bench/bench_shutdown.py``); issue 36 asks for 1 s at any load. Quiet stops take 0.01-0.2 s
+and never reach it."""
 
 
 def _busy_threads() -> list[str]:
