@@ -15,6 +15,9 @@ network namespace of its own and sends it SIGTERM at one of these moments, in tu
   sync plans, commits and cleans up conntrack), at a random instant within 2 s;
 - ``idle``: after it is healthy, at a random instant within 2 s.
 
+The bench's own threads run at nice -10 where it may (root), the daemon and the hogs at 0,
+so the figure is not how late a bench as loaded as the daemon notices the exit.
+
 Prints one JSON line per round (moment, seconds from SIGTERM to the process being reaped,
 whether the daemon logged ``daemon.stop_overdue`` and its exit status) and a summary per
 moment and overall (p50, max, count), each with the 1-minute load average::
@@ -38,6 +41,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +88,11 @@ def namespace(name: str) -> Iterator[str]:
         subprocess.run(["ip", "netns", "del", name], check=False)
 
 
+def _nice_zero() -> None:
+    """In the daemon's child: back to the default priority (the bench's own is raised)."""
+    os.setpriority(os.PRIO_PROCESS, 0, 0)
+
+
 class Daemon:
     def __init__(self, ns: str, manifests: Path) -> None:
         self.ns = ns
@@ -97,7 +106,11 @@ class Daemon:
         ]  # fmt: skip
         self.events: list[str] = []
         self.busy: list[str] = []  # where its threads were when a stop was overdue
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        self.overdue_at: float | None = None  # that line's wall-clock time
+        self.signalled_at = 0.0
+        self.proc = subprocess.Popen(
+            cmd, stderr=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=_nice_zero
+        )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -109,6 +122,8 @@ class Daemon:
                 self.events.append(ev.get("event", ""))
                 if ev.get("event") == "daemon.stop_overdue":
                     self.busy = ev.get("busy", [])
+                    with contextlib.suppress(KeyError, ValueError):
+                        self.overdue_at = datetime.fromisoformat(ev["timestamp"]).timestamp()
 
     def wait_healthy(self, bound: float = 300.0) -> float:
         start = time.monotonic()
@@ -124,13 +139,15 @@ class Daemon:
         """Seconds from SIGTERM to the process reaped, and its status."""
         last = self.events[-1] if self.events else ""
         start = time.monotonic()
+        self.signalled_at = time.time()
         self.proc.send_signal(signal.SIGTERM)
-        try:
-            status = self.proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            status = self.proc.wait()
+        # A blocking wait (Popen.wait with a timeout polls, adding up to 50 ms); a stop that
+        # never ends is killed after 120 s and shows as such.
+        killer = threading.Timer(120, self.proc.kill)
+        killer.start()
+        status = self.proc.wait()
         took = time.monotonic() - start
+        killer.cancel()
         self._reader.join(timeout=10)
         self.last = last
         return took, status
@@ -207,6 +224,9 @@ def one_round(
         "status": status,
         "overdue": "daemon.stop_overdue" in d.events,
         "busy": d.busy,
+        "overdue_line_s": (
+            None if d.overdue_at is None else round(d.overdue_at - d.signalled_at, 3)
+        ),
         "last_event": d.last,
     }
     return record, ready
@@ -244,6 +264,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         ready_time: float | None = None
         with hogs(args.hogs):
+            # The bench's own threads (created from here on, they inherit it) run at a raised
+            # priority where it may: the figure is the daemon's, not how late the bench, as
+            # loaded as the daemon, sees it go. The daemon and the hogs run at the default.
+            with contextlib.suppress(PermissionError):
+                os.setpriority(os.PRIO_PROCESS, 0, -10)
             time.sleep(2)  # the load average starts to show them
             for n in range(args.rounds):
                 moment = MOMENTS[n % len(MOMENTS)]

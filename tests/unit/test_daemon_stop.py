@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextvars
 import queue
 import threading
+import time
 from typing import Any, cast
 
+import pytest
 from structlog.typing import FilteringBoundLogger
 
 from nlproxy.daemon.stop import StopDeadline
@@ -57,3 +59,27 @@ def test_without_an_end_nothing_is_armed() -> None:
     deadline.arm(0)
     assert not any(t.name == "stop-deadline" for t in threading.enumerate())
     assert log.lines == []
+
+
+async def test_the_alarm_ends_a_main_thread_busy_in_python(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The event loop's thread stretched over CPU work (a busy node): the SIGALRM hand ends
+    it between two bytecodes, its line written past the logger."""
+    ended: list[tuple[int, bool]] = []
+    log = Recorder()
+    ALLOWED.set(True)
+    try:
+        deadline = StopDeadline(
+            lambda status: ended.append((status, ALLOWED.get())), cast(FilteringBoundLogger, log)
+        )
+        with deadline.signals(lambda _signum: None):
+            deadline.arm(5)
+            limit = time.monotonic() + 60
+            while not ended and time.monotonic() < limit:
+                sum(range(1000))  # Python work on the main thread, as the loop's
+    finally:
+        ALLOWED.set(False)
+    assert ended == [(5, True)]
+    assert log.lines == []  # not the thread's hand (none was started)
+    assert "daemon.stop_overdue" in capfd.readouterr().err
