@@ -1,6 +1,7 @@
 """The daemon: wiring only.
 
 - ``run``: the nursery: source, sync loop, HTTP, monitors, in order.
+- ``stop``: the bounded stop: signals, and a deadline after which the process ends as it stands.
 - ``memory``: malloc tuning for a long-lived process with a large plan; its ``release`` is
   handed to the sync loop (sync/ does not import daemon/).
 - ``systemd``: sd_notify readiness and watchdog.

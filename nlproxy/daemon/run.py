@@ -6,10 +6,10 @@ systemd. SIGTERM/SIGINT cancel everything and leave the rules in place, so traff
 while the service restarts; ``nlproxy cleanup`` removes them.
 
 Stopping is bounded: a stop (a signal or a changed ``--config``) arms a deadline
-(:data:`STOP_DEADLINE_SECONDS`); a worker thread still busy in a sync, a read-back or a blocking
-call when it passes is left behind, and the process ends with its logs flushed (``end``, given by
-the command line). The rules are left as they are at any instant: a batch is atomic in the kernel,
-and the next start reads the kernel back and sends only the differences.
+(``stop.py``); a worker thread still busy in a sync, a read-back or a blocking call when it
+passes is left behind, and the process ends with its logs flushed (``end``, given by the command
+line). The rules are left as they are at any instant: a batch is atomic in the kernel, and the
+next start reads the kernel back and sends only the differences.
 
 A changed ``--config`` file (a ConfigMap's symlink swap; ``config/watch.py``) is looked at every
 :data:`CONFIG_CHECK_SECONDS`: an invalid new file is one error line naming the file and why, and
@@ -27,15 +27,11 @@ settings.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
 import functools
 import json
-import os
 import resource
 import signal
-import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -52,6 +48,7 @@ from nlproxy.config.watch import ConfigWatcher
 from nlproxy.conntrack.sysctl import apply_logged
 from nlproxy.daemon import census, systemd
 from nlproxy.daemon.memory import pause_gc, release, tune_allocator
+from nlproxy.daemon.stop import StopDeadline
 from nlproxy.errors import NlproxyError
 from nlproxy.inspect.foreign import Leftovers, find, remove_all
 from nlproxy.inspect.reachability import ReachabilityMonitor, without_unreachable
@@ -88,7 +85,7 @@ def run_daemon(
     sysctls), so that line is always the first a platform team reads. ``watcher`` follows the
     ``--config`` file (None: there is none). ``end`` ends the process with a status, its output
     flushed, without waiting for anything (``commands/_fastexit.end``); when given, a stop that
-    has not ended :data:`STOP_DEADLINE_SECONDS` after it was asked for is ended by it, and so
+    has not ended ``stop.STOP_DEADLINE_SECONDS`` after it was asked for is ended by it, and so
     is the process once the daemon has stopped (no interpreter teardown of a large heap, no
     wait for a worker thread left in a blocking call).
     """
@@ -129,10 +126,6 @@ in place: as kube-proxy,
 non-zero, so that a supervisor restarting only failures (systemd ``Restart=on-failure``) starts
 it again too."""
 
-STOP_DEADLINE_SECONDS = 0.5
-"""After a stop is asked for, the longest the daemon waits for its tasks to wind down before
-the process is ended as it stands (worker threads left behind)."""
-
 
 def _shown(value: object) -> object:
     """A setting's value as a log line shows it: collections as lists, addresses as text."""
@@ -154,10 +147,7 @@ class Daemon:
     ) -> None:
         self.settings = settings
         self.watcher = watcher
-        self._end = end
         self.exit_status = 0
-        self._deadline_pipe: int | None = None  # write end; see _arm_deadline
-        self._deadline_status: int | None = None
         self.netns = settings.netns
         self.cfg = cfg = settings.daemon
         self._configz = configz(settings)
@@ -187,7 +177,19 @@ class Daemon:
         )
         self.watch: GenerationWatch | None = None
         self._foreign_seen = trio.Event()
-        self.loop = SyncLoop(
+        self.loop = self._sync_loop(settings)
+        self.healthchecks: HealthCheckServers | None = None
+        self.connections = DescriptorBudget()  # one for every HTTP server
+        self._service_cidrs = pcfg.service_cidrs
+        self._nursery: trio.Nursery | None = None
+        self._addresses_watched = False
+        self.log = get_logger("daemon")
+        self.deadline = StopDeadline(end, self.log)
+
+    def _sync_loop(self, settings: Settings) -> SyncLoop:
+        """The sync loop over a fresh cluster state, reporting to this daemon."""
+        cfg, pcfg = settings.daemon, settings.proxy
+        return SyncLoop(
             ClusterState(
                 cfg.node_name,
                 external_ip_cidrs=external_networks(cfg),
@@ -205,12 +207,6 @@ class Daemon:
             release_memory=release,
             quiet=self._quiet,
         )
-        self.healthchecks: HealthCheckServers | None = None
-        self.connections = DescriptorBudget()  # one for every HTTP server
-        self._service_cidrs = pcfg.service_cidrs
-        self._nursery: trio.Nursery | None = None
-        self._addresses_watched = False
-        self.log = get_logger("daemon")
 
     def _quiet(self) -> bool:
         """Whether every transaction since the watch's last look is this process's own (see
@@ -460,74 +456,19 @@ class Daemon:
             self.exit_status = status
         systemd.notify("STOPPING=1")
         cancel.cancel()
-        self._arm_deadline(status)
-
-    def _arm_deadline(self, status: int) -> None:
-        """Where the process may be ended, end it with ``status`` if it still runs
-        :data:`STOP_DEADLINE_SECONDS` from now (the first call counts).
-
-        Safe in a signal handler: it takes no lock (a handler that interrupted the main thread
-        inside a lock it then wanted would hang), it writes a byte to a pipe the deadline's
-        thread, started with the daemon, waits on.
-        """
-        if self._deadline_pipe is None or self._deadline_status is not None:
-            return
-        self._deadline_status = status
-        with contextlib.suppress(OSError):
-            os.write(self._deadline_pipe, b"\0")
-
-    def _start_deadline(self) -> None:
-        """Start the deadline's thread (only where ``end`` may end the process)."""
-        end = self._end
-        if end is None:
-            return
-        # In the daemon's context: what allows ``end`` to end the process is a context variable
-        # of the command line's (``_fastexit``), which a new thread would not see.
-        ctx = contextvars.copy_context()
-        r, w = os.pipe2(os.O_CLOEXEC)
-        self._deadline_pipe = w
-
-        def deadline() -> None:
-            os.read(r, 1)
-            time.sleep(STOP_DEADLINE_SECONDS)
-            status = self._deadline_status or 0
-            self.log.warning(
-                "daemon.stop_overdue",
-                seconds=STOP_DEADLINE_SECONDS,
-                error="tasks still running (a sync or a blocking call): ending the process, "
-                "rules left in place",
-            )
-            ctx.run(end, status)
-
-        threading.Thread(target=deadline, name="stop-deadline", daemon=True).start()
+        self.deadline.arm(status)
 
     @contextlib.contextmanager
     def _stop_signals(self, cancel: trio.CancelScope) -> Iterator[None]:
-        """SIGTERM and SIGINT stop the daemon (status 0).
-
-        Handled by plain signal handlers, not a trio signal receiver: a handler runs on the
-        main thread between two bytecodes even while the trio thread is busy (applying a large
-        burst of changes to the state, building a snapshot), so the deadline is armed at once
-        and holds whatever the event loop is doing; the cancellation follows on the loop.
-        """
-        token = trio.lowlevel.current_trio_token()
+        """SIGTERM and SIGINT stop the daemon (status 0): see ``StopDeadline.signals``."""
 
         def stopping(signum: int) -> None:
             if not cancel.cancel_called:
                 self.log.info("daemon.stopping", signal=signal.Signals(signum).name)
             self._stop(cancel, 0)
 
-        def handler(signum: int, _frame: object) -> None:
-            self._arm_deadline(0)
-            with contextlib.suppress(trio.RunFinishedError):
-                token.run_sync_soon(stopping, signum)
-
-        taken = [(s, signal.signal(s, handler)) for s in (signal.SIGTERM, signal.SIGINT)]
-        try:
+        with self.deadline.signals(stopping):
             yield
-        finally:
-            for signum, previous in taken:
-                signal.signal(signum, previous)
 
     async def _watch_config(self, watcher: ConfigWatcher, cancel: trio.CancelScope) -> None:
         """Look at the ``--config`` file every :data:`CONFIG_CHECK_SECONDS`; see the module
@@ -646,7 +587,7 @@ class Daemon:
         )
 
     async def run(self) -> None:
-        self._start_deadline()
+        self.deadline.start()
         send, recv = trio.open_memory_channel[Sequence[Change]](64)
         try:
             stop = trio.CancelScope()

@@ -71,6 +71,7 @@ class Metrics:
     slowest (``--programming-latency-services``; 0: not at all).
     """
 
+    # One piece: a table of declarations, one per family in the order /metrics lists them.
     def __init__(self, registry: CollectorRegistry, *, slowest_services: int = 0) -> None:
         # kube-proxy (client_golang) exports no ``_created`` series. The switch is
         # prometheus_client's own, process-wide; every registry of this process wants it off.

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.daemon import (
+    LOADED_MACHINE_BOUND,
     VIP_A,
     Daemon,
     objects,
@@ -39,7 +41,8 @@ testbed = topo.testbed
 SERVICES = 4000
 ENDPOINTS = 10
 STOP_BOUND = 5.0
-"""Seconds from SIGTERM to exit that the test accepts (the deadline is 0.5 s)."""
+"""Seconds from SIGTERM to exit that the test accepts (generous: the deadline is 0.25 s,
+``daemon/stop.py``; the figures are ``bench/bench_shutdown.py``'s)."""
 
 
 @pytest.fixture
@@ -107,6 +110,51 @@ def test_sigterm_mid_sync_on_a_busy_machine_exits_promptly(
         f"SIGTERM to exit, {moment} {SERVICES} Services (not yet applied: {pending}), "
         f"machine busy: {took:.2f} s"
     )
+    assert status == 0, daemon.lines[-5:]
+    assert took < STOP_BOUND, f"{took:.1f} s: {daemon.lines[-5:]}"
+    assert daemon.events("daemon.stopping")
+
+
+def _changing(d: Path, testbed: Testbed, stop: threading.Event) -> None:
+    """Service a's endpoint moves between two pods every 0.1 s until ``stop``."""
+    pods = ("pod-a", "pod-b")
+    n = 0
+    while not stop.is_set():
+        n += 1
+        publish(d, objects(testbed, [pods[n % 2]]))
+        stop.wait(0.1)
+
+
+@pytest.mark.parametrize("moment", ["idle", "changing"])
+def test_sigterm_after_a_big_sync_on_a_busy_machine_exits(
+    testbed: Testbed, tmp_path: Path, burners: None, moment: str
+) -> None:
+    """Once thousands of Services are programmed, the work after each sync on the trio thread
+    (the inspector's index, the state's claims, the metrics) stretches on a busy machine; a
+    stop while idle, or while one Service changes every 0.1 s, still ends the process."""
+    d = publish(tmp_path / "m", objects(testbed, ["pod-a"]))
+    tmp = d / ".big.json.tmp"
+    tmp.write_text(json.dumps(_big_cluster(testbed)))
+    tmp.rename(d / "big.json")
+    daemon = Daemon(testbed, d)
+    stop = threading.Event()
+    writer = threading.Thread(target=_changing, args=(d, testbed, stop))
+    try:
+        daemon.wait_ready(timeout=LOADED_MACHINE_BOUND)
+        wait_until(lambda: _pending(daemon) == 0, 60, "the big cluster synced")
+        if moment == "changing":
+            writer.start()
+            syncs = len(daemon.events("sync.applied"))
+            wait_until(lambda: len(daemon.events("sync.applied")) > syncs + 2, 30, "changes")
+        start = time.monotonic()
+        status = daemon.stop()
+        took = time.monotonic() - start
+    finally:
+        stop.set()
+        if writer.is_alive():
+            writer.join()
+        daemon.kill()
+    print(f"SIGTERM to exit, {moment} after {SERVICES} Services, machine busy: {took:.2f} s")
     assert status == 0, daemon.lines[-5:]
     assert took < STOP_BOUND, f"{took:.1f} s: {daemon.lines[-5:]}"
     assert daemon.events("daemon.stopping")

@@ -1,0 +1,87 @@
+"""A kept ``externalTrafficPolicy: Local`` Service keeps its health-check node port answering.
+
+A file that does not parse when the daemon starts keeps its Services as programmed
+(``sync/keep.py``): their traffic flows. A LoadBalancer sends a Local Service's traffic only to
+nodes whose health-check node port answers 200, so a kept Service whose port no longer answers
+is cut all the same, by the load balancer: the restarted daemon must answer on that port with
+the endpoint count the previous one answered with.
+
+Not yet so: the daemon serves health checks from the plan, and a kept Service is not in it;
+what is kept comes from the tables, which hold its local endpoints but not its health-check
+port. The port has to outlive the process where the kept objects do (the tables: a record the
+Syncer writes beside its restart record, kept with the Service's objects), and the Syncer to
+hand the kept Services' (port, local endpoint count) to the daemon with each sync.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nlproxy.demo.testbed import Testbed
+from tests.kernel import topo
+from tests.kernel.daemon import (
+    VIP_A,
+    answered_by,
+    daemon,
+    free_node_port,
+    hc_get,
+    lb_local,
+    objects,
+    wait_until,
+)
+
+testbed = topo.testbed
+
+
+def _write(path: Path, objs: list[dict[str, object]]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(yaml.safe_dump_all(objs, sort_keys=False))
+    tmp.replace(path)
+
+
+def _local_endpoints(body: str) -> int:
+    count: int = json.loads(body)["localEndpoints"]
+    return count
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 36: a kept Service's healthCheckNodePort is in no table and no restart "
+    "record; the daemon has nothing to serve it from until sync/ keeps it (see the test's "
+    "module docstring)",
+)
+def test_a_kept_local_service_keeps_its_health_check_port(testbed: Testbed, tmp_path: Path) -> None:
+    d = tmp_path / "m"
+    d.mkdir()
+    _write(d / "objects.yaml", objects(testbed, ["pod-a"]))
+    broken = d / "lb.yaml"
+    port = free_node_port()
+    _write(broken, lb_local(testbed, port, ["pod-a", "pod-b"]))
+    with daemon(testbed, d) as first:
+        wait_until(lambda: hc_get(first, port)[0] == 200, 10.0, "the health check")
+        code, body = hc_get(first, port)
+        assert code == 200
+        assert _local_endpoints(body) == 2
+        assert first.stop() == 0
+
+    broken.write_text(broken.read_text() + "\n---\nkind: Service\nmetadata: {name: [oops\n")
+    with daemon(testbed, d) as second:
+        wait_until(lambda: bool(second.events("sync.kept")), 10.0, "the Service kept")
+        assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
+        wait_until(lambda: hc_get(second, port)[0] != 0, 10.0, "the kept health check")
+        code, body = hc_get(second, port)
+        assert code == 200, body
+        assert _local_endpoints(body) == 2
+
+        # Fixed with one local endpoint fewer: the port answers for the file's content.
+        _write(broken, lb_local(testbed, port, ["pod-a"]))
+        wait_until(
+            lambda: _local_endpoints(hc_get(second, port)[1] or '{"localEndpoints": -1}') == 1,
+            10.0,
+            "the fixed file's count",
+        )
+        assert second.stop() == 0

@@ -1,0 +1,85 @@
+"""The daemon's stop deadline (``daemon/stop.py``): once armed it ends the process with the first
+status asked for, in the daemon's context, and its last line says where each thread was."""
+
+from __future__ import annotations
+
+import contextvars
+import queue
+import threading
+import time
+from typing import Any, cast
+
+import pytest
+from structlog.typing import FilteringBoundLogger
+
+from nlproxy.daemon.stop import StopDeadline
+
+ALLOWED: contextvars.ContextVar[bool] = contextvars.ContextVar("allowed", default=False)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, dict[str, Any]]] = []
+
+    def warning(self, event: str, **kw: Any) -> None:
+        self.lines.append((event, kw))
+
+
+def test_an_armed_deadline_ends_with_the_first_status_and_names_the_busy_threads() -> None:
+    release = threading.Event()
+    busy = threading.Thread(target=release.wait, name="busy-sync", daemon=True)
+    busy.start()
+    ended: queue.Queue[tuple[int, bool]] = queue.Queue()
+    log = Recorder()
+    # What lets ``end`` end the process is a context variable of the command line's: the
+    # deadline's thread must see the daemon's context.
+    ALLOWED.set(True)
+    try:
+        deadline = StopDeadline(
+            lambda status: ended.put((status, ALLOWED.get())), cast(FilteringBoundLogger, log)
+        )
+        deadline.start()
+        deadline.arm(3)  # a changed --config
+        deadline.arm(0)  # a SIGTERM meanwhile: the first stop's status stands
+        assert ended.get(timeout=60) == (3, True)
+    finally:
+        ALLOWED.set(False)
+        release.set()
+        busy.join(timeout=10)
+    ((event, fields),) = log.lines
+    assert event == "daemon.stop_overdue"
+    assert any(where.startswith("busy-sync: ") for where in fields["busy"]), fields["busy"]
+
+
+def test_without_an_end_nothing_is_armed() -> None:
+    """In-process callers (the tests, the demo) pass no ``end``: a stop must never end them."""
+    log = Recorder()
+    deadline = StopDeadline(None, cast(FilteringBoundLogger, log))
+    deadline.start()
+    deadline.arm(0)
+    assert not any(t.name == "stop-deadline" for t in threading.enumerate())
+    assert log.lines == []
+
+
+async def test_the_alarm_ends_a_main_thread_busy_in_python(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The event loop's thread stretched over CPU work (a busy node): the SIGALRM hand ends
+    it between two bytecodes, its line written past the logger."""
+    ended: list[tuple[int, bool]] = []
+    log = Recorder()
+    ALLOWED.set(True)
+    try:
+        deadline = StopDeadline(
+            lambda status: ended.append((status, ALLOWED.get())), cast(FilteringBoundLogger, log)
+        )
+        with deadline.signals(lambda _signum: None):
+            deadline.arm(5)
+            limit = time.monotonic() + 60
+            while not ended and time.monotonic() < limit:
+                sum(range(1000))  # Python work on the main thread, as the loop's
+    finally:
+        ALLOWED.set(False)
+    assert ended == [(5, True)]
+    assert log.lines == []  # not the thread's hand (none was started)
+    assert "daemon.stop_overdue" in capfd.readouterr().err
