@@ -399,11 +399,12 @@ class Daemon:
                 )
         for gone in sorted(known - now.keys()):
             self.log.info("foreign_proxy.gone", table=gone)
+        canary = self.settings.service_proxy_name is not None
+        gauge = self.metrics.beside_proxy_tables if canary else self.metrics.foreign_proxy_tables
         self.metrics.foreign_proxy_tables.clear()
+        self.metrics.beside_proxy_tables.clear()
         for ft in found.tables:
-            self.metrics.foreign_proxy_tables.labels(
-                family=ft.family, table=ft.table, mode=ft.mode
-            ).set(1)
+            gauge.labels(family=ft.family, table=ft.table, mode=ft.mode).set(1)
         return set(now)
 
     def _foreign_once(self) -> Leftovers:

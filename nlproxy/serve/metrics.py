@@ -296,6 +296,14 @@ class Metrics:
             registry=registry,
         )
 
+        self.beside_proxy_tables = Gauge(
+            "nlproxy_beside_proxy_tables",
+            "1 for each table of the proxy a canary (--service-proxy-name) runs beside: "
+            "expected there, so not counted in nlproxy_foreign_proxy_tables",
+            ["family", "table", "mode"],
+            registry=registry,
+        )
+
         self.foreign_proxy_removals = Counter(
             "nlproxy_foreign_proxy_removals",
             "Another proxy's tables and IPVS leftovers removed by --replace-kube-proxy: each "

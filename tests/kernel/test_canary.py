@@ -257,6 +257,15 @@ def test_a_labelled_service_is_served_beside_kube_proxy_and_moves_without_loss(
             assert {e["table"] for e in d.events("foreign_proxy.beside")} >= {"ip kube-proxy"}
             assert not d.events("foreign_proxy.detected")
             assert not d.events("foreign_proxy.removed")
+            # ... and reported as beside it, not as foreign (the foreign-tables alert stays quiet).
+            _, body = d.get(d.metrics, "/metrics")
+            beside = [
+                ln for ln in body.splitlines() if ln.startswith("nlproxy_beside_proxy_tables{")
+            ]
+            assert any('table="kube-proxy"' in ln and ln.endswith(" 1.0") for ln in beside), beside
+            assert not [
+                ln for ln in body.splitlines() if ln.startswith("nlproxy_foreign_proxy_tables{")
+            ]
         tables = nft(tb, "list", "tables")
         assert "table ip kube-proxy" in tables
         assert "table ip6 kube-proxy" in tables
