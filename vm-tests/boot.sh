@@ -121,5 +121,5 @@ timeout "${NLPROXY_VM_TIMEOUT:-1500}" "$qemu" "${machine[@]}" -accel "$accel" -c
   -m "${NLPROXY_VM_MEMORY:-4096}" -nographic -no-reboot -nic none -kernel "$kdir/boot/vmlinuz-$kver" \
   -initrd "$work/initrd.cpio" -append "console=$console rdinit=/init rootfstype=ramfs panic=-1 loglevel=6" \
   </dev/null >>"$log" 2>&1 || true
-rm -f "$work/initrd.cpio"
+rm -rf "$work/initrd.cpio" "$kdir"
 grep -q '^== script exit ' "$log" || { echo "boot.sh: the VM did not run the script to its end: $log" >&2; exit 1; }

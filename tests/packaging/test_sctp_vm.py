@@ -114,33 +114,41 @@ def test_associations_reach_both_endpoints_with_the_right_source(
     assert result["peers"] == [source], result
 
 
-def test_both_held_associations_have_an_established_sctp_flow(vm: Vm) -> None:
+FRONTENDS = {"clusterip": (VIP, PORT), "nodeport": ("172.18.0.2", 30868)}
+
+
+def test_held_associations_have_an_established_sctp_flow(vm: Vm) -> None:
     held = vm["held"]
-    assert set(held) == set(POD_IPS), held
-    for pod, h in held.items():
-        assert h["greeting"]["pod"] == pod
-        [flow] = h["flows"]
-        assert flow["proto"] == "sctp"
-        assert flow["state"] == "ESTABLISHED", flow
-        assert (flow["orig"]["dst"], flow["orig"]["dport"]) == (VIP, PORT)
-        assert flow["orig"]["sport"] == h["greeting"]["local_port"]
-        assert flow["reply"]["src"] == POD_IPS[pod]
-        assert "DNAT" in flow["flags"]
+    assert set(held) == set(FRONTENDS), held
+    for frontend, by_pod in held.items():
+        assert set(by_pod) == set(POD_IPS), held
+        for pod, h in by_pod.items():
+            assert h["greeting"]["pod"] == pod
+            [flow] = h["flows"]
+            assert flow["proto"] == "sctp"
+            assert flow["state"] == "ESTABLISHED", flow
+            assert (flow["orig"]["dst"], flow["orig"]["dport"]) == FRONTENDS[frontend]
+            assert flow["orig"]["sport"] == h["greeting"]["local_port"]
+            assert flow["reply"]["src"] == POD_IPS[pod]
+            assert "DNAT" in flow["flags"]
 
 
 def test_a_removed_endpoints_sctp_flows_are_deleted_and_no_other(vm: Vm) -> None:
     removed = vm["removed"]
-    assert removed["gone_flow_deleted"], removed
-    assert removed["gone_flows_left"] == [], removed
+    gone, kept = removed["gone"], removed["kept"]
+    assert removed["gone_flows_deleted"], removed
+    assert removed["gone_flows_left"] == {f: [] for f in FRONTENDS}, removed
     # The daemon deleted them after its sync (kube-proxy's stale-flow cleanup: UDP and SCTP).
     flushed = [e for e in removed["events"] if e.get("component") == "sync"]
     assert flushed, removed["events"]
-    assert all(e["flows"] > 0 for e in flushed), flushed
-    # The remaining endpoint's association keeps its flow, and keeps working.
-    [kept] = removed["kept_flow"]
-    assert kept["reply"]["src"] == POD_IPS[removed["kept"]]
-    assert kept["state"] == "ESTABLISHED"
-    assert removed["kept_echo"] == {"echo": "still there"}, removed
+    assert sum(e["flows"] for e in flushed) >= len(FRONTENDS), flushed
+    # The remaining endpoint's associations keep their flows, and keep working.
+    assert set(removed["kept_flows"]) == set(FRONTENDS)
+    for frontend, kept_flows in removed["kept_flows"].items():
+        [flow] = kept_flows
+        assert flow["reply"]["src"] == POD_IPS[kept], (gone, flow)
+        assert flow["state"] == "ESTABLISHED"
+        assert removed["kept_echo"][frontend] == {"echo": "still there"}, removed
 
 
 @pytest.mark.parametrize("step", ["after-clusterip", "after-nodeport"])

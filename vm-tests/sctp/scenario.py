@@ -19,11 +19,11 @@ as ``nlproxy| LINE``:
 - ``clusterip``, ``nodeport``, ``pod-clusterip``: ASSOCIATIONS associations each, from the
   client to the ClusterIP and to the node port, and from pod-c to the ClusterIP: who answered
   and which source it saw;
-- ``held``: one open association per endpoint, through the ClusterIP, with the conntrack flow
-  of each (``nlproxy conntrack list``);
-- ``removed``: the endpoint of the first held association is taken out of the EndpointSlice:
-  whether its flow went (and the other's stayed), the daemon's ``conntrack.flushed`` events,
-  and whether the other held association still answers;
+- ``held``: one open association per endpoint through the ClusterIP and one through the node
+  port, with the conntrack flow of each (``nlproxy conntrack list``);
+- ``removed``: pod-a is taken out of the EndpointSlice: whether its flows went (and pod-b's
+  stayed), the daemon's ``conntrack.flushed`` events, and whether pod-b's held associations
+  still answer;
 - ``after-clusterip``, ``after-nodeport``: new associations after the removal.
 
 ``scenario.py serve NAME PORT`` is a pod's server; ``probe ADDR PORT N`` makes N associations
@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 HERE = Path(__file__).resolve()
 MANIFESTS = Path("/tmp/manifests")
@@ -51,6 +51,7 @@ NODE_IP, CLIENT_IP, GATEWAY = "172.18.0.2", "172.18.0.10", "10.244.1.1"
 PODS = {"pod-a": "10.244.1.4", "pod-b": "10.244.1.5", "pod-c": "10.244.1.6"}
 ENDPOINTS = ("pod-a", "pod-b")
 VIP, PORT, NODE_PORT, TARGET = "10.96.0.30", 3868, 30868, 8080
+FRONTENDS = {"clusterip": (VIP, PORT), "nodeport": (NODE_IP, NODE_PORT)}
 ASSOCIATIONS = 24
 BOUND = 120.0  # seconds any wait inside the VM may take (software CPU, a loaded host)
 
@@ -281,6 +282,7 @@ class Held:
     """``hold`` in the client namespace: one association kept open through ``addr:port``."""
 
     def __init__(self, addr: str, port: int) -> None:
+        self.addr, self.port = addr, port
         self.proc = subprocess.Popen(
             in_ns("client", "hold", addr, str(port)),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -299,16 +301,109 @@ class Held:
         self.proc.stdin.flush()
         return self._line()
 
+    def flows(self) -> list[dict[str, Any]]:
+        """This association's conntrack flows."""
+        return [
+            f for f in flows(dst=self.addr, dport=str(self.port))
+            if f["orig"]["sport"] == self.greeting["local_port"]
+        ]  # fmt: skip
+
     def close(self) -> None:
         self.proc.kill()
         self.proc.wait()
 
 
-def flow_of(held: Held) -> list[dict[str, Any]]:
-    return [
-        f for f in flows(dst=VIP, dport=str(PORT))
-        if f["orig"]["sport"] == held.greeting["local_port"]
-    ]  # fmt: skip
+def hold_one_per_endpoint(addr: str, port: int) -> dict[str, Held]:
+    """An open association to each endpoint through ``addr:port`` (random balancing: as many
+    tries as it takes, within 40)."""
+    held: dict[str, Held] = {}
+    for _ in range(40):
+        h = Held(addr, port)
+        answered = h.greeting.get("pod")
+        if answered in held or answered is None:
+            h.close()
+        else:
+            held[answered] = h
+        if len(held) == len(ENDPOINTS) or answered is None:
+            break
+    return held
+
+
+def remove_endpoint(held: dict[str, dict[str, Held]]) -> None:
+    """Take the first endpoint out of the EndpointSlice; what became of the held associations'
+    flows, and whether the other endpoint's associations still answer."""
+    gone, kept = ENDPOINTS
+    mark = DAEMON_LOG.stat().st_size
+    write(MANIFESTS / "endpointslice.json", endpoint_slice((kept,)))
+    try:
+        wait_for(
+            f"the flows to {gone} deleted",
+            lambda: not any(by_pod[gone].flows() for by_pod in held.values()),
+        )
+        deleted = True
+    except TimeoutError:
+        deleted = False
+    wait_for(
+        "the daemon's sync after the change",
+        lambda: [e for e in events(mark) if e.get("event") == "sync.applied"],
+    )
+    result("removed", {
+        "gone": gone, "kept": kept, "gone_flows_deleted": deleted,
+        "gone_flows_left": {
+            name: flows(endpoint=PODS[gone], dst=FRONTENDS[name][0]) for name in held
+        },
+        "kept_flows": {name: by_pod[kept].flows() for name, by_pod in held.items()},
+        "kept_echo": {name: by_pod[kept].echo("still there") for name, by_pod in held.items()},
+        "events": [e for e in events(mark) if e.get("event") == "conntrack.flushed"],
+    })  # fmt: skip
+
+
+def start_daemon(log: BinaryIO) -> subprocess.Popen[bytes]:
+    """``nlproxy run --manifests`` in the background, its first sync done (or its exit)."""
+    daemon = subprocess.Popen(
+        ["nlproxy", "--log-format", "json", "run", "--manifests", str(MANIFESTS),
+         "--node-name", "node1", "--cluster-cidr", "10.244.0.0/16",
+         "--service-cidr", "10.96.0.0/12"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+    def first_sync() -> list[dict[str, Any]]:
+        if daemon.poll() is not None:
+            return [{"exited": daemon.returncode}]
+        return [e for e in events() if e.get("event") == "sync.applied"]
+
+    result("daemon", wait_for("the daemon's first sync", first_sync)[0])
+    return daemon
+
+
+def steps() -> None:
+    associations("clusterip", "client", *FRONTENDS["clusterip"])
+    associations("nodeport", "client", *FRONTENDS["nodeport"])
+    associations("pod-clusterip", "pod-c", *FRONTENDS["clusterip"])
+    # SCTP conntrack is nf_conntrack's own (built in, no module of its own): its sysctls appear
+    # with nf_conntrack.
+    established = Path("/proc/sys/net/netfilter/nf_conntrack_sctp_timeout_established")
+    result("kernel", {
+        "release": os.uname().release,
+        "sctp_module": Path("/sys/module/sctp").is_dir(),
+        "sctp_established_timeout": established.exists() and int(established.read_text()),
+        "bound": BOUND,
+    })  # fmt: skip
+
+    held = {name: hold_one_per_endpoint(*frontend) for name, frontend in FRONTENDS.items()}
+    result("held", {
+        name: {pod: {"greeting": h.greeting, "flows": h.flows()} for pod, h in by_pod.items()}
+        for name, by_pod in held.items()
+    })  # fmt: skip
+    try:
+        if all(len(by_pod) == len(ENDPOINTS) for by_pod in held.values()):
+            remove_endpoint(held)
+    finally:
+        for by_pod in held.values():
+            for h in by_pod.values():
+                h.close()
+    associations("after-clusterip", "client", *FRONTENDS["clusterip"])
+    associations("after-nodeport", "client", *FRONTENDS["nodeport"])
 
 
 def scenario() -> None:
@@ -321,90 +416,23 @@ def scenario() -> None:
     for pod in ENDPOINTS:  # the servers listen: a direct association answers
         wait_for(f"{pod} answering", lambda pod=pod: answers(pod))
     manifests()
-    log = DAEMON_LOG.open("wb")
-    daemon = subprocess.Popen(
-        ["nlproxy", "--log-format", "json", "run", "--manifests", str(MANIFESTS),
-         "--node-name", "node1", "--cluster-cidr", "10.244.0.0/16",
-         "--service-cidr", "10.96.0.0/12"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
     try:
-
-        def first_sync() -> list[dict[str, Any]]:
-            if daemon.poll() is not None:
-                return [{"exited": daemon.returncode}]
-            return [e for e in events() if e.get("event") == "sync.applied"]
-
-        applied = wait_for("the daemon's first sync", first_sync)
-        result("daemon", applied[0])
-        if daemon.poll() is not None:
-            return
-
-        associations("clusterip", "client", VIP, PORT)
-        associations("nodeport", "client", NODE_IP, NODE_PORT)
-        associations("pod-clusterip", "pod-c", VIP, PORT)
-        # SCTP conntrack is nf_conntrack's own (built in, no module of its own): its sysctls
-        # appear with nf_conntrack.
-        established = Path("/proc/sys/net/netfilter/nf_conntrack_sctp_timeout_established")
-        result("kernel", {
-            "release": os.uname().release,
-            "sctp_module": Path("/sys/module/sctp").is_dir(),
-            "sctp_established_timeout": established.exists() and int(established.read_text()),
-            "bound": BOUND,
-        })  # fmt: skip
-
-        # One open association to each endpoint, through the ClusterIP.
-        held: dict[str, Held] = {}
-        for _ in range(40):
-            h = Held(VIP, PORT)
-            answered = h.greeting.get("pod")
-            if answered in held or answered is None:
-                h.close()
-            else:
-                held[answered] = h
-            if len(held) == len(ENDPOINTS) or answered is None:
-                break
-        result("held", {
-            pod: {"greeting": h.greeting, "flows": flow_of(h)} for pod, h in held.items()
-        })  # fmt: skip
-        if len(held) != len(ENDPOINTS):
-            return
-
-        gone, kept = ENDPOINTS
-        mark = DAEMON_LOG.stat().st_size
-        write(MANIFESTS / "endpointslice.json", endpoint_slice((kept,)))
-        try:
-            wait_for(f"the flow to {gone} deleted", lambda: not flow_of(held[gone]))
-            deleted = True
-        except TimeoutError:
-            deleted = False
-        wait_for(
-            "the daemon's sync after the change",
-            lambda: [e for e in events(mark) if e.get("event") == "sync.applied"],
-        )
-        result("removed", {
-            "gone": gone, "kept": kept, "gone_flow_deleted": deleted,
-            "gone_flows_left": flows(endpoint=PODS[gone], dst=VIP),
-            "kept_flow": flow_of(held[kept]),
-            "kept_echo": held[kept].echo("still there"),
-            "events": [e for e in events(mark) if e.get("event") == "conntrack.flushed"],
-        })  # fmt: skip
-        for h in held.values():
-            h.close()
-
-        associations("after-clusterip", "client", VIP, PORT)
-        associations("after-nodeport", "client", NODE_IP, NODE_PORT)
+        with DAEMON_LOG.open("wb") as log:
+            daemon = start_daemon(log)
+            try:
+                if daemon.poll() is None:
+                    steps()
+            finally:
+                daemon.terminate()
+                try:
+                    daemon.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    daemon.kill()
+                for s in servers:
+                    s.kill()
     finally:
-        daemon.terminate()
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-        for s in servers:
-            s.kill()
-        log.close()
         for line in DAEMON_LOG.read_text(errors="replace").splitlines()[-60:]:
-            print(f"nlproxy| {line}")
+            print(f"nlproxy| {line}", flush=True)
     print("== scenario done", flush=True)
 
 
