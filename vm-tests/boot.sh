@@ -77,6 +77,8 @@ for pkg in "$kernel" kmod libkmod2 mount "${extras[@]}"; do
   [ -n "$(deb "$pkg")" ] || (cd "$work/debs" && apt-get download -q "$pkg:$arch" >/dev/null 2>&1) \
     || { echo "boot.sh: apt-get download $pkg:$arch failed" >&2; exit 1; }
 done
+# Kernels the index no longer names (a security update replaced them): 70 MB each.
+find "$work/debs" -name "linux-image-*_$arch.deb" ! -name "${kernel}_*" -delete
 
 kdir=$work/kernel
 rm -rf "$kdir" "$work/root"
