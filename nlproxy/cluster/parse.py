@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from nlproxy.cluster import sections
 from nlproxy.cluster.fields import FieldReader, describe, quick_ipv4
 from nlproxy.cluster.model import (
     ClusterObject,
@@ -37,25 +38,9 @@ from nlproxy.cluster.model import (
     Upsert,
 )
 from nlproxy.cluster.sections import (
-    _ADDRESS_TYPES,
-    _DNS_LABEL,
-    _IANA_SVC_NAME,
-    _PROTOCOLS,
-    _SERVICE_TYPES,
     SERVICE_NAME_LABEL,
     TRIGGER_TIME_ANNOTATION,
     ZONE_LABEL,
-    _affinity_timeout,
-    _cluster_ips,
-    _created,
-    _family,
-    _load_balancer_ips,
-    _load_balancing,
-    _local,
-    _metadata,
-    _shared,
-    _source_ranges,
-    _trigger_time,
     not_ours,
     object_ref,
 )
@@ -74,14 +59,14 @@ def parse_service(obj: Mapping[str, Any], proxy_name: str | None = None) -> Serv
     """
     ref = object_ref(obj, "Service")
     r = FieldReader(ref)
-    meta, labels = _metadata(r, obj, "Service")
+    meta, labels = sections.metadata(r, obj, "Service")
     if not_ours(labels, proxy_name):
         return None
     spec = r.mapping(obj.get("spec"), "spec")
-    kind = r.choice(spec.get("type"), "spec.type", _SERVICE_TYPES, "ClusterIP")
+    kind = r.choice(spec.get("type"), "spec.type", sections.SERVICE_TYPES, "ClusterIP")
     if kind == "ExternalName":
         return None
-    cluster_ips = _cluster_ips(r, spec)
+    cluster_ips = sections.cluster_ips(r, spec)
     if cluster_ips is None:
         return None
     key = ServiceKey(namespace=ref.namespace, name=ref.name)
@@ -92,7 +77,7 @@ def parse_service(obj: Mapping[str, Any], proxy_name: str | None = None) -> Serv
     # Like upstream's ExternallyAccessible/ExternalPolicyLocal/NeedsHealthCheck: NodePorts,
     # LoadBalancers and ClusterIPs with externalIPs accept external traffic through the node, and
     # only LoadBalancers get a health check node port.
-    ext_local = _local(r, spec, "externalTrafficPolicy") and (
+    ext_local = sections.policy_local(r, spec, "externalTrafficPolicy") and (
         svc_type in (ServiceType.NODE_PORT, ServiceType.LOAD_BALANCER) or bool(external_ips)
     )
     health = r.port(spec.get("healthCheckNodePort"), "spec.healthCheckNodePort", zero_ok=True)
@@ -103,18 +88,18 @@ def parse_service(obj: Mapping[str, Any], proxy_name: str | None = None) -> Serv
         cluster_ips=cluster_ips,
         ports=_service_ports(r, key, spec),
         external_ips=external_ips,
-        load_balancer_ips=_load_balancer_ips(r, obj),
-        load_balancer_source_ranges=_source_ranges(r, spec, annotations),
+        load_balancer_ips=sections.load_balancer_ips(r, obj),
+        load_balancer_source_ranges=sections.source_ranges(r, spec, annotations),
         external_policy_local=ext_local,
-        internal_policy_local=_local(r, spec, "internalTrafficPolicy"),
-        affinity_timeout=_affinity_timeout(r, spec),
+        internal_policy_local=sections.policy_local(r, spec, "internalTrafficPolicy"),
+        affinity_timeout=sections.affinity_timeout(r, spec),
         health_check_node_port=health
         if ext_local and svc_type is ServiceType.LOAD_BALANCER
         else None,
         traffic_distribution=r.string(spec.get("trafficDistribution"), "spec.trafficDistribution")
         or None,
-        created=_created(r, meta),
-        **_load_balancing(r, annotations),
+        created=sections.created(r, meta),
+        **sections.load_balancing(r, annotations),
         uid=r.string(meta.get("uid"), "metadata.uid") or "",
     )
 
@@ -159,13 +144,15 @@ def _port_name(
 ) -> tuple[str, Protocol]:
     """A port entry's name (a DNS label, unique within the object; ``seen`` maps names to the
     entries that used them) and protocol (TCP by default)."""
-    name = _shared(r.string(entry.get("name"), f"{f}.name")) or ""
-    if name and not _DNS_LABEL.fullmatch(name):
+    name = sections.shared(r.string(entry.get("name"), f"{f}.name")) or ""
+    if name and not sections.DNS_LABEL.fullmatch(name):
         r.fail(f"{f}.name", f"{describe(name)} is not a valid port name (a DNS label)")
     if name in seen:
         r.fail(f"{f}.name", f"duplicate port name {describe(name)} (also {seen[name]})")
     seen[name] = f
-    return name, Protocol(r.choice(entry.get("protocol"), f"{f}.protocol", _PROTOCOLS, "TCP"))
+    return name, Protocol(
+        r.choice(entry.get("protocol"), f"{f}.protocol", sections.PROTOCOLS, "TCP")
+    )
 
 
 def _target_port(r: FieldReader, value: object, field: str, port: int) -> int | str:
@@ -174,7 +161,7 @@ def _target_port(r: FieldReader, value: object, field: str, port: int) -> int | 
     if isinstance(value, str):
         if not value:
             return port
-        if not _IANA_SVC_NAME.fullmatch(value):
+        if not sections.IANA_SVC_NAME.fullmatch(value):
             r.fail(
                 field,
                 f"{describe(value)} is not a valid port name (at most 15 lowercase letters, "
@@ -198,8 +185,8 @@ def parse_endpoint_slice(
     """
     ref = object_ref(obj, "EndpointSlice")
     r = FieldReader(ref)
-    meta, labels = _metadata(r, obj, "EndpointSlice")
-    address_type = r.choice(obj.get("addressType"), "addressType", _ADDRESS_TYPES, "")
+    meta, labels = sections.metadata(r, obj, "EndpointSlice")
+    address_type = r.choice(obj.get("addressType"), "addressType", sections.ADDRESS_TYPES, "")
     if not address_type:
         r.fail("addressType", "missing")
     service_name = labels.get(SERVICE_NAME_LABEL, "")
@@ -217,7 +204,7 @@ def parse_endpoint_slice(
             _endpoint(r, raw, i, family)
             for i, raw in enumerate(r.items(obj.get("endpoints"), "endpoints"))
         ),
-        last_change_trigger_time=_trigger_time(annotations.get(TRIGGER_TIME_ANNOTATION)),
+        last_change_trigger_time=sections.trigger_time(annotations.get(TRIGGER_TIME_ANNOTATION)),
     )
     r.string(meta.get("resourceVersion"), "metadata.resourceVersion")  # checked, not kept
     return es
@@ -250,7 +237,7 @@ def _endpoint(r: FieldReader, raw: object, i: int, family: IPFamily) -> Endpoint
         r.fail(f"{f}.addresses", "missing (an endpoint needs at least one address)")
     ips = [r.ip(v, f"{f}.addresses[{i}]") for i, v in enumerate(addresses)]
     for i, ip in enumerate(ips):
-        if _family(ip) is not family:
+        if sections.family_of(ip) is not family:
             r.fail(f"{f}.addresses[{i}]", f"{ip} is not an {family.value} address (addressType)")
     cond = r.mapping(entry.get("conditions"), f"{f}.conditions")
     ready = r.boolean(cond.get("ready"), f"{f}.conditions.ready")
@@ -262,8 +249,8 @@ def _endpoint(r: FieldReader, raw: object, i: int, family: IPFamily) -> Endpoint
         ready=ready is not False,
         serving=serving is not False,
         terminating=terminating is True,
-        node_name=_shared(r.string(entry.get("nodeName"), f"{f}.nodeName")),
-        zone=_shared(r.string(entry.get("zone"), f"{f}.zone")),
+        node_name=sections.shared(r.string(entry.get("nodeName"), f"{f}.nodeName")),
+        zone=sections.shared(r.string(entry.get("zone"), f"{f}.zone")),
         hints_zones=_hint_names(r, hints.get("forZones"), f"{f}.hints.forZones"),
         hints_nodes=_hint_names(r, hints.get("forNodes"), f"{f}.hints.forNodes"),
     )
@@ -299,8 +286,8 @@ def _quick_endpoint(raw: object) -> Endpoint | None:
         ready=cond.get("ready") is not False,
         serving=cond.get("serving") is not False,
         terminating=cond.get("terminating") is True,
-        node_name=_shared(node),
-        zone=_shared(zone),
+        node_name=sections.shared(node),
+        zone=sections.shared(zone),
     )
 
 
@@ -316,7 +303,7 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
     """A v1 Node: name, labels and zone, addresses (InternalIPs, then ExternalIPs, each in the
     order listed, without repeats) and pod CIDRs (``spec.podCIDRs``, else ``spec.podCIDR``)."""
     r = FieldReader(object_ref(obj, "Node"))
-    meta, labels = _metadata(r, obj, "Node")
+    meta, labels = sections.metadata(r, obj, "Node")
     status = r.mapping(obj.get("status"), "status")
     by_type: dict[str, list[IPAddress]] = {"InternalIP": [], "ExternalIP": []}
     for i, raw in enumerate(r.items(status.get("addresses"), "status.addresses")):
@@ -347,7 +334,7 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
 def parse_service_cidr(obj: Mapping[str, Any]) -> ServiceCIDR:
     """A networking.k8s.io/v1 ServiceCIDR: ``spec.cidrs``, at most one per family."""
     r = FieldReader(object_ref(obj, "ServiceCIDR"))
-    meta, _labels = _metadata(r, obj, "ServiceCIDR")
+    meta, _labels = sections.metadata(r, obj, "ServiceCIDR")
     spec = r.mapping(obj.get("spec"), "spec")
     raw = r.strings(spec.get("cidrs"), "spec.cidrs")
     if not raw:

@@ -60,33 +60,34 @@ def not_ours(labels: Mapping[str, str] | None, proxy_name: str | None) -> bool:
     )
 
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # What the API server accepts as each kind's name (apimachinery's validation), so a manifest
 # it would refuse is named here instead of failing the kernel's batch for every Service.
-_NAMES: dict[str, tuple[re.Pattern[str], int, str]] = {
+NAMES: dict[str, tuple[re.Pattern[str], int, str]] = {
     "Service": (_DNS_1035_LABEL, 63, "a DNS-1035 label: a-z, 0-9 and '-', starting with a letter"),
     "EndpointSlice": (_DNS_SUBDOMAIN, 253, "a DNS-1123 subdomain: a-z, 0-9, '-' and '.'"),
     "Node": (_DNS_SUBDOMAIN, 253, "a DNS-1123 subdomain: a-z, 0-9, '-' and '.'"),
     "ServiceCIDR": (_DNS_SUBDOMAIN, 253, "a DNS-1123 subdomain: a-z, 0-9, '-' and '.'"),
 }
-_IANA_SVC_NAME = re.compile(r"(?=.*[a-z])(?!.*--)[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?")
-_PROTOCOLS = tuple(p.value for p in Protocol)
-_SERVICE_TYPES = (*(t.value for t in ServiceType), "ExternalName")
+IANA_SVC_NAME = re.compile(r"(?=.*[a-z])(?!.*--)[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?")
+PROTOCOLS = tuple(p.value for p in Protocol)
+SERVICE_TYPES = (*(t.value for t in ServiceType), "ExternalName")
 _FAMILIES = tuple(f.value for f in IPFamily)
-_POLICIES = ("Cluster", "Local")
+POLICIES = ("Cluster", "Local")
 _AFFINITIES = ("None", "ClientIP")
-_ADDRESS_TYPES = ("IPv4", "IPv6", "FQDN")
+ADDRESS_TYPES = ("IPv4", "IPv6", "FQDN")
 
 
-def _shared(name: str | None) -> str | None:
+def shared(name: str | None) -> str | None:
     """A name that many objects repeat (node, zone, namespace, port name), as one shared string
     rather than a copy per object (100k endpoints name a handful of nodes); None when empty."""
     return sys.intern(name) if name else None
 
 
-def _family(ip: IPAddress | IPNetwork) -> IPFamily:
+def family_of(ip: IPAddress | IPNetwork) -> IPFamily:
+    """The family of an address or a network."""
     return IPFamily.IPV4 if ip.version == 4 else IPFamily.IPV6
 
 
@@ -109,7 +110,7 @@ def object_ref(obj: Mapping[str, Any], kind: str | None = None) -> ObjectRef:
     name = meta.get("name")
     namespace = meta.get("namespace")
     if kind in NAMESPACED_KINDS:
-        namespace = _shared(namespace if isinstance(namespace, str) else None) or "default"
+        namespace = shared(namespace if isinstance(namespace, str) else None) or "default"
     else:
         namespace = ""
     return ObjectRef(
@@ -117,7 +118,7 @@ def object_ref(obj: Mapping[str, Any], kind: str | None = None) -> ObjectRef:
     )
 
 
-def _metadata(
+def metadata(
     r: FieldReader, obj: Mapping[str, Any], kind: str
 ) -> tuple[Mapping[str, Any], dict[str, str]]:
     """``(metadata, labels)``, checking the name and namespace as the API server does."""
@@ -125,12 +126,12 @@ def _metadata(
     name = r.string(meta.get("name"), "metadata.name")
     if not name:
         r.fail("metadata.name", "missing")
-    pattern, longest, what = _NAMES[kind]
+    pattern, longest, what = NAMES[kind]
     if len(name) > longest or not pattern.fullmatch(name):
         r.fail("metadata.name", f"{describe(name)} is not a valid {kind} name ({what}, "
                f"at most {longest} characters)")  # fmt: skip
     namespace = r.string(meta.get("namespace"), "metadata.namespace")
-    if namespace and not _DNS_LABEL.fullmatch(namespace):
+    if namespace and not DNS_LABEL.fullmatch(namespace):
         r.fail(
             "metadata.namespace",
             f"{describe(namespace)} is not a valid namespace (a DNS-1123 label: a-z, 0-9 and "
@@ -139,7 +140,7 @@ def _metadata(
     return meta, r.string_map(meta.get("labels"), "metadata.labels")
 
 
-def _created(r: FieldReader, meta: Mapping[str, Any]) -> str:
+def created(r: FieldReader, meta: Mapping[str, Any]) -> str:
     """``metadata.creationTimestamp``, once ``metadata.resourceVersion`` is checked (a string,
     which the model does not keep: a new one alone changes nothing proxied)."""
     r.string(meta.get("resourceVersion"), "metadata.resourceVersion")
@@ -170,7 +171,7 @@ def created_text(value: object) -> str:
     )
 
 
-def _load_balancing(r: FieldReader, annotations: Mapping[str, str]) -> dict[str, Any]:
+def load_balancing(r: FieldReader, annotations: Mapping[str, str]) -> dict[str, Any]:
     """nlproxy's own annotations: the endpoint choice and, for consistent hashing, its key. The
     API server never validates annotations, so a value nlproxy does not know (a typo such as
     ``roundrobin``) keeps the default and is noted in ``annotation_warnings``, as kube-proxy
@@ -199,11 +200,12 @@ def _annotation(
     return text
 
 
-def _local(r: FieldReader, spec: Mapping[str, Any], policy: str) -> bool:
-    return r.choice(spec.get(policy), f"spec.{policy}", _POLICIES, "Cluster") == "Local"
+def policy_local(r: FieldReader, spec: Mapping[str, Any], policy: str) -> bool:
+    """Whether ``spec.<policy>`` (a traffic policy) is ``Local``; unset means ``Cluster``."""
+    return r.choice(spec.get(policy), f"spec.{policy}", POLICIES, "Cluster") == "Local"
 
 
-def _cluster_ips(r: FieldReader, spec: Mapping[str, Any]) -> tuple[IPAddress, ...] | None:
+def cluster_ips(r: FieldReader, spec: Mapping[str, Any]) -> tuple[IPAddress, ...] | None:
     """``spec.clusterIPs`` (or ``spec.clusterIP``) checked against ``spec.ipFamilies``; ``None``
     for a headless Service."""
     single = r.string(spec.get("clusterIP"), "spec.clusterIP") or ""
@@ -237,12 +239,12 @@ def _cluster_ips(r: FieldReader, spec: Mapping[str, Any]) -> tuple[IPAddress, ..
     if families and len(families) < len(ips):
         r.fail("spec.ipFamilies", f"lists {len(families)} families for {len(ips)} cluster IPs")
     for i, (ip, family) in enumerate(zip(ips, families, strict=False)):
-        if _family(ip) is not family:
+        if family_of(ip) is not family:
             r.fail(fields[i], f"{ip} is not {family.value} (spec.ipFamilies[{i}])")
     return ips
 
 
-def _load_balancer_ips(r: FieldReader, obj: Mapping[str, Any]) -> tuple[IPAddress, ...]:
+def load_balancer_ips(r: FieldReader, obj: Mapping[str, Any]) -> tuple[IPAddress, ...]:
     """Ingress IPs of VIP-mode load balancers; ``ipMode: Proxy`` ones deliver traffic to the
     node themselves, so kube-proxy ignores them (as it does hostname-only entries)."""
     status = r.mapping(
@@ -258,7 +260,7 @@ def _load_balancer_ips(r: FieldReader, obj: Mapping[str, Any]) -> tuple[IPAddres
     return tuple(ips)
 
 
-def _source_ranges(
+def source_ranges(
     r: FieldReader, spec: Mapping[str, Any], annotations: Mapping[str, str]
 ) -> tuple[IPNetwork, ...]:
     """``spec.loadBalancerSourceRanges``, else the older comma-separated annotation. Surrounding
@@ -272,7 +274,9 @@ def _source_ranges(
     return tuple(r.cidr(v, f, strict=False) for v, f in zip(values, fields, strict=True))
 
 
-def _affinity_timeout(r: FieldReader, spec: Mapping[str, Any]) -> int | None:
+def affinity_timeout(r: FieldReader, spec: Mapping[str, Any]) -> int | None:
+    """The ``ClientIP`` session affinity's timeout (its default when unset), or None without
+    affinity."""
     affinity = r.choice(spec.get("sessionAffinity"), "spec.sessionAffinity", _AFFINITIES, "None")
     if affinity != "ClientIP":
         return None
@@ -283,7 +287,7 @@ def _affinity_timeout(r: FieldReader, spec: Mapping[str, Any]) -> int | None:
     return DEFAULT_AFFINITY_TIMEOUT if timeout is None else timeout
 
 
-def _trigger_time(value: str | None) -> datetime | None:
+def trigger_time(value: str | None) -> datetime | None:
     """The RFC 3339 trigger time; kube-proxy ignores a value it cannot parse, and so do we
     (the annotation only feeds a latency metric)."""
     if not value:

@@ -356,7 +356,7 @@ def _label(memo: dict[str | None, str], value: str | None) -> str:
     shared = memo.get(value)
     if shared is not None:
         return shared
-    if type(value) is not str or not sections._DNS_LABEL.fullmatch(value):
+    if type(value) is not str or not sections.DNS_LABEL.fullmatch(value):
         raise _NotPlain
     if len(memo) >= _MEMO_LIMIT:
         _memo_reset()
@@ -374,8 +374,8 @@ def _port_name_of(name: str | None) -> str:
     return _label(_PORT_NAMES, name)
 
 
-_SERVICE_NAME = sections._NAMES["Service"]
-_SLICE_NAME = sections._NAMES["EndpointSlice"]
+_SERVICE_NAME = sections.NAMES["Service"]
+_SLICE_NAME = sections.NAMES["EndpointSlice"]
 
 
 def _names(obj: Any, kind: str) -> tuple[ObjectRef, Any]:
@@ -411,7 +411,7 @@ def _service_or_raise(obj: Any, proxy_name: str | None) -> Upsert | Skip:
     svc_type = _SERVICE_TYPE.get(kind)
     if svc_type is None:
         raise _NotPlain
-    cluster_ips = _cluster_ips(spec) or sections._cluster_ips(
+    cluster_ips = _cluster_ips(spec) or sections.cluster_ips(
         FieldReader(ref),
         {"clusterIP": spec.clusterIP, "clusterIPs": spec.clusterIPs, "ipFamilies": spec.ipFamilies},
     )
@@ -419,7 +419,7 @@ def _service_or_raise(obj: Any, proxy_name: str | None) -> Upsert | Skip:
         return Skip(ref=ref)
     external_ips = tuple([_ip(v) for v in spec.externalIPs]) if spec.externalIPs else ()
     etp, itp = spec.externalTrafficPolicy, spec.internalTrafficPolicy
-    if (etp and etp not in sections._POLICIES) or (itp and itp not in sections._POLICIES):
+    if (etp and etp not in sections.POLICIES) or (itp and itp not in sections.POLICIES):
         raise _NotPlain
     ext_local = etp == "Local" and (svc_type is not ServiceType.CLUSTER_IP or bool(external_ips))
     health = spec.healthCheckNodePort
@@ -432,19 +432,19 @@ def _service_or_raise(obj: Any, proxy_name: str | None) -> Upsert | Skip:
     lb_ips: tuple[IPAddress, ...] = ()
     status = obj.status
     if status is not None and not _empty_status(status):
-        lb_ips = sections._load_balancer_ips(FieldReader(ref), {"status": status})
+        lb_ips = sections.load_balancer_ips(FieldReader(ref), {"status": status})
     ranges: tuple[IPNetwork, ...] = ()
     if spec.loadBalancerSourceRanges or (
         annotations and sections.SOURCE_RANGES_ANNOTATION in annotations
     ):
-        ranges = sections._source_ranges(
+        ranges = sections.source_ranges(
             FieldReader(ref),
             {"loadBalancerSourceRanges": spec.loadBalancerSourceRanges},
             annotations or {},
         )
     affinity = None
     if spec.sessionAffinity not in _NO_AFFINITY:
-        affinity = sections._affinity_timeout(
+        affinity = sections.affinity_timeout(
             FieldReader(ref),
             {
                 "sessionAffinity": spec.sessionAffinity,
@@ -456,7 +456,7 @@ def _service_or_raise(obj: Any, proxy_name: str | None) -> Upsert | Skip:
         sections.LOAD_BALANCING_ANNOTATION in annotations
         or sections.HASH_KEY_ANNOTATION in annotations
     ):
-        balancing = sections._load_balancing(FieldReader(ref), annotations)
+        balancing = sections.load_balancing(FieldReader(ref), annotations)
     ports = _service_ports(namespace, name, spec.ports)
     traffic = spec.trafficDistribution or None
     if (
@@ -513,7 +513,7 @@ _DEFAULT_BALANCING: dict[str, Any] = {"load_balancing": None, "hash_source_port"
 
 
 def _cluster_ips(spec: Any) -> tuple[IPAddress, ...] | None:
-    """The common case of ``sections._cluster_ips``: one IPv4 ClusterIP, given alike in both
+    """The common case of ``sections.cluster_ips``: one IPv4 ClusterIP, given alike in both
     fields (or only in one), family unset or IPv4; None for anything else."""
     many, single, families = spec.clusterIPs, spec.clusterIP, spec.ipFamilies
     text = many[0] if many is not None and len(many) == 1 else None if many else single
@@ -599,7 +599,7 @@ def _target_port(value: int | str | None, port: int) -> int | str:
         if not value:
             return port
         if value not in _TARGET_NAMES:
-            if not sections._IANA_SVC_NAME.fullmatch(value):
+            if not sections.IANA_SVC_NAME.fullmatch(value):
                 raise _NotPlain
             if len(_TARGET_NAMES) >= _MEMO_LIMIT:
                 _memo_reset()
@@ -641,7 +641,7 @@ def _slice(obj: Any, proxy_name: str | None) -> Upsert | Skip | None:
 def _slice_or_raise(obj: Any, proxy_name: str | None) -> Upsert | Skip:
     ref, meta = _names(obj, "EndpointSlice")
     address_type = obj.addressType
-    if address_type not in sections._ADDRESS_TYPES:
+    if address_type not in sections.ADDRESS_TYPES:
         raise _NotPlain
     labels = meta.labels
     service_name = labels.get(sections.SERVICE_NAME_LABEL) if labels else None
@@ -661,7 +661,7 @@ def _slice_or_raise(obj: Any, proxy_name: str | None) -> Upsert | Skip:
         family=family,
         ports=ports,
         endpoints=endpoints,
-        last_change_trigger_time=sections._trigger_time(trigger) if trigger else None,
+        last_change_trigger_time=sections.trigger_time(trigger) if trigger else None,
     )
     return Upsert(ref=ref, obj=eps)
 
@@ -685,7 +685,7 @@ def _endpoints(raw: list[Any] | None, family: IPFamily) -> tuple[Endpoint, ...]:
         return ()
     out: list[Endpoint] = []
     append = out.append
-    names: dict[str | None, str | None] = {None: None}  # sections._shared, once per name
+    names: dict[str | None, str | None] = {None: None}  # sections.shared, once per name
     get = names.get
     new, set_ip, pton, from_bytes, af_inet, v4 = _new, _set_ip, _pton, int.from_bytes, _AF_INET, _V4
     try:
@@ -746,9 +746,9 @@ def _endpoints_any(raw: list[Any] | None, address: Any) -> tuple[Endpoint, ...]:
         ready, serving, terminating = _PLAIN if cond is None else _conditions(cond)
         node, zone = entry.nodeName, entry.zone
         if node not in names:
-            names[node] = sections._shared(node)
+            names[node] = sections.shared(node)
         if zone not in names:
-            names[zone] = sections._shared(zone)
+            names[zone] = sections.shared(zone)
         out.append(
             Endpoint(
                 ip=first,
