@@ -44,104 +44,127 @@ def _struct(
     )
 
 
-class _Family:
-    """The struct types of one decoding mode (lenient for the API, strict for manifests)."""
+_OPT_STR = str | None
+
+
+def _top(strict: bool) -> _Fields:
+    """The fields every object has: ``apiVersion``, ``kind`` and the metadata the model reads."""
+    str_map = dict[str, str]
+    meta = _struct(
+        "Meta",
+        [
+            ("name", _OPT_STR, None),
+            ("namespace", _OPT_STR, None),
+            ("labels", str_map | None, None),
+            ("annotations", str_map | None, None),
+            ("resourceVersion", _OPT_STR, None),
+            ("creationTimestamp", _OPT_STR, None),
+            ("uid", _OPT_STR, None),
+        ],
+        schema.METADATA,
+        strict=strict,
+    )
+    return [("apiVersion", object, None), ("kind", object, None), ("metadata", meta, None)]
+
+
+def _service_fields(strict: bool) -> _Fields:
+    """A Service's fields: the top ones, its spec (ports included) and its status (any value,
+    read by the parser's reader when it is not empty)."""
+    port = _struct(
+        "ServicePort",
+        [
+            ("name", _OPT_STR, None),
+            ("protocol", _OPT_STR, None),
+            ("port", int | None, None),
+            ("targetPort", int | str | None, None),
+            ("nodePort", int | None, None),
+        ],
+        schema.SERVICE_PORT,
+        strict=strict,
+    )
+    spec = _struct(
+        "ServiceSpec",
+        [
+            ("type", _OPT_STR, None),
+            ("clusterIP", _OPT_STR, None),
+            ("clusterIPs", list[str] | None, None),
+            ("ipFamilies", list[str] | None, None),
+            ("ports", list[port] | None, None),  # type: ignore[valid-type]
+            ("externalIPs", list[str] | None, None),
+            ("externalTrafficPolicy", _OPT_STR, None),
+            ("internalTrafficPolicy", _OPT_STR, None),
+            ("healthCheckNodePort", int | None, None),
+            ("loadBalancerSourceRanges", list[str] | None, None),
+            ("sessionAffinity", _OPT_STR, None),
+            ("sessionAffinityConfig", object, None),
+            ("trafficDistribution", _OPT_STR, None),
+        ],
+        _mapping(schema.SERVICE["spec"]),
+        strict=strict,
+    )
+    return [*_top(strict), ("spec", spec | None, None), ("status", object, None)]
+
+
+def _slice_fields(strict: bool) -> _Fields:
+    """An EndpointSlice's fields: the top ones, its address type, ports and endpoints."""
+    conditions = _struct(
+        "Conditions",
+        [(k, bool | None, None) for k in ("ready", "serving", "terminating")],
+        _mapping(schema.ENDPOINT["conditions"]),
+        strict=strict,
+    )
+    endpoint = _struct(
+        "Endpoint",
+        [
+            ("addresses", list[str], msgspec.NODEFAULT),
+            ("conditions", conditions | None, None),
+            ("nodeName", _OPT_STR, None),
+            ("zone", _OPT_STR, None),
+            ("hints", object, None),
+        ],
+        schema.ENDPOINT,
+        strict=strict,
+    )
+    slice_port = _struct(
+        "EndpointPort",
+        [("name", _OPT_STR, None), ("protocol", _OPT_STR, None), ("port", int | None, None)],
+        _mapping(schema.ENDPOINT_SLICE["ports"]),
+        strict=strict,
+    )
+    return [
+        *_top(strict),
+        ("addressType", _OPT_STR, None),
+        ("ports", list[slice_port] | None, None),  # type: ignore[valid-type]
+        ("endpoints", list[endpoint] | None, None),  # type: ignore[valid-type]
+    ]
+
+
+class Decoders:
+    """The struct types and decoders of one mode (lenient for the API, strict for manifests).
+
+    Attributes:
+        service, slice: the struct of each kind.
+        json: each kind's JSON decoder into its struct.
+        types: each kind's struct, for ``msgspec.convert`` of a decoded document.
+        either: a JSON decoder of an object of either kind (tagged by ``kind``) in one call.
+        kind_of: the kind of each struct ``either`` returns.
+    """
 
     def __init__(self, *, strict: bool) -> None:
-        s = strict
-        str_map = dict[str, str]
-        opt_str = str | None
-        meta = _struct(
-            "Meta",
-            [
-                ("name", opt_str, None),
-                ("namespace", opt_str, None),
-                ("labels", str_map | None, None),
-                ("annotations", str_map | None, None),
-                ("resourceVersion", opt_str, None),
-                ("creationTimestamp", opt_str, None),
-                ("uid", opt_str, None),
-            ],
-            schema.METADATA,
-            strict=s,
-        )
-        port = _struct(
-            "ServicePort",
-            [
-                ("name", opt_str, None),
-                ("protocol", opt_str, None),
-                ("port", int | None, None),
-                ("targetPort", int | str | None, None),
-                ("nodePort", int | None, None),
-            ],
-            schema.SERVICE_PORT,
-            strict=s,
-        )
-        spec_schema = schema.SERVICE["spec"]
-        assert spec_schema is not None
-        spec = _struct(
-            "ServiceSpec",
-            [
-                ("type", opt_str, None),
-                ("clusterIP", opt_str, None),
-                ("clusterIPs", list[str] | None, None),
-                ("ipFamilies", list[str] | None, None),
-                ("ports", list[port] | None, None),  # type: ignore[valid-type]
-                ("externalIPs", list[str] | None, None),
-                ("externalTrafficPolicy", opt_str, None),
-                ("internalTrafficPolicy", opt_str, None),
-                ("healthCheckNodePort", int | None, None),
-                ("loadBalancerSourceRanges", list[str] | None, None),
-                ("sessionAffinity", opt_str, None),
-                ("sessionAffinityConfig", object, None),
-                ("trafficDistribution", opt_str, None),
-            ],
-            spec_schema,
-            strict=s,
-        )
-        top = [("apiVersion", object, None), ("kind", object, None), ("metadata", meta, None)]
-        service_fields = [*top, ("spec", spec | None, None), ("status", object, None)]
-        self.service = _struct("Service", service_fields, schema.SERVICE, strict=s)
-        conditions = _struct(
-            "Conditions",
-            [(k, bool | None, None) for k in ("ready", "serving", "terminating")],
-            _mapping(schema.ENDPOINT["conditions"]),
-            strict=s,
-        )
-        endpoint = _struct(
-            "Endpoint",
-            [
-                ("addresses", list[str], msgspec.NODEFAULT),
-                ("conditions", conditions | None, None),
-                ("nodeName", opt_str, None),
-                ("zone", opt_str, None),
-                ("hints", object, None),
-            ],
-            schema.ENDPOINT,
-            strict=s,
-        )
-        slice_port = _struct(
-            "EndpointPort",
-            [("name", opt_str, None), ("protocol", opt_str, None), ("port", int | None, None)],
-            _mapping(schema.ENDPOINT_SLICE["ports"]),
-            strict=s,
-        )
-        slice_fields = [
-            *top,
-            ("addressType", opt_str, None),
-            ("ports", list[slice_port] | None, None),  # type: ignore[valid-type]
-            ("endpoints", list[endpoint] | None, None),  # type: ignore[valid-type]
-        ]
-        self.slice = _struct("EndpointSlice", slice_fields, schema.ENDPOINT_SLICE, strict=s)
+        service_fields, slice_fields = _service_fields(strict), _slice_fields(strict)
+        self.service = _struct("Service", service_fields, schema.SERVICE, strict=strict)
+        self.slice = _struct("EndpointSlice", slice_fields, schema.ENDPOINT_SLICE, strict=strict)
         self.json = {
             "Service": msgspec.json.Decoder(self.service),
             "EndpointSlice": msgspec.json.Decoder(self.slice),
         }
         self.types = {"Service": self.service, "EndpointSlice": self.slice}
         # The same structs tagged by kind: an object of either kind in one decode.
-        tagged_service = _struct("Service", service_fields, schema.SERVICE, strict=s, tag="Service")
+        tagged_service = _struct(
+            "Service", service_fields, schema.SERVICE, strict=strict, tag="Service"
+        )
         tagged_slice = _struct(
-            "EndpointSlice", slice_fields, schema.ENDPOINT_SLICE, strict=s, tag="EndpointSlice"
+            "EndpointSlice", slice_fields, schema.ENDPOINT_SLICE, strict=strict, tag="EndpointSlice"
         )
         self.kind_of: dict[type[Any], str] = {
             tagged_service: "Service",
@@ -162,7 +185,7 @@ def _reduced(name: str, fields: dict[str, list[str]]) -> msgspec.json.Decoder[An
     return msgspec.json.Decoder(msgspec.defstruct(name, top, kw_only=True))
 
 
-_REDUCED = {
+REDUCED = {
     "Node": _reduced(
         "Node",
         {
@@ -184,5 +207,8 @@ def _mapping(value: schema.Schema | None) -> schema.Schema:
     return value
 
 
-_LENIENT = _Family(strict=False)
-_STRICT = _Family(strict=True)
+LENIENT = Decoders(strict=False)
+"""For the API's objects: a field the struct does not declare is skipped."""
+STRICT = Decoders(strict=True)
+"""For manifests: an object with a field its kind does not know does not fit (the parser names
+the field)."""

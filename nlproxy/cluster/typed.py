@@ -47,7 +47,7 @@ from nlproxy.cluster.model import (
     Skip,
     Upsert,
 )
-from nlproxy.cluster.structs import _LENIENT, _REDUCED, _STRICT
+from nlproxy.cluster.structs import LENIENT, REDUCED, STRICT
 from nlproxy.errors import InvalidObject
 
 FAST_KINDS = frozenset({"Service", "EndpointSlice"})
@@ -62,7 +62,7 @@ def change(
     fast = from_json(raw, kind, proxy_name) if kind in FAST_KINDS else None
     if fast is not None:
         return fast
-    reduced = _REDUCED.get(kind)
+    reduced = REDUCED.get(kind)
     if reduced is not None:
         try:
             small = msgspec.to_builtins(reduced.decode(raw))
@@ -86,7 +86,7 @@ def from_json(
     """The change for one object's JSON (an API list item or watch object), or None when the
     parser must read it: the struct does not fit, or the object is not plainly valid."""
     try:
-        obj = _LENIENT.json[kind].decode(raw)
+        obj = LENIENT.json[kind].decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError, KeyError):
         return None
     return _change(obj, kind, proxy_name)
@@ -99,7 +99,7 @@ def from_document(
     read it: as ``from_json``, and also when the object has a field the kind does not know
     (the parser's path names it, as ``kubectl --validate=strict`` would)."""
     try:
-        obj = msgspec.convert(doc, _STRICT.types[kind])
+        obj = msgspec.convert(doc, STRICT.types[kind])
     except (msgspec.ValidationError, KeyError):
         return None
     return _change(obj, kind, proxy_name)
@@ -111,7 +111,7 @@ def from_manifest_json(
     """The change for one manifest object's JSON, straight from its bytes (no document is
     built), or None when the parser must read it: as ``from_document`` of its document."""
     try:
-        obj = _STRICT.json[kind].decode(raw)
+        obj = STRICT.json[kind].decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError, KeyError):
         return None
     return _change(obj, kind, proxy_name)
@@ -131,7 +131,7 @@ def _manifest_slice(obj: Any, proxy_name: str | None = None) -> Upsert | Skip | 
         return None
 
 
-MANIFEST_ITEM = _STRICT.either
+MANIFEST_ITEM = STRICT.either
 """Decodes a manifest object's JSON in one call when it is a Service or an EndpointSlice that
 says so (``kind``) and has only fields its kind knows, into a struct that ``MANIFEST_READERS``
 reads; anything else (another kind, no kind, an unknown field, a wrong type) raises
@@ -140,7 +140,7 @@ MANIFEST_READERS: dict[
     type[Any], tuple[str, str, Callable[[Any, str | None], Upsert | Skip | None]]
 ] = {
     t: (kind, group, _manifest_service if kind == "Service" else _manifest_slice)
-    for t, kind in _STRICT.kind_of.items()
+    for t, kind in STRICT.kind_of.items()
     for group in ["" if kind == "Service" else "discovery.k8s.io"]
 }
 """A ``MANIFEST_ITEM`` struct's type to its kind, the API group the kind must come from, and
