@@ -256,78 +256,96 @@ def _service_or_raise(obj: Any, proxy_name: str | None) -> Upsert | Skip:
     if health is not None and health != 0 and not 1 <= health <= 65535:
         raise _NotPlain
     annotations = meta.annotations
-    namespace, name = ref.namespace, ref.name
-    key = ServiceKey(namespace=namespace, name=name)
-    # The rarer sections through the parser's own readers.
-    lb_ips: tuple[IPAddress, ...] = ()
     status = obj.status
+    if (
+        external_ips
+        or ext_local
+        or itp == "Local"
+        or spec.trafficDistribution
+        or spec.loadBalancerSourceRanges
+        or spec.sessionAffinity not in _NO_AFFINITY
+        or (status is not None and not _empty_status(status))
+        or (
+            annotations
+            and (
+                sections.SOURCE_RANGES_ANNOTATION in annotations
+                or sections.LOAD_BALANCING_ANNOTATION in annotations
+                or sections.HASH_KEY_ANNOTATION in annotations
+            )
+        )
+    ):
+        svc = _uncommon_service(ref, meta, spec, status, svc_type, cluster_ips, external_ips)
+    else:  # the common case: the other fields keep their defaults (each keyword costs)
+        svc = Service(
+            key=ServiceKey(namespace=ref.namespace, name=ref.name),
+            type=svc_type,
+            cluster_ips=cluster_ips,
+            ports=_service_ports(ref.namespace, ref.name, spec.ports),
+            created=sections.created_text(meta.creationTimestamp),
+            uid=meta.uid or "",
+        )
+    return Upsert(ref=ref, obj=svc)
+
+
+def _uncommon_service(
+    ref: ObjectRef,
+    meta: Any,
+    spec: Any,
+    status: Any,
+    svc_type: ServiceType,
+    cluster_ips: tuple[IPAddress, ...],
+    external_ips: tuple[IPAddress, ...],
+) -> Service:
+    """A Service with one of the rarer sections (external IPs, a Local policy, load-balancer
+    ingress or source ranges, affinity, traffic distribution, nlproxy's annotations), those
+    read through the parser's own readers (``sections``); ``_NotPlain`` or ``InvalidObject``
+    when it is not plainly valid."""
+    r = FieldReader(ref)
+    annotations = meta.annotations
+    lb_ips: tuple[IPAddress, ...] = ()
     if status is not None and not _empty_status(status):
-        lb_ips = sections.load_balancer_ips(FieldReader(ref), {"status": status})
+        lb_ips = sections.load_balancer_ips(r, {"status": status})
     ranges: tuple[IPNetwork, ...] = ()
     if spec.loadBalancerSourceRanges or (
         annotations and sections.SOURCE_RANGES_ANNOTATION in annotations
     ):
-        ranges = sections.source_ranges(
-            FieldReader(ref),
-            {"loadBalancerSourceRanges": spec.loadBalancerSourceRanges},
-            annotations or {},
-        )
+        source = {"loadBalancerSourceRanges": spec.loadBalancerSourceRanges}
+        ranges = sections.source_ranges(r, source, annotations or {})
     affinity = None
     if spec.sessionAffinity not in _NO_AFFINITY:
-        affinity = sections.affinity_timeout(
-            FieldReader(ref),
-            {
-                "sessionAffinity": spec.sessionAffinity,
-                "sessionAffinityConfig": spec.sessionAffinityConfig,
-            },
-        )
+        config = {
+            "sessionAffinity": spec.sessionAffinity,
+            "sessionAffinityConfig": spec.sessionAffinityConfig,
+        }
+        affinity = sections.affinity_timeout(r, config)
     balancing: dict[str, Any] = _DEFAULT_BALANCING
     if annotations and (
         sections.LOAD_BALANCING_ANNOTATION in annotations
         or sections.HASH_KEY_ANNOTATION in annotations
     ):
-        balancing = sections.load_balancing(FieldReader(ref), annotations)
-    ports = _service_ports(namespace, name, spec.ports)
-    traffic = spec.trafficDistribution or None
-    if (
-        external_ips
-        or lb_ips
-        or ranges
-        or ext_local
-        or itp == "Local"
-        or affinity is not None
-        or traffic is not None
-        or balancing is not _DEFAULT_BALANCING
-    ):
-        svc = Service(
-            key=key,
-            type=svc_type,
-            cluster_ips=cluster_ips,
-            ports=ports,
-            external_ips=external_ips,
-            load_balancer_ips=lb_ips,
-            load_balancer_source_ranges=ranges,
-            external_policy_local=ext_local,
-            internal_policy_local=itp == "Local",
-            affinity_timeout=affinity,
-            health_check_node_port=health
-            if ext_local and health and svc_type is ServiceType.LOAD_BALANCER
-            else None,
-            traffic_distribution=traffic,
-            created=sections.created_text(meta.creationTimestamp),
-            **balancing,
-            uid=meta.uid or "",
-        )
-    else:  # the common case: the other fields keep their defaults (each keyword costs)
-        svc = Service(
-            key=key,
-            type=svc_type,
-            cluster_ips=cluster_ips,
-            ports=ports,
-            created=sections.created_text(meta.creationTimestamp),
-            uid=meta.uid or "",
-        )
-    return Upsert(ref=ref, obj=svc)
+        balancing = sections.load_balancing(r, annotations)
+    etp, itp = spec.externalTrafficPolicy, spec.internalTrafficPolicy
+    ext_local = etp == "Local" and (svc_type is not ServiceType.CLUSTER_IP or bool(external_ips))
+    health = spec.healthCheckNodePort
+    return Service(
+        key=ServiceKey(namespace=ref.namespace, name=ref.name),
+        type=svc_type,
+        cluster_ips=cluster_ips,
+        ports=_service_ports(ref.namespace, ref.name, spec.ports),
+        external_ips=external_ips,
+        load_balancer_ips=lb_ips,
+        load_balancer_source_ranges=ranges,
+        external_policy_local=ext_local,
+        internal_policy_local=itp == "Local",
+        affinity_timeout=affinity,
+        health_check_node_port=health
+        if ext_local and health and svc_type is ServiceType.LOAD_BALANCER
+        else None,
+        traffic_distribution=spec.trafficDistribution or None,
+        created=sections.created_text(meta.creationTimestamp),
+        **balancing,
+        uid=meta.uid or "",
+    )
 
 
 _not_ours = sections.not_ours
