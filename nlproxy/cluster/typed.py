@@ -2,12 +2,14 @@
 
 The fast twin of ``cluster/parse.py`` (which stays the only code that names what is wrong). A
 compiled decoder (msgspec) reads each object into small structs holding only the fields the
-model needs, skipping everything else (``managedFields``, ``last-applied-configuration``) without
-building it; the common shapes then become model values with few Python calls. Whatever is not
-plainly valid here — a wrong type, an odd value, a field this module does not handle, and, for
-hand-written manifests, an unknown field — is handed back (``None``), and the caller runs the
-field-by-field parser, which gives the same model for a valid object and names the field of an
-invalid one. So this module never makes an ``Invalid``: it only skips work for good objects.
+model needs (declared in ``structs.py``), skipping everything else (``managedFields``,
+``last-applied-configuration``) without building it; the common shapes then become model values
+with few Python calls, and the rarer sections are read by the readers the parser calls too
+(``sections.py``). Whatever is not plainly valid here — a wrong type, an odd value, a field
+this module does not handle, and, for hand-written manifests, an unknown field — is handed back
+(``None``), and the caller runs the field-by-field parser, which gives the same model for a
+valid object and names the field of an invalid one. So this module never makes an
+``Invalid``: it only skips work for good objects.
 
 Nodes and ServiceCIDRs (one, and a handful, per cluster) are read by the parser, but from the
 API their JSON is first decoded into structs of only the fields the parser reads (a Node's
