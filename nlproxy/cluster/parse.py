@@ -299,6 +299,19 @@ def _hint_names(r: FieldReader, value: object, field: str) -> frozenset[str] | N
     return frozenset(names) if names else None
 
 
+READ_FIELDS: Mapping[str, Mapping[str, list[str]]] = {
+    "Node": {
+        "metadata": ["name", "namespace", "labels", "deletionTimestamp"],
+        "spec": ["podCIDR", "podCIDRs", "taints"],
+        "status": ["addresses"],
+    },
+    "ServiceCIDR": {"metadata": ["name", "namespace", "labels"], "spec": ["cidrs"]},
+}
+"""The sections and fields ``parse_node`` and ``parse_service_cidr`` (and ``object_ref``) read:
+the API's Nodes and ServiceCIDRs are decoded into these alone (``structs.REDUCED``), so a field
+either reads must be listed here."""
+
+
 def parse_node(obj: Mapping[str, Any]) -> Node:
     """A v1 Node: name, labels and zone, addresses (InternalIPs, then ExternalIPs, each in the
     order listed, without repeats) and pod CIDRs (``spec.podCIDRs``, else ``spec.podCIDR``)."""

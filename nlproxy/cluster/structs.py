@@ -10,11 +10,12 @@ I/O, logging or state.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
-from nlproxy.cluster import schema
+from nlproxy.cluster import parse, schema
 
 _Fields = list[tuple[str, Any, Any]]
 
@@ -173,7 +174,7 @@ class Decoders:
         self.either = msgspec.json.Decoder(tagged_service | tagged_slice)
 
 
-def _reduced(name: str, fields: dict[str, list[str]]) -> msgspec.json.Decoder[Any]:
+def _reduced(name: str, fields: Mapping[str, list[str]]) -> msgspec.json.Decoder[Any]:
     """A lenient decoder of the sections ``fields`` names (section: its fields, each decoded as
     any JSON value); absent fields stay out of ``msgspec.to_builtins``' dict."""
     top: _Fields = [("apiVersion", object, msgspec.UNSET), ("kind", object, msgspec.UNSET)]
@@ -185,21 +186,8 @@ def _reduced(name: str, fields: dict[str, list[str]]) -> msgspec.json.Decoder[An
     return msgspec.json.Decoder(msgspec.defstruct(name, top, kw_only=True))
 
 
-REDUCED = {
-    "Node": _reduced(
-        "Node",
-        {
-            "metadata": ["name", "namespace", "labels", "deletionTimestamp"],
-            "spec": ["podCIDR", "podCIDRs", "taints"],
-            "status": ["addresses"],
-        },
-    ),
-    "ServiceCIDR": _reduced(
-        "ServiceCIDR",
-        {"metadata": ["name", "namespace", "labels"], "spec": ["cidrs"]},
-    ),
-}
-"""The fields ``parse.parse_node`` and ``parse.parse_service_cidr`` (and ``object_ref``) read."""
+REDUCED = {kind: _reduced(kind, fields) for kind, fields in parse.READ_FIELDS.items()}
+"""The API's Nodes and ServiceCIDRs, decoded into the fields their parsers read."""
 
 
 def _mapping(value: schema.Schema | None) -> schema.Schema:
