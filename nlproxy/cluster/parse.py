@@ -38,11 +38,16 @@ from nlproxy.cluster.model import (
     Upsert,
 )
 from nlproxy.cluster.sections import (
+    DNS_LABEL,
+    IANA_SVC_NAME,
+    PROTOCOLS,
     SERVICE_NAME_LABEL,
     TRIGGER_TIME_ANNOTATION,
     ZONE_LABEL,
+    family_of,
     not_ours,
     object_ref,
+    shared,
 )
 from nlproxy.errors import InvalidObject
 
@@ -144,15 +149,13 @@ def _port_name(
 ) -> tuple[str, Protocol]:
     """A port entry's name (a DNS label, unique within the object; ``seen`` maps names to the
     entries that used them) and protocol (TCP by default)."""
-    name = sections.shared(r.string(entry.get("name"), f"{f}.name")) or ""
-    if name and not sections.DNS_LABEL.fullmatch(name):
+    name = shared(r.string(entry.get("name"), f"{f}.name")) or ""
+    if name and not DNS_LABEL.fullmatch(name):
         r.fail(f"{f}.name", f"{describe(name)} is not a valid port name (a DNS label)")
     if name in seen:
         r.fail(f"{f}.name", f"duplicate port name {describe(name)} (also {seen[name]})")
     seen[name] = f
-    return name, Protocol(
-        r.choice(entry.get("protocol"), f"{f}.protocol", sections.PROTOCOLS, "TCP")
-    )
+    return name, Protocol(r.choice(entry.get("protocol"), f"{f}.protocol", PROTOCOLS, "TCP"))
 
 
 def _target_port(r: FieldReader, value: object, field: str, port: int) -> int | str:
@@ -161,7 +164,7 @@ def _target_port(r: FieldReader, value: object, field: str, port: int) -> int | 
     if isinstance(value, str):
         if not value:
             return port
-        if not sections.IANA_SVC_NAME.fullmatch(value):
+        if not IANA_SVC_NAME.fullmatch(value):
             r.fail(
                 field,
                 f"{describe(value)} is not a valid port name (at most 15 lowercase letters, "
@@ -237,7 +240,7 @@ def _endpoint(r: FieldReader, raw: object, i: int, family: IPFamily) -> Endpoint
         r.fail(f"{f}.addresses", "missing (an endpoint needs at least one address)")
     ips = [r.ip(v, f"{f}.addresses[{i}]") for i, v in enumerate(addresses)]
     for i, ip in enumerate(ips):
-        if sections.family_of(ip) is not family:
+        if family_of(ip) is not family:
             r.fail(f"{f}.addresses[{i}]", f"{ip} is not an {family.value} address (addressType)")
     cond = r.mapping(entry.get("conditions"), f"{f}.conditions")
     ready = r.boolean(cond.get("ready"), f"{f}.conditions.ready")
@@ -249,8 +252,8 @@ def _endpoint(r: FieldReader, raw: object, i: int, family: IPFamily) -> Endpoint
         ready=ready is not False,
         serving=serving is not False,
         terminating=terminating is True,
-        node_name=sections.shared(r.string(entry.get("nodeName"), f"{f}.nodeName")),
-        zone=sections.shared(r.string(entry.get("zone"), f"{f}.zone")),
+        node_name=shared(r.string(entry.get("nodeName"), f"{f}.nodeName")),
+        zone=shared(r.string(entry.get("zone"), f"{f}.zone")),
         hints_zones=_hint_names(r, hints.get("forZones"), f"{f}.hints.forZones"),
         hints_nodes=_hint_names(r, hints.get("forNodes"), f"{f}.hints.forNodes"),
     )
@@ -286,8 +289,8 @@ def _quick_endpoint(raw: object) -> Endpoint | None:
         ready=cond.get("ready") is not False,
         serving=cond.get("serving") is not False,
         terminating=cond.get("terminating") is True,
-        node_name=sections.shared(node),
-        zone=sections.shared(zone),
+        node_name=shared(node),
+        zone=shared(zone),
     )
 
 

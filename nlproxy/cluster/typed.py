@@ -49,6 +49,16 @@ from nlproxy.cluster.model import (
     Skip,
     Upsert,
 )
+from nlproxy.cluster.sections import (
+    ADDRESS_TYPES,
+    HASH_KEY_ANNOTATION,
+    LOAD_BALANCING_ANNOTATION,
+    POLICIES,
+    SERVICE_NAME_LABEL,
+    SOURCE_RANGES_ANNOTATION,
+    TRIGGER_TIME_ANNOTATION,
+    created_text,
+)
 from nlproxy.cluster.structs import LENIENT, REDUCED, STRICT
 from nlproxy.errors import InvalidObject
 
@@ -251,7 +261,7 @@ def _service_or_raise(obj: Any, proxy_name: str | None) -> Upsert | Skip:
         return Skip(ref=ref)
     external_ips = tuple([_ip(v) for v in spec.externalIPs]) if spec.externalIPs else ()
     etp, itp = spec.externalTrafficPolicy, spec.internalTrafficPolicy
-    if (etp and etp not in sections.POLICIES) or (itp and itp not in sections.POLICIES):
+    if (etp and etp not in POLICIES) or (itp and itp not in POLICIES):
         raise _NotPlain
     ext_local = etp == "Local" and (svc_type is not ServiceType.CLUSTER_IP or bool(external_ips))
     health = spec.healthCheckNodePort
@@ -270,9 +280,9 @@ def _service_or_raise(obj: Any, proxy_name: str | None) -> Upsert | Skip:
         or (
             annotations
             and (
-                sections.SOURCE_RANGES_ANNOTATION in annotations
-                or sections.LOAD_BALANCING_ANNOTATION in annotations
-                or sections.HASH_KEY_ANNOTATION in annotations
+                SOURCE_RANGES_ANNOTATION in annotations
+                or LOAD_BALANCING_ANNOTATION in annotations
+                or HASH_KEY_ANNOTATION in annotations
             )
         )
     ):
@@ -283,7 +293,7 @@ def _service_or_raise(obj: Any, proxy_name: str | None) -> Upsert | Skip:
             type=svc_type,
             cluster_ips=cluster_ips,
             ports=_service_ports(ref.namespace, ref.name, spec.ports),
-            created=sections.created_text(meta.creationTimestamp),
+            created=created_text(meta.creationTimestamp),
             uid=meta.uid or "",
         )
     return Upsert(ref=ref, obj=svc)
@@ -308,9 +318,7 @@ def _uncommon_service(
     if status is not None and not _empty_status(status):
         lb_ips = sections.load_balancer_ips(r, {"status": status})
     ranges: tuple[IPNetwork, ...] = ()
-    if spec.loadBalancerSourceRanges or (
-        annotations and sections.SOURCE_RANGES_ANNOTATION in annotations
-    ):
+    if spec.loadBalancerSourceRanges or (annotations and SOURCE_RANGES_ANNOTATION in annotations):
         source = {"loadBalancerSourceRanges": spec.loadBalancerSourceRanges}
         ranges = sections.source_ranges(r, source, annotations or {})
     affinity = None
@@ -322,8 +330,7 @@ def _uncommon_service(
         affinity = sections.affinity_timeout(r, config)
     balancing: dict[str, Any] = _DEFAULT_BALANCING
     if annotations and (
-        sections.LOAD_BALANCING_ANNOTATION in annotations
-        or sections.HASH_KEY_ANNOTATION in annotations
+        LOAD_BALANCING_ANNOTATION in annotations or HASH_KEY_ANNOTATION in annotations
     ):
         balancing = sections.load_balancing(r, annotations)
     etp, itp = spec.externalTrafficPolicy, spec.internalTrafficPolicy
@@ -344,7 +351,7 @@ def _uncommon_service(
         if ext_local and health and svc_type is ServiceType.LOAD_BALANCER
         else None,
         traffic_distribution=spec.trafficDistribution or None,
-        created=sections.created_text(meta.creationTimestamp),
+        created=created_text(meta.creationTimestamp),
         **balancing,
         uid=meta.uid or "",
     )
@@ -491,15 +498,15 @@ def _slice(obj: Any, proxy_name: str | None) -> Upsert | Skip | None:
 def _slice_or_raise(obj: Any, proxy_name: str | None) -> Upsert | Skip:
     ref, meta = _names(obj, "EndpointSlice")
     address_type = obj.addressType
-    if address_type not in sections.ADDRESS_TYPES:
+    if address_type not in ADDRESS_TYPES:
         raise _NotPlain
     labels = meta.labels
-    service_name = labels.get(sections.SERVICE_NAME_LABEL) if labels else None
+    service_name = labels.get(SERVICE_NAME_LABEL) if labels else None
     if address_type == "FQDN" or not service_name or _not_ours(labels, proxy_name):
         return Skip(ref=ref)
     family = IPFamily.IPV4 if address_type == "IPv4" else IPFamily.IPV6
     annotations = meta.annotations
-    trigger = annotations.get(sections.TRIGGER_TIME_ANNOTATION) if annotations else None
+    trigger = annotations.get(TRIGGER_TIME_ANNOTATION) if annotations else None
     namespace = ref.namespace
     ports = _slice_ports(obj.ports)
     endpoints = _endpoints(obj.endpoints, family)
