@@ -1,7 +1,9 @@
 """Parsing and validation of raw Kubernetes objects into the typed cluster model.
 
-The only code that reads raw Kubernetes objects (dicts decoded from JSON or YAML). Both sources
-(the API watch and the manifests directory) call it, so the rules are the same for both. It either
+The field-by-field reader of raw Kubernetes objects (dicts decoded from JSON or YAML), and with
+the section readers it shares with the fast decoder (``sections.py``) the only code that names
+what is wrong in one. Both sources (the API watch and the manifests directory) call it, so the
+rules are the same for both; ``typed.py`` skips it for plainly valid objects only. It either
 returns model values or raises ``InvalidObject`` naming the object and the field; it never lets a
 ``KeyError``/``TypeError`` out for bad content (field-by-field reading is ``fields.py``'s). It
 must not do I/O, log, or keep state.
