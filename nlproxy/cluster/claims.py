@@ -252,34 +252,7 @@ class Claims:
                 else:
                     touched |= new
                 continue
-            if svc is not None:
-                order = _order(svc)
-                if self._order.get(key, order) != order:  # its age decides every claim anew
-                    touched |= old | new
-                self._order[key] = order
-            if new == old:
-                continue
-            for claim in old - new:
-                holders = self._by[claim]
-                holders.discard(key)
-                if not holders:
-                    del self._by[claim]
-                    if claim[0] == "extip":
-                        self._extips -= 1
-            for claim in new - old:
-                holders = self._by.get(claim)
-                if holders is None:
-                    self._by[claim] = {key}
-                    if claim[0] == "extip":
-                        self._extips += 1
-                else:
-                    holders.add(key)
-            touched |= old ^ new
-            if svc is None:
-                self._claims.pop(key, None)
-                self._order.pop(key, None)
-            else:
-                self._claims[key] = new
+            touched |= self._replace(key, svc, old, new)
         given = set(keys)
         affected = given - settled
         oldest = self._oldest
@@ -292,9 +265,51 @@ class Claims:
                 affected |= sharing  # others hold it: their refusal may change
             if extips and claim[0] == "cluster":  # external claims of that address depend on it
                 affected |= by.get(("extip", claim[1]), _NONE)
+        return self._redecide(affected, services) - given
+
+    def _replace(
+        self, key: ServiceKey, svc: Service | None, old: frozenset[_Key], new: frozenset[_Key]
+    ) -> set[_Key] | frozenset[_Key]:
+        """Take ``svc`` (None: deleted), which held ``old`` and now claims ``new``; the claims
+        whose holders or holders' ages changed."""
+        touched: set[_Key] | frozenset[_Key] = _NO_CLAIMS
+        if svc is not None:
+            order = _order(svc)
+            if self._order.get(key, order) != order:  # its age decides every claim anew
+                touched = old | new
+            self._order[key] = order
+        if new == old:
+            return touched
+        for claim in old - new:
+            holders = self._by[claim]
+            holders.discard(key)
+            if not holders:
+                del self._by[claim]
+                if claim[0] == "extip":
+                    self._extips -= 1
+        for claim in new - old:
+            holding = self._by.get(claim)
+            if holding is None:
+                self._by[claim] = {key}
+                if claim[0] == "extip":
+                    self._extips += 1
+            else:
+                holding.add(key)
+        if svc is None:
+            self._claims.pop(key, None)
+            self._order.pop(key, None)
+        else:
+            self._claims[key] = new
+        return touched | (old ^ new)
+
+    def _redecide(
+        self, keys: set[ServiceKey], services: Mapping[ServiceKey, Service]
+    ) -> set[ServiceKey]:
+        """Decide the refusal of each of ``keys`` anew; those whose refusal changed."""
+        refused = self.refused
         changed: set[ServiceKey] = set()
         plain = self._plain
-        for key in affected:
+        for key in keys:
             svc = services.get(key)
             refusal = None if svc is None or plain(svc) else self._decide(svc)
             if refusal != refused.get(key):
@@ -303,7 +318,7 @@ class Claims:
                 else:
                     refused[key] = refusal
                 changed.add(key)
-        return changed - given
+        return changed
 
     def set_service_ranges(self, objects: Iterable[IPNetwork]) -> bool:
         """Take the ranges of the ServiceCIDR objects (the configured ones are kept beside them).

@@ -20,8 +20,9 @@ import msgspec
 from nlproxy.cluster import typed
 from nlproxy.cluster.decode import FileError, Refused, batches, documents
 from nlproxy.cluster.model import Invalid, Skip, Upsert
-from nlproxy.cluster.parse import KINDS, object_ref, to_change
+from nlproxy.cluster.parse import KINDS, to_change
 from nlproxy.cluster.schema import unknown_fields
+from nlproxy.cluster.sections import object_ref
 
 # The API group each kind must come from: a ``kind: Service`` of another group (Knative's
 # serving.knative.dev) is someone else's object. A missing apiVersion is taken as the right one.
@@ -60,7 +61,7 @@ def file_objects(
 ) -> Objects:
     """``(where, change, warnings)`` for each object of a known kind in one file; ``notes``
     gets the objects whose kind looks like a misspelling of one (``kind: Servcie``).
-    ``proxy_name``: this proxy's ``service-proxy-name`` (``parse.not_ours``).
+    ``proxy_name``: this proxy's ``service-proxy-name`` (``sections.not_ours``).
 
     Raises:
         FileError: the file cannot be read or parsed, or holds something that is not an object.

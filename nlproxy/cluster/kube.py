@@ -50,8 +50,8 @@ from nlproxy.cluster.kube_http import (
 )
 from nlproxy.cluster.kube_link import ApiLink, Backoff, Unavailable
 from nlproxy.cluster.model import Change, Invalid, IPNetwork, Replace
-from nlproxy.cluster.parse import HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL
 from nlproxy.cluster.ratelimit import TokenBucket
+from nlproxy.cluster.sections import HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL
 from nlproxy.errors import ConfigError
 from nlproxy.log import get_logger
 
@@ -73,7 +73,7 @@ NOT_OURS = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/hea
 def ours(proxy_name: str | None) -> str:
     """The label selector of the Services (and slices) a proxy named ``proxy_name`` serves:
     kube-proxy's ``NOT_OURS`` for the default, unnamed proxy; exactly those labelled
-    ``service.kubernetes.io/service-proxy-name=<name>`` for a named one (``parse.not_ours``).
+    ``service.kubernetes.io/service-proxy-name=<name>`` for a named one (``sections.not_ours``).
     A Service whose label changes moves in or out of the selection: the server sends a watch
     event for it (``DELETED`` when it leaves)."""
     if proxy_name is None:

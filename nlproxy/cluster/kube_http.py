@@ -29,8 +29,8 @@ from kubernetes.client.exceptions import ApiException
 
 from nlproxy.cluster import typed
 from nlproxy.cluster.model import Change, Delete, Invalid, Skip, Upsert
-from nlproxy.cluster.parse import object_ref
 from nlproxy.cluster.ratelimit import TokenBucket
+from nlproxy.cluster.sections import object_ref
 from nlproxy.errors import NlproxyError
 
 CONNECT_TIMEOUT = 10.0
@@ -53,7 +53,7 @@ class KindSpec:
     field_selector: str = ""
     optional: bool = False
     proxy_name: str | None = None
-    """The ``service-proxy-name`` whose objects are read (``parse.not_ours``), matching what
+    """The ``service-proxy-name`` whose objects are read (``sections.not_ours``), matching what
     ``label_selector`` asks the server for."""
 
     def params(self) -> list[tuple[str, str]]:

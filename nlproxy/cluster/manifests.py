@@ -100,7 +100,7 @@ class Parsed:
 
 def parse_file(name: str, read: FileRead, proxy_name: str | None = None) -> Parsed:
     """What file ``name``'s content ``read`` holds (no exception: a failure is ``error``);
-    ``proxy_name``: this proxy's ``service-proxy-name`` (``parse.not_ours``)."""
+    ``proxy_name``: this proxy's ``service-proxy-name`` (``sections.not_ours``)."""
     notes: list[str] = []
     with _collection_paused():
         try:

@@ -1,7 +1,9 @@
 """Parsing and validation of raw Kubernetes objects into the typed cluster model.
 
-The only code that reads raw Kubernetes objects (dicts decoded from JSON or YAML). Both sources
-(the API watch and the manifests directory) call it, so the rules are the same for both. It either
+The field-by-field reader of raw Kubernetes objects (dicts decoded from JSON or YAML), and with
+the section readers it shares with the fast decoder (``sections.py``) the only code that names
+what is wrong in one. Both sources (the API watch and the manifests directory) call it, so the
+rules are the same for both; ``typed.py`` skips it for plainly valid objects only. It either
 returns model values or raises ``InvalidObject`` naming the object and the field; it never lets a
 ``KeyError``/``TypeError`` out for bad content (field-by-field reading is ``fields.py``'s). It
 must not do I/O, log, or keep state.
@@ -13,12 +15,10 @@ of a slice endpoint is proxied, and unset endpoint conditions mean ready, servin
 
 from __future__ import annotations
 
-import re
-import sys
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
+from nlproxy.cluster import sections
 from nlproxy.cluster.fields import FieldReader, describe, quick_ipv4
 from nlproxy.cluster.model import (
     ClusterObject,
@@ -28,10 +28,7 @@ from nlproxy.cluster.model import (
     Invalid,
     IPAddress,
     IPFamily,
-    IPNetwork,
-    LoadBalancing,
     Node,
-    ObjectRef,
     Protocol,
     Service,
     ServiceCIDR,
@@ -42,118 +39,19 @@ from nlproxy.cluster.model import (
     Skip,
     Upsert,
 )
+from nlproxy.cluster.sections import (
+    DNS_LABEL,
+    IANA_SVC_NAME,
+    PROTOCOLS,
+    SERVICE_NAME_LABEL,
+    TRIGGER_TIME_ANNOTATION,
+    ZONE_LABEL,
+    family_of,
+    not_ours,
+    object_ref,
+    shared,
+)
 from nlproxy.errors import InvalidObject
-
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-SERVICE_PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
-HEADLESS_LABEL = "service.kubernetes.io/headless"
-ZONE_LABEL = "topology.kubernetes.io/zone"
-SOURCE_RANGES_ANNOTATION = "service.beta.kubernetes.io/load-balancer-source-ranges"
-TRIGGER_TIME_ANNOTATION = "endpoints.kubernetes.io/last-change-trigger-time"
-LOAD_BALANCING_ANNOTATION = "nlproxy.io/load-balancing"
-HASH_KEY_ANNOTATION = "nlproxy.io/consistent-hash-key"
-_HASH_KEYS = ("client-ip", "client-ip-port")
-DEFAULT_AFFINITY_TIMEOUT = 10800
-MAX_AFFINITY_TIMEOUT = 86400
-NAMESPACED_KINDS = frozenset({"Service", "EndpointSlice"})
-UNNAMED = "(unnamed)"
-
-# kube-proxy's informers select objects without these labels; the EndpointSlice controller copies
-# a Service's labels to its slices, so both kinds are filtered the same way.
-_SKIP_LABELS = frozenset({SERVICE_PROXY_NAME_LABEL, HEADLESS_LABEL})
-
-
-def not_ours(labels: Mapping[str, str] | None, proxy_name: str | None) -> bool:
-    """Whether an object with ``labels`` is left to another proxy, or is a headless Service's.
-
-    kube-proxy's convention: a proxy started with a name serves exactly the objects whose
-    ``service.kubernetes.io/service-proxy-name`` label is that name, and the unnamed default
-    (``proxy_name`` None) serves those without the label. Headless objects are nobody's.
-    """
-    if proxy_name is None:
-        return labels is not None and not _SKIP_LABELS.isdisjoint(labels)
-    return (
-        not labels or labels.get(SERVICE_PROXY_NAME_LABEL) != proxy_name or HEADLESS_LABEL in labels
-    )
-
-
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-# What the API server accepts as each kind's name (apimachinery's validation), so a manifest
-# it would refuse is named here instead of failing the kernel's batch for every Service.
-_NAMES: dict[str, tuple[re.Pattern[str], int, str]] = {
-    "Service": (_DNS_1035_LABEL, 63, "a DNS-1035 label: a-z, 0-9 and '-', starting with a letter"),
-    "EndpointSlice": (_DNS_SUBDOMAIN, 253, "a DNS-1123 subdomain: a-z, 0-9, '-' and '.'"),
-    "Node": (_DNS_SUBDOMAIN, 253, "a DNS-1123 subdomain: a-z, 0-9, '-' and '.'"),
-    "ServiceCIDR": (_DNS_SUBDOMAIN, 253, "a DNS-1123 subdomain: a-z, 0-9, '-' and '.'"),
-}
-_IANA_SVC_NAME = re.compile(r"(?=.*[a-z])(?!.*--)[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?")
-_PROTOCOLS = tuple(p.value for p in Protocol)
-_SERVICE_TYPES = (*(t.value for t in ServiceType), "ExternalName")
-_FAMILIES = tuple(f.value for f in IPFamily)
-_POLICIES = ("Cluster", "Local")
-_AFFINITIES = ("None", "ClientIP")
-_ADDRESS_TYPES = ("IPv4", "IPv6", "FQDN")
-
-
-def _shared(name: str | None) -> str | None:
-    """A name that many objects repeat (node, zone, namespace, port name), as one shared string
-    rather than a copy per object (100k endpoints name a handful of nodes); None when empty."""
-    return sys.intern(name) if name else None
-
-
-def _family(ip: IPAddress | IPNetwork) -> IPFamily:
-    return IPFamily.IPV4 if ip.version == 4 else IPFamily.IPV6
-
-
-def object_ref(obj: Mapping[str, Any], kind: str | None = None) -> ObjectRef:
-    """The identity of a raw object, read leniently so even a malformed object can be named.
-
-    Args:
-        obj: the raw object.
-        kind: its kind when the object does not say (list items from the API omit ``kind``).
-
-    Returns:
-        The ref; a namespaced kind without ``metadata.namespace`` is in ``default`` (as
-        ``kubectl apply`` does), a missing name reads ``(unnamed)``.
-    """
-    if kind is None:
-        raw_kind = obj.get("kind")
-        kind = raw_kind if isinstance(raw_kind, str) else ""
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-    name = meta.get("name")
-    namespace = meta.get("namespace")
-    if kind in NAMESPACED_KINDS:
-        namespace = _shared(namespace if isinstance(namespace, str) else None) or "default"
-    else:
-        namespace = ""
-    return ObjectRef(
-        kind=kind, namespace=namespace, name=name if isinstance(name, str) and name else UNNAMED
-    )
-
-
-def _metadata(
-    r: FieldReader, obj: Mapping[str, Any], kind: str
-) -> tuple[Mapping[str, Any], dict[str, str]]:
-    """``(metadata, labels)``, checking the name and namespace as the API server does."""
-    meta = r.mapping(obj.get("metadata"), "metadata")
-    name = r.string(meta.get("name"), "metadata.name")
-    if not name:
-        r.fail("metadata.name", "missing")
-    pattern, longest, what = _NAMES[kind]
-    if len(name) > longest or not pattern.fullmatch(name):
-        r.fail("metadata.name", f"{describe(name)} is not a valid {kind} name ({what}, "
-               f"at most {longest} characters)")  # fmt: skip
-    namespace = r.string(meta.get("namespace"), "metadata.namespace")
-    if namespace and not _DNS_LABEL.fullmatch(namespace):
-        r.fail(
-            "metadata.namespace",
-            f"{describe(namespace)} is not a valid namespace (a DNS-1123 label: a-z, 0-9 and "
-            "'-', at most 63 characters)",
-        )
-    return meta, r.string_map(meta.get("labels"), "metadata.labels")
 
 
 def parse_service(obj: Mapping[str, Any], proxy_name: str | None = None) -> Service | None:
@@ -168,14 +66,14 @@ def parse_service(obj: Mapping[str, Any], proxy_name: str | None = None) -> Serv
     """
     ref = object_ref(obj, "Service")
     r = FieldReader(ref)
-    meta, labels = _metadata(r, obj, "Service")
+    meta, labels = sections.metadata(r, obj, "Service")
     if not_ours(labels, proxy_name):
         return None
     spec = r.mapping(obj.get("spec"), "spec")
-    kind = r.choice(spec.get("type"), "spec.type", _SERVICE_TYPES, "ClusterIP")
+    kind = r.choice(spec.get("type"), "spec.type", sections.SERVICE_TYPES, "ClusterIP")
     if kind == "ExternalName":
         return None
-    cluster_ips = _cluster_ips(r, spec)
+    cluster_ips = sections.cluster_ips(r, spec)
     if cluster_ips is None:
         return None
     key = ServiceKey(namespace=ref.namespace, name=ref.name)
@@ -186,7 +84,7 @@ def parse_service(obj: Mapping[str, Any], proxy_name: str | None = None) -> Serv
     # Like upstream's ExternallyAccessible/ExternalPolicyLocal/NeedsHealthCheck: NodePorts,
     # LoadBalancers and ClusterIPs with externalIPs accept external traffic through the node, and
     # only LoadBalancers get a health check node port.
-    ext_local = _local(r, spec, "externalTrafficPolicy") and (
+    ext_local = sections.policy_local(r, spec, "externalTrafficPolicy") and (
         svc_type in (ServiceType.NODE_PORT, ServiceType.LOAD_BALANCER) or bool(external_ips)
     )
     health = r.port(spec.get("healthCheckNodePort"), "spec.healthCheckNodePort", zero_ok=True)
@@ -197,123 +95,20 @@ def parse_service(obj: Mapping[str, Any], proxy_name: str | None = None) -> Serv
         cluster_ips=cluster_ips,
         ports=_service_ports(r, key, spec),
         external_ips=external_ips,
-        load_balancer_ips=_load_balancer_ips(r, obj),
-        load_balancer_source_ranges=_source_ranges(r, spec, annotations),
+        load_balancer_ips=sections.load_balancer_ips(r, obj),
+        load_balancer_source_ranges=sections.source_ranges(r, spec, annotations),
         external_policy_local=ext_local,
-        internal_policy_local=_local(r, spec, "internalTrafficPolicy"),
-        affinity_timeout=_affinity_timeout(r, spec),
+        internal_policy_local=sections.policy_local(r, spec, "internalTrafficPolicy"),
+        affinity_timeout=sections.affinity_timeout(r, spec),
         health_check_node_port=health
         if ext_local and svc_type is ServiceType.LOAD_BALANCER
         else None,
         traffic_distribution=r.string(spec.get("trafficDistribution"), "spec.trafficDistribution")
         or None,
-        created=_created(r, meta),
-        **_load_balancing(r, annotations),
+        created=sections.created(r, meta),
+        **sections.load_balancing(r, annotations),
         uid=r.string(meta.get("uid"), "metadata.uid") or "",
     )
-
-
-def _created(r: FieldReader, meta: Mapping[str, Any]) -> str:
-    """``metadata.creationTimestamp``, once ``metadata.resourceVersion`` is checked (a string,
-    which the model does not keep: a new one alone changes nothing proxied)."""
-    r.string(meta.get("resourceVersion"), "metadata.resourceVersion")
-    return created_text(meta.get("creationTimestamp"))
-
-
-def created_text(value: object) -> str:
-    """A creation timestamp as the model keeps it: RFC 3339 in UTC to the second
-    (``YYYY-MM-DDTHH:MM:SSZ``, as the API server writes it), so that its text sorts as its
-    instant; ``""`` when it is missing or not a timestamp (``"0"``), which sorts after the
-    others. (YAML may have read it as a datetime.) Only ordered, never refused."""
-    if type(value) is str and len(value) == 20 and value[19] == "Z" and value[10] == "T":
-        return value  # the API's own form: the common case, as it is
-    if isinstance(value, str):
-        value = value.upper()  # RFC 3339 allows "t" and "z"; fromisoformat does not
-        if "T" not in value:
-            return ""
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            return ""
-    if not isinstance(value, datetime):
-        return ""
-    when = value.astimezone(UTC) if value.tzinfo else value
-    return (
-        f"{when.year:04}-{when.month:02}-{when.day:02}T"
-        f"{when.hour:02}:{when.minute:02}:{when.second:02}Z"
-    )
-
-
-def _load_balancing(r: FieldReader, annotations: Mapping[str, str]) -> dict[str, Any]:
-    """nlproxy's own annotations: the endpoint choice and, for consistent hashing, its key. The
-    API server never validates annotations, so a value nlproxy does not know (a typo such as
-    ``roundrobin``) keeps the default and is noted in ``annotation_warnings``, as kube-proxy
-    treats an unknown ``ipvs.scheduler``: the Service stays up."""
-    warnings: list[str] = []
-    lb = _annotation(r, annotations, LOAD_BALANCING_ANNOTATION, tuple(LoadBalancing), warnings)
-    key = _annotation(r, annotations, HASH_KEY_ANNOTATION, _HASH_KEYS, warnings)
-    return {
-        "load_balancing": LoadBalancing(lb) if lb else None,
-        "hash_source_port": key == "client-ip-port",
-        "annotation_warnings": tuple(warnings),
-    }
-
-
-def _annotation(
-    r: FieldReader, annotations: Mapping[str, str], name: str, choices: tuple[str, ...],
-    warnings: list[str],
-) -> str:  # fmt: skip
-    field = f"metadata.annotations[{name}]"
-    text = r.string(annotations.get(name), field) or ""
-    if text and text not in choices:
-        warnings.append(
-            f"{field}: {describe(text)} is not one of {', '.join(choices)}; the default is kept"
-        )
-        return ""
-    return text
-
-
-def _local(r: FieldReader, spec: Mapping[str, Any], policy: str) -> bool:
-    return r.choice(spec.get(policy), f"spec.{policy}", _POLICIES, "Cluster") == "Local"
-
-
-def _cluster_ips(r: FieldReader, spec: Mapping[str, Any]) -> tuple[IPAddress, ...] | None:
-    """``spec.clusterIPs`` (or ``spec.clusterIP``) checked against ``spec.ipFamilies``; ``None``
-    for a headless Service."""
-    single = r.string(spec.get("clusterIP"), "spec.clusterIP") or ""
-    raw = r.strings(spec.get("clusterIPs"), "spec.clusterIPs")
-    if "None" in (single, *raw[:1]):
-        return None
-    field = "spec.clusterIPs"
-    if not raw:
-        if not single:
-            r.fail("spec.clusterIP", "missing (only a headless Service, clusterIP None, has none)")
-        raw, field = [single], "spec.clusterIP"
-    elif single and single != raw[0]:
-        r.fail(
-            "spec.clusterIPs[0]",
-            f"{describe(raw[0])} differs from spec.clusterIP {describe(single)}",
-        )
-    if len(raw) > 2:
-        r.fail("spec.clusterIPs", f"{len(raw)} addresses; at most two, one per family")
-    fields = [field] if field == "spec.clusterIP" else [f"{field}[{i}]" for i in range(len(raw))]
-    ips = tuple(r.ip(v, f) for v, f in zip(raw, fields, strict=True))
-    if len(ips) == 2 and ips[0].version == ips[1].version:
-        r.fail(fields[1], f"{ips[1]} is the same family as {ips[0]}; dual-stack needs one of each")
-    families: list[IPFamily] = []
-    for i, v in enumerate(r.strings(spec.get("ipFamilies"), "spec.ipFamilies")):
-        family = r.choice(v, f"spec.ipFamilies[{i}]", _FAMILIES, "")
-        if not family:
-            r.fail(f"spec.ipFamilies[{i}]", "empty")
-        families.append(IPFamily(family))
-    if len(set(families)) != len(families):
-        r.fail("spec.ipFamilies", "lists a family twice")
-    if families and len(families) < len(ips):
-        r.fail("spec.ipFamilies", f"lists {len(families)} families for {len(ips)} cluster IPs")
-    for i, (ip, family) in enumerate(zip(ips, families, strict=False)):
-        if _family(ip) is not family:
-            r.fail(fields[i], f"{ip} is not {family.value} (spec.ipFamilies[{i}])")
-    return ips
 
 
 def _service_ports(
@@ -356,13 +151,13 @@ def _port_name(
 ) -> tuple[str, Protocol]:
     """A port entry's name (a DNS label, unique within the object; ``seen`` maps names to the
     entries that used them) and protocol (TCP by default)."""
-    name = _shared(r.string(entry.get("name"), f"{f}.name")) or ""
-    if name and not _DNS_LABEL.fullmatch(name):
+    name = shared(r.string(entry.get("name"), f"{f}.name")) or ""
+    if name and not DNS_LABEL.fullmatch(name):
         r.fail(f"{f}.name", f"{describe(name)} is not a valid port name (a DNS label)")
     if name in seen:
         r.fail(f"{f}.name", f"duplicate port name {describe(name)} (also {seen[name]})")
     seen[name] = f
-    return name, Protocol(r.choice(entry.get("protocol"), f"{f}.protocol", _PROTOCOLS, "TCP"))
+    return name, Protocol(r.choice(entry.get("protocol"), f"{f}.protocol", PROTOCOLS, "TCP"))
 
 
 def _target_port(r: FieldReader, value: object, field: str, port: int) -> int | str:
@@ -371,7 +166,7 @@ def _target_port(r: FieldReader, value: object, field: str, port: int) -> int | 
     if isinstance(value, str):
         if not value:
             return port
-        if not _IANA_SVC_NAME.fullmatch(value):
+        if not IANA_SVC_NAME.fullmatch(value):
             r.fail(
                 field,
                 f"{describe(value)} is not a valid port name (at most 15 lowercase letters, "
@@ -380,47 +175,6 @@ def _target_port(r: FieldReader, value: object, field: str, port: int) -> int | 
         return value
     number = r.port(value, field, zero_ok=True)
     return port if number is None else number
-
-
-def _load_balancer_ips(r: FieldReader, obj: Mapping[str, Any]) -> tuple[IPAddress, ...]:
-    """Ingress IPs of VIP-mode load balancers; ``ipMode: Proxy`` ones deliver traffic to the
-    node themselves, so kube-proxy ignores them (as it does hostname-only entries)."""
-    status = r.mapping(
-        r.mapping(obj.get("status"), "status").get("loadBalancer"), "status.loadBalancer"
-    )
-    ips: list[IPAddress] = []
-    field = "status.loadBalancer.ingress"
-    for i, raw in enumerate(r.items(status.get("ingress"), field)):
-        entry = r.mapping(raw, f"{field}[{i}]")
-        mode = r.choice(entry.get("ipMode"), f"{field}[{i}].ipMode", ("VIP", "Proxy"), "VIP")
-        if entry.get("ip") not in (None, "") and mode == "VIP":
-            ips.append(r.ip(entry.get("ip"), f"{field}[{i}].ip"))
-    return tuple(ips)
-
-
-def _source_ranges(
-    r: FieldReader, spec: Mapping[str, Any], annotations: Mapping[str, str]
-) -> tuple[IPNetwork, ...]:
-    """``spec.loadBalancerSourceRanges``, else the older comma-separated annotation. Surrounding
-    whitespace is tolerated and host bits are ignored, as the API server lets both through."""
-    field = "spec.loadBalancerSourceRanges"
-    values = r.strings(spec.get("loadBalancerSourceRanges"), field)
-    fields = [f"{field}[{i}]" for i in range(len(values))]
-    if not values and annotations.get(SOURCE_RANGES_ANNOTATION, "").strip():
-        values = annotations[SOURCE_RANGES_ANNOTATION].split(",")
-        fields = [f"metadata.annotations[{SOURCE_RANGES_ANNOTATION}]"] * len(values)
-    return tuple(r.cidr(v, f, strict=False) for v, f in zip(values, fields, strict=True))
-
-
-def _affinity_timeout(r: FieldReader, spec: Mapping[str, Any]) -> int | None:
-    affinity = r.choice(spec.get("sessionAffinity"), "spec.sessionAffinity", _AFFINITIES, "None")
-    if affinity != "ClientIP":
-        return None
-    field = "spec.sessionAffinityConfig.clientIP.timeoutSeconds"
-    config = r.mapping(spec.get("sessionAffinityConfig"), "spec.sessionAffinityConfig")
-    client = r.mapping(config.get("clientIP"), "spec.sessionAffinityConfig.clientIP")
-    timeout = r.integer(client.get("timeoutSeconds"), field, 1, MAX_AFFINITY_TIMEOUT)
-    return DEFAULT_AFFINITY_TIMEOUT if timeout is None else timeout
 
 
 def parse_endpoint_slice(
@@ -436,8 +190,8 @@ def parse_endpoint_slice(
     """
     ref = object_ref(obj, "EndpointSlice")
     r = FieldReader(ref)
-    meta, labels = _metadata(r, obj, "EndpointSlice")
-    address_type = r.choice(obj.get("addressType"), "addressType", _ADDRESS_TYPES, "")
+    meta, labels = sections.metadata(r, obj, "EndpointSlice")
+    address_type = r.choice(obj.get("addressType"), "addressType", sections.ADDRESS_TYPES, "")
     if not address_type:
         r.fail("addressType", "missing")
     service_name = labels.get(SERVICE_NAME_LABEL, "")
@@ -455,7 +209,7 @@ def parse_endpoint_slice(
             _endpoint(r, raw, i, family)
             for i, raw in enumerate(r.items(obj.get("endpoints"), "endpoints"))
         ),
-        last_change_trigger_time=_trigger_time(annotations.get(TRIGGER_TIME_ANNOTATION)),
+        last_change_trigger_time=sections.trigger_time(annotations.get(TRIGGER_TIME_ANNOTATION)),
     )
     r.string(meta.get("resourceVersion"), "metadata.resourceVersion")  # checked, not kept
     return es
@@ -488,7 +242,7 @@ def _endpoint(r: FieldReader, raw: object, i: int, family: IPFamily) -> Endpoint
         r.fail(f"{f}.addresses", "missing (an endpoint needs at least one address)")
     ips = [r.ip(v, f"{f}.addresses[{i}]") for i, v in enumerate(addresses)]
     for i, ip in enumerate(ips):
-        if _family(ip) is not family:
+        if family_of(ip) is not family:
             r.fail(f"{f}.addresses[{i}]", f"{ip} is not an {family.value} address (addressType)")
     cond = r.mapping(entry.get("conditions"), f"{f}.conditions")
     ready = r.boolean(cond.get("ready"), f"{f}.conditions.ready")
@@ -500,8 +254,8 @@ def _endpoint(r: FieldReader, raw: object, i: int, family: IPFamily) -> Endpoint
         ready=ready is not False,
         serving=serving is not False,
         terminating=terminating is True,
-        node_name=_shared(r.string(entry.get("nodeName"), f"{f}.nodeName")),
-        zone=_shared(r.string(entry.get("zone"), f"{f}.zone")),
+        node_name=shared(r.string(entry.get("nodeName"), f"{f}.nodeName")),
+        zone=shared(r.string(entry.get("zone"), f"{f}.zone")),
         hints_zones=_hint_names(r, hints.get("forZones"), f"{f}.hints.forZones"),
         hints_nodes=_hint_names(r, hints.get("forNodes"), f"{f}.hints.forNodes"),
     )
@@ -537,8 +291,8 @@ def _quick_endpoint(raw: object) -> Endpoint | None:
         ready=cond.get("ready") is not False,
         serving=cond.get("serving") is not False,
         terminating=cond.get("terminating") is True,
-        node_name=_shared(node),
-        zone=_shared(zone),
+        node_name=shared(node),
+        zone=shared(zone),
     )
 
 
@@ -550,23 +304,24 @@ def _hint_names(r: FieldReader, value: object, field: str) -> frozenset[str] | N
     return frozenset(names) if names else None
 
 
-def _trigger_time(value: str | None) -> datetime | None:
-    """The RFC 3339 trigger time; kube-proxy ignores a value it cannot parse, and so do we
-    (the annotation only feeds a latency metric)."""
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
+READ_FIELDS: Mapping[str, Mapping[str, list[str]]] = {
+    "Node": {
+        "metadata": ["name", "namespace", "labels", "deletionTimestamp"],
+        "spec": ["podCIDR", "podCIDRs", "taints"],
+        "status": ["addresses"],
+    },
+    "ServiceCIDR": {"metadata": ["name", "namespace", "labels"], "spec": ["cidrs"]},
+}
+"""The sections and fields ``parse_node`` and ``parse_service_cidr`` (and ``object_ref``) read:
+the API's Nodes and ServiceCIDRs are decoded into these alone (``structs.REDUCED``), so a field
+either reads must be listed here."""
 
 
 def parse_node(obj: Mapping[str, Any]) -> Node:
     """A v1 Node: name, labels and zone, addresses (InternalIPs, then ExternalIPs, each in the
     order listed, without repeats) and pod CIDRs (``spec.podCIDRs``, else ``spec.podCIDR``)."""
     r = FieldReader(object_ref(obj, "Node"))
-    meta, labels = _metadata(r, obj, "Node")
+    meta, labels = sections.metadata(r, obj, "Node")
     status = r.mapping(obj.get("status"), "status")
     by_type: dict[str, list[IPAddress]] = {"InternalIP": [], "ExternalIP": []}
     for i, raw in enumerate(r.items(status.get("addresses"), "status.addresses")):
@@ -597,7 +352,7 @@ def parse_node(obj: Mapping[str, Any]) -> Node:
 def parse_service_cidr(obj: Mapping[str, Any]) -> ServiceCIDR:
     """A networking.k8s.io/v1 ServiceCIDR: ``spec.cidrs``, at most one per family."""
     r = FieldReader(object_ref(obj, "ServiceCIDR"))
-    meta, _labels = _metadata(r, obj, "ServiceCIDR")
+    meta, _labels = sections.metadata(r, obj, "ServiceCIDR")
     spec = r.mapping(obj.get("spec"), "spec")
     raw = r.strings(spec.get("cidrs"), "spec.cidrs")
     if not raw:

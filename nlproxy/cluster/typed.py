@@ -2,12 +2,14 @@
 
 The fast twin of ``cluster/parse.py`` (which stays the only code that names what is wrong). A
 compiled decoder (msgspec) reads each object into small structs holding only the fields the
-model needs, skipping everything else (``managedFields``, ``last-applied-configuration``) without
-building it; the common shapes then become model values with few Python calls. Whatever is not
-plainly valid here — a wrong type, an odd value, a field this module does not handle, and, for
-hand-written manifests, an unknown field — is handed back (``None``), and the caller runs the
-field-by-field parser, which gives the same model for a valid object and names the field of an
-invalid one. So this module never makes an ``Invalid``: it only skips work for good objects.
+model needs (declared in ``structs.py``), skipping everything else (``managedFields``,
+``last-applied-configuration``) without building it; the common shapes then become model values
+with few Python calls, and the rarer sections are read by the readers the parser calls too
+(``sections.py``). Whatever is not plainly valid here — a wrong type, an odd value, a field
+this module does not handle, and, for hand-written manifests, an unknown field — is handed back
+(``None``), and the caller runs the field-by-field parser, which gives the same model for a
+valid object and names the field of an invalid one. So this module never makes an
+``Invalid``: it only skips work for good objects.
 
 Nodes and ServiceCIDRs (one, and a handful, per cluster) are read by the parser, but from the
 API their JSON is first decoded into structs of only the fields the parser reads (a Node's
@@ -27,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from nlproxy.cluster import parse, schema
+from nlproxy.cluster import parse, sections
 from nlproxy.cluster.fields import FieldReader
 from nlproxy.cluster.model import (
     Endpoint,
@@ -47,180 +49,20 @@ from nlproxy.cluster.model import (
     Skip,
     Upsert,
 )
+from nlproxy.cluster.sections import (
+    ADDRESS_TYPES,
+    HASH_KEY_ANNOTATION,
+    LOAD_BALANCING_ANNOTATION,
+    POLICIES,
+    SERVICE_NAME_LABEL,
+    SOURCE_RANGES_ANNOTATION,
+    TRIGGER_TIME_ANNOTATION,
+    created_text,
+)
+from nlproxy.cluster.structs import LENIENT, REDUCED, STRICT
 from nlproxy.errors import InvalidObject
 
 FAST_KINDS = frozenset({"Service", "EndpointSlice"})
-
-_Fields = list[tuple[str, Any, Any]]
-
-
-def _struct(
-    name: str, fields: _Fields, known: schema.Schema, *, strict: bool, tag: str | None = None
-) -> type[Any]:
-    """A struct of ``fields``; ``strict`` (manifests) also declares every other field the
-    schema knows (decoded, unused) and refuses the rest, so an unknown field goes to the
-    parser's path, which names it. With ``tag`` the struct is tagged by its ``kind`` (which is
-    then no field of its own), for a union of kinds decoded in one call."""
-    if strict:
-        have = {f[0] for f in fields}
-        fields = fields + [(k, object, None) for k in known if k not in have]
-    if tag is None:
-        return msgspec.defstruct(
-            name, fields, kw_only=True, forbid_unknown_fields=strict, omit_defaults=True
-        )
-    return msgspec.defstruct(
-        name,
-        [f for f in fields if f[0] != "kind"],
-        kw_only=True,
-        forbid_unknown_fields=strict,
-        omit_defaults=True,
-        tag_field="kind",
-        tag=tag,
-    )
-
-
-class _Family:
-    """The struct types of one decoding mode (lenient for the API, strict for manifests)."""
-
-    def __init__(self, *, strict: bool) -> None:
-        s = strict
-        str_map = dict[str, str]
-        opt_str = str | None
-        meta = _struct(
-            "Meta",
-            [
-                ("name", opt_str, None),
-                ("namespace", opt_str, None),
-                ("labels", str_map | None, None),
-                ("annotations", str_map | None, None),
-                ("resourceVersion", opt_str, None),
-                ("creationTimestamp", opt_str, None),
-                ("uid", opt_str, None),
-            ],
-            schema.METADATA,
-            strict=s,
-        )
-        port = _struct(
-            "ServicePort",
-            [
-                ("name", opt_str, None),
-                ("protocol", opt_str, None),
-                ("port", int | None, None),
-                ("targetPort", int | str | None, None),
-                ("nodePort", int | None, None),
-            ],
-            schema.SERVICE_PORT,
-            strict=s,
-        )
-        spec_schema = schema.SERVICE["spec"]
-        assert spec_schema is not None
-        spec = _struct(
-            "ServiceSpec",
-            [
-                ("type", opt_str, None),
-                ("clusterIP", opt_str, None),
-                ("clusterIPs", list[str] | None, None),
-                ("ipFamilies", list[str] | None, None),
-                ("ports", list[port] | None, None),  # type: ignore[valid-type]
-                ("externalIPs", list[str] | None, None),
-                ("externalTrafficPolicy", opt_str, None),
-                ("internalTrafficPolicy", opt_str, None),
-                ("healthCheckNodePort", int | None, None),
-                ("loadBalancerSourceRanges", list[str] | None, None),
-                ("sessionAffinity", opt_str, None),
-                ("sessionAffinityConfig", object, None),
-                ("trafficDistribution", opt_str, None),
-            ],
-            spec_schema,
-            strict=s,
-        )
-        top = [("apiVersion", object, None), ("kind", object, None), ("metadata", meta, None)]
-        service_fields = [*top, ("spec", spec | None, None), ("status", object, None)]
-        self.service = _struct("Service", service_fields, schema.SERVICE, strict=s)
-        conditions = _struct(
-            "Conditions",
-            [(k, bool | None, None) for k in ("ready", "serving", "terminating")],
-            _mapping(schema.ENDPOINT["conditions"]),
-            strict=s,
-        )
-        endpoint = _struct(
-            "Endpoint",
-            [
-                ("addresses", list[str], msgspec.NODEFAULT),
-                ("conditions", conditions | None, None),
-                ("nodeName", opt_str, None),
-                ("zone", opt_str, None),
-                ("hints", object, None),
-            ],
-            schema.ENDPOINT,
-            strict=s,
-        )
-        slice_port = _struct(
-            "EndpointPort",
-            [("name", opt_str, None), ("protocol", opt_str, None), ("port", int | None, None)],
-            _mapping(schema.ENDPOINT_SLICE["ports"]),
-            strict=s,
-        )
-        slice_fields = [
-            *top,
-            ("addressType", opt_str, None),
-            ("ports", list[slice_port] | None, None),  # type: ignore[valid-type]
-            ("endpoints", list[endpoint] | None, None),  # type: ignore[valid-type]
-        ]
-        self.slice = _struct("EndpointSlice", slice_fields, schema.ENDPOINT_SLICE, strict=s)
-        self.json = {
-            "Service": msgspec.json.Decoder(self.service),
-            "EndpointSlice": msgspec.json.Decoder(self.slice),
-        }
-        self.types = {"Service": self.service, "EndpointSlice": self.slice}
-        # The same structs tagged by kind: an object of either kind in one decode.
-        tagged_service = _struct("Service", service_fields, schema.SERVICE, strict=s, tag="Service")
-        tagged_slice = _struct(
-            "EndpointSlice", slice_fields, schema.ENDPOINT_SLICE, strict=s, tag="EndpointSlice"
-        )
-        self.kind_of: dict[type[Any], str] = {
-            tagged_service: "Service",
-            tagged_slice: "EndpointSlice",
-        }
-        self.either = msgspec.json.Decoder(tagged_service | tagged_slice)
-
-
-def _reduced(name: str, fields: dict[str, list[str]]) -> msgspec.json.Decoder[Any]:
-    """A lenient decoder of the sections ``fields`` names (section: its fields, each decoded as
-    any JSON value); absent fields stay out of ``msgspec.to_builtins``' dict."""
-    top: _Fields = [("apiVersion", object, msgspec.UNSET), ("kind", object, msgspec.UNSET)]
-    for section, names in fields.items():
-        struct = msgspec.defstruct(
-            f"{name}_{section}", [(f, object, msgspec.UNSET) for f in names], kw_only=True
-        )
-        top.append((section, struct | None, msgspec.UNSET))
-    return msgspec.json.Decoder(msgspec.defstruct(name, top, kw_only=True))
-
-
-_REDUCED = {
-    "Node": _reduced(
-        "Node",
-        {
-            "metadata": ["name", "namespace", "labels", "deletionTimestamp"],
-            "spec": ["podCIDR", "podCIDRs", "taints"],
-            "status": ["addresses"],
-        },
-    ),
-    "ServiceCIDR": _reduced(
-        "ServiceCIDR",
-        {"metadata": ["name", "namespace", "labels"], "spec": ["cidrs"]},
-    ),
-}
-"""The fields ``parse.parse_node`` and ``parse.parse_service_cidr`` (and ``object_ref``) read."""
-
-
-def _mapping(value: schema.Schema | None) -> schema.Schema:
-    assert value is not None
-    return value
-
-
-_LENIENT = _Family(strict=False)
-_STRICT = _Family(strict=True)
 
 
 def change(
@@ -228,11 +70,11 @@ def change(
 ) -> Upsert | Skip | Invalid:
     """The change for one object's JSON (an API list item or watch object): typed when it is
     plainly valid, else the parser's (which names what is wrong). ``proxy_name``: this proxy's
-    ``service-proxy-name`` (``parse.not_ours``)."""
+    ``service-proxy-name`` (``sections.not_ours``)."""
     fast = from_json(raw, kind, proxy_name) if kind in FAST_KINDS else None
     if fast is not None:
         return fast
-    reduced = _REDUCED.get(kind)
+    reduced = REDUCED.get(kind)
     if reduced is not None:
         try:
             small = msgspec.to_builtins(reduced.decode(raw))
@@ -245,7 +87,7 @@ def change(
     except msgspec.DecodeError as exc:
         doc = exc
     if not isinstance(doc, dict):
-        ref = ObjectRef(kind=kind, namespace="", name=parse.UNNAMED)
+        ref = ObjectRef(kind=kind, namespace="", name=sections.UNNAMED)
         return Invalid(ref=ref, error=str(InvalidObject(str(ref), "not a JSON object")))
     return parse.to_change(doc, kind, proxy_name)
 
@@ -256,7 +98,7 @@ def from_json(
     """The change for one object's JSON (an API list item or watch object), or None when the
     parser must read it: the struct does not fit, or the object is not plainly valid."""
     try:
-        obj = _LENIENT.json[kind].decode(raw)
+        obj = LENIENT.json[kind].decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError, KeyError):
         return None
     return _change(obj, kind, proxy_name)
@@ -269,7 +111,7 @@ def from_document(
     read it: as ``from_json``, and also when the object has a field the kind does not know
     (the parser's path names it, as ``kubectl --validate=strict`` would)."""
     try:
-        obj = msgspec.convert(doc, _STRICT.types[kind])
+        obj = msgspec.convert(doc, STRICT.types[kind])
     except (msgspec.ValidationError, KeyError):
         return None
     return _change(obj, kind, proxy_name)
@@ -281,7 +123,7 @@ def from_manifest_json(
     """The change for one manifest object's JSON, straight from its bytes (no document is
     built), or None when the parser must read it: as ``from_document`` of its document."""
     try:
-        obj = _STRICT.json[kind].decode(raw)
+        obj = STRICT.json[kind].decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError, KeyError):
         return None
     return _change(obj, kind, proxy_name)
@@ -301,7 +143,7 @@ def _manifest_slice(obj: Any, proxy_name: str | None = None) -> Upsert | Skip | 
         return None
 
 
-MANIFEST_ITEM = _STRICT.either
+MANIFEST_ITEM = STRICT.either
 """Decodes a manifest object's JSON in one call when it is a Service or an EndpointSlice that
 says so (``kind``) and has only fields its kind knows, into a struct that ``MANIFEST_READERS``
 reads; anything else (another kind, no kind, an unknown field, a wrong type) raises
@@ -310,7 +152,7 @@ MANIFEST_READERS: dict[
     type[Any], tuple[str, str, Callable[[Any, str | None], Upsert | Skip | None]]
 ] = {
     t: (kind, group, _manifest_service if kind == "Service" else _manifest_slice)
-    for t, kind in _STRICT.kind_of.items()
+    for t, kind in STRICT.kind_of.items()
     for group in ["" if kind == "Service" else "discovery.k8s.io"]
 }
 """A ``MANIFEST_ITEM`` struct's type to its kind, the API group the kind must come from, and
@@ -356,7 +198,7 @@ def _label(memo: dict[str | None, str], value: str | None) -> str:
     shared = memo.get(value)
     if shared is not None:
         return shared
-    if type(value) is not str or not parse._DNS_LABEL.fullmatch(value):
+    if type(value) is not str or not sections.DNS_LABEL.fullmatch(value):
         raise _NotPlain
     if len(memo) >= _MEMO_LIMIT:
         _memo_reset()
@@ -374,8 +216,8 @@ def _port_name_of(name: str | None) -> str:
     return _label(_PORT_NAMES, name)
 
 
-_SERVICE_NAME = parse._NAMES["Service"]
-_SLICE_NAME = parse._NAMES["EndpointSlice"]
+_SERVICE_NAME = sections.NAMES["Service"]
+_SLICE_NAME = sections.NAMES["EndpointSlice"]
 
 
 def _names(obj: Any, kind: str) -> tuple[ObjectRef, Any]:
@@ -411,7 +253,7 @@ def _service_or_raise(obj: Any, proxy_name: str | None) -> Upsert | Skip:
     svc_type = _SERVICE_TYPE.get(kind)
     if svc_type is None:
         raise _NotPlain
-    cluster_ips = _cluster_ips(spec) or parse._cluster_ips(
+    cluster_ips = _cluster_ips(spec) or sections.cluster_ips(
         FieldReader(ref),
         {"clusterIP": spec.clusterIP, "clusterIPs": spec.clusterIPs, "ipFamilies": spec.ipFamilies},
     )
@@ -419,87 +261,103 @@ def _service_or_raise(obj: Any, proxy_name: str | None) -> Upsert | Skip:
         return Skip(ref=ref)
     external_ips = tuple([_ip(v) for v in spec.externalIPs]) if spec.externalIPs else ()
     etp, itp = spec.externalTrafficPolicy, spec.internalTrafficPolicy
-    if (etp and etp not in parse._POLICIES) or (itp and itp not in parse._POLICIES):
+    if (etp and etp not in POLICIES) or (itp and itp not in POLICIES):
         raise _NotPlain
     ext_local = etp == "Local" and (svc_type is not ServiceType.CLUSTER_IP or bool(external_ips))
     health = spec.healthCheckNodePort
     if health is not None and health != 0 and not 1 <= health <= 65535:
         raise _NotPlain
     annotations = meta.annotations
-    namespace, name = ref.namespace, ref.name
-    key = ServiceKey(namespace=namespace, name=name)
-    # The rarer sections through the parser's own readers.
-    lb_ips: tuple[IPAddress, ...] = ()
     status = obj.status
-    if status is not None and not _empty_status(status):
-        lb_ips = parse._load_balancer_ips(FieldReader(ref), {"status": status})
-    ranges: tuple[IPNetwork, ...] = ()
-    if spec.loadBalancerSourceRanges or (
-        annotations and parse.SOURCE_RANGES_ANNOTATION in annotations
-    ):
-        ranges = parse._source_ranges(
-            FieldReader(ref),
-            {"loadBalancerSourceRanges": spec.loadBalancerSourceRanges},
-            annotations or {},
-        )
-    affinity = None
-    if spec.sessionAffinity not in _NO_AFFINITY:
-        affinity = parse._affinity_timeout(
-            FieldReader(ref),
-            {
-                "sessionAffinity": spec.sessionAffinity,
-                "sessionAffinityConfig": spec.sessionAffinityConfig,
-            },
-        )
-    balancing: dict[str, Any] = _DEFAULT_BALANCING
-    if annotations and (
-        parse.LOAD_BALANCING_ANNOTATION in annotations or parse.HASH_KEY_ANNOTATION in annotations
-    ):
-        balancing = parse._load_balancing(FieldReader(ref), annotations)
-    ports = _service_ports(namespace, name, spec.ports)
-    traffic = spec.trafficDistribution or None
     if (
         external_ips
-        or lb_ips
-        or ranges
         or ext_local
         or itp == "Local"
-        or affinity is not None
-        or traffic is not None
-        or balancing is not _DEFAULT_BALANCING
-    ):
-        svc = Service(
-            key=key,
-            type=svc_type,
-            cluster_ips=cluster_ips,
-            ports=ports,
-            external_ips=external_ips,
-            load_balancer_ips=lb_ips,
-            load_balancer_source_ranges=ranges,
-            external_policy_local=ext_local,
-            internal_policy_local=itp == "Local",
-            affinity_timeout=affinity,
-            health_check_node_port=health
-            if ext_local and health and svc_type is ServiceType.LOAD_BALANCER
-            else None,
-            traffic_distribution=traffic,
-            created=parse.created_text(meta.creationTimestamp),
-            **balancing,
-            uid=meta.uid or "",
+        or spec.trafficDistribution
+        or spec.loadBalancerSourceRanges
+        or spec.sessionAffinity not in _NO_AFFINITY
+        or (status is not None and not _empty_status(status))
+        or (
+            annotations
+            and (
+                SOURCE_RANGES_ANNOTATION in annotations
+                or LOAD_BALANCING_ANNOTATION in annotations
+                or HASH_KEY_ANNOTATION in annotations
+            )
         )
+    ):
+        svc = _uncommon_service(ref, meta, spec, status, svc_type, cluster_ips, external_ips)
     else:  # the common case: the other fields keep their defaults (each keyword costs)
         svc = Service(
-            key=key,
+            key=ServiceKey(namespace=ref.namespace, name=ref.name),
             type=svc_type,
             cluster_ips=cluster_ips,
-            ports=ports,
-            created=parse.created_text(meta.creationTimestamp),
+            ports=_service_ports(ref.namespace, ref.name, spec.ports),
+            created=created_text(meta.creationTimestamp),
             uid=meta.uid or "",
         )
     return Upsert(ref=ref, obj=svc)
 
 
-_not_ours = parse.not_ours
+def _uncommon_service(
+    ref: ObjectRef,
+    meta: Any,
+    spec: Any,
+    status: Any,
+    svc_type: ServiceType,
+    cluster_ips: tuple[IPAddress, ...],
+    external_ips: tuple[IPAddress, ...],
+) -> Service:
+    """A Service with one of the rarer sections (external IPs, a Local policy, load-balancer
+    ingress or source ranges, affinity, traffic distribution, nlproxy's annotations), those
+    read through the parser's own readers (``sections``); ``_NotPlain`` or ``InvalidObject``
+    when it is not plainly valid."""
+    r = FieldReader(ref)
+    annotations = meta.annotations
+    lb_ips: tuple[IPAddress, ...] = ()
+    if status is not None and not _empty_status(status):
+        lb_ips = sections.load_balancer_ips(r, {"status": status})
+    ranges: tuple[IPNetwork, ...] = ()
+    if spec.loadBalancerSourceRanges or (annotations and SOURCE_RANGES_ANNOTATION in annotations):
+        source = {"loadBalancerSourceRanges": spec.loadBalancerSourceRanges}
+        ranges = sections.source_ranges(r, source, annotations or {})
+    affinity = None
+    if spec.sessionAffinity not in _NO_AFFINITY:
+        config = {
+            "sessionAffinity": spec.sessionAffinity,
+            "sessionAffinityConfig": spec.sessionAffinityConfig,
+        }
+        affinity = sections.affinity_timeout(r, config)
+    balancing: dict[str, Any] = _DEFAULT_BALANCING
+    if annotations and (
+        LOAD_BALANCING_ANNOTATION in annotations or HASH_KEY_ANNOTATION in annotations
+    ):
+        balancing = sections.load_balancing(r, annotations)
+    etp, itp = spec.externalTrafficPolicy, spec.internalTrafficPolicy
+    ext_local = etp == "Local" and (svc_type is not ServiceType.CLUSTER_IP or bool(external_ips))
+    health = spec.healthCheckNodePort
+    return Service(
+        key=ServiceKey(namespace=ref.namespace, name=ref.name),
+        type=svc_type,
+        cluster_ips=cluster_ips,
+        ports=_service_ports(ref.namespace, ref.name, spec.ports),
+        external_ips=external_ips,
+        load_balancer_ips=lb_ips,
+        load_balancer_source_ranges=ranges,
+        external_policy_local=ext_local,
+        internal_policy_local=itp == "Local",
+        affinity_timeout=affinity,
+        health_check_node_port=health
+        if ext_local and health and svc_type is ServiceType.LOAD_BALANCER
+        else None,
+        traffic_distribution=spec.trafficDistribution or None,
+        created=created_text(meta.creationTimestamp),
+        **balancing,
+        uid=meta.uid or "",
+    )
+
+
+_not_ours = sections.not_ours
 _NO_AFFINITY = (None, "", "None")
 # Enum members by value: a lookup, not the enum's Python-level __call__.
 _SERVICE_TYPE = {t.value: t for t in ServiceType}
@@ -512,7 +370,7 @@ _DEFAULT_BALANCING: dict[str, Any] = {"load_balancing": None, "hash_source_port"
 
 
 def _cluster_ips(spec: Any) -> tuple[IPAddress, ...] | None:
-    """The common case of ``parse._cluster_ips``: one IPv4 ClusterIP, given alike in both
+    """The common case of ``sections.cluster_ips``: one IPv4 ClusterIP, given alike in both
     fields (or only in one), family unset or IPv4; None for anything else."""
     many, single, families = spec.clusterIPs, spec.clusterIP, spec.ipFamilies
     text = many[0] if many is not None and len(many) == 1 else None if many else single
@@ -598,7 +456,7 @@ def _target_port(value: int | str | None, port: int) -> int | str:
         if not value:
             return port
         if value not in _TARGET_NAMES:
-            if not parse._IANA_SVC_NAME.fullmatch(value):
+            if not sections.IANA_SVC_NAME.fullmatch(value):
                 raise _NotPlain
             if len(_TARGET_NAMES) >= _MEMO_LIMIT:
                 _memo_reset()
@@ -640,15 +498,15 @@ def _slice(obj: Any, proxy_name: str | None) -> Upsert | Skip | None:
 def _slice_or_raise(obj: Any, proxy_name: str | None) -> Upsert | Skip:
     ref, meta = _names(obj, "EndpointSlice")
     address_type = obj.addressType
-    if address_type not in parse._ADDRESS_TYPES:
+    if address_type not in ADDRESS_TYPES:
         raise _NotPlain
     labels = meta.labels
-    service_name = labels.get(parse.SERVICE_NAME_LABEL) if labels else None
+    service_name = labels.get(SERVICE_NAME_LABEL) if labels else None
     if address_type == "FQDN" or not service_name or _not_ours(labels, proxy_name):
         return Skip(ref=ref)
     family = IPFamily.IPV4 if address_type == "IPv4" else IPFamily.IPV6
     annotations = meta.annotations
-    trigger = annotations.get(parse.TRIGGER_TIME_ANNOTATION) if annotations else None
+    trigger = annotations.get(TRIGGER_TIME_ANNOTATION) if annotations else None
     namespace = ref.namespace
     ports = _slice_ports(obj.ports)
     endpoints = _endpoints(obj.endpoints, family)
@@ -660,7 +518,7 @@ def _slice_or_raise(obj: Any, proxy_name: str | None) -> Upsert | Skip:
         family=family,
         ports=ports,
         endpoints=endpoints,
-        last_change_trigger_time=parse._trigger_time(trigger) if trigger else None,
+        last_change_trigger_time=sections.trigger_time(trigger) if trigger else None,
     )
     return Upsert(ref=ref, obj=eps)
 
@@ -684,7 +542,7 @@ def _endpoints(raw: list[Any] | None, family: IPFamily) -> tuple[Endpoint, ...]:
         return ()
     out: list[Endpoint] = []
     append = out.append
-    names: dict[str | None, str | None] = {None: None}  # parse._shared, once per name
+    names: dict[str | None, str | None] = {None: None}  # sections.shared, once per name
     get = names.get
     new, set_ip, pton, from_bytes, af_inet, v4 = _new, _set_ip, _pton, int.from_bytes, _AF_INET, _V4
     try:
@@ -745,9 +603,9 @@ def _endpoints_any(raw: list[Any] | None, address: Any) -> tuple[Endpoint, ...]:
         ready, serving, terminating = _PLAIN if cond is None else _conditions(cond)
         node, zone = entry.nodeName, entry.zone
         if node not in names:
-            names[node] = parse._shared(node)
+            names[node] = sections.shared(node)
         if zone not in names:
-            names[zone] = parse._shared(zone)
+            names[zone] = sections.shared(zone)
         out.append(
             Endpoint(
                 ip=first,

@@ -13,7 +13,7 @@ import pytest
 
 from nlproxy.cluster.manifests import load_manifests
 from nlproxy.cluster.model import LoadBalancing, Service, ServiceKey, ServiceType, Upsert
-from nlproxy.cluster.parse import created_text
+from nlproxy.cluster.sections import created_text
 from nlproxy.proxy.budget import NODE_BUDGET, admit
 
 

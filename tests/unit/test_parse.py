@@ -21,13 +21,13 @@ from nlproxy.cluster.model import (
     Upsert,
 )
 from nlproxy.cluster.parse import (
-    object_ref,
     parse_endpoint_slice,
     parse_node,
     parse_service,
     parse_service_cidr,
     to_change,
 )
+from nlproxy.cluster.sections import object_ref
 from nlproxy.errors import InvalidObject
 from tests.objects import DROP
 from tests.objects import example_endpoint_slice as endpoint_slice

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from nlproxy.cli import main
-from nlproxy.cluster import parse, typed
+from nlproxy.cluster import parse, sections, typed
 from nlproxy.cluster.manifests import load_manifests
 from nlproxy.cluster.model import Skip, Upsert
 from nlproxy.config import Flags, build_settings
@@ -53,7 +53,7 @@ def test_every_path_selects_the_same_objects(
             doc = typed.from_document(obj, kind, proxy_name)
             assert type(doc) is expected, (kind, proxy_name)
             assert type(typed.from_manifest_json(raw, kind, proxy_name)) is expected
-            assert parse.not_ours(labels, proxy_name) is not served
+            assert sections.not_ours(labels, proxy_name) is not served
 
 
 def _publish(directory: Path, labelled: set[str], suffix: str = ".yaml") -> None:
