@@ -296,8 +296,7 @@ def burst(count: int, *, quota: bool) -> dict[str, object]:
     state = cluster(200, 10, nodeport_every=0)
     syncs = []
     with namespace() as ns:
-        syncer = Syncer(CONFIG, real_kernel(ns))
-        syncer.balancing.quota = lb_budget.SYNC_QUOTA if quota else None
+        syncer = Syncer(CONFIG, real_kernel(ns), quota=lb_budget.SYNC_QUOTA if quota else None)
         try:
             syncer.sync(state.snapshot())
             for i in range(count):

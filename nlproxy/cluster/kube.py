@@ -23,7 +23,6 @@ worker threads (``kube_http.py``); nothing here blocks the event loop.
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
@@ -34,6 +33,7 @@ import kubernetes
 import trio
 import yaml
 
+from nlproxy import hotpath
 from nlproxy.cluster.kube_http import (
     Forbidden,
     Gone,
@@ -263,8 +263,6 @@ class KubeSource:
         self._refusal_grace = refusal_grace
         self._was_read: set[str] = set()
         self._refused_since: dict[str, float] = {}
-        self._lists = 0  # lists in progress, with the cyclic GC paused for them (_list)
-        self._resume_gc = False
 
     async def run(
         self,
@@ -504,18 +502,10 @@ class KubeSource:
         # them garbage; a collection of the young generation that the growth triggers walks
         # them all (a relist took up to 2.5 times as long at 10k x 10). Paused while any list
         # runs, if it ran before (the daemon pauses it itself for its cold start).
-        if self._lists == 0:
-            self._resume_gc = gc.isenabled()
-            gc.disable()
-        self._lists += 1
-        try:
+        with hotpath.collection_paused():
             listing = await trio.to_thread.run_sync(
                 list_kind, self._http, spec, self.page_size, abandon_on_cancel=True
             )
-        finally:
-            self._lists -= 1
-            if self._lists == 0 and self._resume_gc:
-                gc.enable()
         self.link.answered()
         self._readable(spec, "list")
         invalid = sum(1 for c in listing.changes if isinstance(c, Invalid))

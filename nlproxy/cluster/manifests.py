@@ -9,14 +9,13 @@ reads files only; validation is ``cluster/parse.py``'s, and it must not touch th
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nlproxy import hotpath
 from nlproxy.cluster.decode import MAX_FILE_BYTES, FileError
 from nlproxy.cluster.fileobjects import Entry, Objects, file_objects
 from nlproxy.cluster.model import Invalid, ObjectRef, Replace, Skip, Upsert
@@ -102,25 +101,12 @@ def parse_file(name: str, read: FileRead, proxy_name: str | None = None) -> Pars
     """What file ``name``'s content ``read`` holds (no exception: a failure is ``error``);
     ``proxy_name``: this proxy's ``service-proxy-name`` (``sections.not_ours``)."""
     notes: list[str] = []
-    with _collection_paused():
+    with hotpath.collection_paused():
         try:
             objects = file_objects(Path(name), read.data, notes, proxy_name)
         except FileError as exc:
             return Parsed(read.digest, [], (), exc)
     return Parsed(read.digest, objects, tuple(notes))
-
-
-@contextlib.contextmanager
-def _collection_paused() -> Iterator[None]:
-    """Parsing allocates millions of objects and creates no cycles: a collection would only
-    walk them again and again (a third of the load time at 100k endpoints)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 Outcome = FileRead | FileError | Unsettled | None
@@ -208,7 +194,7 @@ def load_manifests(
     Raises:
         ConfigError: the directory cannot be listed.
     """
-    with _collection_paused():
+    with hotpath.collection_paused():
         loader = _Loader(
             last_good or {}, parsed or {}, defer, time.time() if now is None else now, proxy_name
         )

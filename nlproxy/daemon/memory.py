@@ -18,7 +18,6 @@ allocate, free or inspect anyone's memory, and it does nothing where the C libra
 from __future__ import annotations
 
 import ctypes
-import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -95,17 +94,3 @@ def _glibc(name: str, argtypes: list[type[ctypes.c_int] | type[ctypes.c_size_t]]
     fn = getattr(libc, name)
     fn.argtypes, fn.restype = argtypes, ctypes.c_int
     return fn
-
-
-def pause_gc() -> bool:
-    """Pause the cyclic garbage collector for a cold start; True if it was running.
-
-    A cold start at 10k Services x 10 endpoints creates millions of objects that live on (the
-    parsed cluster, its state, the plan). Each time the long-lived objects grow by a quarter the
-    collector walks all of them again: about a second of a 10k x 10 cold start went to that.
-    Nothing of a cold start is cyclic garbage worth collecting, so the caller resumes it
-    (``gc.enable()``) once the first sync has frozen what it built (``gc.freeze()``).
-    """
-    running = gc.isenabled()
-    gc.disable()
-    return running

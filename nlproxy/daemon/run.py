@@ -47,7 +47,7 @@ from nlproxy.config.configz import configz
 from nlproxy.config.watch import ConfigWatcher
 from nlproxy.conntrack.sysctl import apply_logged
 from nlproxy.daemon import census, systemd
-from nlproxy.daemon.memory import pause_gc, release, tune_allocator
+from nlproxy.daemon.memory import release, tune_allocator
 from nlproxy.daemon.stop import StopDeadline
 from nlproxy.errors import NlproxyError
 from nlproxy.inspect.foreign import Leftovers, find, remove_all
@@ -167,10 +167,10 @@ class Daemon:
             owner=settings.owned_table,
             flush_tcp=settings.conntrack_flush_tcp,
             plan_after_restart=True,  # healthy once the records vouch for the tables
+            # Big round-robin/consistent-hash tables are built a Service's budget per sync, so
+            # no other change waits behind a burst of them (``sync/balancing.py``).
+            quota=SYNC_QUOTA,
         )
-        # Big round-robin/consistent-hash tables are built a Service's budget per sync, so no
-        # other change waits behind a burst of them (``sync/balancing.py``).
-        self.syncer.balancing.quota = SYNC_QUOTA
         self.node = RtnlNode(self.netns)
         self.reachability = ReachabilityMonitor(
             self.registry, netns=self.netns, node=self.node, on_change=self._unreachable_changed
@@ -272,7 +272,7 @@ class Daemon:
             source = ManifestSource(
                 self.settings.manifests, proxy_name=self.settings.service_proxy_name
             )
-            self.loop.source_errors = lambda: source.errors
+            self.loop.set_source_errors(lambda: source.errors)
             return source
         from nlproxy.cluster import in_cluster
         from nlproxy.cluster.kube import KubeSource, api_client_from_config
@@ -620,8 +620,8 @@ class Daemon:
                     await nursery.start(self.watch.run, self._generation_moved)
                     # The initial lists, the state and the first plan build the objects the daemon
                     # keeps for good; the cyclic GC would walk them over and over while they grow
-                    # (memory.py). Paused until the first sync has frozen them out of its sight.
-                    self.loop.resume_gc = pause_gc()
+                    # (hotpath.py). Paused until the first sync has frozen them out of its sight.
+                    self.loop.hold_collection()
                     source = self._source()
                     await nursery.start(source.run, send)
                     self._nursery = nursery

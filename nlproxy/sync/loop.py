@@ -23,7 +23,6 @@ returns one :class:`Outcome`.
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import TypeVar, cast
 
 import trio
 
+from nlproxy import hotpath
 from nlproxy.cluster.model import Change, ClusterSnapshot, IPAddress, ServiceKey
 from nlproxy.cluster.state import ClusterState
 from nlproxy.errors import NlproxyError
@@ -112,9 +112,7 @@ class SyncLoop:
         self._runner = runner
         self._release_memory = release_memory
         self._in_thread = in_thread
-        self.resume_gc = False
-        """Re-enable the cyclic GC after the first sync that planned has run (the daemon pauses
-        it for its cold start: ``daemon/memory.py``'s ``pause_gc``)."""
+        self._resume_gc = False  # the collector paused for a cold start (hold_collection)
         self.quiet = quiet
         self.source_errors: Callable[[], Sequence[str]] | None = None
         """The source's own problems (files that do not parse): reported and counted with the
@@ -163,6 +161,16 @@ class SyncLoop:
         self.min_interval = min_interval
         self.sync_period = sync_period
         self._wake.set()
+
+    def hold_collection(self) -> None:
+        """Pause the cyclic collector for a cold start until the first sync that plans has run:
+        the lists, the state and the first plan are objects kept for good (``hotpath.py``)."""
+        self._resume_gc = hotpath.pause_collection() or self._resume_gc
+
+    def set_source_errors(self, errors: Callable[[], Sequence[str]]) -> None:
+        """Where the source's own problems are read from (files that do not parse), once the
+        source exists (it is made after the loop)."""
+        self.source_errors = errors
 
     def request_verify(self, drift: Drift | None = None) -> None:
         """Read back the kernel and repair it at the next opportunity (drift, or a timer)."""
@@ -261,9 +269,9 @@ class SyncLoop:
                 finally:
                     self._syncing.set()
                     self._syncing = None
-                if self.resume_gc and self._planned:  # pausing was for the first plan
-                    self.resume_gc = False
-                    gc.enable()
+                if self._resume_gc and self._planned:  # pausing was for the first plan
+                    self._resume_gc = False
+                    hotpath.resume_collection()
                 last = trio.current_time()
                 if ok and full:
                     verified = last
@@ -395,7 +403,7 @@ class SyncLoop:
             self.report.verified(read_back=True)
         if outcome.result is None:
             assert outcome.error is not None, "a sync without a result failed"
-            self._planned = True  # whether or not the first sync worked (for resume_gc)
+            self._planned = True  # whether or not the first sync worked (for hold_collection)
             self.report.failed(outcome.error, self.syncer.failed_family)
             self._pending |= pending
             self._verify = True  # the kernel's state is uncertain after a failure: read it back
@@ -488,7 +496,7 @@ class SyncLoop:
             # The plan and programmed state of a large cluster are millions of long-lived
             # objects; without this every full GC pass walks them all (seconds at 10k
             # services, stalling event-to-commit). Incremental syncs allocate little.
-            gc.freeze()
+            hotpath.freeze_long_lived()
             if self._release_memory is not None:
                 self._release_memory()  # what planning and diffing the whole table freed
 

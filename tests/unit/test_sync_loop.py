@@ -20,7 +20,6 @@ from prometheus_client import CollectorRegistry
 
 from nlproxy.cluster.model import Change, ClusterSnapshot, ServiceKey
 from nlproxy.cluster.state import ClusterState
-from nlproxy.daemon.memory import pause_gc
 from nlproxy.errors import KernelError
 from nlproxy.nft.ir import Family
 from nlproxy.nft.monitor import Drift
@@ -439,15 +438,18 @@ async def test_a_restart_trusted_before_planning_is_planned_by_the_next_sync_at_
     syncer = RecordingSyncer(restarted=True)
     async with trio.open_nursery() as nursery:
         h = await started(nursery, syncer=syncer)
-        h.loop.resume_gc = True  # as the daemon's pause_gc() leaves it; nothing is paused here
-        await trio.sleep(MIN / 2)
-        assert h.loop.resume_gc  # the plan is still to be made
-        await trio.sleep(PERIOD / 4)
+        h.loop.hold_collection()  # as the daemon does for its cold start
+        try:
+            await trio.sleep(MIN / 2)
+            assert not gc.isenabled()  # the plan is still to be made
+            await trio.sleep(PERIOD / 4)
+            assert gc.isenabled()
+        finally:
+            gc.enable()
         nursery.cancel_scope.cancel()
     first, plans = syncer.calls[0], syncer.calls[1:]
     assert [round(c.at - first.at, 3) for c in plans] == [MIN]
     assert plans[0].changed == set()
-    assert not h.loop.resume_gc
 
 
 @pytest.mark.parametrize("first_fails", [False, True])
@@ -458,7 +460,7 @@ async def test_the_gc_paused_for_a_cold_start_runs_again_after_the_first_sync(
     loop = loop_for(syncer)
     send, recv = trio.open_memory_channel[Sequence[Change]](100)
     assert gc.isenabled()
-    loop.resume_gc = pause_gc()
+    loop.hold_collection()
     try:
         assert not gc.isenabled()
         async with trio.open_nursery() as nursery:
