@@ -71,10 +71,17 @@ def collection_paused() -> Iterator[None]:
 
 def pause_collection() -> bool:
     """Pause the collector for a cold start; True if it was running (then the caller resumes it
-    with :func:`resume_collection` once the first sync has frozen what it built)."""
-    running = gc.isenabled()
-    gc.disable()
-    return running
+    with :func:`resume_collection` once the first sync has frozen what it built). While a block
+    of :func:`collection_paused` holds it, the pause is handed to that block (which then leaves
+    it paused when it ends)."""
+    global _was_enabled
+    with _lock:
+        if _holders:
+            running, _was_enabled = _was_enabled, False
+            return running
+        running = gc.isenabled()
+        gc.disable()
+        return running
 
 
 def resume_collection() -> None:

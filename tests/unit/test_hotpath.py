@@ -78,3 +78,11 @@ def test_an_exception_in_the_block_still_resumes() -> None:
     with pytest.raises(RuntimeError), hotpath.collection_paused():
         raise RuntimeError("boom")
     assert gc.isenabled()
+
+
+def test_a_cold_start_pause_made_while_a_block_holds_it_outlives_the_block() -> None:
+    with hotpath.collection_paused():
+        assert hotpath.pause_collection() is True  # it ran before the block paused it
+    assert not gc.isenabled()
+    hotpath.resume_collection()
+    assert gc.isenabled()
