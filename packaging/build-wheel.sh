@@ -19,7 +19,7 @@ out=${2:?usage: build-wheel.sh PYTHON OUTDIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=packaging/meta.sh
 . "$root/packaging/meta.sh"
-arch=${NLPROXY_ARCH:-$(dpkg --print-architecture)}
+arch=${NLPROXY_ARCH:-}
 # shellcheck source=packaging/target.sh
 . "$root/packaging/target.sh"
 # A relative interpreter path must survive the cd below (and a venv's python must not be resolved

@@ -6,8 +6,14 @@
 #            _PYTHON_HOST_PLATFORM) and build configuration (compiler, extension suffix: the
 #            target's _sysconfigdata from libpython3.11-dev:ARCH), whose cross compiler and
 #            libraries it installs (multiarch). Nothing of the target architecture runs.
-# Needs $root (the checkout) and $arch; exits 2 for an architecture that is not built.
-native=$(dpkg --print-architecture)
+# Needs $root (the checkout) and $arch (empty: this machine's); exits 2 for an architecture that is not built.
+# Without dpkg (a build host that is not Debian's), the machine's own architecture by uname.
+if command -v dpkg >/dev/null 2>&1; then
+  native=$(dpkg --print-architecture)
+else
+  case $(uname -m) in aarch64) native=arm64 ;; x86_64) native=amd64 ;; *) native=$(uname -m) ;; esac
+fi
+arch=${arch:-$native}
 target=()
 if [ "$arch" != "$native" ]; then
   case $arch in

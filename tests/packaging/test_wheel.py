@@ -91,3 +91,22 @@ def test_make_wheel_builds_for_arch(tmp_path: Path) -> None:
         assert "Root-Is-Purelib: false\n" in wheel_file
         built[arch] = whl
     assert sorted(tmp_path.glob("nlproxy-*.whl")) == sorted(built.values())
+
+
+def test_a_native_build_needs_no_dpkg(tmp_path: Path) -> None:
+    """A build host without dpkg (not Debian) builds for its own architecture, named by uname."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("uname", "bash"):
+        (bin_dir / tool).symlink_to(subprocess.check_output(["which", tool], text=True).strip())
+    script = (
+        f'root={ROOT}; arch=; . "$root/packaging/target.sh"; echo "$native $arch ${{#target[@]}}"'
+    )
+    out = subprocess.run(
+        ["bash", "-c", script], env={"PATH": str(bin_dir)}, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    machine = {"x86_64": "amd64", "aarch64": "arm64"}[
+        subprocess.check_output(["uname", "-m"], text=True).strip()
+    ]
+    assert out.stdout.split() == [machine, machine, "0"]
