@@ -22,7 +22,7 @@ records the client (a dynamic set per endpoint) and DNATs. Pure: no I/O, clock, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Protocol
 
@@ -52,6 +52,7 @@ from nlproxy.nft.ir import (
     goto,
     jump,
 )
+from nlproxy.nft.reconcile import Delta
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.endpoints import Backend, Categorized, externally_accessible
 from nlproxy.proxy.fragments import Recorder
@@ -81,7 +82,7 @@ def add_affinity_chains(
     """
     sink, f, pods = fp.sink, fp.f, fp.pods
     if map_layout(f, svc, sp):
-        return _map_port(fp, svc, sp, cip, cat), None
+        return _map_port(fp, svc, sp, cip, cat)
     ref = sp.ref
     timeout = svc.affinity_timeout or 0
     proto = L4Proto[ref.protocol.value]
@@ -167,26 +168,18 @@ def _endpoint(
 
 
 def map_layout(f: FamilySpec, svc: Service, sp: ServicePort) -> bool:
-    """Whether port ``sp`` of ``svc`` takes the map layout in family ``f``: IPv4, the ClusterIP
-    its only frontend (no node port, no external or LoadBalancer address in any family) and
-    the Cluster policy for it."""
-    return (
-        f.family is Family.IP
-        and not sp.node_port
-        and not svc.external_ips
-        and not svc.load_balancer_ips
-        and not svc.internal_policy_local
-    )
+    """Whether port ``sp`` of ``svc`` takes the map layout in family ``f``: every IPv4 port,
+    whatever its frontends and traffic policies. (IPv6 ports keep the per-endpoint layout:
+    nft 1.0.6 aborts on a dynamic map update whose data is ``ip6 daddr . th dport``, so a
+    saved ruleset holding one could not be loaded back.)"""
+    return f.family is Family.IP
 
 
-def _map_port(fp: Planning, svc: Service, sp: ServicePort, cip: IPAddress, cat: Categorized) -> str:
-    sink, f, pods = fp.sink, fp.f, fp.pods
-    ref, comment = sp.ref, str(sp.ref)
-    proto = L4Proto[ref.protocol.value]
-    clients = n.check_name("map", n.affinity_clients_map(ref))
+def _clients_map(sink: Recorder, f: FamilySpec, name: str, svc: Service, comment: str) -> str:
+    name = n.check_name("map", name)
     sink.add_set(
         Map(
-            name=clients,
+            name=name,
             key=(f.addr,),
             data=(f.addr, DataType.INET_SERVICE),
             flags=SetFlag.TIMEOUT | SetFlag.EVAL,
@@ -194,41 +187,145 @@ def _map_port(fp: Planning, svc: Service, sp: ServicePort, cip: IPAddress, cat: 
             comment=comment,
         )
     )
-    # This port's learning: ``client -> endpoint`` (the packet's destination is the endpoint
-    # by now). A chain of its own: nft lists a port match and an update with ``th dport`` in
-    # one rule so that it cannot load it back (``tcp dport`` drops the protocol match).
-    port_learn = n.check_name("chain", n.affinity_learn_chain(ref))
-    sink.add_chain(Chain(name=port_learn, comment=comment))
-    update = SetUpdate(clients, (f.saddr,), None, (f.daddr, Field.TH_DPORT))
-    sink.add_rule(Rule(chain=port_learn, exprs=(update,)))
-    chain = n.affinity_service_chain(ref)
-    if cat.cluster:
-        # A new client's endpoint: from the shared backends map, as the cluster-ip-N chains
-        # choose (an endpoint change keeps the others' slots: elements only).
-        fp.fill(n.BACKENDS, (cip, proto, sp.port), cat.cluster)
-        rules: list[tuple[Expr, ...]] = []
-        if pods is not None:
-            # Off-cluster sources reaching the ClusterIP may be routed back off-node.
-            rules.append((pods.not_pod, jump(n.MARK_FOR_MASQUERADE)))
+    return name
+
+
+class _MapPort:
+    """One map-layout port's objects: the clients maps, its learning chain and the chains that
+    choose (a known client: its endpoint; a new one: ``numgen random`` over the shared
+    backends maps, filled for each of its frontends as random choice fills them)."""
+
+    def __init__(self, fp: Planning, svc: Service, sp: ServicePort, cip: IPAddress) -> None:
+        self.fp, self.sink, self.f, self.svc, self.sp, self.cip = fp, fp.sink, fp.f, svc, sp, cip
+        self.ref = sp.ref
+        self.comment = str(sp.ref)
+        self.proto = L4Proto[sp.ref.protocol.value]
         # nft -f takes a DNAT to an address and port only after a protocol match.
-        is_proto = Cmp(Field.META_L4PROTO, proto)
-        rules.append((is_proto, DnatMap((f.saddr,), clients)))
-        choice = (f.daddr, Field.META_L4PROTO, Field.TH_DPORT, Numgen(len(cat.cluster)))
-        rules.append((is_proto, DnatMap(choice, n.BACKENDS)))
-        _chain(sink, chain, ref, rules)
-    # The Service's learning chain, with its last map-layout port of this protocol: every
-    # clients map it names is planned by then.
-    same = [p for p in svc.ports if p.ref.protocol is ref.protocol and map_layout(f, svc, p)]
-    if same[-1] is sp:
-        learn = n.check_name("chain", n.affinity_service_learn_chain(ref))
-        sink.add_chain(Chain(name=learn, comment=f"{ref.namespace}/{ref.name}"))
-        ports = tuple(((p.port,), goto(n.affinity_learn_chain(p.ref))) for p in same)
-        by_port = InlineVMap((Field.CT_ORIGINAL_PROTO_DST,), ports)
-        sink.add_rule(Rule(chain=learn, exprs=(Cmp(Field.META_L4PROTO, proto), by_port)))
-        sink.add_element(
-            Element(set=n.AFFINITY_ADDRESSES, key=(cip, proto), value=goto(learn), comment=comment)
+        self.is_proto = Cmp(Field.META_L4PROTO, self.proto)
+
+    def chain(self, name: str, rules: list[tuple[Expr, ...]]) -> str:
+        _chain(self.sink, name, self.ref, rules)
+        return name
+
+    def choose(
+        self,
+        clients: str,
+        eps: tuple[Backend, ...],
+        addresses: Sequence[tuple[str, IPAddress]],
+        by_node_port: bool,
+        local: bool,
+    ) -> list[tuple[Expr, ...]]:
+        """A known client to its endpoint (``clients``), a new one to one of ``eps``: by the
+        packet's address and port where it came to one of ``addresses`` (each with the backends
+        map it is indexed in), else by its node port. A lookup that misses goes on to the next
+        rule."""
+        f, proto, port = self.f, self.proto, self.sp.port
+        rules: list[tuple[Expr, ...]] = [(self.is_proto, DnatMap((f.saddr,), clients))]
+        count = Numgen(len(eps))
+        for backends in dict.fromkeys(m for m, _ in addresses):
+            for m, addr in addresses:
+                if m == backends:
+                    self.fp.fill(backends, (addr, proto, port), eps)
+            key = (f.daddr, Field.META_L4PROTO, Field.TH_DPORT, count)
+            rules.append((self.is_proto, DnatMap(key, backends)))
+        if by_node_port and self.sp.node_port:
+            backends = n.NODEPORT_BACKENDS_LOCAL if local else n.NODEPORT_BACKENDS
+            self.fp.fill(backends, (proto, self.sp.node_port), eps)
+            np_key = (Field.META_L4PROTO, Field.TH_DPORT, count)
+            rules.append((self.is_proto, DnatMap(np_key, backends)))
+        return rules
+
+    def learn(self, clients: str, local: str | None, local_eps: tuple[Backend, ...]) -> str:
+        """The port's learning chain: ``client -> endpoint`` into ``clients``, and into
+        ``local`` too when the endpoint is one of this node's (its own chain: nft lists a port
+        match and an update with ``th dport`` in one rule so that it cannot load it back)."""
+        f, sink = self.f, self.sink
+        name = n.check_name("chain", n.affinity_learn_chain(self.ref))
+        data = (f.daddr, Field.TH_DPORT)
+        rules: list[tuple[Expr, ...]] = [(SetUpdate(clients, (f.saddr,), None, data),)]
+        if local is not None:
+            mine = n.check_name("set", n.affinity_local_endpoints(self.ref))
+            sink.add_set(Set(name=mine, key=(f.addr, DataType.INET_SERVICE), comment=self.comment))
+            for b in local_eps:
+                sink.add_element(Element(set=mine, key=(b.ip, b.port)))
+            rules.append((Lookup(data, mine), SetUpdate(local, (f.saddr,), None, data)))
+        return self.chain(name, rules)
+
+
+def _map_port(
+    fp: Planning, svc: Service, sp: ServicePort, cip: IPAddress, cat: Categorized
+) -> tuple[str, str | None]:
+    """Add a map-layout port's objects; returns its internal and external chains, as
+    :func:`add_affinity_chains`."""
+    p = _MapPort(fp, svc, sp, cip)
+    sink, f, pods, ref = fp.sink, fp.f, fp.pods, sp.ref
+    external = cat.has_any and externally_accessible(svc, sp)
+    ext_local = external and svc.external_policy_local
+    int_local = svc.internal_policy_local
+    addrs: tuple[IPAddress, ...] = ()
+    if external:
+        version = f.version
+        addrs = tuple(
+            ip for ip in (*svc.external_ips, *svc.load_balancer_ips) if ip.version == version
         )
-    return chain
+    clients = _clients_map(sink, f, n.affinity_clients_map(ref), svc, p.comment)
+    local_clients = None
+    if int_local or ext_local:
+        name = n.affinity_local_clients_map(ref)
+        local_clients = _clients_map(sink, f, name, svc, p.comment)
+    learn = goto(p.learn(clients, local_clients, cat.local))
+    # What finds the learning chain after DNAT: the frontend (address . protocol . port), or
+    # for a node port the port and the endpoint's address (the node's addresses are many; the
+    # endpoint tells this port's connections from another frontend's with the same port).
+    proto, port = p.proto, sp.port
+    for addr in (cip, *addrs):
+        key = (addr, proto, port)
+        sink.add_element(Element(set=n.AFFINITY_ADDRESSES, key=key, value=learn, comment=p.comment))
+    if external and sp.node_port:
+        for ip in dict.fromkeys(b.ip for b in (*cat.cluster, *cat.local)):
+            np_key = (proto, sp.node_port, ip)
+            sink.add_element(
+                Element(set=n.AFFINITY_NODEPORTS, key=np_key, value=learn, comment=p.comment)
+            )
+    masq: list[tuple[Expr, ...]] = []
+    if pods is not None:
+        # Off-cluster sources reaching the ClusterIP may be routed back off-node: masquerade.
+        masq.append((Cmp(f.daddr, cip), pods.not_pod, jump(n.MARK_FOR_MASQUERADE)))
+    # Cluster policy: ClusterIP traffic (internal Cluster policy), external traffic (external
+    # Cluster policy), and the short-circuits of external Local (pods and the node itself).
+    # (The ClusterIP's choice is in ``backends`` whatever its policy, as random choice's.)
+    cluster_chain = None
+    if cat.cluster and (not int_local or external):
+        by_addr = [(n.BACKENDS, a) for a in (addrs if int_local else (cip, *addrs))]
+        rules = [] if int_local else list(masq)
+        rules += p.choose(clients, cat.cluster, by_addr, external, local=False)
+        cluster_chain = p.chain(n.affinity_service_chain(ref), rules)
+    local_chain = None
+    if cat.local and local_clients is not None:
+        # External addresses first: those of a Service whose ClusterIP takes the Local policy
+        # and its external traffic the Cluster one are in ``backends`` too (not used here).
+        by_addr = [(n.BACKENDS_LOCAL, a) for a in (addrs if ext_local else ())]
+        by_addr += [(n.BACKENDS, cip)] if int_local else []
+        rules = list(masq) if int_local else []
+        rules += p.choose(local_clients, cat.local, by_addr, ext_local, local=True)
+        local_chain = p.chain(n.affinity_local_chain(ref), rules)
+    internal = local_chain if int_local else cluster_chain
+    if not external:
+        return internal or n.affinity_service_chain(ref), None
+    ext_rules: list[tuple[Expr, ...]] = []
+    if not ext_local:
+        if cluster_chain is not None:
+            ext_rules += [(jump(n.MARK_FOR_MASQUERADE),), (goto(cluster_chain),)]
+    else:
+        if cluster_chain is not None:
+            if pods is not None:
+                ext_rules.append((pods.is_pod, goto(cluster_chain)))
+            ext_rules.append((FIB_SADDR_LOCAL, jump(n.MARK_FOR_MASQUERADE)))
+            ext_rules.append((FIB_SADDR_LOCAL, goto(cluster_chain)))
+        if local_chain is not None:
+            ext_rules.append((goto(local_chain),))
+    ext = p.chain(n.affinity_external_chain(ref), ext_rules)
+    return internal or n.affinity_service_chain(ref), ext
 
 
 class PortEndpoints(Protocol):
@@ -238,24 +335,56 @@ class PortEndpoints(Protocol):
     def ref(self) -> ServicePortRef: ...
     @property
     def cluster_endpoints(self) -> tuple[Backend, ...]: ...
+    @property
+    def local_endpoints(self) -> tuple[Backend, ...]: ...
 
 
 def client_maps(
     rs: Ruleset, ports: Iterable[PortEndpoints], services: AbstractSet[ServiceKey] | None = None
 ) -> list[tuple[Map, tuple[Backend, ...]]]:
     """Each clients map of ``rs`` (the map layout) of ``services`` (None: every one) with the
-    endpoints its clients may keep: its port's. What the sync hands ``nft/dynmap.py`` after a
-    commit that changed those services, to forget the clients of endpoints that went."""
+    endpoints its clients may keep: its port's (this node's, for a map of local clients). What
+    the sync hands ``nft/dynmap.py`` after a commit that changed those services, to forget the
+    clients of endpoints that went."""
     by_ref = {str(p.ref): p for p in ports}
-    prefix = f"{n.AFFINITY_CLIENTS}-"
+    every, local = f"{n.AFFINITY_CLIENTS}-", f"{n.AFFINITY_LOCAL_CLIENTS}-"
     version = 4 if rs.table.family is Family.IP else 6  # (a port's plan has both families)
     out: list[tuple[Map, tuple[Backend, ...]]] = []
     for name, s in rs.sets.items():
-        if not name.startswith(prefix) or not isinstance(s, Map):
+        is_local = name.startswith(local)
+        if not (is_local or name.startswith(every)) or not isinstance(s, Map):
             continue
         p = by_ref.get(s.comment)
         if p is None:  # (not in a plan's own rulesets: every map there has its port)
             out.append((s, ()))
         elif services is None or p.ref.service in services:
-            out.append((s, tuple(b for b in p.cluster_endpoints if b[0].version == version)))
+            eps = p.local_endpoints if is_local else (*p.cluster_endpoints, *p.local_endpoints)
+            keep = tuple(dict.fromkeys(b for b in eps if b[0].version == version))
+            out.append((s, keep))
     return out
+
+
+def chained_ports(
+    deltas: Mapping[Family, Delta],
+    rulesets: Mapping[Family, Ruleset],
+    fronts: AbstractSet[tuple[Value, ...]],
+    prefix: str,
+) -> set[str]:
+    """The service ports (``ns/name:port/PROTO``) of ``fronts`` (frontend keys, before or
+    after ``deltas``) that keep endpoint chains (named ``prefix…``) in some family: a NodePort
+    frontend's endpoints are those of both families, one of which (IPv6) may be in chains."""
+    chained = {
+        c.comment for rs in rulesets.values() for x, c in rs.chains.items() if x.startswith(prefix)
+    }
+    if not chained:
+        return set()
+    out: set[str] = set()
+    dispatch = (n.SERVICE_IPS, n.SERVICE_NODEPORTS)
+    for family, rs in rulesets.items():
+        for name in dispatch:
+            els = rs.elements.get(name, {})
+            out.update(el.comment for front in fronts if (el := els.get(front)) is not None)
+        for (name, key), pair in deltas[family].elements.items():
+            if name in dispatch and key in fronts:
+                out.update(el.comment for el in pair if el is not None)
+    return out & chained

@@ -15,8 +15,7 @@ Where a frontend and its endpoints are:
   indexes 0..N-1; ``nodeport-backends`` / ``nodeport-backends-local`` likewise;
 - a round-robin or consistent-hash port's own ``lb-cluster-…``/``lb-local-…`` maps: index or
   slot → ``endpoint addr . port``, the map's comment naming the port;
-- a ClientIP-affinity port's ``endpoint-…`` chains, one per endpoint: the chain's comment names
-  the port and its rule DNATs to the endpoint.
+- an IPv6 ClientIP-affinity port's ``endpoint-…`` chains (comment: the port): ``dnat to`` one.
 """
 
 from __future__ import annotations
@@ -43,6 +42,7 @@ from nlproxy.nft.packed import PackedElements, index_bytes
 from nlproxy.nft.reconcile import Delta, ElementId, PackedChanges
 from nlproxy.nft.values import key_order
 from nlproxy.proxy import naming as n
+from nlproxy.proxy.affinity import chained_ports
 
 Target = tuple[IPAddress, int]
 FrontKey = tuple[int, IPAddress | None, int]
@@ -73,7 +73,7 @@ ADDRESS_KEYED = (
     n.FIREWALL_ALLOW,
     n.EXTERNAL_SHORTCUTS,
     n.BACKENDS,
-    n.BACKENDS_LOCAL,
+    *(n.BACKENDS_LOCAL, n.AFFINITY_ADDRESSES),
 )
 """Maps whose keys start ``addr . l4proto . port``."""
 NODEPORT_KEYED = (
@@ -82,6 +82,7 @@ NODEPORT_KEYED = (
     n.NODEPORT_SHORTCUTS,
     n.NODEPORT_BACKENDS,
     n.NODEPORT_BACKENDS_LOCAL,
+    n.AFFINITY_NODEPORTS,
 )
 """Maps whose keys start ``l4proto . port``."""
 _UDP = int(L4Proto.UDP)
@@ -445,6 +446,8 @@ def delta_frontends(
         for name, pair in delta.chains.items()
         if name.startswith(_AFFINITY_ENDPOINT) and (pair[1] or pair[0]) is not None
     }
+    # A NodePort frontend spans both families: its IPv6 endpoint chains (affinity.py) too.
+    refs |= chained_ports(deltas, rulesets, fronts, _AFFINITY_ENDPOINT)
     refs.discard("")
     if refs:  # a round-robin or consistent-hash port changed: its frontends and all its maps
         for family, rs in rulesets.items():

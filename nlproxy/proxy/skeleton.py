@@ -263,14 +263,22 @@ AFFINITY_LEARN_PRIORITY = PRIORITY_DSTNAT + 1
 
 
 def add_affinity_learning(rs: Ruleset, f: FamilySpec) -> None:
-    """ClientIP affinity's learning (``affinity.py``): after DNAT, a new connection to one of
-    the ``affinity-addresses`` (found by its original destination, as the packet's is now the
-    endpoint's) goes to its Service's learning chain, which records ``client -> endpoint`` in
-    its port's map. In prerouting and output: pods, outside clients and the node itself.
-    (IPv4 only: nft 1.0.6 cannot load the IPv6 learning rule back, so IPv6 ports keep the
-    per-endpoint layout.)"""
-    rs.add_set(Map(name=n.AFFINITY_ADDRESSES, key=(f.addr, PROTO), data=(DataType.VERDICT,)))
-    key = (Field.CT_ORIGINAL_IP_DADDR, Field.META_L4PROTO)
+    """ClientIP affinity's learning (``affinity.py``): after DNAT, a new connection is found by
+    its original destination (the packet's is now the endpoint's) in ``affinity-addresses``,
+    or for a node port by its original port and its endpoint's address in
+    ``affinity-nodeports``, and goes to its port's learning chain, which records ``client ->
+    endpoint`` in its port's map. In prerouting and output: pods, outside clients and the node
+    itself. nft 1.0.6 types ``ct original proto-dst`` only after a protocol match, hence one
+    rule per protocol. (IPv4 only: IPv6 ports keep the per-endpoint layout, ``affinity.py``.)"""
+    original = Field.CT_ORIGINAL_IP6_DADDR if f.version == 6 else Field.CT_ORIGINAL_IP_DADDR
+    dport = Field.CT_ORIGINAL_PROTO_DST
+    verdict = (DataType.VERDICT,)
+    rs.add_set(Map(name=n.AFFINITY_ADDRESSES, key=(f.addr, PROTO, SERVICE), data=verdict))
+    rs.add_set(Map(name=n.AFFINITY_NODEPORTS, key=(PROTO, SERVICE, f.addr), data=verdict))
+    lookups = (
+        VMap((original, Field.META_L4PROTO, dport), n.AFFINITY_ADDRESSES),
+        VMap((Field.META_L4PROTO, dport, f.daddr), n.AFFINITY_NODEPORTS),
+    )
     for name, hook in ((n.AFFINITY_PREROUTING, Hook.PREROUTING), (n.AFFINITY_OUTPUT, Hook.OUTPUT)):
         rs.add_chain(
             Chain(
@@ -281,8 +289,15 @@ def add_affinity_learning(rs: Ruleset, f: FamilySpec) -> None:
                 policy=Policy.ACCEPT,
             )
         )
-        exprs = (CT_NEW, Cmp(Field.CT_STATUS, CtStatus.DNAT), VMap(key, n.AFFINITY_ADDRESSES))
-        rs.add_rule(Rule(chain=name, exprs=exprs))
+        for lookup in lookups:
+            for proto in COUNTED_PROTOCOLS:
+                exprs = (
+                    Cmp(Field.META_L4PROTO, proto),
+                    CT_NEW,
+                    Cmp(Field.CT_STATUS, CtStatus.DNAT),
+                    lookup,
+                )
+                rs.add_rule(Rule(chain=name, exprs=exprs))
 
 
 def counter_sets(family: Family) -> dict[str, tuple[DataType, ...]]:
