@@ -136,7 +136,8 @@ def _port_text(ref: ServicePortRef) -> str:
 
 
 def _endpoint_text(ref: ServicePortRef, ip: IPAddress, port: int) -> str:
-    return f"{_port_text(ref)}__{ip}/{port}"
+    # (nft reads a name back only without colons: an IPv6 address's are written as dashes.)
+    return f"{_port_text(ref)}__{str(ip).replace(':', '-')}/{port}"
 
 
 def affinity_service_chain(ref: ServicePortRef) -> str:
