@@ -121,7 +121,7 @@ def world() -> ClusterSnapshot:
             "fd00:172:30::65",
             [p("ns65", "v6sticky", node_port=3065)],
             affinity_timeout=120,
-        ),  # fmt: skip
+        ),
         s("ns10", "svc10", "172.30.0.50"),
         s("ns10", "svc10b", "172.30.0.60"),
         s(
@@ -476,7 +476,7 @@ CASES = [
         80,
         "[fd00:10:180::65]:80 [fd00:10:180::66]:80",
         id="affinity-v6-clusterip",
-    ),  # fmt: skip
+    ),
     case(
         EXT6,
         TCP,
@@ -485,7 +485,7 @@ CASES = [
         "[fd00:10:180::65]:80 [fd00:10:180::66]:80",
         masq=True,
         id="affinity-v6-nodeport",
-    ),  # fmt: skip
+    ),
     # IPv6: the same shape in the ip6 table.
     case(POD6, TCP, "fd00:172:30::61", 80, "[fd00:10:180::1]:80", id="v6-clusterip"),
     case(POD, TCP, "172.30.0.61", 80, "10.180.6.1:80", id="dual-stack-v4-side"),
