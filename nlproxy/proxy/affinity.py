@@ -1,43 +1,45 @@
-"""ClientIP session affinity: per-port state the packet path keeps, in one of two layouts.
+"""ClientIP session affinity: per-port state the packet path keeps, a few objects per port.
 
 Sits inside the planner. Affinity remembers which endpoint served each client (with a
 timeout), so the choice depends on state and cannot be folded into the shared
 ``numgen … map @backends`` chains.
 
-The map layout (IPv4 ports whose only frontend is the ClusterIP, with the Cluster policy: most
-of them) costs a few objects per port whatever its endpoints: a dynamic map
-``clients-…`` (client -> endpoint address . port, the Service's timeout) and an index map
-``lb-cluster-…`` (as a round-robin port's, ``balance.py``). The ``service-…`` chain DNATs a
-known client through the clients map and a new one through ``numgen random`` over the index
-map. After DNAT the static ``affinity-…`` chains (``skeleton.py``) find the connection by its
-original address in ``affinity-addresses`` and go to the Service's ``learn-…`` chain, which
-matches the original port and records (or refreshes) ``client -> endpoint``. The packet path
-cannot delete an element: when an endpoint goes, the sync deletes the clients held for it
-(:func:`stale_client_maps`, ``nft/dynmap.py``). An endpoint change is element operations.
+Every port costs a few objects whatever its endpoints and frontends: a dynamic map
+``clients-…`` (client -> endpoint address . port, the Service's timeout) and, for a Local
+policy, ``localclients-…`` (the clients of this node's endpoints) with the set ``localeps-…``
+of those endpoints. In IPv6 each is two maps, the address in ``clients-…`` and the port in
+``clientports-…`` (``localclientports-…``): nft 1.0.6 aborts on an update whose data is
+``ip6 daddr . th dport``, so a saved ruleset holding one could not be loaded back. The chains
+``service-…`` (Cluster policy) and ``local-…`` (Local policy) DNAT a known client through its
+map and a new one through ``numgen random`` over the shared backends maps, filled for each
+frontend as random choice fills them; ``external-…`` is external traffic's (masquerade, or the
+Local policy's short-circuits), as upstream's.
 
-Every other affinity port keeps upstream's layout: ``service-…`` / ``local-…`` policy chains
-send a known client to its endpoint's chain and a new one to a random endpoint chain, which
-records the client (a dynamic set per endpoint) and DNATs. Pure: no I/O, clock, logging.
+After DNAT the static ``affinity-…`` chains (``skeleton.py``) find the connection's port by its
+original address, protocol and port in ``affinity-addresses``, or for a node port by the port
+and the endpoint's address in ``affinity-nodeports``, and go to the port's ``learn-…`` chain,
+which records (or refreshes) ``client -> endpoint``, and into the local map too when the
+endpoint is this node's. The packet path cannot delete an element: when an endpoint goes, the
+sync deletes the clients held for it (:func:`client_maps`, ``nft/dynmap.py``). An endpoint
+change is element operations. Pure: no I/O, clock, logging.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from nlproxy.cluster.model import IPAddress, Service, ServiceKey, ServicePort, ServicePortRef
 from nlproxy.nft.ir import (
     Chain,
     Cmp,
     DataType,
-    Dnat,
     DnatMap,
     Element,
     Expr,
     Family,
     Field,
-    InlineVMap,
     L4Proto,
     Lookup,
     Map,
@@ -48,7 +50,6 @@ from nlproxy.nft.ir import (
     SetFlag,
     SetUpdate,
     Value,
-    Verdict,
     goto,
     jump,
 )
@@ -80,40 +81,7 @@ def add_affinity_chains(
         The chain for ClusterIP traffic and the one for external traffic (None when the port
         takes none). Only chains with something to do are created.
     """
-    sink, f, pods = fp.sink, fp.f, fp.pods
-    if map_layout(f, svc, sp):
-        return _map_port(fp, svc, sp, cip, cat)
-    ref = sp.ref
-    timeout = svc.affinity_timeout or 0
-    proto = L4Proto[ref.protocol.value]
-    for b in sorted({*cat.cluster, *cat.local}, key=lambda b: (b.ip, b.port)):
-        _endpoint(sink, f, ref, b, proto, timeout)
-    masq: tuple[Expr, ...] = ()
-    if pods is not None:
-        # Off-cluster sources reaching the ClusterIP may be routed back off-node: masquerade.
-        masq = (Cmp(f.daddr, cip), pods.not_pod, jump(n.MARK_FOR_MASQUERADE))
-    cluster_chain = n.affinity_service_chain(ref)
-    local_chain = n.affinity_local_chain(ref)
-    if cat.cluster:
-        _policy(sink, f, ref, cluster_chain, cat.cluster, () if svc.internal_policy_local else masq)
-    if cat.local:
-        _policy(sink, f, ref, local_chain, cat.local, masq if svc.internal_policy_local else ())
-    internal = local_chain if svc.internal_policy_local else cluster_chain
-    if not (cat.has_any and externally_accessible(svc, sp)):
-        return internal, None
-    ext = n.affinity_external_chain(ref)
-    rules: list[tuple[Expr, ...]] = []
-    if not svc.external_policy_local:
-        rules += [(jump(n.MARK_FOR_MASQUERADE),), (goto(cluster_chain),)]
-    else:
-        if pods is not None:
-            rules.append((pods.is_pod, goto(cluster_chain)))
-        rules.append((FIB_SADDR_LOCAL, jump(n.MARK_FOR_MASQUERADE)))
-        rules.append((FIB_SADDR_LOCAL, goto(cluster_chain)))
-        if cat.local:
-            rules.append((goto(local_chain),))
-    _chain(sink, ext, ref, rules)
-    return internal, ext
+    return _map_port(fp, svc, sp, cip, cat)
 
 
 def _chain(sink: Recorder, name: str, ref: ServicePortRef, rules: list[tuple[Expr, ...]]) -> None:
@@ -122,72 +90,33 @@ def _chain(sink: Recorder, name: str, ref: ServicePortRef, rules: list[tuple[Exp
         sink.add_rule(Rule(chain=name, exprs=exprs))
 
 
-def _policy(
-    sink: Recorder,
-    f: FamilySpec,
-    ref: ServicePortRef,
-    name: str,
-    eps: tuple[Backend, ...],
-    masq: tuple[Expr, ...],
-) -> None:
-    rules: list[tuple[Expr, ...]] = [masq] if masq else []
-    targets = [n.affinity_endpoint_chain(ref, b.ip, b.port) for b in eps]
-    for b, chain in zip(eps, targets, strict=True):
-        sticky = n.affinity_set(ref, b.ip, b.port)
-        rules.append((Lookup((f.saddr,), sticky), goto(chain)))
-    entries: tuple[tuple[tuple[Value, ...], Verdict], ...] = tuple(
-        ((i,), goto(c)) for i, c in enumerate(targets)
-    )
-    rules.append((InlineVMap((Numgen(len(eps)),), entries),))
-    _chain(sink, name, ref, rules)
+class _Clients(NamedTuple):
+    """A clients map, and in IPv6 the map of its clients' ports."""
+
+    map: str
+    ports: str | None
 
 
-def _endpoint(
-    sink: Recorder, f: FamilySpec, ref: ServicePortRef, b: Backend, proto: L4Proto, timeout: int
-) -> None:
-    sticky = n.check_name("set", n.affinity_set(ref, b.ip, b.port))
-    sink.add_set(
-        Set(
-            name=sticky,
-            key=(f.addr,),
-            flags=SetFlag.TIMEOUT | SetFlag.EVAL,
-            timeout=timeout,
-            comment=str(ref),
-        )
-    )
-    chain = n.affinity_endpoint_chain(ref, b.ip, b.port)
-    _chain(
-        sink,
-        chain,
-        ref,
-        [
-            (SetUpdate(sticky, (f.saddr,)),),
-            (Cmp(Field.META_L4PROTO, proto), Dnat(b.ip, b.port)),
-        ],
+def _dynamic(name: str, f: FamilySpec, data: tuple[DataType, ...], svc: Service, c: str) -> Map:
+    return Map(
+        name=n.check_name("map", name),
+        key=(f.addr,),
+        data=data,
+        flags=SetFlag.TIMEOUT | SetFlag.EVAL,
+        timeout=svc.affinity_timeout,
+        comment=c,
     )
 
 
-def map_layout(f: FamilySpec, svc: Service, sp: ServicePort) -> bool:
-    """Whether port ``sp`` of ``svc`` takes the map layout in family ``f``: every IPv4 port,
-    whatever its frontends and traffic policies. (IPv6 ports keep the per-endpoint layout:
-    nft 1.0.6 aborts on a dynamic map update whose data is ``ip6 daddr . th dport``, so a
-    saved ruleset holding one could not be loaded back.)"""
-    return f.family is Family.IP
-
-
-def _clients_map(sink: Recorder, f: FamilySpec, name: str, svc: Service, comment: str) -> str:
-    name = n.check_name("map", name)
-    sink.add_set(
-        Map(
-            name=name,
-            key=(f.addr,),
-            data=(f.addr, DataType.INET_SERVICE),
-            flags=SetFlag.TIMEOUT | SetFlag.EVAL,
-            timeout=svc.affinity_timeout,
-            comment=comment,
-        )
-    )
-    return name
+def _clients_map(
+    sink: Recorder, f: FamilySpec, names: tuple[str, str], svc: Service, comment: str
+) -> _Clients:
+    if f.family is Family.IP:
+        sink.add_set(_dynamic(names[0], f, (f.addr, DataType.INET_SERVICE), svc, comment))
+        return _Clients(names[0], None)
+    sink.add_set(_dynamic(names[0], f, (f.addr,), svc, comment))
+    sink.add_set(_dynamic(names[1], f, (DataType.INET_SERVICE,), svc, comment))
+    return _Clients(*names)
 
 
 class _MapPort:
@@ -209,7 +138,7 @@ class _MapPort:
 
     def choose(
         self,
-        clients: str,
+        clients: _Clients,
         eps: tuple[Backend, ...],
         addresses: Sequence[tuple[str, IPAddress]],
         by_node_port: bool,
@@ -220,7 +149,8 @@ class _MapPort:
         map it is indexed in), else by its node port. A lookup that misses goes on to the next
         rule."""
         f, proto, port = self.f, self.proto, self.sp.port
-        rules: list[tuple[Expr, ...]] = [(self.is_proto, DnatMap((f.saddr,), clients))]
+        known = DnatMap((f.saddr,), clients.map, clients.ports)
+        rules: list[tuple[Expr, ...]] = [(self.is_proto, known)]
         count = Numgen(len(eps))
         for backends in dict.fromkeys(m for m, _ in addresses):
             for m, addr in addresses:
@@ -235,21 +165,32 @@ class _MapPort:
             rules.append((self.is_proto, DnatMap(np_key, backends)))
         return rules
 
-    def learn(self, clients: str, local: str | None, local_eps: tuple[Backend, ...]) -> str:
+    def learn(
+        self, clients: _Clients, local: _Clients | None, local_eps: tuple[Backend, ...]
+    ) -> str:
         """The port's learning chain: ``client -> endpoint`` into ``clients``, and into
         ``local`` too when the endpoint is one of this node's (its own chain: nft lists a port
         match and an update with ``th dport`` in one rule so that it cannot load it back)."""
         f, sink = self.f, self.sink
         name = n.check_name("chain", n.affinity_learn_chain(self.ref))
-        data = (f.daddr, Field.TH_DPORT)
-        rules: list[tuple[Expr, ...]] = [(SetUpdate(clients, (f.saddr,), None, data),)]
+        endpoint = (f.daddr, Field.TH_DPORT)
+        rules = self._updates(clients, ())
         if local is not None:
             mine = n.check_name("set", n.affinity_local_endpoints(self.ref))
             sink.add_set(Set(name=mine, key=(f.addr, DataType.INET_SERVICE), comment=self.comment))
             for b in local_eps:
                 sink.add_element(Element(set=mine, key=(b.ip, b.port)))
-            rules.append((Lookup(data, mine), SetUpdate(local, (f.saddr,), None, data)))
+            rules += self._updates(local, (Lookup(endpoint, mine),))
         return self.chain(name, rules)
+
+    def _updates(self, clients: _Clients, when: tuple[Expr, ...]) -> list[tuple[Expr, ...]]:
+        saddr, daddr = (self.f.saddr,), self.f.daddr
+        if clients.ports is None:
+            return [(*when, SetUpdate(clients.map, saddr, None, (daddr, Field.TH_DPORT)))]
+        return [
+            (*when, SetUpdate(clients.map, saddr, None, (daddr,))),
+            (*when, SetUpdate(clients.ports, saddr, None, (Field.TH_DPORT,))),
+        ]
 
 
 def _map_port(
@@ -268,11 +209,12 @@ def _map_port(
         addrs = tuple(
             ip for ip in (*svc.external_ips, *svc.load_balancer_ips) if ip.version == version
         )
-    clients = _clients_map(sink, f, n.affinity_clients_map(ref), svc, p.comment)
+    names = n.affinity_clients_map(ref), n.affinity_client_ports_map(ref)
+    clients = _clients_map(sink, f, names, svc, p.comment)
     local_clients = None
     if int_local or ext_local:
-        name = n.affinity_local_clients_map(ref)
-        local_clients = _clients_map(sink, f, name, svc, p.comment)
+        names = n.affinity_local_clients_map(ref), n.affinity_local_client_ports_map(ref)
+        local_clients = _clients_map(sink, f, names, svc, p.comment)
     learn = goto(p.learn(clients, local_clients, cat.local))
     # What finds the learning chain after DNAT: the frontend (address . protocol . port), or
     # for a node port the port and the endpoint's address (the node's addresses are many; the
@@ -328,6 +270,11 @@ def _map_port(
     return internal or n.affinity_service_chain(ref), ext
 
 
+Learned = tuple[Map, tuple[Backend, ...]] | tuple[Map, tuple[Backend, ...], Map]
+"""A clients map and the endpoints its clients may keep; in IPv6 with its ports map
+(``nft/dynmap.py``'s ``Learned``)."""
+
+
 class PortEndpoints(Protocol):
     """A port's plan as the sync has it (``planner.PortPlan``)."""
 
@@ -341,25 +288,35 @@ class PortEndpoints(Protocol):
 
 def client_maps(
     rs: Ruleset, ports: Iterable[PortEndpoints], services: AbstractSet[ServiceKey] | None = None
-) -> list[tuple[Map, tuple[Backend, ...]]]:
-    """Each clients map of ``rs`` (the map layout) of ``services`` (None: every one) with the
-    endpoints its clients may keep: its port's (this node's, for a map of local clients). What
-    the sync hands ``nft/dynmap.py`` after a commit that changed those services, to forget the
-    clients of endpoints that went."""
+) -> list[Learned]:
+    """Each clients map of ``rs`` of ``services`` (None: every one) with the endpoints its
+    clients may keep: its port's (this node's, for a map of local clients), and in IPv6 its
+    ports map. What the sync hands ``nft/dynmap.py`` after a commit that changed those
+    services, to forget the clients of endpoints that went."""
     by_ref = {str(p.ref): p for p in ports}
-    every, local = f"{n.AFFINITY_CLIENTS}-", f"{n.AFFINITY_LOCAL_CLIENTS}-"
+    roles = {f"{n.AFFINITY_CLIENTS}-": False, f"{n.AFFINITY_LOCAL_CLIENTS}-": True}
     version = 4 if rs.table.family is Family.IP else 6  # (a port's plan has both families)
-    out: list[tuple[Map, tuple[Backend, ...]]] = []
+    out: list[Learned] = []
     for name, s in rs.sets.items():
-        is_local = name.startswith(local)
-        if not (is_local or name.startswith(every)) or not isinstance(s, Map):
+        is_local = next((local for role, local in roles.items() if name.startswith(role)), None)
+        if is_local is None or not isinstance(s, Map):
             continue
         p = by_ref.get(s.comment)
-        if p is None:  # (not in a plan's own rulesets: every map there has its port)
-            out.append((s, ()))
-        elif services is None or p.ref.service in services:
+        keep: tuple[Backend, ...] = ()
+        if p is not None:  # (not in a plan's own rulesets: every map there has its port)
+            if services is not None and p.ref.service not in services:
+                continue
             eps = p.local_endpoints if is_local else (*p.cluster_endpoints, *p.local_endpoints)
             keep = tuple(dict.fromkeys(b for b in eps if b[0].version == version))
+        ports_name = (
+            (n.affinity_local_client_ports_map if is_local else n.affinity_client_ports_map)(p.ref)
+            if p is not None
+            else None
+        )
+        port_map = rs.sets.get(ports_name) if ports_name else None
+        if len(s.data) == 1 and isinstance(port_map, Map):
+            out.append((s, keep, port_map))
+        else:
             out.append((s, keep))
     return out
 

@@ -180,6 +180,9 @@ AFFINITY_CLIENTS = "clients"
 """Role prefix of a port's dynamic map ``client -> endpoint`` (its comment names the port)."""
 AFFINITY_LOCAL_CLIENTS = "localclients"
 """Role prefix of a Local-policy port's dynamic map of the clients of this node's endpoints."""
+AFFINITY_CLIENT_PORTS, AFFINITY_LOCAL_CLIENT_PORTS = "clientports", "localclientports"
+"""Role prefixes of the IPv6 maps of those clients' endpoint ports (the address maps hold the
+address alone)."""
 AFFINITY_LOCAL_ENDPOINTS = "localeps"
 """Role prefix of a Local-policy port's set of this node's endpoints (``address . port``)."""
 AFFINITY_LEARN = "learn"
@@ -191,6 +194,14 @@ def affinity_clients_map(ref: ServicePortRef) -> str:
 
 def affinity_local_clients_map(ref: ServicePortRef) -> str:
     return _hashed(AFFINITY_LOCAL_CLIENTS, _port_text(ref))
+
+
+def affinity_client_ports_map(ref: ServicePortRef) -> str:
+    return _hashed(AFFINITY_CLIENT_PORTS, _port_text(ref))
+
+
+def affinity_local_client_ports_map(ref: ServicePortRef) -> str:
+    return _hashed(AFFINITY_LOCAL_CLIENT_PORTS, _port_text(ref))
 
 
 def affinity_local_endpoints(ref: ServicePortRef) -> str:
@@ -223,7 +234,8 @@ _AFFINITY_DISPATCH = ("service", "local", "external")
 """Role prefixes of an affinity port's own dispatch chains (``affinity_*_chain``)."""
 _PORT_ROLES = frozenset(
     (*_AFFINITY_DISPATCH, AFFINITY_ENDPOINT, "affinity", AFFINITY_CLIENTS, AFFINITY_LEARN,
-     AFFINITY_LOCAL_CLIENTS, AFFINITY_LOCAL_ENDPOINTS,
+     AFFINITY_LOCAL_CLIENTS, AFFINITY_LOCAL_ENDPOINTS, AFFINITY_CLIENT_PORTS,
+     AFFINITY_LOCAL_CLIENT_PORTS,
      *(f"lb-{role}" for role in ("internal", "external", "dnat")), *BALANCED_MAPS)
 )  # fmt: skip
 """Every role prefix of a per-port object's name."""

@@ -251,8 +251,7 @@ def skeleton(
         in_set = Lookup((f.daddr,), n.NODEPORT_IPS)
         add(n.SERVICES, in_set, VMap(L4_DPORT, n.SERVICE_NODEPORTS))
         add(n.NODEPORT_ENDPOINTS_CHECK, in_set, VMap(L4_DPORT, n.NO_ENDPOINT_NODEPORTS))
-    if f.family is Family.IP:
-        add_affinity_learning(rs, f)
+    add_affinity_learning(rs, f)
     if counters:
         add_counting(rs, f)
     return rs
@@ -269,7 +268,7 @@ def add_affinity_learning(rs: Ruleset, f: FamilySpec) -> None:
     ``affinity-nodeports``, and goes to its port's learning chain, which records ``client ->
     endpoint`` in its port's map. In prerouting and output: pods, outside clients and the node
     itself. nft 1.0.6 types ``ct original proto-dst`` only after a protocol match, hence one
-    rule per protocol. (IPv4 only: IPv6 ports keep the per-endpoint layout, ``affinity.py``.)"""
+    rule per protocol."""
     original = Field.CT_ORIGINAL_IP6_DADDR if f.version == 6 else Field.CT_ORIGINAL_IP_DADDR
     dport = Field.CT_ORIGINAL_PROTO_DST
     verdict = (DataType.VERDICT,)

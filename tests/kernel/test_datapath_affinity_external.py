@@ -5,7 +5,7 @@ a client that came through one frontend keeps its pod through every other; when 
 the Service (the pod itself still answers), the sync forgets the client, which then moves to
 another pod and stays. With ``externalTrafficPolicy: Local`` external clients reach only this
 node's pods, with their own source address, and still keep one; pods reach every endpoint.
-IPv6 ports keep one set and chain per endpoint, and stick the same way.
+IPv6 ports keep the address and the port in a map each, and stick and move the same way.
 
 pod-a, pod-b, pod-c are on node1 (where nlproxy runs), pod-r on node2, the client outside.
 """
@@ -95,8 +95,7 @@ def test_local_policy_keeps_an_external_client_on_one_local_pod_with_its_address
     assert _one_pod(a.netns, LB_IP, 80)[0] == "pod-r"
 
 
-def test_ipv6_clients_keep_one_pod(testbed6: Testbed, tmp_path: Path) -> None:
-    tb = testbed6
+def _sticky6(tb: Testbed, pods: list[str]) -> list[dict[str, Any]]:
     ports = ({"name": "tcp", "port": 80, "targetPort": 8080, "nodePort": NODE_PORT},)
     svc = topo.service(
         "sticky6",
@@ -107,16 +106,25 @@ def test_ipv6_clients_keep_one_pod(testbed6: Testbed, tmp_path: Path) -> None:
         sessionAffinity="ClientIP",
     )
     v4 = [topo.endpoint(str(tb.pod(p).ipv4), tb.pod(p).node) for p in ALL]
-    v6 = [topo.endpoint(str(tb.pod(p).ipv6), tb.pod(p).node) for p in ALL]
-    apply(
-        tb,
-        tmp_path,
-        [
-            svc,
-            topo.endpoint_slice("sticky6", v4, SLICE_PORTS, family="IPv4"),
-            topo.endpoint_slice("sticky6", v6, SLICE_PORTS, family="IPv6"),
-        ],
-    )
-    _one_pod(tb.client.netns, str(tb.node.ipv6), NODE_PORT)
+    v6 = [topo.endpoint(str(tb.pod(p).ipv6), tb.pod(p).node) for p in pods]
+    return [
+        svc,
+        topo.endpoint_slice("sticky6", v4, SLICE_PORTS, family="IPv4"),
+        topo.endpoint_slice("sticky6", v6, SLICE_PORTS, family="IPv6"),
+    ]
+
+
+def test_ipv6_clients_keep_one_pod_and_move_when_it_leaves(
+    testbed6: Testbed, tmp_path: Path
+) -> None:
+    tb = testbed6
+    apply(tb, tmp_path, _sticky6(tb, ALL))
+    node6 = str(tb.node.ipv6)
+    pod, _ = _one_pod(tb.client.netns, node6, NODE_PORT)
     _one_pod(tb.pod("pod-a").netns, VIP6, 80)
     _one_pod(tb.client.netns, str(tb.node.ipv4), NODE_PORT)
+
+    apply(tb, tmp_path, _sticky6(tb, [p for p in ALL if p != pod]))
+    moved, _ = _one_pod(tb.client.netns, node6, NODE_PORT)
+    assert moved != pod
+    assert _one_pod(tb.client.netns, node6, NODE_PORT)[0] == moved

@@ -14,6 +14,7 @@ from nlproxy.conntrack.fake import FakeConntrack
 from nlproxy.nft.fake import FakeNftables
 from nlproxy.nft.ir import (
     Chain,
+    DataType,
     DnatMap,
     Element,
     Family,
@@ -168,18 +169,55 @@ def test_a_known_client_goes_through_its_map_first() -> None:
     assert [d.map.split("-")[0] for d in dnats] == ["clients", "backends"]
 
 
-def test_ipv6_ports_keep_endpoint_chains() -> None:
-    ports = [port("b", "np", node_port=30080)]
-    node_port = service("b", "np", "172.30.0.11", ports, affinity_timeout=600)
-    dual = service("b", "dual", ["172.30.0.12", "fd00::12"], affinity_timeout=600)
-    sl_np = eps_slice("b", "np", [endpoint("10.1.0.1"), endpoint("10.1.0.2")])
-    sl_dual = eps_slice("b", "dual", [endpoint("fd01::1"), endpoint("fd01::2")])
-    snap = snapshot([node_port, dual], [sl_np, sl_dual], node=node([str(NODE_IP)]))
-    rs = plan(snap, CONFIG).rulesets
-    assert not [c for c in rs[Family.IP].chains if c.startswith("endpoint-")]
-    assert sum(c.startswith("endpoint-") for c in rs[Family.IP6].chains) == 2
-    assert not [s for s in rs[Family.IP6].sets if s.startswith("clients-")]
-    assert n.AFFINITY_ADDRESSES not in rs[Family.IP6].sets
+def _ipv6(eps: int, *, drop: int | None = None) -> tuple[Service, EndpointSlice]:
+    ports = [port("b", "v6", node_port=30080)]
+    svc = service("b", "v6", "fd00::12", ports, affinity_timeout=600, external_policy_local=True)
+    members = [endpoint(f"fd01::{i + 1:x}", NODE if i % 2 else "node2") for i in range(eps)]
+    return svc, eps_slice("b", "v6", [m for i, m in enumerate(members) if i != drop])
+
+
+def test_ipv6_ports_keep_the_address_and_the_port_in_a_map_each() -> None:
+    def rs6(eps: int, drop: int | None = None) -> Ruleset:
+        svc, sl = _ipv6(eps, drop=drop)
+        return plan(snapshot([svc], [sl], node=node([str(NODE_IP)])), CONFIG).rulesets[Family.IP6]
+
+    small, large = rs6(4), rs6(40)
+    assert set(small.chains) == set(large.chains)
+    assert set(small.sets) == set(large.sets)
+    assert not [c for c in large.chains if c.startswith("endpoint-")]
+    ref = _ipv6(1)[0].ports[0].ref
+    addrs, ports = (
+        large.sets[n.affinity_clients_map(ref)],
+        large.sets[n.affinity_client_ports_map(ref)],
+    )
+    assert isinstance(addrs, Map)
+    assert isinstance(ports, Map)
+    assert addrs.data == (DataType.IPV6_ADDR,)
+    assert ports.data == (DataType.INET_SERVICE,)
+    assert addrs.timeout == ports.timeout == 600
+    assert n.affinity_local_client_ports_map(ref) in large.sets
+    # A known client: the address from one map, the port from the other, by the same key.
+    dnats = [e for r in large.rules[n.affinity_service_chain(ref)] for e in r.exprs
+             if isinstance(e, DnatMap)]  # fmt: skip
+    assert dnats[0] == DnatMap((Field.IP6_SADDR,), addrs.name, ports.name)
+    learned = [e for r in large.rules[n.affinity_learn_chain(ref)] for e in r.exprs
+               if isinstance(e, SetUpdate)]  # fmt: skip
+    assert learned[:2] == [
+        SetUpdate(addrs.name, (Field.IP6_SADDR,), None, (Field.IP6_DADDR,)),
+        SetUpdate(ports.name, (Field.IP6_SADDR,), None, (Field.TH_DPORT,)),
+    ]
+    # The sync forgets a removed endpoint's clients from both maps together.
+    maps = client_maps(
+        large,
+        plan(
+            snapshot([_ipv6(40)[0]], [_ipv6(40)[1]], node=node([str(NODE_IP)])), CONFIG
+        ).ports.values(),
+    )
+    assert {len(m) for m in maps} == {3}
+    # An endpoint change is elements (and the choice rules' modulus): nothing per endpoint.
+    ops = diff(rs6(40, drop=7), as_programmed(large))
+    assert not [op for op in ops if isinstance(op.obj, Chain | Set | Map) and op.verb
+                is not Verb.FLUSH]  # fmt: skip
 
 
 def test_client_maps_keep_their_ports_endpoints() -> None:
