@@ -53,10 +53,11 @@ from nlproxy.nft.ir import (
     goto,
     jump,
 )
+from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.reconcile import Delta
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.endpoints import Backend, Categorized, externally_accessible
-from nlproxy.proxy.fragments import Recorder
+from nlproxy.proxy.fragments import Fill, Recorder
 from nlproxy.proxy.skeleton import FIB_SADDR_LOCAL, FamilySpec, PodMatch
 
 
@@ -66,6 +67,7 @@ class Planning(Protocol):
     sink: Recorder
     f: FamilySpec
     pods: PodMatch | None
+    rs: Ruleset
 
     def fill(
         self, set_name: str, prefix: tuple[IPAddress | int, ...], eps: tuple[Backend, ...]
@@ -224,11 +226,17 @@ def _map_port(
         key = (addr, proto, port)
         sink.add_element(Element(set=n.AFFINITY_ADDRESSES, key=key, value=learn, comment=p.comment))
     if external and sp.node_port:
-        for ip in dict.fromkeys(b.ip for b in (*cat.cluster, *cat.local)):
-            np_key = (proto, sp.node_port, ip)
-            sink.add_element(
-                Element(set=n.AFFINITY_NODEPORTS, key=np_key, value=learn, comment=p.comment)
-            )
+        np_key = (proto, sp.node_port)
+        sink.add_element(
+            Element(set=n.AFFINITY_NODEPORTS, key=np_key, value=learn, comment=p.comment)
+        )
+        # Its endpoints' addresses, as the kernel's bytes (one per endpoint: held packed).
+        store = fp.rs.elements[n.AFFINITY_ENDPOINTS]
+        assert isinstance(store, PackedElements), "affinity-endpoints is held packed"
+        ips = dict.fromkeys(b.ip for b in (*cat.cluster, *cat.local))
+        keys = tuple(store.pack_keys([(proto, sp.node_port, ip) for ip in ips]))
+        store.raw.update(dict.fromkeys(keys, b""))
+        sink.ops.append(Fill(n.AFFINITY_ENDPOINTS, keys, (b"",) * len(keys)))
     masq: list[tuple[Expr, ...]] = []
     if pods is not None:
         # Off-cluster sources reaching the ClusterIP may be routed back off-node: masquerade.

@@ -82,7 +82,7 @@ NODEPORT_KEYED = (
     n.NODEPORT_SHORTCUTS,
     n.NODEPORT_BACKENDS,
     n.NODEPORT_BACKENDS_LOCAL,
-    n.AFFINITY_NODEPORTS,
+    *(n.AFFINITY_NODEPORTS, n.AFFINITY_ENDPOINTS),
 )
 """Maps whose keys start ``l4proto . port``."""
 _UDP = int(L4Proto.UDP)

@@ -175,7 +175,10 @@ AFFINITY_ADDRESSES = "affinity-addresses"
 """``address . protocol . port -> goto <the port's learning chain>``: the ClusterIP, external
 and LoadBalancer frontends of affinity ports."""
 AFFINITY_NODEPORTS = "affinity-nodeports"
-"""``protocol . node port . endpoint address -> goto <the port's learning chain>``."""
+"""``protocol . node port -> goto <the port's learning chain>``."""
+AFFINITY_ENDPOINTS = "affinity-endpoints"
+"""``protocol . node port . endpoint address``: the node ports' endpoints (a connection to a node
+port of another frontend's, with the same port number, is not learned)."""
 AFFINITY_CLIENTS = "clients"
 """Role prefix of a port's dynamic map ``client -> endpoint`` (its comment names the port)."""
 AFFINITY_LOCAL_CLIENTS = "localclients"

@@ -58,7 +58,7 @@ A4, A6 = DataType.IPV4_ADDR, DataType.IPV6_ADDR
 PROTO, SERVICE, INDEX = DataType.INET_PROTO, DataType.INET_SERVICE, DataType.INTEGER
 BACKENDS_MAPS = (n.BACKENDS, n.BACKENDS_LOCAL, n.NODEPORT_BACKENDS, n.NODEPORT_BACKENDS_LOCAL)
 """The maps of one element per endpoint and frontend."""
-PACKED = (*BACKENDS_MAPS, n.HAIRPIN, n.CLUSTER_IPS, n.NODEPORT_IPS)
+PACKED = (*BACKENDS_MAPS, n.HAIRPIN, n.CLUSTER_IPS, n.NODEPORT_IPS, n.AFFINITY_ENDPOINTS)
 """The sets held as the kernel's bytes (``nft/packed.py``): those whose elements carry no
 comment (read-back returns such sets packed too, so an unchanged restart compares bytes)."""
 
@@ -267,16 +267,20 @@ def add_affinity_learning(rs: Ruleset, f: FamilySpec) -> None:
     or for a node port by its original port and its endpoint's address in
     ``affinity-nodeports``, and goes to its port's learning chain, which records ``client ->
     endpoint`` in its port's map. In prerouting and output: pods, outside clients and the node
-    itself. nft 1.0.6 types ``ct original proto-dst`` only after a protocol match, hence one
-    rule per protocol."""
+    itself; a node port's connection only when its endpoint is one of that port's
+    (``affinity-endpoints``). nft 1.0.6 types ``ct original proto-dst`` only after a protocol
+    match, hence one rule per protocol."""
     original = Field.CT_ORIGINAL_IP6_DADDR if f.version == 6 else Field.CT_ORIGINAL_IP_DADDR
     dport = Field.CT_ORIGINAL_PROTO_DST
     verdict = (DataType.VERDICT,)
     rs.add_set(Map(name=n.AFFINITY_ADDRESSES, key=(f.addr, PROTO, SERVICE), data=verdict))
-    rs.add_set(Map(name=n.AFFINITY_NODEPORTS, key=(PROTO, SERVICE, f.addr), data=verdict))
+    rs.add_set(Map(name=n.AFFINITY_NODEPORTS, key=(PROTO, SERVICE), data=verdict))
+    rs.add_set(Set(name=n.AFFINITY_ENDPOINTS, key=(PROTO, SERVICE, f.addr)))
+    rs.elements[n.AFFINITY_ENDPOINTS] = PackedElements(rs.sets[n.AFFINITY_ENDPOINTS])
+    np_endpoint = Lookup((Field.META_L4PROTO, dport, f.daddr), n.AFFINITY_ENDPOINTS)
     lookups = (
-        VMap((original, Field.META_L4PROTO, dport), n.AFFINITY_ADDRESSES),
-        VMap((Field.META_L4PROTO, dport, f.daddr), n.AFFINITY_NODEPORTS),
+        (VMap((original, Field.META_L4PROTO, dport), n.AFFINITY_ADDRESSES),),
+        (np_endpoint, VMap((Field.META_L4PROTO, dport), n.AFFINITY_NODEPORTS)),
     )
     for name, hook in ((n.AFFINITY_PREROUTING, Hook.PREROUTING), (n.AFFINITY_OUTPUT, Hook.OUTPUT)):
         rs.add_chain(
@@ -294,7 +298,7 @@ def add_affinity_learning(rs: Ruleset, f: FamilySpec) -> None:
                     Cmp(Field.META_L4PROTO, proto),
                     CT_NEW,
                     Cmp(Field.CT_STATUS, CtStatus.DNAT),
-                    lookup,
+                    *lookup,
                 )
                 rs.add_rule(Rule(chain=name, exprs=exprs))
 

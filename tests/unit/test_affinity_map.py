@@ -114,7 +114,7 @@ def test_objects_do_not_grow_with_endpoints(shape: dict[str, bool]) -> None:
         assert s.timeout == 600
     local_maps = [s for name in large.sets if name.startswith("localclients-")]
     assert len(local_maps) == (3 if shape.get("local") else 0)
-    # One learning entry per frontend address, and per node port one per endpoint address.
+    # One learning entry per frontend address and per node port.
     ports = _sticky(3, 1, **shape)[0].ports
     addresses = {k: el.value for k, el in large.elements[n.AFFINITY_ADDRESSES].items()}
     fronts = [CIP, *(["192.0.2.7", "198.51.100.7"] if shape.get("lb") else [])]
@@ -123,8 +123,10 @@ def test_objects_do_not_grow_with_endpoints(shape: dict[str, bool]) -> None:
         for sp in ports
         for a in fronts
     }
-    node_port_entries = large.elements.get(n.AFFINITY_NODEPORTS, {})
-    assert len(node_port_entries) == (3 * 200 if shape.get("node_ports") else 0)
+    node_ports = large.elements.get(n.AFFINITY_NODEPORTS, {})
+    assert len(node_ports) == (3 if shape.get("node_ports") else 0)
+    # (the node ports' endpoints: elements, held as the kernel's bytes)
+    assert len(large.elements[n.AFFINITY_ENDPOINTS]) == (3 * 200 if shape.get("node_ports") else 0)
     # Each port's learning chain updates its own map (and the local one for this node's
     # endpoints).
     data = (Field.IP_DADDR, Field.TH_DPORT)

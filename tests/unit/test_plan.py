@@ -98,7 +98,7 @@ def test_affinity_objects_belong_to_their_service_and_rules_show_what_differs(
     assert ("-", "element", n.BACKENDS) in mine
     if node_port is not None:
         assert ("-", "element", n.NODEPORT_BACKENDS) in mine
-        assert ("-", "element", n.AFFINITY_NODEPORTS) in mine
+        assert ("-", "element", n.AFFINITY_ENDPOINTS) in mine
     assert not any(kind in ("chain", "set") for _, kind, _ in mine)
     [group] = [g for g in rep.groups if g.owner == "default/sticky"]
     rules = [c for c in group.changes if c.kind == "rule"]

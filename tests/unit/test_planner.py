@@ -89,7 +89,7 @@ def test_chains_do_not_grow_with_services_or_endpoints() -> None:
     assert len(large.chains) <= 18 + 7 * 6
     assert not [c for c in large.chains if "svc" in c]
     assert len(large.elements[naming.BACKENDS]) > 2000
-    assert len(large.sets) == 19
+    assert len(large.sets) == 20
 
 
 def test_affinity_is_the_only_per_service_state() -> None:
