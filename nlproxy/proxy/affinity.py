@@ -26,7 +26,7 @@ change is element operations. Pure: no I/O, clock, logging.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from typing import NamedTuple, Protocol
 
@@ -49,12 +49,10 @@ from nlproxy.nft.ir import (
     Set,
     SetFlag,
     SetUpdate,
-    Value,
     goto,
     jump,
 )
 from nlproxy.nft.packed import PackedElements
-from nlproxy.nft.reconcile import Delta
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.endpoints import Backend, Categorized, externally_accessible
 from nlproxy.proxy.fragments import Fill, Recorder
@@ -327,29 +325,3 @@ def client_maps(
         else:
             out.append((s, keep))
     return out
-
-
-def chained_ports(
-    deltas: Mapping[Family, Delta],
-    rulesets: Mapping[Family, Ruleset],
-    fronts: AbstractSet[tuple[Value, ...]],
-    prefix: str,
-) -> set[str]:
-    """The service ports (``ns/name:port/PROTO``) of ``fronts`` (frontend keys, before or
-    after ``deltas``) that keep endpoint chains (named ``prefix…``) in some family: a NodePort
-    frontend's endpoints are those of both families, one of which (IPv6) may be in chains."""
-    chained = {
-        c.comment for rs in rulesets.values() for x, c in rs.chains.items() if x.startswith(prefix)
-    }
-    if not chained:
-        return set()
-    out: set[str] = set()
-    dispatch = (n.SERVICE_IPS, n.SERVICE_NODEPORTS)
-    for family, rs in rulesets.items():
-        for name in dispatch:
-            els = rs.elements.get(name, {})
-            out.update(el.comment for front in fronts if (el := els.get(front)) is not None)
-        for (name, key), pair in deltas[family].elements.items():
-            if name in dispatch and key in fronts:
-                out.update(el.comment for el in pair if el is not None)
-    return out & chained

@@ -15,7 +15,8 @@ Where a frontend and its endpoints are:
   indexes 0..N-1; ``nodeport-backends`` / ``nodeport-backends-local`` likewise;
 - a round-robin or consistent-hash port's own ``lb-cluster-…``/``lb-local-…`` maps: index or
   slot → ``endpoint addr . port``, the map's comment naming the port;
-- an IPv6 ClientIP-affinity port's ``endpoint-…`` chains (comment: the port): ``dnat to`` one.
+- ``endpoint-…`` chains (comment: the port) of tables an earlier nlproxy wrote for ClientIP
+  affinity, each ``dnat to`` one endpoint (now a clients map per port, ``affinity.py``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from nlproxy.nft.packed import PackedElements, index_bytes
 from nlproxy.nft.reconcile import Delta, ElementId, PackedChanges
 from nlproxy.nft.values import key_order
 from nlproxy.proxy import naming as n
-from nlproxy.proxy.affinity import chained_ports
 
 Target = tuple[IPAddress, int]
 FrontKey = tuple[int, IPAddress | None, int]
@@ -446,8 +446,6 @@ def delta_frontends(
         for name, pair in delta.chains.items()
         if name.startswith(_AFFINITY_ENDPOINT) and (pair[1] or pair[0]) is not None
     }
-    # A NodePort frontend spans both families: its IPv6 endpoint chains (affinity.py) too.
-    refs |= chained_ports(deltas, rulesets, fronts, _AFFINITY_ENDPOINT)
     refs.discard("")
     if refs:  # a round-robin or consistent-hash port changed: its frontends and all its maps
         for family, rs in rulesets.items():
