@@ -2,16 +2,20 @@
 
 Two measurements, each in its own fresh network namespace:
 
-``nlproxy``, ``nlproxy-endpoint-chains``, ``nlproxy-random``
+``nlproxy``, ``nlproxy-nodeport``, ``nlproxy-lb-local``, ``nlproxy-ipv6``, ``nlproxy-random``
     nlproxy's Syncer programs the Service, then one of its endpoints goes, then an unrelated
-    one-endpoint Service changes. With ``sessionAffinity: ClientIP`` its ClusterIP-only ports
-    take the map layout (``nlproxy``: with ``--clients`` clients put in each port's clients
-    map before the endpoint goes, so the sync also forgets that endpoint's clients); the same
-    Service with an external IP keeps a chain and a set per endpoint (the layout before);
-    without affinity it is random choice. Each step prints the operations sent, the sync's
-    wall time and this process's system time (the kernel's share: a batch is committed in the
-    sending thread); the unrelated change's time plus the step before it is how long that
-    change waited behind the Service.
+    one-endpoint Service changes. With ``sessionAffinity: ClientIP`` its ports take the map
+    layout whatever their frontends, policies and family (``nlproxy``: ClusterIP only, with
+    ``--clients`` clients put in each port's clients map before the endpoint goes, so the sync
+    also forgets that endpoint's clients; ``nlproxy-nodeport``: a node port per port;
+    ``nlproxy-lb-local``: node ports, a LoadBalancer and an external address, Local policy;
+    ``nlproxy-ipv6``: IPv6 with node ports); without affinity it is random choice. (Before,
+    every port but an IPv4 ClusterIP-only one kept a chain and a set per endpoint: 101,081
+    operations and ~50 s for the first sync of this shape.) Each step prints the operations
+    sent, the sync's wall time and this process's system time (the kernel's share: a batch is
+    committed in the sending thread), with the host's ``NFNLGRP_NFTABLES`` listeners (each
+    one costs every commit); the unrelated change's time plus the step before it is how long
+    that change waited behind the Service.
 
 ``map``
     The layout affinity needs instead, loaded with ``nft -f`` so only the shape differs: per
@@ -48,6 +52,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.listeners import nftables_listeners
 from nlproxy.cluster.state import ClusterState
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.backend import NftBackend
@@ -56,7 +61,7 @@ from nlproxy.nft.ir import DataType, Family, Map, SetFlag, Table
 from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.syncer import Syncer
 from tests.netns import namespace as netns
-from tests.unit.builders import endpoint, eps_slice, port, service, upsert
+from tests.unit.builders import NODE, OTHER_NODE, endpoint, eps_slice, port, service, upsert
 from tests.unit.incremental import CONFIG, state_with_node
 
 VIP = "172.30.0.10"
@@ -75,23 +80,48 @@ def _emit(**row: Any) -> None:
 # ------------------------------------------------------------------------------- nlproxy
 
 
-LAYOUTS = {
+LAYOUTS: dict[str, dict[str, Any]] = {
     "nlproxy": {"affinity_timeout": TIMEOUT},
-    "nlproxy-endpoint-chains": {"affinity_timeout": TIMEOUT, "external_ips": ["192.0.2.10"]},
+    "nlproxy-nodeport": {"affinity_timeout": TIMEOUT, "node_ports": True},
+    "nlproxy-lb-local": {
+        "affinity_timeout": TIMEOUT,
+        "node_ports": True,
+        "load_balancer_ips": ["192.0.2.10"],
+        "external_ips": ["192.0.2.11"],
+        "external_policy_local": True,
+        "health_check_node_port": 32000,
+    },
+    "nlproxy-ipv6": {"affinity_timeout": TIMEOUT, "ipv6": True, "node_ports": True},
     "nlproxy-random": {},
 }
-"""What the Service asks besides its ports: ClientIP affinity (a ClusterIP-only IPv4 port
-takes the map layout), the same with an external IP (its ports keep a chain and a set per
-endpoint: the layout before the map one), and no affinity (random choice)."""
+"""What the Service asks besides its ports: ClientIP affinity on a ClusterIP-only port, on
+ports with a node port each, with a node port, a LoadBalancer and an external address and
+``externalTrafficPolicy: Local`` (every other endpoint on this node), in IPv6 with a node
+port each (the address and the port in a map each): all the clients-map layout; and no
+affinity (random choice)."""
+
+VIP6 = "fd00:172:30::10"
 
 
 def _objects(ports: int, eps: int, *, layout: str, drop: int | None = None) -> list[Any]:
-    specs = [port("b", "big", f"p{k}", 8000 + k) for k in range(ports)]
-    extra = LAYOUTS[layout]
-    svc = service("b", "big", VIP, specs, **extra)
-    members = [endpoint(_pod(i)) for i in range(eps) if i != drop]
+    extra = dict(LAYOUTS[layout])
+    ipv6, node_ports = extra.pop("ipv6", False), extra.pop("node_ports", False)
+    specs = [
+        port("b", "big", f"p{k}", 8000 + k, node_port=30000 + k if node_ports else None)
+        for k in range(ports)
+    ]
+    svc = service("b", "big", VIP6 if ipv6 else VIP, specs, **extra)
+    members = [
+        endpoint(_pod6(i) if ipv6 else _pod(i), NODE if i % 2 else OTHER_NODE)
+        for i in range(eps)
+        if i != drop
+    ]
     sl = eps_slice("b", "big", members, [(f"p{k}", 8000 + k, "TCP") for k in range(ports)])
     return [upsert(svc), upsert(sl)]
+
+
+def _pod6(i: int) -> str:
+    return f"fd01::{i // 250:x}:{i % 250 + 1:x}"
 
 
 def _other(version: int) -> list[Any]:
@@ -113,6 +143,7 @@ def _timed(syncer: Syncer, state: ClusterState, changes: list[Any], **row: Any) 
         plan_ms=round(result.plan_ms, 1),
         commit_ms=round(result.commit_ms, 1),
         incremental=result.incremental,
+        nftables_listeners=nftables_listeners(),
     )
     return wall
 

@@ -114,7 +114,7 @@ def full_plan(idle: int = 600) -> Plan:
             ("bench_metrics.py", ("--services", "10000", "--endpoints", "10")),
             ("bench_claims.py", ("--services", "10000", "--endpoints", "10")),
             ("bench_reload.py", ("--services", "2000", "--endpoints", "10")),
-            # Issue 36's shapes: ClientIP affinity at 20 ports x 1,000 endpoints (three layouts
+            # Issue 36's shapes: ClientIP affinity at 20 ports x 1,000 endpoints (five layouts
             # and the nft -f reference), and one Service with 10,000 externalIPs.
             ("bench_affinity.py", ("--ports", "20", "--endpoints", "1000")),
             ("bench_external_ips.py", ("--external-ips", "1000", "10000")),

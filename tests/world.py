@@ -103,6 +103,25 @@ def world() -> ClusterSnapshot:
         ),
         # ClusterIP only: the map layout (one clients map for the port, not a set per endpoint).
         s("ns9", "svc9c", "172.30.0.69", affinity_timeout=300),
+        # External and LoadBalancer addresses, both policies Local.
+        s(
+            "ns9",
+            "svc9d",
+            "172.30.0.79",
+            load_balancer_ips=["9.9.9.9"],
+            external_ips=["192.168.99.79"],
+            affinity_timeout=120,
+            internal_policy_local=True,
+            external_policy_local=True,
+        ),
+        # IPv6 (the per-endpoint layout).
+        s(
+            "ns65",
+            "v6sticky",
+            "fd00:172:30::65",
+            [p("ns65", "v6sticky", node_port=3065)],
+            affinity_timeout=120,
+        ),
         s("ns10", "svc10", "172.30.0.50"),
         s("ns10", "svc10b", "172.30.0.60"),
         s(
@@ -155,6 +174,8 @@ def world() -> ClusterSnapshot:
         sl("ns9", "svc9", [e("10.180.0.9", here), e("10.180.1.9")]),
         sl("ns9", "svc9b", [e("10.180.0.19", here), e("10.180.1.19")]),
         sl("ns9", "svc9c", [e("10.180.0.29", here), e("10.180.1.29")]),
+        sl("ns9", "svc9d", [e("10.180.0.39", here), e("10.180.1.39")]),
+        sl("ns65", "v6sticky", [e("fd00:10:180::65", here), e("fd00:10:180::66")]),
         sl(
             "ns10",
             "svc10",
@@ -444,6 +465,27 @@ CASES = [
         id="affinity-map-from-node",
     ),
     case(POD, TCP, "172.30.0.69", 81, verdict="REJECT", id="affinity-map-wrong-port"),
+    case(POD, TCP, "172.30.0.79", 80, "10.180.0.39:80", id="affinity-itp-local"),
+    case(EXT, TCP, "9.9.9.9", 80, "10.180.0.39:80", id="affinity-lb-etp-local"),
+    case(EXT, TCP, "192.168.99.79", 80, "10.180.0.39:80", id="affinity-external-ip-etp-local"),
+    case(POD, TCP, "9.9.9.9", 80, "10.180.0.39:80 10.180.1.39:80", id="affinity-lb-etp-local-pod"),
+    case(
+        POD6,
+        TCP,
+        "fd00:172:30::65",
+        80,
+        "[fd00:10:180::65]:80 [fd00:10:180::66]:80",
+        id="affinity-v6-clusterip",
+    ),
+    case(
+        EXT6,
+        TCP,
+        NODE6,
+        3065,
+        "[fd00:10:180::65]:80 [fd00:10:180::66]:80",
+        masq=True,
+        id="affinity-v6-nodeport",
+    ),
     # IPv6: the same shape in the ip6 table.
     case(POD6, TCP, "fd00:172:30::61", 80, "[fd00:10:180::1]:80", id="v6-clusterip"),
     case(POD, TCP, "172.30.0.61", 80, "10.180.6.1:80", id="dual-stack-v4-side"),

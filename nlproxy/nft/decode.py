@@ -458,7 +458,8 @@ def _lookup(st: _State, e: RawExpr) -> None:
         raise UndecodableError(f"map {name}", "anonymous data maps are not in the IR")
     st.load(dreg, _MapOut(key, name, 0))
     addr_len = 16 if st.family is Family.IP6 else 4
-    st.regs[reg_offset(dreg) + addr_len] = _MapOut(key, name, 1)
+    if info.data_len > addr_len:  # (``addr . port``: the port's part follows the address)
+        st.regs[reg_offset(dreg) + addr_len] = _MapOut(key, name, 1)
 
 
 def _nat(st: _State, e: RawExpr) -> None:
@@ -475,6 +476,9 @@ def _nat(st: _State, e: RawExpr) -> None:
     addr = st.take(amin)
     port = st.take(pmin) if has_port else None
     if isinstance(addr, _MapOut) and isinstance(port, _MapOut) and addr.part == 0:
+        if port.part == 0 and port.map != addr.map and port.key == addr.key:
+            st.out.append(DnatMap(addr.key, addr.map, port.map))  # (a map each)
+            return
         if port.part != 1 or port.map != addr.map:
             raise UndecodableError("nat", "address and port from different lookups")
         st.out.append(DnatMap(addr.key, addr.map))

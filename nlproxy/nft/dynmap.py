@@ -31,6 +31,7 @@ from nlproxy.nft.values import Packer, key_decoder
 
 __all__ = [
     "Clients",
+    "Learned",
     "forget_learned",
     "forget_ops",
     "forget_stale",
@@ -137,10 +138,47 @@ def forget_stale(
     return forgotten
 
 
+Learned = tuple[Map, Iterable[Sequence[Value]]] | tuple[Map, Iterable[Sequence[Value]], Map]
+"""A clients map with the endpoints its clients may keep (``address, port``); or an address map
+and its port map (a third member: the client's port in a map of its own, data
+``inet_service``), which hold one client together and lose it together."""
+
+
+def _joint(
+    m: Map,
+    ports: Map,
+    read: Callable[[Map], Clients],
+    apply: Callable[[Sequence[Operation]], object],
+) -> tuple[Callable[[], Clients], Callable[[Sequence[Operation]], object]]:
+    """``read`` and ``apply`` of an address map and its port map as one map whose data is the
+    address's bytes then the port's: a client in one of them alone is stale too."""
+    held: dict[str, Clients] = {}
+    port_key = Packer(ports.key)
+
+    def read_both() -> Clients:
+        held["a"], held["p"] = read(m), read(ports)
+        a, p = held["a"], held["p"]
+        return {k: a.get(k, b"") + p.get(k, b"") for k in {*a, *p}}
+
+    def apply_both(ops: Sequence[Operation]) -> object:
+        a, p = held.get("a", {}), held.get("p", {})
+        mine = [op for op in ops if op.verb is Verb.DESTROY or (
+            isinstance(op.obj, Element) and Packer(m.key).pack(op.obj.key) in a)]  # fmt: skip
+        theirs = [
+            Operation(op.verb, Element(set=ports.name, key=op.obj.key))
+            for op in ops
+            if isinstance(op.obj, Element)
+            and (op.verb is Verb.DESTROY or port_key.pack(op.obj.key) in p)
+        ]
+        return apply([*mine, *theirs])
+
+    return read_both, apply_both
+
+
 def forget_learned(
     read: Callable[[Map], Clients],
     apply: Callable[[Sequence[Operation]], object],
-    maps: Iterable[tuple[Map, Iterable[Sequence[Value]]]],
+    maps: Iterable[Learned],
 ) -> tuple[int, list[NlproxyError]]:
     """:func:`forget_stale` for each map with the endpoints its clients may keep, after the
     commit that made those its only endpoints (so without a recheck).
@@ -153,8 +191,16 @@ def forget_learned(
     """
     forgotten = 0
     errors: list[NlproxyError] = []
-    for m, keep in maps:
+    for item in maps:
+        m, keep = item[0], item[1]
         try:
+            if len(item) == 3:
+                ports = item[2]
+                addr, port = Packer(m.data), Packer(ports.data)
+                keep_packed = frozenset(addr.pack(ep[:1]) + port.pack(ep[1:]) for ep in keep)
+                read_both, apply_both = _joint(m, ports, read, apply)
+                forgotten += forget_stale(m, read_both, apply_both, keep_packed, recheck=False)
+                continue
             keep_packed = pack_endpoints(m, keep)
             forgotten += forget_stale(m, partial(read, m), apply, keep_packed, recheck=False)
         except (KernelError, ReadbackError) as exc:

@@ -432,10 +432,17 @@ class Dnat:
 
 @dataclass(frozen=True, slots=True)
 class DnatMap:
-    """``dnat to key map @map`` where the map's data is ``addr . port``."""
+    """``dnat to key map @map`` where the map's data is ``addr . port``.
+
+    With ``port_map``: ``dnat to key map @map : key map @port_map``, the address from ``map``
+    (its data an address alone) and the port from ``port_map`` (its data ``inet_service``),
+    both found by the same key. (ClientIP affinity's IPv6 clients: nft 1.0.6 cannot load back
+    an update whose data is ``ip6 daddr . th dport``.)
+    """
 
     key: tuple[Selector, ...]
     map: str
+    port_map: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

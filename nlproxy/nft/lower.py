@@ -286,6 +286,13 @@ class RuleLowering:
         m = self.sets[e.map]
         assert isinstance(m, Map)
         v6 = m.data[0] is DataType.IPV6_ADDR
+        if e.port_map is not None:
+            # The port first, into a register the address lookup's key does not overwrite.
+            self._lookup(e.key, e.port_map, dreg=register(4))
+            self._lookup(e.key, e.map, dreg=NFT_REG_1)
+            self._emit("nat", NAT_TYPE=NFT_NAT_DNAT, NAT_FAMILY=10 if v6 else 2,
+                       NAT_REG_ADDR_MIN=NFT_REG_1, NAT_REG_PROTO_MIN=register(4))  # fmt: skip
+            return
         self._lookup(e.key, e.map, dreg=NFT_REG_1)
         # the port follows the address in the map's data: slot 1 (ip) or 4 (ip6)
         port = register(4 if v6 else 1)

@@ -284,6 +284,8 @@ def _dnat(e: Dnat, family: Family) -> str:
 
 def _dnat_map(ctx: _Context, e: DnatMap, family: Family) -> str:
     fam = "ip6" if family is Family.IP6 or e.key[0] in (Field.IP6_DADDR, Field.IP6_SADDR) else "ip"
+    if e.port_map is not None:  # (as nft lists it)
+        return f"dnat {fam} to {ctx.key(e.key)} map @{e.map}:{ctx.key(e.key)} map @{e.port_map}"
     return f"dnat {fam} to {ctx.key(e.key)} map @{e.map}"
 
 

@@ -531,11 +531,20 @@ def _check_expr(table: Table, e: Expr, scope: _Scope) -> None:
                 raise InvalidNftObject("", f"{e.map} is not a verdict map")
         case InlineVMap():
             _check_inline(e, scope)
-        case DnatMap():
+        case DnatMap(port_map=None):
             _check_keys(e.key, scope.sets.get(e.map), e.map)
             m = scope.sets[e.map]
             if not isinstance(m, Map) or len(m.data) != 2 or m.data[1] != DataType.INET_SERVICE:
                 raise InvalidNftObject("", f"dnat map {e.map} needs data addr . inet_service")
+        case DnatMap(port_map=str(port_map)):
+            _check_keys(e.key, scope.sets.get(e.map), e.map)
+            _check_keys(e.key, scope.sets.get(port_map), port_map)
+            m, p = scope.sets[e.map], scope.sets[port_map]
+            addr = (DataType.IPV4_ADDR,), (DataType.IPV6_ADDR,)
+            if not isinstance(m, Map) or m.data not in addr:
+                raise InvalidNftObject("", f"dnat map {e.map} needs data an address")
+            if not isinstance(p, Map) or p.data != (DataType.INET_SERVICE,):
+                raise InvalidNftObject("", f"dnat port map {port_map} needs data inet_service")
         case SetUpdate():
             _check_keys(e.key, scope.sets.get(e.set), e.set)
             s = scope.sets[e.set]

@@ -19,10 +19,11 @@ opted-in Services is spread over consecutive syncs (a new one starts on random c
 changed one keeps its old tables a moment), so a change of any other Service joins the next.
 The count is an upper bound made from the objects alone (every endpoint of the port's slices,
 ready or not; a Local map counted whenever a policy is Local), so it does not depend on the
-node and is the same for ``explain``. ClientIP affinity is not an opt-in here: its map layout
-plans what random choice plans (an element per endpoint in ``backends``), and what the packet
-path learns (a clients map per port) the kernel bounds at 65535 clients a map, as it bounded
-each per-endpoint set before. Pure: no I/O, clock or logging.
+node and is the same for ``explain``. ClientIP affinity is not an opt-in here: its layout plans
+what random choice plans (an element per endpoint and frontend in the backends maps), plus an
+element per endpoint address of a node port (``affinity-endpoints``) and per local endpoint of
+a Local policy, and what the packet path learns (a clients map per port) the kernel bounds at
+65535 clients a map. Pure: no I/O, clock or logging.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ Where a frontend and its endpoints are:
   indexes 0..N-1; ``nodeport-backends`` / ``nodeport-backends-local`` likewise;
 - a round-robin or consistent-hash port's own ``lb-cluster-…``/``lb-local-…`` maps: index or
   slot → ``endpoint addr . port``, the map's comment naming the port;
-- a ClientIP-affinity port's ``endpoint-…`` chains, one per endpoint: the chain's comment names
-  the port and its rule DNATs to the endpoint.
+- ``endpoint-…`` chains (comment: the port) of tables an earlier nlproxy wrote for ClientIP
+  affinity, each ``dnat to`` one endpoint (now a clients map per port, ``affinity.py``).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ ADDRESS_KEYED = (
     n.FIREWALL_ALLOW,
     n.EXTERNAL_SHORTCUTS,
     n.BACKENDS,
-    n.BACKENDS_LOCAL,
+    *(n.BACKENDS_LOCAL, n.AFFINITY_ADDRESSES),
 )
 """Maps whose keys start ``addr . l4proto . port``."""
 NODEPORT_KEYED = (
@@ -82,6 +82,7 @@ NODEPORT_KEYED = (
     n.NODEPORT_SHORTCUTS,
     n.NODEPORT_BACKENDS,
     n.NODEPORT_BACKENDS_LOCAL,
+    *(n.AFFINITY_NODEPORTS, n.AFFINITY_ENDPOINTS),
 )
 """Maps whose keys start ``l4proto . port``."""
 _UDP = int(L4Proto.UDP)

@@ -136,7 +136,8 @@ def _port_text(ref: ServicePortRef) -> str:
 
 
 def _endpoint_text(ref: ServicePortRef, ip: IPAddress, port: int) -> str:
-    return f"{_port_text(ref)}__{ip}/{port}"
+    # (nft reads a name back only without colons: an IPv6 address's are written as dashes.)
+    return f"{_port_text(ref)}__{str(ip).replace(':', '-')}/{port}"
 
 
 def affinity_service_chain(ref: ServicePortRef) -> str:
@@ -164,15 +165,29 @@ def affinity_set(ref: ServicePortRef, ip: IPAddress, port: int) -> str:
     return _hashed("affinity", _endpoint_text(ref, ip, port))
 
 
-# The map layout of ClientIP affinity (``affinity.py``): per port one dynamic map, client ->
-# endpoint, learned after DNAT by a chain per Service and protocol, found by the connection's
-# original address from the static base chains below.
+# The map layout of ClientIP affinity (``affinity.py``): per port a dynamic map, client ->
+# endpoint (and one of the clients of this node's endpoints, for a Local policy), learned after
+# DNAT by the port's chain, found by the connection's original destination from the static
+# base chains below.
 AFFINITY_PREROUTING = "affinity-prerouting"
 AFFINITY_OUTPUT = "affinity-output"
 AFFINITY_ADDRESSES = "affinity-addresses"
-"""``address . protocol -> goto <the Service's learning chain>``."""
+"""``address . protocol . port -> goto <the port's learning chain>``: the ClusterIP, external
+and LoadBalancer frontends of affinity ports."""
+AFFINITY_NODEPORTS = "affinity-nodeports"
+"""``protocol . node port -> goto <the port's learning chain>``."""
+AFFINITY_ENDPOINTS = "affinity-endpoints"
+"""``protocol . node port . endpoint address``: the node ports' endpoints (a connection to a node
+port of another frontend's, with the same port number, is not learned)."""
 AFFINITY_CLIENTS = "clients"
 """Role prefix of a port's dynamic map ``client -> endpoint`` (its comment names the port)."""
+AFFINITY_LOCAL_CLIENTS = "localclients"
+"""Role prefix of a Local-policy port's dynamic map of the clients of this node's endpoints."""
+AFFINITY_CLIENT_PORTS, AFFINITY_LOCAL_CLIENT_PORTS = "clientports", "localclientports"
+"""Role prefixes of the IPv6 maps of those clients' endpoint ports (the address maps hold the
+address alone)."""
+AFFINITY_LOCAL_ENDPOINTS = "localeps"
+"""Role prefix of a Local-policy port's set of this node's endpoints (``address . port``)."""
 AFFINITY_LEARN = "learn"
 
 
@@ -180,14 +195,25 @@ def affinity_clients_map(ref: ServicePortRef) -> str:
     return _hashed(AFFINITY_CLIENTS, _port_text(ref))
 
 
+def affinity_local_clients_map(ref: ServicePortRef) -> str:
+    return _hashed(AFFINITY_LOCAL_CLIENTS, _port_text(ref))
+
+
+def affinity_client_ports_map(ref: ServicePortRef) -> str:
+    return _hashed(AFFINITY_CLIENT_PORTS, _port_text(ref))
+
+
+def affinity_local_client_ports_map(ref: ServicePortRef) -> str:
+    return _hashed(AFFINITY_LOCAL_CLIENT_PORTS, _port_text(ref))
+
+
+def affinity_local_endpoints(ref: ServicePortRef) -> str:
+    return _hashed(AFFINITY_LOCAL_ENDPOINTS, _port_text(ref))
+
+
 def affinity_learn_chain(ref: ServicePortRef) -> str:
     """The chain that learns the clients of port ``ref``."""
     return _hashed(AFFINITY_LEARN, _port_text(ref))
-
-
-def affinity_service_learn_chain(ref: ServicePortRef) -> str:
-    """The chain that finds the port of a connection to ``ref``'s Service and protocol."""
-    return _hashed(AFFINITY_LEARN, f"{ref.namespace}/{ref.name}/{ref.protocol.value.lower()}")
 
 
 # Per-service-port objects of round-robin and consistent-hash ports (``balance.py``).
@@ -211,6 +237,8 @@ _AFFINITY_DISPATCH = ("service", "local", "external")
 """Role prefixes of an affinity port's own dispatch chains (``affinity_*_chain``)."""
 _PORT_ROLES = frozenset(
     (*_AFFINITY_DISPATCH, AFFINITY_ENDPOINT, "affinity", AFFINITY_CLIENTS, AFFINITY_LEARN,
+     AFFINITY_LOCAL_CLIENTS, AFFINITY_LOCAL_ENDPOINTS, AFFINITY_CLIENT_PORTS,
+     AFFINITY_LOCAL_CLIENT_PORTS,
      *(f"lb-{role}" for role in ("internal", "external", "dnat")), *BALANCED_MAPS)
 )  # fmt: skip
 """Every role prefix of a per-port object's name."""

@@ -58,7 +58,7 @@ A4, A6 = DataType.IPV4_ADDR, DataType.IPV6_ADDR
 PROTO, SERVICE, INDEX = DataType.INET_PROTO, DataType.INET_SERVICE, DataType.INTEGER
 BACKENDS_MAPS = (n.BACKENDS, n.BACKENDS_LOCAL, n.NODEPORT_BACKENDS, n.NODEPORT_BACKENDS_LOCAL)
 """The maps of one element per endpoint and frontend."""
-PACKED = (*BACKENDS_MAPS, n.HAIRPIN, n.CLUSTER_IPS, n.NODEPORT_IPS)
+PACKED = (*BACKENDS_MAPS, n.HAIRPIN, n.CLUSTER_IPS, n.NODEPORT_IPS, n.AFFINITY_ENDPOINTS)
 """The sets held as the kernel's bytes (``nft/packed.py``): those whose elements carry no
 comment (read-back returns such sets packed too, so an unchanged restart compares bytes)."""
 
@@ -251,8 +251,7 @@ def skeleton(
         in_set = Lookup((f.daddr,), n.NODEPORT_IPS)
         add(n.SERVICES, in_set, VMap(L4_DPORT, n.SERVICE_NODEPORTS))
         add(n.NODEPORT_ENDPOINTS_CHECK, in_set, VMap(L4_DPORT, n.NO_ENDPOINT_NODEPORTS))
-    if f.family is Family.IP:
-        add_affinity_learning(rs, f)
+    add_affinity_learning(rs, f)
     if counters:
         add_counting(rs, f)
     return rs
@@ -263,14 +262,26 @@ AFFINITY_LEARN_PRIORITY = PRIORITY_DSTNAT + 1
 
 
 def add_affinity_learning(rs: Ruleset, f: FamilySpec) -> None:
-    """ClientIP affinity's learning (``affinity.py``): after DNAT, a new connection to one of
-    the ``affinity-addresses`` (found by its original destination, as the packet's is now the
-    endpoint's) goes to its Service's learning chain, which records ``client -> endpoint`` in
-    its port's map. In prerouting and output: pods, outside clients and the node itself.
-    (IPv4 only: nft 1.0.6 cannot load the IPv6 learning rule back, so IPv6 ports keep the
-    per-endpoint layout.)"""
-    rs.add_set(Map(name=n.AFFINITY_ADDRESSES, key=(f.addr, PROTO), data=(DataType.VERDICT,)))
-    key = (Field.CT_ORIGINAL_IP_DADDR, Field.META_L4PROTO)
+    """ClientIP affinity's learning (``affinity.py``): after DNAT, a new connection is found by
+    its original destination (the packet's is now the endpoint's) in ``affinity-addresses``,
+    or for a node port by its original port and its endpoint's address in
+    ``affinity-nodeports``, and goes to its port's learning chain, which records ``client ->
+    endpoint`` in its port's map. In prerouting and output: pods, outside clients and the node
+    itself; a node port's connection only when its endpoint is one of that port's
+    (``affinity-endpoints``). nft 1.0.6 types ``ct original proto-dst`` only after a protocol
+    match, hence one rule per protocol."""
+    original = Field.CT_ORIGINAL_IP6_DADDR if f.version == 6 else Field.CT_ORIGINAL_IP_DADDR
+    dport = Field.CT_ORIGINAL_PROTO_DST
+    verdict = (DataType.VERDICT,)
+    rs.add_set(Map(name=n.AFFINITY_ADDRESSES, key=(f.addr, PROTO, SERVICE), data=verdict))
+    rs.add_set(Map(name=n.AFFINITY_NODEPORTS, key=(PROTO, SERVICE), data=verdict))
+    rs.add_set(Set(name=n.AFFINITY_ENDPOINTS, key=(PROTO, SERVICE, f.addr)))
+    rs.elements[n.AFFINITY_ENDPOINTS] = PackedElements(rs.sets[n.AFFINITY_ENDPOINTS])
+    np_endpoint = Lookup((Field.META_L4PROTO, dport, f.daddr), n.AFFINITY_ENDPOINTS)
+    lookups = (
+        (VMap((original, Field.META_L4PROTO, dport), n.AFFINITY_ADDRESSES),),
+        (np_endpoint, VMap((Field.META_L4PROTO, dport), n.AFFINITY_NODEPORTS)),
+    )
     for name, hook in ((n.AFFINITY_PREROUTING, Hook.PREROUTING), (n.AFFINITY_OUTPUT, Hook.OUTPUT)):
         rs.add_chain(
             Chain(
@@ -281,8 +292,15 @@ def add_affinity_learning(rs: Ruleset, f: FamilySpec) -> None:
                 policy=Policy.ACCEPT,
             )
         )
-        exprs = (CT_NEW, Cmp(Field.CT_STATUS, CtStatus.DNAT), VMap(key, n.AFFINITY_ADDRESSES))
-        rs.add_rule(Rule(chain=name, exprs=exprs))
+        for lookup in lookups:
+            for proto in COUNTED_PROTOCOLS:
+                exprs = (
+                    Cmp(Field.META_L4PROTO, proto),
+                    CT_NEW,
+                    Cmp(Field.CT_STATUS, CtStatus.DNAT),
+                    *lookup,
+                )
+                rs.add_rule(Rule(chain=name, exprs=exprs))
 
 
 def counter_sets(family: Family) -> dict[str, tuple[DataType, ...]]:

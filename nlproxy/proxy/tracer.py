@@ -291,10 +291,13 @@ class Tracer:
         out: list[tuple[_Packet, _Control]] = []
         for key in self._keys(e.key, pkt):
             el = self._find(e.map, key)
-            if el is None:
+            port_el = self._find(e.port_map, key) if e.port_map is not None else el
+            if el is None or port_el is None:
                 out.append((pkt, "next"))  # a lookup miss ends the rule, as in the kernel
                 continue
             value = el.value
+            if e.port_map is not None:  # (the address and the port from a map each)
+                value = (*_parts(el.value), *_parts(port_el.value))
             if not isinstance(value, tuple) or len(value) != 2:
                 raise TraceError(f"map {e.map}", "data is not address . port")
             addr, port = value
@@ -476,3 +479,7 @@ def _base_outcome(chain: Chain, outcome: _Control) -> _Control:
     if outcome in ("return", "next"):
         return "drop" if chain.policy is Policy.DROP else "accept"
     return outcome
+
+
+def _parts(value: tuple[Value, ...] | Verdict | None) -> tuple[Value, ...]:
+    return value if isinstance(value, tuple) else ()

@@ -24,7 +24,7 @@ from nlproxy.cluster.model import LoadBalancing
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.backend import NftBackend
 from nlproxy.nft.dump import NFT_MSG_GETSET, dump, get_bytes, get_str, nftnl, parsed
-from nlproxy.nft.ir import DataType, Family, Map, Ruleset, Set, SetFlag, Table
+from nlproxy.nft.ir import DataType, Family, Map, Ruleset, SetFlag, Table
 from nlproxy.nft.readback import read_ruleset
 from nlproxy.nft.reconcile import diff
 from nlproxy.nft.render import render_ruleset
@@ -65,22 +65,29 @@ def _program(ns: str, rulesets: dict[Family, Ruleset], owner: bool) -> Iterator[
             b.close()
 
 
+_LEARNED_DATA = {
+    (DataType.IPV4_ADDR, DataType.INET_SERVICE): "10.9.9.9 . 80",
+    (DataType.IPV6_ADDR,): "fd00:10::9",
+    (DataType.INET_SERVICE,): "80",
+}
+
+
 def _learn_a_client(ns: str, rs: Ruleset) -> set[str]:
-    """Put one client into an affinity set, and one into an affinity map (``client ->
-    endpoint``, the map layout's) where the family has one, as the datapath does."""
+    """Put one client into the first clients map (``client -> endpoint``), and in IPv6 into
+    its ports map too, as the datapath does."""
     learned = set()
-    for kind in (Set, Map):
+    for role in ("clients-", "clientports-"):
         names = [s for s, obj in rs.sets.items() if obj.flags & SetFlag.TIMEOUT
-                 and isinstance(obj, kind)]  # fmt: skip
+                 and isinstance(obj, Map) and s.startswith(role)]  # fmt: skip
         if not names:
             continue
-        name = names[0]
+        m = rs.sets[names[0]]
+        assert isinstance(m, Map)
         client = "fd00:10::99" if rs.table.family is Family.IP6 else "10.1.2.3"
-        if kind is Map:
-            client += " : 10.9.9.9 . 80"
+        client += f" : {_LEARNED_DATA[m.data]}"
         family, table = str(rs.table.family), rs.table.name
-        sh("nft", "add", "element", family, table, name, f"{{ {client} }}", ns=ns)
-        learned.add(name)
+        sh("nft", "add", "element", family, table, m.name, f"{{ {client} }}", ns=ns)
+        learned.add(m.name)
     return learned
 
 
@@ -113,7 +120,10 @@ def test_saved_ruleset_loads_back(
         for family, rs in rulesets.items():
             dynamic[family] = _learn_a_client(node, rs)
         saved = sh("nft", "list", "ruleset", ns=node)
-    assert len(dynamic[Family.IP]) == 2, "the world has ClientIP affinity in both layouts"
+    # ClientIP affinity in both families, a learned client each: IPv4's clients map, IPv6's
+    # clients map and its ports map.
+    assert [x.split("-")[0] for x in dynamic[Family.IP]] == ["clients"]
+    assert sorted(x.split("-")[0] for x in dynamic[Family.IP6]) == ["clientports", "clients"]
     assert "expires" in saved, "a learned client is listed with its timeout"
 
     check = nft(scratch, "-c", "-f", "-", text=saved)

@@ -7,12 +7,14 @@ from __future__ import annotations
 from ipaddress import ip_address
 
 import msgspec
+import pytest
 
 from nlproxy.cluster.model import EndpointSlice, Service
 from nlproxy.conntrack.fake import FakeConntrack
 from nlproxy.nft.fake import FakeNftables
 from nlproxy.nft.ir import (
     Chain,
+    DataType,
     DnatMap,
     Element,
     Family,
@@ -35,7 +37,7 @@ from nlproxy.proxy.tracer import trace
 from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.syncer import Syncer, as_programmed
 from tests.unit import incremental as inc
-from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot, upsert
+from tests.unit.builders import NODE, endpoint, eps_slice, node, port, service, snapshot, upsert
 from tests.unit.incremental import CONFIG
 
 CIP = "172.30.0.10"
@@ -43,10 +45,31 @@ CIP2 = "172.30.0.11"
 NODE_IP = ip_address("192.168.0.2")
 
 
-def _sticky(ports: int, eps: int, *, drop: int | None = None) -> tuple[Service, EndpointSlice]:
-    specs = [port("b", "big", f"p{k}", 8000 + k) for k in range(ports)]
-    svc = service("b", "big", CIP, specs, affinity_timeout=600)
-    members = [endpoint(f"10.1.{i // 250}.{i % 250 + 1}") for i in range(eps) if i != drop]
+def _sticky(
+    ports: int,
+    eps: int,
+    *,
+    drop: int | None = None,
+    node_ports: bool = False,
+    lb: bool = False,
+    local: bool = False,
+) -> tuple[Service, EndpointSlice]:
+    specs = [
+        port("b", "big", f"p{k}", 8000 + k, node_port=30000 + k if node_ports else None)
+        for k in range(ports)
+    ]
+    extra: dict[str, object] = {}
+    if lb:
+        extra |= {"external_ips": ["192.0.2.7"], "load_balancer_ips": ["198.51.100.7"]}
+    if local:
+        extra |= {"external_policy_local": True, "health_check_node_port": 32000}
+    svc = service("b", "big", CIP, specs, affinity_timeout=600, **extra)
+    # Every other endpoint on this node (for the Local policy).
+    members = [
+        endpoint(f"10.1.{i // 250}.{i % 250 + 1}", NODE if i % 2 else "node2")
+        for i in range(eps)
+        if i != drop
+    ]
     return svc, eps_slice("b", "big", members, [(f"p{k}", 8000 + k, "TCP") for k in range(ports)])
 
 
@@ -55,38 +78,68 @@ def _ip(svc: tuple[Service, EndpointSlice]) -> Ruleset:
     return plan(snap, CONFIG).rulesets[Family.IP]
 
 
-def test_objects_do_not_grow_with_endpoints() -> None:
-    small, large = _ip(_sticky(3, 10)), _ip(_sticky(3, 200))
+SHAPES = {
+    "clusterip": {},
+    "nodeport": {"node_ports": True},
+    "external-ips-and-lb": {"lb": True},
+    "everything-local": {"node_ports": True, "lb": True, "local": True},
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
+def test_objects_do_not_grow_with_endpoints(shape: dict[str, bool]) -> None:
+    small, large = _ip(_sticky(3, 10, **shape)), _ip(_sticky(3, 200, **shape))
     assert set(small.chains) == set(large.chains)
     assert set(small.sets) == set(large.sets)
+    assert {k: len(v) for k, v in small.rules.items()} == {
+        k: len(v) for k, v in large.rules.items()
+    }
     mine = [name for name, c in large.chains.items() if c.comment.startswith("b/big")]
-    # Per port a chain that chooses and one that learns; per Service (and protocol) one that
-    # finds the port of a connection.
-    assert sorted(name.split("-")[0] for name in mine) == ["learn"] * 4 + ["service"] * 3
+    roles = sorted(name.split("-")[0] for name in mine)
+    # Per port a chain that chooses (two with a Local policy: this node's endpoints, and every
+    # endpoint for pods and the node itself), one for external traffic, and one that learns.
+    external = shape.get("node_ports") or shape.get("lb")
+    if shape.get("local"):
+        assert roles == ["external"] * 3 + ["learn"] * 3 + ["local"] * 3 + ["service"] * 3
+    elif external:
+        assert roles == ["external"] * 3 + ["learn"] * 3 + ["service"] * 3
+    else:
+        assert roles == ["learn"] * 3 + ["service"] * 3
+    assert not [c for c in large.chains if c.startswith("endpoint-")]
     clients = [s for name, s in large.sets.items() if name.startswith("clients-")]
     assert len(clients) == 3
     for s in clients:
         assert isinstance(s, Map)
         assert s.flags & SetFlag.EVAL
         assert s.timeout == 600
-    # One learning entry for the Service's address and protocol.
-    ports = _sticky(3, 1)[0].ports
-    learn = n.affinity_service_learn_chain(ports[0].ref)
-    assert large.elements[n.AFFINITY_ADDRESSES] == {
-        (ip_address(CIP), 6): Element(
-            set=n.AFFINITY_ADDRESSES,
-            key=(ip_address(CIP), 6),
-            value=goto(learn),
-            comment="b/big:p2/TCP",  # (its last port: the one that adds it)
-        )
+    local_maps = [s for name in large.sets if name.startswith("localclients-")]
+    assert len(local_maps) == (3 if shape.get("local") else 0)
+    # One learning entry per frontend address and per node port.
+    ports = _sticky(3, 1, **shape)[0].ports
+    addresses = {k: el.value for k, el in large.elements[n.AFFINITY_ADDRESSES].items()}
+    fronts = [CIP, *(["192.0.2.7", "198.51.100.7"] if shape.get("lb") else [])]
+    assert addresses == {
+        (ip_address(a), 6, sp.port): goto(n.affinity_learn_chain(sp.ref))
+        for sp in ports
+        for a in fronts
     }
-    # Each port's learning chain updates its own map.
+    node_ports = large.elements.get(n.AFFINITY_NODEPORTS, {})
+    assert len(node_ports) == (3 if shape.get("node_ports") else 0)
+    # (the node ports' endpoints: elements, held as the kernel's bytes)
+    assert len(large.elements[n.AFFINITY_ENDPOINTS]) == (3 * 200 if shape.get("node_ports") else 0)
+    # Each port's learning chain updates its own map (and the local one for this node's
+    # endpoints).
+    data = (Field.IP_DADDR, Field.TH_DPORT)
     for sp in ports:
-        (rule,) = large.rules[n.affinity_learn_chain(sp.ref)]
-        assert rule.exprs == (
-            SetUpdate(n.affinity_clients_map(sp.ref), (Field.IP_SADDR,), None,
-                      (Field.IP_DADDR, Field.TH_DPORT)),
-        )  # fmt: skip
+        rules = large.rules[n.affinity_learn_chain(sp.ref)]
+        assert rules[0].exprs == (
+            SetUpdate(n.affinity_clients_map(sp.ref), (Field.IP_SADDR,), None, data),
+        )
+        if shape.get("local"):
+            local_map = n.affinity_local_clients_map(sp.ref)
+            assert rules[1].exprs[-1] == SetUpdate(local_map, (Field.IP_SADDR,), None, data)
+            local_eps = large.elements[n.affinity_local_endpoints(sp.ref)]
+            assert len(local_eps) == 100
 
 
 def test_an_endpoint_change_is_elements_and_the_choice_rule() -> None:
@@ -118,18 +171,55 @@ def test_a_known_client_goes_through_its_map_first() -> None:
     assert [d.map.split("-")[0] for d in dnats] == ["clients", "backends"]
 
 
-def test_other_ports_keep_endpoint_chains() -> None:
-    ports = [port("b", "np", node_port=30080)]
-    node_port = service("b", "np", "172.30.0.11", ports, affinity_timeout=600)
-    dual = service("b", "dual", ["172.30.0.12", "fd00::12"], affinity_timeout=600)
-    sl_np = eps_slice("b", "np", [endpoint("10.1.0.1"), endpoint("10.1.0.2")])
-    sl_dual = eps_slice("b", "dual", [endpoint("fd01::1"), endpoint("fd01::2")])
-    snap = snapshot([node_port, dual], [sl_np, sl_dual], node=node([str(NODE_IP)]))
-    rs = plan(snap, CONFIG).rulesets
-    assert sum(c.startswith("endpoint-") for c in rs[Family.IP].chains) == 2
-    assert sum(c.startswith("endpoint-") for c in rs[Family.IP6].chains) == 2
-    assert not [s for s in rs[Family.IP6].sets if s.startswith("clients-")]
-    assert n.AFFINITY_ADDRESSES not in rs[Family.IP6].sets
+def _ipv6(eps: int, *, drop: int | None = None) -> tuple[Service, EndpointSlice]:
+    ports = [port("b", "v6", node_port=30080)]
+    svc = service("b", "v6", "fd00::12", ports, affinity_timeout=600, external_policy_local=True)
+    members = [endpoint(f"fd01::{i + 1:x}", NODE if i % 2 else "node2") for i in range(eps)]
+    return svc, eps_slice("b", "v6", [m for i, m in enumerate(members) if i != drop])
+
+
+def test_ipv6_ports_keep_the_address_and_the_port_in_a_map_each() -> None:
+    def rs6(eps: int, drop: int | None = None) -> Ruleset:
+        svc, sl = _ipv6(eps, drop=drop)
+        return plan(snapshot([svc], [sl], node=node([str(NODE_IP)])), CONFIG).rulesets[Family.IP6]
+
+    small, large = rs6(4), rs6(40)
+    assert set(small.chains) == set(large.chains)
+    assert set(small.sets) == set(large.sets)
+    assert not [c for c in large.chains if c.startswith("endpoint-")]
+    ref = _ipv6(1)[0].ports[0].ref
+    addrs, ports = (
+        large.sets[n.affinity_clients_map(ref)],
+        large.sets[n.affinity_client_ports_map(ref)],
+    )
+    assert isinstance(addrs, Map)
+    assert isinstance(ports, Map)
+    assert addrs.data == (DataType.IPV6_ADDR,)
+    assert ports.data == (DataType.INET_SERVICE,)
+    assert addrs.timeout == ports.timeout == 600
+    assert n.affinity_local_client_ports_map(ref) in large.sets
+    # A known client: the address from one map, the port from the other, by the same key.
+    dnats = [e for r in large.rules[n.affinity_service_chain(ref)] for e in r.exprs
+             if isinstance(e, DnatMap)]  # fmt: skip
+    assert dnats[0] == DnatMap((Field.IP6_SADDR,), addrs.name, ports.name)
+    learned = [e for r in large.rules[n.affinity_learn_chain(ref)] for e in r.exprs
+               if isinstance(e, SetUpdate)]  # fmt: skip
+    assert learned[:2] == [
+        SetUpdate(addrs.name, (Field.IP6_SADDR,), None, (Field.IP6_DADDR,)),
+        SetUpdate(ports.name, (Field.IP6_SADDR,), None, (Field.TH_DPORT,)),
+    ]
+    # The sync forgets a removed endpoint's clients from both maps together.
+    maps = client_maps(
+        large,
+        plan(
+            snapshot([_ipv6(40)[0]], [_ipv6(40)[1]], node=node([str(NODE_IP)])), CONFIG
+        ).ports.values(),
+    )
+    assert {len(m) for m in maps} == {3}
+    # An endpoint change is elements (and the choice rules' modulus): nothing per endpoint.
+    ops = diff(rs6(40, drop=7), as_programmed(large))
+    assert not [op for op in ops if isinstance(op.obj, Chain | Set | Map) and op.verb
+                is not Verb.FLUSH]  # fmt: skip
 
 
 def test_client_maps_keep_their_ports_endpoints() -> None:

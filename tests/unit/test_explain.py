@@ -320,25 +320,26 @@ def test_render_json_is_one_object(rulesets: dict[Family, Ruleset]) -> None:
     assert doc["rules"]["programmed"] is True
 
 
-@pytest.mark.parametrize("node_port", [None, 30080], ids=["map-layout", "endpoint-chains"])
+@pytest.mark.parametrize("node_port", [None, 30080], ids=["clusterip", "node-port"])
 def test_affinity_endpoints_come_from_the_service_chains(node_port: int | None) -> None:
     ports = [port("ns", "sticky", node_port=node_port)]
     svc = service("ns", "sticky", "172.30.0.20", ports, affinity_timeout=600)
     sl = eps_slice("ns", "sticky", [endpoint("10.0.1.4", NODE), endpoint("10.0.2.4")])
     config = ProxyConfig(node_name=NODE, cluster_cidrs=(ip_network("10.0.0.0/8"),))
     rs = plan(snapshot([svc], [sl], node=node(["192.168.0.2"])), config).rulesets
-    fe = next(iter(kernel_frontends(rs[Family.IP], "ns/sticky")))
-    assert fe.dispatch is not None
-    assert fe.dispatch.startswith("service-")
-    assert fe.algorithm == "ClientIP affinity (a new client: random)"
-    assert [f"{a}:{p}" for a, p in fe.endpoints] == ["10.0.1.4:80", "10.0.2.4:80"]
-    shown = service_rules(rs.values(), [fe])
-    names = [c.name for c in shown.chains]
-    if node_port is None:  # the port's chain, and the chains that learn its clients
-        assert sorted(name.split("-")[0] for name in names) == ["learn", "learn", "mark", "service"]
-        assert any(line.set == "affinity-addresses" for line in shown.elements)
-    else:
-        assert sum(name.startswith("endpoint-") for name in names) == 2
+    fronts = list(kernel_frontends(rs[Family.IP], "ns/sticky"))
+    assert len(fronts) == (2 if node_port else 1)
+    for fe in fronts:
+        assert fe.dispatch is not None
+        assert fe.dispatch.startswith("external-" if fe.kind == "node-port" else "service-")
+        assert fe.algorithm == "ClientIP affinity (a new client: random)"
+        assert [f"{a}:{p}" for a, p in fe.endpoints] == ["10.0.1.4:80", "10.0.2.4:80"]
+    shown = service_rules(rs.values(), fronts)
+    names = sorted(c.name.split("-")[0] for c in shown.chains)
+    # The port's chains (one more for external traffic), and the chain that learns its clients.
+    assert names == ["external"] * bool(node_port) + ["learn", "mark", "service"]
+    assert any(line.set == "affinity-addresses" for line in shown.elements)
+    assert not [c for c in rs[Family.IP].chains if c.startswith("endpoint-")]
 
 
 def test_facts_name_a_refused_external_ip(tmp_path: Path) -> None:

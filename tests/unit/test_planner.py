@@ -89,7 +89,7 @@ def test_chains_do_not_grow_with_services_or_endpoints() -> None:
     assert len(large.chains) <= 18 + 7 * 6
     assert not [c for c in large.chains if "svc" in c]
     assert len(large.elements[naming.BACKENDS]) > 2000
-    assert len(large.sets) == 18
+    assert len(large.sets) == 20
 
 
 def test_affinity_is_the_only_per_service_state() -> None:
@@ -100,11 +100,13 @@ def test_affinity_is_the_only_per_service_state() -> None:
     affinity = [s for s in svcs if s.affinity_timeout]
     assert len(affinity) == 10
     for chain in extra:
-        assert chain.split("-")[0] in {"service", "local", "external", "endpoint"}, chain
+        assert chain.split("-")[0] in {"service", "local", "external", "learn"}, chain
         assert rs.chains[chain].comment.startswith("ns")
-    dynamic = [s for s in rs.sets.values() if s.timeout == 300]
-    endpoints_of_affinity = sum(int(s.key.name[3:]) % 5 + 1 for s in affinity)
-    assert len(dynamic) == endpoints_of_affinity
+    # One dynamic map per port (the clients; and this node's endpoints' clients with a Local
+    # policy): nothing per endpoint.
+    dynamic = [s.name.split("-")[0] for s in rs.sets.values() if s.timeout == 300]
+    assert dynamic.count("clients") == sum(len(s.ports) for s in affinity)
+    assert set(dynamic) == {"clients", "localclients"}
 
 
 def _references(rs: Ruleset) -> tuple[set[str], set[str]]:
