@@ -80,12 +80,15 @@ done
 # Kernels the index no longer names (a security update replaced them): 70 MB each.
 find "$work/debs" -name "linux-image-*_$arch.deb" ! -name "${kernel}_*" -delete
 
-kdir=$work/kernel
-rm -rf "$kdir" "$work/root"
+# This boot's own files (two boots of one architecture at once must not share them); the .debs
+# above are the cache every boot shares.
+run=$(mktemp -d "$work/run.XXXXXX")
+trap 'rm -rf "$run"' EXIT
+kdir=$run/kernel
 mkdir -p "$kdir"
 dpkg-deb -x "$(deb "$kernel")" "$kdir"
 kver=$(ls "$kdir/lib/modules")
-vmroot=$work/root
+vmroot=$run/root
 cp -a "$rootfs" "$vmroot"
 # Into the merged /usr: the packages' /bin and /sbin must not replace the root's bin -> usr/bin.
 for pkg in kmod libkmod2 mount "${extras[@]}"; do
@@ -114,14 +117,14 @@ echo o >/proc/sysrq-trigger
 sleep 30
 INIT
 chmod 0755 "$vmroot/init"
-(cd "$vmroot" && find . -print0 | cpio --null -o -H newc --quiet) >"$work/initrd.cpio"
+(cd "$vmroot" && find . -print0 | cpio --null -o -H newc --quiet) >"$run/initrd.cpio"
 rm -rf "$vmroot"
 
 # panic=-1 and -no-reboot: whatever way the VM ends (power off, or init dying), qemu exits.
 echo "== accel $accel" >"$log"
 timeout "${NLPROXY_VM_TIMEOUT:-1500}" "$qemu" "${machine[@]}" -accel "$accel" -cpu "$cpu" -smp 2 \
   -m "${NLPROXY_VM_MEMORY:-4096}" -nographic -no-reboot -nic none -kernel "$kdir/boot/vmlinuz-$kver" \
-  -initrd "$work/initrd.cpio" -append "console=$console rdinit=/init rootfstype=ramfs panic=-1 loglevel=6" \
+  -initrd "$run/initrd.cpio" -append "console=$console rdinit=/init rootfstype=ramfs panic=-1 loglevel=6" \
   </dev/null >>"$log" 2>&1 || true
-rm -rf "$work/initrd.cpio" "$kdir"
+rm -rf "$run"
 grep -q '^== script exit ' "$log" || { echo "boot.sh: the VM did not run the script to its end: $log" >&2; exit 1; }
