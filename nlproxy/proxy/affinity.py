@@ -193,6 +193,9 @@ class _MapPort:
         ]
 
 
+# One piece (81 lines): its chains hang on each other (the external chain goes to the cluster
+# and local chains, every one learns through the same learning chain) and all read the same
+# policy flags; split, each part would take all of them.
 def _map_port(
     fp: Planning, svc: Service, sp: ServicePort, cip: IPAddress, cat: Categorized
 ) -> tuple[str, str | None]:

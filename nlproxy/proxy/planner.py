@@ -17,10 +17,8 @@ Pure: no I/O, no clock, no logging; deterministic (same input, identical plan).
 from __future__ import annotations
 
 import enum
-import gc
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import ip_network
 from operator import attrgetter, itemgetter
@@ -41,6 +39,7 @@ from nlproxy.cluster.model import (
     ServicePort,
     ServicePortRef,
 )
+from nlproxy.hotpath import collection_paused
 from nlproxy.nft.ir import DROP, Element, Family, L4Proto, Ruleset, Verdict, goto
 from nlproxy.nft.packed import PackedElements, index_bytes, indices
 from nlproxy.proxy import naming as n
@@ -176,21 +175,11 @@ def plan(
         return _plan(snapshot, config, previous, slots or {})
 
 
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Hold the cyclic garbage collector for the duration (the previous state is restored).
-
-    Planning allocates a few objects per endpoint and creates no cycles; a full collection in
-    the middle would walk every object of the previous plan too (twice the time at 100k
-    endpoints), so the collector waits until the work is done.
-    """
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
+gc_paused = collection_paused
+"""The collector held while planning (``hotpath.py``): planning allocates a few objects per
+endpoint and creates no cycles, and a full collection in the middle would walk every object of
+the previous plan too (twice the time at 100k endpoints). One pause with the lists' and the
+manifests' (they run in other threads at the same time), so none of them leaves it off."""
 
 
 def plan_context(snapshot: ClusterSnapshot, config: ProxyConfig) -> object:
@@ -431,6 +420,8 @@ class FamilyPlanner:
         self.sink.replay(frag.ops)
         self.hairpin.append(frag.hairpin)
 
+    # One piece (68 lines): a port's frontends in the order the kernel's maps are filled, each
+    # with the same verdicts and policy flags; it runs per port of a full plan (the hot loop).
     def _port(
         self,
         svc: Service,

@@ -169,6 +169,8 @@ def _sets(f: FamilySpec, nodeport_match_all: bool) -> list[Set | Map]:
     return sets
 
 
+# One piece (86 lines): the family's static table as one flat list of its chains, sets and
+# rules, each chain's rules in the order they are evaluated (the order is behaviour).
 def skeleton(
     f: FamilySpec,
     *,

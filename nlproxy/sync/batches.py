@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from nlproxy.errors import KernelError
-from nlproxy.nft.dynmap import forget_learned
-from nlproxy.nft.ir import Family, Map, Operation, Ruleset, Table, Value, Verb
+from nlproxy.nft.dynmap import Learned, forget_learned
+from nlproxy.nft.ir import Family, Operation, Ruleset, Table, Verb
 from nlproxy.nft.reconcile import count_ops, diff
 from nlproxy.nft.tables import Tables
 from nlproxy.proxy import naming as n
@@ -128,9 +128,7 @@ class Batches:
         for backend in self._backends.values():
             backend.forget()
 
-    def forget_learned(
-        self, family: Family, maps: Iterable[tuple[Map, Iterable[Sequence[Value]]]]
-    ) -> None:
+    def forget_learned(self, family: Family, maps: Iterable[Learned]) -> None:
         """Delete the clients ``maps`` learned for endpoints they may no longer keep
         (``nft/dynmap.py``); a failure is logged, not raised (the flows go all the same)."""
         read = functools.partial(self._kernel.readback.learned, family)
