@@ -58,36 +58,3 @@ def test_a_commands_logic_is_the_operate_module_of_its_name(name: str) -> None:
     assert any(m == logic or m.startswith(f"{logic}.") for m in imported), (
         f"commands/{module.name} does not import {logic}"
     )
-
-
-MAX_FUNCTION = 60
-MAX_MODULE = 700
-SIZED = ("operate", "config", "commands")
-
-
-def _sources() -> list[Path]:
-    return sorted(p for d in SIZED for p in (PACKAGE / d).glob("*.py"))
-
-
-@pytest.mark.parametrize("path", _sources(), ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_modules_and_functions_stay_readable(path: Path) -> None:
-    """No module over 700 lines; no function over 60 without a comment just above it that says
-    why it is one piece."""
-    lines = path.read_text().splitlines()
-    assert len(lines) <= MAX_MODULE
-    for node in ast.walk(ast.parse("\n".join(lines))):
-        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            continue
-        assert node.end_lineno is not None
-        if node.end_lineno - node.lineno + 1 <= MAX_FUNCTION:
-            continue
-        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-        block = []  # the comment lines just above the def (or its decorators)
-        for line in reversed(lines[: first - 1]):
-            if not line.strip().startswith("#"):
-                break
-            block.append(line.strip())
-        assert any("one piece" in c.lower() for c in block), (
-            f"{node.name} ({node.end_lineno - node.lineno + 1} lines) is longer than "
-            f"{MAX_FUNCTION} lines without a comment saying why it is one piece"
-        )
