@@ -39,8 +39,6 @@ from nlproxy.errors import KernelError
 from nlproxy.log import get_logger
 from nlproxy.nft.ir import FAMILIES, Family, Operation, Ruleset
 from nlproxy.nft.reconcile import Delta, advance, count_ops, diff, ops_for_delta
-from nlproxy.proxy import naming as n
-from nlproxy.proxy.affinity import client_maps
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.layout import flow_frontends, udp_only
@@ -332,20 +330,6 @@ class Syncer:
                     result.conntrack_deleted += self.cleanup.finish(programmed, snapshot)
                 return result
 
-    def _forget_learned(self, planned: Plan, changing: Set[ServiceKey] | None) -> None:
-        """After a commit, before its flows go: a flow made meanwhile through a removed
-        endpoint's client of a Service in ``changing`` (None: any) goes with them. Not looked
-        for when nothing changed (a verify's sync) or there is no clients map (no ClientIP
-        affinity): ``client_maps`` names every port of the plan (~30 ms at 10k Services)."""
-        prefix = f"{n.AFFINITY_CLIENTS}-"
-        for family, rs in planned.rulesets.items():
-            if (changing is not None and not changing) or not any(
-                name.startswith(prefix) for name in rs.sets
-            ):
-                continue
-            if maps := client_maps(rs, planned.ports.values(), changing):
-                self.batches.forget_learned(family, maps)
-
     def _seed_balanced(self, snapshot: ClusterSnapshot) -> bool:
         """Before a first sync under a quota of tables: the round-robin and consistent-hash
         tables a previous process built are kept, not rebuilt a quota at a time with random
@@ -511,7 +495,7 @@ class Syncer:
             # Nothing was programmed: the only stale flows are those of UDP frontends that now
             # have backends, so only those frontends are read (not 100k TCP backends).
             news = [udp_part(rs) for rs in news]
-        self._forget_learned(planned, changing)
+        self.batches.forget_clients(planned, changing)
         return self.cleanup.stale(olds, news, snapshot, result.conntrack)
 
     def _keep(self, planned: Plan, snapshot: ClusterSnapshot) -> Mapping[Family, Ruleset]:
@@ -561,7 +545,7 @@ class Syncer:
         # A family that fails after another committed: the flows of the delta's removed
         # endpoints go all the same (this family's too: deleting a flow only re-balances it).
         self._commit(result, snapshot, ops_of, committed, lambda: (old_rs, new_rs))
-        self._forget_learned(planned, changing)
+        self.batches.forget_clients(planned, changing)
         return self.cleanup.stale(old_rs, new_rs, snapshot, result.conntrack)
 
     def _commit(
