@@ -262,7 +262,9 @@ class Daemon:
             for kind, n in counts.items():
                 self.metrics.objects.labels(family=family.value, kind=kind).set(n)
         if self.healthchecks is not None:
-            self.healthchecks.update(health_checks(result.plan.ports))
+            # The Syncer's: with those of Services kept while their file does not parse.
+            checks = result.health_checks
+            self.healthchecks.update(health_checks(result.plan.ports) if checks is None else checks)
         self.reachability.plan_changed(result.plan.ports, changed)
 
     def _source(self) -> Source:

@@ -42,6 +42,8 @@ from nlproxy.proxy.config import ProxyConfig
 
 RECORD_CHAIN = "restart-record"
 """The chain (never jumped to) whose one rule's comment holds the record."""
+HEALTH_CHAIN = "health-check-record"
+"""The chain (never jumped to) of the health-check record beside it (``health.py``)."""
 
 NFT_COMMENT_MAX = 128
 """The longest comment ``nft`` reads back (NFTNL_UDATA_COMMENT_MAXLEN): one longer in a saved
@@ -107,7 +109,10 @@ def record_ops(record: Record) -> list[Operation]:
 
 
 def take_record(rs: Ruleset | None) -> Record | None:
-    """Remove the record's chain from a read-back (the plan has none) and return the record."""
+    """Remove the record's chain from a read-back (the plan has none) and return the record;
+    the health-check record's chain (``health.py``), if still there, goes too."""
+    if rs is not None and rs.chains.pop(HEALTH_CHAIN, None) is not None:
+        rs.rules.pop(HEALTH_CHAIN, None)
     if rs is None or rs.chains.pop(RECORD_CHAIN, None) is None:
         return None
     rules = rs.rules.pop(RECORD_CHAIN, [])

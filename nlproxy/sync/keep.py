@@ -19,6 +19,11 @@ no-endpoint) names it, the chains and sets those reference (the shared dispatch 
 ClientIP-affinity or balanced port's own), its ClusterIPs in ``cluster-ips`` and its endpoints'
 ``hairpin`` pairs. A frontend the plan now gives another Service is the plan's.
 
+A kept Service's health-check node port is kept too (:meth:`Keeper.kept_health`): the tables'
+health-check record (``health.py``) holds its port and local endpoint count, which the daemon
+answers with as the previous process did (a load balancer sends a Local Service's traffic only
+to nodes whose port answers). A port the plan gives a Service is the plan's.
+
 Pure but for :class:`Keeper`'s memory of what was seen: no I/O, clock or logging.
 """
 
@@ -34,6 +39,9 @@ from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.reconcile import Delta, programmed_fingerprint
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.layout import ADDRESS_KEYED, NODEPORT_KEYED, FrontKey, element_front, target
+from nlproxy.proxy.planner import Plan
+from nlproxy.serve.healthcheck import HealthCheck, health_checks
+from nlproxy.sync.health import fitted
 
 _KEYED = (*ADDRESS_KEYED, *NODEPORT_KEYED)
 _COMMENTED = (n.SERVICE_IPS, n.SERVICE_NODEPORTS, n.NO_ENDPOINT_SERVICES, n.NO_ENDPOINT_NODEPORTS)
@@ -257,6 +265,7 @@ class Keeper:
 
     def __init__(self) -> None:
         self._start: dict[Family, Ruleset] | None = None
+        self._health: dict[int, HealthCheck] = {}  # the health-check record found at start
         self._known: set[str] = set()
         self._released: dict[Family, set[FrontKey]] = {}  # kept frontends the plan took
         # :meth:`keep`'s: what is kept, of which frontends, reaching which endpoints.
@@ -271,11 +280,48 @@ class Keeper:
         what is programmed)."""
         return self._start is not None
 
-    def found(self, tables: Mapping[Family, Ruleset | None]) -> None:
-        """The tables as the first read-back of this process found them."""
+    def found(
+        self,
+        tables: Mapping[Family, Ruleset | None],
+        health: Mapping[int, HealthCheck] | None = None,
+    ) -> None:
+        """The tables as the first read-back of this process found them, and the health-check
+        record they held (``health.py``)."""
         if self._done or self._start is not None:
             return
         self._start = {f: rs for f, rs in tables.items() if rs is not None}
+        self._health = dict(health or {})
+
+    def health(self, planned: Plan | None) -> dict[int, HealthCheck]:
+        """The health checks to answer for after a sync of ``planned``: the plan's, with the
+        kept ones (:meth:`kept_health`)."""
+        checks = {} if planned is None else health_checks(planned.ports)
+        checks.update(self.kept_health(checks))
+        return checks
+
+    def kept_health(self, planned: Mapping[int, HealthCheck]) -> dict[int, HealthCheck]:
+        """The health checks of the start-up record that are kept beside ``planned`` (the
+        plan's, port → check): those of Services never seen since the start, on ports the plan
+        does not give a Service. Empty once every place was read."""
+        if self._start is None or not self._health:
+            return {}
+        known = self._known
+        out: dict[int, HealthCheck] = {}
+        for port, check in self._health.items():
+            if port in planned:
+                continue
+            name = str(check.service)
+            if name in known:
+                continue
+            count = check.local_endpoints
+            # A name that fills its room may be cut (``health.fitted``): a known Service's name
+            # cut alike is that Service.
+            if fitted(name + "-", port, count) == name and any(
+                fitted(k, port, count) == name for k in known if len(k) > len(name)
+            ):
+                continue
+            out[port] = check
+        return out
 
     def sees(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None = None) -> bool:
         """A sync of ``snapshot`` begins (``changed``: the only Services that may differ from
@@ -287,6 +333,7 @@ class Keeper:
             self._done = True
             ended = self._start is not None
             self._start, self._known, self._released, self._kept = None, set(), {}, {}
+            self._health = {}
             self.kept = set()
             return ended
         services = snapshot.services

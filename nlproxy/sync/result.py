@@ -10,6 +10,7 @@ from nlproxy.cluster.model import ServiceKey
 from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.nft.reconcile import stamp
 from nlproxy.proxy.planner import Plan
+from nlproxy.serve.healthcheck import HealthCheck
 
 
 @dataclass(slots=True, kw_only=True)
@@ -43,6 +44,9 @@ class SyncResult:
     restarted: bool = False
     """The tables' records showed they already held this plan: nothing was read back or
     diffed (``fingerprint.py``); a full verify is due."""
+    health_checks: dict[int, HealthCheck] | None = None
+    """What the health-check node ports answer after this sync: the plan's, with those of
+    Services kept as programmed (``keep.py``); None when there is no plan."""
 
     @property
     def total_ops(self) -> int:

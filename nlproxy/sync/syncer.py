@@ -18,13 +18,14 @@ service cannot stall the others; the result names every service left out.
 
 Two parts are objects of their own that the Syncer owns and calls, as it does
 :class:`~nlproxy.sync.isolation.Isolation`: the :class:`~nlproxy.sync.verify.Verifier` (the
-verify off the sync loop: read-back, comparison, a drift's repair prepared off the loop, and
-the version that voids a comparison a sync overlapped) and the
+verify off the sync loop: read-back, comparison, a drift's repair prepared off the loop, and the
+version that voids a comparison a sync overlapped) and the
 :class:`~nlproxy.sync.restart.RestartRecords` (each commit's record in the tables, and the
-start-up check that trusts it). They read the kernel but change neither it nor the Syncer: the
-Syncer sends the operations they return, through its :class:`~nlproxy.sync.batches.Batches`
-(``batches.py``: a backend per family, the batch refused last, the tables this process owns),
-and applies a repair itself. The conntrack effect of a
+start-up check that trusts it), with the :class:`~nlproxy.sync.health.HealthRecord` beside them
+(``health.py``: the health-check node ports a restart keeps answering). They read the kernel but
+change neither it nor the Syncer: the Syncer sends the operations they return, through its
+:class:`~nlproxy.sync.batches.Batches` (``batches.py``: a backend per family, the batch refused
+last, the tables this process owns), and applies a repair itself. The conntrack effect of a
 commit is the :class:`~nlproxy.sync.cleanup.FlowCleanup`'s (``cleanup.py``), which the Syncer
 hands what was and is programmed. ``result.py`` holds what a sync returns.
 """
@@ -47,6 +48,7 @@ from nlproxy.sync.balancing import BalancingGuard
 from nlproxy.sync.batches import Batches
 from nlproxy.sync.cleanup import FlowCleanup, udp_part
 from nlproxy.sync.fingerprint import Record, take_record
+from nlproxy.sync.health import HealthRecord
 from nlproxy.sync.isolation import Isolation, owners
 from nlproxy.sync.keep import Keeper
 from nlproxy.sync.kernel import SyncKernel
@@ -109,6 +111,7 @@ class Syncer:
         self.records = RestartRecords(
             config, kernel.readback, self.log, enabled=record and not owner
         )
+        self.health = HealthRecord(enabled=record and not owner)  # kept with those
         self.verifier = Verifier(kernel.readback)
         self.batches = Batches(kernel, self.log, owner=owner, committed=self.verifier.committed)
         # A repair adding this many elements no packet needs sends them in a batch of their
@@ -266,14 +269,15 @@ class Syncer:
         self._shared = None  # the read-back replaces the programmed state
         records: dict[Family, Record | None] = {}
         gen = self.batches.generation()
-        for family in FAMILIES:
-            rs = self.kernel.readback.dump(family)
+        tables = {family: self.kernel.readback.dump(family) for family in FAMILIES}
+        health = self.health.read(tables)
+        for family, rs in tables.items():
             records[family] = take_record(rs)  # the plan has no record chain: not a drift
             self._programmed[family] = rs
         self.records.read(records, gen, self.batches.generation())
         self.batches.forget()  # their view of chains and sets is as stale as the cache
         if not self._seeded:  # the tables as this process found them
-            self.keeper.found(self._programmed)
+            self.keeper.found(self._programmed, health)
         self._seeded = True
         self._in_step = False
         self._unplanned = None  # the next sync plans afresh and compares with the read-back
@@ -574,9 +578,11 @@ class Syncer:
             KernelError: the kernel rejected a family's batch (``batches.failed`` names it).
         """
         self.records.begin()
+        health = result.health_checks = self.keeper.health(result.plan)
         for family in FAMILIES:
             t = time.perf_counter()
-            ops, claim = self.records.recording(family, *ops_of(family))
+            ops, claim = self.health.joined(family, health, *ops_of(family))
+            ops, claim = self.records.recording(family, ops, claim)
             result.diff_ms += (time.perf_counter() - t) * 1000
             if ops:
                 t = time.perf_counter()
@@ -588,6 +594,7 @@ class Syncer:
                     raise
                 result.commit_ms += (time.perf_counter() - t) * 1000
             committed(family, ops)
+            self.health.committed(self._programmed.get(family))
             result.ops[family] = count_ops(ops) - claim
         self._send(self.records.outstanding())
 
@@ -596,6 +603,7 @@ class Syncer:
         self._share(planned)
         for family in FAMILIES:
             result.ops[family] = 0
+        result.health_checks = self.health.adopt(self.keeper.health(planned))
         self._seeded = True
         result.restarted = True
         self.log.info("sync.restart_trusted", digest=self.records.digest)
@@ -658,6 +666,7 @@ class Syncer:
                 {f: repairs.get(f) or [] for f in FAMILIES}, self.repair_stage_at
             )
             # After each first batch, the next sync writes the records again.
+            self.health.forget()
             sent = self.batches.apply_staged(firsts, laters, self.records.forget)
             self._share(planned)  # a family without repairs was read back equal to it
             if prepared.frontends is not None:

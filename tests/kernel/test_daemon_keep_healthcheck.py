@@ -6,11 +6,9 @@ nodes whose health-check node port answers 200, so a kept Service whose port no 
 is cut all the same, by the load balancer: the restarted daemon must answer on that port with
 the endpoint count the previous one answered with.
 
-Not yet so: the daemon serves health checks from the plan, and a kept Service is not in it;
-what is kept comes from the tables, which hold its local endpoints but not its health-check
-port. The port has to outlive the process where the kept objects do (the tables: a record the
-Syncer writes beside its restart record, kept with the Service's objects), and the Syncer to
-hand the kept Services' (port, local endpoint count) to the daemon with each sync.
+The port outlives the process where the kept objects do: in the tables' health-check record
+(``sync/health.py``), which the Syncer writes beside its restart record; the Syncer hands the
+kept Services' (port, local endpoint count) to the daemon with each sync.
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import yaml
 
 from nlproxy.demo.testbed import Testbed
@@ -48,12 +45,6 @@ def _local_endpoints(body: str) -> int:
     return count
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 36: a kept Service's healthCheckNodePort is in no table and no restart "
-    "record; the daemon has nothing to serve it from until sync/ keeps it (see the test's "
-    "module docstring)",
-)
 def test_a_kept_local_service_keeps_its_health_check_port(testbed: Testbed, tmp_path: Path) -> None:
     d = tmp_path / "m"
     d.mkdir()
