@@ -1,9 +1,10 @@
-"""A ruleset the Syncer programmed, restart records included, saves and loads back with ``nft``.
+"""A ruleset the Syncer programmed, its records included, saves and loads back with ``nft``.
 
 ``nft list ruleset > f; nft -f f`` restores every table of a node at once, and ``nft`` refuses
 the whole file for one comment over 128 characters. The layouts themselves are checked by
 ``test_nft_restore.py`` (programmed without records); here the Syncer writes them, with the
-restart record each commit leaves in the tables, as the daemon does and as ``run --once`` does
+restart record each commit leaves in the tables (and the health-check record of the world's
+Local Service: ``sync/health.py``), as the daemon does and as ``run --once`` does
 after a clean run (a second digest, of its files). Loaded into another namespace, the tables
 read back as the plan (a sync there sends nothing), and the records there vouch for nothing:
 another writer made those tables.
@@ -46,6 +47,7 @@ def test_a_saved_ruleset_with_restart_records_loads_back(
     finally:
         syncer.close()
     assert "restart-record" in saved
+    assert "health-check-record" in saved  # the world's Local Service's port (sync/health.py)
 
     load = subprocess.run(
         ["ip", "netns", "exec", scratch, "nft", "-f", "-"],
