@@ -536,7 +536,9 @@ class Syncer:
             programmed = self._programmed.get(family)
             assert programmed is not None, "in step with a plan means something is programmed"
             ops = ops_for_delta(deltas[family], programmed)
-            return (diff(planned.rulesets[family], programmed) if ops is None else ops), 0
+            # No delta alone: the whole table, with what is kept (else the diff deletes it).
+            whole = planned.rulesets[family] if self._merged is None else self._merged[family]
+            return (diff(whole, programmed) if ops is None else ops), 0
 
         def committed(family: Family, ops: list[Operation]) -> None:
             programmed = self._programmed.get(family)

@@ -272,3 +272,20 @@ def test_a_hairpin_pair_a_kept_service_shares_stays_when_the_other_drops_it() ->
     assert to(nft, "10.96.0.20", 53) == at("10.1.0.7", "10.1.0.8")
     assert ("10.1.0.1", "10.1.0.1") in _hairpin(nft)
     _kept_as_found(nft, second, *KEPT)
+
+
+def test_an_incremental_sync_that_falls_back_to_the_whole_table_keeps_what_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A delta that cannot be sent alone is sent as a comparison of the whole table: the table
+    as kept (the plan with the kept Services), not the plan alone, which would delete them."""
+    import nlproxy.sync.syncer as syncer_module
+
+    nft = FakeNftables(n.TABLE)
+    second = _restarted_keeping(nft)
+    monkeypatch.setattr(syncer_module, "ops_for_delta", lambda delta, programmed: None)
+    moved = cluster(("a.yaml",), other=(OTHER["other"][0], ("10.1.0.8",)))
+    result = second.sync(moved, changed={_key("other")})
+    assert result.incremental
+    assert to(nft, str(OTHER["other"][0].cluster_ips[0]), 53) == at("10.1.0.8")
+    _kept_as_found(nft, second, *KEPT)
