@@ -298,14 +298,14 @@ class Daemon:
 
     def _api_down(self, reason: str | None) -> None:
         """Why the API server does not answer (None: it answers again), for ``/healthz``."""
-        self.health.unreachable = reason or ""
+        self.health.api_unreachable(reason)
 
     def _unavailable(self, kinds: Mapping[str, Unavailable]) -> None:
         """The source's unreadable kinds: a metric each; required ones block /healthz."""
         self.metrics.source_unavailable.clear()
         for u in kinds.values():
             self.metrics.source_unavailable.labels(kind=u.kind, verb=u.verb, reason=u.reason).set(1)
-        self.health.blocked = "; ".join(str(u) for u in kinds.values() if u.required)
+        self.health.block("; ".join(str(u) for u in kinds.values() if u.required))
 
     async def _healthz(self, path: str) -> Response:
         if path in ("/healthz", "/livez"):
@@ -531,7 +531,7 @@ class Daemon:
         old, self.settings = self.settings, new
         self.cfg = cfg = new.daemon
         self._configz = configz(new)
-        self.health.grace_seconds = 2 * cfg.sync_period
+        self.health.set_grace(2 * cfg.sync_period)
         self.loop.set_periods(min_interval=cfg.min_sync_period, sync_period=cfg.sync_period)
         if new.proxy != old.proxy:
             self.loop.reconfigure(new.proxy)

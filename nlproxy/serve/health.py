@@ -36,6 +36,22 @@ class HealthState:
     blocked: str = ""
     unreachable: str = ""
 
+    def node_seen(self, node: Node | None) -> None:
+        """The Node object as a sync takes it: whether load balancers may send traffic here."""
+        self.node_eligible = node_eligible(node)
+
+    def block(self, reasons: str) -> None:
+        """Why ``/healthz`` is unhealthy whatever the syncs do (empty: nothing blocks it)."""
+        self.blocked = reasons
+
+    def api_unreachable(self, reason: str | None) -> None:
+        """Why the API server does not answer (None: it answers again)."""
+        self.unreachable = reason or ""
+
+    def set_grace(self, seconds: float) -> None:
+        """How long a change may wait for a sync before ``/healthz`` fails (a changed period)."""
+        self.grace_seconds = seconds
+
     def queued(self, now: float) -> None:
         """A change arrived and waits for a sync."""
         if self.oldest_pending is None:

@@ -24,7 +24,7 @@ from nlproxy.nft.ir import Family
 from nlproxy.nft.monitor import Drift
 from nlproxy.proxy.addresses import nodeport_gaps
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.serve.health import HealthState, node_eligible
+from nlproxy.serve.health import HealthState
 from nlproxy.serve.metrics import IP_FAMILIES, Metrics, NoLocalEndpoints
 from nlproxy.sync.latency import ProgrammingLatency
 from nlproxy.sync.result import SyncResult
@@ -127,7 +127,7 @@ class SyncReporter:
 
     def node(self, node: Node | None) -> None:
         """The Node object as a sync takes it: whether load balancers may send traffic here."""
-        self.health.node_eligible = node_eligible(node)
+        self.health.node_seen(node)
 
     def objects(
         self,

@@ -125,7 +125,7 @@ async def test_forbidden_required_kind_holds_the_first_sync_and_says_why(
 
     def report(kinds: Mapping[str, Unavailable]) -> None:  # as the daemon wires it
         reports(kinds)
-        health.blocked = "; ".join(str(u) for u in kinds.values() if u.required)
+        health.block("; ".join(str(u) for u in kinds.values() if u.required))
 
     send, receive = trio.open_memory_channel[list[Change]](10)
     source = KubeSource(

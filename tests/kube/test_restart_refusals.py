@@ -28,7 +28,7 @@ class Wired:
         self.health = HealthState(grace_seconds=60)
 
     def __call__(self, kinds: Mapping[str, Unavailable]) -> None:
-        self.health.blocked = "; ".join(str(u) for u in kinds.values() if u.required)
+        self.health.block("; ".join(str(u) for u in kinds.values() if u.required))
 
     def code(self) -> int:
         return healthz(self.health, trio.current_time())[0]
