@@ -212,7 +212,7 @@ def dry_run(s: Settings) -> DryRun:
         KubeApiError: the API server could not be reached or refused a required kind.
         KernelError: the kernel would refuse a batch and no Service could be blamed.
     """
-    from nlproxy.proxy.planner import gc_paused
+    from nlproxy.hotpath import collection_paused
     from nlproxy.sync.syncer import Syncer
 
     changes, load_errors, load_warnings = source_changes(s)
@@ -222,7 +222,7 @@ def dry_run(s: Settings) -> DryRun:
     # owner is no change to the rules.
     syncer = Syncer(s.proxy, dry.kernel(), flush_tcp=s.conntrack_flush_tcp, record=False)
     try:
-        with gc_paused():
+        with collection_paused():
             result = syncer.sync(inputs.snapshot)
     finally:
         syncer.close()

@@ -44,11 +44,11 @@ def run_once(
         KernelError: the kernel rejected a batch and no Service could be blamed (nothing of
             that family's batch was applied).
     """
-    from nlproxy.proxy.planner import gc_paused
+    from nlproxy.hotpath import collection_paused
 
     # Collecting cycles among the plan's objects only costs time in a one-shot sync (about
     # 0.5 s of 4 s at 10k services x 10 endpoints); collection resumes when it is done.
-    with gc_paused():
+    with collection_paused():
         return _run_once(s, end, kernel)
 
 

@@ -31,6 +31,7 @@ from operator import attrgetter
 from typing import cast
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey, ServicePortRef
+from nlproxy.hotpath import collection_paused
 from nlproxy.nft.ir import Chain, Element, Family, Map, Rule, Ruleset, Value
 from nlproxy.nft.ir import Set as NftSet
 from nlproxy.nft.packed import PackedElements
@@ -43,7 +44,6 @@ from nlproxy.proxy.planner import (
     FamilyPlanner,
     Plan,
     PortPart,
-    gc_paused,
     merge_parts,
     plan,
     plan_context,
@@ -121,7 +121,7 @@ def attach(p: Plan, snapshot: ClusterSnapshot) -> bool:
     """
     p.live = None
     counts: dict[Family, LiveCounts] = {}
-    with gc_paused():
+    with collection_paused():
         for family, frags in p.fragments.items():
             found = _count(p.rulesets[family], frags.values())
             if found is None:
@@ -203,7 +203,7 @@ def plan_update(
         the plan was made afresh and not compared (everything must be). A fresh plan is
         attached.
     """
-    with gc_paused():
+    with collection_paused():
         keys = _keys_if_in_place(prev, snapshot, config, changed)
         if keys is not None and len(keys) >= max(replan_share * len(snapshot.services), 1):
             return _replanned(prev, snapshot, config, keys)

@@ -171,15 +171,10 @@ def plan(
     Returns:
         The rulesets and, per service port, its frontends and chosen endpoints.
     """
-    with gc_paused():
+    # The collector held (hotpath.py): planning makes no cycles, and a full collection midway
+    # would walk the previous plan too (twice the time at 100k endpoints).
+    with collection_paused():
         return _plan(snapshot, config, previous, slots or {})
-
-
-gc_paused = collection_paused
-"""The collector held while planning (``hotpath.py``): planning allocates a few objects per
-endpoint and creates no cycles, and a full collection in the middle would walk every object of
-the previous plan too (twice the time at 100k endpoints). One pause with the lists' and the
-manifests' (they run in other threads at the same time), so none of them leaves it off."""
 
 
 def plan_context(snapshot: ClusterSnapshot, config: ProxyConfig) -> object:

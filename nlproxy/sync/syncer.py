@@ -37,13 +37,14 @@ from collections.abc import Callable, Mapping, Sequence, Set
 
 from nlproxy.cluster.model import ClusterSnapshot, ServiceKey
 from nlproxy.errors import KernelError
+from nlproxy.hotpath import collection_paused
 from nlproxy.log import get_logger
 from nlproxy.nft.ir import FAMILIES, Family, Operation, Ruleset
 from nlproxy.nft.reconcile import Delta, advance, count_ops, diff, ops_for_delta
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.layout import flow_frontends, udp_only
-from nlproxy.proxy.planner import Plan, gc_paused, plan, plan_slot_token
+from nlproxy.proxy.planner import Plan, plan, plan_slot_token
 from nlproxy.sync.balancing import BalancingGuard
 from nlproxy.sync.batches import Batches
 from nlproxy.sync.cleanup import FlowCleanup, udp_part
@@ -319,7 +320,7 @@ class Syncer:
         changed = found = narrowed(
             changed, self._last_plan if self.incremental else None, snapshot, self.config
         )
-        with gc_paused():  # a collection would walk the whole cached plan
+        with collection_paused():  # a collection would walk the whole cached plan
             vouched = False
             if not self._seeded and self.balancing.quota is not None:
                 vouched = self._seed_balanced(snapshot)
