@@ -8,8 +8,7 @@ fake the same batches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from ipaddress import ip_address
+from collections.abc import Sequence
 
 import pytest
 import trio
@@ -26,56 +25,17 @@ from nlproxy.cluster.model import (
 )
 from nlproxy.conntrack.fake import FakeConntrack
 from nlproxy.conntrack.kernel import ConntrackError
-from nlproxy.conntrack.messages import Flow, FlowTuple
 from nlproxy.nft.fake import FakeNftables
 from nlproxy.nft.ir import Element, Family, L4Proto, Operation, Table, Verb
 from nlproxy.nft.monitor import Drift
-from nlproxy.nft.render import render_ruleset
 from nlproxy.proxy import naming as n
-from nlproxy.proxy.tracer import trace
 from nlproxy.serve.health import HealthState
 from nlproxy.serve.metrics import Metrics
-from nlproxy.sync.fingerprint import Fingerprint, take_record
-from nlproxy.sync.kernel import SyncKernel
+from nlproxy.sync.fingerprint import Fingerprint
 from nlproxy.sync.loop import SyncLoop
-from nlproxy.sync.syncer import Syncer
 from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot, upsert
-from tests.unit.incremental import CONFIG, NODE_ADDRS, state_with_node
-
-CLIENT = ip_address("10.200.0.9")
-LOCAL = (*NODE_ADDRS,)
-
-
-def make(
-    nft: FakeNftables, flows: FakeConntrack | None = None, quota: int | None = None, **kw: bool
-) -> Syncer:
-    kernel = SyncKernel(tables=nft.open, readback=nft, flows=flows or FakeConntrack())
-    return Syncer(CONFIG, kernel, quota=quota, **kw)
-
-
-def to(nft: FakeNftables, vip: str, dport: int, proto: L4Proto = L4Proto.TCP) -> set[str]:
-    """Where a new connection from ``CLIENT`` to ``vip:dport`` goes in the fake's table."""
-    rs = nft.ruleset(Family.IP)
-    assert rs is not None
-    return set(trace(rs, CLIENT, proto, ip_address(vip), dport, local_addrs=LOCAL).endpoints)
-
-
-def text(nft: FakeNftables) -> str:
-    """The fake's IPv4 table as ``nlproxy rules`` prints it, without the restart record."""
-    rs = nft.dump(Family.IP)
-    take_record(rs)
-    assert rs is not None
-    return render_ruleset(rs)
-
-
-def udp_flow(vip: str, backend: str, dport: int = 53, sport: int = 40000) -> Flow:
-    orig = FlowTuple(
-        src=CLIENT, dst=ip_address(vip), proto=int(L4Proto.UDP), sport=sport, dport=dport
-    )
-    reply = FlowTuple(
-        src=ip_address(backend), dst=CLIENT, proto=int(L4Proto.UDP), sport=dport, dport=sport
-    )
-    return Flow(orig=orig, reply=reply)
+from tests.unit.incremental import state_with_node
+from tests.unit.sync_fakes import here, make, tcp_flow, text, to, udp_flow
 
 
 def dns(ns: str, name: str, cip: str) -> Service:
@@ -319,11 +279,6 @@ def test_drift_found_off_the_loop_is_repaired(prepared: bool) -> None:
     assert after.total_ops == 0
 
 
-async def here(fn: Callable[..., object], *args: object) -> object:
-    """The loop's verifier calls, run on the loop (the fakes do no I/O)."""
-    return fn(*args)
-
-
 async def test_the_loop_repairs_what_another_writer_changed(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -356,16 +311,6 @@ async def test_the_loop_repairs_what_another_writer_changed(
         assert to(nft, "172.30.0.2", 80) == {"10.1.0.2:80"}
         assert text(nft) == before
         nursery.cancel_scope.cancel()
-
-
-def tcp_flow(vip: str, backend: str, dport: int = 80, sport: int = 40000) -> Flow:
-    orig = FlowTuple(
-        src=CLIENT, dst=ip_address(vip), proto=int(L4Proto.TCP), sport=sport, dport=dport
-    )
-    reply = FlowTuple(
-        src=ip_address(backend), dst=CLIENT, proto=int(L4Proto.TCP), sport=dport, dport=sport
-    )
-    return Flow(orig=orig, reply=reply)
 
 
 @pytest.mark.parametrize("path", ["incremental", "full"])

@@ -27,7 +27,7 @@ from nlproxy.sync.loop import SyncLoop
 from nlproxy.sync.syncer import Syncer, SyncResult
 from tests.unit.builders import endpoint, eps_slice, service, upsert
 from tests.unit.incremental import CONFIG, NODE_ADDRS, state_with_node
-from tests.unit.test_sync_fakes import here, make, text
+from tests.unit.sync_fakes import here, make, text
 
 POD = ip_address("10.7.0.5")  # inside CONFIG's cluster CIDR 10.0.0.0/8
 VIP = "172.30.0.2"

@@ -38,7 +38,7 @@ from nlproxy.sync.relist import for_planning
 from nlproxy.sync.syncer import Syncer, SyncResult
 from tests.unit.builders import endpoint, eps_slice, node, port, service, upsert
 from tests.unit.incremental import CONFIG
-from tests.unit.test_sync_fakes import here, text, to
+from tests.unit.sync_fakes import here, text, to
 
 SERVICES = 6
 CHANGED = ServiceKey(namespace="a", name="svc-3")
