@@ -108,6 +108,17 @@ def test_a_service_seen_since_the_start_is_not_kept_when_it_goes() -> None:
     assert to(nft, "10.96.0.10", 53, UDP) == at("10.1.0.1", "10.1.0.2")
 
 
+def _restarted(
+    nft: FakeNftables, before: dict[str, tuple[Service, tuple[str, ...]]], now: ClusterSnapshot
+) -> Syncer:
+    """A Syncer started on the tables a first one programmed for the Services ``before``
+    (every place read), after its first sync, of ``now``."""
+    make(nft).sync(cluster(**before))
+    second = make(nft)
+    second.sync(now)
+    return second
+
+
 TAKEN = {"new": (dns("default", "new", "10.96.0.10"), ("10.1.0.9",))}
 """A Service read from a file, at plain's ClusterIP: it takes a kept frontend."""
 
@@ -115,9 +126,7 @@ TAKEN = {"new": (dns("default", "new", "10.96.0.10"), ("10.1.0.9",))}
 def _taken(nft: FakeNftables) -> Syncer:
     """A Syncer restarted while the place of every ``KEPT`` Service is unread, whose first
     snapshot gives plain's frontend to ``TAKEN``'s Service: the plan's, not kept."""
-    make(nft).sync(cluster(**KEPT))
-    second = make(nft)
-    second.sync(cluster(("a.yaml",), **TAKEN))
+    second = _restarted(nft, KEPT, cluster(("a.yaml",), **TAKEN))
     assert to(nft, "10.96.0.10", 53, UDP) == at("10.1.0.9")
     return second
 
@@ -146,9 +155,7 @@ def test_a_kept_frontend_the_plan_took_does_not_come_back_when_its_taker_goes() 
 
 def test_nothing_is_kept_when_every_place_is_read_from_the_start() -> None:
     nft = FakeNftables(n.TABLE)
-    make(nft).sync(cluster(**KEPT))
-    second = make(nft)
-    second.sync(cluster(**OTHER))
+    _restarted(nft, KEPT, cluster(**OTHER))
     assert to(nft, "10.96.0.10", 53, UDP) == set()
     keeper = Keeper()
     assert not keeper.active
@@ -181,9 +188,8 @@ def _key(name: str) -> ServiceKey:
 
 def _restarted_keeping(nft: FakeNftables, other: tuple[str, ...] = ("10.1.0.7",)) -> Syncer:
     """A Syncer restarted while the place of every ``KEPT`` Service is unread."""
-    make(nft).sync(cluster(**KEPT, other=(OTHER["other"][0], other)))
-    second = make(nft)
-    second.sync(cluster(("a.yaml",), other=(OTHER["other"][0], other)))
+    read = {"other": (OTHER["other"][0], other)}
+    second = _restarted(nft, {**KEPT, **read}, cluster(("a.yaml",), **read))
     assert second.keeper.kept == {f"default/{name}" for name in KEPT}
     return second
 
