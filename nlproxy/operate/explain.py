@@ -141,9 +141,7 @@ def explain(
 
     Args:
         metrics: ask the daemon's metrics port how long the Service's last change took to
-            program (``/programming``) and, when another proxy's tables are on the node,
-            whether it runs beside them as a canary (``/metrics``); None: do not ask (they
-            are problems then).
+            program, and which proxy it runs beside as a canary; None: do not ask.
         port: only the service ports whose name or number (service or node port) is this.
         src: trace a new connection from this address to each frontend.
         manifests: read the Service and slices from this directory, not only the kernel.
@@ -163,13 +161,10 @@ def explain(
         where = f"nor defined in {manifests}" if manifests else "(no --manifests given)"
         raise ConfigError(f"service {key}", f"unknown: nothing is programmed for it {where}")
     frontends = _only_port(frontends, port, key)
-    rules = service_rules(rulesets.values(), frontends)
     local = list(interface_addresses(netns))  # what ``fib … type local`` sees
     flows = _flows(netns, rulesets, frontends, local)
     endpoints = _endpoints(netns, frontends)
-    found = find(netns)
-    beside = _beside(metrics, netns) if metrics is not None and found.tables else frozenset()
-    foreign, expected = foreign_rules(found, beside)
+    foreign, beside = _foreign(netns, metrics)
     traces = (
         trace_frontends(rulesets, frontends, source, local, interface_towards(source, netns))
         if source is not None
@@ -179,7 +174,7 @@ def explain(
         service=key,
         source=f"manifests {manifests}" if manifests else "kernel (recovered from the maps)",
         facts=facts,
-        rules=rules,
+        rules=service_rules(rulesets.values(), frontends),
         flows=tuple(flows),
         endpoints=tuple(endpoints),
         src=source,
@@ -191,7 +186,7 @@ def explain(
         ),
         counts=_counts(netns, rulesets, frontends),
         latency=None if metrics is None else _latency(metrics, netns, key),
-        beside=tuple(expected),
+        beside=beside,
     )
 
 
@@ -367,6 +362,15 @@ def foreign_rules(found: Leftovers, beside: Collection[str] = ()) -> tuple[list[
             "removes them; docs/migrating.md)"
         )
     return problems, expected
+
+
+def _foreign(netns: str | None, metrics: Port | None) -> tuple[list[str], tuple[str, ...]]:
+    """Another proxy's rules on the node: (problems, those the daemon at ``metrics`` runs
+    beside as a canary). The daemon is asked only when there are tables to ask about."""
+    found = find(netns)
+    beside = _beside(metrics, netns) if metrics is not None and found.tables else frozenset()
+    problems, expected = foreign_rules(found, beside)
+    return problems, tuple(expected)
 
 
 def _beside(metrics: Port, netns: str | None) -> frozenset[str]:
