@@ -14,6 +14,7 @@ import yaml
 from tests.configs import ROOT
 
 MONITORING = ROOT / "deploy/monitoring"
+ALERTS = MONITORING / "nlproxy-alerts.yaml"
 
 
 def one(path: Path, kind: str) -> dict[str, Any]:
@@ -39,8 +40,20 @@ def promtool() -> str:
     return found
 
 
+def run_promtool(*args: str) -> str:
+    """``promtool ARGS``'s output, after asserting it succeeded."""
+    out = subprocess.run([promtool(), *args], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def alert_rules(rules: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rule of a PrometheusRule, group after group."""
+    return [dict(r) for g in rules["spec"]["groups"] for r in g["rules"]]
+
+
 def alert_job() -> str:
-    rules = one(MONITORING / "nlproxy-alerts.yaml", "PrometheusRule")
+    rules = one(ALERTS, "PrometheusRule")
     expr = str(down_rule(rules)["expr"])
     assert expr.startswith('up{job="'), expr
     assert expr.endswith('"} == 0'), expr
@@ -50,14 +63,12 @@ def alert_job() -> str:
 def down_rule(rules: dict[str, Any], *, absent: bool = False) -> dict[str, Any]:
     """The NlproxyDown rule of the PrometheusRule for a target that stops answering (``up ==
     0``), or with ``absent`` the one for no target at all (``absent(up)``)."""
-    groups = rules["spec"]["groups"]
     [down] = [
         r
-        for g in groups
-        for r in g["rules"]
+        for r in alert_rules(rules)
         if r.get("alert") == "NlproxyDown" and str(r["expr"]).startswith("absent(") == absent
     ]
-    return dict(down)
+    return down
 
 
 def render(template: str, labels: dict[str, str], value: float) -> str:
@@ -69,16 +80,47 @@ def render(template: str, labels: dict[str, str], value: float) -> str:
     return out
 
 
+def firing(rule: dict[str, Any], labels: dict[str, str], value: float) -> dict[str, Any]:
+    """``rule``'s alert as Prometheus fires it for a series with ``labels`` whose value is
+    ``value``: the rule's own labels added, its annotations rendered (promtool's
+    ``exp_alerts`` entry)."""
+    full = {**labels, **rule["labels"]}
+    return {
+        "exp_labels": full,
+        "exp_annotations": {k: render(v, full, value) for k, v in rule["annotations"].items()},
+    }
+
+
+def rule_groups_file(directory: Path) -> Path:
+    """The shipped PrometheusRule's groups as a rules file in ``directory`` (``rules.yaml``),
+    for promtool."""
+    rules = one(ALERTS, "PrometheusRule")
+    path = directory / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": rules["spec"]["groups"]}))
+    return path
+
+
+def alert_test(
+    series: list[dict[str, str]], checks: list[tuple[int, str, list[dict[str, Any]]]]
+) -> dict[str, Any]:
+    """One promtool rule test: ``series`` (``input_series``) sampled every minute, and at each
+    ``(minute, alert, alerts expected firing)`` of ``checks`` that alert checked (``[]``: not
+    firing, whether pending or quiet)."""
+    return {
+        "interval": "1m",
+        "input_series": series,
+        "alert_rule_test": [
+            {"eval_time": f"{minute}m", "alertname": name, "exp_alerts": expected}
+            for minute, name, expected in checks
+        ],
+    }
+
+
 def promtool_test_rules(tmp_path: Path, tests: list[dict[str, Any]]) -> str:
     """``promtool test rules`` of ``tests`` against the shipped PrometheusRule's groups; its
     output, after asserting it passed."""
-    rules = one(MONITORING / "nlproxy-alerts.yaml", "PrometheusRule")
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rules["spec"]["groups"]}))
-    doc = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}
+    rules = rule_groups_file(tmp_path)
+    doc = {"rule_files": [rules.name], "evaluation_interval": "1m", "tests": tests}
     path = tmp_path / "tests.yaml"
     path.write_text(yaml.safe_dump(doc))
-    out = subprocess.run(
-        [promtool(), "test", "rules", str(path)], capture_output=True, text=True, check=False
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    return out.stdout
+    return run_promtool("test", "rules", str(path))

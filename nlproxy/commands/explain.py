@@ -2,9 +2,10 @@
 
 Thin wiring over :func:`nlproxy.operate.explain.explain` and
 :mod:`nlproxy.operate.explain_render`. Exit status 0 when the Service is reachable through every
-frontend (from ``--from`` when given), 4 when a frontend is not programmed, rejects or drops, or
-an endpoint is unreachable, 2 for usage errors (a bad ``NS/NAME``, ``--from`` or ``--port``, an
-unknown Service).
+frontend (from ``--from`` when given), 4 when a frontend is not programmed, rejects or drops, an
+endpoint is unreachable, or another proxy's rules are on the node (unless the daemon at
+``--metrics-address`` says it runs beside them as a canary), 2 for usage errors (a bad
+``NS/NAME``, ``--from`` or ``--port``, an unknown Service).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_METRICS,
         metavar="HOST:PORT",
         help=f"the daemon's --metrics-bind-address, asked how long the Service's last change "
-        f"took to program (default {DEFAULT_METRICS}; an address alone means port "
-        f"{METRICS_PORT})",
+        f"took to program and which proxy's tables it runs beside as a canary (default "
+        f"{DEFAULT_METRICS}; an address alone means port {METRICS_PORT})",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from ipaddress import ip_address
 from pathlib import Path
@@ -24,7 +24,7 @@ from nlproxy.cluster.model import ServiceKey
 from nlproxy.conntrack.kernel import Conntrack, Flow, FlowFilter
 from nlproxy.errors import ConfigError
 from nlproxy.inspect.classify import Reachability, classify
-from nlproxy.inspect.foreign import find
+from nlproxy.inspect.foreign import Leftovers, find
 from nlproxy.inspect.rtnl import interface_addresses, interface_towards
 from nlproxy.nft.counters import read_counters
 from nlproxy.nft.ir import FAMILIES, Family, IPAddress, Ruleset, Set
@@ -37,7 +37,14 @@ from nlproxy.operate.programmed import (
     service_rules,
 )
 from nlproxy.operate.rules import programmed
-from nlproxy.operate.status import Port, Programming, programming
+from nlproxy.operate.status import (
+    Port,
+    Programming,
+    StatusError,
+    from_samples,
+    programming,
+    scrape,
+)
 from nlproxy.operate.trace import TraceRow, nodeport_addresses, trace_frontends
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.layout import proto_name
@@ -106,6 +113,9 @@ class Report:
     latency: Latency | None = None
     """Its last change's programming latency, as the running daemon reports it; None when no
     daemon was asked."""
+    beside: tuple[str, ...] = ()
+    """Another proxy's rules the daemon says it runs beside as a canary
+    (``nlproxy_beside_proxy_tables``): expected there, not problems."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,7 +141,7 @@ def explain(
 
     Args:
         metrics: ask the daemon's metrics port how long the Service's last change took to
-            program (``/programming``); None: do not ask.
+            program, and which proxy it runs beside as a canary; None: do not ask.
         port: only the service ports whose name or number (service or node port) is this.
         src: trace a new connection from this address to each frontend.
         manifests: read the Service and slices from this directory, not only the kernel.
@@ -151,10 +161,10 @@ def explain(
         where = f"nor defined in {manifests}" if manifests else "(no --manifests given)"
         raise ConfigError(f"service {key}", f"unknown: nothing is programmed for it {where}")
     frontends = _only_port(frontends, port, key)
-    rules = service_rules(rulesets.values(), frontends)
     local = list(interface_addresses(netns))  # what ``fib … type local`` sees
     flows = _flows(netns, rulesets, frontends, local)
     endpoints = _endpoints(netns, frontends)
+    foreign, beside = _foreign(netns, metrics)
     traces = (
         trace_frontends(rulesets, frontends, source, local, interface_towards(source, netns))
         if source is not None
@@ -164,7 +174,7 @@ def explain(
         service=key,
         source=f"manifests {manifests}" if manifests else "kernel (recovered from the maps)",
         facts=facts,
-        rules=rules,
+        rules=service_rules(rulesets.values(), frontends),
         flows=tuple(flows),
         endpoints=tuple(endpoints),
         src=source,
@@ -172,10 +182,11 @@ def explain(
         problems=(
             *_problems(facts, frontends, endpoints, traces, source),
             *_nodeport_gaps(rulesets, frontends),
-            *foreign_problems(netns),
+            *foreign,
         ),
         counts=_counts(netns, rulesets, frontends),
         latency=None if metrics is None else _latency(metrics, netns, key),
+        beside=beside,
     )
 
 
@@ -328,15 +339,50 @@ def _problems(
 
 
 def foreign_problems(netns: str | None) -> list[str]:
-    """Another proxy's rules on the node, every kube-proxy mode: at the same hooks and priority
-    as nlproxy's, the older table's DNAT wins for new connections, and IPVS takes connections
-    to its virtual servers before nftables sees them, whatever ``explain`` finds in nlproxy's."""
-    return [
-        f"another proxy's rules: {describe}: new connections to the addresses it also "
-        "handles may follow its rules, not nlproxy's ('nlproxy cleanup --kube-proxy' removes "
-        "them; docs/migrating.md)"
-        for describe in find(netns).describe()
-    ]
+    """Another proxy's rules on the node, every kube-proxy mode, each a problem (see
+    :func:`foreign_rules`)."""
+    return foreign_rules(find(netns))[0]
+
+
+def foreign_rules(found: Leftovers, beside: Collection[str] = ()) -> tuple[list[str], list[str]]:
+    """Another proxy's rules as (problems, expected). At the same hooks and priority as
+    nlproxy's, the older table's DNAT wins for new connections, and IPVS takes connections to
+    its virtual servers before nftables sees them, whatever ``explain`` finds in nlproxy's: a
+    problem. But a table in ``beside`` (``family table``: those the daemon says it runs beside
+    as a canary, serving only its own Services) is expected there: its line is in the second
+    list. Pure."""
+    problems, expected = [], []
+    for name, _, describe, _ in found.items():
+        if name in beside:
+            expected.append(describe)
+            continue
+        problems.append(
+            f"another proxy's rules: {describe}: new connections to the addresses it also "
+            "handles may follow its rules, not nlproxy's ('nlproxy cleanup --kube-proxy' "
+            "removes them; docs/migrating.md)"
+        )
+    return problems, expected
+
+
+def _foreign(netns: str | None, metrics: Port | None) -> tuple[list[str], tuple[str, ...]]:
+    """Another proxy's rules on the node: (problems, those the daemon at ``metrics`` runs
+    beside as a canary). The daemon is asked only when there are tables to ask about."""
+    found = find(netns)
+    beside = _beside(metrics, netns) if metrics is not None and found.tables else frozenset()
+    problems, expected = foreign_rules(found, beside)
+    return problems, tuple(expected)
+
+
+def _beside(metrics: Port, netns: str | None) -> frozenset[str]:
+    """The tables (``family table``) the daemon at ``metrics`` runs beside as a canary, read
+    from its ``/metrics`` as ``status`` reads them; empty when it is no canary or does not
+    answer (a short wait: it is on this node)."""
+    try:
+        samples = scrape(metrics, netns=netns, timeout=2.0)
+    except StatusError:
+        return frozenset()
+    said = from_samples(samples, metrics, metrics, code=None, body={}).beside_tables
+    return frozenset(f"{family} {table}" for family, table in said or ())
 
 
 def _nodeport_gaps(

@@ -2,7 +2,8 @@
 object.
 
 The last step of ``explain``: sections in the order an operator asks the questions (what the
-cluster says, what is programmed, counters, flows, endpoints, trace, verdict), columns aligned.
+cluster says, what is programmed, counters, flows, endpoints, trace, programming latency, the
+proxy a canary runs beside, verdict), columns aligned.
 Pure: no I/O; it adds nothing the report does not hold.
 """
 
@@ -217,6 +218,8 @@ def render_text(report: Report) -> str:
         sections.append(_trace_section(report))
     if report.latency is not None:
         sections.append(["Programming", f"{INDENT}{_latency_text(report.latency)}"])
+    if report.beside:
+        sections.append(_beside_section(report.beside))
     verdict = ["Verdict"]
     if report.problems:
         verdict += [f"{INDENT}PROBLEM: {p}" for p in report.problems]
@@ -226,6 +229,13 @@ def render_text(report: Report) -> str:
         verdict.append(f"{INDENT}OK: every frontend has endpoints, every endpoint is reachable")
     sections.append(verdict)
     return "\n\n".join("\n".join(s) for s in sections) + "\n"
+
+
+def _beside_section(beside: Sequence[str]) -> list[str]:
+    """Another proxy's rules the daemon runs beside as a canary: expected, not a problem."""
+    lines = ["Beside (canary)"]
+    lines.append(f"{INDENT}the service proxy this canary runs beside (expected, left alone):")
+    return lines + [f"{INDENT}{INDENT}{b}" for b in beside]
 
 
 def _latency_text(lat: Latency) -> str:
@@ -341,6 +351,7 @@ def report_to_json(report: Report) -> dict[str, Any]:
         if report.src is None
         else {"from": str(report.src), "results": [_trace_json(t) for t in report.traces]},
         "programming": _latency_json(report.latency),
+        "beside_proxy_rules": list(report.beside),
         "problems": list(report.problems),
         "ok": not report.problems,
     }

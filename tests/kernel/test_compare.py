@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,6 @@ def reference() -> Path:
     return REFERENCE
 
 
-def kube_proxy_node(make_netns: Callable[[str], str], reference: Path, run: str) -> str:
-    ns = make_netns("cmp")
-    sh("nft", "-f", str(reference / run / "ruleset.nft"), ns=ns)
-    return ns
-
-
 KUBE_PROXY_COMMAND_LINE = [
     "--hostname-override=kind-worker", "--proxy-mode=iptables",
     "--cluster-cidr=10.244.0.0/16,fd00:10:244::/56", "--conntrack-max-per-core=0",
@@ -41,28 +36,79 @@ KUBE_PROXY_COMMAND_LINE = [
 """The flags kube-proxy made the iptables rulesets with (the reference's runs.json)."""
 
 
-def compare(
-    ns: str, objects: Path, capsys: pytest.CaptureFixture[str], flags: list[str] = FLAGS
-) -> tuple[int, Any]:
-    capsys.readouterr()
-    status = main(["--netns", ns, "compare", "--manifests", str(objects), "--json", *flags])
-    return status, json.loads(capsys.readouterr().out)
+@dataclass(frozen=True, slots=True)
+class Comparer:
+    """What each comparison here uses: namespaces made for the test, kube-proxy's reference
+    rulesets and the objects it was served, a directory, and what ``compare`` prints."""
+
+    make_netns: Callable[[str], str]
+    reference: Path
+    tmp_path: Path
+    capsys: pytest.CaptureFixture[str]
+
+    def nftables_node(self, run: str) -> str:
+        """A namespace holding kube-proxy's nftables rules of ``run``."""
+        ns = self.make_netns("cmp")
+        sh("nft", "-f", str(self.reference / run / "ruleset.nft"), ns=ns)
+        return ns
+
+    def iptables_node(self, run: str, extra: str = "") -> str:
+        """A namespace holding kube-proxy's iptables-mode rules of ``run`` (and ``extra``
+        lines, iptables-restore input for table nat, loaded after them without a flush)."""
+        ns = self.make_netns("cmp-ipt")
+        for name in NFACCT:
+            sh("nfacct", "add", name, ns=ns)
+        run_dir = self.reference / run
+        sh("iptables-restore", ns=ns, input_=(run_dir / "iptables-save.txt").read_text())
+        sh("ip6tables-restore", ns=ns, input_=(run_dir / "ip6tables-save.txt").read_text())
+        if extra:
+            sh("iptables-restore", "--noflush", ns=ns, input_=extra)
+        return ns
+
+    def node(self, mode: str, run: str) -> str:
+        """A namespace holding kube-proxy's rules of ``mode`` for the reference's ``run`` (its
+        suffix: ``""`` or ``"-masquerade-all"``)."""
+        if mode == "iptables":
+            return self.iptables_node(f"iptables{run}")
+        return self.nftables_node(f"nftables{run}")
+
+    def served(self) -> Path:
+        """The objects kube-proxy was served, as a manifests directory."""
+        directory = self.tmp_path / "m"
+        if not directory.is_dir():
+            directory.mkdir()
+            shutil.copy(self.reference / "api-objects.yaml", directory / "objects.yaml")
+        return directory
+
+    def compare(
+        self, ns: str, objects: Path | None = None, flags: list[str] = FLAGS
+    ) -> tuple[int, Any]:
+        """``compare --json`` in ``ns`` of ``objects`` (else the served ones): (status, its
+        certificate)."""
+        status, out, _ = self.text(ns, objects, "--json", *flags)
+        return status, json.loads(out)
+
+    def text(self, ns: str, objects: Path | None = None, *flags: str) -> tuple[int, str, str]:
+        """``compare`` in ``ns`` of ``objects`` (else the served ones): (status, out, err)."""
+        self.capsys.readouterr()
+        where = str(objects or self.served())
+        status = main(["--netns", ns, "compare", "--manifests", where, *(flags or FLAGS)])
+        out = self.capsys.readouterr()
+        return status, out.out, out.err
 
 
-def served(reference: Path, directory: Path) -> Path:
-    directory.mkdir()
-    shutil.copy(reference / "api-objects.yaml", directory / "objects.yaml")
-    return directory
-
-
-def test_nftables_mode_is_equivalent(
+@pytest.fixture
+def cmp(
     make_netns: Callable[[str], str],
     reference: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-) -> None:
-    ns = kube_proxy_node(make_netns, reference, "nftables")
-    status, cert = compare(ns, served(reference, tmp_path / "m"), capsys)
+) -> Comparer:
+    return Comparer(make_netns, reference, tmp_path, capsys)
+
+
+def test_nftables_mode_is_equivalent(cmp: Comparer) -> None:
+    status, cert = cmp.compare(cmp.nftables_node("nftables"))
     assert status == 0, cert["summary"]
     assert cert["equivalent"] is True
     assert cert["kube_proxy_tables"] == ["ip", "ip6"]
@@ -110,17 +156,9 @@ def changed_objects(reference: Path, tmp_path: Path, *, cart_port: int | None = 
     return changed
 
 
-def test_a_node_without_kube_proxy_is_one_line(
-    make_netns: Callable[[str], str],
-    reference: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    ns = make_netns("cmp-none")
-    capsys.readouterr()
-    objects = served(reference, tmp_path / "m")
-    assert main(["--netns", ns, "compare", "--manifests", str(objects), *FLAGS]) == 1
-    err = capsys.readouterr().err
+def test_a_node_without_kube_proxy_is_one_line(cmp: Comparer) -> None:
+    status, _, err = cmp.text(cmp.make_netns("cmp-none"))
+    assert status == 1
     assert err == (
         "nlproxy: compare: no kube-proxy rules on this node (neither its nftables tables nor "
         "its iptables chains)\n"
@@ -148,31 +186,12 @@ def iptables_nft() -> None:
         pytest.fail(f"iptables-restore is not the iptables-nft backend: {version.strip()}")
 
 
-def kube_proxy_iptables_node(
-    make_netns: Callable[[str], str], reference: Path, run: str, extra: str = ""
-) -> str:
-    """A namespace holding kube-proxy's iptables-mode rules of ``run`` (and ``extra`` lines,
-    iptables-restore input for table nat, loaded after them without a flush)."""
-    ns = make_netns("cmp-ipt")
-    for name in NFACCT:
-        sh("nfacct", "add", name, ns=ns)
-    sh("iptables-restore", ns=ns, input_=(reference / run / "iptables-save.txt").read_text())
-    sh("ip6tables-restore", ns=ns, input_=(reference / run / "ip6tables-save.txt").read_text())
-    if extra:
-        sh("iptables-restore", "--noflush", ns=ns, input_=extra)
-    return ns
-
-
 def test_iptables_mode_is_equivalent_but_for_what_it_leaves_unproxied(
-    iptables_nft: None,
-    make_netns: Callable[[str], str],
-    reference: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    iptables_nft: None, cmp: Comparer
 ) -> None:
-    ns = kube_proxy_iptables_node(make_netns, reference, "iptables")
+    ns = cmp.iptables_node("iptables")
     # compare is given kube-proxy's own command line, as plan and run take it.
-    status, cert = compare(ns, served(reference, tmp_path / "m"), capsys, KUBE_PROXY_COMMAND_LINE)
+    status, cert = cmp.compare(ns, flags=KUBE_PROXY_COMMAND_LINE)
     assert status == 0, cert["summary"]
     assert cert["equivalent"] is True
     assert (cert["kube_proxy_mode"], cert["kube_proxy_tables"]) == ("iptables", ["ip", "ip6"])
@@ -226,13 +245,7 @@ def test_iptables_mode_is_equivalent_but_for_what_it_leaves_unproxied(
     assert "(kube-proxy's iptables mode: ip, ip6)" in cert["summary"]
 
 
-def test_iptables_mode_reads_only_kube_proxys_rules(
-    iptables_nft: None,
-    make_netns: Callable[[str], str],
-    reference: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def test_iptables_mode_reads_only_kube_proxys_rules(iptables_nft: None, cmp: Comparer) -> None:
     """Another program's chain and built-in chain rules (Docker's, a CNI's) are left out, even
     with matches compare does not read; a kube-proxy rule it cannot read is one line, exit 1."""
     foreign = (
@@ -241,16 +254,14 @@ def test_iptables_mode_reads_only_kube_proxys_rules(
         "-A DOCKER -p tcp -m tcp --dport 80 -m time --timestart 00:00 -j DNAT "
         "--to-destination 192.0.2.9:80\nCOMMIT\n"
     )
-    ns = kube_proxy_iptables_node(make_netns, reference, "iptables", foreign)
-    status, cert = compare(ns, served(reference, tmp_path / "m"), capsys)
+    ns = cmp.iptables_node("iptables", foreign)
+    status, cert = cmp.compare(ns)
     assert status == 0, cert["summary"]
     assert not [o for o in cert["outcomes"] if "192.0.2.9:80" in o["kube_proxy"]["endpoints"]]
     sh("iptables", "-t", "nat", "-I", "KUBE-SERVICES", "1", "-m", "statistic", "--mode", "nth",
        "--every", "2", "--packet", "0", "-j", "RETURN", ns=ns)  # fmt: skip
-    capsys.readouterr()
-    objects = tmp_path / "m"
-    assert main(["--netns", ns, "compare", "--manifests", str(objects), *FLAGS]) == 1
-    err = capsys.readouterr().err
+    status, _, err = cmp.text(ns)
+    assert status == 1
     assert err.startswith("nlproxy: chain ip nat KUBE-SERVICES: rule "), err
     assert err.endswith(": match statistic rev 0: mode 1 (only random is read)\n"), err
     assert err.count("\n") == 1
@@ -261,19 +272,13 @@ def test_iptables_mode_reads_only_kube_proxys_rules(
 # the same whichever mode wrote kube-proxy's; iptables mode adds only the connections it leaves
 # unproxied (named by design above).
 
-MODES = [pytest.param("nftables", id="nftables"), pytest.param("iptables", id="iptables")]
 
-
-def mode_node(
-    mode: str, run: str, request: pytest.FixtureRequest, make_netns: Callable[[str], str],
-    reference: Path,
-) -> str:  # fmt: skip
-    """A namespace holding kube-proxy's rules of ``mode`` for the reference's ``run`` (its
-    suffix: ``""`` or ``"-masquerade-all"``)."""
-    if mode == "iptables":
+@pytest.fixture(params=["nftables", "iptables"])
+def mode(request: pytest.FixtureRequest) -> str:
+    """kube-proxy's mode; iptables mode's needs iptables-nft (checked then)."""
+    if request.param == "iptables":
         request.getfixturevalue("iptables_nft")
-        return kube_proxy_iptables_node(make_netns, reference, f"iptables{run}")
-    return kube_proxy_node(make_netns, reference, f"nftables{run}")
+    return str(request.param)
 
 
 def unproxied(outcomes: list[Any]) -> list[Any]:
@@ -282,17 +287,8 @@ def unproxied(outcomes: list[Any]) -> list[Any]:
     return [o for o in outcomes if o["differs"] and o["service"].endswith(UNPROXIED)]
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_masquerade_all_differs_only_by_design(
-    mode: str,
-    request: pytest.FixtureRequest,
-    make_netns: Callable[[str], str],
-    reference: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    ns = mode_node(mode, "-masquerade-all", request, make_netns, reference)
-    status, cert = compare(ns, served(reference, tmp_path / "m"), capsys)
+def test_masquerade_all_differs_only_by_design(mode: str, cmp: Comparer) -> None:
+    status, cert = cmp.compare(cmp.node(mode, "-masquerade-all"))
     assert status == 0, cert["summary"]
     designed = [
         o for o in cert["outcomes"] if o["differs"] and o not in unproxied(cert["outcomes"])
@@ -307,18 +303,10 @@ def test_masquerade_all_differs_only_by_design(
     assert "differences by design" in cert["summary"]
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_changed_objects_are_found_different_frontend_by_frontend(
-    mode: str,
-    request: pytest.FixtureRequest,
-    make_netns: Callable[[str], str],
-    reference: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    ns = mode_node(mode, "", request, make_netns, reference)
-    changed = changed_objects(reference, tmp_path, cart_port=8081)
-    status, cert = compare(ns, changed, capsys)
+def test_changed_objects_are_found_different_frontend_by_frontend(mode: str, cmp: Comparer) -> None:
+    ns = cmp.node(mode, "")
+    changed = changed_objects(cmp.reference, cmp.tmp_path, cart_port=8081)
+    status, cert = cmp.compare(ns, changed)
     assert status == 4
     assert cert["equivalent"] is False
     differ = [o for o in cert["outcomes"] if o["differs"] and o not in unproxied(cert["outcomes"])]
@@ -345,9 +333,9 @@ def test_changed_objects_are_found_different_frontend_by_frontend(
             for o in differ if o["service"] == "shop/cart:http/TCP"}  # fmt: skip
     assert cart == {(8081, True, "ACCEPT")}
     # The text names each difference in words, and sums up.
-    capsys.readouterr()
-    assert main(["--netns", ns, "compare", "--manifests", str(changed), *FLAGS]) == 4
-    text = capsys.readouterr().out.splitlines()
+    status, out, _ = cmp.text(ns, changed)
+    assert status == 4
+    text = out.splitlines()
     assert f": {len(differ)} differ" in text[-1], text[-1]
     assert (
         "differs: shop/frontend:http/TCP from a pod on this node (10.244.1.254) to ClusterIP "

@@ -17,7 +17,9 @@ from nlproxy.cli import main
 from nlproxy.demo.echo import Result, UdpSession
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
+from tests.kernel.daemon import daemon, publish, wait_until
 from tests.kernel.topo import PORTS, SLICE_PORTS, answers, apply, ask, results
+from tests.netns import sh
 
 testbed = topo.testbed
 testbed6 = topo.testbed6
@@ -292,3 +294,53 @@ def test_dual_stack_local_policy_trace(
     assert rows["nodeport6:30080/TCP"]["sent_to"] == node6
     seen = answers(ask("tcp", tb.client.netns, node6, NODE_PORTS["tcp"], n=4))
     assert seen == {"pod-b": {str(client)}}
+
+
+PROXY_NAME_LABEL = "service.kubernetes.io/service-proxy-name"
+
+
+@pytest.mark.parametrize("canary", [True, False], ids=["canary", "no-canary"])
+def test_kube_proxys_table_is_beside_a_canary_and_a_problem_otherwise(
+    canary: bool, testbed: Testbed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A daemon run as a canary (``--service-proxy-name``) says, on its metrics port, which
+    tables of kube-proxy's it runs beside: explain shows them as expected, not as a problem.
+    Beside a daemon that is no canary, or none, the same table is a problem (exit 4)."""
+    node = testbed.node.netns
+    sh("nft", "add", "table", "ip", "kube-proxy", ns=node)  # kube-proxy's, nftables mode
+    web = _web(testbed, ["pod-b", "pod-r"])
+    if canary:  # the Service and its slice labelled for nlproxy, as the canary serves
+        for obj in web:
+            obj["metadata"].setdefault("labels", {})[PROXY_NAME_LABEL] = "nlproxy"
+    manifests = publish(tmp_path / "m", [testbed.node_manifest(), *web])
+    flags = ("--service-proxy-name", "nlproxy") if canary else ()
+    gauge = "nlproxy_beside_proxy_tables{" if canary else "nlproxy_foreign_proxy_tables{"
+    with daemon(testbed, manifests, *flags) as d:
+
+        def reported() -> bool:
+            lines = d.get(d.metrics, "/metrics")[1].splitlines()
+            return any(ln.startswith(gauge) and 'table="kube-proxy"' in ln for ln in lines)
+
+        wait_until(reported, 10, f"the daemon's {gauge}")
+        metrics = ("--metrics-address", f"127.0.0.1:{d.metrics}")
+        status, text, _ = _explain(capsys, node, "default/web", *metrics)
+        _, doc = _json(capsys, node, "default/web", *metrics)
+    line = "table ip kube-proxy (kube-proxy, nftables mode)"
+    if canary:
+        assert status == 0, text
+        assert _section(text, "Beside (canary)").splitlines()[1:] == [
+            "  the service proxy this canary runs beside (expected, left alone):",
+            f"    {line}",
+        ]
+        assert "PROBLEM" not in text
+        assert (doc["ok"], doc["problems"], doc["beside_proxy_rules"]) == (True, [], [line])
+    else:
+        assert status == EXIT_UNREACHABLE, text
+        assert "Beside (canary)" not in text
+        assert f"  PROBLEM: another proxy's rules: {line}: " in _section(text, "Verdict")
+        assert (doc["ok"], doc["beside_proxy_rules"]) == (False, [])
+        assert [p.split(": ")[1] for p in doc["problems"]] == [line]
+    # No daemon to ask: the table is a problem, whatever a daemon said before.
+    status, text, _ = _explain(capsys, node, "default/web", *metrics)
+    assert status == EXIT_UNREACHABLE, text
+    assert f"  PROBLEM: another proxy's rules: {line}: " in _section(text, "Verdict")

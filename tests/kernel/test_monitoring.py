@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,13 +17,23 @@ from prometheus_client.metrics_core import Metric
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
 from tests.kernel.daemon import running_daemon_families
-from tests.monitoring import alert_job, down_rule, one, promtool, promtool_test_rules, render
+from tests.monitoring import (
+    ALERTS,
+    MONITORING,
+    alert_job,
+    alert_rules,
+    alert_test,
+    down_rule,
+    firing,
+    one,
+    promtool_test_rules,
+    rule_groups_file,
+    run_promtool,
+)
 
 testbed = topo.testbed
 
-MONITORING = Path(__file__).parent.parent.parent / "deploy" / "monitoring"
 DASHBOARD = MONITORING / "nlproxy-dashboard.json"
-ALERTS = MONITORING / "nlproxy-alerts.yaml"
 SYNTHETIC = {"up"}
 """Series Prometheus makes itself for every target."""
 _NOT_METRICS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or",
@@ -124,7 +132,7 @@ def test_rules_shape() -> None:
     assert doc["apiVersion"] == "monitoring.coreos.com/v1"
     assert doc["kind"] == "PrometheusRule"
     assert doc["metadata"]["name"]
-    alerts = [r for g in doc["spec"]["groups"] for r in g["rules"]]
+    alerts = alert_rules(doc)
     assert {r["alert"] for r in alerts} >= ALERTS_WANTED | NEW_ALERTS_WANTED
     assert [r["expr"] for r in alerts if r["alert"] == "NlproxyDown"][1:] == [
         f'absent(up{{job="{alert_job()}"}})'
@@ -136,13 +144,7 @@ def test_rules_shape() -> None:
 
 
 def test_promtool_accepts_the_rule_groups(tmp_path: Path) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.fail("promtool is missing: install Debian's prometheus (scripts/install-debs.sh)")
-    groups = tmp_path / "rules.yaml"
-    groups.write_text(yaml.safe_dump({"groups": rules()["spec"]["groups"]}))
-    out = subprocess.run([promtool, "check", "rules", str(groups)], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
+    run_promtool("check", "rules", str(rule_groups_file(tmp_path)))
 
 
 def exported(families: dict[str, Metric]) -> set[str]:
@@ -159,12 +161,7 @@ def test_every_metric_used_is_exported(testbed: Testbed, tmp_path: Path) -> None
     have = exported(families)
     used = {
         "dashboard": {n for e in dashboard_exprs(dashboard()) for n in metric_names(e)},
-        "alerts": {
-            n
-            for g in rules()["spec"]["groups"]
-            for r in g["rules"]
-            for n in metric_names(r["expr"])
-        },
+        "alerts": {n for r in alert_rules(rules()) for n in metric_names(r["expr"])},
     }
     for where, names in used.items():
         assert names, where
@@ -180,58 +177,32 @@ def test_promtool_accepts_the_plain_scrape_job(tmp_path: Path) -> None:
     del checked["kubernetes_sd_configs"]
     path = tmp_path / "prometheus.yml"
     path.write_text(yaml.safe_dump({"scrape_configs": [checked]}))
-    out = subprocess.run(
-        [promtool(), "check", "config", str(path)], capture_output=True, text=True, check=False
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
+    run_promtool("check", "config", str(path))
 
 
 def test_nlproxy_down_fires_when_a_target_stops_answering(tmp_path: Path) -> None:
-    rules = one(MONITORING / "nlproxy-alerts.yaml", "PrometheusRule")
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rules["spec"]["groups"]}))
+    rules = one(ALERTS, "PrometheusRule")
     job = alert_job()
     up = f'up{{job="{job}",instance="192.0.2.1:10249",node="node-a"}}'
     other = f'up{{job="{job}",instance="192.0.2.2:10249",node="node-b"}}'
-    tests = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": [
-                    {"series": up, "values": "1 1 0x10"},  # stops answering at 2m
-                    {"series": other, "values": "1x12"},
-                ],
-                "alert_rule_test": [
-                    {"eval_time": "4m", "alertname": "NlproxyDown", "exp_alerts": []},  # pending
-                    {
-                        "eval_time": "8m",
-                        "alertname": "NlproxyDown",
-                        "exp_alerts": [
-                            {
-                                "exp_labels": {
-                                    "severity": "critical",
-                                    "job": job,
-                                    "instance": "192.0.2.1:10249",
-                                    "node": "node-a",
-                                },
-                                "exp_annotations": {
-                                    k: v.replace("{{ $labels.instance }}", "192.0.2.1:10249")
-                                    for k, v in down_rule(rules)["annotations"].items()
-                                },
-                            }
-                        ],
-                    },
-                ],
-            }
-        ],
+    expected = {
+        "exp_labels": {
+            "severity": "critical",
+            "job": job,
+            "instance": "192.0.2.1:10249",
+            "node": "node-a",
+        },
+        "exp_annotations": {
+            k: v.replace("{{ $labels.instance }}", "192.0.2.1:10249")
+            for k, v in down_rule(rules)["annotations"].items()
+        },
     }
-    path = tmp_path / "tests.yaml"
-    path.write_text(yaml.safe_dump(tests))
-    out = subprocess.run(
-        [promtool(), "test", "rules", str(path)], capture_output=True, text=True, check=False
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
+    series = [
+        {"series": up, "values": "1 1 0x10"},  # stops answering at 2m
+        {"series": other, "values": "1x12"},
+    ]
+    checks = [(4, "NlproxyDown", []), (8, "NlproxyDown", [expected])]  # pending at 4m
+    promtool_test_rules(tmp_path, [alert_test(series, checks)])
 
 
 def test_the_rules_carry_kube_prometheus_stacks_release_label() -> None:
@@ -258,18 +229,12 @@ INSTANCE, OTHER = "192.0.2.1:10249", "192.0.2.2:10249"
 def _alert(name: str, labels: dict[str, str], value: float) -> dict[str, Any]:
     """The alert ``name`` as Prometheus would fire it for a series with ``labels`` whose
     value is ``value``: the rule's own labels added, its annotations rendered."""
-    doc = one(ALERTS, "PrometheusRule")
     [rule] = [
         r
-        for g in doc["spec"]["groups"]
-        for r in g["rules"]
+        for r in alert_rules(one(ALERTS, "PrometheusRule"))
         if r.get("alert") == name and not str(r["expr"]).startswith("absent(")
     ]
-    full = {**labels, **rule["labels"]}
-    return {
-        "exp_labels": full,
-        "exp_annotations": {k: render(v, full, value) for k, v in rule["annotations"].items()},
-    }
+    return firing(rule, labels, value)
 
 
 def _series(metric: str, labels: dict[str, str], values: str) -> dict[str, str]:
@@ -298,55 +263,27 @@ NEW_ALERTS = [
 
 @pytest.mark.parametrize("case", NEW_ALERTS, ids=[c[0] for c in NEW_ALERTS])
 def test_each_new_alert_fires_from_its_series(tmp_path: Path, case: tuple[Any, ...]) -> None:
-    name, metric, extra, values, healthy, (pending, firing), value = case
+    name, metric, extra, values, healthy, (pending, fires), value = case
     series = [_series(metric, {"instance": INSTANCE, **extra}, values)]
     if healthy is not None:
         series.append(_series(metric, {"instance": OTHER, **extra}, healthy))
     expected = _alert(name, {"instance": INSTANCE, **extra}, value)
-    promtool_test_rules(
-        tmp_path,
-        [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "alert_rule_test": [
-                    {"eval_time": f"{pending}m", "alertname": name, "exp_alerts": []},
-                    {"eval_time": f"{firing}m", "alertname": name, "exp_alerts": [expected]},
-                ],
-            }
-        ],
-    )
+    checks = [(pending, name, []), (fires, name, [expected])]
+    promtool_test_rules(tmp_path, [alert_test(series, checks)])
 
 
 def test_nlproxy_down_fires_when_no_target_is_scraped_at_all(tmp_path: Path) -> None:
     """The ``absent()`` form: no nlproxy target at all (another job's targets are there)."""
     job = alert_job()
     rule = down_rule(one(ALERTS, "PrometheusRule"), absent=True)
-    labels = {"job": job, **rule["labels"]}
-    expected = {
-        "exp_labels": labels,
-        "exp_annotations": {k: render(v, labels, 1) for k, v in rule["annotations"].items()},
-    }
-    promtool_test_rules(
-        tmp_path,
-        [
-            {
-                "interval": "1m",
-                "input_series": [
-                    {
-                        "series": 'up{job="node-exporter",instance="192.0.2.9:9100"}',
-                        "values": "1x20",
-                    },
-                    # nlproxy scraped at first, then its DaemonSet goes.
-                    {"series": f'up{{job="{job}",instance="{INSTANCE}"}}', "values": "1 1"},
-                ],
-                "alert_rule_test": [
-                    {"eval_time": "8m", "alertname": "NlproxyDown", "exp_alerts": []},
-                    {"eval_time": "20m", "alertname": "NlproxyDown", "exp_alerts": [expected]},
-                ],
-            }
-        ],
-    )
+    expected = firing(rule, {"job": job}, 1)
+    series = [
+        {"series": 'up{job="node-exporter",instance="192.0.2.9:9100"}', "values": "1x20"},
+        # nlproxy scraped at first, then its DaemonSet goes.
+        {"series": f'up{{job="{job}",instance="{INSTANCE}"}}', "values": "1 1"},
+    ]
+    checks = [(8, "NlproxyDown", []), (20, "NlproxyDown", [expected])]
+    promtool_test_rules(tmp_path, [alert_test(series, checks)])
 
 
 def test_every_new_alert_has_a_promtool_test() -> None:
@@ -379,14 +316,12 @@ def _builds(instance: str, cluster: str, builds: str) -> list[dict[str, str]]:
     return out
 
 
+MIXED = "NlproxyMixedVersions"
+
+
 def _mixed_alert(cluster: str, value: int) -> dict[str, Any]:
-    every = [r for g in rules()["spec"]["groups"] for r in g["rules"]]
-    [rule] = [r for r in every if r.get("alert") == "NlproxyMixedVersions"]
-    labels = {"cluster": cluster, **rule["labels"]}
-    return {
-        "exp_labels": labels,
-        "exp_annotations": {k: render(v, labels, value) for k, v in rule["annotations"].items()},
-    }
+    [rule] = [r for r in alert_rules(rules()) if r.get("alert") == "NlproxyMixedVersions"]
+    return firing(rule, {"cluster": cluster}, value)
 
 
 def test_mixed_versions_fires_for_a_rollout_that_stops(tmp_path: Path) -> None:
@@ -401,24 +336,8 @@ def test_mixed_versions_fires_for_a_rollout_that_stops(tmp_path: Path) -> None:
         *_builds("198.51.100.1:10249", "c2", f"{old}:10 {new}:120"),
         *_builds("198.51.100.2:10249", "c2", f"{old}:35 {new}:95"),
     ]
-    promtool_test_rules(
-        tmp_path,
-        [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "alert_rule_test": [
-                    {"eval_time": "5m", "alertname": "NlproxyMixedVersions", "exp_alerts": []},
-                    {"eval_time": "60m", "alertname": "NlproxyMixedVersions", "exp_alerts": []},
-                    {
-                        "eval_time": "80m",
-                        "alertname": "NlproxyMixedVersions",
-                        "exp_alerts": [_mixed_alert("c1", 2)],
-                    },
-                ],
-            }
-        ],
-    )
+    checks = [(5, MIXED, []), (60, MIXED, []), (80, MIXED, [_mixed_alert("c1", 2)])]
+    promtool_test_rules(tmp_path, [alert_test(series, checks)])
 
 
 def test_mixed_versions_stays_quiet_for_one_build_per_cluster(tmp_path: Path) -> None:
@@ -430,16 +349,5 @@ def test_mixed_versions_stays_quiet_for_one_build_per_cluster(tmp_path: Path) ->
         *_builds("198.51.100.1:10249", "c2", "v0.2.0@bbbb:130"),
         *_builds("198.51.100.2:10249", "c2", "v0.2.0@bbbb:40 v0.2.0@bbbb:90"),
     ]
-    promtool_test_rules(
-        tmp_path,
-        [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "alert_rule_test": [
-                    {"eval_time": f"{t}m", "alertname": "NlproxyMixedVersions", "exp_alerts": []}
-                    for t in (30, 75, 120)
-                ],
-            }
-        ],
-    )
+    checks: list[tuple[int, str, list[dict[str, Any]]]] = [(t, MIXED, []) for t in (30, 75, 120)]
+    promtool_test_rules(tmp_path, [alert_test(series, checks)])

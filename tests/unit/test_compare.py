@@ -7,7 +7,7 @@ from ipaddress import ip_address, ip_network
 
 import pytest
 
-from nlproxy.cluster.model import Protocol
+from nlproxy.cluster.model import ClusterSnapshot, Endpoint, Protocol
 from nlproxy.inspect.kubeproxy import Anonymous, KubeProxyRulesetError, traceable
 from nlproxy.nft.decode import UndecodedRule
 from nlproxy.nft.ir import (
@@ -24,7 +24,7 @@ from nlproxy.nft.ir import (
 from nlproxy.nft.readsets import RawSet
 from nlproxy.operate.compare import certify, render_text
 from nlproxy.proxy.planner import plan
-from nlproxy.proxy.tracer import trace
+from nlproxy.proxy.tracer import TraceResult, trace
 from tests.unit.builders import endpoint, eps_slice, node, service, snapshot
 from tests.world import config
 
@@ -54,27 +54,18 @@ def _kube_proxy(*rules: tuple[str, tuple[str, ...]]) -> Ruleset:
     return rs
 
 
+def _raw(name: str, flag: SetFlag, key: DataType, data: tuple[DataType, ...] = ()) -> RawSet:
+    """An anonymous constant set (or map, with ``data``) of 4-byte keys, as nft makes one."""
+    flags = SetFlag.ANONYMOUS | SetFlag.CONSTANT | flag
+    return RawSet(name=name, flags=flags, key=(key,), key_len=4, data=data, timeout_ms=0,
+                  comment="", anonymous=True)  # fmt: skip
+
+
 def _anonymous() -> dict[str, Anonymous]:
-    backends = RawSet(
-        name="__map0",
-        flags=SetFlag.ANONYMOUS | SetFlag.CONSTANT | SetFlag.MAP,
-        key=(DataType.INTEGER,),
-        key_len=4,
-        data=(DataType.IPV4_ADDR, DataType.INET_SERVICE),
-        timeout_ms=0,
-        comment="",
-        anonymous=True,
+    backends = _raw(
+        "__map0", SetFlag.MAP, DataType.INTEGER, (DataType.IPV4_ADDR, DataType.INET_SERVICE)
     )
-    allowed = RawSet(
-        name="__set0",
-        flags=SetFlag.ANONYMOUS | SetFlag.CONSTANT | SetFlag.INTERVAL,
-        key=(DataType.IPV4_ADDR,),
-        key_len=4,
-        data=(),
-        timeout_ms=0,
-        comment="",
-        anonymous=True,
-    )
+    allowed = _raw("__set0", SetFlag.INTERVAL, DataType.IPV4_ADDR)
     pairs = [(0, "10.244.1.5", 8080), (1, "10.244.2.7", 8080)]
     return {
         "__map0": Anonymous(
@@ -85,16 +76,16 @@ def _anonymous() -> dict[str, Anonymous]:
     }
 
 
+def _trace(rs: Ruleset, src: str, dst: str, local: tuple[str, ...] = ()) -> TraceResult:
+    """A new TCP connection from ``src`` to ``dst``:80 through ``rs`` made traceable."""
+    addrs = [ip_address(a) for a in local]
+    return trace(traceable(rs, _anonymous()), ip_address(src), Protocol.TCP, ip_address(dst), 80,
+                 local_addrs=addrs)  # fmt: skip
+
+
 def test_an_anonymous_dnat_map_becomes_a_traceable_named_one() -> None:
     rs = _kube_proxy(("nat-prerouting", DNAT))
-    traced = trace(
-        traceable(rs, _anonymous()),
-        ip_address("10.244.1.9"),
-        Protocol.TCP,
-        ip_address("10.96.10.10"),
-        80,
-        local_addrs=[ip_address("172.18.0.2")],
-    )
+    traced = _trace(rs, "10.244.1.9", "10.96.10.10", local=("172.18.0.2",))
     assert traced.endpoints == {"10.244.1.5:8080", "10.244.2.7:8080"}
     assert "__map0" in rs.sets
 
@@ -108,14 +99,7 @@ def test_an_anonymous_dnat_map_becomes_a_traceable_named_one() -> None:
 )
 def test_a_firewall_rule_drops_sources_outside_its_anonymous_set(src: str, verdict: str) -> None:
     rs = _kube_proxy(("nat-prerouting", FIREWALL))
-    traced = trace(
-        traceable(rs, _anonymous()),
-        ip_address(src),
-        Protocol.TCP,
-        ip_address("172.18.255.200"),
-        80,
-        local_addrs=[],
-    )
+    traced = _trace(rs, src, "172.18.255.200")
     assert traced.verdict == verdict
 
 
@@ -126,12 +110,12 @@ def test_a_rule_of_another_shape_is_named_not_guessed() -> None:
 
 
 def test_differences_are_told_in_words_with_what_the_slices_say() -> None:
-    svc = service("default", "web", "172.30.0.10")
-    both = [endpoint("10.0.0.1"), endpoint("10.0.0.2")]
-    served = snapshot([svc], [eps_slice("default", "web", both)], node=node())
-    kube = plan(served, config()).rulesets
-    one = [endpoint("10.0.0.1"), endpoint("10.0.0.2", ready=False, serving=False)]
-    now = snapshot([svc], [eps_slice("default", "web", one)], node=node())
+    def web(*endpoints: Endpoint) -> ClusterSnapshot:
+        svc = service("default", "web", "172.30.0.10")
+        return snapshot([svc], [eps_slice("default", "web", endpoints)], node=node())
+
+    kube = plan(web(endpoint("10.0.0.1"), endpoint("10.0.0.2")), config()).rulesets
+    now = web(endpoint("10.0.0.1"), endpoint("10.0.0.2", ready=False, serving=False))
     ours = plan(now, config()).rulesets
     cert = certify(kube, ours, now, config())
     assert cert.differences

@@ -3,6 +3,7 @@ diagnoses, manifests facts and rendering. The kernel side is tests/kernel/test_e
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from ipaddress import ip_address, ip_network
 from pathlib import Path
@@ -14,8 +15,10 @@ from nlproxy.cluster.manifests import load_manifests
 from nlproxy.cluster.model import ServiceKey
 from nlproxy.errors import ConfigError
 from nlproxy.inspect.classify import Reachability
+from nlproxy.inspect.foreign import ForeignTable, Leftovers
+from nlproxy.inspect.ipvs import IpvsLeftovers
 from nlproxy.nft.ir import Family, Ruleset
-from nlproxy.operate.explain import EndpointRow, Report, parse_service_key
+from nlproxy.operate.explain import EndpointRow, Report, foreign_rules, parse_service_key
 from nlproxy.operate.explain_render import render_text, report_to_json, table
 from nlproxy.operate.manifests import service_facts, service_frontends
 from nlproxy.operate.programmed import (
@@ -355,3 +358,54 @@ def test_facts_name_a_refused_external_ip(tmp_path: Path) -> None:
     )
     other = service_facts(load_manifests(tmp_path), ServiceKey(namespace="ns", name="dns"))
     assert other.problems == ()
+
+
+KUBE_PROXY = Leftovers(
+    tables=(
+        ForeignTable(family="ip", table="kube-proxy", mode="nftables", chains=()),
+        ForeignTable(family="ip6", table="nat", mode="iptables-nft", chains=("KUBE-SERVICES",)),
+    ),
+    ipvs=IpvsLeftovers(ipsets=("KUBE-CLUSTER-IP",)),
+)
+
+
+def test_another_proxys_rules_are_problems_unless_the_daemon_runs_beside_them() -> None:
+    problems, expected = foreign_rules(KUBE_PROXY)
+    assert expected == []
+    assert [p.split(": ")[1] for p in problems] == [
+        "table ip kube-proxy (kube-proxy, nftables mode)",
+        "1 KUBE-* chains in table ip6 nat (kube-proxy, iptables-nft)",
+        "1 KUBE-* ipsets (kube-proxy, IPVS)",
+    ]
+    assert all(p.startswith("another proxy's rules: ") for p in problems)
+    # A canary's daemon names the tables it runs beside: those are expected, the rest are not.
+    problems, expected = foreign_rules(KUBE_PROXY, frozenset({"ip kube-proxy"}))
+    assert expected == ["table ip kube-proxy (kube-proxy, nftables mode)"]
+    assert [p.split(": ")[1] for p in problems] == [
+        "1 KUBE-* chains in table ip6 nat (kube-proxy, iptables-nft)",
+        "1 KUBE-* ipsets (kube-proxy, IPVS)",
+    ]
+
+
+def test_the_proxy_a_canary_runs_beside_is_shown_apart_from_the_verdict(
+    rulesets: dict[Family, Ruleset],
+) -> None:
+    beside = ("table ip kube-proxy (kube-proxy, nftables mode)",)
+    report = dataclasses.replace(_report(rulesets, None), problems=(), beside=beside)
+    text = render_text(report)
+    heads = [line for line in text.splitlines() if line and not line.startswith(" ")]
+    assert heads[-2:] == ["Beside (canary)", "Verdict"]
+    section = text.split("Beside (canary)\n", 1)[1].split("\n\n", 1)[0]
+    assert section.splitlines() == [
+        "  the service proxy this canary runs beside (expected, left alone):",
+        "    table ip kube-proxy (kube-proxy, nftables mode)",
+    ]
+    assert "PROBLEM" not in text
+    assert "  OK: every frontend has endpoints, every endpoint is reachable" in text
+    doc = report_to_json(report)
+    assert doc["beside_proxy_rules"] == list(beside)
+    assert doc["ok"] is True
+    # No canary: no such section, and the JSON says so with an empty list.
+    plain = _report(rulesets, None)
+    assert "Beside (canary)" not in render_text(plain)
+    assert report_to_json(plain)["beside_proxy_rules"] == []

@@ -8,13 +8,11 @@ fake the same batches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from ipaddress import ip_address
+from collections.abc import Sequence
 
 import pytest
 import trio
 import trio.testing
-from prometheus_client import CollectorRegistry
 
 from nlproxy.cluster.model import (
     Change,
@@ -26,64 +24,28 @@ from nlproxy.cluster.model import (
 )
 from nlproxy.conntrack.fake import FakeConntrack
 from nlproxy.conntrack.kernel import ConntrackError
-from nlproxy.conntrack.messages import Flow, FlowTuple
 from nlproxy.nft.fake import FakeNftables
-from nlproxy.nft.ir import Element, Family, L4Proto, Operation, Table, Verb
+from nlproxy.nft.ir import Element, Family, Operation, Table, Verb
 from nlproxy.nft.monitor import Drift
-from nlproxy.nft.render import render_ruleset
 from nlproxy.proxy import naming as n
-from nlproxy.proxy.tracer import trace
-from nlproxy.serve.health import HealthState
-from nlproxy.serve.metrics import Metrics
-from nlproxy.sync.fingerprint import Fingerprint, take_record
-from nlproxy.sync.kernel import SyncKernel
-from nlproxy.sync.loop import SyncLoop
-from nlproxy.sync.syncer import Syncer
+from nlproxy.sync.fingerprint import Fingerprint
 from tests.unit.builders import endpoint, eps_slice, node, port, service, snapshot, upsert
-from tests.unit.incremental import CONFIG, NODE_ADDRS, state_with_node
-
-CLIENT = ip_address("10.200.0.9")
-LOCAL = (*NODE_ADDRS,)
-
-
-def make(
-    nft: FakeNftables, flows: FakeConntrack | None = None, quota: int | None = None, **kw: bool
-) -> Syncer:
-    kernel = SyncKernel(tables=nft.open, readback=nft, flows=flows or FakeConntrack())
-    return Syncer(CONFIG, kernel, quota=quota, **kw)
-
-
-def to(nft: FakeNftables, vip: str, dport: int, proto: L4Proto = L4Proto.TCP) -> set[str]:
-    """Where a new connection from ``CLIENT`` to ``vip:dport`` goes in the fake's table."""
-    rs = nft.ruleset(Family.IP)
-    assert rs is not None
-    return set(trace(rs, CLIENT, proto, ip_address(vip), dport, local_addrs=LOCAL).endpoints)
-
-
-def text(nft: FakeNftables) -> str:
-    """The fake's IPv4 table as ``nlproxy rules`` prints it, without the restart record."""
-    rs = nft.dump(Family.IP)
-    take_record(rs)
-    assert rs is not None
-    return render_ruleset(rs)
-
-
-def udp_flow(vip: str, backend: str, dport: int = 53, sport: int = 40000) -> Flow:
-    orig = FlowTuple(
-        src=CLIENT, dst=ip_address(vip), proto=int(L4Proto.UDP), sport=sport, dport=dport
-    )
-    reply = FlowTuple(
-        src=ip_address(backend), dst=CLIENT, proto=int(L4Proto.UDP), sport=dport, dport=sport
-    )
-    return Flow(orig=orig, reply=reply)
-
-
-def dns(ns: str, name: str, cip: str) -> Service:
-    return service(ns, name, cip, ports=[port(ns, name, "dns", 53, "UDP")])
-
-
-def dns_slice(ns: str, name: str, ips: Sequence[str]) -> EndpointSlice:
-    return eps_slice(ns, name, [endpoint(ip) for ip in ips], ports=(("dns", 53, "UDP"),))
+from tests.unit.incremental import state_with_node
+from tests.unit.sync_fakes import (
+    TCP,
+    UDP,
+    dns,
+    dns_slice,
+    fake_loop,
+    flow,
+    make,
+    synced_once,
+    text,
+    to,
+    web_changes,
+    web_state,
+    webs,
+)
 
 
 def test_a_removed_udp_endpoint_flushes_exactly_its_flows() -> None:
@@ -99,12 +61,12 @@ def test_a_removed_udp_endpoint_flushes_exactly_its_flows() -> None:
     )
     syncer = make(nft, flows)
     syncer.sync(state.snapshot())
-    assert to(nft, "172.30.0.10", 53, L4Proto.UDP) == {"10.1.0.1:53", "10.1.0.2:53"}
-    stale = udp_flow("172.30.0.10", "10.1.0.1")
+    assert to(nft, "172.30.0.10", 53, UDP) == {"10.1.0.1:53", "10.1.0.2:53"}
+    stale = flow("172.30.0.10", "10.1.0.1")
     kept = [
-        udp_flow("172.30.0.10", "10.1.0.2"),
-        udp_flow("172.30.0.11", "10.1.0.1"),  # the other Service still has the endpoint
-        udp_flow("172.30.0.10", "10.1.0.1", dport=54),  # not the Service's port
+        flow("172.30.0.10", "10.1.0.2"),
+        flow("172.30.0.11", "10.1.0.1"),  # the other Service still has the endpoint
+        flow("172.30.0.10", "10.1.0.1", dport=54),  # not the Service's port
     ]
     flows.flows = [stale, *kept]
 
@@ -112,7 +74,7 @@ def test_a_removed_udp_endpoint_flushes_exactly_its_flows() -> None:
     result = syncer.sync(state.snapshot(), changed=changed)
 
     assert result.incremental
-    assert to(nft, "172.30.0.10", 53, L4Proto.UDP) == {"10.1.0.2:53"}
+    assert to(nft, "172.30.0.10", 53, UDP) == {"10.1.0.2:53"}
     assert flows.deleted == [stale]
     assert flows.flows == kept
     assert result.conntrack_deleted == 1
@@ -135,14 +97,14 @@ def test_a_cleanup_that_ran_out_of_descriptors_is_finished_by_the_next_sync(
     )
     syncer = make(nft, flows)
     syncer.sync(state.snapshot())
-    stale, kept = udp_flow("172.30.0.10", "10.1.0.1"), udp_flow("172.30.0.10", "10.1.0.2")
+    stale, kept = flow("172.30.0.10", "10.1.0.1"), flow("172.30.0.10", "10.1.0.2")
     flows.flows = [stale, kept]
 
     flows.fail_next = True
     changed = state.apply([upsert(dns_slice("kube-system", "dns", ["10.1.0.2"]))])
     with pytest.raises(ConntrackError, match="kept for the next cleanup"):
         syncer.sync(state.snapshot(), changed=changed)
-    assert to(nft, "172.30.0.10", 53, L4Proto.UDP) == {"10.1.0.2:53"}  # committed
+    assert to(nft, "172.30.0.10", 53, UDP) == {"10.1.0.2:53"}  # committed
     assert flows.flows == [stale, kept]
     assert flows.pending
 
@@ -200,23 +162,15 @@ def test_a_service_the_kernel_refuses_is_bisected_out_and_the_rest_programmed() 
     assert "default/lb-b" not in table
 
 
-def programmed_world() -> ClusterSnapshot:
-    pairs = [
-        (service("a", f"web{i}", f"172.30.0.{i + 1}"), eps_slice("a", f"web{i}", [endpoint(ip)]))
-        for i, ip in enumerate(["10.1.0.1", "10.1.0.2", "10.1.0.3"])
-    ]
-    return world(*pairs)
-
-
 @pytest.mark.parametrize("record", [True, False], ids=["by-record", "by-read-back"])
 def test_a_restart_sends_no_operations(record: bool) -> None:
     nft = FakeNftables(n.TABLE)
     first = make(nft, record=record)
-    first.sync(programmed_world())
+    first.sync(webs())
     batches, before = len(nft.batches), text(nft)
     assert batches
 
-    again = make(nft, record=record).sync(programmed_world())
+    again = make(nft, record=record).sync(webs())
 
     assert again.total_ops == 0
     assert again.restarted is record  # the records vouch, or the read-back equals the plan
@@ -228,12 +182,7 @@ def test_a_trusted_restart_plans_in_the_next_sync_which_sends_only_the_change() 
     """``plan_after_restart``: the first sync trusts the records and plans nothing; the next
     plans what they vouched for and sends only what changed since, as a syncer that never
     stopped would (the same table)."""
-    state = state_with_node()
-    pairs = [
-        (service("a", f"web{i}", f"172.30.0.{i + 1}"), eps_slice("a", f"web{i}", [endpoint(ip)]))
-        for i, ip in enumerate(["10.1.0.1", "10.1.0.2", "10.1.0.3"])
-    ]
-    state.apply([upsert(o) for pair in pairs for o in pair])
+    state = web_state()
     nft, steady_nft = FakeNftables(n.TABLE), FakeNftables(n.TABLE)
     make(nft).sync(state.snapshot())
     steady = make(steady_nft)
@@ -277,15 +226,13 @@ def drop_web1(nft: FakeNftables) -> Element:
 
 
 def test_drift_is_repaired_by_the_next_full_sync() -> None:
-    nft = FakeNftables(n.TABLE)
-    syncer = make(nft)
-    syncer.sync(programmed_world())
+    nft, syncer = synced_once(webs())
     before = text(nft)
     drop_web1(nft)
     assert to(nft, "172.30.0.2", 80) == set()
 
     syncer.verify()
-    result = syncer.sync(programmed_world())
+    result = syncer.sync(webs())
 
     assert result.total_ops == 1  # the element, back
     assert to(nft, "172.30.0.2", 80) == {"10.1.0.2:80"}
@@ -294,10 +241,8 @@ def test_drift_is_repaired_by_the_next_full_sync() -> None:
 
 @pytest.mark.parametrize("prepared", [False, True], ids=["in-the-sync", "prepared"])
 def test_drift_found_off_the_loop_is_repaired(prepared: bool) -> None:
-    nft = FakeNftables(n.TABLE)
-    syncer = make(nft)
-    snap = programmed_world()
-    syncer.sync(snap)
+    snap = webs()
+    nft, syncer = synced_once(snap)
     before = text(nft)
     gen = nft.generation()
     assert syncer.own_commits(gen - 2, gen)  # both families' batches were this syncer's
@@ -319,31 +264,14 @@ def test_drift_found_off_the_loop_is_repaired(prepared: bool) -> None:
     assert after.total_ops == 0
 
 
-async def here(fn: Callable[..., object], *args: object) -> object:
-    """The loop's verifier calls, run on the loop (the fakes do no I/O)."""
-    return fn(*args)
-
-
 async def test_the_loop_repairs_what_another_writer_changed(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     nft = FakeNftables(n.TABLE)
     synced = trio.Event()
-    loop = SyncLoop(
-        state_with_node(),
-        make(nft),
-        health=HealthState(grace_seconds=120),
-        metrics=Metrics(CollectorRegistry()),
-        min_interval=1.0,
-        sync_period=3600.0,
-        on_synced=lambda *_: synced.set(),
-        in_thread=False,
-        runner=here,
-    )
+    loop = fake_loop(state_with_node(), make(nft), lambda *_: synced.set())
     send, recv = trio.open_memory_channel[Sequence[Change]](10)
-    web = [upsert(service("a", "web1", "172.30.0.2"))]
-    web.append(upsert(eps_slice("a", "web1", [endpoint("10.1.0.2")])))
-    await send.send(web)
+    await send.send(web_changes(1))
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run, recv)
         before = text(nft)
@@ -358,16 +286,6 @@ async def test_the_loop_repairs_what_another_writer_changed(
         nursery.cancel_scope.cancel()
 
 
-def tcp_flow(vip: str, backend: str, dport: int = 80, sport: int = 40000) -> Flow:
-    orig = FlowTuple(
-        src=CLIENT, dst=ip_address(vip), proto=int(L4Proto.TCP), sport=sport, dport=dport
-    )
-    reply = FlowTuple(
-        src=ip_address(backend), dst=CLIENT, proto=int(L4Proto.TCP), sport=dport, dport=sport
-    )
-    return Flow(orig=orig, reply=reply)
-
-
 @pytest.mark.parametrize("path", ["incremental", "full"])
 @pytest.mark.parametrize("flush_tcp", [False, True], ids=["default", "flush-tcp"])
 def test_tcp_flows_of_a_removed_endpoint_go_only_with_flush_tcp(path: str, flush_tcp: bool) -> None:
@@ -376,7 +294,7 @@ def test_tcp_flows_of_a_removed_endpoint_go_only_with_flush_tcp(path: str, flush
     of the same removal go either way, so a cleanup did run."""
     nft, flows = FakeNftables(n.TABLE), FakeConntrack()
     state = state_with_node()
-    web = service(
+    svc = service(
         "a",
         "web",
         "172.30.0.20",
@@ -385,15 +303,15 @@ def test_tcp_flows_of_a_removed_endpoint_go_only_with_flush_tcp(path: str, flush
     both = (("http", 80, "TCP"), ("dns", 53, "UDP"))
     state.apply(
         [
-            upsert(web),
+            upsert(svc),
             upsert(eps_slice("a", "web", [endpoint("10.1.0.1"), endpoint("10.1.0.2")], ports=both)),
         ]
     )
     syncer = make(nft, flows, flush_tcp=flush_tcp)
     syncer.sync(state.snapshot())
     assert to(nft, "172.30.0.20", 80) == {"10.1.0.1:80", "10.1.0.2:80"}
-    tcp_stale, udp_stale = tcp_flow("172.30.0.20", "10.1.0.1"), udp_flow("172.30.0.20", "10.1.0.1")
-    kept = [tcp_flow("172.30.0.20", "10.1.0.2"), udp_flow("172.30.0.20", "10.1.0.2")]
+    tcp_stale, udp_stale = flow("172.30.0.20", "10.1.0.1", TCP), flow("172.30.0.20", "10.1.0.1")
+    kept = [flow("172.30.0.20", "10.1.0.2", TCP), flow("172.30.0.20", "10.1.0.2")]
     flows.flows = [tcp_stale, udp_stale, *kept]
 
     changed = state.apply([upsert(eps_slice("a", "web", [endpoint("10.1.0.2")], ports=both))])

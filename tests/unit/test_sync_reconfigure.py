@@ -13,7 +13,6 @@ from ipaddress import ip_address, ip_network
 import pytest
 import trio
 import trio.testing
-from prometheus_client import CollectorRegistry
 
 from nlproxy.cluster.model import Change, ClusterSnapshot, LoadBalancing
 from nlproxy.nft.fake import FakeNftables
@@ -21,25 +20,15 @@ from nlproxy.nft.ir import Family, L4Proto
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.tracer import trace
-from nlproxy.serve.health import HealthState
-from nlproxy.serve.metrics import Metrics
 from nlproxy.sync.loop import SyncLoop
 from nlproxy.sync.syncer import Syncer, SyncResult
-from tests.unit.builders import endpoint, eps_slice, service, upsert
+from tests.unit.builders import service, upsert
 from tests.unit.incremental import CONFIG, NODE_ADDRS, state_with_node
-from tests.unit.test_sync_fakes import here, make, text
+from tests.unit.sync_fakes import fake_loop, make, synced_once, text, web_changes, webs
 
 POD = ip_address("10.7.0.5")  # inside CONFIG's cluster CIDR 10.0.0.0/8
-VIP = "172.30.0.2"
+VIP = "172.30.0.2"  # a/web1's, served by 10.1.0.2 (sync_fakes.web_changes)
 MASQUERADE_ALL = replace(CONFIG, masquerade_all=True)
-
-
-def world() -> ClusterSnapshot:
-    state = state_with_node()
-    for i, ip in enumerate(["10.1.0.1", "10.1.0.2", "10.1.0.3"]):
-        svc = service("a", f"web{i}", f"172.30.0.{i + 1}")
-        state.apply([upsert(svc), upsert(eps_slice("a", f"web{i}", [endpoint(ip)]))])
-    return state.snapshot()
 
 
 def masqueraded(nft: FakeNftables) -> bool:
@@ -70,10 +59,8 @@ def fresh(config: ProxyConfig, snapshot: ClusterSnapshot) -> str:
 def test_new_settings_are_programmed_as_a_fresh_start_would_in_one_batch_per_family(
     new: ProxyConfig,
 ) -> None:
-    snapshot = world()
-    nft = FakeNftables(n.TABLE)
-    syncer = make(nft)
-    syncer.sync(snapshot)
+    snapshot = webs()
+    nft, syncer = synced_once(snapshot)
     assert syncer.sync(snapshot, changed=set()).total_ops == 0
     batches = len(nft.batches)
 
@@ -91,10 +78,8 @@ def test_new_settings_are_programmed_as_a_fresh_start_would_in_one_batch_per_fam
 
 
 def test_masquerade_all_flips_a_pods_connection_both_ways() -> None:
-    snapshot = world()
-    nft = FakeNftables(n.TABLE)
-    syncer = make(nft)
-    syncer.sync(snapshot)
+    snapshot = webs()
+    nft, syncer = synced_once(snapshot)
     assert not masqueraded(nft)
 
     syncer.reconfigure(MASQUERADE_ALL)
@@ -108,10 +93,8 @@ def test_masquerade_all_flips_a_pods_connection_both_ways() -> None:
 
 
 def test_the_same_settings_change_nothing() -> None:
-    snapshot = world()
-    nft = FakeNftables(n.TABLE)
-    syncer = make(nft)
-    syncer.sync(snapshot)
+    snapshot = webs()
+    _, syncer = synced_once(snapshot)
     assert not syncer.reconfigure(replace(CONFIG))  # equal, not the same object
     result = syncer.sync(snapshot, changed=set())
     assert result.incremental
@@ -121,7 +104,7 @@ def test_the_same_settings_change_nothing() -> None:
 def test_a_trusted_restart_not_planned_yet_is_compared_with_the_old_settings() -> None:
     """A restart the records vouched for has not planned yet when new settings come: what the
     tables hold is the old settings' plan, and the next sync sends the difference to the new."""
-    snapshot = world()
+    snapshot = webs()
     nft = FakeNftables(n.TABLE)
     make(nft).sync(snapshot)
     again = make(nft, plan_after_restart=True)
@@ -138,10 +121,8 @@ def test_a_trusted_restart_not_planned_yet_is_compared_with_the_old_settings() -
 def test_the_records_carry_the_new_settings() -> None:
     """A process started afterwards with the new settings trusts the tables (nothing to
     send); one started with the old settings does not."""
-    snapshot = world()
-    nft = FakeNftables(n.TABLE)
-    syncer = make(nft)
-    syncer.sync(snapshot)
+    snapshot = webs()
+    nft, syncer = synced_once(snapshot)
     syncer.reconfigure(MASQUERADE_ALL)
     syncer.sync(snapshot, changed=set())
 
@@ -167,26 +148,7 @@ class Synced:
 
 def _loop(nft: FakeNftables, **kw: object) -> tuple[SyncLoop, Synced]:
     synced = Synced()
-    loop = SyncLoop(
-        state_with_node(),
-        make(nft),
-        health=HealthState(grace_seconds=120),
-        metrics=Metrics(CollectorRegistry()),
-        min_interval=1.0,
-        sync_period=3600.0,
-        on_synced=synced,
-        in_thread=False,
-        runner=here,
-        **kw,  # type: ignore[arg-type]
-    )
-    return loop, synced
-
-
-def _web() -> list[Change]:
-    return [
-        upsert(service("a", "web1", VIP)),
-        upsert(eps_slice("a", "web1", [endpoint("10.1.0.2")])),
-    ]
+    return fake_loop(state_with_node(), make(nft), synced, **kw), synced
 
 
 async def test_the_loop_syncs_new_settings_at_once(
@@ -195,7 +157,7 @@ async def test_the_loop_syncs_new_settings_at_once(
     nft = FakeNftables(n.TABLE)
     loop, synced = _loop(nft)
     send, recv = trio.open_memory_channel[Sequence[Change]](10)
-    await send.send(_web())
+    await send.send(web_changes(1))
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run, recv)
         assert not masqueraded(nft)
@@ -237,7 +199,7 @@ async def test_new_periods_reschedule_the_verify(
 
     loop, _ = _loop(nft, quiet=quiet)
     send, recv = trio.open_memory_channel[Sequence[Change]](10)
-    await send.send(_web())
+    await send.send(web_changes(1))
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run, recv)
         assert not verifies

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 import trio
 import trio.testing
-from prometheus_client import CollectorRegistry
 
 from nlproxy.cluster.model import (
     Change,
@@ -25,20 +24,14 @@ from nlproxy.cluster.model import (
     Upsert,
 )
 from nlproxy.cluster.state import ClusterState
-from nlproxy.conntrack.fake import FakeConntrack
 from nlproxy.nft.fake import FakeNftables
 from nlproxy.nft.ir import Family
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.planner import Plan
-from nlproxy.serve.health import HealthState
-from nlproxy.serve.metrics import Metrics
-from nlproxy.sync.kernel import SyncKernel
-from nlproxy.sync.loop import SyncLoop
 from nlproxy.sync.relist import for_planning
 from nlproxy.sync.syncer import Syncer, SyncResult
 from tests.unit.builders import endpoint, eps_slice, node, port, service, upsert
-from tests.unit.incremental import CONFIG
-from tests.unit.test_sync_fakes import here, text, to
+from tests.unit.sync_fakes import fake_loop, make, text, to
 
 SERVICES = 6
 CHANGED = ServiceKey(namespace="a", name="svc-3")
@@ -65,10 +58,6 @@ def lists(
         Replace(kind="Service", changes=tuple(svcs)),
         Replace(kind="EndpointSlice", changes=tuple(slices)),
     ]
-
-
-def make(nft: FakeNftables) -> Syncer:
-    return Syncer(CONFIG, SyncKernel(tables=nft.open, readback=nft, flows=FakeConntrack()))
 
 
 def fragments(plan: Plan | None) -> dict[Family, dict[ServiceKey, object]]:
@@ -171,17 +160,7 @@ async def test_the_loop_reports_only_the_services_a_relist_changed(
         reported.append(pending)
         synced.set()
 
-    loop = SyncLoop(
-        ClusterState(node().name),
-        make(nft),
-        health=HealthState(grace_seconds=120),
-        metrics=Metrics(CollectorRegistry()),
-        min_interval=1.0,
-        sync_period=3600.0,
-        on_synced=on_synced,
-        in_thread=False,
-        runner=here,
-    )
+    loop = fake_loop(ClusterState(node().name), make(nft), on_synced)
     send, recv = trio.open_memory_channel[Sequence[Change]](10)
     await send.send(lists())
     async with trio.open_nursery() as nursery:
