@@ -13,6 +13,7 @@ import sys
 
 from nlproxy.errors import ConfigError
 from nlproxy.operate.inspect import endpoint_report, render_table
+from nlproxy.operate.status import DEFAULT_METRICS, METRICS_PORT, parse_port
 from nlproxy.operate.text import printable, printable_lines
 
 NAME = "inspect"
@@ -23,13 +24,22 @@ EXIT_UNREACHABLE = 4
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--service", metavar="NS/NAME", help="only this service")
     parser.add_argument("--json", action="store_true", help="print a JSON list")
+    parser.add_argument(
+        "--metrics-address",
+        default=DEFAULT_METRICS,
+        metavar="HOST:PORT",
+        help=f"the daemon's --metrics-bind-address, asked which proxy's tables it runs beside "
+        f"as a canary: those are not warned about (default {DEFAULT_METRICS}; an address alone "
+        f"means port {METRICS_PORT})",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     service: str | None = args.service
     if service is not None and (service.count("/") != 1 or ":" in service):
         raise ConfigError("flag --service", f"{service!r} is not NAMESPACE/NAME")
-    report = endpoint_report(args.netns, service)
+    metrics = parse_port("--metrics-address", args.metrics_address, METRICS_PORT)
+    report = endpoint_report(args.netns, service, metrics=metrics)
     for problem in report.warnings:  # stderr: the JSON on stdout stays a list
         print(f"warning: {printable(problem)}", file=sys.stderr)
     if args.json:

@@ -164,7 +164,7 @@ def explain(
     local = list(interface_addresses(netns))  # what ``fib … type local`` sees
     flows = _flows(netns, rulesets, frontends, local)
     endpoints = _endpoints(netns, frontends)
-    foreign, beside = _foreign(netns, metrics)
+    foreign, beside = foreign_report(netns, metrics)
     traces = (
         trace_frontends(rulesets, frontends, source, local, interface_towards(source, netns))
         if source is not None
@@ -338,12 +338,6 @@ def _problems(
     return out
 
 
-def foreign_problems(netns: str | None) -> list[str]:
-    """Another proxy's rules on the node, every kube-proxy mode, each a problem (see
-    :func:`foreign_rules`)."""
-    return foreign_rules(find(netns))[0]
-
-
 def foreign_rules(found: Leftovers, beside: Collection[str] = ()) -> tuple[list[str], list[str]]:
     """Another proxy's rules as (problems, expected). At the same hooks and priority as
     nlproxy's, the older table's DNAT wins for new connections, and IPVS takes connections to
@@ -364,7 +358,7 @@ def foreign_rules(found: Leftovers, beside: Collection[str] = ()) -> tuple[list[
     return problems, expected
 
 
-def _foreign(netns: str | None, metrics: Port | None) -> tuple[list[str], tuple[str, ...]]:
+def foreign_report(netns: str | None, metrics: Port | None) -> tuple[list[str], tuple[str, ...]]:
     """Another proxy's rules on the node: (problems, those the daemon at ``metrics`` runs
     beside as a canary). The daemon is asked only when there are tables to ask about."""
     found = find(netns)

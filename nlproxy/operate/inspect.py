@@ -17,6 +17,7 @@ from nlproxy.nft.ir import FAMILIES, IPAddress, Ruleset
 from nlproxy.nft.values import key_order
 from nlproxy.operate.programmed import FrontendReport, kernel_frontends
 from nlproxy.operate.rules import programmed
+from nlproxy.operate.status import Port
 from nlproxy.operate.text import printable
 from nlproxy.proxy.layout import ADDRESS, FrontKey, UnexpectedElement, keyed, proto_name, targets
 
@@ -180,8 +181,12 @@ class Report:
         return all(row.reach.reachable for row in self.rows)
 
 
-def endpoint_report(netns: str | None, service: str | None = None) -> Report:
+def endpoint_report(
+    netns: str | None, service: str | None = None, *, metrics: Port | None = None
+) -> Report:
     """Read the programmed endpoints (of ``service``, ``ns/name``, when given) and classify them.
+    Another proxy's rules are warned about unless the daemon at ``metrics`` says it runs beside
+    them as a canary (as ``explain`` asks it).
 
     Raises:
         ConfigError: ``service`` has nothing programmed (a typo is a usage error, as in explain).
@@ -195,6 +200,6 @@ def endpoint_report(netns: str | None, service: str | None = None) -> Report:
             raise ConfigError(f"service {service}", "unknown: nothing is programmed for it")
     addrs = [addr for found in endpoints.values() for addr, _ in found]
     rows = build_rows(endpoints, classify(addrs, netns=netns))
-    from nlproxy.operate.explain import foreign_problems
+    from nlproxy.operate.explain import foreign_report
 
-    return Report(endpoints=endpoints, rows=rows, warnings=foreign_problems(netns))
+    return Report(endpoints=endpoints, rows=rows, warnings=foreign_report(netns, metrics)[0])

@@ -49,6 +49,14 @@ def _json(capsys: pytest.CaptureFixture[str], netns: str, *args: str) -> tuple[i
     return status, json.loads(out)
 
 
+def _inspect_warns(capsys: pytest.CaptureFixture[str], netns: str, *args: str) -> bool:
+    """Whether ``nlproxy inspect`` warns about kube-proxy's ``ip kube-proxy`` table."""
+    capsys.readouterr()
+    main(["--netns", netns, "--log-level", "warning", "inspect", *args])
+    err = capsys.readouterr().err
+    return "warning: another proxy's rules: table ip kube-proxy (kube-proxy" in err
+
+
 def _section(text: str, head: str) -> str:
     """The lines of one headed section of the text report."""
     blocks = {b.split("\n", 1)[0]: b.rstrip("\n") for b in text.split("\n\n")}
@@ -325,7 +333,11 @@ def test_kube_proxys_table_is_beside_a_canary_and_a_problem_otherwise(
         metrics = ("--metrics-address", f"127.0.0.1:{d.metrics}")
         status, text, _ = _explain(capsys, node, "default/web", *metrics)
         _, doc = _json(capsys, node, "default/web", *metrics)
+        inspect_warned = _inspect_warns(capsys, node, *metrics)
     line = "table ip kube-proxy (kube-proxy, nftables mode)"
+    # inspect asks the daemon as explain does: no warning beside a canary, one otherwise.
+    assert inspect_warned is not canary
+    assert _inspect_warns(capsys, node, *metrics)  # no daemon to ask
     if canary:
         assert status == 0, text
         assert _section(text, "Beside (canary)").splitlines()[1:] == [
