@@ -11,9 +11,11 @@ of those endpoints. In IPv6 each is two maps, the address in ``clients-…`` and
 ``clientports-…`` (``localclientports-…``): nft 1.0.6 aborts on an update whose data is
 ``ip6 daddr . th dport``, so a saved ruleset holding one could not be loaded back. The chains
 ``service-…`` (Cluster policy) and ``local-…`` (Local policy) DNAT a known client through its
-map and a new one through ``numgen random`` over the shared backends maps, filled for each
-frontend as random choice fills them; ``external-…`` is external traffic's (masquerade, or the
-Local policy's short-circuits), as upstream's.
+map and send a new one to ``new-…`` (``newlocal-…``), which jumps to the shared ``dnat-N``
+chains over the backends maps, filled for each frontend as random choice fills them (an
+endpoint count changes those jumps and nothing else of the port: see :meth:`_MapPort.new_client`);
+``external-…`` is external traffic's (masquerade, or the Local policy's short-circuits), as
+upstream's.
 
 After DNAT the static ``affinity-…`` chains (``skeleton.py``) find the connection's port by its
 original address, protocol and port in ``affinity-addresses``, or for a node port by the port
@@ -21,7 +23,7 @@ and the endpoint's address in ``affinity-nodeports``, and go to the port's ``lea
 which records (or refreshes) ``client -> endpoint``, and into the local map too when the
 endpoint is this node's. The packet path cannot delete an element: when an endpoint goes, the
 sync deletes the clients held for it (:func:`client_maps`, ``nft/dynmap.py``). An endpoint
-change is element operations. Pure: no I/O, clock, logging.
+change is element operations and the jumps of ``new-…``. Pure: no I/O, clock, logging.
 """
 
 from __future__ import annotations
@@ -121,8 +123,8 @@ def _clients_map(
 
 class _MapPort:
     """One map-layout port's objects: the clients maps, its learning chain and the chains that
-    choose (a known client: its endpoint; a new one: ``numgen random`` over the shared
-    backends maps, filled for each of its frontends as random choice fills them)."""
+    choose (a known client: its endpoint; a new one: the shared ``numgen random`` chains over
+    the backends maps, filled for each of its frontends as random choice fills them)."""
 
     def __init__(self, fp: Planning, svc: Service, sp: ServicePort, cip: IPAddress) -> None:
         self.fp, self.sink, self.f, self.svc, self.sp, self.cip = fp, fp.sink, fp.f, svc, sp, cip
