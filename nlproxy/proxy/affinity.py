@@ -341,7 +341,8 @@ def client_maps(
             if services is not None and p.ref.service not in services:
                 continue
             eps = p.local_endpoints if is_local else (*p.cluster_endpoints, *p.local_endpoints)
-            keep = tuple(dict.fromkeys(b for b in eps if b[0].version == version))
+            # (not made unique: packed into a set only for a map that holds clients)
+            keep = tuple([b for b in eps if b[0].version == version])
         ports_name = (
             (n.affinity_local_client_ports_map if is_local else n.affinity_client_ports_map)(p.ref)
             if p is not None
