@@ -15,7 +15,11 @@ Two measurements, each in its own fresh network namespace:
     sent, the sync's wall time and this process's system time (the kernel's share: a batch is
     committed in the sending thread), with the host's ``NFNLGRP_NFTABLES`` listeners (each
     one costs every commit); the unrelated change's time plus the step before it is how long
-    that change waited behind the Service.
+    that change waited behind the Service. ``batch`` counts what the step's batches held
+    (verb, kind, role) and ``commit_sys_ms`` is the committing thread's system time alone.
+    (A rule that looks a map up makes the kernel walk the whole map as it adds the rule: one
+    endpoint change re-adding each port's choice rules cost ~100 ms on the LoadBalancer +
+    Local shape before those rules moved to the shared ``dnat-N`` chains.)
 
 ``map``
     The layout affinity needs instead, loaded with ``nft -f`` so only the shape differs: per
@@ -46,18 +50,32 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.listeners import nftables_listeners
 from nlproxy.cluster.state import ClusterState
 from nlproxy.netlink.nlsock import NetfilterSocket
-from nlproxy.nft.backend import NftBackend
+from nlproxy.nft.backend import ApplyResult, NftBackend
 from nlproxy.nft.dynmap import Clients, forget_stale, pack_endpoints, read_clients
-from nlproxy.nft.ir import DataType, Family, Map, SetFlag, Table
+from nlproxy.nft.ir import (
+    DataType,
+    Element,
+    Family,
+    Map,
+    Operation,
+    PackedRun,
+    Rule,
+    Ruleset,
+    SetFlag,
+    Table,
+)
 from nlproxy.sync.kernel import real as real_kernel
 from nlproxy.sync.syncer import Syncer
 from tests.netns import namespace as netns
@@ -129,8 +147,33 @@ def _other(version: int) -> list[Any]:
     return [upsert(svc), upsert(eps_slice("b", "other", [endpoint(f"10.2.0.{version}")]))]
 
 
+class _Tallied(NftBackend):
+    """The real backend, noting what each batch held (verb, kind, the object's role: the
+    name's first word) and the system time of the thread that committed it (the kernel's
+    share of the batch: it is committed in the sending thread)."""
+
+    batches: ClassVar[list[tuple[Counter[str], float]]] = []
+
+    def apply(self, ops: Sequence[Operation], known: Ruleset | None = None) -> ApplyResult:
+        tally: Counter[str] = Counter()
+        for op in ops:
+            obj = op.obj
+            if isinstance(obj, PackedRun):
+                tally[f"{op.verb} elements {obj.set.split('-')[0]}"] += len(obj.keys)
+                continue
+            name = obj.set if isinstance(obj, Element) else (
+                obj.chain if isinstance(obj, Rule) else obj.name)  # fmt: skip
+            tally[f"{op.verb} {type(obj).__name__.lower()} {name.split('-')[0]}"] += 1
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_stime
+        result = super().apply(ops, known)
+        spent = resource.getrusage(resource.RUSAGE_THREAD).ru_stime - before
+        self.batches.append((tally, spent))
+        return result
+
+
 def _timed(syncer: Syncer, state: ClusterState, changes: list[Any], **row: Any) -> float:
     changed = state.apply(changes)
+    _Tallied.batches.clear()
     start, sys_before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_stime
     result = syncer.sync(state.snapshot(), changed=changed)
     wall = time.perf_counter() - start
@@ -144,6 +187,8 @@ def _timed(syncer: Syncer, state: ClusterState, changes: list[Any], **row: Any) 
         commit_ms=round(result.commit_ms, 1),
         incremental=result.incremental,
         nftables_listeners=nftables_listeners(),
+        commit_sys_ms=round(1000 * sum(spent for _, spent in _Tallied.batches), 1),
+        batch=dict(sum((tally for tally, _ in _Tallied.batches), Counter()).most_common()),
     )
     return wall
 
@@ -186,7 +231,8 @@ def bench_nlproxy(ports: int, eps: int, clients: int, layouts: list[str]) -> Non
         with netns("bench-aff") as ns:
             state = state_with_node()
             state.apply(_other(1))
-            syncer = Syncer(CONFIG, real_kernel(ns))
+            kernel = replace(real_kernel(ns), tables=partial(_Tallied, netns=ns))
+            syncer = Syncer(CONFIG, kernel)
             try:
                 syncer.sync(state.snapshot())
                 _timed(syncer, state, _objects(ports, eps, layout=layout), **shape,

@@ -175,6 +175,23 @@ def _joint(
     return read_both, apply_both
 
 
+def _pack_pairs(m: Map, ports: Map, endpoints: Iterable[Sequence[Value]]) -> frozenset[bytes]:
+    """``endpoints`` as :func:`_joint`'s data: the address as ``m`` packs it, then the port as
+    ``ports`` does."""
+    addr, port = Packer(m.data), Packer(ports.data)
+    return frozenset(addr.pack(ep[:1]) + port.pack(ep[1:]) for ep in endpoints)
+
+
+def _first(held: Clients, read: Callable[[], Clients]) -> Callable[[], Clients]:
+    """``read``, whose first call gives ``held`` (read already) instead of reading again."""
+    pending = [held]
+
+    def again() -> Clients:
+        return pending.pop() if pending else read()
+
+    return again
+
+
 def forget_learned(
     read: Callable[[Map], Clients],
     apply: Callable[[Sequence[Operation]], object],
@@ -183,6 +200,8 @@ def forget_learned(
     """:func:`forget_stale` for each map with the endpoints its clients may keep, after the
     commit that made those its only endpoints (so without a recheck).
 
+    A map is read first and the endpoints packed only when it holds clients: a change of a
+    Service of 20 ports x 1,000 endpoints packed 40,000 of them for maps mostly empty.
     A map the kernel refuses to read or change is left as it is (its stale clients go at the
     next change of its endpoints, or time out) and named in the errors; the others go on.
 
@@ -193,16 +212,19 @@ def forget_learned(
     errors: list[NlproxyError] = []
     for item in maps:
         m, keep = item[0], item[1]
+        read_m: Callable[[], Clients]
         try:
             if len(item) == 3:
-                ports = item[2]
-                addr, port = Packer(m.data), Packer(ports.data)
-                keep_packed = frozenset(addr.pack(ep[:1]) + port.pack(ep[1:]) for ep in keep)
-                read_both, apply_both = _joint(m, ports, read, apply)
-                forgotten += forget_stale(m, read_both, apply_both, keep_packed, recheck=False)
+                read_m, apply_m = _joint(m, item[2], read, apply)
+                pack: Callable[[Iterable[Sequence[Value]]], frozenset[bytes]] = partial(
+                    _pack_pairs, m, item[2]
+                )
+            else:
+                read_m, apply_m, pack = partial(read, m), apply, partial(pack_endpoints, m)
+            held = read_m()
+            if not held:
                 continue
-            keep_packed = pack_endpoints(m, keep)
-            forgotten += forget_stale(m, partial(read, m), apply, keep_packed, recheck=False)
+            forgotten += forget_stale(m, _first(held, read_m), apply_m, pack(keep), recheck=False)
         except (KernelError, ReadbackError) as exc:
             errors.append(exc)
     return forgotten, errors

@@ -11,9 +11,11 @@ of those endpoints. In IPv6 each is two maps, the address in ``clients-…`` and
 ``clientports-…`` (``localclientports-…``): nft 1.0.6 aborts on an update whose data is
 ``ip6 daddr . th dport``, so a saved ruleset holding one could not be loaded back. The chains
 ``service-…`` (Cluster policy) and ``local-…`` (Local policy) DNAT a known client through its
-map and a new one through ``numgen random`` over the shared backends maps, filled for each
-frontend as random choice fills them; ``external-…`` is external traffic's (masquerade, or the
-Local policy's short-circuits), as upstream's.
+map and send a new one to ``new-…`` (``newlocal-…``), which jumps to the shared ``dnat-N``
+chains over the backends maps, filled for each frontend as random choice fills them (an
+endpoint count changes those jumps and nothing else of the port: see :meth:`_MapPort.new_client`);
+``external-…`` is external traffic's (masquerade, or the Local policy's short-circuits), as
+upstream's.
 
 After DNAT the static ``affinity-…`` chains (``skeleton.py``) find the connection's port by its
 original address, protocol and port in ``affinity-addresses``, or for a node port by the port
@@ -21,7 +23,7 @@ and the endpoint's address in ``affinity-nodeports``, and go to the port's ``lea
 which records (or refreshes) ``client -> endpoint``, and into the local map too when the
 endpoint is this node's. The packet path cannot delete an element: when an endpoint goes, the
 sync deletes the clients held for it (:func:`client_maps`, ``nft/dynmap.py``). An endpoint
-change is element operations. Pure: no I/O, clock, logging.
+change is element operations and the jumps of ``new-…``. Pure: no I/O, clock, logging.
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ from nlproxy.nft.ir import (
     L4Proto,
     Lookup,
     Map,
-    Numgen,
     Rule,
     Ruleset,
     Set,
@@ -56,7 +57,7 @@ from nlproxy.nft.packed import PackedElements
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.endpoints import Backend, Categorized, externally_accessible
 from nlproxy.proxy.fragments import Fill, Recorder
-from nlproxy.proxy.skeleton import FIB_SADDR_LOCAL, FamilySpec, PodMatch
+from nlproxy.proxy.skeleton import FIB_SADDR_LOCAL, Dispatch, FamilySpec, PodMatch
 
 
 class Planning(Protocol):
@@ -64,6 +65,7 @@ class Planning(Protocol):
 
     sink: Recorder
     f: FamilySpec
+    dispatch: Dispatch
     pods: PodMatch | None
     rs: Ruleset
 
@@ -121,8 +123,8 @@ def _clients_map(
 
 class _MapPort:
     """One map-layout port's objects: the clients maps, its learning chain and the chains that
-    choose (a known client: its endpoint; a new one: ``numgen random`` over the shared
-    backends maps, filled for each of its frontends as random choice fills them)."""
+    choose (a known client: its endpoint; a new one: the shared ``numgen random`` chains over
+    the backends maps, filled for each of its frontends as random choice fills them)."""
 
     def __init__(self, fp: Planning, svc: Service, sp: ServicePort, cip: IPAddress) -> None:
         self.fp, self.sink, self.f, self.svc, self.sp, self.cip = fp, fp.sink, fp.f, svc, sp, cip
@@ -144,26 +146,49 @@ class _MapPort:
         by_node_port: bool,
         local: bool,
     ) -> list[tuple[Expr, ...]]:
-        """A known client to its endpoint (``clients``), a new one to one of ``eps``: by the
-        packet's address and port where it came to one of ``addresses`` (each with the backends
-        map it is indexed in), else by its node port. A lookup that misses goes on to the next
-        rule."""
-        f, proto, port = self.f, self.proto, self.sp.port
-        known = DnatMap((f.saddr,), clients.map, clients.ports)
+        """A known client to its endpoint (``clients``), a new one on to the port's chain
+        that chooses one of ``eps`` (:meth:`new_client`)."""
+        known = DnatMap((self.f.saddr,), clients.map, clients.ports)
         rules: list[tuple[Expr, ...]] = [(self.is_proto, known)]
-        count = Numgen(len(eps))
+        new = self.new_client(eps, addresses, by_node_port, local)
+        if new is not None:
+            rules.append((goto(new),))
+        return rules
+
+    def new_client(
+        self,
+        eps: tuple[Backend, ...],
+        addresses: Sequence[tuple[str, IPAddress]],
+        by_node_port: bool,
+        local: bool,
+    ) -> str | None:
+        """The port's chain that sends a new client to one of ``eps``: by the packet's address
+        and port where it came to one of ``addresses`` (each with the backends map it is
+        indexed in), else by its node port, each through the shared ``…dnat…-N`` chain of that
+        map. A lookup that misses returns there, on to the next rule. None: nothing to choose.
+
+        A chain of jumps alone, the one per-port chain an endpoint count changes: the kernel
+        walks every element of a map each time it adds a rule that looks the map up
+        (``nf_tables_bind_set``), and the backends maps hold every frontend's endpoints, a
+        clients map every client it learned. The rules that look them up stay put: the
+        shared chain of a count is made once for all the ports with that count.
+        """
+        d, proto, port, count = self.fp.dispatch, self.proto, self.sp.port, len(eps)
+        jumps: list[tuple[Expr, ...]] = []
         for backends in dict.fromkeys(m for m, _ in addresses):
             for m, addr in addresses:
                 if m == backends:
                     self.fp.fill(backends, (addr, proto, port), eps)
-            key = (f.daddr, Field.META_L4PROTO, Field.TH_DPORT, count)
-            rules.append((self.is_proto, DnatMap(key, backends)))
+            local_map = backends == n.BACKENDS_LOCAL
+            jumps.append((jump(d.dnat_local(count) if local_map else d.dnat(count)),))
         if by_node_port and self.sp.node_port:
             backends = n.NODEPORT_BACKENDS_LOCAL if local else n.NODEPORT_BACKENDS
             self.fp.fill(backends, (proto, self.sp.node_port), eps)
-            np_key = (Field.META_L4PROTO, Field.TH_DPORT, count)
-            rules.append((self.is_proto, DnatMap(np_key, backends)))
-        return rules
+            shared = d.nodeport_dnat_local(count) if local else d.nodeport_dnat(count)
+            jumps.append((jump(shared),))
+        if not jumps:
+            return None
+        return self.chain(n.check_name("chain", n.affinity_new_chain(self.ref, local)), jumps)
 
     def learn(
         self, clients: _Clients, local: _Clients | None, local_eps: tuple[Backend, ...]
@@ -316,7 +341,8 @@ def client_maps(
             if services is not None and p.ref.service not in services:
                 continue
             eps = p.local_endpoints if is_local else (*p.cluster_endpoints, *p.local_endpoints)
-            keep = tuple(dict.fromkeys(b for b in eps if b[0].version == version))
+            # (not made unique: packed into a set only for a map that holds clients)
+            keep = tuple([b for b in eps if b[0].version == version])
         ports_name = (
             (n.affinity_local_client_ports_map if is_local else n.affinity_client_ports_map)(p.ref)
             if p is not None

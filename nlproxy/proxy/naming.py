@@ -96,6 +96,16 @@ def nodeport_dnat_chain(n: int) -> str:
     return f"nodeport-dnat-{n}"
 
 
+def dnat_local_chain(n: int) -> str:
+    """Plain DNAT through ``backends-local`` (a Local-policy affinity port's new clients)."""
+    return f"dnat-local-{n}"
+
+
+def nodeport_dnat_local_chain(n: int) -> str:
+    """Plain DNAT through ``nodeport-backends-local`` (as :func:`dnat_local_chain`)."""
+    return f"nodeport-dnat-local-{n}"
+
+
 def is_local_dispatch(name: str) -> bool:
     """Whether ``name`` is a shared chain of externalTrafficPolicy Local
     (:func:`external_local_chain`, :func:`nodeport_local_chain`)."""
@@ -216,6 +226,17 @@ def affinity_learn_chain(ref: ServicePortRef) -> str:
     return _hashed(AFFINITY_LEARN, _port_text(ref))
 
 
+AFFINITY_NEW, AFFINITY_NEW_LOCAL = "new", "newlocal"
+"""Role prefixes of the chains that choose a new client's endpoint, for every endpoint and for
+this node's (the only per-port chains an endpoint count changes)."""
+
+
+def affinity_new_chain(ref: ServicePortRef, local: bool) -> str:
+    """The chain choosing an endpoint for a new client of port ``ref``: jumps to the shared
+    ``dnat-N`` chains (``local``: the ``…-local-N`` ones, this node's endpoints)."""
+    return _hashed(AFFINITY_NEW_LOCAL if local else AFFINITY_NEW, _port_text(ref))
+
+
 # Per-service-port objects of round-robin and consistent-hash ports (``balance.py``).
 def balanced_chain(role: str, ref: ServicePortRef) -> str:
     """``role``: internal (ClusterIP), external, or dnat (external traffic's short-circuits)."""
@@ -238,7 +259,7 @@ _AFFINITY_DISPATCH = ("service", "local", "external")
 _PORT_ROLES = frozenset(
     (*_AFFINITY_DISPATCH, AFFINITY_ENDPOINT, "affinity", AFFINITY_CLIENTS, AFFINITY_LEARN,
      AFFINITY_LOCAL_CLIENTS, AFFINITY_LOCAL_ENDPOINTS, AFFINITY_CLIENT_PORTS,
-     AFFINITY_LOCAL_CLIENT_PORTS,
+     AFFINITY_LOCAL_CLIENT_PORTS, AFFINITY_NEW, AFFINITY_NEW_LOCAL,
      *(f"lb-{role}" for role in ("internal", "external", "dnat")), *BALANCED_MAPS)
 )  # fmt: skip
 """Every role prefix of a per-port object's name."""

@@ -474,3 +474,15 @@ class Dispatch:
         if (known := self._known(name)) is not None:
             return known
         return self._make(name, self._np_dnat(count, n.NODEPORT_BACKENDS))
+
+    def dnat_local(self, count: int) -> str:
+        name = n.dnat_local_chain(count)
+        if (known := self._known(name)) is not None:
+            return known
+        return self._make(name, self._dnat(count, n.BACKENDS_LOCAL))
+
+    def nodeport_dnat_local(self, count: int) -> str:
+        name = n.nodeport_dnat_local_chain(count)
+        if (known := self._known(name)) is not None:
+            return known
+        return self._make(name, self._np_dnat(count, n.NODEPORT_BACKENDS_LOCAL))

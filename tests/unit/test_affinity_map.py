@@ -4,7 +4,10 @@ path still reaches every endpoint for a new client. Other ports keep per-endpoin
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from ipaddress import ip_address
+from typing import TypeVar
 
 import msgspec
 import pytest
@@ -21,17 +24,20 @@ from nlproxy.nft.ir import (
     Field,
     Map,
     Operation,
+    Rule,
     Ruleset,
     Set,
     SetFlag,
     SetUpdate,
     Verb,
     goto,
+    names,
 )
 from nlproxy.nft.reconcile import diff
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.affinity import client_maps
 from nlproxy.proxy.incremental import attach, plan_update
+from nlproxy.proxy.layout import GLOBAL_BACKENDS, closure
 from nlproxy.proxy.planner import plan
 from nlproxy.proxy.tracer import trace
 from nlproxy.sync.kernel import SyncKernel
@@ -43,6 +49,7 @@ from tests.unit.incremental import CONFIG
 CIP = "172.30.0.10"
 CIP2 = "172.30.0.11"
 NODE_IP = ip_address("192.168.0.2")
+T = TypeVar("T")
 
 
 def _sticky(
@@ -73,6 +80,14 @@ def _sticky(
     return svc, eps_slice("b", "big", members, [(f"p{k}", 8000 + k, "TCP") for k in range(ports)])
 
 
+_COUNTED = re.compile(r"-[0-9]+$")
+
+
+def _uncounted(by_name: Mapping[str, T]) -> dict[str, T]:
+    """``by_name`` without the shared chains named by an endpoint count."""
+    return {k: v for k, v in by_name.items() if not _COUNTED.search(k)}
+
+
 def _ip(svc: tuple[Service, EndpointSlice]) -> Ruleset:
     snap = snapshot([svc[0]], [svc[1]], node=node([str(NODE_IP)]))
     return plan(snap, CONFIG).rulesets[Family.IP]
@@ -89,22 +104,24 @@ SHAPES = {
 @pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
 def test_objects_do_not_grow_with_endpoints(shape: dict[str, bool]) -> None:
     small, large = _ip(_sticky(3, 10, **shape)), _ip(_sticky(3, 200, **shape))
-    assert set(small.chains) == set(large.chains)
+    # (but the shared chains named by an endpoint count: ``dnat-10`` there, ``dnat-200`` here)
+    assert _uncounted(small.chains) == _uncounted(large.chains)
     assert set(small.sets) == set(large.sets)
-    assert {k: len(v) for k, v in small.rules.items()} == {
-        k: len(v) for k, v in large.rules.items()
+    assert {k: len(v) for k, v in _uncounted(small.rules).items()} == {
+        k: len(v) for k, v in _uncounted(large.rules).items()
     }
     mine = [name for name, c in large.chains.items() if c.comment.startswith("b/big")]
     roles = sorted(name.split("-")[0] for name in mine)
     # Per port a chain that chooses (two with a Local policy: this node's endpoints, and every
     # endpoint for pods and the node itself), one for external traffic, and one that learns.
     external = shape.get("node_ports") or shape.get("lb")
+    # Each choosing chain sends a new client on to a chain of its own (``new``, ``newlocal``).
     if shape.get("local"):
-        assert roles == ["external"] * 3 + ["learn"] * 3 + ["local"] * 3 + ["service"] * 3
+        assert roles == sorted(["external", "learn", "local", "new", "newlocal", "service"] * 3)
     elif external:
-        assert roles == ["external"] * 3 + ["learn"] * 3 + ["service"] * 3
+        assert roles == sorted(["external", "learn", "new", "service"] * 3)
     else:
-        assert roles == ["learn"] * 3 + ["service"] * 3
+        assert roles == sorted(["learn", "new", "service"] * 3)
     assert not [c for c in large.chains if c.startswith("endpoint-")]
     clients = [s for name, s in large.sets.items() if name.startswith("clients-")]
     assert len(clients) == 3
@@ -146,10 +163,15 @@ def test_an_endpoint_change_is_elements_and_the_choice_rule() -> None:
     before = _ip(_sticky(20, 300))
     after = _ip(_sticky(20, 300, drop=150))
     ops = diff(after, as_programmed(before))
-    assert not [op for op in ops if isinstance(op.obj, Chain | Set | Map) and op.verb
-                is not Verb.FLUSH]  # fmt: skip
-    # Each port: the endpoint's slot goes (the last slot's endpoint moves in), and its chain's
-    # choice rule changes modulus. Nothing grows with the endpoints.
+    # The ports' own chains and maps stay; the shared chain of the new count is made and the
+    # old count's goes (the one kind of chain named by a count).
+    made = [op for op in ops if isinstance(op.obj, Chain | Set | Map) and op.verb is not Verb.FLUSH]
+    assert {(op.verb, op.obj.name) for op in made} == {
+        (Verb.DELETE, n.dnat_chain(300)),
+        (Verb.ADD, n.dnat_chain(299)),
+    }
+    # Each port: the endpoint's slot goes (the last slot's endpoint moves in), and its new
+    # clients' chain jumps to the new count's. Nothing grows with the endpoints.
     assert len(ops) < 20 * 10
 
 
@@ -167,7 +189,8 @@ def test_a_new_client_may_reach_every_endpoint_and_is_masqueraded_from_off_clust
 def test_a_known_client_goes_through_its_map_first() -> None:
     rs = _ip(_sticky(1, 3))
     chain = n.affinity_service_chain(_sticky(1, 1)[0].ports[0].ref)
-    dnats = [e for r in rs.rules[chain] for e in r.exprs if isinstance(e, DnatMap)]
+    dnats = [e for c in closure(rs, [chain]) for r in rs.rules[c] for e in r.exprs
+             if isinstance(e, DnatMap)]  # fmt: skip
     assert [d.map.split("-")[0] for d in dnats] == ["clients", "backends"]
 
 
@@ -184,7 +207,7 @@ def test_ipv6_ports_keep_the_address_and_the_port_in_a_map_each() -> None:
         return plan(snapshot([svc], [sl], node=node([str(NODE_IP)])), CONFIG).rulesets[Family.IP6]
 
     small, large = rs6(4), rs6(40)
-    assert set(small.chains) == set(large.chains)
+    assert _uncounted(small.chains) == _uncounted(large.chains)
     assert set(small.sets) == set(large.sets)
     assert not [c for c in large.chains if c.startswith("endpoint-")]
     ref = _ipv6(1)[0].ports[0].ref
@@ -219,7 +242,7 @@ def test_ipv6_ports_keep_the_address_and_the_port_in_a_map_each() -> None:
     # An endpoint change is elements (and the choice rules' modulus): nothing per endpoint.
     ops = diff(rs6(40, drop=7), as_programmed(large))
     assert not [op for op in ops if isinstance(op.obj, Chain | Set | Map) and op.verb
-                is not Verb.FLUSH]  # fmt: skip
+                is not Verb.FLUSH and not _COUNTED.search(op.obj.name)]  # fmt: skip
 
 
 def test_client_maps_keep_their_ports_endpoints() -> None:
@@ -301,3 +324,30 @@ def test_a_sync_forgets_the_clients_of_a_removed_endpoint() -> None:
     assert rs is not None
     held = {m: {str(k[0]): el.value for k, el in rs.elements[m].items()} for m in learned}
     assert held == {mine: {"10.9.0.2": kept}, theirs: {"10.9.0.3": gone}}
+
+
+def _binding_rules(before: Ruleset, after: Ruleset) -> list[Rule]:
+    """The rules the batch from ``before`` to ``after`` adds that look a named set or map up.
+
+    The kernel binds such a rule's map when it adds it, and binding a map walks every element
+    it holds (``nf_tables_bind_set``): the backends maps hold every frontend's endpoints, a
+    clients map every client it learned. A rule re-added for every port on each endpoint
+    change made one change cost ports x frontends x endpoints in the kernel."""
+    ops = diff(after, as_programmed(before))
+    added = [op.obj for op in ops if op.verb is Verb.ADD and isinstance(op.obj, Rule)]
+    return [r for r in added if any(names(e).sets for e in r.exprs)]
+
+
+@pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
+def test_an_endpoint_change_binds_no_map_per_port(shape: dict[str, bool]) -> None:
+    # One endpoint elsewhere goes (the Cluster choice's count) and one of this node's (the
+    # Local choice's count, for a Local policy).
+    before = _ip(_sticky(20, 300, **shape))
+    after = _ip(_sticky(20, 299, **shape))
+    bound = _binding_rules(before, after)
+    # At most the new endpoint count's shared chain per backends map, whatever the ports.
+    assert len(bound) <= len(GLOBAL_BACKENDS)
+    assert {name for r in bound for e in r.exprs for name in names(e).sets} <= GLOBAL_BACKENDS
+    assert len(_binding_rules(_ip(_sticky(2, 300, **shape)), _ip(_sticky(2, 299, **shape)))) == len(
+        bound
+    )

@@ -339,8 +339,11 @@ def test_affinity_endpoints_come_from_the_service_chains(node_port: int | None) 
         assert [f"{a}:{p}" for a, p in fe.endpoints] == ["10.0.1.4:80", "10.0.2.4:80"]
     shown = service_rules(rs.values(), fronts)
     names = sorted(c.name.split("-")[0] for c in shown.chains)
-    # The port's chains (one more for external traffic), and the chain that learns its clients.
-    assert names == ["external"] * bool(node_port) + ["learn", "mark", "service"]
+    # The port's chains (one more for external traffic), the chain that learns its clients,
+    # and the one that chooses a new client's endpoint through the shared ``dnat-2`` chains.
+    assert names == sorted(
+        ["dnat", "learn", "mark", "new", "service"] + ["external", "nodeport"] * bool(node_port)
+    )
     assert any(line.set == "affinity-addresses" for line in shown.elements)
     assert not [c for c in rs[Family.IP].chains if c.startswith("endpoint-")]
 

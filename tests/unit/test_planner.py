@@ -92,6 +92,10 @@ def test_chains_do_not_grow_with_services_or_endpoints() -> None:
     assert len(large.sets) == 20
 
 
+NEW = ("new", "newlocal")
+"""The chains choosing a new client's endpoint (every endpoint, this node's)."""
+
+
 def test_affinity_is_the_only_per_service_state() -> None:
     svcs, slices = _many(1000, affinity_every=100)
     rs = plan(snapshot(svcs, slices, node=node()), CONFIG).rulesets[Family.IP]
@@ -100,7 +104,7 @@ def test_affinity_is_the_only_per_service_state() -> None:
     affinity = [s for s in svcs if s.affinity_timeout]
     assert len(affinity) == 10
     for chain in extra:
-        assert chain.split("-")[0] in {"service", "local", "external", "learn"}, chain
+        assert chain.split("-")[0] in {"service", "local", "external", "learn", *NEW}, chain
         assert rs.chains[chain].comment.startswith("ns")
     # One dynamic map per port (the clients; and this node's endpoints' clients with a Local
     # policy): nothing per endpoint.
