@@ -72,8 +72,9 @@ def test_a_kubeconfig_takes_the_clients_kubeconfig_loader(tmp_path: Path) -> Non
         import json, sys
         from nlproxy.cluster import kube
         client = kube.api_client_from_config({str(kubeconfig)!r})
-        print(json.dumps([client.configuration.host, "kubernetes.config.kube_config" in sys.modules,
-                          [m for m in ("kubernetes.watch", "kubernetes.dynamic") if m in sys.modules]]))
+        others = [m for m in ("kubernetes.watch", "kubernetes.dynamic") if m in sys.modules]
+        loader = "kubernetes.config.kube_config" in sys.modules
+        print(json.dumps([client.configuration.host, loader, others]))
         """
     )
     assert got == ["https://192.0.2.1:6443", True, []]
