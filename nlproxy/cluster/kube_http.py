@@ -257,6 +257,15 @@ class _Page(msgspec.Struct):
 _PAGE = msgspec.json.Decoder(_Page)
 
 
+def page_items(data: bytes) -> list[msgspec.Raw]:
+    """The objects of a list page's JSON, each still raw (as ``Http.read_page`` reads them).
+
+    Raises:
+        msgspec.DecodeError: not JSON; ``msgspec.ValidationError``: not a list page.
+    """
+    return _PAGE.decode(data).items or []
+
+
 @dataclass(frozen=True, slots=True)
 class Listing:
     """A complete list of one kind: every object as a change, and the list's resourceVersion."""
