@@ -4,6 +4,7 @@ what is left out, and that the packages are still whole for whoever asks for the
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -20,24 +21,25 @@ UNUSED = (
 )
 
 
-def _run(code: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> object:
-    """Run ``code`` in a fresh interpreter (nothing imported yet); what it prints, as JSON."""
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(code: str, **env: str) -> object:
+    """Run ``code`` in a fresh interpreter (nothing imported yet) with this checkout's
+    ``nlproxy`` and ``env`` added to the environment; what it prints, as JSON."""
+    path = os.pathsep.join(p for p in (str(ROOT), env.pop("PYTHONPATH", "")) if p)
     out = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
         text=True,
         check=True,
-        env=env,
-        cwd=cwd,
+        env={**os.environ, **env, "PYTHONPATH": path},
         timeout=120,
     )
     return json.loads(out.stdout)
 
 
-def test_the_source_imports_none_of_the_clients_other_parts_nor_its_kubeconfig_loader_in_a_pod(
-    tmp_path: Path,
-) -> None:
-    env = {"PATH": "/usr/bin:/bin", "KUBERNETES_SERVICE_HOST": "10.96.0.1"}
+def test_in_a_pod_the_client_is_imported_only_as_far_as_the_source_uses_it() -> None:
     got = _run(
         f"""
         import json, sys
@@ -52,8 +54,7 @@ def test_the_source_imports_none_of_the_clients_other_parts_nor_its_kubeconfig_l
         after = [m for m in {UNUSED!r} if m in sys.modules]
         print(json.dumps([loaded, after, error]))
         """,
-        env=env,
-        cwd=tmp_path,
+        KUBERNETES_SERVICE_HOST="10.96.0.1",
     )
     assert got == [[], [], got[2]]  # type: ignore[index]
     assert "kubeconfig (in-cluster)" in got[2]  # type: ignore[index]
@@ -130,6 +131,6 @@ def test_a_bare_package_runs_its_init_once_on_the_first_name_its_submodules_did_
         print(json.dumps([before, part, still, NAME, builtins.RUNS, missing,
                           bare("barepkg") is sys.modules["barepkg"]]))
         """,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path)},
+        PYTHONPATH=str(tmp_path),
     )
     assert got == [0, 1, 0, "whole", 1, "module 'barepkg' has no attribute 'missing'", True]
