@@ -166,11 +166,11 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
-def _order(svc: Service) -> _Order:
+def _order(key: ServiceKey, created: str) -> _Order:
     """Age first (the instant, whatever offset it is written with), then namespace and name;
     a missing or unreadable timestamp (``"0"``) sorts after every real one."""
-    when = _instant(svc.created)
-    return (0 if when is not None else 1, when or 0, svc.key.namespace, svc.key.name)
+    when = _instant(created)
+    return (0 if when is not None else 1, when or 0, key.namespace, key.name)
 
 
 def _instant(created: str) -> int | None:
@@ -235,7 +235,10 @@ class Claims:
         self.set_node((), ())
         self._claims: dict[ServiceKey, _Held] = {}
         self._by: dict[_Key, _Holders] = {}
-        self._order: dict[ServiceKey, _Order] = {}
+        self._created: dict[ServiceKey, str] = {}
+        """Each Service's ``created`` (the Service's own string), whence its age order
+        (``_order_of``): kept as orders, they were 1 MB at 10k Services, for the few that
+        share a claim."""
         self._oldest: dict[_Key, ServiceKey] = {}
         """The oldest holder of each shared claim, once asked; dropped when its holders or
         their ages change. Without it, H Services sharing one address cost H x H comparisons
@@ -255,7 +258,7 @@ class Claims:
         touched: set[_Key] = set()
         settled: set[ServiceKey] = set()
         by = self._by
-        claims_of, order_of, refused = self._claims, self._order, self.refused
+        claims_of, created_of, refused = self._claims, self._created, self.refused
         for key in keys:
             svc = services.get(key)
             new = _claims(svc) if svc is not None else _NO_CLAIMS
@@ -272,7 +275,7 @@ class Claims:
                         self._hold(claim, holders, key)
                         alone = False
                 claims_of[key] = new
-                order_of[key] = _order(svc)
+                created_of[key] = svc.created
                 mine = alone and key not in refused and self._plain_alone(svc)
                 if mine and not self._watched(new):
                     # Its claims are its alone and it is refused nothing: decided, and no
@@ -330,10 +333,10 @@ class Claims:
         whose holders or holders' ages changed."""
         touched: set[_Key] | frozenset[_Key] = _NO_CLAIMS
         if svc is not None:
-            order = _order(svc)
-            if self._order.get(key, order) != order:  # its age decides every claim anew
+            before = self._created.get(key)
+            if before is not None and before != svc.created:  # its age decides every claim
                 touched = old | new
-            self._order[key] = order
+            self._created[key] = svc.created
         if new == old:
             return touched
         for claim in old - new:
@@ -348,7 +351,7 @@ class Claims:
                 self._hold(claim, holding, key)
         if svc is None:
             self._claims.pop(key, None)
-            self._order.pop(key, None)
+            self._created.pop(key, None)
         else:
             self._claims[key] = next(iter(new)) if len(new) == 1 else new
         return touched | (old ^ new)
@@ -470,8 +473,11 @@ class Claims:
     ) -> ServiceKey:
         oldest = self._oldest.get(claim)
         if oldest is None:
-            oldest = self._oldest[claim] = min(holders, key=self._order.__getitem__)
+            oldest = self._oldest[claim] = min(holders, key=self._order_of)
         return oldest
+
+    def _order_of(self, key: ServiceKey) -> _Order:
+        return _order(key, self._created[key])
 
     def _older(self, key: ServiceKey, claim: _Key) -> ServiceKey | None:
         """The oldest other Service holding ``claim``, if it is older than ``key``.
@@ -605,7 +611,7 @@ class Claims:
         if owners and (len(owners) > 1 or svc.key not in owners):
             owner = self._oldest_holder(("cluster", ip_key), owners)
             if owner == svc.key:  # it holds that ClusterIP too (and is refused for it)
-                owner = min(owners - {svc.key}, key=self._order.__getitem__)
+                owner = min(owners - {svc.key}, key=self._order_of)
             return f"{field}: {ip} is the ClusterIP of Service {owner}"
         for p in svc.ports:
             winner = self._older(svc.key, ("external", ip_key, p.ref.protocol, p.port))
