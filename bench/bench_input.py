@@ -17,8 +17,8 @@ this / base of the medians and the median of each round's ratio, the child's pea
 load average. Inputs there: ``json``, ``yaml`` and ``yaml-kubectl`` (``bench_coldpath``'s block
 YAML with kubectl's UIDs and timestamps).
 
-Per input and path: ``read_s`` (the files' text), ``decode_s`` (text -> documents,
-``decode._parse``; for API pages the page's decode; none for JSON files on the typed path,
+Per input and path: ``read_s`` (the files' bytes), ``decode_s`` (bytes -> documents,
+``decode.documents``; for API pages the page's decode; none for JSON files on the typed path,
 which are decoded from their bytes into the typed structs inside the load), ``parse_s`` (the
 rest of ``load_manifests``, or the pages' objects to changes), ``total_s``; then, apart from
 the total, what the model costs before the planner: ``state_s`` (a fresh ``ClusterState``
@@ -67,19 +67,22 @@ from tests.kube import realistic
 
 @contextlib.contextmanager
 def _path(which: str) -> Iterator[None]:
-    """The ``parser`` path (typed decoding and the compiled YAML decoder off) or ``typed``."""
+    """The ``parser`` path (``fileobjects.parser_only``: typed decoding, the compiled YAML
+    decoder and JSON files from their bytes off) or ``typed``."""
+    global _PARSER
     if which == "typed":
         yield
         return
-    kinds, compiled, from_bytes = typed.FAST_KINDS, decode._compiled, fileobjects._json_objects
-    typed.FAST_KINDS = frozenset()
-    decode._compiled = lambda: None  # type: ignore[assignment]
-    fileobjects._json_objects = lambda *_: None  # JSON files as documents, as before
+    _PARSER = True
     try:
-        yield
+        with fileobjects.parser_only():
+            yield
     finally:
-        typed.FAST_KINDS, decode._compiled = kinds, compiled
-        fileobjects._json_objects = from_bytes
+        _PARSER = False
+
+
+_PARSER = False
+"""Whether the ``parser`` path is on: JSON files are then read as documents."""
 
 
 def _cpu(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -107,16 +110,18 @@ def _model_stages(changes: Any) -> dict[str, float]:
 
 
 def _from_bytes(path: Path) -> bool:
-    return path.suffix == ".json" and fileobjects._json_objects(path.name, b"[]") is not None
+    """Whether the load reads ``path`` from its bytes into the typed structs (JSON files, on
+    the typed path of every checkout ``--base`` takes), not as documents."""
+    return path.suffix == ".json" and not _PARSER
 
 
 def manifests_stages(directory: Path) -> tuple[dict[str, float], Any]:
     paths = [p for p in sorted(directory.iterdir()) if p.suffix in SUFFIXES]
-    read_s, texts = _cpu(lambda: [p.read_text(encoding="utf-8") for p in paths])
+    read_s, data = _cpu(lambda: [p.read_bytes() for p in paths])
     # A JSON file on the typed path is decoded inside the load, from its bytes into the typed
     # structs (``fileobjects._json_objects``): no documents, so its decode is in ``parse_s``.
-    decoded = [(p, t) for p, t in zip(paths, texts, strict=True) if not _from_bytes(p)]
-    decode_s, _docs = _cpu(lambda: [decode._parse(p, t) for p, t in decoded])
+    decoded = [(p, d) for p, d in zip(paths, data, strict=True) if not _from_bytes(p)]
+    decode_s, _docs = _cpu(lambda: [decode.documents(p, d) for p, d in decoded])
     del _docs
     load_s, loaded = _cpu(lambda: load_manifests(directory))
     figs = {
@@ -137,7 +142,7 @@ def pages_stages(pages: list[tuple[str, bytes]]) -> tuple[dict[str, float], Any]
 
     def decode_all() -> list[Any]:
         if fast:
-            return [kube_http._PAGE.decode(body).items for _kind, body in pages]
+            return [kube_http.page_items(body) for _kind, body in pages]
         return [json.loads(body)["items"] for _kind, body in pages]
 
     decode_s, items = _cpu(decode_all)

@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from ipaddress import IPv4Address
+from typing import cast
 
 import msgspec
 
@@ -58,7 +59,38 @@ _Key = tuple[object, ...]
 ``ip`` is :func:`_ip_key`'s: an IPv4 address as its number (hashed in C; an ``IPv4Address``
 hashes in Python, on every lookup of every key holding it)."""
 
+_Held = _Key | frozenset[_Key]
+"""A Service's claims as ``Claims`` keeps them: its one claim itself (a Service with only a
+ClusterIP: nearly every one), or a frozenset of them. A one-element frozenset costs 216 bytes,
+10,000 of them 2 MB at 10k Services."""
+
+_Holders = ServiceKey | set[ServiceKey]
+"""The Services holding one claim as ``Claims`` keeps them: the one holder itself (nearly every
+claim), or a set of two or more."""
+
+
+def _each(held: _Held) -> frozenset[_Key] | tuple[_Key]:
+    """The claims of ``held`` (one claim or a frozenset of them), to iterate."""
+    return (held,) if type(held) is tuple else held  # type: ignore[return-value]
+
+
+def _as_set(held: _Held) -> frozenset[_Key]:
+    return frozenset((held,)) if type(held) is tuple else held  # type: ignore[return-value]
+
+
+def _keys(holders: _Holders | None) -> set[ServiceKey] | frozenset[ServiceKey]:
+    """The holders of one claim (``_Holders``, or None: nobody) as a set."""
+    if holders is None:
+        return _NONE
+    if type(holders) is set:
+        return holders
+    return frozenset((cast(ServiceKey, holders),))
+
+
 BROADCAST = IPv4Address("255.255.255.255")
+
+_NONE: frozenset[ServiceKey] = frozenset()
+_NO_CLAIMS: frozenset[_Key] = frozenset()
 
 
 NODE_PORT_RANGE = (30000, 32767)
@@ -129,19 +161,16 @@ def _plain_v4(n: int) -> bool:
     )
 
 
-_NONE: frozenset[ServiceKey] = frozenset()
-_NO_CLAIMS: frozenset[_Key] = frozenset()
-
 _Order = tuple[int, int, str, str]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
-def _order(svc: Service) -> _Order:
+def _order(key: ServiceKey, created: str) -> _Order:
     """Age first (the instant, whatever offset it is written with), then namespace and name;
     a missing or unreadable timestamp (``"0"``) sorts after every real one."""
-    when = _instant(svc.created)
-    return (0 if when is not None else 1, when or 0, svc.key.namespace, svc.key.name)
+    when = _instant(created)
+    return (0 if when is not None else 1, when or 0, key.namespace, key.name)
 
 
 def _instant(created: str) -> int | None:
@@ -158,11 +187,12 @@ def _instant(created: str) -> int | None:
     return (when - _EPOCH) // _MICROSECOND
 
 
-def _claims(svc: Service) -> frozenset[_Key]:
+def _claims(svc: Service) -> _Held:
+    """``svc``'s claims: the one claim itself when it has only one (``_Held``)."""
     if not svc.external_ips and not svc.load_balancer_ips:  # the common case
         cluster: list[_Key] = [("cluster", _ip_key(ip)) for ip in svc.cluster_ips]
         cluster += [("nodeport", p.ref.protocol, p.node_port) for p in svc.ports if p.node_port]
-        return frozenset(cluster)
+        return cluster[0] if len(cluster) == 1 else frozenset(cluster)
     out: set[_Key] = {("cluster", _ip_key(ip)) for ip in svc.cluster_ips}
     external = [_ip_key(ip) for ip in (*svc.external_ips, *svc.load_balancer_ips)]
     for p in svc.ports:
@@ -203,9 +233,12 @@ class Claims:
         self._ranges_text = {4: "", 6: ""}
         self.set_service_ranges(())
         self.set_node((), ())
-        self._claims: dict[ServiceKey, frozenset[_Key]] = {}
-        self._by: dict[_Key, set[ServiceKey]] = {}
-        self._order: dict[ServiceKey, _Order] = {}
+        self._claims: dict[ServiceKey, _Held] = {}
+        self._by: dict[_Key, _Holders] = {}
+        self._created: dict[ServiceKey, str] = {}
+        """Each Service's ``created`` (the Service's own string), whence its age order
+        (``_order_of``): kept as orders, they were 1 MB at 10k Services, for the few that
+        share a claim."""
         self._oldest: dict[_Key, ServiceKey] = {}
         """The oldest holder of each shared claim, once asked; dropped when its holders or
         their ages change. Without it, H Services sharing one address cost H x H comparisons
@@ -225,24 +258,24 @@ class Claims:
         touched: set[_Key] = set()
         settled: set[ServiceKey] = set()
         by = self._by
-        claims_of, order_of, refused = self._claims, self._order, self.refused
+        claims_of, created_of, refused = self._claims, self._created, self.refused
         for key in keys:
             svc = services.get(key)
             new = _claims(svc) if svc is not None else _NO_CLAIMS
             old = claims_of.get(key, _NO_CLAIMS)
             if not old and svc is not None:  # a new Service (every one, on a cold start)
                 alone = True
-                for claim in new:
+                for claim in _each(new):
                     holders = by.get(claim)
                     if holders is None:
-                        by[claim] = {key}
+                        by[claim] = key
                         if claim[0] == "extip":
                             self._extips += 1
                     else:
-                        holders.add(key)
+                        self._hold(claim, holders, key)
                         alone = False
                 claims_of[key] = new
-                order_of[key] = _order(svc)
+                created_of[key] = svc.created
                 mine = alone and key not in refused and self._plain_alone(svc)
                 if mine and not self._watched(new):
                     # Its claims are its alone and it is refused nothing: decided, and no
@@ -250,9 +283,9 @@ class Claims:
                     # them puts both in ``touched``).
                     settled.add(key)
                 else:
-                    touched |= new
+                    touched.update(_each(new))
                 continue
-            touched |= self._replace(key, svc, old, new)
+            touched |= self._replace(key, svc, _as_set(old), _as_set(new))
         given = set(keys)
         affected = given - settled
         oldest = self._oldest
@@ -261,11 +294,37 @@ class Claims:
             if oldest:
                 oldest.pop(claim, None)
             sharing = by.get(claim)
-            if sharing is not None and (len(sharing) > 1 or not sharing <= affected):
+            if type(sharing) is set:
                 affected |= sharing  # others hold it: their refusal may change
+            elif sharing is not None:
+                affected.add(sharing)  # type: ignore[arg-type]
             if extips and claim[0] == "cluster":  # external claims of that address depend on it
-                affected |= by.get(("extip", claim[1]), _NONE)
+                affected |= _keys(by.get(("extip", claim[1])))
         return self._redecide(affected, services) - given
+
+    def _hold(self, claim: _Key, holders: _Holders, key: ServiceKey) -> None:
+        """Add ``key`` to the ``holders`` of ``claim`` (there is at least one already)."""
+        if type(holders) is set:
+            holders.add(key)
+        elif holders != key:
+            self._by[claim] = {holders, key}  # type: ignore[arg-type]
+
+    def _release(self, claim: _Key, key: ServiceKey) -> None:
+        """Take ``key`` out of the holders of ``claim``; a claim nobody holds goes."""
+        by = self._by
+        holders = by[claim]
+        if type(holders) is set:
+            holders.discard(key)
+            if len(holders) > 1:
+                return
+            if holders:  # one left: kept as itself
+                by[claim] = next(iter(holders))
+                return
+        elif holders != key:
+            return
+        del by[claim]
+        if claim[0] == "extip":
+            self._extips -= 1
 
     def _replace(
         self, key: ServiceKey, svc: Service | None, old: frozenset[_Key], new: frozenset[_Key]
@@ -274,32 +333,27 @@ class Claims:
         whose holders or holders' ages changed."""
         touched: set[_Key] | frozenset[_Key] = _NO_CLAIMS
         if svc is not None:
-            order = _order(svc)
-            if self._order.get(key, order) != order:  # its age decides every claim anew
+            before = self._created.get(key)
+            if before is not None and before != svc.created:  # its age decides every claim
                 touched = old | new
-            self._order[key] = order
+            self._created[key] = svc.created
         if new == old:
             return touched
         for claim in old - new:
-            holders = self._by[claim]
-            holders.discard(key)
-            if not holders:
-                del self._by[claim]
-                if claim[0] == "extip":
-                    self._extips -= 1
+            self._release(claim, key)
         for claim in new - old:
             holding = self._by.get(claim)
             if holding is None:
-                self._by[claim] = {key}
+                self._by[claim] = key
                 if claim[0] == "extip":
                     self._extips += 1
             else:
-                holding.add(key)
+                self._hold(claim, holding, key)
         if svc is None:
             self._claims.pop(key, None)
-            self._order.pop(key, None)
+            self._created.pop(key, None)
         else:
-            self._claims[key] = new
+            self._claims[key] = next(iter(new)) if len(new) == 1 else new
         return touched | (old ^ new)
 
     def _redecide(
@@ -414,11 +468,16 @@ class Claims:
             ),
         )
 
-    def _oldest_holder(self, claim: _Key, holders: set[ServiceKey]) -> ServiceKey:
+    def _oldest_holder(
+        self, claim: _Key, holders: set[ServiceKey] | frozenset[ServiceKey]
+    ) -> ServiceKey:
         oldest = self._oldest.get(claim)
         if oldest is None:
-            oldest = self._oldest[claim] = min(holders, key=self._order.__getitem__)
+            oldest = self._oldest[claim] = min(holders, key=self._order_of)
         return oldest
+
+    def _order_of(self, key: ServiceKey) -> _Order:
+        return _order(key, self._created[key])
 
     def _older(self, key: ServiceKey, claim: _Key) -> ServiceKey | None:
         """The oldest other Service holding ``claim``, if it is older than ``key``.
@@ -426,18 +485,18 @@ class Claims:
         Ages are distinct (names break ties), so that is the oldest holder unless it is ``key``.
         """
         holders = self._by.get(claim)
-        if holders is None or len(holders) < 2:  # the common case: the claim is its alone
+        if type(holders) is not set:  # the common case: the claim is its alone
             return None
         oldest = self._oldest_holder(claim, holders)
         return None if oldest == key else oldest
 
-    def _watched(self, claims: frozenset[_Key]) -> bool:
+    def _watched(self, claims: _Held) -> bool:
         """Whether another Service's external address depends on one of ``claims`` (a
         ClusterIP that is also someone's external IP)."""
         if not self._extips:
             return False
         by = self._by
-        return any(c[0] == "cluster" and ("extip", c[1]) in by for c in claims)
+        return any(c[0] == "cluster" and ("extip", c[1]) in by for c in _each(claims))
 
     def _plain_alone(self, svc: Service) -> bool:
         """``_plain`` of a Service that holds each of its claims alone (its ClusterIP and
@@ -475,8 +534,7 @@ class Claims:
         ranges = self._v4_ranges
         if ranges and all(n & mask != net for net, mask in ranges):
             return False
-        holders = self._by.get(("cluster", n))
-        if holders is not None and len(holders) > 1:
+        if type(self._by.get(("cluster", n))) is set:  # shared
             return False
         return not any(p.node_port for p in svc.ports)
 
@@ -549,11 +607,11 @@ class Claims:
         ):
             return f"{field}: {ip} is outside --external-ip-cidrs"
         ip_key = _ip_key(ip)
-        owners = self._by.get(("cluster", ip_key))
+        owners = _keys(self._by.get(("cluster", ip_key)))
         if owners and (len(owners) > 1 or svc.key not in owners):
             owner = self._oldest_holder(("cluster", ip_key), owners)
             if owner == svc.key:  # it holds that ClusterIP too (and is refused for it)
-                owner = min(owners - {svc.key}, key=self._order.__getitem__)
+                owner = min(owners - {svc.key}, key=self._order_of)
             return f"{field}: {ip} is the ClusterIP of Service {owner}"
         for p in svc.ports:
             winner = self._older(svc.key, ("external", ip_key, p.ref.protocol, p.port))

@@ -7,6 +7,7 @@ documents mean is ``cluster/manifests.py``'s and ``cluster/parse.py``'s.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
@@ -416,10 +417,31 @@ def _plain_tokens(text: str) -> bool:
     return not any(match(token.strip(":")) for token in set(_TOKENS.split(text)))
 
 
-@functools.cache
+_COMPILED_ON = [True]
+"""Whether the compiled decoder is used where it may be (``compiled_off``)."""
+
+
 def _compiled() -> Any:
     """The compiled decoder's module, imported at its first use (not by every command); None
-    in an installation without it, which reads YAML with libyaml, as before."""
+    in an installation without it, which reads YAML with libyaml, as before, and while
+    ``compiled_off``."""
+    return _compiled_module() if _COMPILED_ON[0] else None
+
+
+@contextlib.contextmanager
+def compiled_off() -> Iterator[None]:
+    """YAML read by libyaml only, as without the compiled decoder, for a bench or a test that
+    compares the two (``bench/bench_input.py``); not for the product (not thread-safe)."""
+    before = _COMPILED_ON[0]
+    _COMPILED_ON[0] = False
+    try:
+        yield
+    finally:
+        _COMPILED_ON[0] = before
+
+
+@functools.cache
+def _compiled_module() -> Any:
     try:
         import fast_yaml
     except ImportError:

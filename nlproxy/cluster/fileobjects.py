@@ -10,15 +10,17 @@ directory's load makes of them, is ``manifests.py``'s.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from nlproxy.cluster import typed
-from nlproxy.cluster.decode import FileError, Refused, batches, documents
+from nlproxy.cluster.decode import FileError, Refused, batches, compiled_off, documents
 from nlproxy.cluster.model import Invalid, Skip, Upsert
 from nlproxy.cluster.parse import KINDS, to_change
 from nlproxy.cluster.schema import unknown_fields
@@ -66,13 +68,32 @@ def file_objects(
     Raises:
         FileError: the file cannot be read or parsed, or holds something that is not an object.
     """
-    if path.suffix == ".json":
+    if path.suffix == ".json" and _FROM_BYTES[0]:
         fast = _json_objects(path.name, data, proxy_name)
         if fast is not None:
             found, mine = fast
             notes += mine
             return found
     return _document_objects(path, data, notes, proxy_name)
+
+
+_FROM_BYTES = [True]
+"""Whether JSON files are read from their bytes (``parser_only``)."""
+
+
+@contextlib.contextmanager
+def parser_only() -> Iterator[None]:
+    """Every object read as before typed decoding, to compare the two paths (the benches, the
+    tests): each by the field-by-field parser (``typed.FAST_KINDS`` empty), YAML by libyaml
+    (``decode.compiled_off``), JSON files as documents. Not for the product (not thread-safe)."""
+    kinds, from_bytes = typed.FAST_KINDS, _FROM_BYTES[0]
+    typed.FAST_KINDS = frozenset()
+    _FROM_BYTES[0] = False
+    try:
+        with compiled_off():
+            yield
+    finally:
+        typed.FAST_KINDS, _FROM_BYTES[0] = kinds, from_bytes
 
 
 def _document_objects(

@@ -29,11 +29,11 @@ from functools import partial
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
-import kubernetes
 import trio
 import yaml
 
 from nlproxy import hotpath
+from nlproxy.cluster import kube_client
 from nlproxy.cluster.kube_http import (
     Forbidden,
     Gone,
@@ -110,7 +110,7 @@ def kinds(node_name: str, proxy_name: str | None = None) -> tuple[KindSpec, ...]
 
 def api_client_from_config(
     kubeconfig: str | None, *, context: str | None = None, server: str | None = None
-) -> kubernetes.client.ApiClient:
+) -> kube_client.ApiClient:
     """An ``ApiClient`` from a kubeconfig file, or in-cluster when ``kubeconfig`` is None.
 
     Token files, exec plugins and their refresh come from the ``kubernetes`` package.
@@ -121,13 +121,12 @@ def api_client_from_config(
     Raises:
         ConfigError: the kubeconfig cannot be loaded, or none was given outside a pod.
     """
-    cfg = kubernetes.client.Configuration()
-    loaders: Any = kubernetes.config  # untyped package: its loaders are called through Any
+    cfg = kube_client.Configuration()
     try:
         if kubeconfig is not None and server is not None:
             _kubeconfig_loader(kubeconfig, context, server).load_and_set(cfg)
         elif kubeconfig is not None:
-            loaders.load_kube_config(
+            kube_client.kubeconfig_loading().load_kube_config(
                 config_file=kubeconfig,
                 context=context,
                 client_configuration=cfg,
@@ -141,7 +140,7 @@ def api_client_from_config(
         # (kube_link.py), and the client's would repeat a connect timeout three times more,
         # each with a "Retrying (Retry(total=...))" warning of urllib3's.
         cfg.retries = False
-    except kubernetes.config.ConfigException as exc:
+    except kube_client.ConfigException as exc:
         raise ConfigError(f"kubeconfig {kubeconfig or '(in-cluster)'}", str(exc)) from exc
     except (OSError, yaml.YAMLError) as exc:
         # A file the kubeconfig names (a tokenFile, a certificate-authority) is named itself:
@@ -152,7 +151,7 @@ def api_client_from_config(
         else:
             why = str(exc)
         raise ConfigError(f"kubeconfig {kubeconfig}", why) from exc
-    return kubernetes.client.ApiClient(configuration=cfg)
+    return kube_client.ApiClient(configuration=cfg)
 
 
 # The loaders' token-refresh hooks copy their own host into the configuration before every
@@ -172,8 +171,7 @@ def _kubeconfig_loader(path: str, context: str | None, server: str) -> Any:
         for entry in doc.get("clusters") or ():
             if isinstance(ctx, dict) and entry.get("name") == ctx.get("cluster"):
                 entry.setdefault("cluster", {})["server"] = server
-    loader: Any = kubernetes.config.kube_config.KubeConfigLoader
-    return loader(
+    return kube_client.kubeconfig_loading().KubeConfigLoader(
         doc, active_context=context, config_base_path=os.path.dirname(os.path.abspath(path))
     )
 
@@ -181,7 +179,7 @@ def _kubeconfig_loader(path: str, context: str | None, server: str) -> Any:
 def _in_cluster_loader(server: str | None) -> Any:
     """The in-cluster loader (the pod's service account token and CA), reaching ``server``
     instead of ``KUBERNETES_SERVICE_HOST``/``PORT`` when given."""
-    incluster: Any = kubernetes.config.incluster_config
+    incluster = kube_client.in_cluster_loading()
     environ = dict(os.environ)
     if server is not None:
         url = urlsplit(server)
@@ -225,7 +223,7 @@ class KubeSource:
 
     def __init__(
         self,
-        api_client: kubernetes.client.ApiClient,
+        api_client: kube_client.ApiClient,
         *,
         node_name: str,
         page_size: int = 500,

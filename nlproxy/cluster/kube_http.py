@@ -21,13 +21,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import kubernetes
 import msgspec
 import trio
 import urllib3
-from kubernetes.client.exceptions import ApiException
 
 from nlproxy.cluster import typed
+from nlproxy.cluster.kube_client import ApiClient, ApiException
 from nlproxy.cluster.model import Change, Delete, Invalid, Skip, Upsert
 from nlproxy.cluster.ratelimit import TokenBucket
 from nlproxy.cluster.sections import object_ref
@@ -142,7 +141,7 @@ class Http:
 
     def __init__(
         self,
-        api_client: kubernetes.client.ApiClient,
+        api_client: ApiClient,
         on_request: RequestHook | None = None,
         limit: TokenBucket | None = None,
     ) -> None:
@@ -256,6 +255,15 @@ class _Page(msgspec.Struct):
 
 
 _PAGE = msgspec.json.Decoder(_Page)
+
+
+def page_items(data: bytes) -> list[msgspec.Raw]:
+    """The objects of a list page's JSON, each still raw (as ``Http.read_page`` reads them).
+
+    Raises:
+        msgspec.DecodeError: not JSON; ``msgspec.ValidationError``: not a list page.
+    """
+    return _PAGE.decode(data).items or []
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,14 @@ from nlproxy.cluster.model import (
 )
 
 _SliceId = tuple[str, str]  # (namespace, name) of an EndpointSlice
+_SliceIds = _SliceId | tuple[_SliceId, ...]
+"""A Service's slices as ``ClusterState`` keeps them: its one slice's id itself (nearly every
+Service), or a sorted tuple of two or more (``_ids``)."""
+
+
+def _ids(held: _SliceIds) -> tuple[_SliceId, ...]:
+    """The slice ids of ``held`` (``_SliceIds``) as a tuple."""
+    return (held,) if type(held[0]) is str else held  # type: ignore[return-value]
 
 
 class ClusterState:
@@ -79,8 +87,8 @@ class ClusterState:
         self._services_touched: set[ServiceKey] = set()
         self._slices: dict[_SliceId, EndpointSlice] = {}
         # Sorted tuples, not sets: almost every service has one or two slices, and a set costs
-        # four times a small tuple (10k services: 2 MB).
-        self._slice_ids: dict[ServiceKey, tuple[_SliceId, ...]] = {}
+        # four times a small tuple (10k services: 2 MB); one slice's id is kept as itself.
+        self._slice_ids: dict[ServiceKey, _SliceIds] = {}
         self._node: Node | None = None
         self._cidrs: dict[str, ServiceCIDR] = {}
         self._local_addresses: tuple[IPAddress, ...] = ()
@@ -262,10 +270,10 @@ class ClusterState:
             ids = self._slice_ids.get(key)
             if not ids:
                 groups.pop(key, None)
-            elif len(ids) == 1:
-                groups[key] = (slices[ids[0]],)
+            elif type(ids[0]) is str:  # one slice
+                groups[key] = (slices[ids],)
             else:
-                groups[key] = tuple([slices[i] for i in ids])
+                groups[key] = tuple([slices[i] for i in ids])  # type: ignore[index]
         self._dirty_groups.clear()
         if self._services_dirty:
             self._services_view = MappingProxyType(dict(self._view))
@@ -384,19 +392,24 @@ class ClusterState:
         self._snapshot = None
         if old is not None and old.service != obj.service:
             self._unlink_slice(old, changed)
-        ids = self._slice_ids.get(obj.service)
-        if ids is None:
-            self._slice_ids[obj.service] = (slice_id,)
-        elif slice_id not in ids:
-            self._slice_ids[obj.service] = tuple(sorted((*ids, slice_id)))
+        held = self._slice_ids.get(obj.service)
+        if held is None:
+            self._slice_ids[obj.service] = slice_id
+        else:
+            ids = _ids(held)
+            if slice_id not in ids:
+                self._slice_ids[obj.service] = tuple(sorted((*ids, slice_id)))
         self._dirty_groups.add(obj.service)
         changed.add(obj.service)
 
     def _unlink_slice(self, old: EndpointSlice, changed: set[ServiceKey]) -> None:
         slice_id = (old.namespace, old.name)
-        ids = tuple(i for i in self._slice_ids.get(old.service, ()) if i != slice_id)
-        if ids:
+        held = self._slice_ids.get(old.service)
+        ids = tuple(i for i in _ids(held) if i != slice_id) if held is not None else ()
+        if len(ids) > 1:
             self._slice_ids[old.service] = ids
+        elif ids:
+            self._slice_ids[old.service] = ids[0]
         else:
             self._slice_ids.pop(old.service, None)
         self._dirty_groups.add(old.service)

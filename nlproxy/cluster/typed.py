@@ -173,7 +173,7 @@ class _NotPlain(Exception):
     """Not plainly valid: the parser reads the object."""
 
 
-_MEMO_LIMIT = 4096
+MEMO_LIMIT = 4096
 """The most distinct strings each memo below holds (cleared when full): namespaces, port
 names and target port names repeat across objects, so each is checked and interned once."""
 _NAMESPACES: dict[str | None, str] = {}
@@ -192,6 +192,12 @@ def _memo_reset() -> None:
 _memo_reset()
 
 
+def memo_sizes() -> tuple[int, int, int]:
+    """How many strings the memos hold now (namespaces, port names, target port names): each
+    at most ``MEMO_LIMIT``."""
+    return len(_NAMESPACES), len(_PORT_NAMES), len(_TARGET_NAMES)
+
+
 def _label(memo: dict[str | None, str], value: str | None) -> str:
     """``value`` as the one shared copy in ``memo`` (its default when unset) once checked to be
     a DNS label; ``_NotPlain`` if it is not one (the parser names what is wrong)."""
@@ -200,7 +206,7 @@ def _label(memo: dict[str | None, str], value: str | None) -> str:
         return shared
     if type(value) is not str or not sections.DNS_LABEL.fullmatch(value):
         raise _NotPlain
-    if len(memo) >= _MEMO_LIMIT:
+    if len(memo) >= MEMO_LIMIT:
         _memo_reset()
     shared = memo[value] = sys.intern(value)
     return shared
@@ -458,7 +464,7 @@ def _target_port(value: int | str | None, port: int) -> int | str:
         if value not in _TARGET_NAMES:
             if not sections.IANA_SVC_NAME.fullmatch(value):
                 raise _NotPlain
-            if len(_TARGET_NAMES) >= _MEMO_LIMIT:
+            if len(_TARGET_NAMES) >= MEMO_LIMIT:
                 _memo_reset()
             _TARGET_NAMES.add(value)
         return value

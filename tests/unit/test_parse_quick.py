@@ -7,12 +7,13 @@ import ipaddress
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from nlproxy.cluster import decode, manifests
 from nlproxy.cluster.fields import FieldReader, quick_ipv4
-from nlproxy.cluster.model import IPFamily, ObjectRef
-from nlproxy.cluster.parse import _endpoint, _quick_endpoint
+from nlproxy.cluster.model import Endpoint, EndpointSlice, Invalid, ObjectRef, Upsert
+from nlproxy.cluster.parse import to_change
 from nlproxy.errors import InvalidObject
 
 
@@ -48,20 +49,44 @@ COMMON: list[dict[str, Any]] = [
 ]
 
 
+HINTS = {"forZones": [{"name": "z"}]}
+"""A hints entry sends an endpoint down the field-by-field path (the quick one takes none)."""
+
+
+def _parsed(endpoint: object) -> Endpoint | str:
+    """The parser's endpoint of a slice holding ``endpoint`` alone, or its error."""
+    doc = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": "s", "namespace": "ns", "labels": {_SERVICE_NAME: "web"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+        "endpoints": [endpoint],
+    }
+    change = to_change(doc, "EndpointSlice")
+    if isinstance(change, Invalid):
+        return change.error
+    assert isinstance(change, Upsert)
+    assert isinstance(change.obj, EndpointSlice)
+    (ep,) = change.obj.endpoints
+    return ep
+
+
+_SERVICE_NAME = "kubernetes.io/service-name"
+
+
+def _checked(raw: dict[str, Any]) -> Endpoint | str:
+    """``_parsed`` of ``raw`` down the field-by-field path, its hints aside."""
+    got = _parsed({**raw, "hints": raw.get("hints", HINTS)})
+    return got if isinstance(got, str) else msgspec.structs.replace(got, hints_zones=None)
+
+
 @pytest.mark.parametrize("raw", COMMON)
 def test_quick_endpoint_equals_the_checked_path(raw: dict[str, Any]) -> None:
-    quick = _quick_endpoint(raw)
-    assert quick is not None
-    # A hints entry sends the same endpoint down the field-by-field path.
-    slow = _endpoint(_reader(), {**raw, "hints": {"forZones": [{"name": "z"}]}}, 0, IPFamily.IPV4)
-    assert quick == type(quick)(
-        ip=slow.ip,
-        ready=slow.ready,
-        serving=slow.serving,
-        terminating=slow.terminating,
-        node_name=slow.node_name,
-        zone=slow.zone,
-    )
+    quick = _parsed(raw)
+    assert isinstance(quick, Endpoint)
+    assert quick.hints_zones is None
+    assert quick == _checked(raw)
 
 
 UNUSUAL: list[object] = [
@@ -82,11 +107,17 @@ UNUSUAL: list[object] = [
 
 @pytest.mark.parametrize("raw", UNUSUAL)
 def test_quick_endpoint_steps_aside(raw: object) -> None:
-    assert _quick_endpoint(raw) is None
-
-
-def _reader() -> FieldReader:
-    return FieldReader(ObjectRef(kind="EndpointSlice", namespace="ns", name="s"))
+    """What the quick path does not take gets the field-by-field path's answer: the same
+    endpoint, or the same error naming the field."""
+    got = _parsed(raw)
+    if not isinstance(raw, dict):
+        assert got == 'EndpointSlice ns/s: endpoints[0]: expected an object, got "not a mapping"'
+    elif isinstance(got, str):
+        assert "endpoints[0]" in got
+        assert got == _checked(raw)
+    else:
+        got = msgspec.structs.replace(got, hints_zones=None)
+        assert got == _checked(raw)
 
 
 def test_yaml_uses_libyaml_with_the_same_resolvers() -> None:

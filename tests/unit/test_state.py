@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -345,3 +346,29 @@ def test_a_relist_of_equal_objects_keeps_the_snapshot_and_its_objects() -> None:
     assert state.apply([bumped]) == set()
     assert state.snapshot() is before
     assert state.snapshot().services[WEB] is listed[0].obj
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_slices_coming_going_and_moving_group_as_in_a_fresh_state(seed: int) -> None:
+    """Slices added, deleted and moved between Services at random, one to four per Service:
+    each snapshot groups them as a state given only the current slices does."""
+    rng = random.Random(seed)
+    services = [f"s{i}" for i in range(4)]
+    current: dict[str, str] = {}  # slice name -> its Service
+    state = ClusterState("n1")
+    state.apply([up(svc(name)) for name in services])
+    for _ in range(300):
+        name = f"e{rng.randrange(10)}"
+        if name in current and rng.random() < 0.4:
+            del current[name]
+            state.apply([Delete(ref=ref("EndpointSlice", name))])
+        else:
+            current[name] = rng.choice(services)
+            state.apply([up(eps(name, current[name]))])
+        fresh = ClusterState("n1")
+        fresh.apply([up(svc(s)) for s in services])
+        fresh.apply([up(eps(n, s)) for n, s in current.items()])
+        got, want = state.snapshot().slices, fresh.snapshot().slices
+        assert {k: [s.name for s in v] for k, v in got.items()} == {
+            k: [s.name for s in v] for k, v in want.items()
+        }

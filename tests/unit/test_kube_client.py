@@ -1,0 +1,136 @@
+"""The official client imported as far as the API source uses it (``cluster/kube_client.py``):
+what is left out, and that the packages are still whole for whoever asks for the rest."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+UNUSED = (
+    "kubernetes.watch",
+    "kubernetes.dynamic",
+    "kubernetes.stream",
+    "kubernetes.leaderelection",
+    "kubernetes.informer",
+    "kubernetes.config.kube_config",
+    "requests_oauthlib",
+)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(code: str, **env: str) -> object:
+    """Run ``code`` in a fresh interpreter (nothing imported yet) with this checkout's
+    ``nlproxy`` and ``env`` added to the environment; what it prints, as JSON."""
+    path = os.pathsep.join(p for p in (str(ROOT), env.pop("PYTHONPATH", "")) if p)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **env, "PYTHONPATH": path},
+        timeout=120,
+    )
+    return json.loads(out.stdout)
+
+
+def test_in_a_pod_the_client_is_imported_only_as_far_as_the_source_uses_it() -> None:
+    got = _run(
+        f"""
+        import json, sys
+        from nlproxy.cluster import kube
+        from nlproxy.errors import ConfigError
+        loaded = [m for m in {UNUSED!r} if m in sys.modules]
+        try:
+            kube.api_client_from_config(None)  # in-cluster: no token file here
+            error = ""
+        except ConfigError as exc:
+            error = str(exc)
+        after = [m for m in {UNUSED!r} if m in sys.modules]
+        print(json.dumps([loaded, after, error]))
+        """,
+        KUBERNETES_SERVICE_HOST="10.96.0.1",
+    )
+    assert got == [[], [], got[2]]  # type: ignore[index]
+    assert "kubeconfig (in-cluster)" in got[2]  # type: ignore[index]
+
+
+def test_a_kubeconfig_takes_the_clients_kubeconfig_loader(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://192.0.2.1:6443'}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        "users: [{name: u, user: {token: abc}}]\n"
+    )
+    got = _run(
+        f"""
+        import json, sys
+        from nlproxy.cluster import kube
+        client = kube.api_client_from_config({str(kubeconfig)!r})
+        others = [m for m in ("kubernetes.watch", "kubernetes.dynamic") if m in sys.modules]
+        loader = "kubernetes.config.kube_config" in sys.modules
+        print(json.dumps([client.configuration.host, loader, others]))
+        """
+    )
+    assert got == ["https://192.0.2.1:6443", True, []]
+
+
+def test_the_packages_are_whole_for_whoever_asks_for_more() -> None:
+    got = _run(
+        """
+        import json
+        from importlib.metadata import version
+        from nlproxy.cluster import kube  # the packages entered bare
+        import kubernetes
+        from kubernetes import config, watch
+        from kubernetes.client import CoreV1Api
+        print(json.dumps([
+            kubernetes.__version__ == version("kubernetes"),
+            watch.Watch.__name__,
+            callable(config.load_kube_config),
+            config.ConfigException is kube.kube_client.ConfigException,
+            CoreV1Api.__name__,
+        ]))
+        """
+    )
+    assert got == [True, "Watch", True, True, "CoreV1Api"]
+
+
+def test_a_bare_package_runs_its_init_once_on_the_first_name_its_submodules_did_not_set(
+    tmp_path: Path,
+) -> None:
+    pkg = tmp_path / "barepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "import builtins\nbuiltins.RUNS = getattr(builtins, 'RUNS', 0) + 1\n"
+        "from . import part\nNAME = 'whole'\n"
+    )
+    (pkg / "part.py").write_text("VALUE = 1\n")
+    got = _run(
+        """
+        import builtins, json, sys
+        from nlproxy.cluster.kube_client import bare
+        bare("barepkg")
+        import barepkg.part
+        before = getattr(builtins, "RUNS", 0)
+        import barepkg
+        part = barepkg.part.VALUE  # set by the submodule's import: no __init__ needed
+        still = getattr(builtins, "RUNS", 0)
+        from barepkg import NAME
+        try:
+            barepkg.missing
+            missing = ""
+        except AttributeError as exc:
+            missing = str(exc)
+        print(json.dumps([before, part, still, NAME, builtins.RUNS, missing,
+                          bare("barepkg") is sys.modules["barepkg"]]))
+        """,
+        PYTHONPATH=str(tmp_path),
+    )
+    assert got == [0, 1, 0, "whole", 1, "module 'barepkg' has no attribute 'missing'", True]
