@@ -112,7 +112,10 @@ class Syncer:
         self.records = RestartRecords(
             config, kernel.readback, self.log, enabled=record and not owner
         )
-        self.health = HealthRecord(enabled=record and not owner)  # kept with those
+        # Kept with ``--owned-table`` too, where the restart records are not (that table is
+        # re-taken by a batch at every start anyway): what a kept Service's health-check
+        # node port answers has no other place to outlive the process.
+        self.health = HealthRecord(enabled=record)
         self.verifier = Verifier(kernel.readback)
         self.batches = Batches(kernel, self.log, owner=owner, committed=self.verifier.committed)
         # A repair adding this many elements no packet needs sends them in a batch of their
@@ -473,9 +476,12 @@ class Syncer:
 
         def ops_of(family: Family) -> tuple[list[Operation], int]:
             desired = wanted[family]
-            return self.batches.claiming(
+            ops, claim = self.batches.claiming(
                 family, before[family], desired, diff(desired, before[family])
             )
+            if family in self.batches.recreating:
+                self.health.forget()  # the table is made anew, without the record
+            return ops, claim
 
         def committed(family: Family, ops: list[Operation]) -> None:
             # What was sent is the plan's own maps: kept as they are (``settle`` copies them).
