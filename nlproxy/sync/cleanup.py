@@ -7,25 +7,50 @@ the kernel accepted (kube-proxy's order). UDP and SCTP flows of removed endpoint
 ones only with ``flush_tcp`` (a TCP client sees a reset when its endpoint is gone). A cleanup
 that ran out of a resource (``EMFILE``...) is kept pending by the ``Flows`` side and finished
 by :meth:`FlowCleanup.finish` at the next sync.
+
+A process stopped between a commit and its cleanup (a stop deadline's SIGKILL, ``kill -9``, an
+OOM kill) leaves that commit's stale flows behind, and the next process cannot compute them
+from a before and an after: the tables it finds already hold the after. So the first sync of
+every process ends with :meth:`FlowCleanup.sweep`, which compares the conntrack table itself
+with what is programmed: a UDP or SCTP flow DNAT'd to a frontend nlproxy programs whose backend
+(the flow's reply source) is not one of that frontend's backends now, or a UDP flow to a
+frontend with backends that was not DNAT'd at all, is one such a cleanup would have deleted.
+Chosen over recording the pending filters durably before each commit: that record would be one
+more write into every commit (the tables are the only state that outlives the process) to
+cover a rare stop, while the sweep costs one dump of the UDP and SCTP flows once per start,
+needs no record to be right, and also catches what any earlier process (another version, a
+crash mid-cleanup, a cleanup that ran out of descriptors) left behind.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress
 from nlproxy.conntrack.kernel import ConntrackError, Flows
-from nlproxy.conntrack.messages import FlowFilter
+from nlproxy.conntrack.messages import IPS_DST_NAT, Flow, FlowFilter
 from nlproxy.conntrack.plan import programmed_frontends, stale_flow_filters, still_stale
 from nlproxy.nft.ir import Family, L4Proto, Ruleset
 from nlproxy.nft.packed import PackedElements
+from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.proxy.layout import SHAPES, Programmed, udp_only
+from nlproxy.proxy.layout import (
+    SHAPES,
+    Backend,
+    FrontKey,
+    Programmed,
+    front_key,
+    frontend,
+    udp_only,
+)
 
 _UDP = int(L4Proto.UDP)
+_BALANCED = tuple(f"{role}-" for role in n.BALANCED_MAPS)
+SWEPT = ("udp", "sctp")
+"""The protocols whose flows :meth:`FlowCleanup.sweep` looks at (TCP too with ``flush_tcp``)."""
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
@@ -49,6 +74,7 @@ class FlowCleanup:
         self.log = log
         self.flush_tcp = flush_tcp
         self._deleted = 0
+        self._swept = False  # :meth:`sweep` ran
 
     def reconfigure(self, config: ProxyConfig) -> None:
         """Read the node's addresses from ``config`` from the next cleanup on."""
@@ -133,6 +159,35 @@ class FlowCleanup:
             raise failed
         return deleted
 
+    def sweep(self, programmed: Mapping[Family, Ruleset | None], snapshot: ClusterSnapshot) -> int:
+        """Once per process, at its first call with something ``programmed`` (the tables as
+        they are, per family): delete the flows a cleanup of an earlier process would have
+        deleted, had it run (see the module docstring): UDP and SCTP flows (TCP too with
+        ``flush_tcp``) to a frontend of ``programmed`` whose backend is not one of its
+        backends, and UDP flows to a frontend with backends that were not DNAT'd. Flows of
+        every backend that serves its frontend stay; flows to anything else are not looked at.
+
+        One dump per protocol and family; the frontends the flows name are looked up in
+        ``programmed`` (not every frontend of the tables is read). A failure is logged, not
+        raised: the sync before it succeeded (what ran out of a resource is kept pending and
+        finished by :meth:`finish`).
+        """
+        if self._swept or not programmed:
+            return 0
+        self._swept = True
+        protos = (*SWEPT, "tcp") if self.flush_tcp else SWEPT
+        try:
+            flows = [f for proto in protos for f in self._flows.list(FlowFilter(proto=proto))]
+            tables = [rs for rs in programmed.values() if rs is not None]
+            filters = swept_filters(flows, tables, self._addrs(snapshot))
+            deleted = self._flows.delete(filters) if filters else 0
+        except ConntrackError as exc:
+            self.log.warning("conntrack.sweep_failed", error=str(exc))
+            return 0
+        self._deleted += deleted
+        self.log.info("conntrack.swept", flows=len(flows), filters=len(filters), deleted=deleted)
+        return deleted
+
     def _addrs(self, snapshot: ClusterSnapshot) -> tuple[IPAddress, ...]:
         if self.config.node_ips:
             return tuple(self.config.node_ips)
@@ -167,3 +222,92 @@ def udp_part(rs: Ruleset) -> Ruleset:
                 picked[packed] = data
         slim.elements[shape.backends] = PackedElements(els.set, picked)
     return udp_only(slim)
+
+
+def swept_filters(
+    flows: Sequence[Flow], programmed: Sequence[Ruleset], node_addrs: Sequence[IPAddress]
+) -> list[FlowFilter]:
+    """Filters for the ``flows`` (listed from the kernel) that no backend of ``programmed``
+    answers any more (:meth:`FlowCleanup.sweep`). A flow to a node address counts for the
+    NodePort frontend of its port as well. Pure; sorted, so the same input gives the same
+    filters."""
+    nodes = frozenset(node_addrs)
+    wanted: set[FrontKey] = set()
+    for flow in flows:
+        o = flow.orig
+        wanted.add((o.proto, o.dst, o.dport))
+        if o.dst in nodes:
+            wanted.add((o.proto, None, o.dport))
+    if not wanted:
+        return []
+    now = programmed_frontends([frontends_part(rs, wanted) for rs in programmed])
+    out: set[FlowFilter] = set()
+    for flow in flows:
+        o, r = flow.orig, flow.reply
+        keys: list[FrontKey] = [(o.proto, o.dst, o.dport)]
+        if o.dst in nodes:
+            keys.append((o.proto, None, o.dport))
+        for key in keys:
+            fe = frontend(key)
+            backends = now.get(fe)
+            if backends is None:
+                continue  # not a frontend of nlproxy's
+            # DNAT'd: the kernel's status says so, or the reply comes from elsewhere.
+            if flow.status & IPS_DST_NAT or (r.src, r.sport) != (o.dst, o.dport):
+                if Backend(r.src, r.sport) not in backends:
+                    out.add(
+                        FlowFilter(
+                            proto=fe.proto,
+                            orig_dst=o.dst,
+                            orig_dport=o.dport,
+                            reply_src=r.src,
+                            reply_sport=r.sport,
+                        )
+                    )
+            elif fe.proto == "udp" and backends:
+                out.add(FlowFilter(proto="udp", orig_dst=o.dst, orig_dport=o.dport, dnat=False))
+    return sorted(out, key=str)
+
+
+def frontends_part(rs: Ruleset, fronts: Set[FrontKey]) -> Ruleset:
+    """The part of ``rs`` :func:`~nlproxy.proxy.layout.programmed_frontends` needs to tell the
+    backends of ``fronts``: their dispatch and backends elements (a packed backends map's are
+    picked by their frontend's bytes, the 4 of the index left out), and the round-robin,
+    consistent-hash and ClientIP-affinity ports' own maps and chains as they are. Shares what
+    it does not pick with ``rs``; read only."""
+    slim = Ruleset(
+        table=rs.table,
+        chains=rs.chains,
+        rules=rs.rules,
+        sets=rs.sets,
+        elements={k: v for k, v in rs.elements.items() if k.startswith(_BALANCED)},
+    )
+    for shape in SHAPES:
+        dispatch = rs.elements.get(shape.dispatch)
+        if not dispatch:
+            continue
+        keys: list[tuple[object, ...]] = []
+        if isinstance(dispatch, PackedElements):
+            raw = {
+                k: d
+                for k, d in dispatch.raw.items()
+                if front_key(dispatch.decode_key(k), shape.width) in fronts
+            }
+            slim.elements[shape.dispatch] = PackedElements(dispatch.set, raw)
+            keys = [dispatch.decode_key(k) for k in raw]
+        else:
+            picked = {k: el for k, el in dispatch.items() if front_key(k, shape.width) in fronts}
+            slim.elements[shape.dispatch] = picked
+            keys = list(picked)
+        els = rs.elements.get(shape.backends)
+        if not els:
+            continue
+        if isinstance(els, PackedElements) and len(els.set.key) == shape.width + 1:
+            heads = {els.pack_head(key[: shape.width]) for key in keys}  # type: ignore[arg-type]
+            chosen = {k: d for k, d in els.raw.items() if k[:-4] in heads}
+            slim.elements[shape.backends] = PackedElements(els.set, chosen)
+        else:
+            slim.elements[shape.backends] = {
+                k: el for k, el in els.items() if front_key(k, shape.width) in fronts
+            }
+    return slim

@@ -112,9 +112,7 @@ class Syncer:
         self.records = RestartRecords(
             config, kernel.readback, self.log, enabled=record and not owner
         )
-        # Kept with ``--owned-table`` too, where the restart records are not (that table is
-        # re-taken by a batch at every start anyway): what a kept Service's health-check
-        # node port answers has no other place to outlive the process.
+        # With ``--owned-table`` too: a kept Service's health-check port has no other place.
         self.health = HealthRecord(enabled=record)
         self.verifier = Verifier(kernel.readback)
         self.batches = Batches(kernel, self.log, owner=owner, committed=self.verifier.committed)
@@ -336,6 +334,8 @@ class Syncer:
                 if self.cleanup.pending:
                     programmed = [rs for rs in self._programmed.values() if rs is not None]
                     result.conntrack_deleted += self.cleanup.finish(programmed, snapshot)
+                # Once something is known to be programmed: what an earlier process left.
+                result.conntrack_deleted += self.cleanup.sweep(self._programmed, snapshot)
                 return result
 
     def _seed_balanced(self, snapshot: ClusterSnapshot) -> bool:
