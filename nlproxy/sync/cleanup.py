@@ -32,8 +32,13 @@ from typing import TYPE_CHECKING
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress
 from nlproxy.conntrack.kernel import ConntrackError, Flows
 from nlproxy.conntrack.messages import IPS_DST_NAT, Flow, FlowFilter
-from nlproxy.conntrack.plan import programmed_frontends, stale_flow_filters, still_stale
-from nlproxy.nft.ir import Family, L4Proto, Ruleset
+from nlproxy.conntrack.plan import (
+    MAX_PASSES,
+    programmed_frontends,
+    stale_flow_filters,
+    still_stale,
+)
+from nlproxy.nft.ir import Family, L4Proto, Ruleset, Value
 from nlproxy.nft.packed import PackedElements
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
@@ -44,6 +49,7 @@ from nlproxy.proxy.layout import (
     Programmed,
     front_key,
     frontend,
+    proto_number,
     udp_only,
 )
 
@@ -176,9 +182,13 @@ class FlowCleanup:
             return 0
         self._swept = True
         protos = (*SWEPT, "tcp") if self.flush_tcp else SWEPT
+        tables = [rs for rs in programmed.values() if rs is not None]
         try:
-            flows = [f for proto in protos for f in self._flows.list(FlowFilter(proto=proto))]
-            tables = [rs for rs in programmed.values() if rs is not None]
+            found: dict[tuple[object, ...], Flow] = {}
+            for flt in sweep_dumps(tables, protos):
+                for f in self._flows.list(flt):
+                    found.setdefault((f.orig, f.reply, f.zone), f)
+            flows = list(found.values())
             filters = swept_filters(flows, tables, self._addrs(snapshot))
             deleted = self._flows.delete(filters) if filters else 0
         except ConntrackError as exc:
@@ -222,6 +232,43 @@ def udp_part(rs: Ruleset) -> Ruleset:
                 picked[packed] = data
         slim.elements[shape.backends] = PackedElements(els.set, picked)
     return udp_only(slim)
+
+
+def sweep_dumps(programmed: Sequence[Ruleset], protos: Sequence[str]) -> list[FlowFilter]:
+    """The dumps :meth:`FlowCleanup.sweep` lists: one per frontend of ``protos`` in
+    ``programmed`` (its address and port, or a NodePort's port), which the kernel pre-selects,
+    while there are at most ``MAX_PASSES`` (a pass costs about the same however few flows it
+    returns); else one per protocol. So a node's other UDP flows (an overlay's tunnels, its
+    own DNS) are not decoded when few Services have UDP or SCTP ports, the usual case."""
+    wanted = {proto_number(p) for p in protos}
+    fronts: set[FrontKey] = set()
+    for rs in programmed:
+        for shape in SHAPES:
+            els = rs.elements.get(shape.dispatch)
+            if not els:
+                continue
+            at = shape.width - 2  # the l4proto's place in the key
+            for number in wanted:
+                if isinstance(els, PackedElements):
+                    keys: Iterable[tuple[Value, ...]] = map(
+                        els.decode_key, els.select(at, number).raw
+                    )
+                else:
+                    keys = (k for k in els if k[at] == number)
+                for key in keys:
+                    fk = front_key(key, shape.width)
+                    if fk is not None:
+                        fronts.add(fk)
+                if len(fronts) > MAX_PASSES:
+                    return [FlowFilter(proto=p) for p in protos]
+    out = []
+    for fk in sorted(fronts, key=str):
+        fe = frontend(fk)
+        if fe.addr is None:  # a NodePort: on every node address
+            out.append(FlowFilter(proto=fe.proto, orig_dport=fe.port))
+        else:
+            out.append(FlowFilter(proto=fe.proto, orig_dst=fe.addr, orig_dport=fe.port))
+    return out
 
 
 def swept_filters(

@@ -19,10 +19,12 @@ import pytest
 from nlproxy.cluster.model import EndpointSlice, Service
 from nlproxy.cluster.state import ClusterState
 from nlproxy.conntrack.fake import FakeConntrack
-from nlproxy.conntrack.messages import IPS_DST_NAT, Flow, FlowTuple
+from nlproxy.conntrack.messages import IPS_DST_NAT, Flow, FlowFilter, FlowTuple
+from nlproxy.conntrack.plan import MAX_PASSES
 from nlproxy.nft.fake import FakeNftables
 from nlproxy.nft.ir import L4Proto
 from nlproxy.proxy import naming as n
+from nlproxy.sync.cleanup import sweep_dumps
 from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.syncer import Syncer
 from tests.unit.builders import endpoint, eps_slice, port, service, upsert
@@ -181,3 +183,27 @@ def test_a_sweep_that_fails_does_not_fail_the_sync() -> None:
     # The next sync finishes what is still stale.
     assert syncer.sync(state.snapshot(), changed=set()).conntrack_deleted == 1
     assert flows.flows == []
+
+
+@pytest.mark.parametrize("services", [2, 40], ids=["a-dump-per-frontend", "a-dump-per-protocol"])
+def test_the_sweep_dumps_per_frontend_while_they_are_few(services: int) -> None:
+    nft = FakeNftables(n.TABLE)
+    state = state_with_node()
+    vips = [f"172.30.1.{i}" for i in range(services)]
+    for i, vip in enumerate(vips):
+        state.apply([upsert(dns(f"s{i}", vip)), upsert(dns_slice(f"s{i}", [A, B]))])
+    last = f"s{services - 1}"
+    programmed_then_stopped(nft, state, [dns_slice(last, [B])])
+    stale = flow(vips[-1], A)
+    kept = [flow(vips[-1], B, sport=40001), flow(vips[0], A, sport=40002)]
+    flows = FakeConntrack([stale, *kept])
+    syncer = make(nft, flows)
+    assert syncer.sync(state.snapshot()).conntrack_deleted == 1
+    assert flows.flows == kept
+    tables = [rs for rs in syncer._programmed.values() if rs is not None]
+    dumps = sweep_dumps(tables, ("udp", "sctp"))
+    if services <= MAX_PASSES:
+        assert sorted(str(d.orig_dst) for d in dumps) == sorted(vips)
+        assert {(d.proto, d.orig_dport) for d in dumps} == {("udp", 53)}
+    else:
+        assert dumps == [FlowFilter(proto="udp"), FlowFilter(proto="sctp")]
