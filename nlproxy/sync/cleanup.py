@@ -44,7 +44,6 @@ from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.layout import (
     SHAPES,
-    Backend,
     FrontKey,
     Programmed,
     front_key,
@@ -184,11 +183,11 @@ class FlowCleanup:
         protos = (*SWEPT, "tcp") if self.flush_tcp else SWEPT
         tables = [rs for rs in programmed.values() if rs is not None]
         try:
-            found: dict[tuple[object, ...], Flow] = {}
-            for flt in sweep_dumps(tables, protos):
-                for f in self._flows.list(flt):
-                    found.setdefault((f.orig, f.reply, f.zone), f)
-            flows = list(found.values())
+            dumps = sweep_dumps(tables, protos)
+            flows = [f for flt in dumps for f in self._flows.list(flt)]
+            if len(dumps) > 1 and any(d.orig_dst is None for d in dumps):
+                # A NodePort's dump (by port alone) may list a flow another dump did.
+                flows = list({(f.orig, f.reply, f.zone): f for f in flows}.values())
             filters = swept_filters(flows, tables, self._addrs(snapshot))
             deleted = self._flows.delete(filters) if filters else 0
         except ConntrackError as exc:
@@ -287,31 +286,43 @@ def swept_filters(
             wanted.add((o.proto, None, o.dport))
     if not wanted:
         return []
-    now = programmed_frontends([frontends_part(rs, wanted) for rs in programmed])
+    programmed_now = programmed_frontends([frontends_part(rs, wanted) for rs in programmed])
+    # By the key a flow gives (l4proto number, address, port): the frontend's protocol name
+    # and its backends as (address, port), made once per frontend, not per flow.
+    now: dict[FrontKey, tuple[str, frozenset[tuple[IPAddress, int]]]] = {}
+    for key in wanted:
+        fe = frontend(key)
+        bes = programmed_now.backends.get(fe)
+        if bes is not None:
+            now[key] = (fe.proto, frozenset((b.addr, b.port) for b in bes))
     out: set[FlowFilter] = set()
+    found: set[tuple[object, ...]] = set()  # one filter per frontend and answering backend
     for flow in flows:
         o, r = flow.orig, flow.reply
         keys: list[FrontKey] = [(o.proto, o.dst, o.dport)]
         if o.dst in nodes:
             keys.append((o.proto, None, o.dport))
         for key in keys:
-            fe = frontend(key)
-            backends = now.get(fe)
-            if backends is None:
+            served = now.get(key)
+            if served is None:
                 continue  # not a frontend of nlproxy's
+            proto, backends = served
+            answer = (r.src, r.sport)
             # DNAT'd: the kernel's status says so, or the reply comes from elsewhere.
-            if flow.status & IPS_DST_NAT or (r.src, r.sport) != (o.dst, o.dport):
-                if Backend(r.src, r.sport) not in backends:
+            if flow.status & IPS_DST_NAT or answer != (o.dst, o.dport):
+                seen = (proto, o.dst, o.dport, *answer)
+                if answer not in backends and seen not in found:
+                    found.add(seen)
                     out.add(
                         FlowFilter(
-                            proto=fe.proto,
+                            proto=proto,
                             orig_dst=o.dst,
                             orig_dport=o.dport,
                             reply_src=r.src,
                             reply_sport=r.sport,
                         )
                     )
-            elif fe.proto == "udp" and backends:
+            elif proto == "udp" and backends:
                 out.add(FlowFilter(proto="udp", orig_dst=o.dst, orig_dport=o.dport, dnat=False))
     return sorted(out, key=str)
 
