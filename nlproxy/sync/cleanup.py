@@ -17,7 +17,7 @@ with what is programmed: a UDP or SCTP flow DNAT'd to a frontend nlproxy program
 frontend with backends that was not DNAT'd at all, is one such a cleanup would have deleted.
 Chosen over recording the pending filters durably before each commit: that record would be one
 more write into every commit (the tables are the only state that outlives the process) to
-cover a rare stop, while the sweep costs one dump of the UDP and SCTP flows once per start,
+cover a rare stop, while the sweep costs a listing of the UDP and SCTP flows once per start,
 needs no record to be right, and also catches what any earlier process (another version, a
 crash mid-cleanup, a cleanup that ran out of descriptors) left behind.
 """
@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress
-from nlproxy.conntrack.kernel import ConntrackError, Flows
+from nlproxy.conntrack.kernel import ConntrackError, Flows, transient
 from nlproxy.conntrack.messages import IPS_DST_NAT, Flow, FlowFilter
 from nlproxy.conntrack.plan import (
     MAX_PASSES,
@@ -38,6 +38,7 @@ from nlproxy.conntrack.plan import (
     stale_flow_filters,
     still_stale,
 )
+from nlproxy.errors import NlproxyError
 from nlproxy.nft.ir import Family, L4Proto, Ruleset, Value
 from nlproxy.nft.packed import PackedElements
 from nlproxy.proxy import naming as n
@@ -172,10 +173,11 @@ class FlowCleanup:
         backends, and UDP flows to a frontend with backends that were not DNAT'd. Flows of
         every backend that serves its frontend stay; flows to anything else are not looked at.
 
-        One dump per protocol and family; the frontends the flows name are looked up in
-        ``programmed`` (not every frontend of the tables is read). A failure is logged, not
-        raised: the sync before it succeeded (what ran out of a resource is kept pending and
-        finished by :meth:`finish`).
+        A dump per frontend while they are few, else per protocol (:func:`sweep_dumps`); the
+        frontends the flows name are looked up in ``programmed`` (not every frontend of the
+        tables is read). A failure is logged, not raised: the sync before it succeeded. What
+        ran out of a resource is tried again by the next sync (the deletions kept pending
+        are finished by :meth:`finish`).
         """
         if self._swept or not programmed:
             return 0
@@ -190,7 +192,9 @@ class FlowCleanup:
                 flows = list({(f.orig, f.reply, f.zone): f for f in flows}.values())
             filters = swept_filters(flows, tables, self._addrs(snapshot))
             deleted = self._flows.delete(filters) if filters else 0
-        except ConntrackError as exc:
+        except (NlproxyError, OSError) as exc:  # OSError: a socket for the dump (EMFILE...)
+            # Out of a resource: the next sync tries again (or finishes what is pending).
+            self._swept = bool(self._flows.pending) or not transient(exc)
             self.log.warning("conntrack.sweep_failed", error=str(exc))
             return 0
         self._deleted += deleted

@@ -11,7 +11,8 @@ that was never DNAT'd; every other flow stays. Fakes only: the kernel test is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import errno
+from collections.abc import Iterator, Sequence
 from ipaddress import ip_address
 
 import pytest
@@ -207,3 +208,31 @@ def test_the_sweep_dumps_per_frontend_while_they_are_few(services: int) -> None:
         assert {(d.proto, d.orig_dport) for d in dumps} == {("udp", 53)}
     else:
         assert dumps == [FlowFilter(proto="udp"), FlowFilter(proto="sctp")]
+
+
+class RunsOut(FakeConntrack):
+    """The first listing runs out of file descriptors, as a dump's socket can."""
+
+    def __init__(self, flows: Sequence[Flow]) -> None:
+        super().__init__(flows)
+        self.failures = 1
+
+    def list(self, flt: FlowFilter | None = None) -> Iterator[Flow]:
+        if self.failures:
+            self.failures -= 1
+            raise OSError(errno.EMFILE, "Too many open files")
+        return super().list(flt)
+
+
+def test_a_sweep_that_could_not_list_is_tried_by_the_next_sync() -> None:
+    nft = FakeNftables(n.TABLE)
+    state = state_with_node()
+    state.apply([upsert(dns("dns", VIP)), upsert(dns_slice("dns", [A, B]))])
+    programmed_then_stopped(nft, state, [dns_slice("dns", [B])])
+    stale, live = flow(VIP, A), flow(VIP, B, sport=40001)
+    flows = RunsOut([stale, live])
+    syncer = make(nft, flows)
+    assert syncer.sync(state.snapshot()).conntrack_deleted == 0
+    assert flows.flows == [stale, live]
+    assert syncer.sync(state.snapshot(), changed=set()).conntrack_deleted == 1
+    assert flows.flows == [live]
