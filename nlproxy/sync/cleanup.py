@@ -45,6 +45,7 @@ from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.layout import (
     SHAPES,
+    Backend,
     FrontKey,
     Programmed,
     front_key,
@@ -292,13 +293,13 @@ def swept_filters(
         return []
     programmed_now = programmed_frontends([frontends_part(rs, wanted) for rs in programmed])
     # By the key a flow gives (l4proto number, address, port): the frontend's protocol name
-    # and its backends as (address, port), made once per frontend, not per flow.
-    now: dict[FrontKey, tuple[str, frozenset[tuple[IPAddress, int]]]] = {}
+    # and its backends, looked up once per frontend, not per flow.
+    now: dict[FrontKey, tuple[str, frozenset[Backend]]] = {}
     for key in wanted:
         fe = frontend(key)
         bes = programmed_now.backends.get(fe)
         if bes is not None:
-            now[key] = (fe.proto, frozenset((b.addr, b.port) for b in bes))
+            now[key] = (fe.proto, bes)
     out: set[FlowFilter] = set()
     found: set[tuple[object, ...]] = set()  # one filter per frontend and answering backend
     for flow in flows:
@@ -311,11 +312,12 @@ def swept_filters(
             if served is None:
                 continue  # not a frontend of nlproxy's
             proto, backends = served
-            answer = (r.src, r.sport)
             # DNAT'd: the kernel's status says so, or the reply comes from elsewhere.
-            if flow.status & IPS_DST_NAT or answer != (o.dst, o.dport):
-                seen = (proto, o.dst, o.dport, *answer)
-                if answer not in backends and seen not in found:
+            if flow.status & IPS_DST_NAT or (r.src, r.sport) != (o.dst, o.dport):
+                if Backend(r.src, r.sport) in backends:
+                    continue
+                seen = (proto, o.dst, o.dport, r.src, r.sport)
+                if seen not in found:
                     found.add(seen)
                     out.add(
                         FlowFilter(
