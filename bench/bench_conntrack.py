@@ -7,7 +7,11 @@ Each round refills what was deleted. Prints JSON lines: one per measurement, the
 with medians and ratios. Also measures how fast the table can be filled (ctnetlink NEW batches
 versus ``conntrack -I`` per flow).
 
-    .venv/bin/python bench/bench_conntrack.py [--flows 100000] [--rounds 5]
+With ``--sweep S``: the start-up sweep instead (``FlowCleanup.sweep``, ``sync/cleanup.py``): S
+UDP Services x 10 endpoints planned, N UDP flows to them of which every 11th is answered by an
+endpoint no longer planned; the sweep's wall and CPU seconds, the flows it read and deleted.
+
+    .venv/bin/python bench/bench_conntrack.py [--flows 100000] [--rounds 5] [--sweep 10000]
 """
 
 from __future__ import annotations
@@ -212,16 +216,112 @@ def bench_pass(ns: str, n: int) -> None:
     emit(bench="empty-pass", family=FAMILY["v"], flows=n, ms=round(statistics.median(times), 2))
 
 
+def bench_sweep(ns: str, n: int, services: int, rounds: int) -> None:
+    """The start-up sweep over ``n`` UDP flows to ``services`` planned UDP Services."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from bench.bench_incremental import CONFIG, NODE, _up
+    from nlproxy.cluster.model import (
+        Endpoint,
+        EndpointPort,
+        EndpointSlice,
+        IPFamily,
+        Node,
+        Protocol,
+        Service,
+        ServiceKey,
+        ServicePort,
+        ServicePortRef,
+        ServiceType,
+    )
+    from nlproxy.cluster.state import ClusterState
+    from nlproxy.log import get_logger
+    from nlproxy.proxy.planner import plan
+    from nlproxy.sync.cleanup import FlowCleanup
+
+    udp = Protocol.UDP
+
+    def svc_ip(i: int) -> IPv4Address:
+        return IPv4Address("10.96.0.0") + 1 + i
+
+    def ep_ip(i: int, j: int) -> IPv4Address:
+        return IPv4Address("10.128.0.0") + i * 16 + j
+
+    state = ClusterState(NODE)
+    objs: list[object] = [Node(name=NODE, addresses=(IPv4Address("192.168.77.1"),))]
+    for i in range(services):
+        key = ServiceKey(namespace="ns", name=f"s{i}")
+        ref = ServicePortRef(namespace="ns", name=f"s{i}", port_name="dns", protocol=udp)
+        objs.append(
+            Service(
+                key=key,
+                type=ServiceType.CLUSTER_IP,
+                cluster_ips=(svc_ip(i),),
+                ports=(ServicePort(ref=ref, port=PORT, target_port=TARGET),),
+            )
+        )
+        eps = tuple(
+            Endpoint(ip=ep_ip(i, j), ready=True, serving=True, terminating=False, node_name="n")
+            for j in range(10)
+        )
+        objs.append(
+            EndpointSlice(
+                namespace="ns",
+                name=f"s{i}-x",
+                service=key,
+                family=IPFamily.IPV4,
+                ports=(EndpointPort(name="dns", port=TARGET, protocol=udp),),
+                endpoints=eps,
+            )
+        )
+    state.apply([_up(o) for o in objs])  # type: ignore[arg-type]
+    snap = state.snapshot()
+    programmed = plan(snap, CONFIG).rulesets
+
+    def sweep_flow(k: int) -> Flow:
+        client = IPv4Address("10.1.0.0") + k
+        sport = 10000 + k % 50000
+        i = k % services
+        return Flow(
+            orig=FlowTuple(client, svc_ip(i), 17, sport, PORT),
+            reply=FlowTuple(ep_ip(i, k % 11), client, 17, TARGET, sport),  # 10: removed
+            timeout=3600,
+        )
+
+    stale = sum(1 for k in range(n) if k % 11 == 10)
+    for r in range(rounds):
+        fill(ns, (sweep_flow(k) for k in range(n) if r == 0 or k % 11 == 10))
+        cleanup = FlowCleanup(Conntrack(ns), CONFIG, get_logger("bench"), flush_tcp=False)
+        wall, cpu = time.perf_counter(), time.process_time()
+        deleted = cleanup.sweep(programmed, snap)
+        emit(
+            bench="sweep",
+            services=services,
+            flows=n,
+            stale=stale,
+            deleted=deleted,
+            wall_s=round(time.perf_counter() - wall, 3),
+            cpu_s=round(time.process_time() - cpu, 3),
+            loadavg=os.getloadavg(),
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--flows", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--family", type=int, choices=[4, 6], default=4)
+    parser.add_argument("--sweep", type=int, default=0, metavar="S", help="the sweep, S Services")
     args = parser.parse_args()
     FAMILY["v"] = args.family
     ns = f"nlp-bench-ct-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
+        if args.sweep:
+            bench_sweep(ns, args.flows, args.sweep, args.rounds)
+            return
         bench_fill(ns, args.flows)
         bench_pass(ns, args.flows)
         bench_clean(ns, args.flows, args.rounds)

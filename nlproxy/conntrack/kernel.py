@@ -100,7 +100,7 @@ class ConntrackError(NlproxyError):
     """The kernel refused a conntrack request; ``ref`` names the flow or filter."""
 
 
-def _transient(exc: BaseException) -> bool:
+def transient(exc: BaseException) -> bool:
     """``exc`` or what caused it ran out of a resource (:data:`TRANSIENT`) or of time."""
     seen: BaseException | None = exc
     while seen is not None:
@@ -220,7 +220,7 @@ class Conntrack:
                 count += self.delete_flows(self._scan(p))
                 done.update(p.members)
         except (OSError, NlproxyError) as exc:  # NlproxyError: also entering the namespace
-            self._pending = [f for f in todo if f not in done] if _transient(exc) else []
+            self._pending = [f for f in todo if f not in done] if transient(exc) else []
             if not self._pending:
                 raise
             reason = exc.reason if isinstance(exc, NlproxyError) else exc.strerror or str(exc)

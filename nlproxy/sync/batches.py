@@ -58,6 +58,8 @@ class Batches:
         self._failed: tuple[Family, list[Operation]] | None = None
         # Families whose table this process's socket owns (with --owned-table).
         self._claimed: set[Family] = set()
+        # Families whose table the batch being made deletes and creates owned (``_claim``).
+        self.recreating: set[Family] = set()
 
     @property
     def failed(self) -> tuple[Family, list[Operation]] | None:
@@ -160,6 +162,7 @@ class Batches:
         """``ops`` (making ``have`` into ``desired``) as they are to be sent: led by what makes
         this process's socket the owner of the table the first time (with ``--owned-table``),
         and how many operations that added."""
+        self.recreating.discard(family)
         if self.owner and family not in self._claimed:
             return self._claim(family, have, desired, ops)
         return ops, 0
@@ -203,6 +206,7 @@ class Batches:
         if have.table.persist:  # the kernel clears the owner flag when the owner exits
             return [Operation(Verb.ADD, owned), *ops], 1
         self.log.info("table.owned", family=str(family), table=n.TABLE, recreated=True)
+        self.recreating.add(family)  # what the old table held besides the plan goes with it
         fresh = diff(desired, None)[1:]
         plain = Table(family=family, name=n.TABLE)
         return [Operation(Verb.DELETE, plain), Operation(Verb.ADD, owned), *fresh], 2

@@ -7,25 +7,57 @@ the kernel accepted (kube-proxy's order). UDP and SCTP flows of removed endpoint
 ones only with ``flush_tcp`` (a TCP client sees a reset when its endpoint is gone). A cleanup
 that ran out of a resource (``EMFILE``...) is kept pending by the ``Flows`` side and finished
 by :meth:`FlowCleanup.finish` at the next sync.
+
+A process stopped between a commit and its cleanup (a stop deadline's SIGKILL, ``kill -9``, an
+OOM kill) leaves that commit's stale flows behind, and the next process cannot compute them
+from a before and an after: the tables it finds already hold the after. So the first sync of
+every process ends with :meth:`FlowCleanup.sweep`, which compares the conntrack table itself
+with what is programmed: a UDP or SCTP flow DNAT'd to a frontend nlproxy programs whose backend
+(the flow's reply source) is not one of that frontend's backends now, or a UDP flow to a
+frontend with backends that was not DNAT'd at all, is one such a cleanup would have deleted.
+Chosen over recording the pending filters durably before each commit: that record would be one
+more write into every commit (the tables are the only state that outlives the process) to
+cover a rare stop, while the sweep costs a listing of the UDP and SCTP flows once per start,
+needs no record to be right, and also catches what any earlier process (another version, a
+crash mid-cleanup, a cleanup that ran out of descriptors) left behind.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress
-from nlproxy.conntrack.kernel import ConntrackError, Flows
-from nlproxy.conntrack.messages import FlowFilter
-from nlproxy.conntrack.plan import programmed_frontends, stale_flow_filters, still_stale
-from nlproxy.nft.ir import Family, L4Proto, Ruleset
+from nlproxy.conntrack.kernel import ConntrackError, Flows, transient
+from nlproxy.conntrack.messages import IPS_DST_NAT, Flow, FlowFilter
+from nlproxy.conntrack.plan import (
+    MAX_PASSES,
+    programmed_frontends,
+    stale_flow_filters,
+    still_stale,
+)
+from nlproxy.errors import NlproxyError
+from nlproxy.nft.ir import Family, L4Proto, Ruleset, Value
 from nlproxy.nft.packed import PackedElements
+from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.proxy.layout import SHAPES, Programmed, udp_only
+from nlproxy.proxy.layout import (
+    SHAPES,
+    Backend,
+    FrontKey,
+    Programmed,
+    front_key,
+    frontend,
+    proto_number,
+    udp_only,
+)
 
 _UDP = int(L4Proto.UDP)
+_BALANCED = tuple(f"{role}-" for role in n.BALANCED_MAPS)
+SWEPT = ("udp", "sctp")
+"""The protocols whose flows :meth:`FlowCleanup.sweep` looks at (TCP too with ``flush_tcp``)."""
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
@@ -49,6 +81,7 @@ class FlowCleanup:
         self.log = log
         self.flush_tcp = flush_tcp
         self._deleted = 0
+        self._swept = False  # :meth:`sweep` ran
 
     def reconfigure(self, config: ProxyConfig) -> None:
         """Read the node's addresses from ``config`` from the next cleanup on."""
@@ -133,6 +166,42 @@ class FlowCleanup:
             raise failed
         return deleted
 
+    def sweep(self, programmed: Mapping[Family, Ruleset | None], snapshot: ClusterSnapshot) -> int:
+        """Once per process, at its first call with something ``programmed`` (the tables as
+        they are, per family): delete the flows a cleanup of an earlier process would have
+        deleted, had it run (see the module docstring): UDP and SCTP flows (TCP too with
+        ``flush_tcp``) to a frontend of ``programmed`` whose backend is not one of its
+        backends, and UDP flows to a frontend with backends that were not DNAT'd. Flows of
+        every backend that serves its frontend stay; flows to anything else are not looked at.
+
+        A dump per frontend while they are few, else per protocol (:func:`sweep_dumps`); the
+        frontends the flows name are looked up in ``programmed`` (not every frontend of the
+        tables is read). A failure is logged, not raised: the sync before it succeeded. What
+        ran out of a resource is tried again by the next sync (the deletions kept pending
+        are finished by :meth:`finish`).
+        """
+        if self._swept or not programmed:
+            return 0
+        self._swept = True
+        protos = (*SWEPT, "tcp") if self.flush_tcp else SWEPT
+        tables = [rs for rs in programmed.values() if rs is not None]
+        try:
+            dumps = sweep_dumps(tables, protos)
+            flows = [f for flt in dumps for f in self._flows.list(flt)]
+            if len(dumps) > 1 and any(d.orig_dst is None for d in dumps):
+                # A NodePort's dump (by port alone) may list a flow another dump did.
+                flows = list({(f.orig, f.reply, f.zone): f for f in flows}.values())
+            filters = swept_filters(flows, tables, self._addrs(snapshot))
+            deleted = self._flows.delete(filters) if filters else 0
+        except (NlproxyError, OSError) as exc:  # OSError: a socket for the dump (EMFILE...)
+            # Out of a resource: the next sync tries again (or finishes what is pending).
+            self._swept = bool(self._flows.pending) or not transient(exc)
+            self.log.warning("conntrack.sweep_failed", error=str(exc))
+            return 0
+        self._deleted += deleted
+        self.log.info("conntrack.swept", flows=len(flows), filters=len(filters), deleted=deleted)
+        return deleted
+
     def _addrs(self, snapshot: ClusterSnapshot) -> tuple[IPAddress, ...]:
         if self.config.node_ips:
             return tuple(self.config.node_ips)
@@ -167,3 +236,142 @@ def udp_part(rs: Ruleset) -> Ruleset:
                 picked[packed] = data
         slim.elements[shape.backends] = PackedElements(els.set, picked)
     return udp_only(slim)
+
+
+def sweep_dumps(programmed: Sequence[Ruleset], protos: Sequence[str]) -> list[FlowFilter]:
+    """The dumps :meth:`FlowCleanup.sweep` lists: one per frontend of ``protos`` in
+    ``programmed`` (its address and port, or a NodePort's port), which the kernel pre-selects,
+    while there are at most ``MAX_PASSES`` (a pass costs about the same however few flows it
+    returns); else one per protocol. So a node's other UDP flows (an overlay's tunnels, its
+    own DNS) are not decoded when few Services have UDP or SCTP ports, the usual case."""
+    wanted = {proto_number(p) for p in protos}
+    fronts: set[FrontKey] = set()
+    for rs in programmed:
+        for shape in SHAPES:
+            els = rs.elements.get(shape.dispatch)
+            if not els:
+                continue
+            at = shape.width - 2  # the l4proto's place in the key
+            for number in wanted:
+                if isinstance(els, PackedElements):
+                    keys: Iterable[tuple[Value, ...]] = map(
+                        els.decode_key, els.select(at, number).raw
+                    )
+                else:
+                    keys = (k for k in els if k[at] == number)
+                for key in keys:
+                    fk = front_key(key, shape.width)
+                    if fk is not None:
+                        fronts.add(fk)
+                if len(fronts) > MAX_PASSES:
+                    return [FlowFilter(proto=p) for p in protos]
+    out = []
+    for fk in sorted(fronts, key=str):
+        fe = frontend(fk)
+        if fe.addr is None:  # a NodePort: on every node address
+            out.append(FlowFilter(proto=fe.proto, orig_dport=fe.port))
+        else:
+            out.append(FlowFilter(proto=fe.proto, orig_dst=fe.addr, orig_dport=fe.port))
+    return out
+
+
+def swept_filters(
+    flows: Sequence[Flow], programmed: Sequence[Ruleset], node_addrs: Sequence[IPAddress]
+) -> list[FlowFilter]:
+    """Filters for the ``flows`` (listed from the kernel) that no backend of ``programmed``
+    answers any more (:meth:`FlowCleanup.sweep`). A flow to a node address counts for the
+    NodePort frontend of its port as well. Pure; sorted, so the same input gives the same
+    filters."""
+    nodes = frozenset(node_addrs)
+    wanted: set[FrontKey] = set()
+    for flow in flows:
+        o = flow.orig
+        wanted.add((o.proto, o.dst, o.dport))
+        if o.dst in nodes:
+            wanted.add((o.proto, None, o.dport))
+    if not wanted:
+        return []
+    programmed_now = programmed_frontends([frontends_part(rs, wanted) for rs in programmed])
+    # By the key a flow gives (l4proto number, address, port): the frontend's protocol name
+    # and its backends, looked up once per frontend, not per flow.
+    now: dict[FrontKey, tuple[str, frozenset[Backend]]] = {}
+    for key in wanted:
+        fe = frontend(key)
+        bes = programmed_now.backends.get(fe)
+        if bes is not None:
+            now[key] = (fe.proto, bes)
+    out: set[FlowFilter] = set()
+    found: set[tuple[object, ...]] = set()  # one filter per frontend and answering backend
+    for flow in flows:
+        o, r = flow.orig, flow.reply
+        keys: list[FrontKey] = [(o.proto, o.dst, o.dport)]
+        if o.dst in nodes:
+            keys.append((o.proto, None, o.dport))
+        for key in keys:
+            served = now.get(key)
+            if served is None:
+                continue  # not a frontend of nlproxy's
+            proto, backends = served
+            # DNAT'd: the kernel's status says so, or the reply comes from elsewhere.
+            if flow.status & IPS_DST_NAT or (r.src, r.sport) != (o.dst, o.dport):
+                if Backend(r.src, r.sport) in backends:
+                    continue
+                seen = (proto, o.dst, o.dport, r.src, r.sport)
+                if seen not in found:
+                    found.add(seen)
+                    out.add(
+                        FlowFilter(
+                            proto=proto,
+                            orig_dst=o.dst,
+                            orig_dport=o.dport,
+                            reply_src=r.src,
+                            reply_sport=r.sport,
+                        )
+                    )
+            elif proto == "udp" and backends:
+                out.add(FlowFilter(proto="udp", orig_dst=o.dst, orig_dport=o.dport, dnat=False))
+    return sorted(out, key=str)
+
+
+def frontends_part(rs: Ruleset, fronts: Set[FrontKey]) -> Ruleset:
+    """The part of ``rs`` :func:`~nlproxy.proxy.layout.programmed_frontends` needs to tell the
+    backends of ``fronts``: their dispatch and backends elements (a packed backends map's are
+    picked by their frontend's bytes, the 4 of the index left out), and the round-robin,
+    consistent-hash and ClientIP-affinity ports' own maps and chains as they are. Shares what
+    it does not pick with ``rs``; read only."""
+    slim = Ruleset(
+        table=rs.table,
+        chains=rs.chains,
+        rules=rs.rules,
+        sets=rs.sets,
+        elements={k: v for k, v in rs.elements.items() if k.startswith(_BALANCED)},
+    )
+    for shape in SHAPES:
+        dispatch = rs.elements.get(shape.dispatch)
+        if not dispatch:
+            continue
+        keys: list[tuple[object, ...]] = []
+        if isinstance(dispatch, PackedElements):
+            raw = {
+                k: d
+                for k, d in dispatch.raw.items()
+                if front_key(dispatch.decode_key(k), shape.width) in fronts
+            }
+            slim.elements[shape.dispatch] = PackedElements(dispatch.set, raw)
+            keys = [dispatch.decode_key(k) for k in raw]
+        else:
+            picked = {k: el for k, el in dispatch.items() if front_key(k, shape.width) in fronts}
+            slim.elements[shape.dispatch] = picked
+            keys = list(picked)
+        els = rs.elements.get(shape.backends)
+        if not els:
+            continue
+        if isinstance(els, PackedElements) and len(els.set.key) == shape.width + 1:
+            heads = {els.pack_head(key[: shape.width]) for key in keys}  # type: ignore[arg-type]
+            chosen = {k: d for k, d in els.raw.items() if k[:-4] in heads}
+            slim.elements[shape.backends] = PackedElements(els.set, chosen)
+        else:
+            slim.elements[shape.backends] = {
+                k: el for k, el in els.items() if front_key(k, shape.width) in fronts
+            }
+    return slim

@@ -112,7 +112,8 @@ class Syncer:
         self.records = RestartRecords(
             config, kernel.readback, self.log, enabled=record and not owner
         )
-        self.health = HealthRecord(enabled=record and not owner)  # kept with those
+        # With ``--owned-table`` too: a kept Service's health-check port has no other place.
+        self.health = HealthRecord(enabled=record)
         self.verifier = Verifier(kernel.readback)
         self.batches = Batches(kernel, self.log, owner=owner, committed=self.verifier.committed)
         # A repair adding this many elements no packet needs sends them in a batch of their
@@ -333,6 +334,8 @@ class Syncer:
                 if self.cleanup.pending:
                     programmed = [rs for rs in self._programmed.values() if rs is not None]
                     result.conntrack_deleted += self.cleanup.finish(programmed, snapshot)
+                # Once something is known to be programmed: what an earlier process left.
+                result.conntrack_deleted += self.cleanup.sweep(self._programmed, snapshot)
                 return result
 
     def _seed_balanced(self, snapshot: ClusterSnapshot) -> bool:
@@ -473,9 +476,12 @@ class Syncer:
 
         def ops_of(family: Family) -> tuple[list[Operation], int]:
             desired = wanted[family]
-            return self.batches.claiming(
+            ops, claim = self.batches.claiming(
                 family, before[family], desired, diff(desired, before[family])
             )
+            if family in self.batches.recreating:
+                self.health.forget()  # the table is made anew, without the record
+            return ops, claim
 
         def committed(family: Family, ops: list[Operation]) -> None:
             # What was sent is the plan's own maps: kept as they are (``settle`` copies them).

@@ -172,7 +172,9 @@ def test_plan_is_the_batch_the_next_sync_sends(
 
     for sport in (4001, 4002):
         insert_flow(ns, vip, port, gone, sport)
-    insert_flow(ns, vip, port, "10.244.200.1", 4003)  # not an endpoint the change removes
+    # Not a frontend's flow: neither the cleanup's nor the start-up sweep's, which deletes a
+    # frontend's flows answered by anything but its endpoints (``sync/cleanup.py``).
+    insert_flow(ns, "10.96.250.250", port, "10.244.200.1", 4003)
 
     # A change: the plan (as the command prints it) is what the next sync commits.
     before = {f: read_ruleset(f, TABLE, netns=ns) for f in (Family.IP, Family.IP6)}

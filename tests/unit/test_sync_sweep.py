@@ -1,0 +1,238 @@
+"""The start-up sweep of stale flows (``sync/cleanup.py``'s ``FlowCleanup.sweep``).
+
+A process stopped after a commit and before its conntrack cleanup leaves the flows of the
+endpoints that commit removed; the next process finds the tables already without them, so no
+before/after comparison of its own names them. Its first sync that knows what is programmed
+compares the flows with it instead: a UDP or SCTP flow DNAT'd to one of nlproxy's frontends by
+a backend that frontend no longer has goes, and so does a UDP flow to a frontend with backends
+that was never DNAT'd; every other flow stays. Fakes only: the kernel test is
+``tests/kernel/test_sync_restart_flows.py``.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterator, Sequence
+from ipaddress import ip_address
+
+import pytest
+
+from nlproxy.cluster.model import EndpointSlice, Service
+from nlproxy.cluster.state import ClusterState
+from nlproxy.conntrack.fake import FakeConntrack
+from nlproxy.conntrack.messages import IPS_DST_NAT, Flow, FlowFilter, FlowTuple
+from nlproxy.conntrack.plan import MAX_PASSES
+from nlproxy.nft.fake import FakeNftables
+from nlproxy.nft.ir import L4Proto
+from nlproxy.proxy import naming as n
+from nlproxy.sync.cleanup import sweep_dumps
+from nlproxy.sync.kernel import SyncKernel
+from nlproxy.sync.syncer import Syncer
+from tests.unit.builders import endpoint, eps_slice, port, service, upsert
+from tests.unit.incremental import CONFIG, state_with_node
+
+CLIENT = ip_address("10.200.0.9")
+NODE_IP = "192.168.0.2"
+VIP, OTHER_VIP = "172.30.0.10", "172.30.0.11"
+A, B = "10.1.0.1", "10.1.0.2"
+
+
+def make(nft: FakeNftables, flows: FakeConntrack, **kw: bool) -> Syncer:
+    return Syncer(CONFIG, SyncKernel(tables=nft.open, readback=nft, flows=flows), **kw)
+
+
+def flow(
+    dst: str, backend: str, *, proto: L4Proto = L4Proto.UDP, dport: int = 53, sport: int = 40000
+) -> Flow:
+    """A flow from ``CLIENT`` to ``dst:dport``, DNAT'd to ``backend:53`` (not DNAT'd when
+    ``backend`` is ``dst``)."""
+    p = int(proto)
+    natted = backend != dst
+    orig = FlowTuple(src=CLIENT, dst=ip_address(dst), proto=p, sport=sport, dport=dport)
+    reply = FlowTuple(
+        src=ip_address(backend), dst=CLIENT, proto=p, sport=53 if natted else dport, dport=sport
+    )
+    return Flow(orig=orig, reply=reply, status=IPS_DST_NAT if natted else 0)
+
+
+def dns(name: str, vip: str, proto: str = "UDP", node_port: int | None = None) -> Service:
+    return service("a", name, vip, ports=[port("a", name, "dns", 53, proto, node_port=node_port)])
+
+
+def dns_slice(name: str, ips: Sequence[str], proto: str = "UDP") -> EndpointSlice:
+    return eps_slice("a", name, [endpoint(ip) for ip in ips], ports=(("dns", 53, proto),))
+
+
+def programmed_then_stopped(
+    nft: FakeNftables, before: ClusterState, after: Sequence[EndpointSlice]
+) -> None:
+    """A process that programmed ``before``, then committed ``after`` and was stopped before
+    its cleanup (its conntrack table saw none of the flows the test puts in the next's)."""
+    gone = make(nft, FakeConntrack())
+    gone.sync(before.snapshot())
+    changed = before.apply([upsert(s) for s in after])
+    assert gone.sync(before.snapshot(), changed=changed).total_ops > 0
+    gone.close()
+
+
+@pytest.mark.parametrize("trusted", [False, True], ids=["read-back", "records-trusted"])
+def test_the_next_process_deletes_the_removed_endpoints_flows(trusted: bool) -> None:
+    nft = FakeNftables(n.TABLE)
+    state = state_with_node()
+    state.apply(
+        [
+            upsert(dns("dns", VIP)),
+            upsert(dns_slice("dns", [A, B])),
+            upsert(dns("other", OTHER_VIP)),  # pod A serves another Service, still
+            upsert(dns_slice("other", [A])),
+        ]
+    )
+    programmed_then_stopped(nft, state, [dns_slice("dns", [B])])
+
+    stale = [
+        flow(VIP, A),
+        flow(VIP, VIP, sport=40001),  # confirmed while nothing answered: never DNAT'd
+    ]
+    kept = [
+        flow(VIP, B, sport=40002),  # a live backend's
+        flow(OTHER_VIP, A, sport=40003),  # the other Service still has pod A
+        flow("10.99.0.1", A, sport=40004),  # not nlproxy's frontend
+        flow(VIP, A, dport=54, sport=40005),  # not the Service's port
+        flow(VIP, A, proto=L4Proto.TCP, sport=40006),  # TCP: only with flush_tcp
+    ]
+    flows = FakeConntrack([*stale, *kept])
+    # The daemon's Syncer: records kept, a trusted restart planned by its second sync.
+    syncer = make(nft, flows, plan_after_restart=trusted)
+    first = syncer.sync(state.snapshot())
+    assert first.total_ops == 0  # the tables already hold that plan
+    if trusted:
+        assert first.restarted
+        assert first.plan is None
+        assert flows.flows == [*stale, *kept]  # nothing is known to be programmed yet
+        second = syncer.sync(state.snapshot(), changed=set())
+        assert second.total_ops == 0
+        assert second.conntrack_deleted == len(stale)
+    else:
+        assert first.conntrack_deleted == len(stale)
+    assert sorted(map(str, flows.deleted)) == sorted(map(str, stale))
+    assert flows.flows == kept
+
+    # Once per process: the next syncs do not look again.
+    late = flow(VIP, A, sport=40007)
+    flows.flows.append(late)
+    syncer.sync(state.snapshot(), changed=set())
+    assert late in flows.flows
+
+
+def test_node_port_and_sctp_flows_are_swept_too() -> None:
+    nft = FakeNftables(n.TABLE)
+    state = state_with_node()
+    state.apply(
+        [
+            upsert(dns("np", VIP, node_port=30053)),
+            upsert(dns_slice("np", [A, B])),
+            upsert(dns("sctp", OTHER_VIP, proto="SCTP")),
+            upsert(dns_slice("sctp", [A, B], proto="SCTP")),
+        ]
+    )
+    programmed_then_stopped(nft, state, [dns_slice("np", [B]), dns_slice("sctp", [B], "SCTP")])
+    sctp = L4Proto.SCTP
+    stale = [
+        flow(NODE_IP, A, dport=30053),
+        flow(VIP, A, sport=40001),
+        flow(OTHER_VIP, A, proto=sctp, sport=40002),
+    ]
+    kept = [
+        flow(NODE_IP, B, dport=30053, sport=40003),
+        flow(OTHER_VIP, B, proto=sctp, sport=40004),
+        flow("192.168.0.99", A, dport=30053, sport=40005),  # not a node address
+    ]
+    flows = FakeConntrack([*stale, *kept])
+    result = make(nft, flows).sync(state.snapshot())
+    assert result.conntrack_deleted == len(stale)
+    assert flows.flows == kept
+
+
+def test_flush_tcp_sweeps_tcp_flows_as_well() -> None:
+    nft = FakeNftables(n.TABLE)
+    state = state_with_node()
+    state.apply([upsert(dns("web", VIP, proto="TCP")), upsert(dns_slice("web", [A, B], "TCP"))])
+    programmed_then_stopped(nft, state, [dns_slice("web", [B], "TCP")])
+    stale = flow(VIP, A, proto=L4Proto.TCP)
+    live = flow(VIP, B, proto=L4Proto.TCP, sport=40001)
+    plain = FakeConntrack([stale, live])
+    make(nft, plain).sync(state.snapshot())
+    assert plain.flows == [stale, live]  # TCP clients see a reset: left alone by default
+    flushing = FakeConntrack([stale, live])
+    make(nft, flushing, flush_tcp=True).sync(state.snapshot())
+    assert flushing.flows == [live]
+
+
+def test_a_sweep_that_fails_does_not_fail_the_sync() -> None:
+    nft = FakeNftables(n.TABLE)
+    state = state_with_node()
+    state.apply([upsert(dns("dns", VIP)), upsert(dns_slice("dns", [A, B]))])
+    programmed_then_stopped(nft, state, [dns_slice("dns", [B])])
+    stale = flow(VIP, A)
+    flows = FakeConntrack([stale])
+    flows.fail_next = True  # out of descriptors: the filters are kept pending
+    syncer = make(nft, flows)
+    result = syncer.sync(state.snapshot())
+    assert result.conntrack_deleted == 0
+    assert flows.flows == [stale]
+    assert syncer.cleanup.pending
+    # The next sync finishes what is still stale.
+    assert syncer.sync(state.snapshot(), changed=set()).conntrack_deleted == 1
+    assert flows.flows == []
+
+
+@pytest.mark.parametrize("services", [2, 40], ids=["a-dump-per-frontend", "a-dump-per-protocol"])
+def test_the_sweep_dumps_per_frontend_while_they_are_few(services: int) -> None:
+    nft = FakeNftables(n.TABLE)
+    state = state_with_node()
+    vips = [f"172.30.1.{i}" for i in range(services)]
+    for i, vip in enumerate(vips):
+        state.apply([upsert(dns(f"s{i}", vip)), upsert(dns_slice(f"s{i}", [A, B]))])
+    last = f"s{services - 1}"
+    programmed_then_stopped(nft, state, [dns_slice(last, [B])])
+    stale = flow(vips[-1], A)
+    kept = [flow(vips[-1], B, sport=40001), flow(vips[0], A, sport=40002)]
+    flows = FakeConntrack([stale, *kept])
+    syncer = make(nft, flows)
+    assert syncer.sync(state.snapshot()).conntrack_deleted == 1
+    assert flows.flows == kept
+    tables = [rs for rs in syncer._programmed.values() if rs is not None]
+    dumps = sweep_dumps(tables, ("udp", "sctp"))
+    if services <= MAX_PASSES:
+        assert sorted(str(d.orig_dst) for d in dumps) == sorted(vips)
+        assert {(d.proto, d.orig_dport) for d in dumps} == {("udp", 53)}
+    else:
+        assert dumps == [FlowFilter(proto="udp"), FlowFilter(proto="sctp")]
+
+
+class RunsOut(FakeConntrack):
+    """The first listing runs out of file descriptors, as a dump's socket can."""
+
+    def __init__(self, flows: Sequence[Flow]) -> None:
+        super().__init__(flows)
+        self.failures = 1
+
+    def list(self, flt: FlowFilter | None = None) -> Iterator[Flow]:
+        if self.failures:
+            self.failures -= 1
+            raise OSError(errno.EMFILE, "Too many open files")
+        return super().list(flt)
+
+
+def test_a_sweep_that_could_not_list_is_tried_by_the_next_sync() -> None:
+    nft = FakeNftables(n.TABLE)
+    state = state_with_node()
+    state.apply([upsert(dns("dns", VIP)), upsert(dns_slice("dns", [A, B]))])
+    programmed_then_stopped(nft, state, [dns_slice("dns", [B])])
+    stale, live = flow(VIP, A), flow(VIP, B, sport=40001)
+    flows = RunsOut([stale, live])
+    syncer = make(nft, flows)
+    assert syncer.sync(state.snapshot()).conntrack_deleted == 0
+    assert flows.flows == [stale, live]
+    assert syncer.sync(state.snapshot(), changed=set()).conntrack_deleted == 1
+    assert flows.flows == [live]
