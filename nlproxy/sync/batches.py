@@ -60,6 +60,7 @@ class Batches:
         self._claimed: set[Family] = set()
         # Families whose table the batch being made deletes and creates owned (``_claim``).
         self.recreating: set[Family] = set()
+        self._clients_checked = False  # see forget_left_clients
 
     @property
     def failed(self) -> tuple[Family, list[Operation]] | None:
@@ -155,6 +156,19 @@ class Batches:
                 continue
             if maps := client_maps(rs, planned.ports.values(), changing):
                 self.forget_learned(family, maps)
+
+    def forget_left_clients(self, planned: Plan | None) -> None:
+        """Once per process, at its first sync with a plan of what is programmed (``planned``):
+        the ClientIP affinity clients an earlier process left mapped to endpoints the tables no
+        longer have go. A stop between a commit that removed an endpoint and the forgetting
+        after it (:meth:`forget_clients` runs only after a commit that changed something, not
+        at a restart that sends nothing) left them: each packet of such a client went on to
+        the removed endpoint, refreshing its entry's timeout, so it never moved. The
+        counterpart of the conntrack sweep (``cleanup.py``) for the clients maps."""
+        if self._clients_checked or planned is None:
+            return
+        self._clients_checked = True
+        self.forget_clients(planned, None)
 
     def claiming(
         self, family: Family, have: Ruleset | None, desired: Ruleset, ops: list[Operation]

@@ -336,6 +336,7 @@ class Syncer:
                     result.conntrack_deleted += self.cleanup.finish(programmed, snapshot)
                 # Once something is known to be programmed: what an earlier process left.
                 result.conntrack_deleted += self.cleanup.sweep(self._programmed, snapshot)
+                self.batches.forget_left_clients(self._last_plan)
                 return result
 
     def _seed_balanced(self, snapshot: ClusterSnapshot) -> bool:
