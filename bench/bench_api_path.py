@@ -349,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--watch-thread",
         action="store_true",
-        help="with --watch-interval: the looks from a plain thread (watch_interval.py's sketch)",
+        help="with --watch-interval: the looks from a plain thread, as shipped (else from the "
+        "event loop, as before: watch_interval.py)",
     )
     args = p.parse_args(argv)
     if args.watch_thread and args.watch_interval is None:

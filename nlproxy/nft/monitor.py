@@ -25,7 +25,10 @@ unseen: :meth:`NftMonitor.saw_every_commit` lets the periodic verify skip its re
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -186,26 +189,36 @@ class GenerationWatch:
     It joins no multicast group: the kernel builds no notification on its account, for
     nlproxy's commits or anyone else's. What the spans hold is for the caller to judge (its own
     commits' generations are known exactly; any other may have changed its tables).
+
+    The looks are made by a plain thread, which wakes the event loop only when the generation
+    moved: an idle node's watch costs its GETGEN requests and nothing of the event loop's
+    (a trio sleep and wake-up cost several times the ~15 us request, four times a second:
+    ``bench/bench_watch_idle.py``). Its socket is shared, under a lock, with :meth:`current`.
     """
 
     def __init__(self, *, netns_name: str | None = None, interval: float = POLL_SECONDS) -> None:
         self.interval = interval
         self._sock = NetfilterSocket(netns_name, bufsize=1 << 16)
+        self._lock = threading.Lock()
         self.seen = generation(self._sock)
         """The generation at the last look: every move up to it has been reported."""
+        self.looks = 0
+        """Looks made so far (by :meth:`run`'s thread or :meth:`look`)."""
 
     def current(self) -> int:
-        """The kernel's generation now (one GETGEN). Called on the event loop, as the watch
-        itself is: the socket is not shared with another thread."""
-        return generation(self._sock)
+        """The kernel's generation now (one GETGEN); any thread may call it."""
+        with self._lock:
+            return generation(self._sock)
 
     def look(self) -> tuple[int, int] | None:
         """The span the generation moved by since the last look (None: it did not)."""
-        now = generation(self._sock)
-        if now == self.seen:
-            return None
-        after, self.seen = self.seen, now
-        return after, now
+        with self._lock:
+            self.looks += 1
+            now = generation(self._sock)
+            if now == self.seen:
+                return None
+            after, self.seen = self.seen, now
+            return after, now
 
     async def run(
         self,
@@ -213,21 +226,43 @@ class GenerationWatch:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Call ``on_moved(after, upto)`` for each move, every :attr:`interval` seconds, until
-        cancelled. A look that fails (the kernel's answer unreadable) is tried at the next one:
-        the generation it missed is still there to see.
+        """Call ``on_moved(after, upto)`` on the event loop for each move, looked for every
+        :attr:`interval` seconds in a thread of its own, until cancelled. A look that fails (the
+        kernel's answer unreadable) is tried at the next one: the generation it missed is still
+        there to see.
 
-        Cancellation: returns at the next sleep; the socket is closed.
+        Cancellation: returns at once; the thread ends at its next look's turn and closes the
+        socket (it is never waited for: a stop must not wait for a thread to get the GIL).
         """
+        token = trio.lowlevel.current_trio_token()
+        send, recv = trio.open_memory_channel[tuple[int, int]](math.inf)
+        stop = threading.Event()
+
+        def deliver(span: tuple[int, int]) -> None:  # on the event loop
+            with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+                send.send_nowait(span)
+
+        def poll() -> None:
+            try:
+                while not stop.wait(self.interval):
+                    try:
+                        span = self.look()
+                    except (ReadbackError, OSError):
+                        continue
+                    if span is not None:
+                        token.run_sync_soon(deliver, span)
+            except trio.RunFinishedError:
+                pass
+            finally:
+                with self._lock:
+                    self._sock.close()
+
+        threading.Thread(target=poll, name="generation-watch", daemon=True).start()
         task_status.started()
         try:
-            while True:
-                await trio.sleep(self.interval)
-                try:
-                    span = self.look()
-                except (ReadbackError, OSError):
-                    continue
-                if span is not None:
-                    on_moved(*span)
+            async with recv:
+                async for after, upto in recv:
+                    on_moved(after, upto)
         finally:
-            self._sock.close()
+            stop.set()
+            send.close()
