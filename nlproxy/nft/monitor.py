@@ -28,6 +28,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import socket
+import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,13 +37,21 @@ from dataclasses import dataclass
 import trio
 
 from nlproxy.errors import NlproxyError
-from nlproxy.netlink.codec import be32, nfnl_attributes, parse_messages, text
+from nlproxy.netlink.codec import (
+    NLM_F_REQUEST,
+    NLMSG_ERROR,
+    be32,
+    nfnl_attributes,
+    parse_messages,
+    text,
+)
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.dump import ReadbackError, generation
 from nlproxy.nft.uapi import (
     NFNL_SUBSYS_NFTABLES,
     NFNLGRP_NFTABLES,
     NFT_MSG_DELSETELEM,
+    NFT_MSG_GETGEN,
     NFT_MSG_NEWGEN,
     NFTA_GEN_ID,
     NFTA_GEN_PROC_NAME,
@@ -200,21 +210,53 @@ class GenerationWatch:
         self.interval = interval
         self._sock = NetfilterSocket(netns_name, bufsize=1 << 16)
         self._lock = threading.Lock()
-        self.seen = generation(self._sock)
+        self._seq = 0
+        self._reply = bytearray(4096)
+        self._sock.sock.settimeout(10.0)
+        self.seen = self._generation()
         """The generation at the last look: every move up to it has been reported."""
         self.looks = 0
         """Looks made so far (by :meth:`run`'s thread or :meth:`look`)."""
 
+    def _generation(self) -> int:
+        """One GETGEN, asked and read with no object made but the answer: the request is
+        fixed but for its sequence number, and without NLM_F_ACK the kernel sends the
+        generation alone (``nft/dump.py``'s ``generation`` leaves an acknowledgement queued,
+        read at the next request).
+
+        Raises:
+            OSError: the kernel refused, or did not answer within 10 s.
+            ReadbackError: its answer holds no generation id.
+        """
+        self._seq = seq = (self._seq + 1) & 0xFFFFFFFF
+        sock = self._sock.sock
+        sock.send(_GETGEN_HEAD.pack(20, _GETGEN, NLM_F_REQUEST, seq, 0) + _NFGENMSG)
+        reply = self._reply
+        while True:
+            end = sock.recv_into(reply)
+            off = 0
+            while off + 16 <= end:
+                length, mtype, _, mseq, _ = _GETGEN_HEAD.unpack_from(reply, off)
+                if length < 16:
+                    break
+                if mseq == seq:
+                    if mtype == NLMSG_ERROR:
+                        err = -struct.unpack_from("=i", reply, off + 16)[0]
+                        raise OSError(err, os.strerror(err))
+                    if mtype == _NEWGEN:
+                        return _gen_id(reply, off + 20, off + length)
+                off += (length + 3) & ~3
+
     def current(self) -> int:
         """The kernel's generation now (one GETGEN); any thread may call it."""
         with self._lock:
-            return generation(self._sock)
+            return self._generation()
 
     def look(self) -> tuple[int, int] | None:
         """The span the generation moved by since the last look (None: it did not)."""
         with self._lock:
             self.looks += 1
-            now = generation(self._sock)
+            now = self._generation()
             if now == self.seen:
                 return None
             after, self.seen = self.seen, now
@@ -266,3 +308,21 @@ class GenerationWatch:
         finally:
             stop.set()
             send.close()
+
+
+_GETGEN_HEAD = struct.Struct("=IHHII")  # struct nlmsghdr
+_GETGEN = NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_GETGEN
+_NEWGEN = NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWGEN
+_NFGENMSG = bytes((socket.AF_UNSPEC, 0, 0, 0))  # struct nfgenmsg: family, version, res_id
+
+
+def _gen_id(buf: bytearray, off: int, end: int) -> int:
+    """NFTA_GEN_ID among the attributes in ``buf[off:end]``."""
+    while off + 4 <= end:
+        length, kind = struct.unpack_from("=HH", buf, off)
+        if length < 4:
+            break
+        if kind & 0x3FFF == NFTA_GEN_ID:
+            return int(struct.unpack_from(">I", buf, off + 4)[0])
+        off += (length + 3) & ~3
+    raise ReadbackError("generation", "the kernel sent no generation id")
