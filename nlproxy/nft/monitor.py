@@ -59,10 +59,13 @@ from nlproxy.nft.uapi import (
     NFTA_TABLE_NAME,
 )
 
-POLL_SECONDS = 0.25
-"""How often the generation watch asks for the generation: a foreign change is read back and
-repaired within a second. One request costs ~15 us of CPU (bench/bench_listeners.py), so four a
-second are ~0.004 s a minute."""
+POLL_SECONDS = 0.5
+"""How often the generation watch asks for the generation: a foreign change is seen within half
+a second, read back and repaired within a second (a small table's; a read-back of 10k Services
+x 10 endpoints takes longer). The request itself is a few microseconds; what a look costs is
+the wake-up of a thread in a process that is otherwise asleep: on 2 CPUs at load 7-10, 70 us
+for the wake alone and 170-200 us with the look (``schedstat`` of the thread), so ~0.09 s a
+minute at four looks a second and ~0.02-0.025 at two (bench/RESULTS.md, "Idle CPU")."""
 
 _NAMES_TABLE = NFT_MSG_DELSETELEM
 """Messages NEWTABLE (0) .. DELSETELEM name the table of the object they are about, in the
