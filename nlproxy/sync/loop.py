@@ -289,24 +289,30 @@ class SyncLoop:
                     task_status.started()
 
     def _trusted_verify(self) -> bool:
-        """A periodic verify with nothing to do: no object changed since the last sync, which
-        succeeded, nothing of the verifier's or a failure's waits, no chore of the Syncer's is
-        left over (flows a cleanup could not delete yet), and ``quiet()``: no one else
-        committed unseen. The kernel then holds the plan of the state as it is: planning again
-        could only find what it found, so nothing is planned; what a verify tells the outside
-        (orphan slices, the last sync's time) is told. Returns whether it was so.
+        """A periodic verify when no object changed since the last sync, which succeeded,
+        and nothing of the verifier's or a failure's waits, nor a chore of the Syncer's (flows
+        a cleanup could not delete yet): the kernel held the plan of the state as it is, so
+        planning again could only find what it found, and nothing is planned. ``quiet()``
+        (asked once: it takes what it saw from the drift watch) tells whether anyone else
+        committed since: if not, what a verify tells the outside (orphan slices, the last
+        sync's time) is told; if so, the verifier reads back, and a difference it finds is
+        repaired by a sync then. Returns whether the verify was so (False: it is a sync).
         """
         if (
-            self._read_back
+            self.quiet is None
+            or self._read_back
             or self._adopt is not None
             or self._config is not None
             or self._retry_left_out
             or self._lost
             or not self._planned
             or self.syncer.cleanup.pending
-            or not self._quiet_now()
         ):
             return False
+        if not self._quiet_now():
+            if not self._read_back_due:
+                self._start_read_back()
+            return True
         # The state's own snapshot, unfiltered: what is reported of it does not depend on the
         # endpoints a snapshot filter leaves out, and filtering would walk every slice.
         snapshot = self.state.snapshot()

@@ -376,9 +376,7 @@ async def test_a_verify_when_someone_else_committed_reads_back_and_repairs(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """The same idle node, but at the verify the generation moved by another's commit (no
-    longer quiet) and no drift report came: the verify reads the tables back (one that differs
-    is repaired, as ``test_a_quiet_verify_skips_the_read_back_but_a_drift_report_does_not``
-    shows)."""
+    longer quiet) and no drift report came: the verify reads the tables back and repairs."""
     quiet = [True]
     syncer = RecordingSyncer()
     loop = loop_for(syncer, quiet=lambda: quiet[0], runner=runner)
@@ -396,6 +394,38 @@ async def test_a_verify_when_someone_else_committed_reads_back_and_repairs(
     assert [round(t - start) for t in syncer.read_backs] == [2 * PERIOD]
     assert verifies(loop.report.metrics, "false") == 1
     assert verifies(loop.report.metrics, "true") == 1
+    # Nothing changed to plan: the read-back, then only the repair of what it found.
+    (repair,) = syncer.calls[1:]
+    assert repair.verified
+    assert [round(t - start) for t in syncer.taken] == [2 * PERIOD]
+    assert syncer.kernel == syncer.planned
+
+
+async def test_a_verify_asks_whether_it_is_quiet_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``quiet()`` takes the moves it saw from the drift watch (which would report them
+    again): each verify asks once, changed state or not, and reads back when it was not."""
+    answers = iter([False, False])
+    asked: list[float] = []
+
+    def quiet() -> bool:
+        asked.append(trio.current_time())
+        return next(answers)
+
+    syncer = RecordingSyncer()
+    loop = loop_for(syncer, quiet=quiet, runner=runner)
+    send, recv = trio.open_memory_channel[Sequence[Change]](100)
+    await send.send([svc("first")])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run, recv)
+        start = trio.current_time()
+        await trio.sleep(PERIOD + 1)  # an unchanged state's verify
+        await send.send([svc("a")])
+        await trio.sleep(PERIOD)  # a verify with a change made since
+        nursery.cancel_scope.cancel()
+    assert [round(t - start) for t in asked] == [PERIOD, 2 * PERIOD]
+    assert [round(t - start) for t in syncer.read_backs] == [PERIOD, 2 * PERIOD]
 
 
 async def test_a_change_during_a_read_back_is_synced_within_the_min_period(
