@@ -3,8 +3,9 @@ for from a thread (as shipped) and from the event loop (the earlier watch), side
 
 For each round and mode (their order swapped every round), a child process enters trio, starts
 the watch on a fresh namespace where nothing commits, and after a second of warm-up reads its
-own ``/proc/self/stat`` (user + system, all threads) over ``--seconds`` seconds of idling. The
-figure per mode is the CPU per minute; the host's load average and its ``NFNLGRP_NFTABLES``
+own ``/proc/self/stat`` (user + system, all threads; whole ticks) and the threads'
+``schedstat`` (the scheduler's exact runtime) over ``--seconds`` seconds of idling. The figures
+per mode are the CPU per minute by each; the host's load average and its ``NFNLGRP_NFTABLES``
 listeners are printed beside it (the machine may be shared).
 
     .venv/bin/python bench/bench_watch_idle.py --seconds 60 --rounds 2
@@ -36,6 +37,17 @@ def cpu_s() -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def run_ns() -> float:
+    """This process's CPU seconds from the scheduler's own clock (``schedstat``, every thread):
+    exact, where ``/proc/self/stat`` counts whole ticks, which a wake-up that lands on one pays
+    in full."""
+    total = 0
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/schedstat") as f:
+            total += int(f.read().split()[0])
+    return total / 1e9
+
+
 def child(mode: str, ns: str, seconds: float, interval: float) -> None:
     """Run the watch in ``mode`` for ``seconds`` and print its CPU as one JSON line."""
     import trio
@@ -52,9 +64,9 @@ def child(mode: str, ns: str, seconds: float, interval: float) -> None:
             else:
                 await nursery.start(loop_run, watch, lambda a, b: moves.append((a, b)))
             await trio.sleep(1.0)
-            looks, t0, c0 = watch.looks, time.monotonic(), cpu_s()
+            looks, t0, c0, r0 = watch.looks, time.monotonic(), cpu_s(), run_ns()
             await trio.sleep(seconds)
-            c1, t1 = cpu_s(), time.monotonic()
+            c1, t1, r1 = cpu_s(), time.monotonic(), run_ns()
             nursery.cancel_scope.cancel()
         print(
             json.dumps(
@@ -65,6 +77,7 @@ def child(mode: str, ns: str, seconds: float, interval: float) -> None:
                     "looks": watch.looks - looks,
                     "moves": len(moves),
                     "cpu_s_per_min": round((c1 - c0) / (t1 - t0) * 60, 4),
+                    "schedstat_s_per_min": round((r1 - r0) / (t1 - t0) * 60, 4),
                 }
             )
         )
