@@ -26,7 +26,8 @@ and the host's ``SUnreclaim`` every 5 ms. Figures, per run:
 - ``rss_first_sync_mb`` (sampled at the ``sync.applied`` line), ``rss_settled_mb`` and
   ``peak_rss_mb`` (VmHWM) after ``--settle``;
 - ``idle_cpu_s_per_min`` over ``--idle`` seconds, with ``idle_worst_window_s_per_min``: the
-  costliest 10-second window, per minute (a spike: a verify's plan);
+  costliest 10-second window, per minute (a spike: a verify's plan), and
+  ``idle_loop_thread_s_per_min``: the event loop's (main) thread's share;
 - ``nftables_listeners``: members of ``NFNLGRP_NFTABLES`` on the host once the first sync is
   done (a daemon that keeps a standing monitor counts itself), and the load average.
 
@@ -290,10 +291,23 @@ def run_daemon(
         return fig
 
 
+def thread_cpu(pid: int, tid: int) -> float:
+    """User + system CPU seconds of one thread of ``pid`` (0.0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def idle_cpu(child: Child, seconds: float) -> dict[str, Any]:
     s = child.sampler
+    pid = child.proc.pid
     start = time.time()
+    main0 = thread_cpu(pid, pid)  # the event loop's thread
     time.sleep(seconds)
+    main1 = thread_cpu(pid, pid)
     end = time.time()
     total = s.cpu(end) - s.cpu(start)
     windows = []
@@ -307,6 +321,7 @@ def idle_cpu(child: Child, seconds: float) -> dict[str, Any]:
         "idle_s": round(end - start, 1),
         "idle_cpu_s_per_min": round(total / (end - start) * 60, 4),
         "idle_worst_window_s_per_min": round(max(windows, default=0.0) * 6, 4),
+        "idle_loop_thread_s_per_min": round((main1 - main0) / (end - start) * 60, 4),
         "idle_syncs": len(syncs),
         "idle_worst_plan_ms": max((e.get("plan_ms", 0.0) for e in syncs), default=0.0),
         "idle_rss_mb": round(s.samples[-1][3], 1),
@@ -349,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--watch-thread",
         action="store_true",
-        help="with --watch-interval: the looks from a plain thread (watch_interval.py's sketch)",
+        help="with --watch-interval: the looks from a plain thread, as shipped (else from the "
+        "event loop, as before: watch_interval.py)",
     )
     args = p.parse_args(argv)
     if args.watch_thread and args.watch_interval is None:

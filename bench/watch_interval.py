@@ -1,59 +1,45 @@
 """Run ``python -m nlproxy ARGS`` with the generation watch changed, for a measurement only (the
 command line offers no such setting): how much of the idle daemon's CPU the watch's wake-ups
-are, and what a look from a plain thread would cost instead.
+are, looked for from a thread (as shipped) or from the event loop (as before).
 
     .venv/bin/python bench/watch_interval.py S MODE --netns NS run --kubeconfig KC ...
 
-S: seconds between looks (``nft/monitor.py``'s ``POLL_SECONDS`` is 0.25). MODE: ``loop`` (as
-shipped: ``GenerationWatch.run`` sleeps on the event loop) or ``thread`` (a sketch of the
-alternative: a plain thread looks, and calls into the event loop only when the generation
-moved; it shares the watch's socket with ``current()`` on the loop, which the real thing must
-not: measure idle with it, nothing else).
+S: seconds between looks (``nft/monitor.py``'s ``POLL_SECONDS`` is 0.25). MODE: ``thread`` (as
+shipped: ``GenerationWatch.run`` looks from a plain thread and wakes the event loop only when
+the generation moved) or ``loop`` (the earlier watch: a task that sleeps on the event loop
+between looks, :func:`loop_run`).
 
-``bench_api_path.py --watch-interval S [--watch-thread]`` runs its daemons so.
+``bench_api_path.py --watch-interval S [--watch-thread]`` runs its daemons so;
+``bench_watch_idle.py`` runs the two watches alone.
 """
 
 from __future__ import annotations
 
 import runpy
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 
 
-def threaded_run(watch: Any, on_moved: Callable[[int, int], None], task_status: Any) -> Any:
+async def loop_run(
+    watch: Any, on_moved: Callable[[int, int], None], *, task_status: Any = None
+) -> None:
+    """The earlier watch: a look every ``watch.interval`` seconds from a task of the event
+    loop (a trio sleep and wake-up per look)."""
     import trio
 
     from nlproxy.nft.dump import ReadbackError
 
-    async def run() -> None:
-        token = trio.lowlevel.current_trio_token()
-        stop = threading.Event()
-
-        def poll() -> None:
-            while not stop.wait(watch.interval):
-                try:
-                    span = watch.look()
-                except (ReadbackError, OSError):
-                    continue
-                if span is not None:
-                    try:
-                        trio.from_thread.run_sync(on_moved, *span, trio_token=token)
-                    except trio.RunFinishedError:
-                        return
-
-        thread = threading.Thread(target=poll, name="generation-watch", daemon=True)
-        thread.start()
+    if task_status is not None:
         task_status.started()
+    while True:
+        await trio.sleep(watch.interval)
         try:
-            await trio.sleep_forever()
-        finally:
-            stop.set()
-            thread.join()
-            watch._sock.close()
-
-    return run()
+            span = watch.look()
+        except (ReadbackError, OSError):
+            continue
+        if span is not None:
+            on_moved(*span)
 
 
 def main() -> None:
@@ -68,7 +54,7 @@ def main() -> None:
     if defaults is None or "interval" not in defaults:
         raise SystemExit("watch_interval.py: this nlproxy's GenerationWatch has no interval")
     defaults["interval"] = interval
-    if mode == "thread":
+    if mode == "loop":
 
         def run(
             self: Any,
@@ -76,7 +62,7 @@ def main() -> None:
             *,
             task_status: Any = trio.TASK_STATUS_IGNORED,
         ) -> Any:
-            return threaded_run(self, on_moved, task_status)
+            return loop_run(self, on_moved, task_status=task_status)
 
         monitor.GenerationWatch.run = run  # type: ignore[method-assign]
     sys.argv = ["nlproxy", *args]

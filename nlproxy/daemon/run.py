@@ -210,12 +210,18 @@ class Daemon:
 
     def _quiet(self) -> bool:
         """Whether every transaction since the watch's last look is this process's own (see
-        ``SyncLoop``; called on the loop between syncs, so the own generations hold still)."""
+        ``SyncLoop``; called on the loop between syncs, so the own generations hold still).
+
+        It looks itself: a move it finds is taken from the watch (which would report it
+        again), and when another process made it the verify that asked reads back, once."""
         watch = self.watch
         if watch is None:
             return False
-        seen, now = watch.seen, watch.current()
-        return now == seen or self.syncer.own_commits(seen, now)
+        span = watch.look()
+        if span is None or self.syncer.own_commits(*span):
+            return True
+        self._foreign_seen.set()
+        return False
 
     def _generation_moved(self, after: int, upto: int) -> None:
         """The generation watch's report: transactions ``(after, upto]`` were committed.

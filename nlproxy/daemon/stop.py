@@ -59,6 +59,21 @@ def _busy_threads() -> list[str]:
     return out
 
 
+def _stack(frame: FrameType | None, depth: int = 16) -> list[str]:
+    """``frame`` and its callers, innermost first (``file:function:line``, at most ``depth``)."""
+    out: list[str] = []
+    while frame is not None and len(out) < depth:
+        code = frame.f_code
+        out.append(f"{os.path.basename(code.co_filename)}:{code.co_name}:{frame.f_lineno}")
+        frame = frame.f_back
+    return out
+
+
+def _main_frame() -> FrameType | None:
+    """The main thread's current frame (seen from another thread)."""
+    return sys._current_frames().get(threading.main_thread().ident or 0)
+
+
 OVERDUE = "tasks still running (a sync or a blocking call): ending the process, rules left in place"
 
 
@@ -73,6 +88,14 @@ class StopDeadline:
     Python (a wait the signal does not interrupt). On a loaded node a thread waiting for the
     lock is slow to get it: with 2 CPUs at load 16, the thread alone was seen writing its
     line 0.4-0.9 s past the deadline.
+
+    Either hand's line may block (stderr a pipe no one reads: a stalled log collector), and
+    so may ``end``'s flush: the thread gives the hand that writes the line one more deadline,
+    then ends the process with ``os._exit`` itself, unless ``end`` returned (where nothing may
+    end the process: in-process callers).
+
+    The line names the main thread's stack (``main``, innermost first: what the event loop
+    was doing) and where each other thread was (``busy``).
     """
 
     def __init__(self, end: Callable[[int], object] | None, log: FilteringBoundLogger) -> None:
@@ -82,6 +105,7 @@ class StopDeadline:
         self._deadline_status: int | None = None
         self._alarm = False  # a SIGALRM handler is in place (within signals)
         self._once = threading.Lock()  # taken by the hand that ends the process
+        self._returned = False  # ``end`` returned: nothing may end this process
         self._ctx = contextvars.copy_context()
 
     def arm(self, status: int) -> None:
@@ -101,12 +125,19 @@ class StopDeadline:
             with contextlib.suppress(OSError):
                 os.write(self._deadline_pipe, b"\0")
 
-    def _overdue(self, *, on_signal: bool) -> None:
-        """End the process now, with the line that says so (the first caller only)."""
+    def _overdue(self, *, main: FrameType | None) -> None:
+        """End the process now, with the line that says so (the first caller only). ``main``:
+        the main thread's frame, when the SIGALRM handler interrupted it (else looked up)."""
         if not self._once.acquire(blocking=False):
             return
+        on_signal = main is not None
         status = self._deadline_status or 0
-        fields = {"seconds": STOP_DEADLINE_SECONDS, "busy": _busy_threads(), "error": OVERDUE}
+        fields = {
+            "seconds": STOP_DEADLINE_SECONDS,
+            "main": _stack(main if main is not None else _main_frame()),
+            "busy": _busy_threads(),
+            "error": OVERDUE,
+        }
         if on_signal:
             # The handler may have interrupted the main thread inside the logger's own lock:
             # the line is rendered by the configured processors and written past it.
@@ -118,6 +149,8 @@ class StopDeadline:
             self._ctx.run(self._end, status)
         except RuntimeError:  # interrupted inside stderr's own write: the thread ends it
             self._once.release()
+        else:
+            self._returned = True
 
     def start(self) -> None:
         """Start the deadline's thread (only where ``end`` may end the process)."""
@@ -132,7 +165,14 @@ class StopDeadline:
         def deadline() -> None:
             os.read(r, 1)
             time.sleep(2 * STOP_DEADLINE_SECONDS if self._alarm else STOP_DEADLINE_SECONDS)
-            self._overdue(on_signal=False)
+            # The line and ``end`` from a thread of their own: either may block on stderr.
+            hand = threading.Thread(
+                target=self._overdue, kwargs={"main": None}, name="stop-overdue", daemon=True
+            )
+            hand.start()
+            hand.join(STOP_DEADLINE_SECONDS)
+            if not self._returned:  # a hand is stuck (or the other one is): end it here
+                os._exit(self._deadline_status or 0)
 
         threading.Thread(target=deadline, name="stop-deadline", daemon=True).start()
 
@@ -153,8 +193,8 @@ class StopDeadline:
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(stopping, signum)
 
-        def alarm(_signum: int, _frame: object) -> None:
-            self._overdue(on_signal=True)
+        def alarm(_signum: int, frame: FrameType | None) -> None:
+            self._overdue(main=frame or _main_frame())
 
         taken = [(s, signal.signal(s, handler)) for s in (signal.SIGTERM, signal.SIGINT)]
         if self._end is not None:

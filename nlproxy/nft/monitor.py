@@ -25,20 +25,33 @@ unseen: :meth:`NftMonitor.saw_every_commit` lets the periodic verify skip its re
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
+import socket
+import struct
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
 
 from nlproxy.errors import NlproxyError
-from nlproxy.netlink.codec import be32, nfnl_attributes, parse_messages, text
+from nlproxy.netlink.codec import (
+    NLM_F_REQUEST,
+    NLMSG_ERROR,
+    be32,
+    nfnl_attributes,
+    parse_messages,
+    text,
+)
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.dump import ReadbackError, generation
 from nlproxy.nft.uapi import (
     NFNL_SUBSYS_NFTABLES,
     NFNLGRP_NFTABLES,
     NFT_MSG_DELSETELEM,
+    NFT_MSG_GETGEN,
     NFT_MSG_NEWGEN,
     NFTA_GEN_ID,
     NFTA_GEN_PROC_NAME,
@@ -46,10 +59,13 @@ from nlproxy.nft.uapi import (
     NFTA_TABLE_NAME,
 )
 
-POLL_SECONDS = 0.25
-"""How often the generation watch asks for the generation: a foreign change is read back and
-repaired within a second. One request costs ~15 us of CPU (bench/bench_listeners.py), so four a
-second are ~0.004 s a minute."""
+POLL_SECONDS = 0.5
+"""How often the generation watch asks for the generation: a foreign change is seen within half
+a second, read back and repaired within a second (a small table's; a read-back of 10k Services
+x 10 endpoints takes longer). The request itself is a few microseconds; what a look costs is
+the wake-up of a thread in a process that is otherwise asleep: on 2 CPUs at load 7-10, 70 us
+for the wake alone and 170-200 us with the look (``schedstat`` of the thread), so ~0.09 s a
+minute at four looks a second and ~0.02-0.025 at two (bench/RESULTS.md, "Idle CPU")."""
 
 _NAMES_TABLE = NFT_MSG_DELSETELEM
 """Messages NEWTABLE (0) .. DELSETELEM name the table of the object they are about, in the
@@ -186,26 +202,68 @@ class GenerationWatch:
     It joins no multicast group: the kernel builds no notification on its account, for
     nlproxy's commits or anyone else's. What the spans hold is for the caller to judge (its own
     commits' generations are known exactly; any other may have changed its tables).
+
+    The looks are made by a plain thread, which wakes the event loop only when the generation
+    moved: an idle node's watch costs its GETGEN requests and nothing of the event loop's
+    (a trio sleep and wake-up cost several times the ~15 us request, four times a second:
+    ``bench/bench_watch_idle.py``). Its socket is shared, under a lock, with :meth:`current`.
     """
 
     def __init__(self, *, netns_name: str | None = None, interval: float = POLL_SECONDS) -> None:
         self.interval = interval
         self._sock = NetfilterSocket(netns_name, bufsize=1 << 16)
-        self.seen = generation(self._sock)
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._reply = bytearray(4096)
+        self._sock.sock.settimeout(10.0)
+        self.seen = self._generation()
         """The generation at the last look: every move up to it has been reported."""
+        self.looks = 0
+        """Looks made so far (by :meth:`run`'s thread or :meth:`look`)."""
+
+    def _generation(self) -> int:
+        """One GETGEN, asked and read with no object made but the answer: the request is
+        fixed but for its sequence number, and without NLM_F_ACK the kernel sends the
+        generation alone (``nft/dump.py``'s ``generation`` leaves an acknowledgement queued,
+        read at the next request).
+
+        Raises:
+            OSError: the kernel refused, or did not answer within 10 s.
+            ReadbackError: its answer holds no generation id.
+        """
+        self._seq = seq = (self._seq + 1) & 0xFFFFFFFF
+        sock = self._sock.sock
+        sock.send(_GETGEN_HEAD.pack(20, _GETGEN, NLM_F_REQUEST, seq, 0) + _NFGENMSG)
+        reply = self._reply
+        while True:
+            end = sock.recv_into(reply)
+            off = 0
+            while off + 16 <= end:
+                length, mtype, _, mseq, _ = _GETGEN_HEAD.unpack_from(reply, off)
+                if length < 16:
+                    break
+                if mseq == seq:
+                    if mtype == NLMSG_ERROR:
+                        err = -struct.unpack_from("=i", reply, off + 16)[0]
+                        raise OSError(err, os.strerror(err))
+                    if mtype == _NEWGEN:
+                        return _gen_id(reply, off + 20, off + length)
+                off += (length + 3) & ~3
 
     def current(self) -> int:
-        """The kernel's generation now (one GETGEN). Called on the event loop, as the watch
-        itself is: the socket is not shared with another thread."""
-        return generation(self._sock)
+        """The kernel's generation now (one GETGEN); any thread may call it."""
+        with self._lock:
+            return self._generation()
 
     def look(self) -> tuple[int, int] | None:
         """The span the generation moved by since the last look (None: it did not)."""
-        now = generation(self._sock)
-        if now == self.seen:
-            return None
-        after, self.seen = self.seen, now
-        return after, now
+        with self._lock:
+            self.looks += 1
+            now = self._generation()
+            if now == self.seen:
+                return None
+            after, self.seen = self.seen, now
+            return after, now
 
     async def run(
         self,
@@ -213,21 +271,61 @@ class GenerationWatch:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Call ``on_moved(after, upto)`` for each move, every :attr:`interval` seconds, until
-        cancelled. A look that fails (the kernel's answer unreadable) is tried at the next one:
-        the generation it missed is still there to see.
+        """Call ``on_moved(after, upto)`` on the event loop for each move, looked for every
+        :attr:`interval` seconds in a thread of its own, until cancelled. A look that fails (the
+        kernel's answer unreadable) is tried at the next one: the generation it missed is still
+        there to see.
 
-        Cancellation: returns at the next sleep; the socket is closed.
+        Cancellation: returns at once; the thread ends at its next look's turn and closes the
+        socket (it is never waited for: a stop must not wait for a thread to get the GIL).
         """
+        token = trio.lowlevel.current_trio_token()
+        send, recv = trio.open_memory_channel[tuple[int, int]](math.inf)
+        stop = threading.Event()
+
+        def deliver(span: tuple[int, int]) -> None:  # on the event loop
+            with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+                send.send_nowait(span)
+
+        def poll() -> None:
+            try:
+                while not stop.wait(self.interval):
+                    try:
+                        span = self.look()
+                    except (ReadbackError, OSError):
+                        continue
+                    if span is not None:
+                        token.run_sync_soon(deliver, span)
+            except trio.RunFinishedError:
+                pass
+            finally:
+                with self._lock:
+                    self._sock.close()
+
+        threading.Thread(target=poll, name="generation-watch", daemon=True).start()
         task_status.started()
         try:
-            while True:
-                await trio.sleep(self.interval)
-                try:
-                    span = self.look()
-                except (ReadbackError, OSError):
-                    continue
-                if span is not None:
-                    on_moved(*span)
+            async with recv:
+                async for after, upto in recv:
+                    on_moved(after, upto)
         finally:
-            self._sock.close()
+            stop.set()
+            send.close()
+
+
+_GETGEN_HEAD = struct.Struct("=IHHII")  # struct nlmsghdr
+_GETGEN = NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_GETGEN
+_NEWGEN = NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWGEN
+_NFGENMSG = bytes((socket.AF_UNSPEC, 0, 0, 0))  # struct nfgenmsg: family, version, res_id
+
+
+def _gen_id(buf: bytearray, off: int, end: int) -> int:
+    """NFTA_GEN_ID among the attributes in ``buf[off:end]``."""
+    while off + 4 <= end:
+        length, kind = struct.unpack_from("=HH", buf, off)
+        if length < 4:
+            break
+        if kind & 0x3FFF == NFTA_GEN_ID:
+            return int(struct.unpack_from(">I", buf, off + 4)[0])
+        off += (length + 3) & ~3
+    raise ReadbackError("generation", "the kernel sent no generation id")

@@ -68,9 +68,11 @@ class SyncReporter:
         self._gaps: dict[Family, str] = {}
         self._gaps_of: tuple[ClusterSnapshot, ProxyConfig] | None = None  # what they are of
         self._no_local = NoLocalEndpoints(metrics.no_local_endpoints)
+        self._state_moved = True  # objects changed since the last full look for orphans
 
     def queued(self, changes: Sequence[Change]) -> None:
         """``changes`` were applied to the state and wait for a sync."""
+        self._state_moved = True
         counts = _count_by_kind(changes)
         for kind in self._pending_events:
             self._pending_events[kind] += counts.get(kind, 0)
@@ -85,6 +87,7 @@ class SyncReporter:
         """The state reports ``keys`` changed: their programming latency runs from now, unless
         their slices carry a new trigger time."""
         if keys:
+            self._state_moved = True
             self.latency.seen(keys, datetime.now(UTC))
 
     def unchanged(self, keys: Iterable[ServiceKey]) -> None:
@@ -143,8 +146,11 @@ class SyncReporter:
         A slice may precede its Service from the API: an orphan is reported only when a full
         verify (``verify``) still finds it, and forgotten as soon as its Service comes.
         """
-        if verify:
+        if verify and self._state_moved:
+            # Every slice is looked at once per change of the state, not at every verify of
+            # an idle node: what the state holds decides alone which slices are orphans.
             self._orphans = self.state.orphans()
+            self._state_moved = False
         elif self._orphans:
             self._orphans = self.state.orphans(self._orphans)
         self.metrics.invalid_objects.set(
@@ -157,6 +163,15 @@ class SyncReporter:
         if last is None or last[0] is not snapshot or last[1] is not config:
             self._report_nodeport_gaps(nodeport_gaps(snapshot, config))
             self._gaps_of = (snapshot, config)
+
+    def trusted(self) -> None:
+        """A periodic verify found that nothing could differ from the last sync (``loop.py``):
+        for ``/healthz`` and the last-sync metric, the rules are as current as a sync would
+        have made them."""
+        self.health.synced(trio.current_time())
+        for label in IP_FAMILIES.values():
+            self.metrics.last_sync.labels(ip_family=label).set_to_current_time()
+        self.log.debug("verify.trusted")
 
     def failed(self, exc: Exception, family: Family | None) -> None:
         """A sync failed; ``family``: the one whose batch the kernel refused (None: any)."""

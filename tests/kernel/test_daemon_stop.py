@@ -9,10 +9,14 @@ figure is printed (``pytest -s``) for the record.
 
 from __future__ import annotations
 
+import array
+import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +31,8 @@ from tests.kernel.daemon import (
     LOADED_MACHINE_BOUND,
     VIP_A,
     Daemon,
+    free_port,
+    http_get,
     objects,
     publish,
     put_service,
@@ -188,3 +194,64 @@ def test_sigterm_on_the_api_source_on_a_busy_machine_exits_promptly(
     print(f"SIGTERM to exit, API source ({'up' if api_up else 'gone'}), machine busy: {took:.2f} s")
     assert status == 0, daemon.lines[-5:]
     assert took < STOP_BOUND, f"{took:.1f} s: {daemon.lines[-5:]}"
+
+
+def _invalid_services(n: int) -> list[dict[str, Any]]:
+    """``n`` Services the daemon refuses, each named in a warning line of its own."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": f"bad-{i}", "namespace": "default"},
+            "spec": {"clusterIP": "10.96.250.1", "ports": [{"port": 70000, "protocol": "TCP"}]},
+        }
+        for i in range(n)
+    ]
+
+
+def test_sigterm_with_stderr_stalled_on_a_busy_machine_exits(
+    testbed: Testbed, tmp_path: Path, burners: None
+) -> None:
+    """stderr is a pipe no one reads (a stalled log collector) and full: the event loop blocks
+    writing a log line, and so does the stop's own line; the stop still ends the process, with
+    the status of a SIGTERM."""
+    d = publish(tmp_path / "m", objects(testbed, ["pod-a"]))
+    healthz = free_port()
+    r, w = os.pipe()
+    argv = [
+        sys.executable, "-m", "nlproxy", "--netns", testbed.node.netns, "--log-format", "json",
+        "run", "--manifests", str(d), *testbed.run_args(), "--min-sync-period", "50ms",
+        "--healthz-bind-address", f"127.0.0.1:{healthz}", "--metrics-bind-address", "",
+    ]  # fmt: skip
+    try:
+        with subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=w) as proc:
+            os.close(w)
+            w = -1
+            try:
+                wait_until(lambda: _ok(testbed, healthz), LOADED_MACHINE_BOUND, "ready")
+                # A line per refused Service: far more than the pipe holds.
+                publish(d, [*objects(testbed, ["pod-a"]), *_invalid_services(2000)])
+                wait_until(lambda: _queued(r) >= 60_000, 60, "stderr's pipe full")
+                proc.send_signal(signal.SIGTERM)
+                status = proc.wait(timeout=60)  # generous: the machine is busy
+            finally:
+                proc.kill()
+    finally:
+        os.close(r)
+        if w != -1:
+            os.close(w)
+    assert status == 0
+
+
+def _ok(testbed: Testbed, port: int) -> bool:
+    try:
+        return http_get(testbed.node.netns, port, "/healthz")[0] == 200
+    except OSError:  # not listening yet
+        return False
+
+
+def _queued(fd: int) -> int:
+    """Bytes waiting in the pipe whose read end is ``fd``."""
+    buf = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, buf)
+    return buf[0]

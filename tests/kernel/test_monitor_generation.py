@@ -4,10 +4,12 @@ make the kernel build a message per committed element for every writer on the ho
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import trio
+import trio.testing
 
 from nlproxy.demo.testbed import Testbed
 from nlproxy.netlink.nlsock import NETLINK_NETFILTER
@@ -74,3 +76,50 @@ def test_the_daemon_is_no_member_and_still_repairs(testbed: Testbed, tmp_path: P
         assert answered_by(testbed, VIP_A, 3) == {"pod-a"}
         assert [e["generations"] for e in proc.events("drift.notifications_lost")]
         assert members(testbed.node.netns) == 0
+
+
+class OtherSteps(trio.abc.Instrument):
+    """Counts the steps of every task but ``me``: who else the event loop ran."""
+
+    def __init__(self, me: trio.lowlevel.Task) -> None:
+        self.me = me
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is not self.me:
+            self.steps += 1
+
+
+async def test_an_idle_watch_never_wakes_the_event_loop(
+    make_netns: Callable[[str], str],
+) -> None:
+    """The looks are a thread's: while the generation holds still the event loop runs nothing
+    of the watch's; a move still reaches ``on_moved`` on the loop."""
+    ns = make_netns("gi")
+    watch = GenerationWatch(netns_name=ns, interval=0.01)
+    spans: list[tuple[int, int]] = []
+    loop_thread = threading.get_ident()
+    moved = trio.Event()
+
+    def on_moved(after: int, upto: int) -> None:
+        assert threading.get_ident() == loop_thread
+        spans.append((after, upto))
+        moved.set()
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watch.run, on_moved)
+            await trio.testing.wait_all_tasks_blocked()
+            others = OtherSteps(trio.lowlevel.current_task())
+            trio.lowlevel.add_instrument(others)
+            looks = watch.looks
+            # Polled on purpose: the test's own steps are the only ones the loop may run.
+            while watch.looks < looks + 20:  # noqa: ASYNC110
+                await trio.sleep(0.05)
+            trio.lowlevel.remove_instrument(others)
+            assert others.steps == 0, "the event loop was woken for looks that found nothing"
+            first = watch.seen
+            await trio.run_process(["ip", "netns", "exec", ns, "nft", "add", "table", "ip", "t"])
+            await moved.wait()
+            nursery.cancel_scope.cancel()
+    assert spans == [(first, first + 1)]

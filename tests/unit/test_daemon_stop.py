@@ -4,7 +4,10 @@ status asked for, in the daemon's context, and its last line says where each thr
 from __future__ import annotations
 
 import contextvars
+import os
 import queue
+import subprocess
+import sys
 import threading
 import time
 from typing import Any, cast
@@ -49,6 +52,8 @@ def test_an_armed_deadline_ends_with_the_first_status_and_names_the_busy_threads
     ((event, fields),) = log.lines
     assert event == "daemon.stop_overdue"
     assert any(where.startswith("busy-sync: ") for where in fields["busy"]), fields["busy"]
+    # The main thread's stack, innermost first: here, this test waiting for the queue.
+    assert any(":test_an_armed_deadline_ends" in where for where in fields["main"])
 
 
 def test_without_an_end_nothing_is_armed() -> None:
@@ -77,9 +82,72 @@ async def test_the_alarm_ends_a_main_thread_busy_in_python(
             deadline.arm(5)
             limit = time.monotonic() + 60
             while not ended and time.monotonic() < limit:
-                sum(range(1000))  # Python work on the main thread, as the loop's
+                _spin()  # Python work on the main thread, as the loop's
     finally:
         ALLOWED.set(False)
     assert ended == [(5, True)]
     assert log.lines == []  # not the thread's hand (none was started)
-    assert "daemon.stop_overdue" in capfd.readouterr().err
+    err = capfd.readouterr().err
+    assert "daemon.stop_overdue" in err
+    assert "_spin" in err  # the main thread's stack: where the loop was busy
+
+
+def _spin() -> int:
+    return sum(range(1000))
+
+
+STALLED = """
+import fcntl, os
+import trio
+from nlproxy.commands import _fastexit
+from nlproxy.daemon.stop import StopDeadline
+from nlproxy.log import get_logger
+
+# stderr is a pipe no one reads: fill it, so the next write blocks (a stalled log collector).
+flags = fcntl.fcntl(2, fcntl.F_GETFL)
+fcntl.fcntl(2, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+try:
+    while True:
+        os.write(2, b"x" * 4096)
+except BlockingIOError:
+    pass
+fcntl.fcntl(2, fcntl.F_SETFL, flags)
+_fastexit.allow()
+
+
+async def main():
+    deadline = StopDeadline(_fastexit.end, get_logger("daemon"))
+    deadline.start()
+    with deadline.signals(lambda signum: None):
+        deadline.arm(7)
+        os.write(1, b"armed\\n")
+        while True:
+            sum(range(1000))  # the loop's Python work: the SIGALRM hand runs, blocks writing
+
+
+trio.run(main)
+"""
+
+
+def test_a_hand_blocked_on_a_stalled_stderr_still_ends_the_process() -> None:
+    """The SIGALRM hand blocks writing its line to a full stderr pipe: the deadline's thread
+    ends the process all the same, with the stop's status."""
+    r, w = os.pipe()
+    try:
+        with subprocess.Popen(
+            [sys.executable, "-c", STALLED], stdout=subprocess.PIPE, stderr=w, text=True
+        ) as proc:
+            os.close(w)
+            w = -1
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == "armed\n"
+            try:
+                status = proc.wait(timeout=60)  # generous: a shared machine
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise
+    finally:
+        os.close(r)
+        if w != -1:
+            os.close(w)
+    assert status == 7

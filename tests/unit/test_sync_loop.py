@@ -54,6 +54,13 @@ class Call:
 
 
 @dataclass
+class Chores:
+    """The Syncer's flow cleanup as the loop sees it: whether filters wait for a resource."""
+
+    pending: bool = False
+
+
+@dataclass
 class RecordingSyncer:
     """What the loop needs of a Syncer; records when and with what it was asked.
 
@@ -72,6 +79,7 @@ class RecordingSyncer:
     failure: Exception = field(
         default_factory=lambda: KernelError("chain services", "refused", errno=22)
     )
+    cleanup: Chores = field(default_factory=Chores)
     calls: list[Call] = field(default_factory=list)
     read_backs: list[float] = field(default_factory=list)
     taken: list[float] = field(default_factory=list)
@@ -317,13 +325,107 @@ async def test_a_quiet_verify_skips_the_read_back_but_a_drift_report_does_not(
         h.loop.request_verify(Drift(pid=4242, comm="nft", objects=1))
         await trio.sleep(MIN)
         nursery.cancel_scope.cancel()
-    timed, repair = h.syncer.calls[1:]
-    assert not timed.verified
+    # The quiet verify at PERIOD neither read back nor planned: nothing had changed.
+    (repair,) = h.syncer.calls[1:]
     assert verifies(h.metrics, "false") == 1
     assert h.syncer.read_backs == [reported]
     assert repair.verified  # it started from the read-back, which differed
-    assert repair.at == pytest.approx(timed.at + MIN)  # at once, within the min sync period
+    assert repair.at == pytest.approx(reported)  # at once: no sync within the min period
     assert verifies(h.metrics, "true") == 1
+
+
+async def test_a_quiet_verify_of_an_unchanged_state_plans_nothing_a_change_or_chore_does(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Nothing changed since the last sync and no one else committed: nothing can differ from
+    the plan, so the periodic verify plans nothing. A change since the last sync, or flows a
+    cleanup left for want of a resource, make it a sync as before."""
+    async with trio.open_nursery() as nursery:
+        h = await started(nursery, quiet=True)
+        await trio.sleep(2 * PERIOD + 1)  # two idle verifies
+        assert len(h.syncer.calls) == 1
+        assert verifies(h.metrics, "false") == 2
+        h.syncer.cleanup.pending = True  # a cleanup ran out of descriptors
+        await trio.sleep(PERIOD)
+        assert [round(c.at - h.start) for c in h.syncer.calls[1:]] == [180]
+        h.syncer.cleanup.pending = False
+        await trio.sleep(PERIOD)  # at 240: idle again
+        assert len(h.syncer.calls) == 2
+        nursery.cancel_scope.cancel()
+    assert h.syncer.read_backs == []
+
+
+async def test_a_quiet_verify_keeps_health_and_the_last_sync_metric_current(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An idle verify that plans nothing still says the rules are current: ``/healthz``'s
+    last update and the last-sync timestamp move as a sync's would."""
+    async with trio.open_nursery() as nursery:
+        h = await started(nursery, quiet=True)
+        health = h.loop.report.health
+        first = health.last_updated
+        await trio.sleep(PERIOD + 1)
+        nursery.cancel_scope.cancel()
+    assert len(h.syncer.calls) == 1
+    assert first is not None
+    assert health.last_updated is not None
+    assert round(health.last_updated - first) == PERIOD
+
+
+async def test_a_verify_when_someone_else_committed_reads_back_and_repairs(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The same idle node, but at the verify the generation moved by another's commit (no
+    longer quiet) and no drift report came: the verify reads the tables back and repairs."""
+    quiet = [True]
+    syncer = RecordingSyncer()
+    loop = loop_for(syncer, quiet=lambda: quiet[0], runner=runner)
+    send, recv = trio.open_memory_channel[Sequence[Change]](100)
+    await send.send([svc("first")])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run, recv)
+        start = trio.current_time()
+        await trio.sleep(PERIOD + 1)
+        assert syncer.read_backs == []  # quiet: trusted
+        syncer.tamper()
+        quiet[0] = False
+        await trio.sleep(PERIOD)
+        nursery.cancel_scope.cancel()
+    assert [round(t - start) for t in syncer.read_backs] == [2 * PERIOD]
+    assert verifies(loop.report.metrics, "false") == 1
+    assert verifies(loop.report.metrics, "true") == 1
+    # Nothing changed to plan: the read-back, then only the repair of what it found.
+    (repair,) = syncer.calls[1:]
+    assert repair.verified
+    assert [round(t - start) for t in syncer.taken] == [2 * PERIOD]
+    assert syncer.kernel == syncer.planned
+
+
+async def test_a_verify_asks_whether_it_is_quiet_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``quiet()`` takes the moves it saw from the drift watch (which would report them
+    again): each verify asks once, changed state or not, and reads back when it was not."""
+    answers = iter([False, False])
+    asked: list[float] = []
+
+    def quiet() -> bool:
+        asked.append(trio.current_time())
+        return next(answers)
+
+    syncer = RecordingSyncer()
+    loop = loop_for(syncer, quiet=quiet, runner=runner)
+    send, recv = trio.open_memory_channel[Sequence[Change]](100)
+    await send.send([svc("first")])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run, recv)
+        start = trio.current_time()
+        await trio.sleep(PERIOD + 1)  # an unchanged state's verify
+        await send.send([svc("a")])
+        await trio.sleep(PERIOD)  # a verify with a change made since
+        nursery.cancel_scope.cancel()
+    assert [round(t - start) for t in asked] == [PERIOD, 2 * PERIOD]
+    assert [round(t - start) for t in syncer.read_backs] == [PERIOD, 2 * PERIOD]
 
 
 async def test_a_change_during_a_read_back_is_synced_within_the_min_period(

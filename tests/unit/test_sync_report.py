@@ -3,6 +3,7 @@ programming latency observed once per trigger time, and problems logged once, no
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from ipaddress import ip_network
 
@@ -10,7 +11,7 @@ import msgspec
 import structlog.testing
 from prometheus_client import CollectorRegistry
 
-from nlproxy.cluster.model import EndpointSlice
+from nlproxy.cluster.model import EndpointSlice, ObjectRef
 from nlproxy.cluster.state import ClusterState
 from nlproxy.log import get_logger
 from nlproxy.nft.ir import Family
@@ -141,3 +142,37 @@ async def test_a_change_received_during_the_sync_is_not_taken_for_programmed() -
     assert value(metrics, count, ip_family="IPv4") == 1
     report.synced(SyncResult(), pending, state.snapshot(), verify=False, exact=True)
     assert value(metrics, count, ip_family="IPv4") == 2
+
+
+class CountingState(ClusterState):
+    """The state, counting the walks over every slice that look for orphans."""
+
+    walks = 0
+
+    def orphans(self, among: Iterable[ObjectRef] | None = None) -> dict[ObjectRef, str]:
+        if among is None:
+            self.walks += 1
+        return super().orphans(among)
+
+
+async def test_verifies_of_an_unchanged_state_look_for_orphans_once() -> None:
+    """An orphan slice is reported at the first verify that finds it and stays reported; the
+    verifies of an idle node after it do not walk every slice again, a change does."""
+    state, metrics = CountingState(NODE), Metrics(CollectorRegistry())
+    report = SyncReporter(
+        state, health=HealthState(grace_seconds=120), metrics=metrics, log=get_logger("sync")
+    )
+    changes = [upsert(eps_slice("a", "ghost", [endpoint("10.1.0.9")]))]
+    state.apply(changes)
+    report.queued(changes)
+    for _ in range(3):
+        report.objects(state.snapshot(), CONFIG, [], verify=True)
+        assert value(metrics, "nlproxy_invalid_objects") == 1
+    assert state.walks == 1
+    changes = [upsert(service("a", "ghost", "172.30.0.9"))]  # its Service comes
+    state.apply(changes)
+    report.queued(changes)
+    report.objects(state.snapshot(), CONFIG, [], verify=False)
+    assert value(metrics, "nlproxy_invalid_objects") == 0
+    report.objects(state.snapshot(), CONFIG, [], verify=True)
+    assert state.walks == 2
