@@ -23,6 +23,7 @@ from typing import Any, TypeAlias
 from nlproxy.netlink import protocols
 from nlproxy.netlink.codec import (
     NFGENMSG,
+    NLATTR,
     NLM_F_ACK,
     NLM_F_CREATE,
     NLM_F_DUMP,
@@ -38,7 +39,13 @@ from nlproxy.netlink.codec import (
     u8_attr,
     u32_attr,
 )
-from nlproxy.netlink.protocols import IPPROTO_ICMP, IPPROTO_ICMPV6, IPPROTO_TCP, IPPROTO_UDP
+from nlproxy.netlink.protocols import (
+    IPPROTO_ICMP,
+    IPPROTO_ICMPV6,
+    IPPROTO_SCTP,
+    IPPROTO_TCP,
+    IPPROTO_UDP,
+)
 
 IPAddress: TypeAlias = IPv4Address | IPv6Address
 
@@ -622,14 +629,21 @@ def encode_dump(flt: FlowFilter, family: int, seq: int) -> bytes:
     return _message(IPCTNL_MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, _family_af(family), attrs)
 
 
-def encode_delete(flow: Flow, seq: int) -> bytes:
-    """Delete exactly ``flow``: by its original tuple, zone and id (a newer flow that reuses
-    the tuple has another id and is left alone)."""
+def delete_attrs(flow: Flow) -> bytes:
+    """The attributes that name exactly ``flow`` to a delete: its original tuple, zone and id
+    (a newer flow that reuses the tuple has another id and is left alone)."""
     values = {"orig": _tuple_values(flow.orig), "zone": flow.zone or None, "id": flow.id}
-    attrs = write_attrs(CT_MESSAGE, values)
-    return _message(
-        IPCTNL_MSG_CT_DELETE, NLM_F_REQUEST | NLM_F_ACK, seq, _family_af(flow.family), attrs
-    )
+    return write_attrs(CT_MESSAGE, values)
+
+
+def encode_delete(flow: Flow, seq: int) -> bytes:
+    """Delete exactly ``flow`` (:func:`delete_attrs`)."""
+    return encode_delete_attrs(delete_attrs(flow), flow.family, seq)
+
+
+def encode_delete_attrs(attrs: bytes, family: int, seq: int) -> bytes:
+    """A delete of the flow of ``family`` (4 or 6) that ``attrs`` (:func:`delete_attrs`) name."""
+    return _message(IPCTNL_MSG_CT_DELETE, NLM_F_REQUEST | NLM_F_ACK, seq, _family_af(family), attrs)
 
 
 def encode_new(flow: Flow, seq: int, *, ack: bool = False) -> bytes:
@@ -689,4 +703,171 @@ def decode_flow(payload: bytes) -> Flow:
         tcp_state=v.get("tcp_state"),
         sctp_state=v.get("sctp_state"),
         use=v.get("use"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The start-up sweep's reading
+#
+# The sweep (``sync/cleanup.py``) reads every UDP and SCTP flow of the node once per process: at
+# 100k flows, :func:`decode_flow` (a Flow, two tuples, four address objects each) is most of its
+# cost. :func:`sweep_row` reads only what the sweep decides with, by walking the attribute
+# headers; anything it does not expect is left to :func:`decode_flow` (:func:`flow_row`), so
+# both give the same row for every message (tests/unit/test_conntrack_sweep_row.py).
+
+SweepRow: TypeAlias = tuple[int, IPAddress, int, IPAddress, int, int, bytes]
+"""A flow as the sweep reads it: the original tuple's protocol number, destination address
+and port, the reply tuple's source address and port, the status bits, and the attributes that
+delete exactly this flow (its original tuple, zone and id: :func:`delete_attrs`)."""
+
+SWEEP_PROTOS = frozenset({IPPROTO_TCP, IPPROTO_UDP, IPPROTO_SCTP})
+"""The protocols :func:`sweep_row` reads (keyed by ports); others go to the full decoder."""
+
+_ADDR_CACHE_MAX = 1 << 16
+_unpack_nlattr = NLATTR.unpack_from
+_unpack_be16 = _BE16.unpack_from
+_unpack_be32 = _BE32.unpack_from
+
+
+def _sweep_tuple(buf: bytes, off: int, end: int) -> tuple[bytes, bytes, int, int, int] | None:
+    """(source, destination, protocol, source port, destination port) of the tuple nest in
+    ``buf[off:end]``, or None when it is not the plain ported tuple the sweep expects."""
+    src = dst = b""
+    proto = sport = dport = -1
+    seen_ip = seen_proto = False
+    while off + 4 <= end:
+        length, kind = _unpack_nlattr(buf, off)
+        stop = off + length
+        if length < 4 or stop > end:
+            break
+        kind &= 0x3FFF
+        if kind in (CTA_TUPLE_IP, CTA_TUPLE_PROTO):
+            if seen_ip if kind == CTA_TUPLE_IP else seen_proto:
+                return None  # repeated: the decoder merges them
+            at = off + 4
+            while at + 4 <= stop:
+                n, k = _unpack_nlattr(buf, at)
+                if n < 4 or at + n > stop:
+                    break
+                k &= 0x3FFF
+                if kind == CTA_TUPLE_IP:
+                    if k in (CTA_IP_V4_SRC, CTA_IP_V6_SRC):
+                        src = buf[at + 4 : at + n]
+                    elif k in (CTA_IP_V4_DST, CTA_IP_V6_DST):
+                        dst = buf[at + 4 : at + n]
+                elif k == CTA_PROTO_NUM:
+                    if n != 5:
+                        return None
+                    proto = buf[at + 4]
+                elif k in (CTA_PROTO_SRC_PORT, CTA_PROTO_DST_PORT):
+                    if n != 6:
+                        return None
+                    if k == CTA_PROTO_SRC_PORT:
+                        sport = _unpack_be16(buf, at + 4)[0]
+                    else:
+                        dport = _unpack_be16(buf, at + 4)[0]
+                elif CTA_PROTO_ICMP_ID <= k <= CTA_PROTO_ICMPV6_CODE:
+                    return None  # an ICMP key: the decoder's
+                at += (n + 3) & ~3
+            if kind == CTA_TUPLE_IP:
+                seen_ip = True
+            else:
+                seen_proto = True
+        off += (length + 3) & ~3
+    if sport < 0 or dport < 0 or proto not in SWEEP_PROTOS:
+        return None
+    if len(src) != len(dst) or len(src) not in (4, 16):
+        return None
+    return src, dst, proto, sport, dport
+
+
+def sweep_row(payload: bytes, addrs: dict[bytes, IPAddress]) -> SweepRow | None:
+    """The :data:`SweepRow` of a dump message's payload, read without decoding the flow; None
+    when the message is not a plain TCP, UDP or SCTP flow with one of each attribute the row
+    needs (then :func:`flow_row` of :func:`decode_flow` gives it). ``addrs`` caches address
+    objects by their bytes (a node's flows go to few frontends from few backends)."""
+    end = len(payload)
+    off = 4  # NFGENMSG.size
+    orig = reply = None
+    orig_raw = zone_raw = id_raw = b""
+    status = -1
+    while off + 4 <= end:
+        length, kind = _unpack_nlattr(payload, off)
+        stop = off + length
+        if length < 4 or stop > end:
+            break
+        kind &= 0x3FFF
+        if kind == CTA_TUPLE_ORIG:
+            if orig_raw:
+                return None
+            orig_raw = payload[off:stop]
+            orig = _sweep_tuple(payload, off + 4, stop)
+            if orig is None:
+                return None
+        elif kind == CTA_TUPLE_REPLY:
+            if reply is not None:
+                return None
+            reply = _sweep_tuple(payload, off + 4, stop)
+            if reply is None:
+                return None
+        elif kind == CTA_STATUS:
+            if length != 8 or status >= 0:
+                return None
+            status = _unpack_be32(payload, off + 4)[0]
+        elif kind == CTA_ZONE:
+            if length != 6 or zone_raw:
+                return None
+            zone_raw = payload[off:stop]
+        elif kind == CTA_ID:
+            if length != 8 or id_raw:
+                return None
+            id_raw = payload[off:stop]
+        off += (length + 3) & ~3
+    if orig is None or reply is None or not id_raw or len(orig[0]) != len(reply[0]):
+        return None
+    if orig[2] != reply[2]:
+        return None
+    dst, rsrc = orig[1], reply[0]
+    dst_addr = addrs.get(dst)
+    if dst_addr is None:
+        dst_addr = addrs[dst] = _address(dst, addrs)
+    rsrc_addr = addrs.get(rsrc)
+    if rsrc_addr is None:
+        rsrc_addr = addrs[rsrc] = _address(rsrc, addrs)
+    # The zone's attribute only when not 0, as delete_attrs writes it.
+    if zone_raw and zone_raw[4:6] == b"\0\0":
+        zone_raw = b""
+    pad = bytes(-len(orig_raw) % 4)
+    handle = orig_raw + pad + (zone_raw + b"\0\0" if zone_raw else b"") + id_raw
+    return (orig[2], dst_addr, orig[4], rsrc_addr, reply[3], max(status, 0), handle)
+
+
+def _address(packed: bytes, addrs: dict[bytes, IPAddress]) -> IPAddress:
+    if len(addrs) >= _ADDR_CACHE_MAX:
+        addrs.clear()
+    return IPv4Address(packed) if len(packed) == 4 else IPv6Address(packed)
+
+
+def flow_row(flow: Flow) -> SweepRow:
+    """``flow`` as :func:`sweep_row` reads it."""
+    o, r = flow.orig, flow.reply
+    return (o.proto, o.dst, o.dport, r.src, r.sport, flow.status, delete_attrs(flow))
+
+
+def row_family(row: SweepRow) -> int:
+    """4 or 6."""
+    return row[1].version
+
+
+def row_matches(flt: FlowFilter, row: SweepRow) -> bool:
+    """:meth:`FlowFilter.matches` on a :data:`SweepRow`."""
+    proto, dst, dport, rsrc, rsport, status, _ = row
+    return (
+        (flt.family is None or dst.version == flt.family)
+        and (flt.proto is None or proto == PROTO_NUMBERS[flt.proto])
+        and (flt.orig_dst is None or dst == flt.orig_dst)
+        and (flt.orig_dport is None or dport == flt.orig_dport)
+        and (flt.reply_src is None or rsrc == flt.reply_src)
+        and (flt.reply_sport is None or rsport == flt.reply_sport)
+        and (flt.dnat is None or bool(status & IPS_DST_NAT) == flt.dnat)
     )
