@@ -32,15 +32,14 @@ from nlproxy.conntrack.messages import (
     Flow,
     FlowFilter,
     FlowTuple,
-    IPAddress,
+    SweepReader,
     SweepRow,
     decode_flow,
     encode_delete,
     encode_delete_attrs,
     encode_dump,
     flow_row,
-    row_matches,
-    sweep_row,
+    row_matcher,
 )
 from nlproxy.conntrack.plan import MAX_PASSES, Pass, plan_passes, stale_flow_filters
 from nlproxy.errors import NlproxyError
@@ -276,12 +275,13 @@ class Conntrack:
         Raises:
             ConntrackError: the kernel refused the dump.
         """
-        addrs: dict[bytes, IPAddress] = {}
+        reader = SweepReader()
+        match = row_matcher(flt)
         for payload in self._payloads(Pass(flt, (flt,))):
-            row = sweep_row(payload, addrs)
+            row = reader.row(payload)
             if row is None:
                 row = flow_row(decode_flow(payload))
-            if row_matches(flt, row):
+            if match(row):
                 yield row
 
     def delete_rows(self, rows: Iterable[SweepRow]) -> int:

@@ -729,13 +729,18 @@ _unpack_be16 = _BE16.unpack_from
 _unpack_be32 = _BE32.unpack_from
 
 
-def _sweep_tuple(buf: bytes, off: int, end: int) -> tuple[bytes, bytes, int, int, int] | None:
-    """(source, destination, protocol, source port, destination port) of the tuple nest in
-    ``buf[off:end]``, or None when it is not the plain ported tuple the sweep expects."""
-    src = dst = b""
-    proto = sport = dport = -1
+def _sweep_tuple(
+    buf: bytes, off: int, end: int, seen: list[int]
+) -> tuple[int, int, int, int, int, int] | None:
+    """Where the tuple nest in ``buf[off:end]`` holds its source and destination (their
+    offsets), its protocol number, source and destination ports (theirs), and the length of its
+    addresses; None when it is not the plain ported tuple the sweep expects. The offset of each
+    attribute header read is added to ``seen``."""
+    src = dst = proto = sport = dport = -1
+    src_len = dst_len = 0
     seen_ip = seen_proto = False
     while off + 4 <= end:
+        seen.append(off)
         length, kind = _unpack_nlattr(buf, off)
         stop = off + length
         if length < 4 or stop > end:
@@ -746,26 +751,27 @@ def _sweep_tuple(buf: bytes, off: int, end: int) -> tuple[bytes, bytes, int, int
                 return None  # repeated: the decoder merges them
             at = off + 4
             while at + 4 <= stop:
+                seen.append(at)
                 n, k = _unpack_nlattr(buf, at)
                 if n < 4 or at + n > stop:
                     break
                 k &= 0x3FFF
                 if kind == CTA_TUPLE_IP:
                     if k in (CTA_IP_V4_SRC, CTA_IP_V6_SRC):
-                        src = buf[at + 4 : at + n]
+                        src, src_len = at + 4, n - 4
                     elif k in (CTA_IP_V4_DST, CTA_IP_V6_DST):
-                        dst = buf[at + 4 : at + n]
+                        dst, dst_len = at + 4, n - 4
                 elif k == CTA_PROTO_NUM:
                     if n != 5:
                         return None
-                    proto = buf[at + 4]
+                    proto = at + 4
                 elif k in (CTA_PROTO_SRC_PORT, CTA_PROTO_DST_PORT):
                     if n != 6:
                         return None
                     if k == CTA_PROTO_SRC_PORT:
-                        sport = _unpack_be16(buf, at + 4)[0]
+                        sport = at + 4
                     else:
-                        dport = _unpack_be16(buf, at + 4)[0]
+                        dport = at + 4
                 elif CTA_PROTO_ICMP_ID <= k <= CTA_PROTO_ICMPV6_CODE:
                     return None  # an ICMP key: the decoder's
                 at += (n + 3) & ~3
@@ -774,11 +780,141 @@ def _sweep_tuple(buf: bytes, off: int, end: int) -> tuple[bytes, bytes, int, int
             else:
                 seen_proto = True
         off += (length + 3) & ~3
-    if sport < 0 or dport < 0 or proto not in SWEEP_PROTOS:
+    if min(src, dst, proto, sport, dport) < 0:
         return None
-    if len(src) != len(dst) or len(src) not in (4, 16):
+    if src_len != dst_len or src_len not in (4, 16):
         return None
-    return src, dst, proto, sport, dport
+    return src, dst, proto, sport, dport, src_len
+
+
+@dataclass(frozen=True, slots=True)
+class _RowLayout:
+    """Where a message's attribute headers are and where the row's values sit in it: every
+    message of the same length with the same header bytes at the same places is walked the
+    same way, so its row is read at these offsets without the walk."""
+
+    headers: struct.Struct
+    expected: tuple[bytes, ...]
+    orig: tuple[int, int]  # the original tuple's attribute, header included
+    proto: tuple[int, int]  # the protocol numbers (original, reply)
+    dst: int  # the original destination address
+    dport: int
+    rsrc: int  # the reply source address
+    rsport: int
+    size: int  # of an address
+    status: int  # -1: none
+    zone: int  # the zone's attribute, -1: none
+    ident: int  # the id's attribute
+
+
+def _learn(payload: bytes) -> _RowLayout | None:
+    """The layout of ``payload``, when it is a plain flow the sweep reads (else None)."""
+    end = len(payload)
+    off = 4  # NFGENMSG.size
+    seen: list[int] = []
+    orig = reply = None
+    orig_at = (0, 0)
+    status = zone = ident = -1
+    while off + 4 <= end:
+        seen.append(off)
+        length, kind = _unpack_nlattr(payload, off)
+        stop = off + length
+        if length < 4 or stop > end:
+            break
+        kind &= 0x3FFF
+        if kind == CTA_TUPLE_ORIG:
+            if orig is not None:
+                return None
+            orig_at = (off, stop)
+            orig = _sweep_tuple(payload, off + 4, stop, seen)
+            if orig is None:
+                return None
+        elif kind == CTA_TUPLE_REPLY:
+            if reply is not None:
+                return None
+            reply = _sweep_tuple(payload, off + 4, stop, seen)
+            if reply is None:
+                return None
+        elif kind == CTA_STATUS:
+            if length != 8 or status >= 0:
+                return None
+            status = off + 4
+        elif kind == CTA_ZONE:
+            if length != 6 or zone >= 0:
+                return None
+            zone = off
+        elif kind == CTA_ID:
+            if length != 8 or ident >= 0:
+                return None
+            ident = off
+        off += (length + 3) & ~3
+    if orig is None or reply is None or ident < 0 or orig[5] != reply[5]:
+        return None
+    fmt, at = ["="], 0
+    for o in sorted(seen):
+        fmt.append(f"{o - at}x4s")
+        at = o + 4
+    headers = struct.Struct("".join(fmt))
+    return _RowLayout(
+        headers=headers,
+        expected=headers.unpack_from(payload),
+        orig=orig_at,
+        proto=(orig[2], reply[2]),
+        dst=orig[1],
+        dport=orig[4],
+        rsrc=reply[0],
+        rsport=reply[3],
+        size=orig[5],
+        status=status,
+        zone=zone,
+        ident=ident,
+    )
+
+
+class SweepReader:
+    """:func:`sweep_row` for the messages of dumps: the layouts it learns (a dump's messages
+    mostly share a few) are read at their offsets, and address objects are made once."""
+
+    def __init__(self) -> None:
+        self.addrs: dict[bytes, IPAddress] = {}
+        self._layouts: dict[int, _RowLayout] = {}
+
+    def row(self, payload: bytes) -> SweepRow | None:
+        """:func:`sweep_row` of ``payload``."""
+        lay = self._layouts.get(len(payload))
+        if lay is None or lay.headers.unpack_from(payload) != lay.expected:
+            lay = _learn(payload)
+            if lay is None:
+                return None
+            self._layouts[len(payload)] = lay
+        l4, reply_l4 = payload[lay.proto[0]], payload[lay.proto[1]]
+        if l4 != reply_l4 or l4 not in SWEEP_PROTOS:
+            return None
+        addrs = self.addrs
+        dst = payload[lay.dst : lay.dst + lay.size]
+        dst_addr = addrs.get(dst)
+        if dst_addr is None:
+            dst_addr = addrs[dst] = _address(dst, addrs)
+        rsrc = payload[lay.rsrc : lay.rsrc + lay.size]
+        rsrc_addr = addrs.get(rsrc)
+        if rsrc_addr is None:
+            rsrc_addr = addrs[rsrc] = _address(rsrc, addrs)
+        status = 0 if lay.status < 0 else _unpack_be32(payload, lay.status)[0]
+        start, stop = lay.orig
+        handle = payload[start:stop] + bytes(-(stop - start) % 4)
+        # The zone's attribute only when not 0, as delete_attrs writes it.
+        if lay.zone >= 0 and payload[lay.zone + 4 : lay.zone + 6] != b"\0\0":
+            handle += payload[lay.zone : lay.zone + 6] + b"\0\0"
+        handle += payload[lay.ident : lay.ident + 8]
+        return (
+            l4,
+            dst_addr,
+            _unpack_be16(payload, lay.dport)[0],
+            rsrc_addr,
+            _unpack_be16(payload, lay.rsport)[0],
+            status,
+            handle,
+        )
 
 
 def sweep_row(payload: bytes, addrs: dict[bytes, IPAddress]) -> SweepRow | None:
@@ -786,60 +922,9 @@ def sweep_row(payload: bytes, addrs: dict[bytes, IPAddress]) -> SweepRow | None:
     when the message is not a plain TCP, UDP or SCTP flow with one of each attribute the row
     needs (then :func:`flow_row` of :func:`decode_flow` gives it). ``addrs`` caches address
     objects by their bytes (a node's flows go to few frontends from few backends)."""
-    end = len(payload)
-    off = 4  # NFGENMSG.size
-    orig = reply = None
-    orig_raw = zone_raw = id_raw = b""
-    status = -1
-    while off + 4 <= end:
-        length, kind = _unpack_nlattr(payload, off)
-        stop = off + length
-        if length < 4 or stop > end:
-            break
-        kind &= 0x3FFF
-        if kind == CTA_TUPLE_ORIG:
-            if orig_raw:
-                return None
-            orig_raw = payload[off:stop]
-            orig = _sweep_tuple(payload, off + 4, stop)
-            if orig is None:
-                return None
-        elif kind == CTA_TUPLE_REPLY:
-            if reply is not None:
-                return None
-            reply = _sweep_tuple(payload, off + 4, stop)
-            if reply is None:
-                return None
-        elif kind == CTA_STATUS:
-            if length != 8 or status >= 0:
-                return None
-            status = _unpack_be32(payload, off + 4)[0]
-        elif kind == CTA_ZONE:
-            if length != 6 or zone_raw:
-                return None
-            zone_raw = payload[off:stop]
-        elif kind == CTA_ID:
-            if length != 8 or id_raw:
-                return None
-            id_raw = payload[off:stop]
-        off += (length + 3) & ~3
-    if orig is None or reply is None or not id_raw or len(orig[0]) != len(reply[0]):
-        return None
-    if orig[2] != reply[2]:
-        return None
-    dst, rsrc = orig[1], reply[0]
-    dst_addr = addrs.get(dst)
-    if dst_addr is None:
-        dst_addr = addrs[dst] = _address(dst, addrs)
-    rsrc_addr = addrs.get(rsrc)
-    if rsrc_addr is None:
-        rsrc_addr = addrs[rsrc] = _address(rsrc, addrs)
-    # The zone's attribute only when not 0, as delete_attrs writes it.
-    if zone_raw and zone_raw[4:6] == b"\0\0":
-        zone_raw = b""
-    pad = bytes(-len(orig_raw) % 4)
-    handle = orig_raw + pad + (zone_raw + b"\0\0" if zone_raw else b"") + id_raw
-    return (orig[2], dst_addr, orig[4], rsrc_addr, reply[3], max(status, 0), handle)
+    reader = SweepReader()
+    reader.addrs = addrs
+    return reader.row(payload)
 
 
 def _address(packed: bytes, addrs: dict[bytes, IPAddress]) -> IPAddress:
@@ -854,20 +939,29 @@ def flow_row(flow: Flow) -> SweepRow:
     return (o.proto, o.dst, o.dport, r.src, r.sport, flow.status, delete_attrs(flow))
 
 
-def row_family(row: SweepRow) -> int:
-    """4 or 6."""
-    return row[1].version
-
-
 def row_matches(flt: FlowFilter, row: SweepRow) -> bool:
     """:meth:`FlowFilter.matches` on a :data:`SweepRow`."""
-    proto, dst, dport, rsrc, rsport, status, _ = row
-    return (
-        (flt.family is None or dst.version == flt.family)
-        and (flt.proto is None or proto == PROTO_NUMBERS[flt.proto])
-        and (flt.orig_dst is None or dst == flt.orig_dst)
-        and (flt.orig_dport is None or dport == flt.orig_dport)
-        and (flt.reply_src is None or rsrc == flt.reply_src)
-        and (flt.reply_sport is None or rsport == flt.reply_sport)
-        and (flt.dnat is None or bool(status & IPS_DST_NAT) == flt.dnat)
-    )
+    return row_matcher(flt)(row)
+
+
+def row_matcher(flt: FlowFilter) -> Callable[[SweepRow], bool]:
+    """:func:`row_matches` for ``flt``, checking only the fields it gives."""
+    checks: list[Callable[[SweepRow], bool]] = []
+    if flt.family is not None:
+        family = flt.family
+        checks.append(lambda r: r[1].version == family)
+    if flt.proto is not None:
+        number = PROTO_NUMBERS[flt.proto]
+        checks.append(lambda r: r[0] == number)
+    for i, want in ((1, flt.orig_dst), (2, flt.orig_dport), (3, flt.reply_src)):
+        if want is not None:
+            checks.append(lambda r, i=i, want=want: r[i] == want)  # type: ignore[misc]
+    if flt.reply_sport is not None:
+        sport = flt.reply_sport
+        checks.append(lambda r: r[4] == sport)
+    if flt.dnat is not None:
+        dnat = flt.dnat
+        checks.append(lambda r: bool(r[5] & IPS_DST_NAT) == dnat)
+    if len(checks) == 1:
+        return checks[0]
+    return lambda r: all(c(r) for c in checks)

@@ -1,9 +1,9 @@
 """The sweep's light reading on the kernel's own dump messages, and its exact deletion.
 
 Flows of IPv4 and IPv6, TCP, UDP and SCTP, translated or not, are created in a fresh
-namespace; every message the kernel dumps for them is read by ``sweep_row`` exactly as the full
-decoder reads it (the fast reading is taken for all of them), and ``Conntrack.delete_rows``
-deletes exactly the rows it is given.
+namespace; every message the kernel dumps for them is read by one ``SweepReader`` (learning
+their layouts) exactly as the full decoder reads it (the fast reading is taken for all of
+them), and ``Conntrack.delete_rows`` deletes exactly the rows it is given.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from nlproxy.conntrack.kernel import Conntrack, Flow, FlowFilter
 from nlproxy.conntrack.messages import (
     CT_MESSAGE,
     FlowTuple,
+    SweepReader,
     decode_flow,
     flow_row,
     read_attrs,
-    sweep_row,
 )
 from nlproxy.conntrack.plan import Pass
 from tests.kernel.test_conntrack_cli import fill, grid
@@ -45,9 +45,9 @@ def test_kernel_messages_read_as_the_decoder_reads_them(make_netns: Callable[[st
     everything = FlowFilter()
     payloads = list(ct._payloads(Pass(everything, (everything,))))
     assert len(payloads) == len(made)
-    addrs: dict[bytes, object] = {}
+    reader = SweepReader()
     for payload in payloads:
-        fast = sweep_row(payload, addrs)  # type: ignore[arg-type]
+        fast = reader.row(payload)
         assert fast is not None
         slow = flow_row(decode_flow(payload))
         assert fast[:6] == slow[:6]

@@ -29,6 +29,7 @@ from nlproxy.conntrack.messages import (
     Flow,
     FlowFilter,
     FlowTuple,
+    SweepReader,
     SweepRow,
     decode_flow,
     flow_row,
@@ -246,3 +247,32 @@ def test_rows_match_filters_as_flows_do() -> None:
     ]
     for flt in filters:
         assert [row_matches(flt, flow_row(f)) for f in flows] == [flt.matches(f) for f in flows]
+
+
+def test_one_reader_reads_every_message_as_the_decoder_once_layouts_are_learnt() -> None:
+    # The same reader over every message, twice: the second time each is read at the offsets
+    # learnt from it or from another message of its length.
+    reader = SweepReader()
+    messages = [p for _, p in PLAIN + UNUSUAL]
+    declined = {p for _, p in UNUSUAL if sweep_row(p, {}) is None}
+    read = 0
+    for payload in messages + messages[::-1]:
+        fast = reader.row(payload)
+        if payload in declined:
+            assert fast is None
+            continue
+        assert fast is not None
+        same(fast, flow_row(decode_flow(payload)))
+        read += 1
+    assert read == 2 * (len(messages) - len(declined))
+
+
+def test_a_learnt_layout_still_checks_the_values_it_reads() -> None:
+    # Same length and headers as a plain flow, but the reply's protocol differs: declined.
+    reader = SweepReader()
+    plain, differ = PLAIN[0][1], dict(UNUSUAL)["protocols-differ"]
+    base = next(p for n, p in PLAIN if n == "v4-17-natTrue-zone0-extrasFalse-o0")
+    assert reader.row(base) is not None
+    assert len(differ) == len(base)
+    assert reader.row(differ) is None
+    assert reader.row(plain) is not None
