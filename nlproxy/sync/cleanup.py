@@ -33,7 +33,6 @@ from nlproxy.cluster.model import ClusterSnapshot, IPAddress
 from nlproxy.conntrack.kernel import Conntrack, ConntrackError, Flows, transient
 from nlproxy.conntrack.messages import IPS_DST_NAT, Flow, FlowFilter, SweepRow, flow_row
 from nlproxy.conntrack.plan import (
-    MAX_PASSES,
     programmed_frontends,
     stale_flow_filters,
     still_stale,
@@ -56,6 +55,10 @@ from nlproxy.proxy.layout import (
 
 _UDP = int(L4Proto.UDP)
 _BALANCED = tuple(f"{role}-" for role in n.BALANCED_MAPS)
+SWEEP_MAX_DUMPS = 4
+"""Past this many frontends, :func:`sweep_dumps` lists each protocol's flows in one dump: a
+kernel pass costs ~50 ms at 100k flows whatever it returns, reading a listed flow ~2.5 us
+(``SweepReader``), so a few passes cost as much as reading the whole table once."""
 SWEPT = ("udp", "sctp")
 """The protocols whose flows :meth:`FlowCleanup.sweep` looks at (TCP too with ``flush_tcp``)."""
 
@@ -250,7 +253,7 @@ def udp_part(rs: Ruleset) -> Ruleset:
 def sweep_dumps(programmed: Sequence[Ruleset], protos: Sequence[str]) -> list[FlowFilter]:
     """The dumps :meth:`FlowCleanup.sweep` lists: one per frontend of ``protos`` in
     ``programmed`` (its address and port, or a NodePort's port), which the kernel pre-selects,
-    while there are at most ``MAX_PASSES`` (a pass costs about the same however few flows it
+    while there are at most ``SWEEP_MAX_DUMPS`` (a pass costs about the same however few flows it
     returns); else one per protocol. So a node's other UDP flows (an overlay's tunnels, its
     own DNS) are not decoded when few Services have UDP or SCTP ports, the usual case."""
     wanted = {proto_number(p) for p in protos}
@@ -272,7 +275,7 @@ def sweep_dumps(programmed: Sequence[Ruleset], protos: Sequence[str]) -> list[Fl
                     fk = front_key(key, shape.width)
                     if fk is not None:
                         fronts.add(fk)
-                if len(fronts) > MAX_PASSES:
+                if len(fronts) > SWEEP_MAX_DUMPS:
                     return [FlowFilter(proto=p) for p in protos]
     out = []
     for fk in sorted(fronts, key=str):
