@@ -32,16 +32,13 @@ from nlproxy.conntrack.messages import (
     Flow,
     FlowFilter,
     FlowTuple,
-    SweepReader,
-    SweepRow,
     decode_flow,
     encode_delete,
     encode_delete_attrs,
     encode_dump,
-    flow_row,
-    row_matcher,
 )
 from nlproxy.conntrack.plan import MAX_PASSES, Pass, plan_passes, stale_flow_filters
+from nlproxy.conntrack.rows import SweepReader, SweepRow, flow_row, row_matcher
 from nlproxy.errors import NlproxyError
 from nlproxy.netlink.codec import NLMSG_DONE, NLMSG_ERROR, error_code, headers
 from nlproxy.netlink.nlsock import NetfilterSocket

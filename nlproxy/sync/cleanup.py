@@ -31,12 +31,13 @@ from typing import TYPE_CHECKING
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress
 from nlproxy.conntrack.kernel import Conntrack, ConntrackError, Flows, transient
-from nlproxy.conntrack.messages import IPS_DST_NAT, Flow, FlowFilter, SweepRow, flow_row
+from nlproxy.conntrack.messages import IPS_DST_NAT, Flow, FlowFilter
 from nlproxy.conntrack.plan import (
     programmed_frontends,
     stale_flow_filters,
     still_stale,
 )
+from nlproxy.conntrack.rows import SweepRow, flow_row
 from nlproxy.errors import NlproxyError
 from nlproxy.nft.ir import Family, L4Proto, Ruleset, Value
 from nlproxy.nft.packed import PackedElements
@@ -179,9 +180,12 @@ class FlowCleanup:
 
         A dump per frontend while they are few, else per protocol (:func:`sweep_dumps`); the
         frontends the flows name are looked up in ``programmed`` (not every frontend of the
-        tables is read). A failure is logged, not raised: the sync before it succeeded. What
-        ran out of a resource is tried again by the next sync (the deletions kept pending
-        are finished by :meth:`finish`).
+        tables is read). From the kernel's table, flows are read as rows (``SweepReader``:
+        only what the decision needs, ~2.5 us a flow instead of ~40 us decoded) and the stale
+        ones deleted by their id, without another pass; through any other ``Flows`` (the
+        fake, a dry run's) they are listed and deleted by filter. A failure is logged, not
+        raised: the sync before it succeeded. What ran out of a resource is tried again by
+        the next sync (the deletions kept pending are finished by :meth:`finish`).
         """
         if self._swept or not programmed:
             return 0
@@ -295,6 +299,7 @@ def swept_filters(
     return swept([flow_row(f) for f in flows], programmed, node_addrs)[0]
 
 
+# one piece: a pass over the frontends the flows name, then one over the flows
 def swept(
     rows: Sequence[SweepRow], programmed: Sequence[Ruleset], node_addrs: Sequence[IPAddress]
 ) -> tuple[list[FlowFilter], list[SweepRow]]:

@@ -15,12 +15,11 @@ from nlproxy.conntrack.kernel import Conntrack, Flow, FlowFilter
 from nlproxy.conntrack.messages import (
     CT_MESSAGE,
     FlowTuple,
-    SweepReader,
     decode_flow,
-    flow_row,
     read_attrs,
 )
 from nlproxy.conntrack.plan import Pass
+from nlproxy.conntrack.rows import SweepReader, flow_row
 from tests.kernel.test_conntrack_cli import fill, grid
 
 

@@ -29,15 +29,11 @@ from nlproxy.conntrack.messages import (
     Flow,
     FlowFilter,
     FlowTuple,
-    SweepReader,
-    SweepRow,
     decode_flow,
-    flow_row,
     read_attrs,
-    row_matches,
-    sweep_row,
     write_attrs,
 )
+from nlproxy.conntrack.rows import SweepReader, SweepRow, flow_row, row_matches, sweep_row
 from nlproxy.netlink.codec import NFGENMSG, attr, be16_attr, be32_attr, nest, u8_attr
 
 CTA_COUNTERS_ORIG, CTA_COUNTERS_REPLY, CTA_TIMESTAMP, CTA_LABELS = 9, 10, 20, 22
