@@ -10,6 +10,9 @@ versus ``conntrack -I`` per flow).
 With ``--sweep S``: the start-up sweep instead (``FlowCleanup.sweep``, ``sync/cleanup.py``): S
 UDP Services x 10 endpoints planned, N UDP flows to them of which every 11th is answered by an
 endpoint no longer planned; the sweep's wall and CPU seconds, the flows it read and deleted.
+At 100k flows (9,090 stale), load ~2 on 2 CPUs: 10 Services 0.80-1.00 s CPU (decoding every
+flow, then a filtered pass to delete: 4.0-4.4 s), 10,000 Services 2.7-2.8 s (8.0-8.7 s), most
+of it finding the 10,000 frontends' backends in the planned tables.
 
     .venv/bin/python bench/bench_conntrack.py [--flows 100000] [--rounds 5] [--sweep 10000]
 """

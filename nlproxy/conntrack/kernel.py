@@ -34,9 +34,11 @@ from nlproxy.conntrack.messages import (
     FlowTuple,
     decode_flow,
     encode_delete,
+    encode_delete_attrs,
     encode_dump,
 )
 from nlproxy.conntrack.plan import MAX_PASSES, Pass, plan_passes, stale_flow_filters
+from nlproxy.conntrack.rows import SweepReader, SweepRow, flow_row, row_matcher
 from nlproxy.errors import NlproxyError
 from nlproxy.netlink.codec import NLMSG_DONE, NLMSG_ERROR, error_code, headers
 from nlproxy.netlink.nlsock import NetfilterSocket
@@ -263,6 +265,43 @@ class Conntrack:
             self._on_deleted(count)
         return count
 
+    def sweep_rows(self, flt: FlowFilter) -> Iterator[SweepRow]:
+        """The flows ``flt`` selects, as the start-up sweep reads them (:func:`sweep_row`,
+        falling back to the full decoder on a message it does not expect).
+
+        Raises:
+            ConntrackError: the kernel refused the dump.
+        """
+        reader = SweepReader()
+        match = row_matcher(flt)
+        for payload in self._payloads(Pass(flt, (flt,))):
+            row = reader.row(payload)
+            if row is None:
+                row = flow_row(decode_flow(payload))
+            if match(row):
+                yield row
+
+    def delete_rows(self, rows: Iterable[SweepRow]) -> int:
+        """Delete exactly the flows of ``rows`` (by original tuple, zone and id), as
+        :meth:`delete_flows` does; how many went.
+
+        Raises:
+            ConntrackError: the kernel refused a delete for another reason than ENOENT.
+        """
+        count = 0
+        batch: list[SweepRow] = []
+        with NetfilterSocket(self.netns, bufsize=8 << 20) as sock:
+            for row in rows:
+                batch.append(row)
+                if len(batch) >= DELETE_BATCH:
+                    count += _delete_rows(sock, batch)
+                    batch.clear()
+            count += _delete_rows(sock, batch)
+        self.deleted_total += count
+        if self._on_deleted is not None and count:
+            self._on_deleted(count)
+        return count
+
     def lines(self, flt: FlowFilter | None = None) -> Iterator[builtins.list[str]]:
         """The flows :meth:`list` yields, each as :func:`conntrack_line` shows it, made
         straight from the kernel's messages (``nlproxy conntrack list``); in batches, about a
@@ -379,7 +418,29 @@ def _delete_batch(sock: NetfilterSocket, flows: Sequence[Flow]) -> int:
         return 0
     first = sock.next_seq(len(flows))
     sock.send(b"".join(encode_delete(f, first + i) for i, f in enumerate(flows)))
-    pending = set(range(first, first + len(flows)))
+    return _acked(sock, first, len(flows), lambda i: f"flow {flows[i]}")
+
+
+def _delete_rows(sock: NetfilterSocket, rows: Sequence[SweepRow]) -> int:
+    """Delete exactly the flows of ``rows`` (:meth:`Conntrack.delete_rows`)."""
+    if not rows:
+        return 0
+    first = sock.next_seq(len(rows))
+    sock.send(
+        b"".join(encode_delete_attrs(r[6], r[1].version, first + i) for i, r in enumerate(rows))
+    )
+
+    def name(i: int) -> str:
+        proto, dst, dport, rsrc, rsport, _status, _handle = rows[i]
+        return f"flow proto={proto} dst={dst} dport={dport} reply-src={rsrc} reply-sport={rsport}"
+
+    return _acked(sock, first, len(rows), name)
+
+
+def _acked(sock: NetfilterSocket, first: int, count: int, name: Callable[[int], str]) -> int:
+    """Wait for the acks of the ``count`` deletes sent from sequence number ``first``; how many
+    deleted a flow (one already gone is not counted). ``name(i)``: what the i-th deletes."""
+    pending = set(range(first, first + count))
     deleted = 0
     while pending:
         for msg in sock.recv(timeout=10.0):
@@ -389,11 +450,10 @@ def _delete_batch(sock: NetfilterSocket, flows: Sequence[Flow]) -> int:
             if msg.error == 0:
                 deleted += 1
             elif msg.error != errno_mod.ENOENT:
-                flow = flows[msg.seq - first]
-                name = errno_mod.errorcode.get(msg.error, str(msg.error))
+                code = errno_mod.errorcode.get(msg.error, str(msg.error))
                 raise ConntrackError(
-                    f"flow {flow}", _failed("delete", msg.error, name)
-                ) from OSError(msg.error, name)
+                    name(msg.seq - first), _failed("delete", msg.error, code)
+                ) from OSError(msg.error, code)
     return deleted
 
 

@@ -622,14 +622,21 @@ def encode_dump(flt: FlowFilter, family: int, seq: int) -> bytes:
     return _message(IPCTNL_MSG_CT_GET, NLM_F_REQUEST | NLM_F_DUMP, seq, _family_af(family), attrs)
 
 
-def encode_delete(flow: Flow, seq: int) -> bytes:
-    """Delete exactly ``flow``: by its original tuple, zone and id (a newer flow that reuses
-    the tuple has another id and is left alone)."""
+def delete_attrs(flow: Flow) -> bytes:
+    """The attributes that name exactly ``flow`` to a delete: its original tuple, zone and id
+    (a newer flow that reuses the tuple has another id and is left alone)."""
     values = {"orig": _tuple_values(flow.orig), "zone": flow.zone or None, "id": flow.id}
-    attrs = write_attrs(CT_MESSAGE, values)
-    return _message(
-        IPCTNL_MSG_CT_DELETE, NLM_F_REQUEST | NLM_F_ACK, seq, _family_af(flow.family), attrs
-    )
+    return write_attrs(CT_MESSAGE, values)
+
+
+def encode_delete(flow: Flow, seq: int) -> bytes:
+    """Delete exactly ``flow`` (:func:`delete_attrs`)."""
+    return encode_delete_attrs(delete_attrs(flow), flow.family, seq)
+
+
+def encode_delete_attrs(attrs: bytes, family: int, seq: int) -> bytes:
+    """A delete of the flow of ``family`` (4 or 6) that ``attrs`` (:func:`delete_attrs`) name."""
+    return _message(IPCTNL_MSG_CT_DELETE, NLM_F_REQUEST | NLM_F_ACK, seq, _family_af(family), attrs)
 
 
 def encode_new(flow: Flow, seq: int, *, ack: bool = False) -> bytes:

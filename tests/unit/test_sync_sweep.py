@@ -21,11 +21,10 @@ from nlproxy.cluster.model import EndpointSlice, Service
 from nlproxy.cluster.state import ClusterState
 from nlproxy.conntrack.fake import FakeConntrack
 from nlproxy.conntrack.messages import IPS_DST_NAT, Flow, FlowFilter, FlowTuple
-from nlproxy.conntrack.plan import MAX_PASSES
 from nlproxy.nft.fake import FakeNftables
 from nlproxy.nft.ir import L4Proto
 from nlproxy.proxy import naming as n
-from nlproxy.sync.cleanup import sweep_dumps
+from nlproxy.sync.cleanup import SWEEP_MAX_DUMPS, sweep_dumps
 from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.syncer import Syncer
 from tests.unit.builders import endpoint, eps_slice, port, service, upsert
@@ -203,7 +202,7 @@ def test_the_sweep_dumps_per_frontend_while_they_are_few(services: int) -> None:
     assert flows.flows == kept
     tables = [rs for rs in syncer._programmed.values() if rs is not None]
     dumps = sweep_dumps(tables, ("udp", "sctp"))
-    if services <= MAX_PASSES:
+    if services <= SWEEP_MAX_DUMPS:
         assert sorted(str(d.orig_dst) for d in dumps) == sorted(vips)
         assert {(d.proto, d.orig_dport) for d in dumps} == {("udp", 53)}
     else:
