@@ -350,9 +350,11 @@ def _packed_backends(
         bucket.add(b)
 
 
-def programmed_frontends(rulesets: Iterable[Ruleset]) -> Programmed:
+def programmed_frontends(rulesets: Iterable[Ruleset], *, local: bool = False) -> Programmed:
     """Every frontend programmed in ``rulesets`` (``ip nlproxy``, ``ip6 nlproxy``) with every
-    backend it DNATs to.
+    backend it DNATs to; with ``local``, the backends of its Local policy's maps too (which
+    need not be among the Cluster ones: a terminating local fallback, a local endpoint hinted
+    to another zone).
 
     A frontend in the dispatch maps with no backend elements has no endpoints (its traffic is
     rejected). NodePort frontends of both families merge into one (``addr`` None).
@@ -381,12 +383,13 @@ def programmed_frontends(rulesets: Iterable[Ruleset]) -> Programmed:
                 if el.comment:
                     services[fe] = own[fe] = el.comment
         for shape in SHAPES:
-            els = rs.elements.get(shape.backends, {})
-            if isinstance(els, PackedElements) and _indexed(els, shape.width):
-                _packed_backends(els, shape.width, backends, front)
-                continue
-            for fk, el in keyed(rs, shape.backends, shape.width, strict=True):
-                backends[front(el, fk)].add(Backend(*_strict_target(el)))
+            for name in (shape.backends, shape.local) if local else (shape.backends,):
+                els = rs.elements.get(name, {})
+                if isinstance(els, PackedElements) and _indexed(els, shape.width):
+                    _packed_backends(els, shape.width, backends, front)
+                    continue
+                for fk, el in keyed(rs, name, shape.width, strict=True):
+                    backends[front(el, fk)].add(Backend(*_strict_target(el)))
         by_port = port_backends(rs)
         for fe, ref in own.items():
             backends[fe].update(by_port.get(ref, ()))

@@ -39,7 +39,7 @@ from nlproxy.conntrack.plan import (
 )
 from nlproxy.conntrack.rows import SweepRow, flow_row
 from nlproxy.errors import NlproxyError
-from nlproxy.nft.ir import Family, L4Proto, Ruleset, Value
+from nlproxy.nft.ir import ElementMap, Family, L4Proto, Ruleset, Value
 from nlproxy.nft.packed import PackedElements
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
@@ -263,8 +263,9 @@ def sweep_dumps(programmed: Sequence[Ruleset], protos: Sequence[str]) -> list[Fl
     wanted = {proto_number(p) for p in protos}
     fronts: set[FrontKey] = set()
     for rs in programmed:
-        for shape in SHAPES:
-            els = rs.elements.get(shape.dispatch)
+        # A frontend with no endpoints too: its flows to a removed pod are all stale.
+        for shape, name in ((s, m) for s in SHAPES for m in (s.dispatch, s.no_endpoint)):
+            els = rs.elements.get(name)
             if not els:
                 continue
             at = shape.width - 2  # the l4proto's place in the key
@@ -315,13 +316,17 @@ def swept(
             wanted.add((row[0], None, row[2]))
     if not wanted:
         return [], []
-    programmed_now = programmed_frontends([frontends_part(rs, wanted) for rs in programmed])
+    parts = [frontends_part(rs, wanted) for rs in programmed]
+    programmed_now = programmed_frontends(parts, local=True)
+    rejected = _without_endpoints(parts)
     # By the key a flow gives (l4proto number, address, port): the frontend's protocol name
     # and its backends, looked up once per frontend, not per flow.
     now: dict[FrontKey, tuple[str, frozenset[Backend]]] = {}
     for key in wanted:
         fe = frontend(key)
         bes = programmed_now.backends.get(fe)
+        if bes is None and key in rejected:
+            bes = frozenset()  # programmed with no endpoints: every DNAT'd flow is stale
         if bes is not None:
             now[key] = (fe.proto, bes)
     out: set[FlowFilter] = set()
@@ -363,12 +368,27 @@ def swept(
     return sorted(out, key=str), stale
 
 
+def _without_endpoints(parts: Iterable[Ruleset]) -> set[FrontKey]:
+    """The frontends in the no-endpoint maps of ``parts`` (:func:`frontends_part`'s)."""
+    out: set[FrontKey] = set()
+    for rs in parts:
+        for shape in SHAPES:
+            els = rs.elements.get(shape.no_endpoint)
+            if not els:
+                continue
+            keys = map(els.decode_key, els.raw) if isinstance(els, PackedElements) else iter(els)
+            for key in keys:
+                if (fk := front_key(key, shape.width)) is not None:
+                    out.add(fk)
+    return out
+
+
 def frontends_part(rs: Ruleset, fronts: Set[FrontKey]) -> Ruleset:
     """The part of ``rs`` :func:`~nlproxy.proxy.layout.programmed_frontends` needs to tell the
-    backends of ``fronts``: their dispatch and backends elements (a packed backends map's are
-    picked by their frontend's bytes, the 4 of the index left out), and the round-robin,
-    consistent-hash and ClientIP-affinity ports' own maps and chains as they are. Shares what
-    it does not pick with ``rs``; read only."""
+    backends of ``fronts``: their dispatch, no-endpoint and backends elements, the Local
+    policy's too (a packed backends map's are picked by their frontend's bytes, the 4 of the
+    index left out), and the round-robin, consistent-hash and ClientIP-affinity ports' own
+    maps and chains as they are. Shares what it does not pick with ``rs``; read only."""
     slim = Ruleset(
         table=rs.table,
         chains=rs.chains,
@@ -377,31 +397,34 @@ def frontends_part(rs: Ruleset, fronts: Set[FrontKey]) -> Ruleset:
         elements={k: v for k, v in rs.elements.items() if k.startswith(_BALANCED)},
     )
     for shape in SHAPES:
+        if none := rs.elements.get(shape.no_endpoint):
+            slim.elements[shape.no_endpoint] = _picked(none, fronts, shape.width)[0]
         dispatch = rs.elements.get(shape.dispatch)
         if not dispatch:
             continue
-        keys: list[tuple[object, ...]] = []
-        if isinstance(dispatch, PackedElements):
-            raw = {
-                k: d
-                for k, d in dispatch.raw.items()
-                if front_key(dispatch.decode_key(k), shape.width) in fronts
-            }
-            slim.elements[shape.dispatch] = PackedElements(dispatch.set, raw)
-            keys = [dispatch.decode_key(k) for k in raw]
-        else:
-            picked = {k: el for k, el in dispatch.items() if front_key(k, shape.width) in fronts}
-            slim.elements[shape.dispatch] = picked
-            keys = list(picked)
-        els = rs.elements.get(shape.backends)
-        if not els:
-            continue
-        if isinstance(els, PackedElements) and len(els.set.key) == shape.width + 1:
-            heads = {els.pack_head(key[: shape.width]) for key in keys}  # type: ignore[arg-type]
-            chosen = {k: d for k, d in els.raw.items() if k[:-4] in heads}
-            slim.elements[shape.backends] = PackedElements(els.set, chosen)
-        else:
-            slim.elements[shape.backends] = {
-                k: el for k, el in els.items() if front_key(k, shape.width) in fronts
-            }
+        slim.elements[shape.dispatch], keys = _picked(dispatch, fronts, shape.width)
+        for name in (shape.backends, shape.local):
+            els = rs.elements.get(name)
+            if not els:
+                continue
+            if isinstance(els, PackedElements) and len(els.set.key) == shape.width + 1:
+                heads = {els.pack_head(key[: shape.width]) for key in keys}  # type: ignore[arg-type]
+                chosen = {k: d for k, d in els.raw.items() if k[:-4] in heads}
+                slim.elements[name] = PackedElements(els.set, chosen)
+            else:
+                slim.elements[name] = {
+                    k: el for k, el in els.items() if front_key(k, shape.width) in fronts
+                }
     return slim
+
+
+def _picked(
+    els: ElementMap, fronts: Set[FrontKey], width: int
+) -> tuple[ElementMap, list[tuple[object, ...]]]:
+    """The elements of a map keyed by frontend whose frontend is one of ``fronts``, and their
+    keys."""
+    if isinstance(els, PackedElements):
+        raw = {k: d for k, d in els.raw.items() if front_key(els.decode_key(k), width) in fronts}
+        return PackedElements(els.set, raw), [els.decode_key(k) for k in raw]
+    picked = {k: el for k, el in els.items() if front_key(k, width) in fronts}
+    return picked, list(picked)

@@ -17,7 +17,7 @@ from ipaddress import ip_address
 
 import pytest
 
-from nlproxy.cluster.model import EndpointSlice, Service
+from nlproxy.cluster.model import Endpoint, EndpointSlice, ObjectRef, Service, Upsert
 from nlproxy.cluster.state import ClusterState
 from nlproxy.conntrack.fake import FakeConntrack
 from nlproxy.conntrack.messages import IPS_DST_NAT, Flow, FlowFilter, FlowTuple
@@ -27,7 +27,7 @@ from nlproxy.proxy import naming as n
 from nlproxy.sync.cleanup import SWEEP_MAX_DUMPS, sweep_dumps
 from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.syncer import Syncer
-from tests.unit.builders import endpoint, eps_slice, port, service, upsert
+from tests.unit.builders import NODE, endpoint, eps_slice, node, port, service, upsert
 from tests.unit.incremental import CONFIG, state_with_node
 
 CLIENT = ip_address("10.200.0.9")
@@ -234,4 +234,59 @@ def test_a_sweep_that_could_not_list_is_tried_by_the_next_sync() -> None:
     assert syncer.sync(state.snapshot()).conntrack_deleted == 0
     assert flows.flows == [stale, live]
     assert syncer.sync(state.snapshot(), changed=set()).conntrack_deleted == 1
+    assert flows.flows == [live]
+
+
+@pytest.mark.parametrize("after", [[B], []], ids=["one-left", "none-left"])
+def test_a_frontend_that_lost_every_endpoint_is_swept_too(after: list[str]) -> None:
+    """The worst case of all: the commit took the frontend's last endpoint, so it is in the
+    no-endpoint map, not the dispatch map; its flows to the removed pod go all the same."""
+    nft = FakeNftables(n.TABLE)
+    state = state_with_node()
+    state.apply([upsert(dns("dns", VIP)), upsert(dns_slice("dns", [A, B]))])
+    programmed_then_stopped(nft, state, [dns_slice("dns", after)])
+    stale = flow(VIP, A)
+    flows = FakeConntrack([stale])
+    make(nft, flows).sync(state.snapshot())
+    assert flows.flows == []
+
+
+LOCAL, REMOTE, LOCAL_TOO = "10.1.0.1", "10.1.0.2", "10.1.0.3"
+
+
+@pytest.mark.parametrize(
+    "local_endpoints",
+    [
+        # A terminating local endpoint: the Local policy's fallback, not a Cluster endpoint
+        # while another node's is ready.
+        [endpoint(LOCAL, node=NODE, ready=False, serving=True, terminating=True)],
+        # Local endpoints hinted to another zone: Local ignores the hints, Cluster follows them.
+        [endpoint(ip, node=NODE, hints_zones=["zone-b"]) for ip in (LOCAL, LOCAL_TOO)],
+    ],
+    ids=["terminating-local", "hinted-elsewhere"],
+)
+def test_a_flow_to_an_endpoint_only_the_local_policy_has_stays(
+    local_endpoints: list[Endpoint],
+) -> None:
+    nft = FakeNftables(n.TABLE)
+    state = ClusterState(NODE)
+    state.apply(
+        [Upsert(ref=ObjectRef(kind="Node", namespace="", name=NODE), obj=node(zone="zone-a"))]
+    )
+    svc = service(
+        "a", "dns", VIP, ports=[port("a", "dns", "dns", 53, "UDP", node_port=30053)],
+        external_policy_local=True, health_check_node_port=30000,
+    )  # fmt: skip
+    remote = endpoint(REMOTE, hints_zones=["zone-a"])
+    sl = eps_slice("a", "dns", [*local_endpoints, remote], ports=(("dns", 53, "UDP"),))
+    state.apply([upsert(svc), upsert(sl)])
+    first = make(nft, FakeConntrack())
+    first.sync(state.snapshot())
+    first.close()
+    outside = ip_address("203.0.113.5")
+    orig = FlowTuple(src=outside, dst=ip_address(NODE_IP), proto=17, sport=4000, dport=30053)
+    reply = FlowTuple(src=ip_address(LOCAL), dst=outside, proto=17, sport=53, dport=4000)
+    live = Flow(orig=orig, reply=reply, status=IPS_DST_NAT)
+    flows = FakeConntrack([live])
+    make(nft, flows).sync(state.snapshot())
     assert flows.flows == [live]
