@@ -25,6 +25,12 @@ def allow() -> None:
     _ALLOWED.set(True)
 
 
+def allowed() -> bool:
+    """Whether :func:`end` ends the process here (the console entry point), not returns (a
+    command line run in-process)."""
+    return _ALLOWED.get()
+
+
 @contextlib.contextmanager
 def held() -> Iterator[None]:
     """A command line run inside another (the demo's steps) returns instead of ending the

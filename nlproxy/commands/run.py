@@ -404,12 +404,13 @@ def run(args: argparse.Namespace) -> int:
             if s.daemon.oom_score_adj is not None:
                 _set_oom_score_adj(s.daemon.oom_score_adj)
             # A changed --config file is applied in place; a change that cannot be ends the
-            # daemon (status 1) for its supervisor to start it again (daemon/run.py).
+            # daemon (status 1) for its supervisor to start it again (daemon/run.py). No end
+            # in-process: the stop deadline there must not end the process that called it.
             return run_daemon(
                 s,
                 prepare=lambda: _set_conntrack(s.daemon, s.netns),
                 watcher=watcher,
-                end=_fastexit.end,
+                end=_fastexit.end if _fastexit.allowed() else None,
             )
         from nlproxy.daemon.memory import AllocatorSettings, tune_allocator
         from nlproxy.operate.run import run_once
