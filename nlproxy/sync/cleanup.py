@@ -101,6 +101,13 @@ class FlowCleanup:
         """Whether an earlier cleanup left filters undone for want of a resource."""
         return bool(self._flows.pending)
 
+    @property
+    def owed(self) -> bool:
+        """Whether the next sync has flows to clean up whatever it plans: filters left
+        undone (:attr:`pending`), or the start-up :meth:`sweep` not done yet (it could not list
+        for want of a resource, or nothing was programmed to sweep against)."""
+        return self.pending or not self._swept
+
     def finish(self, programmed: Iterable[Ruleset], snapshot: ClusterSnapshot) -> int:
         """Run what an earlier cleanup left undone for want of a resource (``EMFILE``...),
         less the flows of backends that serve their frontend again by now (in ``programmed``,

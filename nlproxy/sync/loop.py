@@ -291,8 +291,9 @@ class SyncLoop:
     def _trusted_verify(self) -> bool:
         """A periodic verify when no object changed since the last sync, which succeeded,
         and nothing of the verifier's or a failure's waits, nor a chore of the Syncer's (flows
-        a cleanup could not delete yet): the kernel held the plan of the state as it is, so
-        planning again could only find what it found, and nothing is planned. ``quiet()``
+        a cleanup could not delete yet, a start-up sweep that could not list): the kernel held
+        the plan of the state as it is, so planning again could only find what it found, and
+        nothing is planned. ``quiet()``
         (asked once: it takes what it saw from the drift watch) tells whether anyone else
         committed since: if not, what a verify tells the outside (orphan slices, the last
         sync's time) is told; if so, the verifier reads back, and a difference it finds is
@@ -306,7 +307,7 @@ class SyncLoop:
             or self._retry_left_out
             or self._lost
             or not self._planned
-            or self.syncer.cleanup.pending
+            or self.syncer.cleanup.owed
         ):
             return False
         if not self._quiet_now():

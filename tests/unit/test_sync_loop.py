@@ -55,9 +55,10 @@ class Call:
 
 @dataclass
 class Chores:
-    """The Syncer's flow cleanup as the loop sees it: whether filters wait for a resource."""
+    """The Syncer's flow cleanup as the loop sees it: whether it owes the next sync work
+    (filters waiting for a resource, a start-up sweep not done)."""
 
-    pending: bool = False
+    owed: bool = False
 
 
 @dataclass
@@ -345,10 +346,10 @@ async def test_a_quiet_verify_of_an_unchanged_state_plans_nothing_a_change_or_ch
         await trio.sleep(2 * PERIOD + 1)  # two idle verifies
         assert len(h.syncer.calls) == 1
         assert verifies(h.metrics, "false") == 2
-        h.syncer.cleanup.pending = True  # a cleanup ran out of descriptors
+        h.syncer.cleanup.owed = True  # a cleanup ran out of descriptors
         await trio.sleep(PERIOD)
         assert [round(c.at - h.start) for c in h.syncer.calls[1:]] == [180]
-        h.syncer.cleanup.pending = False
+        h.syncer.cleanup.owed = False
         await trio.sleep(PERIOD)  # at 240: idle again
         assert len(h.syncer.calls) == 2
         nursery.cancel_scope.cancel()

@@ -16,16 +16,22 @@ from collections.abc import Iterator, Sequence
 from ipaddress import ip_address
 
 import pytest
+import trio
+import trio.testing
+from prometheus_client import CollectorRegistry
 
-from nlproxy.cluster.model import Endpoint, EndpointSlice, ObjectRef, Service, Upsert
+from nlproxy.cluster.model import Change, Endpoint, EndpointSlice, ObjectRef, Service, Upsert
 from nlproxy.cluster.state import ClusterState
 from nlproxy.conntrack.fake import FakeConntrack
 from nlproxy.conntrack.messages import IPS_DST_NAT, Flow, FlowFilter, FlowTuple
 from nlproxy.nft.fake import FakeNftables
 from nlproxy.nft.ir import L4Proto
 from nlproxy.proxy import naming as n
+from nlproxy.serve.health import HealthState
+from nlproxy.serve.metrics import Metrics
 from nlproxy.sync.cleanup import SWEEP_MAX_DUMPS, sweep_dumps
 from nlproxy.sync.kernel import SyncKernel
+from nlproxy.sync.loop import SyncLoop
 from nlproxy.sync.syncer import Syncer
 from tests.unit.builders import NODE, endpoint, eps_slice, node, port, service, upsert
 from tests.unit.incremental import CONFIG, state_with_node
@@ -289,4 +295,34 @@ def test_a_flow_to_an_endpoint_only_the_local_policy_has_stays(
     live = Flow(orig=orig, reply=reply, status=IPS_DST_NAT)
     flows = FakeConntrack([live])
     make(nft, flows).sync(state.snapshot())
+    assert flows.flows == [live]
+
+
+async def test_an_idle_loop_tries_a_sweep_that_could_not_list_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A periodic verify of an unchanged state plans nothing when no one else committed
+    (``loop.py``): a start-up sweep that could not list is a chore it still owes."""
+    nft = FakeNftables(n.TABLE)
+    prior = state_with_node()
+    prior.apply([upsert(dns("dns", VIP)), upsert(dns_slice("dns", [A, B]))])
+    programmed_then_stopped(nft, prior, [dns_slice("dns", [B])])
+    stale, live = flow(VIP, A), flow(VIP, B, sport=40001)
+    flows = RunsOut([stale, live])
+    loop = SyncLoop(
+        state_with_node(),
+        make(nft, flows, record=False),
+        health=HealthState(grace_seconds=120),
+        metrics=Metrics(CollectorRegistry()),
+        min_interval=1.0,
+        sync_period=60.0,
+        in_thread=False,
+        quiet=lambda: True,  # no one else commits
+    )
+    send, recv = trio.open_memory_channel[Sequence[Change]](10)
+    await send.send([upsert(dns("dns", VIP)), upsert(dns_slice("dns", [B]))])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run, recv)
+        await trio.sleep(3 * 60.0)  # three sync periods, nothing changes
+        nursery.cancel_scope.cancel()
     assert flows.flows == [live]
