@@ -217,7 +217,10 @@ class Daemon:
         watch = self.watch
         if watch is None:
             return False
-        span = watch.look()
+        try:
+            span = watch.look()
+        except (NlproxyError, OSError):  # the watch's answer unreadable, its socket gone
+            return False  # not known to be quiet: the verify syncs and reads back
         if span is None or self.syncer.own_commits(*span):
             return True
         self._foreign_seen.set()
