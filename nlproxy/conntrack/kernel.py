@@ -25,7 +25,7 @@ import errno as errno_mod
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from nlproxy.conntrack import plan
 from nlproxy.conntrack.messages import (
@@ -42,6 +42,8 @@ from nlproxy.conntrack.rows import SweepReader, SweepRow, flow_row, row_matcher
 from nlproxy.errors import NlproxyError
 from nlproxy.netlink.codec import NLMSG_DONE, NLMSG_ERROR, error_code, headers
 from nlproxy.netlink.nlsock import NetfilterSocket
+
+_T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from nlproxy.conntrack.plan import (
@@ -251,19 +253,7 @@ class Conntrack:
         Raises:
             ConntrackError: the kernel refused a delete for another reason than ENOENT.
         """
-        count = 0
-        batch: list[Flow] = []
-        with NetfilterSocket(self.netns, bufsize=8 << 20) as sock:
-            for flow in flows:
-                batch.append(flow)
-                if len(batch) >= DELETE_BATCH:
-                    count += _delete_batch(sock, batch)
-                    batch.clear()
-            count += _delete_batch(sock, batch)
-        self.deleted_total += count
-        if self._on_deleted is not None and count:
-            self._on_deleted(count)
-        return count
+        return self._delete_batched(flows, _delete_batch)
 
     def sweep_rows(self, flt: FlowFilter) -> Iterator[SweepRow]:
         """The flows ``flt`` selects, as the start-up sweep reads them (:func:`sweep_row`,
@@ -288,15 +278,22 @@ class Conntrack:
         Raises:
             ConntrackError: the kernel refused a delete for another reason than ENOENT.
         """
+        return self._delete_batched(rows, _delete_rows)
+
+    def _delete_batched(
+        self, items: Iterable[_T], send: Callable[[NetfilterSocket, builtins.list[_T]], int]
+    ) -> int:
+        """``send`` the deletes of ``items`` in batches of ``DELETE_BATCH`` over one socket,
+        streaming; how many went (counted, and told to ``on_deleted``)."""
         count = 0
-        batch: list[SweepRow] = []
+        batch: builtins.list[_T] = []
         with NetfilterSocket(self.netns, bufsize=8 << 20) as sock:
-            for row in rows:
-                batch.append(row)
+            for item in items:
+                batch.append(item)
                 if len(batch) >= DELETE_BATCH:
-                    count += _delete_rows(sock, batch)
+                    count += send(sock, batch)
                     batch.clear()
-            count += _delete_rows(sock, batch)
+            count += send(sock, batch)
         self.deleted_total += count
         if self._on_deleted is not None and count:
             self._on_deleted(count)

@@ -151,6 +151,33 @@ class Daemon:
             self.proc.stderr.close()
 
 
+class ScriptedDaemon(Daemon):
+    """``nlproxy run`` from ``manifests``, started by ``script``: Python that changes something
+    of nlproxy's (a fault at a chosen moment), then calls ``cli.main`` on its arguments. ``env``
+    adds to the environment."""
+
+    def __init__(
+        self, tb: Testbed, manifests: Path, script: str, env: dict[str, str] | None = None
+    ) -> None:
+        self.netns = tb.node.netns
+        self.healthz, self.metrics = free_port(), free_port()
+        self.lines = []
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-c", script,
+                "--netns", tb.node.netns, "--log-format", "json",
+                "run", "--manifests", str(manifests), *tb.run_args(),
+                "--min-sync-period", "50ms",
+                "--healthz-bind-address", f"127.0.0.1:{self.healthz}",
+                "--metrics-bind-address", f"127.0.0.1:{self.metrics}",
+            ],
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+            cwd=Path(__file__).resolve().parents[2], env={**os.environ, **(env or {})},
+        )  # fmt: skip
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+
 @contextlib.contextmanager
 def daemon(tb: Testbed, manifests: Path | None, *extra: str) -> Iterator[Daemon]:
     d = Daemon(tb, manifests, *extra)

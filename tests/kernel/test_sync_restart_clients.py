@@ -9,23 +9,18 @@ packets refreshes the entry, so it never moves.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.daemon import Daemon, daemon, free_port, publish, wait_until
+from tests.kernel.daemon import ScriptedDaemon, daemon, publish, wait_until
 from tests.kernel.test_datapath_affinity_map import STICKY, VIP, _clients
 from tests.kernel.topo import PORTS, SLICE_PORTS, answers, ask
 
 testbed = topo.testbed
 
-REPO = Path(__file__).resolve().parents[2]
 
 KILLED_AT_FORGET = """
 import os, signal, sys
@@ -45,30 +40,6 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-class KilledAtForget(Daemon):
-    """``nlproxy run`` that SIGKILLs itself, once ``armed`` exists, when it would forget the
-    affinity clients of a commit."""
-
-    def __init__(self, tb: Testbed, manifests: Path, armed: Path) -> None:
-        self.netns = tb.node.netns
-        self.healthz, self.metrics = free_port(), free_port()
-        self.lines = []
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, "-c", KILLED_AT_FORGET,
-                "--netns", tb.node.netns, "--log-format", "json",
-                "run", "--manifests", str(manifests), *tb.run_args(),
-                "--min-sync-period", "50ms",
-                "--healthz-bind-address", f"127.0.0.1:{self.healthz}",
-                "--metrics-bind-address", f"127.0.0.1:{self.metrics}",
-            ],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=REPO,
-            env={**os.environ, "NLPROXY_TEST_ARMED": str(armed)},
-        )  # fmt: skip
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-
 def objects(tb: Testbed, pods: list[str]) -> list[dict[str, Any]]:
     eps = [topo.endpoint(str(tb.pod(p).ipv4), tb.pod(p).node) for p in pods]
     return [
@@ -84,7 +55,7 @@ def test_a_restart_forgets_the_clients_a_killed_daemon_left(
     pods = ["pod-b", "pod-c", "pod-r"]
     d = publish(tmp_path / "m", objects(testbed, pods))
     armed = tmp_path / "armed"
-    first = KilledAtForget(testbed, d, armed)
+    first = ScriptedDaemon(testbed, d, KILLED_AT_FORGET, {"NLPROXY_TEST_ARMED": str(armed)})
     client = testbed.pod("pod-a")
     try:
         first.wait_ready()

@@ -11,9 +11,6 @@ datagrams are lost. The second daemon is the real one, unchanged.
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from ipaddress import ip_address
 from pathlib import Path
@@ -26,12 +23,11 @@ from nlproxy.conntrack.messages import Flow, FlowFilter
 from nlproxy.demo.echo import Outcome, Result, UdpSession
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.daemon import Daemon, daemon, free_port, publish, wait_until
+from tests.kernel.daemon import ScriptedDaemon, daemon, publish, wait_until
 from tests.netns import sh
 
 testbed = topo.testbed
 
-REPO = Path(__file__).resolve().parents[2]
 VIP = "10.96.0.60"
 PORTS = ({"name": "udp", "port": 53, "targetPort": 8080, "protocol": "UDP"},)
 SLICE_PORTS = ({"name": "udp", "port": 8080, "protocol": "UDP"},)
@@ -60,33 +56,10 @@ def objects(tb: Testbed, pods: list[str]) -> list[dict[str, Any]]:
     return [tb.node_manifest(), svc, topo.endpoint_slice("u", eps, SLICE_PORTS)]
 
 
-class KilledAtCleanup(Daemon):
-    """``nlproxy run`` that SIGKILLs itself when its cleanup would delete a removed
-    endpoint's flows."""
-
-    def __init__(self, tb: Testbed, manifests: Path) -> None:
-        self.netns = tb.node.netns
-        self.healthz, self.metrics = free_port(), free_port()
-        self.lines = []
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, "-c", KILLED_AT_CLEANUP,
-                "--netns", tb.node.netns, "--log-format", "json",
-                "run", "--manifests", str(manifests), *tb.run_args(),
-                "--min-sync-period", "50ms",
-                "--healthz-bind-address", f"127.0.0.1:{self.healthz}",
-                "--metrics-bind-address", f"127.0.0.1:{self.metrics}",
-            ],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=REPO,
-        )  # fmt: skip
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-
 @pytest.fixture
-def killed(testbed: Testbed, tmp_path: Path) -> Iterator[tuple[KilledAtCleanup, Path]]:
+def killed(testbed: Testbed, tmp_path: Path) -> Iterator[tuple[ScriptedDaemon, Path]]:
     d = publish(tmp_path / "m", objects(testbed, ["pod-a", "pod-b"]))
-    proc = KilledAtCleanup(testbed, d)
+    proc = ScriptedDaemon(testbed, d, KILLED_AT_CLEANUP)
     try:
         proc.wait_ready()
         yield proc, d
@@ -121,7 +94,7 @@ def by_backend(flows: list[Flow], addr: str) -> dict[int, int | None]:
 
 
 def test_a_restart_deletes_the_flow_a_killed_daemon_left(
-    testbed: Testbed, killed: tuple[KilledAtCleanup, Path]
+    testbed: Testbed, killed: tuple[ScriptedDaemon, Path]
 ) -> None:
     first, d = killed
     node = testbed.node.netns
