@@ -169,7 +169,10 @@ class StopDeadline:
             hand = threading.Thread(
                 target=self._overdue, kwargs={"main": None}, name="stop-overdue", daemon=True
             )
-            hand.start()
+            try:
+                hand.start()
+            except RuntimeError:  # no thread to be had (a pids limit): end it without a line
+                os._exit(self._deadline_status or 0)
             hand.join(STOP_DEADLINE_SECONDS)
             if not self._returned:  # a hand is stuck (or the other one is): end it here
                 os._exit(self._deadline_status or 0)

@@ -151,3 +151,41 @@ def test_a_hand_blocked_on_a_stalled_stderr_still_ends_the_process() -> None:
         if w != -1:
             os.close(w)
     assert status == 7
+
+
+NO_THREADS = """
+import os, threading, time
+from nlproxy.commands import _fastexit
+from nlproxy.daemon.stop import StopDeadline
+from nlproxy.log import get_logger
+
+_fastexit.allow()
+deadline = StopDeadline(_fastexit.end, get_logger("daemon"))
+deadline.start()
+
+
+def refused(self):
+    raise RuntimeError("can't start new thread")  # a pids limit reached
+
+
+threading.Thread.start = refused
+deadline.arm(5)
+os.write(1, b"armed\\n")
+time.sleep(600)  # a main thread that runs no Python: only the deadline's thread can end it
+"""
+
+
+def test_a_deadline_that_cannot_start_its_hand_ends_the_process_itself() -> None:
+    """No thread to be had for the hand that writes the line: the deadline's thread ends the
+    process with the stop's status, without the line."""
+    with subprocess.Popen(
+        [sys.executable, "-c", NO_THREADS], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"armed\n"
+        try:
+            status = proc.wait(timeout=60)  # generous: a shared machine
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert status == 5
