@@ -350,11 +350,10 @@ def _packed_backends(
         bucket.add(b)
 
 
-def programmed_frontends(rulesets: Iterable[Ruleset], *, local: bool = False) -> Programmed:
+def programmed_frontends(rulesets: Iterable[Ruleset]) -> Programmed:
     """Every frontend programmed in ``rulesets`` (``ip nlproxy``, ``ip6 nlproxy``) with every
-    backend it DNATs to; with ``local``, the backends of its Local policy's maps too (which
-    need not be among the Cluster ones: a terminating local fallback, a local endpoint hinted
-    to another zone).
+    backend it DNATs to, its Local policy's too (which need not be among the Cluster ones: a
+    terminating local fallback, a local endpoint hinted to another zone).
 
     A frontend in the dispatch maps with no backend elements has no endpoints (its traffic is
     rejected). NodePort frontends of both families merge into one (``addr`` None).
@@ -383,7 +382,7 @@ def programmed_frontends(rulesets: Iterable[Ruleset], *, local: bool = False) ->
                 if el.comment:
                     services[fe] = own[fe] = el.comment
         for shape in SHAPES:
-            for name in (shape.backends, shape.local) if local else (shape.backends,):
+            for name in (shape.backends, shape.local):
                 els = rs.elements.get(name, {})
                 if isinstance(els, PackedElements) and _indexed(els, shape.width):
                     _packed_backends(els, shape.width, backends, front)
@@ -406,7 +405,7 @@ def udp_only(rs: Ruleset) -> Ruleset:
     out = Ruleset(table=rs.table)
     for shape in SHAPES:
         proto = shape.width - 2  # the l4proto's place in the key
-        for name in (shape.dispatch, shape.backends):
+        for name in (shape.dispatch, shape.backends, shape.local):
             els = rs.elements.get(name, {})
             if isinstance(els, PackedElements):  # a backends map: compared as bytes
                 out.elements[name] = els.select(proto, _UDP)
@@ -437,7 +436,7 @@ def delta_frontends(
     for family, delta in deltas.items():
         for name, key in delta.elements:
             for shape in SHAPES:
-                if name in (shape.dispatch, shape.backends):
+                if name in (shape.dispatch, shape.backends, shape.local):
                     fronts.add(key[: shape.width])
         names = {name for name, _ in delta.elements} | set(delta.sets)
         balanced[family] = {x for x in names if x.startswith(_BALANCED)}
@@ -495,7 +494,7 @@ def flow_frontends(
 def _for_flows(delta: Delta, rs: Ruleset, flush_tcp: bool) -> Delta:
     out = Delta(chains=dict(delta.chains), sets=dict(delta.sets))
     widths = {shape.dispatch: shape.width for shape in SHAPES}
-    widths.update((shape.backends, shape.width) for shape in SHAPES)
+    widths.update((m, shape.width) for shape in SHAPES for m in (shape.backends, shape.local))
     dispatch = {shape.dispatch for shape in SHAPES}
     refs: set[str] = set()
     for ident, pair in delta.elements.items():
@@ -611,34 +610,35 @@ def _gather(
         pair = changes.get((name, key))
         return pair[side] if pair is not None else rs.elements.get(name, {}).get(key)
 
-    for name in (shape.dispatch, shape.backends):
-        out.elements[name] = {}
-    held = rs.elements.get(shape.backends)
+    out.elements[shape.dispatch] = {}
     for front in fronts:
         el = get(shape.dispatch, front)
         if el is not None:
             out.elements[shape.dispatch][front] = el
+    for name in (shape.backends, shape.local):  # the Local policy's endpoints too
+        held = rs.elements.get(name)
         if isinstance(held, PackedElements):
+            out.elements[name] = _gather_packed(held, changes, side, name, fronts)
             continue
-        index = 0  # the planner numbers a frontend's endpoints 0..N-1
-        while (el := get(shape.backends, (*front, index))) is not None:
-            out.elements[shape.backends][el.key] = el
-            index += 1
-    if isinstance(held, PackedElements):
-        out.elements[shape.backends] = _gather_packed(held, changes, side, shape, fronts)
+        out.elements[name] = {}
+        for front in fronts:
+            index = 0  # the planner numbers a frontend's endpoints 0..N-1
+            while (el := get(name, (*front, index))) is not None:
+                out.elements[name][el.key] = el
+                index += 1
 
 
 def _gather_packed(
     held: PackedElements,
     changes: Mapping[tuple[str, tuple[Value, ...]], tuple[Element | None, Element | None]],
     side: int,
-    shape: Shape,
+    name: str,
     fronts: list[tuple[Value, ...]],
 ) -> PackedElements:
     """:func:`_gather` of a packed backends map, as bytes: a frontend of 1,000 endpoints is
     1,000 dictionary lookups, not 1,000 keys packed and elements decoded."""
     changed = {
-        held.key_of(key): pair for (name, key), pair in changes.items() if name == shape.backends
+        held.key_of(key): pair for (map_name, key), pair in changes.items() if map_name == name
     }
     raw, out = held.raw, PackedElements(held.set)
     for front in fronts:

@@ -164,7 +164,9 @@ class Batches:
         after it (:meth:`forget_clients` runs only after a commit that changed something, not
         at a restart that sends nothing) left them: each packet of such a client went on to
         the removed endpoint, refreshing its entry's timeout, so it never moved. The
-        counterpart of the conntrack sweep (``cleanup.py``) for the clients maps."""
+        counterpart of the conntrack sweep (``cleanup.py``) for the clients maps, and called
+        before it, as after a commit: a flow the sweep deletes would be made again through a
+        client still mapped to a removed endpoint, and stay."""
         if self._clients_checked or planned is None:
             return
         self._clients_checked = True

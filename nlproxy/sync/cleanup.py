@@ -62,6 +62,8 @@ kernel pass costs ~50 ms at 100k flows whatever it returns, reading a listed flo
 (``SweepReader``), so a few passes cost as much as reading the whole table once."""
 SWEPT = ("udp", "sctp")
 """The protocols whose flows :meth:`FlowCleanup.sweep` looks at (TCP too with ``flush_tcp``)."""
+SWEEP_TRIES = 3
+"""How many times a start-up sweep that ran out of a resource is tried in all."""
 
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
@@ -86,6 +88,7 @@ class FlowCleanup:
         self.flush_tcp = flush_tcp
         self._deleted = 0
         self._swept = False  # :meth:`sweep` ran
+        self._sweep_tries = 0  # sweeps that ran out of a resource
 
     def reconfigure(self, config: ProxyConfig) -> None:
         """Read the node's addresses from ``config`` from the next cleanup on."""
@@ -192,7 +195,8 @@ class FlowCleanup:
         ones deleted by their id, without another pass; through any other ``Flows`` (the
         fake, a dry run's) they are listed and deleted by filter. A failure is logged, not
         raised: the sync before it succeeded. What ran out of a resource is tried again by
-        the next sync (the deletions kept pending are finished by :meth:`finish`).
+        the next sync, up to ``SWEEP_TRIES`` times in all (each makes an idle node's next verify
+        a sync); the deletions kept pending are finished by :meth:`finish`.
         """
         if self._swept or not programmed:
             return 0
@@ -218,8 +222,10 @@ class FlowCleanup:
                 deleted = self._flows.delete(filters) if filters else 0
         except (NlproxyError, OSError) as exc:  # OSError: a socket for the dump (EMFILE...)
             # Out of a resource: the next sync tries again (or finishes what is pending).
-            self._swept = bool(self._flows.pending) or not transient(exc)
-            self.log.warning("conntrack.sweep_failed", error=str(exc))
+            self._sweep_tries += 1
+            again = transient(exc) and self._sweep_tries < SWEEP_TRIES
+            self._swept = bool(self._flows.pending) or not again
+            self.log.warning("conntrack.sweep_failed", error=str(exc), again=again)
             return 0
         self._deleted += deleted
         self.log.info("conntrack.swept", flows=len(rows), filters=len(filters), deleted=deleted)
@@ -241,8 +247,8 @@ def udp_part(rs: Ruleset) -> Ruleset:
     slim = Ruleset(
         table=rs.table, chains=rs.chains, rules=rs.rules, sets=rs.sets, elements=dict(rs.elements)
     )
-    for shape in SHAPES:
-        els = rs.elements.get(shape.backends)
+    for shape, name in ((s, m) for s in SHAPES for m in (s.backends, s.local)):
+        els = rs.elements.get(name)
         if not isinstance(els, PackedElements):
             continue  # held as elements: udp_only picks them
         proto = shape.width - 2  # the l4proto's place in the key
@@ -257,7 +263,7 @@ def udp_part(rs: Ruleset) -> Ruleset:
                 if packed is None or data is None:
                     break
                 picked[packed] = data
-        slim.elements[shape.backends] = PackedElements(els.set, picked)
+        slim.elements[name] = PackedElements(els.set, picked)
     return udp_only(slim)
 
 
@@ -324,7 +330,7 @@ def swept(
     if not wanted:
         return [], []
     parts = [frontends_part(rs, wanted) for rs in programmed]
-    programmed_now = programmed_frontends(parts, local=True)
+    programmed_now = programmed_frontends(parts)
     rejected = _without_endpoints(parts)
     # By the key a flow gives (l4proto number, address, port): the frontend's protocol name
     # and its backends, looked up once per frontend, not per flow.
@@ -341,37 +347,37 @@ def swept(
     found: set[tuple[object, ...]] = set()  # one filter per frontend and answering backend
     for row in rows:
         l4, dst, dport, rsrc, rsport, status, _ = row
-        keys: list[FrontKey] = [(l4, dst, dport)]
-        hit = False
-        if dst in nodes:
-            keys.append((l4, None, dport))
-        for key in keys:
-            served = now.get(key)
-            if served is None:
-                continue  # not a frontend of nlproxy's
-            proto, backends = served
-            # DNAT'd: the kernel's status says so, or the reply comes from elsewhere.
-            if status & IPS_DST_NAT or (rsrc, rsport) != (dst, dport):
-                if Backend(rsrc, rsport) in backends:
-                    continue
-                hit = True
-                seen = (proto, dst, dport, rsrc, rsport)
-                if seen not in found:
-                    found.add(seen)
-                    out.add(
-                        FlowFilter(
-                            proto=proto,
-                            orig_dst=dst,
-                            orig_dport=dport,
-                            reply_src=rsrc,
-                            reply_sport=rsport,
-                        )
-                    )
-            elif proto == "udp" and backends:
-                hit = True
-                out.add(FlowFilter(proto="udp", orig_dst=dst, orig_dport=dport, dnat=False))
-        if hit:
+        # A flow to a node address is the NodePort's of its port as well: stale only if no
+        # frontend it may belong to has its backend (another's external IP on that address and
+        # port DNATs before the NodePort is looked at).
+        served = [
+            hit
+            for key in ((l4, dst, dport), (l4, None, dport))[: 2 if dst in nodes else 1]
+            if (hit := now.get(key)) is not None
+        ]
+        if not served:
+            continue  # not a frontend of nlproxy's
+        # DNAT'd: the kernel's status says so, or the reply comes from elsewhere.
+        if status & IPS_DST_NAT or (rsrc, rsport) != (dst, dport):
+            if any(Backend(rsrc, rsport) in backends for _, backends in served):
+                continue
+            proto = served[0][0]
             stale.append(row)
+            seen = (proto, dst, dport, rsrc, rsport)
+            if seen not in found:
+                found.add(seen)
+                out.add(
+                    FlowFilter(
+                        proto=proto,
+                        orig_dst=dst,
+                        orig_dport=dport,
+                        reply_src=rsrc,
+                        reply_sport=rsport,
+                    )
+                )
+        elif any(proto == "udp" and backends for proto, backends in served):
+            stale.append(row)
+            out.add(FlowFilter(proto="udp", orig_dst=dst, orig_dport=dport, dnat=False))
     return sorted(out, key=str), stale
 
 

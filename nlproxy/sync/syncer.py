@@ -334,9 +334,9 @@ class Syncer:
                 if self.cleanup.pending:
                     programmed = [rs for rs in self._programmed.values() if rs is not None]
                     result.conntrack_deleted += self.cleanup.finish(programmed, snapshot)
-                # Once something is known to be programmed: what an earlier process left.
-                result.conntrack_deleted += self.cleanup.sweep(self._programmed, snapshot)
-                self.batches.forget_left_clients(self._last_plan)
+                if self._last_plan is not None:  # what an earlier process left: clients first
+                    self.batches.forget_left_clients(self._last_plan)
+                    result.conntrack_deleted += self.cleanup.sweep(self._programmed, snapshot)
                 return result
 
     def _seed_balanced(self, snapshot: ClusterSnapshot) -> bool:

@@ -29,7 +29,7 @@ from nlproxy.nft.ir import L4Proto
 from nlproxy.proxy import naming as n
 from nlproxy.serve.health import HealthState
 from nlproxy.serve.metrics import Metrics
-from nlproxy.sync.cleanup import SWEEP_MAX_DUMPS, sweep_dumps
+from nlproxy.sync.cleanup import SWEEP_MAX_DUMPS, SWEEP_TRIES, sweep_dumps
 from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.loop import SyncLoop
 from nlproxy.sync.syncer import Syncer
@@ -326,3 +326,87 @@ async def test_an_idle_loop_tries_a_sweep_that_could_not_list_again(
         await trio.sleep(3 * 60.0)  # three sync periods, nothing changes
         nursery.cancel_scope.cancel()
     assert flows.flows == [live]
+
+
+def test_a_sweep_that_keeps_running_out_is_tried_a_bounded_number_of_times() -> None:
+    """Each try makes an idle node's next verify a sync: after ``SWEEP_TRIES`` the sweep is
+    owed no more (the flows it could not list are left to their timeouts)."""
+    nft = FakeNftables(n.TABLE)
+    state = state_with_node()
+    state.apply([upsert(dns("dns", VIP)), upsert(dns_slice("dns", [A, B]))])
+    programmed_then_stopped(nft, state, [dns_slice("dns", [B])])
+    flows = RunsOut([flow(VIP, A)])
+    flows.failures = 100
+    syncer = make(nft, flows)
+    syncer.sync(state.snapshot())
+    for _ in range(SWEEP_TRIES - 1):
+        assert syncer.cleanup.owed
+        syncer.sync(state.snapshot(), changed=set())
+    assert not syncer.cleanup.owed
+    assert flows.failures == 100 - SWEEP_TRIES
+
+
+def test_a_flow_another_frontend_on_the_node_address_serves_stays() -> None:
+    """An external IP that is the node's address, on a port that is also another Service's
+    NodePort with no endpoints: the flow is the external IP's (it DNATs first), not stale."""
+    nft = FakeNftables(n.TABLE)
+    state = state_with_node()
+    ext = service(
+        "a", "ext", VIP, ports=[port("a", "ext", "dns", 30053, "UDP")], external_ips=[NODE_IP]
+    )
+    state.apply(
+        [
+            upsert(ext),
+            upsert(eps_slice("a", "ext", [endpoint(A)], ports=(("dns", 53, "UDP"),))),
+            upsert(dns("np", OTHER_VIP, node_port=30053)),
+            upsert(dns_slice("np", [])),
+        ]
+    )
+    first = make(nft, FakeConntrack())
+    first.sync(state.snapshot())
+    first.close()
+    outside = ip_address("203.0.113.5")
+    orig = FlowTuple(src=outside, dst=ip_address(NODE_IP), proto=17, sport=4000, dport=30053)
+    reply = FlowTuple(src=ip_address(A), dst=outside, proto=17, sport=53, dport=4000)
+    live = Flow(orig=orig, reply=reply, status=IPS_DST_NAT)
+    flows = FakeConntrack([live])
+    make(nft, flows).sync(state.snapshot())
+    assert flows.flows == [live]
+
+
+@pytest.mark.parametrize("incremental", [False, True], ids=["full", "incremental"])
+def test_a_sync_deletes_the_flows_of_an_endpoint_only_the_local_policy_had(
+    incremental: bool,
+) -> None:
+    """Not the sweep: a sync's own cleanup. A local endpoint hinted to another zone is in the
+    Local policy's maps only; when it goes, its flows go, and another local endpoint's stay."""
+    nft = FakeNftables(n.TABLE)
+    state = ClusterState(NODE)
+    zone = node(zone="zone-a")
+    state.apply([Upsert(ref=ObjectRef(kind="Node", namespace="", name=NODE), obj=zone)])
+    svc = service(
+        "a", "dns", VIP, ports=[port("a", "dns", "dns", 53, "UDP", node_port=30053)],
+        external_policy_local=True, health_check_node_port=30000,
+    )  # fmt: skip
+
+    def slice_of(local: list[str]) -> EndpointSlice:
+        eps = [endpoint(ip, node=NODE, hints_zones=["zone-b"]) for ip in local]
+        eps.append(endpoint(REMOTE, hints_zones=["zone-a"]))
+        return eps_slice("a", "dns", eps, ports=(("dns", 53, "UDP"),))
+
+    state.apply([upsert(svc), upsert(slice_of([LOCAL, LOCAL_TOO]))])
+    outside = ip_address("203.0.113.5")
+
+    def to(backend: str, sport: int) -> Flow:
+        orig = FlowTuple(src=outside, dst=ip_address(NODE_IP), proto=17, sport=sport, dport=30053)
+        reply = FlowTuple(src=ip_address(backend), dst=outside, proto=17, sport=53, dport=sport)
+        return Flow(orig=orig, reply=reply, status=IPS_DST_NAT)
+
+    gone, kept = to(LOCAL, 4000), to(LOCAL_TOO, 4001)
+    flows = FakeConntrack([gone, kept])
+    syncer = make(nft, flows, incremental=incremental)
+    syncer.sync(state.snapshot())
+    assert flows.flows == [gone, kept]
+    changed = state.apply([upsert(slice_of([LOCAL_TOO]))])
+    syncer.sync(state.snapshot(), changed=changed)
+    assert flows.flows == [kept]
