@@ -260,6 +260,25 @@ def test_a_frontend_that_lost_every_endpoint_is_swept_too(after: list[str]) -> N
 LOCAL, REMOTE, LOCAL_TOO = "10.1.0.1", "10.1.0.2", "10.1.0.3"
 
 
+def outside_flow(backend: str, sport: int = 4000) -> Flow:
+    """A UDP flow from outside the cluster to the node's address, port 30053, DNAT'd to
+    ``backend:53``."""
+    outside = ip_address("203.0.113.5")
+    orig = FlowTuple(src=outside, dst=ip_address(NODE_IP), proto=17, sport=sport, dport=30053)
+    reply = FlowTuple(src=ip_address(backend), dst=outside, proto=17, sport=53, dport=sport)
+    return Flow(orig=orig, reply=reply, status=IPS_DST_NAT)
+
+
+def kept_by_the_next_process(nft: FakeNftables, state: ClusterState, flow: Flow) -> bool:
+    """A process programs ``state`` and stops; whether the next one's sweep keeps ``flow``."""
+    first = make(nft, FakeConntrack())
+    first.sync(state.snapshot())
+    first.close()
+    flows = FakeConntrack([flow])
+    make(nft, flows).sync(state.snapshot())
+    return flows.flows == [flow]
+
+
 @pytest.mark.parametrize(
     "local_endpoints",
     [
@@ -286,16 +305,7 @@ def test_a_flow_to_an_endpoint_only_the_local_policy_has_stays(
     remote = endpoint(REMOTE, hints_zones=["zone-a"])
     sl = eps_slice("a", "dns", [*local_endpoints, remote], ports=(("dns", 53, "UDP"),))
     state.apply([upsert(svc), upsert(sl)])
-    first = make(nft, FakeConntrack())
-    first.sync(state.snapshot())
-    first.close()
-    outside = ip_address("203.0.113.5")
-    orig = FlowTuple(src=outside, dst=ip_address(NODE_IP), proto=17, sport=4000, dport=30053)
-    reply = FlowTuple(src=ip_address(LOCAL), dst=outside, proto=17, sport=53, dport=4000)
-    live = Flow(orig=orig, reply=reply, status=IPS_DST_NAT)
-    flows = FakeConntrack([live])
-    make(nft, flows).sync(state.snapshot())
-    assert flows.flows == [live]
+    assert kept_by_the_next_process(nft, state, outside_flow(LOCAL))
 
 
 async def test_an_idle_loop_tries_a_sweep_that_could_not_list_again(
@@ -362,16 +372,7 @@ def test_a_flow_another_frontend_on_the_node_address_serves_stays() -> None:
             upsert(dns_slice("np", [])),
         ]
     )
-    first = make(nft, FakeConntrack())
-    first.sync(state.snapshot())
-    first.close()
-    outside = ip_address("203.0.113.5")
-    orig = FlowTuple(src=outside, dst=ip_address(NODE_IP), proto=17, sport=4000, dport=30053)
-    reply = FlowTuple(src=ip_address(A), dst=outside, proto=17, sport=53, dport=4000)
-    live = Flow(orig=orig, reply=reply, status=IPS_DST_NAT)
-    flows = FakeConntrack([live])
-    make(nft, flows).sync(state.snapshot())
-    assert flows.flows == [live]
+    assert kept_by_the_next_process(nft, state, outside_flow(A))
 
 
 @pytest.mark.parametrize("incremental", [False, True], ids=["full", "incremental"])
@@ -395,14 +396,7 @@ def test_a_sync_deletes_the_flows_of_an_endpoint_only_the_local_policy_had(
         return eps_slice("a", "dns", eps, ports=(("dns", 53, "UDP"),))
 
     state.apply([upsert(svc), upsert(slice_of([LOCAL, LOCAL_TOO]))])
-    outside = ip_address("203.0.113.5")
-
-    def to(backend: str, sport: int) -> Flow:
-        orig = FlowTuple(src=outside, dst=ip_address(NODE_IP), proto=17, sport=sport, dport=30053)
-        reply = FlowTuple(src=ip_address(backend), dst=outside, proto=17, sport=53, dport=sport)
-        return Flow(orig=orig, reply=reply, status=IPS_DST_NAT)
-
-    gone, kept = to(LOCAL, 4000), to(LOCAL_TOO, 4001)
+    gone, kept = outside_flow(LOCAL, 4000), outside_flow(LOCAL_TOO, 4001)
     flows = FakeConntrack([gone, kept])
     syncer = make(nft, flows, incremental=incremental)
     syncer.sync(state.snapshot())
