@@ -299,6 +299,19 @@ def lb_local(tb: Testbed, hc_port: int, pods: list[str]) -> list[dict[str, Any]]
     return [svc, topo.endpoint_slice("lb", [ep(p) for p in pods])]
 
 
+def write_manifests(path: Path, objs: list[dict[str, Any]]) -> None:
+    """``objs`` as one YAML file at ``path``, replaced at once (never seen half written)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(yaml.safe_dump_all(objs, sort_keys=False))
+    tmp.replace(path)
+
+
+def local_endpoints(body: str) -> int:
+    """``localEndpoints`` of a health-check node port's answer."""
+    count: int = json.loads(body)["localEndpoints"]
+    return count
+
+
 def hc_get(proc: Daemon, port: int) -> tuple[int, str]:
     try:
         return proc.get(port, "/")

@@ -13,10 +13,7 @@ kept Services' (port, local endpoint count) to the daemon with each sync.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-
-import yaml
 
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
@@ -27,36 +24,27 @@ from tests.kernel.daemon import (
     free_node_port,
     hc_get,
     lb_local,
+    local_endpoints,
     objects,
     wait_until,
+    write_manifests,
 )
 
 testbed = topo.testbed
 
 
-def _write(path: Path, objs: list[dict[str, object]]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(yaml.safe_dump_all(objs, sort_keys=False))
-    tmp.replace(path)
-
-
-def _local_endpoints(body: str) -> int:
-    count: int = json.loads(body)["localEndpoints"]
-    return count
-
-
 def test_a_kept_local_service_keeps_its_health_check_port(testbed: Testbed, tmp_path: Path) -> None:
     d = tmp_path / "m"
     d.mkdir()
-    _write(d / "objects.yaml", objects(testbed, ["pod-a"]))
+    write_manifests(d / "objects.yaml", objects(testbed, ["pod-a"]))
     broken = d / "lb.yaml"
     port = free_node_port()
-    _write(broken, lb_local(testbed, port, ["pod-a", "pod-b"]))
+    write_manifests(broken, lb_local(testbed, port, ["pod-a", "pod-b"]))
     with daemon(testbed, d) as first:
         wait_until(lambda: hc_get(first, port)[0] == 200, 10.0, "the health check")
         code, body = hc_get(first, port)
         assert code == 200
-        assert _local_endpoints(body) == 2
+        assert local_endpoints(body) == 2
         assert first.stop() == 0
 
     broken.write_text(broken.read_text() + "\n---\nkind: Service\nmetadata: {name: [oops\n")
@@ -66,12 +54,12 @@ def test_a_kept_local_service_keeps_its_health_check_port(testbed: Testbed, tmp_
         wait_until(lambda: hc_get(second, port)[0] != 0, 10.0, "the kept health check")
         code, body = hc_get(second, port)
         assert code == 200, body
-        assert _local_endpoints(body) == 2
+        assert local_endpoints(body) == 2
 
         # Fixed with one local endpoint fewer: the port answers for the file's content.
-        _write(broken, lb_local(testbed, port, ["pod-a"]))
+        write_manifests(broken, lb_local(testbed, port, ["pod-a"]))
         wait_until(
-            lambda: _local_endpoints(hc_get(second, port)[1] or '{"localEndpoints": -1}') == 1,
+            lambda: local_endpoints(hc_get(second, port)[1] or '{"localEndpoints": -1}') == 1,
             10.0,
             "the fixed file's count",
         )

@@ -10,10 +10,7 @@ that batch writes the record again.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-
-import yaml
 
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
@@ -25,25 +22,16 @@ from tests.kernel.daemon import (
     free_node_port,
     hc_get,
     lb_local,
+    local_endpoints,
     nft,
     objects,
     wait_until,
+    write_manifests,
 )
 
 testbed = topo.testbed
 
 OWNED = "--owned-table"
-
-
-def _write(path: Path, objs: list[dict[str, object]]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(yaml.safe_dump_all(objs, sort_keys=False))
-    tmp.replace(path)
-
-
-def _local_endpoints(body: str) -> int:
-    count: int = json.loads(body)["localEndpoints"]
-    return count
 
 
 def _break(path: Path) -> None:
@@ -57,16 +45,16 @@ def _kept_answers(tb: Testbed, proc: Daemon, port: int) -> None:
     wait_until(lambda: hc_get(proc, port)[0] != 0, 10.0, "the kept health check")
     code, body = hc_get(proc, port)
     assert code == 200, body
-    assert _local_endpoints(body) == 2
+    assert local_endpoints(body) == 2
 
 
 def _setup(tb: Testbed, tmp_path: Path) -> tuple[Path, Path, int]:
     d = tmp_path / "m"
     d.mkdir()
-    _write(d / "objects.yaml", objects(tb, ["pod-a"]))
+    write_manifests(d / "objects.yaml", objects(tb, ["pod-a"]))
     lb = d / "lb.yaml"
     port = free_node_port()
-    _write(lb, lb_local(tb, port, ["pod-a", "pod-b"]))
+    write_manifests(lb, lb_local(tb, port, ["pod-a", "pod-b"]))
     return d, lb, port
 
 
@@ -74,7 +62,7 @@ def test_an_owned_table_keeps_the_health_check_record(testbed: Testbed, tmp_path
     d, lb, port = _setup(testbed, tmp_path)
     with daemon(testbed, d, OWNED) as first:
         wait_until(lambda: hc_get(first, port)[0] == 200, 10.0, "the health check")
-        assert _local_endpoints(hc_get(first, port)[1]) == 2
+        assert local_endpoints(hc_get(first, port)[1]) == 2
         assert first.stop() == 0
     assert "health-check-record" in nft(testbed, "list", "table", "ip", "nlproxy")
 
