@@ -42,7 +42,7 @@ from nlproxy.conntrack.messages import (
     IPAddress,
     delete_attrs,
 )
-from nlproxy.netlink.codec import NLATTR
+from nlproxy.netlink.codec import spans_noting
 from nlproxy.netlink.protocols import IPPROTO_SCTP, IPPROTO_TCP, IPPROTO_UDP
 
 _BE16 = struct.Struct("!H")
@@ -57,7 +57,6 @@ SWEEP_PROTOS = frozenset({IPPROTO_TCP, IPPROTO_UDP, IPPROTO_SCTP})
 """The protocols :func:`sweep_row` reads (keyed by ports); others go to the full decoder."""
 
 _ADDR_CACHE_MAX = 1 << 16
-_unpack_nlattr = NLATTR.unpack_from
 _unpack_be16 = _BE16.unpack_from
 _unpack_be32 = _BE32.unpack_from
 
@@ -72,47 +71,35 @@ def _sweep_tuple(
     src = dst = proto = sport = dport = -1
     src_len = dst_len = 0
     seen_ip = seen_proto = False
-    while off + 4 <= end:
-        seen.append(off)
-        length, kind = _unpack_nlattr(buf, off)
-        stop = off + length
-        if length < 4 or stop > end:
-            break
-        kind &= 0x3FFF
-        if kind in (CTA_TUPLE_IP, CTA_TUPLE_PROTO):
-            if seen_ip if kind == CTA_TUPLE_IP else seen_proto:
-                return None  # repeated: the decoder merges them
-            at = off + 4
-            while at + 4 <= stop:
-                seen.append(at)
-                n, k = _unpack_nlattr(buf, at)
-                if n < 4 or at + n > stop:
-                    break
-                k &= 0x3FFF
-                if kind == CTA_TUPLE_IP:
-                    if k in (CTA_IP_V4_SRC, CTA_IP_V6_SRC):
-                        src, src_len = at + 4, n - 4
-                    elif k in (CTA_IP_V4_DST, CTA_IP_V6_DST):
-                        dst, dst_len = at + 4, n - 4
-                elif k == CTA_PROTO_NUM:
-                    if n != 5:
-                        return None
-                    proto = at + 4
-                elif k in (CTA_PROTO_SRC_PORT, CTA_PROTO_DST_PORT):
-                    if n != 6:
-                        return None
-                    if k == CTA_PROTO_SRC_PORT:
-                        sport = at + 4
-                    else:
-                        dport = at + 4
-                elif CTA_PROTO_ICMP_ID <= k <= CTA_PROTO_ICMPV6_CODE:
-                    return None  # an ICMP key: the decoder's
-                at += (n + 3) & ~3
+    for kind, start, stop in spans_noting(buf, off, end, seen):
+        if kind not in (CTA_TUPLE_IP, CTA_TUPLE_PROTO):
+            continue
+        if seen_ip if kind == CTA_TUPLE_IP else seen_proto:
+            return None  # repeated: the decoder merges them
+        for k, at, until in spans_noting(buf, start, stop, seen):
+            size = until - at
             if kind == CTA_TUPLE_IP:
-                seen_ip = True
-            else:
-                seen_proto = True
-        off += (length + 3) & ~3
+                if k in (CTA_IP_V4_SRC, CTA_IP_V6_SRC):
+                    src, src_len = at, size
+                elif k in (CTA_IP_V4_DST, CTA_IP_V6_DST):
+                    dst, dst_len = at, size
+            elif k == CTA_PROTO_NUM:
+                if size != 1:
+                    return None
+                proto = at
+            elif k in (CTA_PROTO_SRC_PORT, CTA_PROTO_DST_PORT):
+                if size != 2:
+                    return None
+                if k == CTA_PROTO_SRC_PORT:
+                    sport = at
+                else:
+                    dport = at
+            elif CTA_PROTO_ICMP_ID <= k <= CTA_PROTO_ICMPV6_CODE:
+                return None  # an ICMP key: the decoder's
+        if kind == CTA_TUPLE_IP:
+            seen_ip = True
+        else:
+            seen_proto = True
     if min(src, dst, proto, sport, dport) < 0:
         return None
     if src_len != dst_len or src_len not in (4, 16):
@@ -149,39 +136,33 @@ def _learn(payload: bytes) -> _RowLayout | None:
     orig = reply = None
     orig_at = (0, 0)
     status = zone = ident = -1
-    while off + 4 <= end:
-        seen.append(off)
-        length, kind = _unpack_nlattr(payload, off)
-        stop = off + length
-        if length < 4 or stop > end:
-            break
-        kind &= 0x3FFF
+    for kind, start, stop in spans_noting(payload, off, end, seen):
+        size = stop - start
         if kind == CTA_TUPLE_ORIG:
             if orig is not None:
                 return None
-            orig_at = (off, stop)
-            orig = _sweep_tuple(payload, off + 4, stop, seen)
+            orig_at = (start - 4, stop)
+            orig = _sweep_tuple(payload, start, stop, seen)
             if orig is None:
                 return None
         elif kind == CTA_TUPLE_REPLY:
             if reply is not None:
                 return None
-            reply = _sweep_tuple(payload, off + 4, stop, seen)
+            reply = _sweep_tuple(payload, start, stop, seen)
             if reply is None:
                 return None
         elif kind == CTA_STATUS:
-            if length != 8 or status >= 0:
+            if size != 4 or status >= 0:
                 return None
-            status = off + 4
+            status = start
         elif kind == CTA_ZONE:
-            if length != 6 or zone >= 0:
+            if size != 2 or zone >= 0:
                 return None
-            zone = off
+            zone = start - 4
         elif kind == CTA_ID:
-            if length != 8 or ident >= 0:
+            if size != 4 or ident >= 0:
                 return None
-            ident = off
-        off += (length + 3) & ~3
+            ident = start - 4
     if orig is None or reply is None or ident < 0 or orig[5] != reply[5]:
         return None
     fmt, at = ["="], 0
