@@ -189,6 +189,13 @@ def state_with_node() -> ClusterState:
     return state
 
 
+def same_objects(before: ClusterSnapshot, after: ClusterSnapshot, key: ServiceKey) -> bool:
+    """Whether ``key``'s Service and slices are equal in the two snapshots."""
+    return before.services.get(key) == after.services.get(key) and before.slices.get(
+        key, ()
+    ) == after.slices.get(key, ())
+
+
 def planned(p: Plan) -> set[ServiceKey]:
     return set(p.fragments[Family.IP])
 
