@@ -135,10 +135,11 @@ class Daemon:
             time.sleep(0.05)
         raise AssertionError(f"daemon not healthy after {timeout}s: {self.lines[-5:]}")
 
-    def stop(self) -> int:
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM, then the exit status (``subprocess.TimeoutExpired`` after ``timeout``)."""
         self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout=15)
+            return self.proc.wait(timeout=timeout)
         finally:
             self._reader.join(timeout=5)
 
