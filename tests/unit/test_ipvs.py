@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
+import sys
 from ipaddress import ip_address
 
 import pytest
 
 from nlproxy.inspect import ipvs
-from nlproxy.inspect.ipvs import IpvsLeftovers, VirtualServer
+from nlproxy.inspect.ipvs import IpvsLeftovers, VirtualServer, has_device
 from nlproxy.netlink.codec import Message
 
 
@@ -157,3 +159,28 @@ def test_leftovers_describe_every_kind() -> None:
         "device kube-ipvs0 with 1 addresses (kube-proxy, IPVS)",
     ]
     assert not IpvsLeftovers()
+
+
+def test_a_link_lookup_tells_no_such_link_from_a_failure_to_ask() -> None:
+    """ENODEV is "no such link"; running out of descriptors is raised, not read as no link
+    (the daemon would otherwise report no ``kube-ipvs0`` on a node that has one)."""
+    assert has_device("lo")
+    assert not has_device("nlp-none-0")
+    script = (
+        "import errno, resource, sys\n"
+        "from nlproxy.inspect.ipvs import has_device\n"
+        "held = []\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\n"
+        "try:\n"
+        "    while True:\n"
+        "        held.append(open('/dev/null'))\n"
+        "except OSError:\n"
+        "    pass\n"
+        "try:\n"
+        "    has_device('lo')\n"
+        "except OSError as exc:\n"
+        "    sys.exit(0 if exc.errno == errno.EMFILE else 3)\n"
+        "sys.exit(4)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], timeout=120, check=False)
+    assert done.returncode == 0
