@@ -344,10 +344,13 @@ def foreign_rules(found: Leftovers, beside: Collection[str] = ()) -> tuple[list[
     its virtual servers before nftables sees them, whatever ``explain`` finds in nlproxy's: a
     problem. But a table in ``beside`` (``family table``: those the daemon says it runs beside
     as a canary, serving only its own Services) is expected there: its line is in the second
-    list. Pure."""
+    list. So are the IPVS virtual servers, ipsets and device when the daemon runs beside
+    KUBE-* chains in an iptables-nft table: they are that proxy's own in IPVS mode, which
+    writes those chains too (beside an nftables-mode proxy they are another's). Pure."""
     problems, expected = [], []
-    for name, _, describe, _ in found.items():
-        if name in beside:
+    modes = {ft.mode for ft in found.tables if str(ft) in beside}
+    for name, mode, describe, _ in found.items():
+        if name in beside or (mode == "ipvs" and "iptables-nft" in modes):
             expected.append(describe)
             continue
         problems.append(

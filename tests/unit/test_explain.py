@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import socket
 from ipaddress import ip_address, ip_network
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from nlproxy.cluster.model import ServiceKey
 from nlproxy.errors import ConfigError
 from nlproxy.inspect.classify import Reachability
 from nlproxy.inspect.foreign import ForeignTable, Leftovers
-from nlproxy.inspect.ipvs import IpvsLeftovers
+from nlproxy.inspect.ipvs import IpvsLeftovers, VirtualServer
 from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.operate.explain import EndpointRow, Report, foreign_rules, parse_service_key
 from nlproxy.operate.explain_render import render_text, report_to_json, table
@@ -388,6 +389,36 @@ def test_another_proxys_rules_are_problems_unless_the_daemon_runs_beside_them() 
         "1 KUBE-* chains in table ip6 nat (kube-proxy, iptables-nft)",
         "1 KUBE-* ipsets (kube-proxy, IPVS)",
     ]
+
+
+def test_a_canary_beside_a_proxy_in_ipvs_mode_expects_its_ipvs_state_too() -> None:
+    """IPVS mode writes KUBE-* chains in iptables-nft as well as its virtual servers, ipsets
+    and device: beside those chains, the IPVS state is the same proxy's, not a problem."""
+    ipvs = IpvsLeftovers(
+        virtual_servers=(
+            VirtualServer(
+                family=socket.AF_INET,
+                protocol=socket.IPPROTO_TCP,
+                address=ip_address("10.96.0.1"),
+                port=443,
+            ),
+        ),
+        ipsets=("KUBE-CLUSTER-IP",),
+    )
+    found = Leftovers(
+        tables=(ForeignTable(family="ip", table="nat", mode="iptables-nft", chains=("KUBE-SVC",)),),
+        ipvs=ipvs,
+    )
+    problems, expected = foreign_rules(found, frozenset({"ip nat"}))
+    assert problems == []
+    assert expected == [
+        "1 KUBE-* chains in table ip nat (kube-proxy, iptables-nft)",
+        "1 IPVS virtual servers (kube-proxy, IPVS)",
+        "1 KUBE-* ipsets (kube-proxy, IPVS)",
+    ]
+    # Not a canary (the daemon runs beside nothing): every one is a problem.
+    problems, expected = foreign_rules(found)
+    assert (len(problems), expected) == (3, [])
 
 
 def test_the_proxy_a_canary_runs_beside_is_shown_apart_from_the_verdict(
