@@ -28,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_incremental import CONFIG, _up, cluster, eps_slice, namespace
+from bench_incremental import CONFIG, cluster, eps_slice, namespace, upsert_of
 
 from nlproxy.proxy import incremental
 from nlproxy.sync import syncer as syncer_module
@@ -66,7 +66,9 @@ def main() -> None:
                     for path, share in order if r % 2 == 0 else order[::-1]:
                         skip = 0 if flip % 2 == 0 else None  # one endpoint fewer, then back
                         flip += 1
-                        slices = [_up(eps_slice(i, args.endpoints, skip)) for i in range(size)]
+                        slices = [
+                            upsert_of(eps_slice(i, args.endpoints, skip)) for i in range(size)
+                        ]
                         changed = state.apply(slices)
                         snapshot = state.snapshot()
                         syncer_module.plan_update = _with_share(share)  # type: ignore[assignment]

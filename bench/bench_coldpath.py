@@ -331,7 +331,7 @@ def after_commit_runs(
 def burst_stages(c: gen.Cluster, count: int, out: Any) -> None:
     """A burst of ``count`` changed slices through one long-lived ``Syncer``, then a verify
     tick that reads the tables back; each stage timed (``bench_incremental``'s cluster)."""
-    from bench_incremental import CONFIG, _up, cluster, eps_slice, namespace
+    from bench_incremental import CONFIG, cluster, eps_slice, namespace, upsert_of
 
     from nlproxy.sync.syncer import Syncer
 
@@ -344,7 +344,9 @@ def burst_stages(c: gen.Cluster, count: int, out: Any) -> None:
             log(f"burst stages: {count} slices")
             count = min(count, c.services)
             t0 = time.perf_counter()
-            changed = state.apply([_up(eps_slice(i, c.endpoints, skip=0)) for i in range(count)])
+            changed = state.apply(
+                [upsert_of(eps_slice(i, c.endpoints, skip=0)) for i in range(count)]
+            )
             snapshot = state.snapshot()
             t1 = time.perf_counter()
             res = syncer.sync(snapshot, changed=changed)

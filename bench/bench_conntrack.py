@@ -225,7 +225,7 @@ def bench_sweep(ns: str, n: int, services: int, rounds: int) -> None:
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from bench.bench_incremental import CONFIG, NODE, _up
+    from bench.bench_incremental import CONFIG, NODE, upsert_of
     from nlproxy.cluster.model import (
         Endpoint,
         EndpointPort,
@@ -279,7 +279,7 @@ def bench_sweep(ns: str, n: int, services: int, rounds: int) -> None:
                 endpoints=eps,
             )
         )
-    state.apply([_up(o) for o in objs])  # type: ignore[arg-type]
+    state.apply([upsert_of(o) for o in objs])  # type: ignore[arg-type]
     snap = state.snapshot()
     programmed = plan(snap, CONFIG).rulesets
 

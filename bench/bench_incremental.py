@@ -103,7 +103,7 @@ def eps_slice(i: int, endpoints: int, skip: int | None = None) -> EndpointSlice:
     )
 
 
-def _up(obj: Service | EndpointSlice | Node) -> Upsert:
+def upsert_of(obj: Service | EndpointSlice | Node) -> Upsert:
     match obj:
         case Service():
             ref = ObjectRef(kind="Service", namespace=obj.key.namespace, name=obj.key.name)
@@ -117,10 +117,10 @@ def _up(obj: Service | EndpointSlice | Node) -> Upsert:
 def cluster(services: int, endpoints: int, nodeport_every: int) -> ClusterState:
     state = ClusterState(NODE)
     node = Node(name=NODE, zone=None, addresses=(IPv4Address("192.168.77.1"),))
-    changes = [_up(node)]
+    changes = [upsert_of(node)]
     for i in range(services):
-        changes.append(_up(service(i, bool(nodeport_every) and i % nodeport_every == 0)))
-        changes.append(_up(eps_slice(i, endpoints)))
+        changes.append(upsert_of(service(i, bool(nodeport_every) and i % nodeport_every == 0)))
+        changes.append(upsert_of(eps_slice(i, endpoints)))
     state.apply(changes)
     return state
 
@@ -163,7 +163,7 @@ def run_variant(variant: str, args: argparse.Namespace) -> list[dict[str, object
             plan = [(i, "remove") for i in targets] + [(i, "add") for i in targets]
             for n, (i, what) in enumerate(plan):
                 skip = args.endpoints // 2 if what == "remove" else None
-                changed = state.apply([_up(eps_slice(i, args.endpoints, skip))])
+                changed = state.apply([upsert_of(eps_slice(i, args.endpoints, skip))])
                 given = changed if variant == "incremental" else None
                 t = time.perf_counter()
                 result = syncer.sync(state.snapshot(), changed=given)

@@ -51,7 +51,7 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.bench_incremental import CONFIG, _up, cluster, eps_slice, namespace
+from bench.bench_incremental import CONFIG, cluster, eps_slice, namespace, upsert_of
 from nlproxy.cluster.model import (
     Endpoint,
     EndpointPort,
@@ -127,7 +127,7 @@ def _cost(services: int, endpoints: int, algorithm: LoadBalancing) -> dict[str, 
                 ("removed", eps_slice(0, endpoints, skip=endpoints // 2)),
             ):
                 before = as_programmed(syncer.sync(state.snapshot()).plan.rulesets[Family.IP])  # type: ignore[union-attr]
-                state.apply([_up(slice_)])
+                state.apply([upsert_of(slice_)])
                 changed = syncer.sync(state.snapshot())
                 assert changed.plan is not None
                 changes[what] = _change(changed, diff(changed.plan.rulesets[Family.IP], before))
@@ -249,15 +249,17 @@ def wait(case: str, ports: int, endpoints: int, *, budget: bool = True) -> dict[
             syncer = Syncer(CONFIG, real_kernel(ns))
             try:
                 syncer.sync(state.snapshot())
-                state.apply([_up(x) for x in _big(ports, endpoints)])
+                state.apply([upsert_of(x) for x in _big(ports, endpoints)])
                 create_s, created = _timed(syncer, state)
                 fallbacks = dict(syncer.balancing.fallbacks)
                 moved = _big(ports, endpoints, moved=endpoints // 2)[1]
-                state.apply([_up(moved)])
+                state.apply([upsert_of(moved)])
                 change_s, changed = _timed(syncer, state)
-                state.apply([_up(msgspec.structs.replace(moved, endpoints=moved.endpoints[1:]))])
+                state.apply(
+                    [upsert_of(msgspec.structs.replace(moved, endpoints=moved.endpoints[1:]))]
+                )
                 remove_s, removed = _timed(syncer, state)
-                state.apply([_up(replaced(10))])  # service 0: one endpoint at a new address
+                state.apply([upsert_of(replaced(10))])  # service 0: one endpoint at a new address
                 other_s, _ = _timed(syncer, state)
             finally:
                 syncer.close()
@@ -300,10 +302,10 @@ def burst(count: int, *, quota: bool) -> dict[str, object]:
         try:
             syncer.sync(state.snapshot())
             for i in range(count):
-                state.apply([_up(x) for x in _big(4, 128, name=f"big{i}", index=i + 1)])
+                state.apply([upsert_of(x) for x in _big(4, 128, name=f"big{i}", index=i + 1)])
             t0 = time.perf_counter()
             while True:
-                state.apply([_up(eps_slice(0, 10, skip=len(syncs) % 10))])
+                state.apply([upsert_of(eps_slice(0, 10, skip=len(syncs) % 10))])
                 took, result = _timed(syncer, state)
                 syncs.append(took)
                 if not result.deferred:

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_incremental import CONFIG, NODE, _up, eps_slice
+from bench_incremental import CONFIG, NODE, eps_slice, upsert_of
 from bench_incremental import service as _service
 
 from nlproxy.cluster.model import (
@@ -55,12 +55,13 @@ def lists(
     ``taints``: this Node's taint keys."""
     node = Node(name=NODE, addresses=(IPv4Address("192.168.77.1"),), taint_keys=taints)
     return [
-        Replace(kind="Node", changes=(_up(node),)),
-        Replace(kind="Service", changes=tuple(_up(service(i)) for i in range(services))),
+        Replace(kind="Node", changes=(upsert_of(node),)),
+        Replace(kind="Service", changes=tuple(upsert_of(service(i)) for i in range(services))),
         Replace(
             kind="EndpointSlice",
             changes=tuple(
-                _up(eps_slice(i, endpoints, 0 if i == changed else None)) for i in range(services)
+                upsert_of(eps_slice(i, endpoints, 0 if i == changed else None))
+                for i in range(services)
             ),
         ),
     ]
