@@ -105,7 +105,7 @@ class Recorder:
                 case Element():
                     rs.elements[op.set][op.key] = op
                 case Fill():
-                    packed(rs, op.set).raw.update(zip(op.keys, op.data, strict=True))
+                    packed(rs, op.set).own().update(zip(op.keys, op.data, strict=True))
                 case Ensure():
                     ensure_chain(rs, op.name, op.rules)
                 case Chain():

@@ -459,13 +459,15 @@ def _swap(
     touched = _noted(rs, olds, news, sorted_olds, sorted_news)
     old_pairs, new_pairs = touched.pairs
     for name, (keys, _, _) in sorted_olds.fills.items():
-        _pop_all(packed(rs, name).raw, keys)
-    _unpair(packed(rs, n.HAIRPIN).raw, live.hairpin_extra, old_pairs)
+        _pop_all(packed(rs, name).own(), keys)
+    if old_pairs:  # (own(): a copy of a map the programmed state shares, only if written)
+        _unpair(packed(rs, n.HAIRPIN).own(), live.hairpin_extra, old_pairs)
     _undo(rs, live, sorted_olds)
     _apply(rs, live, sorted_news)
     for name, (keys, data, _) in sorted_news.fills.items():
-        packed(rs, name).raw.update(zip(keys, data, strict=True))
-    _pair(packed(rs, n.HAIRPIN).raw, live.hairpin_extra, new_pairs)
+        packed(rs, name).own().update(zip(keys, data, strict=True))
+    if new_pairs:
+        _pair(packed(rs, n.HAIRPIN).own(), live.hairpin_extra, new_pairs)
     for key, replacement in new:
         if replacement is None:
             frags.pop(key, None)

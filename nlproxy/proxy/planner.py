@@ -352,7 +352,7 @@ class FamilyPlanner:
         # (ipaddress objects hash in Python), then deduplicated as the packed pair (one dict,
         # not a dict of ints and then one of pairs).
         addresses = map(_int_of, itertools.chain.from_iterable(self.hairpin))
-        hairpin.raw.update(dict.fromkeys(hairpin.pack_pairs(addresses), b""))
+        hairpin.own().update(dict.fromkeys(hairpin.pack_pairs(addresses), b""))
 
     def element(
         self,
@@ -511,7 +511,7 @@ class FamilyPlanner:
         # _cluster_ip, inline
         cips = self._cluster_ips
         packed_ip = cips.pack_key((cip,))
-        cips.raw[packed_ip] = b""
+        cips.own()[packed_ip] = b""
         self.sink.ops.append(_new(Fill, (n.CLUSTER_IPS, (packed_ip,), _IN_SET, False)))
         if cluster:
             self.fill(n.BACKENDS, key, cluster)
@@ -543,7 +543,7 @@ class FamilyPlanner:
         """``cip`` in ``cluster-ips``, written as the kernel's bytes (the set is packed)."""
         store = self._cluster_ips
         key = store.pack_key((cip,))
-        store.raw[key] = b""
+        store.own()[key] = b""
         self.sink.ops.append(_new(Fill, (n.CLUSTER_IPS, (key,), _IN_SET, False)))
 
     def _counters(self, fronts: list[Frontend], proto: int) -> None:
@@ -607,7 +607,7 @@ class FamilyPlanner:
             slots = keep_slots(prior, data)
             shuffled = slots != data
             data = slots
-        store.raw.update(zip(keys, data, strict=True))
+        store.own().update(zip(keys, data, strict=True))
         self.sink.ops.append(_new(Fill, (set_name, keys, data, shuffled)))
         if shuffled and self._frag is not None:
             self._frag.shuffled = True
