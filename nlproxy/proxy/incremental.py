@@ -44,6 +44,7 @@ from nlproxy.proxy.planner import (
     FamilyPlanner,
     Plan,
     PortPart,
+    hairpin_of,
     merge_parts,
     plan,
     plan_context,
@@ -152,8 +153,8 @@ def _count(rs: Ruleset, frags: Collection[Fragment]) -> LiveCounts | None:
                 if (t, op.name) in owned:  # type: ignore[union-attr]
                     return None
                 owned.add((t, op.name))  # type: ignore[union-attr]
-        if frag.hairpin:
-            for pair in _pairs(rs, frag.hairpin):
+        if frag.pieces:
+            for pair in _pairs(rs, hairpin_of(frag)):
                 listed[pair] = listed.get(pair, 0) + 1
     written = sum(len(els) for name, els in rs.elements.items() if name not in _STATIC_SETS)
     if claimed != written:
@@ -503,8 +504,8 @@ def _net_pairs(
     out leaves the pairs and counts that counting every old listing out and every new one in
     leaves. Addresses as ints (set operations at C speed; ``ipaddress`` hashes in Python).
     """
-    was = list(map(_ip_int, concat.from_iterable(f.hairpin for f in olds)))
-    now = list(map(_ip_int, concat.from_iterable(f.hairpin for f in news)))
+    was = list(map(_ip_int, concat.from_iterable(map(hairpin_of, olds))))
+    now = list(map(_ip_int, concat.from_iterable(map(hairpin_of, news))))
     before, after = set(was), set(now)
     if len(before) == len(was) and len(after) == len(now):  # each listed once: the usual case
         return _pairs_of(rs, before - after), _pairs_of(rs, after - before)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import ip_network
 from operator import attrgetter, itemgetter
@@ -75,8 +75,8 @@ _int_of = attrgetter("_ip")
 """An address's int (``int(ip)`` without a Python-level call, as nft/values.py packs it)."""
 
 _NONE: list[Any] = []
-"""The ops, pieces and hairpin list of a fragment of a service without an address of its
-table's family (many: each single-stack Service's other family). Shared, so never written to:
+"""The ops and pieces of a fragment of a service without an address of its table's family
+(many: each single-stack Service's other family). Shared, so never written to:
 ``FamilyPlanner.finish`` checks that it is still empty."""
 
 _IN_SET = (b"",)
@@ -241,6 +241,17 @@ class PortPart(msgspec.Struct, kw_only=True, gc=False):
     hc: int | None
 
 
+def hairpin_of(frag: Fragment) -> Iterator[IPAddress]:
+    """The endpoint addresses a fragment lists for the hairpin set: each port part's cluster
+    set, then its local set (an address once per listing). Read from the parts, not kept: a
+    list per service was 1.3 MB at 10k Services x 10 endpoints."""
+    for piece in frag.pieces:
+        assert isinstance(piece, PortPart), "fragments hold port parts"
+        cat = piece.cat
+        yield from map(_ip_of, cat.cluster)
+        yield from map(_ip_of, cat.local)
+
+
 def prior_slots(frag: Fragment | None) -> dict[tuple[str, bytes], tuple[bytes, ...]]:
     """The backends slots ``frag`` filled: (map, frontend's key head) → packed endpoints."""
     if frag is None:
@@ -325,7 +336,6 @@ class FamilyPlanner:
         assert isinstance(cluster_ips, PackedElements), "the cluster-ips set is held packed"
         self._cluster_ips = cluster_ips
         """(The skeleton's set: emptied, never replaced, when a planner is reused.)"""
-        self._hairpin: list[IPAddress] = []
         self.pods = pod_match(f, cidrs=bool(pods), iifname=pod_iifname(config))
         self.dispatch = Dispatch(self.sink, f, pods=self.pods, masquerade_all=config.masquerade_all)
         self.prior: dict[tuple[str, bytes], tuple[bytes, ...]] = {}
@@ -334,8 +344,9 @@ class FamilyPlanner:
         """What the kernel holds: slots of frontends ``prior`` does not have are kept too."""
         self._frag: Fragment | None = None
         self._gotos: dict[str, Verdict] = {}
-        # Each service's endpoint addresses (its fragment's list), joined once in finish().
-        self.hairpin: list[list[IPAddress]] = []
+        # The endpoints of each port part planned or replayed (its cluster and local sets, as
+        # :func:`hairpin_of` lists them), their addresses joined once in finish().
+        self.hairpin: list[tuple[Backend, ...]] = []
         for net in pods:
             self.element(n.CLUSTER_CIDRS, (net,))
         for net in services:
@@ -351,7 +362,7 @@ class FamilyPlanner:
         # Each address once, first listing first, so deterministic: packed from its int
         # (ipaddress objects hash in Python), then deduplicated as the packed pair (one dict,
         # not a dict of ints and then one of pairs).
-        addresses = map(_int_of, itertools.chain.from_iterable(self.hairpin))
+        addresses = map(_int_of, map(_ip_of, itertools.chain.from_iterable(self.hairpin)))
         hairpin.own().update(dict.fromkeys(hairpin.pack_pairs(addresses), b""))
 
     def element(
@@ -370,13 +381,11 @@ class FamilyPlanner:
             if cip.version == version:
                 break
         else:
-            # Nothing to log: no ops, no pieces, no hairpin address (the other family of every
-            # single-stack Service: its lists are the shared empty ones, nothing is written).
-            return Fragment(service=svc, slices=slices, ops=_NONE, pieces=_NONE, hairpin=_NONE)
-        frag = Fragment(service=svc, slices=slices, ops=[], pieces=[], hairpin=[])
+            # Nothing to log: no ops, no pieces (the other family of every single-stack
+            # Service: its lists are the shared empty ones, nothing is written).
+            return Fragment(service=svc, slices=slices, ops=_NONE, pieces=_NONE)
+        frag = Fragment(service=svc, slices=slices, ops=[], pieces=[])
         self.sink.ops = frag.ops
-        self._hairpin = frag.hairpin
-        self.hairpin.append(frag.hairpin)
         self._frag = frag
         # (Most services have neither: no list comprehension frame then.)
         ext = [ip for ip in svc.external_ips if ip.version == version] if svc.external_ips else []
@@ -413,7 +422,13 @@ class FamilyPlanner:
         """Re-apply an unchanged service's fragment from the previous plan."""
         self.sink.ops = []
         self.sink.replay(frag.ops)
-        self.hairpin.append(frag.hairpin)
+        hairpin = self.hairpin
+        for piece in frag.pieces:
+            assert isinstance(piece, PortPart), "fragments hold port parts"
+            cat = piece.cat
+            hairpin.append(cat.cluster)
+            if cat.local:
+                hairpin.append(cat.local)
 
     # One piece (68 lines): a port's frontends in the order the kernel's maps are filled, each
     # with the same verdicts and policy flags; it runs per port of a full plan (the hot loop).
@@ -481,9 +496,9 @@ class FamilyPlanner:
                 self.element(n.NO_ENDPOINT_NODEPORTS, (proto, sp.node_port), no_ep, comment)
         if self.counters:
             self._counters(fronts, proto)
-        self._hairpin.extend(map(_ip_of, cat.cluster))
+        self.hairpin.append(cat.cluster)
         if cat.local:
-            self._hairpin.extend(map(_ip_of, cat.local))
+            self.hairpin.append(cat.local)
         return fronts
 
     def _plain_port(
@@ -521,7 +536,7 @@ class FamilyPlanner:
             verdict = self.goto(n.REJECT_CHAIN)
             el = Element(set=n.NO_ENDPOINT_SERVICES, key=key, value=verdict, comment=comment)
         self.sink.add_element(el)
-        self._hairpin.extend(map(_ip_of, cluster))
+        self.hairpin.append(cluster)
         front = Frontend(
             family=self.f.family,
             protocol=ref.protocol,
