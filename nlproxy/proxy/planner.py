@@ -83,6 +83,7 @@ _IN_SET = (b"",)
 """The data of one element of a set (no data), in a :class:`Fill`."""
 _INDEX0 = index_bytes(0)
 
+_ready = attrgetter("ready")
 _L4 = {Protocol.TCP: L4Proto.TCP, Protocol.UDP: L4Proto.UDP, Protocol.SCTP: L4Proto.SCTP}
 
 
@@ -242,9 +243,8 @@ class PortPart(msgspec.Struct, kw_only=True, gc=False):
 
 
 def hairpin_of(frag: Fragment) -> Iterator[IPAddress]:
-    """The endpoint addresses a fragment lists for the hairpin set: each port part's cluster
-    set, then its local set (an address once per listing). Read from the parts, not kept: a
-    list per service was 1.3 MB at 10k Services x 10 endpoints."""
+    """The endpoint addresses a fragment lists for the hairpin set, as its port parts hold
+    them: each one's cluster set, then its local set (an address once per listing)."""
     for piece in frag.pieces:
         assert isinstance(piece, PortPart), "fragments hold port parts"
         cat = piece.cat
@@ -517,9 +517,15 @@ class FamilyPlanner:
         key = (cip, _L4[ref.protocol], port)
         # str(ref) without its frames (a StrEnum formats as its value, in C)
         comment = f"{ref.namespace}/{ref.name}:{ref.port_name}/{ref.protocol}"
-        # categorize: the cluster set only (no policy here uses the local one)
-        if len(eps) == 1 and eps[0].ready and not (eps[0].hints_zones or eps[0].hints_nodes):
-            cluster = tuple(backends)  # (what cluster_set gives one ready, unhinted endpoint)
+        # categorize: the cluster set only (no policy here uses the local one). All ready and
+        # the first unhinted: no hints apply, so cluster_set would give them all.
+        if (
+            eps
+            and (e0 := eps[0]).ready
+            and not (e0.hints_zones or e0.hints_nodes)
+            and all(map(_ready, eps))
+        ):
+            cluster = tuple(backends)
         else:
             cluster = cluster_set(backends, eps, self.node_name, self.zone)
         cat = Categorized(cluster=cluster, local=(), has_any=bool(cluster))
@@ -614,18 +620,26 @@ class FamilyPlanner:
         else:
             keys = tuple([head + i for i in indices(len(eps))])
         data = tuple(store.pack_rows(eps))
+        shuffled = False
+        if self.prior or self.programmed is not None:  # (a cold plan has neither)
+            data, shuffled = self._slotted(set_name, head, store, data)
+        # (keys and data are as long as eps: no strict zip, its check costs 3 ms per 10k fills)
+        store.own().update(zip(keys, data, strict=False))
+        self.sink.ops.append(_new(Fill, (set_name, keys, data, shuffled)))
+
+    def _slotted(
+        self, set_name: str, head: bytes, store: PackedElements, data: tuple[bytes, ...]
+    ) -> tuple[tuple[bytes, ...], bool]:
+        """``data`` in the slots the frontend's endpoints held (``slots.py``), and whether
+        that is not their sorted order (then the service's fragment is marked shuffled)."""
         prior = self.prior.get((set_name, head)) if self.prior else None
         if prior is None and self.programmed is not None:
             prior = read_slots(self.programmed.elements.get(set_name), head, store)
-        shuffled = False
-        if prior and prior != data:
-            slots = keep_slots(prior, data)
-            shuffled = slots != data
-            data = slots
-        store.own().update(zip(keys, data, strict=True))
-        self.sink.ops.append(_new(Fill, (set_name, keys, data, shuffled)))
-        if shuffled and self._frag is not None:
+        if not prior or prior == data or (slots := keep_slots(prior, data)) == data:
+            return data, False
+        if self._frag is not None:
             self._frag.shuffled = True
+        return slots, True
 
 
 class _Targets:
