@@ -26,6 +26,7 @@ other copy.
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from ipaddress import IPv4Address, IPv6Address
 from types import MappingProxyType
@@ -60,12 +61,25 @@ def packable(s: SetLike) -> bool:
 
 
 class _Holders:
-    """How many :class:`PackedElements` hold one shared dictionary."""
+    """How many :class:`PackedElements` hold one shared dictionary. Counted under a lock: a
+    holder may be dropped in another thread (a plan read by the daemon's other tasks) while
+    one is copied, and a lost count could let a holder write what another still reads."""
 
-    __slots__ = ("count",)
+    __slots__ = ("_lock", "count")
 
     def __init__(self) -> None:
         self.count = 1
+        self._lock = threading.Lock()
+
+    def join(self) -> None:
+        with self._lock:
+            self.count += 1
+
+    def leave(self) -> bool:
+        """One holder fewer; True if another still holds the dictionary."""
+        with self._lock:
+            self.count -= 1
+            return self.count > 0
 
 
 class PackedElements(MutableMapping[tuple[Value, ...], Element]):
@@ -199,8 +213,7 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
         shares it."""
         holders = self._holders
         if holders is not None:
-            if holders.count > 1:
-                holders.count -= 1
+            if holders.leave():
                 self._dict = dict(self._dict)
             self._holders = None
             self.raw = self._dict
@@ -212,7 +225,7 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
         if holders is None:
             holders = self._holders = _Holders()
             self.raw = MappingProxyType(self._dict)
-        holders.count += 1
+        holders.join()
         out = PackedElements.__new__(PackedElements)
         out.set, out._dict, out.raw, out._holders = self.set, self._dict, self.raw, holders
         out._key, out._kinds, out._data = self._key, self._kinds, self._data
@@ -222,7 +235,7 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
     def __del__(self) -> None:
         holders = getattr(self, "_holders", None)  # (None too when __init__ failed early)
         if holders is not None:
-            holders.count -= 1
+            holders.leave()
 
     def __copy__(self) -> PackedElements:
         return self.copy()
@@ -271,11 +284,11 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
         return packed is not None and packed in self.raw
 
     def clear(self) -> None:
-        if self._holders is not None and self._holders.count > 1:  # nothing to copy
-            self._holders.count -= 1
+        if self._holders is not None:  # nothing to copy: let go of the shared dictionary
+            self._holders.leave()
             self._holders, self._dict = None, {}
             self.raw = self._dict
-        self.own().clear()
+        self._dict.clear()
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, PackedElements):
