@@ -5,7 +5,8 @@ Python several objects per element as :class:`~nlproxy.nft.ir.Element` values: a
 element, the operation, the programmed copy. A :class:`PackedElements` keeps one set's elements
 as the bytes the kernel is sent and sends back (``values.py``'s packing), so the planner writes
 them once, the diff compares them as bytes (two equal maps compare in one C loop), the
-programmed copy is a dict copy and the encoder joins them into its one buffer per run.
+programmed copy shares the dictionary (below) and the encoder joins them into its one buffer
+per run.
 
 It is also a ``MutableMapping`` of key tuples to elements, as a plain ``Ruleset.elements`` entry
 is: whatever reads elements for display or tracing (render, explain, the tracer, the layout
@@ -13,13 +14,22 @@ read backwards) gets :class:`~nlproxy.nft.ir.Element` values, decoded one at a t
 
 Only plain elements are packed: no comment, timeout or interval (:func:`packable` says which
 sets qualify). Pure: no I/O.
+
+A copy shares its original's dictionary until one of them is written (:meth:`PackedElements.own`):
+the programmed state is the last plan's copy, and at 10k Services x 10 endpoints a dictionary of
+the backends or hairpin elements is 5 MB, which a copy made after every sync kept twice while the
+daemon idled; now a sync copies only the maps it changes, once. While shared, ``raw`` is a
+read-only view, so a write that skips :meth:`~PackedElements.own` fails instead of reaching the
+other copy.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator, MutableMapping, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from ipaddress import IPv4Address, IPv6Address
+from types import MappingProxyType
 
 from nlproxy.nft.ir import (
     DataType,
@@ -50,20 +60,61 @@ def packable(s: SetLike) -> bool:
     return not (isinstance(s, Map) and s.is_vmap)
 
 
+class _Holders:
+    """How many :class:`PackedElements` hold one shared dictionary. Counted under a lock: a
+    holder may be dropped in another thread (a plan read by the daemon's other tasks) while
+    one is copied, and a lost count could let a holder write what another still reads."""
+
+    __slots__ = ("_lock", "count")
+
+    def __init__(self) -> None:
+        self.count = 1
+        self._lock = threading.Lock()
+
+    def join(self) -> None:
+        with self._lock:
+            self.count += 1
+
+    def leave(self) -> bool:
+        """One holder fewer; True if another still holds the dictionary."""
+        with self._lock:
+            self.count -= 1
+            return self.count > 0
+
+
 class PackedElements(MutableMapping[tuple[Value, ...], Element]):
     """The elements of set ``s``: ``raw`` maps packed keys to packed data (``b""`` in a set).
+
+    ``raw`` is for reading; writes go to the dictionary :meth:`own` returns (a copy shares its
+    original's until either is written).
 
     Args:
         s: the set or map (see :func:`packable`).
         raw: packed elements to hold (not copied).
     """
 
-    __slots__ = ("_data", "_decode_data", "_decode_key", "_head", "_key", "_kinds", "raw", "set")
+    __slots__ = (
+        "_data",
+        "_decode_data",
+        "_decode_key",
+        "_dict",
+        "_head",
+        "_holders",
+        "_key",
+        "_kinds",
+        "raw",
+        "set",
+    )
+
+    raw: Mapping[bytes, bytes]
+    """The packed elements: the dictionary itself, or a read-only view of it while shared."""
 
     def __init__(self, s: SetLike, raw: dict[bytes, bytes] | None = None) -> None:
         assert packable(s), f"set {s.name} cannot be held packed"
         self.set = s
-        self.raw: dict[bytes, bytes] = {} if raw is None else raw
+        self._dict: dict[bytes, bytes] = {} if raw is None else raw
+        self.raw = self._dict
+        self._holders: _Holders | None = None
         self._key = Packer(s.key)
         self._kinds = tuple(_KINDS.get(dt, int) for dt in s.key)
         self._data = Packer(s.data) if isinstance(s, Map) else None
@@ -157,8 +208,34 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
         """A map's data as values (None in a set)."""
         return None if self._decode_data is None else self._decode_data(data)
 
+    def own(self) -> dict[bytes, bytes]:
+        """The dictionary to write to: this store's own, copied first if another still
+        shares it."""
+        holders = self._holders
+        if holders is not None:
+            if holders.leave():
+                self._dict = dict(self._dict)
+            self._holders = None
+            self.raw = self._dict
+        return self._dict
+
     def copy(self) -> PackedElements:
-        return PackedElements(self.set, dict(self.raw))
+        """A copy that shares this store's dictionary until either is written (:meth:`own`)."""
+        holders = self._holders
+        if holders is None:
+            holders = self._holders = _Holders()
+            self.raw = MappingProxyType(self._dict)
+        holders.join()
+        out = PackedElements.__new__(PackedElements)
+        out.set, out._dict, out.raw, out._holders = self.set, self._dict, self.raw, holders
+        out._key, out._kinds, out._data = self._key, self._kinds, self._data
+        out._decode_key, out._decode_data, out._head = self._decode_key, self._decode_data, None
+        return out
+
+    def __del__(self) -> None:
+        holders = getattr(self, "_holders", None)  # (None too when __init__ failed early)
+        if holders is not None:
+            holders.leave()
 
     def __copy__(self) -> PackedElements:
         return self.copy()
@@ -191,10 +268,10 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
         return self.element(packed, self.raw[packed])
 
     def __setitem__(self, key: tuple[Value, ...], el: Element) -> None:
-        self.raw[self._key.pack(key)] = self.pack_data(el)
+        self.own()[self._key.pack(key)] = self.pack_data(el)
 
     def __delitem__(self, key: tuple[Value, ...]) -> None:
-        del self.raw[self._key.pack(key)]
+        del self.own()[self._key.pack(key)]
 
     def __iter__(self) -> Iterator[tuple[Value, ...]]:
         return map(self._decode_key, self.raw)
@@ -207,7 +284,11 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
         return packed is not None and packed in self.raw
 
     def clear(self) -> None:
-        self.raw.clear()
+        if self._holders is not None:  # nothing to copy: let go of the shared dictionary
+            self._holders.leave()
+            self._holders, self._dict = None, {}
+            self.raw = self._dict
+        self._dict.clear()
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, PackedElements):

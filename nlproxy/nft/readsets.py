@@ -212,7 +212,7 @@ def read_set_elements(
     if all(r is not None for r in records) and any(r and r[0] for r in records):
         for r in records:
             assert r is not None  # checked above
-            store.raw.update(zip(*r, strict=True))
+            store.own().update(zip(*r, strict=True))
         return store
     raw: list[_RawElem] = []
     layouts: Layouts = {}
@@ -232,7 +232,7 @@ def read_set_elements(
         key = key_decoder(rs.key, addrs)
         data = key_decoder(rs.data, addrs) if rs.data else None
         return [_element(rs, e, key(e.key), data) for e in raw]
-    store.raw.update((e.key, e.data or b"") for e in raw)
+    store.own().update((e.key, e.data or b"") for e in raw)
     return store
 
 

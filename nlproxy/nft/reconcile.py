@@ -417,7 +417,7 @@ def _repacked(s: SetLike, have: ElementMap) -> PackedElements | None:
         return None
     store = PackedElements(s)
     try:
-        store.raw.update((store.pack_key(el.key), store.pack_data(el)) for el in have.values())
+        store.own().update((store.pack_key(el.key), store.pack_data(el)) for el in have.values())
     except (TypeError, ValueError, OverflowError, AttributeError, struct.error):
         return None
     return store

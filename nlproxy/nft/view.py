@@ -105,9 +105,10 @@ def _packed(view: Ruleset, verb: Verb, run: PackedRun) -> None:
             else:
                 els[el.key] = el
     elif verb in _GONE:
+        own = els.own()
         for k in run.keys:
-            els.raw.pop(k, None)
+            own.pop(k, None)
     else:
         assert run.data is not None or not isinstance(els.set, Map), "a map's add carries data"
         data = run.data if run.data is not None else [b""] * len(run.keys)
-        els.raw.update(zip(run.keys, data, strict=True))
+        els.own().update(zip(run.keys, data, strict=True))

@@ -261,7 +261,7 @@ def _map_port(
         assert isinstance(store, PackedElements), "affinity-endpoints is held packed"
         ips = dict.fromkeys(b.ip for b in (*cat.cluster, *cat.local))
         keys = tuple(store.pack_keys([(proto, sp.node_port, ip) for ip in ips]))
-        store.raw.update(dict.fromkeys(keys, b""))
+        store.own().update(dict.fromkeys(keys, b""))
         sink.ops.append(Fill(n.AFFINITY_ENDPOINTS, keys, (b"",) * len(keys)))
     masq: list[tuple[Expr, ...]] = []
     if pods is not None:

@@ -16,7 +16,7 @@ from typing import NamedTuple, assert_never
 
 import msgspec
 
-from nlproxy.cluster.model import EndpointSlice, IPAddress, Service
+from nlproxy.cluster.model import EndpointSlice, Service
 from nlproxy.nft.ir import Chain, Element, Expr, Map, Rule, Ruleset, Set
 from nlproxy.nft.packed import PackedElements
 
@@ -54,7 +54,6 @@ class Fragment(msgspec.Struct, kw_only=True):
     slices: Sequence[EndpointSlice]
     ops: list[Op]
     pieces: list[object]
-    hairpin: list[IPAddress]
     shuffled: bool = False
     """Some :class:`Fill` of it is shuffled (``slots.py``)."""
 
@@ -105,7 +104,7 @@ class Recorder:
                 case Element():
                     rs.elements[op.set][op.key] = op
                 case Fill():
-                    packed(rs, op.set).raw.update(zip(op.keys, op.data, strict=True))
+                    packed(rs, op.set).own().update(zip(op.keys, op.data, strict=True))
                 case Ensure():
                     ensure_chain(rs, op.name, op.rules)
                 case Chain():

@@ -44,6 +44,7 @@ from nlproxy.proxy.planner import (
     FamilyPlanner,
     Plan,
     PortPart,
+    hairpin_of,
     merge_parts,
     plan,
     plan_context,
@@ -152,8 +153,8 @@ def _count(rs: Ruleset, frags: Collection[Fragment]) -> LiveCounts | None:
                 if (t, op.name) in owned:  # type: ignore[union-attr]
                     return None
                 owned.add((t, op.name))  # type: ignore[union-attr]
-        if frag.hairpin:
-            for pair in _pairs(rs, frag.hairpin):
+        if frag.pieces:
+            for pair in _pairs(rs, hairpin_of(frag)):
                 listed[pair] = listed.get(pair, 0) + 1
     written = sum(len(els) for name, els in rs.elements.items() if name not in _STATIC_SETS)
     if claimed != written:
@@ -459,13 +460,15 @@ def _swap(
     touched = _noted(rs, olds, news, sorted_olds, sorted_news)
     old_pairs, new_pairs = touched.pairs
     for name, (keys, _, _) in sorted_olds.fills.items():
-        _pop_all(packed(rs, name).raw, keys)
-    _unpair(packed(rs, n.HAIRPIN).raw, live.hairpin_extra, old_pairs)
+        _pop_all(packed(rs, name).own(), keys)
+    if old_pairs:  # (own(): a copy of a map the programmed state shares, only if written)
+        _unpair(packed(rs, n.HAIRPIN).own(), live.hairpin_extra, old_pairs)
     _undo(rs, live, sorted_olds)
     _apply(rs, live, sorted_news)
     for name, (keys, data, _) in sorted_news.fills.items():
-        packed(rs, name).raw.update(zip(keys, data, strict=True))
-    _pair(packed(rs, n.HAIRPIN).raw, live.hairpin_extra, new_pairs)
+        packed(rs, name).own().update(zip(keys, data, strict=True))
+    if new_pairs:
+        _pair(packed(rs, n.HAIRPIN).own(), live.hairpin_extra, new_pairs)
     for key, replacement in new:
         if replacement is None:
             frags.pop(key, None)
@@ -501,8 +504,8 @@ def _net_pairs(
     out leaves the pairs and counts that counting every old listing out and every new one in
     leaves. Addresses as ints (set operations at C speed; ``ipaddress`` hashes in Python).
     """
-    was = list(map(_ip_int, concat.from_iterable(f.hairpin for f in olds)))
-    now = list(map(_ip_int, concat.from_iterable(f.hairpin for f in news)))
+    was = list(map(_ip_int, concat.from_iterable(map(hairpin_of, olds))))
+    now = list(map(_ip_int, concat.from_iterable(map(hairpin_of, news))))
     before, after = set(was), set(now)
     if len(before) == len(was) and len(after) == len(now):  # each listed once: the usual case
         return _pairs_of(rs, before - after), _pairs_of(rs, after - before)

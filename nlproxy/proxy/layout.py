@@ -657,7 +657,7 @@ def _gather_packed(
                 data = None if el is None else held.pack_data(el)
             if data is None:
                 break
-            out.raw[key] = data
+            out.own()[key] = data
             index += 1
     return out
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from ipaddress import ip_network
 from operator import attrgetter, itemgetter
@@ -75,14 +75,15 @@ _int_of = attrgetter("_ip")
 """An address's int (``int(ip)`` without a Python-level call, as nft/values.py packs it)."""
 
 _NONE: list[Any] = []
-"""The ops, pieces and hairpin list of a fragment of a service without an address of its
-table's family (many: each single-stack Service's other family). Shared, so never written to:
+"""The ops and pieces of a fragment of a service without an address of its table's family
+(many: each single-stack Service's other family). Shared, so never written to:
 ``FamilyPlanner.finish`` checks that it is still empty."""
 
 _IN_SET = (b"",)
 """The data of one element of a set (no data), in a :class:`Fill`."""
 _INDEX0 = index_bytes(0)
 
+_ready = attrgetter("ready")
 _L4 = {Protocol.TCP: L4Proto.TCP, Protocol.UDP: L4Proto.UDP, Protocol.SCTP: L4Proto.SCTP}
 
 
@@ -241,6 +242,16 @@ class PortPart(msgspec.Struct, kw_only=True, gc=False):
     hc: int | None
 
 
+def hairpin_of(frag: Fragment) -> Iterator[IPAddress]:
+    """The endpoint addresses a fragment lists for the hairpin set, as its port parts hold
+    them: each one's cluster set, then its local set (an address once per listing)."""
+    for piece in frag.pieces:
+        assert isinstance(piece, PortPart), "fragments hold port parts"
+        cat = piece.cat
+        yield from map(_ip_of, cat.cluster)
+        yield from map(_ip_of, cat.local)
+
+
 def prior_slots(frag: Fragment | None) -> dict[tuple[str, bytes], tuple[bytes, ...]]:
     """The backends slots ``frag`` filled: (map, frontend's key head) → packed endpoints."""
     if frag is None:
@@ -325,7 +336,6 @@ class FamilyPlanner:
         assert isinstance(cluster_ips, PackedElements), "the cluster-ips set is held packed"
         self._cluster_ips = cluster_ips
         """(The skeleton's set: emptied, never replaced, when a planner is reused.)"""
-        self._hairpin: list[IPAddress] = []
         self.pods = pod_match(f, cidrs=bool(pods), iifname=pod_iifname(config))
         self.dispatch = Dispatch(self.sink, f, pods=self.pods, masquerade_all=config.masquerade_all)
         self.prior: dict[tuple[str, bytes], tuple[bytes, ...]] = {}
@@ -334,8 +344,9 @@ class FamilyPlanner:
         """What the kernel holds: slots of frontends ``prior`` does not have are kept too."""
         self._frag: Fragment | None = None
         self._gotos: dict[str, Verdict] = {}
-        # Each service's endpoint addresses (its fragment's list), joined once in finish().
-        self.hairpin: list[list[IPAddress]] = []
+        # The endpoints of each port part planned or replayed (its cluster and local sets, as
+        # :func:`hairpin_of` lists them), their addresses joined once in finish().
+        self.hairpin: list[tuple[Backend, ...]] = []
         for net in pods:
             self.element(n.CLUSTER_CIDRS, (net,))
         for net in services:
@@ -351,8 +362,8 @@ class FamilyPlanner:
         # Each address once, first listing first, so deterministic: packed from its int
         # (ipaddress objects hash in Python), then deduplicated as the packed pair (one dict,
         # not a dict of ints and then one of pairs).
-        addresses = map(_int_of, itertools.chain.from_iterable(self.hairpin))
-        hairpin.raw.update(dict.fromkeys(hairpin.pack_pairs(addresses), b""))
+        addresses = map(_int_of, map(_ip_of, itertools.chain.from_iterable(self.hairpin)))
+        hairpin.own().update(dict.fromkeys(hairpin.pack_pairs(addresses), b""))
 
     def element(
         self,
@@ -370,13 +381,11 @@ class FamilyPlanner:
             if cip.version == version:
                 break
         else:
-            # Nothing to log: no ops, no pieces, no hairpin address (the other family of every
-            # single-stack Service: its lists are the shared empty ones, nothing is written).
-            return Fragment(service=svc, slices=slices, ops=_NONE, pieces=_NONE, hairpin=_NONE)
-        frag = Fragment(service=svc, slices=slices, ops=[], pieces=[], hairpin=[])
+            # Nothing to log: no ops, no pieces (the other family of every single-stack
+            # Service: its lists are the shared empty ones, nothing is written).
+            return Fragment(service=svc, slices=slices, ops=_NONE, pieces=_NONE)
+        frag = Fragment(service=svc, slices=slices, ops=[], pieces=[])
         self.sink.ops = frag.ops
-        self._hairpin = frag.hairpin
-        self.hairpin.append(frag.hairpin)
         self._frag = frag
         # (Most services have neither: no list comprehension frame then.)
         ext = [ip for ip in svc.external_ips if ip.version == version] if svc.external_ips else []
@@ -413,7 +422,13 @@ class FamilyPlanner:
         """Re-apply an unchanged service's fragment from the previous plan."""
         self.sink.ops = []
         self.sink.replay(frag.ops)
-        self.hairpin.append(frag.hairpin)
+        hairpin = self.hairpin
+        for piece in frag.pieces:
+            assert isinstance(piece, PortPart), "fragments hold port parts"
+            cat = piece.cat
+            hairpin.append(cat.cluster)
+            if cat.local:
+                hairpin.append(cat.local)
 
     # One piece (68 lines): a port's frontends in the order the kernel's maps are filled, each
     # with the same verdicts and policy flags; it runs per port of a full plan (the hot loop).
@@ -481,9 +496,9 @@ class FamilyPlanner:
                 self.element(n.NO_ENDPOINT_NODEPORTS, (proto, sp.node_port), no_ep, comment)
         if self.counters:
             self._counters(fronts, proto)
-        self._hairpin.extend(map(_ip_of, cat.cluster))
+        self.hairpin.append(cat.cluster)
         if cat.local:
-            self._hairpin.extend(map(_ip_of, cat.local))
+            self.hairpin.append(cat.local)
         return fronts
 
     def _plain_port(
@@ -502,16 +517,22 @@ class FamilyPlanner:
         key = (cip, _L4[ref.protocol], port)
         # str(ref) without its frames (a StrEnum formats as its value, in C)
         comment = f"{ref.namespace}/{ref.name}:{ref.port_name}/{ref.protocol}"
-        # categorize: the cluster set only (no policy here uses the local one)
-        if len(eps) == 1 and eps[0].ready and not (eps[0].hints_zones or eps[0].hints_nodes):
-            cluster = tuple(backends)  # (what cluster_set gives one ready, unhinted endpoint)
+        # categorize: the cluster set only (no policy here uses the local one). All ready and
+        # the first unhinted: no hints apply, so cluster_set would give them all.
+        if (
+            eps
+            and (e0 := eps[0]).ready
+            and not (e0.hints_zones or e0.hints_nodes)
+            and all(map(_ready, eps))
+        ):
+            cluster = tuple(backends)
         else:
             cluster = cluster_set(backends, eps, self.node_name, self.zone)
         cat = Categorized(cluster=cluster, local=(), has_any=bool(cluster))
         # _cluster_ip, inline
         cips = self._cluster_ips
         packed_ip = cips.pack_key((cip,))
-        cips.raw[packed_ip] = b""
+        cips.own()[packed_ip] = b""
         self.sink.ops.append(_new(Fill, (n.CLUSTER_IPS, (packed_ip,), _IN_SET, False)))
         if cluster:
             self.fill(n.BACKENDS, key, cluster)
@@ -521,7 +542,7 @@ class FamilyPlanner:
             verdict = self.goto(n.REJECT_CHAIN)
             el = Element(set=n.NO_ENDPOINT_SERVICES, key=key, value=verdict, comment=comment)
         self.sink.add_element(el)
-        self._hairpin.extend(map(_ip_of, cluster))
+        self.hairpin.append(cluster)
         front = Frontend(
             family=self.f.family,
             protocol=ref.protocol,
@@ -543,7 +564,7 @@ class FamilyPlanner:
         """``cip`` in ``cluster-ips``, written as the kernel's bytes (the set is packed)."""
         store = self._cluster_ips
         key = store.pack_key((cip,))
-        store.raw[key] = b""
+        store.own()[key] = b""
         self.sink.ops.append(_new(Fill, (n.CLUSTER_IPS, (key,), _IN_SET, False)))
 
     def _counters(self, fronts: list[Frontend], proto: int) -> None:
@@ -599,18 +620,26 @@ class FamilyPlanner:
         else:
             keys = tuple([head + i for i in indices(len(eps))])
         data = tuple(store.pack_rows(eps))
+        shuffled = False
+        if self.prior or self.programmed is not None:  # (a cold plan has neither)
+            data, shuffled = self._slotted(set_name, head, store, data)
+        # (keys and data are as long as eps: no strict zip, its check costs 3 ms per 10k fills)
+        store.own().update(zip(keys, data, strict=False))
+        self.sink.ops.append(_new(Fill, (set_name, keys, data, shuffled)))
+
+    def _slotted(
+        self, set_name: str, head: bytes, store: PackedElements, data: tuple[bytes, ...]
+    ) -> tuple[tuple[bytes, ...], bool]:
+        """``data`` in the slots the frontend's endpoints held (``slots.py``), and whether
+        that is not their sorted order (then the service's fragment is marked shuffled)."""
         prior = self.prior.get((set_name, head)) if self.prior else None
         if prior is None and self.programmed is not None:
             prior = read_slots(self.programmed.elements.get(set_name), head, store)
-        shuffled = False
-        if prior and prior != data:
-            slots = keep_slots(prior, data)
-            shuffled = slots != data
-            data = slots
-        store.raw.update(zip(keys, data, strict=True))
-        self.sink.ops.append(_new(Fill, (set_name, keys, data, shuffled)))
-        if shuffled and self._frag is not None:
+        if not prior or prior == data or (slots := keep_slots(prior, data)) == data:
+            return data, False
+        if self._frag is not None:
             self._frag.shuffled = True
+        return slots, True
 
 
 class _Targets:

@@ -235,7 +235,7 @@ def merged(desired: Ruleset, kept: Ruleset) -> Ruleset:
             continue
         both = copy(base)
         if isinstance(both, PackedElements) and isinstance(els, PackedElements):
-            both.raw.update(els.raw)
+            both.own().update(els.raw)
         else:
             both.update(els)
         out.elements[name] = both

@@ -12,7 +12,7 @@ from nlproxy.cluster.model import ClusterSnapshot, LoadBalancing
 from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.render import render_ruleset
 from nlproxy.proxy.config import ProxyConfig
-from nlproxy.proxy.planner import FamilyPlanner, Plan, plan
+from nlproxy.proxy.planner import FamilyPlanner, Plan, hairpin_of, plan
 from nlproxy.proxy.skeleton import IPV4
 from tests.unit.builders import NODE, endpoint, eps_slice, node, port, service, snapshot
 from tests.world import config, world
@@ -118,7 +118,7 @@ def _seen(p: Plan) -> list[Any]:
                 (name, list(els.raw.items() if isinstance(els, PackedElements) else els.items()))
             )
         for key, frag in p.fragments[family].items():
-            out.append((key, frag.ops, frag.pieces, frag.hairpin, frag.shuffled))
+            out.append((key, frag.ops, frag.pieces, list(hairpin_of(frag)), frag.shuffled))
     out.append(list(p.ports.items()))
     return out
 
