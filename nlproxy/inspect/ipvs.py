@@ -388,8 +388,7 @@ def _device(
         with netns.entered(netns_name):
             if not has_device(DEVICE):
                 return None, [], []
-    from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
+    from nlproxy.inspect.pyroute import IPRoute, NetlinkError
 
     with netns.entered(netns_name):
         ipr = IPRoute(groups=0)
@@ -487,8 +486,7 @@ def _strerror(err: int) -> str:
 
 
 def _delete_device(index: int, netns_name: str | None) -> None:
-    from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
+    from nlproxy.inspect.pyroute import IPRoute, NetlinkError
 
     with netns.entered(netns_name):
         ipr = IPRoute(groups=0)

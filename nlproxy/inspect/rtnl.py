@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 from ipaddress import ip_address, ip_network
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
-
 from nlproxy.errors import NlproxyError
+from nlproxy.inspect.pyroute import IPRoute, NetlinkError
 from nlproxy.netlink import netns
 from nlproxy.nft.ir import IPAddress, IPNetwork
 

@@ -88,7 +88,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "nlproxy.errors",
         "nlproxy.log",
         "nlproxy.hotpath",
-    ),  # version, errors, logs, memory
+        "nlproxy.imports",
+    ),  # version, errors, logs, memory, packages entered bare
     ("nlproxy.netlink",),  # transport: one socket, one attribute codec
     ("nlproxy.demo",),  # the throwaway node (only commands/demo imports it: a rule below)
     ("nlproxy.cluster", "nlproxy.nft"),  # ① sources → state;  ③ the kernel's objects

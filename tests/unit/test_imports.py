@@ -1,0 +1,91 @@
+"""``nlproxy/imports.py``: a package entered bare imports only the submodules asked for, and
+becomes the package a plain import makes at the first other name asked of it. Each case runs in
+a fresh interpreter (the packages must not be imported already)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(code: str, path: Path | None = None) -> str:
+    env_path = [str(ROOT)] + ([str(path)] if path is not None else [])
+    prelude = f"import sys\nsys.path[:0] = {env_path!r}\n"
+    done = subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _package(tmp_path: Path) -> Path:
+    pkg = tmp_path / "heavy"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "import sys\n"
+        "sys.modules['heavy_init_runs'] = sys.modules.get('heavy_init_runs', 0) + 1\n"
+        "from heavy import db\n"
+        "from heavy.light import Thing\n"
+        "VERSION = '1'\n"
+    )
+    (pkg / "db.py").write_text("")
+    (pkg / "light.py").write_text("from heavy import config\nclass Thing:\n    pass\n")
+    (pkg / "config.py").write_text("ON = True\n")
+    return tmp_path
+
+
+def test_submodules_import_without_the_packages_init(tmp_path: Path) -> None:
+    out = _run(
+        """
+        from nlproxy.imports import bare
+        bare("heavy")
+        from heavy.light import Thing
+        print("heavy.db" in sys.modules, "heavy_init_runs" in sys.modules, Thing.__name__)
+        """,
+        _package(tmp_path),
+    )
+    assert out.split() == ["False", "False", "Thing"]
+
+
+def test_another_name_runs_the_init_once_and_then_it_is_the_whole_package(tmp_path: Path) -> None:
+    out = _run(
+        """
+        from nlproxy.imports import bare
+        heavy = bare("heavy")
+        from heavy.light import Thing
+        print(heavy.VERSION, heavy.Thing is Thing, "heavy.db" in sys.modules)
+        print(heavy.VERSION, sys.modules["heavy_init_runs"], bare("heavy") is heavy)
+        try:
+            heavy.missing
+        except AttributeError as exc:
+            print("missing:", exc)
+        """,
+        _package(tmp_path),
+    )
+    assert out.splitlines() == [
+        "1 True True",
+        "1 1 True",
+        "missing: module 'heavy' has no attribute 'missing'",
+    ]
+
+
+def test_the_inspectors_pyroute2_leaves_its_databases_unimported() -> None:
+    """pyroute2's ``__init__`` imports IPDB and NDB; the inspector's ``IPRoute`` is the same
+    class without them, and ``pyroute2.IPRoute`` still answers (running the ``__init__``)."""
+    out = _run(
+        """
+        from nlproxy.inspect.pyroute import IPRoute
+        print("pyroute2.ndb" in sys.modules, "pyroute2.ipdb" in sys.modules)
+        import pyroute2
+        print(pyroute2.IPRoute is IPRoute, "pyroute2.ndb" in sys.modules)
+        """
+    )
+    assert out.split() == ["False", "False", "True", "True"]
