@@ -324,7 +324,7 @@ class Syncer:
         with collection_paused():  # a collection would walk the whole cached plan
             vouched = False
             if not self._seeded and self.balancing.quota is not None:
-                vouched = self._seed_balanced(snapshot)
+                vouched = self.balancing.seed(snapshot, self.records, self._read_back_all)
             snapshot, changed = self.balancing.apply(snapshot, changed)
             with self.verifier.changing():
                 result = self._sync_isolating(snapshot, changed, vouched=vouched)
@@ -339,26 +339,10 @@ class Syncer:
                     result.conntrack_deleted += self.cleanup.sweep(self._programmed, snapshot)
                 return result
 
-    def _seed_balanced(self, snapshot: ClusterSnapshot) -> bool:
-        """Before a first sync under a quota of tables: the round-robin and consistent-hash
-        tables a previous process built are kept, not rebuilt a quota at a time with random
-        choice meanwhile (clients would move at every restart).
-
-        The records vouch for the plan of ``snapshot`` with every table, or the tables are read
-        back (as the sync would) and the Services whose maps are there count as built
-        (``BalancingGuard.found``).
-
-        Returns whether the records vouch for the tables: then nothing is deferred, the
-        snapshot this sync plans is ``full`` (the same objects) and the digest taken here is
-        its digest. The digest is taken only when the tables carry records that could vouch
-        for some inputs (not at a first start).
-        """
-        full, _ = self.balancing.apply(snapshot, None, unlimited=True)
-        if self.records.matches(take=lambda: self.records.take_digest(full, None, exact=False)):
-            return True  # every table of ``full`` is programmed, and counts as built
+    def _read_back_all(self) -> list[Ruleset | None]:
+        """The tables as the kernel holds them now (``verify``)."""
         self.verify()
-        self.balancing.found(self._programmed.values())
-        return False
+        return list(self._programmed.values())
 
     def _sync_isolating(
         self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None, *, vouched: bool
@@ -414,7 +398,7 @@ class Syncer:
     ) -> SyncResult:
         """One try of :meth:`sync`; ``changing``: the Services whose affinity clients a commit
         may orphan (None: any); ``vouched``: a first sync whose snapshot's digest the records
-        carry (``_seed_balanced``): not taken or checked again."""
+        carry (``BalancingGuard.seed``): not taken or checked again."""
         self.settle()  # the plan is updated in place below, the cache by its own operations
         # Services left out (or let back in by retry_all) differ from the input without
         # being among its changes: then every service is looked at.
