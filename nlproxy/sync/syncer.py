@@ -339,6 +339,13 @@ class Syncer:
                     result.conntrack_deleted += self.cleanup.sweep(self._programmed, snapshot)
                 return result
 
+    def warm(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey]) -> None:
+        """Do ahead what the first sync of a snapshot like ``snapshot`` would do first for the
+        services ``changed`` names (their restart digest, ``RestartRecords.warm``), while the
+        lists it will be made of still arrive (``preload.py``). Not to be called while a sync
+        runs: only before the first."""
+        self.records.warm(for_planning(snapshot), changed)
+
     def _read_back_all(self) -> list[Ruleset | None]:
         """The tables as the kernel holds them now (``verify``)."""
         self.verify()
