@@ -224,6 +224,8 @@ class KubeSource:
             event loop, before the lists are complete and sent (``ClusterState.preload``: the
             state is built while the API server prepares the next pages, not after the last).
             Relists do not call it: the sync loop runs then.
+        on_listed: told, on the event loop, of each kind whose initial list is complete
+            (its pages all handed to ``on_page``), before the lists are sent.
     """
 
     def __init__(
@@ -246,6 +248,7 @@ class KubeSource:
         proxy_name: str | None = None,
         limit: TokenBucket | None = None,
         on_page: PageHook | None = None,
+        on_listed: Callable[[str], object] | None = None,
     ) -> None:
         self._http = Http(api_client, on_request, limit)
         self.node_name = node_name
@@ -268,6 +271,7 @@ class KubeSource:
         self._was_read: set[str] = set()
         self._refused_since: dict[str, float] = {}
         self._on_page = on_page
+        self._on_listed = on_listed
 
     async def run(
         self,
@@ -337,6 +341,8 @@ class KubeSource:
                 continue
             replaces[spec.kind] = Replace(kind=spec.kind, changes=listing.changes)
             versions[spec.kind] = listing.resource_version
+            if self._on_listed is not None:
+                self._on_listed(spec.kind)
             return
 
     async def _follow(

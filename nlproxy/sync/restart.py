@@ -59,6 +59,11 @@ class RestartRecords:
         self._all = False  # the next digest must look at every service
 
     @property
+    def enabled(self) -> bool:
+        """Whether records are kept (and so every table this Syncer committed to has one)."""
+        return self._fingerprint is not None
+
+    @property
     def digest(self) -> str | None:
         """The digest of the snapshot being synced (None: no records, or not known)."""
         return self._digest

@@ -45,6 +45,7 @@ from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.layout import flow_frontends, udp_only
 from nlproxy.proxy.planner import Plan, plan, plan_slot_token
+from nlproxy.sync.ahead import PlanAhead
 from nlproxy.sync.balancing import BalancingGuard
 from nlproxy.sync.batches import Batches
 from nlproxy.sync.cleanup import FlowCleanup, udp_part
@@ -127,6 +128,7 @@ class Syncer:
         self._merged: Mapping[Family, Ruleset] | None = None
         self._kept_logged: list[str] = []
         self._replan = False  # the configuration changed: the next sync looks at everything
+        self.ahead = PlanAhead()  # a cold start's plan made ahead of its first sync
 
     def reconfigure(self, config: ProxyConfig) -> bool:
         """Plan with ``config`` from the next sync on (a changed ``--config`` file applied in
@@ -238,6 +240,16 @@ class Syncer:
         return None if planned is None else planned.rulesets
 
     @property
+    def fresh(self) -> bool:
+        """Nothing synced, read back or planned yet, and records kept (``ahead.py``)."""
+        return (
+            not self._seeded
+            and self._last_plan is None
+            and self.incremental
+            and (self.records.enabled)
+        )
+
+    @property
     def failed_family(self) -> Family | None:
         """The family whose batch the kernel rejected last (None: the last commit passed)."""
         failed = self.batches.failed
@@ -304,6 +316,9 @@ class Syncer:
             KernelError: the kernel rejected the transaction and no service could be blamed
                 (nothing of that family's batch was applied).
         """
+        ahead = self.ahead.take()  # a plan made ahead of this first sync (waits for it)
+        if ahead is not None:
+            self._last_plan = ahead
         # A relist reports every Service changed when this Node changed at all: planned are the
         # Node as planning reads it, and only the services whose objects are not the last
         # plan's (``relist.py``).
@@ -318,14 +333,15 @@ class Syncer:
             self._in_step = False
             self.records.look_at_all()
         told = changed
-        changed = found = narrowed(
-            changed, self._last_plan if self.incremental else None, snapshot, self.config
-        )
+        last = self._last_plan if self.incremental and ahead is None else None
+        changed = found = narrowed(changed, last, snapshot, self.config)
         with collection_paused():  # a collection would walk the whole cached plan
             vouched = False
             if not self._seeded and self.balancing.quota is not None:
                 vouched = self.balancing.seed(snapshot, self.records, self._read_back_all)
             snapshot, changed = self.balancing.apply(snapshot, changed)
+            if ahead is not None:  # narrowed as the budget leaves it; none reported unchanged
+                changed = narrowed(changed, ahead, snapshot, self.config)
             with self.verifier.changing():
                 result = self._sync_isolating(snapshot, changed, vouched=vouched)
                 if found is not told and found is not None:
@@ -338,13 +354,6 @@ class Syncer:
                     self.batches.forget_left_clients(self._last_plan)
                     result.conntrack_deleted += self.cleanup.sweep(self._programmed, snapshot)
                 return result
-
-    def warm(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey]) -> None:
-        """Do ahead what the first sync of a snapshot like ``snapshot`` would do first for the
-        services ``changed`` names (their restart digest, ``RestartRecords.warm``), while the
-        lists it will be made of still arrive (``preload.py``). Not to be called while a sync
-        runs: only before the first."""
-        self.records.warm(for_planning(snapshot), changed)
 
     def _read_back_all(self) -> list[Ruleset | None]:
         """The tables as the kernel holds them now (``verify``)."""

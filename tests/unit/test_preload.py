@@ -4,6 +4,7 @@ lists give afterwards are those of the lists applied at once, and only the tail 
 
 from __future__ import annotations
 
+import threading
 from ipaddress import ip_network
 from typing import Any
 
@@ -27,9 +28,11 @@ from nlproxy.nft.fake import FakeNftables
 from nlproxy.nft.ir import Family, Ruleset
 from nlproxy.nft.render import render_ruleset
 from nlproxy.proxy import naming as n
+from nlproxy.proxy.budget import SYNC_QUOTA
 from nlproxy.proxy.config import ProxyConfig
+from nlproxy.sync import syncer as syncer_module
 from nlproxy.sync.kernel import SyncKernel
-from nlproxy.sync.preload import preloading
+from nlproxy.sync.preload import Preload
 from nlproxy.sync.restart import RestartRecords
 from nlproxy.sync.syncer import Syncer
 from tests.objects import example_endpoint_slice as endpoint_slice
@@ -195,7 +198,7 @@ def test_the_daemons_page_hook_fills_the_state_and_the_syncers_digest() -> None:
     state = ClusterState(NODE)
     nft = FakeNftables(n.TABLE)
     syncer = syncer_on(nft)
-    on_page = preloading(state, syncer)
+    on_page = Preload(state, syncer).page
     for page in pages(services, 2) + pages(slices, 2):
         on_page(page)
     changed = state.apply(lists(services, slices))
@@ -210,3 +213,146 @@ def test_the_daemons_page_hook_fills_the_state_and_the_syncers_digest() -> None:
     assert syncer.records.digest == cold.records.digest
     for family in (Family.IP, Family.IP6):
         assert render(nft.dump(family)) == render(cold_nft.dump(family))
+
+
+# -- planned ahead (sync/ahead.py, Preload.listed) --------------------------------------------
+
+
+def both_synced(
+    services: list[Listed],
+    early: list[Listed],
+    late: list[Listed],
+    *,
+    quota: int | None = None,
+) -> tuple[tuple[str, str], tuple[str, str], Syncer, Any]:
+    """The tables and the first sync's result of a Syncer that planned ahead once the Services
+    and the ``early`` slices were in (``late`` came after), beside those of one that did not."""
+    state = ClusterState(NODE)
+    nft = FakeNftables(n.TABLE)
+    syncer = Syncer(
+        CONFIG, SyncKernel(tables=nft.open, readback=nft, flows=FakeConntrack()), quota=quota
+    )
+    pre = Preload(state, syncer)
+    for page in [[the_node()], *pages(services, 3), *pages(early, 3)]:  # the Node comes first
+        pre.page(page)
+    pre.listed("Service")
+    assert pre.thread is not None
+    pre.thread.join(60)
+    assert syncer.ahead._plan is not None  # made, not taken yet
+    for page in pages(late, 3):
+        pre.page(page)
+    changed = state.apply(lists(services, early + late))
+    result = syncer.sync(state.snapshot(), changed=changed)
+
+    alone = ClusterState(NODE)
+    cold_nft = FakeNftables(n.TABLE)
+    cold = Syncer(
+        CONFIG,
+        SyncKernel(tables=cold_nft.open, readback=cold_nft, flows=FakeConntrack()),
+        quota=quota,
+    )
+    changed = alone.apply(lists(services, early + late))
+    cold.sync(alone.snapshot(), changed=changed)
+    assert syncer.records.digest == cold.records.digest
+    ours = (render(nft.dump(Family.IP)), render(nft.dump(Family.IP6)))
+    theirs = (render(cold_nft.dump(Family.IP)), render(cold_nft.dump(Family.IP6)))
+    return ours, theirs, syncer, result
+
+
+def test_a_plan_made_ahead_and_updated_programs_what_a_plan_after_the_lists_programs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    updated: list[set[ServiceKey] | None] = []
+    real_update = syncer_module.plan_update
+
+    def plan_update(last: Any, snapshot: Any, config: Any, changed: Any) -> Any:
+        updated.append(None if changed is None else set(changed))
+        return real_update(last, snapshot, config, changed)
+
+    monkeypatch.setattr(syncer_module, "plan_update", plan_update)
+    services = [svc(i) for i in range(9)]
+    early = [eps(i) for i in range(6)]
+    late = [eps(i, ip=f"10.2.0.{i + 1}") for i in range(4, 9)]  # s4, s5 moved; s6-s8 new
+    late = [c for c in late if c.ref.name not in {"s4-a", "s5-a"}] + [
+        eps(4, ip="10.2.0.5"),
+        eps(5, ip="10.2.0.6"),
+    ]
+    ours, theirs, syncer, result = both_synced(services, early, late)
+    assert ours == theirs
+    assert updated == [{key(i) for i in range(4, 9)}]  # only what came after the plan ahead
+    assert result.narrowed is None  # every service is new to the kernel: none left unreported
+    assert syncer.ahead.take() is None  # taken once, by the first sync
+
+
+@pytest.mark.parametrize(
+    "quota", [None, SYNC_QUOTA, 2], ids=["no-quota", "daemon-quota", "tables-deferred"]
+)
+def test_services_the_budget_puts_on_random_choice_are_planned_as_the_sync_has_them(
+    monkeypatch: pytest.MonkeyPatch, quota: int | None
+) -> None:
+    rr = {"metadata.annotations": {"nlproxy.io/load-balancing": "round-robin"}}
+    services = [svc(i, **rr) for i in range(6)]
+    slices = [eps(i) for i in range(6)]
+    unlimited = both_synced_without_budget(services, slices)
+    monkeypatch.setattr("nlproxy.proxy.budget.NODE_BUDGET", 3)  # three of six fall back
+    ours, theirs, _, _ = both_synced(services, slices, [], quota=quota)
+    assert ours == theirs
+    assert ours[0] != unlimited
+
+
+def both_synced_without_budget(services: list[Listed], slices: list[Listed]) -> str:
+    alone = ClusterState(NODE)
+    nft = FakeNftables(n.TABLE)
+    syncer = syncer_on(nft)
+    changed = alone.apply(lists(services, slices))
+    syncer.sync(alone.snapshot(), changed=changed)
+    return render(nft.dump(Family.IP))
+
+
+def make_ahead(syncer: Syncer, snapshot: ClusterSnapshot) -> bool:
+    syncer.ahead.starting()
+    return syncer.ahead.make(
+        snapshot, syncer.config, syncer.kernel.readback, syncer.log, fresh=syncer.fresh
+    )
+
+
+def test_no_plan_ahead_on_a_restart_or_without_records() -> None:
+    services, slices = [svc(i) for i in range(3)], [eps(i) for i in range(3)]
+    state = ClusterState(NODE)
+    state.apply(lists(services, slices))
+    nft = FakeNftables(n.TABLE)
+    first = syncer_on(nft)
+    first.sync(state.snapshot(), changed=None)  # a first process programmed them
+    assert not first.fresh
+    restarted = syncer_on(nft)
+    assert restarted.fresh
+    assert not make_ahead(restarted, state.snapshot())  # the tables hold a record
+    o = FakeNftables(n.TABLE)
+    owner = Syncer(CONFIG, SyncKernel(tables=o.open, readback=o, flows=FakeConntrack()), owner=True)
+    assert not owner.fresh  # no records: a table without one may be its own
+    assert not make_ahead(owner, state.snapshot())
+    assert restarted.ahead.take() is None
+    assert owner.ahead.take() is None
+
+
+def test_the_first_sync_waits_for_a_plan_ahead_in_progress() -> None:
+    services, slices = [svc(i) for i in range(3)], [eps(i) for i in range(3)]
+    state = ClusterState(NODE)
+    changed = state.apply(lists(services, slices))
+    nft = FakeNftables(n.TABLE)
+    syncer = syncer_on(nft)
+    syncer.ahead.starting()
+    done: list[object] = []
+    sync = threading.Thread(
+        target=lambda: done.append(syncer.sync(state.snapshot(), changed=changed))
+    )
+    sync.start()
+    sync.join(0.2)
+    assert sync.is_alive()
+    assert not done  # held until the plan ahead ends
+    assert syncer.ahead.make(
+        state.snapshot(), syncer.config, syncer.kernel.readback, syncer.log, fresh=True
+    )
+    sync.join(60)
+    assert done
+    assert render(nft.dump(Family.IP)) == both_synced_without_budget(services, slices)
