@@ -6,14 +6,15 @@ as soon as it is decoded (``KubeSource``'s ``on_page``), goes into the cluster s
 (``ClusterState.preload``: stored, claims settled) and the restart digest of the services it
 changed is taken (``RestartRecords.warm``). Once the Services are listed (``on_listed``), most
 of the slices are too: on a cold start the state so far is planned then, in a thread of its own
-(``ahead.py``), while the rest of the slices arrive. When the lists end, their
-``Replace`` finds every object stored and every service hashed, and the first sync updates the
-plan made ahead for the services whose objects came since: only the tail is left.
+(``ahead.py``), and that plan follows the pages that come after until the lists end. Their
+``Replace`` then finds every object stored and every service hashed, and the first sync updates
+the plan for what the last pages brought: only the tail is left.
 
 Nothing here syncs: the loop's first sync still waits for the complete lists (and for a plan
 ahead still running), so the kernel never sees a partial cluster (a restart must not delete the
 Services of the pages not read yet). The hooks run on the event loop, before the sync loop
-starts: nothing else touches the state or the Syncer meanwhile.
+starts: nothing else touches the state or the Syncer meanwhile (the plan ahead's thread only
+its own plan, and the snapshots it is handed, which do not change).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from nlproxy.cluster.model import Invalid, Skip, Upsert
 from nlproxy.cluster.state import ClusterState
 from nlproxy.sync.syncer import Syncer
 
+END_AFTER = "EndpointSlice"
+"""The kind whose complete initial list ends the plan ahead's following of the pages (the
+Services are listed by then, or the plan ahead has not started)."""
 PLAN_AFTER = "Service"
 """The kind whose complete initial list starts the plan ahead. A Service's slices usually
 follow it (the two are listed side by side and slices are the larger list): planned earlier,
@@ -44,20 +48,26 @@ class Preload:
 
     def page(self, changes: Sequence[Upsert | Skip | Invalid]) -> None:
         changed = self.state.preload(changes)
-        if changed:
-            self.syncer.records.warm(self.state.snapshot(), changed)
+        if not changed:
+            return
+        snapshot = self.state.snapshot()
+        self.syncer.records.warm(snapshot, changed)
+        if self.thread is not None:  # planned ahead: the plan follows the pages
+            self.syncer.ahead.update(snapshot, changed)
 
     def listed(self, kind: str) -> None:
+        if kind == END_AFTER:
+            self.syncer.ahead.end()  # the last kind of the lists that holds services
         if kind != PLAN_AFTER or self.thread is not None:
             return
         syncer, snapshot = self.syncer, self.state.snapshot()
         syncer.ahead.starting()  # before the thread starts: no sync slips in before it
 
-        def make() -> None:
-            syncer.ahead.make(
+        def run() -> None:
+            syncer.ahead.run(
                 snapshot, syncer.config, syncer.kernel.readback, syncer.log, fresh=syncer.fresh
             )
 
         # A daemon thread: a stop does not wait for it.
-        self.thread = threading.Thread(target=make, name="nlproxy-plan-ahead", daemon=True)
+        self.thread = threading.Thread(target=run, name="nlproxy-plan-ahead", daemon=True)
         self.thread.start()

@@ -30,6 +30,7 @@ from nlproxy.nft.render import render_ruleset
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.budget import SYNC_QUOTA
 from nlproxy.proxy.config import ProxyConfig
+from nlproxy.sync import ahead as ahead_module
 from nlproxy.sync import syncer as syncer_module
 from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.preload import Preload
@@ -237,11 +238,15 @@ def both_synced(
         pre.page(page)
     pre.listed("Service")
     assert pre.thread is not None
-    pre.thread.join(60)
-    assert syncer.ahead._plan is not None  # made, not taken yet
-    for page in pages(late, 3):
+    for page in pages(late, 3):  # followed by the plan ahead
         pre.page(page)
-    changed = state.apply(lists(services, early + late))
+    pre.listed("EndpointSlice")
+    pre.thread.join(60)
+    assert not pre.thread.is_alive()
+    assert syncer.ahead._plan is not None  # made, not taken yet
+    moved = {c.ref.name for c in late}
+    final = [c for c in early if c.ref.name not in moved] + late  # each slice once, as listed
+    changed = state.apply(lists(services, final))
     result = syncer.sync(state.snapshot(), changed=changed)
 
     alone = ClusterState(NODE)
@@ -251,7 +256,7 @@ def both_synced(
         SyncKernel(tables=cold_nft.open, readback=cold_nft, flows=FakeConntrack()),
         quota=quota,
     )
-    changed = alone.apply(lists(services, early + late))
+    changed = alone.apply(lists(services, final))
     cold.sync(alone.snapshot(), changed=changed)
     assert syncer.records.digest == cold.records.digest
     ours = (render(nft.dump(Family.IP)), render(nft.dump(Family.IP6)))
@@ -262,14 +267,19 @@ def both_synced(
 def test_a_plan_made_ahead_and_updated_programs_what_a_plan_after_the_lists_programs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    updated: list[set[ServiceKey] | None] = []
-    real_update = syncer_module.plan_update
+    updated: list[tuple[str, set[ServiceKey] | None]] = []
 
-    def plan_update(last: Any, snapshot: Any, config: Any, changed: Any) -> Any:
-        updated.append(None if changed is None else set(changed))
-        return real_update(last, snapshot, config, changed)
+    def recording(where: str, module: Any) -> None:
+        real_update = module.plan_update
 
-    monkeypatch.setattr(syncer_module, "plan_update", plan_update)
+        def plan_update(last: Any, snapshot: Any, config: Any, changed: Any) -> Any:
+            updated.append((where, None if changed is None else set(changed)))
+            return real_update(last, snapshot, config, changed)
+
+        monkeypatch.setattr(module, "plan_update", plan_update)
+
+    recording("ahead", ahead_module)
+    recording("sync", syncer_module)
     services = [svc(i) for i in range(9)]
     early = [eps(i) for i in range(6)]
     late = [eps(i, ip=f"10.2.0.{i + 1}") for i in range(4, 9)]  # s4, s5 moved; s6-s8 new
@@ -279,7 +289,12 @@ def test_a_plan_made_ahead_and_updated_programs_what_a_plan_after_the_lists_prog
     ]
     ours, theirs, syncer, result = both_synced(services, early, late)
     assert ours == theirs
-    assert updated == [{key(i) for i in range(4, 9)}]  # only what came after the plan ahead
+    # The pages after the plan ahead, as they came; the first sync: nothing left.
+    assert updated == [
+        ("ahead", {key(6), key(7), key(8)}),
+        ("ahead", {key(4), key(5)}),
+        ("sync", set()),
+    ]
     assert result.narrowed is None  # every service is new to the kernel: none left unreported
     assert syncer.ahead.take() is None  # taken once, by the first sync
 
@@ -311,7 +326,8 @@ def both_synced_without_budget(services: list[Listed], slices: list[Listed]) -> 
 
 def make_ahead(syncer: Syncer, snapshot: ClusterSnapshot) -> bool:
     syncer.ahead.starting()
-    return syncer.ahead.make(
+    syncer.ahead.end()
+    return syncer.ahead.run(
         snapshot, syncer.config, syncer.kernel.readback, syncer.log, fresh=syncer.fresh
     )
 
@@ -350,9 +366,67 @@ def test_the_first_sync_waits_for_a_plan_ahead_in_progress() -> None:
     sync.join(0.2)
     assert sync.is_alive()
     assert not done  # held until the plan ahead ends
-    assert syncer.ahead.make(
+    syncer.ahead.end()
+    assert syncer.ahead.run(
         state.snapshot(), syncer.config, syncer.kernel.readback, syncer.log, fresh=True
     )
     sync.join(60)
     assert done
     assert render(nft.dump(Family.IP)) == both_synced_without_budget(services, slices)
+
+
+def test_slices_listed_before_the_services_end_the_plan_ahead_once_it_is_made() -> None:
+    services, slices = [svc(i) for i in range(4)], [eps(i) for i in range(4)]
+    state = ClusterState(NODE)
+    syncer = syncer_on(FakeNftables(n.TABLE))
+    pre = Preload(state, syncer)
+    for page in [[the_node()], *pages(slices, 2), *pages(services, 2)]:
+        pre.page(page)
+    pre.listed("EndpointSlice")  # the slices' list ended first
+    pre.listed("Service")
+    assert pre.thread is not None
+    pre.thread.join(60)
+    assert not pre.thread.is_alive()  # planned, and nothing more to follow
+    planned = syncer.ahead.take()
+    assert planned is not None
+    assert set(planned.fragments[Family.IP]) == {key(i) for i in range(4)}
+
+
+def test_pages_after_a_plan_ahead_that_did_not_plan_are_not_kept() -> None:
+    services, slices = [svc(i) for i in range(3)], [eps(i) for i in range(3)]
+    first = ClusterState(NODE)
+    first.apply(lists(services, slices))
+    nft = FakeNftables(n.TABLE)
+    syncer_on(nft).sync(first.snapshot(), changed=None)  # a restart: the tables hold records
+    state = ClusterState(NODE)
+    syncer = syncer_on(nft)
+    pre = Preload(state, syncer)
+    pre.page([the_node(), *services])
+    pre.listed("Service")
+    assert pre.thread is not None
+    pre.thread.join(60)
+    assert not pre.thread.is_alive()
+    pre.page(slices)
+    pre.listed("EndpointSlice")
+    assert syncer.ahead._updates.empty()
+    assert syncer.ahead.take() is None
+
+
+def test_a_plan_ahead_that_fails_leaves_no_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    services, slices = [svc(i) for i in range(3)], [eps(i) for i in range(3)]
+    state = ClusterState(NODE)
+    state.preload([the_node(), *services, *slices[:2]])
+    syncer = syncer_on(FakeNftables(n.TABLE))
+
+    def broken(*args: object) -> object:
+        raise ValueError("a bug in the update")
+
+    monkeypatch.setattr(ahead_module, "plan_update", broken)
+    syncer.ahead.starting()
+    syncer.ahead.update(state.snapshot(), {key(2)})
+    syncer.ahead.end()
+    with pytest.raises(ValueError, match="a bug"):
+        syncer.ahead.run(
+            state.snapshot(), syncer.config, syncer.kernel.readback, syncer.log, fresh=True
+        )
+    assert syncer.ahead.take() is None  # the first sync plans afresh
