@@ -107,3 +107,32 @@ async def test_relists_are_not_handed_over(
     seen = await feed.until(lambda c: isinstance(c, Replace) and c.kind == "Service")
     assert "late" in {c.ref.name for c in feed.replaces(seen)[-1].changes}
     assert len(pages.pages) == before
+
+
+async def test_each_kind_is_told_listed_after_its_last_page_and_before_the_lists_go(
+    apiserver: ApiServer, api_client: Any, nursery: trio.Nursery
+) -> None:
+    populate(apiserver, services=7)
+    told: list[str] = []
+
+    def on_page(changes: Sequence[Upsert | Skip | Invalid]) -> None:
+        told.append(f"page {changes[0].ref.kind}")
+
+    def on_listed(kind: str) -> None:
+        trio.lowlevel.current_trio_token()  # on the event loop
+        told.append(f"listed {kind}")
+
+    feed, _ = await start_source(
+        nursery, api_client, page_size=3, on_page=on_page, on_listed=on_listed
+    )
+    assert feed.batches  # the lists went after every kind was told
+    for kind, pages in (("Service", 3), ("EndpointSlice", 3), ("Node", 1), ("ServiceCIDR", 1)):
+        mine = [t for t in told if t.endswith(f" {kind}")]
+        assert mine == [f"page {kind}"] * pages + [f"listed {kind}"]
+    await eventually(lambda: apiserver.watch_count("services") == 1)
+    with apiserver.store.cond:  # a relist tells nothing
+        apiserver.store.put("services", service("late", cluster_ip="10.96.1.9"))
+        apiserver.store.compact()
+    before = len(told)
+    await feed.until(lambda c: isinstance(c, Replace) and c.kind == "Service")
+    assert len(told) == before
