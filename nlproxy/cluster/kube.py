@@ -42,6 +42,7 @@ from nlproxy.cluster.kube_http import (
     KubeApiError,
     Listing,
     NotServed,
+    PageHook,
     RequestHook,
     Unreachable,
     WatchStream,
@@ -49,7 +50,7 @@ from nlproxy.cluster.kube_http import (
     list_kind,
 )
 from nlproxy.cluster.kube_link import ApiLink, Backoff, Unavailable
-from nlproxy.cluster.model import Change, Invalid, IPNetwork, Replace
+from nlproxy.cluster.model import Change, Invalid, IPNetwork, Replace, Skip, Upsert
 from nlproxy.cluster.ratelimit import TokenBucket
 from nlproxy.cluster.sections import HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL
 from nlproxy.errors import ConfigError
@@ -219,6 +220,12 @@ class KubeSource:
         proxy_name: serve only the Services labelled
             ``service.kubernetes.io/service-proxy-name`` with this name (``--service-proxy-name``,
             a canary beside kube-proxy); None: those without the label, as kube-proxy.
+        on_page: told of each page of the initial lists as soon as it is decoded, on the
+            event loop, before the lists are complete and sent (``ClusterState.preload``: the
+            state is built while the API server prepares the next pages, not after the last).
+            Relists do not call it: the sync loop runs then.
+        on_listed: told, on the event loop, of each kind whose initial list is complete
+            (its pages all handed to ``on_page``), before the lists are sent.
     """
 
     def __init__(
@@ -240,6 +247,8 @@ class KubeSource:
         unreachable: str = "",
         proxy_name: str | None = None,
         limit: TokenBucket | None = None,
+        on_page: PageHook | None = None,
+        on_listed: Callable[[str], object] | None = None,
     ) -> None:
         self._http = Http(api_client, on_request, limit)
         self.node_name = node_name
@@ -261,6 +270,8 @@ class KubeSource:
         self._refusal_grace = refusal_grace
         self._was_read: set[str] = set()
         self._refused_since: dict[str, float] = {}
+        self._on_page = on_page
+        self._on_listed = on_listed
 
     async def run(
         self,
@@ -313,7 +324,7 @@ class KubeSource:
         backoff = Backoff(*self._backoff)
         while True:
             try:
-                listing = await self._list(spec)
+                listing = await self._list(spec, initial=True)
             except (Forbidden, NotServed) as exc:
                 self._refused(spec, exc)
                 if spec.optional:  # absent for now: the watch loop keeps trying to list it
@@ -330,6 +341,8 @@ class KubeSource:
                 continue
             replaces[spec.kind] = Replace(kind=spec.kind, changes=listing.changes)
             versions[spec.kind] = listing.resource_version
+            if self._on_listed is not None:
+                self._on_listed(spec.kind)
             return
 
     async def _follow(
@@ -494,15 +507,25 @@ class KubeSource:
         self._log.warning(event, kind=spec.kind, error=str(exc), retry_in=round(delay, 3))
         await trio.sleep(delay)
 
-    async def _list(self, spec: KindSpec) -> Listing:
+    async def _list(self, spec: KindSpec, *, initial: bool = False) -> Listing:
+        """List ``spec`` in a worker thread; ``initial``: one of the lists before the first
+        ``Replace``, whose pages go to ``on_page`` as they come."""
         started = trio.current_time()
+        hook = self._on_page if initial else None
+        on_page: PageHook | None = None
+        if hook is not None:
+
+            def on_page(changes: Sequence[Upsert | Skip | Invalid]) -> None:
+                trio.from_thread.run_sync(hook, changes)  # on the event loop, one at a time
+
         # A list builds an object per Service, slice and endpoint (10k x 10: 150k), none of
         # them garbage; a collection of the young generation that the growth triggers walks
         # them all (a relist took up to 2.5 times as long at 10k x 10). Paused while any list
         # runs, if it ran before (the daemon pauses it itself for its cold start).
         with hotpath.collection_paused():
             listing = await trio.to_thread.run_sync(
-                list_kind, self._http, spec, self.page_size, abandon_on_cancel=True
+                partial(list_kind, self._http, spec, self.page_size, on_page=on_page),
+                abandon_on_cancel=True,
             )
         self.link.answered()
         self._readable(spec, "list")

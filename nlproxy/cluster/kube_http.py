@@ -275,10 +275,24 @@ class Listing:
     pages: int
 
 
-def list_kind(http: Http, spec: KindSpec, page_size: int, *, ahead: bool = False) -> Listing:
+PageHook = Callable[[Sequence[Upsert | Skip | Invalid]], object]
+"""Told of each page's changes as soon as the page is decoded (``list_kind``'s ``on_page``)."""
+
+
+def list_kind(
+    http: Http,
+    spec: KindSpec,
+    page_size: int,
+    *,
+    ahead: bool = False,
+    on_page: PageHook | None = None,
+) -> Listing:
     """List every object of ``spec`` in pages of ``page_size`` (a consistent snapshot).
 
-    Each page is decoded as it arrives. With ``ahead``, the next page is requested (in a second
+    Each page is decoded as it arrives, and handed to ``on_page`` (in this thread) before the
+    next one is asked for: work on the objects can then be done while the list goes on. A
+    list restarted from its first page hands its pages again; the ``Listing`` returned holds
+    the complete list only. With ``ahead``, the next page is requested (in a second
     thread) as soon as a page's ``continue`` token is known, so the server prepares it while
     this page is decoded. Not the default: against the in-repo API server in another process
     on this 2-CPU machine it gained nothing (10k Services and slices: 1.02x and 1.00x the time
@@ -292,12 +306,14 @@ def list_kind(http: Http, spec: KindSpec, page_size: int, *, ahead: bool = False
     """
     while True:
         try:
-            return _list_pages(http, spec, page_size, ahead=ahead)
+            return _list_pages(http, spec, page_size, ahead=ahead, on_page=on_page)
         except Gone:
             continue
 
 
-def _list_pages(http: Http, spec: KindSpec, page_size: int, *, ahead: bool) -> Listing:
+def _list_pages(
+    http: Http, spec: KindSpec, page_size: int, *, ahead: bool, on_page: PageHook | None
+) -> Listing:
     def fetch(cont: str) -> _Page:
         params = [*spec.params(), ("limit", str(page_size))]
         if cont:
@@ -324,9 +340,11 @@ def _list_pages(http: Http, spec: KindSpec, page_size: int, *, ahead: bool) -> L
             pages += 1
             cont = page.metadata.continue_
             following = pool.submit(fetch, cont) if cont and pool is not None else None
-            changes.extend(
-                typed.change(item, spec.kind, spec.proxy_name) for item in page.items or ()
-            )
+            decoded = [typed.change(item, spec.kind, spec.proxy_name) for item in page.items or ()]
+            changes.extend(decoded)
+            if on_page is not None and decoded:
+                on_page(decoded)
+            del decoded
             if not cont:
                 return Listing(tuple(changes), page.metadata.resourceVersion, pages)
             page = following.result() if following is not None else fetch(cont)

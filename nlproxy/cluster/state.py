@@ -104,6 +104,7 @@ class ClusterState:
         self._snapshot: ClusterSnapshot | None = None
         self._services_view: Mapping[ServiceKey, Service] = MappingProxyType({})
         self._services_dirty = False
+        self._preloaded: set[ServiceKey] = set()  # taken by preload(), reported by apply()
 
     @property
     def node_name(self) -> str:
@@ -159,6 +160,27 @@ class ClusterState:
             return True
         return ObjectRef(kind="Service", namespace=key.namespace, name=key.name) in self._invalid
 
+    def preload(self, changes: Iterable[Upsert | Skip | Invalid]) -> set[ServiceKey]:
+        """Take a page of an initial list as it arrives, before the list is complete: the
+        objects are stored (claims settled, as :meth:`apply` does) so that the work is done
+        while the API server prepares the next page, not all at once after the last.
+
+        The list itself still comes as a ``Replace`` of every object it holds; applying it then
+        finds these objects stored (the same ones: compared by identity first) and only removes
+        what it does not list. The services preloaded are reported by that next
+        :meth:`apply`, as if it had changed them, so a sync and its accounting (pending
+        changes, programming latency) see them then, not before.
+
+        Returns:
+            The services whose inputs this page changed (for a caller that prepares work per
+            service, such as the restart digest).
+        """
+        earlier, self._preloaded = self._preloaded, set()
+        changed = self.apply(changes)
+        earlier |= changed
+        self._preloaded = earlier
+        return changed
+
     def apply(self, changes: Iterable[Change]) -> set[ServiceKey]:
         """Apply change events in order.
 
@@ -168,9 +190,12 @@ class ClusterState:
             to any ServiceCIDR marks every service; one to its labels, taints or deletion
             alone marks none (they decide only ``/healthz``'s ``nodeEligible``).
             A change of ``resourceVersion`` alone is not a change (the model does not hold
-            it: the new object equals the old one, which stays).
+            it: the new object equals the old one, which stays). Services :meth:`preload`
+            took since the last call are reported too.
         """
         changed: set[ServiceKey] = set()
+        if self._preloaded:
+            changed, self._preloaded = self._preloaded, set()
         everything = False
         for change in changes:
             if isinstance(change, Replace):
@@ -356,8 +381,10 @@ class ClusterState:
     def _store_service(self, obj: Service, changed: set[ServiceKey]) -> None:
         key = obj.key
         old = self._services.get(key)
-        if old is not None and old == obj:
-            return  # a relist's copy: the snapshot keeps the object it has (caches go by identity)
+        if old is not None and (old is obj or old == obj):
+            # A relist's copy, or the preloaded object itself: the snapshot keeps the object it
+            # has (caches go by identity).
+            return
         self._services[key] = obj
         self._services_touched.add(key)
         self._services_dirty = True
@@ -386,8 +413,8 @@ class ClusterState:
     def _store_slice(self, obj: EndpointSlice, changed: set[ServiceKey]) -> None:
         slice_id = (obj.namespace, obj.name)
         old = self._slices.get(slice_id)
-        if old is not None and old == obj:
-            return  # a relist's copy, as for Services
+        if old is not None and (old is obj or old == obj):
+            return  # a relist's copy, or the preloaded object itself, as for Services
         self._slices[slice_id] = obj
         self._snapshot = None
         if old is not None and old.service != obj.service:

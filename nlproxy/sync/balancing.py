@@ -32,6 +32,8 @@ from nlproxy.proxy.budget import Fallback, admit, choice, demand
 if TYPE_CHECKING:
     from structlog.typing import FilteringBoundLogger
 
+    from nlproxy.sync.restart import RestartRecords
+
 UNKNOWN_ANNOTATION = "unknown annotation"
 REASONS = (UNKNOWN_ANNOTATION, "service budget", "node budget")
 LOGGED = 10
@@ -251,6 +253,31 @@ class BalancingGuard:
             for key, (svc, slices, _, _) in self._demands.items()
             if key not in self.fallbacks and has_tables(svc)
         }
+
+    def seed(
+        self,
+        snapshot: ClusterSnapshot,
+        records: RestartRecords,
+        read_back: Callable[[], Iterable[Ruleset | None]],
+    ) -> bool:
+        """Before a first sync under a quota of tables: the round-robin and consistent-hash
+        tables a previous process built are kept, not rebuilt a quota at a time with random
+        choice meanwhile (clients would move at every restart).
+
+        The ``records`` vouch for the plan of ``snapshot`` with every table, or the tables are
+        read back (``read_back``, as the sync would) and the Services whose maps are there
+        count as built (:meth:`found`).
+
+        Returns whether the records vouch for the tables: then nothing is deferred, the
+        snapshot this sync plans is ``full`` (the same objects) and the digest taken here is
+        its digest. The digest is taken only when the tables carry records that could vouch
+        for some inputs (not at a first start).
+        """
+        full, _ = self.apply(snapshot, None, unlimited=True)
+        if records.matches(take=lambda: records.take_digest(full, None, exact=False)):
+            return True  # every table of ``full`` is programmed, and counts as built
+        self.found(read_back())
+        return False
 
     def found(self, tables: Iterable[Ruleset | None]) -> None:
         """:meth:`built`, the Services with tables being those whose round-robin or

@@ -59,6 +59,11 @@ class RestartRecords:
         self._all = False  # the next digest must look at every service
 
     @property
+    def enabled(self) -> bool:
+        """Whether records are kept (and so every table this Syncer committed to has one)."""
+        return self._fingerprint is not None
+
+    @property
     def digest(self) -> str | None:
         """The digest of the snapshot being synced (None: no records, or not known)."""
         return self._digest
@@ -100,6 +105,23 @@ class RestartRecords:
             return
         self._digest = fp.digest(snapshot, changed if exact and not self._all else None)
         self._all = False
+
+    def warm(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey]) -> None:
+        """Hash the objects of the services ``changed`` names, as ``snapshot`` holds them,
+        ahead of the sync that will digest them (a page of an initial list as it arrives): that
+        sync's :meth:`take_digest` then finds them hashed (``Fingerprint`` goes by identity)
+        and hashes only what changed since. Nothing is recorded or compared here.
+
+        Only the services that have both their Service and a slice are hashed: the two kinds
+        are listed apart, and hashing one half would only be done again when the other came
+        (what stays without either is hashed by the sync)."""
+        fp = self._fingerprint
+        if fp is None:
+            return
+        services, slices = snapshot.services, snapshot.slices
+        whole = {key for key in changed if key in services and key in slices}
+        if whole:
+            fp.digest(snapshot, whole)
 
     def withhold(self) -> None:
         """This sync's tables are not the plan of its snapshot (``keep.py`` keeps objects of

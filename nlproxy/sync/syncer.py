@@ -45,6 +45,7 @@ from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.layout import flow_frontends, udp_only
 from nlproxy.proxy.planner import Plan, plan, plan_slot_token
+from nlproxy.sync.ahead import PlanAhead
 from nlproxy.sync.balancing import BalancingGuard
 from nlproxy.sync.batches import Batches
 from nlproxy.sync.cleanup import FlowCleanup, udp_part
@@ -127,6 +128,7 @@ class Syncer:
         self._merged: Mapping[Family, Ruleset] | None = None
         self._kept_logged: list[str] = []
         self._replan = False  # the configuration changed: the next sync looks at everything
+        self.ahead = PlanAhead()  # a cold start's plan made ahead of its first sync
 
     def reconfigure(self, config: ProxyConfig) -> bool:
         """Plan with ``config`` from the next sync on (a changed ``--config`` file applied in
@@ -238,6 +240,16 @@ class Syncer:
         return None if planned is None else planned.rulesets
 
     @property
+    def fresh(self) -> bool:
+        """Nothing synced, read back or planned yet, and records kept (``ahead.py``)."""
+        return (
+            not self._seeded
+            and self._last_plan is None
+            and self.incremental
+            and (self.records.enabled)
+        )
+
+    @property
     def failed_family(self) -> Family | None:
         """The family whose batch the kernel rejected last (None: the last commit passed)."""
         failed = self.batches.failed
@@ -304,6 +316,9 @@ class Syncer:
             KernelError: the kernel rejected the transaction and no service could be blamed
                 (nothing of that family's batch was applied).
         """
+        ahead = self.ahead.take()  # a plan made ahead of this first sync (waits for it)
+        if ahead is not None:
+            self._last_plan = ahead
         # A relist reports every Service changed when this Node changed at all: planned are the
         # Node as planning reads it, and only the services whose objects are not the last
         # plan's (``relist.py``).
@@ -318,14 +333,15 @@ class Syncer:
             self._in_step = False
             self.records.look_at_all()
         told = changed
-        changed = found = narrowed(
-            changed, self._last_plan if self.incremental else None, snapshot, self.config
-        )
+        last = self._last_plan if self.incremental and ahead is None else None
+        changed = found = narrowed(changed, last, snapshot, self.config)
         with collection_paused():  # a collection would walk the whole cached plan
             vouched = False
             if not self._seeded and self.balancing.quota is not None:
-                vouched = self._seed_balanced(snapshot)
+                vouched = self.balancing.seed(snapshot, self.records, self._read_back_all)
             snapshot, changed = self.balancing.apply(snapshot, changed)
+            if ahead is not None:  # narrowed as the budget leaves it; none reported unchanged
+                changed = narrowed(changed, ahead, snapshot, self.config)
             with self.verifier.changing():
                 result = self._sync_isolating(snapshot, changed, vouched=vouched)
                 if found is not told and found is not None:
@@ -339,26 +355,10 @@ class Syncer:
                     result.conntrack_deleted += self.cleanup.sweep(self._programmed, snapshot)
                 return result
 
-    def _seed_balanced(self, snapshot: ClusterSnapshot) -> bool:
-        """Before a first sync under a quota of tables: the round-robin and consistent-hash
-        tables a previous process built are kept, not rebuilt a quota at a time with random
-        choice meanwhile (clients would move at every restart).
-
-        The records vouch for the plan of ``snapshot`` with every table, or the tables are read
-        back (as the sync would) and the Services whose maps are there count as built
-        (``BalancingGuard.found``).
-
-        Returns whether the records vouch for the tables: then nothing is deferred, the
-        snapshot this sync plans is ``full`` (the same objects) and the digest taken here is
-        its digest. The digest is taken only when the tables carry records that could vouch
-        for some inputs (not at a first start).
-        """
-        full, _ = self.balancing.apply(snapshot, None, unlimited=True)
-        if self.records.matches(take=lambda: self.records.take_digest(full, None, exact=False)):
-            return True  # every table of ``full`` is programmed, and counts as built
+    def _read_back_all(self) -> list[Ruleset | None]:
+        """The tables as the kernel holds them now (``verify``)."""
         self.verify()
-        self.balancing.found(self._programmed.values())
-        return False
+        return list(self._programmed.values())
 
     def _sync_isolating(
         self, snapshot: ClusterSnapshot, changed: Set[ServiceKey] | None, *, vouched: bool
@@ -414,7 +414,7 @@ class Syncer:
     ) -> SyncResult:
         """One try of :meth:`sync`; ``changing``: the Services whose affinity clients a commit
         may orphan (None: any); ``vouched``: a first sync whose snapshot's digest the records
-        carry (``_seed_balanced``): not taken or checked again."""
+        carry (``BalancingGuard.seed``): not taken or checked again."""
         self.settle()  # the plan is updated in place below, the cache by its own operations
         # Services left out (or let back in by retry_all) differ from the input without
         # being among its changes: then every service is looked at.
