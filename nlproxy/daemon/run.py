@@ -289,10 +289,14 @@ class Daemon:
         from nlproxy.cluster.kube import KubeSource, api_client_from_config
         from nlproxy.cluster.ratelimit import TokenBucket
         from nlproxy.config.api_source import api_source
+        from nlproxy.sync.preload import Preload
 
         at = api_source(self.cfg)
         client = api_client_from_config(at.kubeconfig, server=at.api_server)
         fallback = at.fallback
+        # The initial lists' pages go into the state as they land, and the state is planned
+        # ahead once the Services are listed (a cold start only): the first sync is its commit.
+        preload = Preload(self.loop.state, self.syncer)
         return KubeSource(
             client,
             node_name=self.cfg.node_name,
@@ -303,6 +307,8 @@ class Daemon:
             unreachable=in_cluster.unreachable(in_cluster.server()) if fallback else "",
             proxy_name=self.settings.service_proxy_name,
             limit=TokenBucket(self.cfg.kube_api_qps, self.cfg.kube_api_burst),
+            on_page=preload.page,
+            on_listed=preload.listed,
         )
 
     def _api_down(self, reason: str | None) -> None:
