@@ -229,6 +229,8 @@ def main(
         return func(args)
     except BaseException as exc:  # noqa: BLE001 - every ending is turned into one line here
         return _ending(exc, args)
+    finally:
+        log.undefer()
 
 
 def _ending(exc: BaseException, args: argparse.Namespace) -> int:

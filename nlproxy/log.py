@@ -81,6 +81,13 @@ def defer(*, level: str = "info", fmt: str = "auto") -> None:
     _deferred.update(level=level, fmt=fmt)
 
 
+def undefer() -> None:
+    """Forget what :func:`defer` kept: a command's set-up does not outlive the command (a
+    program that called it in-process makes its own loggers afterwards, or a test its own
+    capture, which a late set-up would replace)."""
+    _deferred.clear()
+
+
 _own: dict[str, object] = {}
 """What :func:`configure` set up (processors, level filter), for :func:`warn`."""
 

@@ -110,3 +110,22 @@ def test_deferred_logging_is_set_up_as_asked_by_the_first_logger(
     assert [(r["event"], r["component"], r["level"]) for r in lines] == [
         ("conntrack.slow", "conntrack", "warning")
     ]
+
+
+def test_a_commands_deferred_set_up_ends_with_the_command(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``cli.main`` called in-process for a command that logs nothing leaves no set-up behind:
+    a logger made afterwards (here, inside a test's capture) is not reconfigured by it."""
+    import structlog
+    from structlog.testing import capture_logs
+
+    from nlproxy.cli import main
+
+    structlog.reset_defaults()
+    assert main(["version"]) == 0
+    capsys.readouterr()
+    with capture_logs() as logs:
+        get_logger("kube-source").warning("source.kind_unavailable", kind="ServiceCIDR")
+    assert [(e["event"], e["kind"]) for e in logs] == [("source.kind_unavailable", "ServiceCIDR")]
+    assert capsys.readouterr().err == ""
