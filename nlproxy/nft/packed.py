@@ -63,7 +63,8 @@ def packable(s: SetLike) -> bool:
 class _Holders:
     """How many :class:`PackedElements` hold one shared dictionary. Counted under a lock: a
     holder may be dropped in another thread (a plan read by the daemon's other tasks) while
-    one is copied, and a lost count could let a holder write what another still reads."""
+    one is copied, and a lost count could let a holder write what another still reads. (A
+    store is copied and written by one thread at a time; only dropping is free-threaded.)"""
 
     __slots__ = ("_lock", "count")
 
@@ -80,6 +81,16 @@ class _Holders:
         with self._lock:
             self.count -= 1
             return self.count > 0
+
+    def leave_owning(self, shared: dict[bytes, bytes]) -> dict[bytes, bytes]:
+        """One holder fewer, and the dictionary it may write: ``shared`` itself if no other
+        holds it, else a copy, taken before the count drops (a holder that finds itself the
+        last one meanwhile writes to ``shared`` only once the copy is whole; a copy that fails
+        leaves the count as it was)."""
+        with self._lock:
+            mine = dict(shared) if self.count > 1 else shared
+            self.count -= 1
+            return mine
 
 
 class PackedElements(MutableMapping[tuple[Value, ...], Element]):
@@ -213,8 +224,7 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
         shares it."""
         holders = self._holders
         if holders is not None:
-            if holders.leave():
-                self._dict = dict(self._dict)
+            self._dict = holders.leave_owning(self._dict)
             self._holders = None
             self.raw = self._dict
         return self._dict
@@ -292,7 +302,7 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, PackedElements):
-            return self.raw == other.raw
+            return self._dict is other._dict or self.raw == other.raw
         return super().__eq__(other)
 
     __hash__ = None  # type: ignore[assignment]

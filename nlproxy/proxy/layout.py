@@ -640,7 +640,7 @@ def _gather_packed(
     changed = {
         held.key_of(key): pair for (map_name, key), pair in changes.items() if map_name == name
     }
-    raw, out = held.raw, PackedElements(held.set)
+    raw, gathered = held.raw, dict[bytes, bytes]()
     for front in fronts:
         first = held.key_of((*front, 0))
         if first is None:  # a frontend of the other family
@@ -657,9 +657,9 @@ def _gather_packed(
                 data = None if el is None else held.pack_data(el)
             if data is None:
                 break
-            out.own()[key] = data
+            gathered[key] = data
             index += 1
-    return out
+    return PackedElements(held.set, gathered)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from ipaddress import IPv4Address
 
 import pytest
 
+from nlproxy.nft import packed
 from nlproxy.nft.ir import DataType, Element, Family, Map, Ruleset
 from nlproxy.nft.packed import PackedElements
 from nlproxy.nft.reconcile import advance, diff, ops_for_delta
@@ -54,6 +55,25 @@ def test_a_write_to_either_leaves_the_other_as_it_was(writer: str) -> None:
     del written[(IPv4Address("10.0.0.1"), 0)]
     assert _values(kept) == before
     assert _values(written) == {(IPv4Address("10.0.0.2"), 1): (2,), key: (3,)}
+
+
+def test_a_copy_that_fails_leaves_the_sharing_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dictionary is copied before the holder lets go of it: had the count dropped first,
+    a failed copy would leave two holders that each believe the dictionary is theirs alone."""
+    original = _store(("10.0.0.1", 0, 1))
+    other = copy(original)
+
+    def no_memory(*_: object) -> dict[bytes, bytes]:
+        raise MemoryError
+
+    monkeypatch.setattr(packed, "dict", no_memory, raising=False)
+    with pytest.raises(MemoryError):
+        original.own()
+    monkeypatch.undo()
+    key = (IPv4Address("10.0.0.1"), 0)
+    other[key] = Element(set="m", key=key, value=(9,))
+    assert _values(original) == {key: (1,)}
+    assert _values(other) == {key: (9,)}
 
 
 def test_a_shared_dictionary_cannot_be_written_past_own() -> None:
