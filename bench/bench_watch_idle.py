@@ -1,25 +1,33 @@
 """The generation watch alone, idle: the CPU of a process that runs nothing but the watch, looked
-for from a thread (as shipped) and from the event loop (the earlier watch), side by side.
+for by the native shim's thread (``thread``, as shipped), from a Python thread (``pythread``,
+the watch before it) and from the event loop (``loop``, the first watch), side by side.
 
-For each round and mode (their order swapped every round), a child process enters trio, starts
+For each round and mode (their order rotated every round), a child process enters trio, starts
 the watch on a fresh namespace where nothing commits, and after a second of warm-up reads its
 own ``/proc/self/stat`` (user + system, all threads; whole ticks) and the threads'
 ``schedstat`` (the scheduler's exact runtime) over ``--seconds`` seconds of idling. The figures
 per mode are the CPU per minute by each; the host's load average and its ``NFNLGRP_NFTABLES``
 listeners are printed beside it (the machine may be shared).
 
-    .venv/bin/python bench/bench_watch_idle.py --seconds 60 --rounds 2
+    .venv/bin/python bench/bench_watch_idle.py --seconds 60 --rounds 3 --interval 0.5
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import trio
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -28,6 +36,7 @@ from bench.listeners import nftables_listeners  # noqa: E402
 from tests.netns import namespace  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
+MODES = ("loop", "pythread", "thread")
 
 
 def cpu_s() -> float:
@@ -48,10 +57,37 @@ def run_ns() -> float:
     return total / 1e9
 
 
+async def py_thread_run(
+    watch: Any,
+    on_moved: Callable[[int, int], None],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The watch before the shim's thread: a plain Python thread that looks every
+    ``watch.interval`` seconds and hands a move to the event loop."""
+    token = trio.lowlevel.current_trio_token()
+    send, recv = trio.open_memory_channel[tuple[int, int]](math.inf)
+    stop = threading.Event()
+
+    def poll() -> None:
+        with contextlib.suppress(trio.RunFinishedError):
+            while not stop.wait(watch.interval):
+                with contextlib.suppress(OSError):
+                    span = watch.look()
+                    if span is not None:
+                        token.run_sync_soon(send.send_nowait, span)
+
+    threading.Thread(target=poll, name="generation-watch", daemon=True).start()
+    task_status.started()
+    try:
+        async for after, upto in recv:
+            on_moved(after, upto)
+    finally:
+        stop.set()
+
+
 def child(mode: str, ns: str, seconds: float, interval: float) -> None:
     """Run the watch in ``mode`` for ``seconds`` and print its CPU as one JSON line."""
-    import trio
-
     from bench.watch_interval import loop_run
     from nlproxy.nft.monitor import GenerationWatch
 
@@ -61,6 +97,8 @@ def child(mode: str, ns: str, seconds: float, interval: float) -> None:
         async with trio.open_nursery() as nursery:
             if mode == "thread":
                 await nursery.start(watch.run, lambda a, b: moves.append((a, b)))
+            elif mode == "pythread":
+                await nursery.start(py_thread_run, watch, lambda a, b: moves.append((a, b)))
             else:
                 await nursery.start(loop_run, watch, lambda a, b: moves.append((a, b)))
             await trio.sleep(1.0)
@@ -97,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with namespace("wi") as ns:
         for r in range(args.rounds):
-            modes = ("loop", "thread") if r % 2 == 0 else ("thread", "loop")
+            modes = MODES[r % len(MODES) :] + MODES[: r % len(MODES)]
             for mode in modes:
                 out = subprocess.run(
                     [

@@ -46,7 +46,6 @@ struct nls_gw {
 	uint32_t seq;
 	uint32_t seen; /* the generation at the last look: every move up to it was reported */
 	uint64_t looks;
-	uint64_t sent; /* spans written to the pair */
 };
 
 static int gw_getgen_locked(struct nls_gw *gw, uint32_t *gen);
@@ -246,14 +245,10 @@ static void *gw_run(void *arg)
 		if (!pending)
 			continue;
 		if (send(gw->peer, span, sizeof(span), MSG_DONTWAIT | MSG_NOSIGNAL) ==
-		    (ssize_t)sizeof(span)) {
+		    (ssize_t)sizeof(span))
 			pending = 0;
-			pthread_mutex_lock(&gw->lock);
-			gw->sent++;
-			pthread_mutex_unlock(&gw->lock);
-		} else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+		else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 			break; /* Python's end is gone */
-		}
 	}
 	pthread_mutex_lock(&gw->lock);
 	if (gw->sock >= 0)
@@ -329,16 +324,6 @@ uint64_t nls_gw_looks(struct nls_gw *gw)
 	looks = gw->looks;
 	pthread_mutex_unlock(&gw->lock);
 	return looks;
-}
-
-uint64_t nls_gw_sent(struct nls_gw *gw)
-{
-	uint64_t sent;
-
-	pthread_mutex_lock(&gw->lock);
-	sent = gw->sent;
-	pthread_mutex_unlock(&gw->lock);
-	return sent;
 }
 
 /* Whether the watch's thread is still there (it ends soon after Python closes its end). */

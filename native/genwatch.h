@@ -13,7 +13,6 @@ int nls_gw_look(struct nls_gw *gw, uint32_t *after, uint32_t *upto);
 int nls_gw_start(struct nls_gw *gw, int peer, int interval_ms);
 uint32_t nls_gw_seen(struct nls_gw *gw);
 uint64_t nls_gw_looks(struct nls_gw *gw);
-uint64_t nls_gw_sent(struct nls_gw *gw);
 int nls_gw_running(struct nls_gw *gw);
 
 #endif

@@ -58,10 +58,11 @@ from nlproxy.nft.uapi import (
 POLL_SECONDS = 0.5
 """How often the generation watch asks for the generation: a foreign change is seen within half
 a second, read back and repaired within a second (a small table's; a read-back of 10k Services
-x 10 endpoints takes longer). The request itself is a few microseconds; what a look costs is
-the wake-up of a thread in a process that is otherwise asleep: on 2 CPUs at load 7-10, 70 us
-for the wake alone and 170-200 us with the look (``schedstat`` of the thread), so ~0.09 s a
-minute at four looks a second and ~0.02-0.025 at two (bench/RESULTS.md, "Idle CPU")."""
+x 10 endpoints takes longer). The request itself is a few microseconds hot; what a look costs
+is the wake-up of a thread on a host where it is always cold: 60 us of CPU for a wake-up of a
+C thread alone and 120-210 us with the look, 150-180 us a look in the idle daemon at 10k
+Services x 10 endpoints (the thread's ``schedstat``), ~0.02 s a minute at two looks a second
+(a Python thread's look cost 0.5-0.7 ms there: ``GenerationWatch``)."""
 
 _NAMES_TABLE = NFT_MSG_DELSETELEM
 """Messages NEWTABLE (0) .. DELSETELEM name the table of the object they are about, in the
