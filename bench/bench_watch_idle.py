@@ -10,6 +10,15 @@ per mode are the CPU per minute by each; the host's load average and its ``NFNLG
 listeners are printed beside it (the machine may be shared).
 
     .venv/bin/python bench/bench_watch_idle.py --seconds 60 --rounds 3 --interval 0.5
+
+``--daemon``: instead, the whole idle daemon, this checkout's and ``--base DIR``'s alternately
+(``bench_api_path.py``'s daemon on the in-repo API server, ``--services`` x ``--endpoints``):
+10 s after its first sync, the ``schedstat`` of each of its threads over ``--seconds`` seconds,
+split into the event loop's (main) thread, the watch's (the thread that woke at least once per
+look) and the others. ``bench_api_path.py``'s idle figures come from ``/proc/PID/stat``, whole
+ticks (0.005 s/min over 120 s); these are exact.
+
+    .venv/bin/python bench/bench_watch_idle.py --daemon --base ../wt-base --seconds 60
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -32,7 +42,10 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import gen  # noqa: E402
+from bench.bench_daemon import free_port  # noqa: E402
 from bench.listeners import nftables_listeners  # noqa: E402
+from nlproxy.nft.monitor import POLL_SECONDS  # noqa: E402
 from tests.netns import namespace  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -123,13 +136,98 @@ def child(mode: str, ns: str, seconds: float, interval: float) -> None:
     trio.run(main)
 
 
+def thread_runtimes(pid: int) -> dict[str, tuple[int, int]]:
+    """Each thread of ``pid``: (runtime ns, wake-ups), from its ``schedstat``."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+            run, _, wakes = f.read().split()[:3]
+            out[tid] = (int(run), int(wakes))
+    return out
+
+
+def daemon_idle(tree: Path, kubeconfig: Path, seconds: float, interval: float) -> dict[str, Any]:
+    """The idle daemon of ``tree``: CPU per minute of its threads, by kind."""
+    from bench import bench_api_path as api_path
+
+    with api_path.pods_ns() as ns:
+        child = api_path.Child(
+            tree,
+            [
+                "--netns", ns, "run", "--kubeconfig", str(kubeconfig),
+                "--node-name", gen.NODE_NAME, "--cluster-cidr", str(gen.CLUSTER_CIDR),
+                "--service-cidr", str(gen.SERVICE_CIDR),
+                "--healthz-bind-address", f"127.0.0.1:{free_port()}",
+                "--metrics-bind-address", f"127.0.0.1:{free_port()}",
+            ],
+        )  # fmt: skip
+        try:
+            child.first("sync.applied", 300)
+            time.sleep(10)
+            pid = child.proc.pid
+            load = [round(x, 2) for x in os.getloadavg()]
+            before, t0 = thread_runtimes(pid), time.monotonic()
+            time.sleep(seconds)
+            after, t1 = thread_runtimes(pid), time.monotonic()
+        finally:
+            child.stop()
+    per_min = 60 / (t1 - t0)
+    kinds = {"loop": 0.0, "watch": 0.0, "other": 0.0}
+    for tid, (run, wakes) in after.items():
+        run0, wakes0 = before.get(tid, (0, 0))
+        if tid == str(pid):
+            kind = "loop"
+        elif wakes - wakes0 >= 0.9 * (t1 - t0) / interval:
+            kind = "watch"
+        else:
+            kind = "other"  # threads that ended within the window are not counted
+        kinds[kind] += (run - run0) / 1e9 * per_min
+    return {
+        "idle_s": round(t1 - t0, 1),
+        "cpu_s_per_min": round(sum(kinds.values()), 4),
+        **{f"{k}_s_per_min": round(v, 4) for k, v in kinds.items()},
+        "loadavg_1_5_15": load,
+    }
+
+
+def daemons(args: argparse.Namespace) -> None:
+    from bench import bench_api_path as api_path
+    from tests.kube.apiserver import ApiServer
+    from tests.kube.conftest import TOKEN, write_kubeconfig
+
+    trees = [("head", ROOT)] + ([("base", args.base.resolve())] if args.base else [])
+    cluster = gen.Cluster(services=args.services, endpoints=args.endpoints)
+    api = ApiServer(token=TOKEN)
+    api.start()
+    try:
+        api_path.populate(api, cluster)
+        with tempfile.TemporaryDirectory(prefix="nlpwi-") as tmp:
+            kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", api)
+            for r in range(args.rounds):
+                for name, tree in trees if r % 2 == 0 else trees[::-1]:
+                    fig = daemon_idle(tree, kubeconfig, args.seconds, POLL_SECONDS)
+                    rec = {"bench": "watch_idle_daemon", "tree": name, "round": r,
+                           "services": args.services, "endpoints": args.endpoints,
+                           **fig, "nftables_listeners": nftables_listeners()}  # fmt: skip
+                    print(json.dumps(rec), flush=True)
+    finally:
+        api.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--interval", type=float, default=0.25, help="seconds between looks")
     p.add_argument("--child", nargs=2, metavar=("MODE", "NS"), help=argparse.SUPPRESS)
+    p.add_argument("--daemon", action="store_true", help="the whole idle daemon instead")
+    p.add_argument("--base", type=Path, help="--daemon: another checkout (its .venv built)")
+    p.add_argument("--services", type=int, default=10_000)
+    p.add_argument("--endpoints", type=int, default=10)
     args = p.parse_args(argv)
+    if args.daemon:
+        daemons(args)
+        return 0
     if args.child:
         child(args.child[0], args.child[1], args.seconds, args.interval)
         return 0
