@@ -2,8 +2,8 @@
 
 Declarations come from every ``*.cdef`` file beside this script (sorted by name), so each part of
 the shim keeps its own. ``libnftnl.cdef`` is generated from Debian's libnftnl-dev headers by
-``gen_cdef.py``; ``nftshim.cdef`` declares the helpers in ``nftshim.c``, ``genwatch.cdef`` the generation
-watch's looks in ``genwatch.c`` (a thread of its own: ``-pthread``).
+``gen_cdef.py``; ``nftshim.cdef`` declares the helpers in ``nftshim.c``, ``genwatch.cdef`` the
+generation watch's looks in ``genwatch.c`` (a thread of its own: ``-pthread``).
 """
 
 from pathlib import Path
