@@ -122,6 +122,7 @@ def child(mode: str, ns: str, seconds: float, interval: float) -> None:
         print(
             json.dumps(
                 {
+                    "bench": "watch_idle",
                     "mode": mode,
                     "interval_s": interval,
                     "seconds": round(t1 - t0, 1),

@@ -60,8 +60,8 @@ POLL_SECONDS = 0.5
 a second, read back and repaired within a second (a small table's; a read-back of 10k Services
 x 10 endpoints takes longer). The request itself is a few microseconds hot; what a look costs
 is the wake-up of a thread on a host where it is always cold: 60 us of CPU for a wake-up of a
-C thread alone and 120-210 us with the look, 150-180 us a look in the idle daemon at 10k
-Services x 10 endpoints (the thread's ``schedstat``), ~0.02 s a minute at two looks a second
+C thread alone and 120-210 us with the look, 150-300 us a look in the idle daemon at 10k
+Services x 10 endpoints (the thread's ``schedstat``), 0.01-0.04 s a minute at two looks a second
 (a Python thread's look cost 0.5-0.7 ms there: ``GenerationWatch``)."""
 
 _NAMES_TABLE = NFT_MSG_DELSETELEM
