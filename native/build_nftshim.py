@@ -2,7 +2,8 @@
 
 Declarations come from every ``*.cdef`` file beside this script (sorted by name), so each part of
 the shim keeps its own. ``libnftnl.cdef`` is generated from Debian's libnftnl-dev headers by
-``gen_cdef.py``; ``nftshim.cdef`` declares the helpers in ``nftshim.c``.
+``gen_cdef.py``; ``nftshim.cdef`` declares the helpers in ``nftshim.c``, ``genwatch.cdef`` the
+generation watch's looks in ``genwatch.c`` (a thread of its own: ``-pthread``).
 """
 
 from pathlib import Path
@@ -33,11 +34,18 @@ ffibuilder = FFI()
 ffibuilder.cdef("\n".join(p.read_text() for p in sorted(HERE.glob("*.cdef"))))
 ffibuilder.set_source(
     "nlproxy._nftshim",
-    '#include "nftshim.h"\n',
-    sources=[str(REL / "nftshim.c")],
+    '#include "nftshim.h"\n#include "genwatch.h"\n',
+    sources=[str(REL / "nftshim.c"), str(REL / "genwatch.c")],
     include_dirs=[str(REL)],
     libraries=["nftnl", "mnl"],
-    extra_compile_args=["-O2", "-Wall", "-Wno-deprecated-declarations", _version_define()],
+    extra_compile_args=[
+        "-O2",
+        "-Wall",
+        "-Wno-deprecated-declarations",
+        "-pthread",
+        _version_define(),
+    ],
+    extra_link_args=["-pthread"],
 )
 
 if __name__ == "__main__":

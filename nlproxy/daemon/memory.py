@@ -1,7 +1,8 @@
 """How the process's C allocator hands memory back to the system.
 
 The daemon calls :func:`tune_allocator` once at start-up, before any worker thread exists, and
-hands :func:`release` to its sync loop, which calls it after full syncs and every few seconds.
+hands :func:`release` to its sync loop, which calls it after full syncs and some seconds after
+other work (not on an idle node: ``sync/loop.py``'s ``RELEASE_INTERVAL``).
 Python keeps small objects in its own arenas; everything larger (the tables of the plan's
 dictionaries with 100k elements, the lists of a sync's operations, netlink and HTTP buffers)
 comes from glibc's malloc, whose defaults suit short programs, not a daemon that builds and

@@ -25,21 +25,18 @@ unseen: :meth:`NftMonitor.saw_every_commit` lets the periodic verify skip its re
 
 from __future__ import annotations
 
-import contextlib
-import math
+import errno
 import os
 import socket
 import struct
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 import trio
 
 from nlproxy.errors import NlproxyError
 from nlproxy.netlink.codec import (
-    NLM_F_REQUEST,
-    NLMSG_ERROR,
     be32,
     nfnl_attributes,
     parse_messages,
@@ -51,7 +48,6 @@ from nlproxy.nft.uapi import (
     NFNL_SUBSYS_NFTABLES,
     NFNLGRP_NFTABLES,
     NFT_MSG_DELSETELEM,
-    NFT_MSG_GETGEN,
     NFT_MSG_NEWGEN,
     NFTA_GEN_ID,
     NFTA_GEN_PROC_NAME,
@@ -62,10 +58,11 @@ from nlproxy.nft.uapi import (
 POLL_SECONDS = 0.5
 """How often the generation watch asks for the generation: a foreign change is seen within half
 a second, read back and repaired within a second (a small table's; a read-back of 10k Services
-x 10 endpoints takes longer). The request itself is a few microseconds; what a look costs is
-the wake-up of a thread in a process that is otherwise asleep: on 2 CPUs at load 7-10, 70 us
-for the wake alone and 170-200 us with the look (``schedstat`` of the thread), so ~0.09 s a
-minute at four looks a second and ~0.02-0.025 at two (bench/RESULTS.md, "Idle CPU")."""
+x 10 endpoints takes longer). The request itself is a few microseconds hot; what a look costs
+is the wake-up of a thread on a host where it is always cold: 60 us of CPU for a wake-up of a
+C thread alone and 120-210 us with the look, 150-300 us a look in the idle daemon at 10k
+Services x 10 endpoints (the thread's ``schedstat``), 0.01-0.04 s a minute at two looks a second
+(a Python thread's look cost 0.5-0.7 ms there: ``GenerationWatch``)."""
 
 _NAMES_TABLE = NFT_MSG_DELSETELEM
 """Messages NEWTABLE (0) .. DELSETELEM name the table of the object they are about, in the
@@ -203,67 +200,66 @@ class GenerationWatch:
     nlproxy's commits or anyone else's. What the spans hold is for the caller to judge (its own
     commits' generations are known exactly; any other may have changed its tables).
 
-    The looks are made by a plain thread, which wakes the event loop only when the generation
-    moved: an idle node's watch costs its GETGEN requests and nothing of the event loop's
-    (a trio sleep and wake-up cost several times the ~15 us request, four times a second:
-    ``bench/bench_watch_idle.py``). Its socket is shared, under a lock, with :meth:`current`.
+    The periodic looks are made by a thread of the native shim's (``native/genwatch.c``) that
+    runs no Python: it sleeps in ``poll()`` between looks and writes to a socket pair, which the
+    event loop waits on, only when the generation moved. An idle node's watch costs its GETGEN
+    requests and nothing of the interpreter's: a Python thread's wake-up ran ~40 lines of
+    bytecode, cold in a large process (0.5-0.7 ms a look in the daemon at 10k Services x 10
+    endpoints against ~0.2 ms alone; ``bench/bench_watch_idle.py``). The socket and the last
+    generation seen are shared, under the shim's lock, with :meth:`look` and :meth:`current`:
+    a move one look took is not reported by another.
     """
 
     def __init__(self, *, netns_name: str | None = None, interval: float = POLL_SECONDS) -> None:
+        from nlproxy._nftshim import ffi, lib
+
         self.interval = interval
-        self._sock = NetfilterSocket(netns_name, bufsize=1 << 16)
-        self._lock = threading.Lock()
-        self._seq = 0
-        self._reply = bytearray(4096)
-        self._sock.sock.settimeout(10.0)
-        self.seen = self._generation()
+        sock = NetfilterSocket(netns_name, bufsize=1 << 16)
+        err = ffi.new("int *")
+        gw = lib.nls_gw_new(sock.sock.fileno(), err)
+        if gw == ffi.NULL:
+            sock.close()
+            _raise(err[0])
+        sock.sock.detach()  # the watch's now: closed by its thread, or when the watch goes
+        self._gw = ffi.gc(gw, lib.nls_gw_release)
+        self._lib, self._ffi = lib, ffi
+        self.wakes = 0
+        """Times :meth:`run` was woken by the thread (each for at least one move)."""
+
+    @property
+    def seen(self) -> int:
         """The generation at the last look: every move up to it has been reported."""
-        self.looks = 0
+        return int(self._lib.nls_gw_seen(self._gw))
+
+    @property
+    def looks(self) -> int:
         """Looks made so far (by :meth:`run`'s thread or :meth:`look`)."""
+        return int(self._lib.nls_gw_looks(self._gw))
 
-    def _generation(self) -> int:
-        """One GETGEN, asked and read with no object made but the answer: the request is
-        fixed but for its sequence number, and without NLM_F_ACK the kernel sends the
-        generation alone (``nft/dump.py``'s ``generation`` leaves an acknowledgement queued,
-        read at the next request).
-
-        Raises:
-            OSError: the kernel refused, or did not answer within 10 s.
-            ReadbackError: its answer holds no generation id.
-        """
-        self._seq = seq = (self._seq + 1) & 0xFFFFFFFF
-        sock = self._sock.sock
-        sock.send(_GETGEN_HEAD.pack(20, _GETGEN, NLM_F_REQUEST, seq, 0) + _NFGENMSG)
-        reply = self._reply
-        while True:
-            end = sock.recv_into(reply)
-            off = 0
-            while off + 16 <= end:
-                length, mtype, _, mseq, _ = _GETGEN_HEAD.unpack_from(reply, off)
-                if length < 16:
-                    break
-                if mseq == seq:
-                    if mtype == NLMSG_ERROR:
-                        err = -struct.unpack_from("=i", reply, off + 16)[0]
-                        raise OSError(err, os.strerror(err))
-                    if mtype == _NEWGEN:
-                        return _gen_id(reply, off + 20, off + length)
-                off += (length + 3) & ~3
+    @property
+    def running(self) -> bool:
+        """Whether :meth:`run`'s thread is there (it ends soon after the run returns, and closes
+        the socket: :meth:`look` and :meth:`current` raise OSError then)."""
+        return bool(self._lib.nls_gw_running(self._gw))
 
     def current(self) -> int:
-        """The kernel's generation now (one GETGEN); any thread may call it."""
-        with self._lock:
-            return self._generation()
+        """The kernel's generation now (one GETGEN); any thread may call it.
+
+        Raises:
+            OSError: the kernel refused, did not answer within 10 s, or the socket is closed.
+            ReadbackError: its answer holds no generation id.
+        """
+        out = self._ffi.new("uint32_t[2]")
+        _check(self._lib.nls_gw_generation(self._gw, out))
+        return int(out[0])
 
     def look(self) -> tuple[int, int] | None:
-        """The span the generation moved by since the last look (None: it did not)."""
-        with self._lock:
-            self.looks += 1
-            now = self._generation()
-            if now == self.seen:
-                return None
-            after, self.seen = self.seen, now
-            return after, now
+        """The span the generation moved by since the last look (None: it did not); raises as
+        :meth:`current`."""
+        out = self._ffi.new("uint32_t[2]")
+        if _check(self._lib.nls_gw_look(self._gw, out, out + 1)) == 0:
+            return None
+        return int(out[0]), int(out[1])
 
     async def run(
         self,
@@ -272,60 +268,51 @@ class GenerationWatch:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Call ``on_moved(after, upto)`` on the event loop for each move, looked for every
-        :attr:`interval` seconds in a thread of its own, until cancelled. A look that fails (the
+        :attr:`interval` seconds by the shim's thread, until cancelled. A look that fails (the
         kernel's answer unreadable) is tried at the next one: the generation it missed is still
-        there to see.
+        there to see. Once per watch.
 
-        Cancellation: returns at once; the thread ends at its next look's turn and closes the
-        socket (it is never waited for: a stop must not wait for a thread to get the GIL).
+        Cancellation: returns at once, closing the event loop's end of the pair; the thread
+        ends at its next ``poll()`` (at once: it is woken by the close) and closes the netlink
+        socket. Nothing waits for it.
         """
-        token = trio.lowlevel.current_trio_token()
-        send, recv = trio.open_memory_channel[tuple[int, int]](math.inf)
-        stop = threading.Event()
-
-        def deliver(span: tuple[int, int]) -> None:  # on the event loop
-            with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
-                send.send_nowait(span)
-
-        def poll() -> None:
-            try:
-                while not stop.wait(self.interval):
-                    try:
-                        span = self.look()
-                    except (ReadbackError, OSError):
-                        continue
-                    if span is not None:
-                        token.run_sync_soon(deliver, span)
-            except trio.RunFinishedError:
-                pass
-            finally:
-                with self._lock:
-                    self._sock.close()
-
-        threading.Thread(target=poll, name="generation-watch", daemon=True).start()
-        task_status.started()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            async with recv:
-                async for after, upto in recv:
-                    on_moved(after, upto)
+            interval_ms = max(1, round(self.interval * 1000))
+            rc = self._lib.nls_gw_start(self._gw, theirs.fileno(), interval_ms)
+            if rc == 0:
+                theirs.detach()  # the thread's, closed when it ends
+            else:
+                theirs.close()
+                _raise(rc)
+            mine.setblocking(False)
+            task_status.started()
+            while True:
+                await trio.lowlevel.wait_readable(mine)
+                self.wakes += 1
+                while True:
+                    try:
+                        span = mine.recv(_SPAN.size)
+                    except BlockingIOError:
+                        break
+                    if not span:  # the thread ended of itself (poll() failed)
+                        return
+                    on_moved(*_SPAN.unpack(span))
         finally:
-            stop.set()
-            send.close()
+            mine.close()
 
 
-_GETGEN_HEAD = struct.Struct("=IHHII")  # struct nlmsghdr
-_GETGEN = NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_GETGEN
-_NEWGEN = NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWGEN
-_NFGENMSG = bytes((socket.AF_UNSPEC, 0, 0, 0))  # struct nfgenmsg: family, version, res_id
+_SPAN = struct.Struct("=II")  # what the shim's thread writes: after, upto
 
 
-def _gen_id(buf: bytearray, off: int, end: int) -> int:
-    """NFTA_GEN_ID among the attributes in ``buf[off:end]``."""
-    while off + 4 <= end:
-        length, kind = struct.unpack_from("=HH", buf, off)
-        if length < 4:
-            break
-        if kind & 0x3FFF == NFTA_GEN_ID:
-            return int(struct.unpack_from(">I", buf, off + 4)[0])
-        off += (length + 3) & ~3
-    raise ReadbackError("generation", "the kernel sent no generation id")
+def _check(rc: int) -> int:
+    if rc < 0:
+        _raise(rc)
+    return rc
+
+
+def _raise(rc: int) -> NoReturn:
+    """The shim's negative errno as the exception :meth:`GenerationWatch.look` documents."""
+    if rc == -errno.ENODATA:
+        raise ReadbackError("generation", "the kernel sent no generation id")
+    raise OSError(-rc, os.strerror(-rc))

@@ -55,8 +55,10 @@ RACES_BEFORE_WAITING = 3
 stream of changes must not put a drift's repair off for ever."""
 
 RELEASE_INTERVAL = 10.0
-"""Seconds between handing free heap memory back (about a millisecond each time): what the
-inspector's passes and bursts of changes freed goes back; full syncs release at once."""
+"""Seconds from a change, sync or read-back to handing free heap memory back (about a
+millisecond each time, more with the wake-up): what the inspector's passes and bursts of changes
+freed goes back; full syncs release at once. An idle node's loop is not woken for it: with
+nothing done since the last release there is nothing new to hand back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +81,8 @@ class SyncLoop:
     """Runs syncs for ``state`` through ``syncer``; see the module docstring for the schedule.
 
     ``release_memory`` hands free heap memory back to the system; it is called after full
-    syncs and every ``RELEASE_INTERVAL`` (the daemon passes ``daemon/memory.py``'s ``release``
-    and tunes malloc for it at start-up).
+    syncs and ``RELEASE_INTERVAL`` after a change, sync or read-back (the daemon passes
+    ``daemon/memory.py``'s ``release`` and tunes malloc for it at start-up).
 
     ``quiet`` answers whether nothing can have changed the tables unseen since the last sync
     (the drift watch saw every transaction): the periodic verify then skips reading the
@@ -128,6 +130,7 @@ class SyncLoop:
         self.log = get_logger("sync")
         self.report = SyncReporter(state, health=health, metrics=metrics, log=self.log)
         self._wake = trio.Event()
+        self._since_release = trio.Event()  # a change, sync or read-back since the last release
         self._pending: set[ServiceKey] = set()
         self._dirty = True
         self._verify = False
@@ -223,6 +226,7 @@ class SyncLoop:
         self._dirty = True
         self.report.queued(changes)
         self._wake.set()
+        self._since_release.set()
 
     async def _receive(self, recv: trio.MemoryReceiveChannel[Sequence[Change]]) -> None:
         async with recv:
@@ -370,6 +374,7 @@ class SyncLoop:
 
     async def _verify_once(self) -> bool:
         """One read-back and comparison; False when a sync overlapped it (do it again)."""
+        self._since_release.set()
         version = self.syncer.version
         tables: dict[Family, Ruleset | None] = {}
         repairs: dict[Family, list[Operation]] = {}
@@ -408,6 +413,7 @@ class SyncLoop:
 
     async def _sync_once(self) -> tuple[bool, bool]:
         """One sync; returns (succeeded, was a full verify)."""
+        self._since_release.set()
         verify, self._verify = self._verify, False
         read_back, self._read_back = self._read_back, False
         self._dirty = False
@@ -543,5 +549,7 @@ class SyncLoop:
 
     async def _release_periodically(self, release: Callable[[], object]) -> None:
         while True:
+            await self._since_release.wait()
             await trio.sleep(RELEASE_INTERVAL)
+            self._since_release = trio.Event()  # what comes after this release: the next one
             release()

@@ -4,10 +4,14 @@ make the kernel build a message per committed element for every writer on the ho
 
 from __future__ import annotations
 
+import errno
+import gc
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
@@ -108,6 +112,7 @@ async def test_an_idle_watch_never_wakes_the_event_loop(
 
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
+            threads = set(threading.enumerate())
             await nursery.start(watch.run, on_moved)
             await trio.testing.wait_all_tasks_blocked()
             others = OtherSteps(trio.lowlevel.current_task())
@@ -118,8 +123,81 @@ async def test_an_idle_watch_never_wakes_the_event_loop(
                 await trio.sleep(0.05)
             trio.lowlevel.remove_instrument(others)
             assert others.steps == 0, "the event loop was woken for looks that found nothing"
+            # The looks are none of the interpreter's either: no Python thread makes them.
+            assert set(threading.enumerate()) <= threads
+            assert watch.wakes == 0
             first = watch.seen
             await trio.run_process(["ip", "netns", "exec", ns, "nft", "add", "table", "ip", "t"])
             await moved.wait()
             nursery.cancel_scope.cancel()
     assert spans == [(first, first + 1)]
+    assert watch.wakes == 1
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+async def test_a_stop_waits_for_no_look_and_leaves_no_descriptor(
+    make_netns: Callable[[str], str],
+) -> None:
+    """Cancelled while its thread sleeps for an hour, the run returns (the thread is woken by
+    the close of the loop's end, it is not waited for); the thread then ends of itself and
+    closes the netlink socket, and once the watch is dropped no descriptor is left."""
+    ns = make_netns("gs")
+    before = open_fds()
+    watch = GenerationWatch(netns_name=ns, interval=3600.0)
+    with trio.fail_after(60):  # a stop that waited for the next look would take an hour
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watch.run, lambda after, upto: None)
+            assert watch.running
+            nursery.cancel_scope.cancel()
+
+    def ended(w: GenerationWatch = watch) -> bool:
+        return not w.running
+
+    wait_until(ended, 30.0, "the watch's thread ended")
+    with pytest.raises(OSError, match="Bad file descriptor") as closed:
+        watch.look()
+    assert closed.value.errno == errno.EBADF
+    assert watch.looks == 1  # the failed look above: the thread made none
+    del watch, ended
+    gc.collect()
+    assert open_fds() == before
+
+
+async def test_a_look_takes_a_move_from_the_running_watch(
+    make_netns: Callable[[str], str],
+) -> None:
+    """A move that :meth:`look` took is not reported by the thread; the next one is."""
+    ns = make_netns("gl")
+    watch = GenerationWatch(netns_name=ns, interval=0.01)
+    spans: list[tuple[int, int]] = []
+    moved = trio.Event()
+
+    def on_moved(after: int, upto: int) -> None:
+        spans.append((after, upto))
+        moved.set()
+
+    first = watch.seen
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watch.run, on_moved)
+            # The thread and the look race for this move: exactly one of them reports it.
+            await trio.run_process(["ip", "netns", "exec", ns, "nft", "add", "table", "ip", "t"])
+            taken = watch.look()
+            looks = watch.looks
+            while watch.looks < looks + 5:  # noqa: ASYNC110
+                await trio.sleep(0.02)
+            await trio.testing.wait_all_tasks_blocked()
+            if taken is not None:
+                assert taken == (first, first + 1)
+                assert spans == []
+            else:
+                assert spans == [(first, first + 1)]
+            moved = trio.Event()
+            await trio.run_process(["ip", "netns", "exec", ns, "nft", "delete", "table", "ip", "t"])
+            await moved.wait()
+            nursery.cancel_scope.cancel()
+    assert spans[-1] == (first + 1, first + 2)
+    assert len(spans) == (1 if taken is not None else 2)

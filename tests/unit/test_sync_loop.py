@@ -645,12 +645,13 @@ async def test_a_stream_of_changes_cannot_put_a_drift_repair_off_for_ever(
 
 
 @pytest.mark.parametrize("full", [False, True], ids=["incremental", "full"])
-async def test_the_memory_release_handed_in_runs_after_full_syncs_and_every_interval(
+async def test_the_memory_release_handed_in_runs_after_full_syncs_and_after_work(
     autojump_clock: trio.testing.MockClock, full: bool
 ) -> None:
     """The daemon hands the loop its ``release`` (sync/ does not import daemon/): after a full
-    sync (a snapshot filter makes every sync one), not after an incremental one, and every
-    ``RELEASE_INTERVAL``."""
+    sync (a snapshot filter makes every sync one), not after an incremental one, and
+    ``RELEASE_INTERVAL`` after changes and syncs; an idle loop releases nothing (it is not
+    woken for it)."""
     releases: list[float] = []
     syncer = RecordingSyncer()
     loop = loop_for(
@@ -664,9 +665,14 @@ async def test_the_memory_release_handed_in_runs_after_full_syncs_and_every_inte
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run, recv)
         assert [c.changed for c in syncer.calls] == [None if full else {key("first")}]
-        await trio.sleep(RELEASE_INTERVAL * 2 + MIN)
+        await trio.sleep(RELEASE_INTERVAL * 3)
+        await send.send([svc("second")])
+        await trio.sleep(RELEASE_INTERVAL * 3)
         nursery.cancel_scope.cancel()
-    periodic = [RELEASE_INTERVAL, RELEASE_INTERVAL * 2]
-    assert [round(t - start, 3) for t in releases] == ([0.0] if full else []) + periodic
+    # Each change's sync follows it at once: one release RELEASE_INTERVAL later covers both;
+    # a full sync releases as it ends too. Nothing between 10 and 30 s: the loop was idle.
+    after_work = [RELEASE_INTERVAL, RELEASE_INTERVAL * 4]
+    at_full = [0.0, RELEASE_INTERVAL * 3] if full else []
+    assert [round(t - start, 1) for t in releases] == sorted(after_work + at_full)
     # A full sync's programmed state is settled once it is reported, off the next sync's path.
-    assert syncer.settled == (1 if full else 0)
+    assert syncer.settled == (2 if full else 0)  # one per full sync
