@@ -278,6 +278,7 @@ class SyncLoop:
                 finally:
                     self._syncing.set()
                     self._syncing = None
+                    self._since_release.set()  # what it freed, to go back at the next release
                 if self._resume_gc and self._planned:  # pausing was for the first plan
                     self._resume_gc = False
                     hotpath.resume_collection()
@@ -363,6 +364,7 @@ class SyncLoop:
                 await trio.sleep(self.retry_interval)
             else:
                 races = 0 if done else races + 1
+            self._since_release.set()  # what the read-back freed, as after a sync
             if races >= RACES_BEFORE_WAITING:
                 races = 0
                 self._read_back_due = False

@@ -676,3 +676,37 @@ async def test_the_memory_release_handed_in_runs_after_full_syncs_and_after_work
     assert [round(t - start, 1) for t in releases] == sorted(after_work + at_full)
     # A full sync's programmed state is settled once it is reported, off the next sync's path.
     assert syncer.settled == (2 if full else 0)  # one per full sync
+
+
+async def test_what_a_read_back_frees_goes_back_after_it_ends(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-back that is still running when the release after the work before it comes: what
+    it frees goes back ``RELEASE_INTERVAL`` after it ends, not at the next work (an idle node's
+    may be minutes away)."""
+    monkeypatch.setitem(COSTS, "read_back", 5.0)
+    releases: list[float] = []
+    syncer = RecordingSyncer(own=False)
+    loop = loop_for(
+        syncer,
+        quiet=lambda: True,
+        runner=runner,
+        release_memory=lambda: releases.append(trio.current_time()),
+    )
+    send, recv = trio.open_memory_channel[Sequence[Change]](100)
+    await send.send([svc("first")])
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run, recv)
+        await trio.sleep(8.0)
+        loop.request_verify(Drift(0, "(generation moved)", 0, lost=(1, 2)))
+        await trio.sleep(RELEASE_INTERVAL * 6)
+        nursery.cancel_scope.cancel()
+    [read_back] = [round(t - start, 1) for t in syncer.read_backs]
+    assert read_back == 8.0
+    released = [round(t - start, 1) for t in releases]
+    assert released[0] == RELEASE_INTERVAL  # the first sync's
+    # The read-back of both families ran from 8 to 18 s: the release at 10 s came during it,
+    # the next one RELEASE_INTERVAL after it ended.
+    ended = read_back + 2 * 5.0
+    assert released[1:] == [ended + RELEASE_INTERVAL]
