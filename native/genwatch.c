@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <sys/socket.h>
@@ -219,6 +220,15 @@ int nls_gw_look(struct nls_gw *gw, uint32_t *after, uint32_t *upto)
 	return rc;
 }
 
+/* Sleeps ms milliseconds (whole, across signals: they are blocked in the thread anyway). */
+static void gw_pause(int ms)
+{
+	struct timespec left = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&left, &left) < 0 && errno == EINTR)
+		;
+}
+
 static void *gw_run(void *arg)
 {
 	struct nls_gw *gw = arg;
@@ -228,8 +238,12 @@ static void *gw_run(void *arg)
 
 	for (;;) {
 		n = poll(&p, 1, gw->interval_ms);
-		if (n < 0 && errno == EINTR)
-			continue;
+		if (n < 0 && (errno == EINTR || errno == ENOMEM)) {
+			/* Short of memory: wait out the interval, then look as usual. */
+			if (errno == ENOMEM)
+				gw_pause(gw->interval_ms);
+			n = 0;
+		}
 		if (n != 0)
 			break; /* Python closed its end (it never writes): the watch stops */
 		/* A look that fails is tried at the next one: the move it missed is still there. */
@@ -247,8 +261,11 @@ static void *gw_run(void *arg)
 		if (send(gw->peer, span, sizeof(span), MSG_DONTWAIT | MSG_NOSIGNAL) ==
 		    (ssize_t)sizeof(span))
 			pending = 0;
-		else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+		else if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN ||
+			 errno == ECONNREFUSED)
 			break; /* Python's end is gone */
+		/* Any other failure (its end full, no memory for the message): the span stays
+		 * pending and is sent at a later turn. */
 	}
 	pthread_mutex_lock(&gw->lock);
 	if (gw->sock >= 0)

@@ -279,11 +279,10 @@ class GenerationWatch:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             interval_ms = max(1, round(self.interval * 1000))
-            rc = self._lib.nls_gw_start(self._gw, theirs.fileno(), interval_ms)
-            if rc == 0:
-                theirs.detach()  # the thread's, closed when it ends
-            else:
-                theirs.close()
+            peer = theirs.detach()  # the thread's once it starts (it closes it as it ends)
+            rc = self._lib.nls_gw_start(self._gw, peer, interval_ms)
+            if rc != 0:
+                os.close(peer)
                 _raise(rc)
             mine.setblocking(False)
             task_status.started()
@@ -296,7 +295,13 @@ class GenerationWatch:
                     except BlockingIOError:
                         break
                     if not span:  # the thread ended of itself (poll() failed)
-                        return
+                        # Not quietly: without it, no other writer's change is seen before the
+                        # periodic verify. A restarted daemon has its watch again.
+                        raise NlproxyError(
+                            "generation watch",
+                            "its thread ended unasked (the kernel refused its wait); another "
+                            "writer's changes would go unseen until the next verify",
+                        )
                     on_moved(*_SPAN.unpack(span))
         finally:
             mine.close()
