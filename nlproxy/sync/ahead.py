@@ -20,6 +20,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Set
+from dataclasses import replace
 
 from structlog.typing import FilteringBoundLogger
 
@@ -56,6 +57,13 @@ class PlanAhead:
         self._following = True
         self._done.clear()
 
+    def cancel(self) -> None:
+        """No :meth:`run` after all (its thread could not start): what :meth:`starting` began
+        ends, and :meth:`take` finds no plan."""
+        with self._lock:
+            self._following = False
+        self._done.set()
+
     def run(
         self,
         snapshot: ClusterSnapshot,
@@ -73,7 +81,7 @@ class PlanAhead:
         try:
             planned = self._first(snapshot, config, readback, log, fresh=fresh)
             if planned is not None:
-                self._follow(planned, config)
+                self._follow(planned, config, {k for k, v in snapshot.slices.items() if v})
         except BaseException:
             self._plan = None  # a plan half updated is none
             raise
@@ -85,16 +93,32 @@ class PlanAhead:
             self._done.set()
         return planned is not None
 
-    def _follow(self, planned: Plan, config: ProxyConfig) -> None:
-        """Update ``planned`` with each :meth:`update` until :meth:`end`. Without counts (two
-        services write one element) each update would be a full plan: the first sync makes
-        the one that is needed."""
+    def _follow(self, planned: Plan, config: ProxyConfig, sliced: set[ServiceKey]) -> None:
+        """Update ``planned`` with each :meth:`update` until :meth:`end`; ``sliced``: the
+        services planned with endpoints so far. Without counts (two services write one element)
+        each update would be a full plan: the first sync makes the one that is needed."""
         while planned.live is not None and not (self._ended and self._updates.empty()):
             update = self._updates.get()
             if update is None:
                 break
             later, changed = update
-            planned, _ = plan_update(planned, for_planning(later), config, changed)
+            snapshot = for_planning(later)
+            # A service planned with endpoints already (its slices on pages both sides) is
+            # planned again from nothing: updated in place it would keep the backend slots its
+            # first slices took, which no commit gave them, and differ from a cold plan (and
+            # from its record). One planned without any just takes its endpoints.
+            again = changed & sliced
+            sliced |= {k for k in changed if snapshot.slices.get(k)}
+            if again:
+                without = replace(
+                    snapshot,
+                    services={k: v for k, v in snapshot.services.items() if k not in again},
+                    slices={k: v for k, v in snapshot.slices.items() if k not in again},
+                )
+                planned, _ = plan_update(planned, without, config, again)
+                if planned.live is None:
+                    break
+            planned, _ = plan_update(planned, snapshot, config, changed)
             self._plan = planned
 
     def update(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey]) -> None:

@@ -60,14 +60,23 @@ class Preload:
             self.syncer.ahead.end()  # the last kind of the lists that holds services
         if kind != PLAN_AFTER or self.thread is not None:
             return
-        syncer, snapshot = self.syncer, self.state.snapshot()
+        syncer, snapshot, fresh = self.syncer, self.state.snapshot(), self.syncer.fresh
         syncer.ahead.starting()  # before the thread starts: no sync slips in before it
 
         def run() -> None:
-            syncer.ahead.run(
-                snapshot, syncer.config, syncer.kernel.readback, syncer.log, fresh=syncer.fresh
-            )
+            try:
+                syncer.ahead.run(
+                    snapshot, syncer.config, syncer.kernel.readback, syncer.log, fresh=fresh
+                )
+            except Exception as exc:  # noqa: BLE001 - the first sync plans it all, as ever
+                syncer.log.warning("sync.plan_ahead_failed", error=repr(exc))
 
         # A daemon thread: a stop does not wait for it.
-        self.thread = threading.Thread(target=run, name="nlproxy-plan-ahead", daemon=True)
-        self.thread.start()
+        thread = threading.Thread(target=run, name="nlproxy-plan-ahead", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError as exc:  # no thread to be had (a pids limit): nothing planned ahead
+            syncer.ahead.cancel()
+            syncer.log.warning("sync.plan_ahead_failed", error=str(exc))
+            return
+        self.thread = thread

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import structlog
+import structlog.testing
 
 from nlproxy.cluster.model import (
     Change,
@@ -289,9 +290,11 @@ def test_a_plan_made_ahead_and_updated_programs_what_a_plan_after_the_lists_prog
     ]
     ours, theirs, syncer, result = both_synced(services, early, late)
     assert ours == theirs
-    # The pages after the plan ahead, as they came; the first sync: nothing left.
+    # The pages after the plan ahead, as they came (s4 and s5, planned with endpoints before,
+    # taken out and planned again from nothing); the first sync: nothing left.
     assert updated == [
         ("ahead", {key(6), key(7), key(8)}),
+        ("ahead", {key(4), key(5)}),
         ("ahead", {key(4), key(5)}),
         ("sync", set()),
     ]
@@ -430,3 +433,50 @@ def test_a_plan_ahead_that_fails_leaves_no_plan(monkeypatch: pytest.MonkeyPatch)
             state.snapshot(), syncer.config, syncer.kernel.readback, syncer.log, fresh=True
         )
     assert syncer.ahead.take() is None  # the first sync plans afresh
+
+
+def _slice(i: int, suffix: str, ip: str) -> Listed:
+    return eps(i, ip=ip, **{"metadata.name": f"s{i}-{suffix}"})
+
+
+@pytest.mark.parametrize("first_early", [True, False], ids=["across-the-start", "both-later"])
+def test_a_service_whose_slices_come_on_two_pages_is_planned_as_after_the_lists(
+    first_early: bool,
+) -> None:
+    """A Service of two slices (more than 100 endpoints), the one with the higher address first:
+    updated in place, the plan ahead would keep the slots the first slice took, which no commit
+    gave it, and program the endpoints out of their order, with a record no cold start writes
+    (the next restart would not trust it)."""
+    services = [svc(i) for i in range(3)]
+    a, b = _slice(0, "a", "10.1.0.5"), _slice(0, "b", "10.1.0.1")
+    early = [eps(1), eps(2)] + ([a] if first_early else [])
+    late = ([] if first_early else [a]) + [b]
+    ours, theirs, _, _ = both_synced(services, early, late)  # asserts the digests equal
+    # The same objects, each chain's rules in their order (the chains made in another order).
+    for mine, cold in zip(ours, theirs, strict=True):
+        assert sorted(mine.split("\n\n")) == sorted(cold.split("\n\n"))
+
+
+def test_a_plan_ahead_whose_thread_cannot_start_leaves_the_first_sync_to_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No thread to be had (a pids limit): the cold start goes on without a plan ahead, and
+    the first sync does not wait for one."""
+    state = ClusterState(NODE)
+    syncer = syncer_on(FakeNftables(n.TABLE))
+    pre = Preload(state, syncer)
+    pre.page([the_node(), svc(0), eps(0)])
+
+    def refused(self: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    with structlog.testing.capture_logs() as logs:
+        pre.listed("Service")
+    monkeypatch.undo()
+    assert pre.thread is None
+    assert [e["event"] for e in logs] == ["sync.plan_ahead_failed"]
+    pre.page([eps(0, ip="10.1.0.7")])  # not queued for a thread that is not there
+    pre.listed("EndpointSlice")
+    assert syncer.ahead._updates.empty()
+    assert syncer.ahead.take() is None  # at once: nothing to wait for
