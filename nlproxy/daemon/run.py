@@ -639,10 +639,12 @@ class Daemon:
                     # keeps for good; the cyclic GC would walk them over and over while they grow
                     # (hotpath.py). Paused until the first sync has frozen them out of its sight.
                     self.loop.hold_collection()
+                    self._nursery = nursery
+                    # The node's addresses before the lists: a plan made ahead of the first sync
+                    # (a cold start) plans the node ports for them, as that sync will.
+                    await self._start_address_watch()
                     source = self._source()
                     await nursery.start(source.run, send)
-                    self._nursery = nursery
-                    await self._start_address_watch()
                     self.healthchecks = HealthCheckServers(
                         nursery,
                         netns_name=self.netns,
