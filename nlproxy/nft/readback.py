@@ -416,7 +416,8 @@ class KernelReadBack:
 
     :meth:`dump` opens a socket of its own each time, so a verify may read back in a thread
     while a sync commits in another; :meth:`comments` and :meth:`generation` share one socket,
-    opened on first use and used by the sync's thread only.
+    opened on first use and used by one thread at a time: the sync's, and before the first sync
+    the thread of a plan made ahead of it (``sync/ahead.py``), which that sync waits for.
     """
 
     def __init__(self, name: str, netns: str | None = None) -> None:
