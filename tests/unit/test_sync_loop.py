@@ -644,6 +644,21 @@ async def test_a_stream_of_changes_cannot_put_a_drift_repair_off_for_ever(
     assert len(h.syncer.read_backs) == RACES_BEFORE_WAITING + 1  # the last by the sync itself
 
 
+def releasing(
+    syncer: RecordingSyncer, **kw: Any
+) -> tuple[
+    SyncLoop,
+    list[float],
+    trio.MemoryReceiveChannel[Sequence[Change]],
+    trio.MemorySendChannel[Sequence[Change]],
+]:
+    """A loop whose memory releases are noted (their times), and the channel to feed it."""
+    releases: list[float] = []
+    loop = loop_for(syncer, release_memory=lambda: releases.append(trio.current_time()), **kw)
+    send, recv = trio.open_memory_channel[Sequence[Change]](100)
+    return loop, releases, recv, send
+
+
 @pytest.mark.parametrize("full", [False, True], ids=["incremental", "full"])
 async def test_the_memory_release_handed_in_runs_after_full_syncs_and_after_work(
     autojump_clock: trio.testing.MockClock, full: bool
@@ -652,14 +667,10 @@ async def test_the_memory_release_handed_in_runs_after_full_syncs_and_after_work
     sync (a snapshot filter makes every sync one), not after an incremental one, and
     ``RELEASE_INTERVAL`` after changes and syncs; an idle loop releases nothing (it is not
     woken for it)."""
-    releases: list[float] = []
     syncer = RecordingSyncer()
-    loop = loop_for(
-        syncer,
-        snapshot_filter=(lambda snapshot: snapshot) if full else None,
-        release_memory=lambda: releases.append(trio.current_time()),
+    loop, releases, recv, send = releasing(
+        syncer, snapshot_filter=(lambda snapshot: snapshot) if full else None
     )
-    send, recv = trio.open_memory_channel[Sequence[Change]](100)
     await send.send([svc("first")])
     start = trio.current_time()
     async with trio.open_nursery() as nursery:
@@ -685,15 +696,8 @@ async def test_what_a_read_back_frees_goes_back_after_it_ends(
     it frees goes back ``RELEASE_INTERVAL`` after it ends, not at the next work (an idle node's
     may be minutes away)."""
     monkeypatch.setitem(COSTS, "read_back", 5.0)
-    releases: list[float] = []
     syncer = RecordingSyncer(own=False)
-    loop = loop_for(
-        syncer,
-        quiet=lambda: True,
-        runner=runner,
-        release_memory=lambda: releases.append(trio.current_time()),
-    )
-    send, recv = trio.open_memory_channel[Sequence[Change]](100)
+    loop, releases, recv, send = releasing(syncer, quiet=lambda: True, runner=runner)
     await send.send([svc("first")])
     start = trio.current_time()
     async with trio.open_nursery() as nursery:
