@@ -447,10 +447,11 @@ def test_a_service_whose_slices_come_on_two_pages_is_planned_as_after_the_lists(
     updated in place, the plan ahead would keep the slots the first slice took, which no commit
     gave it, and program the endpoints out of their order, with a record no cold start writes
     (the next restart would not trust it)."""
-    services = [svc(i) for i in range(3)]
+    services = [svc(i) for i in range(5)]
     a, b = _slice(0, "a", "10.1.0.5"), _slice(0, "b", "10.1.0.1")
     early = [eps(1), eps(2)] + ([a] if first_early else [])
-    late = ([] if first_early else [a]) + [b]
+    # Pages of three: b comes on a page after a's.
+    late = ([eps(3), eps(4)] if first_early else [a, eps(3), eps(4)]) + [b]
     ours, theirs, _, _ = both_synced(services, early, late)  # asserts the digests equal
     # The same objects, each chain's rules in their order (the chains made in another order).
     for mine, cold in zip(ours, theirs, strict=True):
