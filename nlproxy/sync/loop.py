@@ -376,7 +376,6 @@ class SyncLoop:
 
     async def _verify_once(self) -> bool:
         """One read-back and comparison; False when a sync overlapped it (do it again)."""
-        self._since_release.set()
         version = self.syncer.version
         tables: dict[Family, Ruleset | None] = {}
         repairs: dict[Family, list[Operation]] = {}
@@ -415,7 +414,6 @@ class SyncLoop:
 
     async def _sync_once(self) -> tuple[bool, bool]:
         """One sync; returns (succeeded, was a full verify)."""
-        self._since_release.set()
         verify, self._verify = self._verify, False
         read_back, self._read_back = self._read_back, False
         self._dirty = False
