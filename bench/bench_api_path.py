@@ -241,6 +241,17 @@ def pods_ns() -> Iterator[str]:
         yield ns
 
 
+def daemon_args(ns: str, kubeconfig: Path) -> list[str]:
+    """``nlproxy run``'s arguments for the bench's cluster, in namespace ``ns``."""
+    return [
+        "--netns", ns, "run", "--kubeconfig", str(kubeconfig),
+        "--node-name", gen.NODE_NAME, "--cluster-cidr", str(gen.CLUSTER_CIDR),
+        "--service-cidr", str(gen.SERVICE_CIDR),
+        "--healthz-bind-address", f"127.0.0.1:{free_port()}",
+        "--metrics-bind-address", f"127.0.0.1:{free_port()}",
+    ]  # fmt: skip
+
+
 def run_daemon(
     tree: Path,
     kubeconfig: Path,
@@ -252,15 +263,9 @@ def run_daemon(
     with pods_ns() as ns:
         child = Child(
             tree,
-            [
-                "--netns", ns, "run", "--kubeconfig", str(kubeconfig),
-                "--node-name", gen.NODE_NAME, "--cluster-cidr", str(gen.CLUSTER_CIDR),
-                "--service-cidr", str(gen.SERVICE_CIDR),
-                "--healthz-bind-address", f"127.0.0.1:{free_port()}",
-                "--metrics-bind-address", f"127.0.0.1:{free_port()}",
-            ],
+            daemon_args(ns, kubeconfig),
             profile,
-        )  # fmt: skip
+        )
         try:
             applied = child.first("sync.applied", timeout)
             synced = child.first("source.synced", 5)

@@ -43,7 +43,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import gen  # noqa: E402
-from bench.bench_daemon import free_port  # noqa: E402
 from bench.listeners import nftables_listeners  # noqa: E402
 from nlproxy.nft.monitor import POLL_SECONDS  # noqa: E402
 from tests.netns import namespace  # noqa: E402
@@ -152,16 +151,7 @@ def daemon_idle(tree: Path, kubeconfig: Path, seconds: float, interval: float) -
     from bench import bench_api_path as api_path
 
     with api_path.pods_ns() as ns:
-        child = api_path.Child(
-            tree,
-            [
-                "--netns", ns, "run", "--kubeconfig", str(kubeconfig),
-                "--node-name", gen.NODE_NAME, "--cluster-cidr", str(gen.CLUSTER_CIDR),
-                "--service-cidr", str(gen.SERVICE_CIDR),
-                "--healthz-bind-address", f"127.0.0.1:{free_port()}",
-                "--metrics-bind-address", f"127.0.0.1:{free_port()}",
-            ],
-        )  # fmt: skip
+        child = api_path.Child(tree, api_path.daemon_args(ns, kubeconfig))
         try:
             child.first("sync.applied", 300)
             time.sleep(10)
