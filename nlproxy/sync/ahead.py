@@ -116,6 +116,7 @@ class PlanAhead:
                     slices={k: v for k, v in snapshot.slices.items() if k not in again},
                 )
                 planned, _ = plan_update(planned, without, config, again)
+                self._plan = planned  # (the plan updated is consumed)
                 if planned.live is None:
                     break
             planned, _ = plan_update(planned, snapshot, config, changed)
