@@ -57,7 +57,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import gen  # noqa: E402
+from bench import bytecode, gen  # noqa: E402
 from bench.bench_daemon import free_port, stamp  # noqa: E402
 from bench.bench_listeners import listener, sunreclaim_kib  # noqa: E402
 from bench.listeners import nftables_listeners  # noqa: E402
@@ -147,6 +147,7 @@ class Child:
             stdout=subprocess.DEVNULL,
             text=True,
             cwd=tree,
+            env=bytecode.env(tree),
         )
         self.sampler = Sampler(self.proc.pid)
         self.lines: list[dict[str, Any]] = []
@@ -381,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         WATCH_MODE = "thread" if args.watch_thread else "loop"
     trees = [("head", ROOT)] + ([("base", args.base.resolve())] if args.base else [])
     runs = args.runs.split(",")
+    for _, tree in trees:
+        bytecode.prepare(tree)
     cluster = gen.Cluster(services=args.services, endpoints=args.endpoints)
     size = {"services": args.services, "endpoints": args.endpoints}
     api = ApiServer(token=TOKEN)

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import kubernetes
 
 from nlproxy.cluster.kube import kinds
+from nlproxy.cluster.kube_client import Client
 from nlproxy.cluster.kube_http import Http, list_kind
 from nlproxy.cluster.model import Upsert
 from tests.kube.apiserver import ApiServer
@@ -45,7 +46,7 @@ def populate(server: ApiServer, services: int, endpoints: int) -> None:
 
 def raw_list(client: Any, kind: str) -> int:
     spec = next(s for s in kinds("bench-node") if s.kind == kind)
-    listing = list_kind(Http(client), spec, PAGE)
+    listing = list_kind(Http(Client(client.configuration)), spec, PAGE)
     assert all(isinstance(c, Upsert) for c in listing.changes)
     return len(listing.changes)
 
@@ -53,7 +54,7 @@ def raw_list(client: Any, kind: str) -> int:
 def pages(client: Any, kind: str, decode: bool) -> int:
     """Fetch every page; ``decode`` runs ``json.loads`` (the continue token needs it anyway,
     so ``http_only`` finds it with a cheap search instead)."""
-    http = Http(client)
+    http = Http(Client(client.configuration))
     spec = next(s for s in kinds("bench-node") if s.kind == kind)
     count, cont = 0, ""
     while True:

@@ -111,8 +111,9 @@ def kinds(node_name: str, proxy_name: str | None = None) -> tuple[KindSpec, ...]
 
 def api_client_from_config(
     kubeconfig: str | None, *, context: str | None = None, server: str | None = None
-) -> kube_client.ApiClient:
-    """An ``ApiClient`` from a kubeconfig file, or in-cluster when ``kubeconfig`` is None.
+) -> kube_client.Client:
+    """The client (``kube_client.Client``: the ``kubernetes`` package's configuration and REST
+    client) from a kubeconfig file, or in-cluster when ``kubeconfig`` is None.
 
     Token files, exec plugins and their refresh come from the ``kubernetes`` package.
     ``server`` (``https://host:port``) replaces the address the kubeconfig or the in-cluster
@@ -152,7 +153,7 @@ def api_client_from_config(
         else:
             why = str(exc)
         raise ConfigError(f"kubeconfig {kubeconfig}", why) from exc
-    return kube_client.ApiClient(configuration=cfg)
+    return kube_client.Client(cfg)
 
 
 # The loaders' token-refresh hooks copy their own host into the configuration before every
@@ -197,7 +198,7 @@ class KubeSource:
     """List + watch the API server and stream changes into a trio channel.
 
     Args:
-        api_client: a ``kubernetes.client.ApiClient`` (see ``api_client_from_config``).
+        api_client: the client (``kube_client.Client``, see ``api_client_from_config``).
         node_name: this node; only its Node object is watched.
         page_size: objects per list page (``limit``).
         watch_timeout: server-side ``timeoutSeconds`` of every watch.
@@ -230,7 +231,7 @@ class KubeSource:
 
     def __init__(
         self,
-        api_client: kube_client.ApiClient,
+        api_client: kube_client.Client,
         *,
         node_name: str,
         page_size: int = 500,

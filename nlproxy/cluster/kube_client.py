@@ -1,10 +1,11 @@
 """The official Kubernetes client (the ``kubernetes`` package), imported only as far as the API
 source uses it.
 
-Sits under ``kube.py`` and ``kube_http.py``, which take the client from here: ``ApiClient``
-(HTTP, TLS, credentials and their refresh), ``Configuration``, ``ApiException`` and one of the
-client's two loaders, the kubeconfig's or the in-cluster one. It must not change what the
-client does: only what is imported, and when.
+Sits under ``kube.py`` and ``kube_http.py``, which take the client from here: its
+``Configuration`` (URL, TLS, credentials and their refresh), its REST client (the urllib3 pool
+the configuration sets up), ``ApiException`` and one of the client's two loaders, the
+kubeconfig's or the in-cluster one. It must not change what the client does: only what is
+imported, and when.
 
 ``import kubernetes`` runs the package's ``__init__``, which imports every part of the client
 (``dynamic``, ``watch``, ``stream``, ``leaderelection``, ``informer``, ``utils``), and any
@@ -14,26 +15,86 @@ are entered bare (``nlproxy/imports.py``): the package module exists with its ``
 submodules import as usual, and its ``__init__`` runs the first time anyone asks the package for
 a name that is no submodule (``kubernetes.__version__``, ``kubernetes.config.load_config``):
 from then on the package is what a plain import makes. In a pod the kubeconfig loader is then
-never imported. Measured beside the daemon's other imports (``docs/api-server.md``, "The
-client's imports").
+never imported.
+
+Nor is the client's ``ApiClient`` (``kubernetes.client.api_client``): besides the configuration
+and the REST client, which :class:`Client` holds too, it brings pydantic, dateutil and the
+generated models (~85 ms of CPU at every start), for the typed API methods and their models,
+which the source does not use (it reads raw JSON). :class:`Client` prepares a request as the
+``ApiClient``'s ``param_serialize`` does for the source's GETs (the configuration's host, the
+query quoted alike, its default ``User-Agent``, the bearer token from the configuration, which
+refreshes it) and sends it through the REST client. The kubeconfig loader imports ``ApiClient``
+itself, so with a kubeconfig it is imported all the same. Measured beside the daemon's other
+imports (``docs/api-server.md``, "The client's imports").
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
+from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 from nlproxy.imports import bare
 
 bare("kubernetes")
 bare("kubernetes.config")
 
-from kubernetes.client.api_client import ApiClient  # noqa: E402
+from kubernetes.client import __version__ as _CLIENT_VERSION  # noqa: E402
+from kubernetes.client import rest  # noqa: E402
 from kubernetes.client.configuration import Configuration  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 from kubernetes.config.config_exception import ConfigException  # noqa: E402
 
-__all__ = ["ApiClient", "ApiException", "ConfigException", "Configuration"]
+__all__ = ["ApiException", "Client", "ConfigException", "Configuration"]
+
+USER_AGENT = f"OpenAPI-Generator/{_CLIENT_VERSION}/python"
+"""What the client's ``ApiClient`` says it is (its default ``User-Agent``), said the same."""
+
+
+class Client:
+    """The client's configuration and REST client, as an ``ApiClient`` holds them.
+
+    Attributes:
+        configuration: the client's ``Configuration`` (host, TLS, credentials).
+        rest_client: the client's ``RESTClientObject`` made from it (its urllib3 pool).
+    """
+
+    def __init__(self, configuration: Configuration) -> None:
+        self.configuration = configuration
+        self.rest_client: Any = rest.RESTClientObject(configuration)
+
+    def url(self, path: str, query: Sequence[tuple[str, str]] = ()) -> str:
+        """The URL of ``path`` with ``query``, quoted as ``ApiClient.param_serialize`` does."""
+        url = f"{self.configuration.host}{path}"
+        if query:
+            url += "?" + "&".join(f"{key}={quote(str(value))}" for key, value in query)
+        return url
+
+    def headers(self, accept: str) -> dict[str, str]:
+        """A request's headers: ``Accept``, the ``User-Agent`` and the bearer token, read from
+        the configuration at each request (its refresh hook renews an expiring one)."""
+        headers = {"Accept": accept, "User-Agent": USER_AGENT}
+        token = self.configuration.auth_settings().get("BearerToken")
+        if token and token["value"] is not None:
+            headers[token["key"]] = token["value"]
+        return headers
+
+    def close(self) -> None:
+        """Close the pool's connections (``ApiClient.close``)."""
+        self.rest_client.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
 
 def kubeconfig_loading() -> Any:

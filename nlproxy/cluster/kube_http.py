@@ -1,7 +1,8 @@
 """Blocking list and watch requests to the Kubernetes API, decoded straight from raw JSON.
 
 Sits under ``kube.py`` (the trio source): it runs only in worker threads, uses the ``kubernetes``
-package's ``ApiClient`` for configuration, authentication (token refresh, exec plugins) and HTTP,
+package's configuration and REST client (``kube_client.Client``) for the URL, authentication
+(token refresh, exec plugins), TLS and HTTP,
 and decodes every page and event straight from its bytes (``typed.change``: typed structs, the
 parser for what they do not plainly fit) — neither the client's generated models nor a dict per
 object are built.
@@ -26,7 +27,7 @@ import trio
 import urllib3
 
 from nlproxy.cluster import typed
-from nlproxy.cluster.kube_client import ApiClient, ApiException
+from nlproxy.cluster.kube_client import ApiException, Client
 from nlproxy.cluster.model import Change, Delete, Invalid, Skip, Upsert
 from nlproxy.cluster.ratelimit import TokenBucket
 from nlproxy.cluster.sections import object_ref
@@ -130,10 +131,10 @@ def _ignore(_method: str, _host: str, _status: int | None, _seconds: float) -> N
 
 
 class Http:
-    """GET requests through an ``ApiClient``, returning the raw urllib3 response.
+    """GET requests through the client's REST client, returning the raw urllib3 response.
 
     Args:
-        api_client: the configured client (URL, TLS, credentials).
+        api_client: the configured client (URL, TLS, credentials: ``kube_client.Client``).
         on_request: told of every request (its status and duration), for the metrics.
         limit: every request (list page, watch, probe) first takes a token from it
             (``--kube-api-qps``/``--kube-api-burst``); None: no limit.
@@ -141,7 +142,7 @@ class Http:
 
     def __init__(
         self,
-        api_client: ApiClient,
+        api_client: Client,
         on_request: RequestHook | None = None,
         limit: TokenBucket | None = None,
     ) -> None:
@@ -163,15 +164,11 @@ class Http:
             self._limit.take()
         start = time.monotonic()
         try:
-            method, url, headers, _body, _post = self.api.param_serialize(
+            resp = self.api.rest_client.request(
                 "GET",
-                spec.path,
-                query_params=list(params),
-                header_params={"Accept": "application/json"},
-                auth_settings=["BearerToken"],
-            )
-            resp = self.api.call_api(
-                method, url, header_params=headers, _request_timeout=(CONNECT_TIMEOUT, read_timeout)
+                self.api.url(spec.path, params),
+                headers=self.api.headers("application/json"),
+                _request_timeout=(CONNECT_TIMEOUT, read_timeout),
             )
         except (urllib3.exceptions.HTTPError, OSError, ApiException) as exc:
             status = exc.status if isinstance(exc, ApiException) and exc.status else None
@@ -203,13 +200,10 @@ class Http:
             self._limit.take()
         start = time.monotonic()
         try:
-            _method, url, headers, _body, _post = self.api.param_serialize(
-                "GET", path, header_params={"Accept": "*/*"}, auth_settings=["BearerToken"]
-            )
             raw = self.api.rest_client.pool_manager.request(
                 "GET",
-                url,
-                headers=headers,
+                self.api.url(path),
+                headers=self.api.headers("*/*"),
                 timeout=urllib3.Timeout(connect=timeout, read=timeout),
                 retries=False,
                 preload_content=True,

@@ -3,6 +3,11 @@
 Sits under ``inspect.py``: it turns pyroute2's untyped messages into the small frozen values the
 classifier reads, and is the only inspector module that talks to the kernel for a snapshot. It
 only reads: it never adds, changes or deletes a link, route or neighbour, and never execs.
+
+pyroute2 (``inspect/pyroute.py``) is imported by the first call that talks to the kernel, not with
+this module: the daemon imports the inspector at start but first classifies after its first
+sync, and a node whose ``nodePortAddresses`` names no CIDR never dumps addresses, so pyroute2's
+~50 ms of imports are not on the way to the first sync (``tests/unit/test_imports.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ from ipaddress import ip_address, ip_network
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nlproxy.errors import NlproxyError
-from nlproxy.inspect.pyroute import IPRoute, NetlinkError
 from nlproxy.netlink import netns
 from nlproxy.nft.ir import IPAddress, IPNetwork
 
@@ -163,6 +167,8 @@ def dump(netns_name: str | None, families: Iterable[int]) -> Snapshot:
         ConfigError: the namespace cannot be entered.
         RtnlError: the kernel refused a dump.
     """
+    from nlproxy.inspect.pyroute import IPRoute, NetlinkError
+
     fams = sorted(set(families))
     with netns.entered(netns_name):
         ipr = IPRoute(groups=0)  # dumps only: no multicast subscriptions
@@ -185,6 +191,8 @@ def interface_addresses(netns_name: str | None) -> tuple[IPAddress, ...]:
         ConfigError: the namespace cannot be entered.
         RtnlError: the kernel refused the dump.
     """
+    from nlproxy.inspect.pyroute import IPRoute, NetlinkError
+
     with netns.entered(netns_name):
         ipr = IPRoute(groups=0)
     try:
@@ -209,6 +217,8 @@ def interface_towards(addr: IPAddress, netns_name: str | None) -> str:
         ConfigError: the namespace cannot be entered.
         RtnlError: the kernel refused the lookup for another reason than no route.
     """
+    from nlproxy.inspect.pyroute import IPRoute, NetlinkError
+
     with netns.entered(netns_name):
         ipr = IPRoute(groups=0)
     try:

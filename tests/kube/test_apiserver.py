@@ -7,15 +7,28 @@ on a server the upstream client agrees with.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from nlproxy.cluster.kube import api_client_from_config
 from tests.kube.apiserver import ApiServer
-from tests.kube.conftest import TOKEN
+from tests.kube.conftest import TOKEN, write_kubeconfig
 from tests.objects import node, service
+
+
+@pytest.fixture
+def api_client(apiserver: ApiServer, tmp_path: Path) -> Iterator[Any]:
+    """The client's own ``ApiClient`` (its generated API), with the configuration nlproxy's
+    loading makes (the source itself sends through the same configuration's REST client)."""
+    client = api_client_from_config(str(write_kubeconfig(tmp_path / "kubeconfig", apiserver)))
+    with kubernetes.client.ApiClient(client.configuration) as api:
+        yield api
+    client.close()
 
 
 def fill(apiserver: ApiServer, count: int) -> None:

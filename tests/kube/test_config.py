@@ -9,16 +9,24 @@ import kubernetes
 import pytest
 
 from nlproxy.cluster.kube import Backoff, api_client_from_config
+from nlproxy.cluster.kube_client import Client
 from nlproxy.errors import ConfigError
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import write_kubeconfig
+
+
+def _nodes(client: Client) -> list[object]:
+    """The cluster's Nodes through the client's own typed API, with the configuration (URL,
+    TLS, credentials) that ``api_client_from_config`` loaded."""
+    with kubernetes.client.ApiClient(client.configuration) as api:
+        return list(kubernetes.client.CoreV1Api(api).list_node().items)
 
 
 def test_kubeconfig_context_and_token(apiserver: ApiServer, tmp_path: Path) -> None:
     path = write_kubeconfig(tmp_path / "kubeconfig", apiserver)
     with api_client_from_config(str(path), context="test") as client:
         assert client.configuration.host == apiserver.url
-        assert kubernetes.client.CoreV1Api(client).list_node().items == []
+        assert _nodes(client) == []
 
 
 def test_server_overrides_the_kubeconfig_and_keeps_its_credentials(
@@ -30,7 +38,7 @@ def test_server_overrides_the_kubeconfig_and_keeps_its_credentials(
     path.write_text(path.read_text().replace(apiserver.url, "http://192.0.2.1:443"))
     with api_client_from_config(str(path), server=apiserver.url) as client:
         assert client.configuration.host == apiserver.url
-        assert kubernetes.client.CoreV1Api(client).list_node().items == []
+        assert _nodes(client) == []
 
 
 @pytest.mark.parametrize(

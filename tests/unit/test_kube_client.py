@@ -18,6 +18,10 @@ UNUSED = (
     "kubernetes.informer",
     "kubernetes.config.kube_config",
     "requests_oauthlib",
+    # The typed API's ApiClient: pydantic, dateutil and the generated models (~85 ms).
+    "kubernetes.client.api_client",
+    "pydantic",
+    "dateutil",
 )
 
 
@@ -134,3 +138,48 @@ def test_a_bare_package_runs_its_init_once_on_the_first_name_its_submodules_did_
         PYTHONPATH=str(tmp_path),
     )
     assert got == [0, 1, 0, "whole", 1, "module 'barepkg' has no attribute 'missing'", True]
+
+
+def test_a_request_is_what_the_clients_api_client_would_send() -> None:
+    """``kube_client.Client`` prepares the source's GETs as ``ApiClient.param_serialize`` does
+    (URL, quoted query, User-Agent, a token its refresh hook renewed), and sends them through
+    the same configuration's REST client (TLS, pool)."""
+    got = _run(
+        """
+        import json, sys
+        from nlproxy.cluster import kube, kube_http
+        from nlproxy.cluster.kube_client import Client, Configuration
+        cfg = Configuration(host="https://192.0.2.1:6443")
+        cfg.api_key = {"BearerToken": "old"}
+        cfg.api_key_prefix = {"BearerToken": "Bearer"}
+        def refresh(c):
+            c.api_key["BearerToken"] = "renewed"
+        cfg.refresh_api_key_hook = refresh
+        ours = Client(cfg)
+        query = [("labelSelector", "!service.kubernetes.io/service-proxy-name,a in (b, c)"),
+                 ("limit", "500"), ("continue", "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTB9")]
+        mine = [ours.url("/api/v1/services", query), ours.headers("application/json"),
+                ours.url("/readyz"), ours.headers("*/*")]
+        loaded = "kubernetes.client.api_client" in sys.modules
+        from kubernetes.client.api_client import ApiClient
+        api = ApiClient(cfg)
+        _m, url, headers, _b, _p = api.param_serialize(
+            "GET", "/api/v1/services", query_params=query,
+            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+        _m, probe_url, probe_headers, _b, _p = api.param_serialize(
+            "GET", "/readyz", header_params={"Accept": "*/*"}, auth_settings=["BearerToken"])
+        theirs = [url, headers, probe_url, probe_headers]
+        same_pool = type(ours.rest_client) is type(api.rest_client)
+        print(json.dumps([loaded, mine == theirs, mine[1], same_pool]))
+        """
+    )
+    assert got == [
+        False,
+        True,
+        {
+            "Accept": "application/json",
+            "User-Agent": got[2]["User-Agent"],  # type: ignore[index]
+            "authorization": "Bearer renewed",
+        },
+        True,
+    ]
