@@ -185,6 +185,7 @@ def plan_update(
     changed: Set[ServiceKey] | None = None,
     *,
     replan_share: float = REPLAN_SHARE,
+    deltas: bool = True,
 ) -> tuple[Plan, dict[Family, Delta] | None]:
     """The plan for ``snapshot``, made by updating ``prev`` in place where it can be.
 
@@ -198,18 +199,20 @@ def plan_update(
         replan_share: from this share of the services changed on, the plan is made afresh
             (unchanged services replayed) and the deltas found by comparing the changed
             services' objects in it and in ``prev``: cheaper than swapping that many fragments.
+        deltas: find what changed (False: only the plan is wanted, as a plan made ahead of a
+            commit follows the pages: the same plan, without noting what each update touched).
 
     Returns:
         The plan, and per family what changed in its ruleset; None instead of the deltas when
-        the plan was made afresh and not compared (everything must be). A fresh plan is
-        attached.
+        the plan was made afresh and not compared (everything must be), or when ``deltas``
+        is False. A fresh plan is attached.
     """
     with collection_paused():
         keys = _keys_if_in_place(prev, snapshot, config, changed)
         if keys is not None and len(keys) >= max(replan_share * len(snapshot.services), 1):
-            return _replanned(prev, snapshot, config, keys)
-        deltas = None if keys is None else _update(prev, snapshot, config, keys)
-    if deltas is None:
+            return _replanned(prev, snapshot, config, keys, deltas=deltas)
+        found = None if keys is None else _update(prev, snapshot, config, keys, deltas=deltas)
+    if found is None:
         fresh = plan(snapshot, config, previous=prev)
         attach(fresh, snapshot)
         return fresh, None
@@ -217,25 +220,30 @@ def plan_update(
     prev.live.services, prev.live.slices = snapshot.services, snapshot.slices
     succ = Plan(rulesets=prev.rulesets, ports=prev.ports, fragments=prev.fragments)
     succ.context, succ.live = prev.context, prev.live
-    return succ, deltas
+    return succ, found if deltas else None
 
 
 def _replanned(
-    prev: Plan, snapshot: ClusterSnapshot, config: ProxyConfig, keys: list[ServiceKey]
+    prev: Plan,
+    snapshot: ClusterSnapshot,
+    config: ProxyConfig,
+    keys: list[ServiceKey],
+    *,
+    deltas: bool,
 ) -> tuple[Plan, dict[Family, Delta] | None]:
-    """A fresh plan (unchanged services replayed, slots kept) and its deltas from ``prev``:
-    the objects the changed services' old and new fragments name, compared between the two
-    plans (nothing else can differ: the context is the same)."""
+    """A fresh plan (unchanged services replayed, slots kept) and its deltas from ``prev``
+    when asked: the objects the changed services' old and new fragments name, compared between
+    the two plans (nothing else can differ: the context is the same)."""
     fresh = plan(snapshot, config, previous=prev)
-    if not attach(fresh, snapshot):
+    if not attach(fresh, snapshot) or not deltas:
         return fresh, None
-    deltas: dict[Family, Delta] = {}
+    found: dict[Family, Delta] = {}
     for family in _SPECS:
         olds = [f for f in map(prev.fragments[family].get, keys) if f is not None]
         news = [f for f in map(fresh.fragments[family].get, keys) if f is not None]
         before, after = prev.rulesets[family], fresh.rulesets[family]
-        deltas[family] = _noted(before, olds, news, _Sorted(olds), _Sorted(news)).delta(after)
-    return fresh, deltas
+        found[family] = _noted(before, olds, news, _Sorted(olds), _Sorted(news)).delta(after)
+    return fresh, found
 
 
 def changed_services(prev: Plan, snapshot: ClusterSnapshot) -> set[ServiceKey]:
@@ -259,8 +267,14 @@ def _keys_if_in_place(
 
 
 def _update(
-    prev: Plan, snapshot: ClusterSnapshot, config: ProxyConfig, keys: list[ServiceKey]
+    prev: Plan,
+    snapshot: ClusterSnapshot,
+    config: ProxyConfig,
+    keys: list[ServiceKey],
+    *,
+    deltas: bool,
 ) -> dict[Family, Delta] | None:
+    """``prev`` updated in place for ``keys`` and its deltas if asked; None: it cannot be."""
     live = prev.live
     assert isinstance(live, Live), "an update needs counts"
     counts = live.counts
@@ -279,12 +293,14 @@ def _update(
             return None
         olds[family] = (mine, sorted_olds, sorted_news)
     old_refs = {ref for key in keys for ref in _refs(prev, key)}
-    deltas = {}
+    found = {}
     for family in _SPECS:
         rs, frags = prev.rulesets[family], prev.fragments[family]
-        deltas[family] = _swap(rs, counts[family], frags, new[family], *olds[family])
+        delta = _swap(rs, counts[family], frags, new[family], *olds[family], deltas=deltas)
+        if delta is not None:
+            found[family] = delta
     _update_ports(prev, keys, old_refs)
-    return deltas
+    return found
 
 
 def _refs(p: Plan, key: ServiceKey) -> Iterable[ServicePortRef]:
@@ -448,8 +464,10 @@ def _swap(
     olds: list[Fragment],
     sorted_olds: _Sorted,
     sorted_news: _Sorted,
-) -> Delta:
-    """Undo the old fragments, apply the new ones, and return what differs.
+    *,
+    deltas: bool = True,
+) -> Delta | None:
+    """Undo the old fragments, apply the new ones, and return what differs (None: not asked).
 
     Each kind of operation is handled for all fragments together; the packed maps' elements
     (most of what a service writes) with dictionary operations that run at C speed: a burst
@@ -457,8 +475,8 @@ def _swap(
     service and key.
     """
     news = [f for _, f in new if f is not None]
-    touched = _noted(rs, olds, news, sorted_olds, sorted_news)
-    old_pairs, new_pairs = touched.pairs
+    touched = _noted(rs, olds, news, sorted_olds, sorted_news) if deltas else None
+    old_pairs, new_pairs = touched.pairs if touched is not None else _net_pairs(rs, olds, news)
     for name, (keys, _, _) in sorted_olds.fills.items():
         _pop_all(packed(rs, name).own(), keys)
     if old_pairs:  # (own(): a copy of a map the programmed state shares, only if written)
@@ -474,7 +492,7 @@ def _swap(
             frags.pop(key, None)
         else:
             frags[key] = replacement
-    return touched.delta()
+    return None if touched is None else touched.delta()
 
 
 def _noted(

@@ -115,11 +115,11 @@ class PlanAhead:
                     services={k: v for k, v in snapshot.services.items() if k not in again},
                     slices={k: v for k, v in snapshot.slices.items() if k not in again},
                 )
-                planned, _ = plan_update(planned, without, config, again)
+                planned, _ = plan_update(planned, without, config, again, deltas=False)
                 self._plan = planned  # (the plan updated is consumed)
                 if planned.live is None:
                     break
-            planned, _ = plan_update(planned, snapshot, config, changed)
+            planned, _ = plan_update(planned, snapshot, config, changed, deltas=False)
             self._plan = planned
 
     def update(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey]) -> None:

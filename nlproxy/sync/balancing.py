@@ -40,6 +40,10 @@ LOGGED = 10
 """Services one sync logs by name as past the budget or back within it."""
 """The ``reason`` label values of the gauge."""
 
+WHOLE = 4
+""":meth:`BalancingGuard.apply` passes over every Service when the changed ones are more than
+one in this many."""
+
 
 class BalancingGuard:
     """Applies the budget to each snapshot the Syncer is given (see the module docstring)."""
@@ -95,8 +99,15 @@ class BalancingGuard:
         planned from, a new one starts on random choice. ``unlimited``: no quota this time.
         """
         # Only the Services ``changed`` names (and those deferred) can differ from the last
-        # call: at 10k Services a pass over all of them is most of an incremental sync.
-        keys = None if changed is None or not self._primed else set(changed) | self.deferred
+        # call: at 10k Services a pass over all of them is most of an incremental sync. A pass
+        # over every Service (None) is always right, and the cheaper one when ``changed`` names
+        # a good share of them (a first sync, a relist: a key looked at costs about five times
+        # what a Service of the whole pass does, its hash being Python code).
+        keys = (
+            None
+            if changed is None or not self._primed or len(changed) * WHOLE > len(snapshot.services)
+            else set(changed) | self.deferred
+        )
         self._primed = True
         self._annotations(snapshot, keys)
         flipped: set[ServiceKey] = set()

@@ -78,31 +78,39 @@ class ProgrammingLatency:
             ``kubeproxy_network_programming_duration_seconds``.
         """
         observed: list[tuple[IPFamily, float]] = []
+        # Keys seen together share a wait: one Latency each such moment (frozen, so shared),
+        # not one per Service (a first sync programs every Service, seen at one moment).
+        waits: dict[datetime, Latency] = {}
+        pop_seen, pop_triggers, last = self._seen.pop, self._triggers.pop, self.last
+        services, slices = snapshot.services, snapshot.slices
         for key in keys:
-            seen = self._seen.pop(key, None)
-            before = self._triggers.pop(key, {})
-            if key not in snapshot.services:
-                self.last.pop(key, None)
+            seen = pop_seen(key, None)
+            before = pop_triggers(key, None)
+            if key not in services:
+                last.pop(key, None)
                 continue
             current: dict[str, datetime] = {}
             newest: datetime | None = None
-            for s in snapshot.slices.get(key, ()):
+            for s in slices.get(key, ()):
                 trigger = s.last_change_trigger_time
                 if trigger is None:
                     continue
                 if trigger.tzinfo is None:
                     trigger = trigger.replace(tzinfo=UTC)
                 current[s.name] = trigger
-                if before.get(s.name) != trigger and trigger >= self._started:
+                if (before is None or before.get(s.name) != trigger) and trigger >= self._started:
                     seconds = max(0.0, (now - trigger).total_seconds())
                     observed.append((s.family, seconds))
                     newest = trigger if newest is None else max(newest, trigger)
             if current:
                 self._triggers[key] = current
             if newest is not None:
-                self.last[key] = Latency(max(0.0, (now - newest).total_seconds()), TRIGGER, now)
+                last[key] = Latency(max(0.0, (now - newest).total_seconds()), TRIGGER, now)
             elif seen is not None:
-                self.last[key] = Latency(max(0.0, (now - seen).total_seconds()), SEEN, now)
+                wait = waits.get(seen)
+                if wait is None:
+                    wait = waits[seen] = Latency(max(0.0, (now - seen).total_seconds()), SEEN, now)
+                last[key] = wait
         return observed
 
     def slowest(self, n: int) -> list[tuple[ServiceKey, Latency]]:

@@ -13,6 +13,7 @@ from nlproxy.nft.ir import Family
 from nlproxy.proxy.budget import NODE_BUDGET, SERVICE_BUDGET, admit, demand
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.planner import plan
+from nlproxy.sync import balancing
 from nlproxy.sync.balancing import BalancingGuard
 from tests import world as tr
 from tests.unit.builders import endpoint, eps_slice, port, service, snapshot
@@ -220,3 +221,48 @@ def test_a_node_default_past_the_budget_logs_a_few_lines_and_updates_like_a_full
     assert choices(incremental) == choices(full)
     assert changed == {pairs[5][0].key, pairs[32][0].key}
     assert incremental.services[pairs[33][0].key] is snap.services[pairs[33][0].key]
+
+
+@pytest.mark.parametrize("changing", [1, 2, 5], ids=["one", "two", "five"])
+def test_a_sync_naming_many_services_gives_what_the_keyed_pass_gives(
+    changing: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Of eight consistent-hash Services under a quota of two tables, ``changing`` grow (one
+    deleted): past a quarter of them the guard passes over every Service (``WHOLE``); the
+    snapshot, the changed and the deferred Services are those the pass over the changed keys
+    alone gives (the two oldest rebuilt, the others on their old objects)."""
+
+    def run(whole: int) -> tuple[dict[ServiceKey, object], set[ServiceKey], set[ServiceKey]]:
+        monkeypatch.setattr(balancing, "WHOLE", whole)
+        guard = _guard()
+        pairs = [
+            _svc(f"s{i}", 1, 3, load_balancing=CH, created=f"2026-01-01T00:00:0{i}Z")
+            for i in range(8)
+        ]
+        svc, sl = pairs[0]
+        guard.quota = 2 * demand(svc, [sl], CH)  # type: ignore[list-item]  # two tables a sync
+        guard.apply(_snap(*pairs), None)
+        for _ in range(4):  # every table built
+            guard.apply(_snap(*pairs), set())
+        grown = [
+            _svc(f"s{i}", 1, 4, load_balancing=CH, created=f"2026-01-01T00:00:0{i}Z")
+            if i < changing
+            else pairs[i]
+            for i in range(8)
+        ]
+        gone = pairs[7][0].key
+        keys = {svc.key for svc, _ in grown[:changing]} | {gone}
+        snap, changed = guard.apply(_snap(*grown[:7]), keys)
+        seen = {k: (v.load_balancing, snap.slices.get(k)) for k, v in snap.services.items()}
+        return seen, set(changed or ()), set(guard.deferred)
+
+    keyed = run(1_000_000)
+    assert run(balancing.WHOLE) == keyed
+    seen, changed, deferred = keyed
+
+    def named(numbers: range) -> set[ServiceKey]:
+        return {ServiceKey(namespace="ns", name=f"s{i}") for i in numbers}
+
+    assert len(seen) == 7
+    assert changed == named(range(min(changing, 2))) | named(range(7, 8))  # rebuilt, gone
+    assert deferred == named(range(2, changing))

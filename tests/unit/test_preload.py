@@ -273,9 +273,9 @@ def test_a_plan_made_ahead_and_updated_programs_what_a_plan_after_the_lists_prog
     def recording(where: str, module: Any) -> None:
         real_update = module.plan_update
 
-        def plan_update(last: Any, snapshot: Any, config: Any, changed: Any) -> Any:
+        def plan_update(last: Any, snapshot: Any, config: Any, changed: Any, **kw: Any) -> Any:
             updated.append((where, None if changed is None else set(changed)))
-            return real_update(last, snapshot, config, changed)
+            return real_update(last, snapshot, config, changed, **kw)
 
         monkeypatch.setattr(module, "plan_update", plan_update)
 
@@ -421,7 +421,7 @@ def test_a_plan_ahead_that_fails_leaves_no_plan(monkeypatch: pytest.MonkeyPatch)
     state.preload([the_node(), *services, *slices[:2]])
     syncer = syncer_on(FakeNftables(n.TABLE))
 
-    def broken(*args: object) -> object:
+    def broken(*args: object, **kw: object) -> object:
         raise ValueError("a bug in the update")
 
     monkeypatch.setattr(ahead_module, "plan_update", broken)

@@ -108,6 +108,27 @@ def test_bursts_of_many_services_keep_the_live_plan_equal_to_a_fresh_one(
         programmed = {f: check_ops(deltas[f], programmed[f], fresh.rulesets[f]) for f in FAMILIES}
 
 
+@pytest.mark.parametrize("replan_share", [REPLAN_SHARE, 0.0], ids=["in-place", "replanned"])
+@pytest.mark.parametrize("seed", range(4))
+def test_an_update_without_deltas_makes_the_same_plan(seed: int, replan_share: float) -> None:
+    """``deltas=False`` (a plan made ahead following the pages): the plan each update gives
+    is a fresh one's (updated in place where it can be), and no delta is noted."""
+    world, state = World(seed), state_with_node()
+    snap = state.snapshot()
+    live = plan(snap, CONFIG)
+    assert attach(live, snap)
+    for _ in range(30):
+        changed = state.apply([c for _ in range(world.rng.choice([1, 2, 3])) for c in world.step()])
+        snap = state.snapshot()
+        live, deltas = plan_update(
+            live, snap, CONFIG, changed, replan_share=replan_share, deltas=False
+        )
+        assert deltas is None
+        fresh = fresh_like(live, snap, CONFIG)
+        assert live.rulesets == fresh.rulesets
+        assert live.ports == fresh.ports
+
+
 def test_one_endpoint_change_touches_a_few_elements() -> None:
     state, _ = small()
     snap = state.snapshot()
