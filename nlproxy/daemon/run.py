@@ -47,10 +47,11 @@ from nlproxy.config.configz import configz
 from nlproxy.config.watch import ConfigWatcher
 from nlproxy.conntrack.sysctl import apply_logged
 from nlproxy.daemon import census, systemd
+from nlproxy.daemon.foreign import ForeignCheck
 from nlproxy.daemon.memory import release, tune_allocator
 from nlproxy.daemon.stop import StopDeadline
 from nlproxy.errors import NlproxyError
-from nlproxy.inspect.foreign import Leftovers, find, remove_all
+from nlproxy.inspect.foreign import Leftovers, remove_all
 from nlproxy.inspect.reachability import ReachabilityMonitor, without_unreachable
 from nlproxy.inspect.rtnl import RtnlNode
 from nlproxy.inspect.watch import ADDRESS_GROUPS, RouteWatcher
@@ -177,6 +178,8 @@ class Daemon:
         )
         self.watch: GenerationWatch | None = None
         self._foreign_seen = trio.Event()
+        # The nftables part only when the generation moved (``daemon/foreign.py``).
+        self.foreign = ForeignCheck(self.netns, self._generation)
         self.loop = self._sync_loop(settings)
         self.healthchecks: HealthCheckServers | None = None
         self.connections = DescriptorBudget()  # one for every HTTP server
@@ -378,7 +381,8 @@ class Daemon:
         appear, a gauge, and with ``--replace-kube-proxy`` their removal (after the first sync,
         so the node is never without rules). Asked as soon as another process commits
         (:meth:`_generation_moved`), and every sync period, at most every 30 s, for what the
-        generation cannot show (IPVS).
+        generation cannot show (IPVS): the nftables tables are dumped again only when the
+        generation moved since they were (``daemon/foreign.py``).
 
         Cancellation: safe at any point (the thread only reads, or sends one atomic batch; it
         is abandoned, so a slow look at a large ruleset on a loaded node cannot hold a stop).
@@ -425,14 +429,20 @@ class Daemon:
         return set(now)
 
     def _foreign_once(self) -> Leftovers:
-        found = find(self.netns)
+        found = self.foreign.look()
         if found and self.settings.replace_kube_proxy:
+            self.foreign.forget()
             remove_all(found, self.netns)
             for name, mode, line, _ in found.items():
                 self.log.warning("foreign_proxy.removed", table=name, mode=mode, what=line)
                 self.metrics.foreign_proxy_removals.labels(table=name, mode=mode).inc()
-            found = find(self.netns)
+            found = self.foreign.look()
         return found
+
+    def _generation(self) -> int | None:
+        """The kernel's nftables generation now, from the watch's socket (None: no watch)."""
+        watch = self.watch
+        return None if watch is None or not watch.running else watch.current()
 
     async def _watch_addresses(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

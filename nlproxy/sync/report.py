@@ -68,11 +68,13 @@ class SyncReporter:
         self._gaps: dict[Family, str] = {}
         self._gaps_of: tuple[ClusterSnapshot, ProxyConfig] | None = None  # what they are of
         self._no_local = NoLocalEndpoints(metrics.no_local_endpoints)
-        self._state_moved = True  # objects changed since the last full look for orphans
+        # Services changed since the last look for orphans: only their slices can have become
+        # orphans (a slice's own change names its Service; a Service's removal names itself).
+        self._orphan_keys: set[ServiceKey] = set()
+        self._candidates: dict[ObjectRef, str] = {}  # orphans found since the last verify
 
     def queued(self, changes: Sequence[Change]) -> None:
         """``changes`` were applied to the state and wait for a sync."""
-        self._state_moved = True
         counts = _count_by_kind(changes)
         for kind in self._pending_events:
             self._pending_events[kind] += counts.get(kind, 0)
@@ -87,7 +89,7 @@ class SyncReporter:
         """The state reports ``keys`` changed: their programming latency runs from now, unless
         their slices carry a new trigger time."""
         if keys:
-            self._state_moved = True
+            self._orphan_keys.update(keys)
             self.latency.seen(keys, datetime.now(UTC))
 
     def unchanged(self, keys: Iterable[ServiceKey]) -> None:
@@ -145,13 +147,19 @@ class SyncReporter:
 
         A slice may precede its Service from the API: an orphan is reported only when a full
         verify (``verify``) still finds it, and forgotten as soon as its Service comes.
+
+        Only the slices of the Services that changed since the last call are looked at (at the
+        sync that follows the change, not at a verify of an idle node): what the state holds
+        decides alone which slices are orphans, and a slice can become one only by a change
+        that names its Service. A verify looks again at those it found meanwhile.
         """
-        if verify and self._state_moved:
-            # Every slice is looked at once per change of the state, not at every verify of
-            # an idle node: what the state holds decides alone which slices are orphans.
-            self._orphans = self.state.orphans()
-            self._state_moved = False
-        elif self._orphans:
+        if self._orphan_keys:
+            self._candidates.update(self._orphans_among(self._orphan_keys))
+            self._orphan_keys = set()
+        if verify and self._candidates:
+            self._orphans.update(self._candidates)
+            self._candidates = {}
+        if self._orphans:
             self._orphans = self.state.orphans(self._orphans)
         self.metrics.invalid_objects.set(
             len(self.state.invalid) + len(self._orphans) + len(source_errors)
@@ -163,6 +171,20 @@ class SyncReporter:
         if last is None or last[0] is not snapshot or last[1] is not config:
             self._report_nodeport_gaps(nodeport_gaps(snapshot, config))
             self._gaps_of = (snapshot, config)
+
+    def _orphans_among(self, keys: set[ServiceKey]) -> dict[ObjectRef, str]:
+        """The orphan slices of ``keys``: the state's own check, of the slices of those that
+        are not among its valid Services (the state's snapshot, the same object until it
+        changes, holds every Service's slices whether or not the Service exists)."""
+        snapshot = self.state.snapshot()
+        services, groups = snapshot.services, snapshot.slices
+        among = [
+            ObjectRef(kind="EndpointSlice", namespace=eps.namespace, name=eps.name)
+            for key in keys
+            if key not in services
+            for eps in groups.get(key, ())
+        ]
+        return self.state.orphans(among) if among else {}
 
     def trusted(self) -> None:
         """A periodic verify found that nothing could differ from the last sync (``loop.py``):

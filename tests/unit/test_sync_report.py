@@ -11,7 +11,7 @@ import msgspec
 import structlog.testing
 from prometheus_client import CollectorRegistry
 
-from nlproxy.cluster.model import EndpointSlice, ObjectRef
+from nlproxy.cluster.model import Change, Delete, EndpointSlice, ObjectRef
 from nlproxy.cluster.state import ClusterState
 from nlproxy.log import get_logger
 from nlproxy.nft.ir import Family
@@ -155,24 +155,48 @@ class CountingState(ClusterState):
         return super().orphans(among)
 
 
-async def test_verifies_of_an_unchanged_state_look_for_orphans_once() -> None:
-    """An orphan slice is reported at the first verify that finds it and stays reported; the
-    verifies of an idle node after it do not walk every slice again, a change does."""
+def changed(state: ClusterState, report: SyncReporter, changes: list[Change]) -> None:
+    """As the loop applies changes: the state's changed Services go to the reporter."""
+    report.changed(state.apply(changes))
+    report.queued(changes)
+
+
+async def test_orphans_are_found_among_the_changed_services_without_walking_every_slice() -> None:
+    """An orphan slice is reported at the first verify that still finds it and stays
+    reported; it is found among the slices of the Services that changed, at the sync that
+    follows the change: no sync or verify walks every slice (an idle node's verify costs
+    nothing for it)."""
     state, metrics = CountingState(NODE), Metrics(CollectorRegistry())
     report = SyncReporter(
         state, health=HealthState(grace_seconds=120), metrics=metrics, log=get_logger("sync")
     )
-    changes = [upsert(eps_slice("a", "ghost", [endpoint("10.1.0.9")]))]
-    state.apply(changes)
-    report.queued(changes)
+    invalid = "nlproxy_invalid_objects"
+    changed(state, report, [upsert(service("a", "web", "172.30.0.1"))])
+    changed(state, report, [upsert(eps_slice("a", "web", [endpoint("10.1.0.1")]))])
+    changed(state, report, [upsert(eps_slice("a", "ghost", [endpoint("10.1.0.9")]))])
+    report.objects(state.snapshot(), CONFIG, [], verify=False)
+    assert value(metrics, invalid) == 0  # its Service may still come: a verify decides
     for _ in range(3):
         report.objects(state.snapshot(), CONFIG, [], verify=True)
-        assert value(metrics, "nlproxy_invalid_objects") == 1
-    assert state.walks == 1
-    changes = [upsert(service("a", "ghost", "172.30.0.9"))]  # its Service comes
-    state.apply(changes)
-    report.queued(changes)
+        assert value(metrics, invalid) == 1
+    changed(state, report, [upsert(service("a", "ghost", "172.30.0.9"))])  # its Service comes
     report.objects(state.snapshot(), CONFIG, [], verify=False)
-    assert value(metrics, "nlproxy_invalid_objects") == 0
+    assert value(metrics, invalid) == 0
     report.objects(state.snapshot(), CONFIG, [], verify=True)
-    assert state.walks == 2
+    assert value(metrics, invalid) == 0
+    ref = ObjectRef(kind="Service", namespace="a", name="web")
+    changed(state, report, [Delete(ref=ref)])  # a slice's Service goes: an orphan at the verify
+    report.objects(state.snapshot(), CONFIG, [], verify=False)
+    assert value(metrics, invalid) == 0
+    report.objects(state.snapshot(), CONFIG, [], verify=True)
+    assert value(metrics, invalid) == 1
+    assert state.walks == 0
+
+
+async def test_a_slice_whose_service_comes_before_the_verify_is_never_an_orphan() -> None:
+    report, state, metrics = reporter()
+    changed(state, report, [upsert(eps_slice("a", "late", [endpoint("10.1.0.2")]))])
+    report.objects(state.snapshot(), CONFIG, [], verify=False)
+    changed(state, report, [upsert(service("a", "late", "172.30.0.2"))])
+    report.objects(state.snapshot(), CONFIG, [], verify=True)
+    assert value(metrics, "nlproxy_invalid_objects") == 0
