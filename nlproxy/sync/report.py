@@ -69,8 +69,11 @@ class SyncReporter:
         self._gaps_of: tuple[ClusterSnapshot, ProxyConfig] | None = None  # what they are of
         self._no_local = NoLocalEndpoints(metrics.no_local_endpoints)
         # Services changed since the last look for orphans: only their slices can have become
-        # orphans (a slice's own change names its Service; a Service's removal names itself).
+        # orphans (a slice's own change names its Service; a Service's removal, skip or
+        # invalidation names itself: ``queued``). A Service list (a relist) names none of the
+        # Services it drops, so the look after it takes every slice's Service.
         self._orphan_keys: set[ServiceKey] = set()
+        self._orphans_anywhere = False
         self._candidates: dict[ObjectRef, str] = {}  # orphans found since the last verify
 
     def queued(self, changes: Sequence[Change]) -> None:
@@ -84,6 +87,17 @@ class SyncReporter:
         for label in IP_FAMILIES.values():  # one sync programs both families
             self.metrics.last_queued.labels(ip_family=label).set_to_current_time()
         self.health.queued(trio.current_time())
+        self._note_services(changes)
+
+    def _note_services(self, changes: Sequence[Change]) -> None:
+        """The Services ``changes`` name, for the next look for orphans: the state reports
+        only those that were proxied, not a skipped or invalid one that is deleted."""
+        for change in changes:
+            if isinstance(change, Replace):
+                self._orphans_anywhere |= change.kind == "Service"
+            elif change.ref.kind == "Service":
+                ref = change.ref
+                self._orphan_keys.add(ServiceKey(namespace=ref.namespace, name=ref.name))
 
     def changed(self, keys: Iterable[ServiceKey]) -> None:
         """The state reports ``keys`` changed: their programming latency runs from now, unless
@@ -153,6 +167,9 @@ class SyncReporter:
         decides alone which slices are orphans, and a slice can become one only by a change
         that names its Service. A verify looks again at those it found meanwhile.
         """
+        if self._orphans_anywhere:
+            self._orphan_keys.update(self.state.snapshot().slices)
+            self._orphans_anywhere = False
         if self._orphan_keys:
             self._candidates.update(self._orphans_among(self._orphan_keys))
             self._orphan_keys = set()

@@ -8,10 +8,11 @@ from datetime import UTC, datetime, timedelta
 from ipaddress import ip_network
 
 import msgspec
+import pytest
 import structlog.testing
 from prometheus_client import CollectorRegistry
 
-from nlproxy.cluster.model import Change, Delete, EndpointSlice, ObjectRef
+from nlproxy.cluster.model import Change, Delete, EndpointSlice, Invalid, ObjectRef, Replace, Skip
 from nlproxy.cluster.state import ClusterState
 from nlproxy.log import get_logger
 from nlproxy.nft.ir import Family
@@ -200,3 +201,44 @@ async def test_a_slice_whose_service_comes_before_the_verify_is_never_an_orphan(
     changed(state, report, [upsert(service("a", "late", "172.30.0.2"))])
     report.objects(state.snapshot(), CONFIG, [], verify=True)
     assert value(metrics, "nlproxy_invalid_objects") == 0
+
+
+DB = ObjectRef(kind="Service", namespace="a", name="db")
+DB_SLICE = upsert(eps_slice("a", "db", [endpoint("10.1.0.9")]))
+DB_VALID = upsert(service("a", "db", "172.30.0.9"))
+DB_INVALID = Invalid(ref=DB, error="Service a/db: spec.clusterIP: not an address")
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [[DB_INVALID, DB_SLICE], [Delete(ref=DB)]],
+        [[DB_INVALID, DB_SLICE], [Replace(kind="Service", changes=())]],
+        [[Skip(ref=DB), DB_SLICE], [Delete(ref=DB)]],
+        [[Skip(ref=DB), DB_SLICE], [Replace(kind="Service", changes=())]],
+        [[DB_VALID, DB_SLICE], [Skip(ref=DB)], [Delete(ref=DB)]],
+        [[DB_VALID, DB_SLICE], [Delete(ref=DB)]],
+    ],
+    ids=[
+        "invalid-deleted",
+        "invalid-gone-at-relist",
+        "skipped-deleted",
+        "skipped-gone-at-relist",
+        "skipped-then-deleted",
+        "valid-deleted",
+    ],
+)
+async def test_a_slice_left_by_a_service_the_state_did_not_proxy_is_an_orphan_too(
+    steps: list[list[Change]],
+) -> None:
+    """A skipped or invalid Service's removal (deleted, or absent from a relist) changes no
+    proxied Service, yet leaves its slices orphans: the verifies after it report them, as the
+    state's own full check finds them."""
+    report, state, metrics = reporter()
+    for step in steps:
+        changed(state, report, step)
+        report.objects(state.snapshot(), CONFIG, [], verify=False)  # the sync after it
+    for _ in range(2):
+        report.objects(state.snapshot(), CONFIG, [], verify=True)
+    assert len(state.orphans()) == 1
+    assert value(metrics, "nlproxy_invalid_objects") == 1
