@@ -132,21 +132,23 @@ def run(tree: Path, kubeconfig: Path, args: argparse.Namespace) -> dict[str, Any
                 "events": [e.get("event") for e in lines if t0 - 0.05 <= stamp(e) <= t1 + 0.05],
             }
         )
-    windows = []  # each reading's last 10 s
+    windows = []  # each reading's last 10 s (as near as the readings fall), per minute
     i = 0
     for t, c, _ in ticks:
         while ticks[i][0] < t - 10:
             i += 1
-        if t - ticks[0][0] >= 10:
-            windows.append(c - ticks[i][1])
+        if t - ticks[0][0] >= 10 and t > ticks[i][0]:
+            windows.append((c - ticks[i][1]) / (t - ticks[i][0]) * 60)
     total = ticks[-1][1] - ticks[0][1]
     events: dict[str, int] = {}
     for e in lines:
         events[str(e.get("event"))] = events.get(str(e.get("event")), 0) + 1
     return {
+        "pid": pid,
+        "every_s": args.every,
         "idle_s": round(span, 1),
         "idle_cpu_s_per_min": round(total / span * 60, 4),
-        "idle_worst_window_s_per_min": round(max(windows, default=0.0) * 6, 4),
+        "idle_worst_window_s_per_min": round(max(windows, default=0.0), 4),
         "threads": threads,
         "spikes": spikes,
         "events": events,

@@ -11,12 +11,12 @@ def test_the_idle_daemons_threads_are_listed() -> None:
                       "--settle", "1", "--idle", "12", "--every", "0.5")  # fmt: skip
     assert len(rows) == 1
     row = rows[0]
-    assert row["idle_s"] >= 12
+    assert row["every_s"] == 0.5
     threads = row["threads"]
-    assert len(threads) >= 3  # the event loop, the generation watch's, the source's...
-    assert all(t["s_per_min"] >= 0 for t in threads)
-    assert "232" in {t["waits_in_syscall"] for t in threads}  # the loop in epoll_wait
-    # The watch's thread looks every 0.5 s: it ran in most readings.
-    assert max(t["active_ticks"] for t in threads) >= 12
-    assert row["idle_cpu_s_per_min"] >= 0
-    assert row["idle_worst_window_s_per_min"] >= 0
+    tids = {t["tid"] for t in threads}
+    assert len(tids) >= 3  # the event loop, the generation watch's, the source's...
+    assert row["pid"] in tids  # the event loop's (main) thread is among them
+    main = next(t for t in threads if t["tid"] == row["pid"])
+    assert main["comm"] != "?"
+    assert main["waits_in_syscall"] != "?"
+    assert sum(t["s_per_min"] for t in threads) > 0  # the watch's looks cost something
