@@ -68,11 +68,12 @@ class Client:
         self.credentials = credentials
         self.rest_client: Any = rest.RESTClientObject(configuration)
 
-    def url(self, path: str, query: Sequence[tuple[str, str]] = ()) -> str:
-        """The URL of ``path`` with ``query``, quoted as ``ApiClient.param_serialize`` does."""
+    def url(self, path: str, query: Sequence[tuple[str, str | int | bool]] = ()) -> str:
+        """The URL of ``path`` with ``query``, quoted as ``ApiClient.param_serialize`` does
+        (a bool as ``true``/``false``, as the API server reads it)."""
         url = f"{self.configuration.host}{path}"
         if query:
-            url += "?" + "&".join(f"{key}={quote(str(value))}" for key, value in query)
+            url += "?" + "&".join(f"{key}={quote(_text(value))}" for key, value in query)
         return url
 
     def headers(self, accept: str) -> dict[str, str]:
@@ -103,6 +104,10 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _text(value: str | int | bool) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def kubeconfig_loading() -> Any:

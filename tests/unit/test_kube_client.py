@@ -186,7 +186,9 @@ def test_a_request_is_what_the_clients_api_client_would_send() -> None:
         cfg.refresh_api_key_hook = refresh
         ours = Client(cfg)
         query = [("labelSelector", "!service.kubernetes.io/service-proxy-name,a in (b, c)"),
-                 ("limit", "500"), ("continue", "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTB9")]
+                 ("limit", "500"), ("continue", "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTB9"),
+                 ("allowWatchBookmarks", True), ("sendInitialEvents", False),
+                 ("timeoutSeconds", 300)]
         mine = [ours.url("/api/v1/services", query), ours.headers("application/json"),
                 ours.url("/readyz"), ours.headers("*/*")]
         loaded = "kubernetes.client.api_client" in sys.modules
@@ -201,7 +203,7 @@ def test_a_request_is_what_the_clients_api_client_would_send() -> None:
         def pool(client):
             manager = client.rest_client.pool_manager
             return [type(manager).__name__, sorted(manager.connection_pool_kw.items())]
-        print(json.dumps([loaded, mine == theirs, mine[1], pool(ours), pool(api)],
+        print(json.dumps([loaded, mine == theirs, mine[1], pool(ours), pool(api), mine[0]],
                          default=repr))
         """
     )
@@ -214,7 +216,8 @@ def test_a_request_is_what_the_clients_api_client_would_send() -> None:
             "authorization": "Bearer renewed",
         },
     ]
-    ours, theirs = got[3:]
+    ours, theirs, url = got[3:]
+    assert url.endswith("&allowWatchBookmarks=true&sendInitialEvents=false&timeoutSeconds=300")
     assert ours == theirs
     assert ours[0] == "PoolManager"
     assert ["cert_reqs", 2] in ours[1]  # ssl.CERT_REQUIRED, as the client verifies by default
