@@ -48,12 +48,13 @@ def test_pyroute2_is_imported_by_the_inspectors_first_look_not_at_start() -> Non
         node = RtnlNode()
         snap = node.dump([socket.AF_INET])
         addrs = node.addresses()
+        from nlproxy.commands.preflight import packages
         print(json.dumps([before, "pyroute2.iproute" in sys.modules,
                           any(link.name == "lo" for link in snap.links.values()),
-                          "127.0.0.1" in map(str, addrs)]))
+                          "127.0.0.1" in map(str, addrs), packages().level.value]))
         """
     )
-    assert out == [[], True, True, True]
+    assert out == [[], True, True, True, "ok"]
 
 
 def test_a_pyroute2_that_cannot_be_imported_is_a_config_error_naming_it() -> None:
@@ -61,7 +62,7 @@ def test_a_pyroute2_that_cannot_be_imported_is_a_config_error_naming_it() -> Non
     must then be an ``NlproxyError`` (which the daemon's address watch logs and retries, and a
     command turns into one line, exit 2), not an ``ImportError`` out of the daemon's nursery.
     The next call tries the import again."""
-    monitor, out = _run(
+    monitor, preflight, out = _run(
         """
         sys.modules["pyroute2.iproute"] = None  # what a broken or partial install looks like
         from nlproxy.errors import ConfigError
@@ -79,6 +80,9 @@ def test_a_pyroute2_that_cannot_be_imported_is_a_config_error_naming_it() -> Non
         failed = [e for e in logs if e["event"] == "inspector.failed"]
         print(json.dumps([ok, [(e["log_level"], "exc_info" in e, e.get("error", "")[:16])
                                for e in failed]]))
+        from nlproxy.commands.preflight import packages
+        found = packages()
+        print(json.dumps([found.check, found.level.value, found.text]))
         seen = []
         for call in (RtnlNode().addresses, RtnlNode().addresses,
                      lambda: ipvs._device(None, addresses=True)):
@@ -88,8 +92,11 @@ def test_a_pyroute2_that_cannot_be_imported_is_a_config_error_naming_it() -> Non
                 seen.append([type(exc).__name__, isinstance(exc, ConfigError), str(exc)])
         print(json.dumps(seen))
         """,
-        lines=2,
+        lines=3,
     )
+    check, level, text = preflight
+    assert (check, level) == ("packages", "FAIL")
+    assert text.startswith("package pyroute2: cannot be imported")
     assert monitor == [False, [["warning", False, "package pyroute2"]]]
     assert len(out) == 3
     for name, is_config, line in out:
