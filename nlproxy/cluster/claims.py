@@ -338,6 +338,9 @@ class Claims:
                 touched = old | new
             self._created[key] = svc.created
         if new == old:
+            if svc is None:  # deleted holding nothing (headless, no nodePort): forgotten too
+                self._claims.pop(key, None)
+                self._created.pop(key, None)
             return touched
         for claim in old - new:
             self._release(claim, key)

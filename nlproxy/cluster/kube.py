@@ -153,7 +153,11 @@ def api_client_from_config(
         else:
             why = str(exc)
         raise ConfigError(f"kubeconfig {kubeconfig}", why) from exc
-    return kube_client.Client(cfg)
+    if kubeconfig is not None:
+        credentials = f"kubeconfig {kubeconfig}"
+    else:
+        credentials = f"token file {kube_client.in_cluster_loading().SERVICE_TOKEN_FILENAME}"
+    return kube_client.Client(cfg, credentials)
 
 
 # The loaders' token-refresh hooks copy their own host into the configuration before every

@@ -59,22 +59,31 @@ class Client:
     Attributes:
         configuration: the client's ``Configuration`` (host, TLS, credentials).
         rest_client: the client's ``RESTClientObject`` made from it (its urllib3 pool).
+        credentials: where the credentials come from, named in an error when they cannot be
+            renewed (``token file /var/run/...``, ``kubeconfig /etc/...``).
     """
 
-    def __init__(self, configuration: Configuration) -> None:
+    def __init__(self, configuration: Configuration, credentials: str = "credentials") -> None:
         self.configuration = configuration
+        self.credentials = credentials
         self.rest_client: Any = rest.RESTClientObject(configuration)
 
-    def url(self, path: str, query: Sequence[tuple[str, str]] = ()) -> str:
-        """The URL of ``path`` with ``query``, quoted as ``ApiClient.param_serialize`` does."""
+    def url(self, path: str, query: Sequence[tuple[str, str | int | bool]] = ()) -> str:
+        """The URL of ``path`` with ``query``, quoted as ``ApiClient.param_serialize`` does
+        (a bool as ``true``/``false``, as the API server reads it)."""
         url = f"{self.configuration.host}{path}"
         if query:
-            url += "?" + "&".join(f"{key}={quote(str(value))}" for key, value in query)
+            url += "?" + "&".join(f"{key}={quote(_text(value))}" for key, value in query)
         return url
 
     def headers(self, accept: str) -> dict[str, str]:
         """A request's headers: ``Accept``, the ``User-Agent`` and the bearer token, read from
-        the configuration at each request (its refresh hook renews an expiring one)."""
+        the configuration at each request (its refresh hook renews an expiring one).
+
+        Raises:
+            ConfigException, OSError: the refresh hook could not renew the token (a token file
+                empty or gone mid-rotation, an exec plugin that failed).
+        """
         headers = {"Accept": accept, "User-Agent": USER_AGENT}
         token = self.configuration.auth_settings().get("BearerToken")
         if token and token["value"] is not None:
@@ -95,6 +104,10 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _text(value: str | int | bool) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def kubeconfig_loading() -> Any:

@@ -27,7 +27,7 @@ import trio
 import urllib3
 
 from nlproxy.cluster import typed
-from nlproxy.cluster.kube_client import ApiException, Client
+from nlproxy.cluster.kube_client import USER_AGENT, ApiException, Client, ConfigException
 from nlproxy.cluster.model import Change, Delete, Invalid, Skip, Upsert
 from nlproxy.cluster.ratelimit import TokenBucket
 from nlproxy.cluster.sections import object_ref
@@ -158,8 +158,10 @@ class Http:
 
         Raises:
             Unreachable: no answer.
-            KubeApiError: an error status (``Gone``, ``NotServed``, ``Forbidden``, ...).
+            KubeApiError: an error status (``Gone``, ``NotServed``, ``Forbidden``, ...), or
+                credentials that could not be renewed (named, status 0), nothing sent.
         """
+        headers = self._headers("application/json")
         if self._limit is not None:
             self._limit.take()
         start = time.monotonic()
@@ -167,7 +169,7 @@ class Http:
             resp = self.api.rest_client.request(
                 "GET",
                 self.api.url(spec.path, params),
-                headers=self.api.headers("application/json"),
+                headers=headers,
                 _request_timeout=(CONNECT_TIMEOUT, read_timeout),
             )
         except (urllib3.exceptions.HTTPError, OSError, ApiException) as exc:
@@ -186,6 +188,20 @@ class Http:
             raise _status_error(spec, raw.status, body, verb)
         return raw
 
+    def _headers(self, accept: str) -> dict[str, str]:
+        """The client's headers for a request; credentials its refresh could not renew (an
+        in-cluster token file empty or gone while the kubelet rotates it, a failed exec
+        plugin) are an API error naming them, retried as one, not a crash of the source.
+
+        Raises:
+            KubeApiError: the credentials could not be renewed (status 0).
+        """
+        try:
+            return self.api.headers(accept)
+        except (ConfigException, OSError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise KubeApiError(self.api.credentials, f"credentials not renewed: {why}") from exc
+
     def probe(self, path: str = "/readyz", timeout: float = PROBE_TIMEOUT) -> int:
         """``GET path`` with short timeouts and no retries; returns the HTTP status.
 
@@ -196,6 +212,10 @@ class Http:
         Raises:
             Unreachable: no answer.
         """
+        try:
+            headers = self._headers("*/*")
+        except KubeApiError:  # asked without them: any answer, a 401 too, says it is up
+            headers = {"Accept": "*/*", "User-Agent": USER_AGENT}
         if self._limit is not None:
             self._limit.take()
         start = time.monotonic()
@@ -203,7 +223,7 @@ class Http:
             raw = self.api.rest_client.pool_manager.request(
                 "GET",
                 self.api.url(path),
-                headers=self.api.headers("*/*"),
+                headers=headers,
                 timeout=urllib3.Timeout(connect=timeout, read=timeout),
                 retries=False,
                 preload_content=True,

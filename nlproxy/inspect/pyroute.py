@@ -1,12 +1,23 @@
 """pyroute2's ``IPRoute`` and ``NetlinkError`` for the inspector and the IPVS look, with the
 ``pyroute2`` package entered bare (``nlproxy/imports.py``): its ``__init__`` would import IPDB
-and NDB, which nlproxy never uses."""
+and NDB, which nlproxy never uses.
 
+Imported by the first call that talks to rtnetlink, not at start: a pyroute2 that cannot be
+imported (a broken or partial install) is a :class:`~nlproxy.errors.ConfigError` naming it
+(exit status 2), so a caller that logs and retries an ``NlproxyError`` (the daemon's address
+watch, the reachability monitor) goes on, and a command says one line.
+"""
+
+from nlproxy.errors import ConfigError
 from nlproxy.imports import bare
 
-bare("pyroute2")
-
-from pyroute2.iproute import IPRoute  # noqa: E402
-from pyroute2.netlink.exceptions import NetlinkError  # noqa: E402
+try:
+    bare("pyroute2")
+    from pyroute2.iproute import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+except ImportError as exc:
+    raise ConfigError(
+        "package pyroute2", f"cannot be imported ({exc}); reinstall nlproxy's dependencies"
+    ) from None
 
 __all__ = ["IPRoute", "NetlinkError"]

@@ -25,6 +25,7 @@ from nlproxy.cluster.model import (
     ServiceKey,
     ServicePortRef,
 )
+from nlproxy.errors import NlproxyError
 from nlproxy.inspect.classify import Reachability, address_order, classify, transitions
 from nlproxy.inspect.rtnl import NodeRoutes, RtnlNode
 from nlproxy.inspect.watch import RouteWatcher
@@ -159,7 +160,11 @@ class ReachabilityMonitor:
         after ``RETRY_AFTER`` seconds: the inspector only reports, it must never stop the proxy."""
         try:
             await self._evaluate(full=full)
-        except Exception:  # anything the classification raises, logged in full
+        except NlproxyError as exc:  # named (a dump refused, pyroute2 unimportable): one line
+            self.log.warning("inspector.failed", error=str(exc), retry_in=RETRY_AFTER)
+            await trio.sleep(RETRY_AFTER)
+            return False
+        except Exception:  # anything else the classification raises, logged in full
             self.log.exception("inspector.failed", retry_in=RETRY_AFTER)
             await trio.sleep(RETRY_AFTER)
             return False

@@ -7,7 +7,8 @@ only reads: it never adds, changes or deletes a link, route or neighbour, and ne
 pyroute2 (``inspect/pyroute.py``) is imported by the first call that talks to the kernel, not with
 this module: the daemon imports the inspector at start but first classifies after its first
 sync, and a node whose ``nodePortAddresses`` names no CIDR never dumps addresses, so pyroute2's
-~50 ms of imports are not on the way to the first sync (``tests/unit/test_imports.py``).
+~50 ms of imports are not on the way to the first sync (``tests/unit/test_daemon_imports.py``).
+A pyroute2 that cannot be imported then is a ``ConfigError`` naming it (``inspect/pyroute.py``).
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ def dump(netns_name: str | None, families: Iterable[int]) -> Snapshot:
     """Read links, then routes and neighbours of ``families`` (AF_INET/AF_INET6), one dump each.
 
     Raises:
-        ConfigError: the namespace cannot be entered.
+        ConfigError: the namespace cannot be entered, or pyroute2 cannot be imported.
         RtnlError: the kernel refused a dump.
     """
     from nlproxy.inspect.pyroute import IPRoute, NetlinkError
@@ -188,7 +189,7 @@ def interface_addresses(netns_name: str | None) -> tuple[IPAddress, ...]:
     """Every address on this node's interfaces, as ``ip address`` lists them (one dump).
 
     Raises:
-        ConfigError: the namespace cannot be entered.
+        ConfigError: the namespace cannot be entered, or pyroute2 cannot be imported.
         RtnlError: the kernel refused the dump.
     """
     from nlproxy.inspect.pyroute import IPRoute, NetlinkError
@@ -214,7 +215,7 @@ def interface_towards(addr: IPAddress, netns_name: str | None) -> str:
     of the node's own addresses or an address the node has no route to.
 
     Raises:
-        ConfigError: the namespace cannot be entered.
+        ConfigError: the namespace cannot be entered, or pyroute2 cannot be imported.
         RtnlError: the kernel refused the lookup for another reason than no route.
     """
     from nlproxy.inspect.pyroute import IPRoute, NetlinkError

@@ -7,19 +7,24 @@ next requests must carry the new token, or it would stop seeing the cluster unti
 
 from __future__ import annotations
 
+import datetime
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 import trio
 import yaml
 
+from nlproxy.cluster import kube
 from nlproxy.cluster.kube import KubeSource, api_client_from_config
+from nlproxy.cluster.kube_client import in_cluster_loading
 from nlproxy.cluster.model import Change, Replace
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import NODE, eventually, is_upsert_of, populate, start_source
+from tests.kube.tls import make_pki
 from tests.objects import service
 
 # The plugin: prints an ExecCredential with the token in TOKEN_FILE, expiring at once (so the
@@ -124,3 +129,55 @@ async def test_a_rejected_token_is_retried_not_fatal(
         assert kinds == {"Service", "EndpointSlice", "Node", "ServiceCIDR"}
     finally:
         client.close()
+
+
+async def test_an_in_cluster_token_file_empty_at_a_refresh_is_a_retried_error_naming_it(
+    tmp_path: Path, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kubelet rewrites the service account token; a refresh that finds the file empty
+    (or gone) is an API error naming the file, logged and retried, not a crash of the source,
+    and the source goes on once the token is back."""
+    pki = make_pki(tmp_path / "pki", "127.0.0.1")
+    server = ApiServer(token="pod-token", tls=pki.server_context())
+    server.start()
+    try:
+        populate(server)
+        token = tmp_path / "token"
+        token.write_text("pod-token")
+        incluster = in_cluster_loading()
+        monkeypatch.setattr(incluster, "SERVICE_TOKEN_FILENAME", str(token))
+        monkeypatch.setattr(incluster, "SERVICE_CERT_FILENAME", str(pki.ca))
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(server.port))
+        loader = kube._in_cluster_loader
+
+        def expiring(server_url: str | None) -> Any:  # the token read again at every request
+            made = loader(server_url)
+            made._token_refresh_period = datetime.timedelta(0)
+            return made
+
+        monkeypatch.setattr(kube, "_in_cluster_loader", expiring)
+        client = api_client_from_config(None)
+        try:
+            with structlog.testing.capture_logs() as logs:
+                feed, _ = await start_source(nursery, client)
+                token.write_text("")  # mid-rotation
+                server.drop_connections()  # the watches ask again, with a refresh each
+                failed = (
+                    f"token file {token}: credentials not renewed: Token file exists but empty."
+                )
+
+                def said() -> bool:
+                    return any(e.get("error") == failed for e in list(logs))
+
+                await eventually(said)
+                token.write_text("pod-token")
+                server.store.put("services", service("after-refresh", cluster_ip="10.96.1.9"))
+                await feed.until(is_upsert_of("after-refresh"), within=30)
+            lines = [e for e in logs if e.get("error") == failed]
+            assert {e["event"] for e in lines} <= {"source.watch_error", "source.list_error"}
+            assert {e["log_level"] for e in lines} == {"warning"}
+        finally:
+            client.close()
+    finally:
+        server.stop()

@@ -37,7 +37,9 @@ def declared_floors() -> dict[str, str]:
 
 def test_every_dependency_has_a_floor() -> None:
     floors = declared_floors()
-    # nlproxy calls ApiClient.param_serialize, which kubernetes 37.0.0 introduced (36.0.3 lacks it).
+    # kube_http streams RESTClientObject.request's answer: from 37.0.0 it is returned unread
+    # (RESTResponse.response) and an error status does not raise; 36.0.3's request reads the
+    # body by default, raises ApiException on a non-2xx status, and has no .response.
     assert floors["kubernetes"] == "37.0.0"
 
 

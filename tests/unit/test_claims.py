@@ -360,3 +360,17 @@ def test_with_no_service_range_known_any_unicast_cluster_ip_is_taken() -> None:
     state.apply([up(svc)])
     assert set(state.snapshot().services) == {svc.key}
     assert state.refused == []
+
+
+def test_a_deleted_service_leaves_nothing_behind_claims_or_none() -> None:
+    """A Service that claimed nothing (headless, no nodePort) is forgotten when deleted as
+    one with claims is: a churning cluster's deleted Services must not pile up."""
+    claims = Claims()
+    headless = service("a", "headless", [])
+    web = service("a", "web", "10.96.0.10", [port("a", "web", node_port=30080)])
+    for round_ in range(3):  # created and deleted again: nothing grows
+        services = {headless.key: headless, web.key: web}
+        claims.update([headless.key, web.key], services)
+        assert set(claims._created) == {headless.key, web.key}
+        claims.update([headless.key, web.key], {})
+        assert (round_, claims._created, claims._claims, claims._by) == (round_, {}, {}, {})

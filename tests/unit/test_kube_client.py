@@ -8,7 +8,9 @@ import os
 import subprocess
 import sys
 import textwrap
+from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 UNUSED = (
     "kubernetes.watch",
@@ -28,7 +30,7 @@ UNUSED = (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(code: str, **env: str) -> object:
+def _run(code: str, **env: str) -> Any:
     """Run ``code`` in a fresh interpreter (nothing imported yet) with this checkout's
     ``nlproxy`` and ``env`` added to the environment; what it prints, as JSON."""
     path = os.pathsep.join(p for p in (str(ROOT), env.pop("PYTHONPATH", "")) if p)
@@ -43,25 +45,52 @@ def _run(code: str, **env: str) -> object:
     return json.loads(out.stdout)
 
 
-def test_in_a_pod_the_client_is_imported_only_as_far_as_the_source_uses_it() -> None:
+def test_in_a_pod_the_client_is_imported_only_as_far_as_the_source_uses_it(
+    tmp_path: Path,
+) -> None:
+    """A successful in-cluster load (the loader's token and CA file names pointed at files
+    here) builds the ``Client`` and its first request's headers without the typed API's
+    ``ApiClient``, pydantic or dateutil; without a token file it is one named error."""
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("pod-token")
+    ca.write_text("not read before a connection\n")
     got = _run(
         f"""
         import json, sys
         from nlproxy.cluster import kube
         from nlproxy.errors import ConfigError
         loaded = [m for m in {UNUSED!r} if m in sys.modules]
+        incluster = kube.kube_client.in_cluster_loading()
+        incluster.SERVICE_TOKEN_FILENAME = {str(tmp_path / "absent")!r}
         try:
-            kube.api_client_from_config(None)  # in-cluster: no token file here
+            kube.api_client_from_config(None)
             error = ""
         except ConfigError as exc:
             error = str(exc)
+        incluster.SERVICE_TOKEN_FILENAME = {str(token)!r}
+        incluster.SERVICE_CERT_FILENAME = {str(ca)!r}
+        client = kube.api_client_from_config(None)
+        made = [client.configuration.host, client.configuration.ssl_ca_cert,
+                client.headers("application/json")["authorization"],
+                client.url("/api/v1/services", [("limit", "500")])]
         after = [m for m in {UNUSED!r} if m in sys.modules]
-        print(json.dumps([loaded, after, error]))
+        print(json.dumps([loaded, after, error, made]))
         """,
-        KUBERNETES_SERVICE_HOST="10.96.0.1",
+        KUBERNETES_SERVICE_HOST="192.0.2.1",
+        KUBERNETES_SERVICE_PORT="6443",
     )
-    assert got == [[], [], got[2]]  # type: ignore[index]
-    assert "kubeconfig (in-cluster)" in got[2]  # type: ignore[index]
+    assert got == [
+        [],
+        [],
+        got[2],
+        [
+            "https://192.0.2.1:6443",
+            str(ca),
+            "bearer pod-token",
+            "https://192.0.2.1:6443/api/v1/services?limit=500",
+        ],
+    ]
+    assert "kubeconfig (in-cluster)" in got[2]
 
 
 def test_a_kubeconfig_takes_the_clients_kubeconfig_loader(tmp_path: Path) -> None:
@@ -157,7 +186,9 @@ def test_a_request_is_what_the_clients_api_client_would_send() -> None:
         cfg.refresh_api_key_hook = refresh
         ours = Client(cfg)
         query = [("labelSelector", "!service.kubernetes.io/service-proxy-name,a in (b, c)"),
-                 ("limit", "500"), ("continue", "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTB9")]
+                 ("limit", "500"), ("continue", "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTB9"),
+                 ("allowWatchBookmarks", True), ("sendInitialEvents", False),
+                 ("timeoutSeconds", 300)]
         mine = [ours.url("/api/v1/services", query), ours.headers("application/json"),
                 ours.url("/readyz"), ours.headers("*/*")]
         loaded = "kubernetes.client.api_client" in sys.modules
@@ -169,17 +200,24 @@ def test_a_request_is_what_the_clients_api_client_would_send() -> None:
         _m, probe_url, probe_headers, _b, _p = api.param_serialize(
             "GET", "/readyz", header_params={"Accept": "*/*"}, auth_settings=["BearerToken"])
         theirs = [url, headers, probe_url, probe_headers]
-        same_pool = type(ours.rest_client) is type(api.rest_client)
-        print(json.dumps([loaded, mine == theirs, mine[1], same_pool]))
+        def pool(client):
+            manager = client.rest_client.pool_manager
+            return [type(manager).__name__, sorted(manager.connection_pool_kw.items())]
+        print(json.dumps([loaded, mine == theirs, mine[1], pool(ours), pool(api), mine[0]],
+                         default=repr))
         """
     )
-    assert got == [
+    assert got[:3] == [
         False,
         True,
         {
             "Accept": "application/json",
-            "User-Agent": got[2]["User-Agent"],  # type: ignore[index]
+            "User-Agent": f"OpenAPI-Generator/{version('kubernetes')}/python",
             "authorization": "Bearer renewed",
         },
-        True,
     ]
+    ours, theirs, url = got[3:]
+    assert url.endswith("&allowWatchBookmarks=true&sendInitialEvents=false&timeoutSeconds=300")
+    assert ours == theirs
+    assert ours[0] == "PoolManager"
+    assert ["cert_reqs", 2] in ours[1]  # ssl.CERT_REQUIRED, as the client verifies by default
