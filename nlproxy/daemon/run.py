@@ -47,11 +47,11 @@ from nlproxy.config.configz import configz
 from nlproxy.config.watch import ConfigWatcher
 from nlproxy.conntrack.sysctl import apply_logged
 from nlproxy.daemon import census, systemd
-from nlproxy.daemon.foreign import ForeignCheck
 from nlproxy.daemon.memory import release, tune_allocator
 from nlproxy.daemon.stop import StopDeadline
 from nlproxy.errors import NlproxyError
 from nlproxy.inspect.foreign import Leftovers, remove_all
+from nlproxy.inspect.foreign_check import ForeignCheck
 from nlproxy.inspect.reachability import ReachabilityMonitor, without_unreachable
 from nlproxy.inspect.rtnl import RtnlNode
 from nlproxy.inspect.watch import ADDRESS_GROUPS, RouteWatcher
@@ -178,7 +178,7 @@ class Daemon:
         )
         self.watch: GenerationWatch | None = None
         self._foreign_seen = trio.Event()
-        # The nftables part only when the generation moved (``daemon/foreign.py``).
+        # The nftables part only when the generation moved (``inspect/foreign_check.py``).
         self.foreign = ForeignCheck(self.netns, self._generation)
         self.loop = self._sync_loop(settings)
         self.healthchecks: HealthCheckServers | None = None
@@ -382,7 +382,7 @@ class Daemon:
         so the node is never without rules). Asked as soon as another process commits
         (:meth:`_generation_moved`), and every sync period, at most every 30 s, for what the
         generation cannot show (IPVS): the nftables tables are dumped again only when the
-        generation moved since they were (``daemon/foreign.py``).
+        generation moved since they were (``inspect/foreign_check.py``).
 
         Cancellation: safe at any point (the thread only reads, or sends one atomic batch; it
         is abandoned, so a slow look at a large ruleset on a loaded node cannot hold a stop).

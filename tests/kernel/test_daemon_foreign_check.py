@@ -1,11 +1,11 @@
-"""The daemon's periodic look for another proxy's rules (``daemon/foreign.py``): the nftables
+"""The daemon's periodic look for another proxy's rules (``inspect/foreign_check.py``): the nftables
 tables are dumped again only when the namespace's generation moved; IPVS is looked at each time."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from nlproxy.daemon.foreign import ForeignCheck
+from nlproxy.inspect.foreign_check import ForeignCheck
 from nlproxy.nft.monitor import GenerationWatch
 from tests.netns import sh
 

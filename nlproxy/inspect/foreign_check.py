@@ -1,4 +1,4 @@
-"""The daemon's periodic look for another proxy's rules, at what an idle node can afford.
+"""The periodic look for another proxy's rules, at what an idle node can afford (the daemon's).
 
 Another proxy's nftables tables and iptables-nft chains (``inspect/foreign.py``) can only come or
 go with a commit, and every commit moves the kernel's generation: the nftables part is looked at
