@@ -78,17 +78,32 @@ class Client:
 
     def headers(self, accept: str) -> dict[str, str]:
         """A request's headers: ``Accept``, the ``User-Agent`` and the bearer token, read from
-        the configuration at each request (its refresh hook renews an expiring one).
+        the configuration at each request after its refresh hook renewed an expiring one
+        (:meth:`renewed_headers`, without why a renewal failed)."""
+        return self.renewed_headers(accept)[0]
 
-        Raises:
-            ConfigException, OSError: the refresh hook could not renew the token (a token file
-                empty or gone mid-rotation, an exec plugin that failed).
+    def renewed_headers(self, accept: str) -> tuple[dict[str, str], str | None]:
+        """:meth:`headers`, and why the token could not be renewed (None: it was, or needs
+        no renewal).
+
+        A token the hook cannot renew (an in-cluster token file empty or gone while the
+        kubelet rotates it) leaves the last one in place: it is sent as it is, and the server
+        decides (a 401 is then the source's refusal, seen on ``/healthz``).
         """
+        cfg = self.configuration
+        hook: Any = cfg.refresh_api_key_hook  # the client's stubs type it None; loaders set it
+        error = None
+        if hook is not None:
+            try:
+                hook(cfg)
+            except (ConfigException, OSError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                error = f"{self.credentials}: not renewed: {why}"
         headers = {"Accept": accept, "User-Agent": USER_AGENT}
-        token = self.configuration.auth_settings().get("BearerToken")
-        if token and token["value"] is not None:
-            headers[token["key"]] = token["value"]
-        return headers
+        token = _bearer(cfg)
+        if token is not None:
+            headers["authorization"] = token
+        return headers, error
 
     def close(self) -> None:
         """Close the pool's connections (``ApiClient.close``)."""
@@ -104,6 +119,17 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _bearer(cfg: Configuration) -> str | None:
+    """The ``authorization`` value the configuration holds now, as its ``auth_settings``
+    gives it (the key under ``BearerToken`` or ``authorization``, with its prefix), without
+    running the refresh hook again."""
+    key = cfg.api_key.get("BearerToken", cfg.api_key.get("authorization"))
+    if not key:
+        return None
+    prefix = cfg.api_key_prefix.get("BearerToken", cfg.api_key_prefix.get("authorization"))
+    return f"{prefix} {key}" if prefix else str(key)
 
 
 def _text(value: str | int | bool) -> str:

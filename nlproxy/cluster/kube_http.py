@@ -21,17 +21,22 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 import trio
 import urllib3
 
 from nlproxy.cluster import typed
-from nlproxy.cluster.kube_client import USER_AGENT, ApiException, Client, ConfigException
+from nlproxy.cluster.kube_client import ApiException, Client
 from nlproxy.cluster.model import Change, Delete, Invalid, Skip, Upsert
 from nlproxy.cluster.ratelimit import TokenBucket
 from nlproxy.cluster.sections import object_ref
 from nlproxy.errors import NlproxyError
+from nlproxy.log import get_logger
+
+if TYPE_CHECKING:
+    from structlog.typing import FilteringBoundLogger
 
 CONNECT_TIMEOUT = 10.0
 LIST_READ_TIMEOUT = 60.0
@@ -126,6 +131,10 @@ RequestHook = Callable[[str, str, int | None, float], None]
 no answer) and the seconds until it came (client-go's ``rest_client_*`` metrics)."""
 
 
+def _log() -> FilteringBoundLogger:
+    return get_logger("source")
+
+
 def _ignore(_method: str, _host: str, _status: int | None, _seconds: float) -> None:
     return None
 
@@ -150,6 +159,8 @@ class Http:
         self._on_request = on_request or _ignore
         self._limit = limit
         self.host = urllib.parse.urlsplit(str(api_client.configuration.host)).netloc
+        self._said: str | None = None  # the token's renewal failure last said
+        self._said_lock = threading.Lock()
 
     def get(
         self, spec: KindSpec, params: Sequence[tuple[str, str]], read_timeout: float
@@ -158,8 +169,7 @@ class Http:
 
         Raises:
             Unreachable: no answer.
-            KubeApiError: an error status (``Gone``, ``NotServed``, ``Forbidden``, ...), or
-                credentials that could not be renewed (named, status 0), nothing sent.
+            KubeApiError: an error status (``Gone``, ``NotServed``, ``Forbidden``, ...).
         """
         headers = self._headers("application/json")
         if self._limit is not None:
@@ -189,18 +199,22 @@ class Http:
         return raw
 
     def _headers(self, accept: str) -> dict[str, str]:
-        """The client's headers for a request; credentials its refresh could not renew (an
-        in-cluster token file empty or gone while the kubelet rotates it, a failed exec
-        plugin) are an API error naming them, retried as one, not a crash of the source.
-
-        Raises:
-            KubeApiError: the credentials could not be renewed (status 0).
-        """
-        try:
-            return self.api.headers(accept)
-        except (ConfigException, OSError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise KubeApiError(self.api.credentials, f"credentials not renewed: {why}") from exc
+        """The client's headers for a request. A token its refresh could not renew (an
+        in-cluster token file empty or gone while the kubelet rotates it) is said once per
+        reason, as a warning naming where it comes from, and the last one is sent meanwhile:
+        the server decides, and a 401 is the source's refusal (``/healthz``)."""
+        headers, error = self.api.renewed_headers(accept)
+        with self._said_lock:
+            said, self._said = self._said, error
+        if error is not None and error != said:
+            _log().warning(
+                "source.credentials_not_renewed",
+                error=error,
+                meanwhile="the last token is sent until it can be renewed",
+            )
+        elif error is None and said is not None:
+            _log().info("source.credentials_renewed", credentials=self.api.credentials)
+        return headers
 
     def probe(self, path: str = "/readyz", timeout: float = PROBE_TIMEOUT) -> int:
         """``GET path`` with short timeouts and no retries; returns the HTTP status.
@@ -212,10 +226,7 @@ class Http:
         Raises:
             Unreachable: no answer.
         """
-        try:
-            headers = self._headers("*/*")
-        except KubeApiError:  # asked without them: any answer, a 401 too, says it is up
-            headers = {"Accept": "*/*", "User-Agent": USER_AGENT}
+        headers = self._headers("*/*")  # any answer, a 401 too, says the server is up
         if self._limit is not None:
             self._limit.take()
         start = time.monotonic()

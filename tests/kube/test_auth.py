@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -131,12 +131,12 @@ async def test_a_rejected_token_is_retried_not_fatal(
         client.close()
 
 
-async def test_an_in_cluster_token_file_empty_at_a_refresh_is_a_retried_error_naming_it(
+async def test_an_in_cluster_token_file_empty_at_a_refresh_keeps_the_last_token_and_says_so(
     tmp_path: Path, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The kubelet rewrites the service account token; a refresh that finds the file empty
-    (or gone) is an API error naming the file, logged and retried, not a crash of the source,
-    and the source goes on once the token is back."""
+    (or gone) is said once, naming the file, and the last token is sent meanwhile: the source
+    goes on following the server, which still takes it, and says when the token is renewed."""
     pki = make_pki(tmp_path / "pki", "127.0.0.1")
     server = ApiServer(token="pod-token", tls=pki.server_context())
     server.start()
@@ -163,20 +163,23 @@ async def test_an_in_cluster_token_file_empty_at_a_refresh_is_a_retried_error_na
                 feed, _ = await start_source(nursery, client)
                 token.write_text("")  # mid-rotation
                 server.drop_connections()  # the watches ask again, with a refresh each
-                failed = (
-                    f"token file {token}: credentials not renewed: Token file exists but empty."
-                )
+                failed = f"token file {token}: not renewed: Token file exists but empty."
 
-                def said() -> bool:
-                    return any(e.get("error") == failed for e in list(logs))
+                def said(event: str) -> Callable[[], bool]:
+                    return lambda: any(e["event"] == event for e in list(logs))
 
-                await eventually(said)
+                await eventually(said("source.credentials_not_renewed"))
+                server.store.put("services", service("meanwhile", cluster_ip="10.96.1.8"))
+                await feed.until(is_upsert_of("meanwhile"), within=30)
                 token.write_text("pod-token")
+                server.drop_connections()
+                await eventually(said("source.credentials_renewed"))
                 server.store.put("services", service("after-refresh", cluster_ip="10.96.1.9"))
                 await feed.until(is_upsert_of("after-refresh"), within=30)
-            lines = [e for e in logs if e.get("error") == failed]
-            assert {e["event"] for e in lines} <= {"source.watch_error", "source.list_error"}
-            assert {e["log_level"] for e in lines} == {"warning"}
+            lines = [e for e in logs if e["event"] == "source.credentials_not_renewed"]
+            assert [(e["error"], e["log_level"]) for e in lines] == [(failed, "warning")]
+            errors = ("source.watch_error", "source.list_error")
+            assert not [e for e in logs if e["event"] in errors]
         finally:
             client.close()
     finally:
