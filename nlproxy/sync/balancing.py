@@ -333,11 +333,16 @@ class BalancingGuard:
             self._demands = new
             return new.keys() != old.keys() or any(new[k] is not old[k] for k in new)
         changed = False
+        handed = self._handed
         for key in keys:
             cur = snapshot.services.get(key)
             entry = None if cur is None else self._entry(snapshot, key, cur, old.get(key))
             if entry is None:
                 changed |= old.pop(key, None) is not None
+                # Out of the opted-in set (deleted, or on random choice): no longer built from
+                # anything. ``_defer`` prunes only demanded keys, and a Service coming back
+                # deferred would otherwise be planned from the objects it was last handed.
+                handed.pop(key, None)
             elif entry is not old.get(key):
                 old[key] = entry
                 changed = True
