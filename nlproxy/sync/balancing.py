@@ -41,8 +41,12 @@ LOGGED = 10
 """The ``reason`` label values of the gauge."""
 
 WHOLE = 4
-""":meth:`BalancingGuard.apply` passes over every Service when the changed ones are more than
-one in this many."""
+OPTED = 12
+"""The pass over every Service costs about one unit per Service left unchanged, and ``OPTED``
+more for each opted-in one (its demand looked up); the pass over the changed keys about
+``WHOLE`` units per key (a ServiceKey's hash is Python code). :meth:`BalancingGuard.apply`
+takes the cheaper: with random choice the node's default, the whole pass past about a fifth of
+the Services changed; with every Service opted in, almost never."""
 
 
 class BalancingGuard:
@@ -101,11 +105,10 @@ class BalancingGuard:
         # Only the Services ``changed`` names (and those deferred) can differ from the last
         # call: at 10k Services a pass over all of them is most of an incremental sync. A pass
         # over every Service (None) is always right, and the cheaper one when ``changed`` names
-        # a good share of them (a first sync, a relist: a key looked at costs about five times
-        # what a Service of the whole pass does, its hash being Python code).
+        # a good share of them and few opt in (a first sync, a relist; see ``OPTED``).
         keys = (
             None
-            if changed is None or not self._primed or len(changed) * WHOLE > len(snapshot.services)
+            if changed is None or not self._primed or self._whole(len(changed), snapshot)
             else set(changed) | self.deferred
         )
         self._primed = True
@@ -137,6 +140,13 @@ class BalancingGuard:
             changed = (set(changed) | flipped | self._was_deferred) - keep_old.keys()
         self._was_deferred = self.deferred
         return self._substituted(snapshot, keys, refallen, deferred_new, keep_old), changed
+
+    def _whole(self, changing: int, snapshot: ClusterSnapshot) -> bool:
+        """Whether the pass over every Service costs less than the one over ``changing`` keys,
+        by the opted-in Services of the last pass (see ``OPTED``)."""
+        total = len(snapshot.services)
+        kept = max(total - changing, 0)
+        return changing * WHOLE * total > kept * (total + OPTED * len(self._demands))
 
     def _substituted(
         self,

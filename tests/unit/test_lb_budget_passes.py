@@ -9,6 +9,7 @@ from ipaddress import ip_address
 
 import msgspec
 import pytest
+import structlog
 
 from nlproxy.cluster.model import ClusterSnapshot, LoadBalancing, Service, ServiceKey
 from nlproxy.conntrack.fake import FakeConntrack
@@ -193,3 +194,24 @@ def test_the_keyed_pass_gives_what_the_whole_pass_gives(
     assert passes == [True] + [bool(changed) for _, changed in history[1:]]
     for step, (a, b) in enumerate(zip(keyed, whole, strict=True)):
         assert a == b, f"step {step}"
+
+
+@pytest.mark.parametrize(
+    ("default", "whole"),
+    [(LoadBalancing.RANDOM, True), (RR, False)],
+    ids=["random-default", "round-robin-default"],
+)
+def test_the_pass_over_every_service_is_taken_only_when_few_opt_in(
+    default: LoadBalancing, whole: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync naming 12 of 40 Services passes over every Service when the node's default is
+    random choice (each Service not opted in costs next to nothing), over the 12 keys when
+    every Service opts in (each would have its demand looked up)."""
+    passes = _passes(monkeypatch)
+    guard = BalancingGuard(default, structlog.get_logger("test"))
+    pairs = [_svc(f"s{i}", 1, 2) for i in range(40)]
+    guard.apply(_snap(*pairs), None)
+    guard.apply(_snap(*pairs), set())
+    grown = [_svc(f"s{i}", 1, 3) if i < 12 else pairs[i] for i in range(40)]
+    guard.apply(_snap(*grown), {svc.key for svc, _ in grown[:12]})
+    assert passes == [True, False, whole]
