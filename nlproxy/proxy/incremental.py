@@ -293,7 +293,7 @@ def _update(
             return None
         olds[family] = (mine, sorted_olds, sorted_news)
     old_refs = {ref for key in keys for ref in _refs(prev, key)}
-    found = {}
+    found: dict[Family, Delta] = {}
     for family in _SPECS:
         rs, frags = prev.rulesets[family], prev.fragments[family]
         delta = _swap(rs, counts[family], frags, new[family], *olds[family], deltas=deltas)
@@ -424,7 +424,7 @@ def _swap(
     sorted_olds: SortedOps,
     sorted_news: SortedOps,
     *,
-    deltas: bool = True,
+    deltas: bool,
 ) -> Delta | None:
     """Undo the old fragments, apply the new ones, and return what differs (None: not asked).
 
