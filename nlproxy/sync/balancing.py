@@ -36,17 +36,18 @@ if TYPE_CHECKING:
 
 UNKNOWN_ANNOTATION = "unknown annotation"
 REASONS = (UNKNOWN_ANNOTATION, "service budget", "node budget")
+"""The ``reason`` label values of the gauge."""
 LOGGED = 10
 """Services one sync logs by name as past the budget or back within it."""
-"""The ``reason`` label values of the gauge."""
 
 WHOLE = 4
+"""What the pass over the changed keys costs per key (a ServiceKey's hash is Python code), in
+units of what the pass over every Service costs per Service left unchanged."""
 OPTED = 12
-"""The pass over every Service costs about one unit per Service left unchanged, and ``OPTED``
-more for each opted-in one (its demand looked up); the pass over the changed keys about
-``WHOLE`` units per key (a ServiceKey's hash is Python code). :meth:`BalancingGuard.apply`
-takes the cheaper: with random choice the node's default, the whole pass past about a fifth of
-the Services changed; with every Service opted in, almost never."""
+"""What the pass over every Service costs more per opted-in Service left unchanged (its demand
+looked up), in the same units. :meth:`BalancingGuard.apply` takes the cheaper pass: with
+random choice the node's default, the whole pass past about a fifth of the Services changed;
+with every Service opted in, only when nearly all did."""
 
 
 class BalancingGuard:
