@@ -16,7 +16,9 @@ lists into the state and the first sync. Figures, per run (JSON lines):
   system and user CPU over the batch;
 - ``rss_mb`` after the sync (the daemon's own RSS carries its client, loop and reports too).
 
-``--base DIR`` runs the same script with that checkout's code too, alternating.
+Each second is counted once: the seed's balancing pass is in ``balancing_s`` once, its digest
+in ``digest_s`` only. ``--base DIR`` runs the same script with that checkout's code too,
+alternating, and prints each round's head/base ratios of the figures on a line of its own.
 ``--size-hint N`` (this checkout only, an experiment): the four large sets of the ``ip``
 table (``backends``, ``hairpin``, ``service-ips``, ``cluster-ips``) are created with
 ``NFTA_SET_DESC_SIZE`` N, so the kernel sizes their hash tables at once instead of growing them
@@ -32,6 +34,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +50,42 @@ def _rss_mb() -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return 0.0
+
+
+def stages(fig: dict[str, Any]) -> Callable[[Any, str, str], None]:
+    """``timed(obj, name, label)``: ``obj.name`` wrapped to add its time under ``label`` of
+    ``fig``, each second counted once: the time of a timed call made inside another (the
+    seed's balancing pass and digest) is the inner call's label's only, not the outer's too."""
+    local = threading.local()
+
+    def timed(obj: Any, name: str, label: str) -> None:
+        f = getattr(obj, name)
+
+        def wrapped(*a: Any, **k: Any) -> Any:
+            open_ = local.__dict__.setdefault("open", [])
+            open_.append(0.0)  # the time of the timed calls made inside this one
+            t = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                took = time.perf_counter() - t
+                fig[label] = round(fig.get(label, 0.0) + took - open_.pop(), 4)
+                if open_:
+                    open_[-1] += took
+
+        setattr(obj, name, wrapped)
+
+    return timed
+
+
+def ratios(head: dict[str, Any], base: dict[str, Any]) -> dict[str, float | None]:
+    """head/base of every figure both runs have as a number (None where base's is 0)."""
+    out: dict[str, Any] = {}
+    for key, value in head.items():
+        other = base.get(key)
+        if isinstance(value, int | float) and isinstance(other, int | float):
+            out[key] = round(value / other, 2) if other else None
+    return out
 
 
 def run(services: int, endpoints: int, pause: float, size_hint: int) -> dict[str, Any]:
@@ -75,18 +114,7 @@ def run(services: int, endpoints: int, pause: float, size_hint: int) -> dict[str
     slices = [to_change(d) for i in range(services) for d in gen.slice_docs(c, i)]
     node = to_change(gen.node_doc())
     fig: dict[str, Any] = {}
-
-    def timed(obj: Any, name: str, label: str) -> None:
-        f = getattr(obj, name)
-
-        def wrapped(*a: Any, **k: Any) -> Any:
-            t = time.perf_counter()
-            try:
-                return f(*a, **k)
-            finally:
-                fig[label] = round(fig.get(label, 0.0) + time.perf_counter() - t, 4)
-
-        setattr(obj, name, wrapped)
+    timed = stages(fig)
 
     batches: list[dict[str, Any]] = []
     apply: Callable[..., Any] = backend_mod.NftBackend.apply
@@ -210,12 +238,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.base is not None:
         trees.append(("base", args.base.resolve(), 0))
     for rnd in range(args.rounds):
+        figs: dict[str, dict[str, Any]] = {}
         for name, tree, hint in trees if rnd % 2 == 0 else trees[::-1]:
             load = [round(x, 2) for x in os.getloadavg()]
-            fig = child(tree, args, hint)
+            fig = figs[name] = child(tree, args, hint)
             line = {"bench": "first_commit", "tree": name, "round": rnd}
             line |= {"services": args.services, "endpoints": args.endpoints, **fig}
             print(json.dumps({**line, "loadavg_1_5_15": load}), flush=True)
+        if "base" in figs:
+            line = {"bench": "first_commit", "tree": "head/base", "round": rnd}
+            print(json.dumps({**line, **ratios(figs["head"], figs["base"])}), flush=True)
     return 0
 
 

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import operator
 from collections import Counter, deque
-from collections.abc import Collection, Iterable, Mapping, Sequence, Set
+from collections.abc import Collection, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from itertools import chain as concat
 from itertools import compress, repeat
 from operator import attrgetter
-from typing import cast
 
 from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey, ServicePortRef
 from nlproxy.hotpath import collection_paused
@@ -51,6 +50,7 @@ from nlproxy.proxy.planner import (
     prior_slots,
 )
 from nlproxy.proxy.skeleton import IPV4, IPV6, FamilySpec
+from nlproxy.proxy.sorted_ops import Fills, SortedOps
 
 _SPECS = {IPV4.family: IPV4, IPV6.family: IPV6}
 _STATIC_SETS = frozenset({n.CLUSTER_CIDRS, n.SERVICE_CIDRS, n.NODEPORT_IPS, n.HAIRPIN})
@@ -242,7 +242,7 @@ def _replanned(
         olds = [f for f in map(prev.fragments[family].get, keys) if f is not None]
         news = [f for f in map(fresh.fragments[family].get, keys) if f is not None]
         before, after = prev.rulesets[family], fresh.rulesets[family]
-        found[family] = _noted(before, olds, news, _Sorted(olds), _Sorted(news)).delta(after)
+        found[family] = _noted(before, olds, news, SortedOps(olds), SortedOps(news)).delta(after)
     return fresh, found
 
 
@@ -279,7 +279,7 @@ def _update(
     assert isinstance(live, Live), "an update needs counts"
     counts = live.counts
     new: dict[Family, list[tuple[ServiceKey, Fragment | None]]] = {}
-    olds: dict[Family, tuple[list[Fragment], _Sorted, _Sorted]] = {}
+    olds: dict[Family, tuple[list[Fragment], SortedOps, SortedOps]] = {}
     for family, spec in _SPECS.items():
         if family not in live.scratch:
             live.scratch[family] = _Scratch(spec, snapshot, config)
@@ -287,13 +287,13 @@ def _update(
         frags = prev.fragments[family]
         new[family] = _replan(scratch, frags, snapshot, keys)
         mine = [f for f in map(frags.get, keys) if f is not None]
-        sorted_olds = _Sorted(mine)
-        sorted_news = _Sorted([f for _, f in new[family] if f is not None])
+        sorted_olds = SortedOps(mine)
+        sorted_news = SortedOps([f for _, f in new[family] if f is not None])
         if not _safe(prev.rulesets[family], counts[family], sorted_olds, sorted_news):
             return None
         olds[family] = (mine, sorted_olds, sorted_news)
     old_refs = {ref for key in keys for ref in _refs(prev, key)}
-    found = {}
+    found: dict[Family, Delta] = {}
     for family in _SPECS:
         rs, frags = prev.rulesets[family], prev.fragments[family]
         delta = _swap(rs, counts[family], frags, new[family], *olds[family], deltas=deltas)
@@ -347,48 +347,7 @@ def _replan(
     return out
 
 
-class _Sorted:
-    """The operations of many fragments, sorted by kind in one pass (each kind in order), with
-    the index of the fragment that wrote each one."""
-
-    __slots__ = ("chains", "elements", "ensures", "fills", "rules", "sets")
-
-    def __init__(self, frags: Sequence[Fragment]) -> None:
-        self.fills: _Fills = {}
-        self.elements: list[tuple[Element, int]] = []
-        self.ensures: list[tuple[Ensure, int]] = []
-        self.chains: list[tuple[Chain, int]] = []
-        self.sets: list[tuple[NftSet | Map, int]] = []
-        self.rules: list[tuple[Rule, int]] = []
-        fills = self.fills
-        for i, frag in enumerate(frags):
-            for op in frag.ops:
-                t = type(op)  # the common kinds first; no match statement (a burst's hot loop)
-                if t is Fill:
-                    fill = cast(Fill, op)
-                    entry = fills.get(fill.set)
-                    if entry is None:
-                        entry = fills[fill.set] = ([], [], [])
-                    entry[0].extend(fill.keys)
-                    entry[1].extend(fill.data)
-                    entry[2].extend(repeat(i, len(fill.keys)))
-                elif t is Element:
-                    self.elements.append((cast(Element, op), i))
-                elif t is Ensure:
-                    self.ensures.append((cast(Ensure, op), i))
-                elif t is Rule:
-                    self.rules.append((cast(Rule, op), i))
-                elif t is Chain:
-                    self.chains.append((cast(Chain, op), i))
-                else:
-                    self.sets.append((cast(NftSet | Map, op), i))
-
-
-_Fills = dict[str, tuple[list[bytes], list[bytes], list[int]]]
-"""Per packed map, the keys, data and writer (index of its fragment) of many ``Fill`` s."""
-
-
-def _safe(rs: Ruleset, live: LiveCounts, olds: _Sorted, news: _Sorted) -> bool:
+def _safe(rs: Ruleset, live: LiveCounts, olds: SortedOps, news: SortedOps) -> bool:
     """Whether the new fragments keep every element, chain and set to one writer: each is
     written by one new fragment, and is not in the ruleset unless an old fragment of the
     update wrote it; rules and elements go only into the writer's own chains and sets (or
@@ -416,7 +375,7 @@ def _safe(rs: Ruleset, live: LiveCounts, olds: _Sorted, news: _Sorted) -> bool:
     return _safe_fills(rs, olds.fills, news.fills)
 
 
-def _safe_elements(rs: Ruleset, olds: _Sorted, news: _Sorted) -> bool:
+def _safe_elements(rs: Ruleset, olds: SortedOps, news: SortedOps) -> bool:
     own_sets = {s.name: i for s, i in news.sets}  # elements may go into the service's own
     gone = {(el.set, el.key) for el, _ in olds.elements}  # maps (balance.py)
     claims: dict[tuple[str, tuple[Value, ...]], int] = {}
@@ -433,7 +392,7 @@ def _safe_elements(rs: Ruleset, olds: _Sorted, news: _Sorted) -> bool:
     return True
 
 
-def _safe_fills(rs: Ruleset, olds: _Fills, news: _Fills) -> bool:
+def _safe_fills(rs: Ruleset, olds: Fills, news: Fills) -> bool:
     """Whether no packed key is written by two of the new fragments, nor is already in its
     map unless an old fragment of the update wrote it: per map, in a few set operations."""
     for name, (keys, _, owners) in news.items():
@@ -462,10 +421,10 @@ def _swap(
     frags: dict[ServiceKey, Fragment],
     new: list[tuple[ServiceKey, Fragment | None]],
     olds: list[Fragment],
-    sorted_olds: _Sorted,
-    sorted_news: _Sorted,
+    sorted_olds: SortedOps,
+    sorted_news: SortedOps,
     *,
-    deltas: bool = True,
+    deltas: bool,
 ) -> Delta | None:
     """Undo the old fragments, apply the new ones, and return what differs (None: not asked).
 
@@ -496,7 +455,7 @@ def _swap(
 
 
 def _noted(
-    rs: Ruleset, olds: list[Fragment], news: list[Fragment], old_ops: _Sorted, new_ops: _Sorted
+    rs: Ruleset, olds: list[Fragment], news: list[Fragment], old_ops: SortedOps, new_ops: SortedOps
 ) -> _Touched:
     """Every object the fragments name, with its value in ``rs``."""
     touched = _Touched(rs)
@@ -555,7 +514,7 @@ class _Touched:
         self.pairs: tuple[list[bytes], list[bytes]] = ([], [])
         """The hairpin pairs the old and the new fragments list (packed, in order)."""
 
-    def note(self, ops: _Sorted) -> None:
+    def note(self, ops: SortedOps) -> None:
         """Note the objects of ``ops`` but their ``Fill`` s (``note_packed``)."""
         rs, elements, chains, sets = self.rs, self.elements, self.chains, self.sets
         for el, _ in ops.elements:
@@ -613,7 +572,7 @@ def _chain_state(rs: Ruleset, name: str) -> ChainState | None:
     return None if chain is None else (chain, tuple(rs.rules.get(name, ())))
 
 
-def _undo(rs: Ruleset, live: LiveCounts, ops: _Sorted) -> None:
+def _undo(rs: Ruleset, live: LiveCounts, ops: SortedOps) -> None:
     """Take the old fragments out of the ruleset (each the only writer of its objects), but
     their ``Fill`` s and hairpin pairs (``_swap`` takes those out per map)."""
     for el, _ in ops.elements:  # its own map (balance.py) may be gone already
@@ -633,7 +592,7 @@ def _undo(rs: Ruleset, live: LiveCounts, ops: _Sorted) -> None:
         rs.elements.pop(s.name, None)
 
 
-def _apply(rs: Ruleset, live: LiveCounts, ops: _Sorted) -> None:
+def _apply(rs: Ruleset, live: LiveCounts, ops: SortedOps) -> None:
     """Put the new fragments into the ruleset, as a fresh plan's replay would, but their
     ``Fill`` s and hairpin pairs (``_swap`` puts those in per map). Kind by kind: sets before
     their elements, chains before their rules (each chain's rules in order)."""

@@ -36,13 +36,18 @@ if TYPE_CHECKING:
 
 UNKNOWN_ANNOTATION = "unknown annotation"
 REASONS = (UNKNOWN_ANNOTATION, "service budget", "node budget")
+"""The ``reason`` label values of the gauge."""
 LOGGED = 10
 """Services one sync logs by name as past the budget or back within it."""
-"""The ``reason`` label values of the gauge."""
 
 WHOLE = 4
-""":meth:`BalancingGuard.apply` passes over every Service when the changed ones are more than
-one in this many."""
+"""What the pass over the changed keys costs per key (a ServiceKey's hash is Python code), in
+units of what the pass over every Service costs per Service left unchanged."""
+OPTED = 12
+"""What the pass over every Service costs more per opted-in Service left unchanged (its demand
+looked up), in the same units. :meth:`BalancingGuard.apply` takes the cheaper pass: with
+random choice the node's default, the whole pass past about a fifth of the Services changed;
+with every Service opted in, only when nearly all did."""
 
 
 class BalancingGuard:
@@ -101,11 +106,10 @@ class BalancingGuard:
         # Only the Services ``changed`` names (and those deferred) can differ from the last
         # call: at 10k Services a pass over all of them is most of an incremental sync. A pass
         # over every Service (None) is always right, and the cheaper one when ``changed`` names
-        # a good share of them (a first sync, a relist: a key looked at costs about five times
-        # what a Service of the whole pass does, its hash being Python code).
+        # a good share of them and few opt in (a first sync, a relist; see ``OPTED``).
         keys = (
             None
-            if changed is None or not self._primed or len(changed) * WHOLE > len(snapshot.services)
+            if changed is None or not self._primed or self._whole(len(changed), snapshot)
             else set(changed) | self.deferred
         )
         self._primed = True
@@ -137,6 +141,13 @@ class BalancingGuard:
             changed = (set(changed) | flipped | self._was_deferred) - keep_old.keys()
         self._was_deferred = self.deferred
         return self._substituted(snapshot, keys, refallen, deferred_new, keep_old), changed
+
+    def _whole(self, changing: int, snapshot: ClusterSnapshot) -> bool:
+        """Whether the pass over every Service costs less than the one over ``changing`` keys,
+        by the opted-in Services of the last pass (see ``OPTED``)."""
+        total = len(snapshot.services)
+        kept = max(total - changing, 0)
+        return changing * WHOLE * total > kept * (total + OPTED * len(self._demands))
 
     def _substituted(
         self,
@@ -333,11 +344,16 @@ class BalancingGuard:
             self._demands = new
             return new.keys() != old.keys() or any(new[k] is not old[k] for k in new)
         changed = False
+        handed = self._handed
         for key in keys:
             cur = snapshot.services.get(key)
             entry = None if cur is None else self._entry(snapshot, key, cur, old.get(key))
             if entry is None:
                 changed |= old.pop(key, None) is not None
+                # Out of the opted-in set (deleted, or on random choice): no longer built from
+                # anything. ``_defer`` prunes only demanded keys, and a Service coming back
+                # deferred would otherwise be planned from the objects it was last handed.
+                handed.pop(key, None)
             elif entry is not old.get(key):
                 old[key] = entry
                 changed = True

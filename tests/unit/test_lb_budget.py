@@ -228,9 +228,17 @@ def test_a_sync_naming_many_services_gives_what_the_keyed_pass_gives(
     changing: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Of eight consistent-hash Services under a quota of two tables, ``changing`` grow (one
-    deleted): past a quarter of them the guard passes over every Service (``WHOLE``); the
-    snapshot, the changed and the deferred Services are those the pass over the changed keys
-    alone gives (the two oldest rebuilt, the others on their old objects)."""
+    deleted): the pass over every Service (what ``WHOLE`` picks when many changed) gives the
+    snapshot, the changed and the deferred Services the pass over the changed keys alone gives
+    (the two oldest rebuilt, the others on their old objects)."""
+    passes: list[bool] = []
+    update = BalancingGuard._update_demands
+
+    def spy(self: BalancingGuard, snap: ClusterSnapshot, keys: set[ServiceKey] | None) -> bool:
+        passes.append(keys is None)
+        return update(self, snap, keys)
+
+    monkeypatch.setattr(BalancingGuard, "_update_demands", spy)
 
     def run(whole: int) -> tuple[dict[ServiceKey, object], set[ServiceKey], set[ServiceKey]]:
         monkeypatch.setattr(balancing, "WHOLE", whole)
@@ -252,12 +260,16 @@ def test_a_sync_naming_many_services_gives_what_the_keyed_pass_gives(
         ]
         gone = pairs[7][0].key
         keys = {svc.key for svc, _ in grown[:changing]} | {gone}
+        passes.clear()
         snap, changed = guard.apply(_snap(*grown[:7]), keys)
         seen = {k: (v.load_balancing, snap.slices.get(k)) for k, v in snap.services.items()}
         return seen, set(changed or ()), set(guard.deferred)
 
-    keyed = run(1_000_000)
-    assert run(balancing.WHOLE) == keyed
+    keyed = run(0)  # no share of changed Services is enough for the whole pass
+    assert passes == [False]
+    whole = run(1_000_000)  # any changed Service is enough
+    assert passes == [True]
+    assert whole == keyed
     seen, changed, deferred = keyed
 
     def named(numbers: range) -> set[ServiceKey]:

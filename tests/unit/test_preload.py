@@ -302,6 +302,35 @@ def test_a_plan_made_ahead_and_updated_programs_what_a_plan_after_the_lists_prog
     assert syncer.ahead.take() is None  # taken once, by the first sync
 
 
+def test_the_plan_ahead_updates_without_deltas(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan ahead's updates ask the planner for no deltas and get none (only a commit
+    reads them, and noting them cost a third of following the pages); the first sync's own
+    update is made with them."""
+    asked: list[tuple[str, object, bool]] = []
+
+    def spying(where: str, module: Any) -> None:
+        real_update = module.plan_update
+
+        def plan_update(last: Any, snapshot: Any, config: Any, changed: Any, **kw: Any) -> Any:
+            out = real_update(last, snapshot, config, changed, **kw)
+            asked.append((where, kw.get("deltas", "default"), out[1] is not None))
+            return out
+
+        monkeypatch.setattr(module, "plan_update", plan_update)
+
+    spying("ahead", ahead_module)
+    spying("sync", syncer_module)
+    services = [svc(i) for i in range(6)]
+    early = [eps(i) for i in range(3)]
+    late = [eps(i) for i in range(3, 6)]
+    ours, theirs, _, _ = both_synced(services, early, late)
+    assert ours == theirs
+    ahead = [(deltas, got) for where, deltas, got in asked if where == "ahead"]
+    assert ahead  # the late pages were followed
+    assert set(ahead) == {(False, False)}
+    assert [got for where, _, got in asked if where == "sync"] == [True]
+
+
 @pytest.mark.parametrize(
     "quota", [None, SYNC_QUOTA, 2], ids=["no-quota", "daemon-quota", "tables-deferred"]
 )

@@ -170,3 +170,32 @@ def test_status_lists_the_slowest() -> None:
     unknown = DaemonStatus(metrics_port=port, healthz_port=port, healthz_code=200)
     assert to_json(unknown)["programming"] is None
     assert "slowest programmed" not in render_text(unknown, START)
+
+
+def test_services_seen_at_one_moment_share_a_wait_and_a_later_change_is_their_own() -> None:
+    """Three Services seen together (and one a second later) programmed in one commit: the
+    three share one Latency, the fourth has its own; a later change of one gives it a new
+    Latency and leaves the others' as they were."""
+    lat = ProgrammingLatency(START)
+    names = ("web", "api", "db", "late")
+    keys = [ServiceKey(namespace="a", name=name) for name in names]
+    snap = snapshot(
+        [service("a", name, f"172.30.0.{i + 1}") for i, name in enumerate(names)],
+        [triggered(name, None, ip=f"10.1.0.{i + 1}") for i, name in enumerate(names)],
+    )
+    lat.seen(keys[:3], START + timedelta(seconds=1))
+    lat.seen(keys[3:], START + timedelta(seconds=2))
+    lat.programmed(keys, snap, START + timedelta(seconds=5))
+    web, api, db, late = (lat.last[k] for k in keys)
+    assert web is api
+    assert api is db
+    assert (web.seconds, web.since) == (4.0, SEEN)
+    assert late is not web
+    assert late.seconds == 3.0
+    lat.seen(keys[:1], START + timedelta(seconds=10))
+    lat.programmed(keys[:1], snap, START + timedelta(seconds=10.5))
+    assert lat.last[keys[0]].seconds == 0.5
+    assert lat.last[keys[1]] is api
+    assert lat.last[keys[2]] is db
+    assert (api.seconds, api.at) == (4.0, START + timedelta(seconds=5))
+    assert lat.last[keys[3]] is late
