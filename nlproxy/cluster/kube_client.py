@@ -96,9 +96,11 @@ class Client:
         if hook is not None:
             try:
                 hook(cfg)
-            except (ConfigException, OSError) as exc:
+            # Whatever a loader's hook raises: the in-cluster one OSError or ConfigException, a
+            # gcp auth-provider without google-auth an AttributeError.
+            except Exception as exc:  # noqa: BLE001 (see above)
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                error = f"{self.credentials}: not renewed: {why}"
+                error = f"{self.credentials}: not renewed: {why or type(exc).__name__}"
         headers = {"Accept": accept, "User-Agent": USER_AGENT}
         token = _bearer(cfg)
         if token is not None:

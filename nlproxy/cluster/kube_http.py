@@ -204,16 +204,16 @@ class Http:
         reason, as a warning naming where it comes from, and the last one is sent meanwhile:
         the server decides, and a 401 is the source's refusal (``/healthz``)."""
         headers, error = self.api.renewed_headers(accept)
-        with self._said_lock:
+        with self._said_lock:  # said in the order the threads saw it
             said, self._said = self._said, error
-        if error is not None and error != said:
-            _log().warning(
-                "source.credentials_not_renewed",
-                error=error,
-                meanwhile="the last token is sent until it can be renewed",
-            )
-        elif error is None and said is not None:
-            _log().info("source.credentials_renewed", credentials=self.api.credentials)
+            if error is not None and error != said:
+                _log().warning(
+                    "source.credentials_not_renewed",
+                    error=error,
+                    meanwhile="the last token is sent until it can be renewed",
+                )
+            elif error is None and said is not None:
+                _log().info("source.credentials_renewed", credentials=self.api.credentials)
         return headers
 
     def probe(self, path: str = "/readyz", timeout: float = PROBE_TIMEOUT) -> int:

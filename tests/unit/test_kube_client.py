@@ -12,6 +12,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 UNUSED = (
     "kubernetes.watch",
     "kubernetes.dynamic",
@@ -221,3 +223,40 @@ def test_a_request_is_what_the_clients_api_client_would_send() -> None:
     assert ours == theirs
     assert ours[0] == "PoolManager"
     assert ["cert_reqs", 2] in ours[1]  # ssl.CERT_REQUIRED, as the client verifies by default
+
+
+@pytest.mark.parametrize(
+    ("raised", "why"),
+    [
+        (OSError(2, "No such file or directory"), "No such file or directory"),
+        (AttributeError("'NoneType' object has no attribute 'token'"), "'NoneType' object"),
+    ],
+)
+def test_a_token_the_refresh_cannot_renew_is_sent_as_it_was_and_the_reason_said(
+    raised: Exception, why: str
+) -> None:
+    """Whatever a loader's refresh hook raises (a token file gone mid-rotation; a gcp
+    auth-provider without google-auth), the request goes with the last token and the reason
+    names where the credentials come from; the next renewal that works is sent."""
+    from nlproxy.cluster.kube_client import Client, Configuration
+
+    cfg = Configuration(host="https://192.0.2.1:6443")
+    cfg.api_key = {"BearerToken": "old"}
+    cfg.api_key_prefix = {"BearerToken": "Bearer"}
+    failing = True
+
+    def refresh(c: Any) -> None:
+        if failing:
+            raise raised
+        c.api_key["BearerToken"] = "renewed"
+
+    cfg.refresh_api_key_hook = refresh
+    client = Client(cfg, credentials="token file /var/run/token")
+    headers, error = client.renewed_headers("*/*")
+    assert headers["authorization"] == "Bearer old"
+    assert error is not None
+    assert error.startswith("token file /var/run/token: not renewed: ")
+    assert why in error
+    failing = False
+    headers, error = client.renewed_headers("*/*")
+    assert (headers["authorization"], error) == ("Bearer renewed", None)
