@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from nlproxy.operate.findings import Finding, Level
 from nlproxy.operate.text import printable_lines
 
 NAME = "preflight"
@@ -40,21 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
 
 
-def packages() -> Finding:
-    """Whether the packages nlproxy imports only later (pyroute2, at its first rtnetlink dump:
-    the inspector, ``nodePortAddresses`` CIDRs) import here: a broken install is found before
-    the switch, not by the daemon's first dump."""
-    from nlproxy.errors import ConfigError
-
-    try:
-        import nlproxy.inspect.pyroute  # noqa: F401 - imported for the check alone
-    except ConfigError as exc:
-        return Finding(
-            "packages", Level.FAIL, f"{exc}: the inspector and nodePortAddresses CIDRs would fail"
-        )
-    return Finding("packages", Level.OK, "pyroute2 imports")
-
-
 def run(args: argparse.Namespace) -> int:
     from nlproxy.operate import preflight as pf
 
@@ -65,7 +49,6 @@ def run(args: argparse.Namespace) -> int:
         service_cidr=args.service_cidr,
         netns_name=args.netns,
     )
-    findings.append(packages())
     if args.json:
         rows = [{"check": f.check, "level": f.level.value, "text": f.text} for f in findings]
         print(json.dumps({"findings": rows, "breaks_traffic": pf.failed(findings)}, indent=2))

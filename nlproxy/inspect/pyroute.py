@@ -15,9 +15,10 @@ try:
     bare("pyroute2")
     from pyroute2.iproute import IPRoute
     from pyroute2.netlink.exceptions import NetlinkError
-except ImportError as exc:
+except Exception as exc:  # noqa: BLE001 - a partial install: ImportError, SyntaxError, ...
     raise ConfigError(
-        "package pyroute2", f"cannot be imported ({exc}); reinstall nlproxy's dependencies"
+        "package pyroute2",
+        f"cannot be imported ({type(exc).__name__}: {exc}); reinstall nlproxy's dependencies",
     ) from None
 
 __all__ = ["IPRoute", "NetlinkError"]

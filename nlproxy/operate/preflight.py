@@ -434,11 +434,25 @@ def preflight(
     findings += checked("conntrack", lambda: conntrack(wanted, read_sysctls(wanted, netns_name)))
     findings += checked("kernel", lambda: kernel(os.uname().release, _nft_error(netns_name)))
     findings += checked("clash", lambda: clash(*names(netns_name)))
+    findings += checked("packages", packages)
     findings += checked(
         "changes",
         lambda: changes(doc, cfg, found=found, route_localnet=read_route_localnet(netns_name)),
     )
     return findings
+
+
+def packages() -> Finding:
+    """Whether the packages nlproxy imports only later (pyroute2, at its first rtnetlink dump:
+    the inspector, ``nodePortAddresses`` CIDRs) import here: a broken install is found before
+    the switch, not by the daemon's first dump."""
+    try:
+        import nlproxy.inspect.pyroute  # noqa: F401 - imported for the check alone
+    except ConfigError as exc:
+        return Finding(
+            "packages", Level.FAIL, f"{exc}: the inspector and nodePortAddresses CIDRs would fail"
+        )
+    return Finding("packages", Level.OK, "pyroute2 imports")
 
 
 def _nft_error(netns_name: str | None) -> str | None:

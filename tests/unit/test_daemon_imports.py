@@ -48,7 +48,7 @@ def test_pyroute2_is_imported_by_the_inspectors_first_look_not_at_start() -> Non
         node = RtnlNode()
         snap = node.dump([socket.AF_INET])
         addrs = node.addresses()
-        from nlproxy.commands.preflight import packages
+        from nlproxy.operate.preflight import packages
         print(json.dumps([before, "pyroute2.iproute" in sys.modules,
                           any(link.name == "lo" for link in snap.links.values()),
                           "127.0.0.1" in map(str, addrs), packages().level.value]))
@@ -80,7 +80,7 @@ def test_a_pyroute2_that_cannot_be_imported_is_a_config_error_naming_it() -> Non
         failed = [e for e in logs if e["event"] == "inspector.failed"]
         print(json.dumps([ok, [(e["log_level"], "exc_info" in e, e.get("error", "")[:16])
                                for e in failed]]))
-        from nlproxy.commands.preflight import packages
+        from nlproxy.operate.preflight import packages
         found = packages()
         print(json.dumps([found.check, found.level.value, found.text]))
         seen = []
@@ -103,3 +103,36 @@ def test_a_pyroute2_that_cannot_be_imported_is_a_config_error_naming_it() -> Non
         assert (name, is_config) == ("ConfigError", True)
         assert line.startswith("package pyroute2: cannot be imported")
         assert "\n" not in line
+
+
+def test_a_pyroute2_cut_off_mid_file_is_a_config_error_and_a_preflight_finding(
+    tmp_path: Path,
+) -> None:
+    """A partial install can leave a module that does not even compile: that is the same
+    ConfigError naming pyroute2, and preflight's ``packages`` finding, not a SyntaxError."""
+    fake = tmp_path / "site" / "pyroute2"
+    (fake / "netlink").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "netlink" / "__init__.py").write_text("")
+    (fake / "netlink" / "exceptions.py").write_text("class NetlinkError(Exception): pass\n")
+    (fake / "iproute.py").write_text("class IPRoute:\n    def close(self\n")  # cut off
+    seen, found = _run(
+        f"""
+        sys.path.insert(0, {str(tmp_path / "site")!r})
+        from nlproxy.errors import ConfigError
+        from nlproxy.inspect.rtnl import RtnlNode
+        try:
+            RtnlNode().addresses()
+            seen = None
+        except ConfigError as exc:
+            seen = str(exc)
+        print(json.dumps(seen))
+        from nlproxy.operate.preflight import packages
+        found = packages()
+        print(json.dumps([found.level.value, found.text]))
+        """,
+        lines=2,
+    )
+    assert seen.startswith("package pyroute2: cannot be imported (SyntaxError")
+    assert found[0] == "FAIL"
+    assert found[1].startswith("package pyroute2: cannot be imported (SyntaxError")
