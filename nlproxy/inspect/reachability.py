@@ -100,6 +100,7 @@ class ReachabilityMonitor:
         self._updates: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] = {}
         self._rebuild: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] | None = None
         self._wake = trio.Event()
+        self._failing: str | None = None  # the named failure last said (retries: debug)
         self.unreachable: frozenset[IPAddress] = frozenset()
 
     def plan_changed(
@@ -161,13 +162,21 @@ class ReachabilityMonitor:
         try:
             await self._evaluate(full=full)
         except NlproxyError as exc:  # named (a dump refused, pyroute2 unimportable): one line
-            self.log.warning("inspector.failed", error=str(exc), retry_in=RETRY_AFTER)
+            error = str(exc)
+            # Said once while it lasts (pyroute2 unimportable lasts until a reinstall): the
+            # retries after it are debug lines.
+            log = self.log.debug if error == self._failing else self.log.warning
+            self._failing = error
+            log("inspector.failed", error=error, retry_in=RETRY_AFTER)
             await trio.sleep(RETRY_AFTER)
             return False
         except Exception:  # anything else the classification raises, logged in full
             self.log.exception("inspector.failed", retry_in=RETRY_AFTER)
             await trio.sleep(RETRY_AFTER)
             return False
+        if self._failing is not None:
+            self.log.info("inspector.recovered", after=self._failing)
+            self._failing = None
         return True
 
     def _take(
