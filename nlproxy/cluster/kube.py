@@ -53,6 +53,7 @@ from nlproxy.cluster.kube_link import ApiLink, Backoff, Unavailable
 from nlproxy.cluster.model import Change, Invalid, IPNetwork, Replace, Skip, Upsert
 from nlproxy.cluster.ratelimit import TokenBucket
 from nlproxy.cluster.sections import HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL
+from nlproxy.cluster.token_file import TokenFileRefresh, token_file_of
 from nlproxy.errors import ConfigError
 from nlproxy.log import get_logger
 
@@ -115,7 +116,9 @@ def api_client_from_config(
     """The client (``kube_client.Client``: the ``kubernetes`` package's configuration and REST
     client) from a kubeconfig file, or in-cluster when ``kubeconfig`` is None.
 
-    Token files, exec plugins and their refresh come from the ``kubernetes`` package.
+    Token files, exec plugins and their refresh come from the ``kubernetes`` package; a
+    kubeconfig user's ``tokenFile`` is also read again while the daemon runs
+    (``token_file.py``), which the package's loader does not do.
     ``server`` (``https://host:port``) replaces the address the kubeconfig or the in-cluster
     environment names, keeping their credentials: in a pod, ``KUBERNETES_SERVICE_HOST`` is the
     ``kubernetes`` Service's ClusterIP, which only a service proxy's rules make reachable.
@@ -155,6 +158,18 @@ def api_client_from_config(
         raise ConfigError(f"kubeconfig {kubeconfig}", why) from exc
     if kubeconfig is not None:
         credentials = f"kubeconfig {kubeconfig}"
+        try:
+            token_file = token_file_of(kubeconfig, context)
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"kubeconfig {kubeconfig}", str(exc)) from exc
+        if token_file is not None:  # the loader would send the first token for good
+            refresh: Any = TokenFileRefresh(token_file)
+            try:
+                refresh(cfg)  # read as the daemon reads it from now on (trimmed)
+            except (OSError, kube_client.ConfigException) as exc:
+                raise ConfigError(f"kubeconfig {kubeconfig}", str(exc)) from exc
+            cfg.refresh_api_key_hook = refresh  # the stubs type the hook None
+            credentials = f"token file {token_file}"
     else:
         credentials = f"token file {kube_client.in_cluster_loading().SERVICE_TOKEN_FILENAME}"
     return kube_client.Client(cfg, credentials)

@@ -18,7 +18,7 @@ import structlog
 import trio
 import yaml
 
-from nlproxy.cluster import kube
+from nlproxy.cluster import kube, token_file
 from nlproxy.cluster.kube import KubeSource, api_client_from_config
 from nlproxy.cluster.kube_client import in_cluster_loading
 from nlproxy.cluster.model import Change, Replace
@@ -184,3 +184,35 @@ async def test_an_in_cluster_token_file_empty_at_a_refresh_keeps_the_last_token_
             client.close()
     finally:
         server.stop()
+
+
+async def test_a_kubeconfig_token_file_rewritten_by_the_kubelet_is_followed(
+    apiserver: ApiServer, tmp_path: Path, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kubeadm's kube-proxy kubeconfig names the pod's projected token as ``tokenFile`` (a
+    path relative to the kubeconfig resolves beside it); the kubelet rewrites the file before
+    the token expires. The source sends the new token, trimmed, without a restart."""
+    monkeypatch.setattr(token_file, "TOKEN_FILE_SECONDS", 0.0)  # read at every request
+    populate(apiserver)
+    (tmp_path / "token").write_text("token-1\n")
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "test", "cluster": {"server": apiserver.url}}],
+        "users": [{"name": "test", "user": {"tokenFile": "token"}}],
+        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+        "current-context": "test",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    apiserver.token = "token-1"
+    client = api_client_from_config(str(path))
+    try:
+        feed, _ = await start_source(nursery, client)
+        (tmp_path / "token").write_text("token-2\n")
+        apiserver.token = "token-2"
+        apiserver.drop_connections()
+        apiserver.store.put("services", service("after-rotation", cluster_ip="10.96.1.9"))
+        await feed.until(is_upsert_of("after-rotation"), within=30)
+    finally:
+        client.close()

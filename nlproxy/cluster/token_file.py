@@ -1,0 +1,80 @@
+"""A kubeconfig user's ``tokenFile``, read again while the daemon runs.
+
+kubeadm's kube-proxy kubeconfig (the one the shipped DaemonSet mounts) names the pod's
+projected service account token as ``tokenFile``; the kubelet rewrites that file well before
+the token expires (an hour, where the API server does not extend it). The ``kubernetes``
+package's kubeconfig loader reads a ``tokenFile`` once, when it loads, and its refresh hook
+reloads only credentials that carry an expiry, so the daemon would send the first token until
+the server refuses it. :class:`TokenFileRefresh` reads the file again every
+``TOKEN_FILE_SECONDS`` (as ``kubectl``'s own client re-reads a token file), with surrounding
+whitespace trimmed, as the client sends it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nlproxy.cluster.kube_client import ConfigException, Configuration
+
+TOKEN_FILE_SECONDS = 60.0
+"""How often a kubeconfig user's token file is read again."""
+
+
+def token_file_of(kubeconfig: str, context: str | None) -> str | None:
+    """The ``tokenFile`` of ``context``'s user (default: the current context's), resolved
+    beside the kubeconfig as the loader resolves it; None when that user has none, or has
+    credentials of another kind the loader renews itself (``exec``, ``auth-provider``).
+
+    Raises:
+        OSError, yaml.YAMLError: the kubeconfig cannot be read (it loaded a moment before).
+    """
+    with open(kubeconfig, encoding="utf-8") as f:
+        doc = yaml.safe_load(f)
+    if not isinstance(doc, dict):
+        return None
+    name = context or doc.get("current-context")
+    ctx = _named(doc.get("contexts"), name, "context")
+    user = _named(doc.get("users"), ctx.get("user"), "user")
+    file = user.get("tokenFile")
+    if not isinstance(file, str) or not file or "exec" in user or "auth-provider" in user:
+        return None
+    return os.path.join(os.path.dirname(os.path.abspath(kubeconfig)), file)
+
+
+def _named(entries: Any, name: Any, key: str) -> dict[str, Any]:
+    for entry in entries if isinstance(entries, list) else ():
+        if isinstance(entry, dict) and entry.get("name") == name:
+            found = entry.get(key)
+            return found if isinstance(found, dict) else {}
+    return {}
+
+
+class TokenFileRefresh:
+    """A configuration's refresh hook, in place of the loader's, that reads ``path`` again
+    every ``TOKEN_FILE_SECONDS`` and sets its token (the loader's hook would set the token it
+    loaded back, from any request's thread, between this hook and the request). A read that
+    fails leaves the last token read in place and raises: the request goes with it
+    (``kube_client.Client.renewed_headers``), and the next one reads again.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._token: str | None = None
+        self._read_at = 0.0
+        self._lock = threading.Lock()  # requests come from several threads
+
+    def __call__(self, cfg: Configuration) -> None:
+        with self._lock:
+            if self._token is not None and time.monotonic() - self._read_at < TOKEN_FILE_SECONDS:
+                return
+            token = Path(self.path).read_text(encoding="utf-8").strip()
+            if not token:
+                raise ConfigException(f"token file {self.path} exists but is empty")
+            self._token, self._read_at = f"Bearer {token}", time.monotonic()
+            cfg.api_key["BearerToken"] = self._token

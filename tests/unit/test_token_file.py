@@ -1,0 +1,82 @@
+"""A kubeconfig user's ``tokenFile`` (``cluster/token_file.py``): which file is read again,
+and how a read that fails leaves the token."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from nlproxy.cluster import token_file
+from nlproxy.cluster.kube_client import ConfigException, Configuration
+from nlproxy.cluster.token_file import TokenFileRefresh, token_file_of
+
+
+def kubeconfig(tmp_path: Path, users: dict[str, dict[str, Any]], current: str) -> str:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://192.0.2.1:6443"}}],
+        "users": [{"name": name, "user": user} for name, user in users.items()],
+        "contexts": [{"name": name, "context": {"cluster": "c", "user": name}} for name in users],
+        "current-context": current,
+    }
+    path = tmp_path / "conf" / "kubeconfig"
+    path.parent.mkdir()
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def test_the_token_file_is_the_current_or_named_contexts_users_resolved_beside_it(
+    tmp_path: Path,
+) -> None:
+    users = {
+        "relative": {"tokenFile": "token"},
+        "absolute": {"tokenFile": "/var/run/secrets/token"},
+        "inline": {"token": "abc"},
+        "plugin": {"tokenFile": "token", "exec": {"command": "x"}},
+        "provider": {"tokenFile": "token", "auth-provider": {"name": "oidc"}},
+    }
+    path = kubeconfig(tmp_path, users, "relative")
+    assert token_file_of(path, None) == str(tmp_path / "conf" / "token")
+    assert token_file_of(path, "absolute") == "/var/run/secrets/token"
+    for name in ("inline", "plugin", "provider", "missing"):
+        assert token_file_of(path, name) is None
+
+
+def test_a_read_that_fails_keeps_the_last_token_and_the_next_reads_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(token_file, "TOKEN_FILE_SECONDS", 0.0)
+    file = tmp_path / "token"
+    file.write_text("one\n")
+    cfg = Configuration()
+    refresh = TokenFileRefresh(str(file))
+    refresh(cfg)
+    assert cfg.api_key["BearerToken"] == "Bearer one"
+    file.write_text("")
+    with pytest.raises(ConfigException, match="exists but is empty"):
+        refresh(cfg)
+    assert cfg.api_key["BearerToken"] == "Bearer one"
+    file.unlink()
+    with pytest.raises(FileNotFoundError):
+        refresh(cfg)
+    file.write_text(" two ")
+    refresh(cfg)
+    assert cfg.api_key["BearerToken"] == "Bearer two"
+
+
+def test_the_file_is_read_again_only_once_its_period_has_passed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(token_file, "TOKEN_FILE_SECONDS", 1e9)  # a period that never ends here
+    file = tmp_path / "token"
+    file.write_text("one")
+    cfg = Configuration()
+    refresh = TokenFileRefresh(str(file))
+    refresh(cfg)
+    file.write_text("two")
+    refresh(cfg)  # within the period of the first read
+    assert cfg.api_key["BearerToken"] == "Bearer one"
