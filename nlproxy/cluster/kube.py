@@ -158,15 +158,16 @@ def api_client_from_config(
         raise ConfigError(f"kubeconfig {kubeconfig}", why) from exc
     if kubeconfig is not None:
         credentials = f"kubeconfig {kubeconfig}"
-        try:
-            token_file = token_file_of(kubeconfig, context)
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"kubeconfig {kubeconfig}", str(exc)) from exc
+        token_file = token_file_of(kubeconfig, context)
         if token_file is not None:  # the loader would send the first token for good
             refresh: Any = TokenFileRefresh(token_file)
             try:
                 refresh(cfg)  # read as the daemon reads it from now on (trimmed)
-            except (OSError, kube_client.ConfigException) as exc:
+            except OSError as exc:
+                raise ConfigError(
+                    f"kubeconfig {kubeconfig}", f"{token_file}: {exc.strerror}"
+                ) from exc
+            except kube_client.ConfigException as exc:
                 raise ConfigError(f"kubeconfig {kubeconfig}", str(exc)) from exc
             cfg.refresh_api_key_hook = refresh  # the stubs type the hook None
             credentials = f"token file {token_file}"

@@ -28,23 +28,37 @@ TOKEN_FILE_SECONDS = 60.0
 
 def token_file_of(kubeconfig: str, context: str | None) -> str | None:
     """The ``tokenFile`` of ``context``'s user (default: the current context's), resolved
-    beside the kubeconfig as the loader resolves it; None when that user has none, or has
-    credentials of another kind the loader renews itself (``exec``, ``auth-provider``).
+    beside the file that defines that user; None when the user has none, or an
+    ``auth-provider``, which the loader prefers.
 
-    Raises:
-        OSError, yaml.YAMLError: the kubeconfig cannot be read (it loaded a moment before).
+    ``kubeconfig`` is read as the loader reads it: ``~`` expanded, several files joined by
+    ``:`` merged with the first definition of a name winning. A user with both ``token`` and
+    ``tokenFile`` is given the file's token, as kube-proxy's client reads it (the loader
+    would send ``token``). A file that cannot be read is skipped: the loader loaded them.
     """
-    with open(kubeconfig, encoding="utf-8") as f:
-        doc = yaml.safe_load(f)
-    if not isinstance(doc, dict):
-        return None
-    name = context or doc.get("current-context")
-    ctx = _named(doc.get("contexts"), name, "context")
-    user = _named(doc.get("users"), ctx.get("user"), "user")
-    file = user.get("tokenFile")
-    if not isinstance(file, str) or not file or "exec" in user or "auth-provider" in user:
-        return None
-    return os.path.join(os.path.dirname(os.path.abspath(kubeconfig)), file)
+    docs: list[tuple[str, dict[str, Any]]] = []
+    for part in kubeconfig.split(":"):
+        path = os.path.abspath(os.path.expanduser(part)) if part else ""
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = yaml.safe_load(f)
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(doc, dict):
+            docs.append((path, doc))
+    name = context or next(
+        (d["current-context"] for _, d in docs if d.get("current-context")), None
+    )
+    ctx = next((c for _, d in docs if (c := _named(d.get("contexts"), name, "context"))), {})
+    for path, doc in docs:
+        user = _named(doc.get("users"), ctx.get("user"), "user")
+        if not user:
+            continue
+        file = user.get("tokenFile")
+        if not isinstance(file, str) or not file or "auth-provider" in user:
+            return None
+        return os.path.join(os.path.dirname(path), file)
+    return None
 
 
 def _named(entries: Any, name: Any, key: str) -> dict[str, Any]:

@@ -32,18 +32,46 @@ def kubeconfig(tmp_path: Path, users: dict[str, dict[str, Any]], current: str) -
 def test_the_token_file_is_the_current_or_named_contexts_users_resolved_beside_it(
     tmp_path: Path,
 ) -> None:
+    """As the loader picks the user's credentials: a ``tokenFile`` comes before ``exec``, an
+    ``auth-provider`` before it; with ``token`` too, the file wins, as kube-proxy's client
+    reads it."""
     users = {
         "relative": {"tokenFile": "token"},
         "absolute": {"tokenFile": "/var/run/secrets/token"},
-        "inline": {"token": "abc"},
+        "both": {"tokenFile": "token", "token": "inline"},
         "plugin": {"tokenFile": "token", "exec": {"command": "x"}},
+        "inline": {"token": "abc"},
         "provider": {"tokenFile": "token", "auth-provider": {"name": "oidc"}},
     }
     path = kubeconfig(tmp_path, users, "relative")
-    assert token_file_of(path, None) == str(tmp_path / "conf" / "token")
+    beside = str(tmp_path / "conf" / "token")
+    assert token_file_of(path, None) == beside
     assert token_file_of(path, "absolute") == "/var/run/secrets/token"
-    for name in ("inline", "plugin", "provider", "missing"):
+    assert token_file_of(path, "both") == beside
+    assert token_file_of(path, "plugin") == beside
+    for name in ("inline", "provider", "missing"):
         assert token_file_of(path, name) is None
+
+
+def test_the_kubeconfig_is_read_as_the_loader_reads_it_home_and_several_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``~`` is the home directory; ``a:b`` merges both, the first definition of a name
+    winning, each user's file resolved beside the file that defines it; a file that cannot be
+    read is skipped."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    first = kubeconfig(tmp_path, {"one": {"token": "x"}}, "two")
+    second = tmp_path / "other" / "kubeconfig"
+    second.parent.mkdir()
+    doc = {
+        "users": [{"name": "two", "user": {"tokenFile": "token"}}],
+        "contexts": [{"name": "two", "context": {"cluster": "c", "user": "two"}}],
+    }
+    second.write_text(yaml.safe_dump(doc))
+    merged = f"~/conf/kubeconfig:{tmp_path}/missing:{second}"
+    assert token_file_of(merged, None) == str(tmp_path / "other" / "token")
+    assert token_file_of(merged, "one") is None
+    assert first == str(tmp_path / "conf" / "kubeconfig")
 
 
 def test_a_read_that_fails_keeps_the_last_token_and_the_next_reads_again(
