@@ -157,23 +157,34 @@ def api_client_from_config(
             why = str(exc)
         raise ConfigError(f"kubeconfig {kubeconfig}", why) from exc
     if kubeconfig is not None:
-        credentials = f"kubeconfig {kubeconfig}"
-        token_file = token_file_of(kubeconfig, context)
-        if token_file is not None:  # the loader would send the first token for good
-            refresh: Any = TokenFileRefresh(token_file)
-            try:
-                refresh(cfg)  # read as the daemon reads it from now on (trimmed)
-            except OSError as exc:
-                raise ConfigError(
-                    f"kubeconfig {kubeconfig}", f"{token_file}: {exc.strerror}"
-                ) from exc
-            except kube_client.ConfigException as exc:
-                raise ConfigError(f"kubeconfig {kubeconfig}", str(exc)) from exc
-            cfg.refresh_api_key_hook = refresh  # the stubs type the hook None
-            credentials = f"token file {token_file}"
+        credentials = _renew_token_file(cfg, kubeconfig, context) or f"kubeconfig {kubeconfig}"
     else:
         credentials = f"token file {kube_client.in_cluster_loading().SERVICE_TOKEN_FILENAME}"
     return kube_client.Client(cfg, credentials)
+
+
+def _renew_token_file(
+    cfg: kube_client.Configuration, kubeconfig: str, context: str | None
+) -> str | None:
+    """Have ``cfg`` read the kubeconfig user's ``tokenFile`` again while the daemon runs
+    (``token_file.py``: the loader would send the first token for good); returns the
+    credentials' name for errors, None when the user has no token file.
+
+    Raises:
+        ConfigError: the token file cannot be read now.
+    """
+    token_file = token_file_of(kubeconfig, context)
+    if token_file is None:
+        return None
+    refresh: Any = TokenFileRefresh(token_file)
+    try:
+        refresh(cfg)  # read as the daemon reads it from now on (trimmed)
+    except OSError as exc:
+        raise ConfigError(f"kubeconfig {kubeconfig}", f"{token_file}: {exc.strerror}") from exc
+    except kube_client.ConfigException as exc:
+        raise ConfigError(f"kubeconfig {kubeconfig}", str(exc)) from exc
+    cfg.refresh_api_key_hook = refresh  # the stubs type the hook None
+    return f"token file {token_file}"
 
 
 # The loaders' token-refresh hooks copy their own host into the configuration before every
