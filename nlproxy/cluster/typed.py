@@ -573,27 +573,22 @@ def _endpoints(raw: list[Any] | None, family: IPFamily) -> tuple[Endpoint, ...]:
                 zone = names[entry.zone] = sys.intern(entry.zone) or None
             cond = entry.conditions
             if cond is None:  # _PLAIN
-                append(
-                    make(
-                        ip=ip,
-                        ready=True,
-                        serving=True,
-                        terminating=False,
-                        node_name=node,
-                        zone=zone,
-                    )
-                )
+                ready = serving = True
+                terminating = False
             else:  # _conditions, inline: the one call per endpoint left
-                append(
-                    make(
-                        ip=ip,
-                        ready=cond.ready is not False,
-                        serving=cond.serving is not False,
-                        terminating=cond.terminating is True,
-                        node_name=node,
-                        zone=zone,
-                    )
+                ready = cond.ready is not False
+                serving = cond.serving is not False
+                terminating = cond.terminating is True
+            append(
+                make(
+                    ip=ip,
+                    ready=ready,
+                    serving=serving,
+                    terminating=terminating,
+                    node_name=node,
+                    zone=zone,
                 )
+            )
     except (OSError, ValueError, IndexError):  # inet_pton's, or no address
         raise _NotPlain from None
     return tuple(out)
