@@ -76,15 +76,10 @@ class Client:
             url += "?" + "&".join(f"{key}={quote(_text(value))}" for key, value in query)
         return url
 
-    def headers(self, accept: str) -> dict[str, str]:
-        """A request's headers: ``Accept``, the ``User-Agent`` and the bearer token, read from
-        the configuration at each request after its refresh hook renewed an expiring one
-        (:meth:`renewed_headers`, without why a renewal failed)."""
-        return self.renewed_headers(accept)[0]
-
     def renewed_headers(self, accept: str) -> tuple[dict[str, str], str | None]:
-        """:meth:`headers`, and why the token could not be renewed (None: it was, or needs
-        no renewal).
+        """A request's headers: ``Accept``, the ``User-Agent`` and the bearer token, read from
+        the configuration at each request after its refresh hook renewed an expiring one; and
+        why the token could not be renewed (None: it was, or needs no renewal).
 
         A token the hook cannot renew (an in-cluster token file empty or gone while the
         kubelet rotates it) leaves the last one in place: it is sent as it is, and the server

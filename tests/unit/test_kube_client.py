@@ -73,7 +73,7 @@ def test_in_a_pod_the_client_is_imported_only_as_far_as_the_source_uses_it(
         incluster.SERVICE_CERT_FILENAME = {str(ca)!r}
         client = kube.api_client_from_config(None)
         made = [client.configuration.host, client.configuration.ssl_ca_cert,
-                client.headers("application/json")["authorization"],
+                client.renewed_headers("application/json")[0]["authorization"],
                 client.url("/api/v1/services", [("limit", "500")])]
         after = [m for m in {UNUSED!r} if m in sys.modules]
         print(json.dumps([loaded, after, error, made]))
@@ -191,8 +191,8 @@ def test_a_request_is_what_the_clients_api_client_would_send() -> None:
                  ("limit", "500"), ("continue", "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTB9"),
                  ("allowWatchBookmarks", True), ("sendInitialEvents", False),
                  ("timeoutSeconds", 300)]
-        mine = [ours.url("/api/v1/services", query), ours.headers("application/json"),
-                ours.url("/readyz"), ours.headers("*/*")]
+        mine = [ours.url("/api/v1/services", query), ours.renewed_headers("application/json")[0],
+                ours.url("/readyz"), ours.renewed_headers("*/*")[0]]
         loaded = "kubernetes.client.api_client" in sys.modules
         from kubernetes.client.api_client import ApiClient
         api = ApiClient(cfg)
