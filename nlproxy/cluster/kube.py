@@ -157,34 +157,36 @@ def api_client_from_config(
             why = str(exc)
         raise ConfigError(f"kubeconfig {kubeconfig}", why) from exc
     if kubeconfig is not None:
-        credentials = _renew_token_file(cfg, kubeconfig, context) or f"kubeconfig {kubeconfig}"
+        token_file = token_file_of(kubeconfig, context)
+        where = f"kubeconfig {kubeconfig}"
     else:
-        credentials = f"token file {kube_client.in_cluster_loading().SERVICE_TOKEN_FILENAME}"
+        # The pod's service account token, read as a kubeconfig's tokenFile is (trimmed, again
+        # every TOKEN_FILE_SECONDS): the in-cluster loader sends the file as it is, and a
+        # trailing newline ends every request with "Invalid header value".
+        token_file = kube_client.in_cluster_loading().SERVICE_TOKEN_FILENAME
+        where = "kubeconfig (in-cluster)"
+    if token_file is not None:
+        _renew_token_file(cfg, token_file, where)
+    credentials = f"token file {token_file}" if token_file is not None else where
     return kube_client.Client(cfg, credentials)
 
 
-def _renew_token_file(
-    cfg: kube_client.Configuration, kubeconfig: str, context: str | None
-) -> str | None:
-    """Have ``cfg`` read the kubeconfig user's ``tokenFile`` again while the daemon runs
-    (``token_file.py``: the loader would send the first token for good); returns the
-    credentials' name for errors, None when the user has no token file.
+def _renew_token_file(cfg: kube_client.Configuration, token_file: str, where: str) -> None:
+    """Have ``cfg`` read ``token_file`` again while the daemon runs (``token_file.py``: the
+    loaders would send the first token for good, the in-cluster one untrimmed).
 
     Raises:
-        ConfigError: the token file cannot be read now.
+        ConfigError: the token file cannot be read now (named with ``where`` the
+            credentials come from).
     """
-    token_file = token_file_of(kubeconfig, context)
-    if token_file is None:
-        return None
     refresh: Any = TokenFileRefresh(token_file)
     try:
         refresh(cfg)  # read as the daemon reads it from now on (trimmed)
     except OSError as exc:
-        raise ConfigError(f"kubeconfig {kubeconfig}", f"{token_file}: {exc.strerror}") from exc
+        raise ConfigError(where, f"{token_file}: {exc.strerror}") from exc
     except kube_client.ConfigException as exc:
-        raise ConfigError(f"kubeconfig {kubeconfig}", str(exc)) from exc
+        raise ConfigError(where, str(exc)) from exc
     cfg.refresh_api_key_hook = refresh  # the stubs type the hook None
-    return f"token file {token_file}"
 
 
 # The loaders' token-refresh hooks copy their own host into the configuration before every

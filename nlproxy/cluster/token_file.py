@@ -7,7 +7,9 @@ package's kubeconfig loader reads a ``tokenFile`` once, when it loads, and its r
 reloads only credentials that carry an expiry, so the daemon would send the first token until
 the server refuses it. :class:`TokenFileRefresh` reads the file again every
 ``TOKEN_FILE_SECONDS`` (as ``kubectl``'s own client re-reads a token file), with surrounding
-whitespace trimmed, as the client sends it.
+whitespace trimmed, as the client sends it. The in-cluster service account token is read the
+same way (the in-cluster loader sends the file untrimmed: a trailing newline made every request
+fail with "Invalid header value").
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ next requests must carry the new token, or it would stop seeing the cluster unti
 
 from __future__ import annotations
 
-import datetime
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,7 +17,7 @@ import structlog
 import trio
 import yaml
 
-from nlproxy.cluster import kube, token_file
+from nlproxy.cluster import token_file
 from nlproxy.cluster.kube import KubeSource, api_client_from_config
 from nlproxy.cluster.kube_client import in_cluster_loading
 from nlproxy.cluster.model import Change, Replace
@@ -149,21 +148,14 @@ async def test_an_in_cluster_token_file_empty_at_a_refresh_keeps_the_last_token_
         monkeypatch.setattr(incluster, "SERVICE_CERT_FILENAME", str(pki.ca))
         monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
         monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(server.port))
-        loader = kube._in_cluster_loader
-
-        def expiring(server_url: str | None) -> Any:  # the token read again at every request
-            made = loader(server_url)
-            made._token_refresh_period = datetime.timedelta(0)
-            return made
-
-        monkeypatch.setattr(kube, "_in_cluster_loader", expiring)
+        monkeypatch.setattr(token_file, "TOKEN_FILE_SECONDS", 0.0)  # read at every request
         client = api_client_from_config(None)
         try:
             with structlog.testing.capture_logs() as logs:
                 feed, _ = await start_source(nursery, client)
                 token.write_text("")  # mid-rotation
                 server.drop_connections()  # the watches ask again, with a refresh each
-                failed = f"token file {token}: not renewed: Token file exists but empty."
+                failed = f"token file {token}: not renewed: token file {token} exists but is empty"
 
                 def said(event: str) -> Callable[[], bool]:
                     return lambda: any(e["event"] == event for e in list(logs))
@@ -216,3 +208,39 @@ async def test_a_kubeconfig_token_file_rewritten_by_the_kubelet_is_followed(
         await feed.until(is_upsert_of("after-rotation"), within=30)
     finally:
         client.close()
+
+
+async def test_an_in_cluster_token_file_ending_in_a_newline_is_sent_trimmed(
+    tmp_path: Path, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service account token written with a trailing newline (by hand, or by a tool that
+    ends its files so) is sent trimmed, as a kubeconfig's ``tokenFile`` is: a newline in the
+    header is refused by the HTTP library before any request leaves ("Invalid header value")."""
+    pki = make_pki(tmp_path / "pki", "127.0.0.1")
+    server = ApiServer(token="pod-token", tls=pki.server_context())
+    server.start()
+    try:
+        populate(server)
+        token = tmp_path / "token"
+        token.write_text("pod-token\n")
+        incluster = in_cluster_loading()
+        monkeypatch.setattr(incluster, "SERVICE_TOKEN_FILENAME", str(token))
+        monkeypatch.setattr(incluster, "SERVICE_CERT_FILENAME", str(pki.ca))
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(server.port))
+        client = api_client_from_config(None)
+        try:
+            feed, _ = await start_source(nursery, client)
+            server.store.put("services", service("listed", cluster_ip="10.96.1.7"))
+            await feed.until(is_upsert_of("listed"), within=30)
+            # Renewed from the file at its refresh, trimmed all the same.
+            token.write_text("pod-token-2\n")
+            server.token = "pod-token-2"
+            monkeypatch.setattr(token_file, "TOKEN_FILE_SECONDS", 0.0)
+            server.drop_connections()
+            server.store.put("services", service("renewed", cluster_ip="10.96.1.8"))
+            await feed.until(is_upsert_of("renewed"), within=30)
+        finally:
+            client.close()
+    finally:
+        server.stop()
