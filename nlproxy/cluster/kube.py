@@ -195,20 +195,34 @@ def _renew_token_file(cfg: kube_client.Configuration, token_file: str, where: st
 
 
 def _kubeconfig_loader(path: str, context: str | None, server: str) -> Any:
-    """A kubeconfig loader whose current cluster's ``server`` is ``server``; relative file
-    names resolve beside ``path``, as ``load_kube_config`` resolves them."""
-    with open(path, encoding="utf-8") as f:
-        doc = yaml.safe_load(f)
-    if isinstance(doc, dict):
-        name = context or doc.get("current-context")
-        contexts = {c.get("name"): c.get("context") for c in doc.get("contexts") or ()}
-        ctx = contexts.get(name)
-        for entry in doc.get("clusters") or ():
-            if isinstance(ctx, dict) and entry.get("name") == ctx.get("cluster"):
-                entry.setdefault("cluster", {})["server"] = server
-    return kube_client.kubeconfig_loading().KubeConfigLoader(
-        doc, active_context=context, config_base_path=os.path.dirname(os.path.abspath(path))
+    """A kubeconfig loader whose current cluster's ``server`` is ``server``.
+
+    ``path`` is read as ``load_kube_config`` reads it: several files joined by ``:`` merged
+    (the first definition of a name wins, a file that does not exist is skipped), relative
+    file names resolved beside the file that defines them.
+    """
+    loading = kube_client.kubeconfig_loading()
+    merged = loading.KubeConfigMerger(path).config
+    if merged is None:  # no file of the list exists: said as the loader says it
+        raise kube_client.ConfigException("Invalid kube-config file. No configuration found.")
+    doc = merged.value
+    name = context or doc.get("current-context")
+    # The merged lists hold each file's entries wrapped (their ``value`` is the entry).
+    contexts = {e.get("name"): e.get("context") for e in map(_entry, doc.get("contexts") or ())}
+    ctx = contexts.get(name)
+    for entry in map(_entry, doc.get("clusters") or ()):
+        if isinstance(ctx, dict) and entry.get("name") == ctx.get("cluster"):
+            entry.setdefault("cluster", {})["server"] = server
+    # No base path: each file's relative names resolve beside it (``load_kube_config``'s way).
+    return loading.KubeConfigLoader(
+        config_dict=merged, active_context=context, config_base_path=None
     )
+
+
+def _entry(node: Any) -> dict[str, Any]:
+    """A merged kubeconfig list's entry as a dict (the merger wraps each in a node)."""
+    value = getattr(node, "value", node)
+    return value if isinstance(value, dict) else {}
 
 
 def _in_cluster_loader(server: str | None) -> Any:
