@@ -331,7 +331,8 @@ class KubeSource:
 
         Retries until every required kind is listed; an optional kind this identity may not
         read (or the cluster does not serve) is sent as an empty ``Replace`` and retried in the
-        background. Never returns.
+        background. Never returns. May be run again after it failed: its lists are then
+        sent as they are (no ``on_page``, ``on_listed``), replacing what the state holds.
 
         Raises:
             trio.BrokenResourceError: the receiving end of ``send`` was closed.
@@ -340,6 +341,9 @@ class KubeSource:
         threads, which end within the socket timeouts.
         """
         versions = await self._initial_lists(send)
+        # The page hooks are a cold start's (they run before the sync loop does): a source
+        # run again after a failure (``daemon/supervise.py``) sends its lists as Replaces only.
+        self._on_page = self._on_listed = None
         task_status.started()
         async with trio.open_nursery() as nursery:
             for spec in self.kinds:
