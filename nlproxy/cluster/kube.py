@@ -53,7 +53,7 @@ from nlproxy.cluster.kube_link import ApiLink, Backoff, Unavailable
 from nlproxy.cluster.model import Change, Invalid, IPNetwork, Replace, Skip, Upsert
 from nlproxy.cluster.ratelimit import TokenBucket
 from nlproxy.cluster.sections import HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL
-from nlproxy.cluster.token_file import TokenFileRefresh, token_file_of
+from nlproxy.cluster.token_file import TokenFileRefresh, exec_plugin_of, token_file_of
 from nlproxy.errors import ConfigError
 from nlproxy.log import get_logger
 
@@ -128,19 +128,7 @@ def api_client_from_config(
     """
     cfg = kube_client.Configuration()
     try:
-        if kubeconfig is not None and server is not None:
-            _kubeconfig_loader(kubeconfig, context, server).load_and_set(cfg)
-        elif kubeconfig is not None:
-            kube_client.kubeconfig_loading().load_kube_config(
-                config_file=kubeconfig,
-                context=context,
-                client_configuration=cfg,
-                persist_config=False,
-            )
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            _in_cluster_loader(server).load_and_set(cfg)
-        else:
-            raise ConfigError("kubeconfig", "none given, and not running in a pod")
+        _load(cfg, kubeconfig, context, server)
         # No retries inside a request: the source retries with its own backoff and probes
         # (kube_link.py), and the client's would repeat a connect timeout three times more,
         # each with a "Retrying (Retry(total=...))" warning of urllib3's.
@@ -156,9 +144,13 @@ def api_client_from_config(
         else:
             why = str(exc)
         raise ConfigError(f"kubeconfig {kubeconfig}", why) from exc
+    token_file: str | None
     if kubeconfig is not None:
         token_file = token_file_of(kubeconfig, context)
         where = f"kubeconfig {kubeconfig}"
+        plugin = exec_plugin_of(kubeconfig, context)
+        if plugin is not None:  # its failures are said naming it (kube_client.plugin_failures)
+            where = f"{plugin} ({where})"
     else:
         # The pod's service account token, read as a kubeconfig's tokenFile is (trimmed, again
         # every TOKEN_FILE_SECONDS): the in-cluster loader sends the file as it is, and a
@@ -169,6 +161,35 @@ def api_client_from_config(
         _renew_token_file(cfg, token_file, where)
     credentials = f"token file {token_file}" if token_file is not None else where
     return kube_client.Client(cfg, credentials)
+
+
+def _load(
+    cfg: kube_client.Configuration, kubeconfig: str | None, context: str | None, server: str | None
+) -> None:
+    """Load ``cfg`` with the client's loader (see :func:`api_client_from_config`).
+
+    Raises:
+        ConfigException: also when the kubeconfig user's exec plugin failed, which the loader
+            catches and logs (``kube_client.plugin_failures``): there is nothing to send.
+    """
+    if kubeconfig is not None:
+        with kube_client.plugin_failures() as failed:
+            if server is not None:
+                _kubeconfig_loader(kubeconfig, context, server).load_and_set(cfg)
+            else:
+                kube_client.kubeconfig_loading().load_kube_config(
+                    config_file=kubeconfig,
+                    context=context,
+                    client_configuration=cfg,
+                    persist_config=False,
+                )
+        if failed:
+            plugin = exec_plugin_of(kubeconfig, context) or "exec plugin"
+            raise kube_client.ConfigException(f"{plugin}: {failed[-1]}")
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        _in_cluster_loader(server).load_and_set(cfg)
+    else:
+        raise ConfigError("kubeconfig", "none given, and not running in a pod")
 
 
 def _renew_token_file(cfg: kube_client.Configuration, token_file: str, where: str) -> None:

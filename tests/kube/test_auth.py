@@ -21,6 +21,7 @@ from nlproxy.cluster import token_file
 from nlproxy.cluster.kube import KubeSource, api_client_from_config
 from nlproxy.cluster.kube_client import in_cluster_loading
 from nlproxy.cluster.model import Change, Replace
+from nlproxy.errors import ConfigError
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import NODE, eventually, is_upsert_of, populate, start_source
 from tests.kube.tls import make_pki
@@ -244,3 +245,54 @@ async def test_an_in_cluster_token_file_ending_in_a_newline_is_sent_trimmed(
             client.close()
     finally:
         server.stop()
+
+
+async def test_a_failing_exec_plugin_is_said_once_naming_the_user_not_on_the_root_logger(
+    apiserver: ApiServer,
+    tmp_path: Path,
+    nursery: trio.Nursery,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The client catches an exec plugin's failure and logs it on the root logger, at every
+    request whose token has expired (here: all of them), and sends the last token. It is said
+    once instead, as nlproxy's own warning naming the kubeconfig user and the plugin, and its
+    end is said when the plugin works again."""
+    client, state = client_with(tmp_path, apiserver, "token-1", "token-1")
+    try:
+        with structlog.testing.capture_logs() as logs:
+            feed, _ = await start_source(nursery, client)
+            runs = plugin_runs(state)
+            (state / "token").unlink()  # the plugin fails from now on (FileNotFoundError)
+            apiserver.drop_connections()  # the watches ask again, each running the plugin
+            await eventually(lambda: plugin_runs(state) >= runs + 4)  # a watch of each kind
+            apiserver.store.put("services", service("meanwhile", cluster_ip="10.96.1.8"))
+            await feed.until(is_upsert_of("meanwhile"), within=30)  # the last token still goes
+            (state / "token").write_text("token-1")
+            apiserver.drop_connections()
+            await eventually(lambda: any(e["event"] == "source.credentials_renewed" for e in logs))
+        failed = [e for e in logs if e["event"] == "source.credentials_not_renewed"]
+        assert len(failed) == 1, failed
+        error = failed[0]["error"]
+        assert "kubeconfig user test" in error
+        assert f"exec plugin {sys.executable}" in error
+        assert "exit code 1" in error or "returned 1" in error
+        assert not [r for r in caplog.records if r.name == "root"]
+    finally:
+        client.close()
+
+
+def test_an_exec_plugin_failing_at_start_is_a_config_error_naming_it(
+    apiserver: ApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without a token from the start there is nothing to send: one error naming the
+    kubeconfig, its user and the plugin (exit 2 for ``run``), not a root-logger line."""
+    path, _ = exec_kubeconfig(tmp_path, apiserver)  # no token file: the plugin fails
+    with pytest.raises(ConfigError) as info:
+        api_client_from_config(str(path))
+    error = str(info.value)
+    assert error.startswith(
+        f"kubeconfig {path}: exec plugin {sys.executable} of kubeconfig user test: "
+    )
+    assert "FileNotFoundError" in error
+    assert "\n" not in error
+    assert not [r for r in caplog.records if r.name == "root"]
