@@ -53,7 +53,7 @@ from nlproxy.cluster.kube_link import ApiLink, Backoff, Unavailable
 from nlproxy.cluster.model import Change, Invalid, IPNetwork, Replace, Skip, Upsert
 from nlproxy.cluster.ratelimit import TokenBucket
 from nlproxy.cluster.sections import HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL
-from nlproxy.cluster.token_file import TokenFileRefresh, token_file_of
+from nlproxy.cluster.token_file import TokenFileRefresh, exec_plugin_of, token_file_of
 from nlproxy.errors import ConfigError
 from nlproxy.log import get_logger
 
@@ -128,19 +128,7 @@ def api_client_from_config(
     """
     cfg = kube_client.Configuration()
     try:
-        if kubeconfig is not None and server is not None:
-            _kubeconfig_loader(kubeconfig, context, server).load_and_set(cfg)
-        elif kubeconfig is not None:
-            kube_client.kubeconfig_loading().load_kube_config(
-                config_file=kubeconfig,
-                context=context,
-                client_configuration=cfg,
-                persist_config=False,
-            )
-        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            _in_cluster_loader(server).load_and_set(cfg)
-        else:
-            raise ConfigError("kubeconfig", "none given, and not running in a pod")
+        _load(cfg, kubeconfig, context, server)
         # No retries inside a request: the source retries with its own backoff and probes
         # (kube_link.py), and the client's would repeat a connect timeout three times more,
         # each with a "Retrying (Retry(total=...))" warning of urllib3's.
@@ -156,35 +144,70 @@ def api_client_from_config(
         else:
             why = str(exc)
         raise ConfigError(f"kubeconfig {kubeconfig}", why) from exc
+    token_file: str | None
     if kubeconfig is not None:
-        credentials = _renew_token_file(cfg, kubeconfig, context) or f"kubeconfig {kubeconfig}"
+        token_file = token_file_of(kubeconfig, context)
+        where = f"kubeconfig {kubeconfig}"
+        plugin = exec_plugin_of(kubeconfig, context)
+        if plugin is not None:  # its failures are said naming it (kube_client.plugin_failures)
+            where = f"{plugin} ({where})"
     else:
-        credentials = f"token file {kube_client.in_cluster_loading().SERVICE_TOKEN_FILENAME}"
+        # The pod's service account token, read as a kubeconfig's tokenFile is (trimmed, again
+        # every TOKEN_FILE_SECONDS): the in-cluster loader sends the file as it is, and a
+        # trailing newline ends every request with "Invalid header value".
+        token_file = kube_client.in_cluster_loading().SERVICE_TOKEN_FILENAME
+        where = "kubeconfig (in-cluster)"
+    if token_file is not None:
+        _renew_token_file(cfg, token_file, where)
+    credentials = f"token file {token_file}" if token_file is not None else where
     return kube_client.Client(cfg, credentials)
 
 
-def _renew_token_file(
-    cfg: kube_client.Configuration, kubeconfig: str, context: str | None
-) -> str | None:
-    """Have ``cfg`` read the kubeconfig user's ``tokenFile`` again while the daemon runs
-    (``token_file.py``: the loader would send the first token for good); returns the
-    credentials' name for errors, None when the user has no token file.
+def _load(
+    cfg: kube_client.Configuration, kubeconfig: str | None, context: str | None, server: str | None
+) -> None:
+    """Load ``cfg`` with the client's loader (see :func:`api_client_from_config`).
 
     Raises:
-        ConfigError: the token file cannot be read now.
+        ConfigException: also when the kubeconfig user's exec plugin failed, which the loader
+            catches and logs (``kube_client.plugin_failures``): there is nothing to send.
     """
-    token_file = token_file_of(kubeconfig, context)
-    if token_file is None:
-        return None
+    if kubeconfig is not None:
+        with kube_client.plugin_failures() as failed:
+            if server is not None:
+                _kubeconfig_loader(kubeconfig, context, server).load_and_set(cfg)
+            else:
+                kube_client.kubeconfig_loading().load_kube_config(
+                    config_file=kubeconfig,
+                    context=context,
+                    client_configuration=cfg,
+                    persist_config=False,
+                )
+        if failed:
+            plugin = exec_plugin_of(kubeconfig, context) or "exec plugin"
+            raise kube_client.ConfigException(f"{plugin}: {failed[-1]}")
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        _in_cluster_loader(server).load_and_set(cfg)
+    else:
+        raise ConfigError("kubeconfig", "none given, and not running in a pod")
+
+
+def _renew_token_file(cfg: kube_client.Configuration, token_file: str, where: str) -> None:
+    """Have ``cfg`` read ``token_file`` again while the daemon runs (``token_file.py``: the
+    loaders would send the first token for good, the in-cluster one untrimmed).
+
+    Raises:
+        ConfigError: the token file cannot be read now (named with ``where`` the
+            credentials come from).
+    """
     refresh: Any = TokenFileRefresh(token_file)
     try:
         refresh(cfg)  # read as the daemon reads it from now on (trimmed)
     except OSError as exc:
-        raise ConfigError(f"kubeconfig {kubeconfig}", f"{token_file}: {exc.strerror}") from exc
+        raise ConfigError(where, f"{token_file}: {exc.strerror}") from exc
     except kube_client.ConfigException as exc:
-        raise ConfigError(f"kubeconfig {kubeconfig}", str(exc)) from exc
+        raise ConfigError(where, str(exc)) from exc
     cfg.refresh_api_key_hook = refresh  # the stubs type the hook None
-    return f"token file {token_file}"
 
 
 # The loaders' token-refresh hooks copy their own host into the configuration before every
@@ -193,20 +216,34 @@ def _renew_token_file(
 
 
 def _kubeconfig_loader(path: str, context: str | None, server: str) -> Any:
-    """A kubeconfig loader whose current cluster's ``server`` is ``server``; relative file
-    names resolve beside ``path``, as ``load_kube_config`` resolves them."""
-    with open(path, encoding="utf-8") as f:
-        doc = yaml.safe_load(f)
-    if isinstance(doc, dict):
-        name = context or doc.get("current-context")
-        contexts = {c.get("name"): c.get("context") for c in doc.get("contexts") or ()}
-        ctx = contexts.get(name)
-        for entry in doc.get("clusters") or ():
-            if isinstance(ctx, dict) and entry.get("name") == ctx.get("cluster"):
-                entry.setdefault("cluster", {})["server"] = server
-    return kube_client.kubeconfig_loading().KubeConfigLoader(
-        doc, active_context=context, config_base_path=os.path.dirname(os.path.abspath(path))
+    """A kubeconfig loader whose current cluster's ``server`` is ``server``.
+
+    ``path`` is read as ``load_kube_config`` reads it: several files joined by ``:`` merged
+    (the first definition of a name wins, a file that does not exist is skipped), relative
+    file names resolved beside the file that defines them.
+    """
+    loading = kube_client.kubeconfig_loading()
+    merged = loading.KubeConfigMerger(path).config
+    if merged is None:  # no file of the list exists: said as the loader says it
+        raise kube_client.ConfigException("Invalid kube-config file. No configuration found.")
+    doc = merged.value
+    name = context or doc.get("current-context")
+    # The merged lists hold each file's entries wrapped (their ``value`` is the entry).
+    contexts = {e.get("name"): e.get("context") for e in map(_entry, doc.get("contexts") or ())}
+    ctx = contexts.get(name)
+    for entry in map(_entry, doc.get("clusters") or ()):
+        if isinstance(ctx, dict) and entry.get("name") == ctx.get("cluster"):
+            entry.setdefault("cluster", {})["server"] = server
+    # No base path: each file's relative names resolve beside it (``load_kube_config``'s way).
+    return loading.KubeConfigLoader(
+        config_dict=merged, active_context=context, config_base_path=None
     )
+
+
+def _entry(node: Any) -> dict[str, Any]:
+    """A merged kubeconfig list's entry as a dict (the merger wraps each in a node)."""
+    value = getattr(node, "value", node)
+    return value if isinstance(value, dict) else {}
 
 
 def _in_cluster_loader(server: str | None) -> Any:
@@ -315,7 +352,8 @@ class KubeSource:
 
         Retries until every required kind is listed; an optional kind this identity may not
         read (or the cluster does not serve) is sent as an empty ``Replace`` and retried in the
-        background. Never returns.
+        background. Never returns. May be run again after it failed: its lists are then
+        sent as they are (no ``on_page``, ``on_listed``), replacing what the state holds.
 
         Raises:
             trio.BrokenResourceError: the receiving end of ``send`` was closed.
@@ -324,6 +362,9 @@ class KubeSource:
         threads, which end within the socket timeouts.
         """
         versions = await self._initial_lists(send)
+        # The page hooks are a cold start's (they run before the sync loop does): a source
+        # run again after a failure (``daemon/supervise.py``) sends its lists as Replaces only.
+        self._on_page = self._on_listed = None
         task_status.started()
         async with trio.open_nursery() as nursery:
             for spec in self.kinds:

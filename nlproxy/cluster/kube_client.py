@@ -26,12 +26,23 @@ query quoted alike, its default ``User-Agent``, the bearer token from the config
 refreshes it) and sends it through the REST client. The kubeconfig loader imports ``ApiClient``
 itself, so with a kubeconfig it is imported all the same. Measured beside the daemon's other
 imports (``docs/api-server.md``, "The client's imports").
+
+One thing it takes from the client is its word about an exec credential plugin: the loader
+catches the plugin's failure, logs it on the root logger and goes on (the last token is sent),
+at every request whose token has expired. :func:`plugin_failures` takes those lines, in the
+thread that loads or refreshes the credentials, so the source says the failure once, naming the
+kubeconfig user and the plugin (``Client.renewed_headers``), instead of a root-logger line per
+request that nlproxy never sees.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Sequence
+import logging
+import os
+import threading
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any
 from urllib.parse import quote
@@ -47,7 +58,7 @@ from kubernetes.client.configuration import Configuration  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 from kubernetes.config.config_exception import ConfigException  # noqa: E402
 
-__all__ = ["ApiException", "Client", "ConfigException", "Configuration"]
+__all__ = ["ApiException", "Client", "ConfigException", "Configuration", "plugin_failures"]
 
 USER_AGENT = f"OpenAPI-Generator/{_CLIENT_VERSION}/python"
 """What the client's ``ApiClient`` says it is (its default ``User-Agent``), said the same."""
@@ -89,13 +100,16 @@ class Client:
         hook: Any = cfg.refresh_api_key_hook  # the client's stubs type it None; loaders set it
         error = None
         if hook is not None:
-            try:
-                hook(cfg)
-            # Whatever a loader's hook raises: the in-cluster one OSError or ConfigException, a
-            # gcp auth-provider without google-auth an AttributeError.
-            except Exception as exc:  # noqa: BLE001 (see above)
-                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                error = f"{self.credentials}: not renewed: {why or type(exc).__name__}"
+            with plugin_failures() as failed:
+                try:
+                    hook(cfg)
+                # Whatever a loader's hook raises: the in-cluster one OSError or
+                # ConfigException, a gcp auth-provider without google-auth an AttributeError.
+                except Exception as exc:  # noqa: BLE001 (see above)
+                    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                    error = f"{self.credentials}: not renewed: {why or type(exc).__name__}"
+            if failed and error is None:  # the exec plugin's, which the hook caught
+                error = f"{self.credentials}: not renewed: {failed[-1]}"
         headers = {"Accept": accept, "User-Agent": USER_AGENT}
         token = _bearer(cfg)
         if token is not None:
@@ -116,6 +130,47 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+_LOADER_FILE = os.path.join("kubernetes", "config", "kube_config.py")
+_capturing = threading.local()
+
+
+class _PluginFailures(logging.Filter):
+    """On the root logger: a record of the kubeconfig loader's exec plugin, in a thread within
+    :func:`plugin_failures`, is kept there (in one line) and not logged; any other passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        caught: list[str] | None = getattr(_capturing, "caught", None)
+        if (
+            caught is None
+            or record.funcName != "_load_from_exec_plugin"
+            or not record.pathname.endswith(_LOADER_FILE)
+        ):
+            return True
+        lines = [line for line in record.getMessage().splitlines() if line.strip()]
+        # "exec: process returned 1. <the plugin's stderr>": its first and last lines.
+        caught.append(" ... ".join(dict.fromkeys((lines[0], lines[-1]))) if lines else "exec")
+        return False
+
+
+_FILTER = _PluginFailures()
+
+
+@contextlib.contextmanager
+def plugin_failures() -> Iterator[list[str]]:
+    """The exec plugin failures the loader logs in this thread meanwhile (each in one line),
+    taken off the root logger."""
+    root = logging.getLogger()
+    if _FILTER not in root.filters:
+        root.addFilter(_FILTER)
+    before = getattr(_capturing, "caught", None)
+    caught: list[str] = []
+    _capturing.caught = caught
+    try:
+        yield caught
+    finally:
+        _capturing.caught = before
 
 
 def _bearer(cfg: Configuration) -> str | None:

@@ -187,7 +187,12 @@ class Http:
             self._on_request("GET", self.host, status, time.monotonic() - start)
             raise Unreachable(f"{spec.kind} {spec.path}", f"request failed: {exc}") from exc
         raw: urllib3.BaseHTTPResponse = resp.response
-        self._on_request("GET", self.host, int(raw.status), time.monotonic() - start)
+        try:
+            self._on_request("GET", self.host, int(raw.status), time.monotonic() - start)
+        except BaseException:  # the hook's fault: the connection is not left open for it
+            raw.close()
+            raw.release_conn()
+            raise
         if raw.status != 200:
             try:
                 body = raw.read()

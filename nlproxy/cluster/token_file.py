@@ -7,7 +7,9 @@ package's kubeconfig loader reads a ``tokenFile`` once, when it loads, and its r
 reloads only credentials that carry an expiry, so the daemon would send the first token until
 the server refuses it. :class:`TokenFileRefresh` reads the file again every
 ``TOKEN_FILE_SECONDS`` (as ``kubectl``'s own client re-reads a token file), with surrounding
-whitespace trimmed, as the client sends it.
+whitespace trimmed, as the client sends it. The in-cluster service account token is read the
+same way (the in-cluster loader sends the file untrimmed: a trailing newline made every request
+fail with "Invalid header value").
 """
 
 from __future__ import annotations
@@ -36,6 +38,29 @@ def token_file_of(kubeconfig: str, context: str | None) -> str | None:
     ``tokenFile`` is given the file's token, as kube-proxy's client reads it (the loader
     would send ``token``). A file that cannot be read is skipped: the loader loaded them.
     """
+    found = user_of(kubeconfig, context)
+    if found is None:
+        return None
+    path, _, user = found
+    file = user.get("tokenFile")
+    if not isinstance(file, str) or not file or "auth-provider" in user:
+        return None
+    return os.path.join(os.path.dirname(path), file)
+
+
+def exec_plugin_of(kubeconfig: str, context: str | None) -> str | None:
+    """``exec plugin COMMAND of kubeconfig user NAME`` when ``context``'s user (read as
+    :func:`token_file_of` reads it) gets its credentials from an exec plugin, else None."""
+    found = user_of(kubeconfig, context)
+    plugin = found[2].get("exec") if found is not None else None
+    if found is None or not isinstance(plugin, dict) or "auth-provider" in found[2]:
+        return None
+    return f"exec plugin {plugin.get('command')} of kubeconfig user {found[1]}"
+
+
+def user_of(kubeconfig: str, context: str | None) -> tuple[str, str, dict[str, Any]] | None:
+    """The file defining ``context``'s user (default: the current context's), the user's
+    name and its ``user`` section; None when there is none."""
     docs: list[tuple[str, dict[str, Any]]] = []
     for part in kubeconfig.split(":"):
         path = os.path.abspath(os.path.expanduser(part)) if part else ""
@@ -52,12 +77,8 @@ def token_file_of(kubeconfig: str, context: str | None) -> str | None:
     ctx = next((c for _, d in docs if (c := _named(d.get("contexts"), name, "context"))), {})
     for path, doc in docs:
         user = _named(doc.get("users"), ctx.get("user"), "user")
-        if not user:
-            continue
-        file = user.get("tokenFile")
-        if not isinstance(file, str) or not file or "auth-provider" in user:
-            return None
-        return os.path.join(os.path.dirname(path), file)
+        if user:
+            return path, str(ctx.get("user")), user
     return None
 
 

@@ -49,6 +49,7 @@ from nlproxy.conntrack.sysctl import apply_logged
 from nlproxy.daemon import census, systemd
 from nlproxy.daemon.memory import release, tune_allocator
 from nlproxy.daemon.stop import StopDeadline
+from nlproxy.daemon.supervise import Supervisor, at_once
 from nlproxy.errors import NlproxyError
 from nlproxy.inspect.foreign import Leftovers, remove_all
 from nlproxy.inspect.foreign_check import ForeignCheck
@@ -162,6 +163,8 @@ class Daemon:
         )
         self._ports: Mapping[ServicePortRef, PortPlan] = {}
         self.health = HealthState(grace_seconds=2 * cfg.sync_period, node_name=cfg.node_name)
+        # Every task below but the sync loop, restarted when it fails (supervise.py).
+        self.supervisor = Supervisor(self.metrics.task_restarts, self.health)
         self.syncer = Syncer(
             pcfg,
             real_kernel(self.netns),
@@ -247,6 +250,17 @@ class Daemon:
             return
         self._foreign_seen.set()
         self.loop.request_verify(Drift(0, "(generation moved)", 0, lost=(after, upto)))
+
+    async def _watch_generations(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The generation watch (``nft/monitor.py``, once per watch): a new one at each start.
+        Restarted, it reads the tables back: what moved while none watched went unseen."""
+        restarted = self.watch is not None
+        self.watch = GenerationWatch(netns_name=self.netns)
+        if restarted:
+            self.loop.request_verify(Drift(0, "(generation watch restarted)", 0))
+        await self.watch.run(self._generation_moved, task_status=task_status)
 
     def _filter(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
         return without_unreachable(snapshot, self.reachability.unreachable)
@@ -476,7 +490,7 @@ class Daemon:
             return
         assert self._nursery is not None, "started from run()"
         self._addresses_watched = True
-        await self._nursery.start(self._watch_addresses)
+        await self._nursery.start(self.supervisor.keep, "addresses", self._watch_addresses)
 
     def _stop(self, cancel: trio.CancelScope, status: int) -> None:
         """Cancel every task (on the trio thread) and arm the stop deadline."""
@@ -614,6 +628,18 @@ class Daemon:
             config=cfg,
         )
 
+    async def _serve_http(self, nursery: trio.Nursery) -> None:
+        """Start ``/healthz`` and ``/metrics``. Listening from the start: a slow first list is
+        "not ready" on /healthz (503) while /livez says the process is alive, and /metrics
+        shows the progress."""
+        for addr, handler in (
+            (self.cfg.healthz_bind_address, self._healthz),
+            (self.cfg.metrics_bind_address, self._metrics),
+        ):
+            if addr is not None:  # None: turned off (an empty address)
+                serving = functools.partial(serve, netns_name=self.netns, budget=self.connections)
+                await nursery.start(serving, addr, handler)
+
     async def run(self) -> None:
         self.deadline.start()
         send, recv = trio.open_memory_channel[Sequence[Change]](64)
@@ -623,28 +649,15 @@ class Daemon:
                 async with trio.open_nursery() as nursery:
                     if census.prefix() is not None:
                         nursery.start_soon(self._censuses)
-                    # Listening from the start: a slow first list is "not ready" on /healthz (503)
-                    # while /livez says the process is alive, and /metrics shows the progress.
-                    for addr, handler in (
-                        (self.cfg.healthz_bind_address, self._healthz),
-                        (self.cfg.metrics_bind_address, self._metrics),
-                    ):
-                        if addr is not None:  # None: turned off (an empty address)
-                            await nursery.start(
-                                functools.partial(
-                                    serve, netns_name=self.netns, budget=self.connections
-                                ),
-                                addr,
-                                handler,
-                            )
+                    await self._serve_http(nursery)
                     # Watching before the first read-back and commit: a change another process
                     # makes to the tables at any time after start-up is seen (the quiet verify
                     # trusts that nothing unseen happened since the watch's first generation). A
                     # watch by generation, not a member of NFNLGRP_NFTABLES: a member makes the
                     # kernel build a message per element of every commit on the host, the daemon's
                     # own 10k x 10 sync's and any other writer's (docs/ruleset.md).
-                    self.watch = GenerationWatch(netns_name=self.netns)
-                    await nursery.start(self.watch.run, self._generation_moved)
+                    keep = self.supervisor.keep
+                    await nursery.start(keep, "generation-watch", self._watch_generations)
                     # The initial lists, the state and the first plan build the objects the daemon
                     # keeps for good; the cyclic GC would walk them over and over while they grow
                     # (hotpath.py). Paused until the first sync has frozen them out of its sight.
@@ -654,23 +667,24 @@ class Daemon:
                     # (a cold start) plans the node ports for them, as that sync will.
                     await self._start_address_watch()
                     source = self._source()
-                    await nursery.start(source.run, send)
+                    await nursery.start(keep, "source", functools.partial(source.run, send))
                     self.healthchecks = HealthCheckServers(
                         nursery,
                         netns_name=self.netns,
                         budget=self.connections,
                         metrics=self.metrics,
                     )
-                    await nursery.start(self.reachability.run)
+                    await nursery.start(keep, "inspector", self.reachability.run)
                     await nursery.start(self.loop.run, recv)
                     await self._census("first_sync")
-                    nursery.start_soon(self._watch_foreign)
+                    nursery.start_soon(keep, "foreign-check", at_once(self._watch_foreign))
                     systemd.notify("READY=1")
                     self.log.info("daemon.ready", node=self.cfg.node_name)
                     interval = systemd.watchdog_interval()
                     if interval:
                         nursery.start_soon(self._watchdog, interval)
                     if self.watcher is not None:
-                        nursery.start_soon(self._watch_config, self.watcher, stop)
+                        config = functools.partial(self._watch_config, self.watcher, stop)
+                        nursery.start_soon(keep, "config-watch", at_once(config))
         finally:
             self.syncer.close()

@@ -100,7 +100,7 @@ class ReachabilityMonitor:
         self._updates: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] = {}
         self._rebuild: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] | None = None
         self._wake = trio.Event()
-        self._failing: str | None = None  # the named failure last said (retries: debug)
+        self._failing: str | None = None  # the failure of the pass before (retries: debug)
         self.unreachable: frozenset[IPAddress] = frozenset()
 
     def plan_changed(
@@ -158,20 +158,24 @@ class ReachabilityMonitor:
 
     async def _evaluate_guarded(self, *, full: bool) -> bool:
         """:meth:`_evaluate`, but a failure (a netlink dump refused, say) is logged and retried
-        after ``RETRY_AFTER`` seconds: the inspector only reports, it must never stop the proxy."""
+        after ``RETRY_AFTER`` seconds: the inspector only reports, it must never stop the proxy.
+
+        A failure is said once while it lasts (pyroute2 unimportable lasts until a reinstall):
+        a retry failing the same way as the pass before it is a debug line, any other failure
+        (named or not, whatever came between) is said again, and the first pass that works
+        after any failure says so."""
         try:
             await self._evaluate(full=full)
-        except NlproxyError as exc:  # named (a dump refused, pyroute2 unimportable): one line
-            error = str(exc)
-            # Said once while it lasts (pyroute2 unimportable lasts until a reinstall): the
-            # retries after it are debug lines.
-            log = self.log.debug if error == self._failing else self.log.warning
+        except Exception as exc:  # said and retried: the inspector only reports
+            named = isinstance(exc, NlproxyError)  # a dump refused, pyroute2 unimportable
+            error = str(exc) if named else f"{type(exc).__name__}: {exc}"
+            if error == self._failing:
+                self.log.debug("inspector.failed", error=error, retry_in=RETRY_AFTER)
+            elif named:
+                self.log.warning("inspector.failed", error=error, retry_in=RETRY_AFTER)
+            else:  # not foreseen: logged in full, once
+                self.log.exception("inspector.failed", error=error, retry_in=RETRY_AFTER)
             self._failing = error
-            log("inspector.failed", error=error, retry_in=RETRY_AFTER)
-            await trio.sleep(RETRY_AFTER)
-            return False
-        except Exception:  # anything else the classification raises, logged in full
-            self.log.exception("inspector.failed", retry_in=RETRY_AFTER)
             await trio.sleep(RETRY_AFTER)
             return False
         if self._failing is not None:

@@ -226,6 +226,13 @@ class Metrics:
             ["kind", "verb", "reason"],
             registry=registry,
         )
+        self.task_restarts = Counter(
+            "nlproxy_task_restarts",
+            "Restarts of the daemon's long-running tasks after an unexpected failure (each "
+            "failure is a task.failed line naming the task and the error)",
+            ["task"],
+            registry=registry,
+        )
         self.sync_failures = Counter(
             "nlproxy_sync_failures",
             "Syncs the kernel rejected or that failed otherwise",

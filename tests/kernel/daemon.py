@@ -39,6 +39,15 @@ def free_port() -> int:
         return port
 
 
+def two_free_ports() -> tuple[int, int]:
+    """Two different free ports: both held while the second is chosen (two calls of
+    :func:`free_port` may get the same port back, and the daemon's second bind then fails)."""
+    with socket.socket() as a, socket.socket() as b:
+        a.bind(("127.0.0.1", 0))
+        b.bind(("127.0.0.1", 0))
+        return int(a.getsockname()[1]), int(b.getsockname()[1])
+
+
 def free_node_port() -> int:
     """A free port in the NodePort range (30000-32767), as a health-check node port must be."""
     for port in random.sample(range(30000, 32768), 200):
@@ -79,7 +88,7 @@ class Daemon:
         are given then); None: free ports, bound by flags."""
         source = ["--manifests", str(manifests)] if manifests is not None else []
         self.netns = tb.node.netns
-        self.healthz, self.metrics = ports or (free_port(), free_port())
+        self.healthz, self.metrics = ports or two_free_ports()
         binds = [
             "--healthz-bind-address",
             f"127.0.0.1:{self.healthz}",
@@ -161,7 +170,7 @@ class ScriptedDaemon(Daemon):
         self, tb: Testbed, manifests: Path, script: str, env: dict[str, str] | None = None
     ) -> None:
         self.netns = tb.node.netns
-        self.healthz, self.metrics = free_port(), free_port()
+        self.healthz, self.metrics = two_free_ports()
         self.lines = []
         self.proc = subprocess.Popen(
             [

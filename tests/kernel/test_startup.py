@@ -231,12 +231,12 @@ def test_health_and_metrics_listen_before_the_first_sync(
     """An API server that does not answer keeps the first list from finishing: the daemon is
     listening all the same, not ready on /healthz, alive on /livez, and /metrics answers."""
 
-    from tests.kernel.daemon import free_port, http_get
+    from tests.kernel.daemon import http_get, two_free_ports
 
     ns = make_netns("sth")
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(UNREACHABLE_KUBECONFIG)
-    healthz, metrics = free_port(), free_port()
+    healthz, metrics = two_free_ports()
     daemon = subprocess.Popen(
         [*NLPROXY, "--netns", ns, "--log-format", "json", "run", "--node-name", "n1",
          "--kubeconfig", str(kubeconfig),

@@ -7,7 +7,6 @@ next requests must carry the new token, or it would stop seeing the cluster unti
 
 from __future__ import annotations
 
-import datetime
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,10 +17,11 @@ import structlog
 import trio
 import yaml
 
-from nlproxy.cluster import kube, token_file
+from nlproxy.cluster import token_file
 from nlproxy.cluster.kube import KubeSource, api_client_from_config
 from nlproxy.cluster.kube_client import in_cluster_loading
 from nlproxy.cluster.model import Change, Replace
+from nlproxy.errors import ConfigError
 from tests.kube.apiserver import ApiServer
 from tests.kube.conftest import NODE, eventually, is_upsert_of, populate, start_source
 from tests.kube.tls import make_pki
@@ -149,21 +149,14 @@ async def test_an_in_cluster_token_file_empty_at_a_refresh_keeps_the_last_token_
         monkeypatch.setattr(incluster, "SERVICE_CERT_FILENAME", str(pki.ca))
         monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
         monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(server.port))
-        loader = kube._in_cluster_loader
-
-        def expiring(server_url: str | None) -> Any:  # the token read again at every request
-            made = loader(server_url)
-            made._token_refresh_period = datetime.timedelta(0)
-            return made
-
-        monkeypatch.setattr(kube, "_in_cluster_loader", expiring)
+        monkeypatch.setattr(token_file, "TOKEN_FILE_SECONDS", 0.0)  # read at every request
         client = api_client_from_config(None)
         try:
             with structlog.testing.capture_logs() as logs:
                 feed, _ = await start_source(nursery, client)
                 token.write_text("")  # mid-rotation
                 server.drop_connections()  # the watches ask again, with a refresh each
-                failed = f"token file {token}: not renewed: Token file exists but empty."
+                failed = f"token file {token}: not renewed: token file {token} exists but is empty"
 
                 def said(event: str) -> Callable[[], bool]:
                     return lambda: any(e["event"] == event for e in list(logs))
@@ -216,3 +209,90 @@ async def test_a_kubeconfig_token_file_rewritten_by_the_kubelet_is_followed(
         await feed.until(is_upsert_of("after-rotation"), within=30)
     finally:
         client.close()
+
+
+async def test_an_in_cluster_token_file_ending_in_a_newline_is_sent_trimmed(
+    tmp_path: Path, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A service account token written with a trailing newline (by hand, or by a tool that
+    ends its files so) is sent trimmed, as a kubeconfig's ``tokenFile`` is: a newline in the
+    header is refused by the HTTP library before any request leaves ("Invalid header value")."""
+    pki = make_pki(tmp_path / "pki", "127.0.0.1")
+    server = ApiServer(token="pod-token", tls=pki.server_context())
+    server.start()
+    try:
+        populate(server)
+        token = tmp_path / "token"
+        token.write_text("pod-token\n")
+        incluster = in_cluster_loading()
+        monkeypatch.setattr(incluster, "SERVICE_TOKEN_FILENAME", str(token))
+        monkeypatch.setattr(incluster, "SERVICE_CERT_FILENAME", str(pki.ca))
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(server.port))
+        client = api_client_from_config(None)
+        try:
+            feed, _ = await start_source(nursery, client)
+            server.store.put("services", service("listed", cluster_ip="10.96.1.7"))
+            await feed.until(is_upsert_of("listed"), within=30)
+            # Renewed from the file at its refresh, trimmed all the same.
+            token.write_text("pod-token-2\n")
+            server.token = "pod-token-2"
+            monkeypatch.setattr(token_file, "TOKEN_FILE_SECONDS", 0.0)
+            server.drop_connections()
+            server.store.put("services", service("renewed", cluster_ip="10.96.1.8"))
+            await feed.until(is_upsert_of("renewed"), within=30)
+        finally:
+            client.close()
+    finally:
+        server.stop()
+
+
+async def test_a_failing_exec_plugin_is_said_once_naming_the_user_not_on_the_root_logger(
+    apiserver: ApiServer,
+    tmp_path: Path,
+    nursery: trio.Nursery,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The client catches an exec plugin's failure and logs it on the root logger, at every
+    request whose token has expired (here: all of them), and sends the last token. It is said
+    once instead, as nlproxy's own warning naming the kubeconfig user and the plugin, and its
+    end is said when the plugin works again."""
+    client, state = client_with(tmp_path, apiserver, "token-1", "token-1")
+    try:
+        with structlog.testing.capture_logs() as logs:
+            feed, _ = await start_source(nursery, client)
+            runs = plugin_runs(state)
+            (state / "token").unlink()  # the plugin fails from now on (FileNotFoundError)
+            apiserver.drop_connections()  # the watches ask again, each running the plugin
+            await eventually(lambda: plugin_runs(state) >= runs + 4)  # a watch of each kind
+            apiserver.store.put("services", service("meanwhile", cluster_ip="10.96.1.8"))
+            await feed.until(is_upsert_of("meanwhile"), within=30)  # the last token still goes
+            (state / "token").write_text("token-1")
+            apiserver.drop_connections()
+            await eventually(lambda: any(e["event"] == "source.credentials_renewed" for e in logs))
+        failed = [e for e in logs if e["event"] == "source.credentials_not_renewed"]
+        assert len(failed) == 1, failed
+        error = failed[0]["error"]
+        assert "kubeconfig user test" in error
+        assert f"exec plugin {sys.executable}" in error
+        assert "exit code 1" in error or "returned 1" in error
+        assert not [r for r in caplog.records if r.name == "root"]
+    finally:
+        client.close()
+
+
+def test_an_exec_plugin_failing_at_start_is_a_config_error_naming_it(
+    apiserver: ApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without a token from the start there is nothing to send: one error naming the
+    kubeconfig, its user and the plugin (exit 2 for ``run``), not a root-logger line."""
+    path, _ = exec_kubeconfig(tmp_path, apiserver)  # no token file: the plugin fails
+    with pytest.raises(ConfigError) as info:
+        api_client_from_config(str(path))
+    error = str(info.value)
+    assert error.startswith(
+        f"kubeconfig {path}: exec plugin {sys.executable} of kubeconfig user test: "
+    )
+    assert "FileNotFoundError" in error
+    assert "\n" not in error
+    assert not [r for r in caplog.records if r.name == "root"]

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import kubernetes
 import pytest
+import yaml
 
 from nlproxy.cluster.kube import Backoff, api_client_from_config
 from nlproxy.cluster.kube_client import Client
 from nlproxy.errors import ConfigError
 from tests.kube.apiserver import ApiServer
-from tests.kube.conftest import write_kubeconfig
+from tests.kube.conftest import TOKEN, write_kubeconfig
 
 
 def _nodes(client: Client) -> list[object]:
@@ -39,6 +40,38 @@ def test_server_overrides_the_kubeconfig_and_keeps_its_credentials(
     with api_client_from_config(str(path), server=apiserver.url) as client:
         assert client.configuration.host == apiserver.url
         assert _nodes(client) == []
+
+
+@pytest.mark.parametrize("server", [False, True], ids=["own-server", "server-given"])
+def test_a_colon_joined_kubeconfig_list_is_merged_with_or_without_a_server(
+    apiserver: ApiServer, tmp_path: Path, server: bool
+) -> None:
+    """``a:b`` as the loader reads it (and kubectl's KUBECONFIG): the cluster and context in
+    one file, the user in the other, a name missing here skipped. Given a server (``--master``
+    for ``preflight`` and ``plan``), it replaces the merged cluster's, credentials kept."""
+    first, second = tmp_path / "cluster.yaml", tmp_path / "users" / "user.yaml"
+    write_kubeconfig(first, apiserver)
+    doc = yaml.safe_load(first.read_text())
+    del doc["users"]
+    second.parent.mkdir()
+    (second.parent / "token").write_text(f"{TOKEN}\n")  # named relative to its own file
+    users = [{"name": "test", "user": {"tokenFile": "token"}}]
+    if server:  # the kubeconfig's address answers nothing: only the override reaches it
+        doc["clusters"][0]["cluster"]["server"] = "http://192.0.2.1:443"
+    first.write_text(yaml.safe_dump(doc))
+    second.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "users": users}))
+    joined = f"{first}:{tmp_path / 'absent.yaml'}:{second}"
+    override = apiserver.url if server else None
+    with api_client_from_config(joined, server=override) as client:
+        assert client.configuration.host == apiserver.url
+        assert _nodes(client) == []  # the second file's token file found and read
+
+
+def test_a_colon_joined_list_of_absent_files_is_a_config_error(tmp_path: Path) -> None:
+    joined = f"{tmp_path / 'a'}:{tmp_path / 'b'}"
+    with pytest.raises(ConfigError) as info:
+        api_client_from_config(joined, server="https://192.0.2.1:6443")
+    assert str(info.value).startswith(f"kubeconfig {joined}: ")
 
 
 @pytest.mark.parametrize(

@@ -88,7 +88,7 @@ def test_in_a_pod_the_client_is_imported_only_as_far_as_the_source_uses_it(
         [
             "https://192.0.2.1:6443",
             str(ca),
-            "bearer pod-token",
+            "Bearer pod-token",
             "https://192.0.2.1:6443/api/v1/services?limit=500",
         ],
     ]
