@@ -28,11 +28,10 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-from bench.bench_api_path import Child  # noqa: E402
 
 
 def _rss_mb() -> float:
@@ -135,17 +134,23 @@ def _wait_dump(path: str, timeout: float = 120) -> None:
     time.sleep(0.5)
 
 
-class _Daemon(Child):
-    """A daemon under this module (``Child`` runs ``python -m nlproxy``)."""
+def _daemon(cmd: list[str]) -> Any:
+    """A daemon under this module, its log lines collected (``Child`` runs ``python -m
+    nlproxy``; imported here, not in the daemon under it, which would then hold the bench's
+    modules too)."""
+    from bench.bench_api_path import Child
 
-    def __init__(self, cmd: list[str]) -> None:
-        self.proc = subprocess.Popen(
-            cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT
-        )
-        self.lines, self.tail = [], []
-        self.cond = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+    class _Daemon(Child):
+        def __init__(self, cmd: list[str]) -> None:
+            self.proc = subprocess.Popen(
+                cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT
+            )
+            self.lines, self.tail = [], []
+            self.cond = threading.Condition()
+            self._reader = threading.Thread(target=self._read, daemon=True)
+            self._reader.start()
+
+    return _Daemon(cmd)
 
 
 def drive(out: Path, services: int, endpoints: int, settle: float, trace: int) -> None:
@@ -162,7 +167,7 @@ def drive(out: Path, services: int, endpoints: int, settle: float, trace: int) -
         with tempfile.TemporaryDirectory(prefix="nlpmp-") as tmp, pods_ns() as ns:
             kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", api)
             argv = [str(Path(__file__).resolve()), "--child", str(out), str(trace)]
-            c = _Daemon([python(ROOT), *argv, "--log-format", "json", *daemon_args(ns, kubeconfig)])
+            c = _daemon([python(ROOT), *argv, "--log-format", "json", *daemon_args(ns, kubeconfig)])
             try:
                 c.first("sync.applied", 300)
                 c.proc.send_signal(signal.SIGUSR1)
