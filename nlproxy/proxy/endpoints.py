@@ -24,6 +24,7 @@ from nlproxy.cluster.model import (
     Service,
     ServicePort,
 )
+from nlproxy.nft.packed import PackedElements
 
 
 class Backend(NamedTuple):
@@ -109,6 +110,14 @@ def addresses(backends: Sequence[Backend]) -> Iterator[IPAddress]:
     if isinstance(backends, OnePort):
         return backends.addresses()
     return map(_ip, backends)
+
+
+def packed_data(store: PackedElements, backends: Sequence[Backend]) -> tuple[bytes, ...]:
+    """The backends map's data of ``backends`` (a :class:`OnePort` packed from its addresses
+    and number: no pair made per endpoint)."""
+    if isinstance(backends, OnePort):
+        return tuple(store.pack_port(list(backends.addresses()), backends.port))
+    return tuple(store.pack_rows(backends))
 
 
 class Categorized(msgspec.Struct, frozen=True, kw_only=True, gc=False):

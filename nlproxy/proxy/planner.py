@@ -60,6 +60,7 @@ from nlproxy.proxy.endpoints import (
     categorize,
     cluster_set,
     externally_accessible,
+    packed_data,
     resolve,
     whole,
 )
@@ -359,9 +360,8 @@ class FamilyPlanner:
         assert not _NONE, "the shared empty fragment lists were written to"
         hairpin = self.rs.elements[n.HAIRPIN]
         assert isinstance(hairpin, PackedElements), "the hairpin set is held packed"
-        # Each address once, first listing first, so deterministic: packed from its int
-        # (ipaddress objects hash in Python), then deduplicated as the packed pair (one dict,
-        # not a dict of ints and then one of pairs).
+        # Each address once, first listing first (deterministic), packed from its int: deduplicated
+        # as the packed pair (ipaddress objects hash in Python; one dict, not one of ints too).
         ints = map(_int_of, itertools.chain.from_iterable(map(addresses, self.hairpin)))
         hairpin.own().update(dict.fromkeys(hairpin.pack_pairs(ints), b""))
 
@@ -619,7 +619,7 @@ class FamilyPlanner:
             keys: tuple[bytes, ...] = (head + _INDEX0,)
         else:
             keys = tuple([head + i for i in indices(len(eps))])
-        data = tuple(store.pack_rows(eps))
+        data = packed_data(store, eps)
         shuffled = False
         if self.prior or self.programmed is not None:  # (a cold plan has neither)
             data, shuffled = self._slotted(set_name, head, store, data)
