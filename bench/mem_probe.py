@@ -9,6 +9,7 @@ line (tracemalloc makes the process larger and slower: read the shares, not RSS,
 driver signals it at the first ``sync.applied`` and ``--settle`` seconds after.
 
     .venv/bin/python bench/mem_probe.py /tmp/probe --services 10000 --endpoints 10 [--trace 8]
+        [--tree ../other-checkout]
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ def _dump(out: str, count: list[int]) -> None:
 
 
 def child(out: str, trace: int, args: list[str]) -> None:
+    sys.path.insert(0, os.getcwd())  # the tree under test (``--tree``), before this one
     if trace:
         import tracemalloc
 
@@ -134,7 +136,7 @@ def _wait_dump(path: str, timeout: float = 120) -> None:
     time.sleep(0.5)
 
 
-def _daemon(cmd: list[str]) -> Any:
+def _daemon(cmd: list[str], tree: Path) -> Any:
     """A daemon under this module, its log lines collected (``Child`` runs ``python -m
     nlproxy``; imported here, not in the daemon under it, which would then hold the bench's
     modules too)."""
@@ -143,7 +145,7 @@ def _daemon(cmd: list[str]) -> Any:
     class _Daemon(Child):
         def __init__(self, cmd: list[str]) -> None:
             self.proc = subprocess.Popen(
-                cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=ROOT
+                cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=tree
             )
             self.lines, self.tail = [], []
             self.cond = threading.Condition()
@@ -153,7 +155,7 @@ def _daemon(cmd: list[str]) -> Any:
     return _Daemon(cmd)
 
 
-def drive(out: Path, services: int, endpoints: int, settle: float, trace: int) -> None:
+def drive(out: Path, services: int, endpoints: int, settle: float, trace: int, tree: Path) -> None:
     from bench import gen
     from bench.bench_api_path import daemon_args, pods_ns, populate, python
     from tests.kube.apiserver import ApiServer
@@ -167,7 +169,8 @@ def drive(out: Path, services: int, endpoints: int, settle: float, trace: int) -
         with tempfile.TemporaryDirectory(prefix="nlpmp-") as tmp, pods_ns() as ns:
             kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", api)
             argv = [str(Path(__file__).resolve()), "--child", str(out), str(trace)]
-            c = _daemon([python(ROOT), *argv, "--log-format", "json", *daemon_args(ns, kubeconfig)])
+            cmd = [python(tree), *argv, "--log-format", "json", *daemon_args(ns, kubeconfig)]
+            c = _daemon(cmd, tree)
             try:
                 c.first("sync.applied", 300)
                 c.proc.send_signal(signal.SIGUSR1)
@@ -192,8 +195,9 @@ def main() -> int:
     p.add_argument("--endpoints", type=int, default=10)
     p.add_argument("--settle", type=float, default=10.0)
     p.add_argument("--trace", type=int, default=0, help="tracemalloc frames (0: off)")
+    p.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose daemon runs")
     a = p.parse_args()
-    drive(a.out.resolve(), a.services, a.endpoints, a.settle, a.trace)
+    drive(a.out.resolve(), a.services, a.endpoints, a.settle, a.trace, a.tree.resolve())
     return 0
 
 
