@@ -30,6 +30,7 @@ from nlproxy.inspect.classify import Reachability, address_order, classify, tran
 from nlproxy.inspect.rtnl import NodeRoutes, RtnlNode
 from nlproxy.inspect.watch import RouteWatcher
 from nlproxy.log import get_logger
+from nlproxy.proxy.endpoints import addresses
 from nlproxy.proxy.planner import PortPlan
 
 LOG_LIMIT = 20
@@ -341,7 +342,7 @@ def _endpoints(
     """Service → its ports (``ns/name:port/PROTO``) → their cluster endpoints' addresses."""
     out: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] = {}
     for plan in plans:
-        ips = tuple(dict.fromkeys(b.ip for b in plan.cluster_endpoints))  # 10k: no frozensets
+        ips = tuple(dict.fromkeys(addresses(plan.cluster_endpoints)))  # 10k: no frozensets
         if ips:
             out.setdefault(plan.ref.service, {})[str(plan.ref)] = ips
     return out

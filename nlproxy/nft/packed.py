@@ -186,6 +186,21 @@ class PackedElements(MutableMapping[tuple[Value, ...], Element]):
         assert self._data is not None, "only a map's elements have data"
         return _pack_each(self._data, rows)
 
+    def pack_port(self, addresses: Sequence[Value], port: int) -> list[bytes]:
+        """``pack_rows`` of the rows ``(a, port)`` for each address ``a`` (a map whose data is
+        an address and a port: a port's endpoints that all serve it on one number), without a
+        row made for each."""
+        data = self._data
+        assert data is not None, "only a map's elements have data"
+        convs = data.convs
+        if len(convs) == 2 and convs[0] is _ipv4_int and convs[1] is int:  # as _pack_each's
+            pack = data.struct.pack
+            try:
+                return [pack(a._ip, port) for a in addresses]  # type: ignore[union-attr]
+            except (AttributeError, struct.error):
+                pass
+        return _pack_each(data, [(a, port) for a in addresses])
+
     def pack_keys(self, rows: Sequence[Sequence[Value]]) -> list[bytes]:
         """The packed key of each row of values (the planner's hot path)."""
         return _pack_each(self._key, rows)

@@ -70,7 +70,7 @@ class Planning(Protocol):
     rs: Ruleset
 
     def fill(
-        self, set_name: str, prefix: tuple[IPAddress | int, ...], eps: tuple[Backend, ...]
+        self, set_name: str, prefix: tuple[IPAddress | int, ...], eps: Sequence[Backend]
     ) -> None: ...
 
 
@@ -141,7 +141,7 @@ class _MapPort:
     def choose(
         self,
         clients: _Clients,
-        eps: tuple[Backend, ...],
+        eps: Sequence[Backend],
         addresses: Sequence[tuple[str, IPAddress]],
         by_node_port: bool,
         local: bool,
@@ -157,7 +157,7 @@ class _MapPort:
 
     def new_client(
         self,
-        eps: tuple[Backend, ...],
+        eps: Sequence[Backend],
         addresses: Sequence[tuple[str, IPAddress]],
         by_node_port: bool,
         local: bool,
@@ -190,9 +190,7 @@ class _MapPort:
             return None
         return self.chain(n.check_name("chain", n.affinity_new_chain(self.ref, local)), jumps)
 
-    def learn(
-        self, clients: _Clients, local: _Clients | None, local_eps: tuple[Backend, ...]
-    ) -> str:
+    def learn(self, clients: _Clients, local: _Clients | None, local_eps: Sequence[Backend]) -> str:
         """The port's learning chain: ``client -> endpoint`` into ``clients``, and into
         ``local`` too when the endpoint is one of this node's (its own chain: nft lists a port
         match and an update with ``th dport`` in one rule so that it cannot load it back)."""
@@ -315,9 +313,9 @@ class PortEndpoints(Protocol):
     @property
     def ref(self) -> ServicePortRef: ...
     @property
-    def cluster_endpoints(self) -> tuple[Backend, ...]: ...
+    def cluster_endpoints(self) -> Sequence[Backend]: ...
     @property
-    def local_endpoints(self) -> tuple[Backend, ...]: ...
+    def local_endpoints(self) -> Sequence[Backend]: ...
 
 
 def client_maps(

@@ -21,6 +21,8 @@ Pure: no I/O, clock or logging.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from nlproxy.cluster.model import LoadBalancing, Service, ServicePort
 from nlproxy.nft.ir import (
     Chain,
@@ -121,7 +123,7 @@ class _Port:
         for exprs in rules:
             self.sink.add_rule(Rule(chain=name, exprs=exprs))
 
-    def dnat(self, local: bool, eps: tuple[Backend, ...]) -> tuple[Expr, ...]:
+    def dnat(self, local: bool, eps: Sequence[Backend]) -> tuple[Expr, ...]:
         """``dnat to <choice> map @lb-…`` over ``eps`` (the cluster or the local list)."""
         name = self.maps.get(local)
         if name is None:
@@ -136,7 +138,7 @@ class _Port:
             )
             if self.hashed:
                 table = lookup_table(eps, table_size(len(eps)))
-                slots: list[Backend] | tuple[Backend, ...] = [eps[i] for i in table]
+                slots: list[Backend] | Sequence[Backend] = [eps[i] for i in table]
             else:
                 slots = eps
             for i, b in enumerate(slots):
@@ -145,7 +147,7 @@ class _Port:
         proto = Cmp(Field.META_L4PROTO, L4Proto[self.ref.protocol.value])
         return (proto, DnatMap((self.choice(eps),), name))
 
-    def choice(self, eps: tuple[Backend, ...]) -> Selector:
+    def choice(self, eps: Sequence[Backend]) -> Selector:
         """``numgen inc mod N`` (round-robin), or ``jhash <client> mod M seed S`` (Maglev)."""
         if self.hashed:
             return Jhash(self.hashed, table_size(len(eps)), self.seed)

@@ -8,10 +8,10 @@ deduplicates by IP:port, and splits the result into the cluster and local sets a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from itertools import compress
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import compress, repeat
 from operator import attrgetter, lt
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import msgspec
 
@@ -24,6 +24,7 @@ from nlproxy.cluster.model import (
     Service,
     ServicePort,
 )
+from nlproxy.nft.packed import PackedElements
 
 
 class Backend(NamedTuple):
@@ -47,6 +48,78 @@ _new = tuple.__new__
 (100k and more per plan)."""
 
 
+class OnePort(Sequence[Backend]):
+    """The backends of endpoints that all serve a port on one number (a port resolved from one
+    slice, the common case): the endpoints and the number, each :class:`Backend` made when
+    read. A plan keeps these for every port, so at 100k endpoints this holds no 100k pairs
+    (about 6 MB), only the endpoints tuple the cluster state holds anyway.
+
+    It is a sequence of Backends equal to (and hashing as) the tuple of them; ``endpoints``
+    and ``port`` give the pairs' parts without making them.
+    """
+
+    __slots__ = ("endpoints", "port")
+
+    def __init__(self, endpoints: Sequence[Endpoint], port: int) -> None:
+        self.endpoints = endpoints
+        self.port = port
+
+    def addresses(self) -> Iterator[IPAddress]:
+        return map(_ip, self.endpoints)
+
+    def __len__(self) -> int:
+        return len(self.endpoints)
+
+    def __iter__(self) -> Iterator[Backend]:
+        return map(_new, repeat(Backend), zip(map(_ip, self.endpoints), repeat(self.port)))
+
+    @overload
+    def __getitem__(self, i: int) -> Backend: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Backend, ...]: ...
+    def __getitem__(self, i: int | slice) -> Backend | tuple[Backend, ...]:
+        if isinstance(i, slice):
+            return tuple(self)[i]
+        return _new(Backend, (self.endpoints[i].ip, self.port))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, OnePort):
+            if self.endpoints is other.endpoints:
+                return self.port == other.port
+            other = tuple(other)
+        return tuple(self) == other
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __add__(self, other: object) -> tuple[Backend, ...]:
+        return (*self, *other) if isinstance(other, tuple | OnePort) else NotImplemented
+
+    def __radd__(self, other: object) -> tuple[Backend, ...]:
+        return (*other, *self) if isinstance(other, tuple | OnePort) else NotImplemented
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
+_ip = attrgetter("ip")
+
+
+def addresses(backends: Sequence[Backend]) -> Iterator[IPAddress]:
+    """The addresses of ``backends`` (no pair made for a :class:`OnePort`)."""
+    if isinstance(backends, OnePort):
+        return backends.addresses()
+    return map(_ip, backends)
+
+
+def packed_data(store: PackedElements, backends: Sequence[Backend]) -> tuple[bytes, ...]:
+    """The backends map's data of ``backends`` (a :class:`OnePort` packed from its addresses
+    and number: no pair made per endpoint)."""
+    if isinstance(backends, OnePort):
+        return tuple(store.pack_port(list(backends.addresses()), backends.port))
+    return tuple(store.pack_rows(backends))
+
+
 class Categorized(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The endpoint sets of one service port on this node.
 
@@ -59,15 +132,15 @@ class Categorized(msgspec.Struct, frozen=True, kw_only=True, gc=False):
             balancers move away (upstream counts only ready local endpoints there).
     """
 
-    cluster: tuple[Backend, ...]
-    local: tuple[Backend, ...]
+    cluster: Sequence[Backend]
+    local: Sequence[Backend]
     has_any: bool
     local_terminating: bool = False
 
 
 def resolve(
     port: ServicePort, slices: Sequence[EndpointSlice], family: IPFamily
-) -> tuple[tuple[Backend, ...], Sequence[Endpoint]]:
+) -> tuple[Sequence[Backend], Sequence[Endpoint]]:
     """Backends of ``port`` from the slices of one family, sorted by (ip, port), deduplicated,
     and beside them (same order) the endpoints they came from, whose conditions and hints
     decide their use.
@@ -97,7 +170,7 @@ def resolve(
 
 def _resolve_one(
     sl: EndpointSlice, name: str, proto: Protocol, family: IPFamily
-) -> tuple[tuple[Backend, ...], Sequence[Endpoint]]:
+) -> tuple[Sequence[Backend], Sequence[Endpoint]]:
     """``resolve`` of a single slice (the common case): one port number, so the address alone
     keys an endpoint; the first listing of an address wins, as across slices."""
     if sl.family is not family:
@@ -109,7 +182,7 @@ def _resolve_one(
     else:
         return (), ()
     if len(sl.endpoints) == 1:  # (many Services have one endpoint: no lists to order it)
-        return (_new(Backend, (sl.endpoints[0].ip, number)),), sl.endpoints
+        return OnePort(sl.endpoints, number), sl.endpoints
     # ``_ip`` is ``int(ip)`` without a Python-level call (as nft/values.py packs addresses).
     ips = [ep.ip._ip for ep in sl.endpoints]  # type: ignore[union-attr]
     eps: Sequence[Endpoint]
@@ -117,8 +190,8 @@ def _resolve_one(
         eps = sl.endpoints
     else:
         first = {ep.ip._ip: ep for ep in reversed(sl.endpoints)}  # type: ignore[union-attr]
-        eps = [first[ip] for ip in sorted(first)]
-    return tuple([_new(Backend, (ep.ip, number)) for ep in eps]), eps
+        eps = tuple([first[ip] for ip in sorted(first)])
+    return OnePort(eps, number), eps
 
 
 def externally_accessible(svc: Service, port: ServicePort) -> bool:
@@ -143,7 +216,7 @@ def categorize(
     ext_local = svc.external_policy_local and external
     uses_cluster = not svc.internal_policy_local or external
     uses_local = svc.internal_policy_local or ext_local
-    cluster: tuple[Backend, ...] = ()
+    cluster: Sequence[Backend] = ()
     has_any = False
     if uses_cluster:
         cluster = cluster_set(backends, eps, node, zone)
@@ -171,19 +244,25 @@ def _serving_terminating(ep: Endpoint) -> bool:
     return ep.serving and ep.terminating
 
 
+def whole(backends: Sequence[Backend]) -> Sequence[Backend]:
+    """All of ``backends``, as a plan keeps them: a :class:`OnePort` as it is, else a tuple."""
+    return backends if isinstance(backends, OnePort) else tuple(backends)
+
+
 def cluster_set(
     backends: Sequence[Backend], eps: Sequence[Endpoint], node: str, zone: str | None
-) -> tuple[Backend, ...]:
+) -> Sequence[Backend]:
     """The endpoints Cluster policy traffic goes to: the ready ones (narrowed by topology
     hints that apply), else the serving-terminating ones."""
     mode = topology_mode(eps, node, zone)
     pairs = zip(backends, eps, strict=True)
+    chosen: Sequence[Backend]
     if mode == "node":
         chosen = tuple(b for b, ep in pairs if ep.ready and node in (ep.hints_nodes or ()))
     elif mode == "zone":
         chosen = tuple(b for b, ep in pairs if ep.ready and zone in (ep.hints_zones or ()))
     elif all(map(_ready, eps)):  # in C: no list of flags when every endpoint is ready
-        chosen = tuple(backends)
+        chosen = whole(backends)
     else:
         chosen = tuple(compress(backends, map(_ready, eps)))
     if chosen:

@@ -56,10 +56,13 @@ from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.endpoints import (
     Backend,
     Categorized,
+    addresses,
     categorize,
     cluster_set,
     externally_accessible,
+    packed_data,
     resolve,
+    whole,
 )
 from nlproxy.proxy.fragments import Fill, Fragment, Recorder
 from nlproxy.proxy.skeleton import IPV4, IPV6, Dispatch, FamilySpec, pod_match, skeleton
@@ -69,8 +72,6 @@ _new = tuple.__new__
 """``_new(Fill, (…))``: a NamedTuple without its Python ``__new__`` frame (the hot path)."""
 
 _first = itemgetter(0)
-_ip_of = itemgetter(0)
-"""A Backend's address, in C."""
 _int_of = attrgetter("_ip")
 """An address's int (``int(ip)`` without a Python-level call, as nft/values.py packs it)."""
 
@@ -125,11 +126,11 @@ class PortPlan(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
     ref: ServicePortRef
     frontends: tuple[Frontend, ...]
-    cluster_endpoints: tuple[Backend, ...]
-    local_endpoints: tuple[Backend, ...]
+    cluster_endpoints: Sequence[Backend]
+    local_endpoints: Sequence[Backend]
     has_endpoints: bool
     health_check_node_port: int | None = None
-    local_ready: tuple[Backend, ...] = ()
+    local_ready: Sequence[Backend] = ()
 
 
 @dataclass(slots=True)
@@ -248,8 +249,8 @@ def hairpin_of(frag: Fragment) -> Iterator[IPAddress]:
     for piece in frag.pieces:
         assert isinstance(piece, PortPart), "fragments hold port parts"
         cat = piece.cat
-        yield from map(_ip_of, cat.cluster)
-        yield from map(_ip_of, cat.local)
+        yield from addresses(cat.cluster)
+        yield from addresses(cat.local)
 
 
 def prior_slots(frag: Fragment | None) -> dict[tuple[str, bytes], tuple[bytes, ...]]:
@@ -346,7 +347,7 @@ class FamilyPlanner:
         self._gotos: dict[str, Verdict] = {}
         # The endpoints of each port part planned or replayed (its cluster and local sets, as
         # :func:`hairpin_of` lists them), their addresses joined once in finish().
-        self.hairpin: list[tuple[Backend, ...]] = []
+        self.hairpin: list[Sequence[Backend]] = []
         for net in pods:
             self.element(n.CLUSTER_CIDRS, (net,))
         for net in services:
@@ -359,11 +360,10 @@ class FamilyPlanner:
         assert not _NONE, "the shared empty fragment lists were written to"
         hairpin = self.rs.elements[n.HAIRPIN]
         assert isinstance(hairpin, PackedElements), "the hairpin set is held packed"
-        # Each address once, first listing first, so deterministic: packed from its int
-        # (ipaddress objects hash in Python), then deduplicated as the packed pair (one dict,
-        # not a dict of ints and then one of pairs).
-        addresses = map(_int_of, map(_ip_of, itertools.chain.from_iterable(self.hairpin)))
-        hairpin.own().update(dict.fromkeys(hairpin.pack_pairs(addresses), b""))
+        # Each address once, first listing first (deterministic), packed from its int: deduplicated
+        # as the packed pair (ipaddress objects hash in Python; one dict, not one of ints too).
+        ints = map(_int_of, itertools.chain.from_iterable(map(addresses, self.hairpin)))
+        hairpin.own().update(dict.fromkeys(hairpin.pack_pairs(ints), b""))
 
     def element(
         self,
@@ -525,7 +525,7 @@ class FamilyPlanner:
             and not (e0.hints_zones or e0.hints_nodes)
             and all(map(_ready, eps))
         ):
-            cluster = tuple(backends)
+            cluster = whole(backends)
         else:
             cluster = cluster_set(backends, eps, self.node_name, self.zone)
         cat = Categorized(cluster=cluster, local=(), has_any=bool(cluster))
@@ -603,7 +603,7 @@ class FamilyPlanner:
                 self.element(n.FIREWALL_ALLOW, (host, proto, port, net), comment=comment)
 
     def fill(
-        self, set_name: str, prefix: tuple[IPAddress | int, ...], eps: tuple[Backend, ...]
+        self, set_name: str, prefix: tuple[IPAddress | int, ...], eps: Sequence[Backend]
     ) -> None:
         """Index ``eps`` 0..N-1 under ``prefix`` in a backends map (what ``numgen mod N`` picks).
 
@@ -619,7 +619,7 @@ class FamilyPlanner:
             keys: tuple[bytes, ...] = (head + _INDEX0,)
         else:
             keys = tuple([head + i for i in indices(len(eps))])
-        data = tuple(store.pack_rows(eps))
+        data = packed_data(store, eps)
         shuffled = False
         if self.prior or self.programmed is not None:  # (a cold plan has neither)
             data, shuffled = self._slotted(set_name, head, store, data)

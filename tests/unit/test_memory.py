@@ -11,15 +11,18 @@ import sys
 from ipaddress import ip_address, ip_network
 from pathlib import Path
 
-from nlproxy.cluster.model import EndpointSlice
+import pytest
+
+from nlproxy.cluster.model import Endpoint, EndpointSlice, IPFamily
 from nlproxy.cluster.parse import parse_endpoint_slice
 from nlproxy.cluster.state import ClusterState
 from nlproxy.nft.ir import Family
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
+from nlproxy.proxy.endpoints import Backend, OnePort, addresses, resolve
 from nlproxy.proxy.incremental import Live, attach, plan_update
 from nlproxy.proxy.planner import Plan, plan
-from tests.unit.builders import NODE, endpoint, eps_slice, port, service, upsert
+from tests.unit.builders import NODE, endpoint, eps_slice, port, service, snapshot, upsert
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -195,3 +198,50 @@ def test_hairpin_counts_only_repeats() -> None:
         assert _pairs(live) == _pairs(fresh) == pairs
         assert live.rulesets == fresh.rulesets
     assert _extra(live) == {int(ip_address("10.0.0.3")): 2}
+
+
+def test_a_ports_backends_are_its_endpoints_and_number_not_pairs() -> None:
+    """A port resolved from one slice keeps the slice's endpoints and the port's number (no
+    (address, port) pair per endpoint in the plan), and reads as the tuple of pairs it stands
+    for: equal to it, hashing as it, indexed, sliced and joined as it."""
+    svc = service("a", "web", "172.30.0.1", [port("a", "web")])
+    ips = ["10.0.0.3", "10.0.0.1", "10.0.0.2"]  # unsorted: the endpoints are ordered once
+    sl = eps_slice("a", "web", [endpoint(ip) for ip in ips], [("p80", 8080, "TCP")])
+    backends, _ = resolve(svc.ports[0], [sl], IPFamily.IPV4)
+    assert isinstance(backends, OnePort)
+    assert backends.port == 8080
+    pairs = tuple(Backend(ip_address(ip), 8080) for ip in sorted(ips))
+    assert backends == pairs
+    assert pairs == backends
+    assert hash(backends) == hash(pairs)
+    assert backends != pairs[:2]
+    assert backends != OnePort(backends.endpoints, 8081)
+    assert backends[0] == pairs[0]
+    assert backends[-1].ip == ip_address("10.0.0.3")
+    assert backends[1:] == pairs[1:]
+    assert list(backends) == list(pairs)
+    assert backends + pairs[:1] == (*pairs, pairs[0])
+    assert pairs[:1] + backends == (
+        pairs[0],
+        *pairs,
+    )
+    assert list(addresses(backends)) == [b.ip for b in pairs] == list(addresses(pairs))
+    assert pairs[1] in backends
+    assert backends.index(pairs[2]) == 2
+    assert repr(backends) == repr(pairs)
+    with pytest.raises(TypeError):
+        backends + [pairs[0]]  # noqa: RUF005 (as a tuple: only a tuple joins it)
+
+    p = plan(snapshot([svc], [sl]), CONFIG)
+    summary = p.ports[svc.ports[0].ref]
+    assert summary.cluster_endpoints == pairs
+    assert isinstance(summary.cluster_endpoints, OnePort)
+    assert summary.cluster_endpoints.endpoints == tuple(sorted(sl.endpoints, key=_ip_of))
+    # The kernel's elements are the pairs' (what a plan from tuples of pairs had).
+    data = sorted(el.value for el in p.rulesets[Family.IP].elements[n.BACKENDS].values())
+    assert data == [(b.ip, b.port) for b in pairs]
+    assert _pairs(p) == set(ips)
+
+
+def _ip_of(ep: Endpoint) -> int:
+    return int(ep.ip)

@@ -249,6 +249,19 @@ def test_fast_packing_is_the_converters_packing() -> None:
     assert store.pack_rows(rows) == want  # type: ignore[arg-type]
     odd = [(IPv4Address("10.0.0.1"), 80), (167772161, "80")]  # an int address, a str port
     assert store.pack_rows(odd) == [converted.pack(r) for r in odd]  # type: ignore[arg-type]
+    # One port for every address: the rows' packing, the odd ones converted as well.
+    ips = [IPv4Address("10.0.0.1"), IPv4Address("1.2.3.4"), 167772161]
+    assert store.pack_port(ips, 8080) == store.pack_rows([(a, 8080) for a in ips])
+    assert store.pack_port(ips[:2], 80) == [converted.pack((a, 80)) for a in ips[:2]]
+    with pytest.raises((ValueError, struct.error)):
+        store.pack_port(ips[:1], 70000)  # out of an inet_service's range, as pack_rows says
+    with pytest.raises((ValueError, struct.error)):
+        store.pack_rows([(ips[0], 70000)])
+    six = PackedElements(
+        Map(name="m6", key=(DataType.IPV6_ADDR,), data=(DataType.IPV6_ADDR, DataType.INET_SERVICE))
+    )
+    v6 = [IPv6Address("fd00::1"), IPv6Address("fd00::2")]
+    assert six.pack_port(v6, 53) == six.pack_rows([(a, 53) for a in v6])
     for dt, ips in (
         (DataType.IPV4_ADDR, [IPv4Address("10.0.0.1"), IPv4Address("255.1.2.3")]),
         (DataType.IPV6_ADDR, [IPv6Address("fd00::1"), IPv6Address("ffff::2")]),
