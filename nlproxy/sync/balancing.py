@@ -244,7 +244,7 @@ class BalancingGuard:
                 continue
             svc, slices, _, _ = demands[key]
             last = handed.get(key)
-            if last is None or last[0] is not svc or not _same(last[1], slices):
+            if last is None or not _same_service(last[0], svc) or not _same(last[1], slices):
                 dirty.append(key)  # not planned from these objects yet: tables to build
         used = 0
         for key in sorted(dirty, key=self._age(snapshot)):
@@ -255,9 +255,9 @@ class BalancingGuard:
                 continue
             deferred.add(key)
             last = handed.get(key)
-            if last is not None:
+            if last is not None and _same_object(last[0], svc):
                 keep_old[key] = last
-            else:
+            else:  # new, or deleted and created again since (its old rules are another's)
                 deferred_new.add(key)
         self.deferred = deferred
         return keep_old, deferred_new
@@ -396,5 +396,20 @@ class BalancingGuard:
             warned[key] = (svc, svc.annotation_warnings)
 
 
+def _same_service(a: Service, b: Service) -> bool:
+    """Whether tables built from ``a`` are ``b``'s: the same object, or an equal one (a
+    snapshot filter, such as the unreachable endpoints' exclusion, makes new objects at every
+    sync for what did not change)."""
+    return a is b or a == b
+
+
 def _same(a: tuple[EndpointSlice, ...], b: tuple[EndpointSlice, ...]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+    """:func:`_same_service` for a Service's slices."""
+    return len(a) == len(b) and all(x is y or x == y for x, y in zip(a, b, strict=True))
+
+
+def _same_object(old: Service, new: Service) -> bool:
+    """Whether ``new`` is ``old`` changed, not a Service deleted and created again under its
+    name: planning a deferred ``new`` from ``old`` would program the deleted one's ClusterIPs,
+    which the API server may since have given to another Service."""
+    return old.uid == new.uid and old.created == new.created and old.cluster_ips == new.cluster_ips

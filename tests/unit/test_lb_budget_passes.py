@@ -13,6 +13,7 @@ import structlog
 
 from nlproxy.cluster.model import ClusterSnapshot, LoadBalancing, Service, ServiceKey
 from nlproxy.conntrack.fake import FakeConntrack
+from nlproxy.inspect.reachability import without_unreachable
 from nlproxy.nft.fake import FakeNftables
 from nlproxy.nft.ir import Family
 from nlproxy.nft.render import render_ruleset
@@ -113,6 +114,55 @@ def test_a_service_recreated_with_a_new_cluster_ip_is_reachable_at_it_while_defe
     text = render_ruleset(rs)
     assert "172.30.9.9 " in text
     assert "172.30.0.2 " not in text
+
+
+@pytest.mark.parametrize("whole", [KEYED, EVERY], ids=["keyed", "whole"])
+def test_a_service_deleted_and_created_again_in_one_window_is_not_planned_from_the_deleted_one(
+    whole: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight consistent-hash Services under a quota of one table, all built; between two syncs
+    s7 is deleted and created again (a new uid, ClusterIP and creation time) beside s0's
+    growth: deferred, it waits on random choice from its new objects, never planned from the
+    deleted Service (whose ClusterIP may already be another's)."""
+    monkeypatch.setattr(balancing, "WHOLE", whole)
+    guard = _guard()
+    pairs = [_ch(i, 3) for i in range(8)]
+    svc, sl = pairs[0]
+    guard.quota = demand(svc, [sl], CH)  # type: ignore[list-item]  # one table a sync
+    guard.apply(_snap(*pairs), None)
+    for _ in range(8):
+        guard.apply(_snap(*pairs), set())
+    assert guard.deferred == set()
+    key = pairs[7][0].key
+    again, sl7 = _svc("s7", 1, 5, load_balancing=CH, created="2026-02-01T00:00:00Z")
+    again = msgspec.structs.replace(again, uid="u-new", cluster_ips=(ip_address("172.30.9.9"),))
+    back = [_ch(0, 4), *pairs[1:7], (again, sl7)]
+    snap, changed = guard.apply(_snap(*back), {back[0][0].key, key})
+    assert guard.deferred == {key}
+    assert snap.services[key] == msgspec.structs.replace(again, load_balancing=LoadBalancing.RANDOM)
+    assert snap.slices[key] == (sl7,)
+    assert key in changed
+
+
+def test_a_snapshot_filter_making_equal_objects_at_every_sync_leaves_nothing_deferred() -> None:
+    """The unreachable endpoints' exclusion hands every sync new slice objects for what did not
+    change: six consistent-hash Services with one unreachable endpoint each, under a quota of
+    one table, are all built within six syncs and then stay built (they were deferred at every
+    sync, and the loop synced again at once, for as long as an endpoint was unreachable)."""
+    guard = _guard()
+    pairs = [_ch(i, 3) for i in range(6)]
+    svc, sl = pairs[0]
+    guard.quota = demand(svc, [sl], CH)  # type: ignore[list-item]
+    whole = _snap(*pairs)
+    bad = frozenset(ip_address(f"10.{100 + i}.0.1") for i in range(6))
+    seen = []
+    for _ in range(10):
+        filtered = without_unreachable(whole, bad)
+        assert filtered.slices[pairs[0][0].key][0] is not whole.slices[pairs[0][0].key][0]
+        guard.apply(filtered, None)
+        seen.append(len(guard.deferred))
+    assert seen[:6] == [5, 4, 3, 2, 1, 0]
+    assert seen[6:] == [0, 0, 0, 0]
 
 
 def _rr(i: int, count: int) -> Pair:
