@@ -311,11 +311,14 @@ class ReachabilityMonitor:
             self._log_transitions(transitions(before, {ip: known[ip] for ip in fresh}))
         elif fresh:
             self._log_first(fresh)
-        bad = (
-            frozenset(ip for ip, v in known.items() if not v.reachable)
-            if full or fresh or gone
-            else self.unreachable
-        )
+        if full:
+            bad = frozenset(ip for ip, v in known.items() if not v.reachable)
+        elif fresh or gone:  # the set before, with what this pass changed (not 100k looked at)
+            fine = (ip for ip, v in fresh.items() if v.reachable)
+            bad = self.unreachable.difference(gone, fine)
+            bad |= {ip for ip, v in fresh.items() if not v.reachable}
+        else:
+            bad = self.unreachable
         self._export(bad)
         if bad != self.unreachable:
             self.unreachable = bad

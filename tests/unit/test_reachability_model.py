@@ -26,7 +26,8 @@ V6 = [f"::a01:{i}" for i in range(1, 7)]  # ::a01:1 and 10.1.0.1 are both the nu
 NAMES = [f"s{i}" for i in range(6)]
 
 
-def node() -> FakeNode:
+def node(blackholed: str = "::/0") -> FakeNode:
+    """IPv4 pods via a gateway; ``blackholed`` (all of IPv6 unless told) unreachable."""
     gw = ip_address("192.168.1.1")
     link = Link(index=2, name="eth0", kind=None, admin_up=True, oper="UP")
 
@@ -38,7 +39,7 @@ def node() -> FakeNode:
     routes = (
         route("10.0.0.0/8", 1, (NextHop(oif=2, gateway=gw),)),
         route("192.168.1.0/24", 1, (NextHop(oif=2, gateway=None),), scope=253),
-        route("::/0", 6, ()),  # blackhole
+        route(blackholed, 6, ()),
     )
     return FakeNode(Snapshot(links={2: link}, routes=routes, neighbours={(2, gw): 2}))
 
@@ -112,3 +113,26 @@ async def test_verdicts_and_series_follow_a_model_through_any_mix_of_changes() -
         bad = {ip for ip in used if ip.version == 6}
         assert monitor.unreachable == bad, step
         assert exported(registry) == (expected_series(spec), float(len(bad))), step
+
+
+async def test_an_address_dropped_and_used_again_in_one_burst_gets_its_new_verdict() -> None:
+    """Used again after being dropped, an address is classified again in a pass that looks
+    only at the changed services, and the unreachable set follows the new verdict both ways."""
+    fake = node()
+    monitor = ReachabilityMonitor(CollectorRegistry(), node=fake)
+    x = "10.1.0.1"
+    spec = {"s0": [x, "10.1.0.2"], "s1": ["10.1.0.3"]}
+    monitor.plan_changed(plan(world(spec), CONFIG).ports, None)
+    await monitor._evaluate(full=False)
+    assert monitor.unreachable == frozenset()
+    for blackholed, bad in (("10.1.0.1/32", {ip_address(x)}), ("::/0", set())):
+        fake.snapshot = node(blackholed).snapshot  # no route event: only the burst below
+        giver, taker = ("s0", "s1") if x in spec["s0"] else ("s1", "s0")
+        for name, ips in ((giver, [i for i in spec[giver] if i != x]), (taker, [*spec[taker], x])):
+            spec[name] = ips
+            key = {ServiceKey(namespace="ns", name=name)}
+            monitor.plan_changed(plan(world(spec), CONFIG).ports, key)
+        await monitor._evaluate(full=False)
+        assert monitor.unreachable == bad
+        assert monitor.verdicts[ip_address(x)].reachable == (not bad)
+        assert monitor.verdicts[ip_address("10.1.0.2")].reachable  # not looked at again
