@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import replace
+from operator import attrgetter
 
 import msgspec
 import trio
@@ -64,12 +65,23 @@ def without_unreachable(snapshot: ClusterSnapshot, bad: frozenset[IPAddress]) ->
     return replace(snapshot, slices=slices)
 
 
+Ports = PortPlan | tuple[PortPlan, ...]
+"""A service's ports that have cluster endpoints: the plan's own objects, not a copy of their
+addresses (the plan replaces a port's object when it changes, never edits it). A service of one
+port (most) is that port alone, not a tuple of it (10k tuples at 10k Services, ~0.7 MB)."""
+
+
 class ReachabilityMonitor:
     """Classifies the plan's endpoints now and on every route change.
 
     Endpoints are tracked per service, so a sync that changed a few services costs work for
     those only: their endpoints new to the node are classified, gone ones dropped. Verdicts are
     interned (most endpoints share one, e.g. "remote via node X"), so 100k endpoints cost little.
+
+    What is kept between passes is small beside the plan: the verdicts (one entry per address,
+    the only per-address table), each service's port plans (shared with the plan, no addresses
+    copied), and a count only for the addresses more than one service uses. At 10k Services x
+    10 endpoints a count per address and a copy of every port's addresses were ~8 MB more.
     """
 
     def __init__(
@@ -96,10 +108,15 @@ class ReachabilityMonitor:
             registry=registry,
         )
         self.verdicts: dict[IPAddress, Reachability] = {}
-        self._by_service: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] = {}
-        self._users: dict[IPAddress, int] = {}
-        self._updates: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] = {}
-        self._rebuild: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] | None = None
+        self._by_service: dict[ServiceKey, Ports] = {}
+        # The index beside the verdicts (the worker's alone, see ``_take``): an address is in
+        # use while it has a verdict not ``_dropped`` or is ``_pending`` (no verdict yet: new,
+        # or a failed pass's); ``_shared`` counts the services of those more than one uses.
+        self._shared: dict[IPAddress, int] = {}
+        self._pending: set[IPAddress] = set()
+        self._dropped: dict[IPAddress, None] = {}
+        self._updates: dict[ServiceKey, Ports] = {}
+        self._rebuild: dict[ServiceKey, Ports] | None = None
         self._wake = trio.Event()
         self._failing: str | None = None  # the failure of the pass before (retries: debug)
         self.unreachable: frozenset[IPAddress] = frozenset()
@@ -109,15 +126,16 @@ class ReachabilityMonitor:
     ) -> None:
         """Note a new plan: ``changed`` services only, or everything when None.
 
-        The Syncer updates its plan in place on the next sync, so what is needed is copied now.
+        The Syncer updates its plan in place on the next sync (a changed port gets a new
+        object), so the port plans are taken now, not the mapping.
         """
         if changed is None:
-            self._rebuild = _endpoints(ports.values())
+            self._rebuild = _group(ports.values())
             self._updates.clear()
         elif changed:
-            fresh = _endpoints(p for ref, p in ports.items() if ref.service in changed)
+            fresh = _group(p for ref, p in ports.items() if ref.service in changed)
             for key in changed:
-                self._updates[key] = fresh.get(key, {})
+                self._updates[key] = fresh.get(key, ())
         else:
             return
         self._wake.set()
@@ -185,80 +203,123 @@ class ReachabilityMonitor:
         return True
 
     def _take(
-        self,
-        rebuild: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] | None,
-        updates: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]],
-    ) -> tuple[list[IPAddress], list[IPAddress]]:
-        """Apply noted plan changes to the per-service index: a whole new index (``rebuild``),
-        then ``updates`` per service; returns the (added, removed) addresses.
+        self, rebuild: dict[ServiceKey, Ports] | None, updates: dict[ServiceKey, Ports]
+    ) -> list[IPAddress]:
+        """Apply noted plan changes to the index: a whole new one (``rebuild``), then
+        ``updates`` per service; returns the addresses to classify (new to the node, or used
+        again after being dropped), and marks those no service uses any more ``_dropped``.
 
         Runs in the classification's worker thread: at 10k Services x 10 endpoints a rebuild
         is ~0.4 s of Python (more on a loaded node), which on the event loop held every other
         task back after each full sync, a stop's cancellation included. The index is this
         method's alone (the loop only notes changes, and reads it in ``_export`` after).
         """
-        added: list[IPAddress] = []
-        removed: list[IPAddress] = []
         if rebuild is not None:
-            # Counted afresh, each service's addresses once, and compared with the old counts:
-            # no per-service subtraction of the old index.
-            users: dict[IPAddress, int] = {}
-            for ports in rebuild.values():
-                ips = next(iter(ports.values())) if len(ports) == 1 else _union(ports)
-                for ip in ips:
-                    users[ip] = users.get(ip, 0) + 1
-            old = self._users
-            added = [ip for ip in users if ip not in old]
-            removed = [ip for ip in old if ip not in users]
-            self._users, self._by_service = users, rebuild
-
-        def count(ips: frozenset[IPAddress], delta: int) -> None:
-            for ip in ips:
-                n = self._users.get(ip, 0) + delta
-                if n > 0:
-                    self._users[ip] = n
-                    if n == delta == 1:
-                        added.append(ip)
-                else:
-                    self._users.pop(ip, None)
-                    removed.append(ip)
-
+            return self._take_all(rebuild, updates)
+        known, pending, dropped, shared = self.verdicts, self._pending, self._dropped, self._shared
+        added: dict[IPAddress, None] = {}
         for key, new in updates.items():
-            old_ports = self._by_service.pop(key, {})
+            old = self._by_service.pop(key, ())
             if new:
                 self._by_service[key] = new
-            count(_union(new), 1)
-            count(_union(old_ports), -1)
-        users_now = self._users
-        return (
-            list(dict.fromkeys(ip for ip in added if ip in users_now)),
-            list(dict.fromkeys(ip for ip in removed if ip not in users_now)),
-        )
+            new_ips, old_ips = _addresses(new), _addresses(old)
+            for ip in new_ips:
+                if ip in old_ips:
+                    continue
+                if ip in shared:
+                    shared[ip] += 1
+                elif (ip in known and ip not in dropped) or ip in pending or ip in added:
+                    shared[ip] = 2
+                else:  # new to the node, or dropped meanwhile: classified (again)
+                    dropped.pop(ip, None)
+                    added[ip] = None
+            for ip in old_ips:
+                if ip in new_ips:
+                    continue
+                n = shared.pop(ip, 1)
+                if n > 2:
+                    shared[ip] = n - 1
+                elif n == 1:  # its last user
+                    pending.discard(ip)
+                    added.pop(ip, None)
+                    dropped[ip] = None
+        return list(added)
+
+    def _take_all(
+        self, rebuild: dict[ServiceKey, Ports], updates: dict[ServiceKey, Ports]
+    ) -> list[IPAddress]:
+        """:meth:`_take` with a whole new index: each address's services counted afresh (each
+        service's addresses once, ``updates`` applied to the counts) and compared with the
+        verdicts; the counts are kept only for the addresses that more than one service uses."""
+        users: dict[IPAddress, int] = {}
+        for ports in rebuild.values():
+            for ip in _addresses(ports):
+                users[ip] = users.get(ip, 0) + 1
+        for key, new in updates.items():
+            old = rebuild.pop(key, ())
+            if new:
+                rebuild[key] = new
+            for ip in _addresses(new):
+                users[ip] = users.get(ip, 0) + 1
+            for ip in _addresses(old):
+                if (n := users[ip]) > 1:
+                    users[ip] = n - 1
+                else:
+                    del users[ip]
+        known, pending, dropped = self.verdicts, self._pending, self._dropped
+        if pending or dropped:
+            added = [ip for ip in users if ip not in known or ip in dropped or ip in pending]
+        else:
+            added = [ip for ip in users if ip not in known]
+        dropped.clear()
+        dropped.update(dict.fromkeys(ip for ip in known if ip not in users))
+        self._pending = set()  # in ``added`` if still used
+        self._shared = {ip: n for ip, n in users.items() if n > 1}
+        self._by_service = rebuild
+        return added
 
     async def _evaluate(self, *, full: bool) -> None:
         rebuild, self._rebuild = self._rebuild, None
         updates, self._updates = self._updates, {}
         known = self.verdicts
 
-        def work() -> tuple[list[IPAddress], dict[IPAddress, Reachability]]:
-            added, removed = self._take(rebuild, updates)
-            todo = list(self._users) if full else added
-            return removed, classify(todo, node=self.node) if todo else {}
+        def work() -> tuple[dict[IPAddress, Reachability], dict[IPAddress, Reachability]]:
+            added = self._take(rebuild, updates)
+            dropped, pending = self._dropped, self._pending
+            if full:  # none is in two of these: ``added`` is neither dropped nor pending
+                todo = [ip for ip in known if ip not in dropped] if dropped else list(known)
+                todo += (ip for ip in added if ip not in known)
+                todo += (ip for ip in pending if ip not in known)
+            else:
+                todo = added
+            try:
+                fresh = classify(todo, node=self.node) if todo else {}
+            except BaseException:  # the next pass (a full one) classifies them
+                pending.update(added)
+                raise
+            # Only once classified: a failed pass leaves them for the next.
+            gone = {ip: known.pop(ip) for ip in dropped if ip in known}
+            self._dropped = {}
+            if pending:  # a new set: a set keeps its table's size when emptied
+                self._pending = set() if full else {ip for ip in pending if ip not in fresh}
+            return gone, fresh
 
-        removed, fresh = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
-        before = {ip: known[ip] for ip in (*fresh, *removed) if ip in known}
-        for ip in removed:
-            known.pop(ip, None)
+        gone, fresh = await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+        before = {ip: known[ip] for ip in fresh if ip in known}
+        before.update(gone)
         known.update(fresh)
         if before:
             self._log_transitions(transitions(before, {ip: known[ip] for ip in fresh}))
         elif fresh:
             self._log_first(fresh)
-        bad = (
-            frozenset(ip for ip, v in known.items() if not v.reachable)
-            if full or fresh or (removed)
-            else self.unreachable
-        )
+        if full:
+            bad = frozenset(ip for ip, v in known.items() if not v.reachable)
+        elif fresh or gone:  # the set before, with what this pass changed (not 100k looked at)
+            fine = (ip for ip, v in fresh.items() if v.reachable)
+            bad = self.unreachable.difference(gone, fine)
+            bad |= {ip for ip, v in fresh.items() if not v.reachable}
+        else:
+            bad = self.unreachable
         self._export(bad)
         if bad != self.unreachable:
             self.unreachable = bad
@@ -321,28 +382,44 @@ class ReachabilityMonitor:
         if not bad:
             return
         left = SERIES_LIMIT
+        # A first look by number, hashed in C (an address hashes in Python): most ports use
+        # none of ``bad``. IPv4 and IPv6 numbers can be equal: the addresses decide after.
+        numbers = frozenset(map(_number, bad))
         for key in sorted(self._by_service):
-            for ref, ips in self._by_service[key].items():
-                for ip in bad.intersection(ips):
+            for port in _each(self._by_service[key]):
+                if numbers.isdisjoint(map(_number, addresses(port.cluster_endpoints))):
+                    continue
+                ref = ""
+                for ip in bad.intersection(addresses(port.cluster_endpoints)):
                     if left == 0:
                         return
                     left -= 1
+                    ref = ref or str(port.ref)
                     reason = self.verdicts[ip].reason
                     self.gauge.labels(service=ref, endpoint=str(ip), reason=reason).set(1)
 
 
-def _union(ports: Mapping[str, tuple[IPAddress, ...]]) -> frozenset[IPAddress]:
-    """A service's addresses over all its ports."""
-    return frozenset().union(*ports.values())
+_number = attrgetter("_ip")
+"""An address's number (``int(ip)`` without a call in Python)."""
 
 
-def _endpoints(
-    plans: Iterable[PortPlan],
-) -> dict[ServiceKey, dict[str, tuple[IPAddress, ...]]]:
-    """Service → its ports (``ns/name:port/PROTO``) → their cluster endpoints' addresses."""
-    out: dict[ServiceKey, dict[str, tuple[IPAddress, ...]]] = {}
+def _each(ports: Ports) -> tuple[PortPlan, ...]:
+    return (ports,) if isinstance(ports, PortPlan) else ports
+
+
+def _addresses(ports: Ports) -> Mapping[IPAddress, None]:
+    """A service's addresses over all its ports, each once."""
+    if isinstance(ports, PortPlan):
+        return dict.fromkeys(addresses(ports.cluster_endpoints))
+    return dict.fromkeys(ip for p in ports for ip in addresses(p.cluster_endpoints))
+
+
+def _group(plans: Iterable[PortPlan]) -> dict[ServiceKey, Ports]:
+    """Service → its ports that have cluster endpoints, in the plan's order."""
+    out: dict[ServiceKey, Ports] = {}
     for plan in plans:
-        ips = tuple(dict.fromkeys(addresses(plan.cluster_endpoints)))  # 10k: no frozensets
-        if ips:
-            out.setdefault(plan.ref.service, {})[str(plan.ref)] = ips
+        if plan.cluster_endpoints:
+            key = plan.ref.service
+            had = out.get(key)
+            out[key] = plan if had is None else (*_each(had), plan)
     return out

@@ -74,7 +74,7 @@ def test_a_pyroute2_that_cannot_be_imported_is_a_config_error_naming_it() -> Non
         from prometheus_client import CollectorRegistry
         reachability.RETRY_AFTER = 0
         monitor = reachability.ReachabilityMonitor(CollectorRegistry())
-        monitor._users = {ip_address("10.1.0.1"): 1}  # one endpoint to classify
+        monitor._pending = {ip_address("10.1.0.1")}  # one endpoint to classify
         with structlog.testing.capture_logs() as logs:
             ok = trio.run(lambda: monitor._evaluate_guarded(full=True))
             for _ in range(2):  # the retries: said once while it lasts
