@@ -119,6 +119,7 @@ class ReachabilityMonitor:
         self._rebuild: dict[ServiceKey, Ports] | None = None
         self._wake = trio.Event()
         self._failing: str | None = None  # the failure of the pass before (retries: debug)
+        self._ran = False  # whether :meth:`run` ran before
         self.unreachable: frozenset[IPAddress] = frozenset()
 
     def plan_changed(
@@ -150,7 +151,9 @@ class ReachabilityMonitor:
         """
         with RouteWatcher(self.netns) as watcher:
             task_status.started()
-            failed = False
+            # A run after another (the daemon restarts a failed inspector) classifies every
+            # endpoint at once: the route events since the last one's watcher closed are lost.
+            failed, self._ran = self._ran, True
             while True:
                 if failed:  # again at once (after the pause), and every endpoint
                     failed = not await self._evaluate_guarded(full=True)

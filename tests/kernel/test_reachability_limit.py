@@ -87,6 +87,32 @@ async def test_a_failed_pass_is_logged_and_retried_not_fatal(
             nursery.cancel_scope.cancel()
 
 
+async def test_a_run_after_another_classifies_every_endpoint_at_once(
+    make_netns: Callable[[str], str],
+) -> None:
+    """The daemon restarts a failed inspector: a route made while no run watched is seen at
+    the next run's start, not at the next route or plan change."""
+    ns = make_netns("reachagain")
+    svc = service("default", "s", "172.30.0.1")
+    eps = eps_slice("default", "s", [endpoint("10.1.0.1"), endpoint("10.1.0.2")])
+    monitor = ReachabilityMonitor(CollectorRegistry(), netns=ns)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(monitor.run)
+            monitor.plan_changed(plan(snapshot([svc], [eps], node=node()), CONFIG).ports, None)
+            await until(lambda: len(monitor.unreachable) == 2)
+            nursery.cancel_scope.cancel()
+        await trio.run_process(["ip", "-n", ns, "link", "set", "lo", "up"])
+        await trio.run_process(
+            ["ip", "-n", ns, "route", "add", "local", "10.1.0.0/24", "dev", "lo"]
+        )
+        async with trio.open_nursery() as nursery:
+            await nursery.start(monitor.run)
+            await until(lambda: not monitor.unreachable)
+            assert monitor.verdicts[ip_address("10.1.0.1")].reachable
+            nursery.cancel_scope.cancel()
+
+
 async def test_the_first_pass_logs_the_unreachable_and_counts_the_rest(
     make_netns: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
