@@ -34,7 +34,8 @@ def token_file_of(kubeconfig: str, context: str | None) -> str | None:
     ``auth-provider``, which the loader prefers.
 
     ``kubeconfig`` is read as the loader reads it: ``~`` expanded, several files joined by
-    ``:`` merged with the first definition of a name winning. A user with both ``token`` and
+    ``:`` merged with the first definition of a name winning and the last file's
+    ``current-context`` (:func:`user_of`). A user with both ``token`` and
     ``tokenFile`` is given the file's token, as kube-proxy's client reads it (the loader
     would send ``token``). A file that cannot be read is skipped: the loader loaded them.
     """
@@ -60,8 +61,15 @@ def exec_plugin_of(kubeconfig: str, context: str | None) -> str | None:
 
 def user_of(kubeconfig: str, context: str | None) -> tuple[str, str, dict[str, Any]] | None:
     """The file defining ``context``'s user (default: the current context's), the user's
-    name and its ``user`` section; None when there is none."""
-    docs: list[tuple[str, dict[str, Any]]] = []
+    name and its ``user`` section; None when there is none.
+
+    Merged as the loader's ``KubeConfigMerger`` merges ``a:b``: the first entry of a name
+    wins (in a file and across files), while each file that has a ``current-context``
+    replaces the one before, so the last file setting it names the current context.
+    """
+    current: Any = None
+    contexts: dict[Any, Any] = {}
+    users: dict[Any, tuple[str, Any]] = {}
     for part in kubeconfig.split(":"):
         path = os.path.abspath(os.path.expanduser(part)) if part else ""
         try:
@@ -69,25 +77,33 @@ def user_of(kubeconfig: str, context: str | None) -> tuple[str, str, dict[str, A
                 doc = yaml.safe_load(f)
         except (OSError, yaml.YAMLError):
             continue
-        if isinstance(doc, dict):
-            docs.append((path, doc))
-    name = context or next(
-        (d["current-context"] for _, d in docs if d.get("current-context")), None
-    )
-    ctx = next((c for _, d in docs if (c := _named(d.get("contexts"), name, "context"))), {})
-    for path, doc in docs:
-        user = _named(doc.get("users"), ctx.get("user"), "user")
-        if user:
-            return path, str(ctx.get("user")), user
-    return None
+        if not isinstance(doc, dict):
+            continue
+        for name, entry in _entries(doc.get("contexts")):
+            contexts.setdefault(name, entry.get("context"))
+        for name, entry in _entries(doc.get("users")):
+            users.setdefault(name, (path, entry.get("user")))
+        if "current-context" in doc:
+            current = doc["current-context"]
+    ctx = contexts.get(_name(context or current))
+    name = _name(ctx.get("user")) if isinstance(ctx, dict) else ""
+    path, user = users.get(name, ("", None))
+    if not isinstance(user, dict) or not user:
+        return None
+    return path, name, user
 
 
-def _named(entries: Any, name: Any, key: str) -> dict[str, Any]:
-    for entry in entries if isinstance(entries, list) else ():
-        if isinstance(entry, dict) and entry.get("name") == name:
-            found = entry.get(key)
-            return found if isinstance(found, dict) else {}
-    return {}
+def _name(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _entries(entries: Any) -> list[tuple[str, dict[str, Any]]]:
+    """A kubeconfig list's named entries, with their names (other entries are no one's)."""
+    if not isinstance(entries, list):
+        return []
+    return [
+        (e["name"], e) for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)
+    ]
 
 
 class TokenFileRefresh:

@@ -140,3 +140,35 @@ def test_backoff_grows_with_jitter_and_resets() -> None:
     assert len(set(delays)) == len(delays)  # jittered, not a fixed ladder
     backoff.reset()
     assert 0.5 <= backoff.next() <= 1.0
+
+
+def _config_file(path: Path, apiserver: ApiServer, name: str, **extra: object) -> Path:
+    """A kubeconfig whose context, cluster and user are all ``name``, its user reading the
+    ``tokenFile`` ``name``.token beside it."""
+    (path.parent / f"{name}.token").write_text(f"{name}-token\n")
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": apiserver.url}}],
+        "users": [{"name": name, "user": {"tokenFile": f"{name}.token"}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        **extra,
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize("server", [False, True], ids=["own-server", "server-given"])
+def test_in_a_kubeconfig_list_the_last_current_context_is_the_one_whose_token_is_sent(
+    apiserver: ApiServer, tmp_path: Path, server: bool
+) -> None:
+    """The loader's merger lets each file's ``current-context`` replace the one before (the
+    last file that sets it wins); the token file re-read is that context's user's, never the
+    first file's, whose token belongs to someone else."""
+    first = _config_file(tmp_path / "a.yaml", apiserver, "a", **{"current-context": "a"})
+    second = _config_file(tmp_path / "b.yaml", apiserver, "b", **{"current-context": "b"})
+    apiserver.token = "b-token"
+    override = apiserver.url if server else None
+    with api_client_from_config(f"{first}:{second}", server=override) as client:
+        assert client.credentials == f"token file {tmp_path / 'b.token'}"
+        assert _nodes(client) == []

@@ -108,3 +108,17 @@ def test_the_file_is_read_again_only_once_its_period_has_passed(
     file.write_text("two")
     refresh(cfg)  # within the period of the first read
     assert cfg.api_key["BearerToken"] == "Bearer one"
+
+
+def test_in_a_list_the_last_current_context_wins_and_the_first_user_of_a_name(
+    tmp_path: Path,
+) -> None:
+    """As ``KubeConfigMerger`` merges: each file's ``current-context`` replaces the one
+    before; a user named again in a later file is the first file's."""
+    first = kubeconfig(tmp_path, {"a": {"tokenFile": "a"}, "b": {"tokenFile": "b"}}, "a")
+    later = tmp_path / "later" / "kubeconfig"
+    later.parent.mkdir()
+    doc = {"users": [{"name": "b", "user": {"tokenFile": "other"}}], "current-context": "b"}
+    later.write_text(yaml.safe_dump(doc))
+    assert token_file_of(f"{first}:{later}", None) == str(tmp_path / "conf" / "b")
+    assert token_file_of(f"{later}:{first}", None) == str(tmp_path / "conf" / "a")
