@@ -31,7 +31,7 @@ TOKEN_FILE_SECONDS = 60.0
 def token_file_of(kubeconfig: str, context: str | None) -> str | None:
     """The ``tokenFile`` of ``context``'s user (default: the current context's), resolved
     beside the file that defines that user; None when the user has none, or an
-    ``auth-provider``, which the loader prefers.
+    ``auth-provider`` the loader takes instead (:func:`provider_taken`).
 
     ``kubeconfig`` is read as the loader reads it: ``~`` expanded, several files joined by
     ``:`` merged with the first definition of a name winning and the last file's
@@ -44,9 +44,29 @@ def token_file_of(kubeconfig: str, context: str | None) -> str | None:
         return None
     path, _, user = found
     file = user.get("tokenFile")
-    if not isinstance(file, str) or not file or "auth-provider" in user:
+    if not isinstance(file, str) or not file or provider_taken(user):
         return None
     return os.path.join(os.path.dirname(path), file)
+
+
+def provider_taken(user: dict[str, Any]) -> bool:
+    """Whether the loader (``_load_auth_provider_token``) takes the user's ``auth-provider``
+    before its ``tokenFile``, ``token`` or ``exec``: a ``gcp`` one always; an ``oidc`` one
+    when its ``config`` holds an ``id-token`` shaped as a JWT (three URL-safe parts, the
+    middle one's length possible in base64); any other name, or none, it passes over."""
+    provider = user.get("auth-provider")
+    if not isinstance(provider, dict):
+        return False
+    if provider.get("name") == "gcp":
+        return True
+    config = provider.get("config")
+    if provider.get("name") != "oidc" or not isinstance(config, dict):
+        return False
+    token = config.get("id-token")
+    if not isinstance(token, str):
+        return True  # the loader fails on it: no tokenFile is read either
+    parts = token.split(".")
+    return not set("=+/") & set(token) and len(parts) == 3 and len(parts[1]) % 4 != 1
 
 
 def exec_plugin_of(kubeconfig: str, context: str | None) -> str | None:
@@ -54,7 +74,7 @@ def exec_plugin_of(kubeconfig: str, context: str | None) -> str | None:
     :func:`token_file_of` reads it) gets its credentials from an exec plugin, else None."""
     found = user_of(kubeconfig, context)
     plugin = found[2].get("exec") if found is not None else None
-    if found is None or not isinstance(plugin, dict) or "auth-provider" in found[2]:
+    if found is None or not isinstance(plugin, dict) or provider_taken(found[2]):
         return None
     return f"exec plugin {plugin.get('command')} of kubeconfig user {found[1]}"
 

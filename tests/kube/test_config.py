@@ -9,6 +9,7 @@ import kubernetes
 import pytest
 import yaml
 
+from nlproxy.cluster import token_file
 from nlproxy.cluster.kube import Backoff, api_client_from_config
 from nlproxy.cluster.kube_client import Client
 from nlproxy.errors import ConfigError
@@ -171,4 +172,33 @@ def test_in_a_kubeconfig_list_the_last_current_context_is_the_one_whose_token_is
     override = apiserver.url if server else None
     with api_client_from_config(f"{first}:{second}", server=override) as client:
         assert client.credentials == f"token file {tmp_path / 'b.token'}"
+        assert _nodes(client) == []
+
+
+@pytest.mark.parametrize(
+    "provider",
+    [
+        pytest.param({"name": "some-sso"}, id="unknown-provider"),
+        pytest.param({"name": "azure", "config": {"access-token": "x"}}, id="azure"),
+        pytest.param({"config": {}}, id="no-name"),
+        pytest.param({"name": "oidc"}, id="oidc-without-config"),
+        pytest.param({"name": "oidc", "config": {"id-token": "not-a-jwt"}}, id="oidc-no-jwt"),
+    ],
+)
+def test_a_token_file_beside_an_auth_provider_the_loader_passes_over_is_read_again(
+    apiserver: ApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, provider: object
+) -> None:
+    """The loader takes a gcp ``auth-provider``, and an oidc one holding a JWT; any other
+    falls through to the ``tokenFile``, which is then read again as the kubelet rewrites it."""
+    monkeypatch.setattr(token_file, "TOKEN_FILE_SECONDS", 0.0)  # read at every request
+    path = _config_file(tmp_path / "kubeconfig", apiserver, "p", **{"current-context": "p"})
+    doc = yaml.safe_load(path.read_text())
+    doc["users"][0]["user"]["auth-provider"] = provider
+    path.write_text(yaml.safe_dump(doc))
+    (tmp_path / "p.token").write_text("p-token")  # as the loader could send it unread again
+    apiserver.token = "p-token"
+    with api_client_from_config(str(path)) as client:
+        assert _nodes(client) == []
+        (tmp_path / "p.token").write_text("rotated\n")
+        apiserver.token = "rotated"
         assert _nodes(client) == []

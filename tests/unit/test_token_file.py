@@ -13,6 +13,9 @@ from nlproxy.cluster import token_file
 from nlproxy.cluster.kube_client import ConfigException, Configuration
 from nlproxy.cluster.token_file import TokenFileRefresh, token_file_of
 
+# An oidc id-token shaped as a JWT (header.payload.signature, base64url): the loader takes it.
+OIDC = {"id-token": "eyJhbGciOiJub25lIn0.eyJzdWIiOiJ1In0.c2ln"}
+
 
 def kubeconfig(tmp_path: Path, users: dict[str, dict[str, Any]], current: str) -> str:
     config = {
@@ -33,15 +36,17 @@ def test_the_token_file_is_the_current_or_named_contexts_users_resolved_beside_i
     tmp_path: Path,
 ) -> None:
     """As the loader picks the user's credentials: a ``tokenFile`` comes before ``exec``, an
-    ``auth-provider`` before it; with ``token`` too, the file wins, as kube-proxy's client
-    reads it."""
+    ``auth-provider`` the loader takes (gcp; oidc with a JWT) before it; with ``token`` too,
+    the file wins, as kube-proxy's client reads it."""
     users = {
         "relative": {"tokenFile": "token"},
         "absolute": {"tokenFile": "/var/run/secrets/token"},
         "both": {"tokenFile": "token", "token": "inline"},
         "plugin": {"tokenFile": "token", "exec": {"command": "x"}},
         "inline": {"token": "abc"},
-        "provider": {"tokenFile": "token", "auth-provider": {"name": "oidc"}},
+        "gcp": {"tokenFile": "token", "auth-provider": {"name": "gcp"}},
+        "oidc": {"tokenFile": "token", "auth-provider": {"name": "oidc", "config": OIDC}},
+        "passed-over": {"tokenFile": "token", "auth-provider": {"name": "oidc"}},
     }
     path = kubeconfig(tmp_path, users, "relative")
     beside = str(tmp_path / "conf" / "token")
@@ -49,7 +54,8 @@ def test_the_token_file_is_the_current_or_named_contexts_users_resolved_beside_i
     assert token_file_of(path, "absolute") == "/var/run/secrets/token"
     assert token_file_of(path, "both") == beside
     assert token_file_of(path, "plugin") == beside
-    for name in ("inline", "provider", "missing"):
+    assert token_file_of(path, "passed-over") == beside  # an oidc provider without a token
+    for name in ("inline", "gcp", "oidc", "missing"):
         assert token_file_of(path, name) is None
 
 
