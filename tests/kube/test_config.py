@@ -202,3 +202,20 @@ def test_a_token_file_beside_an_auth_provider_the_loader_passes_over_is_read_aga
         (tmp_path / "p.token").write_text("rotated\n")
         apiserver.token = "rotated"
         assert _nodes(client) == []
+
+
+@pytest.mark.parametrize("server", [False, True], ids=["own-server", "server-given"])
+def test_a_kubeconfig_under_home_is_found_with_or_without_a_server(
+    apiserver: ApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
+) -> None:
+    """``~/...`` (a ``--kubeconfig=~/...`` the shell left alone) is the home directory's, as
+    the loader expands it, also when a server (``--master``, ``--api-server``) replaces the
+    kubeconfig's; its ``tokenFile`` resolves beside it."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".kube").mkdir()
+    _config_file(tmp_path / ".kube" / "config", apiserver, "h", **{"current-context": "h"})
+    apiserver.token = "h-token"
+    override = apiserver.url if server else None
+    with api_client_from_config("~/.kube/config", server=override) as client:
+        assert client.credentials == f"token file {tmp_path / '.kube' / 'h.token'}"
+        assert _nodes(client) == []
