@@ -71,10 +71,16 @@ def provider_taken(user: dict[str, Any]) -> bool:
 
 def exec_plugin_of(kubeconfig: str, context: str | None) -> str | None:
     """``exec plugin COMMAND of kubeconfig user NAME`` when ``context``'s user (read as
-    :func:`token_file_of` reads it) gets its credentials from an exec plugin, else None."""
+    :func:`token_file_of` reads it) gets its credentials from an exec plugin, else None:
+    the loader runs the plugin only without an ``auth-provider`` it takes, a ``token`` or a
+    ``tokenFile``."""
     found = user_of(kubeconfig, context)
-    plugin = found[2].get("exec") if found is not None else None
-    if found is None or not isinstance(plugin, dict) or provider_taken(found[2]):
+    if found is None:
+        return None
+    user = found[2]
+    plugin = user.get("exec")
+    first = provider_taken(user) or user.get("token") or user.get("tokenFile")
+    if not isinstance(plugin, dict) or first:
         return None
     return f"exec plugin {plugin.get('command')} of kubeconfig user {found[1]}"
 

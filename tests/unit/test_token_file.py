@@ -11,7 +11,7 @@ import yaml
 
 from nlproxy.cluster import token_file
 from nlproxy.cluster.kube_client import ConfigException, Configuration
-from nlproxy.cluster.token_file import TokenFileRefresh, token_file_of
+from nlproxy.cluster.token_file import TokenFileRefresh, exec_plugin_of, token_file_of
 
 # An oidc id-token shaped as a JWT (header.payload.signature, base64url): the loader takes it.
 OIDC = {"id-token": "eyJhbGciOiJub25lIn0.eyJzdWIiOiJ1In0.c2ln"}
@@ -128,3 +128,25 @@ def test_in_a_list_the_last_current_context_wins_and_the_first_user_of_a_name(
     later.write_text(yaml.safe_dump(doc))
     assert token_file_of(f"{first}:{later}", None) == str(tmp_path / "conf" / "b")
     assert token_file_of(f"{later}:{first}", None) == str(tmp_path / "conf" / "a")
+
+
+def test_the_exec_plugin_is_named_only_when_the_loader_runs_it(tmp_path: Path) -> None:
+    """A failing plugin is said naming it; a user whose ``token``, ``tokenFile`` or taken
+    ``auth-provider`` comes first never runs it, so it is not named."""
+    plugin = {"command": "get-token"}
+    users = {
+        "exec": {"exec": plugin},
+        "file-first": {"tokenFile": "token", "exec": plugin},
+        "token-first": {"token": "t", "exec": plugin},
+        "gcp-first": {"auth-provider": {"name": "gcp"}, "exec": plugin},
+        "passed-over": {"auth-provider": {"name": "some-sso"}, "exec": plugin},
+    }
+    path = kubeconfig(tmp_path, users, "exec")
+    named = {name: exec_plugin_of(path, name) for name in users}
+    assert named == {
+        "exec": "exec plugin get-token of kubeconfig user exec",
+        "file-first": None,
+        "token-first": None,
+        "gcp-first": None,
+        "passed-over": "exec plugin get-token of kubeconfig user passed-over",
+    }
