@@ -176,12 +176,13 @@ def plugin_failures() -> Iterator[list[str]]:
 def _bearer(cfg: Configuration) -> str | None:
     """The ``authorization`` value the configuration holds now, as its ``auth_settings``
     gives it (the key under ``BearerToken`` or ``authorization``, with its prefix), without
-    running the refresh hook again."""
+    running the refresh hook again), trimmed: the kubeconfig loader sends an inline ``token``
+    as it is (a ``token: |`` block scalar ends in a newline, which no header may carry)."""
     key = cfg.api_key.get("BearerToken", cfg.api_key.get("authorization"))
     if not key:
         return None
     prefix = cfg.api_key_prefix.get("BearerToken", cfg.api_key_prefix.get("authorization"))
-    return f"{prefix} {key}" if prefix else str(key)
+    return (f"{prefix} {str(key).strip()}" if prefix else str(key)).strip()
 
 
 def _text(value: str | int | bool) -> str:

@@ -169,7 +169,8 @@ class Http:
 
         Raises:
             Unreachable: no answer.
-            KubeApiError: an error status (``Gone``, ``NotServed``, ``Forbidden``, ...).
+            KubeApiError: an error status (``Gone``, ``NotServed``, ``Forbidden``, ...), or
+                the request could not be sent (a token no header can carry).
         """
         headers = self._headers("application/json")
         if self._limit is not None:
@@ -186,6 +187,9 @@ class Http:
             status = exc.status if isinstance(exc, ApiException) and exc.status else None
             self._on_request("GET", self.host, status, time.monotonic() - start)
             raise Unreachable(f"{spec.kind} {spec.path}", f"request failed: {exc}") from exc
+        except ValueError:  # its text holds the header's value: the token
+            self._on_request("GET", self.host, None, time.monotonic() - start)
+            raise self._header_error(f"{spec.kind} {spec.path}") from None
         raw: urllib3.BaseHTTPResponse = resp.response
         try:
             self._on_request("GET", self.host, int(raw.status), time.monotonic() - start)
@@ -221,6 +225,16 @@ class Http:
                 _log().info("source.credentials_renewed", credentials=self.api.credentials)
         return headers
 
+    def _header_error(self, ref: str) -> KubeApiError:
+        """What ``http.client`` refused before sending (``Invalid header value``): the one
+        header that varies, the token, holds a line break or a character outside latin-1.
+        Said without the token, and retried as an API error (a token file is read again)."""
+        return KubeApiError(
+            ref,
+            f"request not sent: the Authorization header from {self.api.credentials} holds a "
+            "line break or a character outside latin-1, which no HTTP header may carry",
+        )
+
     def probe(self, path: str = "/readyz", timeout: float = PROBE_TIMEOUT) -> int:
         """``GET path`` with short timeouts and no retries; returns the HTTP status.
 
@@ -230,6 +244,7 @@ class Http:
 
         Raises:
             Unreachable: no answer.
+            KubeApiError: the request could not be sent (a token no header can carry).
         """
         headers = self._headers("*/*")  # any answer, a 401 too, says the server is up
         if self._limit is not None:
@@ -247,6 +262,9 @@ class Http:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             self._on_request("GET", self.host, None, time.monotonic() - start)
             raise Unreachable(f"API server {path}", f"request failed: {exc}") from exc
+        except ValueError:  # its text holds the header's value: the token
+            self._on_request("GET", self.host, None, time.monotonic() - start)
+            raise self._header_error(f"API server {path}") from None
         self._on_request("GET", self.host, int(raw.status), time.monotonic() - start)
         return int(raw.status)
 

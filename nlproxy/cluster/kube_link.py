@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import trio
 
-from nlproxy.cluster.kube_http import Unreachable
+from nlproxy.cluster.kube_http import KubeApiError, Unreachable
 from nlproxy.log import get_logger
 
 __all__ = ["ApiLink", "Backoff", "Unavailable"]
@@ -150,6 +150,11 @@ class ApiLink:
                         if self._on_down is not None:
                             self._on_down(reason)
                     continue
+                except KubeApiError:
+                    # Not sent (a token no header can carry): nothing to wait for here; the
+                    # request that follows says why and is retried with the source's backoff.
+                    status = 0
+                    break
                 # 5xx: up but not ready (a starting server's /readyz is 500 until its caches
                 # are filled). Anything else (200, or 401/403/404 where /readyz is not open
                 # to this identity) proves it answers.

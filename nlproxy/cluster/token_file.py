@@ -31,10 +31,11 @@ TOKEN_FILE_SECONDS = 60.0
 def token_file_of(kubeconfig: str, context: str | None) -> str | None:
     """The ``tokenFile`` of ``context``'s user (default: the current context's), resolved
     beside the file that defines that user; None when the user has none, or an
-    ``auth-provider``, which the loader prefers.
+    ``auth-provider`` the loader takes instead (:func:`provider_taken`).
 
     ``kubeconfig`` is read as the loader reads it: ``~`` expanded, several files joined by
-    ``:`` merged with the first definition of a name winning. A user with both ``token`` and
+    ``:`` merged with the first definition of a name winning and the last file's
+    ``current-context`` (:func:`user_of`). A user with both ``token`` and
     ``tokenFile`` is given the file's token, as kube-proxy's client reads it (the loader
     would send ``token``). A file that cannot be read is skipped: the loader loaded them.
     """
@@ -43,25 +44,58 @@ def token_file_of(kubeconfig: str, context: str | None) -> str | None:
         return None
     path, _, user = found
     file = user.get("tokenFile")
-    if not isinstance(file, str) or not file or "auth-provider" in user:
+    if not isinstance(file, str) or not file or provider_taken(user):
         return None
     return os.path.join(os.path.dirname(path), file)
 
 
+def provider_taken(user: dict[str, Any]) -> bool:
+    """Whether the loader (``_load_auth_provider_token``) takes the user's ``auth-provider``
+    before its ``tokenFile``, ``token`` or ``exec``: a ``gcp`` one always; an ``oidc`` one
+    when its ``config`` holds an ``id-token`` shaped as a JWT (three URL-safe parts, the
+    middle one's length possible in base64); any other name, or none, it passes over."""
+    provider = user.get("auth-provider")
+    if not isinstance(provider, dict):
+        return False
+    if provider.get("name") == "gcp":
+        return True
+    config = provider.get("config")
+    if provider.get("name") != "oidc" or not isinstance(config, dict):
+        return False
+    token = config.get("id-token")
+    if not isinstance(token, str):
+        return True  # the loader fails on it: no tokenFile is read either
+    parts = token.split(".")
+    return not set("=+/") & set(token) and len(parts) == 3 and len(parts[1]) % 4 != 1
+
+
 def exec_plugin_of(kubeconfig: str, context: str | None) -> str | None:
     """``exec plugin COMMAND of kubeconfig user NAME`` when ``context``'s user (read as
-    :func:`token_file_of` reads it) gets its credentials from an exec plugin, else None."""
+    :func:`token_file_of` reads it) gets its credentials from an exec plugin, else None:
+    the loader runs the plugin only without an ``auth-provider`` it takes, a ``token`` or a
+    ``tokenFile``."""
     found = user_of(kubeconfig, context)
-    plugin = found[2].get("exec") if found is not None else None
-    if found is None or not isinstance(plugin, dict) or "auth-provider" in found[2]:
+    if found is None:
+        return None
+    user = found[2]
+    plugin = user.get("exec")
+    first = provider_taken(user) or user.get("token") or user.get("tokenFile")
+    if not isinstance(plugin, dict) or first:
         return None
     return f"exec plugin {plugin.get('command')} of kubeconfig user {found[1]}"
 
 
 def user_of(kubeconfig: str, context: str | None) -> tuple[str, str, dict[str, Any]] | None:
     """The file defining ``context``'s user (default: the current context's), the user's
-    name and its ``user`` section; None when there is none."""
-    docs: list[tuple[str, dict[str, Any]]] = []
+    name and its ``user`` section; None when there is none.
+
+    Merged as the loader's ``KubeConfigMerger`` merges ``a:b``: the first entry of a name
+    wins (in a file and across files), while each file that has a ``current-context``
+    replaces the one before, so the last file setting it names the current context.
+    """
+    current: Any = None
+    contexts: dict[Any, Any] = {}
+    users: dict[Any, tuple[str, Any]] = {}
     for part in kubeconfig.split(":"):
         path = os.path.abspath(os.path.expanduser(part)) if part else ""
         try:
@@ -69,25 +103,33 @@ def user_of(kubeconfig: str, context: str | None) -> tuple[str, str, dict[str, A
                 doc = yaml.safe_load(f)
         except (OSError, yaml.YAMLError):
             continue
-        if isinstance(doc, dict):
-            docs.append((path, doc))
-    name = context or next(
-        (d["current-context"] for _, d in docs if d.get("current-context")), None
-    )
-    ctx = next((c for _, d in docs if (c := _named(d.get("contexts"), name, "context"))), {})
-    for path, doc in docs:
-        user = _named(doc.get("users"), ctx.get("user"), "user")
-        if user:
-            return path, str(ctx.get("user")), user
-    return None
+        if not isinstance(doc, dict):
+            continue
+        for name, entry in _entries(doc.get("contexts")):
+            contexts.setdefault(name, entry.get("context"))
+        for name, entry in _entries(doc.get("users")):
+            users.setdefault(name, (path, entry.get("user")))
+        if "current-context" in doc:
+            current = doc["current-context"]
+    ctx = contexts.get(_name(context or current))
+    name = _name(ctx.get("user")) if isinstance(ctx, dict) else ""
+    path, user = users.get(name, ("", None))
+    if not isinstance(user, dict) or not user:
+        return None
+    return path, name, user
 
 
-def _named(entries: Any, name: Any, key: str) -> dict[str, Any]:
-    for entry in entries if isinstance(entries, list) else ():
-        if isinstance(entry, dict) and entry.get("name") == name:
-            found = entry.get(key)
-            return found if isinstance(found, dict) else {}
-    return {}
+def _name(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _entries(entries: Any) -> list[tuple[str, dict[str, Any]]]:
+    """A kubeconfig list's named entries, with their names (other entries are no one's)."""
+    if not isinstance(entries, list):
+        return []
+    return [
+        (e["name"], e) for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)
+    ]
 
 
 class TokenFileRefresh:

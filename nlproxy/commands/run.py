@@ -497,7 +497,10 @@ def _api_source_checked(cfg: DaemonConfig) -> DaemonConfig:
             with Path(at.kubeconfig).open("rb"):
                 pass
         except OSError as exc:
-            raise ConfigError(where, f"{at.kubeconfig}: {exc.strerror}") from exc
+            # kube-proxy's kubeconfig is one file (client-go's explicit path, no KUBECONFIG
+            # list): a list is refused as a file that does not exist, saying so.
+            listed = " (one file; a ':'-joined list is not merged)" if ":" in at.kubeconfig else ""
+            raise ConfigError(where, f"{at.kubeconfig}: {exc.strerror}{listed}") from exc
     if at.no_credentials:
         raise ConfigError("--kubeconfig", at.no_credentials)
     if at.fallback:

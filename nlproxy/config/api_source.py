@@ -6,7 +6,9 @@ credentials' source. The credentials: the kubeconfig (``--kubeconfig``, or the
 KubeProxyConfiguration's ``clientConnection.kubeconfig``), else the in-cluster configuration
 of a pod (``KUBERNETES_SERVICE_HOST``). A kubeconfig named by the file that does not exist on
 this host is skipped for the in-cluster configuration: kubeadm's ConfigMap names a path that
-nlproxy's DaemonSet may not mount. Reads the environment; opens no file but for ``exists``.
+nlproxy's DaemonSet may not mount (but a ``:``-joined list, which kube-proxy reads as one file
+too, is kept, for ``run`` to refuse as the list it is). Reads the environment; opens no file
+but for ``exists``.
 """
 
 from __future__ import annotations
@@ -53,7 +55,10 @@ def api_source(cfg: DaemonConfig, environ: Mapping[str, str] = os.environ) -> Ap
     """The kubeconfig and address ``run`` uses with ``cfg``, by the rule above."""
     path = cfg.kubeconfig or None
     skipped = ""
-    if path is not None and cfg.kubeconfig_from_file and not Path(path).exists():
+    # A ':'-joined list is no path a ConfigMap could name for another host: kube-proxy reads
+    # the field as one file, so it is kept, and refused as such (``run``), not skipped.
+    listed = path is not None and ":" in path
+    if path is not None and cfg.kubeconfig_from_file and not listed and not Path(path).exists():
         skipped = f"clientConnection.kubeconfig {path} does not exist on this host"
         path = None
     no_credentials = ""

@@ -107,7 +107,7 @@ def test_dashboard_shape() -> None:
             assert t["refId"], p["title"]
     titles = " ".join(p["title"].lower() for p in graphs)
     for topic in ("sync duration", "programming", "failures", "rejected", "drift", "unreachable",
-                  "conntrack", "memory", "cpu", "foreign proxy"):  # fmt: skip
+                  "conntrack", "memory", "cpu", "foreign proxy", "task restarts"):  # fmt: skip
         assert topic in titles, topic
 
 
@@ -124,6 +124,7 @@ NEW_ALERTS_WANTED = {
     "NlproxyNodePortAddressesMissing",
     "NlproxyAPIKindUnavailable",
     "NlproxyForeignProxyReturning",
+    "NlproxyTaskRestarting",
 }
 
 
@@ -258,6 +259,10 @@ NEW_ALERTS = [
     # A removal at 10m: quiet before it, firing (no for:) once the counter has moved.
     ("NlproxyForeignProxyReturning", "nlproxy_foreign_proxy_removals_total",
      {"table": "ip kube-proxy", "mode": "nftables"}, "0x9 1x20", "0x30", (5, 12), 1),
+    # The source failing from 10m on, restarted every minute: three restarts in 15 minutes
+    # (at 12m) are not yet "repeatedly", the fourth is. The other node's one restart is quiet.
+    ("NlproxyTaskRestarting", "nlproxy_task_restarts_total", {"task": "source"},
+     "0x9 1+1x20", "0x5 1x30", (12, 16), 7),
 ]  # fmt: skip
 
 

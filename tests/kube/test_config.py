@@ -9,6 +9,7 @@ import kubernetes
 import pytest
 import yaml
 
+from nlproxy.cluster import token_file
 from nlproxy.cluster.kube import Backoff, api_client_from_config
 from nlproxy.cluster.kube_client import Client
 from nlproxy.errors import ConfigError
@@ -140,3 +141,81 @@ def test_backoff_grows_with_jitter_and_resets() -> None:
     assert len(set(delays)) == len(delays)  # jittered, not a fixed ladder
     backoff.reset()
     assert 0.5 <= backoff.next() <= 1.0
+
+
+def _config_file(path: Path, apiserver: ApiServer, name: str, **extra: object) -> Path:
+    """A kubeconfig whose context, cluster and user are all ``name``, its user reading the
+    ``tokenFile`` ``name``.token beside it."""
+    (path.parent / f"{name}.token").write_text(f"{name}-token\n")
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": apiserver.url}}],
+        "users": [{"name": name, "user": {"tokenFile": f"{name}.token"}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        **extra,
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize("server", [False, True], ids=["own-server", "server-given"])
+def test_in_a_kubeconfig_list_the_last_current_context_is_the_one_whose_token_is_sent(
+    apiserver: ApiServer, tmp_path: Path, server: bool
+) -> None:
+    """The loader's merger lets each file's ``current-context`` replace the one before (the
+    last file that sets it wins); the token file re-read is that context's user's, never the
+    first file's, whose token belongs to someone else."""
+    first = _config_file(tmp_path / "a.yaml", apiserver, "a", **{"current-context": "a"})
+    second = _config_file(tmp_path / "b.yaml", apiserver, "b", **{"current-context": "b"})
+    apiserver.token = "b-token"
+    override = apiserver.url if server else None
+    with api_client_from_config(f"{first}:{second}", server=override) as client:
+        assert client.credentials == f"token file {tmp_path / 'b.token'}"
+        assert _nodes(client) == []
+
+
+@pytest.mark.parametrize(
+    "provider",
+    [
+        pytest.param({"name": "some-sso"}, id="unknown-provider"),
+        pytest.param({"name": "azure", "config": {"access-token": "x"}}, id="azure"),
+        pytest.param({"config": {}}, id="no-name"),
+        pytest.param({"name": "oidc"}, id="oidc-without-config"),
+        pytest.param({"name": "oidc", "config": {"id-token": "not-a-jwt"}}, id="oidc-no-jwt"),
+    ],
+)
+def test_a_token_file_beside_an_auth_provider_the_loader_passes_over_is_read_again(
+    apiserver: ApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, provider: object
+) -> None:
+    """The loader takes a gcp ``auth-provider``, and an oidc one holding a JWT; any other
+    falls through to the ``tokenFile``, which is then read again as the kubelet rewrites it."""
+    monkeypatch.setattr(token_file, "TOKEN_FILE_SECONDS", 0.0)  # read at every request
+    path = _config_file(tmp_path / "kubeconfig", apiserver, "p", **{"current-context": "p"})
+    doc = yaml.safe_load(path.read_text())
+    doc["users"][0]["user"]["auth-provider"] = provider
+    path.write_text(yaml.safe_dump(doc))
+    (tmp_path / "p.token").write_text("p-token")  # as the loader could send it unread again
+    apiserver.token = "p-token"
+    with api_client_from_config(str(path)) as client:
+        assert _nodes(client) == []
+        (tmp_path / "p.token").write_text("rotated\n")
+        apiserver.token = "rotated"
+        assert _nodes(client) == []
+
+
+@pytest.mark.parametrize("server", [False, True], ids=["own-server", "server-given"])
+def test_a_kubeconfig_under_home_is_found_with_or_without_a_server(
+    apiserver: ApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
+) -> None:
+    """``~/...`` (a ``--kubeconfig=~/...`` the shell left alone) is the home directory's, as
+    the loader expands it, also when a server (``--master``, ``--api-server``) replaces the
+    kubeconfig's; its ``tokenFile`` resolves beside it."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".kube").mkdir()
+    _config_file(tmp_path / ".kube" / "config", apiserver, "h", **{"current-context": "h"})
+    apiserver.token = "h-token"
+    override = apiserver.url if server else None
+    with api_client_from_config("~/.kube/config", server=override) as client:
+        assert client.credentials == f"token file {tmp_path / '.kube' / 'h.token'}"
+        assert _nodes(client) == []

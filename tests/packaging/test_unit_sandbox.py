@@ -25,7 +25,7 @@ import pytest
 from nlproxy.demo.echo import Result, tcp_request
 from nlproxy.demo.testbed import Testbed
 from tests.kernel import topo
-from tests.kernel.daemon import free_port, http_get
+from tests.kernel.daemon import http_get, two_free_ports
 from tests.kernel.test_capabilities import manifests, readable_tmp
 from tests.packaging.conftest import ROOT
 
@@ -163,7 +163,7 @@ def test_the_daemon_runs_in_the_units_sandbox(
     helper.chmod(0o644)
     caps = ",".join(f"+{c.removeprefix('CAP_').lower()}" for c in settings[
         "CapabilityBoundingSet"][0].split())  # fmt: skip
-    healthz, metrics = free_port(), free_port()
+    healthz, metrics = two_free_ports()
     cmd = [
         "ip", "netns", "exec", testbed.node.netns,
         "setpriv", "--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", "--no-new-privs",

@@ -260,3 +260,24 @@ def test_a_token_the_refresh_cannot_renew_is_sent_as_it_was_and_the_reason_said(
     failing = False
     headers, error = client.renewed_headers("*/*")
     assert (headers["authorization"], error) == ("Bearer renewed", None)
+
+
+@pytest.mark.parametrize(
+    ("key", "prefix"),
+    [
+        pytest.param("Bearer inline\n", None, id="loader-token-block-scalar"),
+        pytest.param(" Bearer inline\r\n", None, id="exec-plugin-crlf"),
+        pytest.param("inline\n", "Bearer", id="prefixed"),
+    ],
+)
+def test_the_authorization_value_is_trimmed(key: str, prefix: str | None) -> None:
+    """The kubeconfig loader sets ``Bearer TOKEN`` as it read it (an inline ``token: |``, an
+    exec plugin's token): no header may end in a line break, so the value sent is trimmed."""
+    from nlproxy.cluster.kube_client import Client, Configuration
+
+    cfg = Configuration(host="https://192.0.2.1:6443")
+    cfg.api_key = {"BearerToken": key}
+    if prefix is not None:
+        cfg.api_key_prefix = {"BearerToken": prefix}
+    headers, error = Client(cfg).renewed_headers("*/*")
+    assert (headers["authorization"], error) == ("Bearer inline", None)

@@ -7,7 +7,7 @@ import random
 
 import trio
 
-from nlproxy.cluster.kube_http import Unreachable
+from nlproxy.cluster.kube_http import KubeApiError, Unreachable
 from nlproxy.cluster.kube_link import ApiLink, Backoff
 
 
@@ -74,3 +74,20 @@ def test_backoff_is_jittered_doubling_and_bounded() -> None:
         assert cap / 2 <= d <= cap
     b.reset()
     assert b.next() <= 0.5
+
+
+async def test_a_probe_that_cannot_be_sent_releases_the_waiters(autojump_clock: object) -> None:
+    """A probe refused before it is sent (a token no header can carry, ``kube_http``) is no
+    outage to wait out: the waiters go back to their requests, which say why and retry."""
+
+    class Unsendable(FakeProbe):
+        def __call__(self) -> int:
+            super().__call__()
+            raise KubeApiError("API server /readyz", "request not sent: the Authorization ...")
+
+    probe = Unsendable(down=2)
+    link = ApiLink(probe, initial=0.1, maximum=1.0, rng=random.Random(5))
+    # No fail_after: with the autojump clock, virtual time runs on while a probe's thread
+    # works, so a deadline could pass on a loaded machine before the probe returns.
+    await link.wait_until_back("Service", Unreachable("Service /api/v1/services", "reset"))
+    assert probe.calls == 3  # two unanswered, then one not sent: released

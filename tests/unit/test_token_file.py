@@ -11,7 +11,10 @@ import yaml
 
 from nlproxy.cluster import token_file
 from nlproxy.cluster.kube_client import ConfigException, Configuration
-from nlproxy.cluster.token_file import TokenFileRefresh, token_file_of
+from nlproxy.cluster.token_file import TokenFileRefresh, exec_plugin_of, token_file_of
+
+# An oidc id-token shaped as a JWT (header.payload.signature, base64url): the loader takes it.
+OIDC = {"id-token": "eyJhbGciOiJub25lIn0.eyJzdWIiOiJ1In0.c2ln"}
 
 
 def kubeconfig(tmp_path: Path, users: dict[str, dict[str, Any]], current: str) -> str:
@@ -33,15 +36,17 @@ def test_the_token_file_is_the_current_or_named_contexts_users_resolved_beside_i
     tmp_path: Path,
 ) -> None:
     """As the loader picks the user's credentials: a ``tokenFile`` comes before ``exec``, an
-    ``auth-provider`` before it; with ``token`` too, the file wins, as kube-proxy's client
-    reads it."""
+    ``auth-provider`` the loader takes (gcp; oidc with a JWT) before it; with ``token`` too,
+    the file wins, as kube-proxy's client reads it."""
     users = {
         "relative": {"tokenFile": "token"},
         "absolute": {"tokenFile": "/var/run/secrets/token"},
         "both": {"tokenFile": "token", "token": "inline"},
         "plugin": {"tokenFile": "token", "exec": {"command": "x"}},
         "inline": {"token": "abc"},
-        "provider": {"tokenFile": "token", "auth-provider": {"name": "oidc"}},
+        "gcp": {"tokenFile": "token", "auth-provider": {"name": "gcp"}},
+        "oidc": {"tokenFile": "token", "auth-provider": {"name": "oidc", "config": OIDC}},
+        "passed-over": {"tokenFile": "token", "auth-provider": {"name": "oidc"}},
     }
     path = kubeconfig(tmp_path, users, "relative")
     beside = str(tmp_path / "conf" / "token")
@@ -49,7 +54,8 @@ def test_the_token_file_is_the_current_or_named_contexts_users_resolved_beside_i
     assert token_file_of(path, "absolute") == "/var/run/secrets/token"
     assert token_file_of(path, "both") == beside
     assert token_file_of(path, "plugin") == beside
-    for name in ("inline", "provider", "missing"):
+    assert token_file_of(path, "passed-over") == beside  # an oidc provider without a token
+    for name in ("inline", "gcp", "oidc", "missing"):
         assert token_file_of(path, name) is None
 
 
@@ -108,3 +114,39 @@ def test_the_file_is_read_again_only_once_its_period_has_passed(
     file.write_text("two")
     refresh(cfg)  # within the period of the first read
     assert cfg.api_key["BearerToken"] == "Bearer one"
+
+
+def test_in_a_list_the_last_current_context_wins_and_the_first_user_of_a_name(
+    tmp_path: Path,
+) -> None:
+    """As ``KubeConfigMerger`` merges: each file's ``current-context`` replaces the one
+    before; a user named again in a later file is the first file's."""
+    first = kubeconfig(tmp_path, {"a": {"tokenFile": "a"}, "b": {"tokenFile": "b"}}, "a")
+    later = tmp_path / "later" / "kubeconfig"
+    later.parent.mkdir()
+    doc = {"users": [{"name": "b", "user": {"tokenFile": "other"}}], "current-context": "b"}
+    later.write_text(yaml.safe_dump(doc))
+    assert token_file_of(f"{first}:{later}", None) == str(tmp_path / "conf" / "b")
+    assert token_file_of(f"{later}:{first}", None) == str(tmp_path / "conf" / "a")
+
+
+def test_the_exec_plugin_is_named_only_when_the_loader_runs_it(tmp_path: Path) -> None:
+    """A failing plugin is said naming it; a user whose ``token``, ``tokenFile`` or taken
+    ``auth-provider`` comes first never runs it, so it is not named."""
+    plugin = {"command": "get-token"}
+    users = {
+        "exec": {"exec": plugin},
+        "file-first": {"tokenFile": "token", "exec": plugin},
+        "token-first": {"token": "t", "exec": plugin},
+        "gcp-first": {"auth-provider": {"name": "gcp"}, "exec": plugin},
+        "passed-over": {"auth-provider": {"name": "some-sso"}, "exec": plugin},
+    }
+    path = kubeconfig(tmp_path, users, "exec")
+    named = {name: exec_plugin_of(path, name) for name in users}
+    assert named == {
+        "exec": "exec plugin get-token of kubeconfig user exec",
+        "file-first": None,
+        "token-first": None,
+        "gcp-first": None,
+        "passed-over": "exec plugin get-token of kubeconfig user passed-over",
+    }
