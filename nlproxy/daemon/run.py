@@ -188,6 +188,9 @@ class Daemon:
         )
         self.watch: GenerationWatch | None = None
         self._foreign_seen = trio.Event()
+        # The other proxies' tables reported so far: kept across the check's restarts, so that
+        # a restarted check does not report them again.
+        self._foreign_known: set[str] = set()
         # The nftables part only when the generation moved (``inspect/foreign_check.py``).
         self.foreign = ForeignCheck(self.netns, self._generation)
         self.loop = self._sync_loop(settings)
@@ -397,7 +400,6 @@ class Daemon:
         Cancellation: safe at any point (the thread only reads, or sends one atomic batch; it
         is abandoned, so a slow look at a large ruleset on a loaded node cannot hold a stop).
         """
-        known: set[str] = set()
         while True:
             interval = min(self.cfg.sync_period, FOREIGN_CHECK_SECONDS)  # may change in place
             self._foreign_seen = trio.Event()
@@ -406,7 +408,7 @@ class Daemon:
             except (NlproxyError, OSError) as exc:
                 self.log.warning("foreign_proxy.check_failed", error=str(exc))
             else:
-                known = self._foreign_report(found, known)
+                self._foreign_known = self._foreign_report(found, self._foreign_known)
             with trio.move_on_after(interval):
                 await self._foreign_seen.wait()
 

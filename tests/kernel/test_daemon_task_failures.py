@@ -25,6 +25,7 @@ from tests.kernel.daemon import (
     VIP_A,
     ScriptedDaemon,
     answered_by,
+    nft,
     objects,
     publish,
     scrape,
@@ -134,3 +135,51 @@ def test_a_generation_watch_failure_ends_the_daemon_naming_it_with_the_rules_in_
         ]
         assert not proc.events("task.failed")  # not restarted in-process
         assert answered_by(testbed, VIP_A) == {"pod-a"}  # no process, the rules in force
+
+
+FOREIGN_FAULT = """
+import os, sys
+from nlproxy.inspect.foreign_check import ForeignCheck
+
+looking = ForeignCheck.look
+TRIGGER = os.environ["NLPROXY_TEST_TRIGGER"]
+
+def look(self):
+    if os.path.exists(TRIGGER):  # one fault, then looks as before
+        os.unlink(TRIGGER)
+        raise RuntimeError("foreign check fault")
+    found = looking(self)
+    with open(TRIGGER + ".looks", "a") as looks:
+        looks.write("look\\n")
+    return found
+
+ForeignCheck.look = look
+from nlproxy.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_restarted_foreign_check_does_not_report_a_known_table_again(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    nft(testbed, "add", "table", "ip", "kube-proxy")  # another proxy's rules, there at start
+    manifests = publish(tmp_path / "m", objects(testbed, ["pod-a"]))
+    trigger = tmp_path / "fail-now"
+    looks = Path(f"{trigger}.looks")
+    env = {"NLPROXY_TEST_TRIGGER": str(trigger)}
+    proc = RawDaemon(testbed, manifests, FOREIGN_FAULT, env=env)
+    try:
+        proc.wait_ready(timeout=LOADED_MACHINE_BOUND)
+        wait_until(lambda: proc.events("foreign_proxy.detected"), 10, "the table reported")
+        trigger.touch()
+        wait_until(lambda: restarts(proc, "foreign-check") == 1, 10, "a foreign-check restart")
+        before = len(looks.read_text().splitlines())
+        wait_until(
+            lambda: len(looks.read_text().splitlines()) > before, 10, "a look after the restart"
+        )
+        assert [e["task"] for e in proc.events("task.failed")] == ["foreign-check"]
+        detected = [e["table"] for e in proc.events("foreign_proxy.detected")]
+        assert detected == ["ip kube-proxy"]  # once: the restarted check knew it
+        assert proc.stop() == 0
+    finally:
+        proc.kill()
