@@ -49,7 +49,7 @@ from nlproxy.conntrack.sysctl import apply_logged
 from nlproxy.daemon import census, systemd
 from nlproxy.daemon.memory import release, tune_allocator
 from nlproxy.daemon.stop import StopDeadline
-from nlproxy.daemon.supervise import Supervisor, at_once
+from nlproxy.daemon.supervise import Supervisor, at_once, ending
 from nlproxy.errors import NlproxyError
 from nlproxy.inspect.foreign import Leftovers, remove_all
 from nlproxy.inspect.foreign_check import ForeignCheck
@@ -122,6 +122,10 @@ FOREIGN_CHECK_SECONDS = 30.0
 CONFIG_CHECK_SECONDS = 2.0
 """How often the ``--config`` file is looked at (a stat; read only when it changed)."""
 
+SUPERVISED = ("inspector", "foreign-check")
+"""The tasks restarted when they fail (they only report); any other ends the daemon
+(``supervise.py``)."""
+
 EXIT_CONFIG_CHANGED = 1
 """The status the daemon exits with when its ``--config`` file changed a setting it cannot apply
 in place: as kube-proxy,
@@ -163,8 +167,11 @@ class Daemon:
         )
         self._ports: Mapping[ServicePortRef, PortPlan] = {}
         self.health = HealthState(grace_seconds=2 * cfg.sync_period, node_name=cfg.node_name)
-        # Every task below but the sync loop, restarted when it fails (supervise.py).
-        self.supervisor = Supervisor(self.metrics.task_restarts, self.health)
+        # The report-only tasks, restarted when they fail; the others end the daemon
+        # (supervise.py). Both series exist at 0 from the start.
+        self.supervisor = Supervisor(self.metrics.task_restarts)
+        for task in SUPERVISED:
+            self.metrics.task_restarts.labels(task=task)
         self.syncer = Syncer(
             pcfg,
             real_kernel(self.netns),
@@ -181,6 +188,9 @@ class Daemon:
         )
         self.watch: GenerationWatch | None = None
         self._foreign_seen = trio.Event()
+        # The other proxies' tables reported so far: kept across the check's restarts, so that
+        # a restarted check does not report them again.
+        self._foreign_known: set[str] = set()
         # The nftables part only when the generation moved (``inspect/foreign_check.py``).
         self.foreign = ForeignCheck(self.netns, self._generation)
         self.loop = self._sync_loop(settings)
@@ -250,17 +260,6 @@ class Daemon:
             return
         self._foreign_seen.set()
         self.loop.request_verify(Drift(0, "(generation moved)", 0, lost=(after, upto)))
-
-    async def _watch_generations(
-        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """The generation watch (``nft/monitor.py``, once per watch): a new one at each start.
-        Restarted, it reads the tables back: what moved while none watched went unseen."""
-        restarted = self.watch is not None
-        self.watch = GenerationWatch(netns_name=self.netns)
-        if restarted:
-            self.loop.request_verify(Drift(0, "(generation watch restarted)", 0))
-        await self.watch.run(self._generation_moved, task_status=task_status)
 
     def _filter(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
         return without_unreachable(snapshot, self.reachability.unreachable)
@@ -401,7 +400,6 @@ class Daemon:
         Cancellation: safe at any point (the thread only reads, or sends one atomic batch; it
         is abandoned, so a slow look at a large ruleset on a loaded node cannot hold a stop).
         """
-        known: set[str] = set()
         while True:
             interval = min(self.cfg.sync_period, FOREIGN_CHECK_SECONDS)  # may change in place
             self._foreign_seen = trio.Event()
@@ -410,7 +408,7 @@ class Daemon:
             except (NlproxyError, OSError) as exc:
                 self.log.warning("foreign_proxy.check_failed", error=str(exc))
             else:
-                known = self._foreign_report(found, known)
+                self._foreign_known = self._foreign_report(found, self._foreign_known)
             with trio.move_on_after(interval):
                 await self._foreign_seen.wait()
 
@@ -490,7 +488,7 @@ class Daemon:
             return
         assert self._nursery is not None, "started from run()"
         self._addresses_watched = True
-        await self._nursery.start(self.supervisor.keep, "addresses", self._watch_addresses)
+        await self._nursery.start(ending("addresses", self._watch_addresses))
 
     def _stop(self, cancel: trio.CancelScope, status: int) -> None:
         """Cancel every task (on the trio thread) and arm the stop deadline."""
@@ -656,8 +654,9 @@ class Daemon:
                     # watch by generation, not a member of NFNLGRP_NFTABLES: a member makes the
                     # kernel build a message per element of every commit on the host, the daemon's
                     # own 10k x 10 sync's and any other writer's (docs/ruleset.md).
-                    keep = self.supervisor.keep
-                    await nursery.start(keep, "generation-watch", self._watch_generations)
+                    self.watch = GenerationWatch(netns_name=self.netns)
+                    watch = functools.partial(self.watch.run, self._generation_moved)
+                    await nursery.start(ending("generation-watch", watch))
                     # The initial lists, the state and the first plan build the objects the daemon
                     # keeps for good; the cyclic GC would walk them over and over while they grow
                     # (hotpath.py). Paused until the first sync has frozen them out of its sight.
@@ -667,13 +666,14 @@ class Daemon:
                     # (a cold start) plans the node ports for them, as that sync will.
                     await self._start_address_watch()
                     source = self._source()
-                    await nursery.start(keep, "source", functools.partial(source.run, send))
+                    await nursery.start(ending("source", functools.partial(source.run, send)))
                     self.healthchecks = HealthCheckServers(
                         nursery,
                         netns_name=self.netns,
                         budget=self.connections,
                         metrics=self.metrics,
                     )
+                    keep = self.supervisor.keep
                     await nursery.start(keep, "inspector", self.reachability.run)
                     await nursery.start(self.loop.run, recv)
                     await self._census("first_sync")
@@ -685,6 +685,6 @@ class Daemon:
                         nursery.start_soon(self._watchdog, interval)
                     if self.watcher is not None:
                         config = functools.partial(self._watch_config, self.watcher, stop)
-                        nursery.start_soon(keep, "config-watch", at_once(config))
+                        nursery.start_soon(ending("config-watch", at_once(config)))
         finally:
             self.syncer.close()

@@ -1,22 +1,25 @@
-"""The daemon's long-running tasks kept running: a task that fails is said, restarted, counted.
+"""The daemon's long-running tasks: which are kept running, and how the others end it.
 
-Each task the daemon starts for good (the source, the generation watch, the inspector, the
-foreign-proxy check, the address and ``--config`` watches) handles the failures it knows of
-itself (an unreachable API server, a refused dump). Anything else it raises is a fault of
-nlproxy's or of something it did not foresee, and must neither end the proxy (the rules already
-programmed keep the traffic flowing) nor pass unnoticed (a source that stopped following the
-cluster leaves the node's rules going stale, with ``/healthz`` still 200):
+Each task the daemon starts for good handles the failures it knows of itself (an unreachable
+API server, a refused dump). Anything else it raises is a fault of nlproxy's or of something
+it did not foresee. What becomes of the task then depends on what it does:
 
-- the failure is logged with the task's name and the error (``task.failed``; the stack with it
-  when the error names nothing), once while it repeats: the same failure again is a debug line;
-- the task is started again after a backoff (``RESTART_INITIAL`` doubling to ``RESTART_MAX``),
-  and ``nlproxy_task_restarts_total{task}`` counts it;
-- a task that fails ``FAILING_AFTER`` times in a row makes ``/healthz`` unhealthy, naming it,
-  until it has run ``STEADY_SECONDS`` since its restart (``task.recovered``).
+- A task that only reports (the reachability inspector, the foreign-proxy check) is kept
+  running under :meth:`Supervisor.keep`: the failure is logged with the task's name and the
+  error (``task.failed``; the stack with it when the error names nothing), once while it
+  repeats (the same failure again is a debug line); the task is started again after a backoff
+  (``RESTART_INITIAL`` doubling to ``RESTART_MAX``), and ``nlproxy_task_restarts_total{task}``
+  counts it. ``/healthz`` does not look at it: the rules are right meanwhile, and a load
+  balancer probing ``/healthz`` must not drop every node for a fault in a report.
+- A task that programs or steers the rules (the source, the generation watch, the address and
+  ``--config`` watches) ends the daemon, status 1 (:func:`ending`): restarted in-process it
+  would leave half-states a process never has (a source's abandoned list threads, a half
+  applied ``--config`` change), while the process's own restart is safe: nothing is sent to the
+  kernel meanwhile, systemd or the DaemonSet starts it again, and it relists cleanly.
 
-A failure before a task first reports itself started is the start's: it ends the daemon as
-before (a configuration or permission error then has its own exit status). A stop cancels
-everything at once, backoffs included. Wiring only: what each task does is its own.
+A failure before a task first reports itself started is the start's, in both cases: it ends
+the daemon as it is (a configuration or permission error then has its own exit status). A
+stop cancels everything at once, backoffs included. Wiring only: what each task does is its own.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import trio
 
 from nlproxy.errors import NlproxyError
 from nlproxy.log import get_logger
-from nlproxy.serve.health import HealthState
 
 if TYPE_CHECKING:
     from prometheus_client import Counter
@@ -37,8 +39,6 @@ RESTART_INITIAL = 1.0
 """Seconds before the first restart of a failed task; doubled at each failure in a row."""
 RESTART_MAX = 60.0
 """The longest wait before a restart."""
-FAILING_AFTER = 3
-"""Failures in a row after which ``/healthz`` reports the task failing."""
 STEADY_SECONDS = 60.0
 """A task that ran this long since it was (re)started has recovered: its count and backoff
 start afresh."""
@@ -47,31 +47,29 @@ Task = Callable[..., Awaitable[object]]
 """A long-running task: called with ``task_status=`` only, it calls ``started()`` once ready."""
 
 
+class TaskEnded(NlproxyError):
+    """A task that programs or steers the rules failed after it started: the daemon ends
+    (status 1), the line naming the task and its error."""
+
+
 class Supervisor:
-    """Runs tasks under :meth:`keep`; reports failing ones to ``health`` and counts restarts.
+    """Runs report-only tasks under :meth:`keep`, restarting them; counts the restarts.
 
     Args:
         restarts: the counter of restarts, labelled ``task``.
-        health: whose ``tasks_failing`` is told which tasks keep failing.
-        initial, maximum, failing_after, steady: see the module's constants.
+        initial, maximum, steady: see the module's constants.
     """
 
     def __init__(
         self,
         restarts: Counter,
-        health: HealthState,
         *,
         initial: float = RESTART_INITIAL,
         maximum: float = RESTART_MAX,
-        failing_after: int = FAILING_AFTER,
         steady: float = STEADY_SECONDS,
     ) -> None:
         self.restarts = restarts
-        self.health = health
-        self.initial, self.maximum = initial, maximum
-        self.failing_after, self.steady = failing_after, steady
-        self.failing: dict[str, str] = {}
-        """Tasks failing ``failing_after`` times in a row, with their last error."""
+        self.initial, self.maximum, self.steady = initial, maximum, steady
         self.log = get_logger("daemon")
 
     async def keep(
@@ -82,7 +80,7 @@ class Supervisor:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Run ``task``, and again after each failure once it has started; returns when it
-        returns (a task that ends the daemon on purpose, such as the ``--config`` watch).
+        returns (its work done).
 
         Raises:
             Exception: whatever ``task`` raised before it first reported itself started.
@@ -125,17 +123,13 @@ class Supervisor:
         if run.failures:
             self.log.info("task.recovered", task=run.name, after=run.error, failures=run.failures)
         run.failures, run.error, run.delay = 0, None, self.initial
-        if self.failing.pop(run.name, None) is not None:
-            self._report()
 
     def _failed(self, run: _Run, exc: Exception) -> float:
         """Say the failure (once while it repeats), note it; returns the wait before the
         restart."""
-        leaf: BaseException = exc
-        while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
-            leaf = leaf.exceptions[0]  # the task's own error, out of its nurseries' groups
+        leaf = _leaf(exc)
         named = isinstance(leaf, NlproxyError)
-        error = str(leaf) if named else f"{type(leaf).__name__}: {leaf}"
+        error = _said(leaf)
         delay, run.delay = run.delay, min(self.maximum, run.delay * 2)
         run.failures += 1
         fields = {"task": run.name, "error": error, "restart_in": delay, "failures": run.failures}
@@ -146,18 +140,7 @@ class Supervisor:
         else:
             self.log.error("task.failed", **fields, exc_info=leaf)
         run.error = error
-        if run.failures >= self.failing_after:
-            self.failing[run.name] = error
-            self._report()
         return delay
-
-    def _report(self) -> None:
-        self.health.tasks_failing(
-            "; ".join(
-                f"task {name} keeps failing ({error})"
-                for name, error in sorted(self.failing.items())
-            )
-        )
 
 
 class _Run:
@@ -181,3 +164,42 @@ def at_once(task: Callable[[], Awaitable[object]]) -> Task:
         await task()
 
     return run
+
+
+def ending(name: str, task: Task) -> Task:
+    """``task`` as one whose failure after it started ends the daemon with one line naming it:
+    a :class:`TaskEnded` for an error that names its object (no stack), else the error as it is
+    (the command line's top level decides how a bug is said), after a ``task.ended`` line that
+    names the task. A failure before it started is raised as it is (the start's: a
+    configuration error keeps its status 2)."""
+
+    async def run(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        started = False
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(task)
+                started = True
+                task_status.started()
+        except Exception as exc:
+            if not started:
+                raise
+            leaf = _leaf(exc)
+            if isinstance(leaf, NlproxyError):
+                raise TaskEnded(f"task {name}", str(leaf)) from leaf
+            get_logger("daemon").error("task.ended", task=name, error=_said(leaf))
+            raise
+
+    return run
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The task's own error, out of its nurseries' groups (a group of several as it is)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _said(exc: BaseException) -> str:
+    """An error as a log line gives it: its own words when it names its object, else with its
+    type (``KeyError: 'x'`` alone would say nothing)."""
+    return str(exc) if isinstance(exc, NlproxyError) else f"{type(exc).__name__}: {exc}"

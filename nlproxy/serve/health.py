@@ -5,11 +5,11 @@ health-check node-port answers of ``externalTrafficPolicy: Local`` services.
 still starting) and no queued change has waited
 longer than the grace period without a successful sync (kube-proxy's rule: twice the sync period),
 and the source is not blocked (``blocked``: why it cannot read a kind nlproxy needs, such as a
-role without ``list`` on Services; reported as ``reason`` in the body), and none of the daemon's
-long-running tasks keeps failing (``failing``, named in ``reason``; ``/livez`` does not look
-at it: the rules stay programmed, and a restarted process would only start the task again).
-An API server that does
-not answer (``unreachable``) is reported as ``reason`` too while ``/healthz`` fails, without
+role without ``list`` on Services; reported as ``reason`` in the body). A fault in one of the
+daemon's report-only tasks (the inspector, the foreign-proxy check: ``daemon/supervise.py``) does
+not fail it: the rules are right meanwhile, and load balancers probing ``/healthz`` would drop
+every node at once (kube-proxy fails it only for changes it has not synced). An API server that
+does not answer (``unreachable``) is reported as ``reason`` too while ``/healthz`` fails, without
 failing it by itself: rules already programmed stay right through an outage, as kube-proxy's.
 Time comes from the caller (``trio.current_time()`` in the daemon) so tests can use a fake clock.
 """
@@ -38,7 +38,6 @@ class HealthState:
     node_eligible: bool = True
     blocked: str = ""
     unreachable: str = ""
-    failing: str = ""
 
     def node_seen(self, node: Node | None) -> None:
         """The Node object as a sync takes it: whether load balancers may send traffic here."""
@@ -47,10 +46,6 @@ class HealthState:
     def block(self, reasons: str) -> None:
         """Why ``/healthz`` is unhealthy whatever the syncs do (empty: nothing blocks it)."""
         self.blocked = reasons
-
-    def tasks_failing(self, reasons: str) -> None:
-        """Which of the daemon's tasks keep failing, and why (empty: none does)."""
-        self.failing = reasons
 
     def api_unreachable(self, reason: str | None) -> None:
         """Why the API server does not answer (None: it answers again)."""
@@ -75,15 +70,15 @@ class HealthState:
             return False
         return self.oldest_pending is None or now - self.oldest_pending <= self.grace_seconds
 
-    def body(self, now: float, *, tasks: bool = True) -> dict[str, object]:
-        """The JSON body kube-proxy returns on /healthz (``tasks``: with the failing ones)."""
+    def body(self, now: float) -> dict[str, object]:
+        """The JSON body kube-proxy returns on /healthz."""
         stamp = self.last_updated_wall.isoformat() if self.last_updated_wall else ""
         body: dict[str, object] = {
             "lastUpdated": stamp,
             "currentTime": datetime.now(UTC).isoformat(),
             "nodeEligible": self.node_eligible,
         }
-        reasons = [r for r in (self.blocked, self.failing if tasks else "") if r]
+        reasons = [self.blocked] if self.blocked else []
         if self.unreachable and not self.healthy(now):
             reasons.append(self.unreachable)
         if reasons:
@@ -113,10 +108,10 @@ def healthz(state: HealthState, now: float, *, live: bool = False) -> tuple[int,
     starting = state.last_updated is None and not state.blocked
     if live:  # liveness is the process's, whatever becomes of the node
         code = 200 if state.healthy(now) or starting else 503
-        body = state.body(now, tasks=False)  # not /livez's concern (module docstring)
+        body = state.body(now)
         body.pop("nodeEligible")
     else:
-        code = 200 if state.healthy(now) and state.node_eligible and not state.failing else 503
+        code = 200 if state.healthy(now) and state.node_eligible else 503
         body = state.body(now)
     return code, json.dumps(body).encode()
 

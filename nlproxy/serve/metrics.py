@@ -228,8 +228,9 @@ class Metrics:
         )
         self.task_restarts = Counter(
             "nlproxy_task_restarts",
-            "Restarts of the daemon's long-running tasks after an unexpected failure (each "
-            "failure is a task.failed line naming the task and the error)",
+            "Restarts of the daemon's report-only tasks (inspector, foreign-check) after an "
+            "unexpected failure (each failure is a task.failed line naming the task and the "
+            "error; /healthz does not look at it)",
             ["task"],
             registry=registry,
         )

@@ -259,9 +259,9 @@ NEW_ALERTS = [
     # A removal at 10m: quiet before it, firing (no for:) once the counter has moved.
     ("NlproxyForeignProxyReturning", "nlproxy_foreign_proxy_removals_total",
      {"table": "ip kube-proxy", "mode": "nftables"}, "0x9 1x20", "0x30", (5, 12), 1),
-    # The source failing from 10m on, restarted every minute: three restarts in 15 minutes
+    # The inspector failing from 10m on, restarted every minute: three restarts in 15 minutes
     # (at 12m) are not yet "repeatedly", the fourth is. The other node's one restart is quiet.
-    ("NlproxyTaskRestarting", "nlproxy_task_restarts_total", {"task": "source"},
+    ("NlproxyTaskRestarting", "nlproxy_task_restarts_total", {"task": "inspector"},
      "0x9 1+1x20", "0x5 1x30", (12, 16), 7),
 ]  # fmt: skip
 

@@ -1,11 +1,11 @@
-"""A source that fails unexpectedly is restarted by the daemon's supervisor
-(``daemon/supervise.py``), against the in-repo API server and the real client.
+"""A source that fails unexpectedly after it started ends its run, and so the daemon, with one
+line naming it (``daemon/supervise.py``): it is not restarted in-process, where its abandoned
+list and watch threads would page on beside the new run's. Against the in-repo API server and
+the real client.
 
 The failure comes from inside a watch's worker thread: the ``on_request`` hook the daemon hands
 the source (its ``rest_client_*`` metrics) raises at the first request after the watches are
-dropped, as any fault of nlproxy's own in the stream's thread would. Without a supervisor that
-ends the source task, and the daemon with it. Restarted, the source lists every kind again
-(a ``Replace`` each: what changed while it was down is not lost) and follows the cluster.
+dropped, as any fault of nlproxy's own in the stream's thread would.
 """
 
 from __future__ import annotations
@@ -14,24 +14,24 @@ import threading
 from collections.abc import Sequence
 from functools import partial
 
+import pytest
 import structlog
 import trio
-from prometheus_client import CollectorRegistry
 
 from nlproxy.cluster.kube import KubeSource
 from nlproxy.cluster.model import Change, Replace
-from nlproxy.daemon.supervise import Supervisor
-from nlproxy.serve.health import HealthState
-from nlproxy.serve.metrics import Metrics
+from nlproxy.daemon.supervise import TaskEnded, ending
+from nlproxy.errors import NlproxyError
 from tests.kube.apiserver import ApiServer
-from tests.kube.conftest import NODE, Feed, is_upsert_of, populate
-from tests.objects import service
+from tests.kube.conftest import NODE, Feed, populate
 
 
 class FailOnce:
-    """An ``on_request`` hook that raises once, at the first request after ``arm()``."""
+    """An ``on_request`` hook that raises ``error`` once, at the first request after
+    ``arm()``."""
 
-    def __init__(self) -> None:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
         self._armed = threading.Event()
         self._lock = threading.Lock()
         self.raised = 0
@@ -44,17 +44,13 @@ class FailOnce:
             if not self._armed.is_set() or self.raised:
                 return
             self.raised += 1
-        raise RuntimeError("fault in the watch thread")
+        raise self.error
 
 
-async def test_a_source_that_fails_unexpectedly_is_restarted_and_follows_the_cluster(
-    apiserver: ApiServer, api_client: object, nursery: trio.Nursery
-) -> None:
+async def fail_after_start(apiserver: ApiServer, api_client: object, hook: FailOnce) -> None:
+    """Start the source as the daemon does, see its first lists, then make a watch's thread
+    fail; returns once the source's run has ended (raising what it ended with)."""
     populate(apiserver)
-    registry = CollectorRegistry()
-    health = HealthState(grace_seconds=60)
-    supervisor = Supervisor(Metrics(registry).task_restarts, health, initial=0.05)
-    hook = FailOnce()
     source = KubeSource(
         api_client,  # type: ignore[arg-type]
         node_name=NODE,
@@ -64,29 +60,47 @@ async def test_a_source_that_fails_unexpectedly_is_restarted_and_follows_the_clu
     )
     send, receive = trio.open_memory_channel[Sequence[Change]](1000)
     feed = Feed(receive)
-    with structlog.testing.capture_logs() as logs:
-        with trio.fail_after(60):
-            await nursery.start(supervisor.keep, "source", partial(source.run, send))
-        first = await feed.batch()
-        assert {c.kind for c in first if isinstance(c, Replace)} == {
-            "Service",
-            "EndpointSlice",
-            "Node",
-            "ServiceCIDR",
-        }
-        hook.arm()
-        apiserver.drop_connections()  # the watches ask again: the first request fails
-        apiserver.store.put("services", service("meanwhile", cluster_ip="10.96.1.8"))
-        seen = await feed.until(lambda c: isinstance(c, Replace) and c.kind == "Service")
-        replace = [c for c in seen if isinstance(c, Replace)][-1]
-        assert "meanwhile" in {c.ref.name for c in replace.changes}  # relisted, not lost
-        apiserver.store.put("services", service("after", cluster_ip="10.96.1.9"))
-        await feed.until(is_upsert_of("after"), within=30)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(ending("source", partial(source.run, send)))
+            first = await feed.batch()
+            assert {c.kind for c in first if isinstance(c, Replace)} == {
+                "Service",
+                "EndpointSlice",
+                "Node",
+                "ServiceCIDR",
+            }
+            hook.arm()
+            apiserver.drop_connections()  # the watches ask again: the first request fails
+            await trio.sleep_forever()  # until the source's failure ends the nursery
+
+
+async def test_a_source_that_fails_after_it_started_ends_naming_itself(
+    apiserver: ApiServer, api_client: object
+) -> None:
+    hook = FailOnce(RuntimeError("fault in the watch thread"))
+    with (
+        structlog.testing.capture_logs() as logs,
+        pytest.RaisesGroup(
+            pytest.RaisesExc(RuntimeError, match="^fault in the watch thread$"),
+            flatten_subgroups=True,
+        ),
+    ):
+        await fail_after_start(apiserver, api_client, hook)
     assert hook.raised == 1
-    failed = [e for e in logs if e["event"] == "task.failed"]
-    assert [(e["task"], e["error"], e["log_level"]) for e in failed] == [
-        ("source", "RuntimeError: fault in the watch thread", "error")
-    ]
-    restarts = {"task": "source"}
-    assert registry.get_sample_value("nlproxy_task_restarts_total", restarts) == 1.0
-    assert not health.failing  # once is not "keeps failing"
+    ended = [(e["event"], e["task"], e["error"]) for e in logs if e["event"] == "task.ended"]
+    assert ended == [("task.ended", "source", "RuntimeError: fault in the watch thread")]
+
+
+async def test_a_named_source_failure_after_it_started_is_one_line_naming_the_task(
+    apiserver: ApiServer, api_client: object
+) -> None:
+    hook = FailOnce(NlproxyError("rest client", "metrics hook refused the answer"))
+    with pytest.RaisesGroup(
+        pytest.RaisesExc(
+            TaskEnded, match="^task source: rest client: metrics hook refused the answer$"
+        ),
+        flatten_subgroups=True,
+    ):
+        await fail_after_start(apiserver, api_client, hook)
+    assert hook.raised == 1
