@@ -363,7 +363,7 @@ class KubeSource:
         """
         versions = await self._initial_lists(send)
         # The page hooks are a cold start's (they run before the sync loop does): a source
-        # run again after a failure (``daemon/supervise.py``) sends its lists as Replaces only.
+        # run again (the daemon runs it once; a failure ends the daemon) sends Replaces only.
         self._on_page = self._on_listed = None
         task_status.started()
         async with trio.open_nursery() as nursery:
