@@ -46,6 +46,21 @@ print(json.dumps({
 """
 
 
+def _in_cluster(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, ca: Path, port: int, token_text: str
+) -> Path:
+    """A pod's view of the API server at 127.0.0.1:``port``: its service account token file
+    (holding ``token_text``, returned) and CA, and the service environment."""
+    token = tmp_path / "token"
+    token.write_text(token_text)
+    incluster = in_cluster_loading()
+    monkeypatch.setattr(incluster, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster, "SERVICE_CERT_FILENAME", str(ca))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(port))
+    return token
+
+
 def exec_kubeconfig(tmp: Path, server: ApiServer) -> tuple[Path, Path]:
     """A kubeconfig whose user runs the plugin; returns it and the plugin's state directory."""
     state = tmp / "plugin"
@@ -142,13 +157,7 @@ async def test_an_in_cluster_token_file_empty_at_a_refresh_keeps_the_last_token_
     server.start()
     try:
         populate(server)
-        token = tmp_path / "token"
-        token.write_text("pod-token")
-        incluster = in_cluster_loading()
-        monkeypatch.setattr(incluster, "SERVICE_TOKEN_FILENAME", str(token))
-        monkeypatch.setattr(incluster, "SERVICE_CERT_FILENAME", str(pki.ca))
-        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
-        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(server.port))
+        token = _in_cluster(monkeypatch, tmp_path, pki.ca, server.port, "pod-token")
         monkeypatch.setattr(token_file, "TOKEN_FILE_SECONDS", 0.0)  # read at every request
         client = api_client_from_config(None)
         try:
@@ -222,13 +231,7 @@ async def test_an_in_cluster_token_file_ending_in_a_newline_is_sent_trimmed(
     server.start()
     try:
         populate(server)
-        token = tmp_path / "token"
-        token.write_text("pod-token\n")
-        incluster = in_cluster_loading()
-        monkeypatch.setattr(incluster, "SERVICE_TOKEN_FILENAME", str(token))
-        monkeypatch.setattr(incluster, "SERVICE_CERT_FILENAME", str(pki.ca))
-        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
-        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(server.port))
+        token = _in_cluster(monkeypatch, tmp_path, pki.ca, server.port, "pod-token\n")
         client = api_client_from_config(None)
         try:
             feed, _ = await start_source(nursery, client)

@@ -49,6 +49,19 @@ def _ch(i: int, count: int) -> Pair:
     return _svc(f"s{i}", 1, count, load_balancing=CH, created=f"2026-01-01T00:00:0{i}Z")
 
 
+def _eight_built() -> tuple[BalancingGuard, list[Pair]]:
+    """Eight consistent-hash Services under a quota of one table, all built."""
+    guard = _guard()
+    pairs = [_ch(i, 3) for i in range(8)]
+    svc, sl = pairs[0]
+    guard.quota = demand(svc, [sl], CH)  # type: ignore[list-item]  # one table a sync
+    guard.apply(_snap(*pairs), None)
+    for _ in range(8):
+        guard.apply(_snap(*pairs), set())
+    assert guard.deferred == set()
+    return guard, pairs
+
+
 @pytest.mark.parametrize("leaves", ["deleted", "random"])
 @pytest.mark.parametrize("whole", [KEYED, EVERY], ids=["keyed", "whole"])
 def test_a_service_back_in_the_opted_in_set_and_deferred_starts_on_random_choice(
@@ -60,14 +73,7 @@ def test_a_service_back_in_the_opted_in_set_and_deferred_starts_on_random_choice
     objects it was last built from."""
     monkeypatch.setattr(balancing, "WHOLE", whole)
     passes = _passes(monkeypatch)
-    guard = _guard()
-    pairs = [_ch(i, 3) for i in range(8)]
-    svc, sl = pairs[0]
-    guard.quota = demand(svc, [sl], CH)  # type: ignore[list-item]  # one table a sync
-    guard.apply(_snap(*pairs), None)
-    for _ in range(8):
-        guard.apply(_snap(*pairs), set())
-    assert guard.deferred == set()
+    guard, pairs = _eight_built()
     key = pairs[7][0].key
     if leaves == "deleted":
         guard.apply(_snap(*pairs[:7]), {key})
@@ -125,14 +131,7 @@ def test_a_service_deleted_and_created_again_in_one_window_is_not_planned_from_t
     growth: deferred, it waits on random choice from its new objects, never planned from the
     deleted Service (whose ClusterIP may already be another's)."""
     monkeypatch.setattr(balancing, "WHOLE", whole)
-    guard = _guard()
-    pairs = [_ch(i, 3) for i in range(8)]
-    svc, sl = pairs[0]
-    guard.quota = demand(svc, [sl], CH)  # type: ignore[list-item]  # one table a sync
-    guard.apply(_snap(*pairs), None)
-    for _ in range(8):
-        guard.apply(_snap(*pairs), set())
-    assert guard.deferred == set()
+    guard, pairs = _eight_built()
     key = pairs[7][0].key
     again, sl7 = _svc("s7", 1, 5, load_balancing=CH, created="2026-02-01T00:00:00Z")
     again = msgspec.structs.replace(again, uid="u-new", cluster_ips=(ip_address("172.30.9.9"),))
