@@ -53,7 +53,7 @@ from nlproxy.daemon.supervise import Supervisor, at_once, ending
 from nlproxy.errors import NlproxyError
 from nlproxy.inspect.foreign import Leftovers, remove_all
 from nlproxy.inspect.foreign_check import ForeignCheck
-from nlproxy.inspect.reachability import ReachabilityMonitor, without_unreachable
+from nlproxy.inspect.reachability import ReachabilityMonitor, left_out, without_unreachable
 from nlproxy.inspect.rtnl import RtnlNode
 from nlproxy.inspect.watch import ADDRESS_GROUPS, RouteWatcher
 from nlproxy.log import get_logger
@@ -262,7 +262,12 @@ class Daemon:
         self.loop.request_verify(Drift(0, "(generation moved)", 0, lost=(after, upto)))
 
     def _filter(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
-        return without_unreachable(snapshot, self.reachability.unreachable)
+        """``snapshot`` without the unreachable endpoints; the inspector keeps classifying
+        those it takes out (so they come back once reachable, not at the next sync)."""
+        bad = self.reachability.unreachable
+        filtered = without_unreachable(snapshot, bad)
+        self.reachability.hold(left_out(snapshot, filtered, bad))
+        return filtered
 
     def _unreachable_changed(self, bad: frozenset[IPAddress]) -> None:
         if self.settings.exclude_unreachable_endpoints:

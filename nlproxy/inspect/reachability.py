@@ -65,10 +65,32 @@ def without_unreachable(snapshot: ClusterSnapshot, bad: frozenset[IPAddress]) ->
     return replace(snapshot, slices=slices)
 
 
+def left_out(
+    snapshot: ClusterSnapshot, filtered: ClusterSnapshot, bad: frozenset[IPAddress]
+) -> frozenset[IPAddress]:
+    """The addresses :func:`without_unreachable` took out of ``snapshot`` (giving
+    ``filtered``): the inspector keeps classifying them (:meth:`ReachabilityMonitor.hold`)."""
+    if not bad:
+        return frozenset()
+    return frozenset(
+        e.ip
+        for key, group in snapshot.slices.items()
+        if filtered.slices.get(key) is not group
+        for s in group
+        for e in s.endpoints
+        if e.ip in bad
+    )
+
+
 Ports = PortPlan | tuple[PortPlan, ...]
 """A service's ports that have cluster endpoints: the plan's own objects, not a copy of their
 addresses (the plan replaces a port's object when it changes, never edits it). A service of one
 port (most) is that port alone, not a tuple of it (10k tuples at 10k Services, ~0.7 MB)."""
+Entry = Ports | frozenset[IPAddress]
+"""What the index holds per key: a service's :data:`Ports`, or under :data:`HELD` the addresses
+the exclusion took out of the plan (:meth:`ReachabilityMonitor.hold`)."""
+HELD = ServiceKey(namespace="", name="")
+"""The index's key for the held addresses (no Service has an empty name)."""
 
 
 class ReachabilityMonitor:
@@ -108,15 +130,16 @@ class ReachabilityMonitor:
             registry=registry,
         )
         self.verdicts: dict[IPAddress, Reachability] = {}
-        self._by_service: dict[ServiceKey, Ports] = {}
+        self._by_service: dict[ServiceKey, Entry] = {}
         # The index beside the verdicts (the worker's alone, see ``_take``): an address is in
         # use while it has a verdict not ``_dropped`` or is ``_pending`` (no verdict yet: new,
         # or a failed pass's); ``_shared`` counts the services of those more than one uses.
         self._shared: dict[IPAddress, int] = {}
         self._pending: set[IPAddress] = set()
         self._dropped: dict[IPAddress, None] = {}
-        self._updates: dict[ServiceKey, Ports] = {}
-        self._rebuild: dict[ServiceKey, Ports] | None = None
+        self._updates: dict[ServiceKey, Entry] = {}
+        self._rebuild: dict[ServiceKey, Entry] | None = None
+        self._held: frozenset[IPAddress] = frozenset()
         self._wake = trio.Event()
         self._failing: str | None = None  # the failure of the pass before (retries: debug)
         self._ran = False  # whether :meth:`run` ran before
@@ -131,7 +154,10 @@ class ReachabilityMonitor:
         object), so the port plans are taken now, not the mapping.
         """
         if changed is None:
-            self._rebuild = _group(ports.values())
+            rebuild: dict[ServiceKey, Entry] = {**_group(ports.values())}
+            if self._held:
+                rebuild[HELD] = self._held
+            self._rebuild = rebuild
             self._updates.clear()
         elif changed:
             fresh = _group(p for ref, p in ports.items() if ref.service in changed)
@@ -139,6 +165,23 @@ class ReachabilityMonitor:
                 self._updates[key] = fresh.get(key, ())
         else:
             return
+        self._wake.set()
+
+    def hold(self, left_out: frozenset[IPAddress]) -> None:
+        """The addresses the exclusion took out of the plan it is given now (:func:`left_out`):
+        they stay classified, at every route change too, as if a service used them. Else an
+        excluded address would leave the index with the plan, out of the unreachable set, and
+        be back in the plan at the next sync, excluded again a pass later: every second."""
+        if left_out == self._held:
+            return
+        self._held = left_out
+        if self._rebuild is not None:
+            if left_out:
+                self._rebuild[HELD] = left_out
+            else:
+                self._rebuild.pop(HELD, None)
+        else:
+            self._updates[HELD] = left_out
         self._wake.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -206,7 +249,7 @@ class ReachabilityMonitor:
         return True
 
     def _take(
-        self, rebuild: dict[ServiceKey, Ports] | None, updates: dict[ServiceKey, Ports]
+        self, rebuild: dict[ServiceKey, Entry] | None, updates: dict[ServiceKey, Entry]
     ) -> list[IPAddress]:
         """Apply noted plan changes to the index: a whole new one (``rebuild``), then
         ``updates`` per service; returns the addresses to classify (new to the node, or used
@@ -249,7 +292,7 @@ class ReachabilityMonitor:
         return list(added)
 
     def _take_all(
-        self, rebuild: dict[ServiceKey, Ports], updates: dict[ServiceKey, Ports]
+        self, rebuild: dict[ServiceKey, Entry], updates: dict[ServiceKey, Entry]
     ) -> list[IPAddress]:
         """:meth:`_take` with a whole new index: each address's services counted afresh (each
         service's addresses once, ``updates`` applied to the counts) and compared with the
@@ -389,7 +432,10 @@ class ReachabilityMonitor:
         # none of ``bad``. IPv4 and IPv6 numbers can be equal: the addresses decide after.
         numbers = frozenset(map(_number, bad))
         for key in sorted(self._by_service):
-            for port in _each(self._by_service[key]):
+            entry = self._by_service[key]
+            if isinstance(entry, frozenset):  # held: in no plan port to name
+                continue
+            for port in _each(entry):
                 if numbers.isdisjoint(map(_number, addresses(port.cluster_endpoints))):
                     continue
                 ref = ""
@@ -410,8 +456,10 @@ def _each(ports: Ports) -> tuple[PortPlan, ...]:
     return (ports,) if isinstance(ports, PortPlan) else ports
 
 
-def _addresses(ports: Ports) -> Mapping[IPAddress, None]:
-    """A service's addresses over all its ports, each once."""
+def _addresses(ports: Entry) -> Mapping[IPAddress, None]:
+    """A service's addresses over all its ports, each once (or the held ones)."""
+    if isinstance(ports, frozenset):
+        return dict.fromkeys(ports)
     if isinstance(ports, PortPlan):
         return dict.fromkeys(addresses(ports.cluster_endpoints))
     return dict.fromkeys(ip for p in ports for ip in addresses(p.cluster_endpoints))

@@ -17,7 +17,8 @@ import trio
 from prometheus_client import CollectorRegistry
 
 from nlproxy.inspect import reachability
-from nlproxy.inspect.reachability import ReachabilityMonitor
+from nlproxy.inspect.reachability import ReachabilityMonitor, left_out, without_unreachable
+from nlproxy.proxy.endpoints import addresses
 from nlproxy.proxy.planner import plan
 from tests.unit.builders import endpoint, eps_slice, node, service, snapshot
 from tests.unit.incremental import CONFIG
@@ -110,6 +111,56 @@ async def test_a_run_after_another_classifies_every_endpoint_at_once(
             await nursery.start(monitor.run)
             await until(lambda: not monitor.unreachable)
             assert monitor.verdicts[ip_address("10.1.0.1")].reachable
+            nursery.cancel_scope.cancel()
+
+
+async def test_an_excluded_endpoint_stays_out_until_it_is_reachable(
+    make_netns: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--exclude-unreachable-endpoints`` as the daemon wires it: each sync plans the
+    snapshot without the unreachable endpoints and tells the inspector what it left out. The
+    excluded endpoint stays out (it used to leave the index with the plan, then come back at
+    the next sync and be excluded again, every second), and comes back once a route reaches it."""
+    ns = make_netns("reachx")
+    monkeypatch.setattr(reachability, "PLAN_SETTLE", 0.05)
+    await trio.run_process(["ip", "-n", ns, "link", "set", "lo", "up"])
+    await trio.run_process(["ip", "-n", ns, "route", "add", "local", "10.1.0.0/24", "dev", "lo"])
+    svc = service("default", "s", "172.30.0.1")
+    eps = eps_slice("default", "s", [endpoint("10.1.0.1"), endpoint("10.9.0.1")])
+    whole = snapshot([svc], [eps], node=node())
+    planned: list[set[str]] = []
+    changes: list[frozenset[Any]] = []
+
+    def sync() -> None:  # the daemon's filter and its hook after the sync
+        bad = monitor.unreachable
+        filtered = without_unreachable(whole, bad)
+        monitor.hold(left_out(whole, filtered, bad))
+        ports = plan(filtered, CONFIG).ports
+        planned.append({str(ip) for p in ports.values() for ip in addresses(p.cluster_endpoints)})
+        monitor.plan_changed(ports, None)
+
+    def changed(bad: frozenset[Any]) -> None:
+        changes.append(bad)
+        sync()
+
+    monitor = ReachabilityMonitor(CollectorRegistry(), netns=ns, on_change=changed)
+    x = ip_address("10.9.0.1")
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(monitor.run)
+            sync()
+            await until(lambda: monitor.unreachable == {x} and planned[-1] == {"10.1.0.1"})
+            await trio.sleep(20 * reachability.PLAN_SETTLE)  # passes after the exclusion
+            assert changes == [frozenset({x})]
+            assert monitor.unreachable == {x}
+            assert planned[-1] == {"10.1.0.1"}
+            # A route to it: the next pass finds it reachable, the next sync plans it again.
+            await trio.run_process(
+                ["ip", "-n", ns, "route", "add", "local", "10.9.0.0/24", "dev", "lo"]
+            )
+            await until(lambda: planned[-1] == {"10.1.0.1", "10.9.0.1"})
+            assert monitor.verdicts[x].reachable
+            assert changes == [frozenset({x}), frozenset()]
             nursery.cancel_scope.cancel()
 
 
