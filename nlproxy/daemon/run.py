@@ -166,6 +166,7 @@ class Daemon:
             ServiceCounters(self.registry, netns=self.netns) if pcfg.service_counters else None
         )
         self._ports: Mapping[ServicePortRef, PortPlan] = {}
+        self._left_out: frozenset[IPAddress] | None = None  # see _filter
         self.health = HealthState(grace_seconds=2 * cfg.sync_period, node_name=cfg.node_name)
         # The report-only tasks, restarted when they fail; the others end the daemon
         # (supervise.py). Both series exist at 0 from the start.
@@ -263,10 +264,12 @@ class Daemon:
 
     def _filter(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
         """``snapshot`` without the unreachable endpoints; the inspector keeps classifying
-        those it takes out (so they come back once reachable, not at the next sync)."""
+        those it takes out (so they come back once reachable, not at the next sync), told
+        with the plan made without them (``_synced``): a pass between the two would drop what
+        the plan it has still leaves out."""
         bad = self.reachability.unreachable
         filtered = without_unreachable(snapshot, bad)
-        self.reachability.hold(left_out(snapshot, filtered, bad))
+        self._left_out = left_out(snapshot, filtered, bad)
         return filtered
 
     def _unreachable_changed(self, bad: frozenset[IPAddress]) -> None:
@@ -295,6 +298,8 @@ class Daemon:
             # The Syncer's: with those of Services kept while their file does not parse.
             checks = result.health_checks
             self.healthchecks.update(health_checks(result.plan.ports) if checks is None else checks)
+        if self._left_out is not None:
+            self.reachability.hold(self._left_out)
         self.reachability.plan_changed(result.plan.ports, changed)
 
     def _source(self) -> Source:

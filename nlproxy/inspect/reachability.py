@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from nlproxy.cluster.model import (
     ClusterSnapshot,
+    Endpoint,
     EndpointSlice,
     IPAddress,
     ServiceKey,
@@ -47,22 +48,29 @@ PLAN_SETTLE = 1.0
 
 
 def without_unreachable(snapshot: ClusterSnapshot, bad: frozenset[IPAddress]) -> ClusterSnapshot:
-    """``snapshot`` with unreachable endpoints removed, except a service's last ready ones."""
+    """``snapshot`` with unreachable endpoints removed, except a service's last ready ones.
+    Only endpoints that could serve (ready or serving) are removed: the others are in no plan
+    anyway, and the inspector would otherwise hold them (:func:`left_out`) for nothing."""
     if not bad:
         return snapshot
     slices: dict[ServiceKey, tuple[EndpointSlice, ...]] = {}
     for key, group in snapshot.slices.items():
         ready = [e for s in group for e in s.endpoints if e.ready]
-        if not any(e.ip in bad for s in group for e in s.endpoints) or all(
+        if not any(_out(e, bad) for s in group for e in s.endpoints) or all(
             e.ip in bad for e in ready
         ):
             slices[key] = group
             continue
         slices[key] = tuple(
-            msgspec.structs.replace(s, endpoints=tuple(e for e in s.endpoints if e.ip not in bad))
+            msgspec.structs.replace(s, endpoints=tuple(e for e in s.endpoints if not _out(e, bad)))
             for s in group
         )
     return replace(snapshot, slices=slices)
+
+
+def _out(e: Endpoint, bad: frozenset[IPAddress]) -> bool:
+    """Whether :func:`without_unreachable` leaves ``e`` out (where it leaves any out)."""
+    return (e.ready or e.serving) and e.ip in bad
 
 
 def left_out(
@@ -78,7 +86,7 @@ def left_out(
         if filtered.slices.get(key) is not group
         for s in group
         for e in s.endpoints
-        if e.ip in bad
+        if _out(e, bad)
     )
 
 
