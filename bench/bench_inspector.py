@@ -12,6 +12,8 @@ bridge, 16 pods blackholed), the monitor of ``inspect/reachability.py``:
   beyond the plan it was given).
 
 Each timed stage gives CPU seconds (``time.process_time``); the record carries the load average.
+Each child is its tree's ``python`` importing that tree's ``nlproxy`` from bytecode
+(``checkout_run.py``).
 
     .venv/bin/python bench/bench_inspector.py --tree ../main --tree .
 """
@@ -23,7 +25,6 @@ import gc
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -126,13 +127,10 @@ def _child(manifests: Path, updates: int) -> dict[str, Any]:
 
 
 def _run_tree(tree: Path, manifests: Path, updates: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(HERE)])}
-    me = str(Path(__file__).resolve())
-    cmd = [sys.executable, me, "--child", str(manifests), "--updates", str(updates)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, cwd=tree)
-    if done.returncode != 0:
-        raise SystemExit(f"bench_inspector: tree {tree}: {done.stderr.strip()[-600:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    from bench import checkout_run
+
+    args = [Path(__file__).resolve(), "--child", manifests, "--updates", str(updates)]
+    return checkout_run.json_result("bench_inspector", tree, args, path=(tree, HERE))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,10 +145,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.child is not None:
         print(json.dumps(_child(args.child, args.updates)))
         return 0
-    sys.path.insert(0, str(HERE))
+    sys.path[:0] = [str(HERE), str(HERE.parent)]
     import gen
 
+    from bench import checkout_run
+
     trees = [t.resolve() for t in (args.tree or [HERE.parent])]
+    checkout_run.prepare(trees)
     c = gen.Cluster(services=args.services, endpoints=args.endpoints)
     size = {"services": c.services, "endpoints": c.endpoints}
     with tempfile.TemporaryDirectory(prefix="nlp-insp-") as tmp:

@@ -15,8 +15,9 @@ round (so trees compare side by side in one run on the same machine load):
 * ``free``: dropping the plan, the operations and the copy.
 
 Each stage gives wall and CPU seconds (``time.process_time``); the record carries the load
-average. ``--tree`` names the source trees (default: this one); each child imports ``nlproxy``
-from its tree, so ``--tree /work/main --tree .`` is the before/after of a change.
+average. ``--tree`` names the source trees (default: this one); each child is its tree's
+``python`` importing that tree's ``nlproxy`` from bytecode (``checkout_run.py``), so
+``--tree /work/main --tree .`` is the before/after of a change.
 
     .venv/bin/python bench/bench_plan.py --services 10000 --endpoints 10 --tree ../main --tree .
 """
@@ -27,7 +28,6 @@ import argparse
 import gc
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -126,12 +126,10 @@ def _count(ops: list[Any]) -> int:
 
 
 def _run_tree(tree: Path, manifests: Path) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(HERE)])}
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(manifests)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, cwd=tree)
-    if done.returncode != 0:
-        raise SystemExit(f"bench_plan: tree {tree}: {done.stderr.strip()[-600:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    from bench import checkout_run
+
+    args = [Path(__file__).resolve(), "--child", manifests]
+    return checkout_run.json_result("bench_plan", tree, args, path=(tree, HERE))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -145,10 +143,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.child is not None:
         print(json.dumps(_child(args.child)))
         return 0
-    sys.path.insert(0, str(HERE))
+    sys.path[:0] = [str(HERE), str(HERE.parent)]
     import gen
 
+    from bench import checkout_run
+
     trees = [t.resolve() for t in (args.tree or [HERE.parent])]
+    checkout_run.prepare(trees)
     c = gen.Cluster(services=args.services, endpoints=args.endpoints)
     size = {"services": c.services, "endpoints": c.endpoints}
     with tempfile.TemporaryDirectory(prefix="nlp-plan-") as tmp:
