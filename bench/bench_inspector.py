@@ -126,13 +126,6 @@ def _child(manifests: Path, updates: int) -> dict[str, Any]:
     return out
 
 
-def _run_tree(tree: Path, manifests: Path, updates: int) -> dict[str, Any]:
-    from bench import checkout_run
-
-    args = [Path(__file__).resolve(), "--child", manifests, "--updates", str(updates)]
-    return checkout_run.json_result("bench_inspector", tree, args, path=(tree, HERE))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--services", type=int, default=10000)
@@ -151,17 +144,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench import checkout_run
 
     trees = [t.resolve() for t in (args.tree or [HERE.parent])]
-    checkout_run.prepare(trees)
     c = gen.Cluster(services=args.services, endpoints=args.endpoints)
     size = {"services": c.services, "endpoints": c.endpoints}
     with tempfile.TemporaryDirectory(prefix="nlp-insp-") as tmp:
         gen.write_manifests(c, Path(tmp), "json")
-        for n in range(args.rounds):
-            for tree in trees:
-                rec = {"bench": "inspector", **size, "tree": str(tree), "round": n}
-                rec |= _run_tree(tree, Path(tmp), args.updates)
-                rec["loadavg"] = [round(x, 2) for x in os.getloadavg()]
-                print(json.dumps(rec), flush=True)
+        child = [Path(__file__).resolve(), "--child", tmp, "--updates", str(args.updates)]
+        runs = checkout_run.rounds("bench_inspector", trees, args.rounds, child, path=[HERE])
+        for n, i, figs in runs:
+            rec = {"bench": "inspector", **size, "tree": str(trees[i]), "round": n, **figs}
+            rec["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+            print(json.dumps(rec), flush=True)
     return 0
 
 

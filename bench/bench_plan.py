@@ -125,13 +125,6 @@ def _count(ops: list[Any]) -> int:
     return sum(len(op.obj.keys) if hasattr(op.obj, "keys") else 1 for op in ops)
 
 
-def _run_tree(tree: Path, manifests: Path) -> dict[str, Any]:
-    from bench import checkout_run
-
-    args = [Path(__file__).resolve(), "--child", manifests]
-    return checkout_run.json_result("bench_plan", tree, args, path=(tree, HERE))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--services", type=int, default=10000)
@@ -149,19 +142,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench import checkout_run
 
     trees = [t.resolve() for t in (args.tree or [HERE.parent])]
-    checkout_run.prepare(trees)
     c = gen.Cluster(services=args.services, endpoints=args.endpoints)
     size = {"services": c.services, "endpoints": c.endpoints}
+    records: list[list[dict[str, Any]]] = [[] for _ in trees]
     with tempfile.TemporaryDirectory(prefix="nlp-plan-") as tmp:
         gen.write_manifests(c, Path(tmp), "json")
-        records: list[list[dict[str, Any]]] = [[] for _ in trees]
-        for n in range(args.rounds):
-            for i, tree in enumerate(trees):
-                rec = {"bench": "plan_stages", **size, "tree": str(tree), "round": n}
-                rec |= _run_tree(tree, Path(tmp))
-                rec["loadavg"] = [round(x, 2) for x in os.getloadavg()]
-                records[i].append(rec)
-                print(json.dumps(rec), flush=True)
+        child = [Path(__file__).resolve(), "--child", tmp]
+        for n, i, figs in checkout_run.rounds("bench_plan", trees, args.rounds, child, path=[HERE]):
+            rec = {"bench": "plan_stages", **size, "tree": str(trees[i]), "round": n, **figs}
+            rec["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+            records[i].append(rec)
+            print(json.dumps(rec), flush=True)
     if len(trees) > 1:
         base = records[0]
         for tree, mine in zip(trees[1:], records[1:], strict=True):

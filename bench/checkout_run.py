@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,23 @@ def json_result(
     if not isinstance(result, dict):
         raise ChildFailed(f"{name}: {tree}: the child printed no JSON object last")
     return result
+
+
+def rounds(
+    name: str,
+    trees: Sequence[Path],
+    count: int,
+    args: Sequence[str | Path],
+    *,
+    path: Sequence[Path] = (),
+) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """Prepare ``trees``, then run ``args`` in each of them, in order, ``count`` times over:
+    (round, the tree's index in ``trees``, its child's JSON); each child has its own tree
+    first on its path, then ``path``."""
+    prepare(trees)
+    for n in range(count):
+        for i, tree in enumerate(trees):
+            yield n, i, json_result(name, tree, args, path=(tree, *path))
 
 
 def spawn(tree: Path, args: Sequence[str | Path], **popen: Any) -> subprocess.Popen[str]:
