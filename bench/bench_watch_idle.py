@@ -182,10 +182,12 @@ def daemon_idle(tree: Path, kubeconfig: Path, seconds: float, interval: float) -
 
 def daemons(args: argparse.Namespace) -> None:
     from bench import bench_api_path as api_path
+    from bench import checkout_run
     from tests.kube.apiserver import ApiServer
     from tests.kube.conftest import TOKEN, write_kubeconfig
 
     trees = [("head", ROOT)] + ([("base", args.base.resolve())] if args.base else [])
+    checkout_run.prepare(tree for _, tree in trees)
     cluster = gen.Cluster(services=args.services, endpoints=args.endpoints)
     api = ApiServer(token=TOKEN)
     api.start()
