@@ -27,7 +27,6 @@ import json
 import os
 import pickle
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -36,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import bytecode, gen  # noqa: E402
+from bench import checkout_run, gen  # noqa: E402
 
 PAGE_SIZE = 500
 
@@ -98,16 +97,7 @@ def pages(cluster: gen.Cluster) -> list[tuple[str, bytes]]:
 
 
 def run_child(tree: Path, data: Path) -> dict[str, float]:
-    out = subprocess.run(
-        [bytecode.python(tree), "-c", CHILD, str(data)],
-        cwd=tree,
-        env=bytecode.env(tree),
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    return checkout_run.json_result("bench_api_decode", tree, ["-c", CHILD, data])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--endpoints", type=int, default=10)
     args = p.parse_args(argv)
     trees = [("head", ROOT), ("base", args.base.resolve())]
-    for _, tree in trees:
-        bytecode.prepare(tree)
+    checkout_run.prepare(tree for _, tree in trees)
     cluster = gen.Cluster(services=args.services, endpoints=args.endpoints)
     figures: dict[str, list[dict[str, float]]] = {name: [] for name, _ in trees}
     with tempfile.TemporaryDirectory(prefix="nlpad-") as tmp:

@@ -57,7 +57,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import bytecode, gen  # noqa: E402
+from bench import checkout_run, gen  # noqa: E402
 from bench.bench_daemon import free_port, stamp  # noqa: E402
 from bench.bench_listeners import listener, sunreclaim_kib  # noqa: E402
 from bench.listeners import nftables_listeners  # noqa: E402
@@ -71,11 +71,6 @@ EVERY = 0.005
 WATCH_INTERVAL: float | None = None
 WATCH_MODE = "loop"
 """``--watch-interval``: the daemons' generation watch polls this often (``watch_interval.py``)."""
-
-
-def python(tree: Path) -> str:
-    venv = tree / ".venv" / "bin" / "python"
-    return str(venv) if venv.exists() else sys.executable
 
 
 class Sampler:
@@ -141,13 +136,11 @@ class Child:
             how = [str(ROOT / "bench" / "watch_interval.py"), str(WATCH_INTERVAL), WATCH_MODE]
         else:
             how = ["-m", "nlproxy"]
-        self.proc = subprocess.Popen(
-            [python(tree), *how, "--log-format", "json", *argv],
+        self.proc = checkout_run.spawn(
+            tree,
+            [*how, "--log-format", "json", *argv],
             stderr=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
-            text=True,
-            cwd=tree,
-            env=bytecode.env(tree),
         )
         self.sampler = Sampler(self.proc.pid)
         self.lines: list[dict[str, Any]] = []
@@ -382,8 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         WATCH_MODE = "thread" if args.watch_thread else "loop"
     trees = [("head", ROOT)] + ([("base", args.base.resolve())] if args.base else [])
     runs = args.runs.split(",")
-    for _, tree in trees:
-        bytecode.prepare(tree)
+    checkout_run.prepare(tree for _, tree in trees)
     cluster = gen.Cluster(services=args.services, endpoints=args.endpoints)
     size = {"services": args.services, "endpoints": args.endpoints}
     api = ApiServer(token=TOKEN)

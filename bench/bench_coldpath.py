@@ -39,7 +39,6 @@ import argparse
 import gc
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -314,14 +313,16 @@ def after_commit_runs(
     c: gen.Cluster, manifests: Path, out: Any, rounds: int, base: Path | None
 ) -> None:
     """``after_commit`` rows (see the module): a child per round and checkout, interleaved."""
+    from bench import checkout_run
+
     here = Path(__file__).resolve().parent
     trees = [("this", here.parent)] + ([("base", base)] if base is not None else [])
+    checkout_run.prepare(tree for _, tree in trees)
     for r in range(rounds):
         for label, tree in trees:
-            argv = [sys.executable, "-c", _AFTER_COMMIT_CHILD, str(tree), str(here), str(manifests)]
+            argv = ["-c", _AFTER_COMMIT_CHILD, tree, here, manifests]
             load = os.getloadavg()
-            done = subprocess.run(argv, capture_output=True, text=True, check=True)
-            figs = json.loads(done.stdout.strip().splitlines()[-1])
+            figs = checkout_run.json_result("bench_coldpath", tree, argv)
             rec = _record("after_commit", c, "json", "cold", figs)
             rec.update(tree=label, round=r, loadavg=[round(x, 2) for x in load])
             out.write(json.dumps(rec) + "\n")

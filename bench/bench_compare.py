@@ -31,14 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import gen  # noqa: E402
+from bench.bytecode import python  # noqa: E402
 from tests.netns import namespace, sh  # noqa: E402
 
 FLAGS = ["--node-name", gen.NODE_NAME, "--cluster-cidr", str(gen.CLUSTER_CIDR)]
-
-
-def python(tree: Path) -> str:
-    venv = tree / ".venv" / "bin" / "python"
-    return str(venv) if venv.exists() else sys.executable
 
 
 def one(tree: Path, ns: str, manifests: Path) -> tuple[dict[str, float], str]:

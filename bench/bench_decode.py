@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import struct
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -142,18 +140,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         print(json.dumps(one_run(args.elements, args.flows)))
         return 0
+    sys.path.append(str(REPO))
+    from bench import checkout_run
+
     sizes = ["--elements", str(args.elements), "--flows", str(args.flows)]
     trees = {"base": args.base.resolve(), "this": REPO}
+    checkout_run.prepare(trees.values())
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     for r in range(args.rounds):
         # paired rounds, the order alternating: a load that comes and goes hits both sides
         for name, tree in sorted(trees.items(), reverse=r % 2 == 1):
-            env = {**os.environ, "PYTHONPATH": str(tree)}
-            out = subprocess.run(
-                [sys.executable, __file__, "--base", str(tree), "--one", *sizes],
-                env=env, cwd=tree, check=True, capture_output=True, text=True,
-            )  # fmt: skip
-            runs[name].append(json.loads(out.stdout))
+            argv = [Path(__file__).resolve(), "--base", tree, "--one", *sizes]
+            runs[name].append(checkout_run.json_result("bench_decode", tree, argv, path=[tree]))
     for path in runs["this"][0]:
         base = statistics.median(r[path] for r in runs["base"])
         this = statistics.median(r[path] for r in runs["this"])

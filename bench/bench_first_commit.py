@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -197,24 +196,14 @@ def run(services: int, endpoints: int, pause: float, size_hint: int) -> dict[str
 
 
 def child(tree: Path, args: argparse.Namespace, size_hint: int) -> dict[str, Any]:
-    """:func:`run` in a child process with ``tree``'s code first on ``sys.path``."""
-    python = tree / ".venv" / "bin" / "python"
-    argv = [
-        str(python if python.exists() else sys.executable),
-        str(HERE),
-        "--child",
-        str(tree),
-        "--services",
-        str(args.services),
-        "--endpoints",
-        str(args.endpoints),
-        "--pause",
-        str(args.pause),
-        "--size-hint",
-        str(size_hint),
-    ]
-    out = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=600)
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    """:func:`run` in a child process of ``tree`` (its ``python``, from bytecode) with ``tree``'s
+    code first on ``sys.path``."""
+    from bench import checkout_run
+
+    argv = [HERE, "--child", tree, "--services", str(args.services)]
+    argv += ["--endpoints", str(args.endpoints), "--pause", str(args.pause)]
+    argv += ["--size-hint", str(size_hint)]
+    return checkout_run.json_result("bench_first_commit", tree, argv, timeout=600)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
         trees.append(("head+size-hint", here, args.size_hint))
     if args.base is not None:
         trees.append(("base", args.base.resolve(), 0))
+    sys.path.append(str(here))
+    from bench import checkout_run
+
+    checkout_run.prepare(tree for _, tree, _ in trees)
     for rnd in range(args.rounds):
         figs: dict[str, dict[str, Any]] = {}
         for name, tree, hint in trees if rnd % 2 == 0 else trees[::-1]:

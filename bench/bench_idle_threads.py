@@ -38,7 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import gen  # noqa: E402
+from bench import checkout_run, gen  # noqa: E402
 from bench.bench_api_path import TICK, Child, daemon_args, pods_ns, populate  # noqa: E402
 from bench.bench_daemon import stamp  # noqa: E402
 from tests.kube.apiserver import ApiServer  # noqa: E402
@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=300.0)
     args = p.parse_args(argv)
     trees = [("head", ROOT)] + ([("base", args.base.resolve())] if args.base else [])
+    checkout_run.prepare(tree for _, tree in trees)
     cluster = gen.Cluster(services=args.services, endpoints=args.endpoints)
     api = ApiServer(token=TOKEN)
     api.start()

@@ -41,7 +41,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -202,21 +201,24 @@ def _one(directory: Path) -> int:
 
 
 def _child(tree: Path, directory: Path) -> list[str]:
-    """The command of ``_one`` with ``tree``'s ``nlproxy`` (and its ``tests``): first on the
-    path, and this checkout already on it (at its end), so that ``measure`` does not put this
-    checkout's first."""
+    """The arguments of ``tree``'s ``python`` that run ``_one`` with ``tree``'s ``nlproxy`` (and
+    its ``tests``) first on the path, and this checkout already on it (at its end), so that
+    ``measure`` does not put this checkout's first."""
     start = (
         "import runpy, sys; "
         f"sys.path[:0] = [{str(tree)!r}, {str(REPO / 'bench')!r}]; sys.path.append({str(REPO)!r}); "
         f"sys.argv = [{__file__!r}, '--one', {str(directory)!r}]; "
         f"runpy.run_path({__file__!r}, run_name='__main__')"
     )
-    return [sys.executable, "-c", start]
+    return ["-c", start]
 
 
 def side_by_side(c: gen.Cluster, inputs: list[str], base: Path, rounds: int) -> int:
     """Each input's typed-path stages from ``base`` and from this checkout, rounds paired."""
+    from bench import checkout_run
+
     trees = {"base": base.resolve(), "this": REPO}
+    checkout_run.prepare(trees.values())
     with tempfile.TemporaryDirectory(prefix="nlp-input-") as tmp:
         for name in inputs:
             directory = Path(tmp) / name
@@ -230,11 +232,7 @@ def side_by_side(c: gen.Cluster, inputs: list[str], base: Path, rounds: int) -> 
                 for which, tree in sorted(trees.items(), reverse=n % 2 == 1):
                     log(f"{name} {which} round {n}")
                     loads.append(os.getloadavg()[0])
-                    out = subprocess.run(
-                        _child(tree, directory),
-                        cwd=tree, check=True, capture_output=True, text=True,
-                    )  # fmt: skip
-                    figs = json.loads(out.stdout.splitlines()[-1])
+                    figs = checkout_run.json_result("bench_input", tree, _child(tree, directory))
                     if figs.pop("tree") != str(tree):
                         raise SystemExit(f"bench_input: the {which} run did not use {tree}")
                     runs[which].append(figs)

@@ -12,6 +12,8 @@ bridge, 16 pods blackholed), the monitor of ``inspect/reachability.py``:
   beyond the plan it was given).
 
 Each timed stage gives CPU seconds (``time.process_time``); the record carries the load average.
+Each child is its tree's ``python`` importing that tree's ``nlproxy`` from bytecode
+(``checkout_run.py``).
 
     .venv/bin/python bench/bench_inspector.py --tree ../main --tree .
 """
@@ -23,7 +25,6 @@ import gc
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -125,16 +126,6 @@ def _child(manifests: Path, updates: int) -> dict[str, Any]:
     return out
 
 
-def _run_tree(tree: Path, manifests: Path, updates: int) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(HERE)])}
-    me = str(Path(__file__).resolve())
-    cmd = [sys.executable, me, "--child", str(manifests), "--updates", str(updates)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, cwd=tree)
-    if done.returncode != 0:
-        raise SystemExit(f"bench_inspector: tree {tree}: {done.stderr.strip()[-600:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--services", type=int, default=10000)
@@ -147,20 +138,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.child is not None:
         print(json.dumps(_child(args.child, args.updates)))
         return 0
-    sys.path.insert(0, str(HERE))
+    sys.path[:0] = [str(HERE), str(HERE.parent)]
     import gen
+
+    from bench import checkout_run
 
     trees = [t.resolve() for t in (args.tree or [HERE.parent])]
     c = gen.Cluster(services=args.services, endpoints=args.endpoints)
     size = {"services": c.services, "endpoints": c.endpoints}
     with tempfile.TemporaryDirectory(prefix="nlp-insp-") as tmp:
         gen.write_manifests(c, Path(tmp), "json")
-        for n in range(args.rounds):
-            for tree in trees:
-                rec = {"bench": "inspector", **size, "tree": str(tree), "round": n}
-                rec |= _run_tree(tree, Path(tmp), args.updates)
-                rec["loadavg"] = [round(x, 2) for x in os.getloadavg()]
-                print(json.dumps(rec), flush=True)
+        child = [Path(__file__).resolve(), "--child", tmp, "--updates", str(args.updates)]
+        runs = checkout_run.rounds("bench_inspector", trees, args.rounds, child, path=[HERE])
+        for n, i, figs in runs:
+            rec = {"bench": "inspector", **size, "tree": str(trees[i]), "round": n, **figs}
+            rec["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+            print(json.dumps(rec), flush=True)
     return 0
 
 

@@ -15,8 +15,9 @@ round (so trees compare side by side in one run on the same machine load):
 * ``free``: dropping the plan, the operations and the copy.
 
 Each stage gives wall and CPU seconds (``time.process_time``); the record carries the load
-average. ``--tree`` names the source trees (default: this one); each child imports ``nlproxy``
-from its tree, so ``--tree /work/main --tree .`` is the before/after of a change.
+average. ``--tree`` names the source trees (default: this one); each child is its tree's
+``python`` importing that tree's ``nlproxy`` from bytecode (``checkout_run.py``), so
+``--tree /work/main --tree .`` is the before/after of a change.
 
     .venv/bin/python bench/bench_plan.py --services 10000 --endpoints 10 --tree ../main --tree .
 """
@@ -27,7 +28,6 @@ import argparse
 import gc
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -125,15 +125,6 @@ def _count(ops: list[Any]) -> int:
     return sum(len(op.obj.keys) if hasattr(op.obj, "keys") else 1 for op in ops)
 
 
-def _run_tree(tree: Path, manifests: Path) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(HERE)])}
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(manifests)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False, cwd=tree)
-    if done.returncode != 0:
-        raise SystemExit(f"bench_plan: tree {tree}: {done.stderr.strip()[-600:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--services", type=int, default=10000)
@@ -145,22 +136,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.child is not None:
         print(json.dumps(_child(args.child)))
         return 0
-    sys.path.insert(0, str(HERE))
+    sys.path[:0] = [str(HERE), str(HERE.parent)]
     import gen
+
+    from bench import checkout_run
 
     trees = [t.resolve() for t in (args.tree or [HERE.parent])]
     c = gen.Cluster(services=args.services, endpoints=args.endpoints)
     size = {"services": c.services, "endpoints": c.endpoints}
+    records: list[list[dict[str, Any]]] = [[] for _ in trees]
     with tempfile.TemporaryDirectory(prefix="nlp-plan-") as tmp:
         gen.write_manifests(c, Path(tmp), "json")
-        records: list[list[dict[str, Any]]] = [[] for _ in trees]
-        for n in range(args.rounds):
-            for i, tree in enumerate(trees):
-                rec = {"bench": "plan_stages", **size, "tree": str(tree), "round": n}
-                rec |= _run_tree(tree, Path(tmp))
-                rec["loadavg"] = [round(x, 2) for x in os.getloadavg()]
-                records[i].append(rec)
-                print(json.dumps(rec), flush=True)
+        child = [Path(__file__).resolve(), "--child", tmp]
+        for n, i, figs in checkout_run.rounds("bench_plan", trees, args.rounds, child, path=[HERE]):
+            rec = {"bench": "plan_stages", **size, "tree": str(trees[i]), "round": n, **figs}
+            rec["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+            records[i].append(rec)
+            print(json.dumps(rec), flush=True)
     if len(trees) > 1:
         base = records[0]
         for tree, mine in zip(trees[1:], records[1:], strict=True):

@@ -28,7 +28,6 @@ import contextlib
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import threading
@@ -183,10 +182,12 @@ def daemon_idle(tree: Path, kubeconfig: Path, seconds: float, interval: float) -
 
 def daemons(args: argparse.Namespace) -> None:
     from bench import bench_api_path as api_path
+    from bench import checkout_run
     from tests.kube.apiserver import ApiServer
     from tests.kube.conftest import TOKEN, write_kubeconfig
 
     trees = [("head", ROOT)] + ([("base", args.base.resolve())] if args.base else [])
+    checkout_run.prepare(tree for _, tree in trees)
     cluster = gen.Cluster(services=args.services, endpoints=args.endpoints)
     api = ApiServer(token=TOKEN)
     api.start()
@@ -222,27 +223,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args.child[0], args.child[1], args.seconds, args.interval)
         return 0
+    from bench import checkout_run
+
+    checkout_run.prepare([ROOT])
+    timing = ["--seconds", str(args.seconds), "--interval", str(args.interval)]
     with namespace("wi") as ns:
         for r in range(args.rounds):
             modes = MODES[r % len(MODES) :] + MODES[: r % len(MODES)]
             for mode in modes:
-                out = subprocess.run(
-                    [
-                        sys.executable,
-                        __file__,
-                        "--seconds",
-                        str(args.seconds),
-                        "--interval",
-                        str(args.interval),
-                        "--child",
-                        mode,
-                        ns,
-                    ],
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                ).stdout
-                fig = json.loads(out.strip().splitlines()[-1])
+                argv = [Path(__file__).resolve(), *timing, "--child", mode, ns]
+                fig = checkout_run.json_result("bench_watch_idle", ROOT, argv)
                 fig.update(round=r, load=os.getloadavg()[0], listeners=nftables_listeners())
                 print(json.dumps(fig), flush=True)
     return 0

@@ -136,31 +136,33 @@ def _wait_dump(path: str, timeout: float = 120) -> None:
     time.sleep(0.5)
 
 
-def _daemon(cmd: list[str], tree: Path) -> Any:
-    """A daemon under this module, its log lines collected (``Child`` runs ``python -m
-    nlproxy``; imported here, not in the daemon under it, which would then hold the bench's
+def _daemon(args: list[str], tree: Path) -> Any:
+    """A daemon of ``tree`` under this module, its log lines collected (``Child`` runs ``python
+    -m nlproxy``; imported here, not in the daemon under it, which would then hold the bench's
     modules too)."""
+    from bench import checkout_run
     from bench.bench_api_path import Child
 
     class _Daemon(Child):
-        def __init__(self, cmd: list[str]) -> None:
-            self.proc = subprocess.Popen(
-                cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, cwd=tree
+        def __init__(self, args: list[str]) -> None:
+            self.proc = checkout_run.spawn(
+                tree, args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL
             )
             self.lines, self.tail = [], []
             self.cond = threading.Condition()
             self._reader = threading.Thread(target=self._read, daemon=True)
             self._reader.start()
 
-    return _Daemon(cmd)
+    return _Daemon(args)
 
 
 def drive(out: Path, services: int, endpoints: int, settle: float, trace: int, tree: Path) -> None:
-    from bench import gen
-    from bench.bench_api_path import daemon_args, pods_ns, populate, python
+    from bench import checkout_run, gen
+    from bench.bench_api_path import daemon_args, pods_ns, populate
     from tests.kube.apiserver import ApiServer
     from tests.kube.conftest import TOKEN, write_kubeconfig
 
+    checkout_run.prepare([tree])
     cluster = gen.Cluster(services=services, endpoints=endpoints)
     api = ApiServer(token=TOKEN)
     api.start()
@@ -169,8 +171,7 @@ def drive(out: Path, services: int, endpoints: int, settle: float, trace: int, t
         with tempfile.TemporaryDirectory(prefix="nlpmp-") as tmp, pods_ns() as ns:
             kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", api)
             argv = [str(Path(__file__).resolve()), "--child", str(out), str(trace)]
-            cmd = [python(tree), *argv, "--log-format", "json", *daemon_args(ns, kubeconfig)]
-            c = _daemon(cmd, tree)
+            c = _daemon([*argv, "--log-format", "json", *daemon_args(ns, kubeconfig)], tree)
             try:
                 c.first("sync.applied", 300)
                 c.proc.send_signal(signal.SIGUSR1)
