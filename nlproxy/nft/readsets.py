@@ -177,19 +177,22 @@ def walked(set_name: str, listed: int, distinct: int) -> None:
         )
 
 
-def _identity(e: _RawElem) -> tuple[bytes, bytes | None, int]:
-    """What tells one element of a set from another: its key, and in an interval set its end
-    (a range's, or an end element's flag beside the start with the same key)."""
-    return e.key, e.key_end, e.flags & NFT_SET_ELEM_INTERVAL_END
-
-
 def _walked_raw(rs: RawSet, raw: list[_RawElem]) -> None:
     """:func:`walked` for the elements of ``rs`` as parsed, unless ``rs`` is a dynamic set: the
     packet path adds to and refreshes those at any time, without a generation, so a read of one
     in a whole table is as of no one moment anyway (the diff leaves their elements alone), and
-    one busy with new clients would fail every read-back of the table."""
-    if not rs.flags & SetFlag.EVAL:
-        walked(rs.name, len(raw), len({_identity(e) for e in raw}))
+    one busy with new clients would fail every read-back of the table.
+
+    An element is told from another by its key; in an interval set, by its key, its end and
+    whether it is an end element (which may share its key with the next range's start)."""
+    if rs.flags & SetFlag.EVAL:
+        return
+    if rs.flags & SetFlag.INTERVAL:
+        end = NFT_SET_ELEM_INTERVAL_END
+        distinct = len({(e.key, e.key_end, e.flags & end) for e in raw})
+    else:
+        distinct = len({e.key for e in raw})
+    walked(rs.name, len(raw), distinct)
 
 
 def elements_request(family: Family, table: str, set_name: str, seq: int) -> bytes:
