@@ -55,10 +55,10 @@ class Disturbed(Interrupted):
 
 
 SETTLE_S = 0.05
-"""The pause before the n-th read again of a disturbed set is n times this. The kernel's
-deferred resize of a hash set that a commit grew by 100k elements was over within 0.25 s of the
-commit in every measured case (one read of a large table outlasts it; a small set's read does
-not, and ten reads of one in a row could otherwise all meet it)."""
+"""The pause before the n-th read again of a disturbed set is n times this (0.5 s in all over
+the retries). The kernel's deferred resize of a hash map that a commit grew to 100k elements
+was over by the next read, 0.25 s after the commit, in every case measured: one read of a large
+table outlasts it, but reads of a small table in a row could all meet it."""
 
 
 def settle(attempt: int) -> None:

@@ -165,7 +165,9 @@ def walked(set_name: str, listed: int, distinct: int) -> None:
     load, or shrank it), or the packet path adds elements to it, the walk's order changes:
     elements sent already come again, and as many are never sent. The kernel flags a dump
     NLM_F_DUMP_INTR only when the ruleset's generation moves, which none of these does, so a
-    key listed twice is the sign (with nothing else changing, repeats equal omissions).
+    key listed twice is the sign (with nothing else changing, repeats equal omissions). An
+    element the kernel removes on its own (a timed-out one it collects) shifts the walk the
+    other way, leaving one out and repeating none: only sets with timeouts have those.
 
     Raises:
         Disturbed: a key was listed more than once (read the set again).
