@@ -21,9 +21,9 @@ from typing import TypeAlias
 
 from nlproxy.netlink.codec import NFGENMSG, spans
 from nlproxy.netlink.nlsock import NetfilterSocket
-from nlproxy.nft.dump import Interrupted, ReadbackError, messages
+from nlproxy.nft.dump import Disturbed, Interrupted, ReadbackError, messages, settle
 from nlproxy.nft.ir import DataType, Family, Value
-from nlproxy.nft.readsets import elements_request
+from nlproxy.nft.readsets import elements_request, walked
 from nlproxy.nft.uapi import (
     NFTA_COUNTER_BYTES,
     NFTA_COUNTER_PACKETS,
@@ -81,21 +81,31 @@ def _read_set(
     s: NetfilterSocket, family: Family, table: str, name: str, key: tuple[DataType, ...]
 ) -> Counts | None:
     decode = key_decoder(key)
-    for _ in range(_RETRIES):
+    why = "the ruleset changed during the dump"
+    for attempt in range(_RETRIES):
         seq = s.next_seq()
         out: Counts = {}
+        listed = 0
         try:
             for msg in messages(s, elements_request(family, table, name, seq), seq):
                 for raw_key, counter in _elements(msg.payload):
                     out[decode(raw_key)] = counter
-        except Interrupted:
+                    listed += 1
+            walked(name, listed, len(out))  # else some elements' counts are missing
+        except Disturbed as exc:
+            why = exc.why
+            if attempt + 1 < _RETRIES:
+                settle(attempt)
+            continue
+        except Interrupted as exc:
+            why = exc.why
             continue
         except OSError as exc:
             if exc.errno == errno.ENOENT:
                 return None
             raise ReadbackError(f"set {family} {table} {name}", str(exc)) from exc
         return out
-    raise ReadbackError(f"set {family} {table} {name}", "kept changing during the dump")
+    raise ReadbackError(f"set {family} {table} {name}", f"kept changing during the dump; {why}")
 
 
 def _elements(payload: bytes) -> Iterator[tuple[bytes, tuple[int, int]]]:

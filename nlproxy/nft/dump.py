@@ -2,14 +2,16 @@
 
 Sits under the read-back (``readback.py`` and ``readsets.py``): it builds GET requests with
 libnftnl (the ``_nftshim`` cffi module, imported on first use), runs them on a
-:class:`~nlproxy.netlink.nlsock.NetfilterSocket`, flags interrupted dumps, and hands back parsed
-libnftnl objects and their attributes as Python values. It only reads: it never sends anything
-that changes the kernel, and it knows nothing of the IR.
+:class:`~nlproxy.netlink.nlsock.NetfilterSocket`, flags interrupted dumps (the element dumps of
+``readsets.py`` flag the walks the kernel does not: :func:`~nlproxy.nft.readsets.walked`), and
+hands back parsed libnftnl objects and their attributes as Python values. It only reads: it
+never sends anything that changes the kernel, and it knows nothing of the IR.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -33,7 +35,35 @@ class ReadbackError(NlproxyError):
 
 
 class Interrupted(Exception):
-    """A dump reply carried NLM_F_DUMP_INTR: start again."""
+    """A dump to start again: a reply carried NLM_F_DUMP_INTR (the ruleset changed during it),
+    or a set's elements came back from a walk the kernel disturbed without saying so (a key
+    listed twice: ``readsets.walked``).
+
+    Args:
+        why: what was seen, for the error that names the object once the retries are spent.
+    """
+
+    def __init__(self, why: str = "the ruleset changed during the dump") -> None:
+        super().__init__(why)
+        self.why = why
+
+
+class Disturbed(Interrupted):
+    """A set's elements came back from a walk the kernel disturbed without flagging the dump
+    (``readsets.walked``): read them again, once the kernel's own work on the set is over
+    (:func:`settle`)."""
+
+
+SETTLE_S = 0.05
+"""The pause before the n-th read again of a disturbed set is n times this (0.5 s in all over
+the retries). The kernel's deferred resize of a hash map that a commit grew to 100k elements
+was over by the next read, 0.25 s after the commit, in every case measured: one read of a large
+table outlasts it, but reads of a small table in a row could all meet it."""
+
+
+def settle(attempt: int) -> None:
+    """Wait before read ``attempt + 1`` of a set whose walk was disturbed (:data:`SETTLE_S`)."""
+    time.sleep(SETTLE_S * (attempt + 1))
 
 
 @functools.cache

@@ -61,18 +61,22 @@ def read_clients(sock: NetfilterSocket, family: Family, table: str, m: Map) -> C
         packed key -> packed data; empty when the map (or table) is gone.
 
     Raises:
-        ReadbackError: the kernel refused the dump, or it kept changing under it.
+        ReadbackError: the kernel refused the dump, or it kept changing under it (a walk that
+            listed a client twice left as many out, and is read again: ``readsets.walked``).
     """
+    why = "the ruleset changed during the dump"
     for _ in range(_RETRIES):
         try:
             return read_pairs(sock, family, table, m.name)
-        except Interrupted:
-            continue
+        except Interrupted as exc:  # a commit, or new clients that moved the walk (no pause:
+            why = exc.why  # the packet path, not a commit's deferred work, moves these maps)
         except OSError as exc:
             if exc.errno == errno.ENOENT:
                 return {}
             raise ReadbackError(f"map {family} {table} {m.name}", exc.strerror or "") from exc
-    raise ReadbackError(f"map {family} {table} {m.name}", "the dump kept being interrupted")
+    raise ReadbackError(
+        f"map {family} {table} {m.name}", f"the dump kept being interrupted; last: {why}"
+    )
 
 
 def stale(clients: Clients, keep: Collection[bytes]) -> list[bytes]:

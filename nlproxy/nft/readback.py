@@ -24,6 +24,7 @@ from nlproxy.netlink.codec import NFGENMSG, NLM_F_ACK, NLM_F_DUMP, NLMSGHDR, spa
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.decode import RawExpr, SetInfo, UndecodableError, UndecodedRule, decode_rule
 from nlproxy.nft.dump import (
+    Disturbed,
     Interrupted,
     ReadbackError,
     dump,
@@ -36,6 +37,7 @@ from nlproxy.nft.dump import (
     nlh_of,
     parsed,
     request,
+    settle,
 )
 from nlproxy.nft.dynmap import read_clients
 from nlproxy.nft.ir import (
@@ -119,18 +121,28 @@ def at_one_generation(s: NetfilterSocket, what: str, read: Callable[[], _T]) -> 
     """``read()`` (dumps on ``s``), from the start again until no commit moved the ruleset's
     generation during it and no dump was interrupted: one consistent snapshot.
 
+    A set whose elements came back from a disturbed walk (``readsets.walked``) is read again
+    the same way, after a pause (``dump.settle``) for the kernel's work on it to end.
+
     Raises:
-        ReadbackError: naming ``what``, when it kept changing.
+        ReadbackError: naming ``what`` (and the set, when a walk was what kept failing), when
+            it kept changing.
     """
-    for _ in range(_RETRIES):
+    why = "the ruleset changed during the dump"
+    for attempt in range(_RETRIES):
         try:
             gen = generation(s)
             out = read()
             if generation(s) == gen:
                 return out
-        except Interrupted:
-            continue
-    raise ReadbackError(what, "ruleset kept changing during the dump")
+            why = "the ruleset changed during the dump"
+        except Disturbed as exc:
+            why = exc.why
+            if attempt + 1 < _RETRIES:
+                settle(attempt)
+        except Interrupted as exc:
+            why = exc.why
+    raise ReadbackError(what, f"kept changing during the dump; last: {why}")
 
 
 def read_table_once(s: NetfilterSocket, family: Family, name: str) -> Ruleset | None:

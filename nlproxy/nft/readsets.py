@@ -4,7 +4,8 @@ Sits under the read-back: ``readback.py`` dumps a table's sets through :func:`pa
 elements through :func:`read_elements`, and hands each set's :class:`RawSet` info to the rule
 decoder. Element bytes become IR values with ``values.py``; interval sets come back as the
 networks (or single values) that exactly cover each range. It only reads: it never changes the
-kernel, and never approximates what it cannot express (:class:`UndecodableError`).
+kernel, and never approximates what it cannot express (:class:`UndecodableError`), nor returns
+the elements of a walk the kernel disturbed (:func:`walked`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from nlproxy.netlink.codec import NFGENMSG, NLM_F_DUMP, span_map, spans
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.decode import SetInfo
 from nlproxy.nft.dump import (
+    Disturbed,
     get_bytes,
     get_str,
     messages,
@@ -153,6 +155,48 @@ class _RawElem(NamedTuple):
     comment: str
 
 
+def walked(set_name: str, listed: int, distinct: int) -> None:
+    """Check that a dump of set ``set_name`` that listed ``listed`` elements, ``distinct`` of
+    them different, came from an undisturbed walk.
+
+    The kernel sends a set's elements over many messages; for each it walks the set from the
+    start and skips as many as it sent already (``nft_rhash_walk``). When a hash set's table
+    is resized between two messages (deferred work after the commit that grew it past 75%
+    load, or shrank it), or the packet path adds elements to it, the walk's order changes:
+    elements sent already come again, and as many are never sent. The kernel flags a dump
+    NLM_F_DUMP_INTR only when the ruleset's generation moves, which none of these does, so a
+    key listed twice is the sign (with nothing else changing, repeats equal omissions). An
+    element the kernel removes on its own (a timed-out one it collects) shifts the walk the
+    other way, leaving one out and repeating none: only sets with timeouts have those.
+
+    Raises:
+        Disturbed: a key was listed more than once (read the set again).
+    """
+    if listed != distinct:
+        raise Disturbed(
+            f"set {set_name}: {listed - distinct} of {listed} elements listed twice (and as many"
+            " left out): its hash table moved during the dump"
+        )
+
+
+def _walked_raw(rs: RawSet, raw: list[_RawElem]) -> None:
+    """:func:`walked` for the elements of ``rs`` as parsed, unless ``rs`` is a dynamic set: the
+    packet path adds to and refreshes those at any time, without a generation, so a read of one
+    in a whole table is as of no one moment anyway (the diff leaves their elements alone), and
+    one busy with new clients would fail every read-back of the table.
+
+    An element is told from another by its key; in an interval set, by its key, its end and
+    whether it is an end element (which may share its key with the next range's start)."""
+    if rs.flags & SetFlag.EVAL:
+        return
+    if rs.flags & SetFlag.INTERVAL:
+        end = NFT_SET_ELEM_INTERVAL_END
+        distinct = len({(e.key, e.key_end, e.flags & end) for e in raw})
+    else:
+        distinct = len({e.key for e in raw})
+    walked(rs.name, len(raw), distinct)
+
+
 def elements_request(family: Family, table: str, set_name: str, seq: int) -> bytes:
     """The GETSETELEM dump request for the elements of one set."""
     _, lib = nftnl()
@@ -175,7 +219,8 @@ def read_elements(
     ``addrs`` shares IPv4 address objects across the sets of one read-back (see ``values.py``).
 
     Raises:
-        Interrupted: the ruleset changed during the dump.
+        Interrupted: the ruleset changed during the dump (:class:`Disturbed`: the walk was
+            disturbed, see :func:`walked`; never for a dynamic set).
         UndecodableError: an element the IR cannot express.
     """
     seq = s.next_seq()
@@ -183,6 +228,7 @@ def read_elements(
     layouts: Layouts = {}
     for msg in messages(s, elements_request(family, table, rs.name, seq), seq):
         raw.extend(_parse_elements(msg.payload, layouts))
+    _walked_raw(rs, raw)
     if rs.flags & SetFlag.INTERVAL:
         return _interval_elements(rs, raw)
     key = key_decoder(rs.key, addrs)
@@ -198,7 +244,8 @@ def read_set_elements(
     packed set cannot hold (a comment, a timeout, flags: another writer's elements).
 
     Raises:
-        Interrupted: the ruleset changed during the dump.
+        Interrupted: the ruleset changed during the dump, or (:class:`Disturbed`) the walk
+            was disturbed.
         UndecodableError: an element the IR cannot express.
     """
     if rs.anonymous or not packable(rs.ir):
@@ -210,14 +257,18 @@ def read_set_elements(
     records = [_plain_records(p, key_len, data_len) for p in payloads]
     # An empty set stays a plain one: its elements to come may carry comments.
     if all(r is not None for r in records) and any(r and r[0] for r in records):
+        own, listed = store.own(), 0
         for r in records:
             assert r is not None  # checked above
-            store.own().update(zip(*r, strict=True))
+            own.update(zip(*r, strict=True))
+            listed += len(r[0])
+        walked(rs.name, listed, len(own))  # a packable set is never a dynamic one
         return store
     raw: list[_RawElem] = []
     layouts: Layouts = {}
     for payload in payloads:
         raw.extend(_parse_elements(payload, layouts))
+    _walked_raw(rs, raw)
     plain = all(
         e.key_end is None
         and not e.flags
@@ -241,18 +292,23 @@ def read_pairs(s: NetfilterSocket, family: Family, table: str, set_name: str) ->
     decoding none: for a caller that compares data with bytes it packed (``dynmap.py``).
 
     Raises:
-        Interrupted: the ruleset changed during the dump.
+        Interrupted: the ruleset changed during the dump, or (:class:`Disturbed`) the walk
+            was disturbed: a dynamic set's, by the packet path too (see :func:`walked`).
     """
     seq = s.next_seq()
     layouts: Layouts = {}
     out: dict[bytes, bytes] = {}
+    listed = 0
     for msg in messages(s, elements_request(family, table, set_name, seq), seq):
         records = _records(msg.payload)
         if records is not None:
             out.update(zip(*records, strict=True))
+            listed += len(records[0])
             continue
-        for e in _parse_elements(msg.payload, layouts):
-            out[e.key] = e.data or b""
+        elements = _parse_elements(msg.payload, layouts)
+        out.update((e.key, e.data or b"") for e in elements)
+        listed += len(elements)
+    walked(set_name, listed, len(out))
     return out
 
 
