@@ -51,7 +51,12 @@ class Interrupted(Exception):
 class Disturbed(Interrupted):
     """A set's elements came back from a walk the kernel disturbed without flagging the dump
     (``readsets.walked``): read them again, once the kernel's own work on the set is over
-    (:func:`settle`)."""
+    (:func:`settle`).
+
+    ``seen`` is what the walk listed, where the reader keeps it (``readsets.read_pairs``): each
+    of those was in the set, only others are missing."""
+
+    seen: dict[bytes, bytes] | None = None
 
 
 SETTLE_S = 0.05

@@ -24,7 +24,7 @@ from functools import partial
 from nlproxy.errors import KernelError, NlproxyError
 from nlproxy.netlink.nlsock import NetfilterSocket
 from nlproxy.nft.backend import kernel_supports_destroy
-from nlproxy.nft.dump import Interrupted, ReadbackError
+from nlproxy.nft.dump import Disturbed, Interrupted, ReadbackError
 from nlproxy.nft.ir import Element, Family, Map, Operation, Value, Verb
 from nlproxy.nft.readsets import read_pairs
 from nlproxy.nft.values import Packer, key_decoder
@@ -60,20 +60,31 @@ def read_clients(sock: NetfilterSocket, family: Family, table: str, m: Map) -> C
     Returns:
         packed key -> packed data; empty when the map (or table) is gone.
 
+    A map the packet path keeps adding clients to may disturb every walk of it (each then
+    lists some clients twice and leaves as many out: ``readsets.walked``): after the retries,
+    what the reads listed together is returned. Each of those clients was in the map, and
+    a client the reads left out is one the next read may find: a caller that deletes clients
+    reads again (:func:`forget_stale`).
+
     Raises:
-        ReadbackError: the kernel refused the dump, or it kept changing under it (a walk that
-            listed a client twice left as many out, and is read again: ``readsets.walked``).
+        ReadbackError: the kernel refused the dump, or commits kept interrupting it.
     """
     why = "the ruleset changed during the dump"
+    seen: dict[bytes, bytes] = {}
     for _ in range(_RETRIES):
         try:
             return read_pairs(sock, family, table, m.name)
-        except Interrupted as exc:  # a commit, or new clients that moved the walk (no pause:
-            why = exc.why  # the packet path, not a commit's deferred work, moves these maps)
+        except Disturbed as exc:  # new clients moved the walk (no pause: the packet path, not
+            why = exc.why  # a commit's deferred work, moves these maps)
+            seen.update(exc.seen or {})
+        except Interrupted as exc:  # a commit
+            why = exc.why
         except OSError as exc:
             if exc.errno == errno.ENOENT:
                 return {}
             raise ReadbackError(f"map {family} {table} {m.name}", exc.strerror or "") from exc
+    if seen:
+        return seen
     raise ReadbackError(
         f"map {family} {table} {m.name}", f"the dump kept being interrupted; last: {why}"
     )

@@ -308,7 +308,11 @@ def read_pairs(s: NetfilterSocket, family: Family, table: str, set_name: str) ->
         elements = _parse_elements(msg.payload, layouts)
         out.update((e.key, e.data or b"") for e in elements)
         listed += len(elements)
-    walked(set_name, listed, len(out))
+    try:
+        walked(set_name, listed, len(out))
+    except Disturbed as exc:
+        exc.seen = out
+        raise
     return out
 
 

@@ -179,3 +179,36 @@ def test_clients_learned_during_a_read_of_their_map_leave_none_out(
     assert not missing, f"{len(missing)} of {len(before)} clients left out"
     assert sock.element_dumps > 1  # the disturbed walk was read again
     assert len(got) == 18_000
+
+
+class AlwaysPausingSocket(PausingSocket):
+    """A :class:`PausingSocket` whose every element dump has ``meanwhile()`` after its first
+    message (a map the packet path keeps growing through every read of it)."""
+
+    def __init__(self, netns: str, meanwhile: Callable[[], None]) -> None:
+        super().__init__(netns, meanwhile)
+        self.each = meanwhile
+
+    def dump(self, request: bytes, seq: int) -> Iterator[Message]:
+        self.meanwhile = self.each
+        return super().dump(request, seq)
+
+
+def test_a_map_whose_every_read_is_disturbed_gives_the_clients_the_reads_saw(
+    make_netns: Callable[[str], str],
+) -> None:
+    """New clients during each of the reads: every walk lists some twice and leaves as many
+    out. What forgets stale clients still gets the clients the reads listed, each one in the
+    map, instead of an error that would leave every stale client in place."""
+    ns = make_netns("walkbusy")
+    load_nft(ns, CLIENTS_TABLE)
+    learn(ns, 10_000, 6_000)
+    ports = iter(range(20_000, 65_000, 8_000))
+    with closing(AlwaysPausingSocket(ns, lambda: learn(ns, next(ports), 8_000))) as sock:
+        got = read_clients(sock, Family.IP, T.name, CLIENTS)
+        assert sock.element_dumps == 5  # each read disturbed
+    with closing(NetfilterSocket(ns)) as plain:
+        final = read_clients(plain, Family.IP, T.name, CLIENTS)
+    assert len(final) == 6_000 + 5 * 8_000
+    assert got.keys() <= final.keys()
+    assert len(got) > 6_000  # clients learned during the reads are in them too
