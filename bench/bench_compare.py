@@ -6,8 +6,9 @@ kube-proxy's nftables ruleset for it (``gen.nft_text``, the 1.36 shape, or ``--s
 loaded into one fresh namespace. Then, for each round, this checkout and ``--base DIR`` (their
 order swapped every round) each run ``nlproxy --netns NS compare --manifests … --json`` in a
 child of their own: the read of kube-proxy's table, the plan, and one trace per probe through
-both rulesets. Figures, per tree (medians over the rounds): ``cpu_s`` (user + system of the
-child), ``wall_s``; then ``ratio`` (this / base) and ``same_output`` (the two trees' JSON
+both rulesets. Each child runs its checkout from compiled bytecode (``checkout_run``), as an
+installed nlproxy does. Figures, per tree (medians over the rounds): ``cpu_s`` (user + system
+of the child), ``wall_s``; then ``ratio`` (this / base) and ``same_output`` (the two trees' JSON
 certificates are equal: a faster tracer that answers differently is no faster tracer).
 
     .venv/bin/python bench/bench_compare.py --base ../wt-base --services 2000 --endpoints 10
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import statistics
 import subprocess
@@ -30,8 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import gen  # noqa: E402
-from bench.bytecode import python  # noqa: E402
+from bench import checkout_run, gen  # noqa: E402
 from tests.netns import namespace, sh  # noqa: E402
 
 FLAGS = ["--node-name", gen.NODE_NAME, "--cluster-cidr", str(gen.CLUSTER_CIDR)]
@@ -42,9 +41,9 @@ def one(tree: Path, ns: str, manifests: Path) -> tuple[dict[str, float], str]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(
-        [python(tree), "-m", "nlproxy", "--netns", ns, "compare", "--manifests", str(manifests),
-         "--json", *FLAGS],
-        cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True,
+        checkout_run.command(tree, ["-m", "nlproxy", "--netns", ns, "compare", "--manifests",
+                                    manifests, "--json", *FLAGS]),
+        cwd=tree, env=checkout_run.environ(tree, [tree]), capture_output=True, text=True,
         check=False,
     )  # fmt: skip
     wall = time.perf_counter() - start
@@ -67,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     trees = {"base": args.base.resolve(), "this": ROOT}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     outputs: dict[str, set[str]] = {name: set() for name in trees}
+    checkout_run.prepare(trees.values())  # both from bytecode, as installed: no compile counted
     with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp, namespace("bcmp") as ns:
         manifests = Path(tmp) / "cluster"
         gen.write_manifests(cluster, manifests)

@@ -39,7 +39,7 @@ def prepare(trees: Iterable[Path]) -> None:
     Raises:
         ChildFailed: a checkout's module did not compile.
     """
-    for tree in dict.fromkeys(trees):
+    for tree in dict.fromkeys(t.resolve() for t in trees):
         try:
             bytecode.prepare(tree)
         except RuntimeError as e:
@@ -47,16 +47,19 @@ def prepare(trees: Iterable[Path]) -> None:
 
 
 def command(tree: Path, args: Sequence[str | Path]) -> list[str]:
-    """``tree``'s interpreter with ``args`` (a script and its flags, ``-c CODE ...``, ``-m``)."""
-    return [bytecode.python(tree), *map(str, args)]
+    """``tree``'s interpreter with ``args`` (a script and its flags, ``-c CODE ...``, ``-m``).
+    Paths come out absolute: the child starts in ``tree``, where a relative one means another
+    place."""
+    absolute = (a.resolve() if isinstance(a, Path) else a for a in args)
+    return [bytecode.python(tree.resolve()), *map(str, absolute)]
 
 
 def environ(tree: Path, path: Sequence[Path] = ()) -> dict[str, str]:
     """The child's environment: ``tree``'s bytecode cache, and ``path`` first on its
     ``sys.path`` (``PYTHONPATH``) where the child does not put its checkout there itself."""
-    env = bytecode.env(tree)
+    env = bytecode.env(tree.resolve())
     if path:
-        env["PYTHONPATH"] = os.pathsep.join(str(p) for p in path)
+        env["PYTHONPATH"] = os.pathsep.join(str(p.resolve()) for p in path)
     return env
 
 
@@ -75,6 +78,7 @@ def json_result(
         ChildFailed: the child exited non-zero, ran past ``timeout`` seconds, or its last line
             is not a JSON object; the message starts with ``name`` (the bench).
     """
+    tree = tree.resolve()
     try:
         done = subprocess.run(
             command(tree, args),
@@ -121,4 +125,5 @@ def spawn(tree: Path, args: Sequence[str | Path], **popen: Any) -> subprocess.Po
     """Start ``args`` with ``tree``'s interpreter in ``tree``, from bytecode, and return it
     (a daemon its bench reads and stops); ``popen`` are ``Popen``'s other arguments (its
     streams: text mode is set)."""
+    tree = tree.resolve()
     return subprocess.Popen(command(tree, args), cwd=tree, env=environ(tree), text=True, **popen)
