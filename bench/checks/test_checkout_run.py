@@ -101,3 +101,18 @@ def test_spawn_starts_the_checkouts_python_in_it(tmp_path: Path) -> None:
     assert proc.returncode == 0
     assert f'"cwd": "{tree}"' in out
     assert f'"nlproxy": "{tree / "nlproxy" / "__init__.py"}"' in out
+
+
+def test_a_checkout_given_by_a_relative_path_runs_from_where_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child starts in its checkout: a path relative to the bench's directory (``--base
+    wt-base``) means another place there, so the child's paths are made absolute."""
+    tree = _checkout(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    here = Path(tree.name)
+    got = checkout_run.json_result("test", here, ["-c", REPORT, here], path=[here])
+    assert got["cwd"] == str(tree)
+    assert got["argv"] == [str(tree)]
+    assert got["path"] == str(tree)
+    assert got["pycache"] == bytecode.env(tree)["PYTHONPYCACHEPREFIX"]
