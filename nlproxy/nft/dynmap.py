@@ -62,9 +62,9 @@ def read_clients(sock: NetfilterSocket, family: Family, table: str, m: Map) -> C
 
     A map the packet path keeps adding clients to may disturb every walk of it (each then
     lists some clients twice and leaves as many out: ``readsets.walked``): after the retries,
-    what the reads listed together is returned. Each of those clients was in the map, and
-    a client the reads left out is one the next read may find: a caller that deletes clients
-    reads again (:func:`forget_stale`).
+    what the reads listed together is returned. Each of those clients was in the map; a stale
+    client every read left out stays mapped until a later forgetting finds it or it times out
+    (before, one disturbed read was taken as whole).
 
     Raises:
         ReadbackError: the kernel refused the dump, or commits kept interrupting it.
