@@ -1,0 +1,171 @@
+"""A kubeconfig as ``run`` takes it, and as the ``kubernetes`` package's loader merges it.
+
+``run`` takes one file (kube-proxy's ``--kubeconfig`` and ``clientConnection.kubeconfig`` are
+client-go's explicit path): the name as written, no ``~`` expanded and no ``:``-joined list
+merged; :func:`opened` says why one cannot be opened, for ``run`` and ``preflight`` alike. The
+loader (``KubeConfigMerger``), which the client is built with, expands ``~`` and merges
+``a:b``: the first entry of a name wins, in a file and across files; each file that sets
+``current-context`` replaces the one before, so the last one names the current context (unlike
+``kubectl``, whose first file wins); a file that does not exist is skipped. :func:`merged`
+reads a kubeconfig so, for what nlproxy must know beside the loader: the current context's
+user (``token_file``) and its server (:func:`server_of`), each naming the file that defines
+it.
+
+Only the standard library at import (``run``'s start-up check calls :func:`opened` before the
+client is loaded); ``yaml`` is imported when a file is read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from nlproxy.errors import ConfigError
+
+LISTED = " (one file; a ':'-joined list is not merged)"
+HOME = " (one file, named as written: a '~' is not expanded)"
+
+
+def opened(path: str, where: str) -> None:
+    """Whether ``run`` can open its kubeconfig ``path``, given by ``where`` (a flag or field).
+
+    Raises:
+        ConfigError: it cannot, naming ``where`` and the file, and why: a ``:``-joined list or
+            a ``~`` is said to be taken as one file name (kube-proxy's reading).
+    """
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        hint = LISTED if ":" in path else HOME if path.startswith("~") else ""
+        raise ConfigError(where, f"{path}: {exc.strerror}{hint}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Merged:
+    """A kubeconfig's files merged as the loader merges them.
+
+    Attributes:
+        current: the ``current-context`` of the last file that sets one (None: none does).
+        contexts, clusters, users: each name's section (``context``, ``cluster``, ``user``)
+            with the file that defines it, the first definition of a name winning.
+    """
+
+    current: Any
+    contexts: dict[str, tuple[str, Any]]
+    clusters: dict[str, tuple[str, Any]]
+    users: dict[str, tuple[str, Any]]
+
+
+def merged(kubeconfig: str) -> Merged | None:
+    """``kubeconfig`` (a file, or files joined by ``:``) read and merged as the loader reads
+    it: ``~`` expanded, a file that does not exist skipped; None when none exists.
+
+    Raises:
+        ConfigError: a file that exists cannot be read, is not YAML, is empty or is not a
+            mapping, as the loader refuses it (names the file).
+    """
+    import yaml
+
+    found = Merged(None, {}, {}, {})
+    seen = False
+    for part in kubeconfig.split(":"):
+        path = os.path.abspath(os.path.expanduser(part)) if part else ""
+        if not path or not os.path.exists(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = yaml.safe_load(f)
+        except OSError as exc:
+            raise ConfigError(f"kubeconfig {path}", exc.strerror or str(exc)) from exc
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            why = " ".join(str(exc).split())
+            raise ConfigError(f"kubeconfig {path}", f"not YAML: {why}") from exc
+        if doc is None:
+            raise ConfigError(f"kubeconfig {path}", "the file is empty")
+        if not isinstance(doc, dict):
+            raise ConfigError(f"kubeconfig {path}", "not a YAML mapping")
+        seen = True
+        for kind, into in (
+            ("context", found.contexts),
+            ("cluster", found.clusters),
+            ("user", found.users),
+        ):
+            for name, entry in _entries(doc.get(f"{kind}s")):
+                into.setdefault(name, (path, entry.get(kind)))
+        if "current-context" in doc:
+            found = Merged(doc["current-context"], found.contexts, found.clusters, found.users)
+    return found if seen else None
+
+
+def _entries(entries: Any) -> list[tuple[str, dict[str, Any]]]:
+    """A kubeconfig list's named entries, with their names (other entries are no one's)."""
+    if not isinstance(entries, list):
+        return []
+    return [
+        (e["name"], e) for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)
+    ]
+
+
+def server_of(kubeconfig: str, context: str | None = None) -> str:
+    """The API server URL of ``context`` (default: the current context) in ``kubeconfig``,
+    read as the loader reads it (:func:`merged`).
+
+    Raises:
+        ConfigError: no file, no current context, a context or cluster not defined, or a
+            cluster without a ``server`` (named with the file that defines it).
+    """
+    found = merged(kubeconfig)
+    where = f"kubeconfig {kubeconfig}"
+    if found is None:
+        none = "none of its files exists" if ":" in kubeconfig else "No such file or directory"
+        raise ConfigError(where, none)
+    name = context or found.current
+    if not isinstance(name, str) or not name:
+        raise ConfigError(where, "no current-context")
+    if name not in found.contexts:
+        raise ConfigError(where, f"current-context {name}: no context of that name")
+    path, ctx = found.contexts[name]
+    cluster = ctx.get("cluster") if isinstance(ctx, dict) else None
+    if not isinstance(cluster, str) or cluster not in found.clusters:
+        raise ConfigError(
+            f"kubeconfig {path}", f"context {name}: cluster {cluster}: no cluster of that name"
+        )
+    path, section = found.clusters[cluster]
+    server = section.get("server") if isinstance(section, dict) else None
+    if not isinstance(server, str) or not server:
+        raise ConfigError(f"kubeconfig {path}", f"cluster {cluster} has no server")
+    return server
+
+
+def user_of(kubeconfig: str, context: str | None) -> tuple[str, str, dict[str, Any]] | None:
+    """The file defining ``context``'s user (default: the current context's), the user's
+    name and its ``user`` section, read as :func:`merged` reads it; None when there is none
+    (or the files cannot be read: the loader says why).
+    """
+    try:
+        found = merged(kubeconfig)
+    except ConfigError:
+        return None
+    if found is None:
+        return None
+    ctx = found.contexts.get(_name(context or found.current), ("", None))[1]
+    name = _name(ctx.get("user")) if isinstance(ctx, dict) else ""
+    path, user = found.users.get(name, ("", None))
+    if not isinstance(user, dict) or not user:
+        return None
+    return path, name, user
+
+
+def _name(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def jwt_payload(token: str) -> str | None:
+    """The base64 payload of ``token`` when the loader takes it for a JWT (three URL-safe
+    parts, the middle one's length possible in base64), else None."""
+    parts = token.split(".")
+    if set("=+/") & set(token) or len(parts) != 3 or len(parts[1]) % 4 == 1:
+        return None
+    return parts[1]
