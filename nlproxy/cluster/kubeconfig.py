@@ -8,8 +8,8 @@ loader (``KubeConfigMerger``), which the client is built with, expands ``~`` and
 ``current-context`` replaces the one before, so the last one names the current context (unlike
 ``kubectl``, whose first file wins); a file that does not exist is skipped. :func:`merged`
 reads a kubeconfig so, for what nlproxy must know beside the loader: the current context's
-user (``token_file``) and its server (:func:`server_of`), each naming the file that defines
-it.
+user (``token_file``), its server (:func:`server_of`), and why the loader refused a user's
+``auth-provider`` (:func:`provider_problem`), each naming the file that defines it.
 
 Only the standard library at import (``run``'s start-up check calls :func:`opened` before the
 client is loaded); ``yaml`` is imported when a file is read.
@@ -17,8 +17,14 @@ client is loaded); ``yaml`` is imported when a file is read.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import importlib.util
+import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from nlproxy.errors import ConfigError
@@ -169,3 +175,60 @@ def jwt_payload(token: str) -> str | None:
     if set("=+/") & set(token) or len(parts) != 3 or len(parts[1]) % 4 == 1:
         return None
     return parts[1]
+
+
+def provider_problem(user: Mapping[str, Any], cause: str = "") -> str | None:
+    """What the loader cannot use in ``user``'s ``auth-provider`` (one it takes: ``gcp``, and
+    ``oidc`` with a ``config``), in words, or None when the shape is one it can use or passes
+    over. Called when the loader failed, to say why instead of its own words (a Python
+    ``KeyError`` or ``TypeError``, or a dump of the user's section); ``cause``, the loader's
+    error in short, is added where a token it would have refreshed is what failed."""
+    if "auth-provider" not in user:
+        return None
+    provider = user["auth-provider"]
+    if not isinstance(provider, dict):
+        return "auth-provider: not a mapping" if provider is None else None
+    name = provider.get("name")
+    config = provider.get("config")
+    if name == "gcp":
+        return _gcp_problem(config, cause)
+    if name != "oidc" or "config" not in provider:
+        return None
+    if not isinstance(config, dict):
+        return "auth-provider oidc: config is not a mapping"
+    token = config.get("id-token")
+    if token is None:
+        return "auth-provider oidc: config has no id-token"
+    if not isinstance(token, str):
+        return "auth-provider oidc: id-token is not a string"
+    payload = jwt_payload(token)
+    if payload is None:
+        return None
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (binascii.Error, ValueError):
+        claims = None
+    if not isinstance(claims, dict):
+        return "auth-provider oidc: id-token is not a JWT (its payload is no JSON object)"
+    exp = claims.get("exp")
+    if exp is not None and (not isinstance(exp, int | float) or isinstance(exp, bool)):
+        return f"auth-provider oidc: id-token: exp {exp!r} is not a number"
+    if exp is not None and exp <= datetime.now(UTC).timestamp():
+        return f"auth-provider oidc: id-token expired, and could not be refreshed{cause}"
+    return None
+
+
+def _gcp_problem(config: Any, cause: str) -> str:
+    """Why the loader refused a ``gcp`` provider: it sends ``access-token`` while ``expiry``
+    has not passed, and otherwise asks Google's libraries for a new one."""
+    if importlib.util.find_spec("google") is None:  # the loader then fails on None
+        cause = " (by google-auth, which is not installed)"
+    if not isinstance(config, dict) or "access-token" not in config:
+        return f"auth-provider gcp: no access-token, and none could be had{cause}"
+    expiry = config.get("expiry")
+    if expiry is not None:
+        try:
+            datetime.fromisoformat(str(expiry).replace("Z", "+00:00"))
+        except ValueError:
+            return f"auth-provider gcp: expiry {expiry!r} is not an RFC 3339 time"
+    return f"auth-provider gcp: access-token expired, and no new one could be had{cause}"
