@@ -51,7 +51,7 @@ from nlproxy.cluster.kube_http import (
     list_kind,
 )
 from nlproxy.cluster.kube_link import ApiLink, Backoff, Unavailable
-from nlproxy.cluster.kubeconfig import provider_problem, user_of
+from nlproxy.cluster.kubeconfig import checked, provider_problem, user_of
 from nlproxy.cluster.model import Change, Invalid, IPNetwork, Replace, Skip, Upsert
 from nlproxy.cluster.ratelimit import TokenBucket
 from nlproxy.cluster.sections import HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL
@@ -136,7 +136,7 @@ def api_client_from_config(
         # each with a "Retrying (Retry(total=...))" warning of urllib3's.
         cfg.retries = False
     except kube_client.ConfigException as exc:
-        raise ConfigError(f"kubeconfig {kubeconfig or '(in-cluster)'}", str(exc)) from exc
+        raise ConfigError(f"kubeconfig {kubeconfig or '(in-cluster)'}", _words(exc)) from exc
     except (OSError, yaml.YAMLError) as exc:
         # A file the kubeconfig names (a tokenFile, a certificate-authority) is named itself:
         # "kubeconfig X: No such file or directory" read as if X were missing.
@@ -175,6 +175,7 @@ def _load(
             catches and logs (``kube_client.plugin_failures``): there is nothing to send.
     """
     if kubeconfig is not None:
+        checked(kubeconfig, context, server=server is None)
         with kube_client.plugin_failures() as failed:
             try:
                 _load_kubeconfig(cfg, kubeconfig, context, server)
@@ -221,6 +222,16 @@ def _refused(kubeconfig: str, context: str | None, exc: Exception) -> Exception:
     if isinstance(exc, kube_client.ConfigException):
         return exc
     return kube_client.ConfigException(f"cannot be loaded ({type(exc).__name__}: {exc})")
+
+
+def _words(exc: Exception) -> str:
+    """The loader's error, its "File does not exist: NAME" (which it says of a directory too)
+    said as a file that cannot be opened is said elsewhere."""
+    text = str(exc)
+    name = text.removeprefix("File does not exist: ")
+    if name == text:
+        return text
+    return f"{name}: {'Is a directory' if os.path.isdir(name) else 'No such file or directory'}"
 
 
 def _cause(exc: Exception) -> str:

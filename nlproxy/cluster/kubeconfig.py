@@ -119,30 +119,71 @@ def server_of(kubeconfig: str, context: str | None = None) -> str:
     read as the loader reads it (:func:`merged`).
 
     Raises:
-        ConfigError: no file, no current context, a context or cluster not defined, or a
-            cluster without a ``server`` (named with the file that defines it).
+        ConfigError: what :func:`checked` refuses with ``server``.
     """
+    return _server(*_sections(kubeconfig, context))
+
+
+def checked(kubeconfig: str, context: str | None = None, *, server: bool = True) -> None:
+    """Refuse what the loader would refuse, or fail on, in the sections ``context`` (default:
+    the current context) picks, in one line naming the file that defines each (the loader's
+    own words dump a section, or are a Python ``TypeError``). ``server``: the cluster's
+    ``server`` is needed (no ``--master`` replaces it).
+
+    Raises:
+        ConfigError: no file; no current context, or no context of that name; a context, its
+            cluster or its user that is not a mapping; a cluster that is not defined; with
+            ``server``, a cluster without a ``server``, or one that is not a string.
+    """
+    sections = _sections(kubeconfig, context)
+    if server:
+        _server(*sections)
+
+
+def _sections(kubeconfig: str, context: str | None) -> tuple[str, str, dict[str, Any]]:
+    """The current context's cluster (the file defining it, its name, its section), once the
+    sections the loader reads on the way are checked (:func:`checked`)."""
     found = merged(kubeconfig)
     where = f"kubeconfig {kubeconfig}"
     if found is None:
         none = "none of its files exists" if ":" in kubeconfig else "No such file or directory"
         raise ConfigError(where, none)
     name = context or found.current
-    if not isinstance(name, str) or not name:
+    if name is None or name == "":
         raise ConfigError(where, "no current-context")
-    if name not in found.contexts:
+    if not isinstance(name, str) or name not in found.contexts:
         raise ConfigError(where, f"current-context {name}: no context of that name")
     path, ctx = found.contexts[name]
-    cluster = ctx.get("cluster") if isinstance(ctx, dict) else None
+    _mapping(path, f"context {name}", ctx)
+    cluster, user = ctx.get("cluster"), ctx.get("user")
     if not isinstance(cluster, str) or cluster not in found.clusters:
         raise ConfigError(
             f"kubeconfig {path}", f"context {name}: cluster {cluster}: no cluster of that name"
         )
+    if isinstance(user, str) and user in found.users:  # not defined: no user (the loader's)
+        user_path, section = found.users[user]
+        _mapping(user_path, f"user {user}", section)
     path, section = found.clusters[cluster]
-    server = section.get("server") if isinstance(section, dict) else None
-    if not isinstance(server, str) or not server:
+    _mapping(path, f"cluster {cluster}", section)
+    return path, cluster, section
+
+
+def _server(path: str, cluster: str, section: dict[str, Any]) -> str:
+    url = section.get("server")
+    if url is None or url == "":
         raise ConfigError(f"kubeconfig {path}", f"cluster {cluster} has no server")
-    return server
+    if not isinstance(url, str):
+        raise ConfigError(f"kubeconfig {path}", f"cluster {cluster}: server {url!r} is no URL")
+    return url
+
+
+def _mapping(path: str, what: str, section: Any) -> None:
+    """Raise ``ConfigError`` unless ``what``'s section (``context``, ``cluster``, ``user``)
+    is a mapping."""
+    if not isinstance(section, dict):
+        kind = what.split(" ", 1)[0]
+        why = "is empty" if section is None else "is not a mapping"
+        raise ConfigError(f"kubeconfig {path}", f"{what}: its {kind} {why}")
 
 
 def user_of(kubeconfig: str, context: str | None) -> tuple[str, str, dict[str, Any]] | None:

@@ -114,7 +114,7 @@ def test_a_user_is_taken_from_the_file_that_defines_it_first(tmp_path: Path) -> 
 
 
 GOOD = _doc(
-    clusters=[_cluster("c", "https://192.0.2.9:6443")],
+    clusters=[_cluster("c", "https://127.0.0.1:1")],
     contexts=[_context("x", "c")],
     users=USERS,
     **{"current-context": "x"},
@@ -127,7 +127,7 @@ BAD = [
     pytest.param("a: [b\n", "kubeconfig {p}: not YAML: ", id="not-yaml"),
     pytest.param(b"\xff: x\n", "kubeconfig {p}: not YAML: ", id="not-utf-8"),
     pytest.param(
-        _doc(clusters=[_cluster("c", "https://192.0.2.9")]),
+        _doc(clusters=[_cluster("c", "https://127.0.0.1:1")]),
         "kubeconfig {p}: no current-context",
         id="no-contexts",
     ),
@@ -142,9 +142,29 @@ BAD = [
         id="context-names-a-missing-cluster",
     ),
     pytest.param(
-        GOOD.replace("server: https://192.0.2.9:6443", "insecure-skip-tls-verify: true"),
+        GOOD.replace("server: https://127.0.0.1:1", "insecure-skip-tls-verify: true"),
         "kubeconfig {p}: cluster c has no server",
         id="cluster-without-server",
+    ),
+    pytest.param(
+        GOOD.replace("server: https://127.0.0.1:1", "server: 6443"),
+        "kubeconfig {p}: cluster c: server 6443 is no URL",
+        id="server-not-a-string",
+    ),
+    pytest.param(
+        GOOD.replace("context:\n    cluster: c\n    user: u", "context: null"),
+        "kubeconfig {p}: context x: its context is empty",
+        id="context-null",
+    ),
+    pytest.param(
+        GOOD.replace("user:\n    token: t", "user: null"),
+        "kubeconfig {p}: user u: its user is empty",
+        id="user-null",
+    ),
+    pytest.param(
+        GOOD.replace("current-context: x", "current-context: 5"),
+        "kubeconfig {p}: current-context 5: no context of that name",
+        id="current-context-a-number",
     ),
 ]
 
