@@ -236,14 +236,27 @@ def test_without_a_config_the_mode_comes_from_the_leftovers() -> None:
     assert pf.changes({}, None)[0].level is Level.OK
 
 
-def test_a_check_that_cannot_look_is_a_finding() -> None:
+@pytest.mark.parametrize(
+    ("exc", "why"),
+    [
+        pytest.param(OSError(2, "No such file or directory"), "No such file or directory",
+                     id="errno"),
+        pytest.param(OSError(2, "No such file or directory", "/proc/x"),
+                     "/proc/x: No such file or directory", id="errno-and-file"),
+        pytest.param(PermissionError(1, "Operation not permitted"),
+                     "Operation not permitted (it reads the kernel's state: run preflight as "
+                     "root)", id="not-root"),
+        pytest.param(ValueError("bad"), "bad", id="other"),
+    ],
+)  # fmt: skip
+def test_a_check_that_cannot_look_is_a_finding(exc: Exception, why: str) -> None:
+    """Said as the system says it: never Python's ``[Errno N]``."""
+
     def broken() -> list[pf.Finding]:
-        raise OSError(2, "No such file or directory")
+        raise exc
 
     assert pf.checked("kernel", broken) == [
-        pf.Finding(
-            "kernel", Level.FAIL, "could not be checked: [Errno 2] No such file or directory"
-        )
+        pf.Finding("kernel", Level.FAIL, f"could not be checked: {why}")
     ]
 
 
