@@ -4,6 +4,7 @@ tests/kernel/test_preflight.py."""
 
 from __future__ import annotations
 
+import os
 from ipaddress import ip_address, ip_network
 from pathlib import Path
 
@@ -282,3 +283,33 @@ def test_api_server_found_as_run_finds_it(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("NLPROXY_API_SERVER", "https://x:99999")
     (bad,) = pfa.api_server_findings(None, None, None, None, CIDRS)
     assert (bad.level, bad.text.startswith("NLPROXY_API_SERVER:")) == (Level.FAIL, True)
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "fifo", "not-utf-8"])
+def test_a_config_file_run_refuses_is_refused_in_runs_words(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+) -> None:
+    """``--config`` is read as ``run`` reads it: never Python's ``[Errno N] ...: '...'``, and a
+    FIFO is refused, not opened (the open would wait for a writer)."""
+    from nlproxy.cli import main
+
+    monkeypatch.delenv("NLPROXY_API_SERVER", raising=False)
+    path = tmp_path / "config.conf"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "not-utf-8":
+        path.write_bytes(b"\xff\xfe: x\n")
+    assert main(["run", "--config", str(path), "--hostname-override", "n1"]) == 2
+    (refusal,) = capsys.readouterr().err.splitlines()
+    assert refusal.startswith(f"nlproxy: config {path}: ")
+    assert main(["preflight", "--config", str(path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [x for x in lines if x.startswith("FAIL  config")] == [
+        f"FAIL  config      refused: {refusal.removeprefix('nlproxy: ')}"
+    ]
+    assert not [x for x in lines if "Errno" in x]
