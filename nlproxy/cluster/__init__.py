@@ -11,7 +11,9 @@ out; everything else goes on.
 - Sources (``source``: what the daemon is given):
   the Kubernetes API — ``kube`` (list + watch, relist on ``410 Gone``), ``kube_http`` (the
   requests, decoded from raw JSON), ``kube_link`` (retry delays, reachability, unreadable kinds),
-  ``ratelimit`` (the client's token bucket, ``--kube-api-qps``/``--kube-api-burst``);
+  ``ratelimit`` (the client's token bucket, ``--kube-api-qps``/``--kube-api-burst``),
+  ``kubeconfig`` (the file ``run`` opens, read and merged as the client's loader reads it:
+  the current context's server and user, why a user's ``auth-provider`` was refused);
   a directory of manifests — ``manifests`` (load YAML/JSON files), ``readdir`` (open them
   beneath the directory, regular files only), ``decode`` (their text to documents),
   ``fileobjects`` (one file's bytes to its objects), ``watchdir`` (reload on inotify, in a

@@ -20,9 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from nlproxy.cluster.kube_client import ConfigException, Configuration
+from nlproxy.cluster.kubeconfig import jwt_payload, user_of
 
 TOKEN_FILE_SECONDS = 60.0
 """How often a kubeconfig user's token file is read again."""
@@ -35,7 +34,7 @@ def token_file_of(kubeconfig: str, context: str | None) -> str | None:
 
     ``kubeconfig`` is read as the loader reads it: ``~`` expanded, several files joined by
     ``:`` merged with the first definition of a name winning and the last file's
-    ``current-context`` (:func:`user_of`). A user with both ``token`` and
+    ``current-context`` (``kubeconfig.user_of``). A user with both ``token`` and
     ``tokenFile`` is given the file's token, as kube-proxy's client reads it (the loader
     would send ``token``). A file that cannot be read is skipped: the loader loaded them.
     """
@@ -65,8 +64,7 @@ def provider_taken(user: dict[str, Any]) -> bool:
     token = config.get("id-token")
     if not isinstance(token, str):
         return True  # the loader fails on it: no tokenFile is read either
-    parts = token.split(".")
-    return not set("=+/") & set(token) and len(parts) == 3 and len(parts[1]) % 4 != 1
+    return jwt_payload(token) is not None
 
 
 def exec_plugin_of(kubeconfig: str, context: str | None) -> str | None:
@@ -83,53 +81,6 @@ def exec_plugin_of(kubeconfig: str, context: str | None) -> str | None:
     if not isinstance(plugin, dict) or first:
         return None
     return f"exec plugin {plugin.get('command')} of kubeconfig user {found[1]}"
-
-
-def user_of(kubeconfig: str, context: str | None) -> tuple[str, str, dict[str, Any]] | None:
-    """The file defining ``context``'s user (default: the current context's), the user's
-    name and its ``user`` section; None when there is none.
-
-    Merged as the loader's ``KubeConfigMerger`` merges ``a:b``: the first entry of a name
-    wins (in a file and across files), while each file that has a ``current-context``
-    replaces the one before, so the last file setting it names the current context.
-    """
-    current: Any = None
-    contexts: dict[Any, Any] = {}
-    users: dict[Any, tuple[str, Any]] = {}
-    for part in kubeconfig.split(":"):
-        path = os.path.abspath(os.path.expanduser(part)) if part else ""
-        try:
-            with open(path, encoding="utf-8") as f:
-                doc = yaml.safe_load(f)
-        except (OSError, yaml.YAMLError):
-            continue
-        if not isinstance(doc, dict):
-            continue
-        for name, entry in _entries(doc.get("contexts")):
-            contexts.setdefault(name, entry.get("context"))
-        for name, entry in _entries(doc.get("users")):
-            users.setdefault(name, (path, entry.get("user")))
-        if "current-context" in doc:
-            current = doc["current-context"]
-    ctx = contexts.get(_name(context or current))
-    name = _name(ctx.get("user")) if isinstance(ctx, dict) else ""
-    path, user = users.get(name, ("", None))
-    if not isinstance(user, dict) or not user:
-        return None
-    return path, name, user
-
-
-def _name(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _entries(entries: Any) -> list[tuple[str, dict[str, Any]]]:
-    """A kubeconfig list's named entries, with their names (other entries are no one's)."""
-    if not isinstance(entries, list):
-        return []
-    return [
-        (e["name"], e) for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)
-    ]
 
 
 class TokenFileRefresh:

@@ -19,6 +19,7 @@ from typing import Any
 
 from nlproxy import log
 from nlproxy.cluster import in_cluster
+from nlproxy.cluster.kubeconfig import opened
 from nlproxy.commands import _fastexit
 from nlproxy.config import DaemonConfig, Flags, Settings, build_settings
 from nlproxy.config.api_source import api_source
@@ -493,14 +494,9 @@ def _api_source_checked(cfg: DaemonConfig) -> DaemonConfig:
         log.warn("config.kubeconfig_missing", missing)
     if at.kubeconfig is not None:
         where = "clientConnection.kubeconfig" if cfg.kubeconfig_from_file else "--kubeconfig"
-        try:
-            with Path(at.kubeconfig).open("rb"):
-                pass
-        except OSError as exc:
-            # kube-proxy's kubeconfig is one file (client-go's explicit path, no KUBECONFIG
-            # list): a list is refused as a file that does not exist, saying so.
-            listed = " (one file; a ':'-joined list is not merged)" if ":" in at.kubeconfig else ""
-            raise ConfigError(where, f"{at.kubeconfig}: {exc.strerror}{listed}") from exc
+        # kube-proxy's kubeconfig is one file (client-go's explicit path, no KUBECONFIG list,
+        # no '~'): a list is refused as a file that does not exist, saying so.
+        opened(at.kubeconfig, where)
     if at.no_credentials:
         raise ConfigError("--kubeconfig", at.no_credentials)
     if at.fallback:

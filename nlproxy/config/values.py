@@ -126,8 +126,8 @@ def api_server_url(value: str, name: str) -> str:
         ConfigError: not a URL with a host, or a port outside 1..65535 (names ``name``).
     """
     text = value.strip()
-    url = urlsplit(text if "://" in text else f"https://{text}")
-    try:
+    try:  # an unclosed "[" of an IPv6 address is refused already by urlsplit
+        url = urlsplit(text if "://" in text else f"https://{text}")
         port = url.port
     except ValueError as exc:
         raise ConfigError(name, f"{value!r}: {exc}") from exc

@@ -28,14 +28,13 @@ from ipaddress import ip_network
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from nlproxy.config import (
     DaemonConfig,
     honoured_fields,
     load_kube_proxy_config,
     parse_networks,
 )
+from nlproxy.config.read import read_config as read_document
 from nlproxy.errors import ConfigError
 from nlproxy.inspect.foreign import Leftovers
 from nlproxy.netlink import netns
@@ -367,11 +366,13 @@ def read_route_localnet(netns_name: str | None) -> int | None:
 
 
 def read_config(path: Path) -> tuple[Mapping[str, Any], list[Finding], DaemonConfig | None]:
-    """The file's document, its translation, and its configuration when it loads."""
+    """The file's document, its translation, and its configuration when it loads; the file
+    read as ``run`` reads it (``config.read``: a regular file, bounded, one YAML document), so
+    a file it refuses is its refusal, in its words."""
     try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        return {}, [Finding("config", Level.FAIL, f"refused: config {path}: {exc}")], None
+        doc, _ = read_document(path)
+    except ConfigError as exc:
+        return {}, [Finding("config", Level.FAIL, f"refused: {exc}")], None
     loaded: list[DaemonConfig] = []
 
     def load() -> DaemonConfig:

@@ -9,16 +9,15 @@ from __future__ import annotations
 import errno
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from ipaddress import ip_address
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from nlproxy.cluster import in_cluster
+from nlproxy.cluster.kubeconfig import opened, server_of
 from nlproxy.config.api_source import api_source
 from nlproxy.config.values import API_SERVER_ENV
 from nlproxy.errors import ConfigError
@@ -81,28 +80,19 @@ def api_server(
     )
 
 
-def kubeconfig_server(path: str) -> str | None:
-    """The current context's API server URL in a kubeconfig.
+def kubeconfig_server(path: str, where: str = "--kubeconfig") -> str:
+    """The current context's API server URL in the kubeconfig ``run`` would load: one file,
+    named as written (``cluster.kubeconfig.opened``), read as the client's loader reads it.
+
+    Args:
+        where: the flag or field that names ``path``, in an error.
 
     Raises:
-        ConfigError: unreadable, or no server for the current context.
+        ConfigError: the file cannot be opened or used (names it), or has no server for the
+            current context.
     """
-    try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"kubeconfig {path}", str(exc)) from exc
-    if not isinstance(doc, Mapping):
-        raise ConfigError(f"kubeconfig {path}", "is not a YAML mapping")
-    current = doc.get("current-context")
-    contexts = {c.get("name"): c.get("context") or {} for c in doc.get("contexts") or []}
-    clusters = {c.get("name"): c.get("cluster") or {} for c in doc.get("clusters") or []}
-    cluster = contexts.get(current, {}).get("cluster")
-    if cluster is None and len(clusters) == 1:
-        cluster = next(iter(clusters))
-    server = clusters.get(cluster, {}).get("server")
-    if not isinstance(server, str):
-        raise ConfigError(f"kubeconfig {path}", f"no server for context {current!r}")
-    return server
+    opened(path, where)
+    return server_of(path)
 
 
 def try_connect(server: str, netns_name: str | None, timeout: float = 2.0) -> str:
@@ -170,7 +160,8 @@ def resolve_api_server(
     if at.api_server:
         server, source = at.api_server, "--api-server" if api_server_url else API_SERVER_ENV
     elif path:
-        server, source = kubeconfig_server(path), f"kubeconfig {path}:"
+        where = "clientConnection.kubeconfig" if cfg.kubeconfig_from_file else "--kubeconfig"
+        server, source = kubeconfig_server(path, where), f"kubeconfig {path}:"
     elif not at.no_credentials:
         server, source = in_cluster.server(), "in-cluster"
     return Resolved(

@@ -4,6 +4,7 @@ tests/kernel/test_preflight.py."""
 
 from __future__ import annotations
 
+import os
 from ipaddress import ip_address, ip_network
 from pathlib import Path
 
@@ -236,14 +237,27 @@ def test_without_a_config_the_mode_comes_from_the_leftovers() -> None:
     assert pf.changes({}, None)[0].level is Level.OK
 
 
-def test_a_check_that_cannot_look_is_a_finding() -> None:
+@pytest.mark.parametrize(
+    ("exc", "why"),
+    [
+        pytest.param(OSError(2, "No such file or directory"), "No such file or directory",
+                     id="errno"),
+        pytest.param(OSError(2, "No such file or directory", "/proc/x"),
+                     "/proc/x: No such file or directory", id="errno-and-file"),
+        pytest.param(PermissionError(1, "Operation not permitted"),
+                     "Operation not permitted (it reads the kernel's state: run preflight as "
+                     "root)", id="not-root"),
+        pytest.param(ValueError("bad"), "bad", id="other"),
+    ],
+)  # fmt: skip
+def test_a_check_that_cannot_look_is_a_finding(exc: Exception, why: str) -> None:
+    """Said as the system says it: never Python's ``[Errno N]``."""
+
     def broken() -> list[pf.Finding]:
-        raise OSError(2, "No such file or directory")
+        raise exc
 
     assert pf.checked("kernel", broken) == [
-        pf.Finding(
-            "kernel", Level.FAIL, "could not be checked: [Errno 2] No such file or directory"
-        )
+        pf.Finding("kernel", Level.FAIL, f"could not be checked: {why}")
     ]
 
 
@@ -269,3 +283,33 @@ def test_api_server_found_as_run_finds_it(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("NLPROXY_API_SERVER", "https://x:99999")
     (bad,) = pfa.api_server_findings(None, None, None, None, CIDRS)
     assert (bad.level, bad.text.startswith("NLPROXY_API_SERVER:")) == (Level.FAIL, True)
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "fifo", "not-utf-8"])
+def test_a_config_file_run_refuses_is_refused_in_runs_words(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+) -> None:
+    """``--config`` is read as ``run`` reads it: never Python's ``[Errno N] ...: '...'``, and a
+    FIFO is refused, not opened (the open would wait for a writer)."""
+    from nlproxy.cli import main
+
+    monkeypatch.delenv("NLPROXY_API_SERVER", raising=False)
+    path = tmp_path / "config.conf"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "not-utf-8":
+        path.write_bytes(b"\xff\xfe: x\n")
+    assert main(["run", "--config", str(path), "--hostname-override", "n1"]) == 2
+    (refusal,) = capsys.readouterr().err.splitlines()
+    assert refusal.startswith(f"nlproxy: config {path}: ")
+    assert main(["preflight", "--config", str(path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [x for x in lines if x.startswith("FAIL  config")] == [
+        f"FAIL  config      refused: {refusal.removeprefix('nlproxy: ')}"
+    ]
+    assert not [x for x in lines if "Errno" in x]
