@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     service: str | None = args.service
     if service is not None and (service.count("/") != 1 or ":" in service):
-        raise ConfigError("flag --service", f"{service!r} is not NAMESPACE/NAME")
+        raise ConfigError("--service", f"{service!r} is not NAMESPACE/NAME")
     metrics = parse_port("--metrics-address", args.metrics_address, METRICS_PORT)
     report = endpoint_report(args.netns, service, metrics=metrics)
     for problem in report.warnings:  # stderr: the JSON on stdout stays a list

@@ -226,14 +226,14 @@ def _parse_ip(text: str) -> IPAddress:
     try:
         return ip_address(text)
     except ValueError as exc:
-        raise ConfigError("flag --from", f"{text!r} is not an IP address") from exc
+        raise ConfigError("--from", f"{text!r} is not an IP address") from exc
 
 
 def _facts(manifests: Path | None, key: ServiceKey) -> ServiceFacts | None:
     if manifests is None:
         return None
     if not manifests.is_dir():
-        raise ConfigError("flag --manifests", f"{manifests} is not a directory")
+        raise ConfigError("--manifests", f"{manifests} is not a directory")
     return service_facts(load_manifests(manifests), key)
 
 
@@ -265,7 +265,7 @@ def _only_port(
     refs = {fe.ref for fe in frontends if port in (fe.port_name, str(fe.port))}
     if not refs:
         names = sorted({f"{fe.port_name or '-'} ({fe.port})" for fe in frontends})
-        raise ConfigError("flag --port", f"{port!r} is no port of {key}: {', '.join(names)}")
+        raise ConfigError("--port", f"{port!r} is no port of {key}: {', '.join(names)}")
     return [fe for fe in frontends if fe.ref in refs]
 
 

@@ -134,7 +134,7 @@ def _manifests(directory: Path | None) -> Manifests | None:
     if directory is None:
         return None
     if not directory.is_dir():
-        raise ConfigError("flag --manifests", f"{directory} is not a directory")
+        raise ConfigError("--manifests", f"{directory} is not a directory")
     load = load_manifests(directory)
     return manifests_index(c.obj for r in load.changes for c in r.changes if isinstance(c, Upsert))
 

@@ -91,7 +91,7 @@ def parse_port(flag: str, text: str, default_port: int) -> Port:
         host, sep, port = text.rpartition(":")
         host = host.strip("[]")
         if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ConfigError(f"flag {flag}", f"{text!r} is not HOST:PORT") from None
+            raise ConfigError(flag, f"{text!r} is not HOST:PORT") from None
         number = int(port)
     else:
         host, number = str(alone), default_port

@@ -226,8 +226,8 @@ def test_usage_errors(testbed: Testbed, tmp_path: Path, capsys: pytest.CaptureFi
         (["web"], "is not NAMESPACE/NAME"),
         (["default/Web"], "is not NAMESPACE/NAME"),
         (["default/nothere"], "service default/nothere: unknown: nothing is programmed"),
-        (["default/web", "--from", "10.0.0.300"], "flag --from: '10.0.0.300' is not an IP"),
-        (["default/web", "--port", "8443"], "flag --port: '8443' is no port of default/web"),
+        (["default/web", "--from", "10.0.0.300"], "--from: '10.0.0.300' is not an IP"),
+        (["default/web", "--port", "8443"], "--port: '8443' is no port of default/web"),
         (["default/web", "--manifests", str(tmp_path / "none")], "is not a directory"),
     ]
     for args, message in cases:

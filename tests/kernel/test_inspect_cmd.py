@@ -197,7 +197,7 @@ def test_table_output(node: str, capsys: pytest.CaptureFixture[str]) -> None:
 def test_bad_service_flag_is_usage_error(node: str, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["--netns", node, "inspect", "--service", "web"])
     assert code == 2
-    assert "flag --service: 'web' is not NAMESPACE/NAME" in capsys.readouterr().err
+    assert "--service: 'web' is not NAMESPACE/NAME" in capsys.readouterr().err
 
 
 def test_no_table(make_netns: MakeNetns, capsys: pytest.CaptureFixture[str]) -> None:

@@ -104,7 +104,7 @@ def test_bind_address_to_dial(text: str, dialled: str) -> None:
 def test_bad_address_names_the_flag(text: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_port("--metrics-address", text, 10249)
-    assert str(err.value) == f"flag --metrics-address: {text!r} is not HOST:PORT"
+    assert str(err.value) == f"--metrics-address: {text!r} is not HOST:PORT"
 
 
 def test_kube_proxy_136_labels_are_summed_per_fact() -> None:
