@@ -180,15 +180,17 @@ def walked(set_name: str, listed: int, distinct: int) -> None:
 
 
 def _walked_raw(rs: RawSet, raw: list[_RawElem]) -> None:
-    """:func:`walked` for the elements of ``rs`` as parsed, unless ``rs`` is a dynamic set: the
-    packet path adds to and refreshes those at any time, without a generation, so a read of one
-    in a whole table is as of no one moment anyway (the diff leaves their elements alone), and
-    one busy with new clients would fail every read-back of the table.
+    """:func:`walked` for the elements of ``rs`` as parsed, unless ``rs`` is a dynamic set, or
+    one with timeouts (the kernel lets the packet path update those without the flag). The
+    packet path adds to and refreshes such a set at any time, without a generation, so a read
+    of one in a whole table is as of no one moment anyway (the diff leaves a dynamic set's
+    elements alone; nlproxy's sets with timeouts are all dynamic), and one busy with new
+    clients would fail every read-back of the table.
 
     An element is told from another by its key; in an interval set, by its key, its end and
     whether it is an end element (which may share its key with the next range's start)."""
-    if rs.flags & SetFlag.EVAL:
-        return
+    if rs.flags & (SetFlag.EVAL | SetFlag.TIMEOUT):  # the packet path may update a timeout
+        return  # set not flagged dynamic too (the kernel lets it), and its elements expire
     if rs.flags & SetFlag.INTERVAL:
         end = NFT_SET_ELEM_INTERVAL_END
         distinct = len({(e.key, e.key_end, e.flags & end) for e in raw})

@@ -48,6 +48,7 @@ def test_a_repeated_key_is_a_disturbed_walk_that_names_the_set() -> None:
         pytest.param(SetFlag(0), [K1, K2, K3], False, id="distinct-keys"),
         pytest.param(SetFlag(0), [K1, K2, K1], True, id="key-twice"),
         pytest.param(SetFlag.EVAL, [K1, K2, K1], False, id="dynamic-set-not-checked"),
+        pytest.param(SetFlag.TIMEOUT, [K1, K2, K1], False, id="timeout-set-not-checked"),
     ],
 )
 def test_keys_of_a_plain_set(flags: SetFlag, elements: list[bytes], disturbed: bool) -> None:
