@@ -225,9 +225,16 @@ def _refused(kubeconfig: str, context: str | None, exc: Exception) -> Exception:
 
 
 def _words(exc: Exception) -> str:
-    """The loader's error, its "File does not exist: NAME" (which it says of a directory too)
-    said as a file that cannot be opened is said elsewhere."""
-    text = str(exc)
+    """The loader's error on one line, its "File does not exist: NAME" (which it says of a
+    directory too) said as a file that cannot be opened is said elsewhere, and never the
+    sections it dumps with "Expected key" (a user's keys and tokens are in them)."""
+    text = " ".join(str(exc).split())
+    expected = re.search(r"Expected key (\S+)(?:.*\}/([\w-]+)$)?", text)
+    if expected is not None:
+        section = f"{expected[2]}: " if expected[2] else ""
+        return f"{section}{expected[1]} is missing or empty"
+    if (dump := text.find("{'")) >= 0:
+        text = text[:dump].rstrip(" /:") + " (a section of it, left out)"
     name = text.removeprefix("File does not exist: ")
     if name == text:
         return text

@@ -24,7 +24,7 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nlproxy.errors import ConfigError
@@ -59,9 +59,9 @@ class Merged:
     """
 
     current: Any
-    contexts: dict[str, tuple[str, Any]]
-    clusters: dict[str, tuple[str, Any]]
-    users: dict[str, tuple[str, Any]]
+    contexts: dict[Any, tuple[str, Any]]
+    clusters: dict[Any, tuple[str, Any]]
+    users: dict[Any, tuple[str, Any]]
 
 
 def merged(kubeconfig: str) -> Merged | None:
@@ -105,13 +105,18 @@ def merged(kubeconfig: str) -> Merged | None:
     return found if seen else None
 
 
-def _entries(entries: Any) -> list[tuple[str, dict[str, Any]]]:
-    """A kubeconfig list's named entries, with their names (other entries are no one's)."""
+def _entries(entries: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """A kubeconfig list's named entries, with their names (other entries are no one's). A
+    name is any YAML scalar: the loader compares names as YAML typed them, so ``name: 1``
+    with ``current-context: 1`` is a match, as ``on`` (true) with ``cluster: on`` is."""
     if not isinstance(entries, list):
         return []
-    return [
-        (e["name"], e) for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)
-    ]
+    return [(e["name"], e) for e in entries if isinstance(e, dict) and _named(e.get("name"))]
+
+
+def _named(value: Any) -> bool:
+    """Whether ``value`` can name an entry (a YAML scalar the loader compares by ``==``)."""
+    return isinstance(value, str | int | float) and value != ""
 
 
 def server_of(kubeconfig: str, context: str | None = None) -> str:
@@ -151,16 +156,16 @@ def _sections(kubeconfig: str, context: str | None) -> tuple[str, str, dict[str,
     name = context or found.current
     if name is None or name == "":
         raise ConfigError(where, "no current-context")
-    if not isinstance(name, str) or name not in found.contexts:
+    if not _named(name) or name not in found.contexts:
         raise ConfigError(where, f"current-context {name}: no context of that name")
     path, ctx = found.contexts[name]
     _mapping(path, f"context {name}", ctx)
     cluster, user = ctx.get("cluster"), ctx.get("user")
-    if not isinstance(cluster, str) or cluster not in found.clusters:
+    if not _named(cluster) or cluster not in found.clusters:
         raise ConfigError(
             f"kubeconfig {path}", f"context {name}: cluster {cluster}: no cluster of that name"
         )
-    if isinstance(user, str) and user in found.users:  # not defined: no user (the loader's)
+    if _named(user) and user in found.users:  # not defined: no user (the loader's)
         user_path, section = found.users[user]
         _mapping(user_path, f"user {user}", section)
     path, section = found.clusters[cluster]
@@ -186,7 +191,7 @@ def _mapping(path: str, what: str, section: Any) -> None:
         raise ConfigError(f"kubeconfig {path}", f"{what}: its {kind} {why}")
 
 
-def user_of(kubeconfig: str, context: str | None) -> tuple[str, str, dict[str, Any]] | None:
+def user_of(kubeconfig: str, context: str | None) -> tuple[str, Any, dict[str, Any]] | None:
     """The file defining ``context``'s user (default: the current context's), the user's
     name and its ``user`` section, read as :func:`merged` reads it; None when there is none
     (or the files cannot be read: the loader says why).
@@ -205,8 +210,8 @@ def user_of(kubeconfig: str, context: str | None) -> tuple[str, str, dict[str, A
     return path, name, user
 
 
-def _name(value: Any) -> str:
-    return value if isinstance(value, str) else ""
+def _name(value: Any) -> Any:
+    return value if _named(value) else ""
 
 
 def jwt_payload(token: str) -> str | None:
@@ -259,17 +264,38 @@ def provider_problem(user: Mapping[str, Any], cause: str = "") -> str | None:
     return None
 
 
-def _gcp_problem(config: Any, cause: str) -> str:
-    """Why the loader refused a ``gcp`` provider: it sends ``access-token`` while ``expiry``
-    has not passed, and otherwise asks Google's libraries for a new one."""
-    if importlib.util.find_spec("google") is None:  # the loader then fails on None
-        cause = " (by google-auth, which is not installed)"
+GCP_SKEW = timedelta(minutes=5)
+"""How long before its ``expiry`` the loader takes a gcp ``access-token`` for expired."""
+
+
+def _gcp_problem(config: Any, cause: str) -> str | None:
+    """Why the loader refused a ``gcp`` provider, or None when it sends its ``access-token``
+    as it is (the failure is elsewhere): it does while ``expiry`` is more than
+    :data:`GCP_SKEW` away, and otherwise asks ``cmd-path``, or else Google's libraries, for a
+    new one."""
     if not isinstance(config, dict) or "access-token" not in config:
-        return f"auth-provider gcp: no access-token, and none could be had{cause}"
+        return f"auth-provider gcp: no access-token, and none could be had{_gcp_way(config, cause)}"
     expiry = config.get("expiry")
-    if expiry is not None:
-        try:
-            datetime.fromisoformat(str(expiry).replace("Z", "+00:00"))
-        except ValueError:
-            return f"auth-provider gcp: expiry {expiry!r} is not an RFC 3339 time"
-    return f"auth-provider gcp: access-token expired, and no new one could be had{cause}"
+    if expiry is None:
+        return None
+    try:
+        when = datetime.fromisoformat(str(expiry).replace("Z", "+00:00"))
+    except ValueError:
+        return f"auth-provider gcp: expiry {expiry!r} is not an RFC 3339 time"
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    if when - GCP_SKEW > datetime.now(UTC):
+        return None
+    way = _gcp_way(config, cause)
+    return f"auth-provider gcp: access-token expired, and no new one could be had{way}"
+
+
+def _gcp_way(config: Any, cause: str) -> str:
+    """How the loader tried for a new gcp token, and the loader's ``cause`` of its failure."""
+    if isinstance(config, dict) and "cmd-path" in config:
+        return f" from cmd-path{cause}"
+    try:
+        installed = importlib.util.find_spec("google.auth") is not None
+    except ImportError:  # no ``google`` package at all
+        installed = False
+    return cause if installed else " (by google-auth, which is not installed)"

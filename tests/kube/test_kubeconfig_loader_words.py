@@ -1,0 +1,124 @@
+"""What the loader's own failures say: the real cause, not a gcp provider that had a token to
+send; never a section it dumps (a user's keys and tokens are in it); and names the loader
+matches as YAML typed them (a number, ``on``) still match. Against the in-repo API server where
+a file loads."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+
+from nlproxy.cluster.kube import api_client_from_config
+from nlproxy.errors import ConfigError
+from tests.kube.apiserver import ApiServer
+from tests.kube.conftest import TOKEN
+
+SECRET = "PRIVATEKEYSECRET"
+
+
+def kubeconfig(path: Path, server: str, user: dict[str, Any], **cluster: Any) -> Path:
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": server, **cluster}}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def gcp(**config: Any) -> dict[str, Any]:
+    return {"auth-provider": {"name": "gcp", "config": config}}
+
+
+LATER = (datetime.now(UTC) + timedelta(days=3650)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_gcp_user_with_a_token_to_send_is_not_blamed_for_a_missing_ca(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent-ca.crt"
+    path = kubeconfig(
+        tmp_path / "kc",
+        "https://127.0.0.1:1",
+        gcp(**{"access-token": "t", "expiry": LATER}),
+        **{"certificate-authority": str(missing)},
+    )
+    with pytest.raises(ConfigError) as info:
+        api_client_from_config(str(path))
+    assert str(info.value) == f"kubeconfig {path}: {missing}: No such file or directory"
+
+
+def test_a_gcp_user_with_a_token_to_send_loads(apiserver: ApiServer, tmp_path: Path) -> None:
+    path = kubeconfig(tmp_path / "kc", apiserver.url, gcp(**{"access-token": TOKEN}))
+    with (
+        api_client_from_config(str(path)) as client,
+        kubernetes.client.ApiClient(client.configuration) as api,
+    ):
+        assert kubernetes.client.CoreV1Api(api).list_node().items == []
+
+
+def test_a_gcp_cmd_path_that_fails_is_named_not_google_auth(tmp_path: Path) -> None:
+    path = kubeconfig(tmp_path / "kc", "https://127.0.0.1:1", gcp(**{"cmd-path": "/bin/false"}))
+    with pytest.raises(ConfigError) as info:
+        api_client_from_config(str(path))
+    said = str(info.value)
+    assert said.startswith(
+        f"kubeconfig {path}: user u: auth-provider gcp: no access-token, and none could be had"
+        " from cmd-path (ConfigException: cmd-path: process returned 1"
+    )
+    assert "google-auth" not in said
+    assert "\n" not in said
+
+
+@pytest.mark.parametrize(
+    "user",
+    [
+        pytest.param({"token": None, "client-key-data": SECRET}, id="token-null"),
+        pytest.param(
+            {"client-certificate-data": None, "client-key-data": SECRET}, id="cert-data-null"
+        ),
+    ],
+)
+def test_a_key_the_loader_expected_is_named_and_no_section_is_shown(
+    tmp_path: Path, user: dict[str, Any]
+) -> None:
+    path = kubeconfig(tmp_path / "kc", "https://127.0.0.1:1", user)
+    with pytest.raises(ConfigError) as info:
+        api_client_from_config(str(path))
+    said = str(info.value)
+    assert said.startswith(f"kubeconfig {path}: ")
+    assert "is missing or empty" in said
+    assert SECRET not in said
+    assert "{" not in said
+    assert "\n" not in said
+
+
+def test_names_yaml_reads_as_a_number_or_a_boolean_match_as_the_loader_matches_them(
+    apiserver: ApiServer, tmp_path: Path
+) -> None:
+    text = f"""apiVersion: v1
+kind: Config
+clusters:
+- name: on
+  cluster: {{server: "{apiserver.url}"}}
+users:
+- name: 7
+  user: {{token: {TOKEN}}}
+contexts:
+- name: 1
+  context: {{cluster: on, user: 7}}
+current-context: 1
+"""
+    path = tmp_path / "kc"
+    path.write_text(text)
+    with (
+        api_client_from_config(str(path)) as client,
+        kubernetes.client.ApiClient(client.configuration) as api,
+    ):
+        assert kubernetes.client.CoreV1Api(api).list_node().items == []
