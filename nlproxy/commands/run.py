@@ -19,7 +19,7 @@ from typing import Any
 
 from nlproxy import log
 from nlproxy.cluster import in_cluster
-from nlproxy.cluster.kubeconfig import opened
+from nlproxy.cluster.kubeconfig import checked, opened
 from nlproxy.commands import _fastexit
 from nlproxy.config import DaemonConfig, Flags, Settings, build_settings
 from nlproxy.config.api_source import api_source
@@ -497,6 +497,9 @@ def _api_source_checked(cfg: DaemonConfig) -> DaemonConfig:
         # kube-proxy's kubeconfig is one file (client-go's explicit path, no KUBECONFIG list,
         # no '~'): a list is refused as a file that does not exist, saying so.
         opened(at.kubeconfig, where)
+        # what the client's loader cannot use is refused now, before anything on the node is
+        # changed (the daemon writes the conntrack sysctls before it loads the client)
+        checked(at.kubeconfig, server=at.api_server is None)
     if at.no_credentials:
         raise ConfigError("--kubeconfig", at.no_credentials)
     if at.fallback:

@@ -36,6 +36,9 @@ def test_run_and_plan_say_it_in_one_line_and_exit_2(
     )  # fmt: skip
     assert run.returncode == 2, run.stderr
     assert "Traceback" not in run.stderr
-    assert run.stderr.splitlines()[-1] == line
+    if case == "client-key-a-directory":  # found by the loader itself, in the daemon
+        assert run.stderr.splitlines()[-1] == line
+    else:  # found before the daemon changed anything (its conntrack sysctls)
+        assert run.stderr.splitlines() == [line]
     status = main(["--netns", ns, "plan", "--kubeconfig", str(path), "--node-name", NODE])
     assert (status, capsys.readouterr().err) == (2, line + "\n")
