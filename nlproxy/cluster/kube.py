@@ -24,7 +24,6 @@ worker threads (``kube_http.py``); nothing here blocks the event loop.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, NoReturn
@@ -51,7 +50,14 @@ from nlproxy.cluster.kube_http import (
     list_kind,
 )
 from nlproxy.cluster.kube_link import ApiLink, Backoff, Unavailable
-from nlproxy.cluster.kubeconfig import checked, provider_problem, user_of
+from nlproxy.cluster.kubeconfig import (
+    checked,
+    in_provider,
+    loader_cause,
+    loader_words,
+    provider_problem,
+    user_of,
+)
 from nlproxy.cluster.model import Change, Invalid, IPNetwork, Replace, Skip, Upsert
 from nlproxy.cluster.ratelimit import TokenBucket
 from nlproxy.cluster.sections import HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL
@@ -136,7 +142,7 @@ def api_client_from_config(
         # each with a "Retrying (Retry(total=...))" warning of urllib3's.
         cfg.retries = False
     except kube_client.ConfigException as exc:
-        raise ConfigError(f"kubeconfig {kubeconfig or '(in-cluster)'}", _words(exc)) from exc
+        raise ConfigError(f"kubeconfig {kubeconfig or '(in-cluster)'}", loader_words(exc)) from exc
     except (OSError, yaml.YAMLError) as exc:
         # A file the kubeconfig names (a tokenFile, a certificate-authority) is named itself:
         # "kubeconfig X: No such file or directory" read as if X were missing.
@@ -210,45 +216,19 @@ def _load_kubeconfig(
 
 def _refused(kubeconfig: str, context: str | None, exc: Exception) -> Exception:
     """What to raise for the loader's failure on ``kubeconfig``: a ``ConfigError`` naming the
-    file and user when the user's ``auth-provider`` is what it could not use (the loader says
-    so as a ``KeyError``, a ``TypeError``, or a dump of the user's section), else its own
-    ``ConfigException``; anything else it raised is said as a ``ConfigException`` too, for the
-    loader fails on a file's shape in ways it does not declare (a list where a mapping is due).
+    file and user when the user's ``auth-provider`` is what it could not use (it failed in
+    its steps for one, ``kubeconfig.PROVIDER_STEPS``, as a ``KeyError``, a ``TypeError``, or a
+    dump of the user's section), else its own ``ConfigException``; anything else it raised is
+    said as a ``ConfigException`` too, for the loader fails on a file's shape in ways it does
+    not declare (a list where a mapping is due).
     """
-    found = user_of(kubeconfig, context)
-    problem = provider_problem(found[2], _cause(exc)) if found is not None else None
+    found = user_of(kubeconfig, context) if in_provider(exc) else None
+    problem = provider_problem(found[2], loader_cause(exc)) if found is not None else None
     if found is not None and problem is not None:
         return ConfigError(f"kubeconfig {found[0]}", f"user {found[1]}: {problem}")
     if isinstance(exc, kube_client.ConfigException):
         return exc
     return kube_client.ConfigException(f"cannot be loaded ({type(exc).__name__}: {exc})")
-
-
-def _words(exc: Exception) -> str:
-    """The loader's error on one line, its "File does not exist: NAME" (which it says of a
-    directory too) said as a file that cannot be opened is said elsewhere, and never the
-    sections it dumps with "Expected key" (a user's keys and tokens are in them)."""
-    text = " ".join(str(exc).split())
-    expected = re.search(r"Expected key (\S+)(?:.*\}/([\w-]+)$)?", text)
-    if expected is not None:
-        section = f"{expected[2]}: " if expected[2] else ""
-        return f"{section}{expected[1]} is missing or empty"
-    if (dump := text.find("{'")) >= 0:
-        text = text[:dump].rstrip(" /:") + " (a section of it, left out)"
-    name = text.removeprefix("File does not exist: ")
-    if name == text:
-        return text
-    return f"{name}: {'Is a directory' if os.path.isdir(name) else 'No such file or directory'}"
-
-
-def _cause(exc: Exception) -> str:
-    """The loader's error in short, as ``" (...)"``: a key it expected is named as missing
-    (its message goes on with a dump of the section), anything else said on one line."""
-    text = " ".join(str(exc).split())
-    expected = re.search(r"Expected key (\S+)", text)
-    if expected is not None:
-        return f" (no {expected[1]})"
-    return f" ({type(exc).__name__}: {text})" if text else f" ({type(exc).__name__})"
 
 
 def _renew_token_file(cfg: kube_client.Configuration, token_file: str, where: str) -> None:

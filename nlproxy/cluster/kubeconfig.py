@@ -22,6 +22,7 @@ import binascii
 import importlib.util
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -116,7 +117,7 @@ def _entries(entries: Any) -> list[tuple[Any, dict[str, Any]]]:
 
 def _named(value: Any) -> bool:
     """Whether ``value`` can name an entry (a YAML scalar the loader compares by ``==``)."""
-    return isinstance(value, str | int | float) and value != ""
+    return isinstance(value, str | int | float)
 
 
 def server_of(kubeconfig: str, context: str | None = None) -> str:
@@ -165,7 +166,8 @@ def _sections(kubeconfig: str, context: str | None) -> tuple[str, str, dict[str,
         raise ConfigError(
             f"kubeconfig {path}", f"context {name}: cluster {cluster}: no cluster of that name"
         )
-    if _named(user) and user in found.users:  # not defined: no user (the loader's)
+    # a false name, or one not defined, is no user (the loader's)
+    if user and _named(user) and user in found.users:
         user_path, section = found.users[user]
         _mapping(user_path, f"user {user}", section)
     path, section = found.clusters[cluster]
@@ -211,7 +213,7 @@ def user_of(kubeconfig: str, context: str | None) -> tuple[str, Any, dict[str, A
 
 
 def _name(value: Any) -> Any:
-    return value if _named(value) else ""
+    return value if value and _named(value) else ""
 
 
 def jwt_payload(token: str) -> str | None:
@@ -278,12 +280,12 @@ def _gcp_problem(config: Any, cause: str) -> str | None:
     expiry = config.get("expiry")
     if expiry is None:
         return None
+    from kubernetes.config.dateutil import parse_rfc3339  # the loader's own reading
+
     try:
-        when = datetime.fromisoformat(str(expiry).replace("Z", "+00:00"))
-    except ValueError:
+        when: datetime = parse_rfc3339(expiry)  # type: ignore[no-untyped-call]
+    except Exception:  # a ValueError, or an AttributeError for a YAML date  # noqa: BLE001
         return f"auth-provider gcp: expiry {expiry!r} is not an RFC 3339 time"
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
     if when - GCP_SKEW > datetime.now(UTC):
         return None
     way = _gcp_way(config, cause)
@@ -299,3 +301,54 @@ def _gcp_way(config: Any, cause: str) -> str:
     except ImportError:  # no ``google`` package at all
         installed = False
     return cause if installed else " (by google-auth, which is not installed)"
+
+
+PROVIDER_STEPS = frozenset(
+    {
+        "_load_auth_provider_token",
+        "_load_gcp_token",
+        "_refresh_gcp_token",
+        "_load_oid_token",
+        "_refresh_oidc",
+    }
+)
+"""The loader's methods for a user's ``auth-provider``: a failure raised through one of them
+is the provider's; one raised elsewhere (a certificate file, a refreshed token then a missing
+CA) is not, whatever the provider's shape."""
+
+
+def in_provider(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name in PROVIDER_STEPS:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def loader_words(exc: Exception) -> str:
+    """The loader's error on one line, its "File does not exist: NAME" (which it says of a
+    directory too) said as a file that cannot be opened is said elsewhere, and never the
+    section it dumps with "Expected key" (a user's keys and tokens are in it): what comes
+    before (an exec plugin's name), the section's path and the key stay."""
+    raw = str(exc)
+    name = raw.removeprefix("File does not exist: ")
+    if name != raw:
+        return f"{name}: {'Is a directory' if os.path.isdir(name) else 'No such file or directory'}"
+    text = " ".join(raw.split())
+    expected = re.search(r"Expected key (\S+)(?: in .*\}/([\w/-]+))?", text)
+    if expected is None:
+        return text
+    before = text[: expected.start()].replace("Invalid kube-config file.", "").strip()
+    section = f"{expected[2]}: " if expected[2] else ""
+    return f"{before} {section}{expected[1]} is missing or empty".strip()
+
+
+def loader_cause(exc: Exception) -> str:
+    """The loader's error in short, as ``" (...)"``: a key it expected is named as missing
+    (its message goes on with a dump of the section), anything else said on one line."""
+    text = " ".join(str(exc).split())
+    expected = re.search(r"Expected key (\S+)", text)
+    if expected is not None:
+        return f" (no {expected[1]})"
+    return f" ({type(exc).__name__}: {text})" if text else f" ({type(exc).__name__})"

@@ -122,3 +122,61 @@ current-context: 1
         kubernetes.client.ApiClient(client.configuration) as api,
     ):
         assert kubernetes.client.CoreV1Api(api).list_node().items == []
+
+
+def test_a_gcp_token_refreshed_then_another_failure_names_that_failure(tmp_path: Path) -> None:
+    """A legacy GKE user: an expired token and a ``cmd-path`` that gives a new one. The
+    refresh works; the missing CA after it is what failed."""
+    helper = tmp_path / "gcloud"
+    helper.write_text(
+        "#!/bin/sh\necho '"
+        '{"credential": {"access_token": "t", "token_expiry": "2099-01-01T00:00:00Z"}}'
+        "'\n"
+    )
+    helper.chmod(0o755)
+    missing = tmp_path / "nonexistent-ca.crt"
+    user = gcp(**{"access-token": "old", "expiry": "2020-01-01T00:00:00Z", "cmd-path": str(helper)})
+    path = kubeconfig(
+        tmp_path / "kc", "https://127.0.0.1:1", user, **{"certificate-authority": str(missing)}
+    )
+    with pytest.raises(ConfigError) as info:
+        api_client_from_config(str(path))
+    assert str(info.value) == f"kubeconfig {path}: {missing}: No such file or directory"
+
+
+def test_an_expiry_the_loader_reads_is_read_so(tmp_path: Path) -> None:
+    """Lowercase ``t`` and ``z`` are RFC 3339 as the loader reads it: the token is sent, and
+    the missing CA is what failed."""
+    missing = tmp_path / "nonexistent-ca.crt"
+    later = LATER.replace("T", "t").replace("Z", "z")
+    user = gcp(**{"access-token": "t", "expiry": later})
+    path = kubeconfig(
+        tmp_path / "kc", "https://127.0.0.1:1", user, **{"certificate-authority": str(missing)}
+    )
+    with pytest.raises(ConfigError) as info:
+        api_client_from_config(str(path))
+    assert str(info.value) == f"kubeconfig {path}: {missing}: No such file or directory"
+
+
+def test_an_exec_plugin_missing_a_key_keeps_its_name(tmp_path: Path) -> None:
+    user = {"exec": {"apiVersion": None, "command": "true"}, "client-key-data": SECRET}
+    path = kubeconfig(tmp_path / "kc", "https://127.0.0.1:1", user)
+    with pytest.raises(ConfigError) as info:
+        api_client_from_config(str(path))
+    said = str(info.value)
+    assert said.startswith(f"kubeconfig {path}: exec plugin")
+    assert said.endswith("apiVersion is missing or empty")
+    assert SECRET not in said
+
+
+def test_a_cluster_named_empty_loads(apiserver: ApiServer, tmp_path: Path) -> None:
+    path = kubeconfig(tmp_path / "kc", apiserver.url, {"token": TOKEN})
+    doc = yaml.safe_load(path.read_text())
+    doc["clusters"][0]["name"] = ""
+    doc["contexts"][0]["context"]["cluster"] = ""
+    path.write_text(yaml.safe_dump(doc))
+    with (
+        api_client_from_config(str(path)) as client,
+        kubernetes.client.ApiClient(client.configuration) as api,
+    ):
+        assert kubernetes.client.CoreV1Api(api).list_node().items == []
