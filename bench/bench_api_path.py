@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import checkout_run, gen  # noqa: E402
-from bench.bench_daemon import free_port, stamp  # noqa: E402
+from bench.bench_daemon import free_ports, stamp  # noqa: E402
 from bench.bench_listeners import listener, sunreclaim_kib  # noqa: E402
 from bench.listeners import nftables_listeners  # noqa: E402
 from tests.kube.apiserver import ApiServer  # noqa: E402
@@ -237,12 +237,13 @@ def pods_ns() -> Iterator[str]:
 
 def daemon_args(ns: str, kubeconfig: Path) -> list[str]:
     """``nlproxy run``'s arguments for the bench's cluster, in namespace ``ns``."""
+    healthz, metrics = free_ports(2)
     return [
         "--netns", ns, "run", "--kubeconfig", str(kubeconfig),
         "--node-name", gen.NODE_NAME, "--cluster-cidr", str(gen.CLUSTER_CIDR),
         "--service-cidr", str(gen.SERVICE_CIDR),
-        "--healthz-bind-address", f"127.0.0.1:{free_port()}",
-        "--metrics-bind-address", f"127.0.0.1:{free_port()}",
+        "--healthz-bind-address", f"127.0.0.1:{healthz}",
+        "--metrics-bind-address", f"127.0.0.1:{metrics}",
     ]  # fmt: skip
 
 

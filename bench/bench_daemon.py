@@ -82,6 +82,20 @@ def free_port() -> int:
         return port
 
 
+def free_ports(count: int, *, besides: tuple[int, ...] = ()) -> list[int]:
+    """``count`` different free loopback ports, none of ``besides``: each socket is held until
+    all are bound (two ``free_port()`` in a row may give the same port twice)."""
+    with contextlib.ExitStack() as held:
+        ports: list[int] = []
+        while len(ports) < count:
+            s = held.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+            if port not in besides:
+                ports.append(port)
+        return ports
+
+
 TREE = ROOT
 """The source tree whose ``nlproxy`` the daemon runs (``--baseline``)."""
 
@@ -358,7 +372,8 @@ def restart(daemon: Daemon, kubeconfig: Path, **shape: int) -> Daemon:
     """Stop ``daemon``, start another on the same namespace with nothing changed; returns it."""
     daemon.stop()
     start = time.monotonic()
-    again = Daemon(daemon.netns, kubeconfig, daemon.healthz, free_port(), [])
+    (metrics,) = free_ports(1, besides=(daemon.healthz,))
+    again = Daemon(daemon.netns, kubeconfig, daemon.healthz, metrics, [])
     while not again.healthy():
         if again.proc.poll() is not None:
             raise SystemExit(f"daemon exited {again.proc.returncode}")
@@ -467,7 +482,7 @@ def run(
             kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", api)
             start = time.monotonic()
             extra = ["--sync-period", f"{verify_after}s"] if verify_after else []
-            daemon = Daemon(netns, kubeconfig, free_port(), free_port(), extra)
+            daemon = Daemon(netns, kubeconfig, *free_ports(2), extra)
             while not daemon.healthy():
                 if daemon.proc.poll() is not None:
                     raise SystemExit(f"daemon exited {daemon.proc.returncode}")

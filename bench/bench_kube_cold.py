@@ -48,7 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_daemon import cpu_seconds, free_port, rss_mb, stamp  # noqa: E402
+from bench.bench_daemon import cpu_seconds, free_ports, rss_mb, stamp  # noqa: E402
 from bench.measure import healthz_ok  # noqa: E402
 from nlproxy.cluster.kube import api_client_from_config, kinds  # noqa: E402
 from nlproxy.cluster.kube_http import Http, list_kind  # noqa: E402
@@ -154,7 +154,7 @@ class Daemon:
     """``nlproxy run`` on the API server, its JSON log lines collected as they come."""
 
     def __init__(self, netns: str, kubeconfig: Path) -> None:
-        self.healthz, self.metrics = free_port(), free_port()
+        self.healthz, self.metrics = free_ports(2)
         self.netns = netns
         cmd = [
             python(), "-m", "nlproxy", "--netns", netns, "--log-format", "json",
