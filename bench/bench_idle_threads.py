@@ -12,7 +12,10 @@ daemon nothing). For each tree (this checkout and ``--base DIR``) one JSON line:
   epoll_wait, 202 futex...) its CPU per minute from ``schedstat`` (nanoseconds: a brief wake-up
   counts, where ``stat``'s 10 ms ticks miss it), the readings in which it ran at all
   (``active_ticks``: at ``--every`` 0.5, a thread that wakes every 0.5 s has them all), and its
-  worst reading. Worker threads that came and went are listed as far as they were seen;
+  worst reading, and how many times a minute it ran (``wakeups_per_min``: its context
+  switches, a count that does not depend on how dear the machine makes each wake-up; the
+  process's total beside ``idle_cpu_s_per_min``). Worker threads that came and went are listed
+  as far as they were seen;
 - ``spikes``: the readings whose process CPU is above ``--spike`` seconds, each with the threads
   that ran in it and the log lines written in it (``events``: the counts over the whole idle).
 
@@ -57,6 +60,19 @@ def task_cpu(pid: int) -> dict[int, float]:
     return out
 
 
+def task_wakeups(pid: int) -> dict[int, int]:
+    """Each thread's context switches so far (``voluntary_`` plus ``nonvoluntary_ctxt_switches``):
+    how many times it ran, a count that does not depend on how cold the machine makes a wake-up."""
+    out: dict[int, int] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                out[int(tid)] = sum(int(ln.split()[1]) for ln in f if "ctxt_switches:" in ln)
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
 def process_cpu(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -89,9 +105,12 @@ def run(tree: Path, kubeconfig: Path, args: argparse.Namespace) -> dict[str, Any
             ticks: list[tuple[float, float, dict[int, float]]] = [
                 (start, process_cpu(pid), task_cpu(pid))
             ]
+            first_wakes = task_wakeups(pid)
+            wakes = dict(first_wakes)  # each thread's last count seen (threads come and go)
             while time.time() - start < args.idle:
                 time.sleep(args.every)
                 ticks.append((time.time(), process_cpu(pid), task_cpu(pid)))
+                wakes.update(task_wakeups(pid))
             end = ticks[-1][0]
             names = {tid: comm(pid, tid) for tid in ticks[-1][2]}
             waits = {tid: syscall(pid, tid) for tid in ticks[-1][2]}
@@ -111,6 +130,9 @@ def run(tree: Path, kubeconfig: Path, args: argparse.Namespace) -> dict[str, Any
                 "comm": names.get(tid, "?"),
                 "waits_in_syscall": waits.get(tid, "?"),
                 "s_per_min": round(sum(d) / span * 60, 4),
+                "wakeups_per_min": round(
+                    (wakes.get(tid, 0) - first_wakes.get(tid, 0)) / span * 60, 1
+                ),
                 "active_ticks": sum(1 for x in d if x > 0),
                 "worst_tick_s": round(max(d, default=0.0), 3),
             }
@@ -146,6 +168,9 @@ def run(tree: Path, kubeconfig: Path, args: argparse.Namespace) -> dict[str, Any
     return {
         "pid": pid,
         "every_s": args.every,
+        "wakeups_per_min": round(
+            sum(n - first_wakes.get(t, 0) for t, n in wakes.items()) / span * 60, 1
+        ),
         "idle_s": round(span, 1),
         "idle_cpu_s_per_min": round(total / span * 60, 4),
         "idle_worst_window_s_per_min": round(max(windows, default=0.0), 4),

@@ -20,3 +20,8 @@ def test_the_idle_daemons_threads_are_listed() -> None:
     assert main["comm"] != "?"
     assert main["waits_in_syscall"] != "?"
     assert sum(t["s_per_min"] for t in threads) > 0  # the watch's looks cost something
+    # The generation watch looks twice a second, so some thread runs ~24 times in 12 s; the
+    # process's count is the threads' together (a worker gone may add its own).
+    assert row["wakeups_per_min"] >= max(t["wakeups_per_min"] for t in threads) >= 60
+    rounding = 0.05 * len(threads)
+    assert row["wakeups_per_min"] >= sum(t["wakeups_per_min"] for t in threads) - rounding

@@ -116,8 +116,7 @@ def _raise_descriptor_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-FOREIGN_CHECK_SECONDS = 30.0
-"""The longest time between two looks for another proxy's rules."""
+FOREIGN_CHECK_SECONDS = 60.0  # the longest time between two looks for another proxy's rules
 
 CONFIG_CHECK_SECONDS = 2.0
 """How often the ``--config`` file is looked at (a stat; read only when it changed)."""
@@ -223,6 +222,7 @@ class Daemon:
             snapshot_filter=self._filter if settings.exclude_unreachable_endpoints else None,
             release_memory=release,
             quiet=self._quiet,
+            on_period=lambda: self._foreign_seen.set(),  # the look rides the verify's wake-up
         )
 
     def _quiet(self) -> bool:
@@ -402,16 +402,16 @@ class Daemon:
     async def _watch_foreign(self) -> None:
         """Another proxy's rules on the node (``foreign.py``, ``ipvs.py``): a warning when they
         appear, a gauge, and with ``--replace-kube-proxy`` their removal (after the first sync,
-        so the node is never without rules). Asked as soon as another process commits
-        (:meth:`_generation_moved`), and every sync period, at most every 30 s, for what the
-        generation cannot show (IPVS): the nftables tables are dumped again only when the
-        generation moved since they were (``inspect/foreign_check.py``).
+        so the node is never without rules). Asked when another process commits, and in each
+        periodic verify's wake-up (at least every 60 s) for what no generation shows (IPVS): the
+        tables are dumped again only if the generation moved since they were (foreign_check.py).
 
         Cancellation: safe at any point (the thread only reads, or sends one atomic batch; it
         is abandoned, so a slow look at a large ruleset on a loaded node cannot hold a stop).
         """
         while True:
-            interval = min(self.cfg.sync_period, FOREIGN_CHECK_SECONDS)  # may change in place
+            period = self.cfg.sync_period  # may change in place; the verify's comes first
+            interval = period * 1.5 if period <= FOREIGN_CHECK_SECONDS else FOREIGN_CHECK_SECONDS
             self._foreign_seen = trio.Event()
             try:
                 found = await trio.to_thread.run_sync(self._foreign_once, abandon_on_cancel=True)

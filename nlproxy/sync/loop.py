@@ -109,6 +109,7 @@ class SyncLoop:
         snapshot_filter: Callable[[ClusterSnapshot], ClusterSnapshot] | None = None,
         release_memory: Callable[[], object] | None = None,
         quiet: Callable[[], bool] | None = None,
+        on_period: Callable[[], object] | None = None,
         in_thread: bool = True,
         runner: Callable[..., Awaitable[object]] | None = None,
     ) -> None:
@@ -117,6 +118,10 @@ class SyncLoop:
         self._in_thread = in_thread
         self._resume_gc = False  # the collector paused for a cold start (hold_collection)
         self.quiet = quiet
+        self.on_period = on_period
+        """Called at each periodic verify, as it starts: the daemon's other periodic work rides
+        this wake-up rather than making one of its own (on an idle node a wake-up is most of
+        what the work costs)."""
         self.source_errors: Callable[[], Sequence[str]] | None = None
         """The source's own problems (files that do not parse): reported and counted with the
         invalid objects."""
@@ -265,6 +270,8 @@ class SyncLoop:
                 now = trio.current_time()
                 if now >= next_verify:
                     self._verify = True
+                    if self.on_period is not None:
+                        self.on_period()
                 if not (self._dirty or self._verify):
                     continue
                 if self._verify and not self._dirty and self._trusted_verify():

@@ -714,3 +714,32 @@ async def test_what_a_read_back_frees_goes_back_after_it_ends(
     # the next one RELEASE_INTERVAL after it ended.
     ended = read_back + 2 * 5.0
     assert released[1:] == [ended + RELEASE_INTERVAL]
+
+
+async def test_the_periodic_hook_rides_each_periodic_verify_and_nothing_else(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``on_period`` is called in the wake-up of each periodic verify, trusted or not, and
+    only then: a change's sync or a drift's read-back does not call it (the daemon's look for
+    another proxy rides it, so an idle node wakes once a period for both)."""
+    calls: list[float] = []
+    syncer = RecordingSyncer()
+    loop = loop_for(
+        syncer,
+        quiet=lambda: True,
+        runner=runner,
+        on_period=lambda: calls.append(trio.current_time()),
+    )
+    send, recv = trio.open_memory_channel[Sequence[Change]](100)
+    await send.send([svc("first")])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run, recv)
+        start = trio.current_time()
+        await trio.sleep(PERIOD / 2)
+        await send.send([svc("changed")])  # a sync at 30: no hook
+        await trio.sleep(PERIOD / 4)
+        loop.request_verify(Drift(pid=4242, comm="nft", objects=1))  # a read-back at 45: none
+        await trio.sleep(2 * PERIOD)
+        nursery.cancel_scope.cancel()
+    assert len(syncer.calls) >= 2
+    assert [round(t - start) for t in calls] == [60, 120]
