@@ -402,9 +402,9 @@ class Daemon:
     async def _watch_foreign(self) -> None:
         """Another proxy's rules on the node (``foreign.py``, ``ipvs.py``): a warning when they
         appear, a gauge, and with ``--replace-kube-proxy`` their removal (after the first sync,
-        so the node is never without rules). Asked when another process commits, and in each
-        periodic verify's wake-up (at least every 60 s) for what no generation shows (IPVS): the
-        tables are dumped again only if the generation moved since they were (foreign_check.py).
+        so the node is never without rules). Asked when another process commits, and for what
+        no generation shows (IPVS) in each periodic verify's wake-up, or every 60 s on its own
+        for a longer period: tables are dumped again only if the generation moved (foreign_check).
 
         Cancellation: safe at any point (the thread only reads, or sends one atomic batch; it
         is abandoned, so a slow look at a large ruleset on a loaded node cannot hold a stop).

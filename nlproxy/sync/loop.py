@@ -260,17 +260,19 @@ class SyncLoop:
             started = False
             last = -float("inf")
             verified = trio.current_time()
+            retry_at: float | None = None  # a failed sync's next try: waited for, not the period
+            told = -float("inf")  # the periodic verify the hook was called for (once each)
             while True:
-                next_verify = verified + self.sync_period  # the period may change meanwhile
-                with trio.move_on_at(next_verify):
+                due = verified + self.sync_period  # the period may change meanwhile
+                with trio.move_on_at(due if retry_at is None else retry_at):
                     await self._wake.wait()
                 self._wake = trio.Event()
                 if self._lost:
                     self._check_lost()
-                now = trio.current_time()
-                if now >= next_verify:
+                if trio.current_time() >= due:
                     self._verify = True
-                    if self.on_period is not None:
+                    if self.on_period is not None and due != told:
+                        told = due
                         self.on_period()
                 if not (self._dirty or self._verify):
                     continue
@@ -283,22 +285,26 @@ class SyncLoop:
                 try:
                     ok, full = await self._sync_once()
                 finally:
-                    self._syncing.set()
-                    self._syncing = None
-                    self._since_release.set()  # what it freed, to go back at the next release
+                    self._sync_ended()
                 if self._resume_gc and self._planned:  # pausing was for the first plan
                     self._resume_gc = False
                     hotpath.resume_collection()
                 last = trio.current_time()
                 if ok and full:
                     verified = last
+                retry_at = None if ok else last + self.retry_interval
                 if not ok:
                     self._dirty = True
-                    nursery.start_soon(self._wake_after, self.retry_interval)
                 elif not started:
                     started = True
                     self.synced_once.set()
                     task_status.started()
+
+    def _sync_ended(self) -> None:
+        assert self._syncing is not None
+        self._syncing.set()
+        self._syncing = None
+        self._since_release.set()  # what it freed, to go back at the next release
 
     def _trusted_verify(self) -> bool:
         """A periodic verify when no object changed since the last sync, which succeeded,
@@ -414,10 +420,6 @@ class SyncLoop:
             self._verify = True
             self._wake.set()
         return True
-
-    async def _wake_after(self, delay: float) -> None:
-        await trio.sleep(delay)
-        self._wake.set()
 
     async def _sync_once(self) -> tuple[bool, bool]:
         """One sync; returns (succeeded, was a full verify)."""

@@ -227,7 +227,7 @@ def test_replace_kube_proxy_acts_on_the_notification_not_the_period(
 ) -> None:
     """kube-proxy back on the node (``kubeadm upgrade apply`` restores it) is noticed from the
     nftables notifications the daemon already receives: removed long before the next periodic
-    look (30 s at the default sync period), in either mode."""
+    look (60 s at the default sync period), in either mode."""
     d = publish(tmp_path / "m", objects(testbed, "pod-b"))
     with daemon(testbed, d, "--replace-kube-proxy") as proc:
         wait_until(lambda: proc.events("foreign_proxy.check_failed") or _looked(proc), 30, "a look")
@@ -251,7 +251,7 @@ def test_replace_kube_proxy_acts_on_the_notification_not_the_period(
 
 def test_status_stops_listing_removed_tables_at_once(testbed: Testbed, tmp_path: Path) -> None:
     """The guide says to check ``nlproxy status`` right after ``cleanup --kube-proxy``: the
-    gauge it reads clears on the removal's notification, not at the next look (30 s)."""
+    gauge it reads clears on the removal's notification, not at the next look (60 s)."""
     kube_proxy_table(testbed, "pod-a")
     d = publish(tmp_path / "m", objects(testbed, "pod-b"))
     with daemon(testbed, d) as proc:

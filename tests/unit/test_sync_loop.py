@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from ipaddress import ip_network
@@ -743,3 +744,34 @@ async def test_the_periodic_hook_rides_each_periodic_verify_and_nothing_else(
         nursery.cancel_scope.cancel()
     assert len(syncer.calls) >= 2
     assert [round(t - start) for t in calls] == [60, 120]
+
+
+async def test_syncs_failing_past_the_period_keep_the_retry_pace_and_tell_the_period_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A sync that keeps failing is tried again every ``retry_interval``, also once the
+    period's verify is long due (before, each try then came at the min sync period, a
+    read-back each), and the periodic hook hears of that period once, not at every try."""
+    calls: list[float] = []
+    syncer = RecordingSyncer()
+    loop = loop_for(
+        syncer,
+        quiet=lambda: True,
+        runner=runner,
+        on_period=lambda: calls.append(trio.current_time()),
+    )
+    send, recv = trio.open_memory_channel[Sequence[Change]](100)
+    await send.send([svc("first")])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run, recv)
+        start = trio.current_time()
+        await trio.sleep(PERIOD / 2)
+        syncer.fail_next = 1000
+        await send.send([svc("changed")])
+        await trio.sleep(2 * PERIOD)
+        nursery.cancel_scope.cancel()
+    tries = [round(c.at - start) for c in syncer.calls[1:]]
+    assert tries[0] == PERIOD / 2
+    assert all(b - a == RETRY for a, b in itertools.pairwise(tries)), str(tries)
+    assert tries[-1] >= 2 * PERIOD  # still trying
+    assert [round(t - start) for t in calls] == [PERIOD]
