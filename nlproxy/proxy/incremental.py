@@ -38,6 +38,7 @@ from nlproxy.nft.reconcile import ChainState, Delta, ElementId
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.changes import changed_since
 from nlproxy.proxy.config import ProxyConfig
+from nlproxy.proxy.endpoints import addresses
 from nlproxy.proxy.fragments import Ensure, Fill, Fragment, ensure_chain, packed
 from nlproxy.proxy.planner import (
     FamilyPlanner,
@@ -154,7 +155,7 @@ def _count(rs: Ruleset, frags: Collection[Fragment]) -> LiveCounts | None:
                     return None
                 owned.add((t, op.name))  # type: ignore[union-attr]
         if frag.pieces:
-            listed.extend(map(_ip_int, hairpin_of(frag)))
+            hairpin_ints(frag, listed)
     written = sum(len(els) for name, els in rs.elements.items() if name not in _STATIC_SETS)
     if claimed != written:
         # Some key is written twice: fine within one service (a ClusterIP per port), not by
@@ -164,6 +165,18 @@ def _count(rs: Ruleset, frags: Collection[Fragment]) -> LiveCounts | None:
         return None
     counts.hairpin_extra = _listed_again(rs, listed)
     return counts
+
+
+def hairpin_ints(frag: Fragment, out: list[int]) -> None:
+    """Append to ``out`` the addresses ``planner.hairpin_of`` lists, as ints, in its order,
+    without a generator step per address (``attach`` lists every address of a cold plan)."""
+    extend = out.extend
+    for piece in frag.pieces:
+        assert isinstance(piece, PortPart), "fragments hold port parts"
+        cat = piece.cat
+        extend(map(_ip_int, addresses(cat.cluster)))
+        if cat.local:
+            extend(map(_ip_int, addresses(cat.local)))
 
 
 def _listed_again(rs: Ruleset, listed: list[int]) -> dict[bytes, int]:
