@@ -360,10 +360,13 @@ def test_an_expired_oidc_token_is_refreshed_with_what_the_loader_imports_when_it
             oidc = kube.api_client_from_config({str(files["oidc"])!r})
             loader = sys.modules["kubernetes.config.kube_config"]
             from kubernetes.client import ApiClient
+            from oauthlib.oauth2.rfc6749.errors import InvalidClientIdError
             print(json.dumps([
                 plain.renewed_headers("application/json")[0]["authorization"], before,
                 oidc.renewed_headers("application/json")[0]["authorization"], loaded(),
                 loader.ApiClient is ApiClient,
+                # what its refresh catches, read through the name ``import oauthlib.oauth2`` bound
+                loader.oauthlib.oauth2.rfc6749.errors.InvalidClientIdError is InvalidClientIdError,
             ]))
             """,
             OAUTHLIB_INSECURE_TRANSPORT="1",  # the issuer is plain HTTP on loopback
@@ -372,4 +375,4 @@ def test_an_expired_oidc_token_is_refreshed_with_what_the_loader_imports_when_it
         server.shutdown()
         server.server_close()
     fresh = _jwt({"exp": 4102444800, "sub": "fresh"})
-    assert got == ["Bearer abc", [], f"Bearer {fresh}", list(LOADER_LATER), True]
+    assert got == ["Bearer abc", [], f"Bearer {fresh}", list(LOADER_LATER), True, True]
