@@ -24,7 +24,9 @@ which the source does not use (it reads raw JSON). :class:`Client` prepares a re
 ``ApiClient``'s ``param_serialize`` does for the source's GETs (the configuration's host, the
 query quoted alike, its default ``User-Agent``, the bearer token from the configuration, which
 refreshes it) and sends it through the REST client. The kubeconfig loader imports ``ApiClient``
-itself, so with a kubeconfig it is imported all the same. Measured beside the daemon's other
+itself, and ``requests_oauthlib`` and ``oauthlib``, for an oidc token refresh alone: it is
+imported with those imports deferred until used (:data:`LOADER_LATER`), so a kubeconfig that
+refreshes no oidc token is spared them too. Measured beside the daemon's other
 imports (``docs/api-server.md``, "The client's imports").
 
 One thing it takes from the client is its word about an exec credential plugin: the loader
@@ -47,7 +49,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
-from nlproxy.imports import bare
+from nlproxy.imports import bare, deferring
 
 bare("kubernetes")
 bare("kubernetes.config")
@@ -189,9 +191,21 @@ def _text(value: str | int | bool) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
+LOADER_LATER = {
+    "oauthlib.oauth2": (),
+    "requests_oauthlib": ("OAuth2Session",),
+    "kubernetes.client": ("ApiClient",),
+}
+"""What the kubeconfig loader imports for an oidc token refresh (``_refresh_oidc``) and for
+``new_client_from_config``, which nlproxy never calls: ``requests`` and ``oauthlib`` (for
+``OAuth2Session``) and the typed ``ApiClient`` (pydantic, dateutil, the models): ~110 ms of CPU
+at every start with a kubeconfig. They are imported when first used (``imports.deferring``)."""
+
+
 def kubeconfig_loading() -> Any:
-    """The client's kubeconfig loading (``load_kube_config``, ``KubeConfigLoader``)."""
-    return importlib.import_module("kubernetes.config.kube_config")
+    """The client's kubeconfig loading (``load_kube_config``, ``KubeConfigLoader``), with what
+    only an oidc refresh uses imported when it is used (:data:`LOADER_LATER`)."""
+    return deferring("kubernetes.config.kube_config", LOADER_LATER)
 
 
 def in_cluster_loading() -> Any:

@@ -38,6 +38,7 @@ from nlproxy.nft.reconcile import ChainState, Delta, ElementId
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.changes import changed_since
 from nlproxy.proxy.config import ProxyConfig
+from nlproxy.proxy.endpoints import addresses
 from nlproxy.proxy.fragments import Ensure, Fill, Fragment, ensure_chain, packed
 from nlproxy.proxy.planner import (
     FamilyPlanner,
@@ -135,7 +136,7 @@ def attach(p: Plan, snapshot: ClusterSnapshot) -> bool:
 def _count(rs: Ruleset, frags: Collection[Fragment]) -> LiveCounts | None:
     counts = LiveCounts()
     ensures = counts.ensures
-    listed: dict[bytes, int] = {}  # hairpin pair → times its address is listed
+    listed: list[int] = []  # each hairpin address listed, as its int
     owned: set[tuple[type, str]] = set()
     claimed = 0
     for frag in frags:
@@ -154,8 +155,7 @@ def _count(rs: Ruleset, frags: Collection[Fragment]) -> LiveCounts | None:
                     return None
                 owned.add((t, op.name))  # type: ignore[union-attr]
         if frag.pieces:
-            for pair in _pairs(rs, hairpin_of(frag)):
-                listed[pair] = listed.get(pair, 0) + 1
+            hairpin_ints(frag, listed)
     written = sum(len(els) for name, els in rs.elements.items() if name not in _STATIC_SETS)
     if claimed != written:
         # Some key is written twice: fine within one service (a ClusterIP per port), not by
@@ -163,8 +163,31 @@ def _count(rs: Ruleset, frags: Collection[Fragment]) -> LiveCounts | None:
         claimed = sum(len(_element_ids(f)) for f in frags)
     if claimed != written or any((Chain, name) in owned for name in ensures):
         return None
-    counts.hairpin_extra = {k: c - 1 for k, c in listed.items() if c > 1}
+    counts.hairpin_extra = _listed_again(rs, listed)
     return counts
+
+
+def hairpin_ints(frag: Fragment, out: list[int]) -> None:
+    """Append to ``out`` the addresses ``planner.hairpin_of`` lists, as ints, in its order,
+    without a generator step per address (``attach`` lists every address of a cold plan)."""
+    extend = out.extend
+    for piece in frag.pieces:
+        assert isinstance(piece, PortPart), "fragments hold port parts"
+        cat = piece.cat
+        extend(map(_ip_int, addresses(cat.cluster)))
+        if cat.local:
+            extend(map(_ip_int, addresses(cat.local)))
+
+
+def _listed_again(rs: Ruleset, listed: list[int]) -> dict[bytes, int]:
+    """Hairpin pair → how many times more than once its address is listed. A pair is its
+    address packed twice, so the addresses are counted as ints (C-speed hashing) and only the
+    ones listed again are packed; most clusters list each address once."""
+    if len(set(listed)) == len(listed):
+        return {}
+    again = [(ip, c - 1) for ip, c in Counter(listed).items() if c > 1]
+    pairs = packed(rs, n.HAIRPIN).pack_pairs(ip for ip, _ in again)
+    return {pair: extra for pair, (_, extra) in zip(pairs, again, strict=True)}
 
 
 def _element_ids(frag: Fragment) -> set[tuple[str, object]]:

@@ -89,3 +89,37 @@ def test_the_inspectors_pyroute2_leaves_its_databases_unimported() -> None:
         """
     )
     assert out.split() == ["False", "False", "True", "True"]
+
+
+def test_a_deferring_import_leaves_what_waits_unimported_until_it_is_used(tmp_path: Path) -> None:
+    """``deferring``: the module's imports of what waits bind stand-ins (nothing imported);
+    a call imports the module and calls the real function, then the name is the real one; an
+    attribute of ``import M.SUB`` imports it; a name that does not wait is the real one."""
+    (tmp_path / "slow.py").write_text("def make(n):\n    return ('made', n)\n")
+    pkg = tmp_path / "slowpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "part.py").write_text("VALUE = 7\n")
+    (tmp_path / "light.py").write_text("ON = True\n")
+    (tmp_path / "user.py").write_text(
+        "import slowpkg.part\nfrom slow import make\nfrom light import ON\n"
+        "def build(n):\n    return make(n)\n"
+        "def value():\n    return slowpkg.part.VALUE\n"
+    )
+    out = _run(
+        """
+        import json
+        from nlproxy.imports import deferring
+        user = deferring("user", {"slow": ("make",), "slowpkg.part": ()})
+        first = ["slow" in sys.modules, "slowpkg.part" in sys.modules, user.ON]
+        built = user.build(3)
+        import slow
+        after = [user.make is slow.make, "slowpkg.part" in sys.modules]
+        print(json.dumps([first, built, after, user.value(), "slowpkg.part" in sys.modules,
+                          deferring("user", {}) is user]))
+        """,
+        tmp_path,
+    )
+    assert out.split("\n")[0] == (
+        '[[false, false, true], ["made", 3], [true, false], 7, true, true]'
+    )

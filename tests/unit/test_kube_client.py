@@ -3,11 +3,14 @@ what is left out, and that the packages are still whole for whoever asks for the
 
 from __future__ import annotations
 
+import base64
+import http.server
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -281,3 +284,95 @@ def test_the_authorization_value_is_trimmed(key: str, prefix: str | None) -> Non
         cfg.api_key_prefix = {"BearerToken": prefix}
     headers, error = Client(cfg).renewed_headers("*/*")
     assert (headers["authorization"], error) == ("Bearer inline", None)
+
+
+LOADER_LATER = ("requests_oauthlib", "oauthlib.oauth2", "kubernetes.client.api_client", "pydantic")
+
+
+def _jwt(claims: dict[str, Any]) -> str:
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'none'})}.{part(claims)}.c2ln"
+
+
+class _Issuer(http.server.BaseHTTPRequestHandler):
+    """An oidc issuer on loopback: its discovery document and a token endpoint that trades
+    the refresh token ``r1`` for a new id token."""
+
+    def do_GET(self) -> None:
+        host, port = self.server.server_address[:2]
+        self._send(200, {"token_endpoint": f"http://{host}:{port}/token"})
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+        if "refresh_token=r1" not in body:
+            self._send(400, {"error": "invalid_grant"})
+            return
+        fresh = _jwt({"exp": 4102444800, "sub": "fresh"})
+        self._send(200, {"access_token": "a", "token_type": "Bearer", "id_token": fresh,
+                         "refresh_token": "r2"})  # fmt: skip
+
+    def _send(self, status: int, doc: dict[str, Any]) -> None:
+        data = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_an_expired_oidc_token_is_refreshed_with_what_the_loader_imports_when_it_needs_it(
+    tmp_path: Path,
+) -> None:
+    """The kubeconfig loader's ``requests_oauthlib``, ``oauthlib`` and typed ``ApiClient``
+    (pydantic) are not imported by a load that does not refresh an oidc token, and are when one
+    does: an expired id token is renewed at the issuer (its discovery through the
+    ``ApiClient``, the refresh through ``OAuth2Session``) and sent, as a plain import does."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Issuer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host, port = server.server_address[:2]
+    expired = _jwt({"exp": 1000000000, "sub": "old"})
+    config = {"client-id": "nlproxy", "client-secret": "s", "refresh-token": "r1",
+              "idp-issuer-url": f"http://{host}:{port}", "id-token": expired}  # fmt: skip
+    files = {}
+    for name, provider in (("plain", {"token": "abc"}), ("oidc", {"auth-provider": {
+            "name": "oidc", "config": config}})):  # fmt: skip
+        files[name] = tmp_path / name
+        files[name].write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "k", "cluster": {"server": "https://192.0.2.1:6443"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+            "users": [{"name": "u", "user": provider}],
+        }))  # fmt: skip
+    try:
+        got = _run(
+            f"""
+            import json, sys
+            from nlproxy.cluster import kube
+            def loaded():
+                return [m for m in {LOADER_LATER!r} if m in sys.modules]
+            plain = kube.api_client_from_config({str(files["plain"])!r})
+            before = loaded()
+            oidc = kube.api_client_from_config({str(files["oidc"])!r})
+            loader = sys.modules["kubernetes.config.kube_config"]
+            from kubernetes.client import ApiClient
+            from oauthlib.oauth2.rfc6749.errors import InvalidClientIdError
+            print(json.dumps([
+                plain.renewed_headers("application/json")[0]["authorization"], before,
+                oidc.renewed_headers("application/json")[0]["authorization"], loaded(),
+                loader.ApiClient is ApiClient,
+                # what its refresh catches, read through the name ``import oauthlib.oauth2`` bound
+                loader.oauthlib.oauth2.rfc6749.errors.InvalidClientIdError is InvalidClientIdError,
+            ]))
+            """,
+            OAUTHLIB_INSECURE_TRANSPORT="1",  # the issuer is plain HTTP on loopback
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    fresh = _jwt({"exp": 4102444800, "sub": "fresh"})
+    assert got == ["Bearer abc", [], f"Bearer {fresh}", list(LOADER_LATER), True, True]

@@ -20,8 +20,8 @@ from nlproxy.nft.ir import Family
 from nlproxy.proxy import naming as n
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.endpoints import Backend, OnePort, addresses, resolve
-from nlproxy.proxy.incremental import Live, attach, plan_update
-from nlproxy.proxy.planner import Plan, plan
+from nlproxy.proxy.incremental import Live, attach, hairpin_ints, plan_update
+from nlproxy.proxy.planner import Plan, hairpin_of, plan
 from tests.unit.builders import NODE, endpoint, eps_slice, port, service, snapshot, upsert
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,6 +198,41 @@ def test_hairpin_counts_only_repeats() -> None:
         assert _pairs(live) == _pairs(fresh) == pairs
         assert live.rulesets == fresh.rulesets
     assert _extra(live) == {int(ip_address("10.0.0.3")): 2}
+
+
+def test_attach_lists_the_hairpin_addresses_as_the_planner_lists_them() -> None:
+    """``hairpin_ints`` (attach's listing) is ``hairpin_of``'s, as ints in its order: the
+    cluster and local sets of each port part, IPv4 and IPv6, a Local policy's too."""
+    state = ClusterState(NODE)
+    web = service("a", "web", "172.30.0.1", [port("a", "web"), port("a", "web", "p81", 81)])
+    local = service("a", "loc", "172.30.0.2", internal_policy_local=True)
+    six = service("a", "six", "fd00::1")
+    state.apply(
+        [
+            upsert(web),
+            upsert(local),
+            upsert(six),
+            upsert(
+                eps_slice(
+                    "a",
+                    "web",
+                    [endpoint("10.0.0.2"), endpoint("10.0.0.1")],
+                    [("p80", 8080, "TCP"), ("p81", 8081, "TCP")],
+                )
+            ),
+            upsert(eps_slice("a", "loc", [endpoint("10.0.0.3", NODE), endpoint("10.0.0.4")])),
+            upsert(eps_slice("a", "six", [endpoint("fd00::5"), endpoint("fd00::4")])),
+        ]
+    )
+    planned = plan(state.snapshot(), CONFIG)
+    listed = 0
+    for frags in planned.fragments.values():
+        for frag in frags.values():
+            ints: list[int] = []
+            hairpin_ints(frag, ints)
+            assert ints == [int(ip) for ip in hairpin_of(frag)]
+            listed += len(ints)
+    assert listed == 2 + 2 + 1 + 2  # web's two ports, loc's local set, six's two
 
 
 def test_a_ports_backends_are_its_endpoints_and_number_not_pairs() -> None:
