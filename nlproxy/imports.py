@@ -99,7 +99,9 @@ def deferring(name: str, later: Mapping[str, Collection[str]]) -> ModuleType:
     deferred (see the module docstring). ``later`` maps a module to the names the module
     ``name`` takes from it that wait: for ``import M.SUB``, give ``M.SUB`` with no names (the
     statement binds ``M``); for ``from M import N``, give ``M`` with ``N``. A module of
-    ``later`` imported already is taken as it is."""
+    ``later`` imported already is taken as it is. The module runs under this module's lock, not
+    the import system's: a plain import of ``name`` in another thread meanwhile may see it half
+    made, so the first import of ``name`` in the process must be this one."""
     with _LOCK:
         module = sys.modules.get(name)
         if module is not None:

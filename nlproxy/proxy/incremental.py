@@ -29,7 +29,7 @@ from itertools import chain as concat
 from itertools import compress, repeat
 from operator import attrgetter
 
-from nlproxy.cluster.model import ClusterSnapshot, IPAddress, ServiceKey, ServicePortRef
+from nlproxy.cluster.model import ClusterSnapshot, ServiceKey, ServicePortRef
 from nlproxy.hotpath import collection_paused
 from nlproxy.nft.ir import Chain, Element, Family, Map, Rule, Ruleset, Value
 from nlproxy.nft.ir import Set as NftSet
@@ -431,11 +431,6 @@ def _safe_fills(rs: Ruleset, olds: Fills, news: Fills) -> bool:
         if taken and not taken <= set(olds.get(name, ((), (), ()))[0]):
             return False
     return True
-
-
-def _pairs(rs: Ruleset, ips: Iterable[IPAddress]) -> list[bytes]:
-    """The hairpin pairs ``a . a`` of the addresses ``ips``, packed (no Python call each)."""
-    return packed(rs, n.HAIRPIN).pack_pairs(map(_ip_int, ips))
 
 
 def _swap(
