@@ -41,17 +41,20 @@ def gcp(**config: Any) -> dict[str, Any]:
 LATER = (datetime.now(UTC) + timedelta(days=3650)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def test_a_gcp_user_with_a_token_to_send_is_not_blamed_for_a_missing_ca(tmp_path: Path) -> None:
+def assert_the_missing_ca_is_named(tmp_path: Path, user: dict[str, Any]) -> None:
+    """A kubeconfig for ``user`` whose cluster names a CA file that is not there: the refusal
+    names that file, not the user's auth-provider."""
     missing = tmp_path / "nonexistent-ca.crt"
     path = kubeconfig(
-        tmp_path / "kc",
-        "https://127.0.0.1:1",
-        gcp(**{"access-token": "t", "expiry": LATER}),
-        **{"certificate-authority": str(missing)},
+        tmp_path / "kc", "https://127.0.0.1:1", user, **{"certificate-authority": str(missing)}
     )
     with pytest.raises(ConfigError) as info:
         api_client_from_config(str(path))
     assert str(info.value) == f"kubeconfig {path}: {missing}: No such file or directory"
+
+
+def test_a_gcp_user_with_a_token_to_send_is_not_blamed_for_a_missing_ca(tmp_path: Path) -> None:
+    assert_the_missing_ca_is_named(tmp_path, gcp(**{"access-token": "t", "expiry": LATER}))
 
 
 def test_a_gcp_user_with_a_token_to_send_loads(apiserver: ApiServer, tmp_path: Path) -> None:
@@ -134,28 +137,15 @@ def test_a_gcp_token_refreshed_then_another_failure_names_that_failure(tmp_path:
         "'\n"
     )
     helper.chmod(0o755)
-    missing = tmp_path / "nonexistent-ca.crt"
     user = gcp(**{"access-token": "old", "expiry": "2020-01-01T00:00:00Z", "cmd-path": str(helper)})
-    path = kubeconfig(
-        tmp_path / "kc", "https://127.0.0.1:1", user, **{"certificate-authority": str(missing)}
-    )
-    with pytest.raises(ConfigError) as info:
-        api_client_from_config(str(path))
-    assert str(info.value) == f"kubeconfig {path}: {missing}: No such file or directory"
+    assert_the_missing_ca_is_named(tmp_path, user)
 
 
 def test_an_expiry_the_loader_reads_is_read_so(tmp_path: Path) -> None:
     """Lowercase ``t`` and ``z`` are RFC 3339 as the loader reads it: the token is sent, and
     the missing CA is what failed."""
-    missing = tmp_path / "nonexistent-ca.crt"
     later = LATER.replace("T", "t").replace("Z", "z")
-    user = gcp(**{"access-token": "t", "expiry": later})
-    path = kubeconfig(
-        tmp_path / "kc", "https://127.0.0.1:1", user, **{"certificate-authority": str(missing)}
-    )
-    with pytest.raises(ConfigError) as info:
-        api_client_from_config(str(path))
-    assert str(info.value) == f"kubeconfig {path}: {missing}: No such file or directory"
+    assert_the_missing_ca_is_named(tmp_path, gcp(**{"access-token": "t", "expiry": later}))
 
 
 def test_an_exec_plugin_missing_a_key_keeps_its_name(tmp_path: Path) -> None:
