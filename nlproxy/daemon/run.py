@@ -47,11 +47,11 @@ from nlproxy.config.configz import configz
 from nlproxy.config.watch import ConfigWatcher
 from nlproxy.conntrack.sysctl import apply_logged
 from nlproxy.daemon import census, systemd
+from nlproxy.daemon.foreign import ForeignWatch
 from nlproxy.daemon.memory import release, tune_allocator
 from nlproxy.daemon.stop import StopDeadline
 from nlproxy.daemon.supervise import Supervisor, at_once, ending
 from nlproxy.errors import NlproxyError
-from nlproxy.inspect.foreign import Leftovers, remove_all
 from nlproxy.inspect.foreign_check import ForeignCheck
 from nlproxy.inspect.reachability import ReachabilityMonitor, left_out, without_unreachable
 from nlproxy.inspect.rtnl import RtnlNode
@@ -115,8 +115,6 @@ def _raise_descriptor_limit() -> None:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
-
-FOREIGN_CHECK_SECONDS = 60.0  # the longest time between two looks for another proxy's rules
 
 CONFIG_CHECK_SECONDS = 2.0
 """How often the ``--config`` file is looked at (a stat; read only when it changed)."""
@@ -187,12 +185,10 @@ class Daemon:
             self.registry, netns=self.netns, node=self.node, on_change=self._unreachable_changed
         )
         self.watch: GenerationWatch | None = None
-        self._foreign_seen = trio.Event()
-        # The other proxies' tables reported so far: kept across the check's restarts, so that
-        # a restarted check does not report them again.
-        self._foreign_known: set[str] = set()
         # The nftables part only when the generation moved (``inspect/foreign_check.py``).
-        self.foreign = ForeignCheck(self.netns, self._generation)
+        self.foreign = ForeignWatch(
+            ForeignCheck(self.netns, self._generation), self.metrics, lambda: self.settings
+        )
         self.loop = self._sync_loop(settings)
         self.healthchecks: HealthCheckServers | None = None
         self.connections = DescriptorBudget()  # one for every HTTP server
@@ -222,7 +218,7 @@ class Daemon:
             snapshot_filter=self._filter if settings.exclude_unreachable_endpoints else None,
             release_memory=release,
             quiet=self._quiet,
-            on_period=lambda: self._foreign_seen.set(),  # the look rides the verify's wake-up
+            on_period=self.foreign.ask,  # the look rides the verify's wake-up
         )
 
     def _quiet(self) -> bool:
@@ -240,7 +236,7 @@ class Daemon:
             return False  # not known to be quiet: the verify syncs and reads back
         if span is None or self.syncer.own_commits(*span):
             return True
-        self._foreign_seen.set()
+        self.foreign.ask()
         return False
 
     def _generation_moved(self, after: int, upto: int) -> None:
@@ -259,7 +255,7 @@ class Daemon:
             own = False
         if own:
             return
-        self._foreign_seen.set()
+        self.foreign.ask()
         self.loop.request_verify(Drift(0, "(generation moved)", 0, lost=(after, upto)))
 
     def _filter(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
@@ -398,68 +394,6 @@ class Daemon:
             return self.metrics.exposition()
 
         return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
-
-    async def _watch_foreign(self) -> None:
-        """Another proxy's rules on the node (``foreign.py``, ``ipvs.py``): a warning when they
-        appear, a gauge, and with ``--replace-kube-proxy`` their removal (after the first sync,
-        so the node is never without rules). Asked when another process commits, and for what
-        no generation shows (IPVS) in each periodic verify's wake-up, or every 60 s on its own
-        for a longer period: tables are dumped again only if the generation moved (foreign_check).
-
-        Cancellation: safe at any point (the thread only reads, or sends one atomic batch; it
-        is abandoned, so a slow look at a large ruleset on a loaded node cannot hold a stop).
-        """
-        while True:
-            period = self.cfg.sync_period  # may change in place; the verify's comes first
-            interval = period * 1.5 if period <= FOREIGN_CHECK_SECONDS else FOREIGN_CHECK_SECONDS
-            self._foreign_seen = trio.Event()
-            try:
-                found = await trio.to_thread.run_sync(self._foreign_once, abandon_on_cancel=True)
-            except (NlproxyError, OSError) as exc:
-                self.log.warning("foreign_proxy.check_failed", error=str(exc))
-            else:
-                self._foreign_known = self._foreign_report(found, self._foreign_known)
-            with trio.move_on_after(interval):
-                await self._foreign_seen.wait()
-
-    def _foreign_report(self, found: Leftovers, known: set[str]) -> set[str]:
-        """Log what appeared and went since the last look, set the gauge; what is known now."""
-        now = {name: (mode, line, chains) for name, mode, line, chains in found.items()}
-        for name, (mode, line, chains) in now.items():
-            if name in known:
-                continue
-            if self.settings.service_proxy_name is not None:  # a canary: expected beside us
-                self.log.info("foreign_proxy.beside", table=name, mode=mode, chains=chains)
-            else:
-                self.log.warning(
-                    "foreign_proxy.detected",
-                    table=name,
-                    mode=mode,
-                    chains=chains,
-                    error=f"{line}: its rules can win over nlproxy's for new "
-                    "connections; stop that proxy, then run 'nlproxy cleanup "
-                    "--kube-proxy' (docs/migrating.md)",
-                )
-        for gone in sorted(known - now.keys()):
-            self.log.info("foreign_proxy.gone", table=gone)
-        canary = self.settings.service_proxy_name is not None
-        gauge = self.metrics.beside_proxy_tables if canary else self.metrics.foreign_proxy_tables
-        self.metrics.foreign_proxy_tables.clear()
-        self.metrics.beside_proxy_tables.clear()
-        for ft in found.tables:
-            gauge.labels(family=ft.family, table=ft.table, mode=ft.mode).set(1)
-        return set(now)
-
-    def _foreign_once(self) -> Leftovers:
-        found = self.foreign.look()
-        if found and self.settings.replace_kube_proxy:
-            self.foreign.forget()
-            remove_all(found, self.netns)
-            for name, mode, line, _ in found.items():
-                self.log.warning("foreign_proxy.removed", table=name, mode=mode, what=line)
-                self.metrics.foreign_proxy_removals.labels(table=name, mode=mode).inc()
-            found = self.foreign.look()
-        return found
 
     def _generation(self) -> int | None:
         """The kernel's nftables generation now, from the watch's socket (None: no watch)."""
@@ -687,7 +621,7 @@ class Daemon:
                     await nursery.start(keep, "inspector", self.reachability.run)
                     await nursery.start(self.loop.run, recv)
                     await self._census("first_sync")
-                    nursery.start_soon(keep, "foreign-check", at_once(self._watch_foreign))
+                    nursery.start_soon(keep, "foreign-check", at_once(self.foreign.run))
                     systemd.notify("READY=1")
                     self.log.info("daemon.ready", node=self.cfg.node_name)
                     interval = systemd.watchdog_interval()
