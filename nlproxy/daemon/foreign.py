@@ -8,6 +8,7 @@ first sync, so the node is never without rules).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -28,11 +29,17 @@ FOREIGN_CHECK_SECONDS = 60.0
 
 class ForeignWatch:
     """Looks for another proxy's rules in ``check``'s namespace whenever :meth:`ask` is called
-    (another process committed) and periodically for what no generation shows (IPVS).
+    (another process committed) and every sync period (at most :data:`FOREIGN_CHECK_SECONDS`)
+    for what no generation shows (IPVS).
 
-    ``settings`` answers the daemon's settings now (they may change in place); ``period`` the
-    sync period. What was reported is kept across the task's restarts, so that a restarted look
-    does not report it again.
+    The looks are made by one thread of their own, which waits on a :class:`threading.Event`
+    between them and reports from there: on an idle node a look wakes neither the event loop
+    nor a fresh worker thread (trio lets an idle one go after 10 s, so each periodic look made
+    one), and a look that finds what the last one found reports nothing again.
+
+    ``settings`` answers the daemon's settings now (they may change in place). What was
+    reported is kept across the task's restarts, so that a restarted look does not report it
+    again.
     """
 
     def __init__(
@@ -45,31 +52,43 @@ class ForeignWatch:
         self.metrics = metrics
         self.settings = settings
         self.known: set[str] = set()
-        self._asked = trio.Event()
+        self._last: Leftovers | None = None  # what the last report was of (None: none yet)
+        self._asked = threading.Event()
         self.log = get_logger("daemon")
 
     def ask(self) -> None:
-        """Look again soon: another process committed, or a periodic verify woke the loop."""
+        """Look again at once (another process committed); from any thread."""
         self._asked.set()
 
     async def run(self) -> None:
-        """Look, report, wait for :meth:`ask` or the interval; for ever.
+        """Look, report, wait for :meth:`ask` or the interval; for ever, in a thread.
 
-        Cancellation: safe at any point (the thread only reads, or sends one atomic batch; it
-        is abandoned, so a slow look at a large ruleset on a loaded node cannot hold a stop).
+        Raises what a look raises other than a refused dump (which is a warning, tried again
+        at the next look): the task's supervisor restarts it.
+
+        Cancellation: at once; the thread is abandoned (it only reads, or sends one atomic
+        batch, so a slow look at a large ruleset on a loaded node cannot hold a stop) and ends
+        after the look it is in.
         """
-        while True:
-            period = self.settings().daemon.sync_period  # may change in place
-            interval = period * 1.5 if period <= FOREIGN_CHECK_SECONDS else FOREIGN_CHECK_SECONDS
-            self._asked = trio.Event()
+        stop = threading.Event()
+        try:
+            await trio.to_thread.run_sync(self._looking, stop, abandon_on_cancel=True)
+        finally:
+            stop.set()
+            self._asked.set()  # out of its wait now
+
+    def _looking(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self._asked.clear()  # an ask from now on is for a look after this one
             try:
-                found = await trio.to_thread.run_sync(self._once, abandon_on_cancel=True)
+                found = self._once()
             except (NlproxyError, OSError) as exc:
                 self.log.warning("foreign_proxy.check_failed", error=str(exc))
             else:
-                self.known = self._report(found, self.known)
-            with trio.move_on_after(interval):
-                await self._asked.wait()
+                if found != self._last:
+                    self.known = self._report(found, self.known)
+                    self._last = found
+            self._asked.wait(min(self.settings().daemon.sync_period, FOREIGN_CHECK_SECONDS))
 
     def _report(self, found: Leftovers, known: set[str]) -> set[str]:
         """Log what appeared and went since the last look, set the gauge; what is known now."""

@@ -218,7 +218,6 @@ class Daemon:
             snapshot_filter=self._filter if settings.exclude_unreachable_endpoints else None,
             release_memory=release,
             quiet=self._quiet,
-            on_period=self.foreign.ask,  # the look rides the verify's wake-up
         )
 
     def _quiet(self) -> bool:

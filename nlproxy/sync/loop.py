@@ -109,7 +109,6 @@ class SyncLoop:
         snapshot_filter: Callable[[ClusterSnapshot], ClusterSnapshot] | None = None,
         release_memory: Callable[[], object] | None = None,
         quiet: Callable[[], bool] | None = None,
-        on_period: Callable[[], object] | None = None,
         in_thread: bool = True,
         runner: Callable[..., Awaitable[object]] | None = None,
     ) -> None:
@@ -118,10 +117,6 @@ class SyncLoop:
         self._in_thread = in_thread
         self._resume_gc = False  # the collector paused for a cold start (hold_collection)
         self.quiet = quiet
-        self.on_period = on_period
-        """Called at each periodic verify, as it starts: the daemon's other periodic work rides
-        this wake-up rather than making one of its own (on an idle node a wake-up is most of
-        what the work costs)."""
         self.source_errors: Callable[[], Sequence[str]] | None = None
         """The source's own problems (files that do not parse): reported and counted with the
         invalid objects."""
@@ -261,7 +256,6 @@ class SyncLoop:
             last = -float("inf")
             verified = trio.current_time()
             retry_at: float | None = None  # a failed sync's next try: waited for, not the period
-            told = -float("inf")  # the periodic verify the hook was called for (once each)
             while True:
                 due = verified + self.sync_period  # the period may change meanwhile
                 with trio.move_on_at(due if retry_at is None else retry_at):
@@ -271,9 +265,6 @@ class SyncLoop:
                     self._check_lost()
                 if trio.current_time() >= due:
                     self._verify = True
-                    if self.on_period is not None and due != told:
-                        told = due
-                        self.on_period()
                 if not (self._dirty or self._verify):
                     continue
                 if self._verify and not self._dirty and self._trusted_verify():

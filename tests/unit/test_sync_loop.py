@@ -717,70 +717,20 @@ async def test_what_a_read_back_frees_goes_back_after_it_ends(
     assert released[1:] == [ended + RELEASE_INTERVAL]
 
 
-@dataclass
-class Hooked:
-    """A quiet node's loop whose periodic hook notes when it is called."""
-
-    syncer: RecordingSyncer
-    loop: SyncLoop
-    send: trio.MemorySendChannel[Sequence[Change]]
-    recv: trio.MemoryReceiveChannel[Sequence[Change]]
-    calls: list[float]
-
-    @classmethod
-    async def make(cls) -> Hooked:
-        calls: list[float] = []
-        syncer = RecordingSyncer()
-        loop = loop_for(
-            syncer,
-            quiet=lambda: True,
-            runner=runner,
-            on_period=lambda: calls.append(trio.current_time()),
-        )
-        send, recv = trio.open_memory_channel[Sequence[Change]](100)
-        await send.send([svc("first")])  # the first sync runs at once
-        return cls(syncer, loop, send, recv, calls)
-
-    async def start(self, nursery: trio.Nursery) -> float:
-        await nursery.start(self.loop.run, self.recv)
-        return trio.current_time()
-
-
-async def test_the_periodic_hook_rides_each_periodic_verify_and_nothing_else(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    """``on_period`` is called in the wake-up of each periodic verify, trusted or not, and
-    only then: a change's sync or a drift's read-back does not call it (the daemon's look for
-    another proxy rides it, so an idle node wakes once a period for both)."""
-    h = await Hooked.make()
-    async with trio.open_nursery() as nursery:
-        start = await h.start(nursery)
-        await trio.sleep(PERIOD / 2)
-        await h.send.send([svc("changed")])  # a sync at 30: no hook
-        await trio.sleep(PERIOD / 4)
-        h.loop.request_verify(Drift(pid=4242, comm="nft", objects=1))  # a read-back at 45: none
-        await trio.sleep(2 * PERIOD)
-        nursery.cancel_scope.cancel()
-    assert len(h.syncer.calls) >= 2
-    assert [round(t - start) for t in h.calls] == [60, 120]
-
-
-async def test_syncs_failing_past_the_period_keep_the_retry_pace_and_tell_the_period_once(
+async def test_syncs_failing_past_the_period_keep_the_retry_pace(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """A sync that keeps failing is tried again every ``retry_interval``, also once the
     period's verify is long due (before, each try then came at the min sync period, a
-    read-back each), and the periodic hook hears of that period once, not at every try."""
-    h = await Hooked.make()
+    read-back each)."""
     async with trio.open_nursery() as nursery:
-        start = await h.start(nursery)
+        h = await started(nursery, quiet=True)
         await trio.sleep(PERIOD / 2)
         h.syncer.fail_next = 1000
         await h.send.send([svc("changed")])
         await trio.sleep(2 * PERIOD)
         nursery.cancel_scope.cancel()
-    tries = [round(c.at - start) for c in h.syncer.calls[1:]]
+    tries = [round(c.at - h.start) for c in h.syncer.calls[1:]]
     assert tries[0] == PERIOD / 2
     assert all(b - a == RETRY for a, b in itertools.pairwise(tries)), str(tries)
     assert tries[-1] >= 2 * PERIOD  # still trying
-    assert [round(t - start) for t in h.calls] == [PERIOD]
