@@ -346,6 +346,7 @@ class Daemon:
     async def _healthz(self, path: str) -> Response:
         if path in ("/healthz", "/livez"):
             live = path == "/livez"
+            self.loop.vouch()  # a resting loop's last update is now (SyncLoop.vouch)
             code, body = healthz(self.health, trio.current_time(), live=live)
             counter = self.metrics.livez_total if live else self.metrics.healthz_total
             counter.labels(code=str(code)).inc()
@@ -360,6 +361,7 @@ class Daemon:
         if path == "/programming" or path.startswith("/programming/"):  # status, explain
             return self._programming(path.removeprefix("/programming").removeprefix("/"))
         if path == "/metrics":
+            self.loop.vouch()  # the last-sync metric, as /healthz's last update
             body = await self._exposition()
             return Response(200, body, content_type="text/plain; version=0.0.4")
         return await self._healthz(path)

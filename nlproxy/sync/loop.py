@@ -16,6 +16,13 @@ A drift report starts such a verify at once; lost notifications do only when the
 they may belong to are not all nlproxy's own commits (a large cold start overflows the
 monitor's socket with its own). After a failed sync the next one reads back first, itself.
 
+An idle node's loop rests: once a periodic verify finds nothing changed since the last sync and
+no one else committed (``quiet``), the next ones could only find the same, so the loop waits
+with no timer until something happens (a change, the watch's report of another writer's
+commit, a read-back, new settings), and the event loop does not wake on its account. What those
+verifies told the outside (``/healthz``'s last update, the last-sync metric) is told when it is
+asked for (:meth:`SyncLoop.vouch`).
+
 The loop schedules and hands work to threads; what it tells the outside (metrics, health, the
 log lines about objects) is its :class:`~nlproxy.sync.report.SyncReporter`'s. A sync's worker
 returns one :class:`Outcome`.
@@ -23,6 +30,7 @@ returns one :class:`Outcome`.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -145,6 +153,13 @@ class SyncLoop:
         self._nursery: trio.Nursery | None = None
         self._config: ProxyConfig | None = None  # the planner's new settings, for the next sync
         self.synced_once = trio.Event()
+        self._resting = False
+        """An idle node's loop: a periodic verify found the state unchanged since the last
+        sync and every transaction since nlproxy's own, so the next would find the same, and
+        the loop waits for something to happen instead (a change, the watch's report of
+        another writer's commit, a read-back's drift, new settings), with no timer: an idle
+        node's event loop does not wake. What those verifies told the outside is told when
+        asked (:meth:`vouch`)."""
 
     def reconfigure(self, config: ProxyConfig) -> None:
         """Plan with ``config`` from the next sync on, which comes at once (within the minimum
@@ -258,9 +273,11 @@ class SyncLoop:
             retry_at: float | None = None  # a failed sync's next try: waited for, not the period
             while True:
                 due = verified + self.sync_period  # the period may change meanwhile
-                with trio.move_on_at(due if retry_at is None else retry_at):
+                deadline = due if retry_at is None else retry_at
+                with trio.move_on_at(math.inf if self._resting else deadline):  # see vouch
                     await self._wake.wait()
                 self._wake = trio.Event()
+                self._resting = False
                 if self._lost:
                     self._check_lost()
                 if trio.current_time() >= due:
@@ -331,7 +348,25 @@ class SyncLoop:
         self.report.objects(snapshot, self.syncer.config, source_errors, verify=True)
         self.report.verified(read_back=False)
         self.report.trusted()
+        self._resting = not self._read_back_due
         return True
+
+    def vouch(self) -> None:
+        """Tell what a periodic verify of a resting loop would tell, now: asked before
+        ``/healthz`` and ``/metrics`` are answered, so that the last update and the last-sync
+        metric are as current there as when the loop woke every period. Still quiet: the
+        rules are as current as a sync would make them. Someone else committed (its move not
+        yet reported by the watch): the verifier reads back, and the loop wakes.
+        """
+        if not self._resting or self._wake.is_set():  # awake, or about to wake
+            return
+        if self._quiet_now():
+            self.report.trusted()
+            return
+        self._resting = False
+        if not self._read_back_due:
+            self._start_read_back()
+        self._wake.set()
 
     def _quiet_now(self) -> bool:
         """``quiet()``: one GETGEN, answered at once (called on the loop)."""
@@ -399,6 +434,8 @@ class SyncLoop:
         drifted = any(repairs.values())
         self._read_back_due = False
         self._retry_left_out = True
+        if self._resting:  # the services left out are tried at the next periodic verify
+            self._wake.set()
         self.report.compared(drift=drifted, read_s=read_s, compare_s=compare_s)
         if drifted:
             # The repair's passes over whole tables are made here, off the loop: the sync that

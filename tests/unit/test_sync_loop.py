@@ -344,17 +344,49 @@ async def test_a_quiet_verify_of_an_unchanged_state_plans_nothing_a_change_or_ch
     cleanup left for want of a resource, make it a sync as before."""
     async with trio.open_nursery() as nursery:
         h = await started(nursery, quiet=True)
-        await trio.sleep(2 * PERIOD + 1)  # two idle verifies
-        assert len(h.syncer.calls) == 1
-        assert verifies(h.metrics, "false") == 2
-        h.syncer.cleanup.owed = True  # a cleanup ran out of descriptors
-        await trio.sleep(PERIOD)
-        assert [round(c.at - h.start) for c in h.syncer.calls[1:]] == [180]
+        h.syncer.cleanup.owed = True  # the first sync's cleanup ran out of descriptors
+        await trio.sleep(PERIOD + 1)
+        assert [round(c.at - h.start) for c in h.syncer.calls[1:]] == [60]  # a sync
         h.syncer.cleanup.owed = False
-        await trio.sleep(PERIOD)  # at 240: idle again
+        await trio.sleep(PERIOD)  # at 120: idle
         assert len(h.syncer.calls) == 2
+        assert verifies(h.metrics, "false") == 2  # the sync's and the idle one's
+        await h.send.send([svc("a")])
+        await trio.sleep(PERIOD)
+        assert [round(c.at - h.start) for c in h.syncer.calls[2:]] == [121]
         nursery.cancel_scope.cancel()
     assert h.syncer.read_backs == []
+
+
+async def test_an_idle_loop_rests_until_something_happens(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """After one periodic verify of an idle, quiet node the loop waits with no timer: no more
+    verifies (nor questions to the watch) however long nothing happens. A change is synced at
+    once, and the periods run again from there."""
+    asked: list[float] = []
+
+    def quiet() -> bool:
+        asked.append(trio.current_time())
+        return True
+
+    syncer = RecordingSyncer()
+    loop = loop_for(syncer, quiet=quiet, runner=runner)
+    send, recv = trio.open_memory_channel[Sequence[Change]](100)
+    await send.send([svc("first")])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run, recv)
+        start = trio.current_time()
+        await trio.sleep(10 * PERIOD)
+        assert [round(t - start) for t in asked] == [PERIOD]
+        assert verifies(loop.report.metrics, "false") == 1
+        await send.send([svc("a")])
+        await trio.sleep(2 * PERIOD + 1)
+        nursery.cancel_scope.cancel()
+    assert [round(c.at - start) for c in syncer.calls[1:]] == [10 * PERIOD]
+    # The change's sync was the overdue verify; the next, a period later, rests again.
+    assert [round(t - start) for t in asked] == [PERIOD, 10 * PERIOD, 11 * PERIOD]
+    assert syncer.read_backs == []
 
 
 async def test_a_quiet_verify_keeps_health_and_the_last_sync_metric_current(
@@ -374,32 +406,43 @@ async def test_a_quiet_verify_keeps_health_and_the_last_sync_metric_current(
     assert round(health.last_updated - first) == PERIOD
 
 
-async def test_a_verify_when_someone_else_committed_reads_back_and_repairs(
+async def test_a_resting_loop_vouches_when_asked_or_reads_back_if_someone_committed(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """The same idle node, but at the verify the generation moved by another's commit (no
-    longer quiet) and no drift report came: the verify reads the tables back and repairs."""
+    """The idle node rests after its first verify. Asked (``/healthz``, ``/metrics``), it
+    vouches: the last update moves to now (and the last-sync metric, as at a verify),
+    nothing is planned. Once
+    the generation moved by another's commit that the watch has not reported yet (no longer
+    quiet), the next ask reads the tables back and the loop repairs what it finds."""
     quiet = [True]
     syncer = RecordingSyncer()
     loop = loop_for(syncer, quiet=lambda: quiet[0], runner=runner)
     send, recv = trio.open_memory_channel[Sequence[Change]](100)
     await send.send([svc("first")])
+    health = loop.report.health
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run, recv)
         start = trio.current_time()
-        await trio.sleep(PERIOD + 1)
-        assert syncer.read_backs == []  # quiet: trusted
+        await trio.sleep(3 * PERIOD)
+        assert health.last_updated is not None
+        assert round(health.last_updated - start) == PERIOD  # the verify before the rest
+        loop.vouch()
+        assert round(health.last_updated - start) == 3 * PERIOD
+        assert syncer.read_backs == []
         syncer.tamper()
         quiet[0] = False
-        await trio.sleep(PERIOD)
+        await trio.sleep(PERIOD / 2)
+        loop.vouch()
+        assert round(health.last_updated - start) == 3 * PERIOD  # not vouched for
+        await trio.sleep(MIN)
         nursery.cancel_scope.cancel()
-    assert [round(t - start) for t in syncer.read_backs] == [2 * PERIOD]
+    assert [round(t - start) for t in syncer.read_backs] == [3.5 * PERIOD]
     assert verifies(loop.report.metrics, "false") == 1
     assert verifies(loop.report.metrics, "true") == 1
     # Nothing changed to plan: the read-back, then only the repair of what it found.
     (repair,) = syncer.calls[1:]
     assert repair.verified
-    assert [round(t - start) for t in syncer.taken] == [2 * PERIOD]
+    assert [round(t - start) for t in syncer.taken] == [3.5 * PERIOD]
     assert syncer.kernel == syncer.planned
 
 

@@ -189,22 +189,23 @@ async def test_new_periods_reschedule_the_verify(
 ) -> None:
     nft = FakeNftables(n.TABLE)
     verifies: list[float] = []
-    second = trio.Event()
+    first = trio.Event()
 
     def quiet() -> bool:
         verifies.append(trio.current_time())
-        if len(verifies) == 2:
-            second.set()
-        return True  # nothing moved: the verify needs no read-back
+        first.set()
+        return True  # nothing moved: the verify needs no read-back (then the loop rests)
 
     loop, _ = _loop(nft, quiet=quiet)
     send, recv = trio.open_memory_channel[Sequence[Change]](10)
     await send.send(web_changes(1))
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run, recv)
+        start = trio.current_time()
         assert not verifies
         loop.set_periods(min_interval=0.5, sync_period=30.0)
         with trio.fail_after(300):  # the old period, an hour, would pass this deadline
-            await second.wait()
+            await first.wait()
+        assert round(verifies[0] - start) == 30
         assert loop.min_interval == 0.5
         nursery.cancel_scope.cancel()
