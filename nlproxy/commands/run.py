@@ -96,13 +96,14 @@ def _source_arguments(parser: argparse.ArgumentParser) -> None:
         "--config",
         type=Path,
         metavar="FILE",
-        help="KubeProxyConfiguration YAML. The daemon looks at it every 2 s (a ConfigMap "
-        "changes by symlink swap): an invalid new file is one error line and the current "
-        "settings stay; each changed setting is logged (old and new value) and applied by "
-        "the running daemon, only the differences in one atomic batch; a change to a setting "
-        "that cannot change in place (a bind address, the API client, the node's name) ends "
-        "the daemon with status 1, rules in place, for the kubelet or systemd to start it "
-        "again with the new settings, as kube-proxy does",
+        help="KubeProxyConfiguration YAML. The daemon looks at it when the kernel tells of a "
+        "change in its directory or its target's (inotify: a ConfigMap changes by symlink "
+        "swap; every 2 s where inotify is not to be had): an invalid new file is one error "
+        "line and the current settings stay; each changed setting is logged (old and new "
+        "value) and applied by the running daemon, only the differences in one atomic batch; "
+        "a change to a setting that cannot change in place (a bind address, the API client, "
+        "the node's name) ends the daemon with status 1, rules in place, for the kubelet or "
+        "systemd to start it again with the new settings, as kube-proxy does",
     )
     parser.add_argument(
         "--master",

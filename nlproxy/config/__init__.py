@@ -12,7 +12,8 @@ The file is read and mapped in ``kubeproxy.py``; the values both the file and th
 (:class:`DaemonConfig`, addresses, durations) are read in ``values.py``; kube-proxy's flags beyond
 nlproxy's own options, with the readers of their values, are listed in ``flags.py``;
 ``export.py`` writes the settings back as a KubeProxyConfiguration (``--write-config-to``);
-``watch.py`` turns a changed ``--config`` file into what changed, for a running daemon;
+``watch.py`` turns a changed ``--config`` file into what changed, for a running daemon, and
+``notify.py`` tells it when to look (inotify over the file's directories);
 ``read.py`` reads the file within its limits and ``duplicates.py`` finds the keys it writes
 twice. Their public names are imported from here.
 """

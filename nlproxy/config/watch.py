@@ -4,9 +4,11 @@ place, or exits so that the kubelet restarts it (kube-proxy exits on any change)
 A ConfigMap mounted as a volume changes by a symlink swap (``config.conf`` → ``..data/config.conf``,
 ``..data`` → a new timestamped directory), so the file is known by what its path resolves to and
 that file's identity (device, inode, size, modification time), not by an inotify watch on one
-inode. :meth:`ConfigWatcher.check` stats (and, when the identity moved, reads) the file; it is
-cheap enough to call every few seconds. The settings are built again the way the command line
-built them (the same flags over the new file), so a flag still overrides the file.
+inode. :meth:`ConfigWatcher.check` stats (and, when the identity moved, reads) the file; the
+daemon calls it when something changed in :meth:`ConfigWatcher.directories` (``notify.py``), or
+every few seconds where the kernel gives no inotify descriptor. The settings are built again
+the way the command line built them (the same flags over the new file), so a flag still
+overrides the file.
 
 Only the I/O of reading the file happens here: no clock, no logging, no threads. The daemon
 calls ``check`` on its schedule, logs each change (:attr:`Reload.changes`, old and new values),
@@ -123,6 +125,17 @@ class ConfigWatcher:
         except OSError:
             return None
         return (real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def directories(self) -> list[Path]:
+        """Where a change to the file shows: the directory holding its path (a ConfigMap's
+        ``..data`` swap, an editor's rename) and the one holding the file it resolves to now
+        (written in place through a symlink)."""
+        path = Path(os.path.abspath(self.path))
+        found = [path.parent]
+        real = Path(os.path.realpath(path)).parent
+        if real != path.parent and real.is_dir():
+            found.append(real)
+        return found
 
     def check(self) -> Reload | None:
         """None when the file is as last seen (or unreadable for now); else what changed.

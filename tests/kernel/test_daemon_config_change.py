@@ -167,6 +167,7 @@ def test_config_change_is_applied_in_place_and_a_bind_address_restarts(
         volume.publish("apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: Nope\n")
         wait_until(lambda: proc.events("config.invalid"), 10, "the invalid file is reported")
         (invalid,) = proc.events("config.invalid")
+        assert not proc.events("config.polled")  # told by the kernel, not looked for
         assert invalid["file"] == str(volume.path)
         assert "expected kind KubeProxyConfiguration" in invalid["error"], invalid
         assert "current settings are kept" in invalid["error"], invalid
