@@ -53,6 +53,7 @@ class ForeignWatch:
         self.settings = settings
         self.known: set[str] = set()
         self._last: Leftovers | None = None  # what the last report was of (None: none yet)
+        self._labels: set[tuple[str, str, str]] = set()  # the gauge's series now
         self._asked = threading.Event()
         self.log = get_logger("daemon")
 
@@ -111,11 +112,15 @@ class ForeignWatch:
                 )
         for gone in sorted(known - now.keys()):
             self.log.info("foreign_proxy.gone", table=gone)
+        # Only what went is removed, never the whole gauge: a scrape reading it meanwhile (on the
+        # event loop or its worker) sees every table that is still there.
         gauge = self.metrics.beside_proxy_tables if canary else self.metrics.foreign_proxy_tables
-        self.metrics.foreign_proxy_tables.clear()
-        self.metrics.beside_proxy_tables.clear()
-        for ft in found.tables:
-            gauge.labels(family=ft.family, table=ft.table, mode=ft.mode).set(1)
+        labels = {(ft.family, ft.table, ft.mode) for ft in found.tables}
+        for family, table, mode in self._labels - labels:
+            gauge.remove(family, table, mode)  # the labels' order: family, table, mode
+        for family, table, mode in labels:
+            gauge.labels(family=family, table=table, mode=mode).set(1)
+        self._labels = labels
         return set(now)
 
     def _once(self) -> Leftovers:

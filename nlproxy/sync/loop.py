@@ -277,7 +277,10 @@ class SyncLoop:
                 with trio.move_on_at(math.inf if self._resting else deadline):  # see vouch
                     await self._wake.wait()
                 self._wake = trio.Event()
-                self._resting = False
+                if self._resting:  # the rest vouched for every period until now
+                    self._resting = False
+                    verified = trio.current_time()
+                    due = verified + self.sync_period
                 if self._lost:
                     self._check_lost()
                 if trio.current_time() >= due:
@@ -358,7 +361,11 @@ class SyncLoop:
         rules are as current as a sync would make them. Someone else committed (its move not
         yet reported by the watch): the verifier reads back, and the loop wakes.
         """
-        if not self._resting or self._wake.is_set():  # awake, or about to wake
+        if (
+            not self._resting
+            or self._wake.is_set()  # about to wake: a change waits, say
+            or self._read_back_due  # what the read-back under way finds is not known yet
+        ):
             return
         if self._quiet_now():
             self.report.trusted()
@@ -411,6 +418,7 @@ class SyncLoop:
                 self._verify = True
                 self._wake.set()
             elif not done:
+                self._read_back_due = True  # read back again: not vouched for meanwhile
                 self._want_read_back.set()
 
     async def _verify_once(self) -> bool:

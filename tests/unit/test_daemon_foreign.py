@@ -83,9 +83,17 @@ def gauge(metrics: Metrics, name: str) -> float | None:
 
 def test_the_looks_need_no_event_loop_and_an_ask_brings_one_at_once() -> None:
     """Looks 2 to 4 are asked for and made while the event loop is held (a plain sleep in
-    it): the thread looks and reports without it."""
+    it): the thread looks and reports without it, and only what differs from the last look."""
     check = Check()
     watch, metrics = watch_of(check)
+    reports: list[Leftovers] = []
+    report = watch._report
+
+    def counted(found: Leftovers, known: set[str]) -> set[str]:
+        reports.append(found)
+        return report(found, known)
+
+    watch._report = counted  # type: ignore[method-assign]
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -103,6 +111,7 @@ def test_the_looks_need_no_event_loop_and_an_ask_brings_one_at_once() -> None:
     assert len(set(check.threads)) == 1  # no thread made per look
     assert check.threads[0] != threading.get_ident()  # nor the event loop's
     assert detected(logs) == ["ip kube-proxy"]  # found three times, said once
+    assert reports == [Leftovers(), check.found]  # reported when it changed only
 
 
 def test_a_failed_look_is_a_warning_and_a_fault_ends_the_task_for_its_supervisor() -> None:
@@ -161,3 +170,24 @@ def in_looking(ident: int) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def test_a_table_that_goes_leaves_the_gauge_of_those_that_stay() -> None:
+    check = Check()
+    watch, metrics = watch_of(check)
+    check.found = Leftovers(tables=(table("kube-proxy"), table("other")))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch.run)
+            await until(lambda: gauge(metrics, "other") == 1.0, "both tables")
+            check.found = Leftovers(tables=(table("kube-proxy"),))
+            watch.ask()
+            await until(lambda: gauge(metrics, "other") is None, "the one that went")
+            nursery.cancel_scope.cancel()
+
+    with capture_logs() as logs:
+        trio.run(main)
+    assert gauge(metrics, "kube-proxy") == 1.0
+    gone = [e["table"] for e in logs if e["event"] == "foreign_proxy.gone"]
+    assert gone == ["ip other"]

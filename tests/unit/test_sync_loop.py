@@ -19,7 +19,7 @@ import trio
 import trio.testing
 from prometheus_client import CollectorRegistry
 
-from nlproxy.cluster.model import Change, ClusterSnapshot, ServiceKey
+from nlproxy.cluster.model import Change, ClusterSnapshot, Delete, ObjectRef, ServiceKey
 from nlproxy.cluster.state import ClusterState
 from nlproxy.errors import KernelError
 from nlproxy.nft.ir import Family
@@ -35,7 +35,7 @@ from nlproxy.sync.loop import (
 )
 from nlproxy.sync.syncer import SyncResult
 from nlproxy.sync.verify import Repair
-from tests.unit.builders import NODE, service, upsert
+from tests.unit.builders import NODE, endpoint, eps_slice, service, upsert
 
 MIN = 1.0
 PERIOD = 60.0
@@ -384,9 +384,74 @@ async def test_an_idle_loop_rests_until_something_happens(
         await trio.sleep(2 * PERIOD + 1)
         nursery.cancel_scope.cancel()
     assert [round(c.at - start) for c in syncer.calls[1:]] == [10 * PERIOD]
-    # The change's sync was the overdue verify; the next, a period later, rests again.
-    assert [round(t - start) for t in asked] == [PERIOD, 10 * PERIOD, 11 * PERIOD]
+    # The rest vouched for the periods until the change; the next verify is a period after
+    # it, and rests again.
+    assert [round(t - start) for t in asked] == [PERIOD, 11 * PERIOD]
     assert syncer.read_backs == []
+
+
+async def test_a_service_deleted_after_a_rest_is_not_taken_for_orphaning_its_slice(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A Service deleted on a node that rested, its slice removed a moment later (the garbage
+    collector's): the slice is an orphan only if a verify a period later still finds it, as
+    on a node that never rested."""
+    syncer = RecordingSyncer()
+    loop = loop_for(syncer, quiet=lambda: True, runner=runner)
+    send, recv = trio.open_memory_channel[Sequence[Change]](100)
+    await send.send([svc("web"), upsert(eps_slice("ns", "web", [endpoint("10.1.0.5")]))])
+    with structlog.testing.capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(loop.run, recv)
+            await trio.sleep(3.3 * PERIOD)  # rests after the verify at 60
+            await send.send([delete("Service", "web")])
+            await trio.sleep(0.5)
+            await send.send([delete("EndpointSlice", "web-v4")])
+            await trio.sleep(2 * PERIOD)
+            nursery.cancel_scope.cancel()
+    assert [e for e in logs if e["event"] == "object.invalid"] == []
+    invalid = loop.report.metrics.registry.get_sample_value("nlproxy_invalid_objects")
+    assert invalid == 0
+
+
+def delete(kind: str, name: str) -> Change:
+    return Delete(ref=ObjectRef(kind=kind, namespace="ns", name=name))
+
+
+async def test_a_resting_loop_does_not_vouch_for_a_change_waiting_or_a_read_back_under_way(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``vouch()`` between a change's arrival and the loop taking it (both on the event loop)
+    keeps the change waiting for ``/healthz``; nor does it vouch while a drift's read-back is
+    under way. A read-back that finds nothing wakes the loop all the same: the services left
+    out are tried at the next periodic verify."""
+    monkeypatch.setitem(COSTS, "read_back", 5.0)
+    syncer = RecordingSyncer()
+    loop = loop_for(syncer, quiet=lambda: True, runner=runner)
+    send, recv = trio.open_memory_channel[Sequence[Change]](100)
+    await send.send([svc("first")])
+    health = loop.report.health
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run, recv)
+        start = trio.current_time()
+        await trio.sleep(2 * PERIOD)  # resting since the verify at 60
+        loop.apply_changes([svc("a")])  # as the source's task hands a change over
+        loop.vouch()  # a probe answered before the loop runs
+        assert health.oldest_pending is not None
+        await trio.sleep(MIN)
+        assert health.oldest_pending is None  # synced
+        await trio.sleep(2 * PERIOD)  # rests again after the verify at 180
+        rested = health.last_updated
+        loop.request_verify(Drift(pid=4242, comm="nft", objects=1))  # nothing differs
+        await trio.sleep(1.0)
+        loop.vouch()  # the read-back takes 5 s per family
+        assert health.last_updated == rested
+        await trio.sleep(PERIOD + 11)
+        nursery.cancel_scope.cancel()
+    assert [round(t - start) for t in syncer.read_backs] == [4 * PERIOD + 1]
+    # Woken by the read-back's end (10 s later), the loop's next verify is a sync that lets
+    # the services left out back in, a period after that wake.
+    assert [round(c.at - start) for c in syncer.calls[1:]] == [2 * PERIOD, 5 * PERIOD + 11]
 
 
 async def test_a_quiet_verify_keeps_health_and_the_last_sync_metric_current(
