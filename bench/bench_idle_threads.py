@@ -19,6 +19,10 @@ daemon nothing). For each tree (this checkout and ``--base DIR``) one JSON line:
 - ``spikes``: the readings whose process CPU is above ``--spike`` seconds, each with the threads
   that ran in it and the log lines written in it (``events``: the counts over the whole idle).
 
+With ``--config`` the daemon also follows a ``--config`` file laid out as a ConfigMap volume
+(``config.conf`` -> ``..data/config.conf``), as the shipped DaemonSet runs it; nothing changes
+it during the idle.
+
 A wake-up after a long sleep costs far more than the work it does on this kind of machine (a
 bare ``poll()`` timeout: ~30 us every 5 ms, 150-600 us every 0.5 s, caches cold): the figure
 that matters is how many wake-ups each thread makes.
@@ -94,9 +98,28 @@ def syscall(pid: int, tid: int) -> str:
         return "?"
 
 
-def run(tree: Path, kubeconfig: Path, args: argparse.Namespace) -> dict[str, Any]:
+CONFIG = """apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+"""
+
+
+def config_volume(root: Path) -> Path:
+    """A ConfigMap volume's layout holding :data:`CONFIG`; the path the daemon is given."""
+    data = root / "..2026_01_01_00_00_00.000000001"
+    data.mkdir(parents=True)
+    (data / "config.conf").write_text(CONFIG)
+    (root / "..data").symlink_to(data.name)
+    (root / "config.conf").symlink_to("..data/config.conf")
+    return root / "config.conf"
+
+
+def run(
+    tree: Path, kubeconfig: Path, args: argparse.Namespace, config: Path | None = None
+) -> dict[str, Any]:
+    extra = ["--config", str(config)] if config is not None else []
     with pods_ns() as ns:
-        child = Child(tree, daemon_args(ns, kubeconfig))
+        child = Child(tree, daemon_args(ns, kubeconfig) + extra)
         try:
             child.first("sync.applied", args.timeout)
             time.sleep(args.settle)
@@ -190,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=float, default=1.0, help="seconds between two readings")
     p.add_argument("--spike", type=float, default=0.03, help="CPU s in one reading to list")
     p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument(
+        "--config", action="store_true", help="follow a --config file, as the DaemonSet does"
+    )
     args = p.parse_args(argv)
     trees = [("head", ROOT)] + ([("base", args.base.resolve())] if args.base else [])
     checkout_run.prepare(tree for _, tree in trees)
@@ -200,14 +226,16 @@ def main(argv: list[str] | None = None) -> int:
         populate(api, cluster)
         with tempfile.TemporaryDirectory(prefix="nlpit-") as tmp:
             kubeconfig = write_kubeconfig(Path(tmp) / "kubeconfig", api)
+            config = config_volume(Path(tmp) / "config") if args.config else None
             for name, tree in trees:
                 load = [round(x, 2) for x in os.getloadavg()]
-                fig = run(tree, kubeconfig, args)
+                fig = run(tree, kubeconfig, args, config)
                 rec = {
                     "bench": "idle_threads",
                     "tree": name,
                     "services": args.services,
                     "endpoints": args.endpoints,
+                    "config": args.config,
                     **fig,
                     "loadavg_1_5_15": load,
                 }
