@@ -292,6 +292,8 @@ class SyncLoop:
                     verified = trio.current_time()
                     continue
                 await trio.sleep_until(last + self.min_interval)
+                if not self._lost:  # what woke it meanwhile is in this sync (lost: see above)
+                    self._wake = trio.Event()
                 self._syncing = trio.Event()
                 try:
                     ok, full = await self._sync_once()

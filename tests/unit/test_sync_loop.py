@@ -390,6 +390,27 @@ async def test_an_idle_loop_rests_until_something_happens(
     assert syncer.read_backs == []
 
 
+async def test_a_change_taken_by_a_failed_sync_brings_no_second_early_try(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """While syncs fail, a change brings a try at the min sync period; one that came while
+    the loop waited out that period is in that try, so when it fails too the next comes
+    after the retry interval (before, the change's leftover wake-up made one more at once)."""
+    async with trio.open_nursery() as nursery:
+        h = await started(nursery, quiet=True)
+        await trio.sleep(10.0)
+        h.syncer.fail_next = 1000
+        await h.send.send([svc("a")])  # tried at 10, fails
+        await trio.sleep(0.5)
+        await h.send.send([svc("b")])  # brings a try at 11 (the min sync period after 10)
+        await trio.sleep(0.2)
+        await h.send.send([svc("c")])  # while the loop waits for 11: in that try
+        await trio.sleep(2 * RETRY + 1)
+        nursery.cancel_scope.cancel()
+    tries = [round(c.at - h.start, 1) for c in h.syncer.calls[1:]]
+    assert tries == [10.0, 11.0, 11.0 + RETRY, 11.0 + 2 * RETRY], tries
+
+
 async def test_a_service_deleted_after_a_rest_is_not_taken_for_orphaning_its_slice(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
