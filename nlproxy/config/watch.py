@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from nlproxy.config import Flags, Settings, build_settings
+from nlproxy.config.notify import watched_directories
 from nlproxy.errors import ConfigError
 
 RESTART_FIELDS = frozenset(
@@ -127,15 +128,8 @@ class ConfigWatcher:
         return (real, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
     def directories(self) -> list[Path]:
-        """Where a change to the file shows: the directory holding its path (a ConfigMap's
-        ``..data`` swap, an editor's rename) and the one holding the file it resolves to now
-        (written in place through a symlink)."""
-        path = Path(os.path.abspath(self.path))
-        found = [path.parent]
-        real = Path(os.path.realpath(path)).parent
-        if real != path.parent and real.is_dir():
-            found.append(real)
-        return found
+        """Where a change to the file shows (``notify.watched_directories``)."""
+        return watched_directories(self.path)
 
     def check(self) -> Reload | None:
         """None when the file is as last seen (or unreadable for now); else what changed.

@@ -20,6 +20,8 @@ from nlproxy.inspect.foreign_check import ForeignCheck
 from nlproxy.log import get_logger
 
 if TYPE_CHECKING:
+    from prometheus_client import Gauge
+
     from nlproxy.config import Settings
     from nlproxy.serve.metrics import Metrics
 
@@ -53,7 +55,7 @@ class ForeignWatch:
         self.settings = settings
         self.known: set[str] = set()
         self._last: Leftovers | None = None  # what the last report was of (None: none yet)
-        self._labels: set[tuple[str, str, str]] = set()  # the gauge's series now
+        self._labels: set[tuple[Gauge, str, str, str]] = set()  # the gauges' series now
         self._asked = threading.Event()
         self.log = get_logger("daemon")
 
@@ -115,10 +117,10 @@ class ForeignWatch:
         # Only what went is removed, never the whole gauge: a scrape reading it meanwhile (on the
         # event loop or its worker) sees every table that is still there.
         gauge = self.metrics.beside_proxy_tables if canary else self.metrics.foreign_proxy_tables
-        labels = {(ft.family, ft.table, ft.mode) for ft in found.tables}
-        for family, table, mode in self._labels - labels:
-            gauge.remove(family, table, mode)  # the labels' order: family, table, mode
-        for family, table, mode in labels:
+        labels = {(gauge, ft.family, ft.table, ft.mode) for ft in found.tables}
+        for old, family, table, mode in self._labels - labels:
+            old.remove(family, table, mode)  # the labels' order: family, table, mode
+        for _, family, table, mode in labels:
             gauge.labels(family=family, table=table, mode=mode).set(1)
         self._labels = labels
         return set(now)

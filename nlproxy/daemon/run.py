@@ -13,7 +13,7 @@ next start reads the kernel back and sends only the differences.
 
 A changed ``--config`` file (a ConfigMap's symlink swap; ``config/watch.py``) is looked at when the
 kernel tells of a change in its directories (``config/notify.py``; every
-:data:`CONFIG_CHECK_SECONDS` where it gives no inotify descriptor): an invalid new file is one error
+:data:`~nlproxy.config.notify.POLL_SECONDS` where it cannot): an invalid new file is one error
 line naming the file and why, and the daemon runs on with the settings it has. A valid file logs
 each changed setting (old and new value). What can change in place is applied in place, the process
 running on: the planner's settings go to the sync loop, whose next sync plans afresh and sends only
@@ -34,6 +34,7 @@ import json
 import resource
 import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
@@ -45,7 +46,7 @@ from nlproxy.cluster.source import Source
 from nlproxy.cluster.state import ClusterState
 from nlproxy.config import Settings, external_networks
 from nlproxy.config.configz import configz
-from nlproxy.config.notify import DirectoryEvents, events_for
+from nlproxy.config.notify import POLL_SECONDS, Changes
 from nlproxy.config.watch import ConfigWatcher, Reload
 from nlproxy.conntrack.sysctl import apply_logged
 from nlproxy.daemon import census, systemd
@@ -117,16 +118,6 @@ def _raise_descriptor_limit() -> None:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
-
-CONFIG_CHECK_SECONDS = 2.0
-"""How often the ``--config`` file is looked at (a stat; read only when it changed) where the
-kernel gives no inotify descriptor."""
-CONFIG_SETTLE_SECONDS = 0.2
-"""How long the ``--config`` file's directories must be still after an event before it is read:
-a ConfigMap's swap or an editor's rename is several events."""
-CONFIG_SAFETY_SECONDS = 300.0
-"""The longest time between two looks at the ``--config`` file all the same: a change inotify
-cannot see (another host's write on a network file system) is found within it."""
 
 SUPERVISED = ("inspector", "foreign-check")
 """The tasks restarted when they fail (they only report); any other ends the daemon
@@ -465,22 +456,34 @@ class Daemon:
             yield
 
     async def _watch_config(self, watcher: ConfigWatcher, cancel: trio.CancelScope) -> None:
-        """Look at the ``--config`` file when it may have changed (:meth:`_config_changed`); see
-        the module docstring for what a change does.
+        """Look at the ``--config`` file at once (it may have changed since the start) and then
+        whenever it may have changed (``config/notify.py``); see the module docstring for what
+        a change does.
 
-        Cancellation: safe at any point (the thread only stats and reads the file; abandoned,
-        so a file that blocks a read, such as a FIFO, cannot hold a stop).
+        Cancellation: safe at any point (the thread only stats and reads the file, and looks
+        up its directories; abandoned, so a file that blocks a read, such as a FIFO, or a hung
+        mount cannot hold a stop).
         """
-        events = self._config_events(watcher)
+        changes = Changes()
+
+        def look() -> tuple[Reload | None, list[Path]]:
+            return watcher.check(), watcher.directories()
+
         try:
             while True:
-                await self._config_changed(watcher, events)
-                reload = await trio.to_thread.run_sync(watcher.check, abandon_on_cancel=True)
+                reload, directories = await trio.to_thread.run_sync(look, abandon_on_cancel=True)
+                if changes.follow(directories):
+                    self.log.info(
+                        "config.polled",
+                        file=str(watcher.path),
+                        every_s=POLL_SECONDS,
+                        reason=str(changes.polling),
+                    )
                 if reload is not None and not await self._reload(reload, str(watcher.path), cancel):
                     return
+                await changes.wait()
         finally:
-            if events is not None:
-                events.close()
+            changes.close()
 
     async def _reload(self, reload: Reload, where: str, cancel: trio.CancelScope) -> bool:
         """Say what the changed ``--config`` file ``where`` changes and apply it; False: the
@@ -519,38 +522,6 @@ class Daemon:
         await self._apply_settings(reload.settings)
         self.log.info("config.applied", file=where, settings=[c.name for c in reload.changes])
         return True
-
-    def _config_events(self, watcher: ConfigWatcher) -> DirectoryEvents | None:
-        """An inotify descriptor over the ``--config`` file's directories; None (the file is
-        looked at every :data:`CONFIG_CHECK_SECONDS`) when the kernel gives none."""
-        try:
-            return events_for(watcher.directories())
-        except OSError as exc:
-            self.log.info(
-                "config.polled",
-                file=str(watcher.path),
-                every_s=CONFIG_CHECK_SECONDS,
-                reason=str(exc),
-            )
-            return None
-
-    async def _config_changed(self, watcher: ConfigWatcher, events: DirectoryEvents | None) -> None:
-        """Return when the ``--config`` file may have changed: an event in its directories,
-        once they are still for :data:`CONFIG_SETTLE_SECONDS` (a swap is several), or
-        :data:`CONFIG_SAFETY_SECONDS` without one; every :data:`CONFIG_CHECK_SECONDS` without
-        ``events``."""
-        if events is None:
-            await trio.sleep(CONFIG_CHECK_SECONDS)
-            return
-        with trio.move_on_after(CONFIG_SAFETY_SECONDS):
-            await trio.lowlevel.wait_readable(events.fileno())
-            while True:  # until the directories are still
-                events.drain()
-                await trio.sleep(CONFIG_SETTLE_SECONDS)
-                if not events.drain():
-                    break
-        with contextlib.suppress(OSError):  # a directory gone: the safety look still comes
-            events.watch(watcher.directories())  # the file may resolve elsewhere now
 
     async def _apply_settings(self, new: Settings) -> None:
         """Apply ``new`` settings in place (none of ``watch.RESTART_FIELDS`` differs): the

@@ -299,9 +299,6 @@ class SyncLoop:
                     ok, full = await self._sync_once()
                 finally:
                     self._sync_ended()
-                if self._resume_gc and self._planned:  # pausing was for the first plan
-                    self._resume_gc = False
-                    hotpath.resume_collection()
                 last = trio.current_time()
                 if ok and full:
                     verified = last
@@ -318,6 +315,9 @@ class SyncLoop:
         self._syncing.set()
         self._syncing = None
         self._since_release.set()  # what it freed, to go back at the next release
+        if self._resume_gc and self._planned:  # pausing was for the first plan
+            self._resume_gc = False
+            hotpath.resume_collection()
 
     def _trusted_verify(self) -> bool:
         """A periodic verify when no object changed since the last sync, which succeeded,
@@ -409,6 +409,8 @@ class SyncLoop:
             except (NlproxyError, OSError) as exc:  # tried again after the retry interval
                 self.log.warning("verify.failed", error=str(exc))
                 done = False
+                if self._resting:  # back to the periodic verifies until one reads back
+                    self._wake.set()
                 await trio.sleep(self.retry_interval)
             else:
                 races = 0 if done else races + 1

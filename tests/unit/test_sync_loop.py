@@ -411,6 +411,36 @@ async def test_a_change_taken_by_a_failed_sync_brings_no_second_early_try(
     assert tries == [10.0, 11.0, 11.0 + RETRY, 11.0 + 2 * RETRY], tries
 
 
+async def test_a_resting_loop_whose_read_back_keeps_failing_verifies_each_period_again(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drift's read-back that fails (``ENOBUFS``, say) is tried again every retry interval;
+    the loop, resting when it came, goes back to a verify every period meanwhile rather than
+    resting on with nothing to vouch for it."""
+    syncer = RecordingSyncer()
+    asked: list[float] = []
+
+    def quiet() -> bool:
+        asked.append(trio.current_time())
+        return True
+
+    def failing(family: Family) -> int:
+        raise OSError(errno.ENOBUFS, "No buffer space available")
+
+    loop = loop_for(syncer, quiet=quiet, runner=runner)
+    send, recv = trio.open_memory_channel[Sequence[Change]](100)
+    await send.send([svc("first")])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run, recv)
+        start = trio.current_time()
+        await trio.sleep(2 * PERIOD)  # resting since the verify at 60
+        monkeypatch.setattr(syncer, "read_back", failing)
+        loop.request_verify(Drift(pid=4242, comm="nft", objects=1))
+        await trio.sleep(3 * PERIOD + 1)
+        nursery.cancel_scope.cancel()
+    assert [round(t - start) for t in asked] == [PERIOD, 3 * PERIOD, 4 * PERIOD, 5 * PERIOD]
+
+
 async def test_a_service_deleted_after_a_rest_is_not_taken_for_orphaning_its_slice(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
