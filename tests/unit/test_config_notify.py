@@ -22,6 +22,7 @@ from nlproxy.config.notify import (
     watched_directories,
 )
 from nlproxy.config.watch import ConfigWatcher
+from tests.unit.test_config_watch import ConfigMapVolume
 
 BOUND = 30.0  # seconds an event may take to be readable on a loaded machine
 
@@ -40,44 +41,26 @@ def quiet(events: DirectoryEvents) -> bool:
     return not readable(events, 0) and not events.drain()
 
 
-class Volume:
-    """A ConfigMap volume's layout: ``config.conf`` -> ``..data/config.conf``."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.version = 0
-        (root / "config.conf").symlink_to("..data/config.conf")
-        self.publish("a: 1\n")
-
-    def publish(self, text: str) -> None:
-        self.version += 1
-        new = self.root / f"..{self.version}"
-        new.mkdir()
-        (new / "config.conf").write_text(text)
-        tmp = self.root / "..data_tmp"
-        tmp.symlink_to(new.name)
-        os.replace(tmp, self.root / "..data")
-
-
 @pytest.fixture
-def volume(tmp_path: Path) -> Volume:
+def volume(tmp_path: Path) -> ConfigMapVolume:
     root = tmp_path / "etc-nlproxy"
     root.mkdir()
-    return Volume(root)
+    return ConfigMapVolume(root, "a: 1\n")
 
 
-def test_a_configmap_swap_is_told_and_nothing_else(volume: Volume) -> None:
+def test_a_configmap_swap_is_told_and_nothing_else(volume: ConfigMapVolume) -> None:
     watcher = ConfigWatcher(Flags(config=volume.root / "config.conf"), settings=None)  # type: ignore[arg-type]
-    assert watcher.directories() == [volume.root, volume.root / "..1"]
+    assert watcher.directories() == [volume.root, volume.root / "..2026_11_28_12_00_01"]
     events = events_for(watcher.directories())
     try:
         assert quiet(events)
-        volume.publish("a: 2\n")
+        volume.update("a: 2\n")
         assert told(events)
         assert quiet(events)
         events.watch(watcher.directories())  # the file resolves into ..2 now
-        assert watcher.directories()[1] == volume.root / "..2"
-        with open(volume.root / "..2" / "config.conf", "a") as f:
+        data = volume.root / "..2026_11_28_12_00_02"
+        assert watcher.directories()[1] == data
+        with open(data / "config.conf", "a") as f:
             f.write("b: 1\n")
         assert told(events)
     finally:

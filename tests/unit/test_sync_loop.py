@@ -209,6 +209,34 @@ def loop_for(syncer: RecordingSyncer, metrics: Metrics | None = None, **kw: Any)
     )
 
 
+Send = trio.MemorySendChannel[Sequence[Change]]
+Receive = trio.MemoryReceiveChannel[Sequence[Change]]
+
+
+def asking(answers: Callable[[], bool] = lambda: True) -> tuple[Callable[[], bool], list[float]]:
+    """A ``quiet`` that notes when it is asked (the list) and answers ``answers()``."""
+    asked: list[float] = []
+
+    def quiet() -> bool:
+        asked.append(trio.current_time())
+        return answers()
+
+    return quiet, asked
+
+
+async def ready(
+    syncer: RecordingSyncer, **kw: Any
+) -> tuple[
+    SyncLoop, trio.MemorySendChannel[Sequence[Change]], trio.MemoryReceiveChannel[Sequence[Change]]
+]:
+    """``loop_for(syncer, runner=runner, **kw)``, the source's initial list sent (the first
+    sync runs at once)."""
+    loop = loop_for(syncer, runner=runner, **kw)
+    send, recv = trio.open_memory_channel[Sequence[Change]](100)
+    await send.send([svc("first")])
+    return loop, send, recv
+
+
 async def started(
     nursery: trio.Nursery,
     *,
@@ -364,16 +392,9 @@ async def test_an_idle_loop_rests_until_something_happens(
     """After one periodic verify of an idle, quiet node the loop waits with no timer: no more
     verifies (nor questions to the watch) however long nothing happens. A change is synced at
     once, and the periods run again from there."""
-    asked: list[float] = []
-
-    def quiet() -> bool:
-        asked.append(trio.current_time())
-        return True
-
     syncer = RecordingSyncer()
-    loop = loop_for(syncer, quiet=quiet, runner=runner)
-    send, recv = trio.open_memory_channel[Sequence[Change]](100)
-    await send.send([svc("first")])
+    quiet, asked = asking()
+    loop, send, recv = await ready(syncer, quiet=quiet)
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run, recv)
         start = trio.current_time()
@@ -418,18 +439,12 @@ async def test_a_resting_loop_whose_read_back_keeps_failing_verifies_each_period
     the loop, resting when it came, goes back to a verify every period meanwhile rather than
     resting on with nothing to vouch for it."""
     syncer = RecordingSyncer()
-    asked: list[float] = []
-
-    def quiet() -> bool:
-        asked.append(trio.current_time())
-        return True
+    quiet, asked = asking()
+    loop, _send, recv = await ready(syncer, quiet=quiet)
 
     def failing(family: Family) -> int:
         raise OSError(errno.ENOBUFS, "No buffer space available")
 
-    loop = loop_for(syncer, quiet=quiet, runner=runner)
-    send, recv = trio.open_memory_channel[Sequence[Change]](100)
-    await send.send([svc("first")])
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run, recv)
         start = trio.current_time()
@@ -478,9 +493,7 @@ async def test_a_resting_loop_does_not_vouch_for_a_change_waiting_or_a_read_back
     out are tried at the next periodic verify."""
     monkeypatch.setitem(COSTS, "read_back", 5.0)
     syncer = RecordingSyncer()
-    loop = loop_for(syncer, quiet=lambda: True, runner=runner)
-    send, recv = trio.open_memory_channel[Sequence[Change]](100)
-    await send.send([svc("first")])
+    loop, _send, recv = await ready(syncer, quiet=lambda: True)
     health = loop.report.health
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run, recv)
@@ -532,9 +545,7 @@ async def test_a_resting_loop_vouches_when_asked_or_reads_back_if_someone_commit
     quiet), the next ask reads the tables back and the loop repairs what it finds."""
     quiet = [True]
     syncer = RecordingSyncer()
-    loop = loop_for(syncer, quiet=lambda: quiet[0], runner=runner)
-    send, recv = trio.open_memory_channel[Sequence[Change]](100)
-    await send.send([svc("first")])
+    loop, _send, recv = await ready(syncer, quiet=lambda: quiet[0])
     health = loop.report.health
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run, recv)
@@ -568,16 +579,9 @@ async def test_a_verify_asks_whether_it_is_quiet_once(
     """``quiet()`` takes the moves it saw from the drift watch (which would report them
     again): each verify asks once, changed state or not, and reads back when it was not."""
     answers = iter([False, False])
-    asked: list[float] = []
-
-    def quiet() -> bool:
-        asked.append(trio.current_time())
-        return next(answers)
-
     syncer = RecordingSyncer()
-    loop = loop_for(syncer, quiet=quiet, runner=runner)
-    send, recv = trio.open_memory_channel[Sequence[Change]](100)
-    await send.send([svc("first")])
+    quiet, asked = asking(lambda: next(answers))
+    loop, send, recv = await ready(syncer, quiet=quiet)
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run, recv)
         start = trio.current_time()
