@@ -510,3 +510,48 @@ def test_a_plan_ahead_whose_thread_cannot_start_leaves_the_first_sync_to_plan(
     pre.listed("EndpointSlice")
     assert syncer.ahead._updates.empty()
     assert syncer.ahead.take() is None  # at once: nothing to wait for
+
+
+@pytest.mark.parametrize("size", [1, 3, 50])
+def test_a_digest_warmed_page_by_page_looks_at_what_it_did_not_hash_whatever_it_is_told(
+    size: int,
+) -> None:
+    """A first sync after a plan ahead is told only what the plan did not have (nothing, here):
+    a service without a slice (s0) and a slice without its Service (s20) were never hashed by
+    the pages, and the digest still covers them."""
+    services = [svc(i) for i in range(12)]
+    slices = [eps(i) for i in range(1, 12)] + [eps(20)]
+    alone = ClusterState(NODE)
+    changed = alone.apply(lists(services, slices))
+    cold = records()
+    cold.take_digest(alone.snapshot(), changed, exact=True)
+
+    state, warm = ClusterState(NODE), records()
+    for page in pages(services, size) + pages(slices, size):
+        changed = state.preload(page)
+        warm.warm(state.snapshot(), changed)
+    state.apply(lists(services, slices))
+    warm.take_digest(state.snapshot(), set(), exact=True)
+    assert warm.digest == cold.digest
+
+
+def test_a_cold_start_with_a_headless_service_writes_a_record_a_restart_trusts() -> None:
+    """A headless Service's slice has no Service in the snapshot, and a Service may have no
+    slice: the record of a cold start that planned ahead is the digest a restart takes, so the
+    restart trusts the tables (no read-back, nothing sent)."""
+    headless = to_change(
+        service(**{"metadata.name": "s9", "spec.clusterIP": "None", "spec.clusterIPs": ["None"]})
+    )
+    assert isinstance(headless, Skip)
+    services = [svc(i) for i in range(6)] + [headless]
+    early, late = [eps(i) for i in range(3)], [eps(3), eps(4), eps(9)]  # s5: no slice
+    ours, theirs, syncer, _ = both_synced(services, early, late)  # asserts the digests equal
+    assert ours == theirs
+    state = ClusterState(NODE)
+    changed = state.apply(lists(services, early + late))
+    nft = syncer.kernel.readback
+    assert isinstance(nft, FakeNftables)
+    restarted = syncer_on(nft)
+    result = restarted.sync(state.snapshot(), changed=changed)
+    assert result.restarted
+    assert result.total_ops == 0
