@@ -512,6 +512,80 @@ def test_a_plan_ahead_whose_thread_cannot_start_leaves_the_first_sync_to_plan(
     assert syncer.ahead.take() is None  # at once: nothing to wait for
 
 
+def slices_first_synced(
+    early: list[Listed], late: list[Listed], slices: list[Listed]
+) -> tuple[tuple[str, str], tuple[str, str], Syncer]:
+    """The tables of a Syncer whose slices' list ended first (the ``early`` Services in by
+    then, the ``late`` ones after), beside those of one that did not plan ahead."""
+    state = ClusterState(NODE)
+    nft = FakeNftables(n.TABLE)
+    syncer = syncer_on(nft)
+    pre = Preload(state, syncer)
+    for page in [[the_node()], *pages(early, 3), *pages(slices, 3)]:
+        pre.page(page)
+    pre.listed("EndpointSlice")
+    assert pre.thread is not None  # started by the first list of the two to end
+    for page in pages(late, 3):  # followed by the plan ahead
+        pre.page(page)
+    pre.listed("Service")
+    pre.thread.join(60)
+    assert not pre.thread.is_alive()
+    changed = state.apply(lists(early + late, slices))
+    syncer.sync(state.snapshot(), changed=changed)
+
+    alone = ClusterState(NODE)
+    cold_nft = FakeNftables(n.TABLE)
+    cold = syncer_on(cold_nft)
+    changed = alone.apply(lists(early + late, slices))
+    cold.sync(alone.snapshot(), changed=changed)
+    assert syncer.records.digest == cold.records.digest
+    ours = (render(nft.dump(Family.IP)), render(nft.dump(Family.IP6)))
+    theirs = (render(cold_nft.dump(Family.IP)), render(cold_nft.dump(Family.IP6)))
+    return ours, theirs, syncer
+
+
+def test_when_the_slices_are_listed_first_the_services_after_are_each_added_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The plan ahead starts when the slices' list ends, and adds each Service that comes after
+    (its slices all in): one update per page, none taking a service out to plan it again, and
+    nothing left for the first sync; the tables are a cold sync's."""
+    updated: list[tuple[str, set[ServiceKey] | None]] = []
+
+    def recording(where: str, module: Any) -> None:
+        real_update = module.plan_update
+
+        def plan_update(last: Any, snap: Any, config: Any, changed: Any, **kw: Any) -> Any:
+            updated.append((where, None if changed is None else set(changed)))
+            return real_update(last, snap, config, changed, **kw)
+
+        monkeypatch.setattr(module, "plan_update", plan_update)
+
+    recording("ahead", ahead_module)
+    recording("sync", syncer_module)
+    services = [svc(i) for i in range(8)]
+    slices = [eps(i) for i in range(8) if i != 6] + [_slice(7, "b", "10.1.0.99")]  # s6: none
+    ours, theirs, syncer = slices_first_synced(services[:2], services[2:], slices)
+    assert ours == theirs
+    assert updated == [
+        ("ahead", {key(2), key(3), key(4)}),
+        ("ahead", {key(5), key(6), key(7)}),
+        ("sync", set()),
+    ]
+    assert syncer.ahead.take() is None
+
+
+@pytest.mark.parametrize("early", [0, 1, 4, 6], ids=["none", "one", "most", "all"])
+def test_a_plan_ahead_started_by_the_slices_programs_what_a_cold_sync_programs(
+    early: int,
+) -> None:
+    services = [svc(i) for i in range(6)]
+    slices = [eps(i) for i in range(5)] + [_slice(2, "b", "10.1.0.50")]  # s5: no slice
+    ours, theirs, _ = slices_first_synced(services[:early], services[early:], slices)
+    for mine, cold in zip(ours, theirs, strict=True):
+        assert sorted(mine.split("\n\n")) == sorted(cold.split("\n\n"))
+
+
 @pytest.mark.parametrize("size", [1, 3, 50])
 def test_a_digest_warmed_page_by_page_looks_at_what_it_did_not_hash_whatever_it_is_told(
     size: int,
