@@ -38,6 +38,11 @@ planned twice (an in-place update costs a few times a service's share of a full 
 Services' list was restarted), every service still to come has all its slices already: each is
 added once as its page comes, and the plan no longer waits for the last list to end (it was then
 made whole after the lists, on the first sync's path)."""
+EARLY_SHARE = 0.5
+"""The slices' list ending first starts the plan ahead only when the Services listed so far are
+at least this share of those the slices name: else most services would be added a page at a
+time (each at a few times its share of a full plan), and the plan waits for the Services'
+list, as when it ends first."""
 
 
 class Preload:
@@ -69,8 +74,12 @@ class Preload:
             self.syncer.ahead.end()  # both lists that make services are complete
         if self._tried:
             return
+        snapshot = self.state.snapshot()
+        first = len(self._listed) == 1 and kind != "Service"  # the slices' list ended first
+        if first and len(snapshot.services) < EARLY_SHARE * len(snapshot.slices):
+            return  # most Services are still to come: planned once they are in
         self._tried = True
-        syncer, snapshot, fresh = self.syncer, self.state.snapshot(), self.syncer.fresh
+        syncer, fresh = self.syncer, self.syncer.fresh
         syncer.ahead.starting()  # before the thread starts: no sync slips in before it
 
         def run() -> None:

@@ -32,6 +32,7 @@ from nlproxy.proxy import naming as n
 from nlproxy.proxy.budget import SYNC_QUOTA
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.sync import ahead as ahead_module
+from nlproxy.sync import preload as preload_module
 from nlproxy.sync import syncer as syncer_module
 from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.preload import Preload
@@ -515,6 +516,7 @@ def test_a_plan_ahead_whose_thread_cannot_start_leaves_the_first_sync_to_plan(
 def slices_first_synced(
     early: list[Listed], late: list[Listed], slices: list[Listed]
 ) -> tuple[tuple[str, str], tuple[str, str], Syncer]:
+    named = {c.obj.service for c in slices if isinstance(c, Upsert)}  # by the slices
     """The tables of a Syncer whose slices' list ended first (the ``early`` Services in by
     then, the ``late`` ones after), beside those of one that did not plan ahead."""
     state = ClusterState(NODE)
@@ -524,10 +526,12 @@ def slices_first_synced(
     for page in [[the_node()], *pages(early, 3), *pages(slices, 3)]:
         pre.page(page)
     pre.listed("EndpointSlice")
-    assert pre.thread is not None  # started by the first list of the two to end
+    # Started by the first list of the two to end, when most Services are in.
+    assert (pre.thread is not None) == (len(early) >= preload_module.EARLY_SHARE * len(named))
     for page in pages(late, 3):  # followed by the plan ahead
         pre.page(page)
     pre.listed("Service")
+    assert pre.thread is not None
     pre.thread.join(60)
     assert not pre.thread.is_alive()
     changed = state.apply(lists(early + late, slices))
@@ -547,9 +551,10 @@ def slices_first_synced(
 def test_when_the_slices_are_listed_first_the_services_after_are_each_added_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The plan ahead starts when the slices' list ends, and adds each Service that comes after
-    (its slices all in): one update per page, none taking a service out to plan it again, and
-    nothing left for the first sync; the tables are a cold sync's."""
+    """The plan ahead starts when the slices' list ends with most Services in (4 of the 7 the
+    slices name; not 2), and adds each Service that comes after (its slices all in): one update
+    per page, none taking a service out to plan it again, and nothing left for the first sync;
+    the tables are a cold sync's."""
     updated: list[tuple[str, set[ServiceKey] | None]] = []
 
     def recording(where: str, module: Any) -> None:
@@ -566,12 +571,12 @@ def test_when_the_slices_are_listed_first_the_services_after_are_each_added_once
     services = [svc(i) for i in range(8)]
     slices = [eps(i) for i in range(8) if i != 6] + [_slice(7, "b", "10.1.0.99")]  # s6: none
     ours, theirs, syncer = slices_first_synced(services[:2], services[2:], slices)
+    assert ours == theirs  # s0 and s1 alone when the slices were in: planned after the lists
+    assert updated == [("sync", set())]
+    updated.clear()
+    ours, theirs, syncer = slices_first_synced(services[:4], services[4:], slices)
     assert ours == theirs
-    assert updated == [
-        ("ahead", {key(2), key(3), key(4)}),
-        ("ahead", {key(5), key(6), key(7)}),
-        ("sync", set()),
-    ]
+    assert updated == [("ahead", {key(4), key(5), key(6)}), ("ahead", {key(7)}), ("sync", set())]
     assert syncer.ahead.take() is None
 
 
