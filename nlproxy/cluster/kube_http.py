@@ -21,7 +21,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
@@ -32,6 +32,7 @@ from nlproxy.cluster.kube_client import ApiException, Client
 from nlproxy.cluster.model import Change, Delete, Invalid, Skip, Upsert
 from nlproxy.cluster.ratelimit import TokenBucket
 from nlproxy.cluster.sections import object_ref
+from nlproxy.cluster.structs import LENIENT
 from nlproxy.errors import NlproxyError
 from nlproxy.log import get_logger
 
@@ -268,25 +269,18 @@ class Http:
         self._on_request("GET", self.host, int(raw.status), time.monotonic() - start)
         return int(raw.status)
 
-    def read_page(self, spec: KindSpec, raw: urllib3.BaseHTTPResponse) -> _Page:
-        """A list page's items (each still raw JSON) and list metadata.
+    def read_page(self, spec: KindSpec, raw: urllib3.BaseHTTPResponse) -> bytes:
+        """A list page's body (``page_changes`` decodes it).
 
         Raises:
             Unreachable: the body could not be read.
-            KubeApiError: the body is not a list.
         """
         try:
-            data = raw.read()
+            return raw.read()
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise Unreachable(f"{spec.kind} {spec.path}", f"reading failed: {exc}") from exc
         finally:
             raw.release_conn()
-        try:
-            return _PAGE.decode(data)
-        except msgspec.ValidationError as exc:
-            raise KubeApiError(f"{spec.kind} {spec.path}", f"malformed list: {exc}") from exc
-        except msgspec.DecodeError as exc:
-            raise KubeApiError(f"{spec.kind} {spec.path}", f"not JSON: {exc}") from exc
 
 
 class _ListMeta(msgspec.Struct):
@@ -302,16 +296,64 @@ class _Page(msgspec.Struct):
     items: list[msgspec.Raw] | None = None
 
 
+class _Head(msgspec.Struct):
+    """A list page's metadata alone (its items skipped, not built)."""
+
+    metadata: _ListMeta
+
+
 _PAGE = msgspec.json.Decoder(_Page)
+_HEAD = msgspec.json.Decoder(_Head)
+_TYPED_PAGES: dict[str, msgspec.json.Decoder[Any]] = {
+    kind: msgspec.json.Decoder(
+        msgspec.defstruct(
+            f"{kind}Page",
+            [("metadata", _ListMeta), ("items", list[t] | None, None)],  # type: ignore[valid-type]
+        )
+    )
+    for kind, t in LENIENT.types.items()
+}
+"""A page of Services or EndpointSlices decoded in one call, its items into the structs
+``typed.from_json`` decodes each item into (``typed.from_struct`` reads them)."""
 
 
 def page_items(data: bytes) -> list[msgspec.Raw]:
-    """The objects of a list page's JSON, each still raw (as ``Http.read_page`` reads them).
+    """The objects of a list page's JSON, each still raw.
 
     Raises:
         msgspec.DecodeError: not JSON; ``msgspec.ValidationError``: not a list page.
     """
     return _PAGE.decode(data).items or []
+
+
+def page_changes(
+    data: bytes, kind: str, proxy_name: str | None = None
+) -> tuple[_ListMeta, list[Upsert | Skip | Invalid]]:
+    """A list page's metadata and the change of each of its objects: what ``typed.change`` of
+    each raw item gives, but a page of Services or slices is first decoded in one call (not an
+    item at a time); the parser reads, from its raw JSON, each object that is not plainly
+    valid, and a page whose items do not all fit the structs goes item by item.
+
+    Raises:
+        msgspec.DecodeError: not JSON; ``msgspec.ValidationError``: not a list page.
+    """
+    whole = _TYPED_PAGES.get(kind)
+    if whole is not None:
+        try:
+            page = whole.decode(data)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            pass  # read again item by item (each item's own outcome), or the error raised
+        else:
+            got = [typed.from_struct(obj, kind, proxy_name) for obj in page.items or ()]
+            if any(c is None for c in got):
+                raws = page_items(data)
+                return page.metadata, [
+                    typed.change(raws[i], kind, proxy_name) if c is None else c
+                    for i, c in enumerate(got)
+                ]
+            return page.metadata, got  # type: ignore[return-value]  # (no None left)
+    raw = _PAGE.decode(data)
+    return raw.metadata, [typed.change(item, kind, proxy_name) for item in raw.items or ()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,7 +404,7 @@ def list_kind(
 def _list_pages(
     http: Http, spec: KindSpec, page_size: int, *, ahead: bool, on_page: PageHook | None
 ) -> Listing:
-    def fetch(cont: str) -> _Page:
+    def fetch(cont: str) -> bytes:
         params = [*spec.params(), ("limit", str(page_size))]
         if cont:
             params.append(("continue", cont))
@@ -372,6 +414,14 @@ def _list_pages(
             if not cont:  # a fresh list has no version to be too old: this is an error
                 raise KubeApiError(f"{spec.kind} {spec.path}", "410 Gone on a fresh list") from None
             raise
+
+    def decoded(data: bytes) -> tuple[_ListMeta, list[Upsert | Skip | Invalid]]:
+        try:
+            return page_changes(data, spec.kind, spec.proxy_name)
+        except msgspec.ValidationError as exc:
+            raise KubeApiError(f"{spec.kind} {spec.path}", f"malformed list: {exc}") from exc
+        except msgspec.DecodeError as exc:
+            raise KubeApiError(f"{spec.kind} {spec.path}", f"not JSON: {exc}") from exc
 
     changes: list[Upsert | Skip | Invalid] = []
     pages = 0
@@ -383,19 +433,25 @@ def _list_pages(
             if ahead
             else None
         )
-        page = fetch("")
+        data = fetch("")
         while True:
             pages += 1
-            cont = page.metadata.continue_
-            following = pool.submit(fetch, cont) if cont and pool is not None else None
-            decoded = [typed.change(item, spec.kind, spec.proxy_name) for item in page.items or ()]
-            changes.extend(decoded)
-            if on_page is not None and decoded:
-                on_page(decoded)
-            del decoded
-            if not cont:
-                return Listing(tuple(changes), page.metadata.resourceVersion, pages)
-            page = following.result() if following is not None else fetch(cont)
+            following = None
+            if pool is not None:  # the next page asked for before this one is decoded
+                try:
+                    cont = _HEAD.decode(data).metadata.continue_
+                except (msgspec.ValidationError, msgspec.DecodeError):
+                    cont = ""  # the decode below says what is wrong
+                following = pool.submit(fetch, cont) if cont else None
+            meta, page = decoded(data)
+            del data
+            changes.extend(page)
+            if on_page is not None and page:
+                on_page(page)
+            del page
+            if not meta.continue_:
+                return Listing(tuple(changes), meta.resourceVersion, pages)
+            data = following.result() if following is not None else fetch(meta.continue_)
 
 
 class WatchStream:

@@ -8,8 +8,10 @@ Nothing here knows nftables; it does no I/O and no logging.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
+from typing import Any
 
 from nlproxy.cluster.claims import NODE_PORT_RANGE, Claims
 from nlproxy.cluster.model import (
@@ -33,6 +35,7 @@ from nlproxy.cluster.model import (
 
 _SliceId = tuple[str, str]  # (namespace, name) of an EndpointSlice
 _SliceIds = _SliceId | tuple[_SliceId, ...]
+_OBJ = operator.attrgetter("obj")
 """A Service's slices as ``ClusterState`` keeps them: its one slice's id itself (nearly every
 Service), or a sorted tuple of two or more (``_ids``)."""
 
@@ -351,6 +354,12 @@ class ClusterState:
         if self._unread.get(replace.kind, ()) != replace.unread:
             self._unread[replace.kind] = replace.unread
             self._snapshot = None
+        if self._holds_just(replace):
+            # A cold start's list over its preloaded pages: every object listed is the one
+            # stored, and nothing else is, so nothing is removed, stored or reported.
+            if replace.kind == "Service":
+                self._skipped.clear()
+            return False
         present = self._refs_of(replace.kind)
         if present or self._invalid:  # on a cold start, nothing to compare the list with
             listed = {change.ref for change in replace.changes}
@@ -363,6 +372,27 @@ class ClusterState:
         for change in replace.changes:
             everything |= self._apply_one(change, changed)
         return everything
+
+    def _holds_just(self, replace: Replace) -> bool:
+        """Whether the state holds exactly the Services (or slices) ``replace`` lists, each as
+        the very object listed, in the order listed, and no invalid object: what the general
+        path would then do changes nothing. Compared by identity at C speed, without the refs
+        that path builds (a list whose pages were preloaded stores them in its order)."""
+        kind, changes = replace.kind, replace.changes
+        stored: Mapping[Any, object] | None = (
+            self._services
+            if kind == "Service"
+            else self._slices
+            if kind == "EndpointSlice"
+            else None
+        )
+        if stored is None or self._invalid or len(changes) != len(stored):
+            return False
+        # The stored objects are distinct and each is stored under its own key: one listed
+        # Upsert per position, of that very object, lists each of them once and nothing else.
+        return set(map(type, changes)) <= {Upsert} and all(
+            map(operator.is_, map(_OBJ, changes), stored.values())
+        )
 
     def _refs_of(self, kind: str) -> set[ObjectRef]:
         if kind == "Service":

@@ -160,6 +160,13 @@ its reader (of the struct and the proxy's name): the change, or None when the pa
 read the object (it is not plainly valid)."""
 
 
+def from_struct(obj: Any, kind: str, proxy_name: str | None = None) -> Upsert | Skip | None:
+    """The change for one object already decoded into its kind's lenient struct (a list
+    page's item, ``kube_http.page_changes``), or None when the parser must read it: what
+    ``from_json`` gives for the object's JSON."""
+    return _change(obj, kind, proxy_name)
+
+
 def _change(obj: Any, kind: str, proxy_name: str | None) -> Upsert | Skip | None:
     try:
         if kind == "Service":

@@ -14,8 +14,9 @@
 - ``balancing``: the load-balancing budget applied to each snapshot (random past it), the
   per-sync quota of tables, and the warnings for annotation values not understood.
 - ``preload``: a cold start's pages into the state and the restart digest as they arrive
-  (the API source's ``on_page``), and, once the Services are listed, the plan made ahead
-  (``ahead``, an object the Syncer owns), so the first sync has only the lists' tail left.
+  (the API source's ``on_page``), and, once the Services (or the slices) are listed, the plan
+  made ahead (``ahead``, an object the Syncer owns), so the first sync has only the lists' tail
+  left.
 - ``loop``: the rate-limited loop (min sync period, periodic verify, retries) the daemon runs;
   what it needs of the daemon (the memory release) is handed to it; ``report``: what the loop
   tells the outside (metrics, health, objects left out), an object the loop owns.

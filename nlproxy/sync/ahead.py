@@ -1,8 +1,9 @@
 """A cold start's plan made ahead of its first sync, while the last pages of the lists arrive.
 
 Owned by the :class:`~nlproxy.sync.syncer.Syncer` (its ``ahead``); started by ``preload.py``
-once the Services are listed, in a thread of its own, which then follows the pages that come
-after (each page's services updated in place, ``proxy/incremental.py``) until the lists end.
+once the Services (or, when theirs ends first, the EndpointSlices) are listed, in a thread of its
+own, which then follows the pages that come after (each page's services updated in place, or
+added, ``proxy/incremental.py``) until the lists end.
 The first sync takes the plan and updates it for the services whose objects are still not the
 ones planned, found by identity as for a relist (``relist.narrowed``): what the last page
 brought, instead of every service after the lists. A sync that comes while the plan is being
@@ -81,7 +82,9 @@ class PlanAhead:
         try:
             planned = self._first(snapshot, config, readback, log, fresh=fresh)
             if planned is not None:
-                self._follow(planned, config, {k for k, v in snapshot.slices.items() if v})
+                services = snapshot.services
+                sliced = {k for k, v in snapshot.slices.items() if v and k in services}
+                self._follow(planned, config, sliced)
         except BaseException:
             self._plan = None  # a plan half updated is none
             raise
@@ -108,7 +111,7 @@ class PlanAhead:
             # first slices took, which no commit gave them, and differ from a cold plan (and
             # from its record). One planned without any just takes its endpoints.
             again = changed & sliced
-            sliced |= {k for k in changed if snapshot.slices.get(k)}
+            sliced |= {k for k in changed if snapshot.slices.get(k) and k in snapshot.services}
             if again:
                 without = replace(
                     snapshot,

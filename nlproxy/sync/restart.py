@@ -57,6 +57,9 @@ class RestartRecords:
         self._with_record: set[Family] = set()
         self._files: str | None = None
         self._all = False  # the next digest must look at every service
+        # Services a page changed that :meth:`warm` did not hash (one kind of the two listed
+        # so far): the next digest looks at them whatever it is told.
+        self._unwarmed: set[ServiceKey] = set()
 
     @property
     def enabled(self) -> bool:
@@ -103,8 +106,16 @@ class RestartRecords:
         fp = self._fingerprint
         if fp is None:
             return
-        self._digest = fp.digest(snapshot, changed if exact and not self._all else None)
+        told = changed if exact and not self._all else None
+        if told is not None and self._unwarmed:
+            # A first sync is told only of what its plan ahead did not plan (``relist.narrowed``)
+            # but a service without a slice, or a slice without its Service (a headless
+            # Service's), was planned ahead and never hashed: without them the record would
+            # not be the digest a restart takes of the same inputs, and would not be trusted.
+            told = {*told, *self._unwarmed}
+        self._digest = fp.digest(snapshot, told)
         self._all = False
+        self._unwarmed = set()
 
     def warm(self, snapshot: ClusterSnapshot, changed: Set[ServiceKey]) -> None:
         """Hash the objects of the services ``changed`` names, as ``snapshot`` holds them,
@@ -114,12 +125,15 @@ class RestartRecords:
 
         Only the services that have both their Service and a slice are hashed: the two kinds
         are listed apart, and hashing one half would only be done again when the other came
-        (what stays without either is hashed by the sync)."""
+        (what stays without either is hashed by the next :meth:`take_digest`, which looks at
+        them whatever it is told)."""
         fp = self._fingerprint
         if fp is None:
             return
         services, slices = snapshot.services, snapshot.slices
         whole = {key for key in changed if key in services and key in slices}
+        self._unwarmed.update(changed)
+        self._unwarmed -= whole
         if whole:
             fp.digest(snapshot, whole)
 

@@ -32,6 +32,7 @@ from nlproxy.proxy import naming as n
 from nlproxy.proxy.budget import SYNC_QUOTA
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.sync import ahead as ahead_module
+from nlproxy.sync import preload as preload_module
 from nlproxy.sync import syncer as syncer_module
 from nlproxy.sync.kernel import SyncKernel
 from nlproxy.sync.preload import Preload
@@ -510,3 +511,126 @@ def test_a_plan_ahead_whose_thread_cannot_start_leaves_the_first_sync_to_plan(
     pre.listed("EndpointSlice")
     assert syncer.ahead._updates.empty()
     assert syncer.ahead.take() is None  # at once: nothing to wait for
+
+
+def slices_first_synced(
+    early: list[Listed], late: list[Listed], slices: list[Listed]
+) -> tuple[tuple[str, str], tuple[str, str], Syncer]:
+    named = {c.obj.service for c in slices if isinstance(c, Upsert)}  # by the slices
+    """The tables of a Syncer whose slices' list ended first (the ``early`` Services in by
+    then, the ``late`` ones after), beside those of one that did not plan ahead."""
+    state = ClusterState(NODE)
+    nft = FakeNftables(n.TABLE)
+    syncer = syncer_on(nft)
+    pre = Preload(state, syncer)
+    for page in [[the_node()], *pages(early, 3), *pages(slices, 3)]:
+        pre.page(page)
+    pre.listed("EndpointSlice")
+    # Started by the first list of the two to end, when most Services are in.
+    assert (pre.thread is not None) == (len(early) >= preload_module.EARLY_SHARE * len(named))
+    for page in pages(late, 3):  # followed by the plan ahead
+        pre.page(page)
+    pre.listed("Service")
+    assert pre.thread is not None
+    pre.thread.join(60)
+    assert not pre.thread.is_alive()
+    changed = state.apply(lists(early + late, slices))
+    syncer.sync(state.snapshot(), changed=changed)
+
+    alone = ClusterState(NODE)
+    cold_nft = FakeNftables(n.TABLE)
+    cold = syncer_on(cold_nft)
+    changed = alone.apply(lists(early + late, slices))
+    cold.sync(alone.snapshot(), changed=changed)
+    assert syncer.records.digest == cold.records.digest
+    ours = (render(nft.dump(Family.IP)), render(nft.dump(Family.IP6)))
+    theirs = (render(cold_nft.dump(Family.IP)), render(cold_nft.dump(Family.IP6)))
+    return ours, theirs, syncer
+
+
+def test_when_the_slices_are_listed_first_the_services_after_are_each_added_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The plan ahead starts when the slices' list ends with most Services in (4 of the 7 the
+    slices name; not 2), and adds each Service that comes after (its slices all in): one update
+    per page, none taking a service out to plan it again, and nothing left for the first sync;
+    the tables are a cold sync's."""
+    updated: list[tuple[str, set[ServiceKey] | None]] = []
+
+    def recording(where: str, module: Any) -> None:
+        real_update = module.plan_update
+
+        def plan_update(last: Any, snap: Any, config: Any, changed: Any, **kw: Any) -> Any:
+            updated.append((where, None if changed is None else set(changed)))
+            return real_update(last, snap, config, changed, **kw)
+
+        monkeypatch.setattr(module, "plan_update", plan_update)
+
+    recording("ahead", ahead_module)
+    recording("sync", syncer_module)
+    services = [svc(i) for i in range(8)]
+    slices = [eps(i) for i in range(8) if i != 6] + [_slice(7, "b", "10.1.0.99")]  # s6: none
+    ours, theirs, syncer = slices_first_synced(services[:2], services[2:], slices)
+    assert ours == theirs  # s0 and s1 alone when the slices were in: planned after the lists
+    assert updated == [("sync", set())]
+    updated.clear()
+    ours, theirs, syncer = slices_first_synced(services[:4], services[4:], slices)
+    assert ours == theirs
+    assert updated == [("ahead", {key(4), key(5), key(6)}), ("ahead", {key(7)}), ("sync", set())]
+    assert syncer.ahead.take() is None
+
+
+@pytest.mark.parametrize("early", [0, 1, 4, 6], ids=["none", "one", "most", "all"])
+def test_a_plan_ahead_started_by_the_slices_programs_what_a_cold_sync_programs(
+    early: int,
+) -> None:
+    services = [svc(i) for i in range(6)]
+    slices = [eps(i) for i in range(5)] + [_slice(2, "b", "10.1.0.50")]  # s5: no slice
+    ours, theirs, _ = slices_first_synced(services[:early], services[early:], slices)
+    for mine, cold in zip(ours, theirs, strict=True):
+        assert sorted(mine.split("\n\n")) == sorted(cold.split("\n\n"))
+
+
+@pytest.mark.parametrize("size", [1, 3, 50])
+def test_a_digest_warmed_page_by_page_looks_at_what_it_did_not_hash_whatever_it_is_told(
+    size: int,
+) -> None:
+    """A first sync after a plan ahead is told only what the plan did not have (nothing, here):
+    a service without a slice (s0) and a slice without its Service (s20) were never hashed by
+    the pages, and the digest still covers them."""
+    services = [svc(i) for i in range(12)]
+    slices = [eps(i) for i in range(1, 12)] + [eps(20)]
+    alone = ClusterState(NODE)
+    changed = alone.apply(lists(services, slices))
+    cold = records()
+    cold.take_digest(alone.snapshot(), changed, exact=True)
+
+    state, warm = ClusterState(NODE), records()
+    for page in pages(services, size) + pages(slices, size):
+        changed = state.preload(page)
+        warm.warm(state.snapshot(), changed)
+    state.apply(lists(services, slices))
+    warm.take_digest(state.snapshot(), set(), exact=True)
+    assert warm.digest == cold.digest
+
+
+def test_a_cold_start_with_a_headless_service_writes_a_record_a_restart_trusts() -> None:
+    """A headless Service's slice has no Service in the snapshot, and a Service may have no
+    slice: the record of a cold start that planned ahead is the digest a restart takes, so the
+    restart trusts the tables (no read-back, nothing sent)."""
+    headless = to_change(
+        service(**{"metadata.name": "s9", "spec.clusterIP": "None", "spec.clusterIPs": ["None"]})
+    )
+    assert isinstance(headless, Skip)
+    services = [svc(i) for i in range(6)] + [headless]
+    early, late = [eps(i) for i in range(3)], [eps(3), eps(4), eps(9)]  # s5: no slice
+    ours, theirs, syncer, _ = both_synced(services, early, late)  # asserts the digests equal
+    assert ours == theirs
+    state = ClusterState(NODE)
+    changed = state.apply(lists(services, early + late))
+    nft = syncer.kernel.readback
+    assert isinstance(nft, FakeNftables)
+    restarted = syncer_on(nft)
+    result = restarted.sync(state.snapshot(), changed=changed)
+    assert result.restarted
+    assert result.total_ops == 0
