@@ -5,6 +5,8 @@
   long-lived objects are built, frozen after a full sync) and what it was measured to save.
 - ``imports``: packages entered without their ``__init__`` (``bare``), and a module's rarely
   used imports deferred to their first use (``deferring``).
+- ``inotify``: the kernel's file-change events over ctypes (the manifests directory, the
+  ``--config`` file's directories).
 
 It imports nothing itself: importing one of its modules brings in only that module.
 """
