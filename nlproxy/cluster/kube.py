@@ -32,7 +32,6 @@ from urllib.parse import urlsplit
 import trio
 import yaml
 
-from nlproxy import hotpath
 from nlproxy.cluster import kube_client
 from nlproxy.cluster.kube_http import (
     Forbidden,
@@ -64,6 +63,7 @@ from nlproxy.cluster.sections import HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL
 from nlproxy.cluster.token_file import TokenFileRefresh, exec_plugin_of, token_file_of
 from nlproxy.errors import ConfigError
 from nlproxy.log import get_logger
+from nlproxy.runtime import hotpath
 
 __all__ = [
     "Backoff",

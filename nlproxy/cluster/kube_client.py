@@ -11,7 +11,7 @@ imported, and when.
 (``dynamic``, ``watch``, ``stream``, ``leaderelection``, ``informer``, ``utils``), and any
 ``kubernetes.config`` import runs that package's ``__init__``, which imports the kubeconfig
 loader and, with it, ``requests`` and ``oauthlib`` (for OIDC token refresh). So both packages
-are entered bare (``nlproxy/imports.py``): the package module exists with its ``__path__``, its
+are entered bare (``runtime/imports.py``): the package module exists with its ``__path__``, its
 submodules import as usual, and its ``__init__`` runs the first time anyone asks the package for
 a name that is no submodule (``kubernetes.__version__``, ``kubernetes.config.load_config``):
 from then on the package is what a plain import makes. In a pod the kubeconfig loader is then
@@ -49,7 +49,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
-from nlproxy.imports import bare, deferring
+from nlproxy.runtime.imports import bare, deferring
 
 bare("kubernetes")
 bare("kubernetes.config")

@@ -15,13 +15,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nlproxy import hotpath
 from nlproxy.cluster.decode import MAX_FILE_BYTES, FileError
 from nlproxy.cluster.fileobjects import Entry, Objects, file_objects
 from nlproxy.cluster.model import Invalid, ObjectRef, Replace, Skip, Upsert
 from nlproxy.cluster.parse import KINDS
 from nlproxy.cluster.readdir import Directory, FileRead, Unsettled
 from nlproxy.errors import ConfigError, shorten
+from nlproxy.runtime import hotpath
 
 SUFFIXES = frozenset({".yaml", ".yml", ".json"})
 MAX_LOAD_BYTES = 2 * MAX_FILE_BYTES

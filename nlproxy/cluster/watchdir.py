@@ -18,7 +18,6 @@ import ctypes
 import functools
 import math
 import os
-import struct
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,18 +35,22 @@ from nlproxy.cluster.model import Change
 from nlproxy.cluster.readdir import FileRead
 from nlproxy.errors import ConfigError
 from nlproxy.log import get_logger
+from nlproxy.runtime.inotify import (
+    EVENT,
+    IN_ATTRIB,
+    IN_CLOEXEC,
+    IN_CLOSE_WRITE,
+    IN_CREATE,
+    IN_DELETE,
+    IN_DELETE_SELF,
+    IN_MODIFY,
+    IN_MOVE_SELF,
+    IN_MOVED_FROM,
+    IN_MOVED_TO,
+    IN_NONBLOCK,
+    libc,
+)
 
-IN_MODIFY = 0x2
-IN_ATTRIB = 0x4
-IN_CLOSE_WRITE = 0x8
-IN_MOVED_FROM = 0x40
-IN_MOVED_TO = 0x80
-IN_CREATE = 0x100
-IN_DELETE = 0x200
-IN_DELETE_SELF = 0x400
-IN_MOVE_SELF = 0x800
-IN_NONBLOCK = 0o4000
-IN_CLOEXEC = 0o2000000
 WATCH_MASK = (
     IN_MODIFY
     | IN_ATTRIB
@@ -60,12 +63,7 @@ WATCH_MASK = (
     | IN_MOVE_SELF
 )
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-IN_IGNORED = 0x8000
 PARENT_MASK = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF
-_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then the name)
 GONE_POLL = 5.0
 """Seconds between looks for a manifests directory that is gone, besides the parent's events
 (rules are kept meanwhile)."""
@@ -115,12 +113,12 @@ class ManifestSource:
         self._identity: tuple[int, int] | None = None
 
     def _open(self) -> None:
-        fd: int = _libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        fd: int = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1")
         self._fd = fd
         parent = self.directory.absolute().parent
-        self._wd_parent = _libc.inotify_add_watch(fd, os.fsencode(parent), PARENT_MASK)
+        self._wd_parent = libc.inotify_add_watch(fd, os.fsencode(parent), PARENT_MASK)
         self._watch_dir()
 
     def _watch_dir(self) -> bool:
@@ -131,7 +129,7 @@ class ManifestSource:
             self._identity = None
             return False
         self._identity = (st.st_dev, st.st_ino)
-        wd: int = _libc.inotify_add_watch(self._fd, os.fsencode(self.directory), WATCH_MASK)
+        wd: int = libc.inotify_add_watch(self._fd, os.fsencode(self.directory), WATCH_MASK)
         self._wd_dir = wd
         return wd >= 0
 
@@ -314,7 +312,7 @@ class ManifestSource:
         Cancellation: safe at any point.
         """
         if self._wd_dir >= 0:
-            _libc.inotify_rm_watch(self._fd, self._wd_dir)
+            libc.inotify_rm_watch(self._fd, self._wd_dir)
             self._wd_dir = -1
         if self._watch_dir():
             self.log.info("source.directory_replaced", directory=str(self.directory))
@@ -362,9 +360,9 @@ class ManifestSource:
             except BlockingIOError:
                 return relevant
             off = 0
-            while off + _EVENT.size <= len(buf):
-                wd, _mask, _cookie, length = _EVENT.unpack_from(buf, off)
-                entry = buf[off + _EVENT.size : off + _EVENT.size + length].rstrip(b"\0")
-                off += _EVENT.size + length
+            while off + EVENT.size <= len(buf):
+                wd, _mask, _cookie, length = EVENT.unpack_from(buf, off)
+                entry = buf[off + EVENT.size : off + EVENT.size + length].rstrip(b"\0")
+                off += EVENT.size + length
                 if wd != self._wd_parent or entry == name:
                     relevant = True

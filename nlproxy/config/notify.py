@@ -17,23 +17,24 @@ reached, a directory gone for now), it looks every :data:`POLL_SECONDS` until it
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
 import trio
 
-IN_ATTRIB = 0x004
-IN_CLOSE_WRITE = 0x008
-IN_MOVED_FROM = 0x040
-IN_MOVED_TO = 0x080
-IN_CREATE = 0x100
-IN_DELETE = 0x200
-IN_DELETE_SELF = 0x400
-IN_MOVE_SELF = 0x800
-IN_ONLYDIR = 0x01000000
+from nlproxy.runtime.inotify import (
+    IN_ATTRIB,
+    IN_CLOSE_WRITE,
+    IN_CREATE,
+    IN_DELETE,
+    IN_DELETE_SELF,
+    IN_MOVE_SELF,
+    IN_MOVED_FROM,
+    IN_MOVED_TO,
+    IN_ONLYDIR,
+    DirectoryEvents,
+)
 
 MASK = (
     IN_CLOSE_WRITE
@@ -94,65 +95,13 @@ def watched_directories(path: Path) -> list[Path]:
     return [d for d in unique if d.is_dir()]
 
 
-class DirectoryEvents:
-    """One inotify descriptor over the directories given to :meth:`watch`; readable (its
-    :meth:`fileno`) when something changed in one of them.
-
-    Raises:
-        OSError: the kernel gave no descriptor (``EMFILE``: the user's
-            ``fs.inotify.max_user_instances`` reached; ``ENOSYS``).
-    """
-
-    def __init__(self) -> None:
-        self._libc = ctypes.CDLL(None, use_errno=True)
-        fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-        if fd < 0:
-            _raise("inotify_init1")
-        self._fd: int | None = fd
-
-    def fileno(self) -> int:
-        if self._fd is None:
-            raise OSError(errno.EBADF, "the inotify descriptor is closed")
-        return self._fd
-
-    def watch(self, directories: Iterable[Path]) -> None:
-        """Watch each of ``directories`` (one already watched keeps its watch).
-
-        Raises:
-            OSError: a directory cannot be watched (gone, not a directory, or the user's
-                ``fs.inotify.max_user_watches`` reached).
-        """
-        fd = self.fileno()
-        for directory in directories:
-            if self._libc.inotify_add_watch(fd, os.fsencode(directory), MASK) < 0:
-                _raise(f"inotify_add_watch {directory}")
-
-    def drain(self) -> bool:
-        """Read every event queued; whether there was any."""
-        fd = self.fileno()
-        any_read = False
-        while True:
-            try:
-                data = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                return any_read
-            if not data:
-                return any_read
-            any_read = True
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
 def events_for(directories: Iterable[Path]) -> DirectoryEvents:
     """A :class:`DirectoryEvents` watching ``directories``.
 
     Raises:
         OSError: no descriptor, or a directory that cannot be watched (nothing is left open).
     """
-    events = DirectoryEvents()
+    events = DirectoryEvents(MASK)
     try:
         events.watch(directories)
     except OSError:
@@ -212,8 +161,3 @@ class Changes:
             self._events.close()
             self._events = None
             self._dirs = []
-
-
-def _raise(what: str) -> None:
-    err = ctypes.get_errno()
-    raise OSError(err, f"{what}: {os.strerror(err)}")

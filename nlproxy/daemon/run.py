@@ -625,7 +625,7 @@ class Daemon:
                     await nursery.start(ending("generation-watch", watch))
                     # The initial lists, the state and the first plan build the objects the daemon
                     # keeps for good; the cyclic GC would walk them over and over while they grow
-                    # (hotpath.py). Paused until the first sync has frozen them out of its sight.
+                    # (runtime/hotpath.py). Paused until the first sync has frozen them.
                     self.loop.hold_collection()
                     self._nursery = nursery
                     # The node's addresses before the lists: a plan made ahead of the first sync

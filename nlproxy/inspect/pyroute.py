@@ -1,5 +1,5 @@
 """pyroute2's ``IPRoute`` and ``NetlinkError`` for the inspector and the IPVS look, with the
-``pyroute2`` package entered bare (``nlproxy/imports.py``): its ``__init__`` would import IPDB
+``pyroute2`` package entered bare (``runtime/imports.py``): its ``__init__`` would import IPDB
 and NDB, which nlproxy never uses.
 
 Imported by the first call that talks to rtnetlink, not at start: a pyroute2 that cannot be
@@ -9,7 +9,7 @@ watch, the reachability monitor) goes on, and a command says one line.
 """
 
 from nlproxy.errors import ConfigError
-from nlproxy.imports import bare
+from nlproxy.runtime.imports import bare
 
 try:
     bare("pyroute2")

@@ -212,7 +212,7 @@ def dry_run(s: Settings) -> DryRun:
         KubeApiError: the API server could not be reached or refused a required kind.
         KernelError: the kernel would refuse a batch and no Service could be blamed.
     """
-    from nlproxy.hotpath import collection_paused
+    from nlproxy.runtime.hotpath import collection_paused
     from nlproxy.sync.syncer import Syncer
 
     changes, load_errors, load_warnings = source_changes(s)

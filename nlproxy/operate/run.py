@@ -44,7 +44,7 @@ def run_once(
         KernelError: the kernel rejected a batch and no Service could be blamed (nothing of
             that family's batch was applied).
     """
-    from nlproxy.hotpath import collection_paused
+    from nlproxy.runtime.hotpath import collection_paused
 
     # Collecting cycles among the plan's objects only costs time in a one-shot sync (about
     # 0.5 s of 4 s at 10k services x 10 endpoints); collection resumes when it is done.

@@ -30,7 +30,6 @@ from itertools import compress, repeat
 from operator import attrgetter
 
 from nlproxy.cluster.model import ClusterSnapshot, ServiceKey, ServicePortRef
-from nlproxy.hotpath import collection_paused
 from nlproxy.nft.ir import Chain, Element, Family, Map, Rule, Ruleset, Value
 from nlproxy.nft.ir import Set as NftSet
 from nlproxy.nft.packed import PackedElements
@@ -52,6 +51,7 @@ from nlproxy.proxy.planner import (
 )
 from nlproxy.proxy.skeleton import IPV4, IPV6, FamilySpec
 from nlproxy.proxy.sorted_ops import Fills, SortedOps
+from nlproxy.runtime.hotpath import collection_paused
 
 _SPECS = {IPV4.family: IPV4, IPV6.family: IPV6}
 _STATIC_SETS = frozenset({n.CLUSTER_CIDRS, n.SERVICE_CIDRS, n.NODEPORT_IPS, n.HAIRPIN})

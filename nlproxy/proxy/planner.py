@@ -39,7 +39,6 @@ from nlproxy.cluster.model import (
     ServicePort,
     ServicePortRef,
 )
-from nlproxy.hotpath import collection_paused
 from nlproxy.nft.ir import DROP, Element, Family, L4Proto, Ruleset, Verdict, goto
 from nlproxy.nft.packed import PackedElements, index_bytes, indices
 from nlproxy.proxy import naming as n
@@ -67,6 +66,7 @@ from nlproxy.proxy.endpoints import (
 from nlproxy.proxy.fragments import Fill, Fragment, Recorder
 from nlproxy.proxy.skeleton import IPV4, IPV6, Dispatch, FamilySpec, pod_match, skeleton
 from nlproxy.proxy.slots import keep_slots, read_slots, slot_token
+from nlproxy.runtime.hotpath import collection_paused
 
 _new = tuple.__new__
 """``_new(Fill, (…))``: a NamedTuple without its Python ``__new__`` frame (the hot path)."""
@@ -173,8 +173,8 @@ def plan(
     Returns:
         The rulesets and, per service port, its frontends and chosen endpoints.
     """
-    # The collector held (hotpath.py): planning makes no cycles, and a full collection midway
-    # would walk the previous plan too (twice the time at 100k endpoints).
+    # The collector held (runtime/hotpath.py): planning makes no cycles, and a full collection
+    # midway would walk the previous plan too (twice the time at 100k endpoints).
     with collection_paused():
         return _plan(snapshot, config, previous, slots or {})
 

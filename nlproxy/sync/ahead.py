@@ -27,13 +27,13 @@ from structlog.typing import FilteringBoundLogger
 
 from nlproxy.cluster.model import ClusterSnapshot, ServiceKey
 from nlproxy.errors import NlproxyError
-from nlproxy.hotpath import collection_paused
 from nlproxy.nft.dump import Interrupted
 from nlproxy.nft.ir import FAMILIES
 from nlproxy.nft.tables import ReadBack
 from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.planner import Plan, plan
+from nlproxy.runtime.hotpath import collection_paused
 from nlproxy.sync.fingerprint import RECORD_CHAIN
 from nlproxy.sync.relist import for_planning
 

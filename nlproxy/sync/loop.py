@@ -38,7 +38,6 @@ from typing import TypeVar, cast
 
 import trio
 
-from nlproxy import hotpath
 from nlproxy.cluster.model import Change, ClusterSnapshot, IPAddress, ServiceKey
 from nlproxy.cluster.state import ClusterState
 from nlproxy.errors import NlproxyError
@@ -46,6 +45,7 @@ from nlproxy.log import get_logger
 from nlproxy.nft.ir import FAMILIES, Family, Operation, Ruleset
 from nlproxy.nft.monitor import Drift
 from nlproxy.proxy.config import ProxyConfig
+from nlproxy.runtime import hotpath
 from nlproxy.serve.health import HealthState
 from nlproxy.serve.metrics import Metrics
 from nlproxy.sync.report import SyncReporter
@@ -183,7 +183,8 @@ class SyncLoop:
 
     def hold_collection(self) -> None:
         """Pause the cyclic collector for a cold start until the first sync that plans has run:
-        the lists, the state and the first plan are objects kept for good (``hotpath.py``)."""
+        the lists, the state and the first plan are objects kept for good
+        (``runtime/hotpath.py``)."""
         self._resume_gc = hotpath.pause_collection() or self._resume_gc
 
     def set_source_errors(self, errors: Callable[[], Sequence[str]]) -> None:

@@ -37,7 +37,6 @@ from collections.abc import Callable, Mapping, Sequence, Set
 
 from nlproxy.cluster.model import ClusterSnapshot, ServiceKey
 from nlproxy.errors import KernelError
-from nlproxy.hotpath import collection_paused
 from nlproxy.log import get_logger
 from nlproxy.nft.ir import FAMILIES, Family, Operation, Ruleset
 from nlproxy.nft.reconcile import Delta, advance, count_ops, diff, ops_for_delta
@@ -45,6 +44,7 @@ from nlproxy.proxy.config import ProxyConfig
 from nlproxy.proxy.incremental import attach, plan_update
 from nlproxy.proxy.layout import flow_frontends, udp_only
 from nlproxy.proxy.planner import Plan, plan, plan_slot_token
+from nlproxy.runtime.hotpath import collection_paused
 from nlproxy.sync.ahead import PlanAhead
 from nlproxy.sync.balancing import BalancingGuard
 from nlproxy.sync.batches import Batches

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from nlproxy import hotpath
+from nlproxy.runtime import hotpath
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""``nlproxy/imports.py``: a package entered bare imports only the submodules asked for, and
+"""``nlproxy/runtime/imports.py``: a package entered bare imports only the submodules asked for, and
 becomes the package a plain import makes at the first other name asked of it. Each case runs in
 a fresh interpreter (the packages must not be imported already)."""
 
@@ -45,7 +45,7 @@ def _package(tmp_path: Path) -> Path:
 def test_submodules_import_without_the_packages_init(tmp_path: Path) -> None:
     out = _run(
         """
-        from nlproxy.imports import bare
+        from nlproxy.runtime.imports import bare
         bare("heavy")
         from heavy.light import Thing
         print("heavy.db" in sys.modules, "heavy_init_runs" in sys.modules, Thing.__name__)
@@ -58,7 +58,7 @@ def test_submodules_import_without_the_packages_init(tmp_path: Path) -> None:
 def test_another_name_runs_the_init_once_and_then_it_is_the_whole_package(tmp_path: Path) -> None:
     out = _run(
         """
-        from nlproxy.imports import bare
+        from nlproxy.runtime.imports import bare
         heavy = bare("heavy")
         from heavy.light import Thing
         print(heavy.VERSION, heavy.Thing is Thing, "heavy.db" in sys.modules)
@@ -109,7 +109,7 @@ def test_a_deferring_import_leaves_what_waits_unimported_until_it_is_used(tmp_pa
     out = _run(
         """
         import json
-        from nlproxy.imports import deferring
+        from nlproxy.runtime.imports import deferring
         user = deferring("user", {"slow": ("make",), "slowpkg.part": ()})
         first = ["slow" in sys.modules, "slowpkg.part" in sys.modules, user.ON]
         built = user.build(3)

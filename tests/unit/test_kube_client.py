@@ -153,7 +153,7 @@ def test_a_bare_package_runs_its_init_once_on_the_first_name_its_submodules_did_
     got = _run(
         """
         import builtins, json, sys
-        from nlproxy.imports import bare
+        from nlproxy.runtime.imports import bare
         bare("barepkg")
         import barepkg.part
         before = getattr(builtins, "RUNS", 0)

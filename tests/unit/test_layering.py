@@ -87,9 +87,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "nlproxy",
         "nlproxy.errors",
         "nlproxy.log",
-        "nlproxy.hotpath",
-        "nlproxy.imports",
-    ),  # version, errors, logs, memory, packages entered bare
+        "nlproxy.runtime",
+    ),  # version, errors, logs; the process's own machinery (memory, imports, inotify)
     ("nlproxy.netlink",),  # transport: one socket, one attribute codec
     ("nlproxy.demo",),  # the throwaway node (only commands/demo imports it: a rule below)
     ("nlproxy.cluster", "nlproxy.nft"),  # ① sources → state;  ③ the kernel's objects

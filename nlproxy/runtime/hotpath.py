@@ -36,8 +36,7 @@ what it was measured to cost or save on the 2-CPU development machine (``bench/R
 * **Module constants for enum members and bound methods read in loops** (an attribute read
   through a class is a Python call's worth of work per element).
 
-It sits at the top of the package beside ``errors.py`` and ``log.py``, on their floor of the
-layering (``tests/unit/test_layering.py``), for the reason they do: every stage from
+It sits in ``runtime/``, below every stage (``tests/unit/test_layering.py``): every stage from
 ``cluster/`` and ``proxy/`` up follows it, and ``daemon/``, where the allocator is tuned, is
 above the stages that must pause the collector. It holds no state of the daemon's and does no
 I/O, so ``proxy/`` may import it.
