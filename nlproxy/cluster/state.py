@@ -35,9 +35,9 @@ from nlproxy.cluster.model import (
 
 _SliceId = tuple[str, str]  # (namespace, name) of an EndpointSlice
 _SliceIds = _SliceId | tuple[_SliceId, ...]
-_OBJ = operator.attrgetter("obj")
 """A Service's slices as ``ClusterState`` keeps them: its one slice's id itself (nearly every
 Service), or a sorted tuple of two or more (``_ids``)."""
+_OBJ = operator.attrgetter("obj")
 
 
 def _ids(held: _SliceIds) -> tuple[_SliceId, ...]:

@@ -516,9 +516,9 @@ def test_a_plan_ahead_whose_thread_cannot_start_leaves_the_first_sync_to_plan(
 def slices_first_synced(
     early: list[Listed], late: list[Listed], slices: list[Listed]
 ) -> tuple[tuple[str, str], tuple[str, str], Syncer]:
-    named = {c.obj.service for c in slices if isinstance(c, Upsert)}  # by the slices
     """The tables of a Syncer whose slices' list ended first (the ``early`` Services in by
     then, the ``late`` ones after), beside those of one that did not plan ahead."""
+    named = {c.obj.service for c in slices if isinstance(c, Upsert)}  # by the slices
     state = ClusterState(NODE)
     nft = FakeNftables(n.TABLE)
     syncer = syncer_on(nft)

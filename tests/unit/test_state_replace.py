@@ -93,6 +93,7 @@ CASES: dict[str, Callable[[], Case]] = {
                                  lists([*SERVICES[:-1], SERVICES[0]], [*SLICES[:-1], SLICES[0]])),
     "a-skip-listed": lambda: ([EXTERNAL, SLICES], lists(EXTERNAL, SLICES)),
     "a-skip-held": lambda: ([EXTERNAL, SLICES], lists(SERVICES, SLICES)),
+    "a-skip-held-then-gone": lambda: ([EXTERNAL, SLICES], lists(SERVICES[:-1], SLICES)),
     "an-invalid-held": lambda: ([SERVICES, SLICES, [invalid("Service", "bad")]],
                                 lists(SERVICES, SLICES)),
     "an-invalid-listed": lambda: ([SERVICES, SLICES],
