@@ -36,10 +36,9 @@ from nlproxy.cluster.readdir import FileRead
 from nlproxy.errors import ConfigError
 from nlproxy.log import get_logger
 from nlproxy.runtime.inotify import (
+    CHANGES,
     EVENT,
-    IN_ATTRIB,
     IN_CLOEXEC,
-    IN_CLOSE_WRITE,
     IN_CREATE,
     IN_DELETE,
     IN_DELETE_SELF,
@@ -51,17 +50,7 @@ from nlproxy.runtime.inotify import (
     libc,
 )
 
-WATCH_MASK = (
-    IN_MODIFY
-    | IN_ATTRIB
-    | IN_CLOSE_WRITE
-    | IN_MOVED_FROM
-    | IN_MOVED_TO
-    | IN_CREATE
-    | IN_DELETE
-    | IN_DELETE_SELF
-    | IN_MOVE_SELF
-)
+WATCH_MASK = CHANGES | IN_MODIFY
 
 PARENT_MASK = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF
 GONE_POLL = 5.0

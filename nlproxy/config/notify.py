@@ -23,33 +23,11 @@ from pathlib import Path
 
 import trio
 
-from nlproxy.runtime.inotify import (
-    IN_ATTRIB,
-    IN_CLOSE_WRITE,
-    IN_CREATE,
-    IN_DELETE,
-    IN_DELETE_SELF,
-    IN_MOVE_SELF,
-    IN_MOVED_FROM,
-    IN_MOVED_TO,
-    IN_ONLYDIR,
-    DirectoryEvents,
-)
+from nlproxy.runtime.inotify import CHANGES, IN_ONLYDIR, DirectoryEvents
 
-MASK = (
-    IN_CLOSE_WRITE
-    | IN_ATTRIB
-    | IN_MOVED_FROM
-    | IN_MOVED_TO
-    | IN_CREATE
-    | IN_DELETE
-    | IN_DELETE_SELF
-    | IN_MOVE_SELF
-    | IN_ONLYDIR
-)
-"""What is watched in each directory: files closed after writing (not each write: a file
-half written is not read), renamed, made, removed, their attributes; the directory itself
-removed or moved."""
+MASK = CHANGES | IN_ONLYDIR
+"""What is watched in each directory: its changes, files closed after writing but not each
+write (a file half written is not read)."""
 
 POLL_SECONDS = 2.0
 """How often the file is looked at where the kernel cannot tell of a change."""

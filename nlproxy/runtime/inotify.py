@@ -29,6 +29,19 @@ IN_ONLYDIR = 0x01000000
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = os.O_CLOEXEC
 
+CHANGES = (
+    IN_ATTRIB
+    | IN_CLOSE_WRITE
+    | IN_MOVED_FROM
+    | IN_MOVED_TO
+    | IN_CREATE
+    | IN_DELETE
+    | IN_DELETE_SELF
+    | IN_MOVE_SELF
+)
+"""What changes a directory's entries or the directory itself: a file made, removed, renamed,
+closed after writing, its attributes; the directory removed or moved."""
+
 EVENT = struct.Struct("iIII")
 """``struct inotify_event``: wd, mask, cookie, len (then the name, ``len`` bytes)."""
 

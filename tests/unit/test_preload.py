@@ -162,8 +162,10 @@ def syncer_on(nft: FakeNftables) -> Syncer:
     return Syncer(CONFIG, SyncKernel(tables=nft.open, readback=nft, flows=FakeConntrack()))
 
 
-@pytest.mark.parametrize("size", [1, 3, 50])
-def test_a_digest_warmed_page_by_page_is_the_digest_of_the_lists(size: int) -> None:
+def cold_and_warmed(size: int) -> tuple[RestartRecords, ClusterState, RestartRecords, list[Change]]:
+    """Twelve Services and their slices (s0 without one, s20 an orphan): the records' digest of
+    their lists taken at once, and a state and records warmed over them ``size`` objects a
+    page; with the lists, for the warmed state to take."""
     services = [svc(i) for i in range(12)]
     slices = [eps(i) for i in range(1, 12)] + [eps(20)]  # s0 without, s20 an orphan
     alone = ClusterState(NODE)
@@ -175,7 +177,13 @@ def test_a_digest_warmed_page_by_page_is_the_digest_of_the_lists(size: int) -> N
     for page in pages(services, size) + pages(slices, size):
         changed = state.preload(page)
         warm.warm(state.snapshot(), changed)
-    changed = state.apply(lists(services, slices))
+    return cold, state, warm, lists(services, slices)
+
+
+@pytest.mark.parametrize("size", [1, 3, 50])
+def test_a_digest_warmed_page_by_page_is_the_digest_of_the_lists(size: int) -> None:
+    cold, state, warm, listed = cold_and_warmed(size)
+    changed = state.apply(listed)
     warm.take_digest(state.snapshot(), changed, exact=True)
     assert warm.digest is not None
     assert warm.digest == cold.digest
@@ -266,22 +274,30 @@ def both_synced(
     return ours, theirs, syncer, result
 
 
+def updates_recorded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> list[tuple[str, set[ServiceKey] | None]]:
+    """Each plan update from now on, as (where: ``ahead`` or ``sync``, the services it was told
+    changed; None: any)."""
+    updated: list[tuple[str, set[ServiceKey] | None]] = []
+    for where, module in (("ahead", ahead_module), ("sync", syncer_module)):
+        real_update = module.plan_update
+
+        def plan_update(
+            last: Any, snap: Any, config: Any, changed: Any, where: str = where,
+            real: Any = real_update, **kw: Any,
+        ) -> Any:  # fmt: skip
+            updated.append((where, None if changed is None else set(changed)))
+            return real(last, snap, config, changed, **kw)
+
+        monkeypatch.setattr(module, "plan_update", plan_update)
+    return updated
+
+
 def test_a_plan_made_ahead_and_updated_programs_what_a_plan_after_the_lists_programs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    updated: list[tuple[str, set[ServiceKey] | None]] = []
-
-    def recording(where: str, module: Any) -> None:
-        real_update = module.plan_update
-
-        def plan_update(last: Any, snapshot: Any, config: Any, changed: Any, **kw: Any) -> Any:
-            updated.append((where, None if changed is None else set(changed)))
-            return real_update(last, snapshot, config, changed, **kw)
-
-        monkeypatch.setattr(module, "plan_update", plan_update)
-
-    recording("ahead", ahead_module)
-    recording("sync", syncer_module)
+    updated = updates_recorded(monkeypatch)
     services = [svc(i) for i in range(9)]
     early = [eps(i) for i in range(6)]
     late = [eps(i, ip=f"10.2.0.{i + 1}") for i in range(4, 9)]  # s4, s5 moved; s6-s8 new
@@ -555,19 +571,7 @@ def test_when_the_slices_are_listed_first_the_services_after_are_each_added_once
     slices name; not 2), and adds each Service that comes after (its slices all in): one update
     per page, none taking a service out to plan it again, and nothing left for the first sync;
     the tables are a cold sync's."""
-    updated: list[tuple[str, set[ServiceKey] | None]] = []
-
-    def recording(where: str, module: Any) -> None:
-        real_update = module.plan_update
-
-        def plan_update(last: Any, snap: Any, config: Any, changed: Any, **kw: Any) -> Any:
-            updated.append((where, None if changed is None else set(changed)))
-            return real_update(last, snap, config, changed, **kw)
-
-        monkeypatch.setattr(module, "plan_update", plan_update)
-
-    recording("ahead", ahead_module)
-    recording("sync", syncer_module)
+    updated = updates_recorded(monkeypatch)
     services = [svc(i) for i in range(8)]
     slices = [eps(i) for i in range(8) if i != 6] + [_slice(7, "b", "10.1.0.99")]  # s6: none
     ours, theirs, syncer = slices_first_synced(services[:2], services[2:], slices)
@@ -598,18 +602,8 @@ def test_a_digest_warmed_page_by_page_looks_at_what_it_did_not_hash_whatever_it_
     """A first sync after a plan ahead is told only what the plan did not have (nothing, here):
     a service without a slice (s0) and a slice without its Service (s20) were never hashed by
     the pages, and the digest still covers them."""
-    services = [svc(i) for i in range(12)]
-    slices = [eps(i) for i in range(1, 12)] + [eps(20)]
-    alone = ClusterState(NODE)
-    changed = alone.apply(lists(services, slices))
-    cold = records()
-    cold.take_digest(alone.snapshot(), changed, exact=True)
-
-    state, warm = ClusterState(NODE), records()
-    for page in pages(services, size) + pages(slices, size):
-        changed = state.preload(page)
-        warm.warm(state.snapshot(), changed)
-    state.apply(lists(services, slices))
+    cold, state, warm, listed = cold_and_warmed(size)
+    state.apply(listed)
     warm.take_digest(state.snapshot(), set(), exact=True)
     assert warm.digest == cold.digest
 
